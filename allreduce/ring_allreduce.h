@@ -1,0 +1,68 @@
+// Ring all-reduce (sum) of a float buffer in place, over a RingTransport.
+//
+// The buffer is cut into N segments. Reduce-scatter: in N-1 steps every rank
+// sends one segment to its right neighbour and adds the segment arriving from
+// its left into its own copy, so that afterwards rank r holds the full sum of
+// segment r+1. All-gather: in N-1 more steps the finished segments travel
+// once around the ring. Every link carries 2(N-1)/N of the buffer, whatever N
+// is (Patarasuk & Yuan 2009; Baidu 2017; Horovod; NCCL's ring).
+//
+// The steps are pipelined at the byte level rather than run one after the
+// other: the bytes that step s+1 sends are exactly the ones step s received,
+// so as soon as a piece of step s has arrived and been reduced it can go out
+// again. One thread drives both connections with poll(): it keeps the right
+// neighbour's socket full while draining the left one, receiving at most a
+// chunk (--ring_chunk_kb) at a time into a cache-sized staging buffer that is
+// reduced into the destination while the kernel already takes in the next
+// chunk. All-gather receives straight into the destination: no copy in user
+// space beyond what the reduction needs.
+//
+// Each all-reduce starts with a 16-byte header (sequence number, element
+// count) in the same stream, costing no round trip, so two ranks that disagree
+// about which buffer they reduce fail with a clear error instead of mixing
+// gradients. After any error the ring is shut down (the neighbours notice at
+// once) and this object refuses further work.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "allreduce/ring_transport.h"
+
+namespace gradsync {
+
+class RingAllReduce {
+ public:
+  // `transport` must outlive this object. `chunk_bytes` is rounded to a
+  // multiple of 64 bytes and at least 4 KiB.
+  RingAllReduce(RingTransport* transport, int64_t chunk_bytes);
+
+  // Sums `count` floats at `data` over all ranks in place, then multiplies by
+  // `scale` (1/N gives the average). The scale is folded into the last
+  // reduce-scatter step, so averaging costs no extra pass over the buffer.
+  // Every rank must call Run with the same count, in the same order; they all
+  // end with bitwise identical results.
+  absl::Status Run(float* data, int64_t count, float scale = 1.0f);
+
+  // Payload bytes moved so far (headers excluded), for StepStats.
+  int64_t bytes_sent() const { return bytes_sent_; }
+  int64_t bytes_received() const { return bytes_received_; }
+  int64_t chunk_bytes() const { return chunk_bytes_; }
+
+ private:
+  class Pass;  // the state of one Run
+
+  absl::Status Fail(absl::Status status);
+
+  RingTransport* transport_;
+  int64_t chunk_bytes_;
+  std::vector<float> staging_;  // one chunk: where reduce-scatter receives
+  uint32_t sequence_ = 0;
+  int64_t bytes_sent_ = 0;
+  int64_t bytes_received_ = 0;
+  absl::Status broken_;  // the first error; the ring is unusable after it
+};
+
+}  // namespace gradsync

@@ -1,0 +1,213 @@
+#include "allreduce/ring_transport.h"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "allreduce/ring_handshake.h"
+#include "allreduce/tcp_listener.h"
+#include "core/logging.h"
+#include "core/status_macros.h"
+
+namespace gradsync {
+namespace {
+
+// A real neighbour sends its hello right after connect(), so one that says
+// nothing for this long is a stranger; we drop it and go on waiting.
+constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
+
+// Accepts connections until the left neighbour's arrives, refusing others.
+absl::StatusOr<std::unique_ptr<TcpConnection>> AcceptLeft(
+    TcpListener& listener, const RingTransportOptions& options, int left_rank,
+    absl::Time deadline) {
+  std::vector<std::string> refused;
+  while (true) {
+    auto accepted = listener.Accept(PeerSide::kLeft, deadline);
+    if (!accepted.ok()) {
+      std::string detail = absl::StrCat(
+          "ring rank ", options.rank, ": left neighbour rank ", left_rank,
+          " did not connect to ", listener.address(), " within ",
+          absl::FormatDuration(options.timeout));
+      if (!refused.empty()) {
+        absl::StrAppend(&detail, "; refused meanwhile: ",
+                        absl::StrJoin(refused, "; "));
+      }
+      return absl::Status(accepted.status().code(),
+                          absl::StrCat(detail, " (", accepted.status().message(), ")"));
+    }
+    std::unique_ptr<TcpConnection> connection = std::move(accepted).value();
+    const absl::Time hello_deadline =
+        std::min(deadline, absl::Now() + kHelloTimeout);
+    absl::StatusOr<RingHello> hello =
+        ReceiveRingHello(*connection, hello_deadline);
+    std::string refusal;
+    if (!hello.ok()) {
+      refusal = std::string(hello.status().message());
+    } else {
+      refusal = CheckRingHello(*hello, options.job_id, options.world_size,
+                               options.rank, left_rank);
+    }
+    if (refusal.empty()) {
+      connection->set_peer_rank(left_rank);
+      RETURN_IF_ERROR(Annotate(SendRingAnswer(*connection, "", deadline),
+                               absl::StrCat("ring rank ", options.rank, ": ",
+                                            connection->peer_name())));
+      return connection;
+    }
+    const std::string what =
+        absl::StrCat("connection from ", connection->peer_address(), ": ", refusal);
+    GS_LOG(WARNING) << "ring rank " << options.rank << " refused a " << what;
+    refused.push_back(what);
+    // Best effort: the stranger may already be gone.
+    (void)SendRingAnswer(*connection, refusal,
+                         std::min(deadline, absl::Now() + absl::Seconds(1)));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
+    const RingTransportOptions& options, CoordinatorClient* coordinator) {
+  if (options.world_size < 1 || options.rank < 0 ||
+      options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ring: rank ", options.rank, " is outside a world of ",
+        options.world_size));
+  }
+  std::unique_ptr<RingTransport> transport(new RingTransport(options));
+  if (options.world_size == 1) return transport;
+  if (coordinator == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ring rank ", options.rank, ": a ring of ", options.world_size,
+        " ranks needs a coordinator to exchange addresses"));
+  }
+  const int n = options.world_size;
+  const int right_rank = (options.rank + 1) % n;
+  const int left_rank = (options.rank + n - 1) % n;
+  const std::string context = absl::StrCat("ring rank ", options.rank);
+  const absl::Time deadline = absl::Now() + options.timeout;
+
+  ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> listener,
+                   TcpListener::Listen(options.advertise_host));
+  RETURN_IF_ERROR(Annotate(
+      coordinator->Set(absl::StrCat(options.key_prefix, "/addr/", options.rank),
+                       listener->address()),
+      absl::StrCat(context, ": publishing its address ", listener->address())));
+
+  const std::string right_key =
+      absl::StrCat(options.key_prefix, "/addr/", right_rank);
+  absl::StatusOr<std::string> right_address =
+      coordinator->Get(right_key, options.timeout);
+  if (!right_address.ok()) {
+    return Annotate(right_address.status(),
+                    absl::StrCat(context, ": waiting for the address of right "
+                                 "neighbour rank ", right_rank, " (", right_key, ")"));
+  }
+
+  // Connect first, accept second, on every rank: the kernel completes our
+  // connect from the right neighbour's listen backlog, so nobody has to be
+  // inside accept() yet, and the ring cannot deadlock.
+  absl::StatusOr<std::unique_ptr<TcpConnection>> right = TcpConnection::Connect(
+      *right_address, PeerSide::kRight, right_rank, deadline);
+  if (!right.ok()) return Annotate(right.status(), context);
+  transport->right_ = std::move(right).value();
+  RETURN_IF_ERROR(Annotate(
+      SendRingHello(*transport->right_,
+                    RingHello{options.rank, right_rank, n, options.job_id},
+                    deadline),
+      context));
+
+  ASSIGN_OR_RETURN(transport->left_,
+                   AcceptLeft(*listener, options, left_rank, deadline));
+  RETURN_IF_ERROR(
+      Annotate(ReceiveRingAnswer(*transport->right_, deadline), context));
+  // The ring is complete; nobody else may connect.
+  listener->Close();
+
+  RETURN_IF_ERROR(transport->right_->SetBufferSizes(options.socket_buffer_bytes));
+  RETURN_IF_ERROR(transport->left_->SetBufferSizes(options.socket_buffer_bytes));
+  // Linux doubles the request for its bookkeeping, and caps it at wmem_max.
+  if (options.socket_buffer_bytes > 0 &&
+      transport->granted_send_buffer_bytes() < options.socket_buffer_bytes) {
+    GS_LOG(WARNING) << context << ": asked for " << options.socket_buffer_bytes
+                    << "-byte socket buffers, the kernel granted "
+                    << transport->granted_send_buffer_bytes()
+                    << " (raise net.core.wmem_max/rmem_max)";
+  }
+  GS_LOG(DEBUG) << context << ": connected to right neighbour "
+                << transport->right_->peer_name() << ", from left neighbour "
+                << transport->left_->peer_name();
+  return transport;
+}
+
+RingTransport::~RingTransport() { Close(); }
+
+absl::StatusOr<RingIoReadiness> RingTransport::WaitForIo(bool want_send,
+                                                         bool want_recv,
+                                                         bool watch_right,
+                                                         absl::Time deadline) {
+  pollfd entries[2];
+  int count = 0;
+  int right_index = -1;
+  int left_index = -1;
+  const short right_events =
+      (want_send ? POLLOUT : 0) | (watch_right ? POLLIN : 0);
+  if (right_events != 0) {
+    right_index = count;
+    entries[count++] = pollfd{right_->fd(), right_events, 0};
+  }
+  if (want_recv) {
+    left_index = count;
+    entries[count++] = pollfd{left_->fd(), POLLIN, 0};
+  }
+  RingIoReadiness readiness;
+  if (count == 0) return readiness;
+  while (true) {
+    const int ready = poll(entries, count, PollTimeoutMs(deadline));
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(absl::StrCat("ring rank ", rank(),
+                                              ": poll: ", std::strerror(errno)));
+    }
+    if (ready == 0 && absl::Now() < deadline) continue;
+    break;
+  }
+  // Errors and hang-ups count as "ready": the next send or receive reports
+  // them with the peer's name.
+  const short trouble = POLLERR | POLLHUP | POLLNVAL;
+  if (right_index >= 0) {
+    const short revents = entries[right_index].revents;
+    readiness.can_send = want_send && (revents & (POLLOUT | trouble));
+    readiness.right_readable = watch_right && (revents & (POLLIN | trouble));
+  }
+  if (left_index >= 0) {
+    readiness.can_recv = entries[left_index].revents & (POLLIN | trouble);
+  }
+  return readiness;
+}
+
+void RingTransport::Abort() {
+  if (left_) left_->Shutdown();
+  if (right_) right_->Shutdown();
+}
+
+void RingTransport::Close() {
+  if (left_) left_->Close();
+  if (right_) right_->Close();
+}
+
+int RingTransport::granted_send_buffer_bytes() const {
+  return right_ ? right_->granted_send_buffer_bytes() : 0;
+}
+
+int RingTransport::granted_recv_buffer_bytes() const {
+  return left_ ? left_->granted_recv_buffer_bytes() : 0;
+}
+
+}  // namespace gradsync

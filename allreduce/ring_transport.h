@@ -1,0 +1,95 @@
+// The ring's transport: this rank's two TCP connections, to its right
+// neighbour (rank + 1, which we only send to) and from its left neighbour
+// (rank - 1, which we only receive from), set up through the coordinator.
+//
+// Set-up, the same on every rank so that nobody waits on somebody who waits on
+// them: listen on an ephemeral port, publish "host:port" under
+// "<prefix>/addr/<rank>", read the right neighbour's address, connect to it and
+// send a hello (magic, job id, sender and receiver rank, world size), then
+// accept the left neighbour and check its hello. A connection from another job,
+// or from a rank that is not our left neighbour, is refused with an answer that
+// says why, and we keep waiting for the real one until the deadline.
+//
+// Algorithms (ring_allreduce.h) talk only to this class: SendSome/RecvSome on
+// right()/left() and WaitForIo to sleep until one of them can move.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "allreduce/tcp_connection.h"
+#include "core/coordinator.h"
+
+namespace gradsync {
+
+struct RingTransportOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string job_id;
+  // The address this rank listens on and publishes (peers dial it).
+  std::string advertise_host = "127.0.0.1";
+  // Coordinator keys are "<key_prefix>/addr/<rank>"; two rings in one job
+  // (a benchmark, a test) use different prefixes.
+  std::string key_prefix = "ring";
+  // Every wait during set-up, and every stall of a later transfer.
+  absl::Duration timeout = absl::Seconds(60);
+  // SO_SNDBUF/SO_RCVBUF per connection; 0 keeps the kernel's autotuning.
+  int socket_buffer_bytes = 4 << 20;
+};
+
+// What WaitForIo found.
+struct RingIoReadiness {
+  bool can_send = false;       // right neighbour's connection has room
+  bool can_recv = false;       // left neighbour's connection has data (or EOF)
+  bool right_readable = false; // right neighbour closed (it never sends)
+};
+
+class RingTransport {
+ public:
+  // Builds the ring as described above. With world_size == 1 there is nothing
+  // to connect and `coordinator` may be null.
+  static absl::StatusOr<std::unique_ptr<RingTransport>> Create(
+      const RingTransportOptions& options, CoordinatorClient* coordinator);
+  ~RingTransport();
+
+  int rank() const { return options_.rank; }
+  int world_size() const { return options_.world_size; }
+  absl::Duration timeout() const { return options_.timeout; }
+  const RingTransportOptions& options() const { return options_; }
+
+  // Valid when world_size > 1. With two ranks, left and right are the same
+  // process over two connections, one per direction.
+  TcpConnection& left() { return *left_; }
+  TcpConnection& right() { return *right_; }
+
+  // Sleeps until the right connection can take data (want_send), the left
+  // one has data (want_recv), the right one became readable, which only
+  // happens when the right neighbour closed it (watch_right), or `deadline`.
+  absl::StatusOr<RingIoReadiness> WaitForIo(bool want_send, bool want_recv,
+                                            bool watch_right,
+                                            absl::Time deadline);
+
+  // Shuts both connections down so that a thread blocked in WaitForIo wakes up
+  // and the neighbours see the ring break at once. Thread-safe (the sockets
+  // stay open until Close or destruction, so no descriptor is reused).
+  void Abort();
+  // Closes both connections (the neighbours see end-of-stream).
+  void Close();
+
+  // The kernel's actual buffer sizes (the request is capped by wmem_max).
+  int granted_send_buffer_bytes() const;
+  int granted_recv_buffer_bytes() const;
+
+ private:
+  explicit RingTransport(const RingTransportOptions& options)
+      : options_(options) {}
+
+  RingTransportOptions options_;
+  std::unique_ptr<TcpConnection> left_;
+  std::unique_ptr<TcpConnection> right_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,50 @@
+// In-memory classification data sets: MNIST-format IDX files (Fashion-MNIST by
+// default) and a seeded synthetic set of any shape. Features are float32 in
+// [0, 1] for images, row-major [size × feature_dim]; labels are int32.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gradsync {
+
+struct Dataset {
+  std::string name;
+  int64_t size = 0;
+  int feature_dim = 0;
+  int num_classes = 0;
+  std::vector<float> features;   // size × feature_dim
+  std::vector<int32_t> labels;   // size
+
+  const float* row(int64_t i) const { return features.data() + i * feature_dim; }
+};
+
+struct DatasetPair {
+  Dataset train;
+  Dataset test;
+};
+
+// Debian's dataset-fashion-mnist installs here.
+inline constexpr char kDefaultFashionMnistDir[] =
+    "/usr/share/datasets/fashion-mnist";
+
+// Reads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `dir`. A missing
+// directory or file names the path and the Debian package to install.
+absl::StatusOr<DatasetPair> LoadMnistFormat(const std::string& dir);
+
+struct SyntheticOptions {
+  int64_t train_size = 8192;
+  int64_t test_size = 1024;
+  int feature_dim = 784;
+  int num_classes = 10;
+  uint64_t seed = 1;
+};
+
+// A learnable synthetic set: each class has a random centre, and samples are
+// the centre plus Gaussian noise, all from `seed`.
+absl::StatusOr<DatasetPair> MakeSynthetic(const SyntheticOptions& options);
+
+}  // namespace gradsync

@@ -1,0 +1,104 @@
+// The device abstraction: memory and the handful of kernels a model, its loss and
+// its optimizer need. The CPU backend (cpu_device.cc) uses OpenBLAS for matrix
+// products; a CUDA backend (cuda_device.cc, --config=cuda) implements the same
+// interface with cuBLAS and kernels of its own, so models and optimizers are
+// written once.
+//
+// All pointers passed to the math functions are device memory obtained from
+// Allocate(). Work may be queued (asynchronous on CUDA); Synchronize() waits for
+// it. Matrices are row-major.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace gradsync {
+
+enum class DeviceType { kCpu, kCuda };
+
+struct AdamState {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  int64_t step = 0;  // 1-based step for bias correction, set by the optimizer
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual DeviceType type() const = 0;
+  // "cpu" or "cuda:0".
+  virtual std::string name() const = 0;
+
+  // Allocates `bytes` of zero-filled device memory that lives as long as the
+  // device. Called at set-up only; the step loop never allocates.
+  virtual absl::StatusOr<void*> AllocateBytes(size_t bytes) = 0;
+  template <typename T>
+  absl::StatusOr<T*> Allocate(int64_t count) {
+    auto bytes = AllocateBytes(static_cast<size_t>(count) * sizeof(T));
+    if (!bytes.ok()) return bytes.status();
+    return static_cast<T*>(*bytes);
+  }
+
+  // Host <-> device copies (byte counts). CopyToHost is complete on return.
+  virtual absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  virtual void CopyOnDevice(float* dst, const float* src, int64_t count) = 0;
+  // Waits for all queued work.
+  virtual absl::Status Synchronize() = 0;
+
+  // --- Math -----------------------------------------------------------------
+  // c[m×n] = alpha · op(a) · op(b) + beta · c, with op(a) m×k and op(b) k×n.
+  virtual void Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
+                    float alpha, const float* a, const float* b, float beta,
+                    float* c) = 0;
+  // y[r, c] += bias[c] for every row r.
+  virtual void AddRowBias(float* y, const float* bias, int rows, int cols) = 0;
+  // out[c] = sum_r x[r, c].
+  virtual void SumRows(const float* x, float* out, int rows, int cols) = 0;
+  // x = max(x, 0) in place.
+  virtual void ReluForward(float* x, int64_t count) = 0;
+  // dy[i] = 0 where y[i] <= 0 (y is the ReLU output).
+  virtual void ReluBackward(const float* y, float* dy, int64_t count) = 0;
+  // Softmax cross-entropy averaged over `rows`. Writes the mean loss to
+  // *loss (one device float) and d(loss)/d(logits) to dlogits.
+  virtual void SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
+                                   int rows, int classes, float* dlogits,
+                                   float* loss) = 0;
+  // x *= alpha.
+  virtual void Scale(float* x, int64_t count, float alpha) = 0;
+  // x = value.
+  virtual void Fill(float* x, int64_t count, float value) = 0;
+
+  // --- Optimizer updates (element-wise over a flat parameter buffer) ---------
+  // PyTorch's SGD: g += wd·p; v = momentum·v + g; p -= lr·v (v unused if
+  // momentum == 0).
+  virtual void SgdUpdate(float* params, const float* grads, float* velocity,
+                         int64_t count, float lr, float momentum,
+                         float weight_decay) = 0;
+  // Adam (Kingma & Ba) with L2 weight decay added to the gradient, as PyTorch's
+  // torch.optim.Adam.
+  virtual void AdamUpdate(float* params, const float* grads, float* m, float* v,
+                          int64_t count, float lr, const AdamState& state,
+                          float weight_decay) = 0;
+};
+
+struct DeviceOptions {
+  DeviceType type = DeviceType::kCpu;
+  int gpu_index = 0;     // CUDA only
+  int cpu_threads = 0;   // BLAS threads on the CPU backend; 0 = library default
+};
+
+// Creates the device named by `options`; CUDA is an error in a build without
+// --config=cuda.
+absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& options);
+
+absl::StatusOr<DeviceType> ParseDeviceType(const std::string& name);
+
+}  // namespace gradsync

@@ -1,0 +1,62 @@
+// The parameter layout: the ordered list of named tensors a strategy sees, their
+// place in one flat buffer, and their grouping into communication buckets.
+//
+// Parameters are stored in forward order (layer 0 first) in one contiguous
+// buffer; gradients use the same offsets in a second buffer. Buckets group
+// consecutive parameters in *reverse* order (the last layer's gradients are
+// final first during backward), each capped at `bucket_bytes` like PyTorch DDP's
+// bucket_cap_mb, so every bucket is one contiguous span of the flat buffer and a
+// strategy can send it without copying.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gradsync {
+
+struct ParamSpec {
+  std::string name;              // "fc1.weight"
+  std::vector<int64_t> shape;    // {out, in}
+  int64_t numel() const;
+};
+
+struct ParamInfo {
+  ParamSpec spec;
+  int64_t offset = 0;  // in floats, within the flat buffer
+  int64_t numel = 0;
+  int bucket = -1;
+};
+
+struct Bucket {
+  int index = 0;
+  int64_t offset = 0;  // in floats
+  int64_t numel = 0;
+  std::vector<int> params;  // indices into ParamLayout::params(), in the order
+                            // their gradients become final (reverse)
+};
+
+class ParamLayout {
+ public:
+  // `specs` in forward order. A parameter larger than the cap gets a bucket of
+  // its own; bucket_bytes <= 0 puts everything in one bucket.
+  static absl::StatusOr<ParamLayout> Create(std::vector<ParamSpec> specs,
+                                            int64_t bucket_bytes);
+
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  int64_t total_numel() const { return total_numel_; }
+  int64_t total_bytes() const { return total_numel_ * 4; }
+
+  // One line per bucket, for logs: "bucket 0: 2 params, 10.0 KiB [fc3.bias fc3.weight]".
+  std::string Describe() const;
+
+ private:
+  std::vector<ParamInfo> params_;
+  std::vector<Bucket> buckets_;
+  int64_t total_numel_ = 0;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,444 @@
+#include "core/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "core/checkpoint.h"
+#include "core/logging.h"
+#include "core/manifest.h"
+#include "core/metrics.h"
+#include "core/param_layout.h"
+#include "core/sampler.h"
+#include "core/status_macros.h"
+#include "zlib.h"
+
+namespace gradsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MillisSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+uint32_t Crc(const std::vector<float>& values) {
+  return crc32(0L, reinterpret_cast<const Bytef*>(values.data()),
+               values.size() * sizeof(float));
+}
+
+std::string FormatEta(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::max(0.0, seconds));
+  return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
+}
+
+class Trainer {
+ public:
+  Trainer(const TrainerOptions& options, const WorkerIdentity& identity,
+          Model& model, const DatasetPair& data, Device& device,
+          GradientSync& sync, CoordinatorClient* coordinator)
+      : options_(options), id_(identity), model_(model), data_(data),
+        device_(device), sync_(sync), coordinator_(coordinator) {}
+
+  absl::StatusOr<TrainResult> Run();
+
+ private:
+  absl::Status Setup();
+  absl::Status CheckParamsAgree(const std::string& when);
+  absl::Status TrainStep(const std::vector<int64_t>& indices, int64_t first,
+                         int rows, int64_t epoch);
+  absl::StatusOr<double> Evaluate(int64_t epoch);
+  absl::Status WriteCheckpointIfAsked(int64_t epoch);
+  absl::Status Finalize(double wall_seconds);
+  void ShowProgress(int64_t epoch, bool final_line);
+
+  const TrainerOptions options_;
+  const WorkerIdentity id_;
+  Model& model_;
+  const DatasetPair& data_;
+  Device& device_;
+  GradientSync& sync_;
+  CoordinatorClient* coordinator_;
+
+  std::unique_ptr<ParamLayout> layout_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  float lr_ = 0;
+  int max_batch_ = 0;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+  float* inputs_ = nullptr;
+  int32_t* labels_ = nullptr;
+  float* loss_ = nullptr;
+  std::vector<float> host_inputs_;
+  std::vector<int32_t> host_labels_;
+  std::vector<int> bucket_pending_;  // gradients still to come, per bucket
+  std::vector<int> bucket_size_;
+
+  int64_t step_ = 0;
+  int64_t steps_per_epoch_ = 0;
+  int64_t total_steps_ = 0;
+  double epoch_loss_sum_ = 0;
+  int64_t epoch_steps_ = 0;
+  double last_loss_ = 0;
+  RankTotals totals_;
+  Clock::time_point run_start_;
+  Clock::time_point last_progress_;
+  double last_accuracy_ = -1;
+  TrainResult result_;
+};
+
+absl::Status Trainer::Setup() {
+  if (options_.batch_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batch_size=", options_.batch_size, " must be at least 1"));
+  }
+  if (options_.epochs < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--epochs=", options_.epochs, " must be at least 1"));
+  }
+  if (model_.input_dim() != data_.train.feature_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model takes ", model_.input_dim(), " inputs but ", data_.train.name,
+        " has ", data_.train.feature_dim, " features per sample; set the first "
+        "--layers width to ", data_.train.feature_dim));
+  }
+  if (model_.num_classes() < data_.train.num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model has ", model_.num_classes(), " outputs but ",
+        data_.train.name, " has ", data_.train.num_classes,
+        " classes; set the last --layers width to ", data_.train.num_classes));
+  }
+  ASSIGN_OR_RETURN(
+      ParamLayout layout,
+      ParamLayout::Create(model_.ParamSpecs(),
+                          static_cast<int64_t>(options_.bucket_mb * (1 << 20))));
+  layout_ = std::make_unique<ParamLayout>(std::move(layout));
+  const int64_t n = layout_->total_numel();
+
+  // Evaluation runs in chunks of at least 1000 rows; training in batch_size.
+  max_batch_ = std::max(options_.batch_size, 1000);
+  ASSIGN_OR_RETURN(params_, device_.Allocate<float>(n));
+  ASSIGN_OR_RETURN(grads_, device_.Allocate<float>(n));
+  ASSIGN_OR_RETURN(inputs_, device_.Allocate<float>(int64_t{max_batch_} * model_.input_dim()));
+  ASSIGN_OR_RETURN(labels_, device_.Allocate<int32_t>(max_batch_));
+  ASSIGN_OR_RETURN(loss_, device_.Allocate<float>(1));
+  host_inputs_.resize(static_cast<size_t>(max_batch_) * model_.input_dim());
+  host_labels_.resize(max_batch_);
+  RETURN_IF_ERROR(model_.Bind(device_, *layout_, params_, grads_, max_batch_));
+
+  std::vector<float> initial(n);
+  model_.InitParams(options_.seed, *layout_, initial.data());
+  RETURN_IF_ERROR(device_.CopyToDevice(params_, initial.data(), n * sizeof(float)));
+
+  ASSIGN_OR_RETURN(optimizer_, CreateOptimizer(options_.optimizer));
+  RETURN_IF_ERROR(optimizer_->Bind(device_, n));
+  ASSIGN_OR_RETURN(lr_, ScaleLearningRate(options_.optimizer.lr,
+                                          options_.lr_scaling, id_.world_size));
+
+  for (const Bucket& bucket : layout_->buckets()) {
+    bucket_size_.push_back(static_cast<int>(bucket.params.size()));
+  }
+  bucket_pending_ = bucket_size_;
+
+  RETURN_IF_ERROR(sync_.Setup(*layout_, device_, SyncBuffers{grads_, params_}));
+  ASSIGN_OR_RETURN(metrics_, MetricsWriter::Open(options_.metrics_dir, id_.rank));
+  result_.metrics_path = metrics_->path();
+  if (id_.rank == 0) {
+    GS_LOG(INFO) << model_.name() << ": " << layout_->params().size()
+                 << " tensors, " << n << " parameters ("
+                 << absl::StrFormat("%.2f MiB", layout_->total_bytes() / 1048576.0)
+                 << ") in " << layout_->buckets().size() << " bucket(s); "
+                 << "--sync=" << options_.sync << ", " << id_.world_size
+                 << " worker(s), " << id_.num_servers << " server(s), batch "
+                 << options_.batch_size << " per worker, lr " << lr_;
+    GS_LOG(DEBUG) << layout_->Describe();
+  }
+  return CheckParamsAgree("at start-up");
+}
+
+// Every rank publishes a CRC of its parameters and compares with worker 0's:
+// the cheapest proof that all replicas hold the same model.
+absl::Status Trainer::CheckParamsAgree(const std::string& when) {
+  if (coordinator_ == nullptr || id_.world_size == 1) return absl::OkStatus();
+  std::vector<float> host(layout_->total_numel());
+  RETURN_IF_ERROR(device_.CopyToHost(host.data(), params_, host.size() * sizeof(float)));
+  const uint32_t crc = Crc(host);
+  const std::string key = absl::StrCat("params_crc/", when, "/");
+  RETURN_IF_ERROR(coordinator_->Set(absl::StrCat(key, id_.rank), absl::StrCat(crc)));
+  if (id_.rank == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::string reference,
+                   coordinator_->Get(absl::StrCat(key, 0), options_.timeout));
+  if (reference != absl::StrCat(crc)) {
+    return absl::InternalError(absl::StrCat(
+        "worker ", id_.rank, "'s parameters ", when, " differ from worker 0's "
+        "(CRC-32 ", crc, " vs ", reference, ")",
+        when == "at start-up"
+            ? "; every worker needs the same --seed and --layers"
+            : "; the strategy did not give every rank the same update"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
+                                int64_t first, int rows, int64_t epoch) {
+  const Clock::time_point start = Clock::now();
+  const int dim = model_.input_dim();
+  for (int i = 0; i < rows; ++i) {
+    const int64_t sample = indices[first + i];
+    std::copy_n(data_.train.row(sample), dim, host_inputs_.data() + int64_t{i} * dim);
+    host_labels_[i] = data_.train.labels[sample];
+  }
+  RETURN_IF_ERROR(device_.CopyToDevice(inputs_, host_inputs_.data(),
+                                       sizeof(float) * rows * dim));
+  RETURN_IF_ERROR(device_.CopyToDevice(labels_, host_labels_.data(),
+                                       sizeof(int32_t) * rows));
+
+  // Hand each bucket to the strategy as soon as its last gradient is final.
+  const std::vector<ParamInfo>& params = layout_->params();
+  auto ready = [&](int param) {
+    const int bucket = params[param].bucket;
+    if (--bucket_pending_[bucket] == 0) sync_.BucketReady(bucket);
+  };
+  const Clock::time_point compute_start = Clock::now();
+  RETURN_IF_ERROR(model_.ForwardBackward(inputs_, labels_, rows, loss_, ready));
+  const double compute_ms = MillisSince(compute_start);
+  for (size_t b = 0; b < bucket_pending_.size(); ++b) {
+    if (bucket_pending_[b] != 0) {
+      return absl::InternalError(absl::StrCat(
+          "bucket ", b, " still waits for ", bucket_pending_[b],
+          " gradient(s) after backward: the model did not report every parameter"));
+    }
+  }
+  bucket_pending_ = bucket_size_;
+
+  StepStats stats;
+  const Clock::time_point wait_start = Clock::now();
+  RETURN_IF_ERROR(Annotate(sync_.Finish(stats),
+                           absl::StrCat("worker ", id_.rank, " step ", step_)));
+  const double sync_wait_ms = MillisSince(wait_start);
+  if (!sync_.UpdatesParameters()) optimizer_->Step(params_, grads_, lr_);
+  float loss = 0;
+  RETURN_IF_ERROR(device_.CopyToHost(&loss, loss_, sizeof(float)));
+  if (!std::isfinite(loss)) {
+    return absl::InternalError(absl::StrCat(
+        "loss is ", loss, " at step ", step_, " (epoch ", epoch,
+        "): training diverged; lower --lr"));
+  }
+
+  StepRecord record;
+  record.rank = id_.rank;
+  record.step = step_;
+  record.epoch = epoch;
+  record.loss = loss;
+  record.step_ms = MillisSince(start);
+  record.compute_ms = compute_ms;
+  record.sync_wait_ms = sync_wait_ms;
+  record.bytes_sent = stats.bytes_sent;
+  record.bytes_recv = stats.bytes_recv;
+  record.samples_per_s = rows / (record.step_ms / 1000.0);
+  record.extra = std::move(stats.extra);
+  metrics_->WriteStep(record);
+  totals_.Add(record, rows, step_ >= options_.warmup_steps);
+  epoch_loss_sum_ += loss;
+  ++epoch_steps_;
+  last_loss_ = loss;
+  ++step_;
+  if (options_.check_params_every > 0 && step_ % options_.check_params_every == 0) {
+    RETURN_IF_ERROR(CheckParamsAgree(absl::StrCat("after step ", step_)));
+  }
+  return absl::OkStatus();
+}
+
+// Every rank evaluates its shard of the test set (i, i + N, ...) and the
+// correct counts are summed through the coordinator: N times less work per
+// rank than evaluating everything on worker 0, and no rank waits for another.
+absl::StatusOr<double> Trainer::Evaluate(int64_t epoch) {
+  const Dataset& test = data_.test;
+  const int dim = model_.input_dim();
+  const int classes = model_.num_classes();
+  std::vector<int64_t> shard;
+  for (int64_t i = id_.rank; i < test.size; i += id_.world_size) shard.push_back(i);
+  std::vector<float> logits(static_cast<size_t>(max_batch_) * classes);
+  int64_t correct = 0;
+  for (size_t first = 0; first < shard.size(); first += max_batch_) {
+    const int rows = static_cast<int>(std::min<size_t>(max_batch_, shard.size() - first));
+    for (int i = 0; i < rows; ++i) {
+      std::copy_n(test.row(shard[first + i]), dim, host_inputs_.data() + int64_t{i} * dim);
+    }
+    RETURN_IF_ERROR(device_.CopyToDevice(inputs_, host_inputs_.data(),
+                                         sizeof(float) * rows * dim));
+    const float* device_logits = nullptr;
+    RETURN_IF_ERROR(model_.Forward(inputs_, rows, &device_logits));
+    RETURN_IF_ERROR(device_.CopyToHost(logits.data(), device_logits,
+                                       sizeof(float) * rows * classes));
+    for (int i = 0; i < rows; ++i) {
+      const float* row = logits.data() + int64_t{i} * classes;
+      const int predicted = static_cast<int>(std::max_element(row, row + classes) - row);
+      if (predicted == test.labels[shard[first + i]]) ++correct;
+    }
+  }
+  if (coordinator_ == nullptr || id_.world_size == 1) {
+    return test.size > 0 ? static_cast<double>(correct) / test.size : 0.0;
+  }
+  const std::string key = absl::StrCat("eval/", epoch, "/");
+  RETURN_IF_ERROR(coordinator_->Set(absl::StrCat(key, id_.rank), absl::StrCat(correct)));
+  int64_t total = 0;
+  for (int r = 0; r < id_.world_size; ++r) {
+    ASSIGN_OR_RETURN(std::string value,
+                     coordinator_->Get(absl::StrCat(key, r), options_.timeout));
+    int64_t count = 0;
+    if (!absl::SimpleAtoi(value, &count)) {
+      return absl::InternalError(absl::StrCat("worker ", r, " sent evaluation count '", value, "'"));
+    }
+    total += count;
+  }
+  return static_cast<double>(total) / test.size;
+}
+
+absl::Status Trainer::WriteCheckpointIfAsked(int64_t epoch) {
+  if (options_.checkpoint_path.empty() || id_.rank != 0) return absl::OkStatus();
+  Checkpoint checkpoint;
+  checkpoint.model = model_.name();
+  checkpoint.epoch = epoch + 1;
+  checkpoint.step = step_;
+  checkpoint.optimizer_step = optimizer_->step();
+  const int64_t n = layout_->total_numel();
+  checkpoint.params.resize(n);
+  RETURN_IF_ERROR(device_.CopyToHost(checkpoint.params.data(), params_, n * sizeof(float)));
+  for (float* state : optimizer_->StateBuffers()) {
+    std::vector<float> host(n);
+    RETURN_IF_ERROR(device_.CopyToHost(host.data(), state, n * sizeof(float)));
+    checkpoint.optimizer_state.push_back(std::move(host));
+  }
+  return WriteCheckpoint(options_.checkpoint_path, checkpoint);
+}
+
+void Trainer::ShowProgress(int64_t epoch, bool final_line) {
+  if (!options_.progress || id_.rank != 0) return;
+  const Clock::time_point now = Clock::now();
+  if (!final_line && now - last_progress_ < std::chrono::seconds(2)) return;
+  last_progress_ = now;
+  const double elapsed = std::chrono::duration<double>(now - run_start_).count();
+  const double rate = step_ > 0 ? elapsed / step_ : 0;
+  const double global_samples_per_s =
+      elapsed > 0 ? step_ * static_cast<double>(options_.batch_size) * id_.world_size / elapsed : 0;
+  const std::string line = absl::StrFormat(
+      "step %d/%d  epoch %d/%d  loss %.4f  %.0f samples/s  ETA %s", step_,
+      total_steps_, epoch + 1, options_.epochs, last_loss_, global_samples_per_s,
+      FormatEta(rate * (total_steps_ - step_)));
+  // In a terminal the line updates in place; through the launcher's pipes it
+  // is printed every couple of seconds.
+  if (isatty(STDERR_FILENO)) {
+    fprintf(stderr, "\r%s%s", line.c_str(), final_line ? "\n" : "");
+  } else {
+    fprintf(stderr, "%s\n", line.c_str());
+  }
+  fflush(stderr);
+}
+
+absl::Status Trainer::Finalize(double wall_seconds) {
+  RETURN_IF_ERROR(Annotate(sync_.Shutdown(), absl::StrCat("worker ", id_.rank, " shutting down --sync=", options_.sync)));
+  if (!options_.dump_params.empty()) {
+    std::vector<float> host(layout_->total_numel());
+    RETURN_IF_ERROR(device_.CopyToHost(host.data(), params_, host.size() * sizeof(float)));
+    RETURN_IF_ERROR(WriteFileAtomically(
+        absl::StrCat(options_.dump_params, ".worker", id_.rank),
+        std::string(reinterpret_cast<const char*>(host.data()), host.size() * sizeof(float))));
+  }
+  const std::string mine = RankSummaryJson(id_.rank, totals_, sync_.SummaryJson());
+  std::vector<std::string> all = {mine};
+  if (coordinator_ != nullptr) {
+    RETURN_IF_ERROR(coordinator_->Set(absl::StrCat("summary/worker/", id_.rank), mine));
+    if (id_.rank != 0) return absl::OkStatus();
+    for (int r = 1; r < id_.world_size; ++r) {
+      ASSIGN_OR_RETURN(std::string text, coordinator_->Get(absl::StrCat("summary/worker/", r), options_.timeout));
+      all.push_back(std::move(text));
+    }
+  }
+  if (options_.metrics_dir.empty()) return absl::OkStatus();
+  const std::string summary = RunSummaryJson(
+      ManifestJson(), all, options_.sync, id_.world_size, id_.num_servers,
+      model_.name(), last_accuracy_, wall_seconds);
+  result_.summary_path = absl::StrCat(options_.metrics_dir, "/summary.json");
+  return WriteFileAtomically(result_.summary_path, summary);
+}
+
+absl::StatusOr<TrainResult> Trainer::Run() {
+  run_start_ = Clock::now();
+  RETURN_IF_ERROR(Setup());
+  ASSIGN_OR_RETURN(DistributedSampler sampler,
+                   DistributedSampler::Create(SamplerOptions{
+                       data_.train.size, id_.world_size, id_.rank,
+                       options_.shuffle, options_.seed, options_.drop_last}));
+  const int64_t per_rank = sampler.num_samples();
+  steps_per_epoch_ = (per_rank + options_.batch_size - 1) / options_.batch_size;
+  total_steps_ = steps_per_epoch_ * options_.epochs;
+  if (options_.max_steps > 0) total_steps_ = std::min(total_steps_, options_.max_steps);
+  run_start_ = Clock::now();
+  last_progress_ = run_start_;
+
+  for (int64_t epoch = 0; epoch < options_.epochs && step_ < total_steps_; ++epoch) {
+    const Clock::time_point epoch_start = Clock::now();
+    const std::vector<int64_t> indices = sampler.Indices(epoch);
+    epoch_loss_sum_ = 0;
+    epoch_steps_ = 0;
+    int64_t samples = 0;
+    for (int64_t first = 0; first < per_rank && step_ < total_steps_;
+         first += options_.batch_size) {
+      const int rows = static_cast<int>(std::min<int64_t>(options_.batch_size, per_rank - first));
+      RETURN_IF_ERROR(TrainStep(indices, first, rows, epoch));
+      samples += rows;
+      ShowProgress(epoch, false);
+    }
+    EpochRecord record;
+    record.rank = id_.rank;
+    record.epoch = epoch;
+    record.steps = epoch_steps_;
+    record.mean_loss = epoch_steps_ > 0 ? epoch_loss_sum_ / epoch_steps_ : 0;
+    record.seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
+    record.samples_per_s = record.seconds > 0 ? samples / record.seconds : 0;
+    if (options_.evaluate) {
+      ASSIGN_OR_RETURN(last_accuracy_, Evaluate(epoch));
+      record.test_accuracy = last_accuracy_;
+    }
+    metrics_->WriteEpoch(record);
+    if (id_.rank == 0) {
+      ShowProgress(epoch, true);
+      GS_LOG(INFO) << absl::StrFormat(
+          "epoch %d: mean loss %.4f, %.1f s, %.0f samples/s per worker%s", epoch + 1,
+          record.mean_loss, record.seconds, record.samples_per_s,
+          record.test_accuracy >= 0
+              ? absl::StrFormat(", test accuracy %.2f%%", 100 * record.test_accuracy)
+              : "");
+    }
+    RETURN_IF_ERROR(WriteCheckpointIfAsked(epoch));
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - run_start_).count();
+  RETURN_IF_ERROR(Finalize(wall));
+  result_.steps = step_;
+  result_.final_loss = last_loss_;
+  result_.test_accuracy = last_accuracy_;
+  return result_;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options,
+                                        const WorkerIdentity& identity,
+                                        Model& model, const DatasetPair& data,
+                                        Device& device, GradientSync& sync,
+                                        CoordinatorClient* coordinator) {
+  Trainer trainer(options, identity, model, data, device, sync, coordinator);
+  return trainer.Run();
+}
+
+}  // namespace gradsync

@@ -1,0 +1,69 @@
+// The training loop of one worker: data from the DistributedSampler, forward
+// and backward with each bucket handed to the GradientSync the moment its
+// gradients are final, Finish, the optimizer step, metrics, sharded
+// evaluation every epoch, checkpoints on worker 0, and the run summary
+// gathered on worker 0 through the coordinator.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/coordinator.h"
+#include "core/dataset.h"
+#include "core/device.h"
+#include "core/gradient_sync.h"
+#include "core/model.h"
+#include "core/optimizer.h"
+
+namespace gradsync {
+
+struct TrainerOptions {
+  int batch_size = 64;        // per worker
+  int64_t epochs = 3;
+  int64_t max_steps = 0;      // stop after this many steps in all; 0 = no limit
+  uint64_t seed = 1;          // parameters and data order
+  bool shuffle = true;
+  bool drop_last = false;
+  double bucket_mb = 25;
+  std::string sync = "local";
+  OptimizerOptions optimizer;
+  std::string lr_scaling = "none";
+  bool evaluate = true;
+  std::string checkpoint_path;   // worker 0 writes it after every epoch
+  std::string metrics_dir;       // JSON lines and summary.json; empty = none
+  bool progress = true;          // a progress line on worker 0
+  int64_t check_params_every = 0;  // compare parameter CRCs across ranks
+  std::string dump_params;       // write final parameters to <path>.worker<r>
+  int64_t warmup_steps = 5;      // left out of the summary's means
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  double final_loss = 0;
+  double test_accuracy = -1;     // after the last epoch; -1 if not evaluated
+  std::string metrics_path;      // this rank's JSON lines
+  std::string summary_path;      // worker 0 only
+};
+
+struct WorkerIdentity {
+  int rank = 0;
+  int world_size = 1;
+  int num_servers = 0;
+  std::string job_id = "gradsync";
+};
+
+// Runs training to the end. `coordinator` may be null for a single worker
+// without servers; `sync` must already be created for this job; `members` is
+// the job's roster (for the summary).
+absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options,
+                                        const WorkerIdentity& identity,
+                                        Model& model, const DatasetPair& data,
+                                        Device& device, GradientSync& sync,
+                                        CoordinatorClient* coordinator);
+
+}  // namespace gradsync

@@ -1,0 +1,62 @@
+// The parameter server's flags (see flags.h).
+#include "ps/flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+
+ABSL_FLAG(std::string, ps_update, "worker",
+          "Where the optimizer runs with --sync=ps: 'worker' (servers return "
+          "the averaged gradient, as all-reduce does) or 'server' (servers "
+          "hold the parameters, run the optimizer and return new parameters).");
+ABSL_FLAG(int64_t, ps_chunk_kb, 4096,
+          "Parameters larger than this are cut into chunks (keys) of at most "
+          "this many KiB, the unit the servers are balanced by.");
+ABSL_FLAG(int64_t, ps_message_kb, 1024,
+          "Largest payload of one push/pull message in KiB (at most 3072, so "
+          "messages stay under gRPC's default 4 MiB limit).");
+ABSL_FLAG(bool, ps_colocate, false,
+          "Run parameter server r inside worker r (K = number of workers) "
+          "instead of as separate `gradsync server` processes.");
+ABSL_FLAG(std::string, ps_bind, "0.0.0.0:0",
+          "Address a parameter server listens on; port 0 picks a free one.");
+ABSL_FLAG(std::string, ps_advertise_host, "",
+          "Host or IP a parameter server gives its peers; empty: the local "
+          "address of the route to MASTER_ADDR.");
+ABSL_FLAG(double, ps_idle_timeout_s, 600,
+          "A parameter server exits with an error naming the missing workers "
+          "when no worker has called it for this long (workers gone), and "
+          "waits at most this long to join the job.");
+
+namespace gradsync {
+
+absl::StatusOr<ps::UpdateMode> ParseUpdateMode(const std::string& name) {
+  if (name == "worker") return ps::UPDATE_WORKER;
+  if (name == "server") return ps::UPDATE_SERVER;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --ps_update=", name, "; choose worker or server"));
+}
+
+const char* UpdateModeName(ps::UpdateMode mode) {
+  return mode == ps::UPDATE_SERVER ? "server" : "worker";
+}
+
+absl::StatusOr<int64_t> MessageBytesFromFlags() {
+  const int64_t kb = absl::GetFlag(FLAGS_ps_message_kb);
+  if (kb < 1 || kb * 1024 > kMaxMessageBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps_message_kb=", kb, " must be in [1, ",
+                     kMaxMessageBytes / 1024, "]"));
+  }
+  return kb * 1024;
+}
+
+absl::StatusOr<int64_t> ChunkBytesFromFlags() {
+  const int64_t kb = absl::GetFlag(FLAGS_ps_chunk_kb);
+  if (kb < 1 || kb > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps_chunk_kb=", kb, " must be in [1, 2^30]"));
+  }
+  return kb * 1024;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,36 @@
+// Command-line flags of the parameter-server strategy and of `gradsync server`,
+// declared once here (defined in flags.cc) and read only through the
+// functions below, so the rest of ps/ takes plain option structs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+#include "proto/parameter_server.pb.h"
+
+ABSL_DECLARE_FLAG(std::string, ps_update);
+ABSL_DECLARE_FLAG(int64_t, ps_chunk_kb);
+ABSL_DECLARE_FLAG(int64_t, ps_message_kb);
+ABSL_DECLARE_FLAG(bool, ps_colocate);
+ABSL_DECLARE_FLAG(std::string, ps_bind);
+ABSL_DECLARE_FLAG(std::string, ps_advertise_host);
+ABSL_DECLARE_FLAG(double, ps_idle_timeout_s);
+
+namespace gradsync {
+
+// "worker" | "server".
+absl::StatusOr<ps::UpdateMode> ParseUpdateMode(const std::string& name);
+const char* UpdateModeName(ps::UpdateMode mode);
+
+// Largest payload of one message: well below gRPC's default 4 MiB receive
+// limit, leaving room for the header and framing.
+constexpr int64_t kMaxMessageBytes = int64_t{3} << 20;
+
+// --ps_message_kb in bytes, checked against kMaxMessageBytes.
+absl::StatusOr<int64_t> MessageBytesFromFlags();
+// --ps_chunk_kb in bytes, checked.
+absl::StatusOr<int64_t> ChunkBytesFromFlags();
+
+}  // namespace gradsync

@@ -1,0 +1,494 @@
+// The parameter server's gRPC service (callback API) around a ServerShard.
+#include "ps/server.h"
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <queue>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "core/logging.h"
+#include "core/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/parameter_server.grpc.pb.h"
+#include "ps/shard.h"
+
+namespace gradsync {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+// Something that gives up at a deadline.
+class Expirable {
+ public:
+  virtual ~Expirable() = default;
+  virtual void Expire() = 0;
+};
+
+// Calls Expire() on its targets at their deadlines, from one thread. Targets
+// are weak: one that finished in time is gone by then and is skipped, so
+// nothing needs cancelling.
+class DeadlineTimer {
+ public:
+  DeadlineTimer() : thread_([this] { Run(); }) {}
+  ~DeadlineTimer() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+      cv_.Signal();
+    }
+    thread_.join();
+  }
+
+  void Schedule(absl::Time when, std::weak_ptr<Expirable> target) {
+    absl::MutexLock lock(&mu_);
+    const bool earliest = queue_.empty() || when < queue_.top().when;
+    queue_.push(Entry{when, std::move(target)});
+    if (earliest) cv_.Signal();
+  }
+
+ private:
+  struct Entry {
+    absl::Time when;
+    std::weak_ptr<Expirable> target;
+    bool operator>(const Entry& other) const { return when > other.when; }
+  };
+
+  void Run() {
+    absl::MutexLock lock(&mu_);
+    while (!stop_) {
+      if (queue_.empty()) {
+        cv_.Wait(&mu_);
+        continue;
+      }
+      if (absl::Now() < queue_.top().when) {
+        cv_.WaitWithDeadline(&mu_, queue_.top().when);
+        continue;
+      }
+      std::weak_ptr<Expirable> target = queue_.top().target;
+      queue_.pop();
+      mu_.Unlock();
+      if (auto alive = target.lock()) alive->Expire();
+      mu_.Lock();
+    }
+  }
+
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_
+      ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+// Push: reads a stream of parts and sums each one as it arrives.
+class PushCall : public grpc::ServerReadReactor<ps::KeyPart> {
+ public:
+  PushCall(ServerShard* shard, ps::PushReply* reply)
+      : shard_(shard), reply_(reply) {
+    StartRead(&part_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the worker half-closed (or the call is gone)
+      reply_->set_floats_received(floats_);
+      Finish(grpc::Status::OK);
+      return;
+    }
+    absl::Status status = shard_->Push(part_);
+    if (!status.ok()) {
+      GS_LOG(WARNING) << status.message();
+      Finish(ToGrpc(status));
+      return;
+    }
+    floats_ += static_cast<int64_t>(part_.data().size() / 4);
+    StartRead(&part_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  ServerShard* const shard_;
+  ps::PushReply* const reply_;
+  ps::KeyPart part_;
+  int64_t floats_ = 0;
+};
+
+// Register: the worker's config, then (server mode, worker 0) the initial
+// parameters of this shard's keys.
+class RegisterCall : public grpc::ServerReadReactor<ps::RegisterMessage> {
+ public:
+  explicit RegisterCall(ServerShard* shard, ps::RegisterReply* reply,
+                        int server_rank)
+      : shard_(shard) {
+    reply->set_server_rank(server_rank);
+    StartRead(&message_);
+  }
+
+  void OnReadDone(bool ok) override {
+    absl::Status status;
+    if (!ok) {
+      if (!configured_) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            shard_->name(), ": registration stream ended without a config"));
+      } else if (sends_params_) {
+        status = shard_->CheckParamsComplete();
+      }
+      Finish(ToGrpc(status));
+      return;
+    }
+    if (message_.has_config()) {
+      if (configured_) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            shard_->name(), ": registration with two configs"));
+      } else {
+        status = shard_->Register(message_.config());
+        configured_ = true;
+        sends_params_ = message_.config().update_mode() == ps::UPDATE_SERVER &&
+                        message_.config().header().rank() == 0;
+      }
+    } else if (!configured_) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          shard_->name(), ": registration must start with its config"));
+    } else {
+      status = shard_->InitParams(message_.params());
+    }
+    if (!status.ok()) {
+      GS_LOG(WARNING) << status.message();
+      Finish(ToGrpc(status));
+      return;
+    }
+    StartRead(&message_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  ServerShard* const shard_;
+  ps::RegisterMessage message_;
+  bool configured_ = false;
+  bool sends_params_ = false;
+};
+
+// Pull: streams each requested key's result as soon as it is ready. The
+// reactor's state lives in a shared object because the shard (key ready) and
+// the deadline timer reach it from other threads, possibly after the call
+// ended; they hold it weakly.
+class PullState : public KeyWaiter,
+                  public Expirable,
+                  public std::enable_shared_from_this<PullState> {
+ public:
+  PullState(ServerShard* shard, const ps::PullRequest& request,
+            int64_t message_floats,
+            grpc::ServerWriteReactor<ps::KeyPart>* reactor)
+      : shard_(shard),
+        request_(request),
+        message_floats_(message_floats),
+        reactor_(reactor),
+        pending_(request.keys().begin(), request.keys().end()),
+        start_(absl::Now()) {}
+
+  void KeyReady(int64_t key) override {
+    absl::MutexLock lock(&mu_);
+    ready_.push_back(key);
+    pending_.erase(std::find(pending_.begin(), pending_.end(), key));
+    MaybeWriteLocked();
+  }
+
+  void Expire() override {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    std::vector<std::string> missing;
+    for (int64_t key : pending_) {
+      std::string why = shard_->DescribeMissing(key, request_.header().step());
+      if (!why.empty()) missing.push_back(why);
+    }
+    const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+        shard_->name(), ": pull from worker ", request_.header().rank(),
+        ", step ", request_.header().step(), ": gave up after ",
+        absl::FormatDuration(absl::Now() - start_), "; ",
+        missing.empty() ? "results were still being sent"
+                        : absl::StrJoin(missing, "; ")));
+    GS_LOG(WARNING) << status.message();
+    FinishLocked(status);
+  }
+
+  void WriteDone(bool ok) {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(absl::CancelledError("the worker went away"));
+      return;
+    }
+    if (!deferred_.ok()) {
+      FinishLocked(deferred_);
+      return;
+    }
+    MaybeWriteLocked();
+  }
+
+  // Ends the call with `status` (after the write in flight, if any).
+  void Fail(const absl::Status& status) {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(status);
+  }
+
+  void Done() {
+    absl::MutexLock lock(&mu_);
+    reactor_ = nullptr;
+  }
+
+ private:
+  // Starts the next write if none is in flight. gRPC never runs a reaction
+  // inline from StartWrite/Finish on the server, and at most one write and
+  // one Finish are ever issued from here, so holding mu_ around them is safe.
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || writing_) return;
+    if (current_ < 0 || offset_ >= shard_->KeyNumel(current_)) {
+      if (ready_.empty()) {
+        if (pending_.empty()) FinishLocked(absl::OkStatus());
+        return;
+      }
+      current_ = ready_.front();
+      ready_.pop_front();
+      offset_ = 0;
+    }
+    const ps::Header& request_header = request_.header();
+    message_.Clear();
+    ps::Header* header = message_.mutable_header();
+    header->set_job_id(request_header.job_id());
+    header->set_rank(request_header.rank());
+    header->set_step(request_header.step());
+    header->set_key(current_);
+    absl::Status status = shard_->ReadResult(current_, request_header.step(),
+                                             offset_, message_floats_,
+                                             &message_);
+    if (!status.ok()) {
+      FinishLocked(status);
+      return;
+    }
+    const int64_t floats = static_cast<int64_t>(message_.data().size() / 4);
+    offset_ += floats;
+    shard_->CountBytesOut(static_cast<int64_t>(message_.data().size()));
+    writing_ = true;
+    const bool last = ready_.empty() && pending_.empty() &&
+                      offset_ >= shard_->KeyNumel(current_);
+    if (last) {
+      finished_ = true;
+      reactor_->StartWriteAndFinish(&message_, grpc::WriteOptions(),
+                                    grpc::Status::OK);
+    } else {
+      reactor_->StartWrite(&message_);
+    }
+  }
+
+  void FinishLocked(const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    if (writing_) {
+      // Only errors arrive here while writing (success is decided by
+      // MaybeWriteLocked, never with a write in flight): finish after the
+      // write completes.
+      if (deferred_.ok()) deferred_ = status;
+      return;
+    }
+    finished_ = true;
+    reactor_->Finish(ToGrpc(status));
+  }
+
+  ServerShard* const shard_;
+  const ps::PullRequest request_;
+  const int64_t message_floats_;
+  absl::Mutex mu_;
+  grpc::ServerWriteReactor<ps::KeyPart>* reactor_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> pending_ ABSL_GUARDED_BY(mu_);  // not yet ready
+  std::deque<int64_t> ready_ ABSL_GUARDED_BY(mu_);     // ready, not yet sent
+  int64_t current_ ABSL_GUARDED_BY(mu_) = -1;          // key being sent
+  int64_t offset_ ABSL_GUARDED_BY(mu_) = 0;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status deferred_ ABSL_GUARDED_BY(mu_);
+  ps::KeyPart message_ ABSL_GUARDED_BY(mu_);
+  const absl::Time start_;
+};
+
+class PullCall : public grpc::ServerWriteReactor<ps::KeyPart> {
+ public:
+  PullCall(ServerShard* shard, DeadlineTimer* timer,
+           grpc::CallbackServerContext* context,
+           const ps::PullRequest* request, int64_t message_floats,
+           absl::Duration max_wait)
+      : state_(std::make_shared<PullState>(shard, *request, message_floats,
+                                           this)) {
+    // Give up a little before the worker does, so the worker hears which
+    // peer is missing instead of a bare DEADLINE_EXCEEDED.
+    const absl::Time now = absl::Now();
+    absl::Time deadline = absl::FromChrono(context->deadline());
+    if (deadline > now + max_wait) deadline = now + max_wait;
+    const absl::Duration margin =
+        std::min(absl::Milliseconds(500), (deadline - now) / 10);
+    timer->Schedule(deadline - margin, state_);
+    absl::Status status = shard->Pull(*request, state_);
+    if (!status.ok()) {
+      GS_LOG(WARNING) << status.message();
+      state_->Fail(status);  // nothing was registered or written
+    }
+  }
+
+  void OnWriteDone(bool ok) override { state_->WriteDone(ok); }
+  void OnCancel() override {
+    state_->Fail(absl::CancelledError("pull cancelled by the worker"));
+  }
+  void OnDone() override {
+    state_->Done();
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<PullState> state_;
+};
+
+}  // namespace
+
+class ParameterServer::Impl final
+    : public ps::ParameterServer::CallbackService {
+ public:
+  explicit Impl(const ParameterServerOptions& options)
+      : options_(options),
+        shard_(options.job_id, options.server_rank, options.num_servers,
+               options.num_workers),
+        last_activity_(absl::Now()) {}
+
+  grpc::ServerReadReactor<ps::RegisterMessage>* Register(
+      grpc::CallbackServerContext* context, ps::RegisterReply* reply) override {
+    Touch();
+    return new RegisterCall(&shard_, reply, options_.server_rank);
+  }
+
+  grpc::ServerReadReactor<ps::KeyPart>* Push(
+      grpc::CallbackServerContext* context, ps::PushReply* reply) override {
+    Touch();
+    return new PushCall(&shard_, reply);
+  }
+
+  grpc::ServerWriteReactor<ps::KeyPart>* Pull(
+      grpc::CallbackServerContext* context,
+      const ps::PullRequest* request) override {
+    Touch();
+    return new PullCall(&shard_, &timer_, context, request,
+                        options_.message_bytes / 4, options_.max_wait);
+  }
+
+  grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* context,
+                                     const ps::ShutdownRequest* request,
+                                     ps::ShutdownReply* reply) override {
+    Touch();
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    absl::StatusOr<bool> all_done = shard_.Shutdown(*request);
+    reply->set_summary_json(shard_.SummaryJson());
+    if (all_done.ok() && *all_done) {
+      absl::MutexLock lock(&mu_);
+      all_shut_down_ = true;
+    }
+    reactor->Finish(ToGrpc(all_done.status()));
+    return reactor;
+  }
+
+  absl::Status WaitForShutdown(absl::Duration idle_timeout) {
+    absl::MutexLock lock(&mu_);
+    while (!all_shut_down_) {
+      const absl::Time last = absl::FromUnixNanos(last_activity_.load());
+      if (absl::Now() - last >= idle_timeout) {
+        const std::vector<int> missing = shard_.WorkersNotShutDown();
+        return absl::DeadlineExceededError(absl::StrCat(
+            shard_.name(), ": no worker called for ",
+            absl::FormatDuration(idle_timeout), " and worker(s) ",
+            absl::StrJoin(missing, ", "),
+            " never said the job was over; they are gone"));
+      }
+      mu_.AwaitWithDeadline(absl::Condition(&all_shut_down_),
+                            last + idle_timeout);
+    }
+    return absl::OkStatus();
+  }
+
+  void Touch() { last_activity_.store(absl::ToUnixNanos(absl::Now())); }
+
+  const ParameterServerOptions options_;
+  ServerShard shard_;
+  // Declared after the shard and before the server: destroyed after the
+  // gRPC server has finished every call, before the shard goes.
+  DeadlineTimer timer_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::atomic<int64_t> last_activity_;
+  absl::Mutex mu_;
+  bool all_shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> stopped_{false};
+};
+
+ParameterServer::ParameterServer(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+ParameterServer::~ParameterServer() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
+    const ParameterServerOptions& options) {
+  const std::string name = absl::StrCat("server ", options.server_rank);
+  if (options.num_workers < 1 || options.num_servers < 1 ||
+      options.server_rank < 0 || options.server_rank >= options.num_servers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": needs 0 <= rank < ", options.num_servers,
+        " servers and >= 1 workers (got ", options.num_workers, ")"));
+  }
+  if (options.message_bytes < 4 || options.message_bytes % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": message size ", options.message_bytes,
+        " B must be a positive multiple of 4"));
+  }
+  auto impl = std::make_unique<Impl>(options);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.bind_address,
+                           grpc::InsecureServerCredentials(), &impl->port_);
+  builder.RegisterService(impl.get());
+  impl->server_ = builder.BuildAndStart();
+  if (impl->server_ == nullptr || impl->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        name, ": cannot listen on ", options.bind_address));
+  }
+  return std::unique_ptr<ParameterServer>(new ParameterServer(std::move(impl)));
+}
+
+int ParameterServer::port() const { return impl_->port_; }
+
+const std::string& ParameterServer::name() const { return impl_->shard_.name(); }
+
+absl::Status ParameterServer::WaitForShutdown(absl::Duration idle_timeout) {
+  return impl_->WaitForShutdown(idle_timeout);
+}
+
+void ParameterServer::Stop() {
+  if (impl_->stopped_.exchange(true)) return;
+  // Calls still waiting (pulls for a step that will never complete) are
+  // cancelled at once; Shutdown returns after every reactor is done.
+  impl_->server_->Shutdown(std::chrono::system_clock::now());
+}
+
+std::string ParameterServer::SummaryJson() const {
+  return impl_->shard_.SummaryJson();
+}
+
+const ServerShard& ParameterServer::shard() const { return impl_->shard_; }
+
+}  // namespace gradsync

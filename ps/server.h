@@ -1,0 +1,64 @@
+// A parameter server: one shard of the keys (ps/shard.h) behind the gRPC
+// service of proto/parameter_server.proto. Runs in its own process
+// (`gradsync server`, ps/server_command.h), inside a worker (--ps_colocate)
+// or as a thread of a test or benchmark; it is the same object everywhere.
+//
+// The service uses gRPC's callback API: a pull that waits for slow workers
+// holds no thread, and a push is summed on whichever gRPC thread read it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace gradsync {
+
+class ServerShard;
+
+struct ParameterServerOptions {
+  std::string job_id = "gradsync";
+  int server_rank = 0;
+  int num_servers = 1;
+  int num_workers = 1;
+  // "0.0.0.0:0" for every interface; port 0 picks a free port.
+  std::string bind_address = "127.0.0.1:0";
+  // Largest payload of one pull message (--ps_message_kb).
+  int64_t message_bytes = int64_t{1} << 20;
+  // A pull whose caller set no deadline waits at most this long.
+  absl::Duration max_wait = absl::Minutes(10);
+};
+
+class ParameterServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<ParameterServer>> Start(
+      const ParameterServerOptions& options);
+  // Stops serving if Stop() was not called.
+  ~ParameterServer();
+
+  int port() const;
+  // "server 1".
+  const std::string& name() const;
+
+  // Blocks until every worker has sent Shutdown (OK), or until no worker has
+  // called this server for `idle_timeout` (DeadlineExceeded naming the
+  // workers that never said the job was over: they are gone).
+  absl::Status WaitForShutdown(absl::Duration idle_timeout);
+  // Stops serving: calls in flight are cancelled. Idempotent.
+  void Stop();
+
+  // {"server": k, "bytes_in": ..., ...}; see ServerShard::SummaryJson.
+  std::string SummaryJson() const;
+  // The shard, for tests that check what a failed call left behind.
+  const ServerShard& shard() const;
+
+ private:
+  class Impl;
+  explicit ParameterServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,134 @@
+// One parameter server's shard of the keys: BSP aggregation (each push is
+// summed the moment it arrives; a key's step completes when all N workers
+// have pushed it), the optional server-side optimizer, and every consistency
+// check on what workers send. No gRPC here: ps/server.cc feeds it messages
+// and delivers its results, as ps-lite's KVServer hands requests to a handler.
+//
+// Memory does not grow with the number of steps. Under BSP a worker pushes
+// step t+1 only after it has pulled all of step t, so a key only ever holds
+// two steps: the sum of the step being pushed (completed + 1) and the result
+// of the last completed step, which pulls read. Two buffers alternate by step
+// parity; in server mode the result is the parameter buffer itself and one
+// sum buffer suffices. Anything older or newer than those two steps is
+// refused, which is also what keeps a confused worker from corrupting them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/device.h"
+#include "core/optimizer.h"
+#include "proto/parameter_server.pb.h"
+
+namespace gradsync {
+
+// Told when a key's result for the step it waits on is ready.
+class KeyWaiter {
+ public:
+  virtual ~KeyWaiter() = default;
+  // Runs on the thread that completed the key (or in Pull when the key was
+  // ready already), holding no shard lock. Must not block.
+  virtual void KeyReady(int64_t key) = 0;
+};
+
+class ServerShard {
+ public:
+  ServerShard(std::string job_id, int server_rank, int num_servers,
+              int num_workers);
+  ~ServerShard();
+  ServerShard(const ServerShard&) = delete;
+  ServerShard& operator=(const ServerShard&) = delete;
+
+  // "server 2".
+  const std::string& name() const { return name_; }
+  int num_workers() const { return num_workers_; }
+
+  // A worker's registration. The first one fixes the keys, the update mode
+  // and the optimizer; every later one must agree with it.
+  absl::Status Register(const ps::RegisterConfig& config);
+  // Server mode, worker 0: one part of a key's initial parameters, in order.
+  absl::Status InitParams(const ps::KeyPart& part);
+  // Server mode, worker 0, at the end of its registration: every key has its
+  // initial parameters.
+  absl::Status CheckParamsComplete() const;
+
+  // Sums one part of a worker's push into the key's current step. A part that
+  // fails any check changes nothing.
+  absl::Status Push(const ps::KeyPart& part);
+
+  // Checks a pull and arranges for waiter->KeyReady(key) once each key's
+  // result for request.header().step() is ready (at once for keys that are).
+  // On error nothing is registered.
+  absl::Status Pull(const ps::PullRequest& request,
+                    const std::shared_ptr<KeyWaiter>& waiter);
+  // Copies up to `max_floats` of `key`'s result for `step` from `offset` into
+  // `part` (its data and offset; the caller fills the header). Fails if the
+  // result of `step` is not (or no longer) available.
+  absl::Status ReadResult(int64_t key, int64_t step, int64_t offset,
+                          int64_t max_floats, ps::KeyPart* part);
+  // The key's size in floats (0 for an unknown key).
+  int64_t KeyNumel(int64_t key) const;
+  // Why `key` is not ready for `step`: "worker(s) 1, 3 have not pushed key 5
+  // for step 2"; empty if it is.
+  std::string DescribeMissing(int64_t key, int64_t step) const;
+
+  // A worker says the job is over for it. Returns true once every worker has.
+  absl::StatusOr<bool> Shutdown(const ps::ShutdownRequest& request);
+  std::vector<int> WorkersNotShutDown() const;
+
+  // Payload counters, added to by the gRPC layer.
+  void CountBytesOut(int64_t bytes) { bytes_out_ += bytes; }
+  // {"server": 0, "keys": 12, "bytes_in": ..., "steps": ...}.
+  std::string SummaryJson() const;
+
+ private:
+  struct KeyState;
+
+  // Checks the header's job id and rank; `what` names the message ("push").
+  absl::Status CheckHeader(const ps::Header& header, const char* what) const;
+  absl::StatusOr<KeyState*> FindKey(const ps::Header& header, int64_t key,
+                                    const char* what) const;
+  // Called with key.mu held when the last worker's push of the current step
+  // has been summed: average, optimizer, recycle the other buffer.
+  void CompleteStep(KeyState& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(key.mu);
+  // "server 0: push from worker 2, step 5, key 3: ".
+  std::string Context(const ps::Header& header, const char* what) const;
+
+  const std::string job_id_;
+  const int server_rank_;
+  const int num_servers_;
+  const int num_workers_;
+  const std::string name_;
+
+  mutable absl::Mutex config_mu_;
+  // Set once, by the first registration; immutable afterwards, so the
+  // per-message path reads the key table without config_mu_ once it has seen
+  // configured_ (acquire).
+  std::atomic<bool> configured_{false};
+  ps::RegisterConfig config_ ABSL_GUARDED_BY(config_mu_);
+  ps::UpdateMode mode_ = ps::UPDATE_WORKER;
+  float lr_ = 0.0f;
+  std::unique_ptr<Device> device_;  // the optimizer's (CPU) device
+  std::vector<std::unique_ptr<KeyState>> keys_;
+  absl::flat_hash_map<int64_t, KeyState*> key_index_;
+  std::unique_ptr<std::atomic<bool>[]> registered_;  // per worker rank
+  std::vector<bool> shut_down_ ABSL_GUARDED_BY(config_mu_);
+
+  std::atomic<int64_t> bytes_in_{0};
+  std::atomic<int64_t> bytes_out_{0};
+  std::atomic<int64_t> pushes_{0};       // parts summed
+  std::atomic<int64_t> pulls_{0};        // pull requests accepted
+  std::atomic<int64_t> completions_{0};  // (key, step) pairs completed
+  std::atomic<int64_t> sum_ns_{0};       // time spent summing
+  std::atomic<int64_t> update_ns_{0};    // averaging and optimizer
+};
+
+}  // namespace gradsync

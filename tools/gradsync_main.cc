@@ -1,0 +1,93 @@
+// The gradsync command line: one binary, one subcommand per role.
+//
+//   gradsync launch --workers=N [--servers=K] -- <training flags>
+//   gradsync train  <training flags>     (one worker; rank from the environment)
+//   gradsync server <flags>              (one parameter server)
+//   gradsync doctor
+//
+// `gradsync <command> --help` lists that command's flags.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+// PS_SERVER_INCLUDE #include "ps/server_command.h"
+#include "tools/commands.h"
+
+namespace {
+
+// The source folders whose flags each command's --help shows.
+std::vector<std::string>& HelpFolders() {
+  static std::vector<std::string> folders;
+  return folders;
+}
+
+bool ShowFlagsOf(absl::string_view file) {
+  for (const std::string& folder : HelpFolders()) {
+    if (absl::StrContains(file, folder)) return true;
+  }
+  return false;
+}
+
+constexpr char kUsage[] =
+    "gradsync: compare gradient-synchronization strategies on one model.\n\n"
+    "usage:\n"
+    "  gradsync launch --workers=N [--servers=K] -- <training flags>\n"
+    "  gradsync train <training flags>     one worker (rank from RANK/WORLD_SIZE,\n"
+    "                                      SLURM_PROCID/SLURM_NTASKS or OMPI_COMM_WORLD_*)\n"
+    "  gradsync server <flags>             one parameter server (GRADSYNC_SERVER_RANK)\n"
+    "  gradsync doctor                     what this build and machine have\n\n"
+    "`gradsync <command> --help` lists the command's flags.";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
+      std::strcmp(argv[1], "help") == 0) {
+    fprintf(argc < 2 ? stderr : stdout, "%s\n", kUsage);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  if (command == "train") {
+    HelpFolders() = {"core/", "allreduce/", "ps/"};
+  } else if (command == "launch") {
+    HelpFolders() = {"tools/launch_command"};
+  } else if (command == "server") {
+    HelpFolders() = {"ps/"};
+  } else if (command == "doctor") {
+    HelpFolders() = {"tools/doctor"};
+  } else {
+    fprintf(stderr, "gradsync: unknown command '%s'\n\n%s\n", command.c_str(), kUsage);
+    return 2;
+  }
+  absl::SetProgramUsageMessage(absl::StrCat(
+      "gradsync ", command, " [flags]", command == "launch" ? " -- <training flags>" : "",
+      "\n(see `gradsync --help` for the commands)"));
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = ShowFlagsOf;
+  config.contains_helpshort_flags = ShowFlagsOf;
+  absl::SetFlagsUsageConfig(config);
+
+  // Parse as if the command were the program: argv[0] followed by the flags.
+  std::vector<char*> args = {argv[0]};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  std::vector<std::string> rest;
+  for (size_t i = 1; i < positional.size(); ++i) rest.push_back(positional[i]);
+
+  if (command == "launch") return gradsync::RunLaunchCommand(rest);
+  if (!rest.empty()) {
+    fprintf(stderr, "gradsync %s: unexpected argument '%s' (flags are --name=value)\n",
+            command.c_str(), rest.front().c_str());
+    return 2;
+  }
+  if (command == "train") return gradsync::RunTrainCommand();
+  // PS_SERVER_DISPATCH if (command == "server") return gradsync::RunServerCommand();
+  return gradsync::RunDoctorCommand();
+}

@@ -1,0 +1,169 @@
+// gradsync launch: starts a whole job on this machine, like torchrun — N
+// worker processes (`gradsync train`) and K parameter servers (`gradsync
+// server`) with the environment each needs, per-process logs under the run
+// folder, rank-prefixed console lines, and the first failure stopping all.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <random>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/logging.h"
+#include "core/manifest.h"
+#include "core/status_macros.h"
+#include "tools/commands.h"
+#include "tools/launcher.h"
+
+ABSL_FLAG(int, workers, 1, "number of worker processes");
+ABSL_FLAG(int, servers, 0, "number of parameter-server processes (--sync=ps)");
+ABSL_FLAG(std::string, run_dir, "",
+          "folder for logs and metrics; default runs/<job id>");
+ABSL_FLAG(int, master_port, 0,
+          "coordinator port (worker 0 hosts it); 0 picks a free one");
+ABSL_FLAG(double, job_deadline_s, 0,
+          "stop the whole job after this many seconds; 0 = no limit");
+ABSL_FLAG(std::string, job_id, "", "job id; default a fresh random one");
+
+namespace gradsync {
+namespace {
+
+std::string SelfExecutable() {
+  char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return "";
+  path[n] = '\0';
+  return path;
+}
+
+std::string NewJobId() {
+  std::random_device random;
+  return absl::StrCat(absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
+                      "-", absl::Hex(random() & 0xffff, absl::kZeroPad4));
+}
+
+bool HasFlag(const std::vector<std::string>& flags, absl::string_view name) {
+  for (const std::string& flag : flags) {
+    if (absl::StartsWith(flag, absl::StrCat("--", name, "=")) ||
+        flag == absl::StrCat("--", name)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
+  SetLogTag("launch");
+  const int workers = absl::GetFlag(FLAGS_workers);
+  const int servers = absl::GetFlag(FLAGS_servers);
+  if (workers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--workers=", workers, " must be at least 1"));
+  }
+  if (servers < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--servers=", servers, " must be >= 0"));
+  }
+  // A launcher inside another launcher's job would silently disagree on the world.
+  if (const char* world = std::getenv("WORLD_SIZE")) {
+    int env_world = 0;
+    if (absl::SimpleAtoi(world, &env_world) && env_world != workers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--workers=", workers, " but the environment says WORLD_SIZE=", world,
+          "; unset WORLD_SIZE (and RANK) or make them agree"));
+    }
+  }
+  // Check the training flags once here, so a typo gives one message instead
+  // of one per process. Parsing them sets this process's flags, which is harmless.
+  std::vector<std::string> check_args = {"gradsync"};
+  check_args.insert(check_args.end(), training_flags.begin(), training_flags.end());
+  std::vector<char*> check_argv;
+  for (std::string& arg : check_args) check_argv.push_back(arg.data());
+  absl::ParseCommandLine(static_cast<int>(check_argv.size()), check_argv.data());
+
+  const std::string self = SelfExecutable();
+  if (self.empty()) return absl::InternalError("cannot find our own executable (/proc/self/exe)");
+  std::string job_id = absl::GetFlag(FLAGS_job_id);
+  if (job_id.empty()) job_id = NewJobId();
+  std::string run_dir = absl::GetFlag(FLAGS_run_dir);
+  if (run_dir.empty()) run_dir = absl::StrCat("runs/", job_id);
+  if (std::system(absl::StrCat("mkdir -p '", run_dir, "/logs'").c_str()) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot create ", run_dir, "/logs"));
+  }
+  int port = absl::GetFlag(FLAGS_master_port);
+  if (port == 0) {
+    ASSIGN_OR_RETURN(port, PickFreePort());
+  }
+
+  std::vector<std::string> flags = training_flags;
+  if (!HasFlag(flags, "metrics_dir")) flags.push_back(absl::StrCat("--metrics_dir=", run_dir));
+  const std::vector<std::pair<std::string, std::string>> common = {
+      {"WORLD_SIZE", absl::StrCat(workers)},
+      {"LOCAL_WORLD_SIZE", absl::StrCat(workers + servers)},
+      {"MASTER_ADDR", "127.0.0.1"},
+      {"MASTER_PORT", absl::StrCat(port)},
+      {"GRADSYNC_JOB_ID", job_id},
+      {"GRADSYNC_NUM_SERVERS", absl::StrCat(servers)},
+      {"GRADSYNC_LAUNCHER", "1"},
+      {"GRADSYNC_GIT_COMMIT", GitCommit()},
+  };
+  std::vector<ProcessSpec> specs;
+  for (int r = 0; r < workers; ++r) {
+    ProcessSpec spec;
+    spec.name = absl::StrCat("worker ", r);
+    spec.argv = {self, "train"};
+    spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
+    spec.env = common;
+    spec.env.push_back({"RANK", absl::StrCat(r)});
+    spec.env.push_back({"LOCAL_RANK", absl::StrCat(r)});
+    spec.env.push_back({"GRADSYNC_ROLE", "worker"});
+    // Several ranks may share one GPU: NCCL accepts them only as different hosts.
+    spec.env.push_back({"NCCL_HOSTID", absl::StrCat(job_id, "-worker", r)});
+    spec.log_path = absl::StrCat(run_dir, "/logs/worker", r, ".log");
+    specs.push_back(std::move(spec));
+  }
+  for (int k = 0; k < servers; ++k) {
+    ProcessSpec spec;
+    spec.name = absl::StrCat("server ", k);
+    spec.argv = {self, "server"};
+    spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
+    spec.env = common;
+    spec.env.push_back({"RANK", "0"});  // torchrun's variables describe the workers
+    spec.env.push_back({"LOCAL_RANK", absl::StrCat(workers + k)});
+    spec.env.push_back({"GRADSYNC_ROLE", "server"});
+    spec.env.push_back({"GRADSYNC_SERVER_RANK", absl::StrCat(k)});
+    spec.log_path = absl::StrCat(run_dir, "/logs/server", k, ".log");
+    specs.push_back(std::move(spec));
+  }
+  GS_LOG(INFO) << "job " << job_id << ": " << workers << " worker(s), " << servers
+               << " server(s), coordinator on 127.0.0.1:" << port << ", logs in "
+               << run_dir << "/logs";
+  LaunchOptions options;
+  const double deadline = absl::GetFlag(FLAGS_job_deadline_s);
+  if (deadline > 0) options.deadline = absl::Seconds(deadline);
+  ASSIGN_OR_RETURN(LaunchResult result, RunProcessGroup(specs, options));
+  if (result.exit_code != 0) {
+    GS_LOG(ERROR) << "job " << job_id << " failed: " << result.failure
+                  << " (logs in " << run_dir << "/logs)";
+  } else {
+    GS_LOG(INFO) << "job " << job_id << " finished; metrics and logs in " << run_dir;
+  }
+  return result.exit_code;
+}
+
+}  // namespace
+
+int RunLaunchCommand(const std::vector<std::string>& training_flags) {
+  absl::StatusOr<int> code = Launch(training_flags);
+  if (!code.ok()) {
+    GS_LOG(ERROR) << code.status().message();
+    return 2;
+  }
+  return *code;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,58 @@
+// Runs a group of processes as one job, the way torchrun does for one machine:
+// every process's output goes to its own log file and to the console with a
+// "[worker 3] " prefix; the first process to fail stops the others (SIGTERM,
+// then SIGKILL after a grace period) and its exit code becomes the job's;
+// SIGINT/SIGTERM to the launcher stop everyone; an optional deadline bounds
+// the whole job. Used by `gradsync launch` and by the multi-process tests.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace gradsync {
+
+struct ProcessSpec {
+  std::string name;               // console prefix and error messages: "worker 0"
+  std::vector<std::string> argv;  // argv[0] is the executable's path
+  // Added to (or replacing in) the launcher's environment.
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string log_path;           // empty: no log file
+};
+
+struct ProcessResult {
+  std::string name;
+  int exit_code = 0;     // 128 + signal when killed by a signal
+  int term_signal = 0;   // the signal that ended it, or 0
+  bool stopped_by_launcher = false;  // ended because another process failed
+  std::string output;    // the last 256 KiB of its stdout and stderr
+};
+
+struct LaunchOptions {
+  // Echo every line to our stdout with the process's name as prefix.
+  bool echo = true;
+  // The whole job is stopped after this; its exit code is then 124.
+  absl::Duration deadline = absl::InfiniteDuration();
+  // Between SIGTERM and SIGKILL when stopping the others.
+  absl::Duration grace = absl::Seconds(5);
+};
+
+struct LaunchResult {
+  int exit_code = 0;          // 0, the first failure's code, 124 or 130
+  std::string failure;        // "worker 2 exited with code 3" (empty if none)
+  std::vector<ProcessResult> processes;  // in the order of the specs
+};
+
+// Starts every spec and returns when all have ended. An error status means the
+// job could not be started (an executable missing, fork failing), not that a
+// process failed: that is in LaunchResult.
+absl::StatusOr<LaunchResult> RunProcessGroup(
+    const std::vector<ProcessSpec>& specs, const LaunchOptions& options);
+
+// A TCP port that was free on 127.0.0.1 a moment ago (the kernel's choice).
+absl::StatusOr<int> PickFreePort();
+
+}  // namespace gradsync

@@ -1,0 +1,97 @@
+// gradsync train: one worker process. Reads who it is from the environment,
+// hosts the coordinator if it is worker 0 of a multi-process job, joins, and
+// runs the trainer under the strategy chosen by --sync.
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/cluster_env.h"
+#include "core/coordinator.h"
+#include "core/flags.h"
+#include "core/gradient_sync.h"
+#include "core/logging.h"
+#include "core/status_macros.h"
+#include "core/trainer.h"
+#include "tools/commands.h"
+
+namespace gradsync {
+namespace {
+
+// Worker 0 listens on loopback when the job is local and on every interface
+// otherwise; other processes reach it at MASTER_ADDR.
+std::string CoordinatorBindAddress(const ClusterEnv& env) {
+  const bool local = env.master_addr == "localhost" ||
+                     env.master_addr.rfind("127.", 0) == 0;
+  return absl::StrCat(local ? "127.0.0.1" : "0.0.0.0", ":", env.master_port);
+}
+
+absl::Status Train() {
+  ASSIGN_OR_RETURN(ClusterEnv env, ClusterEnvFromEnvironment());
+  if (env.role != Role::kWorker) {
+    return absl::InvalidArgumentError(
+        "GRADSYNC_ROLE=server is set: start parameter servers with `gradsync server`");
+  }
+  SetLogTag(absl::StrCat("worker ", env.rank));
+  ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptionsFromFlags());
+  ASSIGN_OR_RETURN(MlpOptions mlp, MlpOptionsFromFlags());
+  ASSIGN_OR_RETURN(DeviceOptions device_options,
+                   DeviceOptionsFromFlags(env.local_rank, env.local_world_size));
+  ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateDevice(device_options));
+  ASSIGN_OR_RETURN(DatasetPair data, LoadDatasetFromFlags());
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateMlp(mlp));
+
+  std::unique_ptr<CoordinatorServer> coordinator_server;
+  std::unique_ptr<CoordinatorClient> coordinator;
+  SyncContext context;
+  context.rank = env.rank;
+  context.world_size = env.world_size;
+  context.local_rank = env.local_rank;
+  context.job_id = env.job_id;
+  context.num_servers = env.num_servers;
+  context.advertise_host = env.advertise_host;
+  context.timeout = options.timeout;
+  if (env.world_size > 1 || env.num_servers > 0) {
+    if (env.rank == 0) {
+      ASSIGN_OR_RETURN(coordinator_server,
+                       CoordinatorServer::Start(CoordinatorBindAddress(env), env.job_id,
+                                                env.world_size, env.num_servers));
+    }
+    ASSIGN_OR_RETURN(coordinator,
+                     CoordinatorClient::Connect(env.coordinator_target(), env.job_id,
+                                                Role::kWorker, env.rank, options.timeout));
+    ASSIGN_OR_RETURN(context.members, coordinator->Join(env.advertise_host, options.timeout));
+    context.coordinator = coordinator.get();
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
+                   GradientSyncRegistry::Create(options.sync, context));
+  WorkerIdentity identity{env.rank, env.world_size, env.num_servers, env.job_id};
+  ASSIGN_OR_RETURN(TrainResult result,
+                   RunTraining(options, identity, *model, data, *device, *sync,
+                               coordinator.get()));
+  if (env.rank == 0) {
+    std::string line = absl::StrFormat("done: %d steps, final loss %.4f", result.steps,
+                                       result.final_loss);
+    if (result.test_accuracy >= 0) {
+      absl::StrAppend(&line, absl::StrFormat(", final test accuracy %.2f%%",
+                                             100 * result.test_accuracy));
+    }
+    if (!result.summary_path.empty()) absl::StrAppend(&line, "; summary: ", result.summary_path);
+    printf("%s\n", line.c_str());
+    fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunTrainCommand() {
+  absl::Status status = Train();
+  if (!status.ok()) {
+    GS_LOG(ERROR) << status.message();
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace gradsync
