@@ -13,14 +13,18 @@ namespace gradsync {
 namespace {
 
 constexpr char kHeaderMagic[4] = {'G', 'S', 'A', 'R'};
-constexpr int64_t kHeaderBytes = 16;
+constexpr int64_t kHeaderBytes = RingAllReduce::kHeaderBytes;
 
+// In host byte order: every rank of a job runs the same build on the same
+// kind of machine, and a mismatch would still fail the magic check.
 struct Header {
   char magic[4];
   uint32_t sequence;
+  uint32_t tag;
+  uint32_t reserved;
   uint64_t count;
 };
-static_assert(sizeof(Header) == kHeaderBytes, "the header is 16 bytes on the wire");
+static_assert(sizeof(Header) == kHeaderBytes, "the header is 24 bytes on the wire");
 
 }  // namespace
 
@@ -30,7 +34,8 @@ static_assert(sizeof(Header) == kHeaderBytes, "the header is 16 bytes on the wir
 // side of phase k-1 has finished, because they are the same segment.
 class RingAllReduce::Pass {
  public:
-  Pass(RingAllReduce& owner, float* data, int64_t count, float scale)
+  Pass(RingAllReduce& owner, float* data, int64_t count, float scale,
+       uint32_t tag)
       : owner_(owner),
         transport_(*owner.transport_),
         data_(data),
@@ -50,7 +55,7 @@ class RingAllReduce::Pass {
     }
     send_header_ = Header{{kHeaderMagic[0], kHeaderMagic[1], kHeaderMagic[2],
                            kHeaderMagic[3]},
-                          owner.sequence_,
+                          owner.sequence_, tag, 0,
                           static_cast<uint64_t>(count)};
     std::memset(&recv_header_, 0, sizeof(recv_header_));
   }
@@ -73,7 +78,12 @@ class RingAllReduce::Pass {
       ASSIGN_OR_RETURN(RingIoReadiness ready,
                        transport_.WaitForIo(want_send, want_recv,
                                             /*watch_right=*/sending, deadline));
-      if (ready.right_readable) RETURN_IF_ERROR(CheckRightClosed());
+      // Data (or end-of-stream) from the left is older news than a closed
+      // right connection, so it is read first: in a failing ring this reports
+      // the failure nearest to its origin.
+      if (ready.right_readable && !ready.can_recv) {
+        RETURN_IF_ERROR(CheckRightClosed());
+      }
       if (!ready.can_send && !ready.can_recv && !ready.right_readable &&
           absl::Now() >= deadline) {
         return Stalled(want_send, want_recv);
@@ -228,12 +238,14 @@ class RingAllReduce::Pass {
           send_header_.sequence, " (the streams are out of step)"));
     }
     if (recv_header_.sequence != send_header_.sequence ||
+        recv_header_.tag != send_header_.tag ||
         recv_header_.count != send_header_.count) {
       return absl::FailedPreconditionError(absl::StrCat(
           "ring: ", left.peer_name(), " started all-reduce #",
-          recv_header_.sequence, " of ", recv_header_.count,
-          " floats while rank ", rank_, " started all-reduce #",
-          send_header_.sequence, " of ", send_header_.count,
+          recv_header_.sequence, " (tag ", recv_header_.tag, ") of ",
+          recv_header_.count, " floats while rank ", rank_,
+          " started all-reduce #", send_header_.sequence, " (tag ",
+          send_header_.tag, ") of ", send_header_.count,
           " floats (every rank must reduce the same buffers in the same "
           "order)"));
     }
@@ -314,7 +326,8 @@ absl::Status RingAllReduce::Fail(absl::Status status) {
   return status;
 }
 
-absl::Status RingAllReduce::Run(float* data, int64_t count, float scale) {
+absl::Status RingAllReduce::Run(float* data, int64_t count, float scale,
+                                uint32_t tag) {
   if (!broken_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "ring rank ", transport_->rank(),
@@ -331,7 +344,7 @@ absl::Status RingAllReduce::Run(float* data, int64_t count, float scale) {
     }
     return absl::OkStatus();
   }
-  Pass pass(*this, data, count, scale);
+  Pass pass(*this, data, count, scale, tag);
   absl::Status status = pass.Run();
   ++sequence_;
   if (!status.ok()) return Fail(status);

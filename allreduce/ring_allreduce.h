@@ -17,7 +17,7 @@
 // chunk. All-gather receives straight into the destination: no copy in user
 // space beyond what the reduction needs.
 //
-// Each all-reduce starts with a 16-byte header (sequence number, element
+// Each all-reduce starts with a 24-byte header (sequence number, tag, element
 // count) in the same stream, costing no round trip, so two ranks that disagree
 // about which buffer they reduce fail with a clear error instead of mixing
 // gradients. After any error the ring is shut down (the neighbours notice at
@@ -39,12 +39,16 @@ class RingAllReduce {
   // multiple of 64 bytes and at least 4 KiB.
   RingAllReduce(RingTransport* transport, int64_t chunk_bytes);
 
+  // Bytes of the header that precedes each all-reduce's payload.
+  static constexpr int64_t kHeaderBytes = 24;
+
   // Sums `count` floats at `data` over all ranks in place, then multiplies by
   // `scale` (1/N gives the average). The scale is folded into the last
   // reduce-scatter step, so averaging costs no extra pass over the buffer.
-  // Every rank must call Run with the same count, in the same order; they all
-  // end with bitwise identical results.
-  absl::Status Run(float* data, int64_t count, float scale = 1.0f);
+  // Every rank must call Run with the same count and `tag` (a bucket index,
+  // say), in the same order; they all end with bitwise identical results.
+  absl::Status Run(float* data, int64_t count, float scale = 1.0f,
+                   uint32_t tag = 0);
 
   // Payload bytes moved so far (headers excluded), for StepStats.
   int64_t bytes_sent() const { return bytes_sent_; }

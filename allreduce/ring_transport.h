@@ -57,7 +57,9 @@ class RingTransport {
 
   int rank() const { return options_.rank; }
   int world_size() const { return options_.world_size; }
+  // How long a transfer may stall before it fails (set-up used it too).
   absl::Duration timeout() const { return options_.timeout; }
+  void set_timeout(absl::Duration timeout) { options_.timeout = timeout; }
   const RingTransportOptions& options() const { return options_; }
 
   // Valid when world_size > 1. With two ranks, left and right are the same

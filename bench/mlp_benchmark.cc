@@ -51,10 +51,10 @@ struct TrainingSetup {
   float* loss = nullptr;
 };
 
-#define BENCH_CHECK_OK(expr)                                       \
-  do {                                                             \
-    const absl::Status bench_status_ = (expr);                     \
-    GS_CHECK(bench_status_.ok()) << #expr ": " << bench_status_;   \
+#define BENCH_CHECK_OK(expr)                                     \
+  do {                                                           \
+    const absl::Status bench_status_ = (expr);                   \
+    GS_CHECK(bench_status_.ok()) << #expr ": " << bench_status_; \
   } while (0)
 
 template <typename T>
@@ -69,8 +69,8 @@ TrainingSetup MakeSetup(int batch, int threads) {
   device_options.cpu_threads = threads;
   setup.device = Unwrap(CreateDevice(device_options));
   setup.model = Unwrap(CreateMlp(MlpOptions()));
-  setup.layout = std::make_unique<ParamLayout>(Unwrap(
-      ParamLayout::Create(setup.model->ParamSpecs(), 25 * 1024 * 1024)));
+  setup.layout = std::make_unique<ParamLayout>(
+      Unwrap(ParamLayout::Create(setup.model->ParamSpecs(), 25 * 1024 * 1024)));
   const int64_t total = setup.layout->total_numel();
   setup.params = Unwrap(setup.device->Allocate<float>(total));
   setup.grads = Unwrap(setup.device->Allocate<float>(total));
@@ -117,8 +117,8 @@ void BM_MlpTrainingStep(benchmark::State& state) {
   const GradReadyCallback ready = [&ready_calls](int) { ++ready_calls; };
 
   for (auto _ : state) {
-    BENCH_CHECK_OK(setup.model->ForwardBackward(
-        setup.inputs, setup.labels, batch, setup.loss, ready));
+    BENCH_CHECK_OK(setup.model->ForwardBackward(setup.inputs, setup.labels,
+                                                batch, setup.loss, ready));
     setup.optimizer->Step(setup.params, setup.grads, 0.01f);
     BENCH_CHECK_OK(setup.device->Synchronize());
   }
@@ -127,9 +127,9 @@ void BM_MlpTrainingStep(benchmark::State& state) {
   float loss = 0.0f;
   BENCH_CHECK_OK(setup.device->CopyToHost(&loss, setup.loss, sizeof(float)));
   state.SetItemsProcessed(state.iterations() * batch);
-  state.counters["GFLOP"] = benchmark::Counter(
-      FlopsPerStep(DefaultWidths(), batch) / 1e9,
-      benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP"] =
+      benchmark::Counter(FlopsPerStep(DefaultWidths(), batch) / 1e9,
+                         benchmark::Counter::kIsIterationInvariantRate);
   // Training on one fixed batch: the loss falling shows the step is real work.
   state.counters["final_loss"] = loss;
 }

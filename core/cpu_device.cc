@@ -18,6 +18,61 @@
 extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace gradsync {
+namespace {
+
+// The element-wise kernels run in fixed blocks of kBlock elements plus a
+// shorter tail. GCC 12 at -O2 (this build's level) vectorizes a loop only when
+// no scalar remainder is left over, so a loop over a runtime count stays scalar
+// while one over a constant 16 becomes four 4-wide SIMD operations. The span
+// functions take __restrict pointers (honoured on parameters, not on locals)
+// so the compiler need not guard against the buffers overlapping. Measured on
+// the 2-core development VM: the SGD-with-momentum update over the default
+// model went from 1.07 ms to 0.44 ms (bench/mlp_benchmark BM_SgdUpdate).
+constexpr int kBlock = 16;
+
+// Calls span(start, n) over [0, count) in kBlock pieces and one shorter tail.
+// The span functions inline into `span`, where n is the constant kBlock.
+template <typename Span>
+inline void ForEachBlock(int64_t count, Span span) {
+  int64_t start = 0;
+  for (; start + kBlock <= count; start += kBlock) span(start, kBlock);
+  if (start < count) span(start, static_cast<int>(count - start));
+}
+
+inline void AddSpan(float* __restrict y, const float* __restrict x, int n) {
+  for (int j = 0; j < n; ++j) y[j] += x[j];
+}
+
+inline void ReluSpan(float* __restrict x, int n) {
+  for (int j = 0; j < n; ++j) x[j] = x[j] > 0.0f ? x[j] : 0.0f;
+}
+
+inline void ReluBackwardSpan(const float* __restrict y, float* __restrict dy,
+                             int n) {
+  for (int j = 0; j < n; ++j) dy[j] = y[j] > 0.0f ? dy[j] : 0.0f;
+}
+
+inline void ScaleSpan(float* __restrict x, float alpha, int n) {
+  for (int j = 0; j < n; ++j) x[j] *= alpha;
+}
+
+inline void SgdSpan(float* __restrict p, const float* __restrict g, int n,
+                    float lr, float weight_decay) {
+  for (int j = 0; j < n; ++j) p[j] -= lr * (g[j] + weight_decay * p[j]);
+}
+
+inline void SgdMomentumSpan(float* __restrict p, const float* __restrict g,
+                            float* __restrict v, int n, float lr,
+                            float momentum, float weight_decay) {
+  for (int j = 0; j < n; ++j) {
+    const float gj = g[j] + weight_decay * p[j];
+    const float vj = momentum * v[j] + gj;
+    v[j] = vj;
+    p[j] -= lr * vj;
+  }
+}
+
+}  // namespace
 
 CpuDevice::CpuDevice(int cpu_threads) {
   if (cpu_threads > 0) openblas_set_num_threads(cpu_threads);
@@ -57,8 +112,8 @@ size_t CpuDevice::allocated_bytes() const {
 absl::Status CpuDevice::CopyToDevice(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   if (dst == nullptr || src == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cpu: CopyToDevice of ", bytes, " bytes with a null pointer"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cpu: CopyToDevice of ", bytes, " bytes with a null pointer"));
   }
   std::memcpy(dst, src, bytes);
   return absl::OkStatus();
@@ -67,8 +122,8 @@ absl::Status CpuDevice::CopyToDevice(void* dst, const void* src, size_t bytes) {
 absl::Status CpuDevice::CopyToHost(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   if (dst == nullptr || src == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cpu: CopyToHost of ", bytes, " bytes with a null pointer"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cpu: CopyToHost of ", bytes, " bytes with a null pointer"));
   }
   std::memcpy(dst, src, bytes);
   return absl::OkStatus();
@@ -104,32 +159,29 @@ void CpuDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
 
 void CpuDevice::AddRowBias(float* y, const float* bias, int rows, int cols) {
   for (int r = 0; r < rows; ++r) {
-    float* __restrict row = y + static_cast<int64_t>(r) * cols;
-    const float* __restrict bias_row = bias;
-    for (int c = 0; c < cols; ++c) row[c] += bias_row[c];
+    float* row = y + static_cast<int64_t>(r) * cols;
+    ForEachBlock(cols,
+                 [&](int64_t c, int n) { AddSpan(row + c, bias + c, n); });
   }
 }
 
 void CpuDevice::SumRows(const float* x, float* out, int rows, int cols) {
   // Row by row rather than column by column: every pass reads one contiguous
   // row and adds it to `out`, which stays in cache.
-  float* __restrict sum = out;
-  std::fill(sum, sum + cols, 0.0f);
+  std::fill(out, out + std::max(cols, 0), 0.0f);
   for (int r = 0; r < rows; ++r) {
-    const float* __restrict row = x + static_cast<int64_t>(r) * cols;
-    for (int c = 0; c < cols; ++c) sum[c] += row[c];
+    const float* row = x + static_cast<int64_t>(r) * cols;
+    ForEachBlock(cols, [&](int64_t c, int n) { AddSpan(out + c, row + c, n); });
   }
 }
 
 void CpuDevice::ReluForward(float* x, int64_t count) {
-  float* __restrict p = x;
-  for (int64_t i = 0; i < count; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
+  ForEachBlock(count, [&](int64_t i, int n) { ReluSpan(x + i, n); });
 }
 
 void CpuDevice::ReluBackward(const float* y, float* dy, int64_t count) {
-  const float* __restrict out = y;
-  float* __restrict grad = dy;
-  for (int64_t i = 0; i < count; ++i) grad[i] = out[i] > 0.0f ? grad[i] : 0.0f;
+  ForEachBlock(count,
+               [&](int64_t i, int n) { ReluBackwardSpan(y + i, dy + i, n); });
 }
 
 void CpuDevice::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
@@ -170,8 +222,7 @@ void CpuDevice::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
 }
 
 void CpuDevice::Scale(float* x, int64_t count, float alpha) {
-  float* __restrict p = x;
-  for (int64_t i = 0; i < count; ++i) p[i] *= alpha;
+  ForEachBlock(count, [&](int64_t i, int n) { ScaleSpan(x + i, alpha, n); });
 }
 
 void CpuDevice::Fill(float* x, int64_t count, float value) {
@@ -182,24 +233,18 @@ void CpuDevice::Fill(float* x, int64_t count, float value) {
 void CpuDevice::SgdUpdate(float* params, const float* grads, float* velocity,
                           int64_t count, float lr, float momentum,
                           float weight_decay) {
-  float* __restrict p = params;
-  const float* __restrict g = grads;
   if (momentum == 0.0f) {
-    for (int64_t i = 0; i < count; ++i) {
-      const float gi = g[i] + weight_decay * p[i];
-      p[i] -= lr * gi;
-    }
+    ForEachBlock(count, [&](int64_t i, int n) {
+      SgdSpan(params + i, grads + i, n, lr, weight_decay);
+    });
     return;
   }
   // PyTorch starts the buffer at the first gradient (v = g); the velocity
   // buffer is zero-filled at allocation, so momentum·0 + g gives exactly that.
-  float* __restrict v = velocity;
-  for (int64_t i = 0; i < count; ++i) {
-    const float gi = g[i] + weight_decay * p[i];
-    const float vi = momentum * v[i] + gi;
-    v[i] = vi;
-    p[i] -= lr * vi;
-  }
+  ForEachBlock(count, [&](int64_t i, int n) {
+    SgdMomentumSpan(params + i, grads + i, velocity + i, n, lr, momentum,
+                    weight_decay);
+  });
 }
 
 void CpuDevice::AdamUpdate(float* params, const float* grads, float* m,
@@ -212,17 +257,21 @@ void CpuDevice::AdamUpdate(float* params, const float* grads, float* m,
   const double bias_correction2 = 1.0 - std::pow(double{state.beta2}, step);
   // PyTorch's arrangement: p -= (lr / bc1) · m / (sqrt(v) / sqrt(bc2) + eps).
   const float step_size = static_cast<float>(lr / bias_correction1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
+  const float inv_sqrt_bc2 =
+      static_cast<float>(1.0 / std::sqrt(bias_correction2));
   const float beta1 = state.beta1;
   const float beta2 = state.beta2;
   const float one_minus_beta1 = 1.0f - beta1;
   const float one_minus_beta2 = 1.0f - beta2;
   const float epsilon = state.epsilon;
 
-  float* __restrict p = params;
-  const float* __restrict g = grads;
-  float* __restrict m1 = m;
-  float* __restrict m2 = v;
+  // A plain loop: std::sqrt must set errno for negative inputs under the
+  // default -fmath-errno, and that branch keeps GCC from vectorizing this one
+  // (it would with -fno-math-errno). Adam is not the default optimizer.
+  float* p = params;
+  const float* g = grads;
+  float* m1 = m;
+  float* m2 = v;
   for (int64_t i = 0; i < count; ++i) {
     const float gi = g[i] + weight_decay * p[i];
     const float mi = beta1 * m1[i] + one_minus_beta1 * gi;

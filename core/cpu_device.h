@@ -1,10 +1,14 @@
 // The CPU backend of Device: matrix products through OpenBLAS (cblas_sgemm,
 // row-major), every other kernel a plain loop over contiguous memory that the
 // compiler vectorizes. Work runs synchronously on the calling thread (and
-// OpenBLAS's own threads inside Gemm), so Synchronize() has nothing to wait for.
+// OpenBLAS's own threads inside Gemm), so Synchronize() has nothing to wait
+// for.
 //
-// Device memory is host memory: 64-byte aligned (a cache line, and a full AVX-512
-// vector) zero-filled blocks owned by the device and freed with it.
+// The buffers given to one kernel call must not overlap (other than the
+// documented in-place arguments): the loops are compiled on that promise.
+//
+// Device memory is host memory: 64-byte aligned (a cache line, and a full
+// AVX-512 vector) zero-filled blocks owned by the device and freed with it.
 #pragma once
 
 #include <cstddef>
@@ -22,9 +26,9 @@ namespace gradsync {
 class CpuDevice : public Device {
  public:
   // `cpu_threads` > 0 sets OpenBLAS's thread count for the whole process (the
-  // library has one global pool); 0 keeps the library default (OPENBLAS_NUM_THREADS
-  // or every core). Several workers on one machine each want a share of the
-  // cores, not all of them.
+  // library has one global pool); 0 keeps the library default
+  // (OPENBLAS_NUM_THREADS or every core). Several workers on one machine each
+  // want a share of the cores, not all of them.
   explicit CpuDevice(int cpu_threads = 0);
   ~CpuDevice() override;
 
@@ -51,9 +55,8 @@ class CpuDevice : public Device {
   // loads it. A label outside that range does not read out of bounds: its row
   // gets the softmax as gradient (no target term) and the loss becomes NaN, so
   // the mistake shows in the logged loss instead of training on garbage.
-  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
-                           int rows, int classes, float* dlogits,
-                           float* loss) override;
+  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int rows,
+                           int classes, float* dlogits, float* loss) override;
   void Scale(float* x, int64_t count, float alpha) override;
   void Fill(float* x, int64_t count, float value) override;
 
@@ -71,7 +74,8 @@ class CpuDevice : public Device {
  private:
   static constexpr size_t kAlignment = 64;
 
-  mutable std::mutex mu_;  // allocation happens at set-up, possibly from threads
+  mutable std::mutex
+      mu_;  // allocation happens at set-up, possibly from threads
   std::vector<void*> blocks_;
   size_t allocated_bytes_ = 0;
 };

@@ -40,10 +40,9 @@ class CpuDeviceTest : public ::testing::Test {
   T* Upload(const std::vector<T>& values) {
     auto buffer = device_->Allocate<T>(static_cast<int64_t>(values.size()));
     EXPECT_TRUE(buffer.ok()) << buffer.status();
-    EXPECT_TRUE(device_
-                    ->CopyToDevice(*buffer, values.data(),
-                                   values.size() * sizeof(T))
-                    .ok());
+    EXPECT_TRUE(
+        device_->CopyToDevice(*buffer, values.data(), values.size() * sizeof(T))
+            .ok());
     return *buffer;
   }
 
@@ -109,10 +108,11 @@ TEST_F(CpuDeviceTest, GemmMatchesReferenceInAllTransposeCombinations) {
       float* c_dev = Upload(c);
       device_->Gemm(transpose_a, transpose_b, m, n, k, alpha, a_dev, b_dev,
                     beta, c_dev);
-      const std::vector<float> expected =
-          ReferenceGemm(transpose_a, transpose_b, m, n, k, alpha, a, b, beta, c);
+      const std::vector<float> expected = ReferenceGemm(
+          transpose_a, transpose_b, m, n, k, alpha, a, b, beta, c);
       const std::vector<float> got = Download(c_dev, m * n);
-      for (int i = 0; i < m * n; ++i) EXPECT_NEAR(got[i], expected[i], 1e-5f) << i;
+      for (int i = 0; i < m * n; ++i)
+        EXPECT_NEAR(got[i], expected[i], 1e-5f) << i;
     }
   }
 }
@@ -120,7 +120,8 @@ TEST_F(CpuDeviceTest, GemmMatchesReferenceInAllTransposeCombinations) {
 TEST_F(CpuDeviceTest, GemmWithBetaZeroOverwritesGarbage) {
   const std::vector<float> a = {1, 2, 3, 4};  // 2×2
   const std::vector<float> b = {1, 0, 0, 1};  // identity
-  float* c = Upload(std::vector<float>(4, std::numeric_limits<float>::quiet_NaN()));
+  float* c =
+      Upload(std::vector<float>(4, std::numeric_limits<float>::quiet_NaN()));
   device_->Gemm(false, false, 2, 2, 2, 1.0f, Upload(a), Upload(b), 0.0f, c);
   EXPECT_EQ(Download(c, 4), a);
 }
@@ -223,7 +224,8 @@ TEST_F(CpuDeviceTest, SgdWithMomentumAndWeightDecayMatchesHandComputedSteps) {
   // lr 0.1, momentum 0.9, weight decay 0.01, p0 = 1, g = 0.5 twice:
   //   step 1: g' = 0.5 + 0.01·1 = 0.51;     v = 0.51 (PyTorch: v = g first);
   //           p = 1 - 0.1·0.51 = 0.949
-  //   step 2: g' = 0.5 + 0.01·0.949 = 0.50949; v = 0.9·0.51 + 0.50949 = 0.96849;
+  //   step 2: g' = 0.5 + 0.01·0.949 = 0.50949; v = 0.9·0.51 + 0.50949 =
+  //   0.96849;
   //           p = 0.949 - 0.096849 = 0.852151
   float* p = Upload(std::vector<float>{1});
   float* g = Upload(std::vector<float>{0.5f});

@@ -1,11 +1,12 @@
 // Device creation by type, and parsing of --device.
+#include "core/device.h"
+
 #include <memory>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/cpu_device.h"
-#include "core/device.h"
 
 namespace gradsync {
 
@@ -23,17 +24,17 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
   switch (options.type) {
     case DeviceType::kCpu:
       if (options.cpu_threads < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--cpu_threads=", options.cpu_threads,
-            " must be >= 0 (0 = the BLAS library's default)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--cpu_threads=", options.cpu_threads,
+                         " must be >= 0 (0 = the BLAS library's default)"));
       }
       return std::unique_ptr<Device>(
           std::make_unique<CpuDevice>(options.cpu_threads));
     case DeviceType::kCuda:
 #ifdef GRADSYNC_CUDA
       if (options.gpu_index < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "GPU index ", options.gpu_index, " must be >= 0"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("GPU index ", options.gpu_index, " must be >= 0"));
       }
       return CreateCudaDevice(options);
 #else
@@ -49,8 +50,8 @@ absl::StatusOr<DeviceType> ParseDeviceType(const std::string& name) {
   const std::string lower = absl::AsciiStrToLower(name);
   if (lower == "cpu") return DeviceType::kCpu;
   if (lower == "cuda") return DeviceType::kCuda;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown --device=", name, "; choose cpu or cuda"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --device=", name, "; choose cpu or cuda"));
 }
 
 }  // namespace gradsync

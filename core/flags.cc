@@ -23,7 +23,7 @@ ABSL_FLAG(std::string, data_dir, gradsync::kDefaultFashionMnistDir,
 ABSL_FLAG(int64_t, synthetic_size, 8192,
           "training samples of --data=synthetic (test set: a quarter)");
 ABSL_FLAG(int, batch_size, 64, "samples per worker per step");
-ABSL_FLAG(int64_t, epochs, 3, "passes over the training set");
+ABSL_FLAG(int64_t, epochs, 5, "passes over the training set");
 ABSL_FLAG(int64_t, max_steps, 0, "stop after this many steps; 0 = no limit");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the initial parameters and data order");
 ABSL_FLAG(bool, shuffle, true, "reshuffle the data every epoch");
@@ -52,6 +52,10 @@ ABSL_FLAG(std::string, dump_params, "",
 ABSL_FLAG(int64_t, warmup_steps, 5, "steps left out of the summary's means");
 ABSL_FLAG(double, timeout_s, 60,
           "seconds any wait for a peer may take before the job fails naming it");
+ABSL_FLAG(int, fault_rank, -1,
+          "testing: this worker ends itself at --fault_step (see --fault)");
+ABSL_FLAG(int64_t, fault_step, 0, "testing: the step at which --fault_rank fails");
+ABSL_FLAG(std::string, fault, "exit", "testing: how --fault_rank fails: exit (code 3) or kill (SIGKILL)");
 
 namespace gradsync {
 
@@ -77,6 +81,12 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.check_params_every = absl::GetFlag(FLAGS_check_params_every);
   o.dump_params = absl::GetFlag(FLAGS_dump_params);
   o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.fault_rank = absl::GetFlag(FLAGS_fault_rank);
+  o.fault_step = absl::GetFlag(FLAGS_fault_step);
+  o.fault = absl::GetFlag(FLAGS_fault);
+  if (o.fault != "exit" && o.fault != "kill") {
+    return absl::InvalidArgumentError(absl::StrCat("--fault=", o.fault, " must be exit or kill"));
+  }
   const double timeout = absl::GetFlag(FLAGS_timeout_s);
   if (!(timeout > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("--timeout_s=", timeout, " must be positive"));

@@ -125,8 +125,8 @@ class Mlp : public Model {
   float* delta_[2] = {nullptr, nullptr};
 };
 
-absl::Status Mlp::Bind(Device& device, const ParamLayout& layout,
-                       float* params, float* grads, int max_batch) {
+absl::Status Mlp::Bind(Device& device, const ParamLayout& layout, float* params,
+                       float* grads, int max_batch) {
   if (max_batch < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(name(), ": max batch ", max_batch, " must be >= 1"));
@@ -139,9 +139,9 @@ absl::Status Mlp::Bind(Device& device, const ParamLayout& layout,
   // model's parameter indices to the strategy through the `ready` callback.
   const std::vector<ParamSpec> specs = ParamSpecs();
   if (layout.params().size() != specs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name(), ": layout has ", layout.params().size(),
-        " parameters, the model ", specs.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": layout has ", layout.params().size(),
+                     " parameters, the model ", specs.size()));
   }
   for (size_t i = 0; i < specs.size(); ++i) {
     const ParamSpec& got = layout.params()[i].spec;
@@ -166,9 +166,8 @@ absl::Status Mlp::Bind(Device& device, const ParamLayout& layout,
     biases_[layer] = params + bias_offset;
     weight_grads_[layer] = grads + weight_offset;
     bias_grads_[layer] = grads + bias_offset;
-    ASSIGN_OR_RETURN(
-        outputs_[layer],
-        device.Allocate<float>(int64_t{max_batch} * widths_[layer]));
+    ASSIGN_OR_RETURN(outputs_[layer], device.Allocate<float>(
+                                          int64_t{max_batch} * widths_[layer]));
     max_width = std::max(max_width, widths_[layer]);
   }
   for (float*& delta : delta_) {
@@ -188,7 +187,8 @@ void Mlp::InitParams(uint64_t seed, const ParamLayout& layout,
   for (int layer = 1; layer <= num_layers_; ++layer) {
     // PyTorch's nn.Linear default: kaiming_uniform_(a=sqrt(5)) on the weight
     // reduces to U(-1/sqrt(in), 1/sqrt(in)), and the bias uses the same bound.
-    const float bound = 1.0f / std::sqrt(static_cast<float>(widths_[layer - 1]));
+    const float bound =
+        1.0f / std::sqrt(static_cast<float>(widths_[layer - 1]));
     for (int index : {WeightIndex(layer), BiasIndex(layer)}) {
       const ParamInfo& info = layout.params()[index];
       std::mt19937_64 generator(SplitMix64(SplitMix64(seed) + index));
@@ -203,9 +203,9 @@ absl::Status Mlp::CheckBatch(const float* inputs, int batch) const {
         absl::StrCat(name(), ": Bind() must be called before running"));
   }
   if (batch < 1 || batch > max_batch_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name(), ": batch of ", batch, " rows; must be in [1, ", max_batch_,
-        "] (the max batch given to Bind)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": batch of ", batch, " rows; must be in [1, ",
+                     max_batch_, "] (the max batch given to Bind)"));
   }
   if (inputs == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(name(), ": null inputs"));
@@ -271,7 +271,8 @@ absl::Status Mlp::Forward(const float* inputs, int batch,
                           const float** logits) {
   RETURN_IF_ERROR(CheckBatch(inputs, batch));
   if (logits == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(name(), ": null logits slot"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": null logits slot"));
   }
   RunForward(inputs, batch);
   *logits = outputs_[num_layers_];
@@ -298,21 +299,21 @@ absl::StatusOr<std::vector<int>> ParseLayerWidths(const std::string& text) {
     piece = absl::StripAsciiWhitespace(piece);
     int width = 0;
     if (!absl::SimpleAtoi(piece, &width)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "layer width '", piece, "' at position ", position, " in ", flag,
-          " is not an integer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer width '", piece, "' at position ", position,
+                       " in ", flag, " is not an integer"));
     }
     if (width < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "layer width ", width, " at position ", position, " in ", flag,
-          "; every width must be >= 1"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer width ", width, " at position ", position, " in ",
+                       flag, "; every width must be >= 1"));
     }
     widths.push_back(width);
   }
   if (widths.size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        flag, " has ", widths.size(),
-        " width; need at least two (input and classes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " has ", widths.size(),
+                     " width; need at least two (input and classes)"));
   }
   return widths;
 }

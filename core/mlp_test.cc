@@ -92,10 +92,10 @@ class MlpFixture : public ::testing::Test {
     grads_ = *device_->Allocate<float>(total);
     host_params_.resize(total);
     model_->InitParams(seed, *layout_, host_params_.data());
-    ASSERT_TRUE(device_
-                    ->CopyToDevice(params_, host_params_.data(),
-                                   total * sizeof(float))
-                    .ok());
+    ASSERT_TRUE(
+        device_
+            ->CopyToDevice(params_, host_params_.data(), total * sizeof(float))
+            .ok());
     ASSERT_TRUE(
         model_->Bind(*device_, *layout_, params_, grads_, max_batch).ok());
     loss_ = *device_->Allocate<float>(1);
@@ -118,10 +118,9 @@ class MlpFixture : public ::testing::Test {
 
   std::vector<float> Grads() {
     std::vector<float> grads(layout_->total_numel());
-    EXPECT_TRUE(device_
-                    ->CopyToHost(grads.data(), grads_,
-                                 grads.size() * sizeof(float))
-                    .ok());
+    EXPECT_TRUE(
+        device_->CopyToHost(grads.data(), grads_, grads.size() * sizeof(float))
+            .ok());
     return grads;
   }
 
@@ -191,7 +190,8 @@ TEST_F(MlpFixture, GradientsMatchCentralDifferences) {
       params[index] = saved + h;
       const double plus = ReferenceLoss(widths_, params, inputs, labels, batch);
       params[index] = saved - h;
-      const double minus = ReferenceLoss(widths_, params, inputs, labels, batch);
+      const double minus =
+          ReferenceLoss(widths_, params, inputs, labels, batch);
       params[index] = saved;
       const double numeric = (plus - minus) / (2 * h);
       EXPECT_NEAR(grads[index], numeric, 1e-5 + 1e-3 * std::abs(numeric))
@@ -214,10 +214,12 @@ TEST_F(MlpFixture, ForwardGivesTheReferenceLogits) {
   ReferenceLoss(widths_,
                 std::vector<double>(host_params_.begin(), host_params_.end()),
                 inputs, {0, 0, 0}, batch, &expected);
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5);
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], expected[i], 1e-5);
 }
 
-TEST_F(MlpFixture, ReadyIsCalledOncePerParameterLastLayerFirstWithFinalGradients) {
+TEST_F(MlpFixture,
+       ReadyIsCalledOncePerParameterLastLayerFirstWithFinalGradients) {
   const int batch = 6;
   Build({7, 5, 4, 3}, 6);
   Upload(RandomInputs(batch * 7, 3), {1, 1, 0, 2, 2, 0});
@@ -236,7 +238,8 @@ TEST_F(MlpFixture, ReadyIsCalledOncePerParameterLastLayerFirstWithFinalGradients
                                  info.numel * sizeof(float))
                     .ok());
   };
-  ASSERT_TRUE(model_->ForwardBackward(inputs_, labels_, batch, loss_, ready).ok());
+  ASSERT_TRUE(
+      model_->ForwardBackward(inputs_, labels_, batch, loss_, ready).ok());
 
   // fc3.bias, fc3.weight, fc2.bias, fc2.weight, fc1.bias, fc1.weight.
   EXPECT_EQ(order, (std::vector<int>{5, 4, 3, 2, 1, 0}));
@@ -256,8 +259,10 @@ TEST_F(MlpFixture, SmallerBatchAfterLargerIgnoresStaleRows) {
   const std::vector<float> inputs = RandomInputs(8 * 7, 9);
   const std::vector<int32_t> labels = {0, 1, 2, 0, 1, 2, 0, 1};
   Upload(inputs, labels);
-  ASSERT_TRUE(model_->ForwardBackward(inputs_, labels_, 8, loss_, nullptr).ok());
-  ASSERT_TRUE(model_->ForwardBackward(inputs_, labels_, 3, loss_, nullptr).ok());
+  ASSERT_TRUE(
+      model_->ForwardBackward(inputs_, labels_, 8, loss_, nullptr).ok());
+  ASSERT_TRUE(
+      model_->ForwardBackward(inputs_, labels_, 3, loss_, nullptr).ok());
   const double expected = ReferenceLoss(
       widths_, std::vector<double>(host_params_.begin(), host_params_.end()),
       inputs, labels, 3);
@@ -270,7 +275,8 @@ TEST_F(MlpFixture, BatchErrors) {
   auto too_big = model_->ForwardBackward(inputs_, labels_, 5, loss_, nullptr);
   ASSERT_FALSE(too_big.ok());
   EXPECT_TRUE(Contains(too_big.message(), "[1, 4]")) << too_big;
-  EXPECT_FALSE(model_->ForwardBackward(inputs_, labels_, 0, loss_, nullptr).ok());
+  EXPECT_FALSE(
+      model_->ForwardBackward(inputs_, labels_, 0, loss_, nullptr).ok());
   const float* logits = nullptr;
   EXPECT_FALSE(model_->Forward(inputs_, 5, &logits).ok());
 }
@@ -289,10 +295,11 @@ TEST(MlpTest, BindRejectsAForeignLayout) {
   ASSERT_TRUE(device.ok());
   auto model = CreateMlp(MlpOptions{{4, 3, 2}});
   ASSERT_TRUE(model.ok());
-  auto other = ParamLayout::Create(
-      {{"fc1.weight", {3, 4}}, {"fc1.bias", {3}}, {"fc2.weight", {3, 3}},
-       {"fc2.bias", {3}}},
-      0);
+  auto other = ParamLayout::Create({{"fc1.weight", {3, 4}},
+                                    {"fc1.bias", {3}},
+                                    {"fc2.weight", {3, 3}},
+                                    {"fc2.bias", {3}}},
+                                   0);
   ASSERT_TRUE(other.ok());
   float* params = *(*device)->Allocate<float>(other->total_numel());
   float* grads = *(*device)->Allocate<float>(other->total_numel());
@@ -346,11 +353,14 @@ TEST(MlpInitTest, ValuesArePinnedAcrossPlatforms) {
   for (float v : values) EXPECT_LE(std::abs(v), 0.5f);
   // Recorded from this implementation (mt19937_64 seeded by SplitMix64).
   const std::vector<float> pinned = {
-      -0.0585083254f, -0.171597719f, 0.244441316f,  -0.108281173f,  // fc1.weight
-      -0.245954394f,  0.286037922f,  -0.304702818f, 0.185949638f,   //
-      0.216691315f,   0.246128514f};                                // fc1.bias
+      -0.0585083254f, -0.171597719f,
+      0.244441316f,   -0.108281173f,  // fc1.weight
+      -0.245954394f,  0.286037922f,
+      -0.304702818f,  0.185949638f,   //
+      0.216691315f,   0.246128514f};  // fc1.bias
   ASSERT_EQ(values.size(), pinned.size());
-  for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(values[i], pinned[i]) << i;
+  for (size_t i = 0; i < values.size(); ++i)
+    EXPECT_EQ(values[i], pinned[i]) << i;
 }
 
 TEST(ParseLayerWidthsTest, ParsesAndExplainsErrors) {

@@ -120,13 +120,14 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
         absl::StrCat("--lr=", options.lr, " must be a finite number > 0"));
   }
   if (!(options.weight_decay >= 0.0f) || !std::isfinite(options.weight_decay)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--weight_decay=", options.weight_decay, " must be a finite number >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--weight_decay=", options.weight_decay,
+                     " must be a finite number >= 0"));
   }
   if (options.kind == "sgd") {
     if (!InHalfOpenUnit(options.momentum)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--momentum=", options.momentum, " must be in [0, 1)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--momentum=", options.momentum, " must be in [0, 1)"));
     }
     return std::unique_ptr<Optimizer>(std::make_unique<SgdOptimizer>(options));
   }

@@ -38,7 +38,8 @@ int64_t ParamSpec::numel() const {
 absl::StatusOr<ParamLayout> ParamLayout::Create(std::vector<ParamSpec> specs,
                                                 int64_t bucket_bytes) {
   if (specs.empty()) {
-    return absl::InvalidArgumentError("parameter layout: the model has no parameters");
+    return absl::InvalidArgumentError(
+        "parameter layout: the model has no parameters");
   }
   ParamLayout layout;
   absl::flat_hash_set<std::string> names;
@@ -51,9 +52,9 @@ absl::StatusOr<ParamLayout> ParamLayout::Create(std::vector<ParamSpec> specs,
                        ShapeString(spec.shape), ") has an empty name"));
     }
     if (!names.insert(spec.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameter layout: duplicate parameter name '", spec.name,
-          "' (parameter ", i, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter layout: duplicate parameter name '",
+                       spec.name, "' (parameter ", i, ")"));
     }
     // Offsets are counted in floats and sent as byte counts; keep the total
     // well inside int64 so no product below can overflow.
@@ -68,9 +69,10 @@ absl::StatusOr<ParamLayout> ParamLayout::Create(std::vector<ParamSpec> specs,
             ShapeString(spec.shape), "; every dimension must be >= 1"));
       }
       if (numel > kMaxNumel / dim || offset + numel * dim > kMaxNumel) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "parameter layout: parameter '", spec.name, "' with shape ",
-            ShapeString(spec.shape), " makes the model larger than 2^40 floats"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter layout: parameter '", spec.name,
+                         "' with shape ", ShapeString(spec.shape),
+                         " makes the model larger than 2^40 floats"));
       }
       numel *= dim;
     }

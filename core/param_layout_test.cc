@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-
 #include "gtest/gtest.h"
 
 namespace gradsync {
@@ -102,7 +101,8 @@ TEST(ParamLayoutTest, BucketsTileTheBufferContiguouslyFromTheEnd) {
     for (size_t b = 0; b < layout.buckets().size(); ++b) {
       const Bucket& bucket = layout.buckets()[b];
       EXPECT_EQ(bucket.index, static_cast<int>(b));
-      EXPECT_EQ(bucket.offset + bucket.numel, end);  // ends where the last began
+      EXPECT_EQ(bucket.offset + bucket.numel,
+                end);  // ends where the last began
       ASSERT_FALSE(bucket.params.empty());
       if (bucket.params.size() > 1) {
         EXPECT_LE(bucket.numel * 4, cap);
@@ -134,9 +134,10 @@ TEST(ParamLayoutTest, DescribeListsBucketsWithSizesAndNames) {
   EXPECT_EQ(small.Describe(),
             "bucket 0: 2 params, 220 B [d c]\n"
             "bucket 1: 2 params, 200 B [b a]");
-  const ParamLayout mlp = MustCreate(
-      {{"fc3.weight", {10, 256}}, {"fc3.bias", {10}}}, 0);
-  EXPECT_EQ(mlp.Describe(), "bucket 0: 2 params, 10.0 KiB [fc3.bias fc3.weight]");
+  const ParamLayout mlp =
+      MustCreate({{"fc3.weight", {10, 256}}, {"fc3.bias", {10}}}, 0);
+  EXPECT_EQ(mlp.Describe(),
+            "bucket 0: 2 params, 10.0 KiB [fc3.bias fc3.weight]");
   const ParamLayout big = MustCreate({{"w", {512, 1024}}}, 0);
   EXPECT_EQ(big.Describe(), "bucket 0: 1 param, 2.0 MiB [w]");
 }
@@ -147,16 +148,20 @@ TEST(ParamLayoutTest, Errors) {
 
   auto unnamed = ParamLayout::Create({{"a", {2}}, {"", {3}}}, 0);
   ASSERT_FALSE(unnamed.ok());
-  EXPECT_TRUE(Contains(unnamed.status().message(), "parameter 1")) << unnamed.status().message();
+  EXPECT_TRUE(Contains(unnamed.status().message(), "parameter 1"))
+      << unnamed.status().message();
 
   auto duplicate = ParamLayout::Create({{"a", {2}}, {"a", {3}}}, 0);
   ASSERT_FALSE(duplicate.ok());
-  EXPECT_TRUE(Contains(duplicate.status().message(), "duplicate")) << duplicate.status().message();
+  EXPECT_TRUE(Contains(duplicate.status().message(), "duplicate"))
+      << duplicate.status().message();
 
   auto zero = ParamLayout::Create({{"a", {2}}, {"fc2.weight", {4, 0}}}, 0);
   ASSERT_FALSE(zero.ok());
-  EXPECT_TRUE(Contains(zero.status().message(), "'fc2.weight'")) << zero.status().message();
-  EXPECT_TRUE(Contains(zero.status().message(), "[4x0]")) << zero.status().message();
+  EXPECT_TRUE(Contains(zero.status().message(), "'fc2.weight'"))
+      << zero.status().message();
+  EXPECT_TRUE(Contains(zero.status().message(), "[4x0]"))
+      << zero.status().message();
 
   EXPECT_FALSE(ParamLayout::Create({{"a", {-3}}}, 0).ok());
   EXPECT_FALSE(

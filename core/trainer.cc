@@ -1,5 +1,6 @@
 #include "core/trainer.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -190,6 +191,11 @@ absl::Status Trainer::CheckParamsAgree(const std::string& when) {
 
 absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
                                 int64_t first, int rows, int64_t epoch) {
+  if (id_.rank == options_.fault_rank && step_ == options_.fault_step) {
+    GS_LOG(ERROR) << "fault injected at step " << step_ << ": " << options_.fault;
+    if (options_.fault == "kill") raise(SIGKILL);
+    _exit(3);
+  }
   const Clock::time_point start = Clock::now();
   const int dim = model_.input_dim();
   for (int i = 0; i < rows; ++i) {

@@ -23,7 +23,7 @@ namespace gradsync {
 
 struct TrainerOptions {
   int batch_size = 64;        // per worker
-  int64_t epochs = 3;
+  int64_t epochs = 5;
   int64_t max_steps = 0;      // stop after this many steps in all; 0 = no limit
   uint64_t seed = 1;          // parameters and data order
   bool shuffle = true;
@@ -40,6 +40,11 @@ struct TrainerOptions {
   std::string dump_params;       // write final parameters to <path>.worker<r>
   int64_t warmup_steps = 5;      // left out of the summary's means
   absl::Duration timeout = absl::Seconds(60);
+  // Fault injection for the failure tests: worker `fault_rank` ends itself at
+  // the start of step `fault_step`, by exit(3) ("exit") or SIGKILL ("kill").
+  int fault_rank = -1;
+  int64_t fault_step = 0;
+  std::string fault = "exit";
 };
 
 struct TrainResult {

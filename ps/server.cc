@@ -368,7 +368,7 @@ class ParameterServer::Impl final
       : options_(options),
         shard_(options.job_id, options.server_rank, options.num_servers,
                options.num_workers),
-        last_activity_(absl::Now()) {}
+        last_activity_(absl::ToUnixNanos(absl::Now())) {}
 
   grpc::ServerReadReactor<ps::RegisterMessage>* Register(
       grpc::CallbackServerContext* context, ps::RegisterReply* reply) override {

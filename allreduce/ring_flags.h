@@ -1,0 +1,9 @@
+// The ring's command-line knobs, declared once (defined in ring_flags.cc) so
+// that the trainer's --sync=ring and the all-reduce benchmark read the same
+// flags.
+#pragma once
+
+#include "absl/flags/declare.h"
+
+ABSL_DECLARE_FLAG(int, ring_chunk_kb);
+ABSL_DECLARE_FLAG(int, ring_socket_buffer_kb);

@@ -1,0 +1,192 @@
+#include "allreduce/ring_sync.h"
+
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "allreduce/ring_flags.h"
+#include "core/logging.h"
+#include "core/status_macros.h"
+
+namespace gradsync {
+
+RingSyncOptions RingSyncOptionsFromFlags() {
+  RingSyncOptions options;
+  options.chunk_bytes = int64_t{absl::GetFlag(FLAGS_ring_chunk_kb)} << 10;
+  options.socket_buffer_bytes = absl::GetFlag(FLAGS_ring_socket_buffer_kb) << 10;
+  return options;
+}
+
+RingSync::RingSync(const SyncContext& context, const RingSyncOptions& options)
+    : context_(context), options_(options) {}
+
+RingSync::~RingSync() { StopThread(); }
+
+absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
+                             const SyncBuffers& buffers) {
+  if (device.type() != DeviceType::kCpu) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--sync=ring reduces host memory, but the gradients live on ",
+        device.name(),
+        "; staging them through pinned host buffers is not implemented yet, "
+        "use --sync=nccl on GPUs"));
+  }
+  if (buffers.grads == nullptr) {
+    return absl::InvalidArgumentError("--sync=ring: no gradient buffer");
+  }
+  grads_ = buffers.grads;
+  for (const Bucket& bucket : layout.buckets()) {
+    buckets_.push_back(Span{bucket.offset, bucket.numel});
+  }
+  ready_.assign(buckets_.size(), false);
+
+  RingTransportOptions transport_options;
+  transport_options.rank = context_.rank;
+  transport_options.world_size = context_.world_size;
+  transport_options.job_id = context_.job_id;
+  transport_options.advertise_host = context_.advertise_host;
+  transport_options.timeout = context_.timeout;
+  transport_options.socket_buffer_bytes = options_.socket_buffer_bytes;
+  ASSIGN_OR_RETURN(transport_, RingTransport::Create(transport_options,
+                                                     context_.coordinator));
+  ring_ = std::make_unique<RingAllReduce>(transport_.get(), options_.chunk_bytes);
+  if (context_.world_size > 1) {
+    GS_LOG(INFO) << "ring: rank " << context_.rank << " of "
+                 << context_.world_size << ", sending to "
+                 << transport_->right().peer_name() << ", receiving from "
+                 << transport_->left().peer_name() << "; "
+                 << buckets_.size() << " buckets, chunk "
+                 << ring_->chunk_bytes() / 1024 << " KiB, socket buffers "
+                 << transport_->granted_send_buffer_bytes() << " bytes";
+  }
+  thread_ = std::thread([this] { CommunicationLoop(); });
+  return absl::OkStatus();
+}
+
+void RingSync::BucketReady(int bucket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (bucket < 0 || bucket >= static_cast<int>(buckets_.size()) ||
+      ready_[bucket]) {
+    // A trainer bug; reported by Finish, since BucketReady cannot fail.
+    if (error_.ok()) {
+      error_ = absl::FailedPreconditionError(absl::StrCat(
+          "ring: BucketReady(", bucket, ") in step ", step_, " is ",
+          bucket < 0 || bucket >= static_cast<int>(buckets_.size())
+              ? absl::StrCat("out of range (", buckets_.size(), " buckets)")
+              : "a repeat"));
+    }
+    return;
+  }
+  ready_[bucket] = true;
+  queue_.push_back(bucket);
+  ++enqueued_;
+  changed_.notify_all();
+}
+
+void RingSync::CommunicationLoop() {
+  const float scale = 1.0f / static_cast<float>(context_.world_size);
+  while (true) {
+    int bucket;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping with nothing left to do
+      bucket = queue_.front();
+      queue_.pop_front();
+    }
+    const Span& span = buckets_[bucket];
+    const absl::Time start = absl::Now();
+    // After a failure the ring refuses work at once, so the rest of the
+    // step's buckets drain quickly and Finish can report the first error.
+    absl::Status status = ring_->Run(grads_ + span.offset, span.numel, scale,
+                                     static_cast<uint32_t>(bucket));
+    const double elapsed_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+    std::lock_guard<std::mutex> lock(mu_);
+    allreduce_ms_ += elapsed_ms;
+    if (!status.ok() && error_.ok()) {
+      error_ = Annotate(status, absl::StrCat("worker ", context_.rank,
+                                             ", step ", step_, ", bucket ",
+                                             bucket, " (", span.numel * 4,
+                                             " bytes)"));
+    }
+    ++completed_;
+    changed_.notify_all();
+  }
+}
+
+absl::Status RingSync::Finish(StepStats& stats) {
+  if (!ring_) return absl::FailedPreconditionError("ring: Finish before Setup");
+  std::unique_lock<std::mutex> lock(mu_);
+  if (enqueued_ != static_cast<int>(buckets_.size()) && error_.ok()) {
+    std::vector<int> missing;
+    for (size_t b = 0; b < ready_.size(); ++b) {
+      if (!ready_[b]) missing.push_back(static_cast<int>(b));
+    }
+    error_ = absl::FailedPreconditionError(absl::StrCat(
+        "ring: Finish in step ", step_, " before buckets ",
+        absl::StrJoin(missing, ","), " were ready"));
+  }
+  // No deadline of its own: every all-reduce already fails when its peers
+  // stall for --timeout_s, so this wait ends.
+  changed_.wait(lock, [this] { return completed_ == enqueued_; });
+  if (!error_.ok()) return error_;
+
+  stats.bytes_sent += ring_->bytes_sent() - last_bytes_sent_;
+  stats.bytes_recv += ring_->bytes_received() - last_bytes_received_;
+  stats.extra.emplace_back("allreduce_ms", allreduce_ms_);
+  last_bytes_sent_ = ring_->bytes_sent();
+  last_bytes_received_ = ring_->bytes_received();
+  allreduce_ms_ = 0;
+  enqueued_ = 0;
+  completed_ = 0;
+  ready_.assign(buckets_.size(), false);
+  ++step_;
+  return absl::OkStatus();
+}
+
+void RingSync::StopThread() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status RingSync::Shutdown() {
+  StopThread();
+  if (transport_) transport_->Close();
+  return absl::OkStatus();
+}
+
+std::string RingSync::SummaryJson() const {
+  if (!ring_) return "{}";
+  return absl::StrCat(
+      "{\"chunk_bytes\":", ring_->chunk_bytes(),
+      ",\"socket_buffer_bytes_requested\":", options_.socket_buffer_bytes,
+      ",\"socket_buffer_bytes_granted\":",
+      transport_->granted_send_buffer_bytes(),
+      ",\"bytes_sent\":", ring_->bytes_sent(),
+      ",\"bytes_recv\":", ring_->bytes_received(), "}");
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<GradientSync>> CreateRingSync(
+    const SyncContext& context) {
+  if (context.world_size > 1 && context.coordinator == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--sync=ring with ", context.world_size,
+        " workers needs the coordinator to find the ring neighbours"));
+  }
+  return std::unique_ptr<GradientSync>(
+      new RingSync(context, RingSyncOptionsFromFlags()));
+}
+
+}  // namespace
+
+GRADSYNC_REGISTER_SYNC(ring, CreateRingSync);
+
+}  // namespace gradsync

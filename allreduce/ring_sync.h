@@ -1,0 +1,82 @@
+// --sync=ring: GradientSync over the CPU ring all-reduce (ring_allreduce.h).
+//
+// BucketReady(b) only queues bucket b for a communication thread; that thread
+// all-reduces the buckets in the order they became ready, which is the same on
+// every rank because backward is deterministic (each all-reduce's header
+// carries the bucket index, so a rank that disagrees fails loudly), and
+// averages them (the 1/N is folded into the reduction). Finish waits for the
+// step's buckets. The gradients must be host memory (the CPU device); a CUDA
+// device needs pinned staging, not implemented yet (use --sync=nccl).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "allreduce/ring_allreduce.h"
+#include "allreduce/ring_transport.h"
+#include "core/gradient_sync.h"
+
+namespace gradsync {
+
+struct RingSyncOptions {
+  int64_t chunk_bytes = 256 << 10;
+  int socket_buffer_bytes = 4 << 20;
+};
+
+// From --ring_chunk_kb and --ring_socket_buffer_kb.
+RingSyncOptions RingSyncOptionsFromFlags();
+
+class RingSync : public GradientSync {
+ public:
+  RingSync(const SyncContext& context, const RingSyncOptions& options);
+  ~RingSync() override;
+
+  absl::Status Setup(const ParamLayout& layout, Device& device,
+                     const SyncBuffers& buffers) override;
+  void BucketReady(int bucket) override;
+  absl::Status Finish(StepStats& stats) override;
+  absl::Status Shutdown() override;
+  std::string SummaryJson() const override;
+
+ private:
+  struct Span {
+    int64_t offset = 0;  // floats
+    int64_t numel = 0;
+  };
+
+  void CommunicationLoop();
+  void StopThread();
+
+  const SyncContext context_;
+  const RingSyncOptions options_;
+  std::vector<Span> buckets_;
+  float* grads_ = nullptr;
+  std::unique_ptr<RingTransport> transport_;
+  std::unique_ptr<RingAllReduce> ring_;
+  std::thread thread_;
+
+  // Shared with the communication thread.
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::deque<int> queue_;
+  std::vector<bool> ready_;       // this step: BucketReady seen
+  int enqueued_ = 0;              // this step
+  int completed_ = 0;             // this step
+  double allreduce_ms_ = 0;       // this step, on the communication thread
+  absl::Status error_;            // first error; sticky
+  bool stop_ = false;
+  int64_t step_ = 0;
+
+  // Owned by the caller's thread.
+  int64_t last_bytes_sent_ = 0;
+  int64_t last_bytes_received_ = 0;
+};
+
+}  // namespace gradsync

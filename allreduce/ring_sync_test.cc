@@ -1,0 +1,196 @@
+// --sync=ring through the GradientSync seam, as the trainer drives it: one
+// thread per worker, buckets marked ready in backward order, Finish, several
+// steps; the gradients must come out as the exact average on every worker.
+#include "allreduce/ring_sync.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "allreduce/ring_test_cluster.h"
+#include "core/device.h"
+#include "core/gradient_sync.h"
+#include "core/param_layout.h"
+#include "core/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gradsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Integer-valued and different per step, rank and element, so sums are exact.
+float Gradient(int step, int rank, int64_t i) {
+  return static_cast<float>((i * 5 + rank * 11 + step * 3) % 19 - 9);
+}
+
+absl::StatusOr<ParamLayout> TestLayout() {
+  // Three parameters and a small cap: several buckets, one of them a single
+  // parameter larger than the cap.
+  return ParamLayout::Create({{"fc1.weight", {300, 7}},
+                              {"fc1.bias", {300}},
+                              {"fc2.weight", {10, 300}},
+                              {"fc2.bias", {10}}},
+                             /*bucket_bytes=*/4096);
+}
+
+SyncContext ContextFor(RingTestCluster& cluster, int rank) {
+  SyncContext context;
+  context.rank = rank;
+  context.world_size = cluster.world_size();
+  context.job_id = cluster.job_id();
+  context.coordinator = cluster.client(rank);
+  context.advertise_host = "127.0.0.1";
+  context.timeout = absl::Seconds(30);
+  return context;
+}
+
+class RingSyncTest : public testing::TestWithParam<int> {};
+
+TEST_P(RingSyncTest, EveryWorkerGetsTheExactAverageEveryStep) {
+  const int n = GetParam();
+  const int steps = 3;
+  auto layout = TestLayout();
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_GT(layout->buckets().size(), 2u);
+  const int64_t total = layout->total_numel();
+  auto cluster = RingTestCluster::Start(n);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+
+  std::vector<std::string> problems(n);
+  std::vector<absl::Status> results = (*cluster)->RunOnEveryRank([&](int rank) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateDevice(DeviceOptions{}));
+    ASSIGN_OR_RETURN(float* grads, device->Allocate<float>(total));
+    ASSIGN_OR_RETURN(float* params, device->Allocate<float>(total));
+    ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
+                     GradientSyncRegistry::Create("ring", ContextFor(**cluster, rank)));
+    RETURN_IF_ERROR(sync->Setup(*layout, *device, SyncBuffers{grads, params}));
+    for (int step = 0; step < steps; ++step) {
+      for (int64_t i = 0; i < total; ++i) grads[i] = Gradient(step, rank, i);
+      // Buckets are numbered in the order backward finishes them.
+      for (const Bucket& bucket : layout->buckets()) sync->BucketReady(bucket.index);
+      StepStats stats;
+      RETURN_IF_ERROR(sync->Finish(stats));
+      for (int64_t i = 0; i < total; ++i) {
+        int sum = 0;
+        for (int r = 0; r < n; ++r) sum += static_cast<int>(Gradient(step, r, i));
+        const float want = static_cast<float>(sum) * (1.0f / n);
+        if (grads[i] != want) {
+          problems[rank] = absl::StrCat("step ", step, " element ", i, ": ",
+                                        grads[i], " want ", want);
+          return absl::OkStatus();
+        }
+      }
+      // Per bucket of c floats cut into N segments: reduce-scatter sends all
+      // segments but (r+1), all-gather all but (r+2); received likewise all
+      // but r, then all but (r+1). A single worker moves nothing.
+      int64_t want_sent = 0;
+      int64_t want_received = 0;
+      if (n > 1) {
+        for (const Bucket& bucket : layout->buckets()) {
+          auto segment = [&](int s) {
+            return bucket.numel / n + (s % n < bucket.numel % n ? 1 : 0);
+          };
+          want_sent += 4 * (2 * bucket.numel - segment(rank + 1) - segment(rank + 2));
+          want_received += 4 * (2 * bucket.numel - segment(rank) - segment(rank + 1));
+        }
+      }
+      if (stats.bytes_sent != want_sent || stats.bytes_recv != want_received) {
+        problems[rank] = absl::StrCat("step ", step, ": sent ", stats.bytes_sent,
+                                      " (want ", want_sent, "), received ",
+                                      stats.bytes_recv, " (want ", want_received,
+                                      ")");
+      }
+      bool has_allreduce_ms = false;
+      for (const auto& entry : stats.extra) {
+        if (entry.first == "allreduce_ms") has_allreduce_ms = true;
+      }
+      if (!has_allreduce_ms) problems[rank] = "no allreduce_ms in StepStats";
+    }
+    return sync->Shutdown();
+  });
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank];
+    EXPECT_EQ(problems[rank], "") << "rank " << rank;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, RingSyncTest, testing::Values(1, 2, 3, 4),
+                         [](const testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("N", info.param);
+                         });
+
+TEST(RingSyncErrorsTest, FinishBeforeEveryBucketIsReadyIsAnError) {
+  auto layout = TestLayout();
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  auto device = CreateDevice(DeviceOptions{});
+  ASSERT_TRUE(device.ok()) << device.status();
+  std::vector<float> grads(layout->total_numel(), 1.0f);
+  SyncContext context;  // one worker: no coordinator needed
+  auto sync = GradientSyncRegistry::Create("ring", context);
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  ASSERT_TRUE((*sync)->Setup(*layout, **device, SyncBuffers{grads.data(), nullptr}).ok());
+  (*sync)->BucketReady(0);
+  StepStats stats;
+  absl::Status status = (*sync)->Finish(stats);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("before buckets 1,"));
+}
+
+// Just enough of a Device to claim to be a GPU.
+class FakeCudaDevice : public Device {
+ public:
+  DeviceType type() const override { return DeviceType::kCuda; }
+  std::string name() const override { return "cuda:0"; }
+  absl::StatusOr<void*> AllocateBytes(size_t) override {
+    return absl::UnimplementedError("fake");
+  }
+  absl::Status CopyToDevice(void*, const void*, size_t) override {
+    return absl::UnimplementedError("fake");
+  }
+  absl::Status CopyToHost(void*, const void*, size_t) override {
+    return absl::UnimplementedError("fake");
+  }
+  void CopyOnDevice(float*, const float*, int64_t) override {}
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  void Gemm(bool, bool, int, int, int, float, const float*, const float*, float,
+            float*) override {}
+  void AddRowBias(float*, const float*, int, int) override {}
+  void SumRows(const float*, float*, int, int) override {}
+  void ReluForward(float*, int64_t) override {}
+  void ReluBackward(const float*, float*, int64_t) override {}
+  void SoftmaxCrossEntropy(const float*, const int32_t*, int, int, float*,
+                           float*) override {}
+  void Scale(float*, int64_t, float) override {}
+  void Fill(float*, int64_t, float) override {}
+  void SgdUpdate(float*, const float*, float*, int64_t, float, float,
+                 float) override {}
+  void AdamUpdate(float*, const float*, float*, float*, int64_t, float,
+                  const AdamState&, float) override {}
+};
+
+TEST(RingSyncErrorsTest, GpuGradientsAreUnimplementedForNow) {
+  auto layout = TestLayout();
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  FakeCudaDevice device;
+  std::vector<float> grads(layout->total_numel());
+  auto sync = GradientSyncRegistry::Create("ring", SyncContext{});
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  absl::Status status =
+      (*sync)->Setup(*layout, device, SyncBuffers{grads.data(), nullptr});
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("cuda:0"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("--sync=nccl"));
+}
+
+TEST(RingSyncErrorsTest, SeveralWorkersNeedACoordinator) {
+  SyncContext context;
+  context.world_size = 2;
+  auto sync = GradientSyncRegistry::Create("ring", context);
+  EXPECT_EQ(sync.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace gradsync

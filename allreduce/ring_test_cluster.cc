@@ -1,0 +1,72 @@
+#include "allreduce/ring_test_cluster.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace gradsync {
+
+absl::StatusOr<std::unique_ptr<RingTestCluster>> RingTestCluster::Start(
+    int world_size, const std::string& job_id, absl::Duration timeout) {
+  std::unique_ptr<RingTestCluster> cluster(new RingTestCluster());
+  cluster->world_size_ = world_size;
+  cluster->job_id_ = job_id;
+  cluster->timeout_ = timeout;
+  ASSIGN_OR_RETURN(cluster->server_,
+                   CoordinatorServer::Start("127.0.0.1:0", job_id, world_size,
+                                            /*num_servers=*/0));
+  const std::string target =
+      absl::StrCat("127.0.0.1:", cluster->server_->port());
+  for (int rank = 0; rank < world_size; ++rank) {
+    ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
+                     CoordinatorClient::Connect(target, job_id, Role::kWorker,
+                                                rank, timeout));
+    cluster->clients_.push_back(std::move(client));
+  }
+  return cluster;
+}
+
+RingTestCluster::~RingTestCluster() {
+  clients_.clear();
+  if (server_) server_->Shutdown();
+}
+
+RingTransportOptions RingTestCluster::TransportOptions(int rank) const {
+  RingTransportOptions options;
+  options.rank = rank;
+  options.world_size = world_size_;
+  options.job_id = job_id_;
+  options.advertise_host = "127.0.0.1";
+  options.timeout = timeout_;
+  return options;
+}
+
+std::vector<absl::Status> RingTestCluster::RunOnEveryRank(
+    const std::function<absl::Status(int rank)>& body) {
+  std::vector<absl::Status> results(world_size_);
+  std::vector<std::thread> threads;
+  threads.reserve(world_size_);
+  for (int rank = 0; rank < world_size_; ++rank) {
+    threads.emplace_back([&, rank] { results[rank] = body(rank); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return results;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<RingTransport>>>
+RingTestCluster::ConnectRing(const RingTransportOptions& overrides) {
+  std::vector<std::unique_ptr<RingTransport>> transports(world_size_);
+  std::vector<absl::Status> results = RunOnEveryRank([&](int rank) {
+    RingTransportOptions options = TransportOptions(rank);
+    options.key_prefix = overrides.key_prefix;
+    options.socket_buffer_bytes = overrides.socket_buffer_bytes;
+    ASSIGN_OR_RETURN(transports[rank],
+                     RingTransport::Create(options, client(rank)));
+    return absl::OkStatus();
+  });
+  for (const absl::Status& status : results) RETURN_IF_ERROR(status);
+  return transports;
+}
+
+}  // namespace gradsync

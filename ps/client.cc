@@ -1,0 +1,534 @@
+// Fan-out push/pull to the parameter servers with gRPC's callback API.
+#include "ps/client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <list>
+#include <thread>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "core/logging.h"
+#include "core/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/parameter_server.grpc.pb.h"
+
+namespace gradsync {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
+  return absl::ToChronoTime(absl::Now() + timeout);
+}
+
+}  // namespace
+
+class PsClient::Impl {
+ public:
+  // One RPC in flight; registered with the step's bookkeeping so a failure
+  // elsewhere can cancel it and a stuck wait can name it.
+  class Call {
+   public:
+    Call(Impl* client, int server, std::string what)
+        : client_(client), server_(server), what_(std::move(what)) {}
+    virtual ~Call() = default;
+    grpc::ClientContext* context() { return &context_; }
+    const std::string& what() const { return what_; }
+    int server() const { return server_; }
+
+   protected:
+    Impl* const client_;
+    const int server_;
+    const std::string what_;  // "push of bucket 2 (keys 3 4) to server 1 at
+                              // 127.0.0.1:4100, step 7"
+    grpc::ClientContext context_;
+  };
+
+  class PushCall;
+  class PullCall;
+
+  Impl(const PsClientOptions& options, const Partition& partition,
+       std::vector<std::string> servers)
+      : options_(options), partition_(partition), servers_(std::move(servers)) {
+    for (const std::string& address : servers_) {
+      stubs_.push_back(ps::ParameterServer::NewStub(
+          grpc::CreateChannel(address, grpc::InsecureChannelCredentials())));
+    }
+    const int num_buckets = [&] {
+      int n = 0;
+      for (const PsKey& key : partition_.keys()) n = std::max(n, key.bucket + 1);
+      return n;
+    }();
+    bucket_server_keys_.assign(
+        num_buckets, std::vector<std::vector<const PsKey*>>(servers_.size()));
+    for (const PsKey& key : partition_.keys()) {
+      bucket_server_keys_[key.bucket][key.server].push_back(&key);
+    }
+    bytes_to_.assign(servers_.size(), 0);
+    bytes_from_.assign(servers_.size(), 0);
+  }
+
+  ~Impl() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &Impl::NoneOutstanding));
+  }
+
+  std::string ServerName(int server) const {
+    return absl::StrCat("server ", server, " at ", servers_[server]);
+  }
+
+  ps::Header MakeHeader(int64_t step, int64_t key) const {
+    ps::Header header;
+    header.set_job_id(options_.job_id);
+    header.set_rank(options_.rank);
+    header.set_step(step);
+    header.set_key(key);
+    return header;
+  }
+
+  absl::Status RegisterWith(int server, const float* params);
+  absl::Status ShutdownWith(int server, int64_t steps, std::string* summary);
+  void StartBucket(int bucket, int64_t step, const float* src, float* dst);
+  absl::Status WaitAll(PsStepStats* stats);
+
+  // Step bookkeeping, called by the calls.
+  void Begin(Call* call, bool push) {
+    absl::MutexLock lock(&mu_);
+    ++outstanding_;
+    live_.push_back(call);
+    const absl::Time now = absl::Now();
+    if (push && !any_push_) first_push_ = now, any_push_ = true;
+    if (!push && !any_pull_) first_pull_ = now, any_pull_ = true;
+    // A call started after the step already failed is pointless.
+    if (!first_error_.ok()) call->context()->TryCancel();
+  }
+  void CountBytes(int server, int64_t to, int64_t from) {
+    absl::MutexLock lock(&mu_);
+    bytes_to_[server] += to;
+    bytes_from_[server] += from;
+  }
+  void End(Call* call, bool push, const absl::Status& status) {
+    absl::MutexLock lock(&mu_);
+    --outstanding_;
+    live_.remove(call);
+    const absl::Time now = absl::Now();
+    if (push) last_push_ = std::max(last_push_, now);
+    if (!push) last_pull_ = std::max(last_pull_, now);
+    if (!status.ok() && first_error_.ok()) {
+      first_error_ = absl::Status(
+          status.code(),
+          absl::StrCat("worker ", options_.rank, ": ", call->what(), ": ",
+                       status.message()));
+      // Don't leave the rest of the step to run into its deadlines.
+      for (Call* other : live_) other->context()->TryCancel();
+    }
+  }
+  bool NoneOutstanding() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return outstanding_ == 0;
+  }
+
+  const PsClientOptions options_;
+  const Partition& partition_;
+  const std::vector<std::string> servers_;
+  std::vector<std::unique_ptr<ps::ParameterServer::Stub>> stubs_;
+  // [bucket][server] -> keys.
+  std::vector<std::vector<std::vector<const PsKey*>>> bucket_server_keys_;
+
+  absl::Mutex mu_;
+  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  std::list<Call*> live_ ABSL_GUARDED_BY(mu_);
+  absl::Status first_error_ ABSL_GUARDED_BY(mu_);
+  bool any_push_ ABSL_GUARDED_BY(mu_) = false;
+  bool any_pull_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time first_push_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_push_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time first_pull_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_pull_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::vector<int64_t> bytes_to_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> bytes_from_ ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
+
+std::string KeyList(const std::vector<const PsKey*>& keys) {
+  std::vector<int> ids;
+  for (const PsKey* key : keys) ids.push_back(key->id);
+  if (ids.size() > 8) {
+    return absl::StrCat(absl::StrJoin(ids.begin(), ids.begin() + 8, " "),
+                        " ... (", ids.size(), " keys)");
+  }
+  return absl::StrJoin(ids, " ");
+}
+
+}  // namespace
+
+// Streams the parts of the bucket's keys held by one server, each key's parts
+// in order, the next message built when the previous one has been handed to
+// the transport (so at most one message per call is buffered here).
+class PsClient::Impl::PushCall : public grpc::ClientWriteReactor<ps::KeyPart>,
+                                 public Call {
+ public:
+  PushCall(Impl* client, int server, int bucket, int64_t step,
+           std::vector<const PsKey*> keys, const float* src)
+      : Call(client, server,
+             absl::StrCat("push of bucket ", bucket, " (keys ", KeyList(keys),
+                          ") to ", client->ServerName(server), ", step ",
+                          step)),
+        step_(step),
+        keys_(std::move(keys)),
+        src_(src),
+        message_floats_(client->options_.message_bytes / 4) {}
+
+  void Start() {
+    context_.set_deadline(DeadlineAfter(client_->options_.timeout));
+    client_->Begin(this, /*push=*/true);
+    client_->stubs_[server_]->async()->Push(&context_, &reply_, this);
+    WriteNext();
+    StartCall();
+  }
+
+  void OnWriteDone(bool ok) override {
+    // A failed write means the call is over; OnDone says why.
+    if (!ok) return;
+    client_->CountBytes(server_, static_cast<int64_t>(part_.data().size()), 0);
+    if (index_ < keys_.size()) WriteNext();
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    client_->End(this, /*push=*/true, FromGrpc(status));
+    delete this;
+  }
+
+ private:
+  void WriteNext() {
+    const PsKey& key = *keys_[index_];
+    const int64_t n = std::min(message_floats_, key.numel - offset_);
+    *part_.mutable_header() = client_->MakeHeader(step_, key.id);
+    part_.set_key_numel(key.numel);
+    part_.set_offset(offset_);
+    part_.mutable_data()->assign(
+        reinterpret_cast<const char*>(src_ + key.offset + offset_),
+        static_cast<size_t>(n) * sizeof(float));
+    offset_ += n;
+    if (offset_ == key.numel) {
+      ++index_;
+      offset_ = 0;
+    }
+    if (index_ == keys_.size()) {
+      // The last message half-closes the stream in the same operation.
+      StartWriteLast(&part_, grpc::WriteOptions());
+    } else {
+      StartWrite(&part_);
+    }
+  }
+
+  const int64_t step_;
+  const std::vector<const PsKey*> keys_;
+  const float* const src_;
+  const int64_t message_floats_;
+  size_t index_ = 0;    // key being sent
+  int64_t offset_ = 0;  // next float of that key
+  ps::KeyPart part_;
+  ps::PushReply reply_;
+};
+
+// Receives the results of the bucket's keys held by one server, in whatever
+// order the server completes them, and writes each straight into `dst`.
+class PsClient::Impl::PullCall : public grpc::ClientReadReactor<ps::KeyPart>,
+                                 public Call {
+ public:
+  PullCall(Impl* client, int server, int bucket, int64_t step,
+           std::vector<const PsKey*> keys, float* dst)
+      : Call(client, server,
+             absl::StrCat("pull of bucket ", bucket, " (keys ", KeyList(keys),
+                          ") from ", client->ServerName(server), ", step ",
+                          step)),
+        step_(step),
+        keys_(std::move(keys)),
+        dst_(dst),
+        received_(keys_.size(), 0) {
+    *request_.mutable_header() = client->MakeHeader(step, -1);
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      request_.add_keys(keys_[i]->id);
+      index_[keys_[i]->id] = i;
+    }
+  }
+
+  void Start() {
+    context_.set_deadline(DeadlineAfter(client_->options_.timeout));
+    client_->Begin(this, /*push=*/false);
+    client_->stubs_[server_]->async()->Pull(&context_, &request_, this);
+    StartRead(&part_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // end of stream (or failure): OnDone follows
+    absl::Status status = Accept();
+    if (!status.ok()) {
+      error_ = status;
+      context_.TryCancel();
+      return;
+    }
+    StartRead(&part_);
+  }
+
+  void OnDone(const grpc::Status& grpc_status) override {
+    absl::Status status = error_.ok() ? FromGrpc(grpc_status) : error_;
+    if (status.ok()) {
+      for (size_t i = 0; i < keys_.size(); ++i) {
+        if (received_[i] != keys_[i]->numel) {
+          status = absl::DataLossError(absl::StrCat(
+              "the server ended the stream with ", received_[i], " of ",
+              keys_[i]->numel, " floats of key ", keys_[i]->id));
+          break;
+        }
+      }
+    }
+    client_->End(this, /*push=*/false, status);
+    delete this;
+  }
+
+ private:
+  // Checks one message against what was asked and copies it into place.
+  absl::Status Accept() {
+    const ps::Header& header = part_.header();
+    auto it = index_.find(header.key());
+    if (header.step() != step_ || it == index_.end()) {
+      return absl::InternalError(absl::StrCat(
+          "the server answered key ", header.key(), " step ", header.step(),
+          ", which this pull did not ask for"));
+    }
+    const size_t i = it->second;
+    const PsKey& key = *keys_[i];
+    const int64_t n = static_cast<int64_t>(part_.data().size() / 4);
+    if (part_.data().size() % 4 != 0 || part_.offset() != received_[i] ||
+        part_.offset() + n > key.numel) {
+      return absl::InternalError(absl::StrCat(
+          "bad part of key ", key.id, ": ", part_.data().size(),
+          " bytes at offset ", part_.offset(), " after ", received_[i], " of ",
+          key.numel, " floats"));
+    }
+    std::memcpy(dst_ + key.offset + part_.offset(), part_.data().data(),
+                part_.data().size());
+    received_[i] += n;
+    client_->CountBytes(server_, 0, static_cast<int64_t>(part_.data().size()));
+    return absl::OkStatus();
+  }
+
+  const int64_t step_;
+  const std::vector<const PsKey*> keys_;
+  float* const dst_;
+  std::vector<int64_t> received_;
+  absl::flat_hash_map<int64_t, size_t> index_;
+  ps::PullRequest request_;
+  ps::KeyPart part_;
+  absl::Status error_;
+};
+
+void PsClient::Impl::StartBucket(int bucket, int64_t step, const float* src,
+                                 float* dst) {
+  if (bucket < 0 || bucket >= static_cast<int>(bucket_server_keys_.size())) {
+    absl::MutexLock lock(&mu_);
+    if (first_error_.ok()) {
+      first_error_ = absl::InvalidArgumentError(absl::StrCat(
+          "worker ", options_.rank, ": no bucket ", bucket, " in the layout"));
+    }
+    return;
+  }
+  // The pull goes out with the push: the server answers it the moment the
+  // last worker's push completes a key, with no extra round trip.
+  for (int server = 0; server < static_cast<int>(servers_.size()); ++server) {
+    const std::vector<const PsKey*>& keys = bucket_server_keys_[bucket][server];
+    if (keys.empty()) continue;
+    (new PushCall(this, server, bucket, step, keys, src))->Start();
+    (new PullCall(this, server, bucket, step, keys, dst))->Start();
+  }
+}
+
+absl::Status PsClient::Impl::WaitAll(PsStepStats* stats) {
+  absl::MutexLock lock(&mu_);
+  // Every call has a deadline of options_.timeout, so this wait ends by
+  // itself; the extra margin only guards against a lost callback.
+  const absl::Duration limit = options_.timeout + absl::Seconds(10);
+  if (!mu_.AwaitWithTimeout(absl::Condition(this, &Impl::NoneOutstanding),
+                            limit)) {
+    std::vector<std::string> names;
+    for (Call* call : live_) {
+      names.push_back(call->what());
+      call->context()->TryCancel();
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "worker ", options_.rank, ": after ", absl::FormatDuration(limit),
+        " still waiting for ", absl::StrJoin(names, "; ")));
+  }
+  if (stats != nullptr) {
+    stats->push_ms =
+        any_push_ ? absl::ToDoubleMilliseconds(last_push_ - first_push_) : 0;
+    stats->pull_ms =
+        any_pull_ ? absl::ToDoubleMilliseconds(last_pull_ - first_pull_) : 0;
+    stats->bytes_to_server = bytes_to_;
+    stats->bytes_from_server = bytes_from_;
+  }
+  absl::Status status = first_error_;
+  first_error_ = absl::OkStatus();
+  any_push_ = any_pull_ = false;
+  last_push_ = last_pull_ = absl::InfinitePast();
+  std::fill(bytes_to_.begin(), bytes_to_.end(), 0);
+  std::fill(bytes_from_.begin(), bytes_from_.end(), 0);
+  return status;
+}
+
+absl::Status PsClient::Impl::RegisterWith(int server, const float* params) {
+  const std::string context = absl::StrCat(
+      "worker ", options_.rank, ": registering with ", ServerName(server));
+  grpc::ClientContext rpc;
+  rpc.set_deadline(DeadlineAfter(options_.timeout));
+  // The server may still be starting when a worker gets its address.
+  rpc.set_wait_for_ready(true);
+  ps::RegisterReply reply;
+  std::unique_ptr<grpc::ClientWriter<ps::RegisterMessage>> writer =
+      stubs_[server]->Register(&rpc, &reply);
+
+  ps::RegisterMessage message;
+  ps::RegisterConfig* config = message.mutable_config();
+  *config->mutable_header() = MakeHeader(-1, -1);
+  config->set_num_workers(options_.num_workers);
+  config->set_num_servers(static_cast<int>(servers_.size()));
+  config->set_server_rank(server);
+  config->set_update_mode(options_.update_mode);
+  *config->mutable_optimizer() = options_.optimizer;
+  for (int id : partition_.keys_of_server(server)) {
+    ps::KeySpec* spec = config->add_keys();
+    spec->set_key(id);
+    spec->set_numel(partition_.keys()[id].numel);
+  }
+  // A key table too large for one message would need a stream of its own;
+  // refuse clearly instead (it takes ~10^5 keys: raise --ps_chunk_kb).
+  if (message.ByteSizeLong() > static_cast<size_t>(3 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": ", config->keys_size(),
+        " keys do not fit one registration message; raise --ps_chunk_kb"));
+  }
+  bool ok = writer->Write(message);
+  if (ok && options_.update_mode == ps::UPDATE_SERVER && options_.rank == 0) {
+    const int64_t message_floats = options_.message_bytes / 4;
+    for (int id : partition_.keys_of_server(server)) {
+      const PsKey& key = partition_.keys()[id];
+      for (int64_t offset = 0; ok && offset < key.numel;
+           offset += message_floats) {
+        const int64_t n = std::min(message_floats, key.numel - offset);
+        ps::RegisterMessage part;
+        ps::KeyPart* params_part = part.mutable_params();
+        *params_part->mutable_header() = MakeHeader(-1, id);
+        params_part->set_key_numel(key.numel);
+        params_part->set_offset(offset);
+        params_part->mutable_data()->assign(
+            reinterpret_cast<const char*>(params + key.offset + offset),
+            static_cast<size_t>(n) * sizeof(float));
+        ok = writer->Write(part);
+      }
+    }
+  }
+  if (ok) writer->WritesDone();
+  return Annotate(FromGrpc(writer->Finish()), context);
+}
+
+absl::Status PsClient::Impl::ShutdownWith(int server, int64_t steps,
+                                          std::string* summary) {
+  grpc::ClientContext rpc;
+  rpc.set_deadline(DeadlineAfter(options_.timeout));
+  ps::ShutdownRequest request;
+  *request.mutable_header() = MakeHeader(steps, -1);
+  ps::ShutdownReply reply;
+  absl::Status status =
+      FromGrpc(stubs_[server]->Shutdown(&rpc, request, &reply));
+  *summary = reply.summary_json();
+  return Annotate(status, absl::StrCat("worker ", options_.rank,
+                                       ": shutting down ", ServerName(server)));
+}
+
+PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PsClient::~PsClient() = default;
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
+    const PsClientOptions& options, const Partition& partition,
+    std::vector<std::string> servers) {
+  if (static_cast<int>(servers.size()) != partition.num_servers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", options.rank, ": ", servers.size(),
+        " server addresses for a partition over ", partition.num_servers(),
+        " servers"));
+  }
+  if (options.message_bytes < 4 || options.message_bytes % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", options.rank, ": message size ", options.message_bytes,
+        " B must be a positive multiple of 4"));
+  }
+  return std::unique_ptr<PsClient>(new PsClient(
+      std::make_unique<Impl>(options, partition, std::move(servers))));
+}
+
+absl::Status PsClient::Register(const float* params) {
+  if (impl_->options_.update_mode == ps::UPDATE_SERVER &&
+      impl_->options_.rank == 0 && params == nullptr) {
+    return absl::InvalidArgumentError(
+        "worker 0: server mode needs the initial parameters to register");
+  }
+  // Setup-time calls: one thread per server is simple and still concurrent.
+  const int k = static_cast<int>(impl_->servers_.size());
+  std::vector<absl::Status> results(k);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < k; ++s) {
+    threads.emplace_back(
+        [this, s, params, &results] { results[s] = impl_->RegisterWith(s, params); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const absl::Status& status : results) RETURN_IF_ERROR(status);
+  return absl::OkStatus();
+}
+
+void PsClient::StartBucket(int bucket, int64_t step, const float* src,
+                           float* dst) {
+  impl_->StartBucket(bucket, step, src, dst);
+}
+
+absl::Status PsClient::WaitAll(PsStepStats* stats) {
+  return impl_->WaitAll(stats);
+}
+
+absl::Status PsClient::Shutdown(int64_t steps,
+                                std::vector<std::string>* summaries) {
+  const int k = static_cast<int>(impl_->servers_.size());
+  std::vector<absl::Status> results(k);
+  std::vector<std::string> replies(k);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < k; ++s) {
+    threads.emplace_back([this, s, steps, &results, &replies] {
+      results[s] = impl_->ShutdownWith(s, steps, &replies[s]);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  if (summaries != nullptr) {
+    for (std::string& reply : replies) {
+      if (!reply.empty()) summaries->push_back(std::move(reply));
+    }
+  }
+  for (const absl::Status& status : results) RETURN_IF_ERROR(status);
+  return absl::OkStatus();
+}
+
+const std::vector<std::string>& PsClient::servers() const {
+  return impl_->servers_;
+}
+
+}  // namespace gradsync

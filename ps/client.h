@@ -1,0 +1,78 @@
+// The worker's side of the parameter server: registration, and per bucket a
+// push of its keys to every server that holds some, fanned out concurrently
+// with gRPC's callback API, together with the pull of their results. Nothing
+// here blocks except WaitAll, Register and Shutdown.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/parameter_server.pb.h"
+#include "ps/partitioner.h"
+
+namespace gradsync {
+
+struct PsClientOptions {
+  std::string job_id = "gradsync";
+  int rank = 0;
+  int num_workers = 1;
+  ps::UpdateMode update_mode = ps::UPDATE_WORKER;
+  ps::OptimizerConfig optimizer;  // server mode only
+  // Deadline of every RPC.
+  absl::Duration timeout = absl::Seconds(60);
+  // Largest payload of one message (--ps_message_kb).
+  int64_t message_bytes = int64_t{1} << 20;
+};
+
+// What one step's calls moved and how long they took.
+struct PsStepStats {
+  double push_ms = 0;  // first push started .. last push acknowledged
+  double pull_ms = 0;  // first pull started .. last pull received
+  std::vector<int64_t> bytes_to_server;    // payload, by server rank
+  std::vector<int64_t> bytes_from_server;  // payload, by server rank
+};
+
+class PsClient {
+ public:
+  // `servers[k]` is server k's "host:port"; there must be one per server of
+  // `partition`, which must outlive the client.
+  static absl::StatusOr<std::unique_ptr<PsClient>> Create(
+      const PsClientOptions& options, const Partition& partition,
+      std::vector<std::string> servers);
+  // Waits for calls still in flight (each has a deadline).
+  ~PsClient();
+
+  // Registers with every server at once. With --ps_update=server, worker 0
+  // also sends each server the initial values of its keys from `params`
+  // (the flat parameter buffer; may be null for other workers).
+  absl::Status Register(const float* params);
+
+  // For every server holding keys of `bucket`: starts a push of those keys'
+  // floats from `src` for `step`, and a pull of their results for `step`
+  // into `dst` (both flat buffers, indexed by the layout's offsets). Returns
+  // at once; `src` must stay unchanged and `dst` untouched until WaitAll.
+  void StartBucket(int bucket, int64_t step, const float* src, float* dst);
+
+  // Waits for every call started since the last WaitAll. Returns the first
+  // error, naming the server, bucket, key and step; once one call fails the
+  // others of the step are cancelled rather than left to their deadlines.
+  absl::Status WaitAll(PsStepStats* stats);
+
+  // Tells every server this worker is done after `steps` steps, at once;
+  // appends each server's summary JSON to `summaries` (may be null).
+  absl::Status Shutdown(int64_t steps, std::vector<std::string>* summaries);
+
+  const std::vector<std::string>& servers() const;
+
+ private:
+  class Impl;
+  explicit PsClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,372 @@
+// The parameter-server strategy (--sync=ps) and its registration.
+#include "ps/ps_sync.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/logging.h"
+#include "core/status_macros.h"
+#include "ps/client.h"
+#include "ps/flags.h"
+#include "ps/partitioner.h"
+#include "ps/server.h"
+
+namespace gradsync {
+namespace {
+
+class PsSync : public GradientSync {
+ public:
+  PsSync(const SyncContext& context, const PsSyncOptions& options)
+      : context_(context), options_(options) {}
+
+  ~PsSync() override {
+    // The client waits for its calls before the colocated server stops.
+    client_.reset();
+    colocated_server_.reset();
+  }
+
+  absl::Status Setup(const ParamLayout& layout, Device& device,
+                     const SyncBuffers& buffers) override;
+  void BucketReady(int bucket) override;
+  absl::Status Finish(StepStats& stats) override;
+  bool UpdatesParameters() const override {
+    return options_.update_mode == ps::UPDATE_SERVER;
+  }
+  absl::Status Shutdown() override;
+  std::string SummaryJson() const override;
+
+ private:
+  std::string self() const { return absl::StrCat("worker ", context_.rank); }
+  absl::StatusOr<std::vector<std::string>> ServerAddresses();
+  absl::StatusOr<std::vector<std::string>> StartColocatedServer();
+
+  const SyncContext context_;
+  const PsSyncOptions options_;
+  Partition partition_;
+  std::unique_ptr<ParameterServer> colocated_server_;
+  std::unique_ptr<PsClient> client_;
+  SyncBuffers buffers_;
+  int64_t total_numel_ = 0;
+  // Server mode: pulled parameters land here and are copied into the
+  // parameter buffer by Finish, because backward may still read a layer's
+  // weights after its bucket was handed over.
+  std::vector<float> staging_;
+  std::vector<bool> ready_;
+  int num_ready_ = 0;
+  absl::Status bucket_error_;
+  int64_t step_ = 0;
+
+  // Run totals.
+  double push_ms_ = 0;
+  double pull_ms_ = 0;
+  std::vector<int64_t> bytes_to_server_;
+  std::vector<int64_t> bytes_from_server_;
+  std::vector<std::string> server_summaries_;
+  bool shut_down_ = false;
+};
+
+absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer() {
+  const int n = context_.world_size;
+  ParameterServerOptions server_options;
+  server_options.job_id = context_.job_id;
+  server_options.server_rank = context_.rank;
+  server_options.num_servers = n;
+  server_options.num_workers = n;
+  server_options.bind_address = "0.0.0.0:0";
+  server_options.message_bytes = options_.message_bytes;
+  ASSIGN_OR_RETURN(colocated_server_, ParameterServer::Start(server_options));
+  const std::string mine =
+      absl::StrCat(context_.advertise_host, ":", colocated_server_->port());
+  if (n == 1) return std::vector<std::string>{mine};
+  if (context_.coordinator == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        self(), ": --ps_colocate with ", n,
+        " workers needs the coordinator to exchange server addresses"));
+  }
+  auto key = [](int rank) { return absl::StrCat("ps/colocated/", rank); };
+  RETURN_IF_ERROR(context_.coordinator->Set(key(context_.rank), mine));
+  std::vector<std::string> addresses(n);
+  for (int r = 0; r < n; ++r) {
+    ASSIGN_OR_RETURN(addresses[r],
+                     context_.coordinator->Get(key(r), context_.timeout));
+  }
+  return addresses;
+}
+
+absl::StatusOr<std::vector<std::string>> PsSync::ServerAddresses() {
+  if (options_.colocate) return StartColocatedServer();
+  if (!options_.server_addresses.empty()) return options_.server_addresses;
+  std::map<int, std::string> by_rank;
+  for (const Member& member : context_.members) {
+    if (member.role != Role::kServer) continue;
+    if (!by_rank.emplace(member.rank, member.address).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          self(), ": two parameter servers joined as server ", member.rank));
+    }
+  }
+  if (by_rank.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        self(), ": --sync=ps needs parameter servers: start them with "
+                "`gradsync launch --servers=K`, or use --ps_colocate"));
+  }
+  std::vector<std::string> addresses;
+  for (const auto& [rank, address] : by_rank) {
+    if (rank != static_cast<int>(addresses.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          self(), ": parameter server ranks are not 0..", by_rank.size() - 1,
+          " (found server ", rank, ")"));
+    }
+    addresses.push_back(address);
+  }
+  if (context_.num_servers != 0 &&
+      context_.num_servers != static_cast<int>(addresses.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        self(), ": ", addresses.size(), " servers joined but the job has ",
+        context_.num_servers));
+  }
+  return addresses;
+}
+
+absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
+                           const SyncBuffers& buffers) {
+  if (device.type() != DeviceType::kCpu) {
+    return absl::UnimplementedError(absl::StrCat(
+        self(), ": --sync=ps on ", device.name(),
+        ": pinned staging arrives with the CUDA runtime issue"));
+  }
+  if (buffers.grads == nullptr || buffers.params == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(self(), ": --sync=ps needs both flat buffers"));
+  }
+  buffers_ = buffers;
+  total_numel_ = layout.total_numel();
+  ASSIGN_OR_RETURN(std::vector<std::string> addresses, ServerAddresses());
+  ASSIGN_OR_RETURN(partition_,
+                   Partition::Create(layout, static_cast<int>(addresses.size()),
+                                     options_.chunk_bytes));
+  if (context_.rank == 0) {
+    GS_LOG(INFO) << "ps: " << partition_.Describe();
+  }
+
+  PsClientOptions client_options;
+  client_options.job_id = context_.job_id;
+  client_options.rank = context_.rank;
+  client_options.num_workers = context_.world_size;
+  client_options.update_mode = options_.update_mode;
+  client_options.timeout = context_.timeout;
+  client_options.message_bytes = options_.message_bytes;
+  ps::OptimizerConfig& optimizer = client_options.optimizer;
+  optimizer.set_kind(options_.optimizer.kind);
+  optimizer.set_lr(options_.optimizer.lr);
+  optimizer.set_momentum(options_.optimizer.momentum);
+  optimizer.set_weight_decay(options_.optimizer.weight_decay);
+  optimizer.set_beta1(options_.optimizer.beta1);
+  optimizer.set_beta2(options_.optimizer.beta2);
+  optimizer.set_epsilon(options_.optimizer.epsilon);
+  ASSIGN_OR_RETURN(client_, PsClient::Create(client_options, partition_,
+                                             std::move(addresses)));
+  RETURN_IF_ERROR(client_->Register(buffers.params));
+  if (options_.update_mode == ps::UPDATE_SERVER) {
+    staging_.assign(total_numel_, 0.0f);
+  }
+  ready_.assign(layout.buckets().size(), false);
+  bytes_to_server_.assign(partition_.num_servers(), 0);
+  bytes_from_server_.assign(partition_.num_servers(), 0);
+  return absl::OkStatus();
+}
+
+void PsSync::BucketReady(int bucket) {
+  if (client_ == nullptr) {
+    if (bucket_error_.ok()) {
+      bucket_error_ = absl::FailedPreconditionError(
+          absl::StrCat(self(), ": BucketReady before Setup"));
+    }
+    return;
+  }
+  if (bucket < 0 || bucket >= static_cast<int>(ready_.size()) ||
+      ready_[bucket]) {
+    if (bucket_error_.ok()) {
+      bucket_error_ = absl::InvalidArgumentError(absl::StrCat(
+          self(), ": step ", step_, ": bucket ", bucket,
+          bucket >= 0 && bucket < static_cast<int>(ready_.size())
+              ? " marked ready twice"
+              : " does not exist"));
+    }
+    return;
+  }
+  ready_[bucket] = true;
+  ++num_ready_;
+  float* dst = options_.update_mode == ps::UPDATE_SERVER ? staging_.data()
+                                                          : buffers_.grads;
+  client_->StartBucket(bucket, step_, buffers_.grads, dst);
+}
+
+absl::Status PsSync::Finish(StepStats& stats) {
+  if (client_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(self(), ": Finish before Setup"));
+  }
+  PsStepStats step_stats;
+  absl::Status status = client_->WaitAll(&step_stats);
+  if (status.ok() && !bucket_error_.ok()) status = bucket_error_;
+  if (status.ok() && num_ready_ != static_cast<int>(ready_.size())) {
+    std::vector<int> missing;
+    for (int b = 0; b < static_cast<int>(ready_.size()); ++b) {
+      if (!ready_[b]) missing.push_back(b);
+    }
+    status = absl::FailedPreconditionError(absl::StrCat(
+        self(), ": step ", step_, ": Finish before bucket(s) ",
+        absl::StrJoin(missing, ", "), " were marked ready"));
+  }
+  std::fill(ready_.begin(), ready_.end(), false);
+  num_ready_ = 0;
+  bucket_error_ = absl::OkStatus();
+  RETURN_IF_ERROR(status);
+
+  if (options_.update_mode == ps::UPDATE_SERVER) {
+    std::memcpy(buffers_.params, staging_.data(),
+                static_cast<size_t>(total_numel_) * sizeof(float));
+  }
+  for (int s = 0; s < partition_.num_servers(); ++s) {
+    const int64_t to = step_stats.bytes_to_server[s];
+    const int64_t from = step_stats.bytes_from_server[s];
+    stats.bytes_sent += to;
+    stats.bytes_recv += from;
+    bytes_to_server_[s] += to;
+    bytes_from_server_[s] += from;
+    stats.extra.emplace_back(absl::StrCat("server", s, "_bytes_sent"),
+                             static_cast<double>(to));
+    stats.extra.emplace_back(absl::StrCat("server", s, "_bytes_recv"),
+                             static_cast<double>(from));
+  }
+  stats.extra.emplace_back("push_ms", step_stats.push_ms);
+  stats.extra.emplace_back("pull_ms", step_stats.pull_ms);
+  push_ms_ += step_stats.push_ms;
+  pull_ms_ += step_stats.pull_ms;
+  ++step_;
+  return absl::OkStatus();
+}
+
+absl::Status PsSync::Shutdown() {
+  if (shut_down_ || client_ == nullptr) return absl::OkStatus();
+  shut_down_ = true;
+  absl::Status status = client_->Shutdown(step_, &server_summaries_);
+  if (colocated_server_ != nullptr) {
+    // Other workers may still be finishing their last step against this
+    // server: stop only when every one of them has said it is done.
+    absl::Status wait = colocated_server_->WaitForShutdown(context_.timeout);
+    GS_LOG(INFO) << colocated_server_->SummaryJson();
+    colocated_server_->Stop();
+    if (status.ok()) status = wait;
+  }
+  return status;
+}
+
+std::string PsSync::SummaryJson() const {
+  const double steps = std::max<int64_t>(step_, 1);
+  std::vector<std::string> summaries = server_summaries_;
+  return absl::StrFormat(
+      "{\"strategy\": \"ps\", \"update\": \"%s\", \"colocate\": %s, "
+      "\"servers\": %d, \"keys\": %d, \"chunk_bytes\": %d, "
+      "\"message_bytes\": %d, \"server_key_bytes\": [%s], "
+      "\"imbalance\": %.4f, \"steps\": %d, \"push_ms_mean\": %.3f, "
+      "\"pull_ms_mean\": %.3f, \"bytes_to_server\": [%s], "
+      "\"bytes_from_server\": [%s], \"server_summaries\": [%s]}",
+      UpdateModeName(options_.update_mode),
+      options_.colocate ? "true" : "false", partition_.num_servers(),
+      partition_.keys().size(), options_.chunk_bytes, options_.message_bytes,
+      absl::StrJoin(partition_.server_bytes(), ", "), partition_.imbalance(),
+      step_, push_ms_ / steps, pull_ms_ / steps,
+      absl::StrJoin(bytes_to_server_, ", "),
+      absl::StrJoin(bytes_from_server_, ", "), absl::StrJoin(summaries, ", "));
+}
+
+// The value of a flag defined elsewhere in the binary, or `fallback` when the
+// binary has no such flag.
+absl::StatusOr<float> FloatFlag(const char* name, float fallback) {
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  if (flag == nullptr) return fallback;
+  // The trainer's flags are doubles cast to float; parse the same way so the
+  // servers' float is bit-identical to the workers'.
+  double value = 0;
+  if (!absl::SimpleAtod(flag->CurrentValue(), &value)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", name, "=", flag->CurrentValue(), " is not a number"));
+  }
+  return static_cast<float>(value);
+}
+
+std::string StringFlag(const char* name, const std::string& fallback) {
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  return flag == nullptr ? fallback : flag->CurrentValue();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
+    const SyncContext& context, const PsSyncOptions& options) {
+  if (options.update_mode == ps::UPDATE_SERVER) {
+    // Fail at start-up, not at the servers' first update.
+    auto optimizer = CreateOptimizer(options.optimizer);
+    if (!optimizer.ok()) {
+      return Annotate(optimizer.status(), "--sync=ps --ps_update=server");
+    }
+  }
+  if (options.chunk_bytes < 4 || options.chunk_bytes % 4 != 0 ||
+      options.message_bytes < 4 || options.message_bytes % 4 != 0 ||
+      options.message_bytes > kMaxMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sync=ps: chunk ", options.chunk_bytes, " B and message ",
+        options.message_bytes, " B must be multiples of 4, messages <= ",
+        kMaxMessageBytes, " B"));
+  }
+  return std::unique_ptr<GradientSync>(
+      std::make_unique<PsSync>(context, options));
+}
+
+absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(int world_size) {
+  PsSyncOptions options;
+  ASSIGN_OR_RETURN(options.update_mode,
+                   ParseUpdateMode(absl::GetFlag(FLAGS_ps_update)));
+  ASSIGN_OR_RETURN(options.chunk_bytes, ChunkBytesFromFlags());
+  ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
+  options.colocate = absl::GetFlag(FLAGS_ps_colocate);
+  if (options.update_mode == ps::UPDATE_SERVER) {
+    // The optimizer flags are the trainer's; the servers must run exactly
+    // what the workers would have run.
+    if (absl::FindCommandLineFlag("lr") == nullptr) {
+      return absl::FailedPreconditionError(
+          "--ps_update=server: this binary has no --lr flag to take the "
+          "optimizer from");
+    }
+    OptimizerOptions& o = options.optimizer;
+    o.kind = StringFlag("optimizer", o.kind);
+    ASSIGN_OR_RETURN(o.lr, FloatFlag("lr", o.lr));
+    ASSIGN_OR_RETURN(o.momentum, FloatFlag("momentum", o.momentum));
+    ASSIGN_OR_RETURN(o.weight_decay, FloatFlag("weight_decay", o.weight_decay));
+    ASSIGN_OR_RETURN(o.beta1, FloatFlag("beta1", o.beta1));
+    ASSIGN_OR_RETURN(o.beta2, FloatFlag("beta2", o.beta2));
+    ASSIGN_OR_RETURN(o.epsilon, FloatFlag("epsilon", o.epsilon));
+    ASSIGN_OR_RETURN(o.lr, ScaleLearningRate(
+                               o.lr, StringFlag("lr_scaling", "none"),
+                               world_size));
+  }
+  return options;
+}
+
+GRADSYNC_REGISTER_SYNC(ps, [](const SyncContext& context)
+                               -> absl::StatusOr<std::unique_ptr<GradientSync>> {
+  ASSIGN_OR_RETURN(PsSyncOptions options,
+                   PsSyncOptionsFromFlags(context.world_size));
+  return CreatePsSync(context, options);
+});
+
+}  // namespace gradsync

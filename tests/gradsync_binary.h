@@ -1,0 +1,41 @@
+// Runs the real gradsync binary (a data dependency of the test) and captures
+// its exit code and output, for tests of the command line and of whole jobs.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tools/launcher.h"
+
+namespace gradsync {
+
+inline std::string GradsyncBinary() {
+  return std::string(std::getenv("TEST_SRCDIR")) + "/gradsync/tools/gradsync";
+}
+
+inline std::string TestTempDir() { return std::getenv("TEST_TMPDIR"); }
+
+// Runs `gradsync <args...>` with `env` added, bounded by `deadline`.
+inline ProcessResult RunGradsync(
+    const std::vector<std::string>& args,
+    const std::vector<std::pair<std::string, std::string>>& env = {},
+    absl::Duration deadline = absl::Seconds(240)) {
+  ProcessSpec spec;
+  spec.name = "gradsync";
+  spec.argv = {GradsyncBinary()};
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.env = env;
+  LaunchOptions options;
+  options.echo = false;
+  options.deadline = deadline;
+  auto result = RunProcessGroup({spec}, options);
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (!result.ok()) return ProcessResult{};
+  return result->processes[0];
+}
+
+}  // namespace gradsync

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages gradsync builds, tests and runs with.
+# Idempotent and quick when everything is there (one dpkg query, no network).
+# As root it runs apt-get; otherwise it prints the one command to run.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  bazel-bootstrap bazel-rules-java bazel-platforms pkg-config git
+  # libraries
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libssl-dev
+  libopenblas-dev nlohmann-json3-dev
+  # data, plots, network emulation
+  dataset-fashion-mnist python3 python3-matplotlib iproute2
+  # benchmark-only comparison anchor
+  libgloo-dev
+)
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$package")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+command="apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"
+if [[ $(id -u) -ne 0 ]]; then
+  echo "gradsync needs Debian packages that are not installed. As root, run:" >&2
+  echo "  $command" >&2
+  exit 1
+fi
+echo "installing: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q >&2
+apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
