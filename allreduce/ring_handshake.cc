@@ -32,6 +32,8 @@ absl::Status SendRingHello(TcpConnection& connection, const RingHello& hello,
   PutU32(out, static_cast<uint32_t>(hello.world_size));
   PutU32(out, static_cast<uint32_t>(hello.job_id.size()));
   out += hello.job_id;
+  PutU32(out, static_cast<uint32_t>(hello.sender_address.size()));
+  out += hello.sender_address;
   return Annotate(connection.SendAll(out.data(), out.size(), deadline),
                   "sending the ring hello");
 }
@@ -56,6 +58,16 @@ absl::StatusOr<RingHello> ReceiveRingHello(TcpConnection& connection,
   }
   hello.job_id.resize(job_bytes);
   RETURN_IF_ERROR(connection.RecvAll(hello.job_id.data(), job_bytes, deadline));
+  unsigned char length[4];
+  RETURN_IF_ERROR(connection.RecvAll(length, sizeof(length), deadline));
+  const uint32_t address_bytes = GetU32(length);
+  if (address_bytes > kMaxTextBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "its hello announces a ", address_bytes, "-byte address"));
+  }
+  hello.sender_address.resize(address_bytes);
+  RETURN_IF_ERROR(connection.RecvAll(hello.sender_address.data(),
+                                     address_bytes, deadline));
   return hello;
 }
 

@@ -1,5 +1,6 @@
 // The ring's connection handshake. The connecting rank sends a hello (magic,
-// job id, its rank, the rank it means to reach, the ring's size); the
+// job id, its rank, the rank it means to reach, the ring's size, its own
+// listening address); the
 // accepting rank answers with accept or refuse-and-why. A stranger (another
 // job, a port scanner, a rank of a different ring) is thus turned away with a
 // reason on both sides instead of corrupting a gradient stream.
@@ -23,6 +24,9 @@ struct RingHello {
   int32_t receiver_rank = -1;
   int32_t world_size = 0;
   std::string job_id;
+  // Where the sender listens: names it in the receiver's errors better than
+  // the ephemeral port its connection comes from.
+  std::string sender_address;
 };
 
 absl::Status SendRingHello(TcpConnection& connection, const RingHello& hello,

@@ -54,7 +54,11 @@ absl::StatusOr<std::unique_ptr<TcpConnection>> AcceptLeft(
                                options.rank, left_rank);
     }
     if (refusal.empty()) {
-      connection->set_peer_rank(left_rank);
+      if (!hello->sender_address.empty()) {
+        connection->set_peer(left_rank, hello->sender_address);
+      } else {
+        connection->set_peer(left_rank, connection->peer_address());
+      }
       RETURN_IF_ERROR(Annotate(SendRingAnswer(*connection, "", deadline),
                                absl::StrCat("ring rank ", options.rank, ": ",
                                             connection->peer_name())));
@@ -119,7 +123,8 @@ absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
   transport->right_ = std::move(right).value();
   RETURN_IF_ERROR(Annotate(
       SendRingHello(*transport->right_,
-                    RingHello{options.rank, right_rank, n, options.job_id},
+                    RingHello{options.rank, right_rank, n, options.job_id,
+                              listener->address()},
                     deadline),
       context));
 

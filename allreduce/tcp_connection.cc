@@ -94,8 +94,9 @@ void TcpConnection::Shutdown() {
   if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
 }
 
-void TcpConnection::set_peer_rank(int rank) {
+void TcpConnection::set_peer(int rank, const std::string& address) {
   peer_rank_ = rank;
+  peer_address_ = address;
   peer_name_ = NamePeer(side_, rank, peer_address_);
 }
 

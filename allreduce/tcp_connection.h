@@ -68,8 +68,8 @@ class TcpConnection {
   const std::string& peer_address() const { return peer_address_; }
   // Names the peer for errors: "left neighbour rank 2 (127.0.0.1:40211)".
   const std::string& peer_name() const { return peer_name_; }
-  // Updates the rank once a handshake has told us who the peer is.
-  void set_peer_rank(int rank);
+  // Names the peer once a handshake has told us who it is.
+  void set_peer(int rank, const std::string& address);
 
  private:
   int fd_ = -1;

@@ -16,7 +16,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-// PS_SERVER_INCLUDE #include "ps/server_command.h"
+#include "ps/server_command.h"
 #include "tools/commands.h"
 
 namespace {
@@ -88,6 +88,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (command == "train") return gradsync::RunTrainCommand();
-  // PS_SERVER_DISPATCH if (command == "server") return gradsync::RunServerCommand();
+  if (command == "server") return gradsync::RunServerCommand();
   return gradsync::RunDoctorCommand();
 }

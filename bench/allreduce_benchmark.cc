@@ -1,0 +1,547 @@
+// All-reduce benchmark in the style of nccl-tests: gradsync's TCP ring against
+// Gloo's allreduce_ring, allreduce_ring_chunked and allreduce_halving_doubling
+// (Gloo's TCP transport), on the same N processes, sizes and machine.
+//
+// Each rank is its own process (forked before any thread exists), so the
+// kernel schedules them as it would a real job; ranks talk over loopback TCP.
+// For every algorithm and size: --warmup untimed runs, a barrier, --iters
+// timed runs back to back, then a fresh input and one checked run. Inputs are
+// small integers, so the sum is exact and every element is checked (#wrong).
+//
+//   bazel run //bench:allreduce_benchmark -- --workers=4 --max_bytes=67108864
+//
+// Columns: time is the mean per all-reduce of the slowest rank; algbw =
+// bytes / time; busbw = algbw * 2(N-1)/N, the rate each link carries in a ring
+// (nccl-tests' definition, comparable across N); GB/s = 10^9 bytes/s.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "allreduce/ring_allreduce.h"
+#include "allreduce/ring_flags.h"
+#include "allreduce/ring_transport.h"
+#include "core/coordinator.h"
+#include "core/logging.h"
+#include "core/status_macros.h"
+#include "gloo/allreduce_halving_doubling.h"
+#include "gloo/allreduce_ring.h"
+#include "gloo/allreduce_ring_chunked.h"
+#include "gloo/barrier_all_to_all.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/transport/tcp/device.h"
+#include "tools/launcher.h"
+
+ABSL_FLAG(int, workers, 4, "number of ranks (one process each)");
+ABSL_FLAG(int64_t, min_bytes, 1024, "smallest all-reduce, in bytes");
+ABSL_FLAG(int64_t, max_bytes, int64_t{256} << 20, "largest all-reduce, in bytes");
+ABSL_FLAG(int, step_factor, 4, "each size is this many times the previous");
+ABSL_FLAG(int, iters, 20, "timed all-reduces per size");
+ABSL_FLAG(int, warmup, 5, "untimed all-reduces per size before timing");
+ABSL_FLAG(std::string, algorithms,
+          "gradsync_ring,gloo_ring,gloo_ring_chunked,gloo_halving_doubling",
+          "comma-separated: gradsync_ring, gloo_ring, gloo_ring_chunked, "
+          "gloo_halving_doubling");
+ABSL_FLAG(std::string, json, "",
+          "also write the results here, in Google Benchmark's JSON shape");
+ABSL_FLAG(double, timeout_s, 120,
+          "a rank that waits on a peer this long fails (and so the run)");
+
+namespace gradsync {
+namespace {
+
+constexpr const char* kKnownAlgorithms[] = {
+    "gradsync_ring", "gloo_ring", "gloo_ring_chunked", "gloo_halving_doubling"};
+
+struct RingSettings {
+  int64_t chunk_bytes;
+  int socket_buffer_bytes;
+};
+
+RingSettings RingSettingsFromFlags() {
+  return RingSettings{int64_t{absl::GetFlag(FLAGS_ring_chunk_kb)} << 10,
+                      absl::GetFlag(FLAGS_ring_socket_buffer_kb) << 10};
+}
+
+struct Plan {
+  int workers = 4;
+  std::vector<int64_t> sizes;  // bytes, multiples of 4
+  std::vector<std::string> algorithms;
+  int iters = 20;
+  int warmup = 5;
+  int coordinator_port = 0;
+  std::string store_dir;
+  absl::Duration timeout;
+};
+
+// One rank's figures for one (algorithm, size), written by the rank process
+// into memory shared with the parent.
+struct Cell {
+  double time_us;
+  int64_t wrong;
+  int done;
+};
+
+Cell& CellAt(Cell* cells, const Plan& plan, int algorithm, int size, int rank) {
+  return cells[(algorithm * plan.sizes.size() + size) * plan.workers + rank];
+}
+
+float InputValue(int rank, int64_t i) {
+  return static_cast<float>((i * 7 + rank * 13) % 23 - 11);
+}
+
+void FillInput(float* data, int64_t count, int rank) {
+  for (int64_t i = 0; i < count; ++i) data[i] = InputValue(rank, i);
+}
+
+int64_t CountWrong(const float* data, int64_t count, int workers) {
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    int sum = 0;
+    for (int r = 0; r < workers; ++r) sum += static_cast<int>(InputValue(r, i));
+    if (data[i] != static_cast<float>(sum)) ++wrong;
+  }
+  return wrong;
+}
+
+// Times one algorithm on one size: warm-up, barrier, timed loop, then a checked
+// run on fresh input. `run` and `barrier` throw or return an error.
+absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
+                     const std::function<absl::Status()>& run,
+                     const std::function<absl::Status()>& barrier, Cell& cell) {
+  FillInput(data, count, rank);
+  for (int i = 0; i < plan.warmup; ++i) RETURN_IF_ERROR(run());
+  RETURN_IF_ERROR(barrier());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < plan.iters; ++i) RETURN_IF_ERROR(run());
+  const auto end = std::chrono::steady_clock::now();
+  cell.time_us =
+      std::chrono::duration<double, std::micro>(end - start).count() / plan.iters;
+  FillInput(data, count, rank);
+  RETURN_IF_ERROR(barrier());
+  RETURN_IF_ERROR(run());
+  cell.wrong = CountWrong(data, count, plan.workers);
+  cell.done = 1;
+  return absl::OkStatus();
+}
+
+absl::Status RunGradsyncRing(const Plan& plan, int rank, int algorithm,
+                             CoordinatorClient* coordinator, float* data,
+                             Cell* cells) {
+  const RingSettings ring_options = RingSettingsFromFlags();
+  RingTransportOptions options;
+  options.rank = rank;
+  options.world_size = plan.workers;
+  options.job_id = "allreduce-benchmark";
+  options.key_prefix = "bench-ring";
+  options.timeout = plan.timeout;
+  options.socket_buffer_bytes = ring_options.socket_buffer_bytes;
+  ASSIGN_OR_RETURN(std::unique_ptr<RingTransport> transport,
+                   RingTransport::Create(options, coordinator));
+  RingAllReduce ring(transport.get(), ring_options.chunk_bytes);
+  float token = 1.0f;
+  // A one-float all-reduce completes on a rank only once every rank has
+  // contributed, so it is a barrier.
+  auto barrier = [&] { return ring.Run(&token, 1); };
+  for (size_t s = 0; s < plan.sizes.size(); ++s) {
+    const int64_t count = plan.sizes[s] / 4;
+    RETURN_IF_ERROR(Measure(
+        plan, rank, data, count, [&] { return ring.Run(data, count); }, barrier,
+        CellAt(cells, plan, algorithm, s, rank)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunGloo(const Plan& plan, int rank, int algorithm,
+                     const std::string& name,
+                     const std::shared_ptr<gloo::Context>& context, float* data,
+                     Cell* cells) {
+  auto barrier = [&] {
+    gloo::BarrierAllToAll(context).run();
+    return absl::OkStatus();
+  };
+  for (size_t s = 0; s < plan.sizes.size(); ++s) {
+    const int64_t count = plan.sizes[s] / 4;
+    std::vector<float*> pointers = {data};
+    // Constructing an algorithm registers its buffers with the peers (and
+    // allocates its inboxes); like Gloo's users we do it once per size,
+    // outside the timed loop.
+    std::unique_ptr<gloo::Algorithm> instance;
+    if (name == "gloo_ring") {
+      instance.reset(new gloo::AllreduceRing<float>(context, pointers, count));
+    } else if (name == "gloo_ring_chunked") {
+      instance.reset(
+          new gloo::AllreduceRingChunked<float>(context, pointers, count));
+    } else {
+      instance.reset(
+          new gloo::AllreduceHalvingDoubling<float>(context, pointers, count));
+    }
+    RETURN_IF_ERROR(Measure(
+        plan, rank, data, count,
+        [&] {
+          instance->run();
+          return absl::OkStatus();
+        },
+        barrier, CellAt(cells, plan, algorithm, s, rank)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
+  SetLogTag(absl::StrCat("rank ", rank));
+  std::unique_ptr<CoordinatorServer> server;
+  if (rank == 0) {
+    ASSIGN_OR_RETURN(server, CoordinatorServer::Start(
+                                 absl::StrCat("127.0.0.1:", plan.coordinator_port),
+                                 "allreduce-benchmark", plan.workers, 0));
+  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<CoordinatorClient> coordinator,
+      CoordinatorClient::Connect(absl::StrCat("127.0.0.1:", plan.coordinator_port),
+                                 "allreduce-benchmark", Role::kWorker, rank,
+                                 plan.timeout));
+  const int64_t max_count = plan.sizes.back() / 4;
+  std::vector<float> buffer(max_count);
+
+  std::shared_ptr<gloo::rendezvous::Context> gloo_context;
+  for (size_t a = 0; a < plan.algorithms.size(); ++a) {
+    const std::string& name = plan.algorithms[a];
+    if (name == "gradsync_ring") {
+      RETURN_IF_ERROR(Annotate(RunGradsyncRing(plan, rank, a, coordinator.get(),
+                                               buffer.data(), cells),
+                               name));
+      continue;
+    }
+    try {
+      if (!gloo_context) {
+        gloo::transport::tcp::attr attr;
+        attr.hostname = "127.0.0.1";
+        auto device = gloo::transport::tcp::CreateDevice(attr);
+        gloo_context =
+            std::make_shared<gloo::rendezvous::Context>(rank, plan.workers);
+        gloo_context->setTimeout(std::chrono::milliseconds(
+            absl::ToInt64Milliseconds(plan.timeout)));
+        gloo::rendezvous::FileStore store(plan.store_dir);
+        gloo_context->connectFullMesh(store, device);
+      }
+      RETURN_IF_ERROR(Annotate(
+          RunGloo(plan, rank, a, name, gloo_context, buffer.data(), cells), name));
+    } catch (const std::exception& error) {
+      return absl::InternalError(absl::StrCat(name, ": Gloo: ", error.what()));
+    }
+  }
+  // Nobody may leave while a peer could still need the coordinator.
+  RETURN_IF_ERROR(coordinator->Barrier("benchmark-done", BarrierGroup::kWorkers,
+                                       plan.timeout));
+  return absl::OkStatus();
+}
+
+// Forks one process per rank, waits for all with a deadline, and stops the
+// rest as soon as one fails. Returns whether all succeeded.
+bool RunRanks(const Plan& plan, Cell* cells) {
+  // SIGCHLD stays blocked in the parent so sigtimedwait can wait for it.
+  sigset_t child_signal;
+  sigemptyset(&child_signal);
+  sigaddset(&child_signal, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &child_signal, nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < plan.workers; ++rank) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      GS_LOG(ERROR) << "fork: " << std::strerror(errno);
+      for (pid_t other : pids) kill(other, SIGTERM);
+      return false;
+    }
+    if (pid == 0) {
+      sigprocmask(SIG_UNBLOCK, &child_signal, nullptr);
+      absl::Status status = RunRank(plan, rank, cells);
+      if (!status.ok()) GS_LOG(ERROR) << status;
+      std::fflush(stdout);
+      _exit(status.ok() ? 0 : 1);
+    }
+    pids.push_back(pid);
+  }
+  // Every rank already gives up after --timeout_s per wait; this bounds the
+  // whole run in case one is stuck somewhere else.
+  const absl::Time deadline =
+      absl::Now() + plan.timeout * (2 + plan.algorithms.size() * plan.sizes.size());
+  int running = plan.workers;
+  bool ok = true;
+  while (running > 0) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      --running;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        const int rank = std::find(pids.begin(), pids.end(), pid) - pids.begin();
+        if (ok) {
+          GS_LOG(ERROR) << "rank " << rank << " failed ("
+                        << (WIFEXITED(status)
+                                ? absl::StrCat("exit code ", WEXITSTATUS(status))
+                                : absl::StrCat("signal ", WTERMSIG(status)))
+                        << "); stopping the others";
+          for (pid_t other : pids) kill(other, SIGTERM);
+        }
+        ok = false;
+      }
+      continue;
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      GS_LOG(ERROR) << "the benchmark ran past its deadline; stopping the ranks";
+      for (pid_t other : pids) kill(other, SIGKILL);
+      ok = false;
+      while (waitpid(-1, &status, 0) > 0) {
+      }
+      break;
+    }
+    timespec wait = absl::ToTimespec(std::min(left, absl::Seconds(1)));
+    sigtimedwait(&child_signal, nullptr, &wait);
+  }
+  return ok;
+}
+
+struct Row {
+  std::string algorithm;
+  int64_t bytes;
+  double time_us;
+  double algbw;
+  double busbw;
+  int64_t wrong;
+};
+
+std::string MachineDescription() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  std::string model = "unknown CPU";
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  return absl::StrCat(model, ", ", sysconf(_SC_NPROCESSORS_ONLN), " cores");
+}
+
+void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
+  const RingSettings ring = RingSettingsFromFlags();
+  absl::PrintF("# all-reduce of float32 (sum, in place), %d processes on one "
+               "machine, loopback TCP; %s\n",
+               plan.workers, MachineDescription());
+  absl::PrintF("# time: mean per all-reduce of the slowest rank over %d runs "
+               "after %d warm-up; algbw = bytes/time; busbw = algbw*2(N-1)/N; "
+               "GB/s = 1e9 bytes/s\n",
+               plan.iters, plan.warmup);
+  absl::PrintF("# gradsync_ring: --ring_chunk_kb=%d --ring_socket_buffer_kb=%d\n",
+               ring.chunk_bytes >> 10, ring.socket_buffer_bytes >> 10);
+  for (const std::string& algorithm : plan.algorithms) {
+    absl::PrintF("#\n# %s\n", algorithm);
+    absl::PrintF("# %12s %12s %6s %12s %12s %12s %8s\n", "size (B)", "count",
+                 "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong");
+    for (const Row& row : rows) {
+      if (row.algorithm != algorithm) continue;
+      absl::PrintF("  %12d %12d %6s %12.1f %12.3f %12.3f %8d\n", row.bytes,
+                   row.bytes / 4, "float", row.time_us, row.algbw, row.busbw,
+                   row.wrong);
+    }
+  }
+  // Side by side, when gradsync's ring and at least one Gloo algorithm ran.
+  const bool have_ring =
+      std::count(plan.algorithms.begin(), plan.algorithms.end(), "gradsync_ring");
+  if (!have_ring || plan.algorithms.size() < 2) return;
+  absl::PrintF("#\n# busbw (GB/s) side by side; ratio = gradsync_ring / best Gloo\n");
+  std::string header = absl::StrFormat("# %12s", "size (B)");
+  for (const std::string& algorithm : plan.algorithms) {
+    absl::StrAppend(&header, absl::StrFormat(" %22s", algorithm));
+  }
+  absl::PrintF("%s %8s\n", header, "ratio");
+  for (int64_t bytes : plan.sizes) {
+    std::string line = absl::StrFormat("  %12d", bytes);
+    double ring_busbw = 0;
+    double best_gloo = 0;
+    for (const std::string& algorithm : plan.algorithms) {
+      for (const Row& row : rows) {
+        if (row.algorithm != algorithm || row.bytes != bytes) continue;
+        absl::StrAppend(&line, absl::StrFormat(" %22.3f", row.busbw));
+        if (algorithm == "gradsync_ring") {
+          ring_busbw = row.busbw;
+        } else {
+          best_gloo = std::max(best_gloo, row.busbw);
+        }
+      }
+    }
+    absl::PrintF("%s %8.2f\n", line, best_gloo > 0 ? ring_busbw / best_gloo : 0.0);
+  }
+}
+
+absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
+                       const std::string& path) {
+  const RingSettings ring = RingSettingsFromFlags();
+  std::string json = absl::StrCat(
+      "{\n  \"context\": {\"executable\": \"allreduce_benchmark\", \"date\": \"",
+      absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::LocalTimeZone()),
+      "\", \"machine\": \"", MachineDescription(), "\", \"workers\": ",
+      plan.workers, ", \"iters\": ", plan.iters, ", \"warmup\": ", plan.warmup,
+      ", \"ring_chunk_kb\": ", ring.chunk_bytes >> 10,
+      ", \"ring_socket_buffer_kb\": ", ring.socket_buffer_bytes >> 10,
+      ", \"transport\": \"loopback TCP\"},\n  \"benchmarks\": [");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
+    absl::StrAppend(
+        &json, i == 0 ? "\n" : ",\n",
+        absl::StrFormat(
+            "    {\"name\": \"%s/%d\", \"run_name\": \"%s/%d\", \"run_type\": "
+            "\"iteration\", \"iterations\": %d, \"real_time\": %.3f, "
+            "\"cpu_time\": %.3f, \"time_unit\": \"us\", \"bytes\": %d, "
+            "\"count\": %d, \"bytes_per_second\": %.1f, \"algbw_GBps\": %.4f, "
+            "\"busbw_GBps\": %.4f, \"wrong\": %d}",
+            row.algorithm, row.bytes, row.algorithm, row.bytes, plan.iters,
+            row.time_us, row.time_us, row.bytes, row.bytes / 4, row.algbw * 1e9,
+            row.algbw, row.busbw, row.wrong));
+  }
+  absl::StrAppend(&json, "\n  ]\n}\n");
+  std::ofstream out(path);
+  out << json;
+  if (!out.good()) {
+    return absl::UnavailableError(absl::StrCat("writing ", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Plan> PlanFromFlags() {
+  Plan plan;
+  plan.workers = absl::GetFlag(FLAGS_workers);
+  plan.iters = absl::GetFlag(FLAGS_iters);
+  plan.warmup = absl::GetFlag(FLAGS_warmup);
+  plan.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  if (plan.workers < 2 || plan.iters < 1 || plan.warmup < 0) {
+    return absl::InvalidArgumentError(
+        "--workers must be >= 2, --iters >= 1, --warmup >= 0");
+  }
+  const int64_t min_bytes = absl::GetFlag(FLAGS_min_bytes);
+  const int64_t max_bytes = absl::GetFlag(FLAGS_max_bytes);
+  const int factor = absl::GetFlag(FLAGS_step_factor);
+  if (min_bytes < 4 || max_bytes < min_bytes || factor < 2) {
+    return absl::InvalidArgumentError(
+        "need 4 <= --min_bytes <= --max_bytes and --step_factor >= 2");
+  }
+  for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
+    plan.sizes.push_back(bytes / 4 * 4);
+  }
+  // Gloo counts elements in an int.
+  if (plan.sizes.back() / 4 > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError("--max_bytes is too large for Gloo");
+  }
+  for (absl::string_view name :
+       absl::StrSplit(absl::GetFlag(FLAGS_algorithms), ',', absl::SkipEmpty())) {
+    if (std::find(std::begin(kKnownAlgorithms), std::end(kKnownAlgorithms),
+                  name) == std::end(kKnownAlgorithms)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown algorithm '", name, "' in --algorithms; known: ",
+          absl::StrJoin(kKnownAlgorithms, ",")));
+    }
+    plan.algorithms.emplace_back(name);
+  }
+  if (plan.algorithms.empty()) {
+    return absl::InvalidArgumentError("--algorithms is empty");
+  }
+  ASSIGN_OR_RETURN(plan.coordinator_port, PickFreePort());
+  char store_template[] = "/tmp/gradsync-allreduce-benchmark-XXXXXX";
+  if (mkdtemp(store_template) == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("mkdtemp for Gloo's file store: ", std::strerror(errno)));
+  }
+  plan.store_dir = store_template;
+  return plan;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "All-reduce benchmark (nccl-tests style): gradsync's TCP ring against "
+      "Gloo's ring, ring_chunked and halving_doubling, one process per rank.");
+  absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<Plan> plan = PlanFromFlags();
+  if (!plan.ok()) {
+    GS_LOG(ERROR) << plan.status();
+    return 2;
+  }
+  const size_t cell_count =
+      plan->algorithms.size() * plan->sizes.size() * plan->workers;
+  const size_t shared_bytes = cell_count * sizeof(Cell);
+  void* shared = mmap(nullptr, shared_bytes, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) {
+    GS_LOG(ERROR) << "mmap: " << std::strerror(errno);
+    return 1;
+  }
+  Cell* cells = static_cast<Cell*>(shared);
+  std::fill(cells, cells + cell_count, Cell{0, 0, 0});
+
+  const bool ok = RunRanks(*plan, cells);
+  // Gloo's file store leaves one file per rank.
+  std::error_code ignored;
+  std::filesystem::remove_all(plan->store_dir, ignored);
+
+  std::vector<Row> rows;
+  const double bus_factor = 2.0 * (plan->workers - 1) / plan->workers;
+  for (size_t a = 0; a < plan->algorithms.size(); ++a) {
+    for (size_t s = 0; s < plan->sizes.size(); ++s) {
+      Row row{plan->algorithms[a], plan->sizes[s], 0, 0, 0, 0};
+      bool complete = true;
+      for (int rank = 0; rank < plan->workers; ++rank) {
+        const Cell& cell = CellAt(cells, *plan, a, s, rank);
+        complete = complete && cell.done;
+        row.time_us = std::max(row.time_us, cell.time_us);
+        row.wrong += cell.wrong;
+      }
+      if (!complete) continue;
+      row.algbw = row.bytes / (row.time_us * 1e-6) / 1e9;
+      row.busbw = row.algbw * bus_factor;
+      rows.push_back(row);
+    }
+  }
+  PrintTables(*plan, rows);
+  if (!absl::GetFlag(FLAGS_json).empty()) {
+    absl::Status written = WriteJson(*plan, rows, absl::GetFlag(FLAGS_json));
+    if (!written.ok()) {
+      GS_LOG(ERROR) << written;
+      return 1;
+    }
+  }
+  int64_t wrong = 0;
+  for (const Row& row : rows) wrong += row.wrong;
+  if (wrong > 0) GS_LOG(ERROR) << wrong << " wrong elements in total";
+  return ok && wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace gradsync
+
+int main(int argc, char** argv) { return gradsync::Main(argc, argv); }

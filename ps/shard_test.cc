@@ -1,0 +1,345 @@
+// The server shard without gRPC: BSP aggregation, the server-side optimizer,
+// and refusal of bad input without changing any state.
+#include "ps/shard.h"
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gradsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kJob[] = "shard-test";
+
+ps::Header MakeHeader(int rank, int64_t step, int64_t key,
+                      const std::string& job = kJob) {
+  ps::Header header;
+  header.set_job_id(job);
+  header.set_rank(rank);
+  header.set_step(step);
+  header.set_key(key);
+  return header;
+}
+
+ps::KeyPart MakePart(int rank, int64_t step, int64_t key, int64_t key_numel,
+                     int64_t offset, const std::vector<float>& values,
+                     const std::string& job = kJob) {
+  ps::KeyPart part;
+  *part.mutable_header() = MakeHeader(rank, step, key, job);
+  part.set_key_numel(key_numel);
+  part.set_offset(offset);
+  part.mutable_data()->assign(reinterpret_cast<const char*>(values.data()),
+                              values.size() * sizeof(float));
+  return part;
+}
+
+ps::RegisterConfig MakeConfig(int rank, int num_workers,
+                              std::vector<std::pair<int64_t, int64_t>> keys,
+                              ps::UpdateMode mode = ps::UPDATE_WORKER) {
+  ps::RegisterConfig config;
+  *config.mutable_header() = MakeHeader(rank, -1, -1);
+  config.set_num_workers(num_workers);
+  config.set_num_servers(1);
+  config.set_server_rank(0);
+  config.set_update_mode(mode);
+  for (const auto& [key, numel] : keys) {
+    ps::KeySpec* spec = config.add_keys();
+    spec->set_key(key);
+    spec->set_numel(numel);
+  }
+  return config;
+}
+
+std::vector<float> Read(ServerShard& shard, int64_t key, int64_t step) {
+  ps::KeyPart part;
+  absl::Status status = shard.ReadResult(key, step, 0, 1 << 20, &part);
+  EXPECT_TRUE(status.ok()) << status;
+  std::vector<float> values(part.data().size() / 4);
+  std::memcpy(values.data(), part.data().data(), part.data().size());
+  return values;
+}
+
+class RecordingWaiter : public KeyWaiter {
+ public:
+  void KeyReady(int64_t key) override {
+    absl::MutexLock lock(&mu_);
+    ready_.push_back(key);
+  }
+  std::vector<int64_t> ready() {
+    absl::MutexLock lock(&mu_);
+    return ready_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int64_t> ready_;
+};
+
+ps::PullRequest MakePull(int rank, int64_t step, std::vector<int64_t> keys) {
+  ps::PullRequest request;
+  *request.mutable_header() = MakeHeader(rank, step, -1);
+  for (int64_t key : keys) request.add_keys(key);
+  return request;
+}
+
+TEST(ServerShardTest, PullIsAnsweredOnceEveryWorkerPushed) {
+  ServerShard shard(kJob, 0, 1, 3);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(shard.Register(MakeConfig(r, 3, {{4, 3}, {9, 2}})).ok());
+  }
+  auto waiter = std::make_shared<RecordingWaiter>();
+  ASSERT_TRUE(shard.Pull(MakePull(1, 0, {4, 9}), waiter).ok());
+  // Parts of one push may be split anywhere.
+  ASSERT_TRUE(shard.Push(MakePart(0, 0, 4, 3, 0, {1, 2})).ok());
+  ASSERT_TRUE(shard.Push(MakePart(0, 0, 4, 3, 2, {3})).ok());
+  ASSERT_TRUE(shard.Push(MakePart(1, 0, 4, 3, 0, {10, 20, 30})).ok());
+  EXPECT_TRUE(waiter->ready().empty());
+  EXPECT_THAT(shard.DescribeMissing(4, 0), HasSubstr("worker 2 did not push key 4"));
+  ASSERT_TRUE(shard.Push(MakePart(2, 0, 4, 3, 0, {100, 200, 300})).ok());
+  EXPECT_EQ(waiter->ready(), std::vector<int64_t>{4});
+  EXPECT_EQ(Read(shard, 4, 0),
+            (std::vector<float>{111.0f / 3, 222.0f / 3, 333.0f / 3}));
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(shard.Push(MakePart(r, 0, 9, 2, 0, {1, float(r)})).ok());
+  }
+  EXPECT_EQ(waiter->ready(), (std::vector<int64_t>{4, 9}));
+  EXPECT_EQ(Read(shard, 9, 0), (std::vector<float>{1, 1}));
+  // A pull for a completed step is answered at once.
+  auto late = std::make_shared<RecordingWaiter>();
+  ASSERT_TRUE(shard.Pull(MakePull(2, 0, {9}), late).ok());
+  EXPECT_EQ(late->ready(), std::vector<int64_t>{9});
+}
+
+// Two buffers alternate by step parity: many steps in a row stay exact, and
+// the result of step t is readable while step t + 1 accumulates.
+TEST(ServerShardTest, ManyStepsReuseTwoBuffers) {
+  ServerShard shard(kJob, 0, 1, 2);
+  ASSERT_TRUE(shard.Register(MakeConfig(0, 2, {{0, 2}})).ok());
+  ASSERT_TRUE(shard.Register(MakeConfig(1, 2, {{0, 2}})).ok());
+  for (int step = 0; step < 50; ++step) {
+    const float a = static_cast<float>(step);
+    ASSERT_TRUE(shard.Push(MakePart(0, step, 0, 2, 0, {a, 1})).ok());
+    if (step > 0) {
+      // Step - 1 is still readable while this step accumulates.
+      EXPECT_EQ(Read(shard, 0, step - 1),
+                (std::vector<float>{(2 * a - 2 + 1) / 2, 2}));
+    }
+    ASSERT_TRUE(shard.Push(MakePart(1, step, 0, 2, 0, {a + 1, 3})).ok());
+    EXPECT_EQ(Read(shard, 0, step), (std::vector<float>{(2 * a + 1) / 2, 2}));
+    ps::KeyPart part;
+    if (step > 0) {
+      EXPECT_FALSE(shard.ReadResult(0, step - 1, 0, 2, &part).ok());
+    }
+  }
+}
+
+// Every refused push leaves sums, steps and counters as they were: after all
+// of them, the legitimate pushes still produce exactly the average.
+TEST(ServerShardTest, BadPushesAreRefusedAndChangeNothing) {
+  ServerShard shard(kJob, 0, 1, 2);
+  ASSERT_TRUE(shard.Register(MakeConfig(0, 2, {{0, 4}, {1, 2}})).ok());
+  ASSERT_TRUE(shard.Register(MakeConfig(1, 2, {{0, 4}, {1, 2}})).ok());
+  ASSERT_TRUE(shard.Push(MakePart(0, 0, 0, 4, 0, {1, 2, 3, 4})).ok());
+  const std::string before = shard.SummaryJson();
+
+  struct Case {
+    const char* name;
+    ps::KeyPart part;
+    absl::StatusCode code;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"wrong key size", MakePart(1, 0, 0, 5, 0, {1, 2, 3, 4, 5}),
+       absl::StatusCode::kInvalidArgument, "this server's has 4"},
+      {"too long", MakePart(1, 0, 0, 4, 0, {1, 2, 3, 4, 5}),
+       absl::StatusCode::kInvalidArgument, "does not continue"},
+      {"out of order", MakePart(1, 0, 0, 4, 2, {1, 2}),
+       absl::StatusCode::kInvalidArgument, "does not continue"},
+      {"unknown key", MakePart(1, 0, 7, 4, 0, {1, 2, 3, 4}),
+       absl::StatusCode::kInvalidArgument, "unknown key 7"},
+      {"second push", MakePart(0, 0, 0, 4, 0, {1, 2, 3, 4}),
+       absl::StatusCode::kAlreadyExists, "worker 0 already pushed"},
+      {"ahead", MakePart(1, 1, 0, 4, 0, {1, 2, 3, 4}),
+       absl::StatusCode::kOutOfRange, "too far ahead"},
+      {"unknown rank", MakePart(2, 0, 0, 4, 0, {1, 2, 3, 4}),
+       absl::StatusCode::kInvalidArgument, "unknown worker rank 2"},
+      {"negative rank", MakePart(-1, 0, 0, 4, 0, {1, 2, 3, 4}),
+       absl::StatusCode::kInvalidArgument, "unknown worker rank -1"},
+      {"wrong job", MakePart(1, 0, 0, 4, 0, {1, 2, 3, 4}, "other-job"),
+       absl::StatusCode::kFailedPrecondition, "job id 'other-job'"},
+  };
+  for (const Case& c : cases) {
+    absl::Status status = shard.Push(c.part);
+    EXPECT_EQ(status.code(), c.code) << c.name << ": " << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.message)) << c.name;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("server 0: push"))
+        << c.name;
+  }
+  {
+    ps::KeyPart ragged = MakePart(1, 0, 0, 4, 0, {1});
+    ragged.mutable_data()->push_back('x');
+    EXPECT_EQ(shard.Push(ragged).code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(shard.SummaryJson(), before);
+
+  ASSERT_TRUE(shard.Push(MakePart(1, 0, 0, 4, 0, {10, 20, 30, 40})).ok());
+  EXPECT_EQ(Read(shard, 0, 0), (std::vector<float>{5.5f, 11, 16.5f, 22}));
+  // Key 1 was untouched by all of the above: it completes normally.
+  ASSERT_TRUE(shard.Push(MakePart(0, 0, 1, 2, 0, {2, 4})).ok());
+  ASSERT_TRUE(shard.Push(MakePart(1, 0, 1, 2, 0, {4, 8})).ok());
+  EXPECT_EQ(Read(shard, 1, 0), (std::vector<float>{3, 6}));
+
+  // Step 0 is over: pushing it again is a step from the past.
+  absl::Status past = shard.Push(MakePart(1, 0, 0, 4, 0, {1, 2, 3, 4}));
+  EXPECT_EQ(past.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(past.message()), HasSubstr("in the past"));
+  EXPECT_EQ(Read(shard, 0, 0), (std::vector<float>{5.5f, 11, 16.5f, 22}));
+}
+
+TEST(ServerShardTest, BadPullsRegisterNothing) {
+  ServerShard shard(kJob, 0, 1, 2);
+  ASSERT_TRUE(shard.Register(MakeConfig(0, 2, {{0, 1}, {1, 1}})).ok());
+  ASSERT_TRUE(shard.Register(MakeConfig(1, 2, {{0, 1}, {1, 1}})).ok());
+  auto waiter = std::make_shared<RecordingWaiter>();
+  struct Case {
+    ps::PullRequest request;
+    absl::StatusCode code;
+    const char* message;
+  };
+  ps::PullRequest wrong_job = MakePull(0, 0, {0});
+  wrong_job.mutable_header()->set_job_id("nope");
+  const std::vector<Case> cases = {
+      {MakePull(0, 1, {0, 1}), absl::StatusCode::kOutOfRange, "too far ahead"},
+      {MakePull(0, 0, {0, 5}), absl::StatusCode::kInvalidArgument, "unknown key 5"},
+      {MakePull(0, 0, {1, 1}), absl::StatusCode::kInvalidArgument, "requested twice"},
+      {MakePull(0, 0, {}), absl::StatusCode::kInvalidArgument, "names no keys"},
+      {MakePull(3, 0, {0}), absl::StatusCode::kInvalidArgument, "unknown worker rank 3"},
+      {wrong_job, absl::StatusCode::kFailedPrecondition, "job id 'nope'"},
+  };
+  for (const Case& c : cases) {
+    absl::Status status = shard.Pull(c.request, waiter);
+    EXPECT_EQ(status.code(), c.code) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.message));
+  }
+  // Complete both keys: a waiter from a refused pull must never be told.
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(shard.Push(MakePart(r, 0, 0, 1, 0, {1})).ok());
+    ASSERT_TRUE(shard.Push(MakePart(r, 0, 1, 1, 0, {1})).ok());
+  }
+  EXPECT_TRUE(waiter->ready().empty());
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(shard.Push(MakePart(r, 1, 0, 1, 0, {1})).ok());
+  }
+  absl::Status past = shard.Pull(MakePull(0, 0, {0}), waiter);
+  EXPECT_EQ(past.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(past.message()), HasSubstr("in the past"));
+}
+
+TEST(ServerShardTest, RegistrationsMustAgree) {
+  ServerShard shard(kJob, 0, 1, 3);
+  ASSERT_TRUE(shard.Register(MakeConfig(0, 3, {{0, 4}, {1, 2}})).ok());
+  absl::Status table = shard.Register(MakeConfig(1, 3, {{0, 4}, {1, 3}}));
+  EXPECT_EQ(table.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(table.message()), HasSubstr("key table differs"));
+  absl::Status mode =
+      shard.Register(MakeConfig(1, 3, {{0, 4}, {1, 2}}, ps::UPDATE_SERVER));
+  EXPECT_THAT(std::string(mode.message()), HasSubstr("--ps_update=server"));
+  absl::Status world = shard.Register(MakeConfig(1, 4, {{0, 4}, {1, 2}}));
+  EXPECT_THAT(std::string(world.message()), HasSubstr("4 workers"));
+  EXPECT_EQ(shard.Register(MakeConfig(0, 3, {{0, 4}, {1, 2}})).code(),
+            absl::StatusCode::kAlreadyExists);
+  // A worker that never registered cannot push.
+  absl::Status unregistered = shard.Push(MakePart(2, 0, 0, 4, 0, {1, 2, 3, 4}));
+  EXPECT_THAT(std::string(unregistered.message()), HasSubstr("has not registered"));
+  EXPECT_TRUE(shard.Register(MakeConfig(1, 3, {{0, 4}, {1, 2}})).ok());
+}
+
+TEST(ServerShardTest, ShutdownCountsEveryWorker) {
+  ServerShard shard(kJob, 0, 1, 2);
+  ps::ShutdownRequest request;
+  *request.mutable_header() = MakeHeader(1, 3, -1);
+  auto first = shard.Shutdown(request);
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(*first);
+  EXPECT_EQ(shard.WorkersNotShutDown(), std::vector<int>{0});
+  *request.mutable_header() = MakeHeader(0, 3, -1);
+  auto second = shard.Shutdown(request);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(*second);
+}
+
+// The server-side optimizer runs core's optimizer on sum / N, so it is the
+// very arithmetic a worker would run on the averaged gradient: bit for bit.
+void CheckServerOptimizerMatchesCore(const OptimizerOptions& options) {
+  constexpr int kWorkers = 4;
+  constexpr int64_t kNumel = 37;
+  ServerShard shard(kJob, 0, 1, kWorkers);
+  ps::RegisterConfig config =
+      MakeConfig(0, kWorkers, {{0, kNumel}}, ps::UPDATE_SERVER);
+  ps::OptimizerConfig* o = config.mutable_optimizer();
+  o->set_kind(options.kind);
+  o->set_lr(options.lr);
+  o->set_momentum(options.momentum);
+  o->set_weight_decay(options.weight_decay);
+  o->set_beta1(options.beta1);
+  o->set_beta2(options.beta2);
+  o->set_epsilon(options.epsilon);
+  for (int r = 0; r < kWorkers; ++r) {
+    *config.mutable_header() = MakeHeader(r, -1, -1);
+    ASSERT_TRUE(shard.Register(config).ok());
+  }
+  std::vector<float> params(kNumel);
+  for (int64_t i = 0; i < kNumel; ++i) params[i] = 0.01f * (i - 17);
+  EXPECT_FALSE(shard.CheckParamsComplete().ok());
+  ps::KeyPart init = MakePart(0, -1, 0, kNumel, 0, params);
+  ASSERT_TRUE(shard.InitParams(init).ok());
+  ASSERT_TRUE(shard.CheckParamsComplete().ok());
+
+  auto device = CreateDevice(DeviceOptions());
+  ASSERT_TRUE(device.ok());
+  auto reference = CreateOptimizer(options);
+  ASSERT_TRUE(reference.ok());
+  ASSERT_TRUE((*reference)->Bind(**device, kNumel).ok());
+
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> sum(kNumel, 0.0f);
+    for (int r = 0; r < kWorkers; ++r) {
+      std::vector<float> grads(kNumel);
+      for (int64_t i = 0; i < kNumel; ++i) {
+        grads[i] = 0.37f * (r + 1) - 0.011f * i + 0.5f * step;
+        sum[i] += grads[i];
+      }
+      ASSERT_TRUE(shard.Push(MakePart(r, step, 0, kNumel, 0, grads)).ok());
+    }
+    std::vector<float> average(kNumel);
+    for (int64_t i = 0; i < kNumel; ++i) average[i] = sum[i] / kWorkers;
+    (*reference)->Step(params.data(), average.data(), options.lr);
+    EXPECT_EQ(Read(shard, 0, step), params) << options.kind << " step " << step;
+  }
+}
+
+TEST(ServerShardTest, ServerSgdIsCoreSgd) {
+  OptimizerOptions options;
+  options.kind = "sgd";
+  options.lr = 0.1f;
+  options.momentum = 0.9f;
+  options.weight_decay = 0.01f;
+  CheckServerOptimizerMatchesCore(options);
+}
+
+TEST(ServerShardTest, ServerAdamIsCoreAdam) {
+  OptimizerOptions options;
+  options.kind = "adam";
+  options.lr = 0.01f;
+  options.weight_decay = 0.001f;
+  CheckServerOptimizerMatchesCore(options);
+}
+
+}  // namespace
+}  // namespace gradsync
