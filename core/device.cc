@@ -25,7 +25,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
     case DeviceType::kCpu:
       if (options.cpu_threads < 0) {
         return absl::InvalidArgumentError(
-            absl::StrCat("--cpu_threads=", options.cpu_threads,
+            absl::StrCat("CPU thread count ", options.cpu_threads,
                          " must be >= 0 (0 = the BLAS library's default)"));
       }
       return std::unique_ptr<Device>(

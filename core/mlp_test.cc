@@ -336,7 +336,9 @@ TEST(MlpInitTest, SameSeedSameValuesDifferentSeedDifferentValues) {
       low = std::min(low, v);
       high = std::max(high, v);
     }
-    if (info.numel >= 15) EXPECT_GT(high - low, bound) << info.spec.name;
+    if (info.numel >= 15) {
+      EXPECT_GT(high - low, bound) << info.spec.name;
+    }
   }
 }
 

@@ -133,15 +133,15 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
   }
   if (!InHalfOpenUnit(options.beta1)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--beta1=", options.beta1, " must be in [0, 1)"));
+        absl::StrCat("Adam beta1=", options.beta1, " must be in [0, 1)"));
   }
   if (!InHalfOpenUnit(options.beta2)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--beta2=", options.beta2, " must be in [0, 1)"));
+        absl::StrCat("Adam beta2=", options.beta2, " must be in [0, 1)"));
   }
   if (!(options.epsilon > 0.0f) || !std::isfinite(options.epsilon)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--epsilon=", options.epsilon, " must be a finite number > 0"));
+        "Adam epsilon=", options.epsilon, " must be a finite number > 0"));
   }
   return std::unique_ptr<Optimizer>(std::make_unique<AdamOptimizer>(options));
 }

@@ -49,10 +49,10 @@ TEST(CreateOptimizerTest, RejectsBadOptionsWithTheFlagName) {
   options = OptimizerOptions();
   options.kind = "adam";
   options.beta2 = 1.0f;
-  EXPECT_NE(ErrorOf(options).find("--beta2"), std::string::npos);
+  EXPECT_NE(ErrorOf(options).find("beta2"), std::string::npos);
   options.beta2 = 0.999f;
   options.epsilon = 0.0f;
-  EXPECT_NE(ErrorOf(options).find("--epsilon"), std::string::npos);
+  EXPECT_NE(ErrorOf(options).find("epsilon"), std::string::npos);
 
   // Momentum is an SGD option: Adam does not look at it.
   options = OptimizerOptions();
