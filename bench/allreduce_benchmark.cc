@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,6 +104,7 @@ struct Plan {
 // into memory shared with the parent.
 struct Cell {
   double time_us;
+  double cpu_us;  // user + system time of the rank's process per all-reduce
   int64_t wrong;
   int done;
 };
@@ -111,22 +113,43 @@ Cell& CellAt(Cell* cells, const Plan& plan, int algorithm, int size, int rank) {
   return cells[(algorithm * plan.sizes.size() + size) * plan.workers + rank];
 }
 
+// Inputs repeat with this period, so filling and checking 256 MiB stays cheap
+// next to the all-reduces being measured.
+constexpr int kPeriod = 23;
+
 float InputValue(int rank, int64_t i) {
-  return static_cast<float>((i * 7 + rank * 13) % 23 - 11);
+  return static_cast<float>((i * 7 + rank * 13) % kPeriod - 11);
 }
 
 void FillInput(float* data, int64_t count, int rank) {
-  for (int64_t i = 0; i < count; ++i) data[i] = InputValue(rank, i);
+  float pattern[kPeriod];
+  for (int j = 0; j < kPeriod; ++j) pattern[j] = InputValue(rank, j);
+  for (int64_t i = 0; i < count; i += kPeriod) {
+    const int64_t n = std::min<int64_t>(kPeriod, count - i);
+    std::memcpy(data + i, pattern, n * sizeof(float));
+  }
 }
 
 int64_t CountWrong(const float* data, int64_t count, int workers) {
-  int64_t wrong = 0;
-  for (int64_t i = 0; i < count; ++i) {
+  float expected[kPeriod];
+  for (int j = 0; j < kPeriod; ++j) {
     int sum = 0;
-    for (int r = 0; r < workers; ++r) sum += static_cast<int>(InputValue(r, i));
-    if (data[i] != static_cast<float>(sum)) ++wrong;
+    for (int r = 0; r < workers; ++r) sum += static_cast<int>(InputValue(r, j));
+    expected[j] = static_cast<float>(sum);
+  }
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < count; i += kPeriod) {
+    const int64_t n = std::min<int64_t>(kPeriod, count - i);
+    for (int64_t j = 0; j < n; ++j) wrong += data[i + j] != expected[j];
   }
   return wrong;
+}
+
+double ProcessCpuMicros() {
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e6 +
+         usage.ru_utime.tv_usec + usage.ru_stime.tv_usec;
 }
 
 // Times one algorithm on one size: warm-up, barrier, timed loop, then a checked
@@ -137,9 +160,11 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
   FillInput(data, count, rank);
   for (int i = 0; i < plan.warmup; ++i) RETURN_IF_ERROR(run());
   RETURN_IF_ERROR(barrier());
+  const double cpu_start = ProcessCpuMicros();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < plan.iters; ++i) RETURN_IF_ERROR(run());
   const auto end = std::chrono::steady_clock::now();
+  cell.cpu_us = (ProcessCpuMicros() - cpu_start) / plan.iters;
   cell.time_us =
       std::chrono::duration<double, std::micro>(end - start).count() / plan.iters;
   FillInput(data, count, rank);
@@ -282,7 +307,9 @@ bool RunRanks(const Plan& plan, Cell* cells) {
     if (pid == 0) {
       sigprocmask(SIG_UNBLOCK, &child_signal, nullptr);
       absl::Status status = RunRank(plan, rank, cells);
-      if (!status.ok()) GS_LOG(ERROR) << status;
+      if (!status.ok()) {
+        GS_LOG(ERROR) << status;
+      }
       std::fflush(stdout);
       _exit(status.ok() ? 0 : 1);
     }
@@ -332,6 +359,7 @@ struct Row {
   std::string algorithm;
   int64_t bytes;
   double time_us;
+  double cpu_us;  // summed over ranks
   double algbw;
   double busbw;
   int64_t wrong;
@@ -359,17 +387,20 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
                "after %d warm-up; algbw = bytes/time; busbw = algbw*2(N-1)/N; "
                "GB/s = 1e9 bytes/s\n",
                plan.iters, plan.warmup);
+  absl::PrintF("# cpu: user+system time per all-reduce, summed over the ranks' "
+               "processes (on a CPU-bound machine, the cost that matters)\n");
   absl::PrintF("# gradsync_ring: --ring_chunk_kb=%d --ring_socket_buffer_kb=%d\n",
                ring.chunk_bytes >> 10, ring.socket_buffer_bytes >> 10);
   for (const std::string& algorithm : plan.algorithms) {
     absl::PrintF("#\n# %s\n", algorithm);
-    absl::PrintF("# %12s %12s %6s %12s %12s %12s %8s\n", "size (B)", "count",
-                 "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong");
+    absl::PrintF("# %12s %12s %6s %12s %12s %12s %8s %14s\n", "size (B)",
+                 "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+                 "#wrong", "cpu (us)");
     for (const Row& row : rows) {
       if (row.algorithm != algorithm) continue;
-      absl::PrintF("  %12d %12d %6s %12.1f %12.3f %12.3f %8d\n", row.bytes,
-                   row.bytes / 4, "float", row.time_us, row.algbw, row.busbw,
-                   row.wrong);
+      absl::PrintF("  %12d %12d %6s %12.1f %12.3f %12.3f %8d %14.1f\n",
+                   row.bytes, row.bytes / 4, "float", row.time_us, row.algbw,
+                   row.busbw, row.wrong, row.cpu_us);
     }
   }
   // Side by side, when gradsync's ring and at least one Gloo algorithm ran.
@@ -421,10 +452,10 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
             "\"iteration\", \"iterations\": %d, \"real_time\": %.3f, "
             "\"cpu_time\": %.3f, \"time_unit\": \"us\", \"bytes\": %d, "
             "\"count\": %d, \"bytes_per_second\": %.1f, \"algbw_GBps\": %.4f, "
-            "\"busbw_GBps\": %.4f, \"wrong\": %d}",
+            "\"busbw_GBps\": %.4f, \"wrong\": %d, \"cpu_us_all_ranks\": %.1f}",
             row.algorithm, row.bytes, row.algorithm, row.bytes, plan.iters,
-            row.time_us, row.time_us, row.bytes, row.bytes / 4, row.algbw * 1e9,
-            row.algbw, row.busbw, row.wrong));
+            row.time_us, row.cpu_us / plan.workers, row.bytes, row.bytes / 4,
+            row.algbw * 1e9, row.algbw, row.busbw, row.wrong, row.cpu_us));
   }
   absl::StrAppend(&json, "\n  ]\n}\n");
   std::ofstream out(path);
@@ -502,7 +533,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   Cell* cells = static_cast<Cell*>(shared);
-  std::fill(cells, cells + cell_count, Cell{0, 0, 0});
+  std::fill(cells, cells + cell_count, Cell{0, 0, 0, 0});
 
   const bool ok = RunRanks(*plan, cells);
   // Gloo's file store leaves one file per rank.
@@ -513,12 +544,13 @@ int Main(int argc, char** argv) {
   const double bus_factor = 2.0 * (plan->workers - 1) / plan->workers;
   for (size_t a = 0; a < plan->algorithms.size(); ++a) {
     for (size_t s = 0; s < plan->sizes.size(); ++s) {
-      Row row{plan->algorithms[a], plan->sizes[s], 0, 0, 0, 0};
+      Row row{plan->algorithms[a], plan->sizes[s], 0, 0, 0, 0, 0};
       bool complete = true;
       for (int rank = 0; rank < plan->workers; ++rank) {
         const Cell& cell = CellAt(cells, *plan, a, s, rank);
         complete = complete && cell.done;
         row.time_us = std::max(row.time_us, cell.time_us);
+        row.cpu_us += cell.cpu_us;
         row.wrong += cell.wrong;
       }
       if (!complete) continue;
@@ -537,7 +569,9 @@ int Main(int argc, char** argv) {
   }
   int64_t wrong = 0;
   for (const Row& row : rows) wrong += row.wrong;
-  if (wrong > 0) GS_LOG(ERROR) << wrong << " wrong elements in total";
+  if (wrong > 0) {
+    GS_LOG(ERROR) << wrong << " wrong elements in total";
+  }
   return ok && wrong == 0 ? 0 : 1;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <map>
 #include <memory>
 #include <queue>
 #include <thread>
@@ -209,17 +210,32 @@ class PullState : public KeyWaiter,
   void Expire() override {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
-    std::vector<std::string> missing;
+    // Group the keys still pending by who is missing: usually one worker
+    // is behind on all of them.
+    const int64_t step = request_.header().step();
+    std::map<std::vector<int>, std::vector<int64_t>> by_missing;
     for (int64_t key : pending_) {
-      std::string why = shard_->DescribeMissing(key, request_.header().step());
-      if (!why.empty()) missing.push_back(why);
+      std::vector<int> missing = shard_->MissingWorkers(key, step);
+      if (!missing.empty()) by_missing[missing].push_back(key);
+    }
+    std::vector<std::string> reasons;
+    for (const auto& [workers, keys] : by_missing) {
+      std::string key_list =
+          absl::StrJoin(keys.begin(), keys.begin() + std::min<size_t>(keys.size(), 8), " ");
+      if (keys.size() > 8) absl::StrAppend(&key_list, " ...");
+      reasons.push_back(absl::StrCat(
+          workers.size() == 1 ? "worker " : "workers ",
+          absl::StrJoin(workers, ", "), " did not push ",
+          keys.size() == 1 ? "key " : "keys ", key_list,
+          keys.size() > 1 ? absl::StrCat(" (", keys.size(), " keys)") : "",
+          " of step ", step));
     }
     const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
         shard_->name(), ": pull from worker ", request_.header().rank(),
-        ", step ", request_.header().step(), ": gave up after ",
-        absl::FormatDuration(absl::Now() - start_), "; ",
-        missing.empty() ? "results were still being sent"
-                        : absl::StrJoin(missing, "; ")));
+        ", step ", step, ": gave up after ",
+        absl::FormatDuration(absl::Now() - start_), ": ",
+        reasons.empty() ? "results were still being sent"
+                        : absl::StrJoin(reasons, "; ")));
     GS_LOG(WARNING) << status.message();
     FinishLocked(status);
   }

@@ -469,24 +469,22 @@ int64_t ServerShard::KeyNumel(int64_t key) const {
   return it == key_index_.end() ? 0 : it->second->numel;
 }
 
-std::string ServerShard::DescribeMissing(int64_t key_id, int64_t step) const {
-  if (!configured_.load(std::memory_order_acquire)) return "not configured";
+std::vector<int> ServerShard::MissingWorkers(int64_t key_id,
+                                            int64_t step) const {
+  std::vector<int> missing;
+  if (!configured_.load(std::memory_order_acquire)) return missing;
   auto it = key_index_.find(key_id);
-  if (it == key_index_.end()) return absl::StrCat("unknown key ", key_id);
+  if (it == key_index_.end()) return missing;
   const KeyState& key = *it->second;
   absl::MutexLock lock(&key.mu);
-  if (key.completed >= step) return "";
-  if (key.completed + 1 < step) {
-    return absl::StrCat("key ", key_id, " has not finished step ",
-                        key.completed + 1);
-  }
-  std::vector<int> missing;
+  if (key.completed >= step) return missing;
   for (int r = 0; r < num_workers_; ++r) {
-    if (key.received[r] < key.numel) missing.push_back(r);
+    // Before its step starts, nobody has pushed it.
+    if (key.completed + 1 < step || key.received[r] < key.numel) {
+      missing.push_back(r);
+    }
   }
-  return absl::StrCat(missing.size() == 1 ? "worker " : "workers ",
-                      absl::StrJoin(missing, ", "), " did not push key ",
-                      key_id, " for step ", step);
+  return missing;
 }
 
 absl::StatusOr<bool> ServerShard::Shutdown(const ps::ShutdownRequest& request) {

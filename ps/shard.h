@@ -76,9 +76,9 @@ class ServerShard {
                           int64_t max_floats, ps::KeyPart* part);
   // The key's size in floats (0 for an unknown key).
   int64_t KeyNumel(int64_t key) const;
-  // Why `key` is not ready for `step`: "worker(s) 1, 3 have not pushed key 5
-  // for step 2"; empty if it is.
-  std::string DescribeMissing(int64_t key, int64_t step) const;
+  // The workers whose push of `key` for `step` is not complete; empty once
+  // the key's result for `step` is ready.
+  std::vector<int> MissingWorkers(int64_t key, int64_t step) const;
 
   // A worker says the job is over for it. Returns true once every worker has.
   absl::StatusOr<bool> Shutdown(const ps::ShutdownRequest& request);

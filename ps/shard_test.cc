@@ -100,9 +100,11 @@ TEST(ServerShardTest, PullIsAnsweredOnceEveryWorkerPushed) {
   ASSERT_TRUE(shard.Push(MakePart(0, 0, 4, 3, 2, {3})).ok());
   ASSERT_TRUE(shard.Push(MakePart(1, 0, 4, 3, 0, {10, 20, 30})).ok());
   EXPECT_TRUE(waiter->ready().empty());
-  EXPECT_THAT(shard.DescribeMissing(4, 0), HasSubstr("worker 2 did not push key 4"));
+  EXPECT_EQ(shard.MissingWorkers(4, 0), std::vector<int>{2});
+  EXPECT_EQ(shard.MissingWorkers(9, 0), (std::vector<int>{0, 1, 2}));
   ASSERT_TRUE(shard.Push(MakePart(2, 0, 4, 3, 0, {100, 200, 300})).ok());
   EXPECT_EQ(waiter->ready(), std::vector<int64_t>{4});
+  EXPECT_TRUE(shard.MissingWorkers(4, 0).empty());
   EXPECT_EQ(Read(shard, 4, 0),
             (std::vector<float>{111.0f / 3, 222.0f / 3, 333.0f / 3}));
   for (int r = 0; r < 3; ++r) {

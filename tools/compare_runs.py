@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Prints a side-by-side table of gradsync runs and plots them.
 
 Each argument is a run folder holding summary.json (written by worker 0).

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 tools/install_deps.sh
 
 WORKERS=4
-EPOCHS=5
+EPOCHS=4
 EXTRA=()
 for arg in "$@"; do
   case "$arg" in
@@ -30,7 +30,7 @@ STRATEGIES=$("$GRADSYNC" doctor | sed -n 's/^  strategies *//p')
 # Per-worker batch 64; the reference runs one worker with the whole global
 # batch, so every run takes the same optimizer steps on the same samples.
 BATCH=64
-LR=0.1
+LR=0.05
 DEMO_DIR="runs/demo-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$DEMO_DIR"
 COMMON=(--epochs="$EPOCHS" --lr="$LR" --lr_scaling=linear --bucket_mb=1 "${EXTRA[@]}")
@@ -42,7 +42,7 @@ run() {  # name, launch flags..., -- training flags...
 }
 
 run local --workers=1 -- --sync=local --batch_size=$((BATCH * WORKERS)) \
-  --lr=$(python3 -c "print($LR * $WORKERS)") --lr_scaling=none \
+  --lr=$(awk "BEGIN{print $LR * $WORKERS}") --lr_scaling=none \
   --epochs="$EPOCHS" --bucket_mb=1 "${EXTRA[@]}"
 RUNS=("$DEMO_DIR/local")
 if [[ " ${STRATEGIES//,/ } " == *" ps "* ]]; then
@@ -58,5 +58,5 @@ if [[ " ${STRATEGIES//,/ } " == *" nccl "* ]] && command -v nvidia-smi >/dev/nul
   RUNS+=("$DEMO_DIR/nccl")
 fi
 
-python3 tools/compare_runs.py --plot="$DEMO_DIR/comparison.png" "${RUNS[@]}"
+/usr/bin/python3 tools/compare_runs.py --plot="$DEMO_DIR/comparison.png" "${RUNS[@]}"
 echo "metrics: $DEMO_DIR (one folder per strategy: summary.json, worker<r>.jsonl, logs/)"
