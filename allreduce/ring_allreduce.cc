@@ -24,7 +24,8 @@ struct Header {
   uint32_t reserved;
   uint64_t count;
 };
-static_assert(sizeof(Header) == kHeaderBytes, "the header is 24 bytes on the wire");
+static_assert(sizeof(Header) == kHeaderBytes,
+              "the header is 24 bytes on the wire");
 
 }  // namespace
 
@@ -53,10 +54,12 @@ class RingAllReduce::Pass {
       segment_offset_[i] = i * base + std::min<int64_t>(i, extra);
       segment_count_[i] = base + (i < extra ? 1 : 0);
     }
-    send_header_ = Header{{kHeaderMagic[0], kHeaderMagic[1], kHeaderMagic[2],
-                           kHeaderMagic[3]},
-                          owner.sequence_, tag, 0,
-                          static_cast<uint64_t>(count)};
+    send_header_ = Header{
+        {kHeaderMagic[0], kHeaderMagic[1], kHeaderMagic[2], kHeaderMagic[3]},
+        owner.sequence_,
+        tag,
+        0,
+        static_cast<uint64_t>(count)};
     std::memset(&recv_header_, 0, sizeof(recv_header_));
   }
 
@@ -184,7 +187,8 @@ class RingAllReduce::Pass {
       // All-gather: the bytes are final, so they land in place.
       absl::StatusOr<size_t> received = transport_.left().RecvSome(
           reinterpret_cast<char*>(segment) + recv_pos_,
-          static_cast<size_t>(std::min(phase_bytes - recv_pos_, owner_.chunk_bytes_)));
+          static_cast<size_t>(
+              std::min(phase_bytes - recv_pos_, owner_.chunk_bytes_)));
       if (!received.ok()) return InPhase(received.status(), k);
       if (*received == 0) return absl::OkStatus();
       *moved = true;
@@ -197,8 +201,8 @@ class RingAllReduce::Pass {
     // that has arrived, and start the chunk over once it is full.
     const int64_t room =
         std::min(owner_.chunk_bytes_ - staged_, phase_bytes - recv_pos_);
-    absl::StatusOr<size_t> received =
-        transport_.left().RecvSome(staging_ + staged_, static_cast<size_t>(room));
+    absl::StatusOr<size_t> received = transport_.left().RecvSome(
+        staging_ + staged_, static_cast<size_t>(room));
     if (!received.ok()) return InPhase(received.status(), k);
     if (*received == 0) return absl::OkStatus();
     *moved = true;
@@ -231,7 +235,8 @@ class RingAllReduce::Pass {
 
   absl::Status CheckHeader() const {
     const TcpConnection& left = transport_.left();
-    if (std::memcmp(recv_header_.magic, kHeaderMagic, sizeof(kHeaderMagic)) != 0) {
+    if (std::memcmp(recv_header_.magic, kHeaderMagic, sizeof(kHeaderMagic)) !=
+        0) {
       return absl::DataLossError(absl::StrCat(
           "ring: ", left.peer_name(),
           " sent bytes that are not an all-reduce header at all-reduce #",
@@ -278,11 +283,11 @@ class RingAllReduce::Pass {
     }
     if (want_send) {
       if (!message.empty()) absl::StrAppend(&message, "; and ");
-      absl::StrAppend(
-          &message, want_recv ? "" : "ring: ", transport_.right().peer_name(),
-          " took no data for ", timeout, " during ", PhaseName(send_phase_),
-          " (", send_pos_, " of ", SendPhaseBytes(send_phase_),
-          " bytes of this step sent)");
+      absl::StrAppend(&message,
+                      want_recv ? "" : "ring: ", transport_.right().peer_name(),
+                      " took no data for ", timeout, " during ",
+                      PhaseName(send_phase_), " (", send_pos_, " of ",
+                      SendPhaseBytes(send_phase_), " bytes of this step sent)");
     }
     if (message.empty()) {
       message = absl::StrCat("ring: rank ", rank_, " stalled for ", timeout);
@@ -306,11 +311,11 @@ class RingAllReduce::Pass {
   int send_phase_ = -1;
   int64_t send_pos_ = 0;
   int recv_phase_ = -1;
-  int64_t recv_pos_ = 0;        // bytes of this phase received
-  int64_t recv_ready_ = 0;      // bytes of this phase final (reduced or landed)
-  int64_t staging_start_ = 0;   // phase byte where the staging chunk begins
-  int64_t staged_ = 0;          // bytes in the staging chunk
-  int64_t reduced_ = 0;         // of those, already added into the segment
+  int64_t recv_pos_ = 0;       // bytes of this phase received
+  int64_t recv_ready_ = 0;     // bytes of this phase final (reduced or landed)
+  int64_t staging_start_ = 0;  // phase byte where the staging chunk begins
+  int64_t staged_ = 0;         // bytes in the staging chunk
+  int64_t reduced_ = 0;        // of those, already added into the segment
 };
 
 RingAllReduce::RingAllReduce(RingTransport* transport, int64_t chunk_bytes)

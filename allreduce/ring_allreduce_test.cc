@@ -174,7 +174,8 @@ TEST(RingAllReduceTest, RanksEndBitwiseIdenticalOnArbitraryFloats) {
     RingAllReduce ring((*transports)[rank].get(), 16 << 10);
     return ring.Run(data[rank].data(), count);
   });
-  for (int rank = 0; rank < n; ++rank) ASSERT_TRUE(results[rank].ok()) << results[rank];
+  for (int rank = 0; rank < n; ++rank)
+    ASSERT_TRUE(results[rank].ok()) << results[rank];
   for (int rank = 1; rank < n; ++rank) {
     ASSERT_EQ(std::memcmp(data[rank].data(), data[0].data(), count * 4), 0)
         << "rank " << rank << " differs from rank 0";
@@ -232,7 +233,8 @@ TEST(RingAllReduceFaultTest, DeadRankIsNamedByItsNeighbour) {
   std::vector<absl::Status> results = (*cluster)->RunOnEveryRank([&](int rank) {
     RingTransport& transport = *(*transports)[rank];
     if (rank == 1) {
-      RETURN_IF_ERROR(RelayThenStop(transport, RingAllReduce::kHeaderBytes + (1 << 20)));
+      RETURN_IF_ERROR(
+          RelayThenStop(transport, RingAllReduce::kHeaderBytes + (1 << 20)));
       transport.Close();  // unread data pending: the kernel resets
       return absl::OkStatus();
     }
@@ -261,7 +263,8 @@ TEST(RingAllReduceFaultTest, DeadRankBreaksTheWholeRingPromptly) {
   std::vector<absl::Status> results = (*cluster)->RunOnEveryRank([&](int rank) {
     RingTransport& transport = *(*transports)[rank];
     if (rank == dead) {
-      RETURN_IF_ERROR(RelayThenStop(transport, RingAllReduce::kHeaderBytes + (1 << 20)));
+      RETURN_IF_ERROR(
+          RelayThenStop(transport, RingAllReduce::kHeaderBytes + (1 << 20)));
       transport.Close();
       return absl::OkStatus();
     }
@@ -302,7 +305,8 @@ TEST(RingAllReduceFaultTest, SilentRankHitsTheDeadline) {
   std::vector<absl::Status> results = (*cluster)->RunOnEveryRank([&](int rank) {
     RingTransport& transport = *(*transports)[rank];
     if (rank == 1) {
-      RETURN_IF_ERROR(RelayThenStop(transport, RingAllReduce::kHeaderBytes + (1 << 20)));
+      RETURN_IF_ERROR(
+          RelayThenStop(transport, RingAllReduce::kHeaderBytes + (1 << 20)));
       // Stay connected but silent until rank 0 has given up.
       if (!rank0_done.WaitForNotificationWithTimeout(absl::Seconds(30))) {
         return absl::DeadlineExceededError("rank 0 never gave up");
@@ -316,9 +320,11 @@ TEST(RingAllReduceFaultTest, SilentRankHitsTheDeadline) {
     return status;
   });
   ASSERT_TRUE(results[1].ok()) << results[1];
-  EXPECT_EQ(results[0].code(), absl::StatusCode::kDeadlineExceeded) << results[0];
-  EXPECT_THAT(std::string(results[0].message()),
-              HasSubstr("ring: no data from left neighbour rank 1 (127.0.0.1:"));
+  EXPECT_EQ(results[0].code(), absl::StatusCode::kDeadlineExceeded)
+      << results[0];
+  EXPECT_THAT(
+      std::string(results[0].message()),
+      HasSubstr("ring: no data from left neighbour rank 1 (127.0.0.1:"));
   EXPECT_THAT(std::string(results[0].message()),
               HasSubstr("during reduce-scatter step 1 of 1 (1048576 of 4194304 "
                         "bytes of this step received)"));

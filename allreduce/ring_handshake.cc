@@ -14,7 +14,8 @@ constexpr char kAnswerMagic[8] = {'G', 'S', 'R', 'A', 'C', 'K', 0, 1};
 constexpr uint32_t kMaxTextBytes = 4096;
 
 void PutU32(std::string& out, uint32_t value) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(value >> (8 * i)));
+  for (int i = 0; i < 4; ++i)
+    out.push_back(static_cast<char>(value >> (8 * i)));
 }
 
 uint32_t GetU32(const unsigned char* in) {
@@ -44,7 +45,8 @@ absl::StatusOr<RingHello> ReceiveRingHello(TcpConnection& connection,
   RETURN_IF_ERROR(connection.RecvAll(head, sizeof(head), deadline));
   if (std::memcmp(head, kHelloMagic, sizeof(kHelloMagic)) != 0) {
     return absl::InvalidArgumentError(
-        "it is not a gradsync ring peer (its first bytes are not a ring hello)");
+        "it is not a gradsync ring peer (its first bytes are not a ring "
+        "hello)");
   }
   RingHello hello;
   const unsigned char* fields = head + sizeof(kHelloMagic);
@@ -62,12 +64,12 @@ absl::StatusOr<RingHello> ReceiveRingHello(TcpConnection& connection,
   RETURN_IF_ERROR(connection.RecvAll(length, sizeof(length), deadline));
   const uint32_t address_bytes = GetU32(length);
   if (address_bytes > kMaxTextBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "its hello announces a ", address_bytes, "-byte address"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("its hello announces a ", address_bytes, "-byte address"));
   }
   hello.sender_address.resize(address_bytes);
-  RETURN_IF_ERROR(connection.RecvAll(hello.sender_address.data(),
-                                     address_bytes, deadline));
+  RETURN_IF_ERROR(
+      connection.RecvAll(hello.sender_address.data(), address_bytes, deadline));
   return hello;
 }
 
@@ -122,8 +124,8 @@ absl::Status ReceiveRingAnswer(TcpConnection& connection, absl::Time deadline) {
   std::string reason(reason_bytes, '\0');
   RETURN_IF_ERROR(connection.RecvAll(reason.data(), reason_bytes, deadline));
   if (accepted) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      connection.peer_name(), " refused our hello: ", reason));
+  return absl::FailedPreconditionError(
+      absl::StrCat(connection.peer_name(), " refused our hello: ", reason));
 }
 
 }  // namespace gradsync

@@ -35,7 +35,8 @@ absl::Status SendRingHello(TcpConnection& connection, const RingHello& hello,
 absl::StatusOr<RingHello> ReceiveRingHello(TcpConnection& connection,
                                            absl::Time deadline);
 
-// Why `hello` is not from `expected_sender` of this job and ring, or "" if it is.
+// Why `hello` is not from `expected_sender` of this job and ring, or "" if it
+// is.
 std::string CheckRingHello(const RingHello& hello, const std::string& job_id,
                            int world_size, int my_rank, int expected_sender);
 

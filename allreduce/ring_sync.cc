@@ -15,7 +15,8 @@ namespace gradsync {
 RingSyncOptions RingSyncOptionsFromFlags() {
   RingSyncOptions options;
   options.chunk_bytes = int64_t{absl::GetFlag(FLAGS_ring_chunk_kb)} << 10;
-  options.socket_buffer_bytes = absl::GetFlag(FLAGS_ring_socket_buffer_kb) << 10;
+  options.socket_buffer_bytes = absl::GetFlag(FLAGS_ring_socket_buffer_kb)
+                                << 10;
   return options;
 }
 
@@ -51,14 +52,15 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
   transport_options.socket_buffer_bytes = options_.socket_buffer_bytes;
   ASSIGN_OR_RETURN(transport_, RingTransport::Create(transport_options,
                                                      context_.coordinator));
-  ring_ = std::make_unique<RingAllReduce>(transport_.get(), options_.chunk_bytes);
+  ring_ =
+      std::make_unique<RingAllReduce>(transport_.get(), options_.chunk_bytes);
   if (context_.world_size > 1) {
     GS_LOG(INFO) << "ring: rank " << context_.rank << " of "
                  << context_.world_size << ", sending to "
                  << transport_->right().peer_name() << ", receiving from "
-                 << transport_->left().peer_name() << "; "
-                 << buckets_.size() << " buckets, chunk "
-                 << ring_->chunk_bytes() / 1024 << " KiB, socket buffers "
+                 << transport_->left().peer_name() << "; " << buckets_.size()
+                 << " buckets, chunk " << ring_->chunk_bytes() / 1024
+                 << " KiB, socket buffers "
                  << transport_->granted_send_buffer_bytes() << " bytes";
   }
   thread_ = std::thread([this] { CommunicationLoop(); });
@@ -106,10 +108,10 @@ void RingSync::CommunicationLoop() {
     std::lock_guard<std::mutex> lock(mu_);
     allreduce_ms_ += elapsed_ms;
     if (!status.ok() && error_.ok()) {
-      error_ = Annotate(status, absl::StrCat("worker ", context_.rank,
-                                             ", step ", step_, ", bucket ",
-                                             bucket, " (", span.numel * 4,
-                                             " bytes)"));
+      error_ =
+          Annotate(status, absl::StrCat("worker ", context_.rank, ", step ",
+                                        step_, ", bucket ", bucket, " (",
+                                        span.numel * 4, " bytes)"));
     }
     ++completed_;
     changed_.notify_all();
@@ -124,9 +126,9 @@ absl::Status RingSync::Finish(StepStats& stats) {
     for (size_t b = 0; b < ready_.size(); ++b) {
       if (!ready_[b]) missing.push_back(static_cast<int>(b));
     }
-    error_ = absl::FailedPreconditionError(absl::StrCat(
-        "ring: Finish in step ", step_, " before buckets ",
-        absl::StrJoin(missing, ","), " were ready"));
+    error_ = absl::FailedPreconditionError(
+        absl::StrCat("ring: Finish in step ", step_, " before buckets ",
+                     absl::StrJoin(missing, ","), " were ready"));
   }
   // No deadline of its own: every all-reduce already fails when its peers
   // stall for --timeout_s, so this wait ends.
@@ -156,6 +158,14 @@ void RingSync::StopThread() {
 }
 
 absl::Status RingSync::Shutdown() {
+  bool in_flight = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight = completed_ != enqueued_;
+  }
+  // A step abandoned halfway (the trainer is bailing out): break the ring so
+  // the communication thread stops now rather than at its deadline.
+  if (in_flight && transport_) transport_->Abort();
   StopThread();
   if (transport_) transport_->Close();
   return absl::OkStatus();

@@ -66,11 +66,11 @@ class RingSync : public GradientSync {
   mutable std::mutex mu_;
   std::condition_variable changed_;
   std::deque<int> queue_;
-  std::vector<bool> ready_;       // this step: BucketReady seen
-  int enqueued_ = 0;              // this step
-  int completed_ = 0;             // this step
-  double allreduce_ms_ = 0;       // this step, on the communication thread
-  absl::Status error_;            // first error; sticky
+  std::vector<bool> ready_;  // this step: BucketReady seen
+  int enqueued_ = 0;         // this step
+  int completed_ = 0;        // this step
+  double allreduce_ms_ = 0;  // this step, on the communication thread
+  absl::Status error_;       // first error; sticky
   bool stop_ = false;
   int64_t step_ = 0;
 

@@ -61,21 +61,25 @@ TEST_P(RingSyncTest, EveryWorkerGetsTheExactAverageEveryStep) {
 
   std::vector<std::string> problems(n);
   std::vector<absl::Status> results = (*cluster)->RunOnEveryRank([&](int rank) {
-    ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateDevice(DeviceOptions{}));
+    ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
+                     CreateDevice(DeviceOptions{}));
     ASSIGN_OR_RETURN(float* grads, device->Allocate<float>(total));
     ASSIGN_OR_RETURN(float* params, device->Allocate<float>(total));
-    ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
-                     GradientSyncRegistry::Create("ring", ContextFor(**cluster, rank)));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<GradientSync> sync,
+        GradientSyncRegistry::Create("ring", ContextFor(**cluster, rank)));
     RETURN_IF_ERROR(sync->Setup(*layout, *device, SyncBuffers{grads, params}));
     for (int step = 0; step < steps; ++step) {
       for (int64_t i = 0; i < total; ++i) grads[i] = Gradient(step, rank, i);
       // Buckets are numbered in the order backward finishes them.
-      for (const Bucket& bucket : layout->buckets()) sync->BucketReady(bucket.index);
+      for (const Bucket& bucket : layout->buckets())
+        sync->BucketReady(bucket.index);
       StepStats stats;
       RETURN_IF_ERROR(sync->Finish(stats));
       for (int64_t i = 0; i < total; ++i) {
         int sum = 0;
-        for (int r = 0; r < n; ++r) sum += static_cast<int>(Gradient(step, r, i));
+        for (int r = 0; r < n; ++r)
+          sum += static_cast<int>(Gradient(step, r, i));
         const float want = static_cast<float>(sum) * (1.0f / n);
         if (grads[i] != want) {
           problems[rank] = absl::StrCat("step ", step, " element ", i, ": ",
@@ -93,15 +97,16 @@ TEST_P(RingSyncTest, EveryWorkerGetsTheExactAverageEveryStep) {
           auto segment = [&](int s) {
             return bucket.numel / n + (s % n < bucket.numel % n ? 1 : 0);
           };
-          want_sent += 4 * (2 * bucket.numel - segment(rank + 1) - segment(rank + 2));
-          want_received += 4 * (2 * bucket.numel - segment(rank) - segment(rank + 1));
+          want_sent +=
+              4 * (2 * bucket.numel - segment(rank + 1) - segment(rank + 2));
+          want_received +=
+              4 * (2 * bucket.numel - segment(rank) - segment(rank + 1));
         }
       }
       if (stats.bytes_sent != want_sent || stats.bytes_recv != want_received) {
-        problems[rank] = absl::StrCat("step ", step, ": sent ", stats.bytes_sent,
-                                      " (want ", want_sent, "), received ",
-                                      stats.bytes_recv, " (want ", want_received,
-                                      ")");
+        problems[rank] = absl::StrCat(
+            "step ", step, ": sent ", stats.bytes_sent, " (want ", want_sent,
+            "), received ", stats.bytes_recv, " (want ", want_received, ")");
       }
       bool has_allreduce_ms = false;
       for (const auto& entry : stats.extra) {
@@ -131,7 +136,9 @@ TEST(RingSyncErrorsTest, FinishBeforeEveryBucketIsReadyIsAnError) {
   SyncContext context;  // one worker: no coordinator needed
   auto sync = GradientSyncRegistry::Create("ring", context);
   ASSERT_TRUE(sync.ok()) << sync.status();
-  ASSERT_TRUE((*sync)->Setup(*layout, **device, SyncBuffers{grads.data(), nullptr}).ok());
+  ASSERT_TRUE((*sync)
+                  ->Setup(*layout, **device, SyncBuffers{grads.data(), nullptr})
+                  .ok());
   (*sync)->BucketReady(0);
   StepStats stats;
   absl::Status status = (*sync)->Finish(stats);

@@ -30,16 +30,17 @@ absl::StatusOr<std::unique_ptr<TcpConnection>> AcceptLeft(
   while (true) {
     auto accepted = listener.Accept(PeerSide::kLeft, deadline);
     if (!accepted.ok()) {
-      std::string detail = absl::StrCat(
-          "ring rank ", options.rank, ": left neighbour rank ", left_rank,
-          " did not connect to ", listener.address(), " within ",
-          absl::FormatDuration(options.timeout));
+      std::string detail =
+          absl::StrCat("ring rank ", options.rank, ": left neighbour rank ",
+                       left_rank, " did not connect to ", listener.address(),
+                       " within ", absl::FormatDuration(options.timeout));
       if (!refused.empty()) {
-        absl::StrAppend(&detail, "; refused meanwhile: ",
-                        absl::StrJoin(refused, "; "));
+        absl::StrAppend(&detail,
+                        "; refused meanwhile: ", absl::StrJoin(refused, "; "));
       }
-      return absl::Status(accepted.status().code(),
-                          absl::StrCat(detail, " (", accepted.status().message(), ")"));
+      return absl::Status(
+          accepted.status().code(),
+          absl::StrCat(detail, " (", accepted.status().message(), ")"));
     }
     std::unique_ptr<TcpConnection> connection = std::move(accepted).value();
     const absl::Time hello_deadline =
@@ -64,8 +65,8 @@ absl::StatusOr<std::unique_ptr<TcpConnection>> AcceptLeft(
                                             connection->peer_name())));
       return connection;
     }
-    const std::string what =
-        absl::StrCat("connection from ", connection->peer_address(), ": ", refusal);
+    const std::string what = absl::StrCat(
+        "connection from ", connection->peer_address(), ": ", refusal);
     GS_LOG(WARNING) << "ring rank " << options.rank << " refused a " << what;
     refused.push_back(what);
     // Best effort: the stranger may already be gone.
@@ -80,9 +81,9 @@ absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
     const RingTransportOptions& options, CoordinatorClient* coordinator) {
   if (options.world_size < 1 || options.rank < 0 ||
       options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ring: rank ", options.rank, " is outside a world of ",
-        options.world_size));
+    return absl::InvalidArgumentError(absl::StrCat("ring: rank ", options.rank,
+                                                   " is outside a world of ",
+                                                   options.world_size));
   }
   std::unique_ptr<RingTransport> transport(new RingTransport(options));
   if (options.world_size == 1) return transport;
@@ -110,8 +111,10 @@ absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
       coordinator->Get(right_key, options.timeout);
   if (!right_address.ok()) {
     return Annotate(right_address.status(),
-                    absl::StrCat(context, ": waiting for the address of right "
-                                 "neighbour rank ", right_rank, " (", right_key, ")"));
+                    absl::StrCat(context,
+                                 ": waiting for the address of right "
+                                 "neighbour rank ",
+                                 right_rank, " (", right_key, ")"));
   }
 
   // Connect first, accept second, on every rank: the kernel completes our
@@ -121,12 +124,12 @@ absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
       *right_address, PeerSide::kRight, right_rank, deadline);
   if (!right.ok()) return Annotate(right.status(), context);
   transport->right_ = std::move(right).value();
-  RETURN_IF_ERROR(Annotate(
-      SendRingHello(*transport->right_,
-                    RingHello{options.rank, right_rank, n, options.job_id,
-                              listener->address()},
-                    deadline),
-      context));
+  RETURN_IF_ERROR(
+      Annotate(SendRingHello(*transport->right_,
+                             RingHello{options.rank, right_rank, n,
+                                       options.job_id, listener->address()},
+                             deadline),
+               context));
 
   ASSIGN_OR_RETURN(transport->left_,
                    AcceptLeft(*listener, options, left_rank, deadline));
@@ -135,8 +138,10 @@ absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
   // The ring is complete; nobody else may connect.
   listener->Close();
 
-  RETURN_IF_ERROR(transport->right_->SetBufferSizes(options.socket_buffer_bytes));
-  RETURN_IF_ERROR(transport->left_->SetBufferSizes(options.socket_buffer_bytes));
+  RETURN_IF_ERROR(
+      transport->right_->SetBufferSizes(options.socket_buffer_bytes));
+  RETURN_IF_ERROR(
+      transport->left_->SetBufferSizes(options.socket_buffer_bytes));
   // Linux doubles the request for its bookkeeping, and caps it at wmem_max.
   if (options.socket_buffer_bytes > 0 &&
       transport->granted_send_buffer_bytes() < options.socket_buffer_bytes) {
@@ -177,8 +182,8 @@ absl::StatusOr<RingIoReadiness> RingTransport::WaitForIo(bool want_send,
     const int ready = poll(entries, count, PollTimeoutMs(deadline));
     if (ready < 0) {
       if (errno == EINTR) continue;
-      return absl::InternalError(absl::StrCat("ring rank ", rank(),
-                                              ": poll: ", std::strerror(errno)));
+      return absl::InternalError(
+          absl::StrCat("ring rank ", rank(), ": poll: ", std::strerror(errno)));
     }
     if (ready == 0 && absl::Now() < deadline) continue;
     break;

@@ -42,9 +42,9 @@ struct RingTransportOptions {
 
 // What WaitForIo found.
 struct RingIoReadiness {
-  bool can_send = false;       // right neighbour's connection has room
-  bool can_recv = false;       // left neighbour's connection has data (or EOF)
-  bool right_readable = false; // right neighbour closed (it never sends)
+  bool can_send = false;        // right neighbour's connection has room
+  bool can_recv = false;        // left neighbour's connection has data (or EOF)
+  bool right_readable = false;  // right neighbour closed (it never sends)
 };
 
 class RingTransport {

@@ -31,8 +31,8 @@ absl::Status StrangerBeforeRealNeighbour(
   std::unique_ptr<RingTransport> transports[2];
   absl::Status created[2];
   std::thread rank1([&] {
-    auto transport =
-        RingTransport::Create((*cluster)->TransportOptions(1), (*cluster)->client(1));
+    auto transport = RingTransport::Create((*cluster)->TransportOptions(1),
+                                           (*cluster)->client(1));
     created[1] = transport.status();
     if (transport.ok()) transports[1] = std::move(transport).value();
   });
@@ -66,10 +66,11 @@ absl::Status StrangerBeforeRealNeighbour(
 }
 
 TEST(RingTransportTest, HelloFromAnotherJobIsRefused) {
-  absl::Status answer = StrangerBeforeRealNeighbour([](TcpConnection& stranger) {
-    return SendRingHello(stranger, RingHello{0, 1, 2, "other-job"},
-                         absl::Now() + absl::Seconds(30));
-  });
+  absl::Status answer =
+      StrangerBeforeRealNeighbour([](TcpConnection& stranger) {
+        return SendRingHello(stranger, RingHello{0, 1, 2, "other-job"},
+                             absl::Now() + absl::Seconds(30));
+      });
   EXPECT_EQ(answer.code(), absl::StatusCode::kFailedPrecondition) << answer;
   EXPECT_THAT(std::string(answer.message()),
               HasSubstr("refused our hello: job id \"other-job\" is not this "
@@ -77,29 +78,33 @@ TEST(RingTransportTest, HelloFromAnotherJobIsRefused) {
 }
 
 TEST(RingTransportTest, HelloFromTheWrongRankIsRefused) {
-  absl::Status answer = StrangerBeforeRealNeighbour([](TcpConnection& stranger) {
-    return SendRingHello(stranger, RingHello{1, 1, 2, "ring-test"},
-                         absl::Now() + absl::Seconds(30));
-  });
-  EXPECT_THAT(std::string(answer.message()),
-              HasSubstr("rank 1 is not the left neighbour of rank 1 (rank 0 is)"));
+  absl::Status answer =
+      StrangerBeforeRealNeighbour([](TcpConnection& stranger) {
+        return SendRingHello(stranger, RingHello{1, 1, 2, "ring-test"},
+                             absl::Now() + absl::Seconds(30));
+      });
+  EXPECT_THAT(
+      std::string(answer.message()),
+      HasSubstr("rank 1 is not the left neighbour of rank 1 (rank 0 is)"));
 }
 
 TEST(RingTransportTest, HelloForAnotherRingSizeIsRefused) {
-  absl::Status answer = StrangerBeforeRealNeighbour([](TcpConnection& stranger) {
-    return SendRingHello(stranger, RingHello{0, 1, 3, "ring-test"},
-                         absl::Now() + absl::Seconds(30));
-  });
+  absl::Status answer =
+      StrangerBeforeRealNeighbour([](TcpConnection& stranger) {
+        return SendRingHello(stranger, RingHello{0, 1, 3, "ring-test"},
+                             absl::Now() + absl::Seconds(30));
+      });
   EXPECT_THAT(std::string(answer.message()),
               HasSubstr("it is in a ring of 3 ranks, this one has 2"));
 }
 
 TEST(RingTransportTest, BytesThatAreNoHelloAreRefused) {
-  absl::Status answer = StrangerBeforeRealNeighbour([](TcpConnection& stranger) {
-    const std::string request = "GET / HTTP/1.0\r\nHost: x\r\n\r\n";
-    return stranger.SendAll(request.data(), request.size(),
-                            absl::Now() + absl::Seconds(30));
-  });
+  absl::Status answer =
+      StrangerBeforeRealNeighbour([](TcpConnection& stranger) {
+        const std::string request = "GET / HTTP/1.0\r\nHost: x\r\n\r\n";
+        return stranger.SendAll(request.data(), request.size(),
+                                absl::Now() + absl::Seconds(30));
+      });
   EXPECT_THAT(std::string(answer.message()),
               HasSubstr("it is not a gradsync ring peer"));
 }
@@ -111,7 +116,8 @@ TEST(RingTransportTest, LeftNeighbourThatNeverConnectsIsNamed) {
   // connects to rank 1 in turn.
   auto decoy = TcpListener::Listen("127.0.0.1");
   ASSERT_TRUE(decoy.ok()) << decoy.status();
-  ASSERT_TRUE((*cluster)->client(0)->Set("ring/addr/0", (*decoy)->address()).ok());
+  ASSERT_TRUE(
+      (*cluster)->client(0)->Set("ring/addr/0", (*decoy)->address()).ok());
   RingTransportOptions options = (*cluster)->TransportOptions(1);
   options.timeout = absl::Seconds(1);
   auto transport = RingTransport::Create(options, (*cluster)->client(1));

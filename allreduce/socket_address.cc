@@ -44,11 +44,12 @@ absl::StatusOr<SocketAddress> ResolveSocketAddress(const std::string& address) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* results = nullptr;
   const std::string service = std::to_string(port);
-  const int error = getaddrinfo(host.c_str(), service.c_str(), &hints, &results);
+  const int error =
+      getaddrinfo(host.c_str(), service.c_str(), &hints, &results);
   if (error != 0 || results == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot resolve \"", host, "\" of address ", address, ": ",
-        gai_strerror(error)));
+    return absl::UnavailableError(absl::StrCat("cannot resolve \"", host,
+                                               "\" of address ", address, ": ",
+                                               gai_strerror(error)));
   }
   SocketAddress resolved;
   std::memcpy(&resolved.storage, results->ai_addr, results->ai_addrlen);

@@ -50,7 +50,8 @@ int PollTimeoutMs(absl::Time deadline) {
   if (deadline == absl::InfiniteFuture()) return -1;
   const absl::Duration left = deadline - absl::Now();
   if (left <= absl::ZeroDuration()) return 0;
-  return static_cast<int>(absl::ToInt64Milliseconds(left + absl::Milliseconds(1)));
+  return static_cast<int>(
+      absl::ToInt64Milliseconds(left + absl::Milliseconds(1)));
 }
 
 absl::StatusOr<short> PollOne(int fd, short events, absl::Time deadline) {
@@ -108,26 +109,27 @@ absl::StatusOr<std::unique_ptr<TcpConnection>> TcpConnection::Connect(
   const int fd = socket(target.storage.ss_family,
                         SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    return absl::InternalError(absl::StrCat("connecting to ", who,
-                                            ": socket: ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat(
+        "connecting to ", who, ": socket: ", std::strerror(errno)));
   }
   // Owned from here on, so every early return closes it.
-  auto connection = std::make_unique<TcpConnection>(fd, side, peer_rank, address);
+  auto connection =
+      std::make_unique<TcpConnection>(fd, side, peer_rank, address);
   if (connect(fd, reinterpret_cast<const sockaddr*>(&target.storage),
               target.length) != 0) {
     if (errno != EINPROGRESS) {
-      return absl::UnavailableError(absl::StrCat(
-          "connecting to ", who, ": ", std::strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrCat("connecting to ", who, ": ", std::strerror(errno)));
     }
     ASSIGN_OR_RETURN(short revents, PollOne(fd, POLLOUT, deadline));
     if (revents == 0) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("connecting to ", who, ": no answer before the deadline"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "connecting to ", who, ": no answer before the deadline"));
     }
     const int error = GetIntOption(fd, SOL_SOCKET, SO_ERROR);
     if (error != 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "connecting to ", who, ": ", std::strerror(error)));
+      return absl::UnavailableError(
+          absl::StrCat("connecting to ", who, ": ", std::strerror(error)));
     }
   }
   return connection;
@@ -137,9 +139,9 @@ absl::Status TcpConnection::SetBufferSizes(int bytes) {
   if (bytes <= 0) return absl::OkStatus();
   if (setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes)) != 0 ||
       setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes)) != 0) {
-    return absl::InternalError(absl::StrCat(
-        "setting ", bytes, "-byte socket buffers for ", peer_name_, ": ",
-        std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("setting ", bytes, "-byte socket buffers for ", peer_name_,
+                     ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -167,8 +169,8 @@ absl::StatusOr<size_t> TcpConnection::SendSome(const void* data, size_t size) {
       return absl::UnavailableError(absl::StrCat(
           peer_name_, " closed the connection (", std::strerror(errno), ")"));
     }
-    return absl::UnavailableError(absl::StrCat(
-        "sending to ", peer_name_, ": ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("sending to ", peer_name_, ": ", std::strerror(errno)));
   }
 }
 
@@ -191,8 +193,8 @@ absl::StatusOr<size_t> TcpConnection::RecvSome(void* data, size_t size) {
       return absl::UnavailableError(absl::StrCat(
           peer_name_, " closed the connection (", std::strerror(errno), ")"));
     }
-    return absl::UnavailableError(absl::StrCat(
-        "receiving from ", peer_name_, ": ", std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat("receiving from ", peer_name_,
+                                               ": ", std::strerror(errno)));
   }
 }
 
@@ -206,9 +208,9 @@ absl::Status TcpConnection::SendAll(const void* data, size_t size,
     if (done == size) break;
     ASSIGN_OR_RETURN(short revents, PollOne(fd_, POLLOUT, deadline));
     if (revents == 0) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          peer_name_, " accepted only ", done, " of ", size,
-          " bytes before the deadline"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(peer_name_, " accepted only ", done, " of ", size,
+                       " bytes before the deadline"));
     }
   }
   return absl::OkStatus();
@@ -224,9 +226,9 @@ absl::Status TcpConnection::RecvAll(void* data, size_t size,
     if (done == size) break;
     ASSIGN_OR_RETURN(short revents, PollOne(fd_, POLLIN, deadline));
     if (revents == 0) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          peer_name_, " sent only ", done, " of ", size,
-          " bytes before the deadline"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(peer_name_, " sent only ", done, " of ", size,
+                       " bytes before the deadline"));
     }
   }
   return absl::OkStatus();

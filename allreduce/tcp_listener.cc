@@ -16,18 +16,19 @@ namespace gradsync {
 
 absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(
     const std::string& host) {
-  const std::string bind_text =
-      host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:0")
-                                          : absl::StrCat(host, ":0");
+  const std::string bind_text = host.find(':') != std::string::npos
+                                    ? absl::StrCat("[", host, "]:0")
+                                    : absl::StrCat(host, ":0");
   ASSIGN_OR_RETURN(SocketAddress bind_address, ResolveSocketAddress(bind_text));
   std::unique_ptr<TcpListener> listener(new TcpListener());
   listener->fd_ = socket(bind_address.storage.ss_family,
                          SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listener->fd_ < 0) {
-    return absl::InternalError(
-        absl::StrCat("listening on ", host, ": socket: ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat(
+        "listening on ", host, ": socket: ", std::strerror(errno)));
   }
-  if (bind(listener->fd_, reinterpret_cast<const sockaddr*>(&bind_address.storage),
+  if (bind(listener->fd_,
+           reinterpret_cast<const sockaddr*>(&bind_address.storage),
            bind_address.length) != 0) {
     return absl::UnavailableError(
         absl::StrCat("binding ", bind_text, ": ", std::strerror(errno)));
@@ -45,13 +46,13 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(
     return absl::InternalError(
         absl::StrCat("getsockname on ", bind_text, ": ", std::strerror(errno)));
   }
-  listener->port_ = bound.storage.ss_family == AF_INET6
-                        ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound.storage)->sin6_port)
-                        : ntohs(reinterpret_cast<sockaddr_in*>(&bound.storage)->sin_port);
-  listener->address_ =
-      host.find(':') != std::string::npos
-          ? absl::StrCat("[", host, "]:", listener->port_)
-          : absl::StrCat(host, ":", listener->port_);
+  listener->port_ =
+      bound.storage.ss_family == AF_INET6
+          ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound.storage)->sin6_port)
+          : ntohs(reinterpret_cast<sockaddr_in*>(&bound.storage)->sin_port);
+  listener->address_ = host.find(':') != std::string::npos
+                           ? absl::StrCat("[", host, "]:", listener->port_)
+                           : absl::StrCat(host, ":", listener->port_);
   return listener;
 }
 

@@ -25,11 +25,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <limits>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,7 +60,8 @@
 
 ABSL_FLAG(int, workers, 4, "number of ranks (one process each)");
 ABSL_FLAG(int64_t, min_bytes, 1024, "smallest all-reduce, in bytes");
-ABSL_FLAG(int64_t, max_bytes, int64_t{256} << 20, "largest all-reduce, in bytes");
+ABSL_FLAG(int64_t, max_bytes, int64_t{256} << 20,
+          "largest all-reduce, in bytes");
 ABSL_FLAG(int, step_factor, 4, "each size is this many times the previous");
 ABSL_FLAG(int, iters, 20, "timed all-reduces per size");
 ABSL_FLAG(int, warmup, 5, "untimed all-reduces per size before timing");
@@ -166,7 +167,8 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
   const auto end = std::chrono::steady_clock::now();
   cell.cpu_us = (ProcessCpuMicros() - cpu_start) / plan.iters;
   cell.time_us =
-      std::chrono::duration<double, std::micro>(end - start).count() / plan.iters;
+      std::chrono::duration<double, std::micro>(end - start).count() /
+      plan.iters;
   FillInput(data, count, rank);
   RETURN_IF_ERROR(barrier());
   RETURN_IF_ERROR(run());
@@ -175,43 +177,38 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
   return absl::OkStatus();
 }
 
-absl::Status RunGradsyncRing(const Plan& plan, int rank, int algorithm,
-                             CoordinatorClient* coordinator, float* data,
-                             Cell* cells) {
-  const RingSettings ring_options = RingSettingsFromFlags();
+absl::StatusOr<std::unique_ptr<RingTransport>> ConnectGradsyncRing(
+    const Plan& plan, int rank, CoordinatorClient* coordinator) {
+  const RingSettings settings = RingSettingsFromFlags();
   RingTransportOptions options;
   options.rank = rank;
   options.world_size = plan.workers;
   options.job_id = "allreduce-benchmark";
   options.key_prefix = "bench-ring";
   options.timeout = plan.timeout;
-  options.socket_buffer_bytes = ring_options.socket_buffer_bytes;
-  ASSIGN_OR_RETURN(std::unique_ptr<RingTransport> transport,
-                   RingTransport::Create(options, coordinator));
-  RingAllReduce ring(transport.get(), ring_options.chunk_bytes);
-  float token = 1.0f;
-  // A one-float all-reduce completes on a rank only once every rank has
-  // contributed, so it is a barrier.
-  auto barrier = [&] { return ring.Run(&token, 1); };
-  for (size_t s = 0; s < plan.sizes.size(); ++s) {
-    const int64_t count = plan.sizes[s] / 4;
-    RETURN_IF_ERROR(Measure(
-        plan, rank, data, count, [&] { return ring.Run(data, count); }, barrier,
-        CellAt(cells, plan, algorithm, s, rank)));
-  }
-  return absl::OkStatus();
+  options.socket_buffer_bytes = settings.socket_buffer_bytes;
+  return RingTransport::Create(options, coordinator);
 }
 
-absl::Status RunGloo(const Plan& plan, int rank, int algorithm,
-                     const std::string& name,
-                     const std::shared_ptr<gloo::Context>& context, float* data,
-                     Cell* cells) {
-  auto barrier = [&] {
-    gloo::BarrierAllToAll(context).run();
-    return absl::OkStatus();
-  };
-  for (size_t s = 0; s < plan.sizes.size(); ++s) {
-    const int64_t count = plan.sizes[s] / 4;
+std::shared_ptr<gloo::Context> ConnectGloo(const Plan& plan, int rank) {
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto context =
+      std::make_shared<gloo::rendezvous::Context>(rank, plan.workers);
+  context->setTimeout(
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(plan.timeout)));
+  gloo::rendezvous::FileStore store(plan.store_dir);
+  context->connectFullMesh(store, device);
+  return context;
+}
+
+// Measures one Gloo algorithm on `count` floats. Gloo reports failures by
+// throwing.
+absl::Status MeasureGloo(const Plan& plan, int rank, const std::string& name,
+                         const std::shared_ptr<gloo::Context>& context,
+                         float* data, int64_t count, Cell& cell) {
+  try {
     std::vector<float*> pointers = {data};
     // Constructing an algorithm registers its buffers with the peers (and
     // allocates its inboxes); like Gloo's users we do it once per size,
@@ -226,58 +223,82 @@ absl::Status RunGloo(const Plan& plan, int rank, int algorithm,
       instance.reset(
           new gloo::AllreduceHalvingDoubling<float>(context, pointers, count));
     }
-    RETURN_IF_ERROR(Measure(
+    return Measure(
         plan, rank, data, count,
         [&] {
           instance->run();
           return absl::OkStatus();
         },
-        barrier, CellAt(cells, plan, algorithm, s, rank)));
+        [&] {
+          gloo::BarrierAllToAll(context).run();
+          return absl::OkStatus();
+        },
+        cell);
+  } catch (const std::exception& error) {
+    return absl::InternalError(absl::StrCat("Gloo: ", error.what()));
   }
-  return absl::OkStatus();
 }
 
 absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
   SetLogTag(absl::StrCat("rank ", rank));
   std::unique_ptr<CoordinatorServer> server;
   if (rank == 0) {
-    ASSIGN_OR_RETURN(server, CoordinatorServer::Start(
-                                 absl::StrCat("127.0.0.1:", plan.coordinator_port),
-                                 "allreduce-benchmark", plan.workers, 0));
+    ASSIGN_OR_RETURN(server,
+                     CoordinatorServer::Start(
+                         absl::StrCat("127.0.0.1:", plan.coordinator_port),
+                         "allreduce-benchmark", plan.workers, 0));
   }
   ASSIGN_OR_RETURN(
       std::unique_ptr<CoordinatorClient> coordinator,
-      CoordinatorClient::Connect(absl::StrCat("127.0.0.1:", plan.coordinator_port),
-                                 "allreduce-benchmark", Role::kWorker, rank,
-                                 plan.timeout));
-  const int64_t max_count = plan.sizes.back() / 4;
-  std::vector<float> buffer(max_count);
+      CoordinatorClient::Connect(
+          absl::StrCat("127.0.0.1:", plan.coordinator_port),
+          "allreduce-benchmark", Role::kWorker, rank, plan.timeout));
+  const bool want_ring = std::count(plan.algorithms.begin(),
+                                    plan.algorithms.end(), "gradsync_ring") > 0;
+  const bool want_gloo = plan.algorithms.size() > (want_ring ? 1u : 0u);
 
-  std::shared_ptr<gloo::rendezvous::Context> gloo_context;
-  for (size_t a = 0; a < plan.algorithms.size(); ++a) {
-    const std::string& name = plan.algorithms[a];
-    if (name == "gradsync_ring") {
-      RETURN_IF_ERROR(Annotate(RunGradsyncRing(plan, rank, a, coordinator.get(),
-                                               buffer.data(), cells),
-                               name));
-      continue;
-    }
+  std::unique_ptr<RingTransport> transport;
+  std::unique_ptr<RingAllReduce> ring;
+  if (want_ring) {
+    ASSIGN_OR_RETURN(transport,
+                     ConnectGradsyncRing(plan, rank, coordinator.get()));
+    ring = std::make_unique<RingAllReduce>(transport.get(),
+                                           RingSettingsFromFlags().chunk_bytes);
+  }
+  std::shared_ptr<gloo::Context> gloo_context;
+  if (want_gloo) {
     try {
-      if (!gloo_context) {
-        gloo::transport::tcp::attr attr;
-        attr.hostname = "127.0.0.1";
-        auto device = gloo::transport::tcp::CreateDevice(attr);
-        gloo_context =
-            std::make_shared<gloo::rendezvous::Context>(rank, plan.workers);
-        gloo_context->setTimeout(std::chrono::milliseconds(
-            absl::ToInt64Milliseconds(plan.timeout)));
-        gloo::rendezvous::FileStore store(plan.store_dir);
-        gloo_context->connectFullMesh(store, device);
-      }
-      RETURN_IF_ERROR(Annotate(
-          RunGloo(plan, rank, a, name, gloo_context, buffer.data(), cells), name));
+      gloo_context = ConnectGloo(plan, rank);
     } catch (const std::exception& error) {
-      return absl::InternalError(absl::StrCat(name, ": Gloo: ", error.what()));
+      return absl::InternalError(
+          absl::StrCat("connecting Gloo's full mesh: ", error.what()));
+    }
+  }
+
+  std::vector<float> buffer(plan.sizes.back() / 4);
+  float token = 1.0f;
+  // Sizes outside, algorithms inside: the algorithms compared on one size run
+  // close together in time, so a burst of other load on the machine skews
+  // them alike rather than one whole column.
+  for (size_t s = 0; s < plan.sizes.size(); ++s) {
+    const int64_t count = plan.sizes[s] / 4;
+    for (size_t a = 0; a < plan.algorithms.size(); ++a) {
+      const std::string& name = plan.algorithms[a];
+      Cell& cell = CellAt(cells, plan, a, s, rank);
+      absl::Status status;
+      if (name == "gradsync_ring") {
+        // A one-float all-reduce ends on a rank only once every rank has
+        // contributed, so it is a barrier.
+        status = Measure(
+            plan, rank, buffer.data(), count,
+            [&] { return ring->Run(buffer.data(), count); },
+            [&] { return ring->Run(&token, 1); }, cell);
+      } else {
+        status = MeasureGloo(plan, rank, name, gloo_context, buffer.data(),
+                             count, cell);
+      }
+      RETURN_IF_ERROR(
+          Annotate(status, absl::StrCat(name, ", ", plan.sizes[s], " bytes")));
     }
   }
   // Nobody may leave while a peer could still need the coordinator.
@@ -318,7 +339,8 @@ bool RunRanks(const Plan& plan, Cell* cells) {
   // Every rank already gives up after --timeout_s per wait; this bounds the
   // whole run in case one is stuck somewhere else.
   const absl::Time deadline =
-      absl::Now() + plan.timeout * (2 + plan.algorithms.size() * plan.sizes.size());
+      absl::Now() +
+      plan.timeout * (2 + plan.algorithms.size() * plan.sizes.size());
   int running = plan.workers;
   bool ok = true;
   while (running > 0) {
@@ -327,11 +349,13 @@ bool RunRanks(const Plan& plan, Cell* cells) {
     if (pid > 0) {
       --running;
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        const int rank = std::find(pids.begin(), pids.end(), pid) - pids.begin();
+        const int rank =
+            std::find(pids.begin(), pids.end(), pid) - pids.begin();
         if (ok) {
           GS_LOG(ERROR) << "rank " << rank << " failed ("
                         << (WIFEXITED(status)
-                                ? absl::StrCat("exit code ", WEXITSTATUS(status))
+                                ? absl::StrCat("exit code ",
+                                               WEXITSTATUS(status))
                                 : absl::StrCat("signal ", WTERMSIG(status)))
                         << "); stopping the others";
           for (pid_t other : pids) kill(other, SIGTERM);
@@ -342,7 +366,8 @@ bool RunRanks(const Plan& plan, Cell* cells) {
     }
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
-      GS_LOG(ERROR) << "the benchmark ran past its deadline; stopping the ranks";
+      GS_LOG(ERROR)
+          << "the benchmark ran past its deadline; stopping the ranks";
       for (pid_t other : pids) kill(other, SIGKILL);
       ok = false;
       while (waitpid(-1, &status, 0) > 0) {
@@ -380,17 +405,21 @@ std::string MachineDescription() {
 
 void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
   const RingSettings ring = RingSettingsFromFlags();
-  absl::PrintF("# all-reduce of float32 (sum, in place), %d processes on one "
-               "machine, loopback TCP; %s\n",
-               plan.workers, MachineDescription());
-  absl::PrintF("# time: mean per all-reduce of the slowest rank over %d runs "
-               "after %d warm-up; algbw = bytes/time; busbw = algbw*2(N-1)/N; "
-               "GB/s = 1e9 bytes/s\n",
-               plan.iters, plan.warmup);
-  absl::PrintF("# cpu: user+system time per all-reduce, summed over the ranks' "
-               "processes (on a CPU-bound machine, the cost that matters)\n");
-  absl::PrintF("# gradsync_ring: --ring_chunk_kb=%d --ring_socket_buffer_kb=%d\n",
-               ring.chunk_bytes >> 10, ring.socket_buffer_bytes >> 10);
+  absl::PrintF(
+      "# all-reduce of float32 (sum, in place), %d processes on one "
+      "machine, loopback TCP; %s\n",
+      plan.workers, MachineDescription());
+  absl::PrintF(
+      "# time: mean per all-reduce of the slowest rank over %d runs "
+      "after %d warm-up; algbw = bytes/time; busbw = algbw*2(N-1)/N; "
+      "GB/s = 1e9 bytes/s\n",
+      plan.iters, plan.warmup);
+  absl::PrintF(
+      "# cpu: user+system time per all-reduce, summed over the ranks' "
+      "processes (on a CPU-bound machine, the cost that matters)\n");
+  absl::PrintF(
+      "# gradsync_ring: --ring_chunk_kb=%d --ring_socket_buffer_kb=%d\n",
+      ring.chunk_bytes >> 10, ring.socket_buffer_bytes >> 10);
   for (const std::string& algorithm : plan.algorithms) {
     absl::PrintF("#\n# %s\n", algorithm);
     absl::PrintF("# %12s %12s %6s %12s %12s %12s %8s %14s\n", "size (B)",
@@ -404,10 +433,11 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
     }
   }
   // Side by side, when gradsync's ring and at least one Gloo algorithm ran.
-  const bool have_ring =
-      std::count(plan.algorithms.begin(), plan.algorithms.end(), "gradsync_ring");
+  const bool have_ring = std::count(plan.algorithms.begin(),
+                                    plan.algorithms.end(), "gradsync_ring");
   if (!have_ring || plan.algorithms.size() < 2) return;
-  absl::PrintF("#\n# busbw (GB/s) side by side; ratio = gradsync_ring / best Gloo\n");
+  absl::PrintF(
+      "#\n# busbw (GB/s) side by side; ratio = gradsync_ring / best Gloo\n");
   std::string header = absl::StrFormat("# %12s", "size (B)");
   for (const std::string& algorithm : plan.algorithms) {
     absl::StrAppend(&header, absl::StrFormat(" %22s", algorithm));
@@ -428,7 +458,8 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
         }
       }
     }
-    absl::PrintF("%s %8.2f\n", line, best_gloo > 0 ? ring_busbw / best_gloo : 0.0);
+    absl::PrintF("%s %8.2f\n", line,
+                 best_gloo > 0 ? ring_busbw / best_gloo : 0.0);
   }
 }
 
@@ -436,10 +467,12 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
                        const std::string& path) {
   const RingSettings ring = RingSettingsFromFlags();
   std::string json = absl::StrCat(
-      "{\n  \"context\": {\"executable\": \"allreduce_benchmark\", \"date\": \"",
+      "{\n  \"context\": {\"executable\": \"allreduce_benchmark\", \"date\": "
+      "\"",
       absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::LocalTimeZone()),
-      "\", \"machine\": \"", MachineDescription(), "\", \"workers\": ",
-      plan.workers, ", \"iters\": ", plan.iters, ", \"warmup\": ", plan.warmup,
+      "\", \"machine\": \"", MachineDescription(),
+      "\", \"workers\": ", plan.workers, ", \"iters\": ", plan.iters,
+      ", \"warmup\": ", plan.warmup,
       ", \"ring_chunk_kb\": ", ring.chunk_bytes >> 10,
       ", \"ring_socket_buffer_kb\": ", ring.socket_buffer_bytes >> 10,
       ", \"transport\": \"loopback TCP\"},\n  \"benchmarks\": [");
@@ -490,13 +523,13 @@ absl::StatusOr<Plan> PlanFromFlags() {
   if (plan.sizes.back() / 4 > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError("--max_bytes is too large for Gloo");
   }
-  for (absl::string_view name :
-       absl::StrSplit(absl::GetFlag(FLAGS_algorithms), ',', absl::SkipEmpty())) {
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_algorithms),
+                                               ',', absl::SkipEmpty())) {
     if (std::find(std::begin(kKnownAlgorithms), std::end(kKnownAlgorithms),
                   name) == std::end(kKnownAlgorithms)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "unknown algorithm '", name, "' in --algorithms; known: ",
-          absl::StrJoin(kKnownAlgorithms, ",")));
+          "unknown algorithm '", name,
+          "' in --algorithms; known: ", absl::StrJoin(kKnownAlgorithms, ",")));
     }
     plan.algorithms.emplace_back(name);
   }

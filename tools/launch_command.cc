@@ -2,6 +2,7 @@
 // worker processes (`gradsync train`) and K parameter servers (`gradsync
 // server`) with the environment each needs, per-process logs under the run
 // folder, rank-prefixed console lines, and the first failure stopping all.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include "core/status_macros.h"
 #include "tools/commands.h"
 #include "tools/launcher.h"
+#include "tools/netem.h"
 
 ABSL_FLAG(int, workers, 1, "number of worker processes");
 ABSL_FLAG(int, servers, 0, "number of parameter-server processes (--sync=ps)");
@@ -29,6 +31,11 @@ ABSL_FLAG(int, master_port, 0,
 ABSL_FLAG(double, job_deadline_s, 0,
           "stop the whole job after this many seconds; 0 = no limit");
 ABSL_FLAG(std::string, job_id, "", "job id; default a fresh random one");
+ABSL_FLAG(std::string, netem, "",
+          "emulate a cluster network: RATE[,LATENCY] (like 1gbit,200us) for "
+          "every process's own full-duplex link; each worker and server runs in "
+          "its own network namespace behind one bridge (addresses in "
+          "10.213.0.0/16), removed when the job ends. Needs root and iproute2");
 
 namespace gradsync {
 namespace {
@@ -46,6 +53,14 @@ std::string NewJobId() {
   return absl::StrCat(absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
                       "-", absl::Hex(random() & 0xffff, absl::kZeroPad4));
 }
+
+// While the emulated network exists, SIGINT/SIGTERM must not kill us before
+// the teardown: during set-up they are only recorded here, and
+// RunProcessGroup installs its own handlers (and restores these) while the
+// job runs.
+volatile sig_atomic_t g_stop_requested = 0;
+
+void RecordStop(int) { g_stop_requested = 1; }
 
 bool HasFlag(const std::vector<std::string>& flags, absl::string_view name) {
   for (const std::string& flag : flags) {
@@ -139,13 +154,58 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
     spec.log_path = absl::StrCat(run_dir, "/logs/server", k, ".log");
     specs.push_back(std::move(spec));
   }
+  std::string master_addr = "127.0.0.1";
+  std::unique_ptr<EmulatedNetwork> network;
+  const std::string netem = absl::GetFlag(FLAGS_netem);
+  if (!netem.empty()) {
+    ASSIGN_OR_RETURN(LinkSpec link, ParseLinkSpec(netem));
+    struct sigaction action = {};
+    action.sa_handler = RecordStop;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, nullptr);
+    sigaction(SIGTERM, &action, nullptr);
+    EmulatedNetworkOptions network_options;
+    network_options.nodes = workers + servers;
+    network_options.link = link;
+    ASSIGN_OR_RETURN(network, EmulatedNetwork::Create(network_options));
+    GS_LOG(INFO) << "emulated network: " << network->Describe();
+    if (g_stop_requested) {
+      RETURN_IF_ERROR(network->Destroy());
+      return 130;
+    }
+    // Process i (workers, then servers) runs in namespace i and is reached
+    // at its address there; worker 0 hosts the coordinator.
+    master_addr = network->NodeAddress(0);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      std::vector<std::string> argv = network->ExecPrefix(static_cast<int>(i));
+      argv.insert(argv.end(), specs[i].argv.begin(), specs[i].argv.end());
+      specs[i].argv = std::move(argv);
+      for (auto& [name, value] : specs[i].env) {
+        if (name == "MASTER_ADDR") value = master_addr;
+      }
+      specs[i].env.push_back({"GRADSYNC_ADVERTISE_HOST", network->NodeAddress(static_cast<int>(i))});
+      specs[i].env.push_back({"GRADSYNC_NETEM", netem});
+    }
+  }
   GS_LOG(INFO) << "job " << job_id << ": " << workers << " worker(s), " << servers
-               << " server(s), coordinator on 127.0.0.1:" << port << ", logs in "
+               << " server(s), coordinator on " << master_addr << ":" << port << ", logs in "
                << run_dir << "/logs";
   LaunchOptions options;
   const double deadline = absl::GetFlag(FLAGS_job_deadline_s);
   if (deadline > 0) options.deadline = absl::Seconds(deadline);
-  ASSIGN_OR_RETURN(LaunchResult result, RunProcessGroup(specs, options));
+  absl::StatusOr<LaunchResult> launched = RunProcessGroup(specs, options);
+  if (network != nullptr) {
+    // Every process has ended (RunProcessGroup waits for all), so the
+    // namespaces are empty and go at once.
+    const absl::Status removed = network->Destroy();
+    if (!removed.ok()) {
+      GS_LOG(ERROR) << "removing the emulated network: " << removed.message();
+    } else {
+      GS_LOG(INFO) << "emulated network " << network->prefix() << " removed";
+    }
+  }
+  if (!launched.ok()) return launched.status();
+  LaunchResult& result = *launched;
   if (result.exit_code != 0) {
     GS_LOG(ERROR) << "job " << job_id << " failed: " << result.failure
                   << " (logs in " << run_dir << "/logs)";

@@ -245,13 +245,20 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
         child.result.term_signal = WTERMSIG(status);
         child.result.exit_code = 128 + WTERMSIG(status);
       }
-      if (child.result.exit_code != 0 && !child.result.stopped_by_launcher) {
-        stop_all(child.result.exit_code,
-                 child.result.term_signal != 0
-                     ? absl::StrCat(child.result.name, " was killed by signal ",
-                                    child.result.term_signal)
-                     : absl::StrCat(child.result.name, " exited with code ",
-                                    child.result.exit_code));
+      if (child.result.exit_code != 0 && !child.result.stopped_by_launcher &&
+          result.failure.empty()) {
+        const std::string why =
+            child.result.term_signal != 0
+                ? absl::StrCat(child.result.name, " was killed by signal ",
+                               child.result.term_signal)
+                : absl::StrCat(child.result.name, " exited with code ",
+                               child.result.exit_code);
+        if (!options.stop_on_failure) {
+          result.exit_code = child.result.exit_code;
+          result.failure = why;
+          continue;
+        }
+        stop_all(child.result.exit_code, why);
       }
     }
     const absl::Time now = absl::Now();

@@ -36,6 +36,9 @@ struct LaunchOptions {
   bool echo = true;
   // The whole job is stopped after this; its exit code is then 124.
   absl::Duration deadline = absl::InfiniteDuration();
+  // Stop everyone at the first failure (torchrun's behaviour). Fault tests turn
+  // it off to watch how the survivors notice a lost peer on their own.
+  bool stop_on_failure = true;
   // Between SIGTERM and SIGKILL when stopping the others.
   absl::Duration grace = absl::Seconds(5);
 };

@@ -62,6 +62,20 @@ TEST(LauncherTest, FirstFailureStopsTheOthersAndSetsTheExitCode) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(300));
 }
 
+TEST(LauncherTest, WithoutStopOnFailureTheOthersRunToTheirEnd) {
+  std::vector<ProcessSpec> specs = {Shell("worker 0", "exit 5"),
+                                    Shell("worker 1", "sleep 1; echo survived")};
+  // worker 1 outlives worker 0's failure; the default would SIGTERM it.
+  LaunchOptions options = Quiet();
+  options.stop_on_failure = false;
+  auto result = RunProcessGroup(specs, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 5);
+  EXPECT_EQ(result->failure, "worker 0 exited with code 5");
+  EXPECT_FALSE(result->processes[1].stopped_by_launcher);
+  EXPECT_EQ(result->processes[1].output, "survived\n");
+}
+
 TEST(LauncherTest, ProcessIgnoringSigtermIsKilledAfterGrace) {
   std::vector<ProcessSpec> specs = {
       Shell("server 0", "trap '' TERM; echo ready; while :; do sleep 1; done"),

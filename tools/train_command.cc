@@ -34,12 +34,11 @@ absl::Status Train() {
   }
   SetLogTag(absl::StrCat("worker ", env.rank));
   ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptionsFromFlags());
-  ASSIGN_OR_RETURN(MlpOptions mlp, MlpOptionsFromFlags());
   ASSIGN_OR_RETURN(DeviceOptions device_options,
                    DeviceOptionsFromFlags(env.local_rank, env.local_world_size));
   ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateDevice(device_options));
   ASSIGN_OR_RETURN(DatasetPair data, LoadDatasetFromFlags());
-  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateMlp(mlp));
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModelFromFlags(data));
 
   std::unique_ptr<CoordinatorServer> coordinator_server;
   std::unique_ptr<CoordinatorClient> coordinator;

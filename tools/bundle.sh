@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# Builds gradsync with CUDA and packs a relocatable bundle for a GPU node:
+#
+#   tools/bundle.sh                 # -> dist/gradsync-<commit>.tar.gz
+#   tools/bundle.sh --no-data       # without the Fashion-MNIST files (-30 MB)
+#   tools/bundle.sh --no-build      # pack what bazel-bin already holds
+#
+# On the node (any directory; no apt, no Bazel):
+#   tar xzf gradsync-<commit>.tar.gz
+#   gradsync-<commit>/bin/gradsync doctor
+#   gradsync-<commit>/bin/cuda_device_test
+#   gradsync-<commit>/bin/gradsync train --device=cuda --epochs=1
+#   gradsync-<commit>/bin/pytorch_compare.py
+#
+# What goes in: the programs (libexec/), every shared library they need that
+# the node cannot be assumed to have (gRPC, Protobuf, Abseil, OpenBLAS, re2,
+# c-ares, OpenSSL, libstdc++, ... found with ldd; lib/), a wrapper per program
+# (bin/), the Fashion-MNIST files when this machine has them (data/), and
+# tools/pytorch_compare.py. What stays out: glibc's own libraries (libc, libm,
+# libpthread, libdl, librt, ld-linux: they must match the node's kernel
+# interface and loader) and CUDA's (libcuda is the node's driver; libcudart,
+# cuBLAS and NCCL are hundreds of MB, and the node has them in
+# /usr/local/cuda or in a Python environment's nvidia/*/lib folders, where the
+# wrapper looks). The wrapper sets LD_LIBRARY_PATH to lib/ plus the CUDA
+# folders it found, checks glibc, and points gradsync at the bundled data.
+#
+# The tarball must stay under the 64 MiB that a GPU machine's working tree may
+# carry; the script prints its size and fails above 60 MiB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+with_data=1
+build=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-data) with_data=0 ;;
+    --no-build) build=0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    *) echo "bundle.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+# Programs worth running on a GPU node: target, then the name in the bundle.
+TARGETS=(
+  //tools:gradsync
+  //core:cuda_device_test
+  //core:device_parity_test
+  //core:host_staging_test
+  //allreduce:nccl_test
+  //bench:mlp_gpu_benchmark
+  //bench:mlp_benchmark
+)
+MAX_BYTES=$((60 * 1024 * 1024))
+DATA_DIR=/usr/share/datasets/fashion-mnist
+
+commit_full=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+if [[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
+  commit="${commit}-dirty"
+fi
+name="gradsync-${commit}"
+
+if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "bundle.sh: /usr/local/cuda/bin/nvcc not found; the bundle is the CUDA build" >&2
+  exit 1
+fi
+if ((build)); then
+  echo "== bazel build --config=cuda ${TARGETS[*]}"
+  bazel build --color=no --curses=no --config=cuda "${TARGETS[@]}"
+fi
+bazel_bin=$(bazel info --config=cuda bazel-bin 2>/dev/null)
+
+stage_root=$(mktemp -d)
+trap 'rm -rf "$stage_root"' EXIT
+stage="$stage_root/$name"
+mkdir -p "$stage"/{bin,libexec,lib}
+
+# --- programs ----------------------------------------------------------------
+programs=()
+declare -A built=()  # program -> its path in bazel-bin
+for target in "${TARGETS[@]}"; do
+  package=${target#//}; package=${package%%:*}
+  program=${target##*:}
+  cp -L "$bazel_bin/$package/$program" "$stage/libexec/$program"
+  chmod 755 "$stage/libexec/$program"
+  # Bazel builds both configurations into the same output folder: make sure
+  # nobody's default build replaced ours between the build and the copy.
+  if ! ldd "$stage/libexec/$program" | grep -q 'libcudart\.so'; then
+    echo "bundle.sh: $package/$program does not link libcudart: not a --config=cuda build" \
+         "(another bazel build ran in between?); run tools/bundle.sh again" >&2
+    [[ "$program" == mlp_benchmark ]] || exit 1
+  fi
+  programs+=("$program")
+  built[$program]="$bazel_bin/$package/$program"
+done
+
+# --- shared libraries --------------------------------------------------------
+# Left to the node: glibc's pieces, the kernel's vDSO, and CUDA's libraries.
+is_system() {
+  case "$1" in
+    linux-vdso.so*|ld-linux*|libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|\
+    libresolv.so*|libutil.so*|libanl.so*|libnsl.so*) return 0 ;;
+  esac
+  return 1
+}
+is_cuda() {
+  case "$1" in
+    libcuda.so*|libcudart.so*|libcublas.so*|libcublasLt.so*|libnccl.so*|libnvrtc*|libnvJitLink*) return 0 ;;
+  esac
+  return 1
+}
+declare -A cuda_sonames=()
+for program in "${programs[@]}"; do
+  while read -r soname arrow path _; do
+    [[ "$arrow" == "=>" ]] || continue
+    if is_cuda "$soname"; then cuda_sonames[$soname]=1; continue; fi
+    is_system "$soname" && continue
+    if [[ "$path" == "not" ]]; then
+      echo "bundle.sh: $program needs $soname, which ldd cannot find here" >&2
+      exit 1
+    fi
+    [[ -e "$stage/lib/$soname" ]] || cp -L "$path" "$stage/lib/$soname"
+  # ldd on the binary in bazel-bin: a cc_test's own libraries (Bazel's
+  # _solib_k8 folder) are found through a RUNPATH relative to it.
+  done < <(ldd "${built[$program]}")
+done
+chmod 644 "$stage"/lib/*
+printf '%s\n' "${!cuda_sonames[@]}" | sort > "$stage/libexec/cuda-sonames"
+
+# The newest glibc symbol version anything in the bundle asks for: the node's
+# glibc must be at least that.
+glibc_needed=$(objdump -T "$stage"/libexec/* "$stage"/lib/* 2>/dev/null |
+               grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -1)
+echo "${glibc_needed:-2.17}" > "$stage/libexec/glibc-needed"
+echo "$commit_full" > "$stage/libexec/commit"
+
+# --- data, tools, wrappers ---------------------------------------------------
+if ((with_data)) && [[ -f "$DATA_DIR/train-images-idx3-ubyte.gz" ]]; then
+  mkdir -p "$stage/data/fashion-mnist"
+  cp "$DATA_DIR"/*-ubyte.gz "$stage/data/fashion-mnist/"
+elif ((with_data)); then
+  echo "bundle.sh: no Fashion-MNIST in $DATA_DIR; bundling without it (use --data=synthetic on the node)" >&2
+fi
+cp tools/pytorch_compare.py "$stage/bin/pytorch_compare.py"
+chmod 755 "$stage/bin/pytorch_compare.py"
+
+cat > "$stage/libexec/gradsync-env" <<'WRAPPER'
+#!/usr/bin/env bash
+# Runs one of this bundle's programs: LD_LIBRARY_PATH = the bundle's lib/ plus
+# the folders holding the CUDA libraries the programs were linked against
+# (libexec/cuda-sonames), looked for on this node in order:
+#   $GRADSYNC_CUDA_LIBS (colon-separated, to force a choice), $CUDA_HOME/lib64,
+#   /usr/local/cuda/lib64, /usr/local/cuda-*/lib64, the nvidia/*/lib folders of
+#   python3's site-packages (pip's nvidia-* wheels, as PyTorch installs them),
+#   /usr/lib/x86_64-linux-gnu.
+# GRADSYNC_BUNDLE_DEBUG=1 prints what it chose.
+set -euo pipefail
+root="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)"
+program="$1"
+shift
+
+candidates=()
+[[ -n "${GRADSYNC_CUDA_LIBS:-}" ]] && IFS=: read -r -a candidates <<< "$GRADSYNC_CUDA_LIBS"
+[[ -n "${CUDA_HOME:-}" ]] && candidates+=("$CUDA_HOME/lib64" "$CUDA_HOME/lib")
+candidates+=(/usr/local/cuda/lib64)
+for dir in $(ls -d /usr/local/cuda-*/lib64 2>/dev/null | sort -rV); do candidates+=("$dir"); done
+python="${GRADSYNC_PYTHON:-$(command -v python3 || true)}"
+if [[ -n "$python" ]]; then
+  while read -r dir; do [[ -n "$dir" ]] && candidates+=("$dir"); done < <(
+    "$python" - 2>/dev/null <<'PY' || true
+import os
+try:
+    import nvidia
+    roots = list(nvidia.__path__)
+except ImportError:
+    import site
+    roots = [os.path.join(p, "nvidia") for p in site.getsitepackages()]
+for root in roots:
+    if os.path.isdir(root):
+        for name in sorted(os.listdir(root)):
+            lib = os.path.join(root, name, "lib")
+            if os.path.isdir(lib):
+                print(lib)
+PY
+  )
+fi
+candidates+=(/usr/lib/x86_64-linux-gnu /usr/lib64)
+
+cuda_path=""
+missing=()
+while read -r soname; do
+  [[ -n "$soname" ]] || continue
+  found=""
+  for dir in "${candidates[@]}"; do
+    if [[ -e "$dir/$soname" ]]; then found="$dir"; break; fi
+  done
+  if [[ -z "$found" ]]; then
+    missing+=("$soname")
+  elif [[ ":$cuda_path:" != *":$found:"* ]]; then
+    cuda_path="${cuda_path:+$cuda_path:}$found"
+  fi
+done < "$root/libexec/cuda-sonames"
+if ((${#missing[@]})); then
+  {
+    echo "gradsync bundle: this node lacks ${missing[*]} (the build used CUDA 13, NCCL 2.x)."
+    echo "  looked in: ${candidates[*]}"
+    echo "  fix: install CUDA 13 in /usr/local/cuda, or"
+    echo "       pip install nvidia-cuda-runtime nvidia-cublas nvidia-nccl-cu13  (13.x wheels),"
+    echo "       or point GRADSYNC_CUDA_LIBS at folders that hold them."
+  } >&2
+  exit 127
+fi
+
+needed=$(cat "$root/libexec/glibc-needed")
+have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+if [[ -n "$have" && "$(printf '%s\n%s\n' "$needed" "$have" | sort -V | head -1)" != "$needed" ]]; then
+  echo "gradsync bundle: this node has glibc $have; the bundle needs $needed or newer (built on Debian 12)" >&2
+  exit 127
+fi
+
+export LD_LIBRARY_PATH="$root/lib${cuda_path:+:$cuda_path}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export GRADSYNC_BUNDLE="$root"
+# The manifest's commit: there is no git checkout on the node.
+export GRADSYNC_GIT_COMMIT="${GRADSYNC_GIT_COMMIT:-$(cat "$root/libexec/commit")}"
+if [[ "${GRADSYNC_BUNDLE_DEBUG:-0}" != 0 ]]; then
+  echo "gradsync bundle: LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >&2
+fi
+
+args=("$@")
+# Point gradsync at the bundled Fashion-MNIST when the node has none in the
+# default place and the command line names no --data_dir of its own.
+data="$root/data/fashion-mnist"
+if [[ "$program" == gradsync && -d "$data" && ${#args[@]} -gt 0 &&
+      ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz &&
+      " ${args[*]} " != *" --data_dir="* ]]; then
+  case "${args[0]}" in
+    train|doctor) args+=("--data_dir=$data") ;;
+    launch)
+      # Training flags come after "--"; add one if there is none.
+      separator=-1
+      for i in "${!args[@]}"; do [[ "${args[$i]}" == "--" ]] && { separator=$i; break; }; done
+      if ((separator < 0)); then
+        args+=("--" "--data_dir=$data")
+      else
+        args=("${args[@]:0:$((separator + 1))}" "--data_dir=$data" "${args[@]:$((separator + 1))}")
+      fi
+      ;;
+  esac
+fi
+exec "$root/libexec/$program" "${args[@]}"
+WRAPPER
+chmod 755 "$stage/libexec/gradsync-env"
+
+for program in "${programs[@]}"; do
+  cat > "$stage/bin/$program" <<STUB
+#!/usr/bin/env bash
+# $program from the gradsync bundle (see ../README.txt).
+exec "\$(dirname "\$(readlink -f "\$0")")/../libexec/gradsync-env" $program "\$@"
+STUB
+  chmod 755 "$stage/bin/$program"
+done
+
+cat > "$stage/README.txt" <<README
+gradsync ${commit} (${commit_full}), CUDA build for sm_90 (H100/H200), made
+$(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME").
+
+  bin/gradsync doctor                  GPUs, driver, CUDA, NCCL, cuBLAS, a GEMM check
+  bin/cuda_device_test                 CUDA backend vs the CPU backend, kernel by kernel
+  bin/device_parity_test               the MLP trained on CPU and GPU agrees
+  bin/host_staging_test                pinned staging for the ring and ps strategies
+  bin/nccl_test                        --sync=nccl on one GPU
+  bin/mlp_gpu_benchmark                step time and GEMM efficiency, batch 64..4096
+  bin/pytorch_compare.py               the same step in PyTorch, side by side
+  bin/gradsync train --device=cuda     train (add --sync=..., see --help)
+
+Needs on the node: an NVIDIA driver for CUDA 13 (R580 or newer), glibc
+$(cat "$stage/libexec/glibc-needed") or newer, and CUDA 13's libcudart, libcublas and NCCL 2 in
+/usr/local/cuda/lib64 or in python3's nvidia/*/lib (pip's nvidia-cuda-runtime,
+nvidia-cublas, nvidia-nccl-cu13); GRADSYNC_CUDA_LIBS=dir1:dir2 overrides.
+GRADSYNC_BUNDLE_DEBUG=1 shows the library path chosen.
+README
+
+# --- pack and check ----------------------------------------------------------
+mkdir -p dist
+tarball="dist/${name}.tar.gz"
+tar -C "$stage_root" -cf - "$name" | gzip -9 > "$tarball"
+bytes=$(stat -c %s "$tarball")
+echo "== $tarball: $((bytes / 1024 / 1024)) MiB ($bytes bytes), $(ls "$stage/lib" | wc -l) libraries"
+if ((bytes > MAX_BYTES)); then
+  echo "bundle.sh: $tarball is over $((MAX_BYTES / 1024 / 1024)) MiB; a GPU machine carries 64 MiB with the source tree (try --no-data)" >&2
+  exit 1
+fi
+
+# Unpack elsewhere and run from yet another directory: every non-glibc,
+# non-CUDA library must come from the bundle, and doctor must run (on a
+# machine without a GPU it reports that and exits 1).
+check=$(mktemp -d)
+trap 'rm -rf "$stage_root" "$check"' EXIT
+tar -C "$check" -xzf "$tarball"
+unpacked="$check/$name"
+for program in "${programs[@]}"; do
+  while read -r soname arrow path _; do
+    [[ "$arrow" == "=>" ]] || continue
+    if is_system "$soname" || is_cuda "$soname"; then continue; fi
+    if [[ "$path" != "$unpacked/lib/"* ]]; then
+      echo "bundle.sh: check failed: $program resolves $soname to $path, not the bundle" >&2
+      exit 1
+    fi
+  done < <(LD_LIBRARY_PATH="$unpacked/lib" ldd "$unpacked/libexec/$program")
+done
+doctor_rc=0
+doctor_out=$(cd / && "$unpacked/bin/gradsync" doctor 2>&1) || doctor_rc=$?
+echo "$doctor_out" | sed 's/^/   | /'
+if ! grep -q 'CUDA (built with --config=cuda' <<< "$doctor_out"; then
+  echo "bundle.sh: check failed: bin/gradsync doctor did not run as a CUDA build (exit $doctor_rc)" >&2
+  exit 1
+fi
+echo "== ok: $tarball unpacks and bin/gradsync doctor runs from another directory"

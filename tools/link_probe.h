@@ -1,0 +1,52 @@
+// Measures a link's latency α and bandwidth B the way the cost model uses
+// them: TCP messages between two endpoints (two namespaces of an emulated
+// network, or loopback), as gradsync's strategies send them.
+//
+//   α  = half the median round trip of a 1-byte message and its 1-byte reply
+//   B  = least-squares slope of one-way transfer time against message size,
+//        for messages of 1 MiB and more (each acknowledged by 1 byte), so
+//        start-up costs and tbf's initial burst fall into the intercept
+//   duplex: the rate of each direction while both send at once, which a
+//        full-duplex link must keep (ring all-reduce and PS push/pull do it)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gradsync {
+
+struct LinkProbeOptions {
+  // Network namespaces ("gs1a2b-n0") the client and the server run in; empty:
+  // this process's own.
+  std::string client_namespace;
+  std::string server_namespace;
+  std::string server_address = "127.0.0.1";  // IPv4, inside the server's namespace
+  int small_round_trips = 200;
+  int repeats = 3;  // per large size; the median is kept
+  std::vector<int64_t> sizes = {1 << 20, 4 << 20, 16 << 20, 32 << 20};
+};
+
+struct LinkProbeSample {
+  int64_t bytes = 0;
+  double forward_ms = 0;  // client -> server, median
+  double reverse_ms = 0;  // server -> client, median
+};
+
+struct LinkProbeResult {
+  double round_trip_us = 0;          // median, 1 byte each way
+  double alpha_us = 0;               // round_trip_us / 2
+  double bandwidth_bytes_per_s = 0;  // forward fit (slope)
+  double reverse_bandwidth_bytes_per_s = 0;
+  double intercept_ms = 0;           // forward fit
+  double duplex_bytes_per_s = 0;     // each direction, both at once
+  std::vector<LinkProbeSample> samples;
+
+  std::string ToJson() const;
+};
+
+absl::StatusOr<LinkProbeResult> ProbeLink(const LinkProbeOptions& options);
+
+}  // namespace gradsync

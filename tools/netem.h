@@ -1,0 +1,115 @@
+// An emulated cluster network on one machine: one Linux network namespace per
+// rank (worker or server), all joined by a bridge that lives in a namespace of
+// its own, each rank with its own full-duplex link of a given rate and
+// latency.
+//
+//            rank 0 ns            bridge ns              rank 1 ns
+//   [eth0 10.213.1.1] ==veth== [p0]--br0--[p1] ==veth== [eth0 10.213.1.2]
+//     ^ tbf: rank 0's uplink     ^ tbf: rank 0's downlink (toward rank 0)
+//
+// Both ends of every veth are shaped, so a rank can neither send nor receive
+// faster than its link: with egress-only shaping, N workers could push N
+// times the link rate into one parameter server and its bottleneck — the
+// point of the study — would vanish. Latency is a netem delay of half the
+// configured one-way latency on each end (a packet crosses its sender's
+// uplink and its receiver's downlink); kernels without sch_netem get the
+// rate only, with a warning.
+//
+// Addresses come only from 10.213.0.0/16 and exist only inside namespaces we
+// create; every name starts with a per-job prefix ("gs" + 4 hex digits), so
+// concurrent jobs never collide and cleanup can never touch anything else.
+// Destroy() (also run by the destructor) deletes every namespace, which
+// takes the veths, the bridge and the qdiscs with it. Needs root
+// (CAP_NET_ADMIN and CAP_SYS_ADMIN), `ip` and `tc` (Debian's iproute2).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace gradsync {
+
+struct LinkSpec {
+  int64_t rate_bits_per_s = 0;   // 0: not limited
+  absl::Duration latency;        // one-way, rank to rank; zero: none added
+  std::string text;              // as given, for logs ("1gbit,200us")
+};
+
+// Parses "RATE[,LATENCY]": RATE like 1gbit, 100mbit, 2.5gbit, 500kbit or
+// "none"; LATENCY like 200us, 1ms, 0. "1gbit,200us".
+absl::StatusOr<LinkSpec> ParseLinkSpec(const std::string& text);
+
+struct EmulatedNetworkOptions {
+  int nodes = 2;
+  LinkSpec link;
+  // Names start with this; empty picks "gs" + 4 random hex digits.
+  std::string prefix;
+  // Echo each ip/tc command to the log (GRADSYNC_LOG_LEVEL=debug).
+  bool verbose = false;
+};
+
+class EmulatedNetwork {
+ public:
+  // Builds the namespaces, veths, bridge and qdiscs. On any failure what was
+  // already built is removed before the error is returned.
+  static absl::StatusOr<std::unique_ptr<EmulatedNetwork>> Create(
+      const EmulatedNetworkOptions& options);
+  ~EmulatedNetwork();
+
+  EmulatedNetwork(const EmulatedNetwork&) = delete;
+  EmulatedNetwork& operator=(const EmulatedNetwork&) = delete;
+
+  // Removes everything Create made. Idempotent; reports the first failure
+  // but tries every namespace.
+  absl::Status Destroy();
+  // Forgets the network without removing it (`netem up`: it outlives us).
+  void Release() { namespaces_.clear(); }
+
+  int nodes() const { return options_.nodes; }
+  const std::string& prefix() const { return options_.prefix; }
+  std::string NodeNamespace(int node) const;
+  std::string BridgeNamespace() const;
+  // The node's IPv4 address inside its namespace ("10.213.1.1").
+  std::string NodeAddress(int node) const;
+  // Prepended to a command to run it inside the node's namespace:
+  // {"/usr/sbin/ip", "netns", "exec", "<ns>"}.
+  std::vector<std::string> ExecPrefix(int node) const;
+  // False when the kernel could not add the latency (no sch_netem).
+  bool latency_emulated() const { return latency_emulated_; }
+  // "4 nodes, 1 Gbit/s links, 200 us (prefix gs1a2b, 10.213.1.1-10.213.1.4)".
+  std::string Describe() const;
+
+ private:
+  explicit EmulatedNetwork(EmulatedNetworkOptions options)
+      : options_(std::move(options)) {}
+  absl::Status Build();
+  absl::Status Shape(const std::string& ns, const std::string& device);
+  absl::Status Ip(const std::vector<std::string>& args);
+
+  EmulatedNetworkOptions options_;
+  std::string ip_path_, tc_path_;
+  std::vector<std::string> namespaces_;  // created so far, in creation order
+  bool latency_emulated_ = true;
+};
+
+// OK when this process may build an emulated network: root, with `ip` and
+// `tc` installed. Otherwise says what is missing and how to get it.
+absl::Status CheckEmulationPrerequisites();
+
+// Runs argv (argv[0] an absolute path) and returns its stdout+stderr, or an
+// error with the command line, its exit code and output.
+absl::StatusOr<std::string> RunCommand(const std::vector<std::string>& argv);
+
+// The namespaces whose names start with `prefix` ("gs1a2b-n0", ...).
+absl::StatusOr<std::vector<std::string>> ListNamespaces(const std::string& prefix);
+
+// Deletes the namespaces of the network named `prefix` (`<prefix>-n*` and
+// `<prefix>-br`), for a network `netem up` left or a killed job leaked.
+// Returns how many were removed.
+absl::StatusOr<int> RemoveNamespaces(const std::string& prefix);
+
+}  // namespace gradsync
