@@ -36,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/cuda_device.h"
 #include "core/gradient_sync.h"
 #include "core/logging.h"
 #include "core/status_macros.h"
@@ -84,8 +85,16 @@ class NcclSync : public GradientSync {
     for (const Bucket& bucket : layout.buckets()) {
       buckets_.push_back(Span{bucket.offset, bucket.numel});
     }
-    // The CUDA device backend has made its GPU current on this thread.
-    GS_CUDA(cudaGetDevice(&gpu_));
+    // Order NCCL after the compute stream the model queues its work on; a
+    // device that is not gradsync's CudaDevice (tests) uses the legacy stream.
+    if (CudaDevice* cuda = AsCudaDevice(device)) {
+      compute_stream_ = cuda->stream();
+      gpu_ = cuda->gpu_index();
+      GS_CUDA(cudaSetDevice(gpu_));
+    } else {
+      compute_stream_ = cudaStreamLegacy;
+      GS_CUDA(cudaGetDevice(&gpu_));
+    }
     GS_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     ready_events_.resize(buckets_.size(), nullptr);
     for (cudaEvent_t& event : ready_events_) {
@@ -118,7 +127,7 @@ class NcclSync : public GradientSync {
     if (!error_.ok()) return error_;
     GS_CUDA(cudaEventRecord(done_event_, comm_stream_));
     // The optimizer, queued on the compute stream, must see the averages.
-    GS_CUDA(cudaStreamWaitEvent(cudaStreamLegacy, done_event_, 0));
+    GS_CUDA(cudaStreamWaitEvent(compute_stream_, done_event_, 0));
     RETURN_IF_ERROR(WaitForEvent(done_event_, absl::StrCat("step ", step_)));
 
     float elapsed_ms = 0;
@@ -232,7 +241,7 @@ class NcclSync : public GradientSync {
                        buckets_.size(), " buckets)"));
     }
     cudaEvent_t ready = ready_events_[bucket];
-    GS_CUDA(cudaEventRecord(ready, cudaStreamLegacy));
+    GS_CUDA(cudaEventRecord(ready, compute_stream_));
     GS_CUDA(cudaStreamWaitEvent(comm_stream_, ready, 0));
     if (enqueued_ == 0) GS_CUDA(cudaEventRecord(start_event_, comm_stream_));
     float* data = grads_ + buckets_[bucket].offset;
@@ -310,6 +319,7 @@ class NcclSync : public GradientSync {
   int gpu_ = -1;
   ncclComm_t comm_ = nullptr;
   cudaStream_t comm_stream_ = nullptr;
+  cudaStream_t compute_stream_ = nullptr;  // the model's; NCCL waits on its events
   std::vector<cudaEvent_t> ready_events_;
   cudaEvent_t start_event_ = nullptr;
   cudaEvent_t done_event_ = nullptr;

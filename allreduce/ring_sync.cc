@@ -27,17 +27,14 @@ RingSync::~RingSync() { StopThread(); }
 
 absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
                              const SyncBuffers& buffers) {
-  if (device.type() != DeviceType::kCpu) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--sync=ring reduces host memory, but the gradients live on ",
-        device.name(),
-        "; staging them through pinned host buffers is not implemented yet, "
-        "use --sync=nccl on GPUs"));
-  }
   if (buffers.grads == nullptr) {
     return absl::InvalidArgumentError("--sync=ring: no gradient buffer");
   }
-  grads_ = buffers.grads;
+  // The ring reduces host memory: on a GPU each bucket goes through a pinned
+  // mirror (copied as soon as backward has produced it); on the CPU the
+  // staging is the gradient buffer itself and costs nothing.
+  ASSIGN_OR_RETURN(staging_, CreateHostStaging(device, layout, buffers.grads,
+                                               context_.timeout));
   for (const Bucket& bucket : layout.buckets()) {
     buckets_.push_back(Span{bucket.offset, bucket.numel});
   }
@@ -67,7 +64,7 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
   return absl::OkStatus();
 }
 
-void RingSync::BucketReady(int bucket) {
+bool RingSync::MarkReady(int bucket) {
   std::lock_guard<std::mutex> lock(mu_);
   if (bucket < 0 || bucket >= static_cast<int>(buckets_.size()) ||
       ready_[bucket]) {
@@ -79,12 +76,26 @@ void RingSync::BucketReady(int bucket) {
               ? absl::StrCat("out of range (", buckets_.size(), " buckets)")
               : "a repeat"));
     }
-    return;
+    return false;
   }
   ready_[bucket] = true;
-  queue_.push_back(bucket);
   ++enqueued_;
-  changed_.notify_all();
+  return true;
+}
+
+void RingSync::BucketReady(int bucket) {
+  if (!MarkReady(bucket)) return;
+  // Without mu_ held: on the CPU the callback runs inline and takes it.
+  staging_->Download(bucket, [this, bucket](absl::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status.ok()) {
+      queue_.push_back(bucket);
+    } else {
+      if (error_.ok()) error_ = status;
+      ++completed_;  // nothing to all-reduce; Finish reports the error
+    }
+    changed_.notify_all();
+  });
 }
 
 void RingSync::CommunicationLoop() {
@@ -102,8 +113,9 @@ void RingSync::CommunicationLoop() {
     const absl::Time start = absl::Now();
     // After a failure the ring refuses work at once, so the rest of the
     // step's buckets drain quickly and Finish can report the first error.
-    absl::Status status = ring_->Run(grads_ + span.offset, span.numel, scale,
-                                     static_cast<uint32_t>(bucket));
+    absl::Status status = ring_->Run(staging_->host_bucket(bucket), span.numel,
+                                     scale, static_cast<uint32_t>(bucket));
+    if (status.ok()) staging_->Upload(bucket);
     const double elapsed_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
     std::lock_guard<std::mutex> lock(mu_);
     allreduce_ms_ += elapsed_ms;
@@ -134,6 +146,7 @@ absl::Status RingSync::Finish(StepStats& stats) {
   // stall for --timeout_s, so this wait ends.
   changed_.wait(lock, [this] { return completed_ == enqueued_; });
   if (!error_.ok()) return error_;
+  RETURN_IF_ERROR(staging_->FinishStep());
 
   stats.bytes_sent += ring_->bytes_sent() - last_bytes_sent_;
   stats.bytes_recv += ring_->bytes_received() - last_bytes_received_;

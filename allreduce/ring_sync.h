@@ -5,8 +5,10 @@
 // every rank because backward is deterministic (each all-reduce's header
 // carries the bucket index, so a rank that disagrees fails loudly), and
 // averages them (the 1/N is folded into the reduction). Finish waits for the
-// step's buckets. The gradients must be host memory (the CPU device); a CUDA
-// device needs pinned staging, not implemented yet (use --sync=nccl).
+// step's buckets. On a CUDA device each bucket is first copied to a pinned
+// host mirror (core/host_staging.h) on a copy stream, overlapping the rest of
+// backward, and copied back after its all-reduce; on the CPU the gradient
+// buffer is reduced in place.
 #pragma once
 
 #include <condition_variable>
@@ -22,6 +24,7 @@
 #include "allreduce/ring_allreduce.h"
 #include "allreduce/ring_transport.h"
 #include "core/gradient_sync.h"
+#include "core/host_staging.h"
 
 namespace gradsync {
 
@@ -46,6 +49,8 @@ class RingSync : public GradientSync {
   std::string SummaryJson() const override;
 
  private:
+  // Validates and records bucket b as handed over; false if it is an error.
+  bool MarkReady(int bucket);
   struct Span {
     int64_t offset = 0;  // floats
     int64_t numel = 0;
@@ -57,7 +62,7 @@ class RingSync : public GradientSync {
   const SyncContext context_;
   const RingSyncOptions options_;
   std::vector<Span> buckets_;
-  float* grads_ = nullptr;
+  std::unique_ptr<HostStaging> staging_;
   std::unique_ptr<RingTransport> transport_;
   std::unique_ptr<RingAllReduce> ring_;
   std::thread thread_;

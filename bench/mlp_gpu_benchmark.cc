@@ -71,7 +71,8 @@ std::vector<GemmShape> StepGemms(int batch) {
   const std::vector<int>& w = Widths();
   const int layers = static_cast<int>(w.size()) - 1;
   std::vector<GemmShape> shapes;
-  for (int l = 1; l <= layers; ++l) shapes.push_back({false, true, batch, w[l], w[l - 1]});
+  for (int l = 1; l <= layers; ++l)
+    shapes.push_back({false, true, batch, w[l], w[l - 1]});
   for (int l = layers; l >= 1; --l) {
     shapes.push_back({true, false, w[l], w[l - 1], batch});
     if (l > 1) shapes.push_back({false, false, batch, w[l - 1], w[l]});
@@ -153,11 +154,13 @@ double EventMillis(cudaStream_t stream, int repetitions, Run run) {
 
 // The step's products on a bare cuBLAS handle and stream of its own, with the
 // same operand swap as CudaDevice::Gemm: the best cuBLAS does on these shapes.
-double CublasAloneMillis(CudaDevice& device, const std::vector<GemmShape>& shapes,
+double CublasAloneMillis(CudaDevice& device,
+                         const std::vector<GemmShape>& shapes,
                          const GemmBuffers& buffers) {
   BENCH_CHECK_OK(device.Synchronize());
   cudaStream_t stream;
-  GS_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  GS_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) ==
+           cudaSuccess);
   cublasHandle_t handle;
   GS_CHECK(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS);
   cublasSetStream(handle, stream);
@@ -168,7 +171,8 @@ double CublasAloneMillis(CudaDevice& device, const std::vector<GemmShape>& shape
       const int ldb = s.transpose_b ? s.k : s.n;
       cublasSgemm(handle, s.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                   s.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, s.n, s.m, s.k,
-                  &alpha, buffers.b, ldb, buffers.a, lda, &beta, buffers.c, s.n);
+                  &alpha, buffers.b, ldb, buffers.a, lda, &beta, buffers.c,
+                  s.n);
     }
   });
   cublasDestroy(handle);
@@ -185,7 +189,8 @@ void BM_GpuTrainingStep(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
   std::unique_ptr<CudaDevice> device = Unwrap(CudaDevice::Create(0));
   std::unique_ptr<Model> model = Unwrap(CreateMlp(MlpOptions()));
-  ParamLayout layout = Unwrap(ParamLayout::Create(model->ParamSpecs(), 25 << 20));
+  ParamLayout layout =
+      Unwrap(ParamLayout::Create(model->ParamSpecs(), 25 << 20));
   const int64_t total = layout.total_numel();
   float* params = Unwrap(device->Allocate<float>(total));
   float* grads = Unwrap(device->Allocate<float>(total));
@@ -205,12 +210,15 @@ void BM_GpuTrainingStep(benchmark::State& state) {
   float* device_inputs = Unwrap(device->Allocate<float>(inputs.size()));
   int32_t* device_labels = Unwrap(device->Allocate<int32_t>(batch));
   float* loss = Unwrap(device->Allocate<float>(1));
-  BENCH_CHECK_OK(device->CopyToDevice(device_inputs, inputs.data(), inputs.size() * 4));
-  BENCH_CHECK_OK(device->CopyToDevice(device_labels, labels.data(), labels.size() * 4));
+  BENCH_CHECK_OK(
+      device->CopyToDevice(device_inputs, inputs.data(), inputs.size() * 4));
+  BENCH_CHECK_OK(
+      device->CopyToDevice(device_labels, labels.data(), labels.size() * 4));
 
   OptimizerOptions optimizer_options;  // SGD, momentum 0.9
   optimizer_options.lr = 0.01f;
-  std::unique_ptr<Optimizer> optimizer = Unwrap(CreateOptimizer(optimizer_options));
+  std::unique_ptr<Optimizer> optimizer =
+      Unwrap(CreateOptimizer(optimizer_options));
   BENCH_CHECK_OK(optimizer->Bind(*device, total));
   int64_t ready_calls = 0;
   const GradReadyCallback ready = [&ready_calls](int) { ++ready_calls; };

@@ -1,13 +1,16 @@
 // Parameter-server push+pull throughput on loopback, nccl-tests style, next
 // to bare gRPC streaming of the same bytes measured in the same run.
 //
-//   bazel run //bench:ps_benchmark -- --workers=4 --servers=2 --max_bytes=67108864
+//   bazel run //bench:ps_benchmark -- --workers=4 --servers=2
+//   --max_bytes=67108864
 //
 // For each size S (64 KiB to --max_bytes, x4), N worker threads each push S
 // bytes of gradient through --sync=ps (one tensor, chunked so the keys spread
 // over all K in-process servers) and pull the S-byte average back; one
 // iteration is BucketReady + Finish on every worker at once, timed from the
-// common start to the last worker's Finish.
+// common start to the last worker's Finish. PS and bare-gRPC iterations
+// alternate, so both see the same machine (this one is shared and noisy), and
+// the table shows medians.
 //
 // The "grpc" columns move the same bytes in the same pattern (every worker
 // streams S/K bytes to each server and S/K back, all at once, in messages of
@@ -21,9 +24,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -51,152 +56,196 @@ ABSL_FLAG(int64_t, message_kb, 1024, "largest message (--ps_message_kb)");
 ABSL_FLAG(std::string, update, "worker", "--ps_update: worker or server");
 ABSL_FLAG(int, warmup, 1, "untimed iterations per size");
 ABSL_FLAG(int64_t, iter_bytes, 1 << 30,
-          "iterations per size = clamp(iter_bytes / size, 3, 20)");
+          "timed iterations per size = clamp(iter_bytes / size, 5, 20)");
 ABSL_FLAG(std::string, json, "", "also write one JSON line per size here");
 
 namespace gradsync {
 namespace {
 
-// Runs `body(rank)` on N threads per iteration, all released together;
-// returns each iteration's time from release to the last one's end.
+// N threads that run `body(rank)` together, one round per Round() call;
+// Round returns the time from the common release to the last one's end.
 class WorkerGang {
  public:
-  explicit WorkerGang(int n) : n_(n) {}
+  using Body = std::function<absl::Status(int)>;
 
-  template <typename Body>
-  absl::StatusOr<std::vector<double>> Run(int iterations, Body body) {
-    std::vector<double> times;
-    std::vector<absl::Status> errors(n_);
-    std::vector<std::thread> threads;
-    generation_ = 0;
-    for (int r = 0; r < n_; ++r) {
-      threads.emplace_back([this, r, iterations, &body, &errors] {
-        for (int it = 0; it < iterations; ++it) {
-          {
-            absl::MutexLock lock(&mu_);
-            auto released = [this, it] { return generation_ > it; };
-            mu_.Await(absl::Condition(&released));
-          }
-          absl::Status status = body(r);
-          if (!status.ok() && errors[r].ok()) errors[r] = status;
-          absl::MutexLock lock(&mu_);
-          ++done_;
-        }
-      });
+  explicit WorkerGang(int n) : n_(n), errors_(n) {
+    for (int r = 0; r < n; ++r) threads_.emplace_back([this, r] { Loop(r); });
+  }
+  ~WorkerGang() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
     }
-    for (int it = 0; it < iterations; ++it) {
-      absl::Time start;
-      {
-        absl::MutexLock lock(&mu_);
-        done_ = 0;
-        start = absl::Now();
-        ++generation_;
-        auto all_done = [this] { return done_ == n_; };
-        mu_.Await(absl::Condition(&all_done));
-      }
-      times.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+    for (std::thread& thread : threads_) thread.join();
+  }
+
+  absl::StatusOr<double> Round(const Body& body) {
+    absl::Time start;
+    {
+      absl::MutexLock lock(&mu_);
+      body_ = &body;
+      done_ = 0;
+      start = absl::Now();
+      ++generation_;
+      auto all_done = [this] { return done_ == n_; };
+      mu_.Await(absl::Condition(&all_done));
     }
-    for (std::thread& thread : threads) thread.join();
-    for (const absl::Status& status : errors) RETURN_IF_ERROR(status);
-    return times;
+    const double us = absl::ToDoubleMicroseconds(absl::Now() - start);
+    for (absl::Status& status : errors_) {
+      if (!status.ok()) return std::exchange(status, absl::OkStatus());
+    }
+    return us;
   }
 
  private:
-  const int n_;
-  absl::Mutex mu_;
-  int generation_ ABSL_GUARDED_BY(mu_) = 0;
-  int done_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-double Mean(const std::vector<double>& values, int skip) {
-  double sum = 0;
-  for (size_t i = skip; i < values.size(); ++i) sum += values[i];
-  return sum / static_cast<double>(values.size() - skip);
-}
-
-struct PsRun {
-  double time_us = 0;
-  int64_t chunk_bytes = 0;
-  int keys = 0;
-  int64_t wrong = 0;
-};
-
-absl::StatusOr<PsRun> RunPs(int n, int k, int64_t bytes, int iterations,
-                            int warmup, ps::UpdateMode mode) {
-  const int64_t numel = bytes / 4;
-  PsSyncOptions options;
-  options.update_mode = mode;
-  options.message_bytes = absl::GetFlag(FLAGS_message_kb) * 1024;
-  // Keys small enough that all K servers get a share, as a real model's many
-  // tensors would give them.
-  const int64_t even_share = ((numel + k - 1) / k) * 4;
-  options.chunk_bytes = std::min(absl::GetFlag(FLAGS_chunk_kb) * 1024, even_share);
-  options.optimizer.kind = "sgd";
-  options.optimizer.lr = 1.0f;
-  options.optimizer.momentum = 0.0f;
-
-  LoopbackClusterOptions cluster_options;
-  cluster_options.num_workers = n;
-  cluster_options.num_servers = k;
-  cluster_options.job_id = "ps-benchmark";
-  cluster_options.timeout = absl::Seconds(120);
-  cluster_options.message_bytes = options.message_bytes;
-  ASSIGN_OR_RETURN(std::unique_ptr<LoopbackCluster> cluster,
-                   LoopbackCluster::Start(cluster_options));
-  ASSIGN_OR_RETURN(ParamLayout layout,
-                   ParamLayout::Create({{"tensor", {numel}}}, 0));
-  ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateDevice(DeviceOptions()));
-
-  std::vector<std::unique_ptr<GradientSync>> syncs(n);
-  std::vector<std::vector<float>> grads(n), params(n);
-  std::vector<absl::Status> setup(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      grads[r].assign(numel, static_cast<float>(r + 1));
-      params[r].assign(numel, 0.0f);
-      auto context = cluster->JoinWorker(r);
-      if (!context.ok()) return void(setup[r] = context.status());
-      auto sync = CreatePsSync(*context, options);
-      if (!sync.ok()) return void(setup[r] = sync.status());
-      syncs[r] = std::move(*sync);
-      setup[r] = syncs[r]->Setup(layout, *device,
-                                 {grads[r].data(), params[r].data()});
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  for (const absl::Status& status : setup) RETURN_IF_ERROR(status);
-
-  WorkerGang gang(n);
-  ASSIGN_OR_RETURN(std::vector<double> times,
-                   gang.Run(warmup + iterations, [&](int r) {
-                     syncs[r]->BucketReady(0);
-                     StepStats stats;
-                     return syncs[r]->Finish(stats);
-                   }));
-  PsRun run;
-  run.time_us = Mean(times, warmup);
-  run.chunk_bytes = options.chunk_bytes;
-  run.keys = static_cast<int>((numel * 4 + options.chunk_bytes - 1) / options.chunk_bytes);
-  // Worker mode: the average of r + 1 over r < N, a fixed point of later
-  // steps. Server mode (lr 1, plain SGD): parameters fall by it each step.
-  const float average = static_cast<float>(n + 1) / 2.0f;
-  for (int r = 0; r < n; ++r) {
-    for (int64_t i = 0; i < numel; ++i) {
-      const float expected =
-          mode == ps::UPDATE_SERVER
-              ? -average * static_cast<float>(warmup + iterations)
-              : average;
-      if ((mode == ps::UPDATE_SERVER ? params[r][i] : grads[r][i]) != expected) {
-        ++run.wrong;
+  void Loop(int rank) {
+    int64_t seen = 0;
+    while (true) {
+      const Body* body;
+      {
+        absl::MutexLock lock(&mu_);
+        auto released = [this, seen] { return stop_ || generation_ > seen; };
+        mu_.Await(absl::Condition(&released));
+        if (stop_) return;
+        seen = generation_;
+        body = body_;
       }
+      absl::Status status = (*body)(rank);
+      absl::MutexLock lock(&mu_);
+      if (!status.ok()) errors_[rank] = status;
+      ++done_;
     }
   }
-  for (auto& sync : syncs) RETURN_IF_ERROR(sync->Shutdown());
-  syncs.clear();
-  RETURN_IF_ERROR(cluster->Finish());
-  return run;
+
+  const int n_;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int done_ ABSL_GUARDED_BY(mu_) = 0;
+  const Body* body_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::vector<absl::Status> errors_;  // written under mu_, read after a round
+  std::vector<std::thread> threads_;
+};
+
+double Mean(const std::vector<double>& values) {
+  double sum = 0;
+  for (double value : values) sum += value;
+  return sum / static_cast<double>(values.size());
 }
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// The PS side of one size: a loopback cluster and N registered workers.
+class PsJob {
+ public:
+  static absl::StatusOr<std::unique_ptr<PsJob>> Start(int n, int k,
+                                                      int64_t bytes,
+                                                      ps::UpdateMode mode) {
+    std::unique_ptr<PsJob> job(new PsJob());
+    job->n_ = n;
+    job->mode_ = mode;
+    job->numel_ = bytes / 4;
+    PsSyncOptions options;
+    options.update_mode = mode;
+    options.message_bytes = absl::GetFlag(FLAGS_message_kb) * 1024;
+    // Keys small enough that all K servers get a share, as a real model's
+    // many tensors would give them.
+    const int64_t even_share = ((job->numel_ + k - 1) / k) * 4;
+    options.chunk_bytes =
+        std::min(absl::GetFlag(FLAGS_chunk_kb) * 1024, even_share);
+    options.optimizer.kind = "sgd";
+    options.optimizer.lr = 1.0f;
+    options.optimizer.momentum = 0.0f;
+    job->chunk_bytes_ = options.chunk_bytes;
+    job->keys_ = static_cast<int>((bytes + options.chunk_bytes - 1) /
+                                  options.chunk_bytes);
+
+    LoopbackClusterOptions cluster_options;
+    cluster_options.num_workers = n;
+    cluster_options.num_servers = k;
+    cluster_options.job_id = "ps-benchmark";
+    cluster_options.timeout = absl::Seconds(120);
+    cluster_options.message_bytes = options.message_bytes;
+    ASSIGN_OR_RETURN(job->cluster_, LoopbackCluster::Start(cluster_options));
+    ASSIGN_OR_RETURN(job->layout_,
+                     ParamLayout::Create({{"tensor", {job->numel_}}}, 0));
+    ASSIGN_OR_RETURN(job->device_, CreateDevice(DeviceOptions()));
+    job->syncs_.resize(n);
+    job->grads_.resize(n);
+    job->params_.resize(n);
+    std::vector<absl::Status> setup(n);
+    std::vector<std::thread> threads;
+    PsJob* self = job.get();
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([self, r, &options, &setup] {
+        self->grads_[r].assign(self->numel_, static_cast<float>(r + 1));
+        self->params_[r].assign(self->numel_, 0.0f);
+        auto context = self->cluster_->JoinWorker(r);
+        if (!context.ok()) return void(setup[r] = context.status());
+        auto sync = CreatePsSync(*context, options);
+        if (!sync.ok()) return void(setup[r] = sync.status());
+        self->syncs_[r] = std::move(*sync);
+        setup[r] = self->syncs_[r]->Setup(
+            self->layout_, *self->device_,
+            {self->grads_[r].data(), self->params_[r].data()});
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (const absl::Status& status : setup) RETURN_IF_ERROR(status);
+    return job;
+  }
+
+  // One worker's step.
+  absl::Status Step(int rank) {
+    syncs_[rank]->BucketReady(0);
+    StepStats stats;
+    return syncs_[rank]->Finish(stats);
+  }
+
+  // Elements that differ from the exact result after `steps` steps. Worker
+  // mode: the average of r + 1 over r < N, a fixed point of later steps.
+  // Server mode (lr 1, plain SGD): the parameters fall by it every step.
+  int64_t Wrong(int steps) const {
+    const float average = static_cast<float>(n_ + 1) / 2.0f;
+    int64_t wrong = 0;
+    for (int r = 0; r < n_; ++r) {
+      for (int64_t i = 0; i < numel_; ++i) {
+        if (mode_ == ps::UPDATE_SERVER
+                ? params_[r][i] != -average * static_cast<float>(steps)
+                : grads_[r][i] != average) {
+          ++wrong;
+        }
+      }
+    }
+    return wrong;
+  }
+
+  absl::Status Finish() {
+    for (auto& sync : syncs_) RETURN_IF_ERROR(sync->Shutdown());
+    syncs_.clear();
+    return cluster_->Finish();
+  }
+
+  int64_t chunk_bytes() const { return chunk_bytes_; }
+  int keys() const { return keys_; }
+
+ private:
+  PsJob() = default;
+  int n_ = 0;
+  ps::UpdateMode mode_ = ps::UPDATE_WORKER;
+  int64_t numel_ = 0;
+  int64_t chunk_bytes_ = 0;
+  int keys_ = 0;
+  std::unique_ptr<LoopbackCluster> cluster_;
+  ParamLayout layout_;
+  std::unique_ptr<Device> device_;
+  std::vector<std::unique_ptr<GradientSync>> syncs_;
+  std::vector<std::vector<float>> grads_, params_;
+};
 
 // --- Bare gRPC: the TransportProbe service and its client ------------------
 
@@ -225,7 +274,7 @@ class ProbeService final : public ps::TransportProbe::CallbackService {
      public:
       Reactor(int64_t total, int64_t part_bytes)
           : left_(total), part_bytes_(part_bytes) {
-        data_.assign(static_cast<size_t>(part_bytes), '\0');
+        data_.assign(static_cast<size_t>(std::min(total, part_bytes)), '\0');
         Next();
       }
       void OnWriteDone(bool ok) override {
@@ -281,9 +330,12 @@ class SinkCall : public grpc::ClientWriteReactor<ps::KeyPart> {
  public:
   SinkCall(ps::TransportProbe::Stub* stub, ProbeRound* round, const float* src,
            int64_t bytes, int64_t part_bytes)
-      : round_(round), src_(reinterpret_cast<const char*>(src)), left_(bytes),
+      : round_(round),
+        src_(reinterpret_cast<const char*>(src)),
+        left_(bytes),
         part_bytes_(part_bytes) {
-    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    context_.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(120));
     stub->async()->Sink(&context_, &reply_, this);
     Next();
     StartCall();
@@ -324,7 +376,8 @@ class SourceCall : public grpc::ClientReadReactor<ps::KeyPart> {
       : round_(round), dst_(reinterpret_cast<char*>(dst)) {
     request_.add_keys(bytes);
     request_.mutable_header()->set_key(part_bytes);
-    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    context_.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(120));
     stub->async()->Source(&context_, &request_, this);
     StartRead(&part_);
     StartCall();
@@ -348,60 +401,83 @@ class SourceCall : public grpc::ClientReadReactor<ps::KeyPart> {
   ps::KeyPart part_;
 };
 
-absl::StatusOr<double> RunBareGrpc(int n, int k, int64_t bytes, int iterations,
-                                   int warmup) {
-  const int64_t part_bytes = absl::GetFlag(FLAGS_message_kb) * 1024;
-  std::vector<std::unique_ptr<ProbeService>> services;
-  std::vector<std::unique_ptr<grpc::Server>> servers;
-  std::vector<std::string> addresses;
-  for (int s = 0; s < k; ++s) {
-    services.push_back(std::make_unique<ProbeService>());
-    int port = 0;
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(services.back().get());
-    servers.push_back(builder.BuildAndStart());
-    if (servers.back() == nullptr) return absl::UnavailableError("probe server");
-    addresses.push_back(absl::StrCat("127.0.0.1:", port));
-  }
-  // Like the PS client: one channel per (worker, server).
-  std::vector<std::vector<std::unique_ptr<ps::TransportProbe::Stub>>> stubs(n);
-  for (int r = 0; r < n; ++r) {
+// The bare side of one size: K probe servers and the workers' stubs.
+class BareJob {
+ public:
+  static absl::StatusOr<std::unique_ptr<BareJob>> Start(int n, int k,
+                                                        int64_t bytes) {
+    std::unique_ptr<BareJob> job(new BareJob());
+    job->k_ = k;
+    job->part_bytes_ = absl::GetFlag(FLAGS_message_kb) * 1024;
+    std::vector<std::string> addresses;
     for (int s = 0; s < k; ++s) {
-      stubs[r].push_back(ps::TransportProbe::NewStub(
-          grpc::CreateChannel(addresses[s], grpc::InsecureChannelCredentials())));
+      job->services_.push_back(std::make_unique<ProbeService>());
+      int port = 0;
+      grpc::ServerBuilder builder;
+      builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                               &port);
+      builder.RegisterService(job->services_.back().get());
+      job->servers_.push_back(builder.BuildAndStart());
+      if (job->servers_.back() == nullptr) {
+        return absl::UnavailableError("cannot start a probe server");
+      }
+      addresses.push_back(absl::StrCat("127.0.0.1:", port));
     }
+    // Like the PS client: one channel and connection per (worker, server).
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    job->stubs_.resize(n);
+    for (int r = 0; r < n; ++r) {
+      for (int s = 0; s < k; ++s) {
+        job->stubs_[r].push_back(
+            ps::TransportProbe::NewStub(grpc::CreateCustomChannel(
+                addresses[s], grpc::InsecureChannelCredentials(), args)));
+      }
+    }
+    // S split over K servers on float boundaries, as the partitioner does.
+    const int64_t numel = bytes / 4;
+    job->share_.assign(k, (numel / k) * 4);
+    for (int64_t i = 0; i < numel % k; ++i) job->share_[i] += 4;
+    job->src_.assign(n, std::vector<float>(numel, 1.0f));
+    job->dst_.assign(n, std::vector<float>(numel, 0.0f));
+    return job;
   }
-  // S split over K servers on float boundaries, as the partitioner does.
-  const int64_t numel = bytes / 4;
-  std::vector<int64_t> share(k, (numel / k) * 4);
-  for (int64_t i = 0; i < numel % k; ++i) share[i] += 4;
-  std::vector<std::vector<float>> src(n, std::vector<float>(numel, 1.0f));
-  std::vector<std::vector<float>> dst(n, std::vector<float>(numel, 0.0f));
 
-  WorkerGang gang(n);
-  ASSIGN_OR_RETURN(std::vector<double> times,
-                   gang.Run(warmup + iterations, [&](int r) {
-                     ProbeRound round(2 * k);
-                     int64_t offset = 0;
-                     for (int s = 0; s < k; ++s) {
-                       new SinkCall(stubs[r][s].get(), &round,
-                                    src[r].data() + offset / 4, share[s], part_bytes);
-                       new SourceCall(stubs[r][s].get(), &round,
-                                      dst[r].data() + offset / 4, share[s], part_bytes);
-                       offset += share[s];
-                     }
-                     return round.Wait();
-                   }));
-  for (auto& server : servers) server->Shutdown(std::chrono::system_clock::now());
-  return Mean(times, warmup);
-}
+  ~BareJob() {
+    for (auto& server : servers_)
+      server->Shutdown(std::chrono::system_clock::now());
+  }
+
+  // One worker's push and pull of its bytes to and from every server.
+  absl::Status Step(int rank) {
+    ProbeRound round(2 * k_);
+    int64_t offset = 0;
+    for (int s = 0; s < k_; ++s) {
+      new SinkCall(stubs_[rank][s].get(), &round,
+                   src_[rank].data() + offset / 4, share_[s], part_bytes_);
+      new SourceCall(stubs_[rank][s].get(), &round,
+                     dst_[rank].data() + offset / 4, share_[s], part_bytes_);
+      offset += share_[s];
+    }
+    return round.Wait();
+  }
+
+ private:
+  BareJob() = default;
+  int k_ = 0;
+  int64_t part_bytes_ = 0;
+  std::vector<std::unique_ptr<ProbeService>> services_;
+  std::vector<std::unique_ptr<grpc::Server>> servers_;
+  std::vector<std::vector<std::unique_ptr<ps::TransportProbe::Stub>>> stubs_;
+  std::vector<int64_t> share_;
+  std::vector<std::vector<float>> src_, dst_;
+};
 
 int Main() {
   const int n = absl::GetFlag(FLAGS_workers);
   const int k = absl::GetFlag(FLAGS_servers);
   auto mode = absl::GetFlag(FLAGS_update) == "server" ? ps::UPDATE_SERVER
-                                                     : ps::UPDATE_WORKER;
+                                                      : ps::UPDATE_WORKER;
   const int warmup = absl::GetFlag(FLAGS_warmup);
   std::unique_ptr<std::ofstream> json;
   if (!absl::GetFlag(FLAGS_json).empty()) {
@@ -410,8 +486,8 @@ int Main() {
   std::printf(
       "# gradsync ps_benchmark: %d workers, %d servers, --ps_update=%s, "
       "message %lld KiB, loopback, one process\n"
-      "# time: push+pull of <size> bytes per worker, all workers at once; "
-      "algbw = size/time; GB/s = 1e9 B/s\n"
+      "# time: median us of one push+pull of <size> bytes per worker, all "
+      "workers at once; algbw = size/time; GB/s = 1e9 B/s\n"
       "# grpc: the same bytes and pattern through a do-nothing gRPC stream "
       "service; ps/grpc = grpc time / ps time\n",
       n, k, absl::GetFlag(FLAGS_update).c_str(),
@@ -419,40 +495,66 @@ int Main() {
   std::printf("%12s %10s %6s %5s %12s %9s %12s %9s %8s %7s\n", "size", "chunk",
               "keys", "iters", "ps time(us)", "ps algbw", "grpc time",
               "grpc bw", "ps/grpc", "#wrong");
+  WorkerGang gang(n);
   for (int64_t bytes = absl::GetFlag(FLAGS_min_bytes);
        bytes <= absl::GetFlag(FLAGS_max_bytes); bytes *= 4) {
-    const int iterations = static_cast<int>(std::clamp<int64_t>(
-        absl::GetFlag(FLAGS_iter_bytes) / bytes, 3, 20));
-    absl::StatusOr<PsRun> ps = RunPs(n, k, bytes, iterations, warmup, mode);
-    if (!ps.ok()) {
-      std::fprintf(stderr, "ps at %lld bytes: %s\n", static_cast<long long>(bytes),
-                   std::string(ps.status().message()).c_str());
+    const int iterations = static_cast<int>(
+        std::clamp<int64_t>(absl::GetFlag(FLAGS_iter_bytes) / bytes, 5, 20));
+    auto fail = [bytes](const absl::Status& status) {
+      std::fprintf(stderr, "at %lld bytes: %s\n", static_cast<long long>(bytes),
+                   std::string(status.message()).c_str());
       return 1;
+    };
+    absl::StatusOr<std::unique_ptr<PsJob>> ps_job =
+        PsJob::Start(n, k, bytes, mode);
+    if (!ps_job.ok()) return fail(ps_job.status());
+    absl::StatusOr<std::unique_ptr<BareJob>> bare_job =
+        BareJob::Start(n, k, bytes);
+    if (!bare_job.ok()) return fail(bare_job.status());
+    const WorkerGang::Body ps_step = [&](int r) { return (*ps_job)->Step(r); };
+    const WorkerGang::Body bare_step = [&](int r) {
+      return (*bare_job)->Step(r);
+    };
+    std::vector<double> ps_times, bare_times;
+    for (int it = 0; it < warmup + iterations; ++it) {
+      absl::StatusOr<double> ps_us = gang.Round(ps_step);
+      if (!ps_us.ok()) return fail(ps_us.status());
+      absl::StatusOr<double> bare_us = gang.Round(bare_step);
+      if (!bare_us.ok()) return fail(bare_us.status());
+      if (it >= warmup) {
+        ps_times.push_back(*ps_us);
+        bare_times.push_back(*bare_us);
+      }
     }
-    absl::StatusOr<double> bare = RunBareGrpc(n, k, bytes, iterations, warmup);
-    if (!bare.ok()) {
-      std::fprintf(stderr, "grpc at %lld bytes: %s\n",
-                   static_cast<long long>(bytes),
-                   std::string(bare.status().message()).c_str());
-      return 1;
-    }
-    const double ps_bw = bytes / (ps->time_us * 1e3);
-    const double bare_bw = bytes / (*bare * 1e3);
+    const int64_t wrong = (*ps_job)->Wrong(warmup + iterations);
+    const int64_t chunk_bytes = (*ps_job)->chunk_bytes();
+    const int keys = (*ps_job)->keys();
+    absl::Status finished = (*ps_job)->Finish();
+    if (!finished.ok()) return fail(finished);
+    ps_job->reset();
+    bare_job->reset();
+
+    const double ps_us = Median(ps_times);
+    const double bare_us = Median(bare_times);
+    const double ps_bw = bytes / (ps_us * 1e3);
+    const double bare_bw = bytes / (bare_us * 1e3);
     std::printf("%12lld %10lld %6d %5d %12.1f %9.3f %12.1f %9.3f %8.2f %7lld\n",
                 static_cast<long long>(bytes),
-                static_cast<long long>(ps->chunk_bytes), ps->keys, iterations,
-                ps->time_us, ps_bw, *bare, bare_bw, *bare / ps->time_us,
-                static_cast<long long>(ps->wrong));
+                static_cast<long long>(chunk_bytes), keys, iterations, ps_us,
+                ps_bw, bare_us, bare_bw, bare_us / ps_us,
+                static_cast<long long>(wrong));
     std::fflush(stdout);
     if (json != nullptr) {
       *json << absl::StrFormat(
           "{\"benchmark\": \"ps\", \"workers\": %d, \"servers\": %d, "
           "\"update\": \"%s\", \"bytes\": %d, \"chunk_bytes\": %d, "
-          "\"keys\": %d, \"iters\": %d, \"ps_time_us\": %.3f, "
-          "\"ps_algbw_gbps\": %.4f, \"grpc_time_us\": %.3f, "
+          "\"keys\": %d, \"iters\": %d, \"ps_median_us\": %.3f, "
+          "\"ps_mean_us\": %.3f, \"ps_algbw_gbps\": %.4f, "
+          "\"grpc_median_us\": %.3f, \"grpc_mean_us\": %.3f, "
           "\"grpc_algbw_gbps\": %.4f, \"wrong\": %d}\n",
-          n, k, absl::GetFlag(FLAGS_update), bytes, ps->chunk_bytes, ps->keys,
-          iterations, ps->time_us, ps_bw, *bare, bare_bw, ps->wrong);
+          n, k, absl::GetFlag(FLAGS_update), bytes, chunk_bytes, keys,
+          iterations, ps_us, Mean(ps_times), ps_bw, bare_us, Mean(bare_times),
+          bare_bw, wrong);
     }
   }
   return 0;

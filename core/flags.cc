@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/synthetic_model.h"
 
 ABSL_FLAG(std::string, sync, "local",
           "gradient synchronization strategy: local (one worker), ps "
@@ -14,6 +15,20 @@ ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu or cuda");
 ABSL_FLAG(int, threads, 0,
           "BLAS threads per worker on the CPU; 0 = the machine's cores divided "
           "by the workers on this host");
+ABSL_FLAG(std::string, model, "mlp",
+          "mlp (trains for real, shaped by --layers), or a synthetic model for "
+          "communication studies with the tensors of resnet50 (25.6 M "
+          "parameters), vgg16 (138 M), bert-base (110 M) or custom "
+          "(--custom_params in --custom_tensors): it sleeps --compute_ms per "
+          "step and writes deterministic gradients; use it with "
+          "--data=synthetic and a small --synthetic_size");
+ABSL_FLAG(int64_t, custom_params, 25000000,
+          "--model=custom: total parameters (float32)");
+ABSL_FLAG(int, custom_tensors, 50,
+          "--model=custom: number of tensors the parameters are split into");
+ABSL_FLAG(double, compute_ms, 0,
+          "synthetic models: emulated forward+backward time per step in ms, "
+          "spread over the tensors in backward order by size");
 ABSL_FLAG(std::string, layers, "784,512,256,10",
           "MLP layer widths: input, hidden..., classes");
 ABSL_FLAG(std::string, data, "fashion-mnist",
@@ -50,6 +65,11 @@ ABSL_FLAG(int64_t, check_params_every, 0,
 ABSL_FLAG(std::string, dump_params, "",
           "write the final parameters (raw float32) to <path>.worker<rank>");
 ABSL_FLAG(int64_t, warmup_steps, 5, "steps left out of the summary's means");
+ABSL_FLAG(std::string, trace, "",
+          "write a Chrome-trace/Perfetto timeline (compute per tensor, bucket "
+          "hand-offs, Finish waits) of the first --trace_steps steps: "
+          "<path>.worker<r>.json per rank, merged into <path> by worker 0");
+ABSL_FLAG(int64_t, trace_steps, 20, "steps recorded by --trace");
 ABSL_FLAG(double, timeout_s, 60,
           "seconds any wait for a peer may take before the job fails naming it");
 ABSL_FLAG(int, fault_rank, -1,
@@ -81,6 +101,14 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.check_params_every = absl::GetFlag(FLAGS_check_params_every);
   o.dump_params = absl::GetFlag(FLAGS_dump_params);
   o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.trace_path = absl::GetFlag(FLAGS_trace);
+  o.trace_steps = absl::GetFlag(FLAGS_trace_steps);
+  if (o.trace_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--trace_steps=", o.trace_steps, " must be >= 0"));
+  }
+  // A synthetic model's predictions mean nothing (synthetic_model.h).
+  if (IsSyntheticModelFlag()) o.evaluate = false;
   o.fault_rank = absl::GetFlag(FLAGS_fault_rank);
   o.fault_step = absl::GetFlag(FLAGS_fault_step);
   o.fault = absl::GetFlag(FLAGS_fault);
@@ -112,6 +140,34 @@ absl::StatusOr<MlpOptions> MlpOptionsFromFlags() {
   MlpOptions options;
   ASSIGN_OR_RETURN(options.widths, ParseLayerWidths(absl::GetFlag(FLAGS_layers)));
   return options;
+}
+
+bool IsSyntheticModelFlag() { return absl::GetFlag(FLAGS_model) != "mlp"; }
+
+absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(const DatasetPair& data) {
+  const std::string model = absl::GetFlag(FLAGS_model);
+  const double compute_ms = absl::GetFlag(FLAGS_compute_ms);
+  if (model == "mlp") {
+    if (compute_ms != 0) {
+      return absl::InvalidArgumentError(
+          "--compute_ms applies to the synthetic models (--model=resnet50|vgg16|"
+          "bert-base|custom); the MLP computes for real");
+    }
+    ASSIGN_OR_RETURN(MlpOptions mlp, MlpOptionsFromFlags());
+    return CreateMlp(mlp);
+  }
+  SyntheticModelOptions options;
+  options.architecture = model;
+  options.custom_params = absl::GetFlag(FLAGS_custom_params);
+  options.custom_tensors = absl::GetFlag(FLAGS_custom_tensors);
+  options.compute_ms = compute_ms;
+  // The synthetic model ignores its inputs, so it takes whatever shape the
+  // data set has.
+  options.input_dim = data.train.feature_dim;
+  options.num_classes = data.train.num_classes;
+  absl::StatusOr<std::unique_ptr<Model>> created = CreateSyntheticModel(options);
+  if (!created.ok()) return Annotate(created.status(), absl::StrCat("--model=", model));
+  return created;
 }
 
 absl::StatusOr<DatasetPair> LoadDatasetFromFlags() {

@@ -3,6 +3,7 @@
 // flags live with their strategy (ps/, allreduce/).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "absl/flags/declare.h"
@@ -23,6 +24,12 @@ namespace gradsync {
 // Everything the trainer needs, validated; errors name the flag.
 absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags();
 absl::StatusOr<MlpOptions> MlpOptionsFromFlags();
+// The model --model names: the MLP of --layers, or a synthetic model
+// (synthetic_model.h) shaped to accept `data`'s samples.
+absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(const DatasetPair& data);
+// True when --model names a synthetic model (no real predictions, so no
+// evaluation).
+bool IsSyntheticModelFlag();
 absl::StatusOr<DatasetPair> LoadDatasetFromFlags();
 absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank, int local_world);
 

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/checkpoint.h"
 #include "core/logging.h"
@@ -20,6 +21,7 @@
 #include "core/param_layout.h"
 #include "core/sampler.h"
 #include "core/status_macros.h"
+#include "core/trace.h"
 #include "zlib.h"
 
 namespace gradsync {
@@ -48,6 +50,10 @@ class Trainer {
           GradientSync& sync, CoordinatorClient* coordinator)
       : options_(options), id_(identity), model_(model), data_(data),
         device_(device), sync_(sync), coordinator_(coordinator) {}
+  ~Trainer() {
+    // On an error path the recorder dies here; nobody may reach it after.
+    if (trace_ != nullptr && CurrentTrace() == trace_.get()) SetCurrentTrace(nullptr);
+  }
 
   absl::StatusOr<TrainResult> Run();
 
@@ -59,6 +65,8 @@ class Trainer {
   absl::StatusOr<double> Evaluate(int64_t epoch);
   absl::Status WriteCheckpointIfAsked(int64_t epoch);
   absl::Status Finalize(double wall_seconds);
+  absl::Status FinishTrace();
+  absl::Status WriteLayoutJson() const;
   void ShowProgress(int64_t epoch, bool final_line);
 
   const TrainerOptions options_;
@@ -83,6 +91,7 @@ class Trainer {
   std::vector<int32_t> host_labels_;
   std::vector<int> bucket_pending_;  // gradients still to come, per bucket
   std::vector<int> bucket_size_;
+  std::unique_ptr<TraceRecorder> trace_;  // null unless --trace
 
   int64_t step_ = 0;
   int64_t steps_per_epoch_ = 0;
@@ -150,9 +159,18 @@ absl::Status Trainer::Setup() {
   }
   bucket_pending_ = bucket_size_;
 
+  if (!options_.trace_path.empty()) {
+    trace_ = std::make_unique<TraceRecorder>(id_.rank, absl::StrCat("worker ", id_.rank));
+    trace_->NameTrack(kTrackStep, "step");
+    trace_->NameTrack(kTrackCompute, "compute (forward, backward per tensor)");
+    trace_->NameTrack(kTrackCommunication, "communication");
+    // Published before the strategy's Setup so it can record its own spans.
+    SetCurrentTrace(trace_.get());
+  }
   RETURN_IF_ERROR(sync_.Setup(*layout_, device_, SyncBuffers{grads_, params_}));
   ASSIGN_OR_RETURN(metrics_, MetricsWriter::Open(options_.metrics_dir, id_.rank));
   result_.metrics_path = metrics_->path();
+  RETURN_IF_ERROR(WriteLayoutJson());
   if (id_.rank == 0) {
     GS_LOG(INFO) << model_.name() << ": " << layout_->params().size()
                  << " tensors, " << n << " parameters ("
@@ -164,6 +182,30 @@ absl::Status Trainer::Setup() {
     GS_LOG(DEBUG) << layout_->Describe();
   }
   return CheckParamsAgree("at start-up");
+}
+
+// Worker 0 writes <metrics_dir>/layout.json: every tensor and every bucket in
+// the order backward hands them off, so the cost model and the plots know
+// what a step sends without re-deriving the model's shapes.
+absl::Status Trainer::WriteLayoutJson() const {
+  if (id_.rank != 0 || options_.metrics_dir.empty()) return absl::OkStatus();
+  std::vector<std::string> params, buckets;
+  for (const ParamInfo& info : layout_->params()) {
+    params.push_back(absl::StrFormat(R"({"name": "%s", "numel": %d, "bucket": %d})",
+                                     info.spec.name, info.numel, info.bucket));
+  }
+  for (const Bucket& bucket : layout_->buckets()) {
+    buckets.push_back(absl::StrFormat(R"({"index": %d, "numel": %d, "bytes": %d, "params": [%s]})",
+                                      bucket.index, bucket.numel, bucket.numel * 4,
+                                      absl::StrJoin(bucket.params, ", ")));
+  }
+  return WriteFileAtomically(
+      absl::StrCat(options_.metrics_dir, "/layout.json"),
+      absl::StrFormat("{\"model\": \"%s\", \"total_numel\": %d, \"total_bytes\": %d, "
+                      "\"bucket_mb\": %g,\n\"params\": [\n%s],\n\"buckets\": [\n%s]}\n",
+                      model_.name(), layout_->total_numel(), layout_->total_bytes(),
+                      options_.bucket_mb, absl::StrJoin(params, ",\n"),
+                      absl::StrJoin(buckets, ",\n")));
 }
 
 // Every rank publishes a CRC of its parameters and compares with worker 0's:
@@ -197,6 +239,10 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
     _exit(3);
   }
   const Clock::time_point start = Clock::now();
+  // Timeline of this step, when asked: wall-clock microseconds (trace.h).
+  TraceRecorder* const trace =
+      trace_ != nullptr && step_ < options_.trace_steps ? trace_.get() : nullptr;
+  const int64_t trace_start = trace != nullptr ? TraceRecorder::NowMicros() : 0;
   const int dim = model_.input_dim();
   for (int i = 0; i < rows; ++i) {
     const int64_t sample = indices[first + i];
@@ -210,13 +256,30 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
 
   // Hand each bucket to the strategy as soon as its last gradient is final.
   const std::vector<ParamInfo>& params = layout_->params();
+  const int64_t trace_compute_start = trace != nullptr ? TraceRecorder::NowMicros() : 0;
+  int64_t trace_last_ready = trace_compute_start;
+  std::vector<int64_t> trace_bucket_ready;
+  if (trace != nullptr) {
+    trace->Complete("data", "data", kTrackStep, trace_start, trace_compute_start - trace_start);
+    trace_bucket_ready.assign(bucket_pending_.size(), 0);
+  }
   auto ready = [&](int param) {
     const int bucket = params[param].bucket;
+    if (trace != nullptr) {
+      // The time since the previous gradient became final is this tensor's
+      // backward (the first one also holds the forward pass).
+      const int64_t now = TraceRecorder::NowMicros();
+      trace->Complete(params[param].spec.name, "backward", kTrackCompute,
+                      trace_last_ready, now - trace_last_ready);
+      trace_last_ready = now;
+      if (bucket_pending_[bucket] == 1) trace_bucket_ready[bucket] = now;
+    }
     if (--bucket_pending_[bucket] == 0) sync_.BucketReady(bucket);
   };
   const Clock::time_point compute_start = Clock::now();
   RETURN_IF_ERROR(model_.ForwardBackward(inputs_, labels_, rows, loss_, ready));
   const double compute_ms = MillisSince(compute_start);
+  const int64_t trace_compute_end = trace != nullptr ? TraceRecorder::NowMicros() : 0;
   for (size_t b = 0; b < bucket_pending_.size(); ++b) {
     if (bucket_pending_[b] != 0) {
       return absl::InternalError(absl::StrCat(
@@ -231,7 +294,29 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   RETURN_IF_ERROR(Annotate(sync_.Finish(stats),
                            absl::StrCat("worker ", id_.rank, " step ", step_)));
   const double sync_wait_ms = MillisSince(wait_start);
+  const int64_t trace_finish_end = trace != nullptr ? TraceRecorder::NowMicros() : 0;
   if (!sync_.UpdatesParameters()) optimizer_->Step(params_, grads_, lr_);
+  if (trace != nullptr) {
+    const int64_t now = TraceRecorder::NowMicros();
+    trace->Complete("forward+backward", "compute", kTrackCompute, trace_compute_start,
+                    trace_compute_end - trace_compute_start);
+    trace->Complete("Finish (exposed communication)", "wait", kTrackCommunication,
+                    trace_compute_end, trace_finish_end - trace_compute_end);
+    // The trainer sees when a bucket is handed off and when the whole step
+    // is synchronized; a strategy that records its own spans (trace.h) shows
+    // when each bucket really finished.
+    for (size_t b = 0; b < trace_bucket_ready.size(); ++b) {
+      const Bucket& bucket = layout_->buckets()[b];
+      trace->AsyncSpan(absl::StrFormat("bucket %d (%.2f MiB): handed off -> step synchronized",
+                                       b, bucket.numel * 4 / 1048576.0),
+                       "bucket", step_ * 100000 + static_cast<int64_t>(b),
+                       trace_bucket_ready[b], trace_finish_end);
+    }
+    trace->Complete(sync_.UpdatesParameters() ? "parameters from servers" : "optimizer",
+                    "optimizer", kTrackStep, trace_finish_end, now - trace_finish_end);
+    trace->Complete(absl::StrCat("step ", step_), "step", kTrackStep, trace_start,
+                    now - trace_start);
+  }
   float loss = 0;
   RETURN_IF_ERROR(device_.CopyToHost(&loss, loss_, sizeof(float)));
   if (!std::isfinite(loss)) {
@@ -351,8 +436,44 @@ void Trainer::ShowProgress(int64_t epoch, bool final_line) {
   fflush(stderr);
 }
 
+// Each rank writes its own file; worker 0 then merges every rank's file into
+// --trace when it can read them (one machine or a shared file system), so one
+// Perfetto view shows the whole job.
+absl::Status Trainer::FinishTrace() {
+  if (trace_ == nullptr) return absl::OkStatus();
+  SetCurrentTrace(nullptr);
+  const std::string mine = RankTracePath(options_.trace_path, "worker", id_.rank);
+  RETURN_IF_ERROR(Annotate(trace_->WriteJson(mine), "writing the --trace timeline"));
+  if (trace_->dropped() > 0) {
+    GS_LOG(WARNING) << "trace: " << trace_->dropped()
+                    << " events dropped over the cap; lower --trace_steps";
+  }
+  if (coordinator_ != nullptr) {
+    RETURN_IF_ERROR(coordinator_->Set(absl::StrCat("trace/worker/", id_.rank), mine));
+  }
+  if (id_.rank != 0) return absl::OkStatus();
+  std::vector<std::string> files = {mine};
+  for (int r = 1; r < id_.world_size && coordinator_ != nullptr; ++r) {
+    ASSIGN_OR_RETURN(std::string path,
+                     coordinator_->Get(absl::StrCat("trace/worker/", r), options_.timeout));
+    files.push_back(std::move(path));
+  }
+  const absl::Status merged = MergeTraceFiles(files, options_.trace_path);
+  if (merged.ok()) {
+    GS_LOG(INFO) << "timeline of " << files.size() << " worker(s): " << options_.trace_path
+                 << " (open in https://ui.perfetto.dev)";
+  } else {
+    // Not fatal: on a cluster without a shared file system the per-rank
+    // files are the result.
+    GS_LOG(WARNING) << "per-rank timelines written (" << mine
+                    << ", ...) but not merged: " << merged.message();
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::Finalize(double wall_seconds) {
   RETURN_IF_ERROR(Annotate(sync_.Shutdown(), absl::StrCat("worker ", id_.rank, " shutting down --sync=", options_.sync)));
+  RETURN_IF_ERROR(FinishTrace());
   if (!options_.dump_params.empty()) {
     std::vector<float> host(layout_->total_numel());
     RETURN_IF_ERROR(device_.CopyToHost(host.data(), params_, host.size() * sizeof(float)));

@@ -40,6 +40,11 @@ struct TrainerOptions {
   std::string dump_params;       // write final parameters to <path>.worker<r>
   int64_t warmup_steps = 5;      // left out of the summary's means
   absl::Duration timeout = absl::Seconds(60);
+  // Timeline (core/trace.h): each rank writes <trace_path>.worker<r>.json
+  // for its first `trace_steps` steps, and worker 0 merges them into
+  // `trace_path` when the files are on its file system. Empty: no trace.
+  std::string trace_path;
+  int64_t trace_steps = 20;
   // Fault injection for the failure tests: worker `fault_rank` ends itself at
   // the start of step `fault_step`, by exit(3) ("exit") or SIGKILL ("kill").
   int fault_rank = -1;

@@ -12,10 +12,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "core/logging.h"
 #include "core/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "ps/callback_queue.h"
 
 namespace gradsync {
 namespace {
@@ -59,13 +59,20 @@ class PsClient::Impl {
   Impl(const PsClientOptions& options, const Partition& partition,
        std::vector<std::string> servers)
       : options_(options), partition_(partition), servers_(std::move(servers)) {
+    // A connection of its own per client and server: gRPC would otherwise
+    // share one TCP connection among every channel of the process with the
+    // same target, and workers run as threads (tests, benchmark, colocated
+    // runs) would queue behind each other on it, unlike separate processes.
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     for (const std::string& address : servers_) {
-      stubs_.push_back(ps::ParameterServer::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials())));
+      stubs_.push_back(ps::ParameterServer::NewStub(grpc::CreateCustomChannel(
+          address, grpc::InsecureChannelCredentials(), args)));
     }
     const int num_buckets = [&] {
       int n = 0;
-      for (const PsKey& key : partition_.keys()) n = std::max(n, key.bucket + 1);
+      for (const PsKey& key : partition_.keys())
+        n = std::max(n, key.bucket + 1);
       return n;
     }();
     bucket_server_keys_.assign(
@@ -106,8 +113,14 @@ class PsClient::Impl {
     ++outstanding_;
     live_.push_back(call);
     const absl::Time now = absl::Now();
-    if (push && !any_push_) first_push_ = now, any_push_ = true;
-    if (!push && !any_pull_) first_pull_ = now, any_pull_ = true;
+    if (push && !any_push_) {
+      first_push_ = now;
+      any_push_ = true;
+    }
+    if (!push && !any_pull_) {
+      first_pull_ = now;
+      any_pull_ = true;
+    }
     // A call started after the step already failed is pointless.
     if (!first_error_.ok()) call->context()->TryCancel();
   }
@@ -125,9 +138,8 @@ class PsClient::Impl {
     if (!push) last_pull_ = std::max(last_pull_, now);
     if (!status.ok() && first_error_.ok()) {
       first_error_ = absl::Status(
-          status.code(),
-          absl::StrCat("worker ", options_.rank, ": ", call->what(), ": ",
-                       status.message()));
+          status.code(), absl::StrCat("worker ", options_.rank, ": ",
+                                      call->what(), ": ", status.message()));
       // Don't leave the rest of the step to run into its deadlines.
       for (Call* other : live_) other->context()->TryCancel();
     }
@@ -179,10 +191,10 @@ class PsClient::Impl::PushCall : public grpc::ClientWriteReactor<ps::KeyPart>,
  public:
   PushCall(Impl* client, int server, int bucket, int64_t step,
            std::vector<const PsKey*> keys, const float* src)
-      : Call(client, server,
-             absl::StrCat("push of bucket ", bucket, " (keys ", KeyList(keys),
-                          ") to ", client->ServerName(server), ", step ",
-                          step)),
+      : Call(
+            client, server,
+            absl::StrCat("push of bucket ", bucket, " (keys ", KeyList(keys),
+                         ") to ", client->ServerName(server), ", step ", step)),
         step_(step),
         keys_(std::move(keys)),
         src_(src),
@@ -304,19 +316,19 @@ class PsClient::Impl::PullCall : public grpc::ClientReadReactor<ps::KeyPart>,
     const ps::Header& header = part_.header();
     auto it = index_.find(header.key());
     if (header.step() != step_ || it == index_.end()) {
-      return absl::InternalError(absl::StrCat(
-          "the server answered key ", header.key(), " step ", header.step(),
-          ", which this pull did not ask for"));
+      return absl::InternalError(
+          absl::StrCat("the server answered key ", header.key(), " step ",
+                       header.step(), ", which this pull did not ask for"));
     }
     const size_t i = it->second;
     const PsKey& key = *keys_[i];
     const int64_t n = static_cast<int64_t>(part_.data().size() / 4);
     if (part_.data().size() % 4 != 0 || part_.offset() != received_[i] ||
         part_.offset() + n > key.numel) {
-      return absl::InternalError(absl::StrCat(
-          "bad part of key ", key.id, ": ", part_.data().size(),
-          " bytes at offset ", part_.offset(), " after ", received_[i], " of ",
-          key.numel, " floats"));
+      return absl::InternalError(
+          absl::StrCat("bad part of key ", key.id, ": ", part_.data().size(),
+                       " bytes at offset ", part_.offset(), " after ",
+                       received_[i], " of ", key.numel, " floats"));
     }
     std::memcpy(dst_ + key.offset + part_.offset(), part_.data().data(),
                 part_.data().size());
@@ -464,16 +476,17 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     const PsClientOptions& options, const Partition& partition,
     std::vector<std::string> servers) {
   if (static_cast<int>(servers.size()) != partition.num_servers()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker ", options.rank, ": ", servers.size(),
-        " server addresses for a partition over ", partition.num_servers(),
-        " servers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", options.rank, ": ", servers.size(),
+                     " server addresses for a partition over ",
+                     partition.num_servers(), " servers"));
   }
   if (options.message_bytes < 4 || options.message_bytes % 4 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "worker ", options.rank, ": message size ", options.message_bytes,
         " B must be a positive multiple of 4"));
   }
+  KeepCallbackQueueAlive();
   return std::unique_ptr<PsClient>(new PsClient(
       std::make_unique<Impl>(options, partition, std::move(servers))));
 }
@@ -489,8 +502,9 @@ absl::Status PsClient::Register(const float* params) {
   std::vector<absl::Status> results(k);
   std::vector<std::thread> threads;
   for (int s = 0; s < k; ++s) {
-    threads.emplace_back(
-        [this, s, params, &results] { results[s] = impl_->RegisterWith(s, params); });
+    threads.emplace_back([this, s, params, &results] {
+      results[s] = impl_->RegisterWith(s, params);
+    });
   }
   for (std::thread& thread : threads) thread.join();
   for (const absl::Status& status : results) RETURN_IF_ERROR(status);

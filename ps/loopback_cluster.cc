@@ -12,10 +12,10 @@ absl::StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Start(
     const LoopbackClusterOptions& options) {
   std::unique_ptr<LoopbackCluster> cluster(new LoopbackCluster());
   cluster->options_ = options;
-  ASSIGN_OR_RETURN(cluster->coordinator_,
-                   CoordinatorServer::Start("127.0.0.1:0", options.job_id,
-                                            options.num_workers,
-                                            options.num_servers));
+  ASSIGN_OR_RETURN(
+      cluster->coordinator_,
+      CoordinatorServer::Start("127.0.0.1:0", options.job_id,
+                               options.num_workers, options.num_servers));
   const std::string target =
       absl::StrCat("127.0.0.1:", cluster->coordinator_->port());
   for (int k = 0; k < options.num_servers; ++k) {
@@ -28,10 +28,10 @@ absl::StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Start(
     server_options.message_bytes = options.message_bytes;
     ASSIGN_OR_RETURN(std::unique_ptr<ParameterServer> server,
                      ParameterServer::Start(server_options));
-    ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
-                     CoordinatorClient::Connect(target, options.job_id,
-                                                Role::kServer, k,
-                                                options.timeout));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<CoordinatorClient> client,
+        CoordinatorClient::Connect(target, options.job_id, Role::kServer, k,
+                                   options.timeout));
     cluster->servers_.push_back(std::move(server));
     cluster->server_clients_.push_back(std::move(client));
   }
@@ -42,9 +42,9 @@ absl::StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Start(
     self->server_threads_.emplace_back([self, k] {
       const std::string address =
           absl::StrCat("127.0.0.1:", self->servers_[k]->port());
-      self->server_join_[k] =
-          self->server_clients_[k]->Join(address, self->options_.timeout)
-              .status();
+      self->server_join_[k] = self->server_clients_[k]
+                                  ->Join(address, self->options_.timeout)
+                                  .status();
     });
   }
   return cluster;
@@ -57,11 +57,10 @@ LoopbackCluster::~LoopbackCluster() {
 }
 
 absl::StatusOr<SyncContext> LoopbackCluster::JoinWorker(int rank) {
-  ASSIGN_OR_RETURN(
-      worker_clients_[rank],
-      CoordinatorClient::Connect(
-          absl::StrCat("127.0.0.1:", coordinator_->port()), options_.job_id,
-          Role::kWorker, rank, options_.timeout));
+  ASSIGN_OR_RETURN(worker_clients_[rank],
+                   CoordinatorClient::Connect(
+                       absl::StrCat("127.0.0.1:", coordinator_->port()),
+                       options_.job_id, Role::kWorker, rank, options_.timeout));
   SyncContext context;
   context.rank = rank;
   context.world_size = options_.num_workers;

@@ -57,10 +57,10 @@ absl::StatusOr<Partition> Partition::Create(const ParamLayout& layout,
   partition.server_bytes_.assign(num_servers, 0);
   partition.server_keys_.assign(num_servers, {});
   for (int id : order) {
-    const int server = static_cast<int>(
-        std::min_element(partition.server_bytes_.begin(),
-                         partition.server_bytes_.end()) -
-        partition.server_bytes_.begin());
+    const int server =
+        static_cast<int>(std::min_element(partition.server_bytes_.begin(),
+                                          partition.server_bytes_.end()) -
+                         partition.server_bytes_.begin());
     partition.keys_[id].server = server;
     partition.server_bytes_[server] += partition.keys_[id].numel * 4;
   }
@@ -73,8 +73,8 @@ absl::StatusOr<Partition> Partition::Create(const ParamLayout& layout,
 }
 
 double Partition::imbalance() const {
-  const int64_t total = std::accumulate(server_bytes_.begin(),
-                                        server_bytes_.end(), int64_t{0});
+  const int64_t total =
+      std::accumulate(server_bytes_.begin(), server_bytes_.end(), int64_t{0});
   if (total == 0) return 1.0;
   const int64_t max =
       *std::max_element(server_bytes_.begin(), server_bytes_.end());
@@ -82,9 +82,9 @@ double Partition::imbalance() const {
 }
 
 std::string Partition::Describe() const {
-  std::string out = absl::StrCat(keys_.size(), " keys on ", num_servers_,
-                                 " servers (chunk ", chunk_bytes_ / 1024.0,
-                                 " KiB):");
+  std::string out =
+      absl::StrCat(keys_.size(), " keys on ", num_servers_, " servers (chunk ",
+                   chunk_bytes_ / 1024.0, " KiB):");
   for (int s = 0; s < num_servers_; ++s) {
     absl::StrAppendFormat(&out, " s%d %d keys %.3f MiB;", s,
                           server_keys_[s].size(),

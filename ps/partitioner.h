@@ -26,7 +26,7 @@ struct PsKey {
   int bucket = 0;      // the parameter's bucket
   int64_t offset = 0;  // in floats, within the flat buffer
   int64_t numel = 0;
-  int server = 0;      // the server rank holding this key
+  int server = 0;  // the server rank holding this key
 };
 
 class Partition {
@@ -53,7 +53,8 @@ class Partition {
   // max / mean bytes per server (1.0 is perfect balance; a server without
   // keys counts in the mean).
   double imbalance() const;
-  // "48 keys on 4 servers (chunk 4096 KiB): 1.2 MiB 1.2 MiB ...; max/mean 1.01".
+  // "48 keys on 4 servers (chunk 4096 KiB): 1.2 MiB 1.2 MiB ...;
+  // max/mean 1.01".
   std::string Describe() const;
 
  private:

@@ -22,7 +22,8 @@ ParamLayout MakeLayout(const std::vector<int64_t>& sizes,
 
 // Keys must tile the flat buffer exactly, in order, each within its
 // parameter and no larger than a chunk.
-void ExpectKeysTileLayout(const Partition& partition, const ParamLayout& layout) {
+void ExpectKeysTileLayout(const Partition& partition,
+                          const ParamLayout& layout) {
   int64_t offset = 0;
   for (size_t i = 0; i < partition.keys().size(); ++i) {
     const PsKey& key = partition.keys()[i];
@@ -69,7 +70,8 @@ TEST(PartitionerTest, EveryKeyOnExactlyOneServerAndBytesAddUp) {
       total += bytes;
     }
     EXPECT_EQ(total, layout.total_bytes());
-    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+    EXPECT_TRUE(
+        std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
     // Bucket lists cover every key once as well.
     int in_buckets = 0;
     for (size_t b = 0; b < layout.buckets().size(); ++b) {

@@ -113,24 +113,25 @@ absl::StatusOr<std::vector<std::string>> PsSync::ServerAddresses() {
     }
   }
   if (by_rank.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        self(), ": --sync=ps needs parameter servers: start them with "
-                "`gradsync launch --servers=K`, or use --ps_colocate"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(self(),
+                     ": --sync=ps needs parameter servers: start them with "
+                     "`gradsync launch --servers=K`, or use --ps_colocate"));
   }
   std::vector<std::string> addresses;
   for (const auto& [rank, address] : by_rank) {
     if (rank != static_cast<int>(addresses.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          self(), ": parameter server ranks are not 0..", by_rank.size() - 1,
-          " (found server ", rank, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(self(), ": parameter server ranks are not 0..",
+                       by_rank.size() - 1, " (found server ", rank, ")"));
     }
     addresses.push_back(address);
   }
   if (context_.num_servers != 0 &&
       context_.num_servers != static_cast<int>(addresses.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        self(), ": ", addresses.size(), " servers joined but the job has ",
-        context_.num_servers));
+    return absl::InvalidArgumentError(
+        absl::StrCat(self(), ": ", addresses.size(),
+                     " servers joined but the job has ", context_.num_servers));
   }
   return addresses;
 }
@@ -138,9 +139,9 @@ absl::StatusOr<std::vector<std::string>> PsSync::ServerAddresses() {
 absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
                            const SyncBuffers& buffers) {
   if (device.type() != DeviceType::kCpu) {
-    return absl::UnimplementedError(absl::StrCat(
-        self(), ": --sync=ps on ", device.name(),
-        ": pinned staging arrives with the CUDA runtime issue"));
+    return absl::UnimplementedError(
+        absl::StrCat(self(), ": --sync=ps on ", device.name(),
+                     ": pinned staging arrives with the CUDA runtime issue"));
   }
   if (buffers.grads == nullptr || buffers.params == nullptr) {
     return absl::InvalidArgumentError(
@@ -194,18 +195,18 @@ void PsSync::BucketReady(int bucket) {
   if (bucket < 0 || bucket >= static_cast<int>(ready_.size()) ||
       ready_[bucket]) {
     if (bucket_error_.ok()) {
-      bucket_error_ = absl::InvalidArgumentError(absl::StrCat(
-          self(), ": step ", step_, ": bucket ", bucket,
-          bucket >= 0 && bucket < static_cast<int>(ready_.size())
-              ? " marked ready twice"
-              : " does not exist"));
+      bucket_error_ = absl::InvalidArgumentError(
+          absl::StrCat(self(), ": step ", step_, ": bucket ", bucket,
+                       bucket >= 0 && bucket < static_cast<int>(ready_.size())
+                           ? " marked ready twice"
+                           : " does not exist"));
     }
     return;
   }
   ready_[bucket] = true;
   ++num_ready_;
   float* dst = options_.update_mode == ps::UPDATE_SERVER ? staging_.data()
-                                                          : buffers_.grads;
+                                                         : buffers_.grads;
   client_->StartBucket(bucket, step_, buffers_.grads, dst);
 }
 
@@ -222,9 +223,9 @@ absl::Status PsSync::Finish(StepStats& stats) {
     for (int b = 0; b < static_cast<int>(ready_.size()); ++b) {
       if (!ready_[b]) missing.push_back(b);
     }
-    status = absl::FailedPreconditionError(absl::StrCat(
-        self(), ": step ", step_, ": Finish before bucket(s) ",
-        absl::StrJoin(missing, ", "), " were marked ready"));
+    status = absl::FailedPreconditionError(
+        absl::StrCat(self(), ": step ", step_, ": Finish before bucket(s) ",
+                     absl::StrJoin(missing, ", "), " were marked ready"));
   }
   std::fill(ready_.begin(), ready_.end(), false);
   num_ready_ = 0;
@@ -325,8 +326,8 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
       options.message_bytes > kMaxMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--sync=ps: chunk ", options.chunk_bytes, " B and message ",
-        options.message_bytes, " B must be multiples of 4, messages <= ",
-        kMaxMessageBytes, " B"));
+        options.message_bytes,
+        " B must be multiples of 4, messages <= ", kMaxMessageBytes, " B"));
   }
   return std::unique_ptr<GradientSync>(
       std::make_unique<PsSync>(context, options));
@@ -355,18 +356,20 @@ absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(int world_size) {
     ASSIGN_OR_RETURN(o.beta1, FloatFlag("beta1", o.beta1));
     ASSIGN_OR_RETURN(o.beta2, FloatFlag("beta2", o.beta2));
     ASSIGN_OR_RETURN(o.epsilon, FloatFlag("epsilon", o.epsilon));
-    ASSIGN_OR_RETURN(o.lr, ScaleLearningRate(
-                               o.lr, StringFlag("lr_scaling", "none"),
-                               world_size));
+    ASSIGN_OR_RETURN(
+        o.lr,
+        ScaleLearningRate(o.lr, StringFlag("lr_scaling", "none"), world_size));
   }
   return options;
 }
 
-GRADSYNC_REGISTER_SYNC(ps, [](const SyncContext& context)
-                               -> absl::StatusOr<std::unique_ptr<GradientSync>> {
-  ASSIGN_OR_RETURN(PsSyncOptions options,
-                   PsSyncOptionsFromFlags(context.world_size));
-  return CreatePsSync(context, options);
-});
+GRADSYNC_REGISTER_SYNC(ps,
+                       [](const SyncContext& context)
+                           -> absl::StatusOr<std::unique_ptr<GradientSync>> {
+                         ASSIGN_OR_RETURN(
+                             PsSyncOptions options,
+                             PsSyncOptionsFromFlags(context.world_size));
+                         return CreatePsSync(context, options);
+                       });
 
 }  // namespace gradsync

@@ -6,11 +6,11 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <queue>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -19,6 +19,7 @@
 #include "core/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "ps/callback_queue.h"
 #include "ps/shard.h"
 
 namespace gradsync {
@@ -37,11 +38,13 @@ class Expirable {
   virtual void Expire() = 0;
 };
 
-// Calls Expire() on its targets at their deadlines, from one thread. Targets
-// are weak: one that finished in time is gone by then and is skipped, so
-// nothing needs cancelling.
+// Calls Expire() on its targets at their deadlines, from one thread. A target
+// that finishes in time cancels its entry, so the timer holds only calls
+// still waiting; targets are weak so a late cancel is harmless.
 class DeadlineTimer {
  public:
+  using Handle = std::pair<absl::Time, uint64_t>;
+
   DeadlineTimer() : thread_([this] { Run(); }) {}
   ~DeadlineTimer() {
     {
@@ -52,33 +55,36 @@ class DeadlineTimer {
     thread_.join();
   }
 
-  void Schedule(absl::Time when, std::weak_ptr<Expirable> target) {
+  Handle Schedule(absl::Time when, std::weak_ptr<Expirable> target) {
     absl::MutexLock lock(&mu_);
-    const bool earliest = queue_.empty() || when < queue_.top().when;
-    queue_.push(Entry{when, std::move(target)});
+    const Handle handle(when, next_id_++);
+    const bool earliest =
+        entries_.empty() || when < entries_.begin()->first.first;
+    entries_.emplace(handle, std::move(target));
     if (earliest) cv_.Signal();
+    return handle;
+  }
+
+  void Cancel(const Handle& handle) {
+    absl::MutexLock lock(&mu_);
+    entries_.erase(handle);
   }
 
  private:
-  struct Entry {
-    absl::Time when;
-    std::weak_ptr<Expirable> target;
-    bool operator>(const Entry& other) const { return when > other.when; }
-  };
-
   void Run() {
     absl::MutexLock lock(&mu_);
     while (!stop_) {
-      if (queue_.empty()) {
+      if (entries_.empty()) {
         cv_.Wait(&mu_);
         continue;
       }
-      if (absl::Now() < queue_.top().when) {
-        cv_.WaitWithDeadline(&mu_, queue_.top().when);
+      const absl::Time when = entries_.begin()->first.first;
+      if (absl::Now() < when) {
+        cv_.WaitWithDeadline(&mu_, when);
         continue;
       }
-      std::weak_ptr<Expirable> target = queue_.top().target;
-      queue_.pop();
+      std::weak_ptr<Expirable> target = entries_.begin()->second;
+      entries_.erase(entries_.begin());
       mu_.Unlock();
       if (auto alive = target.lock()) alive->Expire();
       mu_.Lock();
@@ -88,8 +94,8 @@ class DeadlineTimer {
   absl::Mutex mu_;
   absl::CondVar cv_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_
-      ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<Handle, std::weak_ptr<Expirable>> entries_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 
@@ -151,8 +157,8 @@ class RegisterCall : public grpc::ServerReadReactor<ps::RegisterMessage> {
     }
     if (message_.has_config()) {
       if (configured_) {
-        status = absl::InvalidArgumentError(absl::StrCat(
-            shard_->name(), ": registration with two configs"));
+        status = absl::InvalidArgumentError(
+            absl::StrCat(shard_->name(), ": registration with two configs"));
       } else {
         status = shard_->Register(message_.config());
         configured_ = true;
@@ -182,28 +188,38 @@ class RegisterCall : public grpc::ServerReadReactor<ps::RegisterMessage> {
   bool sends_params_ = false;
 };
 
-// Pull: streams each requested key's result as soon as it is ready. The
-// reactor's state lives in a shared object because the shard (key ready) and
+// Pull: streams each requested key's result as its blocks become final. The
+// reactor's state lives in a shared object because the shard (progress) and
 // the deadline timer reach it from other threads, possibly after the call
 // ended; they hold it weakly.
 class PullState : public KeyWaiter,
                   public Expirable,
                   public std::enable_shared_from_this<PullState> {
  public:
-  PullState(ServerShard* shard, const ps::PullRequest& request,
-            int64_t message_floats,
+  PullState(ServerShard* shard, DeadlineTimer* timer,
+            const ps::PullRequest& request, int64_t message_floats,
             grpc::ServerWriteReactor<ps::KeyPart>* reactor)
       : shard_(shard),
+        timer_(timer),
         request_(request),
         message_floats_(message_floats),
         reactor_(reactor),
-        pending_(request.keys().begin(), request.keys().end()),
-        start_(absl::Now()) {}
+        start_(absl::Now()) {
+    for (int64_t key : request.keys()) {
+      index_[key] = cursors_.size();
+      cursors_.push_back(Cursor{key, shard->KeyNumel(key), 0, false});
+    }
+  }
 
-  void KeyReady(int64_t key) override {
+  void KeyProgress(int64_t key) override {
     absl::MutexLock lock(&mu_);
-    ready_.push_back(key);
-    pending_.erase(std::find(pending_.begin(), pending_.end(), key));
+    auto it = index_.find(key);
+    if (it == index_.end()) return;
+    Cursor& cursor = cursors_[it->second];
+    if (!cursor.queued) {
+      cursor.queued = true;
+      queue_.push_back(it->second);
+    }
     MaybeWriteLocked();
   }
 
@@ -214,14 +230,15 @@ class PullState : public KeyWaiter,
     // is behind on all of them.
     const int64_t step = request_.header().step();
     std::map<std::vector<int>, std::vector<int64_t>> by_missing;
-    for (int64_t key : pending_) {
-      std::vector<int> missing = shard_->MissingWorkers(key, step);
-      if (!missing.empty()) by_missing[missing].push_back(key);
+    for (const Cursor& cursor : cursors_) {
+      if (cursor.sent == cursor.numel) continue;
+      std::vector<int> missing = shard_->MissingWorkers(cursor.key, step);
+      if (!missing.empty()) by_missing[missing].push_back(cursor.key);
     }
     std::vector<std::string> reasons;
     for (const auto& [workers, keys] : by_missing) {
-      std::string key_list =
-          absl::StrJoin(keys.begin(), keys.begin() + std::min<size_t>(keys.size(), 8), " ");
+      std::string key_list = absl::StrJoin(
+          keys.begin(), keys.begin() + std::min<size_t>(keys.size(), 8), " ");
       if (keys.size() > 8) absl::StrAppend(&key_list, " ...");
       reasons.push_back(absl::StrCat(
           workers.size() == 1 ? "worker " : "workers ",
@@ -265,43 +282,76 @@ class PullState : public KeyWaiter,
     reactor_ = nullptr;
   }
 
+  // Gives up at `when` unless finished before.
+  void ScheduleExpiry(absl::Time when) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    expiry_ = timer_->Schedule(when, shared_from_this());
+    scheduled_ = true;
+  }
+
  private:
-  // Starts the next write if none is in flight. gRPC never runs a reaction
-  // inline from StartWrite/Finish on the server, and at most one write and
-  // one Finish are ever issued from here, so holding mu_ around them is safe.
+  struct Cursor {
+    int64_t key;
+    int64_t numel;
+    int64_t sent;  // floats written so far
+    bool queued;   // in queue_
+  };
+
+  // Starts the next write if none is in flight: the next final floats of the
+  // first queued key that has some, keys taking turns message by message.
+  // gRPC never runs a reaction inline from StartWrite/Finish on the server
+  // (the OnWriteDone/OnDone callbacks are not inlinable), and at most one
+  // write and one Finish are ever issued from here, so holding mu_ around
+  // them is safe.
   void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_ || writing_) return;
-    if (current_ < 0 || offset_ >= shard_->KeyNumel(current_)) {
-      if (ready_.empty()) {
-        if (pending_.empty()) FinishLocked(absl::OkStatus());
+    const int64_t step = request_.header().step();
+    while (!queue_.empty()) {
+      Cursor& cursor = cursors_[queue_.front()];
+      const int64_t final_floats = shard_->FinalFloats(cursor.key, step);
+      if (final_floats < 0) {
+        FinishLocked(absl::FailedPreconditionError(absl::StrCat(
+            shard_->name(), ": the result of key ", cursor.key, " for step ",
+            step, " is gone: a later step completed before it was pulled")));
         return;
       }
-      current_ = ready_.front();
-      ready_.pop_front();
-      offset_ = 0;
+      if (final_floats > cursor.sent) break;
+      cursor.queued = false;
+      queue_.pop_front();
     }
-    const ps::Header& request_header = request_.header();
+    if (queue_.empty()) {
+      if (keys_done_ == cursors_.size()) FinishLocked(absl::OkStatus());
+      return;
+    }
+    const size_t index = queue_.front();
+    queue_.pop_front();
+    Cursor& cursor = cursors_[index];
     message_.Clear();
     ps::Header* header = message_.mutable_header();
-    header->set_job_id(request_header.job_id());
-    header->set_rank(request_header.rank());
-    header->set_step(request_header.step());
-    header->set_key(current_);
-    absl::Status status = shard_->ReadResult(current_, request_header.step(),
-                                             offset_, message_floats_,
-                                             &message_);
+    header->set_job_id(request_.header().job_id());
+    header->set_rank(request_.header().rank());
+    header->set_step(step);
+    header->set_key(cursor.key);
+    absl::Status status = shard_->ReadResult(cursor.key, step, cursor.sent,
+                                             message_floats_, &message_);
     if (!status.ok()) {
       FinishLocked(status);
       return;
     }
-    const int64_t floats = static_cast<int64_t>(message_.data().size() / 4);
-    offset_ += floats;
+    cursor.sent += static_cast<int64_t>(message_.data().size() / 4);
+    if (cursor.sent == cursor.numel) {
+      ++keys_done_;
+      cursor.queued = false;
+    } else {
+      // Maybe more is final already; if not, the next progress requeues it.
+      queue_.push_back(index);
+    }
     shard_->CountBytesOut(static_cast<int64_t>(message_.data().size()));
     writing_ = true;
-    const bool last = ready_.empty() && pending_.empty() &&
-                      offset_ >= shard_->KeyNumel(current_);
-    if (last) {
+    if (keys_done_ == cursors_.size()) {
       finished_ = true;
+      CancelExpiryLocked();
       reactor_->StartWriteAndFinish(&message_, grpc::WriteOptions(),
                                     grpc::Status::OK);
     } else {
@@ -320,18 +370,27 @@ class PullState : public KeyWaiter,
       return;
     }
     finished_ = true;
+    CancelExpiryLocked();
     reactor_->Finish(ToGrpc(status));
   }
 
+  void CancelExpiryLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (scheduled_) timer_->Cancel(expiry_);
+    scheduled_ = false;
+  }
+
   ServerShard* const shard_;
+  DeadlineTimer* const timer_;
   const ps::PullRequest request_;
   const int64_t message_floats_;
   absl::Mutex mu_;
   grpc::ServerWriteReactor<ps::KeyPart>* reactor_ ABSL_GUARDED_BY(mu_);
-  std::vector<int64_t> pending_ ABSL_GUARDED_BY(mu_);  // not yet ready
-  std::deque<int64_t> ready_ ABSL_GUARDED_BY(mu_);     // ready, not yet sent
-  int64_t current_ ABSL_GUARDED_BY(mu_) = -1;          // key being sent
-  int64_t offset_ ABSL_GUARDED_BY(mu_) = 0;
+  bool scheduled_ ABSL_GUARDED_BY(mu_) = false;
+  DeadlineTimer::Handle expiry_ ABSL_GUARDED_BY(mu_);
+  std::vector<Cursor> cursors_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, size_t> index_;     // key -> cursor; immutable
+  std::deque<size_t> queue_ ABSL_GUARDED_BY(mu_);  // cursors with progress
+  size_t keys_done_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status deferred_ ABSL_GUARDED_BY(mu_);
@@ -342,19 +401,19 @@ class PullState : public KeyWaiter,
 class PullCall : public grpc::ServerWriteReactor<ps::KeyPart> {
  public:
   PullCall(ServerShard* shard, DeadlineTimer* timer,
-           grpc::CallbackServerContext* context,
-           const ps::PullRequest* request, int64_t message_floats,
-           absl::Duration max_wait)
-      : state_(std::make_shared<PullState>(shard, *request, message_floats,
-                                           this)) {
+           grpc::CallbackServerContext* context, const ps::PullRequest* request,
+           int64_t message_floats, absl::Duration max_wait)
+      // Not make_shared: the timer's weak reference must not keep the
+      // state's memory (its message buffer) alive.
+      : state_(new PullState(shard, timer, *request, message_floats, this)) {
     // Give up a little before the worker does, so the worker hears which
     // peer is missing instead of a bare DEADLINE_EXCEEDED.
     const absl::Time now = absl::Now();
     absl::Time deadline = absl::FromChrono(context->deadline());
     if (deadline > now + max_wait) deadline = now + max_wait;
     const absl::Duration margin =
-        std::min(absl::Milliseconds(500), (deadline - now) / 10);
-    timer->Schedule(deadline - margin, state_);
+        std::min(absl::Seconds(1), (deadline - now) / 5);
+    state_->ScheduleExpiry(deadline - margin);
     absl::Status status = shard->Pull(*request, state_);
     if (!status.ok()) {
       GS_LOG(WARNING) << status.message();
@@ -383,7 +442,7 @@ class ParameterServer::Impl final
   explicit Impl(const ParameterServerOptions& options)
       : options_(options),
         shard_(options.job_id, options.server_rank, options.num_servers,
-               options.num_workers),
+               options.num_workers, options.message_bytes / 4),
         last_activity_(absl::ToUnixNanos(absl::Now())) {}
 
   grpc::ServerReadReactor<ps::RegisterMessage>* Register(
@@ -410,15 +469,28 @@ class ParameterServer::Impl final
                                      const ps::ShutdownRequest* request,
                                      ps::ShutdownReply* reply) override {
     Touch();
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    // The job counts as over only once the last worker's reply has gone out
+    // (OnDone): stopping the server earlier would cancel that very reply.
+    class Call : public grpc::ServerUnaryReactor {
+     public:
+      Call(Impl* impl, bool last) : impl_(impl), last_(last) {}
+      void OnDone() override {
+        if (last_) {
+          absl::MutexLock lock(&impl_->mu_);
+          impl_->all_shut_down_ = true;
+        }
+        delete this;
+      }
+
+     private:
+      Impl* const impl_;
+      const bool last_;
+    };
     absl::StatusOr<bool> all_done = shard_.Shutdown(*request);
     reply->set_summary_json(shard_.SummaryJson());
-    if (all_done.ok() && *all_done) {
-      absl::MutexLock lock(&mu_);
-      all_shut_down_ = true;
-    }
-    reactor->Finish(ToGrpc(all_done.status()));
-    return reactor;
+    auto* call = new Call(this, all_done.ok() && *all_done);
+    call->Finish(ToGrpc(all_done.status()));
+    return call;
   }
 
   absl::Status WaitForShutdown(absl::Duration idle_timeout) {
@@ -427,11 +499,11 @@ class ParameterServer::Impl final
       const absl::Time last = absl::FromUnixNanos(last_activity_.load());
       if (absl::Now() - last >= idle_timeout) {
         const std::vector<int> missing = shard_.WorkersNotShutDown();
-        return absl::DeadlineExceededError(absl::StrCat(
-            shard_.name(), ": no worker called for ",
-            absl::FormatDuration(idle_timeout), " and worker(s) ",
-            absl::StrJoin(missing, ", "),
-            " never said the job was over; they are gone"));
+        return absl::DeadlineExceededError(
+            absl::StrCat(shard_.name(), ": no worker called for ",
+                         absl::FormatDuration(idle_timeout), " and worker(s) ",
+                         absl::StrJoin(missing, ", "),
+                         " never said the job was over; they are gone"));
       }
       mu_.AwaitWithDeadline(absl::Condition(&all_shut_down_),
                             last + idle_timeout);
@@ -469,10 +541,11 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
         " servers and >= 1 workers (got ", options.num_workers, ")"));
   }
   if (options.message_bytes < 4 || options.message_bytes % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": message size ", options.message_bytes,
-        " B must be a positive multiple of 4"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": message size ", options.message_bytes,
+                     " B must be a positive multiple of 4"));
   }
+  KeepCallbackQueueAlive();
   auto impl = std::make_unique<Impl>(options);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.bind_address,
@@ -480,15 +553,17 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   builder.RegisterService(impl.get());
   impl->server_ = builder.BuildAndStart();
   if (impl->server_ == nullptr || impl->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        name, ": cannot listen on ", options.bind_address));
+    return absl::UnavailableError(
+        absl::StrCat(name, ": cannot listen on ", options.bind_address));
   }
   return std::unique_ptr<ParameterServer>(new ParameterServer(std::move(impl)));
 }
 
 int ParameterServer::port() const { return impl_->port_; }
 
-const std::string& ParameterServer::name() const { return impl_->shard_.name(); }
+const std::string& ParameterServer::name() const {
+  return impl_->shard_.name();
+}
 
 absl::Status ParameterServer::WaitForShutdown(absl::Duration idle_timeout) {
   return impl_->WaitForShutdown(idle_timeout);
@@ -496,9 +571,11 @@ absl::Status ParameterServer::WaitForShutdown(absl::Duration idle_timeout) {
 
 void ParameterServer::Stop() {
   if (impl_->stopped_.exchange(true)) return;
-  // Calls still waiting (pulls for a step that will never complete) are
-  // cancelled at once; Shutdown returns after every reactor is done.
-  impl_->server_->Shutdown(std::chrono::system_clock::now());
+  // Calls in flight get a moment to finish; calls still waiting after it
+  // (pulls for a step that will never complete) are cancelled. Shutdown
+  // returns once every reactor is done.
+  impl_->server_->Shutdown(std::chrono::system_clock::now() +
+                           std::chrono::milliseconds(500));
 }
 
 std::string ParameterServer::SummaryJson() const {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -33,8 +34,8 @@ absl::StatusOr<std::string> LocalAddressToward(const std::string& host,
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* result = nullptr;
-  const int error = getaddrinfo(host.c_str(), std::to_string(port).c_str(),
-                                &hints, &result);
+  const int error =
+      getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
   if (error != 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot resolve MASTER_ADDR=", host, ": ", gai_strerror(error)));
@@ -72,15 +73,22 @@ absl::Status Serve(const ClusterEnv& env) {
   ASSIGN_OR_RETURN(std::unique_ptr<ParameterServer> server,
                    ParameterServer::Start(options));
 
+  // --ps_advertise_host, else GRADSYNC_ADVERTISE_HOST, else the address of
+  // the route to the coordinator: unlike the host name it is right in a
+  // network namespace of an emulated cluster too.
   std::string host = absl::GetFlag(FLAGS_ps_advertise_host);
+  if (host.empty() && std::getenv("GRADSYNC_ADVERTISE_HOST") != nullptr) {
+    host = env.advertise_host;
+  }
   if (host.empty()) {
-    ASSIGN_OR_RETURN(host, LocalAddressToward(env.master_addr, env.master_port));
+    ASSIGN_OR_RETURN(host,
+                     LocalAddressToward(env.master_addr, env.master_port));
   }
   const std::string address = absl::StrCat(host, ":", server->port());
-  ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
-                   CoordinatorClient::Connect(env.coordinator_target(),
-                                              env.job_id, Role::kServer,
-                                              env.rank, idle));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<CoordinatorClient> coordinator,
+      CoordinatorClient::Connect(env.coordinator_target(), env.job_id,
+                                 Role::kServer, env.rank, idle));
   ASSIGN_OR_RETURN(std::vector<Member> members,
                    coordinator->Join(address, idle));
   GS_LOG(INFO) << "serving at " << address << " for " << env.world_size
@@ -89,8 +97,9 @@ absl::Status Serve(const ClusterEnv& env) {
   absl::Status status = server->WaitForShutdown(idle);
   server->Stop();
   // One JSON line on stdout for the launcher's logs and the plots.
-  std::printf("{\"event\": \"ps_server_summary\", \"ok\": %s, \"summary\": %s}\n",
-              status.ok() ? "true" : "false", server->SummaryJson().c_str());
+  std::printf(
+      "{\"event\": \"ps_server_summary\", \"ok\": %s, \"summary\": %s}\n",
+      status.ok() ? "true" : "false", server->SummaryJson().c_str());
   std::fflush(stdout);
   return status;
 }

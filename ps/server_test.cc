@@ -66,7 +66,8 @@ class ServerTest : public ::testing::Test {
                        const std::vector<float>& values,
                        const std::string& job = kJob) {
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
     ps::PushReply reply;
     auto writer = stub_->Push(&context, &reply);
     ps::KeyPart part;
@@ -161,7 +162,8 @@ TEST_F(ServerTest, ClientReportsASecondPushAndDoesNotHang) {
   // 10 s deadline of the pulls, which the client cancels.
   absl::Status status = worker0->WaitAll(nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists) << status;
-  EXPECT_THAT(std::string(status.message()), HasSubstr("worker 0: push of bucket 0"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("worker 0: push of bucket 0"));
   EXPECT_THAT(std::string(status.message()), HasSubstr(address_));
   EXPECT_THAT(std::string(status.message()), HasSubstr("already pushed"));
 }
@@ -174,14 +176,17 @@ TEST_F(ServerTest, ClientReportsAStepTooFarAhead) {
   worker0->StartBucket(0, 5, grads.data(), out.data());
   absl::Status status = worker0->WaitAll(nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange) << status;
-  EXPECT_THAT(std::string(status.message()), HasSubstr("step 5 is too far ahead"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("step 5 is too far ahead"));
 }
 
 TEST_F(ServerTest, RegistrationErrorsNameTheProblem) {
   absl::Status wrong_job = MakeClient(0, "other-job")->Register(nullptr);
   EXPECT_EQ(wrong_job.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(wrong_job.message()), HasSubstr("job id 'other-job'"));
-  EXPECT_THAT(std::string(wrong_job.message()), HasSubstr("registering with server 0"));
+  EXPECT_THAT(std::string(wrong_job.message()),
+              HasSubstr("job id 'other-job'"));
+  EXPECT_THAT(std::string(wrong_job.message()),
+              HasSubstr("registering with server 0"));
 
   PsClientOptions options;
   options.job_id = kJob;
@@ -191,7 +196,8 @@ TEST_F(ServerTest, RegistrationErrorsNameTheProblem) {
   auto stranger = PsClient::Create(options, partition_, {address_});
   ASSERT_TRUE(stranger.ok());
   absl::Status unknown_rank = (*stranger)->Register(nullptr);
-  EXPECT_THAT(std::string(unknown_rank.message()), HasSubstr("unknown worker rank 5"));
+  EXPECT_THAT(std::string(unknown_rank.message()),
+              HasSubstr("unknown worker rank 5"));
 
   ASSERT_TRUE(MakeClient(0)->Register(nullptr).ok());
   // Worker 1 runs with another chunk size: 5 floats become two keys.
@@ -211,7 +217,8 @@ TEST_F(ServerTest, WaitForShutdownNamesWorkersThatWentAway) {
   EXPECT_THAT(summaries[0], HasSubstr("\"server\": 0"));
   absl::Status status = server_->WaitForShutdown(absl::Milliseconds(300));
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("worker(s) 1 never said"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("worker(s) 1 never said"));
   // Once worker 1 says so too, the wait ends at once.
   ASSERT_TRUE(MakeClient(1)->Shutdown(0, nullptr).ok());
   EXPECT_TRUE(server_->WaitForShutdown(absl::Seconds(10)).ok());

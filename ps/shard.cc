@@ -57,22 +57,32 @@ struct ServerShard::KeyState {
   std::vector<float> sums[2];
   // Floats of step completed + 1 received from each worker.
   std::vector<int64_t> received ABSL_GUARDED_BY(mu);
-  int workers_done ABSL_GUARDED_BY(mu) = 0;
+  // max_r received[r]: below it the sum buffer holds this step's partial
+  // sum, above it stale data. The first worker to reach a float copies it
+  // instead of adding, which spares zeroing the buffer between steps.
+  int64_t written ABSL_GUARDED_BY(mu) = 0;
+  // Leading floats of step completed + 1 whose result is final (a multiple
+  // of the block size, or numel just before the step completes).
+  int64_t final_floats ABSL_GUARDED_BY(mu) = 0;
   // Server mode.
   std::vector<float> params;
   int64_t params_received ABSL_GUARDED_BY(mu) = 0;
-  std::unique_ptr<Optimizer> optimizer;
-  // Pulls waiting for step completed + 1. Weak: a pull that gave up (deadline,
+  // One per block: the optimizer steps each block when it is final. The
+  // update is element-wise, so per block it is the same arithmetic as over
+  // the whole buffer; each block's Adam step count advances once per step.
+  std::vector<std::unique_ptr<Optimizer>> optimizers;
+  // Pulls waiting on step completed + 1. Weak: a pull that gave up (deadline,
   // cancelled) is simply skipped.
   std::vector<std::weak_ptr<KeyWaiter>> waiters ABSL_GUARDED_BY(mu);
 };
 
 ServerShard::ServerShard(std::string job_id, int server_rank, int num_servers,
-                         int num_workers)
+                         int num_workers, int64_t block_floats)
     : job_id_(std::move(job_id)),
       server_rank_(server_rank),
       num_servers_(num_servers),
       num_workers_(num_workers),
+      block_floats_(std::max<int64_t>(block_floats, 1)),
       name_(absl::StrCat("server ", server_rank)),
       registered_(new std::atomic<bool>[num_workers]),
       shut_down_(num_workers, false) {
@@ -83,8 +93,8 @@ ServerShard::~ServerShard() = default;
 
 std::string ServerShard::Context(const ps::Header& header,
                                  const char* what) const {
-  std::string out = absl::StrCat(name_, ": ", what, " from worker ",
-                                 header.rank());
+  std::string out =
+      absl::StrCat(name_, ": ", what, " from worker ", header.rank());
   if (header.step() >= 0) absl::StrAppend(&out, ", step ", header.step());
   if (header.key() >= 0) absl::StrAppend(&out, ", key ", header.key());
   return out;
@@ -98,9 +108,9 @@ absl::Status ServerShard::CheckHeader(const ps::Header& header,
                      "' is not this server's job '", job_id_, "'"));
   }
   if (header.rank() < 0 || header.rank() >= num_workers_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Context(header, what), ": unknown worker rank ",
-                     header.rank(), "; the job has ", num_workers_, " workers"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        Context(header, what), ": unknown worker rank ", header.rank(),
+        "; the job has ", num_workers_, " workers"));
   }
   return absl::OkStatus();
 }
@@ -114,8 +124,8 @@ absl::StatusOr<ServerShard::KeyState*> ServerShard::FindKey(
   auto it = key_index_.find(key);
   if (it == key_index_.end()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(Context(header, what), ": unknown key ", key, "; ",
-                     name_, " holds ", keys_.size(), " keys"));
+        absl::StrCat(Context(header, what), ": unknown key ", key, "; ", name_,
+                     " holds ", keys_.size(), " keys"));
   }
   return it->second;
 }
@@ -180,11 +190,16 @@ absl::Status ServerShard::Register(const ps::RegisterConfig& config) {
       state->sums[0].assign(spec.numel(), 0.0f);
       if (server_mode) {
         state->params.assign(spec.numel(), 0.0f);
-        auto optimizer = CreateOptimizer(options);
-        if (!optimizer.ok()) return Annotate(optimizer.status(), context);
-        state->optimizer = std::move(*optimizer);
-        RETURN_IF_ERROR(Annotate(state->optimizer->Bind(*device, spec.numel()),
-                                 absl::StrCat(context, ", key ", spec.key())));
+        for (int64_t begin = 0; begin < spec.numel(); begin += block_floats_) {
+          auto optimizer = CreateOptimizer(options);
+          if (!optimizer.ok()) return Annotate(optimizer.status(), context);
+          RETURN_IF_ERROR(Annotate(
+              (*optimizer)
+                  ->Bind(*device,
+                         std::min(block_floats_, spec.numel() - begin)),
+              absl::StrCat(context, ", key ", spec.key())));
+          state->optimizers.push_back(std::move(*optimizer));
+        }
       } else {
         state->sums[1].assign(spec.numel(), 0.0f);
       }
@@ -202,8 +217,8 @@ absl::Status ServerShard::Register(const ps::RegisterConfig& config) {
     if (config.update_mode() != config_.update_mode()) {
       return absl::InvalidArgumentError(absl::StrCat(
           context, ": --ps_update=", UpdateModeName(config.update_mode()),
-          " but worker ", config_.header().rank(), " registered --ps_update=",
-          UpdateModeName(config_.update_mode())));
+          " but worker ", config_.header().rank(),
+          " registered --ps_update=", UpdateModeName(config_.update_mode())));
     }
     if (mode_ == ps::UPDATE_SERVER &&
         !SameOptimizer(config.optimizer(), config_.optimizer())) {
@@ -244,9 +259,10 @@ absl::Status ServerShard::InitParams(const ps::KeyPart& part) {
   ASSIGN_OR_RETURN(KeyState * key,
                    FindKey(header, header.key(), "initial parameters"));
   if (mode_ != ps::UPDATE_SERVER || header.rank() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        context, ": only worker 0 sends initial parameters, and only with "
-                 "--ps_update=server"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(context,
+                     ": only worker 0 sends initial parameters, and only with "
+                     "--ps_update=server"));
   }
   if (part.data().size() % 4 != 0 || part.data().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -254,8 +270,7 @@ absl::Status ServerShard::InitParams(const ps::KeyPart& part) {
   }
   const int64_t n = static_cast<int64_t>(part.data().size() / 4);
   absl::MutexLock lock(&key->mu);
-  if (part.offset() != key->params_received ||
-      part.offset() + n > key->numel) {
+  if (part.offset() != key->params_received || part.offset() + n > key->numel) {
     return absl::InvalidArgumentError(absl::StrCat(
         context, ": part [", part.offset(), ", ", part.offset() + n,
         ") does not continue the ", key->params_received, " of ", key->numel,
@@ -272,9 +287,9 @@ absl::Status ServerShard::CheckParamsComplete() const {
   for (const auto& key : keys_) {
     absl::MutexLock lock(&key->mu);
     if (key->params_received != key->numel) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          name_, ": worker 0 sent ", key->params_received, " of ", key->numel,
-          " initial parameters of key ", key->id));
+      return absl::FailedPreconditionError(
+          absl::StrCat(name_, ": worker 0 sent ", key->params_received, " of ",
+                       key->numel, " initial parameters of key ", key->id));
     }
   }
   return absl::OkStatus();
@@ -290,10 +305,10 @@ absl::Status ServerShard::Push(const ps::KeyPart& part) {
   }
   ASSIGN_OR_RETURN(KeyState * key, FindKey(header, header.key(), "push"));
   if (part.key_numel() != key->numel) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Context(header, "push"), ": the worker's key has ", part.key_numel(),
-        " floats but this server's has ", key->numel,
-        " (a different model or --ps_chunk_kb?)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Context(header, "push"), ": the worker's key has ",
+                     part.key_numel(), " floats but this server's has ",
+                     key->numel, " (a different model or --ps_chunk_kb?)"));
   }
   if (part.data().size() % 4 != 0 || part.data().empty()) {
     return absl::InvalidArgumentError(
@@ -312,17 +327,16 @@ absl::Status ServerShard::Push(const ps::KeyPart& part) {
           " and takes pushes for step ", key->completed + 1));
     }
     if (header.step() > key->completed + 1) {
-      return absl::OutOfRangeError(absl::StrCat(
-          Context(header, "push"), ": step ", header.step(),
-          " is too far ahead; this key takes pushes for step ",
-          key->completed + 1, " (BSP)"));
+      return absl::OutOfRangeError(
+          absl::StrCat(Context(header, "push"), ": step ", header.step(),
+                       " is too far ahead; this key takes pushes for step ",
+                       key->completed + 1, " (BSP)"));
     }
     const int64_t received = key->received[rank];
     if (received == key->numel) {
-      return absl::AlreadyExistsError(
-          absl::StrCat(Context(header, "push"), ": worker ", rank,
-                       " already pushed all ", key->numel,
-                       " floats of this key for step ", header.step()));
+      return absl::AlreadyExistsError(absl::StrCat(
+          Context(header, "push"), ": worker ", rank, " already pushed all ",
+          key->numel, " floats of this key for step ", header.step()));
     }
     if (part.offset() != received || part.offset() + n > key->numel) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -331,58 +345,89 @@ absl::Status ServerShard::Push(const ps::KeyPart& part) {
           "-float key does not continue the ", received,
           " floats received (parts come in order and fill the key)"));
     }
-    const bool finishes = part.offset() + n == key->numel;
-    if (mode_ == ps::UPDATE_SERVER && finishes &&
-        key->workers_done == num_workers_ - 1 &&
-        key->params_received != key->numel) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          Context(header, "push"), ": worker 0 has not sent this key's "
-          "initial parameters, so the optimizer cannot run"));
+    // After this part, every worker has pushed [0, pushed).
+    int64_t pushed = received + n;
+    for (int r = 0; r < num_workers_; ++r) {
+      if (r != rank) pushed = std::min(pushed, key->received[r]);
+    }
+    if (mode_ == ps::UPDATE_SERVER && key->params_received != key->numel &&
+        (pushed == key->numel ||
+         pushed / block_floats_ * block_floats_ > key->final_floats)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Context(header, "push"),
+                       ": worker 0 has not sent this key's "
+                       "initial parameters, so the optimizer cannot run"));
     }
     const absl::Time start = absl::Now();
     const int slot =
         mode_ == ps::UPDATE_SERVER ? 0 : static_cast<int>(header.step() % 2);
-    AddFloats(key->sums[slot].data() + part.offset(), part.data().data(), n);
+    float* sums = key->sums[slot].data();
+    // [begin, end) = [begin, first) already written by someone (add) +
+    // [first, end) reached first by this worker (copy).
+    const int64_t begin = part.offset();
+    const int64_t end = begin + n;
+    const int64_t first = std::clamp(key->written, begin, end);
+    const char* data = part.data().data();
+    AddFloats(sums + begin, data, first - begin);
+    std::memcpy(sums + first, data + (first - begin) * 4,
+                static_cast<size_t>(end - first) * 4);
+    key->written = std::max(key->written, end);
     sum_ns_ += NanosSince(start);
     key->received[rank] += n;
-    if (finishes && ++key->workers_done == num_workers_) {
-      CompleteStep(*key);
-      ready.swap(key->waiters);
+    if (Finalize(*key, pushed)) {
+      // Waiters stay registered until the key's step completes.
+      if (key->completed == header.step()) {
+        ready.swap(key->waiters);
+      } else {
+        ready = key->waiters;
+      }
     }
   }
   bytes_in_ += static_cast<int64_t>(part.data().size());
   ++pushes_;
   for (const auto& weak : ready) {
-    if (auto waiter = weak.lock()) waiter->KeyReady(key->id);
+    if (auto waiter = weak.lock()) waiter->KeyProgress(key->id);
   }
   return absl::OkStatus();
 }
 
-void ServerShard::CompleteStep(KeyState& key) {
+bool ServerShard::Finalize(KeyState& key, int64_t pushed) {
+  const int64_t end =
+      pushed == key.numel ? key.numel : pushed / block_floats_ * block_floats_;
+  if (end <= key.final_floats) return false;
   const absl::Time start = absl::Now();
   const int64_t step = key.completed + 1;
   // sum / N in float, the arithmetic of the ring and of the local reference,
   // so results agree to float rounding of the sums.
   const float n = static_cast<float>(num_workers_);
-  if (mode_ == ps::UPDATE_SERVER) {
-    float* grads = key.sums[0].data();
-    for (int64_t i = 0; i < key.numel; ++i) grads[i] = grads[i] / n;
-    key.optimizer->Step(key.params.data(), grads, lr_);
-    std::fill(key.sums[0].begin(), key.sums[0].end(), 0.0f);
-  } else {
-    float* sums = key.sums[step % 2].data();
-    for (int64_t i = 0; i < key.numel; ++i) sums[i] = sums[i] / n;
-    // The other buffer holds step - 1's result, which every worker has
-    // pulled: each of them pushed `step`, which it does only after its pull
-    // of step - 1 finished. It becomes the sum of step + 1.
-    std::vector<float>& next = key.sums[(step + 1) % 2];
-    std::fill(next.begin(), next.end(), 0.0f);
+  for (int64_t begin = key.final_floats; begin < end; begin += block_floats_) {
+    const int64_t count = std::min(block_floats_, key.numel - begin);
+    if (mode_ == ps::UPDATE_SERVER) {
+      float* grads = key.sums[0].data() + begin;
+      for (int64_t i = 0; i < count; ++i) grads[i] = grads[i] / n;
+      key.optimizers[begin / block_floats_]->Step(key.params.data() + begin,
+                                                  grads, lr_);
+    } else {
+      float* sums = key.sums[step % 2].data() + begin;
+      for (int64_t i = 0; i < count; ++i) sums[i] = sums[i] / n;
+    }
+    ++blocks_;
   }
-  key.completed = step;
-  std::fill(key.received.begin(), key.received.end(), 0);
-  key.workers_done = 0;
-  ++completions_;
+  key.final_floats = end;
+  if (end == key.numel) {
+    // Step + 1 sums into the other buffer (worker mode), which holds step -
+    // 1's result: every worker has pulled it, since each pushed `step` and
+    // does so only after its pull of step - 1 finished. In server mode the
+    // one sum buffer is free again likewise. Either way its old contents are
+    // overwritten by step + 1's first arrivals (written = 0).
+    key.completed = step;
+    key.final_floats = 0;
+    key.written = 0;
+    std::fill(key.received.begin(), key.received.end(), 0);
+    ++completions_;
+  }
   update_ns_ += NanosSince(start);
+  return true;
 }
 
 absl::Status ServerShard::Pull(const ps::PullRequest& request,
@@ -391,9 +436,9 @@ absl::Status ServerShard::Pull(const ps::PullRequest& request,
   RETURN_IF_ERROR(CheckHeader(header, "pull"));
   const std::string context = Context(header, "pull");
   if (!registered_[header.rank()].load()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        context, ": worker ", header.rank(), " has not registered with ",
-        name_));
+    return absl::FailedPreconditionError(
+        absl::StrCat(context, ": worker ", header.rank(),
+                     " has not registered with ", name_));
   }
   if (request.keys().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(context, ": names no keys"));
@@ -409,9 +454,9 @@ absl::Status ServerShard::Pull(const ps::PullRequest& request,
     }
     absl::MutexLock lock(&key->mu);
     if (step < key->completed) {
-      return absl::OutOfRangeError(absl::StrCat(
-          context, ": step ", step, " is in the past for key ", id,
-          ", which completed step ", key->completed));
+      return absl::OutOfRangeError(
+          absl::StrCat(context, ": step ", step, " is in the past for key ", id,
+                       ", which completed step ", key->completed));
     }
     if (step > key->completed + 1) {
       return absl::OutOfRangeError(absl::StrCat(
@@ -429,10 +474,11 @@ absl::Status ServerShard::Pull(const ps::PullRequest& request,
       ready.push_back(key->id);
     } else {
       key->waiters.push_back(waiter);
+      if (key->final_floats > 0) ready.push_back(key->id);
     }
   }
   ++pulls_;
-  for (int64_t id : ready) waiter->KeyReady(id);
+  for (int64_t id : ready) waiter->KeyProgress(id);
   return absl::OkStatus();
 }
 
@@ -446,21 +492,35 @@ absl::Status ServerShard::ReadResult(int64_t key_id, int64_t step,
   }
   KeyState& key = *it->second;
   absl::MutexLock lock(&key.mu);
-  if (key.completed != step) {
+  const int64_t available = key.completed == step       ? key.numel
+                            : key.completed + 1 == step ? key.final_floats
+                                                        : -1;
+  if (offset < 0 || offset >= available) {
     return absl::FailedPreconditionError(absl::StrCat(
-        name_, ": result of key ", key_id, " for step ", step,
-        " is not available; the key's last completed step is ", key.completed));
+        name_, ": result of key ", key_id, " for step ", step, " from float ",
+        offset, " is not available; the key's last completed step is ",
+        key.completed, " and ", key.final_floats,
+        " floats of the next are final"));
   }
-  const int64_t n = std::min(max_floats, key.numel - offset);
-  const float* source = mode_ == ps::UPDATE_SERVER
-                            ? key.params.data()
-                            : key.sums[step % 2].data();
+  const int64_t n = std::min(max_floats, available - offset);
+  const float* source = mode_ == ps::UPDATE_SERVER ? key.params.data()
+                                                   : key.sums[step % 2].data();
   part->set_key_numel(key.numel);
   part->set_offset(offset);
-  part->mutable_data()->assign(
-      reinterpret_cast<const char*>(source + offset),
-      static_cast<size_t>(n) * sizeof(float));
+  part->mutable_data()->assign(reinterpret_cast<const char*>(source + offset),
+                               static_cast<size_t>(n) * sizeof(float));
   return absl::OkStatus();
+}
+
+int64_t ServerShard::FinalFloats(int64_t key_id, int64_t step) const {
+  if (!configured_.load(std::memory_order_acquire)) return -1;
+  auto it = key_index_.find(key_id);
+  if (it == key_index_.end()) return -1;
+  const KeyState& key = *it->second;
+  absl::MutexLock lock(&key.mu);
+  if (key.completed == step) return key.numel;
+  if (key.completed + 1 == step) return key.final_floats;
+  return key.completed > step ? -1 : 0;
 }
 
 int64_t ServerShard::KeyNumel(int64_t key) const {
@@ -470,7 +530,7 @@ int64_t ServerShard::KeyNumel(int64_t key) const {
 }
 
 std::vector<int> ServerShard::MissingWorkers(int64_t key_id,
-                                            int64_t step) const {
+                                             int64_t step) const {
   std::vector<int> missing;
   if (!configured_.load(std::memory_order_acquire)) return missing;
   auto it = key_index_.find(key_id);
@@ -514,19 +574,19 @@ std::string ServerShard::SummaryJson() const {
     mode = UpdateModeName(mode_);
     for (const auto& key : keys_) {
       absl::MutexLock lock(&key->mu);
-      steps = steps < 0 ? key->completed + 1
-                        : std::min(steps, key->completed + 1);
+      steps =
+          steps < 0 ? key->completed + 1 : std::min(steps, key->completed + 1);
       bytes += key->numel * 4;
     }
   }
   return absl::StrFormat(
       "{\"server\": %d, \"job_id\": \"%s\", \"update\": \"%s\", \"keys\": %d, "
       "\"key_bytes\": %d, \"steps\": %d, \"key_steps\": %d, \"bytes_in\": %d, "
-      "\"bytes_out\": %d, \"parts_in\": %d, \"pulls\": %d, \"sum_ms\": %.3f, "
-      "\"update_ms\": %.3f}",
-      server_rank_, job_id_, mode, num_keys, bytes,
-      std::max<int64_t>(steps, 0), completions_.load(), bytes_in_.load(),
-      bytes_out_.load(), pushes_.load(), pulls_.load(), sum_ns_.load() / 1e6,
+      "\"bytes_out\": %d, \"parts_in\": %d, \"pulls\": %d, \"blocks\": %d, "
+      "\"sum_ms\": %.3f, \"update_ms\": %.3f}",
+      server_rank_, job_id_, mode, num_keys, bytes, std::max<int64_t>(steps, 0),
+      completions_.load(), bytes_in_.load(), bytes_out_.load(), pushes_.load(),
+      pulls_.load(), blocks_.load(), sum_ns_.load() / 1e6,
       update_ns_.load() / 1e6);
 }
 

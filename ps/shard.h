@@ -4,6 +4,14 @@
 // check on what workers send. No gRPC here: ps/server.cc feeds it messages
 // and delivers its results, as ps-lite's KVServer hands requests to a handler.
 //
+// Pipelining inside a key. Each worker sends a key's floats in order, so the
+// first min_r(received_r) floats of a key have been pushed by everyone and
+// their result is final. Keys are therefore finalised block by block (blocks
+// of `block_floats`, the server's message size): a block is averaged (or
+// stepped by the optimizer) as soon as the slowest worker has pushed past it,
+// and pulls stream it back while the rest of the key is still arriving, so a
+// 4 MiB key does not wait for its last byte before its first byte returns.
+//
 // Memory does not grow with the number of steps. Under BSP a worker pushes
 // step t+1 only after it has pulled all of step t, so a key only ever holds
 // two steps: the sum of the step being pushed (completed + 1) and the result
@@ -30,19 +38,21 @@
 
 namespace gradsync {
 
-// Told when a key's result for the step it waits on is ready.
+// Told when more of a key's result for the step it waits on is final.
 class KeyWaiter {
  public:
   virtual ~KeyWaiter() = default;
-  // Runs on the thread that completed the key (or in Pull when the key was
-  // ready already), holding no shard lock. Must not block.
-  virtual void KeyReady(int64_t key) = 0;
+  // Runs on the thread that finalised a block of the key (or in Pull when
+  // some was final already), holding no shard lock. Must not block. Ask
+  // FinalFloats how much is there.
+  virtual void KeyProgress(int64_t key) = 0;
 };
 
 class ServerShard {
  public:
+  // `block_floats`: the unit in which keys are finalised (see above).
   ServerShard(std::string job_id, int server_rank, int num_servers,
-              int num_workers);
+              int num_workers, int64_t block_floats);
   ~ServerShard();
   ServerShard(const ServerShard&) = delete;
   ServerShard& operator=(const ServerShard&) = delete;
@@ -64,14 +74,19 @@ class ServerShard {
   // fails any check changes nothing.
   absl::Status Push(const ps::KeyPart& part);
 
-  // Checks a pull and arranges for waiter->KeyReady(key) once each key's
-  // result for request.header().step() is ready (at once for keys that are).
-  // On error nothing is registered.
+  // Checks a pull and arranges for waiter->KeyProgress(key) whenever more of
+  // each key's result for request.header().step() becomes final (at once for
+  // keys with some final already), until the key's step completes. On error
+  // nothing is registered.
   absl::Status Pull(const ps::PullRequest& request,
                     const std::shared_ptr<KeyWaiter>& waiter);
-  // Copies up to `max_floats` of `key`'s result for `step` from `offset` into
-  // `part` (its data and offset; the caller fills the header). Fails if the
-  // result of `step` is not (or no longer) available.
+  // How many leading floats of `key`'s result for `step` are final: all of
+  // them once the step completed, fewer while it is being pushed; -1 if that
+  // result is gone (a later step completed) or the key is unknown.
+  int64_t FinalFloats(int64_t key, int64_t step) const;
+  // Copies up to `max_floats` final floats of `key`'s result for `step` from
+  // `offset` into `part` (its data and offset; the caller fills the header).
+  // Fails unless at least one float from `offset` on is final.
   absl::Status ReadResult(int64_t key, int64_t step, int64_t offset,
                           int64_t max_floats, ps::KeyPart* part);
   // The key's size in floats (0 for an unknown key).
@@ -96,9 +111,12 @@ class ServerShard {
   absl::Status CheckHeader(const ps::Header& header, const char* what) const;
   absl::StatusOr<KeyState*> FindKey(const ps::Header& header, int64_t key,
                                     const char* what) const;
-  // Called with key.mu held when the last worker's push of the current step
-  // has been summed: average, optimizer, recycle the other buffer.
-  void CompleteStep(KeyState& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(key.mu);
+  // Called with key.mu held once every worker has pushed [0, pushed) of the
+  // current step: finalises the whole blocks below `pushed` (all of the key
+  // when pushed == numel) not finalised yet, and completes the step when the
+  // key is done. Returns whether anything new became final.
+  bool Finalize(KeyState& key, int64_t pushed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(key.mu);
   // "server 0: push from worker 2, step 5, key 3: ".
   std::string Context(const ps::Header& header, const char* what) const;
 
@@ -106,6 +124,7 @@ class ServerShard {
   const int server_rank_;
   const int num_servers_;
   const int num_workers_;
+  const int64_t block_floats_;
   const std::string name_;
 
   mutable absl::Mutex config_mu_;
@@ -127,6 +146,7 @@ class ServerShard {
   std::atomic<int64_t> pushes_{0};       // parts summed
   std::atomic<int64_t> pulls_{0};        // pull requests accepted
   std::atomic<int64_t> completions_{0};  // (key, step) pairs completed
+  std::atomic<int64_t> blocks_{0};       // blocks finalised
   std::atomic<int64_t> sum_ns_{0};       // time spent summing
   std::atomic<int64_t> update_ns_{0};    // averaging and optimizer
 };

@@ -16,6 +16,8 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr char kJob[] = "shard-test";
+// Blocks larger than any key: a key's result is final all at once.
+constexpr int64_t kWholeKeys = 1 << 20;
 
 ps::Header MakeHeader(int rank, int64_t step, int64_t key,
                       const std::string& job = kJob) {
@@ -67,7 +69,7 @@ std::vector<float> Read(ServerShard& shard, int64_t key, int64_t step) {
 
 class RecordingWaiter : public KeyWaiter {
  public:
-  void KeyReady(int64_t key) override {
+  void KeyProgress(int64_t key) override {
     absl::MutexLock lock(&mu_);
     ready_.push_back(key);
   }
@@ -89,7 +91,7 @@ ps::PullRequest MakePull(int rank, int64_t step, std::vector<int64_t> keys) {
 }
 
 TEST(ServerShardTest, PullIsAnsweredOnceEveryWorkerPushed) {
-  ServerShard shard(kJob, 0, 1, 3);
+  ServerShard shard(kJob, 0, 1, 3, kWholeKeys);
   for (int r = 0; r < 3; ++r) {
     ASSERT_TRUE(shard.Register(MakeConfig(r, 3, {{4, 3}, {9, 2}})).ok());
   }
@@ -121,7 +123,7 @@ TEST(ServerShardTest, PullIsAnsweredOnceEveryWorkerPushed) {
 // Two buffers alternate by step parity: many steps in a row stay exact, and
 // the result of step t is readable while step t + 1 accumulates.
 TEST(ServerShardTest, ManyStepsReuseTwoBuffers) {
-  ServerShard shard(kJob, 0, 1, 2);
+  ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
   ASSERT_TRUE(shard.Register(MakeConfig(0, 2, {{0, 2}})).ok());
   ASSERT_TRUE(shard.Register(MakeConfig(1, 2, {{0, 2}})).ok());
   for (int step = 0; step < 50; ++step) {
@@ -144,7 +146,7 @@ TEST(ServerShardTest, ManyStepsReuseTwoBuffers) {
 // Every refused push leaves sums, steps and counters as they were: after all
 // of them, the legitimate pushes still produce exactly the average.
 TEST(ServerShardTest, BadPushesAreRefusedAndChangeNothing) {
-  ServerShard shard(kJob, 0, 1, 2);
+  ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
   ASSERT_TRUE(shard.Register(MakeConfig(0, 2, {{0, 4}, {1, 2}})).ok());
   ASSERT_TRUE(shard.Register(MakeConfig(1, 2, {{0, 4}, {1, 2}})).ok());
   ASSERT_TRUE(shard.Push(MakePart(0, 0, 0, 4, 0, {1, 2, 3, 4})).ok());
@@ -205,7 +207,7 @@ TEST(ServerShardTest, BadPushesAreRefusedAndChangeNothing) {
 }
 
 TEST(ServerShardTest, BadPullsRegisterNothing) {
-  ServerShard shard(kJob, 0, 1, 2);
+  ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
   ASSERT_TRUE(shard.Register(MakeConfig(0, 2, {{0, 1}, {1, 1}})).ok());
   ASSERT_TRUE(shard.Register(MakeConfig(1, 2, {{0, 1}, {1, 1}})).ok());
   auto waiter = std::make_shared<RecordingWaiter>();
@@ -218,10 +220,13 @@ TEST(ServerShardTest, BadPullsRegisterNothing) {
   wrong_job.mutable_header()->set_job_id("nope");
   const std::vector<Case> cases = {
       {MakePull(0, 1, {0, 1}), absl::StatusCode::kOutOfRange, "too far ahead"},
-      {MakePull(0, 0, {0, 5}), absl::StatusCode::kInvalidArgument, "unknown key 5"},
-      {MakePull(0, 0, {1, 1}), absl::StatusCode::kInvalidArgument, "requested twice"},
+      {MakePull(0, 0, {0, 5}), absl::StatusCode::kInvalidArgument,
+       "unknown key 5"},
+      {MakePull(0, 0, {1, 1}), absl::StatusCode::kInvalidArgument,
+       "requested twice"},
       {MakePull(0, 0, {}), absl::StatusCode::kInvalidArgument, "names no keys"},
-      {MakePull(3, 0, {0}), absl::StatusCode::kInvalidArgument, "unknown worker rank 3"},
+      {MakePull(3, 0, {0}), absl::StatusCode::kInvalidArgument,
+       "unknown worker rank 3"},
       {wrong_job, absl::StatusCode::kFailedPrecondition, "job id 'nope'"},
   };
   for (const Case& c : cases) {
@@ -244,7 +249,7 @@ TEST(ServerShardTest, BadPullsRegisterNothing) {
 }
 
 TEST(ServerShardTest, RegistrationsMustAgree) {
-  ServerShard shard(kJob, 0, 1, 3);
+  ServerShard shard(kJob, 0, 1, 3, kWholeKeys);
   ASSERT_TRUE(shard.Register(MakeConfig(0, 3, {{0, 4}, {1, 2}})).ok());
   absl::Status table = shard.Register(MakeConfig(1, 3, {{0, 4}, {1, 3}}));
   EXPECT_EQ(table.code(), absl::StatusCode::kInvalidArgument);
@@ -258,12 +263,13 @@ TEST(ServerShardTest, RegistrationsMustAgree) {
             absl::StatusCode::kAlreadyExists);
   // A worker that never registered cannot push.
   absl::Status unregistered = shard.Push(MakePart(2, 0, 0, 4, 0, {1, 2, 3, 4}));
-  EXPECT_THAT(std::string(unregistered.message()), HasSubstr("has not registered"));
+  EXPECT_THAT(std::string(unregistered.message()),
+              HasSubstr("has not registered"));
   EXPECT_TRUE(shard.Register(MakeConfig(1, 3, {{0, 4}, {1, 2}})).ok());
 }
 
 TEST(ServerShardTest, ShutdownCountsEveryWorker) {
-  ServerShard shard(kJob, 0, 1, 2);
+  ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
   ps::ShutdownRequest request;
   *request.mutable_header() = MakeHeader(1, 3, -1);
   auto first = shard.Shutdown(request);
@@ -278,10 +284,11 @@ TEST(ServerShardTest, ShutdownCountsEveryWorker) {
 
 // The server-side optimizer runs core's optimizer on sum / N, so it is the
 // very arithmetic a worker would run on the averaged gradient: bit for bit.
-void CheckServerOptimizerMatchesCore(const OptimizerOptions& options) {
+void CheckServerOptimizerMatchesCore(const OptimizerOptions& options,
+                                     int64_t block_floats) {
   constexpr int kWorkers = 4;
   constexpr int64_t kNumel = 37;
-  ServerShard shard(kJob, 0, 1, kWorkers);
+  ServerShard shard(kJob, 0, 1, kWorkers, block_floats);
   ps::RegisterConfig config =
       MakeConfig(0, kWorkers, {{0, kNumel}}, ps::UPDATE_SERVER);
   ps::OptimizerConfig* o = config.mutable_optimizer();
@@ -317,7 +324,11 @@ void CheckServerOptimizerMatchesCore(const OptimizerOptions& options) {
         grads[i] = 0.37f * (r + 1) - 0.011f * i + 0.5f * step;
         sum[i] += grads[i];
       }
-      ASSERT_TRUE(shard.Push(MakePart(r, step, 0, kNumel, 0, grads)).ok());
+      // In two parts, so blocks are finalised while the key is incomplete.
+      const std::vector<float> head(grads.begin(), grads.begin() + 20);
+      const std::vector<float> tail(grads.begin() + 20, grads.end());
+      ASSERT_TRUE(shard.Push(MakePart(r, step, 0, kNumel, 0, head)).ok());
+      ASSERT_TRUE(shard.Push(MakePart(r, step, 0, kNumel, 20, tail)).ok());
     }
     std::vector<float> average(kNumel);
     for (int64_t i = 0; i < kNumel; ++i) average[i] = sum[i] / kWorkers;
@@ -332,7 +343,8 @@ TEST(ServerShardTest, ServerSgdIsCoreSgd) {
   options.lr = 0.1f;
   options.momentum = 0.9f;
   options.weight_decay = 0.01f;
-  CheckServerOptimizerMatchesCore(options);
+  CheckServerOptimizerMatchesCore(options, kWholeKeys);
+  CheckServerOptimizerMatchesCore(options, 8);
 }
 
 TEST(ServerShardTest, ServerAdamIsCoreAdam) {
@@ -340,7 +352,35 @@ TEST(ServerShardTest, ServerAdamIsCoreAdam) {
   options.kind = "adam";
   options.lr = 0.01f;
   options.weight_decay = 0.001f;
-  CheckServerOptimizerMatchesCore(options);
+  CheckServerOptimizerMatchesCore(options, kWholeKeys);
+  CheckServerOptimizerMatchesCore(options, 8);
+}
+
+// With blocks of 2 floats, the first blocks of a key are final (and pulled)
+// as soon as the slowest worker has pushed past them.
+TEST(ServerShardTest, BlocksBecomeFinalBeforeTheKeyCompletes) {
+  ServerShard shard(kJob, 0, 1, 2, /*block_floats=*/2);
+  ASSERT_TRUE(shard.Register(MakeConfig(0, 2, {{0, 5}})).ok());
+  ASSERT_TRUE(shard.Register(MakeConfig(1, 2, {{0, 5}})).ok());
+  auto waiter = std::make_shared<RecordingWaiter>();
+  ASSERT_TRUE(shard.Pull(MakePull(0, 0, {0}), waiter).ok());
+  ASSERT_TRUE(shard.Push(MakePart(0, 0, 0, 5, 0, {2, 4, 6, 8, 10})).ok());
+  EXPECT_EQ(shard.FinalFloats(0, 0), 0);
+  ASSERT_TRUE(shard.Push(MakePart(1, 0, 0, 5, 0, {4, 6, 8})).ok());
+  // Both pushed 3 floats: the first block (2 floats) is final.
+  EXPECT_EQ(shard.FinalFloats(0, 0), 2);
+  EXPECT_EQ(waiter->ready(), std::vector<int64_t>{0});
+  EXPECT_EQ(Read(shard, 0, 0), (std::vector<float>{3, 5}));
+  ps::KeyPart part;
+  EXPECT_FALSE(shard.ReadResult(0, 0, 2, 10, &part).ok());
+  ASSERT_TRUE(shard.Push(MakePart(1, 0, 0, 5, 3, {10, 12})).ok());
+  EXPECT_EQ(shard.FinalFloats(0, 0), 5);
+  EXPECT_EQ(waiter->ready(), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(Read(shard, 0, 0), (std::vector<float>{3, 5, 7, 9, 11}));
+  // Step 1: nothing final yet, and step 0's result stays readable.
+  EXPECT_EQ(shard.FinalFloats(0, 1), 0);
+  ASSERT_TRUE(shard.Push(MakePart(0, 1, 0, 5, 0, {1, 1, 1, 1, 1})).ok());
+  EXPECT_EQ(Read(shard, 0, 0), (std::vector<float>{3, 5, 7, 9, 11}));
 }
 
 }  // namespace

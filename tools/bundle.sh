@@ -64,11 +64,16 @@ if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   echo "bundle.sh: /usr/local/cuda/bin/nvcc not found; the bundle is the CUDA build" >&2
   exit 1
 fi
+# Both configurations would otherwise build into bazel-out/k8-opt, where a
+# default build (someone else's, or CI's) replaces the CUDA binaries: a suffix
+# of their own keeps them apart, and --symlink_prefix=/ leaves the bazel-bin
+# link to whoever else is using it.
+BAZEL_CUDA=(--config=cuda --platform_suffix=cuda --symlink_prefix=/)
 if ((build)); then
-  echo "== bazel build --config=cuda ${TARGETS[*]}"
-  bazel build --color=no --curses=no --config=cuda "${TARGETS[@]}"
+  echo "== bazel build ${BAZEL_CUDA[*]} ${TARGETS[*]}"
+  bazel build --color=no --curses=no "${BAZEL_CUDA[@]}" "${TARGETS[@]}"
 fi
-bazel_bin=$(bazel info --config=cuda bazel-bin 2>/dev/null)
+bazel_bin=$(bazel info "${BAZEL_CUDA[@]}" bazel-bin 2>/dev/null)
 
 stage_root=$(mktemp -d)
 trap 'rm -rf "$stage_root"' EXIT
@@ -85,9 +90,10 @@ for target in "${TARGETS[@]}"; do
   chmod 755 "$stage/libexec/$program"
   # Bazel builds both configurations into the same output folder: make sure
   # nobody's default build replaced ours between the build and the copy.
-  if ! ldd "$stage/libexec/$program" | grep -q 'libcudart\.so'; then
-    echo "bundle.sh: $package/$program does not link libcudart: not a --config=cuda build" \
-         "(another bazel build ran in between?); run tools/bundle.sh again" >&2
+  # ldd on the original: a cc_test finds its own libraries (Bazel's _solib_k8
+  # folder, which may be what links CUDA) through a RUNPATH relative to it.
+  if ! ldd "$bazel_bin/$package/$program" | grep -q 'libcudart\.so'; then
+    echo "bundle.sh: $package/$program does not link libcudart: not a --config=cuda build" >&2
     [[ "$program" == mlp_benchmark ]] || exit 1
   fi
   programs+=("$program")
@@ -120,16 +126,14 @@ for program in "${programs[@]}"; do
       exit 1
     fi
     [[ -e "$stage/lib/$soname" ]] || cp -L "$path" "$stage/lib/$soname"
-  # ldd on the binary in bazel-bin: a cc_test's own libraries (Bazel's
-  # _solib_k8 folder) are found through a RUNPATH relative to it.
-  done < <(ldd "${built[$program]}")
+  done < <(ldd "${built[$program]}")  # the original, as above
 done
 chmod 644 "$stage"/lib/*
 printf '%s\n' "${!cuda_sonames[@]}" | sort > "$stage/libexec/cuda-sonames"
 
 # The newest glibc symbol version anything in the bundle asks for: the node's
 # glibc must be at least that.
-glibc_needed=$(objdump -T "$stage"/libexec/* "$stage"/lib/* 2>/dev/null |
+glibc_needed=$( (objdump -T "$stage"/libexec/* "$stage"/lib/* 2>/dev/null || true) |
                grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -1)
 echo "${glibc_needed:-2.17}" > "$stage/libexec/glibc-needed"
 echo "$commit_full" > "$stage/libexec/commit"

@@ -107,7 +107,8 @@ std::string SmokeTest(int gpu, int* missing) {
   auto random = [&generator](size_t count) {
     std::vector<float> values(count);
     for (float& v : values) {
-      v = static_cast<float>(static_cast<double>(generator() >> 11) * 0x1.0p-53 - 0.5);
+      v = static_cast<float>(
+          static_cast<double>(generator() >> 11) * 0x1.0p-53 - 0.5);
     }
     return values;
   };
@@ -147,16 +148,16 @@ std::string SmokeTest(int gpu, int* missing) {
   // float32 with different summation orders agrees to ~1e-5.
   const bool ok = worst < 1e-3;
   if (!ok) ++*missing;
-  return absl::StrCat(ok ? "ok" : "WRONG RESULTS", ": gemm ", m, "x", n, "x",
-                      k, " matches the CPU to ", absl::StrFormat("%.1e", worst));
+  return absl::StrCat(ok ? "ok" : "WRONG RESULTS", ": gemm ", m, "x", n, "x", k,
+                      " matches the CPU to ", absl::StrFormat("%.1e", worst));
 }
 
 int CudaSection() {
   int missing = 0;
-  printf("CUDA (built with --config=cuda, CUDA %s, NCCL %d.%d.%d, kernels for "
-         "sm_90)\n",
-         VersionText(CUDART_VERSION).c_str(), NCCL_MAJOR, NCCL_MINOR,
-         NCCL_PATCH);
+  printf(
+      "CUDA (built with --config=cuda, CUDA %s, NCCL %d.%d.%d, kernels for "
+      "sm_90)\n",
+      VersionText(CUDART_VERSION).c_str(), NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
   int runtime = 0;
   cudaRuntimeGetVersion(&runtime);
   Row("cuda runtime", VersionText(runtime));
@@ -164,8 +165,9 @@ int CudaSection() {
   cudaDriverGetVersion(&driver);  // 0 when no driver is installed
   const std::string module = KernelModuleVersion();
   if (driver == 0) {
-    Row("nvidia driver", "MISSING (no libcuda.so.1: install the NVIDIA driver; "
-                         "containers need the GPU runtime hook)");
+    Row("nvidia driver",
+        "MISSING (no libcuda.so.1: install the NVIDIA driver; "
+        "containers need the GPU runtime hook)");
     ++missing;
   } else {
     Row("nvidia driver",
@@ -181,13 +183,15 @@ int CudaSection() {
   int nccl = 0;
   if (ncclGetVersion(&nccl) == ncclSuccess) {
     // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
-    Row("nccl", absl::StrCat(nccl / 10000, ".", nccl / 100 % 100, ".", nccl % 100));
+    Row("nccl",
+        absl::StrCat(nccl / 10000, ".", nccl / 100 % 100, ".", nccl % 100));
   }
   int cublas_major = 0, cublas_minor = 0, cublas_patch = 0;
   cublasGetProperty(MAJOR_VERSION, &cublas_major);
   cublasGetProperty(MINOR_VERSION, &cublas_minor);
   cublasGetProperty(PATCH_LEVEL, &cublas_patch);
-  Row("cublas", absl::StrCat(cublas_major, ".", cublas_minor, ".", cublas_patch));
+  Row("cublas",
+      absl::StrCat(cublas_major, ".", cublas_minor, ".", cublas_patch));
 
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
@@ -213,12 +217,11 @@ int CudaSection() {
     const bool supported = properties.major >= 9;
     if (!supported) ++missing;
     Row(absl::StrCat("  cuda:", gpu),
-        absl::StrFormat("%s, %.1f GiB, compute capability %d.%d, %d SMs%s",
-                        properties.name,
-                        properties.totalGlobalMem / 1073741824.0,
-                        properties.major, properties.minor,
-                        properties.multiProcessorCount,
-                        supported ? "" : " — UNSUPPORTED: kernels need 9.0+"));
+        absl::StrFormat(
+            "%s, %.1f GiB, compute capability %d.%d, %d SMs%s", properties.name,
+            properties.totalGlobalMem / 1073741824.0, properties.major,
+            properties.minor, properties.multiProcessorCount,
+            supported ? "" : " — UNSUPPORTED: kernels need 9.0+"));
     if (supported) Row("", SmokeTest(gpu, &missing));
   }
 
@@ -228,7 +231,8 @@ int CudaSection() {
     const char* prefix;  // of the file name
   };
   for (const Library& library :
-       {Library{"cuda runtime", "libcudart.so"}, Library{"cublas", "libcublas.so"},
+       {Library{"cuda runtime", "libcudart.so"},
+        Library{"cublas", "libcublas.so"},
         Library{"cublasLt", "libcublasLt.so"}, Library{"nccl", "libnccl.so"},
         Library{"driver", "libcuda.so"}}) {
     const std::vector<std::string> paths = LoadedFrom(library.prefix);

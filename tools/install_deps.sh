@@ -12,7 +12,7 @@ PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libssl-dev
   libopenblas-dev nlohmann-json3-dev
   # data, plots, network emulation
-  dataset-fashion-mnist python3 python3-matplotlib iproute2
+  dataset-fashion-mnist python3 python3-matplotlib iproute2 iperf3
   # benchmark-only comparison anchor
   libgloo-dev
 )

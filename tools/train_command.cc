@@ -2,7 +2,9 @@
 // hosts the coordinator if it is worker 0 of a multi-process job, joins, and
 // runs the trainer under the strategy chosen by --sync.
 #include <cstdio>
+#include <cstdlib>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -14,6 +16,9 @@
 #include "core/status_macros.h"
 #include "core/trainer.h"
 #include "tools/commands.h"
+
+// Defined by `gradsync launch` (launch_command.cc), in this same binary.
+ABSL_DECLARE_FLAG(std::string, netem);
 
 namespace gradsync {
 namespace {
@@ -33,6 +38,9 @@ absl::Status Train() {
         "GRADSYNC_ROLE=server is set: start parameter servers with `gradsync server`");
   }
   SetLogTag(absl::StrCat("worker ", env.rank));
+  // The launcher ran us inside its emulated network; recording the link in
+  // --netem makes the run's manifest (every flag) say so.
+  if (const char* netem = std::getenv("GRADSYNC_NETEM")) absl::SetFlag(&FLAGS_netem, netem);
   ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptionsFromFlags());
   ASSIGN_OR_RETURN(DeviceOptions device_options,
                    DeviceOptionsFromFlags(env.local_rank, env.local_world_size));

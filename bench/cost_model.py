@@ -1,0 +1,318 @@
+#!/usr/bin/python3
+"""The α–β cost model of gradient synchronization, next to its derivation.
+
+A message of m bytes over one link takes α + m/B: α is the latency (software
+and wire), B the bandwidth. Links are full duplex: a node sends and receives
+at B at the same time. S is the gradient's size in bytes, N the number of
+workers, K the number of parameter servers.
+
+Ring all-reduce (reduce-scatter, then all-gather). The gradient is cut into
+N pieces of S/N. In each of the 2(N−1) rounds every rank sends one piece to
+its right neighbour and receives one from its left, all at once, so each
+round costs α + (S/N)/B on every link:
+
+    T_ring = 2(N−1)·α + 2(N−1)/N · S/B                       (1)
+
+The bandwidth term tends to 2·S/B whatever N is: the ring's selling point.
+
+Parameter server, K separate servers. Every worker pushes its whole gradient
+(S bytes out of its link) and pulls the whole average (S bytes in). Server k
+holds a share f_k of the keys (f_k = 1/K when balanced), so its link takes
+N·f_k·S in and sends N·f_k·S out. Push and pull use opposite directions of
+every link, and with many keys they pipeline (the pull of one key runs while
+the next is pushed), so a step costs the busier link's one-direction time,
+plus the tail of the last key (pulled after all N pushed it) and one round
+trip:
+
+    T_ps = max(S, N·f_max·S)/B + tail + 2α                    (2)
+    tail = max(c, N·f_max·c)/B,   c = the last key's size (≤ the chunk)
+
+With K = 1 the server's link carries N·S: T grows ∝ N. With K = N balanced
+servers the busiest link carries S each way: T ≈ S/B, half the ring's
+2(N−1)/N·S/B — the BytePS argument for spare server bandwidth.
+
+Parameter server colocated with the workers (K = N, server r inside worker
+r). A node's link now carries its own pushes to the N−1 other servers and
+its server's answers to the N−1 other workers' pulls, in the same direction:
+(N−1)/N·S + (N−1)/N·S out, and as much in:
+
+    T_colocated = 2(N−1)/N · S/B + 2α                         (3)
+
+the ring's bandwidth term with 2 latencies instead of 2(N−1).
+
+Buckets and overlap. Backward hands buckets off in reverse layer order;
+bucket b is ready after the compute spent on the layers it holds (the
+synthetic models spend time in proportion to bytes). Communication is one
+queue over the link: bucket b starts at max(its ready time, the end of the
+previous bucket) and takes T(size_b) by (1), (2) or (3). The exposed
+communication — what the trainer measures as time blocked in Finish — is
+the last bucket's end minus the end of compute.
+
+α and B are measured on the spot with `netem probe` (tools/link_probe.h):
+α is half a 1-byte round trip, B the slope of transfer time against size.
+
+Usage:
+  cost_model.py probe --link=1gbit              measure α and B (root)
+  cost_model.py compare SWEEP_DIR               measured points vs predictions
+  cost_model.py extrapolate [--alpha_us=25 --gbit=1 | --sweep=DIR] [--plot=x.png]
+"""
+import argparse
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+
+MIB = 1 << 20
+PS_CHUNK_BYTES = 4 * MIB  # --ps_chunk_kb's default: the key size
+
+# Parameter bytes of the synthetic models (core/synthetic_model.h).
+MODEL_BYTES = {
+    "resnet50": 25_557_032 * 4,
+    "bert-base": 109_482_240 * 4,
+    "vgg16": 138_357_544 * 4,
+}
+
+
+@dataclasses.dataclass
+class Link:
+    alpha_s: float        # one-way latency, seconds
+    bandwidth: float      # bytes per second, each direction
+
+    def describe(self):
+        return (f"α = {self.alpha_s * 1e6:.1f} us, "
+                f"B = {self.bandwidth / 1e9:.4f} GB/s ({self.bandwidth * 8 / 1e6:.0f} Mbit/s)")
+
+
+# --- Formulas (1), (2), (3) -------------------------------------------------
+
+def ring_time(n, size, link):
+    """(1): one ring all-reduce of `size` bytes among n ranks."""
+    if n == 1:
+        return 0.0
+    return 2 * (n - 1) * link.alpha_s + 2 * (n - 1) / n * size / link.bandwidth
+
+
+def ps_time(n, size, link, largest_share, last_key=None):
+    """(2): push and pull of `size` bytes through separate servers, the
+    busiest of which holds `largest_share` of the bytes."""
+    if last_key is None:
+        last_key = min(size, PS_CHUNK_BYTES)
+    busiest = max(size, n * largest_share * size)
+    tail = max(last_key, n * largest_share * last_key)
+    return (busiest + tail) / link.bandwidth + 2 * link.alpha_s
+
+
+def colocated_ps_time(n, size, link):
+    """(3): every worker also serves 1/n of the keys."""
+    if n == 1:
+        return 0.0
+    return 2 * (n - 1) / n * size / link.bandwidth + 2 * link.alpha_s
+
+
+def sync_time(strategy, n, k, size, link, largest_share=None):
+    """Time to synchronize `size` bytes with no overlap."""
+    if strategy == "local" or (n == 1 and strategy != "ps"):
+        return 0.0
+    if strategy == "ring":
+        return ring_time(n, size, link)
+    if strategy == "ps-colocated":
+        return colocated_ps_time(n, size, link)
+    if strategy == "ps":
+        return ps_time(n, size, link, largest_share or 1.0 / k)
+    raise ValueError(f"no cost model for strategy {strategy}")
+
+
+def exposed_communication(bucket_bytes, compute_s, bucket_time):
+    """Simulates the bucket queue: returns (communication end, exposed time)
+    with compute ending at `compute_s`. `bucket_bytes` in hand-off order."""
+    total = sum(bucket_bytes)
+    ready, link_free = 0.0, 0.0
+    for size in bucket_bytes:
+        ready += compute_s * size / total  # compute is proportional to bytes
+        link_free = max(ready, link_free) + bucket_time(size)
+    return link_free, max(0.0, link_free - compute_s)
+
+
+def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms):
+    """Predicted communication, exposed communication and step time (ms) of
+    one sweep point, given the N = 1 run's compute and step times."""
+    n, k, strategy = point["workers"], point["servers"], point["strategy"]
+    share = point.get("largest_server_share") or (1.0 / k if k else None)
+    if strategy == "ps":
+        # Each bucket's keys go to the servers in the partitioner's
+        # proportions; the last key of the step leaves the tail.
+        def bucket_time(size):
+            return ps_time(n, size, link, share, last_key=0)
+        comm = ps_time(n, sum(bucket_bytes), link, share,
+                       last_key=min(PS_CHUNK_BYTES, bucket_bytes[-1]))
+        tail = comm - ps_time(n, sum(bucket_bytes), link, share, last_key=0)
+    else:
+        def bucket_time(size):
+            return sync_time(strategy, n, k, size, link)
+        comm = sum(bucket_time(size) for size in bucket_bytes)
+        tail = 0.0
+    _, exposed = exposed_communication(bucket_bytes, base_compute_ms / 1000, bucket_time)
+    exposed += tail
+    return {
+        "predicted_comm_ms": 1000 * comm,
+        "predicted_exposed_ms": 1000 * exposed,
+        "predicted_step_ms": base_step_ms + 1000 * exposed,
+    }
+
+
+# --- Measuring α and B ----------------------------------------------------------
+
+def probe(link_spec, netem_binary="bazel-bin/tools/netem"):
+    """Runs `netem probe` and returns (Link, the probe's JSON)."""
+    result = subprocess.run([netem_binary, "probe", f"--link={link_spec}", "--json"],
+                            capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        sys.exit(f"cost_model: netem probe --link={link_spec} failed:\n{result.stderr}")
+    measured = json.loads(result.stdout.strip().splitlines()[-1])
+    return Link(measured["alpha_us"] / 1e6, measured["bandwidth_bytes_per_s"]), measured
+
+
+# --- Measured against predicted -------------------------------------------------
+
+def error_percent(measured, predicted):
+    if measured is None or predicted is None or measured <= 0:
+        return None
+    return 100.0 * (predicted - measured) / measured
+
+
+def print_comparison(points):
+    """Every measured point beside its prediction and the error."""
+    header = ("strategy", "N", "K", "model MB", "link", "measured step", "predicted",
+              "err %", "measured exposed", "predicted", "err %")
+    rows = []
+    for p in points:
+        if "predicted_step_ms" not in p:
+            continue
+        rows.append((p["strategy"], str(p["workers"]), str(p["servers"]),
+                     f"{p['model_bytes'] / 1e6:.1f}", p["link"],
+                     f"{p['step_ms']:.1f}", f"{p['predicted_step_ms']:.1f}",
+                     format_error(error_percent(p["step_ms"], p["predicted_step_ms"])),
+                     f"{p['exposed_ms']:.1f}", f"{p['predicted_exposed_ms']:.1f}",
+                     format_error(error_percent(p["exposed_ms"], p["predicted_exposed_ms"]))))
+    print_table(header, rows)
+
+
+def format_error(value):
+    return "-" if value is None else f"{value:+.0f}"
+
+
+def print_table(header, rows):
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    line = "  ".join(h.rjust(w) for h, w in zip(header, widths))
+    print(line)
+    print("-" * len(line))
+    for r in rows:
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+
+
+# --- Extrapolation to large N --------------------------------------------------
+
+EXTRAPOLATION_N = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+
+
+def extrapolate(link, model_bytes, bucket_mb=25):
+    """Predicted synchronization time (ms, no overlap) of each strategy for
+    every N in EXTRAPOLATION_N. Buckets matter only for the ring's latency
+    term: each bucket is its own all-reduce."""
+    buckets = max(1, math.ceil(model_bytes / (bucket_mb * MIB)))
+    rows = {}
+    for n in EXTRAPOLATION_N:
+        rows[n] = {
+            "ring": 1000 * (buckets * 2 * (n - 1) * link.alpha_s
+                            + 2 * (n - 1) / n * model_bytes / link.bandwidth),
+            "ps K=1": 1000 * sync_time("ps", n, 1, model_bytes, link),
+            "ps K=N/4": 1000 * sync_time("ps", n, max(1, n // 4), model_bytes, link),
+            "ps K=N": 1000 * sync_time("ps", n, n, model_bytes, link),
+            "ps colocated": 1000 * (buckets * 2 * link.alpha_s
+                                    + 2 * (n - 1) / n * model_bytes / link.bandwidth),
+        }
+    return rows
+
+
+def print_extrapolation(link, models):
+    print(f"Predicted time to synchronize one step's gradient (ms, no overlap); {link.describe()}")
+    for name, size in models.items():
+        rows = extrapolate(link, size)
+        strategies = list(next(iter(rows.values())).keys())
+        print(f"\n{name} ({size / 1e6:.1f} MB)")
+        print_table(("N",) + tuple(strategies),
+                    [(str(n),) + tuple(f"{rows[n][s]:.1f}" for s in strategies) for n in rows])
+
+
+def plot_extrapolation(link, models, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+    for ax, (name, size) in zip(axes[0], models.items()):
+        rows = extrapolate(link, size)
+        for strategy in next(iter(rows.values())):
+            ax.plot(list(rows), [rows[n][strategy] / 1000 for n in rows], marker=".",
+                    label=strategy)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("workers N")
+        ax.set_ylabel("s per step (communication)")
+        ax.set_title(f"{name}, {size / 1e6:.0f} MB")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"α–β prediction: {link.describe()}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
+# --- Command line ----------------------------------------------------------------
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("probe", help="measure α and B through an emulated link")
+    p.add_argument("--link", default="1gbit")
+    c = sub.add_parser("compare", help="a sweep's measured points vs the model")
+    c.add_argument("sweep_dir")
+    e = sub.add_parser("extrapolate", help="table and plot up to N = 1024")
+    e.add_argument("--alpha_us", type=float, help="latency; default: probe --link")
+    e.add_argument("--gbit", type=float, help="bandwidth in Gbit/s; default: probe --link")
+    e.add_argument("--link", default="1gbit", help="link to probe when α/B are not given")
+    e.add_argument("--sweep", help="take α and B from this sweep folder's probe")
+    e.add_argument("--model_mb", type=float, action="append",
+                   help="also a custom model of this many MB")
+    e.add_argument("--plot", help="write a PNG here")
+    args = parser.parse_args()
+
+    if args.command == "probe":
+        link, measured = probe(args.link)
+        print(json.dumps(measured, indent=1))
+        print(link.describe())
+    elif args.command == "compare":
+        with open(os.path.join(args.sweep_dir, "sweep.json")) as f:
+            sweep = json.load(f)
+        print_comparison(sweep["points"])
+    elif args.command == "extrapolate":
+        if args.alpha_us is not None and args.gbit is not None:
+            link = Link(args.alpha_us / 1e6, args.gbit * 1e9 / 8)
+        elif args.sweep:
+            with open(os.path.join(args.sweep, "sweep.json")) as f:
+                measured = next(iter(json.load(f)["links"].values()))
+            link = Link(measured["alpha_us"] / 1e6, measured["bandwidth_bytes_per_s"])
+        else:
+            link, _ = probe(args.link)
+        models = dict(MODEL_BYTES)
+        for mb in args.model_mb or []:
+            models[f"custom {mb:g} MB"] = mb * 1e6
+        print_extrapolation(link, models)
+        if args.plot:
+            plot_extrapolation(link, models, args.plot)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,369 @@
+#!/usr/bin/python3
+"""Scaling sweep: real gradsync jobs over strategy × N × K × model × link × bucket.
+
+Every point is a real job started with `gradsync launch` (on an emulated
+cluster network with --links=RATE[,LATENCY], which needs root, or on
+loopback), repeated --repeats times; the table reports medians and the spread
+(min–max) of the repeats. Each (model, link, bucket, compute) group also runs
+the single-worker reference (--sync=local, N = 1), from which scaling
+efficiency is computed: step time at N = 1 over step time at N (per-worker
+batch fixed, so 100% means perfect weak scaling).
+
+Beside each point stands the α–β prediction (bench/cost_model.py) from α and
+B measured through the same link just before the sweep.
+
+Writes <out>/points.csv (one row per point), <out>/sweep.json (the manifest —
+command line, git commit, versions, host, every flag of a run — the link
+probes, and every repeat's figures) and prints the table.
+
+Example (the headline experiment, tools/headline.sh):
+  /usr/bin/python3 bench/scaling.py --strategies=ring,ps --workers=2,4,8 \\
+      --servers=1,N --models=custom:100:32 --links=1gbit --repeats=3
+"""
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cost_model  # noqa: E402  (beside this file)
+
+GRADSYNC = "bazel-bin/tools/gradsync"
+NETEM = "bazel-bin/tools/netem"
+
+
+# --- What to run -------------------------------------------------------------------
+
+def parse_model(spec):
+    """'resnet50' | 'vgg16' | 'bert-base' | 'custom:MB[:TENSORS]' -> (label, bytes, flags)."""
+    if spec in cost_model.MODEL_BYTES:
+        return spec, cost_model.MODEL_BYTES[spec], [f"--model={spec}"]
+    parts = spec.split(":")
+    if parts[0] != "custom" or len(parts) not in (2, 3):
+        sys.exit(f"scaling: model '{spec}' is not resnet50, vgg16, bert-base or custom:MB[:TENSORS]")
+    params = int(float(parts[1]) * 1e6 / 4)
+    tensors = int(parts[2]) if len(parts) == 3 else 32
+    return (f"custom-{parts[1]}MB", params * 4,
+            ["--model=custom", f"--custom_params={params}", f"--custom_tensors={tensors}"])
+
+
+def enumerate_points(args):
+    """Every job of the sweep, N = 1 references first in each group."""
+    points = []
+    for model in args.models.split(","):
+        label, model_bytes, model_flags = parse_model(model)
+        for link in args.links.split(","):
+            for bucket_mb in [float(b) for b in args.bucket_mb.split(",")]:
+                for compute_ms in [float(c) for c in args.compute_ms.split(",")]:
+                    group = dict(model=label, model_bytes=model_bytes, model_flags=model_flags,
+                                 link=link, bucket_mb=bucket_mb, compute_ms=compute_ms)
+                    points.append(dict(group, strategy="local", workers=1, servers=0))
+                    for n in [int(w) for w in args.workers.split(",")]:
+                        for strategy in args.strategies.split(","):
+                            points.extend(strategy_points(group, strategy, n, args.servers))
+    return points
+
+
+def strategy_points(group, strategy, n, servers_spec):
+    if strategy == "ring":
+        return [dict(group, strategy="ring", workers=n, servers=0)] if n > 1 else []
+    if strategy == "ps-colocated":
+        return [dict(group, strategy="ps-colocated", workers=n, servers=n)]
+    if strategy == "ps":
+        ks = sorted({n if k == "N" else int(k) for k in servers_spec.split(",")})
+        return [dict(group, strategy="ps", workers=n, servers=k) for k in ks if k >= 1]
+    sys.exit(f"scaling: unknown strategy '{strategy}' (ring, ps, ps-colocated)")
+
+
+def memory_estimate_gb(point):
+    """Parameters, gradients and momentum per worker, plus the servers' sums
+    and the strategies' buffers: about 4 copies of the model per worker and
+    3 per server share."""
+    s = point["model_bytes"]
+    return (4 * s * point["workers"] + 3 * s * (1 if point["servers"] else 0)) / 1e9
+
+
+def label(point):
+    return (f"{point['model']}_{point['link'].replace(',', '-')}_b{point['bucket_mb']:g}"
+            f"_c{point['compute_ms']:g}_{point['strategy']}_n{point['workers']}_k{point['servers']}")
+
+
+# --- Running one job -----------------------------------------------------------------
+
+def run_job(point, run_dir, args):
+    """Runs one repeat; returns its summary.json (dict) or None on failure."""
+    launch = [GRADSYNC, "launch", f"--workers={point['workers']}", f"--run_dir={run_dir}",
+              f"--job_deadline_s={args.deadline_s}"]
+    if point["strategy"] == "ps":
+        launch.append(f"--servers={point['servers']}")
+    if point["link"] != "loopback":
+        launch.append(f"--netem={point['link']}")
+    sync = {"local": "local", "ring": "ring", "ps": "ps", "ps-colocated": "ps"}[point["strategy"]]
+    training = ["--", f"--sync={sync}", *point["model_flags"],
+                f"--compute_ms={point['compute_ms']:g}", f"--bucket_mb={point['bucket_mb']:g}",
+                "--data=synthetic", f"--synthetic_size={args.batch_size * 64}",
+                f"--batch_size={args.batch_size}", "--epochs=100000",
+                f"--max_steps={args.steps}", f"--warmup_steps={args.warmup}",
+                "--progress=false", "--timeout_s=120"]
+    if point["strategy"] == "ps-colocated":
+        training.append("--ps_colocate")
+    training += args.extra
+    with open(os.path.join(run_dir, "launch.log"), "w") as log:
+        log.write(" ".join(launch + training) + "\n")
+        log.flush()
+        result = subprocess.run(launch + training, stdout=log, stderr=subprocess.STDOUT,
+                                timeout=args.deadline_s + 60)
+    if result.returncode != 0:
+        print(f"  FAILED (exit {result.returncode}): see {run_dir}/launch.log", flush=True)
+        return None
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+def busiest_link_bytes(summary):
+    """Bytes per step through the busiest link, one direction (links are full
+    duplex): the max over every node's bytes out and bytes in."""
+    sync0 = summary["ranks"][0].get("sync", {})
+    servers = sync0.get("server_summaries", [])
+    candidates = []
+    for rank in summary["ranks"]:
+        out, into = rank["bytes_sent_per_step"], rank["bytes_recv_per_step"]
+        sync = rank.get("sync", {})
+        r = rank["rank"]
+        if sync.get("colocate") and r < len(servers):
+            # Worker r hosts server r: its pushes to and pulls from its own
+            # server stay inside the node, while its server's traffic with
+            # the other workers crosses the node's link.
+            steps = max(1, sync.get("steps", 1))
+            own_push = sync["bytes_to_server"][r] / steps
+            own_pull = sync["bytes_from_server"][r] / steps
+            server_steps = max(1, servers[r].get("steps", 1))
+            out += servers[r]["bytes_out"] / server_steps - own_push - own_pull
+            into += servers[r]["bytes_in"] / server_steps - own_push - own_pull
+        candidates += [out, into]
+    if not sync0.get("colocate"):
+        for server in servers:
+            steps = max(1, server.get("steps", 1))
+            candidates += [server["bytes_in"] / steps, server["bytes_out"] / steps]
+    return max(candidates)
+
+
+def largest_server_share(summary):
+    shares = summary["ranks"][0].get("sync", {}).get("server_key_bytes")
+    return max(shares) / sum(shares) if shares else None
+
+
+def figures(summary, point, args):
+    """The figures of one repeat."""
+    return {
+        "step_ms": summary["step_ms"],
+        # The configured --compute_ms is the point's "compute_ms"; this is what
+        # forward+backward took, gradient writing and CPU contention included.
+        "measured_compute_ms": summary["compute_ms"],
+        "exposed_ms": summary["sync_wait_ms"],
+        "samples_per_s": summary["samples_per_s"],
+        "bytes_per_rank": summary["bytes_per_worker_per_step"],
+        "busiest_link_bytes": busiest_link_bytes(summary),
+        "largest_server_share": largest_server_share(summary),
+    }
+
+
+# --- Aggregation -----------------------------------------------------------------------
+
+MEASURES = ["step_ms", "measured_compute_ms", "exposed_ms", "samples_per_s", "bytes_per_rank",
+            "busiest_link_bytes"]
+
+
+def aggregate(point, repeats):
+    point = dict(point)
+    point["repeats"] = len(repeats)
+    for measure in MEASURES:
+        values = [r[measure] for r in repeats]
+        point[measure] = statistics.median(values)
+        point[measure + "_min"] = min(values)
+        point[measure + "_max"] = max(values)
+    point["largest_server_share"] = repeats[0]["largest_server_share"]
+    return point
+
+
+def add_references_and_predictions(points, links, layouts):
+    """Scaling efficiency against the group's N = 1 run, and the cost model's
+    prediction from that run's compute and step times."""
+    references = {}
+    for p in points:
+        if p["strategy"] == "local":
+            references[group_key(p)] = p
+    for p in points:
+        ref = references.get(group_key(p))
+        if ref is None:
+            continue
+        p["efficiency"] = ref["step_ms"] / p["step_ms"]
+        link = links.get(p["link"])
+        buckets = layouts.get(group_key(p))
+        if link is None or buckets is None or p["strategy"] == "local":
+            continue
+        p.update(cost_model.predict(p, link, buckets, ref["measured_compute_ms"], ref["step_ms"]))
+
+
+def group_key(p):
+    return (p["model"], p["link"], p["bucket_mb"], p["compute_ms"])
+
+
+def read_bucket_bytes(run_dir):
+    with open(os.path.join(run_dir, "layout.json")) as f:
+        return [b["bytes"] for b in json.load(f)["buckets"]]
+
+
+# --- Output -------------------------------------------------------------------------------
+
+COLUMNS = ["strategy", "workers", "servers", "model", "model_bytes", "link", "bucket_mb",
+           "compute_ms", "repeats"] + [m + s for m in MEASURES for s in ("", "_min", "_max")] + [
+           "efficiency", "largest_server_share", "predicted_comm_ms", "predicted_exposed_ms",
+           "predicted_step_ms"]
+
+
+def write_csv(points, path):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for p in points:
+            writer.writerow({k: p.get(k, "") for k in COLUMNS})
+
+
+def spread(p, measure, scale=1.0, digits=0):
+    return (f"{p[measure] * scale:.{digits}f} "
+            f"({p[measure + '_min'] * scale:.{digits}f}–{p[measure + '_max'] * scale:.{digits}f})")
+
+
+def print_points(points):
+    header = ("strategy", "N", "K", "model", "link", "step ms (min–max)", "exposed comm ms",
+              "samples/s", "efficiency", "MB/rank/step", "busiest link MB", "predicted step",
+              "err %")
+    rows = []
+    for p in points:
+        predicted = p.get("predicted_step_ms")
+        rows.append((p["strategy"], str(p["workers"]), str(p["servers"]), p["model"], p["link"],
+                     spread(p, "step_ms"), spread(p, "exposed_ms"), f"{p['samples_per_s']:.1f}",
+                     f"{100 * p['efficiency']:.0f}%" if "efficiency" in p else "-",
+                     f"{p['bytes_per_rank'] / 1e6:.1f}", f"{p['busiest_link_bytes'] / 1e6:.1f}",
+                     f"{predicted:.0f}" if predicted else "-",
+                     cost_model.format_error(cost_model.error_percent(p["step_ms"], predicted))))
+    print("Medians over repeats, (min–max); MB = 1e6 bytes; efficiency = step(N=1)/step(N)")
+    cost_model.print_table(header, rows)
+
+
+def manifest(args, first_summary):
+    def command(argv):
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
+        except OSError:
+            return ""
+    return {
+        "command": " ".join(sys.argv),
+        "arguments": vars(args),
+        "git_commit": command(["git", "rev-parse", "HEAD"]) or "unknown",
+        "git_dirty_files": len(command(["git", "status", "--porcelain"]).splitlines()),
+        "host": platform.node(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        # Flags, compiler, library versions and machine as the jobs saw them.
+        "run_manifest": first_summary.get("manifest") if first_summary else None,
+    }
+
+
+# --- Main -----------------------------------------------------------------------------------
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n", 2)[2])
+    parser.add_argument("--strategies", default="ring,ps", help="ring, ps, ps-colocated")
+    parser.add_argument("--workers", default="2,4", help="values of N")
+    parser.add_argument("--servers", default="1,N",
+                        help="values of K for ps; N means as many as workers")
+    parser.add_argument("--models", default="custom:25:32",
+                        help="resnet50, vgg16, bert-base, custom:MB[:TENSORS]")
+    parser.add_argument("--links", default="1gbit",
+                        help="RATE[,LATENCY] per link (emulated, root) or 'loopback'")
+    parser.add_argument("--bucket_mb", default="25")
+    parser.add_argument("--compute_ms", default="0", help="emulated compute per step")
+    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=12, help="steps per job")
+    parser.add_argument("--warmup", type=int, default=3, help="steps left out of the means")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--deadline_s", type=int, default=300, help="per job")
+    parser.add_argument("--memory_gb", type=float, default=16,
+                        help="skip points whose estimated memory exceeds this")
+    parser.add_argument("--out", default=None, help="default runs/scaling-<time>")
+    parser.add_argument("--no_probe", action="store_true", help="no α/B probe, no predictions")
+    parser.add_argument("extra", nargs="*", help="after --: more training flags")
+    args = parser.parse_args()
+    if not os.access(GRADSYNC, os.X_OK):
+        sys.exit(f"scaling: {GRADSYNC} missing; run `bazel build //tools:gradsync //tools:netem`")
+    out = args.out or time.strftime("runs/scaling-%Y%m%d-%H%M%S")
+    os.makedirs(out, exist_ok=True)
+
+    links, probes = {}, {}
+    if not args.no_probe:
+        for link in args.links.split(","):
+            spec = "loopback" if link == "loopback" else link
+            print(f"== probing α and B through {spec}", flush=True)
+            links[link], probes[link] = cost_model.probe(spec, NETEM)
+            print(f"   {links[link].describe()}", flush=True)
+
+    points, layouts, raw, first_summary = [], {}, [], None
+    todo = enumerate_points(args)
+    started = time.time()
+    for i, point in enumerate(todo):
+        name = label(point)
+        if memory_estimate_gb(point) > args.memory_gb:
+            print(f"[{i + 1}/{len(todo)}] {name}: skipped, needs ~{memory_estimate_gb(point):.1f} GB"
+                  f" > --memory_gb={args.memory_gb:g}", flush=True)
+            continue
+        repeats = []
+        for r in range(args.repeats):
+            run_dir = os.path.join(out, "points", name, f"r{r}")
+            os.makedirs(run_dir, exist_ok=True)
+            summary = run_job(point, run_dir, args)
+            if summary is None:
+                continue
+            first_summary = first_summary or summary
+            repeats.append(figures(summary, point, args))
+            layouts.setdefault(group_key(point), read_bucket_bytes(run_dir))
+        if not repeats:
+            continue
+        done = aggregate(point, repeats)
+        points.append(done)
+        raw.append({"point": name, "repeats": repeats})
+        print(f"[{i + 1}/{len(todo)}] {name}: step {spread(done, 'step_ms')} ms, exposed "
+              f"{spread(done, 'exposed_ms')} ms  ({time.time() - started:.0f} s so far)", flush=True)
+
+    add_references_and_predictions(points, links, layouts)
+    for p in points:
+        p.pop("model_flags", None)
+    write_csv(points, os.path.join(out, "points.csv"))
+    with open(os.path.join(out, "sweep.json"), "w") as f:
+        json.dump({"manifest": manifest(args, first_summary),
+                   "links": {k: dataclasses_dict(v) for k, v in links.items()},
+                   "probes": probes, "points": points, "repeats": raw}, f, indent=1)
+    print()
+    print_points(points)
+    print()
+    print("Measured against the α–β model (bench/cost_model.py):")
+    cost_model.print_comparison(points)
+    print(f"\nresults: {out}/points.csv, {out}/sweep.json")
+
+
+def dataclasses_dict(link):
+    return {"alpha_us": link.alpha_s * 1e6, "bandwidth_bytes_per_s": link.bandwidth}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+// The CUDA backend's own kernels (everything but the matrix products, which
+// are cuBLAS's), as host functions that queue one kernel on `stream` and
+// return the launch's error (cudaGetLastError); compiled by nvcc from
+// cuda_kernels.cu, called by cuda_device.cc, which names the device and the
+// operation in the Status it makes of an error.
+//
+// Semantics are those of the Device interface (core/device.h) and the CPU
+// backend (core/cpu_device.cc), so that one model runs on both; the comments
+// there are the specification.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace gradsync {
+namespace cuda_kernels {
+
+// SoftmaxCrossEntropy reduces the loss in two deterministic passes: one partial
+// sum (double) per thread block, then one block adds the partials in a fixed
+// order. The partial buffer holds this many doubles (allocated once by the
+// device at set-up, so the step loop never allocates).
+inline constexpr int kMaxLossPartials = 1024;
+
+cudaError_t AddRowBias(cudaStream_t stream, float* y, const float* bias,
+                       int rows, int cols);
+cudaError_t SumRows(cudaStream_t stream, const float* x, float* out, int rows,
+                    int cols);
+cudaError_t ReluForward(cudaStream_t stream, float* x, int64_t count);
+cudaError_t ReluBackward(cudaStream_t stream, const float* y, float* dy,
+                         int64_t count);
+// `partials` holds kMaxLossPartials doubles of device memory.
+cudaError_t SoftmaxCrossEntropy(cudaStream_t stream, const float* logits,
+                                const int32_t* labels, int rows, int classes,
+                                float* dlogits, double* partials, float* loss);
+cudaError_t Scale(cudaStream_t stream, float* x, int64_t count, float alpha);
+cudaError_t Fill(cudaStream_t stream, float* x, int64_t count, float value);
+cudaError_t SgdUpdate(cudaStream_t stream, float* params, const float* grads,
+                      float* velocity, int64_t count, float lr, float momentum,
+                      float weight_decay);
+// step_size = lr / (1 - beta1^t) and inv_sqrt_bias_correction2 =
+// 1 / sqrt(1 - beta2^t) are computed on the host in double, as on the CPU.
+cudaError_t AdamUpdate(cudaStream_t stream, float* params, const float* grads,
+                       float* m, float* v, int64_t count, float step_size,
+                       float inv_sqrt_bias_correction2, float beta1,
+                       float beta2, float epsilon, float weight_decay);
+
+}  // namespace cuda_kernels
+}  // namespace gradsync

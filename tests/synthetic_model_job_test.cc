@@ -1,0 +1,105 @@
+// Strategies average exactly what the synthetic model computed. Its
+// gradients are small integers plus the batch's mean label (synthetic_model.h),
+// all exactly representable when the per-worker batch and N are powers of
+// two, so N workers with batch b must end bit for bit where one worker with
+// batch N·b ends: any lost, doubled, misplaced or stale chunk changes bits.
+// Real processes, started by `gradsync launch`.
+#include <sys/stat.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/gradsync_binary.h"
+
+namespace gradsync {
+namespace {
+
+constexpr int kBatch = 16;
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::vector<std::string> ModelFlags() {
+  // 7 tensors of unequal-to-a-power-of-two sizes, 64 KiB buckets (several
+  // per tensor boundary), 12 steps with SGD momentum so a wrong step's
+  // gradient persists.
+  return {"--model=custom", "--custom_params=300001", "--custom_tensors=7",
+          "--compute_ms=5", "--data=synthetic", "--synthetic_size=1024",
+          "--epochs=10", "--max_steps=12", "--progress=false", "--bucket_mb=0.0625",
+          "--lr=0.125", "--momentum=0.5", "--timeout_s=60"};
+}
+
+struct Case {
+  std::string name;
+  int workers;
+  int servers;
+  std::vector<std::string> flags;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class SyntheticModelJobTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SyntheticModelJobTest, AveragesExactlyLikeOneWorkerWithNTimesTheBatch) {
+  const Case& c = GetParam();
+  const std::string dir = absl::StrCat(TestTempDir(), "/", c.name);
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
+
+  std::vector<std::string> reference = {"train", "--sync=local",
+                                        absl::StrCat("--batch_size=", kBatch * c.workers),
+                                        "--dump_params=" + dir + "/local"};
+  for (const auto& f : ModelFlags()) reference.push_back(f);
+  ProcessResult local = RunGradsync(reference);
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+
+  std::vector<std::string> job = {"launch", absl::StrCat("--workers=", c.workers),
+                                  absl::StrCat("--servers=", c.servers),
+                                  "--run_dir=" + dir + "/run", "--job_deadline_s=200", "--",
+                                  absl::StrCat("--batch_size=", kBatch),
+                                  "--dump_params=" + dir + "/dist",
+                                  "--trace=" + dir + "/trace.json", "--trace_steps=3"};
+  for (const auto& f : ModelFlags()) job.push_back(f);
+  for (const auto& f : c.flags) job.push_back(f);
+  ProcessResult run = RunGradsync(job);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+
+  const std::string expected = ReadBytes(dir + "/local.worker0");
+  ASSERT_EQ(expected.size(), 300001u * sizeof(float));
+  for (int r = 0; r < c.workers; ++r) {
+    const std::string got = ReadBytes(absl::StrCat(dir, "/dist.worker", r));
+    ASSERT_EQ(got.size(), expected.size()) << "worker " << r;
+    size_t first_difference = 0;
+    while (first_difference < got.size() && got[first_difference] == expected[first_difference]) {
+      ++first_difference;
+    }
+    EXPECT_EQ(first_difference, got.size())
+        << "worker " << r << " differs from the single-worker reference at parameter "
+        << first_difference / sizeof(float);
+  }
+  // The timeline was written and merged: every worker's steps are in it.
+  const std::string trace = ReadBytes(dir + "/trace.json");
+  for (int r = 0; r < c.workers; ++r) {
+    EXPECT_NE(trace.find(absl::StrCat("\"name\": \"step 2\", \"cat\": \"step\", \"pid\": ", r)),
+              std::string::npos)
+        << "worker " << r << " missing from the merged trace";
+  }
+}
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, SyntheticModelJobTest,
+    ::testing::Values(Case{"ring_4", 4, 0, {"--sync=ring", "--ring_chunk_kb=16"}},
+                      Case{"ps_4x2", 4, 2, {"--sync=ps", "--ps_chunk_kb=64"}},
+                      Case{"ps_colocated_2", 2, 0,
+                           {"--sync=ps", "--ps_colocate", "--ps_chunk_kb=64"}}),
+    CaseName);
+
+}  // namespace
+}  // namespace gradsync

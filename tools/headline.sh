@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The headline experiment in one command: on an emulated cluster of 1 Gbit/s
+# full-duplex links (one network namespace per process, tools/netem.h),
+# synchronize a 25 MB gradient (32 tensors, like a small CNN) among N = 2, 4, 8
+# workers with
+#   - the ring all-reduce                 (busiest link: 2(N−1)/N·S per step)
+#   - a parameter server, K = 1           (its link: N·S per step, ∝ N)
+#   - parameter servers, K = N separate   (every link: S per step)
+# three times each, beside the single-worker reference, and compare every
+# point with the α–β cost model fed by α and B measured through the same
+# link. Compute is 0 ms so a step is its communication. About 5 minutes on 2
+# cores. Needs root (network namespaces, tc).
+#
+#   tools/headline.sh [--repeats=3] [--out=runs/headline-...]
+# Prints the table and writes points.csv, sweep.json and headline.png in the
+# run folder; --publish also copies the plot to docs/headline.png.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+REPEATS=3
+OUT="runs/headline-$(date +%Y%m%d-%H%M%S)"
+PUBLISH=0
+for arg in "$@"; do
+  case "$arg" in
+    --repeats=*) REPEATS="${arg#*=}" ;;
+    --out=*) OUT="${arg#*=}" ;;
+    --publish) PUBLISH=1 ;;
+    *) echo "usage: tools/headline.sh [--repeats=3] [--out=DIR] [--publish]" >&2; exit 2 ;;
+  esac
+done
+if [[ $(id -u) -ne 0 ]]; then
+  echo "headline: the emulated cluster network needs root (network namespaces, tc)" >&2
+  exit 1
+fi
+tools/install_deps.sh
+
+export GRADSYNC_GIT_COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+echo "== building gradsync and netem"
+bazel build --color=no --curses=no //tools:gradsync //tools:netem >/dev/null 2>"$OUT.build.log" \
+  || { cat "$OUT.build.log"; exit 1; }
+rm -f "$OUT.build.log"
+
+# The bucket cap is above the model's size, so each step is one bucket: the
+# curves are the formulas' S, not an artefact of bucketing.
+/usr/bin/python3 bench/scaling.py --links=1gbit --workers=2,4,8 --strategies=ring,ps \
+  --servers=1,N --models=custom:25:32 --bucket_mb=25 --compute_ms=0 \
+  --steps=10 --warmup=3 --repeats="$REPEATS" --out="$OUT"
+/usr/bin/python3 tools/plot_scaling.py "$OUT/points.csv" -o "$OUT/headline.png" \
+  --title "ring vs parameter server on emulated 1 Gbit/s links (median of $REPEATS runs)"
+if [[ $PUBLISH -eq 1 ]]; then
+  mkdir -p docs
+  cp "$OUT/headline.png" docs/headline.png
+  echo "published: docs/headline.png"
+fi
