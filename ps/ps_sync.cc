@@ -2,7 +2,9 @@
 #include "ps/ps_sync.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <map>
 #include <utility>
 
@@ -12,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/host_staging.h"
 #include "core/logging.h"
 #include "core/status_macros.h"
 #include "ps/client.h"
@@ -55,10 +58,26 @@ class PsSync : public GradientSync {
   std::unique_ptr<PsClient> client_;
   SyncBuffers buffers_;
   int64_t total_numel_ = 0;
-  // Server mode: pulled parameters land here and are copied into the
-  // parameter buffer by Finish, because backward may still read a layer's
-  // weights after its bucket was handed over.
+  // Gradients as host memory: on a GPU a pinned mirror filled bucket by bucket
+  // on a copy stream as backward produces them; on the CPU the buffer itself.
+  std::unique_ptr<HostStaging> grad_staging_;
+  // Server mode: pulled parameters land in pulled_params() and reach the
+  // parameter buffer in Finish, because backward may still read a layer's
+  // weights after its bucket was handed over. On a GPU that is a pinned
+  // mirror uploaded after backward; on the CPU a host vector copied over.
+  std::unique_ptr<HostStaging> param_staging_;
   std::vector<float> staging_;
+  float* pulled_params() {
+    return param_staging_ != nullptr && param_staging_->is_mirror()
+               ? param_staging_->host_buffer()
+               : staging_.data();
+  }
+  // Buckets whose host copy has been handed to the client this step: on a GPU
+  // that happens on the staging thread, and Finish must wait for all of them
+  // before it waits for the client.
+  std::mutex started_mu_;
+  std::condition_variable started_changed_;
+  int num_started_ = 0;
   std::vector<bool> ready_;
   int num_ready_ = 0;
   absl::Status bucket_error_;
@@ -138,17 +157,14 @@ absl::StatusOr<std::vector<std::string>> PsSync::ServerAddresses() {
 
 absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
                            const SyncBuffers& buffers) {
-  if (device.type() != DeviceType::kCpu) {
-    return absl::UnimplementedError(
-        absl::StrCat(self(), ": --sync=ps on ", device.name(),
-                     ": pinned staging arrives with the CUDA runtime issue"));
-  }
   if (buffers.grads == nullptr || buffers.params == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(self(), ": --sync=ps needs both flat buffers"));
   }
   buffers_ = buffers;
   total_numel_ = layout.total_numel();
+  ASSIGN_OR_RETURN(grad_staging_, CreateHostStaging(device, layout, buffers.grads,
+                                                    context_.timeout));
   ASSIGN_OR_RETURN(std::vector<std::string> addresses, ServerAddresses());
   ASSIGN_OR_RETURN(partition_,
                    Partition::Create(layout, static_cast<int>(addresses.size()),
@@ -174,9 +190,15 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   optimizer.set_epsilon(options_.optimizer.epsilon);
   ASSIGN_OR_RETURN(client_, PsClient::Create(client_options, partition_,
                                              std::move(addresses)));
-  RETURN_IF_ERROR(client_->Register(buffers.params));
+  // The servers get the initial parameters from host memory.
+  std::vector<float> initial(total_numel_);
+  RETURN_IF_ERROR(device.CopyToHost(initial.data(), buffers.params,
+                                    initial.size() * sizeof(float)));
+  RETURN_IF_ERROR(client_->Register(initial.data()));
   if (options_.update_mode == ps::UPDATE_SERVER) {
-    staging_.assign(total_numel_, 0.0f);
+    ASSIGN_OR_RETURN(param_staging_, CreateHostStaging(device, layout, buffers.params,
+                                                       context_.timeout));
+    if (!param_staging_->is_mirror()) staging_.assign(total_numel_, 0.0f);
   }
   ready_.assign(layout.buckets().size(), false);
   bytes_to_server_.assign(partition_.num_servers(), 0);
@@ -205,9 +227,20 @@ void PsSync::BucketReady(int bucket) {
   }
   ready_[bucket] = true;
   ++num_ready_;
-  float* dst = options_.update_mode == ps::UPDATE_SERVER ? staging_.data()
-                                                         : buffers_.grads;
-  client_->StartBucket(bucket, step_, buffers_.grads, dst);
+  float* dst = options_.update_mode == ps::UPDATE_SERVER
+                   ? pulled_params()
+                   : grad_staging_->host_buffer();
+  const int64_t step = step_;
+  // On the CPU this runs inline; on a GPU once the bucket's copy has landed.
+  grad_staging_->Download(bucket, [this, bucket, step, dst](absl::Status status) {
+    if (status.ok()) {
+      client_->StartBucket(bucket, step, grad_staging_->host_buffer(), dst);
+    }
+    std::lock_guard<std::mutex> lock(started_mu_);
+    if (!status.ok() && bucket_error_.ok()) bucket_error_ = status;
+    ++num_started_;
+    started_changed_.notify_all();
+  });
 }
 
 absl::Status PsSync::Finish(StepStats& stats) {
@@ -215,9 +248,18 @@ absl::Status PsSync::Finish(StepStats& stats) {
     return absl::FailedPreconditionError(
         absl::StrCat(self(), ": Finish before Setup"));
   }
+  {
+    // Every download reports within the staging deadline, so this ends.
+    std::unique_lock<std::mutex> lock(started_mu_);
+    started_changed_.wait(lock, [this] { return num_started_ == num_ready_; });
+    num_started_ = 0;
+  }
   PsStepStats step_stats;
   absl::Status status = client_->WaitAll(&step_stats);
-  if (status.ok() && !bucket_error_.ok()) status = bucket_error_;
+  {
+    std::lock_guard<std::mutex> lock(started_mu_);
+    if (status.ok() && !bucket_error_.ok()) status = bucket_error_;
+  }
   if (status.ok() && num_ready_ != static_cast<int>(ready_.size())) {
     std::vector<int> missing;
     for (int b = 0; b < static_cast<int>(ready_.size()); ++b) {
@@ -233,8 +275,16 @@ absl::Status PsSync::Finish(StepStats& stats) {
   RETURN_IF_ERROR(status);
 
   if (options_.update_mode == ps::UPDATE_SERVER) {
-    std::memcpy(buffers_.params, staging_.data(),
-                static_cast<size_t>(total_numel_) * sizeof(float));
+    if (param_staging_->is_mirror()) {
+      RETURN_IF_ERROR(param_staging_->UploadAll());
+      RETURN_IF_ERROR(param_staging_->FinishStep());
+    } else {
+      std::memcpy(buffers_.params, staging_.data(),
+                  static_cast<size_t>(total_numel_) * sizeof(float));
+    }
+  } else if (grad_staging_->is_mirror()) {
+    for (int b = 0; b < static_cast<int>(ready_.size()); ++b) grad_staging_->Upload(b);
+    RETURN_IF_ERROR(grad_staging_->FinishStep());
   }
   for (int s = 0; s < partition_.num_servers(); ++s) {
     const int64_t to = step_stats.bytes_to_server[s];
