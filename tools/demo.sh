@@ -4,13 +4,13 @@
 # this build has (ps and ring; nccl where a GPU is visible) beside the
 # single-worker reference with the same global batch, and prints one table.
 #
-#   tools/demo.sh [--workers=4] [--epochs=5] [extra training flags...]
+#   tools/demo.sh [--workers=4] [--epochs=8] [extra training flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh
 
 WORKERS=4
-EPOCHS=4
+EPOCHS=8
 EXTRA=()
 for arg in "$@"; do
   case "$arg" in
