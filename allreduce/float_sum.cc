@@ -3,8 +3,11 @@
 // On x86-64 GCC builds one AVX2 and one baseline (SSE2) copy of each loop and
 // picks at load time, so the binary stays portable and still uses 256-bit
 // adds where the CPU has them. __restrict spares the vectorizer a run-time
-// overlap check.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// overlap check. Not under ThreadSanitizer: the load-time resolver is
+// instrumented and runs before the TSan runtime is up, which crashes the
+// program during relocation.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__)
 #define GS_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define GS_VECTOR_CLONES

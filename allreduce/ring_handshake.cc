@@ -2,20 +2,27 @@
 
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "core/job_token.h"
 #include "core/status_macros.h"
 
 namespace gradsync {
 namespace {
 
-constexpr char kHelloMagic[8] = {'G', 'S', 'R', 'I', 'N', 'G', 0, 1};
+// The hello's last magic byte is its format version: 2 added the job token,
+// so a peer of an older build is refused as "not a ring hello".
+constexpr char kHelloMagic[8] = {'G', 'S', 'R', 'I', 'N', 'G', 0, 2};
 constexpr char kAnswerMagic[8] = {'G', 'S', 'R', 'A', 'C', 'K', 0, 1};
-// Job ids and refusal reasons are short; a larger length means garbage.
-constexpr uint32_t kMaxTextBytes = 4096;
 
 void PutU32(std::string& out, uint32_t value) {
   for (int i = 0; i < 4; ++i)
     out.push_back(static_cast<char>(value >> (8 * i)));
+}
+
+void PutText(std::string& out, const std::string& text) {
+  PutU32(out, static_cast<uint32_t>(text.size()));
+  out += text;
 }
 
 uint32_t GetU32(const unsigned char* in) {
@@ -23,61 +30,122 @@ uint32_t GetU32(const unsigned char* in) {
          uint32_t{in[3]} << 24;
 }
 
+// A length-prefixed text field; the length is checked before anything is
+// allocated or read.
+absl::Status ReadText(const ReadExactly& read, const char* what,
+                      std::string* out) {
+  unsigned char length[4];
+  RETURN_IF_ERROR(read(length, sizeof(length)));
+  const uint32_t bytes = GetU32(length);
+  if (bytes > kMaxRingTextBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("its hello announces a ", bytes, "-byte ", what));
+  }
+  out->resize(bytes);
+  return read(out->data(), bytes);
+}
+
+// A stranger's text, safe for an error message and a log line.
+std::string Shown(absl::string_view text) {
+  constexpr size_t kShown = 64;
+  if (text.size() <= kShown) return absl::CHexEscape(text);
+  return absl::StrCat(absl::CHexEscape(text.substr(0, kShown)), "...(",
+                      text.size(), " bytes)");
+}
+
+ReadExactly ReaderOf(TcpConnection& connection, absl::Time deadline) {
+  return [&connection, deadline](void* data, size_t size) {
+    return connection.RecvAll(data, size, deadline);
+  };
+}
+
 }  // namespace
 
-absl::Status SendRingHello(TcpConnection& connection, const RingHello& hello,
-                           absl::Time deadline) {
+std::string EncodeRingHello(const RingHello& hello) {
   std::string out(kHelloMagic, sizeof(kHelloMagic));
   PutU32(out, static_cast<uint32_t>(hello.sender_rank));
   PutU32(out, static_cast<uint32_t>(hello.receiver_rank));
   PutU32(out, static_cast<uint32_t>(hello.world_size));
-  PutU32(out, static_cast<uint32_t>(hello.job_id.size()));
-  out += hello.job_id;
-  PutU32(out, static_cast<uint32_t>(hello.sender_address.size()));
-  out += hello.sender_address;
-  return Annotate(connection.SendAll(out.data(), out.size(), deadline),
-                  "sending the ring hello");
+  PutText(out, hello.job_id);
+  PutText(out, hello.sender_address);
+  PutText(out, hello.job_token);
+  return out;
 }
 
-absl::StatusOr<RingHello> ReceiveRingHello(TcpConnection& connection,
-                                           absl::Time deadline) {
-  unsigned char head[sizeof(kHelloMagic) + 16];
-  RETURN_IF_ERROR(connection.RecvAll(head, sizeof(head), deadline));
+absl::StatusOr<RingHello> ReadRingHello(const ReadExactly& read) {
+  unsigned char head[sizeof(kHelloMagic) + 12];
+  RETURN_IF_ERROR(read(head, sizeof(head)));
   if (std::memcmp(head, kHelloMagic, sizeof(kHelloMagic)) != 0) {
     return absl::InvalidArgumentError(
-        "it is not a gradsync ring peer (its first bytes are not a ring "
-        "hello)");
+        "it is not a gradsync ring peer of this version (its first bytes are "
+        "not a ring hello)");
   }
   RingHello hello;
   const unsigned char* fields = head + sizeof(kHelloMagic);
   hello.sender_rank = static_cast<int32_t>(GetU32(fields));
   hello.receiver_rank = static_cast<int32_t>(GetU32(fields + 4));
   hello.world_size = static_cast<int32_t>(GetU32(fields + 8));
-  const uint32_t job_bytes = GetU32(fields + 12);
-  if (job_bytes > kMaxTextBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("its hello announces a ", job_bytes, "-byte job id"));
-  }
-  hello.job_id.resize(job_bytes);
-  RETURN_IF_ERROR(connection.RecvAll(hello.job_id.data(), job_bytes, deadline));
-  unsigned char length[4];
-  RETURN_IF_ERROR(connection.RecvAll(length, sizeof(length), deadline));
-  const uint32_t address_bytes = GetU32(length);
-  if (address_bytes > kMaxTextBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("its hello announces a ", address_bytes, "-byte address"));
-  }
-  hello.sender_address.resize(address_bytes);
-  RETURN_IF_ERROR(
-      connection.RecvAll(hello.sender_address.data(), address_bytes, deadline));
+  RETURN_IF_ERROR(ReadText(read, "job id", &hello.job_id));
+  RETURN_IF_ERROR(ReadText(read, "address", &hello.sender_address));
+  RETURN_IF_ERROR(ReadText(read, "job token", &hello.job_token));
   return hello;
 }
 
+std::string EncodeRingAnswer(const std::string& refusal) {
+  std::string out(kAnswerMagic, sizeof(kAnswerMagic));
+  PutU32(out, refusal.empty() ? 1 : 0);
+  PutText(out, refusal.substr(0, kMaxRingTextBytes));
+  return out;
+}
+
+absl::Status ReadRingAnswer(const ReadExactly& read,
+                            const std::string& peer_name) {
+  unsigned char head[sizeof(kAnswerMagic) + 8];
+  RETURN_IF_ERROR(Annotate(read(head, sizeof(head)),
+                           "waiting for the answer to our ring hello"));
+  if (std::memcmp(head, kAnswerMagic, sizeof(kAnswerMagic)) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        peer_name,
+        " is not a gradsync ring peer (its answer to our hello is garbage)"));
+  }
+  const uint32_t accepted = GetU32(head + sizeof(kAnswerMagic));
+  const uint32_t reason_bytes = GetU32(head + sizeof(kAnswerMagic) + 4);
+  if (accepted > 1 || reason_bytes > kMaxRingTextBytes ||
+      (accepted == 1 && reason_bytes != 0)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(peer_name, " sent a malformed answer to our hello"));
+  }
+  std::string reason(reason_bytes, '\0');
+  RETURN_IF_ERROR(read(reason.data(), reason_bytes));
+  if (accepted == 1) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(peer_name, " refused our hello: ", reason));
+}
+
+absl::Status SendRingHello(TcpConnection& connection, const RingHello& hello,
+                           absl::Time deadline) {
+  const std::string out = EncodeRingHello(hello);
+  return Annotate(connection.SendAll(out.data(), out.size(), deadline),
+                  "sending the ring hello");
+}
+
+absl::StatusOr<RingHello> ReceiveRingHello(TcpConnection& connection,
+                                           absl::Time deadline) {
+  return ReadRingHello(ReaderOf(connection, deadline));
+}
+
 std::string CheckRingHello(const RingHello& hello, const std::string& job_id,
-                           int world_size, int my_rank, int expected_sender) {
+                           const std::string& job_token, int world_size,
+                           int my_rank, int expected_sender) {
+  const std::string token_problem =
+      JobTokenMismatch(job_token, hello.job_token);
+  if (!token_problem.empty()) {
+    return absl::StrCat(token_problem,
+                        " (every process of a job needs the same token)");
+  }
   if (hello.job_id != job_id) {
-    return absl::StrCat("job id \"", hello.job_id, "\" is not this job's (\"",
-                        job_id, "\")");
+    return absl::StrCat("job id \"", Shown(hello.job_id),
+                        "\" is not this job's (\"", job_id, "\")");
   }
   if (hello.world_size != world_size) {
     return absl::StrCat("it is in a ring of ", hello.world_size,
@@ -97,35 +165,13 @@ std::string CheckRingHello(const RingHello& hello, const std::string& job_id,
 
 absl::Status SendRingAnswer(TcpConnection& connection,
                             const std::string& refusal, absl::Time deadline) {
-  std::string out(kAnswerMagic, sizeof(kAnswerMagic));
-  PutU32(out, refusal.empty() ? 1 : 0);
-  const std::string reason = refusal.substr(0, kMaxTextBytes);
-  PutU32(out, static_cast<uint32_t>(reason.size()));
-  out += reason;
+  const std::string out = EncodeRingAnswer(refusal);
   return Annotate(connection.SendAll(out.data(), out.size(), deadline),
                   "answering the ring hello");
 }
 
 absl::Status ReceiveRingAnswer(TcpConnection& connection, absl::Time deadline) {
-  unsigned char head[sizeof(kAnswerMagic) + 8];
-  RETURN_IF_ERROR(Annotate(connection.RecvAll(head, sizeof(head), deadline),
-                           "waiting for the answer to our ring hello"));
-  if (std::memcmp(head, kAnswerMagic, sizeof(kAnswerMagic)) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        connection.peer_name(),
-        " is not a gradsync ring peer (its answer to our hello is garbage)"));
-  }
-  const bool accepted = GetU32(head + sizeof(kAnswerMagic)) == 1;
-  const uint32_t reason_bytes = GetU32(head + sizeof(kAnswerMagic) + 4);
-  if (reason_bytes > kMaxTextBytes) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        connection.peer_name(), " sent a malformed answer to our hello"));
-  }
-  std::string reason(reason_bytes, '\0');
-  RETURN_IF_ERROR(connection.RecvAll(reason.data(), reason_bytes, deadline));
-  if (accepted) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat(connection.peer_name(), " refused our hello: ", reason));
+  return ReadRingAnswer(ReaderOf(connection, deadline), connection.peer_name());
 }
 
 }  // namespace gradsync

@@ -7,10 +7,20 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "allreduce/ring_flags.h"
+#include "core/job_token.h"
 #include "core/logging.h"
 #include "core/status_macros.h"
 
 namespace gradsync {
+namespace {
+
+// How long a failed step waits for the coordinator to report a lost member.
+// The report comes within milliseconds of the loss (the coordinator hears
+// of it when the member's watch breaks); a failure with no lost member
+// behind it (a peer that exited with an error) pays this wait once.
+constexpr absl::Duration kLossReportWait = absl::Seconds(2);
+
+}  // namespace
 
 RingSyncOptions RingSyncOptionsFromFlags() {
   RingSyncOptions options;
@@ -44,6 +54,7 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
   transport_options.rank = context_.rank;
   transport_options.world_size = context_.world_size;
   transport_options.job_id = context_.job_id;
+  transport_options.job_token = JobTokenOfThisProcess();
   transport_options.advertise_host = context_.advertise_host;
   transport_options.timeout = context_.timeout;
   transport_options.socket_buffer_bytes = options_.socket_buffer_bytes;
@@ -145,7 +156,14 @@ absl::Status RingSync::Finish(StepStats& stats) {
   // No deadline of its own: every all-reduce already fails when its peers
   // stall for --timeout_s, so this wait ends.
   changed_.wait(lock, [this] { return completed_ == enqueued_; });
-  if (!error_.ok()) return error_;
+  if (!error_.ok()) {
+    const absl::Status error = error_;
+    lock.unlock();
+    // A neighbour that closed its socket is often only the messenger: when
+    // a member was killed, the coordinator names it within a moment.
+    if (context_.coordinator == nullptr) return error;
+    return context_.coordinator->ExplainFailure(error, kLossReportWait);
+  }
   RETURN_IF_ERROR(staging_->FinishStep());
 
   stats.bytes_sent += ring_->bytes_sent() - last_bytes_sent_;

@@ -51,8 +51,8 @@ absl::StatusOr<std::unique_ptr<TcpConnection>> AcceptLeft(
     if (!hello.ok()) {
       refusal = std::string(hello.status().message());
     } else {
-      refusal = CheckRingHello(*hello, options.job_id, options.world_size,
-                               options.rank, left_rank);
+      refusal = CheckRingHello(*hello, options.job_id, options.job_token,
+                               options.world_size, options.rank, left_rank);
     }
     if (refusal.empty()) {
       if (!hello->sender_address.empty()) {
@@ -127,7 +127,8 @@ absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
   RETURN_IF_ERROR(
       Annotate(SendRingHello(*transport->right_,
                              RingHello{options.rank, right_rank, n,
-                                       options.job_id, listener->address()},
+                                       options.job_id, listener->address(),
+                                       options.job_token},
                              deadline),
                context));
 

@@ -5,7 +5,8 @@
 // Set-up, the same on every rank so that nobody waits on somebody who waits on
 // them: listen on an ephemeral port, publish "host:port" under
 // "<prefix>/addr/<rank>", read the right neighbour's address, connect to it and
-// send a hello (magic, job id, sender and receiver rank, world size), then
+// send a hello (magic, job id, sender and receiver rank, world size, job
+// token), then
 // accept the left neighbour and check its hello. A connection from another job,
 // or from a rank that is not our left neighbour, is refused with an answer that
 // says why, and we keep waiting for the real one until the deadline.
@@ -29,6 +30,8 @@ struct RingTransportOptions {
   int rank = 0;
   int world_size = 1;
   std::string job_id;
+  // Required in every neighbour's hello when not empty (core/job_token.h).
+  std::string job_token;
   // The address this rank listens on and publishes (peers dial it).
   std::string advertise_host = "127.0.0.1";
   // Coordinator keys are "<key_prefix>/addr/<rank>"; two rings in one job

@@ -135,9 +135,11 @@ def exposed_communication(bucket_bytes, compute_s, bucket_time):
     return link_free, max(0.0, link_free - compute_s)
 
 
-def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms):
+def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tensor_bytes=None):
     """Predicted communication, exposed communication and step time (ms) of
-    one sweep point, given the N = 1 run's compute and step times."""
+    one sweep point, given the N = 1 run's compute and step times.
+    `last_tensor_bytes`: the last tensor handed off (the first layer's),
+    which bounds the PS's last key."""
     n, k, strategy = point["workers"], point["servers"], point["strategy"]
     share = point.get("largest_server_share") or (1.0 / k if k else None)
     if strategy == "ps":
@@ -145,8 +147,8 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms):
         # proportions; the last key of the step leaves the tail.
         def bucket_time(size):
             return ps_time(n, size, link, share, last_key=0)
-        comm = ps_time(n, sum(bucket_bytes), link, share,
-                       last_key=min(PS_CHUNK_BYTES, bucket_bytes[-1]))
+        last_key = min(PS_CHUNK_BYTES, last_tensor_bytes or bucket_bytes[-1])
+        comm = ps_time(n, sum(bucket_bytes), link, share, last_key=last_key)
         tail = comm - ps_time(n, sum(bucket_bytes), link, share, last_key=0)
     else:
         def bucket_time(size):
@@ -184,15 +186,15 @@ def error_percent(measured, predicted):
 
 def print_comparison(points):
     """Every measured point beside its prediction and the error."""
-    header = ("strategy", "N", "K", "model MB", "link", "measured step", "predicted",
-              "err %", "measured exposed", "predicted", "err %")
+    header = ("strategy", "N", "K", "model MB", "link", "bucket MiB", "compute ms",
+              "measured step", "predicted", "err %", "measured exposed", "predicted", "err %")
     rows = []
     for p in points:
         if "predicted_step_ms" not in p:
             continue
         rows.append((p["strategy"], str(p["workers"]), str(p["servers"]),
-                     f"{p['model_bytes'] / 1e6:.1f}", p["link"],
-                     f"{p['step_ms']:.1f}", f"{p['predicted_step_ms']:.1f}",
+                     f"{p['model_bytes'] / 1e6:.1f}", p["link"], f"{p['bucket_mb']:g}",
+                     f"{p['compute_ms']:g}", f"{p['step_ms']:.1f}", f"{p['predicted_step_ms']:.1f}",
                      format_error(error_percent(p["step_ms"], p["predicted_step_ms"])),
                      f"{p['exposed_ms']:.1f}", f"{p['predicted_exposed_ms']:.1f}",
                      format_error(error_percent(p["exposed_ms"], p["predicted_exposed_ms"]))))

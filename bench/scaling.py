@@ -34,6 +34,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cost_model  # noqa: E402  (beside this file)
 
+# Where the binaries are; --bin_dir changes it (bazel-bin follows the last
+# build's configuration, so a copy keeps a long sweep on one build).
 GRADSYNC = "bazel-bin/tools/gradsync"
 NETEM = "bazel-bin/tools/netem"
 
@@ -205,19 +207,44 @@ def add_references_and_predictions(points, links, layouts):
             continue
         p["efficiency"] = ref["step_ms"] / p["step_ms"]
         link = links.get(p["link"])
-        buckets = layouts.get(group_key(p))
-        if link is None or buckets is None or p["strategy"] == "local":
+        layout = layouts.get(group_key(p))
+        if link is None or layout is None or p["strategy"] == "local":
             continue
-        p.update(cost_model.predict(p, link, buckets, ref["measured_compute_ms"], ref["step_ms"]))
+        p.update(cost_model.predict(p, link, layout["bucket_bytes"], ref["measured_compute_ms"],
+                                    ref["step_ms"], layout["last_tensor_bytes"]))
 
 
 def group_key(p):
     return (p["model"], p["link"], p["bucket_mb"], p["compute_ms"])
 
 
-def read_bucket_bytes(run_dir):
+def read_layout(run_dir):
+    """Bucket sizes in hand-off order, and the size of the last tensor handed
+    off, from the layout.json worker 0 wrote."""
     with open(os.path.join(run_dir, "layout.json")) as f:
-        return [b["bytes"] for b in json.load(f)["buckets"]]
+        layout = json.load(f)
+    last_param = layout["buckets"][-1]["params"][-1]
+    return {"bucket_bytes": [b["bytes"] for b in layout["buckets"]],
+            "last_tensor_bytes": 4 * layout["params"][last_param]["numel"]}
+
+
+def reanalyze(out):
+    """Recomputes efficiencies and predictions of a finished sweep (after a
+    change to the cost model) and rewrites its CSV and JSON."""
+    with open(os.path.join(out, "sweep.json")) as f:
+        sweep = json.load(f)
+    links = {name: cost_model.Link(l["alpha_us"] / 1e6, l["bandwidth_bytes_per_s"])
+             for name, l in sweep["links"].items()}
+    layouts = {}
+    for p in sweep["points"]:
+        run_dir = os.path.join(out, "points", label(p), "r0")
+        if os.path.exists(os.path.join(run_dir, "layout.json")):
+            layouts.setdefault(group_key(p), read_layout(run_dir))
+    add_references_and_predictions(sweep["points"], links, layouts)
+    write_csv(sweep["points"], os.path.join(out, "points.csv"))
+    with open(os.path.join(out, "sweep.json"), "w") as f:
+        json.dump(sweep, f, indent=1)
+    return sweep["points"]
 
 
 # --- Output -------------------------------------------------------------------------------
@@ -303,8 +330,21 @@ def main():
                         help="skip points whose estimated memory exceeds this")
     parser.add_argument("--out", default=None, help="default runs/scaling-<time>")
     parser.add_argument("--no_probe", action="store_true", help="no α/B probe, no predictions")
+    parser.add_argument("--bin_dir", default="bazel-bin/tools",
+                        help="folder with the gradsync and netem binaries")
+    parser.add_argument("--reanalyze", metavar="DIR",
+                        help="no runs: recompute a finished sweep's predictions")
     parser.add_argument("extra", nargs="*", help="after --: more training flags")
     args = parser.parse_args()
+    if args.reanalyze:
+        points = reanalyze(args.reanalyze)
+        print_points(points)
+        print()
+        cost_model.print_comparison(points)
+        return
+    global GRADSYNC, NETEM
+    GRADSYNC = os.path.join(args.bin_dir, "gradsync")
+    NETEM = os.path.join(args.bin_dir, "netem")
     if not os.access(GRADSYNC, os.X_OK):
         sys.exit(f"scaling: {GRADSYNC} missing; run `bazel build //tools:gradsync //tools:netem`")
     out = args.out or time.strftime("runs/scaling-%Y%m%d-%H%M%S")
@@ -336,7 +376,7 @@ def main():
                 continue
             first_summary = first_summary or summary
             repeats.append(figures(summary, point, args))
-            layouts.setdefault(group_key(point), read_bucket_bytes(run_dir))
+            layouts.setdefault(group_key(point), read_layout(run_dir))
         if not repeats:
             continue
         done = aggregate(point, repeats)

@@ -2,31 +2,40 @@
 
 #include <unistd.h>
 
-#include <map>
-#include <set>
+#include <cstdio>
 #include <utility>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "core/coordinator_service.h"
+#include "core/job_token.h"
 #include "core/logging.h"
 #include "core/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
 
-#define RETURN_GRPC_IF_ERROR(expr)                    \
-  do {                                                \
-    grpc::Status gs_grpc_status_ = (expr);            \
-    if (!gs_grpc_status_.ok()) return gs_grpc_status_; \
-  } while (0)
+ABSL_FLAG(std::string, bind, "",
+          "host or IP address worker 0's coordinator listens on (the port is "
+          "MASTER_PORT); default: 127.0.0.1 when MASTER_ADDR is a loopback "
+          "address, every interface otherwise");
 
 namespace gradsync {
 namespace {
 
 // Messages carry summaries of whole runs; stay well clear of gRPC's 4 MiB default.
 constexpr int kMaxMessageBytes = 64 << 20;
-// Blocking handlers wake up this often to notice a client that went away.
-constexpr absl::Duration kCancelPoll = absl::Milliseconds(200);
+// A host that vanishes without closing its connections (power loss, cable)
+// is noticed by keepalive pings: a ping every 10 s, answered within 10 s.
+constexpr int kKeepaliveTimeMs = 10000;
+constexpr int kKeepaliveTimeoutMs = 10000;
+// How long a coordinator that is shutting down waits for each member still
+// watching to answer its probe (see CoordinatorService::BeginShutdown). A
+// live member answers within milliseconds; one that does not is lost.
+constexpr absl::Duration kShutdownProbe = absl::Seconds(3);
+// Leave is best effort on the way out; a dead coordinator must not delay us.
+constexpr absl::Duration kLeaveTimeout = absl::Seconds(2);
 
 proto::Role ToProto(Role role) {
   return role == Role::kServer ? proto::ROLE_SERVER : proto::ROLE_WORKER;
@@ -41,8 +50,13 @@ std::string Name(Role role, int rank) {
 
 absl::Status FromGrpc(const grpc::Status& status, absl::string_view what) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(what, ": ", status.error_message()));
+  const auto code = static_cast<absl::StatusCode>(status.error_code());
+  // Some of gRPC's own refusals carry no message; the code then says it.
+  return absl::Status(
+      code, absl::StrCat(what, ": ",
+                         status.error_message().empty()
+                             ? absl::StatusCodeToString(code)
+                             : status.error_message()));
 }
 
 std::string Hostname() {
@@ -51,194 +65,80 @@ std::string Hostname() {
   return name;
 }
 
+// `bind_address` with its host replaced by --bind, if given.
+std::string ApplyBindFlag(const std::string& bind_address) {
+  std::string host = absl::GetFlag(FLAGS_bind);
+  if (host.empty()) return bind_address;
+  const size_t colon = bind_address.rfind(':');
+  const std::string port =
+      colon == std::string::npos ? "0" : bind_address.substr(colon + 1);
+  // An IPv6 address needs brackets before its port.
+  if (host.find(':') != std::string::npos && host.front() != '[') {
+    host = absl::StrCat("[", host, "]");
+  }
+  return absl::StrCat(host, ":", port);
+}
+
 }  // namespace
 
 const char* RoleName(Role role) {
   return role == Role::kServer ? "server" : "worker";
 }
 
-// The service keeps everything under one mutex: a job has a few dozen members
-// and a handful of calls per run, so contention is not a concern, and one lock
-// keeps the waits simple to reason about.
-class CoordinatorServer::Service final : public proto::Coordinator::Service {
- public:
-  Service(std::string job_id, int num_workers, int num_servers)
-      : job_id_(std::move(job_id)),
-        num_workers_(num_workers),
-        num_servers_(num_servers) {}
-
-  grpc::Status Join(grpc::ServerContext* context,
-                    const proto::JoinRequest* request,
-                    proto::JoinResponse* response) override {
-    RETURN_GRPC_IF_ERROR(CheckSender(request->sender()));
-    const Role role = FromProto(request->sender().role());
-    const int rank = request->sender().rank();
-    absl::MutexLock lock(&mu_);
-    auto key = std::make_pair(role, rank);
-    auto it = members_.find(key);
-    if (it != members_.end()) {
-      return grpc::Status(
-          grpc::StatusCode::ALREADY_EXISTS,
-          absl::StrCat(Name(role, rank), " joined twice (first from ",
-                       it->second.host, " ", it->second.address, ", now from ",
-                       request->host(), " ", request->address(),
-                       "); two processes were given the same rank"));
-    }
-    members_[key] = Member{role, rank, request->address(), request->host()};
-    const size_t expected = num_workers_ + num_servers_;
-    RETURN_GRPC_IF_ERROR(WaitLocked(
-        context, request->timeout_ms(),
-        [&] { return members_.size() == expected; },
-        [&] { return absl::StrCat("waiting for ", MissingMembersLocked(),
-                                  " to join"); }));
-    for (const auto& entry : members_) {
-      proto::MemberInfo* info = response->add_members();
-      info->set_role(ToProto(entry.second.role));
-      info->set_rank(entry.second.rank);
-      info->set_address(entry.second.address);
-      info->set_host(entry.second.host);
-    }
-    return grpc::Status::OK;
-  }
-
-  grpc::Status Barrier(grpc::ServerContext* context,
-                       const proto::BarrierRequest* request,
-                       proto::BarrierResponse*) override {
-    RETURN_GRPC_IF_ERROR(CheckSender(request->sender()));
-    const Role role = FromProto(request->sender().role());
-    if (!request->everyone() && role != Role::kWorker) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat(Name(role, request->sender().rank()),
-                                       " entered workers-only barrier '",
-                                       request->name(), "'"));
-    }
-    absl::MutexLock lock(&mu_);
-    auto& arrived = barriers_[request->name()];
-    arrived.insert({role, request->sender().rank()});
-    const size_t expected =
-        num_workers_ + (request->everyone() ? num_servers_ : 0);
-    return WaitLocked(
-        context, request->timeout_ms(),
-        [&] { return arrived.size() >= expected; },
-        [&] {
-          return absl::StrCat("barrier '", request->name(), "' waiting for ",
-                              MissingLocked(arrived, request->everyone()));
-        });
-  }
-
-  grpc::Status Set(grpc::ServerContext*, const proto::SetRequest* request,
-                   proto::SetResponse*) override {
-    RETURN_GRPC_IF_ERROR(CheckSender(request->sender()));
-    absl::MutexLock lock(&mu_);
-    store_[request->key()] = request->value();
-    return grpc::Status::OK;
-  }
-
-  grpc::Status Get(grpc::ServerContext* context,
-                   const proto::GetRequest* request,
-                   proto::GetResponse* response) override {
-    RETURN_GRPC_IF_ERROR(CheckSender(request->sender()));
-    absl::MutexLock lock(&mu_);
-    grpc::Status status = WaitLocked(
-        context, request->timeout_ms(),
-        [&] { return store_.count(request->key()) > 0; },
-        [&] { return absl::StrCat("waiting for key '", request->key(), "'"); });
-    if (status.ok()) response->set_value(store_[request->key()]);
-    return status;
-  }
-
- private:
-  grpc::Status CheckSender(const proto::Sender& sender) const {
-    if (sender.job_id() != job_id_) {
-      return grpc::Status(
-          grpc::StatusCode::PERMISSION_DENIED,
-          absl::StrCat("request from job '", sender.job_id(),
-                       "' refused: this coordinator serves job '", job_id_,
-                       "'"));
-    }
-    const int limit =
-        sender.role() == proto::ROLE_SERVER ? num_servers_ : num_workers_;
-    if (sender.rank() < 0 || sender.rank() >= limit) {
-      return grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("unknown ", Name(FromProto(sender.role()), sender.rank()),
-                       ": the job has ", num_workers_, " workers and ",
-                       num_servers_, " servers"));
-    }
-    return grpc::Status::OK;
-  }
-
-  // Waits (mu_ held) until done() or the timeout; the error names what is
-  // still missing. Wakes periodically to notice a cancelled client.
-  template <typename Done, typename Describe>
-  grpc::Status WaitLocked(grpc::ServerContext* context, int64_t timeout_ms,
-                          Done done, Describe describe)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
-    auto condition = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done(); };
-    // Other waiters may be satisfied by this call's change of state.
-    while (!done()) {
-      const absl::Time now = absl::Now();
-      if (now >= deadline) {
-        return grpc::Status(
-            grpc::StatusCode::DEADLINE_EXCEEDED,
-            absl::StrCat("timed out after ", timeout_ms / 1000.0, " s ",
-                         describe()));
-      }
-      if (context->IsCancelled()) {
-        return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-      }
-      mu_.AwaitWithDeadline(absl::Condition(&condition),
-                            std::min(deadline, now + kCancelPoll));
-    }
-    return grpc::Status::OK;
-  }
-
-  std::string MissingLocked(const std::set<std::pair<Role, int>>& present,
-                            bool everyone) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::vector<std::string> missing;
-    for (int r = 0; r < num_workers_; ++r) {
-      if (!present.count({Role::kWorker, r})) missing.push_back(Name(Role::kWorker, r));
-    }
-    for (int r = 0; everyone && r < num_servers_; ++r) {
-      if (!present.count({Role::kServer, r})) missing.push_back(Name(Role::kServer, r));
-    }
-    return absl::StrJoin(missing, ", ");
-  }
-
-  std::string MissingMembersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::set<std::pair<Role, int>> present;
-    for (const auto& entry : members_) present.insert(entry.first);
-    return MissingLocked(present, /*everyone=*/true);
-  }
-
-  const std::string job_id_;
-  const int num_workers_;
-  const int num_servers_;
-  absl::Mutex mu_;
-  std::map<std::pair<Role, int>, Member> members_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::set<std::pair<Role, int>>> barriers_
-      ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> store_ ABSL_GUARDED_BY(mu_);
-};
+absl::StatusOr<CoordinatorSecurity> CoordinatorSecurityFromFlags() {
+  CoordinatorSecurity security;
+  ASSIGN_OR_RETURN(security.job_token, LoadJobToken());
+  ASSIGN_OR_RETURN(security.tls, TlsConfigFromFlags());
+  return security;
+}
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const std::string& bind_address, const std::string& job_id,
     int num_workers, int num_servers) {
+  ASSIGN_OR_RETURN(CoordinatorSecurity security, CoordinatorSecurityFromFlags());
+  return Start(ApplyBindFlag(bind_address), job_id, num_workers, num_servers,
+               security);
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const std::string& bind_address, const std::string& job_id,
+    int num_workers, int num_servers, const CoordinatorSecurity& security) {
   if (num_workers < 1 || num_servers < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "coordinator needs at least one worker and no negative server count; "
         "got ", num_workers, " workers, ", num_servers, " servers"));
   }
+  if (job_id.size() > CoordinatorService::kMaxJobIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the job id has ", job_id.size(), " bytes; at most ",
+                     CoordinatorService::kMaxJobIdBytes));
+  }
+  if (!security.job_token.empty()) {
+    RETURN_IF_ERROR(Annotate(ValidateJobToken(security.job_token),
+                             "the coordinator's job token"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   ServerCredentialsFor(security.tls));
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer);
-  server->service_ =
-      std::make_unique<Service>(job_id, num_workers, num_servers);
+  server->service_ = std::make_unique<CoordinatorService>(
+      [&] {
+        CoordinatorServiceOptions options;
+        options.job_id = job_id;
+        options.num_workers = num_workers;
+        options.num_servers = num_servers;
+        options.job_token = security.job_token;
+        return options;
+      }());
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(bind_address, grpc::InsecureServerCredentials(),
-                           &server->port_);
+  builder.AddListeningPort(bind_address, credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Ping idle members too, and let them ping us as often as they do.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             kKeepaliveTimeMs / 2);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
@@ -246,9 +146,20 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         "coordinator could not listen on ", bind_address,
         " (port in use? set MASTER_PORT to a free port)"));
   }
+  const bool loopback = bind_address.rfind("127.", 0) == 0 ||
+                        bind_address.rfind("localhost:", 0) == 0 ||
+                        bind_address.rfind("[::1]:", 0) == 0;
+  if (security.job_token.empty() && !loopback) {
+    GS_LOG(WARNING) << "coordinator of job " << job_id << " listens on "
+                    << bind_address
+                    << " without a job token: anyone who can reach it may "
+                       "join (set GRADSYNC_JOB_TOKEN or --job_token_file)";
+  }
   GS_LOG(DEBUG) << "coordinator for job " << job_id << " on port "
                 << server->port_ << " (" << num_workers << " workers, "
-                << num_servers << " servers)";
+                << num_servers << " servers, " << security.tls.Describe()
+                << (security.job_token.empty() ? ", no token" : ", token")
+                << ")";
   return server;
 }
 
@@ -256,11 +167,20 @@ CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 
 void CoordinatorServer::Shutdown() {
   if (server_ != nullptr) {
-    // Blocked handlers return within kCancelPoll of the deadline.
+    // Members still running get a moment to finish and leave: if one of
+    // them was lost instead, the others must hear of it as a loss, not as
+    // the end of the job (see CoordinatorService::BeginShutdown).
+    service_->BeginShutdown();
+    service_->AwaitProbeAnswers(kShutdownProbe);
+    service_->EndJob();
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(1));
     server_.reset();
   }
+}
+
+std::vector<std::string> CoordinatorServer::LostMembers() const {
+  return service_->LostMembers();
 }
 
 class CoordinatorClient::Stub {
@@ -274,18 +194,35 @@ class CoordinatorClient::Stub {
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     const std::string& target, const std::string& job_id, Role role, int rank,
     absl::Duration connect_timeout) {
+  CoordinatorClientOptions options;
+  ASSIGN_OR_RETURN(options.security, CoordinatorSecurityFromFlags());
+  return Connect(target, job_id, role, rank, connect_timeout, options);
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const std::string& target, const std::string& job_id, Role role, int rank,
+    absl::Duration connect_timeout, const CoordinatorClientOptions& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   auto channel = grpc::CreateCustomChannel(
-      target, grpc::InsecureChannelCredentials(), args);
+      target, ChannelCredentialsFor(options.security.tls), args);
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() +
                                                     connect_timeout))) {
     return absl::DeadlineExceededError(absl::StrCat(
         Name(role, rank), ": no coordinator answered at ", target, " within ",
         absl::FormatDuration(connect_timeout),
         " (worker 0 hosts it on MASTER_ADDR:MASTER_PORT; is it running, and "
-        "are MASTER_ADDR/MASTER_PORT the same for every process?)"));
+        "are MASTER_ADDR/MASTER_PORT the same for every process?",
+        options.security.tls.enabled()
+            ? " With TLS, does the coordinator's certificate name this "
+              "address, and do both sides use the same --tls_ca?"
+            : "",
+        ")"));
   }
   std::unique_ptr<CoordinatorClient> client(new CoordinatorClient);
   client->stub_ = std::make_unique<Stub>(channel);
@@ -293,10 +230,19 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   client->job_id_ = job_id;
   client->role_ = role;
   client->rank_ = rank;
+  client->options_ = options;
   return client;
 }
 
-CoordinatorClient::~CoordinatorClient() = default;
+CoordinatorClient::~CoordinatorClient() {
+  Leave();
+  {
+    absl::MutexLock lock(&mu_);
+    leaving_ = true;  // also when Leave had nothing to do
+    if (watch_context_ != nullptr) watch_context_->TryCancel();
+  }
+  if (watch_thread_.joinable()) watch_thread_.join();
+}
 
 std::string CoordinatorClient::self() const { return Name(role_, rank_); }
 
@@ -308,26 +254,188 @@ void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
       absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));
 }
 
+}  // namespace
+
 template <typename Request>
-void FillSender(Request& request, const std::string& job_id, Role role,
-                int rank) {
+void CoordinatorClient::FillSender(Request& request) const {
   proto::Sender* sender = request.mutable_sender();
-  sender->set_job_id(job_id);
-  sender->set_role(ToProto(role));
-  sender->set_rank(rank);
+  sender->set_job_id(job_id_);
+  sender->set_role(ToProto(role_));
+  sender->set_rank(rank_);
 }
 
-}  // namespace
+void CoordinatorClient::Prepare(grpc::ClientContext& context) const {
+  AttachJobToken(context, options_.security.job_token);
+}
+
+absl::Status CoordinatorClient::StartWatch(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  if (watch_started_) return absl::OkStatus();
+  watch_started_ = true;
+  watch_context_ = std::make_unique<grpc::ClientContext>();
+  Prepare(*watch_context_);
+  // The coordinator may still be starting (worker 0 may come up after us).
+  watch_context_->set_wait_for_ready(true);
+  watch_thread_ = std::thread([this] { WatchLoop(); });
+  auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return watch_registered_ || watch_over_;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&settled), timeout)) {
+    watch_context_->TryCancel();
+    return absl::DeadlineExceededError(absl::StrCat(
+        self(), ": the coordinator at ", target_, " did not register its "
+        "watch within ", absl::FormatDuration(timeout)));
+  }
+  if (!watch_registered_) return watch_error_;
+  return absl::OkStatus();
+}
+
+void CoordinatorClient::WatchLoop() {
+  proto::WatchRequest request;
+  FillSender(request);
+  grpc::ClientContext* context;
+  {
+    absl::MutexLock lock(&mu_);
+    context = watch_context_.get();
+  }
+  std::unique_ptr<grpc::ClientReader<proto::WatchEvent>> reader =
+      stub_->stub_->Watch(context, request);
+  proto::WatchEvent event;
+  while (reader->Read(&event)) {
+    if (event.watching()) {
+      absl::MutexLock lock(&mu_);
+      watch_registered_ = true;
+    } else if (event.job_ended()) {
+      absl::MutexLock lock(&mu_);
+      job_ended_ = true;
+    } else if (event.probe() > 0) {
+      Answer(event.probe());
+    } else if (event.has_lost()) {
+      const proto::MemberInfo& lost = event.lost();
+      std::string where;
+      if (!lost.address().empty() || !lost.host().empty()) {
+        where = absl::StrCat(" (", lost.address(),
+                             lost.host().empty() ? "" : " on host ",
+                             lost.host(), ")");
+      }
+      OnLoss(absl::UnavailableError(absl::StrCat(
+          "the job lost ", Name(FromProto(lost.role()), lost.rank()), where,
+          ": ", event.reason())));
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  {
+    absl::MutexLock lock(&mu_);
+    watch_over_ = true;
+    if (!watch_registered_) {
+      watch_error_ = FromGrpc(
+          status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL,
+                                     "watch ended before it was registered")
+                      : status,
+          absl::StrCat(self(), " watching job ", job_id_, " at ", target_));
+      return;
+    }
+    if (leaving_ || job_ended_) return;
+  }
+  OnLoss(absl::UnavailableError(absl::StrCat(
+      "the job lost its coordinator, hosted by worker 0 at ", target_,
+      ": the connection broke (", status.error_message(),
+      "): worker 0 was killed or crashed, or its host became unreachable")));
+}
+
+void CoordinatorClient::OnLoss(const absl::Status& loss) {
+  mu_.Lock();
+  if (!lost_.ok()) {  // the first loss is the cause; later ones follow from it
+    mu_.Unlock();
+    return;
+  }
+  lost_ = loss;
+  GS_LOG(ERROR) << self() << ": " << loss.message();
+  // The process's own error handling usually ends it first, with this cause
+  // in its message (ExplainFailure); the exit only catches a process that
+  // would otherwise wait out a timeout.
+  const bool stays = !options_.exit_when_member_lost ||
+                     mu_.AwaitWithTimeout(absl::Condition(&leaving_),
+                                          options_.grace);
+  mu_.Unlock();
+  if (stays) return;
+  GS_LOG(ERROR) << self() << ": ending this process (exit code 1) because "
+                << loss.message();
+  // This process goes because of another's loss, so it is not lost itself.
+  Leave();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(1);
+}
+
+void CoordinatorClient::Leave() {
+  {
+    absl::MutexLock lock(&mu_);
+    // Only a member that watches can be counted lost, so only it leaves.
+    if (!watch_registered_ || leaving_ || watch_over_) return;
+    // From here on, the end of the watch stream is no loss.
+    leaving_ = true;
+  }
+  proto::LeaveRequest request;
+  FillSender(request);
+  proto::LeaveResponse response;
+  grpc::ClientContext context;
+  Prepare(context);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kLeaveTimeout));
+  const grpc::Status status = stub_->stub_->Leave(&context, request, &response);
+  if (!status.ok()) {
+    GS_LOG(DEBUG) << self() << ": leaving job " << job_id_ << ": "
+                  << status.error_message();
+  }
+}
+
+void CoordinatorClient::Answer(int64_t round) {
+  proto::AliveRequest request;
+  FillSender(request);
+  request.set_round(round);
+  proto::AliveResponse response;
+  grpc::ClientContext context;
+  Prepare(context);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kLeaveTimeout));
+  const grpc::Status status = stub_->stub_->Alive(&context, request, &response);
+  if (!status.ok()) {
+    GS_LOG(DEBUG) << self() << ": answering the coordinator's probe: "
+                  << status.error_message();
+  }
+}
+
+absl::Status CoordinatorClient::lost() const {
+  absl::MutexLock lock(&mu_);
+  return lost_;
+}
+
+absl::Status CoordinatorClient::ExplainFailure(const absl::Status& symptom,
+                                               absl::Duration wait) const {
+  if (symptom.ok()) return symptom;
+  absl::MutexLock lock(&mu_);
+  if (!watch_registered_) return symptom;
+  auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !lost_.ok() || watch_over_ || leaving_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&settled), wait);
+  if (lost_.ok()) return symptom;
+  return absl::Status(symptom.code(),
+                      absl::StrCat(lost_.message(), "; so ", symptom.message()));
+}
 
 absl::StatusOr<std::vector<Member>> CoordinatorClient::Join(
     const std::string& address, absl::Duration timeout) {
+  // Watch first: a member that dies while the others are still joining is
+  // lost like any other, and their Join fails naming it.
+  RETURN_IF_ERROR(StartWatch(timeout));
   proto::JoinRequest request;
-  FillSender(request, job_id_, role_, rank_);
+  FillSender(request);
   request.set_address(address);
   request.set_host(Hostname());
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   proto::JoinResponse response;
   grpc::ClientContext context;
+  Prepare(context);
   SetDeadline(context, timeout);
   RETURN_IF_ERROR(FromGrpc(stub_->stub_->Join(&context, request, &response),
                            absl::StrCat(self(), " joining job at ", target_)));
@@ -343,12 +451,13 @@ absl::Status CoordinatorClient::Barrier(const std::string& name,
                                         BarrierGroup group,
                                         absl::Duration timeout) {
   proto::BarrierRequest request;
-  FillSender(request, job_id_, role_, rank_);
+  FillSender(request);
   request.set_name(name);
   request.set_everyone(group == BarrierGroup::kEveryone);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   proto::BarrierResponse response;
   grpc::ClientContext context;
+  Prepare(context);
   SetDeadline(context, timeout);
   return FromGrpc(stub_->stub_->Barrier(&context, request, &response),
                   absl::StrCat(self(), " in barrier '", name, "'"));
@@ -357,11 +466,12 @@ absl::Status CoordinatorClient::Barrier(const std::string& name,
 absl::Status CoordinatorClient::Set(const std::string& key,
                                     const std::string& value) {
   proto::SetRequest request;
-  FillSender(request, job_id_, role_, rank_);
+  FillSender(request);
   request.set_key(key);
   request.set_value(value);
   proto::SetResponse response;
   grpc::ClientContext context;
+  Prepare(context);
   SetDeadline(context, absl::Seconds(30));
   return FromGrpc(stub_->stub_->Set(&context, request, &response),
                   absl::StrCat(self(), " setting key '", key, "'"));
@@ -370,11 +480,12 @@ absl::Status CoordinatorClient::Set(const std::string& key,
 absl::StatusOr<std::string> CoordinatorClient::Get(const std::string& key,
                                                    absl::Duration timeout) {
   proto::GetRequest request;
-  FillSender(request, job_id_, role_, rank_);
+  FillSender(request);
   request.set_key(key);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   proto::GetResponse response;
   grpc::ClientContext context;
+  Prepare(context);
   SetDeadline(context, timeout);
   RETURN_IF_ERROR(FromGrpc(stub_->stub_->Get(&context, request, &response),
                            absl::StrCat(self(), " getting key '", key, "'")));

@@ -6,23 +6,41 @@
 //   Barrier  named barriers over the workers or over everyone.
 //   Set/Get  a key-value store for small blobs (NCCL's unique id, summaries);
 //            Get waits until the key is set.
+//   Watch    from Join to the end, each member's client holds a stream open:
+//            it is how the job learns that a member was lost (see below).
 //
 // Every blocking call has a deadline; when it passes the error names the ranks
 // (or key) still missing. Requests carry the job id and are refused for any
-// other job.
+// other job; with a job token (core/job_token.h) they must also carry it, and
+// with --tls_* flags the connection is TLS (core/tls_config.h).
+//
+// Lost members. A member whose watch breaks before it has left (killed,
+// crashed, host gone) is lost; so is the coordinator, for everyone else, when
+// worker 0 dies. Every client then learns which member was lost (lost(),
+// ExplainFailure()) within a fraction of a second, and — unless told
+// otherwise — ends its own process a short grace period later, with an error
+// naming the lost member, if its own error handling has not ended it first.
+// A job cannot go on without a member, and without this a survivor blocked
+// on the lost member would wait for its --timeout_s (or a parameter server
+// for its idle timeout) before failing.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/tls_config.h"
 
 namespace grpc {
 class Server;
 class Channel;
+class ClientContext;
 }  // namespace grpc
 
 namespace gradsync {
@@ -39,32 +57,65 @@ struct Member {
 
 enum class BarrierGroup { kWorkers, kEveryone };
 
+class CoordinatorService;  // core/coordinator_service.h
+
+// Who may talk to the coordinator, and how.
+struct CoordinatorSecurity {
+  std::string job_token;  // empty: none required, none sent
+  TlsConfig tls;          // not enabled: plaintext
+};
+
+// This process's token (LoadJobToken) and TLS flags (TlsConfigFromFlags).
+absl::StatusOr<CoordinatorSecurity> CoordinatorSecurityFromFlags();
+
 class CoordinatorServer {
  public:
-  // Listens on `bind_address` ("0.0.0.0:29500"; port 0 picks a free one).
+  // Listens on `bind_address` ("0.0.0.0:29500"; port 0 picks a free one),
+  // with this process's token and TLS flags; --bind, when given, replaces the
+  // host part of `bind_address`.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const std::string& bind_address, const std::string& job_id,
       int num_workers, int num_servers);
+  // The same with explicit security and no flags.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const std::string& bind_address, const std::string& job_id,
+      int num_workers, int num_servers, const CoordinatorSecurity& security);
   ~CoordinatorServer();
 
   int port() const { return port_; }
+  // Tells every member that the job has ended normally, then stops serving.
   void Shutdown();
+  // "worker 2 (...): reason" for every member lost so far.
+  std::vector<std::string> LostMembers() const;
 
  private:
-  class Service;
   CoordinatorServer() = default;
-  std::unique_ptr<Service> service_;
+  std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+};
+
+struct CoordinatorClientOptions {
+  CoordinatorSecurity security;
+  // When the job loses a member: end this process (exit code 1, after
+  // logging which member was lost) if it is still running `grace` later.
+  // Tests that watch losses from inside one process turn this off.
+  bool exit_when_member_lost = true;
+  absl::Duration grace = absl::Seconds(3);
 };
 
 class CoordinatorClient {
  public:
   // Connects to `target` ("host:port"), waiting up to `connect_timeout` for the
   // coordinator to come up (it is started by worker 0, possibly after us).
+  // Uses this process's token and TLS flags.
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
       const std::string& target, const std::string& job_id, Role role, int rank,
       absl::Duration connect_timeout);
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
+      const std::string& target, const std::string& job_id, Role role, int rank,
+      absl::Duration connect_timeout, const CoordinatorClientOptions& options);
+  // Leaves the job (see Leave) and stops watching.
   ~CoordinatorClient();
 
   Role role() const { return role_; }
@@ -72,8 +123,9 @@ class CoordinatorClient {
   // "worker 3".
   std::string self() const;
 
-  // Announces this process at `address` and returns every member once all
-  // num_workers + num_servers have joined, workers first, by rank.
+  // Starts watching the job, announces this process at `address` and
+  // returns every member once all num_workers + num_servers have joined,
+  // workers first, by rank.
   absl::StatusOr<std::vector<Member>> Join(const std::string& address,
                                            absl::Duration timeout);
   absl::Status Barrier(const std::string& name, BarrierGroup group,
@@ -82,14 +134,49 @@ class CoordinatorClient {
   absl::StatusOr<std::string> Get(const std::string& key,
                                   absl::Duration timeout);
 
+  // Says that this member ends normally, so its going is no loss. Idempotent;
+  // a coordinator already gone is not an error.
+  void Leave();
+
+  // OK while the job is whole; otherwise Unavailable naming the first
+  // member lost ("the job lost worker 2 (127.0.0.1:40011 on host a): ...").
+  absl::Status lost() const;
+  // For a failure seen elsewhere (a socket closed by a peer): waits up to
+  // `wait` for the coordinator to say which member was lost, and returns
+  // `symptom` with that cause in front; `symptom` unchanged when no loss is
+  // reported (or this client does not watch).
+  absl::Status ExplainFailure(const absl::Status& symptom,
+                              absl::Duration wait) const;
+
  private:
   class Stub;
   CoordinatorClient() = default;
+  absl::Status StartWatch(absl::Duration timeout);
+  void WatchLoop();
+  void OnLoss(const absl::Status& loss);
+  // Tells the coordinator, as it shuts down, that this member is alive.
+  void Answer(int64_t round);
+  template <typename Request>
+  void FillSender(Request& request) const;
+  void Prepare(grpc::ClientContext& context) const;
+
   std::unique_ptr<Stub> stub_;
   std::string target_;
   std::string job_id_;
   Role role_ = Role::kWorker;
   int rank_ = 0;
+  CoordinatorClientOptions options_;
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<grpc::ClientContext> watch_context_ ABSL_GUARDED_BY(mu_);
+  std::thread watch_thread_;
+  bool watch_started_ ABSL_GUARDED_BY(mu_) = false;
+  bool watch_registered_ ABSL_GUARDED_BY(mu_) = false;
+  bool watch_over_ ABSL_GUARDED_BY(mu_) = false;  // the stream has ended
+  absl::Status watch_error_ ABSL_GUARDED_BY(mu_);  // before registration
+  bool job_ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status lost_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gradsync

@@ -35,19 +35,26 @@ struct CoordinatorServiceOptions {
   int num_servers = 0;
   // Required from every caller when not empty (core/job_token.h).
   std::string job_token;
+  // Bounds on the key-value store (tests lower them).
+  int64_t max_store_bytes = int64_t{1} << 30;
+  size_t max_store_keys = 1 << 20;
+  size_t max_barriers = 1 << 20;
 };
 
-class CoordinatorService final : public proto::Coordinator::Service {
+// Watch uses gRPC's callback API, so that a member's watch holds no thread
+// and its breaking is noticed the moment gRPC learns of it; the other
+// handlers are synchronous.
+class CoordinatorService final
+    : public proto::Coordinator::WithCallbackMethod_Watch<
+          proto::Coordinator::Service> {
  public:
   // Sizes a request may not exceed; a key or barrier name is a short path,
   // an address a host:port. Values may be whole run summaries, up to the
-  // gRPC message limit, but the store as a whole is bounded.
+  // gRPC message limit, but the store as a whole is bounded (options).
   static constexpr size_t kMaxKeyBytes = 1024;
   static constexpr size_t kMaxAddressBytes = 1024;
   static constexpr size_t kMaxJobIdBytes = 256;
-  static constexpr int64_t kMaxStoreBytes = int64_t{1} << 30;
-  static constexpr size_t kMaxStoreKeys = 1 << 20;
-  static constexpr size_t kMaxBarriers = 1 << 20;
+  // Longer waits are cut to this (a week): no arithmetic overflows.
   static constexpr int64_t kMaxTimeoutMs = int64_t{7} * 24 * 3600 * 1000;
 
   explicit CoordinatorService(CoordinatorServiceOptions options);
@@ -64,16 +71,29 @@ class CoordinatorService final : public proto::Coordinator::Service {
   grpc::Status Get(grpc::ServerContext* context,
                    const proto::GetRequest* request,
                    proto::GetResponse* response) override;
-  grpc::Status Watch(grpc::ServerContext* context,
-                     const proto::WatchRequest* request,
-                     grpc::ServerWriter<proto::WatchEvent>* writer) override;
+  grpc::ServerWriteReactor<proto::WatchEvent>* Watch(
+      grpc::CallbackServerContext* context,
+      const proto::WatchRequest* request) override;
   grpc::Status Leave(grpc::ServerContext* context,
                      const proto::LeaveRequest* request,
                      proto::LeaveResponse* response) override;
+  grpc::Status Alive(grpc::ServerContext* context,
+                     const proto::AliveRequest* request,
+                     proto::AliveResponse* response) override;
 
-  // The coordinator is going away normally: watchers are told the job has
-  // ended and every blocked handler returns.
+  // Shutting down takes three steps, because a job that failed shuts its
+  // coordinator down too, often within milliseconds of the loss behind the
+  // failure — before the coordinator has noticed it — and the members still
+  // running must hear of that loss, not that the job ended.
+  // BeginShutdown: blocked handlers return, new waits fail at once, members
+  // whose watch has already broken are recorded as lost, and every watcher
+  // is probed. AwaitProbeAnswers: every watcher that has not left answers
+  // (it is alive), or a loss is known, or `timeout` passes — and then the
+  // watchers that did not answer are lost. EndJob: the watchers still there
+  // are told the job has ended, and their streams close.
   void BeginShutdown();
+  void AwaitProbeAnswers(absl::Duration timeout);
+  void EndJob();
 
   // "worker 2 (...): reason" for each member lost so far, in order.
   std::vector<std::string> LostMembers() const;
@@ -90,7 +110,8 @@ class CoordinatorService final : public proto::Coordinator::Service {
     std::string Describe() const;
   };
 
-  grpc::Status CheckCall(const grpc::ServerContext& context,
+  class Watcher;
+  grpc::Status CheckCall(const grpc::ServerContextBase& context,
                          const proto::Sender& sender) const;
   template <typename Done, typename Describe>
   grpc::Status WaitLocked(grpc::ServerContext* context, int64_t timeout_ms,
@@ -100,8 +121,9 @@ class CoordinatorService final : public proto::Coordinator::Service {
                             bool everyone) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string MissingMembersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecordLossLocked(const MemberKey& member, const std::string& peer)
+  void RecordLossLocked(const MemberKey& member, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static std::string BrokenWatch(const std::string& peer);
 
   const CoordinatorServiceOptions options_;
   mutable absl::Mutex mu_;
@@ -109,11 +131,19 @@ class CoordinatorService final : public proto::Coordinator::Service {
   std::map<std::string, std::set<MemberKey>> barriers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> store_ ABSL_GUARDED_BY(mu_);
   int64_t store_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Members with an open watch, and where it comes from.
-  std::map<MemberKey, std::string> watching_ ABSL_GUARDED_BY(mu_);
+  // Tells every watcher that something changed (a loss, a probe, a leave,
+  // the end of the job).
+  void PumpWatchersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Members with an open watch; a watcher removes itself when it finishes.
+  std::map<MemberKey, Watcher*> watching_ ABSL_GUARDED_BY(mu_);
   std::set<MemberKey> left_ ABSL_GUARDED_BY(mu_);
   std::vector<Loss> losses_ ABSL_GUARDED_BY(mu_);
+  std::set<MemberKey> lost_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool job_ended_ ABSL_GUARDED_BY(mu_) = false;
+  // The shutdown probe: its round (0: none yet) and who has answered it.
+  int64_t probe_round_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<MemberKey> answered_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gradsync

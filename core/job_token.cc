@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/server_context.h"
-#include "grpcpp/support/status.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/support/client_interceptor.h"
 
 ABSL_FLAG(std::string, job_token_file, "",
           "file holding this job's token, the same for every process of the "
@@ -28,6 +28,37 @@ namespace {
 
 constexpr size_t kMinTokenBytes = 16;
 constexpr size_t kMaxTokenBytes = 1024;
+
+// Adds the token to the initial metadata of every call on its channel.
+class JobTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit JobTokenInterceptor(std::string token) : token_(std::move(token)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::
+                PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace(kJobTokenMetadataKey, token_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string token_;
+};
+
+class JobTokenInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit JobTokenInterceptorFactory(std::string token)
+      : token_(std::move(token)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new JobTokenInterceptor(token_);
+  }
+
+ private:
+  const std::string token_;
+};
 
 }  // namespace
 
@@ -152,6 +183,19 @@ void AttachJobToken(grpc::ClientContext& context) {
 grpc::Status CheckJobToken(const grpc::ServerContextBase& context,
                            absl::string_view service) {
   return CheckJobToken(context, JobTokenOfThisProcess(), service);
+}
+
+std::shared_ptr<grpc::Channel> CreateChannelWithJobToken(
+    const std::string& target,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    const grpc::ChannelArguments& args) {
+  const std::string& token = JobTokenOfThisProcess();
+  if (token.empty()) return grpc::CreateCustomChannel(target, credentials, args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::make_unique<JobTokenInterceptorFactory>(token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      target, credentials, args, std::move(interceptors));
 }
 
 }  // namespace gradsync

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "core/job_token.h"
 #include "core/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
@@ -66,7 +67,7 @@ class PsClient::Impl {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     for (const std::string& address : servers_) {
-      stubs_.push_back(ps::ParameterServer::NewStub(grpc::CreateCustomChannel(
+      stubs_.push_back(ps::ParameterServer::NewStub(CreateChannelWithJobToken(
           address, grpc::InsecureChannelCredentials(), args)));
     }
     const int num_buckets = [&] {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "core/job_token.h"
 #include "core/logging.h"
 #include "core/status_macros.h"
 #include "grpcpp/grpcpp.h"
@@ -447,12 +448,20 @@ class ParameterServer::Impl final
 
   grpc::ServerReadReactor<ps::RegisterMessage>* Register(
       grpc::CallbackServerContext* context, ps::RegisterReply* reply) override {
+    if (auto* refused = RefuseCallWithoutJobToken<
+            grpc::ServerReadReactor<ps::RegisterMessage>>(context, shard_.name())) {
+      return refused;
+    }
     Touch();
     return new RegisterCall(&shard_, reply, options_.server_rank);
   }
 
   grpc::ServerReadReactor<ps::KeyPart>* Push(
       grpc::CallbackServerContext* context, ps::PushReply* reply) override {
+    if (auto* refused = RefuseCallWithoutJobToken<
+            grpc::ServerReadReactor<ps::KeyPart>>(context, shard_.name())) {
+      return refused;
+    }
     Touch();
     return new PushCall(&shard_, reply);
   }
@@ -460,6 +469,10 @@ class ParameterServer::Impl final
   grpc::ServerWriteReactor<ps::KeyPart>* Pull(
       grpc::CallbackServerContext* context,
       const ps::PullRequest* request) override {
+    if (auto* refused = RefuseCallWithoutJobToken<
+            grpc::ServerWriteReactor<ps::KeyPart>>(context, shard_.name())) {
+      return refused;
+    }
     Touch();
     return new PullCall(&shard_, &timer_, context, request,
                         options_.message_bytes / 4, options_.max_wait);
@@ -468,6 +481,10 @@ class ParameterServer::Impl final
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* context,
                                      const ps::ShutdownRequest* request,
                                      ps::ShutdownReply* reply) override {
+    if (auto* refused = RefuseCallWithoutJobToken<grpc::ServerUnaryReactor>(
+            context, shard_.name())) {
+      return refused;
+    }
     Touch();
     // The job counts as over only once the last worker's reply has gone out
     // (OnDone): stopping the server earlier would cancel that very reply.

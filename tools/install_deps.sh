@@ -13,6 +13,8 @@ PACKAGES=(
   libopenblas-dev nlohmann-json3-dev
   # data, plots, network emulation
   dataset-fashion-mnist python3 python3-matplotlib iproute2 iperf3
+  # fuzzing (fuzz/run.sh, from tools/test.sh): clang's libFuzzer and sanitizers
+  clang-14 libclang-rt-14-dev
   # benchmark-only comparison anchor
   libgloo-dev
 )

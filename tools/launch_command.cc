@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/job_token.h"
 #include "core/logging.h"
 #include "core/manifest.h"
 #include "core/status_macros.h"
@@ -116,12 +117,21 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
 
   std::vector<std::string> flags = training_flags;
   if (!HasFlag(flags, "metrics_dir")) flags.push_back(absl::StrCat("--metrics_dir=", run_dir));
+  // Only this job's processes get in (core/job_token.h): a token from our
+  // environment is passed on, otherwise the job gets a fresh one.
+  std::string job_token;
+  if (const char* given = std::getenv(kJobTokenEnv); given != nullptr && *given != '\0') {
+    job_token = given;
+  } else {
+    ASSIGN_OR_RETURN(job_token, NewJobToken());
+  }
   const std::vector<std::pair<std::string, std::string>> common = {
       {"WORLD_SIZE", absl::StrCat(workers)},
       {"LOCAL_WORLD_SIZE", absl::StrCat(workers + servers)},
       {"MASTER_ADDR", "127.0.0.1"},
       {"MASTER_PORT", absl::StrCat(port)},
       {"GRADSYNC_JOB_ID", job_id},
+      {kJobTokenEnv, job_token},
       {"GRADSYNC_NUM_SERVERS", absl::StrCat(servers)},
       {"GRADSYNC_LAUNCHER", "1"},
       {"GRADSYNC_GIT_COMMIT", GitCommit()},

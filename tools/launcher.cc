@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <random>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -160,6 +162,15 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
       children.resize(i);
       break;
     }
+    // The child starts with our SIGINT/SIGTERM handler until it resets it: a
+    // SIGTERM sent in between (another process failed at once) would only
+    // poke our pipe and be lost. Blocked across fork, it waits, and is
+    // delivered to the child once the default action is back.
+    sigset_t stop_signals, old_mask;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
     const pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
@@ -170,11 +181,13 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
       if (getppid() != parent) _exit(127);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
+      sigprocmask(SIG_SETMASK, &old_mask, nullptr);
       dup2(fds[1], STDOUT_FILENO);
       dup2(fds[1], STDERR_FILENO);
       execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
+    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     close(fds[1]);
     if (pid < 0) {
       close(fds[0]);
@@ -206,6 +219,11 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
     kill_at = absl::Now() + options.grace;
   };
   if (!start_status.ok()) stop_all(1, std::string(start_status.message()));
+  if (start_status.ok() && options.on_started) {
+    std::vector<pid_t> pids;
+    for (const Child& child : children) pids.push_back(child.pid);
+    options.on_started(pids);
+  }
 
   size_t running = children.size();
   while (running > 0 || std::any_of(children.begin(), children.end(),
@@ -238,6 +256,7 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
       pid_t r = waitpid(child.pid, &status, WNOHANG);
       if (r != child.pid) continue;
       child.running = false;
+      child.result.ended = absl::Now();
       --running;
       if (WIFEXITED(status)) {
         child.result.exit_code = WEXITSTATUS(status);
@@ -291,22 +310,57 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
   return result;
 }
 
-absl::StatusOr<int> PickFreePort() {
+namespace {
+
+// Whether `port` (0: any) can be bound on 127.0.0.1 now; the bound port.
+int TryBind(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  if (fd < 0) return -1;
   sockaddr_in addr = {};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string error = std::strerror(errno);
-    close(fd);
-    return absl::InternalError(absl::StrCat("picking a free port: ", error));
-  }
+  const bool ok =
+      bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   close(fd);
-  return ntohs(addr.sin_port);
+  return ok ? ntohs(addr.sin_port) : -1;
+}
+
+// Where the kernel's range of ephemeral ports starts.
+int FirstEphemeralPort() {
+  FILE* file = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  int low = 32768, high = 60999;
+  if (file != nullptr) {
+    if (std::fscanf(file, "%d %d", &low, &high) != 2) low = 32768;
+    std::fclose(file);
+  }
+  return low;
+}
+
+}  // namespace
+
+absl::StatusOr<int> PickFreePort() {
+  // The port is free now, but it is bound only later, by another process.
+  // A port from the ephemeral range may meanwhile be taken by any outgoing
+  // connection on the machine (tests run beside each other), so pick below
+  // that range, where only explicit binds compete.
+  const int low = FirstEphemeralPort();
+  constexpr int kFirst = 10000;
+  if (low - kFirst >= 1000) {
+    std::random_device random;
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      const int port = kFirst + static_cast<int>(random() % (low - kFirst));
+      if (TryBind(port) == port) return port;
+    }
+  }
+  const int port = TryBind(0);
+  if (port <= 0) {
+    return absl::InternalError(
+        absl::StrCat("picking a free port: ", std::strerror(errno)));
+  }
+  return port;
 }
 
 }  // namespace gradsync

@@ -6,6 +6,9 @@
 // the whole job. Used by `gradsync launch` and by the multi-process tests.
 #pragma once
 
+#include <sys/types.h>
+
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +30,9 @@ struct ProcessResult {
   std::string name;
   int exit_code = 0;     // 128 + signal when killed by a signal
   int term_signal = 0;   // the signal that ended it, or 0
+  // When the launcher saw it end (within its 50 ms tick): fault tests
+  // measure how long survivors take to notice a lost peer.
+  absl::Time ended = absl::InfinitePast();
   bool stopped_by_launcher = false;  // ended because another process failed
   std::string output;    // the last 256 KiB of its stdout and stderr
 };
@@ -41,6 +47,10 @@ struct LaunchOptions {
   bool stop_on_failure = true;
   // Between SIGTERM and SIGKILL when stopping the others.
   absl::Duration grace = absl::Seconds(5);
+  // Called once every process has started, with their ids in the order of
+  // the specs (on the launcher's thread; keep it short): for tests that
+  // kill one of them and for tools that sample their memory.
+  std::function<void(const std::vector<pid_t>&)> on_started;
 };
 
 struct LaunchResult {

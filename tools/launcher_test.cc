@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -77,13 +78,35 @@ TEST(LauncherTest, WithoutStopOnFailureTheOthersRunToTheirEnd) {
 }
 
 TEST(LauncherTest, ProcessIgnoringSigtermIsKilledAfterGrace) {
+  // worker 0 fails only once server 0 ignores SIGTERM: a SIGTERM that came
+  // earlier would (rightly) end it.
+  const std::string ready = std::string(getenv("TEST_TMPDIR")) + "/trap-set";
   std::vector<ProcessSpec> specs = {
-      Shell("server 0", "trap '' TERM; echo ready; while :; do sleep 1; done"),
-      Shell("worker 0", "exit 2")};
+      Shell("server 0", "trap '' TERM; touch " + ready +
+                            "; while :; do sleep 1; done"),
+      Shell("worker 0",
+            "until [ -e " + ready + " ]; do sleep 0.01; done; exit 2")};
   auto result = RunProcessGroup(specs, Quiet());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->exit_code, 2);
   EXPECT_EQ(result->processes[0].term_signal, SIGKILL);
+}
+
+TEST(LauncherTest, OnStartedGivesPidsInSpecOrderAndEndsAreTimed) {
+  std::vector<ProcessSpec> specs = {Shell("worker 0", "echo $$"),
+                                    Shell("worker 1", "echo $$")};
+  std::vector<pid_t> pids;
+  LaunchOptions options = Quiet();
+  options.on_started = [&](const std::vector<pid_t>& started) { pids = started; };
+  const absl::Time start = absl::Now();
+  auto result = RunProcessGroup(specs, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(pids.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(result->processes[i].output, absl::StrCat(pids[i], "\n"));
+    EXPECT_GE(result->processes[i].ended, start);
+    EXPECT_LE(result->processes[i].ended, absl::Now());
+  }
 }
 
 TEST(LauncherTest, KilledBySignalIsReported) {

@@ -2,15 +2,69 @@
 # Installs what is missing, then runs every test: `bazel test //...`.
 # Where nvcc is present, the CUDA parts are also compiled and linked
 # (--config=cuda); GPU tests skip with a message where no GPU is visible.
+#
+# Then, unless turned off, the reliability steps (each prints its time):
+#   AddressSanitizer + UBSan over the unit, fault, security and multi-process
+#     tests (GRADSYNC_ASAN=0 skips);
+#   ThreadSanitizer over the targets it can check with Debian's uninstrumented
+#     Abseil and gRPC (tools/tsan_suppressions.txt says why; GRADSYNC_TSAN=0
+#     skips);
+#   libFuzzer, GRADSYNC_FUZZ_SECONDS (default 60) per target (0 skips).
+# Arguments go to the first `bazel test` only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh
 
 export GRADSYNC_GIT_COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 BAZEL_FLAGS=(--color=no --curses=no)
-bazel test "${BAZEL_FLAGS[@]}" --test_output=errors //... "$@"
+
+stage() {  # name, command...
+  local name=$1 start=$SECONDS
+  shift
+  echo "== $name"
+  "$@"
+  echo "== $name: $((SECONDS - start)) s"
+}
+
+stage "bazel test //..." bazel test "${BAZEL_FLAGS[@]}" --test_output=errors //... "$@"
 
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  echo "== building the CUDA parts (--config=cuda)"
-  bazel build "${BAZEL_FLAGS[@]}" --config=cuda //...
+  stage "building the CUDA parts (--config=cuda)" \
+    bazel build "${BAZEL_FLAGS[@]}" --config=cuda //...
+fi
+
+# Everything but the long training runs (Fashion-MNIST accuracy, strategy
+# equivalence, synthetic models) and the network-namespace job, which
+# exercise no code these do not, at a few times the cost under ASan.
+ASAN_TARGETS=(
+  //core:all //allreduce:all //ps:all //fuzz:all //tools:launcher_test
+  //tests:job_test //tests:fault_test //tests:job_token_test //tests:tls_test
+  //tests:coordinator_bad_input_test //tests:ring_handshake_bad_input_test
+  //tests:member_loss_test //tests:cli_test
+)
+if [[ "${GRADSYNC_ASAN:-1}" != 0 ]]; then
+  stage "AddressSanitizer + UBSan (--config=asan)" \
+    bazel test "${BAZEL_FLAGS[@]}" --config=asan \
+      --test_env=LSAN_OPTIONS=suppressions=$PWD/tools/lsan_suppressions.txt \
+      "${ASAN_TARGETS[@]}"
+fi
+
+# The ring (its communication thread against the trainer's, std::mutex),
+# the trainer and launcher in real multi-process jobs, and the fuzz targets.
+TSAN_TARGETS=(
+  //allreduce:ring_allreduce_test //allreduce:ring_transport_test
+  //allreduce:ring_sync_test //allreduce:ring_multiprocess_test
+  //tools:launcher_test //tests:job_test //tests:coordinator_bad_input_test
+  //fuzz:all
+)
+if [[ "${GRADSYNC_TSAN:-1}" != 0 ]]; then
+  stage "ThreadSanitizer (--config=tsan)" \
+    bazel test "${BAZEL_FLAGS[@]}" --config=tsan \
+      --test_env=TSAN_OPTIONS=halt_on_error=1:suppressions=$PWD/tools/tsan_suppressions.txt \
+      "${TSAN_TARGETS[@]}"
+fi
+
+if [[ "${GRADSYNC_FUZZ_SECONDS:-60}" != 0 ]]; then
+  stage "libFuzzer, ${GRADSYNC_FUZZ_SECONDS:-60} s per target" \
+    fuzz/run.sh "${GRADSYNC_FUZZ_SECONDS:-60}"
 fi

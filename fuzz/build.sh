@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined)
+# straight from the sources, into $GRADSYNC_FUZZ_OUT (default
+# /tmp/gradsync-fuzz/bin). Not through Bazel: pointing Bazel 4's C++
+# toolchain at clang (CC=clang) re-configures @local_config_cc, which would
+# rebuild every target of the shared output base for everyone on every
+# switch; the fuzzers need a handful of files, and the system libraries
+# (gRPC, protobuf, Abseil) link as they are, uninstrumented.
+#
+# Needs clang-14 and libclang-rt-14-dev (tools/install_deps.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${GRADSYNC_FUZZ_OUT:-/tmp/gradsync-fuzz}
+mkdir -p "$OUT/bin" "$OUT/gen/proto" "$OUT/obj"
+CXX=${CXX_FUZZ:-clang++-14}
+
+# The coordinator's messages, generated as Bazel would.
+protoc -Iproto --cpp_out="$OUT/gen/proto" --grpc_out="$OUT/gen/proto" \
+  --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" proto/coordinator.proto
+
+FLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer
+       -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+       -I. -I"$OUT/gen" -Wno-unused-command-line-argument)
+LIBS=($(pkg-config --libs grpc++ protobuf absl_flags absl_flags_parse absl_status \
+        absl_statusor absl_str_format absl_synchronization absl_time))
+
+# Compiles a source unless its object is newer (headers are not tracked: the
+# script is for CI, which starts clean; delete $OUT/obj to force a rebuild).
+object_of() { echo "$OUT/obj/$(echo "$1" | tr / _).o"; }
+compile() {
+  local src=$1 obj
+  obj=$(object_of "$1")
+  if [[ ! -f "$obj" || "$src" -nt "$obj" ]]; then
+    "$CXX" "${FLAGS[@]}" -c "$src" -o "$obj"
+  fi
+}
+
+COMMON=(core/logging.cc core/job_token.cc)
+COORDINATOR=(core/coordinator.cc core/coordinator_service.cc core/tls_config.cc
+             "$OUT/gen/proto/coordinator.pb.cc" "$OUT/gen/proto/coordinator.grpc.pb.cc")
+RING=(allreduce/ring_handshake.cc allreduce/tcp_connection.cc allreduce/socket_address.cc)
+
+# name, then its sources.
+build() {
+  local name=$1; shift
+  echo "== $name"
+  local objects=()
+  for src in "$@"; do
+    compile "$src"
+    objects+=("$(object_of "$src")")
+  done
+  "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer "${objects[@]}" "${LIBS[@]}" -o "$OUT/bin/$name"
+}
+
+build coordinator_service_fuzzer fuzz/coordinator_service_fuzzer.cc "${COORDINATOR[@]}" "${COMMON[@]}"
+build ring_handshake_fuzzer fuzz/ring_handshake_fuzzer.cc "${RING[@]}" "${COMMON[@]}"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the fuzz targets (fuzz/build.sh) and runs each for SECONDS (default
+# 60), from the seeds in fuzz/seeds/<target> plus what earlier runs on this
+# machine found ($GRADSYNC_FUZZ_OUT/corpus/<target>). Prints executions and
+# corpus size per target; fails on the first crash, leak or check failure,
+# leaving the input in $GRADSYNC_FUZZ_OUT/artifacts.
+#
+#   fuzz/run.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_EACH=${1:-60}
+OUT=${GRADSYNC_FUZZ_OUT:-/tmp/gradsync-fuzz}
+fuzz/build.sh
+mkdir -p "$OUT/artifacts"
+status=0
+for target in coordinator_service_fuzzer ring_handshake_fuzzer; do
+  corpus="$OUT/corpus/$target"
+  mkdir -p "$corpus"
+  seeds=()
+  [[ -d fuzz/seeds/$target ]] && seeds=("fuzz/seeds/$target")
+  log="$OUT/$target.log"
+  if "$OUT/bin/$target" "$corpus" "${seeds[@]}" -max_total_time="$SECONDS_EACH" \
+      -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      -artifact_prefix="$OUT/artifacts/$target-" >"$log" 2>&1; then
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
+    echo "fuzz $target: $runs executions in ${SECONDS_EACH} s ($rate/s), corpus $(ls "$corpus" | wc -l) inputs"
+  else
+    echo "fuzz $target FAILED (log: $log):"
+    grep -A30 -m1 "ERROR\|==[0-9]*==\|deadly signal" "$log" | head -40
+    status=1
+  fi
+done
+exit $status
