@@ -12,7 +12,9 @@
 // Prints one row per process (RSS after warm-up, peak, at the end, change)
 // and, with --json, writes the same as JSON. Warm-up is over when worker 0
 // has written --warmup_steps step records; "the end" is the last sample
-// before the process exited, taken after worker 0 passed 95% of the steps.
+// taken while worker 0 was between 95% and 98% of the steps: late in the run,
+// but with every process still in its step loop (a sample taken while a
+// process exits sees its memory already being unmapped).
 #include <signal.h>
 #include <unistd.h>
 
@@ -93,9 +95,9 @@ class LineCounter {
 struct Track {
   std::string name;
   int64_t warm_kib = -1;  // after warm-up
-  int64_t last_kib = -1;  // the last sample while alive
+  int64_t last_kib = -1;  // the last sample in the end window
   int64_t peak_kib = 0;
-  bool last_is_end = false;  // `last_kib` was taken after 95% of the steps
+  bool last_is_end = false;  // `last_kib` was taken in the end window
 };
 
 int Soak() {
@@ -170,8 +172,10 @@ int Soak() {
         Track& track = tracks[i];
         track.peak_kib = std::max(track.peak_kib, kib);
         if (done >= warmup && track.warm_kib < 0) track.warm_kib = kib;
-        track.last_kib = kib;
-        track.last_is_end = done >= steps * 95 / 100;
+        if (done >= steps * 95 / 100 && done <= steps * 98 / 100) {
+          track.last_kib = kib;
+          track.last_is_end = true;
+        }
       }
       absl::SleepFor(absl::Milliseconds(100));
     }

@@ -1,8 +1,16 @@
-// Checkpoints of a worker's training state: parameters, optimizer state and
-// position (epoch, step), in one binary file with a CRC-32 over everything.
-// Worker 0 writes them atomically (temporary file, fsync, rename), so a crash
-// mid-write leaves the previous checkpoint intact; a truncated or corrupt file
-// is refused on read with an error naming it.
+// Checkpoints of training state in one binary file with a CRC-32 over
+// everything: worker 0's (parameters, optimizer state, the step and the
+// sampler's position inside its epoch) and, with --ps_update=server, each
+// parameter server's shard (its keys' parameters and optimizer slots).
+// Writes are atomic (temporary file, fsync, rename), so a crash mid-write
+// leaves the previous checkpoint intact; a truncated or corrupt file is
+// refused on read with an error naming it and saying what is wrong.
+//
+// Format (version 2, little-endian): the 8-byte magic "GSCKPT02" (the last
+// two characters are the version), the file's total size (u64), the fields
+// of Checkpoint in declaration order (strings and float arrays prefixed by
+// their length), then the CRC-32 of everything before it (u64). Version 1
+// files (no size, no sampler position) are refused by name.
 #pragma once
 
 #include <cstdint>
@@ -13,16 +21,45 @@
 
 namespace gradsync {
 
+// One parameter-server key (ps/partitioner.h) of a server's shard.
+struct CheckpointKey {
+  int64_t key = 0;
+  int64_t numel = 0;
+  bool operator==(const CheckpointKey& other) const {
+    return key == other.key && numel == other.numel;
+  }
+};
+
 struct Checkpoint {
-  std::string model;        // the model's name (e.g. "mlp-784-512-256-10")
-  int64_t epoch = 0;        // epochs completed
+  // The model's name (e.g. "mlp-784-512-256-10"); for a server's shard,
+  // "ps shard: server k of K".
+  std::string model;
   int64_t step = 0;         // global steps completed
+  // Where the sampler resumes: the epoch the next step belongs to, and how
+  // many of that epoch's steps (batches) are done. At an epoch's end this is
+  // (next epoch, 0).
+  int64_t epoch = 0;
+  int64_t epoch_step = 0;
+  // What fixes the data order and a step's batch; a resume must match them.
+  uint64_t seed = 0;
+  int64_t world_size = 1;
+  int64_t batch_size = 0;
+  // "sgd" or "adam"; optimizer_state is empty when the optimizer keeps none
+  // (SGD without momentum) or, in worker 0's checkpoint, when the servers
+  // run it (--ps_update=server: the servers' shards hold the state).
+  std::string optimizer;
+  bool optimizer_on_servers = false;
   int64_t optimizer_step = 0;
   std::vector<float> params;
   std::vector<std::vector<float>> optimizer_state;  // each params.size() long
+  // A server's shard only: its keys, in order; params and every optimizer
+  // buffer are these keys' floats concatenated.
+  std::vector<CheckpointKey> keys;
 };
 
 absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& checkpoint);
+// NotFound when `path` does not exist; DataLoss for anything else wrong with
+// the file. Every message names the file.
 absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
 
 }  // namespace gradsync

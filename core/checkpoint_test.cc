@@ -18,8 +18,13 @@ std::string TempPath(const std::string& name) {
 Checkpoint Sample() {
   Checkpoint c;
   c.model = "mlp-4-3-2";
-  c.epoch = 2;
   c.step = 17;
+  c.epoch = 2;
+  c.epoch_step = 3;
+  c.seed = 7;
+  c.world_size = 2;
+  c.batch_size = 16;
+  c.optimizer = "adam";
   c.optimizer_step = 17;
   c.params = {1.5f, -2.0f, 3.25f};
   c.optimizer_state = {{0.1f, 0.2f, 0.3f}, {4, 5, 6}};
@@ -41,10 +46,31 @@ TEST(CheckpointTest, RoundTrip) {
   auto read = ReadCheckpoint(path);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->model, "mlp-4-3-2");
-  EXPECT_EQ(read->epoch, 2);
   EXPECT_EQ(read->step, 17);
+  EXPECT_EQ(read->epoch, 2);
+  EXPECT_EQ(read->epoch_step, 3);
+  EXPECT_EQ(read->seed, 7u);
+  EXPECT_EQ(read->world_size, 2);
+  EXPECT_EQ(read->batch_size, 16);
+  EXPECT_EQ(read->optimizer, "adam");
+  EXPECT_FALSE(read->optimizer_on_servers);
+  EXPECT_EQ(read->optimizer_step, 17);
   EXPECT_EQ(read->params, Sample().params);
   EXPECT_EQ(read->optimizer_state, Sample().optimizer_state);
+  EXPECT_TRUE(read->keys.empty());
+}
+
+TEST(CheckpointTest, ServerShardRoundTrip) {
+  const std::string path = TempPath("shard.ckpt");
+  Checkpoint c = Sample();
+  c.model = "ps shard: server 1 of 2";
+  c.optimizer_on_servers = true;
+  c.keys = {{4, 1}, {9, 2}};
+  ASSERT_TRUE(WriteCheckpoint(path, c).ok());
+  auto read = ReadCheckpoint(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->optimizer_on_servers);
+  EXPECT_EQ(read->keys, c.keys);
 }
 
 TEST(CheckpointTest, CorruptOrTruncatedIsRefusedNamingTheFile) {
@@ -60,8 +86,29 @@ TEST(CheckpointTest, CorruptOrTruncatedIsRefusedNamingTheFile) {
   EXPECT_THAT(std::string(read.status().message()), HasSubstr(path));
   EXPECT_THAT(std::string(read.status().message()), HasSubstr("CRC"));
 
-  WriteAll(path, good.substr(0, good.size() - 9));
-  EXPECT_FALSE(ReadCheckpoint(path).ok());
+  // Every cut is refused as truncated, with the sizes.
+  for (size_t keep : {size_t{0}, size_t{12}, good.size() / 2, good.size() - 1}) {
+    WriteAll(path, good.substr(0, keep));
+    read = ReadCheckpoint(path);
+    ASSERT_FALSE(read.ok()) << keep;
+    EXPECT_THAT(std::string(read.status().message()), HasSubstr(path));
+    if (keep >= 8) {
+      EXPECT_THAT(std::string(read.status().message()), HasSubstr("truncated")) << keep;
+    }
+  }
+  WriteAll(path, good + "x");
+  read = ReadCheckpoint(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(std::string(read.status().message()), HasSubstr("beyond"));
+
+  // A file of the first format names its version.
+  std::string old = good;
+  old[7] = '1';
+  WriteAll(path, old);
+  read = ReadCheckpoint(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(std::string(read.status().message()), HasSubstr("format version 01"));
+
   WriteAll(path, "not a checkpoint at all");
   read = ReadCheckpoint(path);
   ASSERT_FALSE(read.ok());

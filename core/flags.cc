@@ -55,7 +55,23 @@ ABSL_FLAG(std::string, lr_scaling, "none",
           "learning rate scaling with the number of workers: linear or none");
 ABSL_FLAG(bool, eval, true, "evaluate on the test set after every epoch");
 ABSL_FLAG(std::string, checkpoint, "",
-          "worker 0 writes a checkpoint here after every epoch (atomically)");
+          "checkpoint file: worker 0 writes the model, optimizer state, step "
+          "and sampler position here (atomically: temporary file, fsync, "
+          "rename) after every epoch, every --checkpoint_every steps and the "
+          "last step; with --ps_update=server each parameter server k also "
+          "writes its shard to <path>.server<k> (the one before kept as "
+          "<path>.server<k>.previous). --resume reads it on every worker (and "
+          "server), so on a cluster put it on shared storage");
+ABSL_FLAG(int64_t, checkpoint_every, 0,
+          "also write --checkpoint after every this many global steps; 0 = "
+          "only at epoch ends and the last step");
+ABSL_FLAG(bool, resume, false,
+          "continue from --checkpoint (which must exist and be intact): same "
+          "parameters, optimizer state, step and data order as the run that "
+          "wrote it, so the result equals an uninterrupted run; --epochs and "
+          "--max_steps count from the start of the original run. Needs the "
+          "same model, --seed, --batch_size and number of workers (and "
+          "servers and --ps_chunk_kb for --ps_update=server)");
 ABSL_FLAG(std::string, metrics_dir, "",
           "write per-step JSON lines and summary.json here; empty = none");
 ABSL_FLAG(bool, progress, true, "print a progress line on worker 0");
@@ -96,6 +112,17 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.lr_scaling = absl::GetFlag(FLAGS_lr_scaling);
   o.evaluate = absl::GetFlag(FLAGS_eval);
   o.checkpoint_path = absl::GetFlag(FLAGS_checkpoint);
+  o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  o.resume = absl::GetFlag(FLAGS_resume);
+  if (o.checkpoint_every < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_every=", o.checkpoint_every, " must be >= 0"));
+  }
+  if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        o.resume ? "--resume" : "--checkpoint_every",
+        " needs --checkpoint=<path> (the file to ", o.resume ? "read" : "write", ")"));
+  }
   o.metrics_dir = absl::GetFlag(FLAGS_metrics_dir);
   o.progress = absl::GetFlag(FLAGS_progress);
   o.check_params_every = absl::GetFlag(FLAGS_check_params_every);

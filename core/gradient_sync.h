@@ -13,6 +13,7 @@
 // library must be linked with alwayslink = 1 so its registration runs.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -44,6 +45,22 @@ struct SyncBuffers {
   float* params = nullptr;
 };
 
+// Where training starts and when the trainer checkpoints (core/checkpoint.h),
+// for strategies that hold training state of their own: parameter servers
+// running the optimizer keep the parameters and optimizer slots, so they
+// write their shard at the steps worker 0 writes its checkpoint and load it
+// again on --resume.
+struct TrainingSchedule {
+  int64_t start_step = 0;       // global steps already done (resumed), else 0
+  bool resume = false;          // the run continues from `checkpoint_path`
+  std::string checkpoint_path;  // empty: no checkpoints
+  // Checkpoints follow every `checkpoint_every`-th step (0: none of those),
+  // every epoch's last step and the run's last step.
+  int64_t checkpoint_every = 0;
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;
+};
+
 // Who this rank is and how to reach its peers.
 struct SyncContext {
   int rank = 0;
@@ -69,6 +86,10 @@ class GradientSync {
  public:
   virtual ~GradientSync() = default;
 
+  // Before Setup, once. Step numbers a strategy exchanges with its peers
+  // start at schedule.start_step. Strategies without training state of their
+  // own need nothing from it.
+  virtual void SetTrainingSchedule(const TrainingSchedule& schedule) {}
   // Once, before training.
   virtual absl::Status Setup(const ParamLayout& layout, Device& device,
                              const SyncBuffers& buffers) = 0;

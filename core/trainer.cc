@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -59,11 +60,14 @@ class Trainer {
 
  private:
   absl::Status Setup();
+  absl::Status Resume();
+  absl::Status CheckResumeAgrees();
   absl::Status CheckParamsAgree(const std::string& when);
   absl::Status TrainStep(const std::vector<int64_t>& indices, int64_t first,
                          int rows, int64_t epoch);
   absl::StatusOr<double> Evaluate(int64_t epoch);
-  absl::Status WriteCheckpointIfAsked(int64_t epoch);
+  // `done_in_epoch`: steps of `epoch` completed, its last one included.
+  absl::Status WriteCheckpointIfAsked(int64_t epoch, int64_t done_in_epoch);
   absl::Status Finalize(double wall_seconds);
   absl::Status FinishTrace();
   absl::Status WriteLayoutJson() const;
@@ -92,8 +96,14 @@ class Trainer {
   std::vector<int> bucket_pending_;  // gradients still to come, per bucket
   std::vector<int> bucket_size_;
   std::unique_ptr<TraceRecorder> trace_;  // null unless --trace
+  std::optional<DistributedSampler> sampler_;
 
   int64_t step_ = 0;
+  // Where this run started: step 0 of epoch 0, or a checkpoint's position.
+  int64_t start_step_ = 0;
+  int64_t start_epoch_ = 0;
+  int64_t start_epoch_step_ = 0;
+  int64_t last_checkpoint_step_ = -1;
   int64_t steps_per_epoch_ = 0;
   int64_t total_steps_ = 0;
   double epoch_loss_sum_ = 0;
@@ -127,6 +137,14 @@ absl::Status Trainer::Setup() {
         data_.train.name, " has ", data_.train.num_classes,
         " classes; set the last --layers width to ", data_.train.num_classes));
   }
+  ASSIGN_OR_RETURN(sampler_,
+                   DistributedSampler::Create(SamplerOptions{
+                       data_.train.size, id_.world_size, id_.rank,
+                       options_.shuffle, options_.seed, options_.drop_last}));
+  steps_per_epoch_ =
+      (sampler_->num_samples() + options_.batch_size - 1) / options_.batch_size;
+  total_steps_ = steps_per_epoch_ * options_.epochs;
+  if (options_.max_steps > 0) total_steps_ = std::min(total_steps_, options_.max_steps);
   ASSIGN_OR_RETURN(
       ParamLayout layout,
       ParamLayout::Create(model_.ParamSpecs(),
@@ -167,6 +185,16 @@ absl::Status Trainer::Setup() {
     // Published before the strategy's Setup so it can record its own spans.
     SetCurrentTrace(trace_.get());
   }
+  if (options_.resume) RETURN_IF_ERROR(Resume());
+  RETURN_IF_ERROR(CheckResumeAgrees());
+  TrainingSchedule schedule;
+  schedule.start_step = step_;
+  schedule.resume = options_.resume;
+  schedule.checkpoint_path = options_.checkpoint_path;
+  schedule.checkpoint_every = options_.checkpoint_every;
+  schedule.steps_per_epoch = steps_per_epoch_;
+  schedule.total_steps = total_steps_;
+  sync_.SetTrainingSchedule(schedule);
   RETURN_IF_ERROR(sync_.Setup(*layout_, device_, SyncBuffers{grads_, params_}));
   ASSIGN_OR_RETURN(metrics_, MetricsWriter::Open(options_.metrics_dir, id_.rank));
   result_.metrics_path = metrics_->path();
@@ -182,6 +210,105 @@ absl::Status Trainer::Setup() {
     GS_LOG(DEBUG) << layout_->Describe();
   }
   return CheckParamsAgree("at start-up");
+}
+
+// Every rank reads the same checkpoint (shared storage on a cluster) and
+// takes its parameters, optimizer state, step and sampler position. Anything
+// that would make the continuation differ from the uninterrupted run (another
+// model, seed, batch or world size) is refused rather than silently changed.
+// Nothing is written here: a damaged file stays as it is for inspection.
+absl::Status Trainer::Resume() {
+  const std::string& path = options_.checkpoint_path;
+  const std::string context = absl::StrCat("worker ", id_.rank, ": --resume");
+  absl::StatusOr<Checkpoint> read = ReadCheckpoint(path);
+  if (absl::IsNotFound(read.status())) {
+    return absl::NotFoundError(absl::StrCat(
+        context, ": no checkpoint at --checkpoint=", path,
+        "; run without --resume to start afresh"));
+  }
+  if (!read.ok()) return Annotate(read.status(), context);
+  const Checkpoint& c = *read;
+  auto mismatch = [&](const std::string& what, const auto& theirs, const auto& ours,
+                      const std::string& advice) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        context, ": checkpoint ", path, " was written with ", what, " ", theirs,
+        " but this run has ", ours, "; ", advice));
+  };
+  const int64_t n = layout_->total_numel();
+  if (c.model != model_.name()) {
+    return mismatch("model", c.model, model_.name(), "resume with the same --model and --layers");
+  }
+  if (static_cast<int64_t>(c.params.size()) != n || !c.keys.empty()) {
+    return absl::DataLossError(absl::StrCat(context, ": checkpoint ", path, " holds ",
+                                            c.params.size(), " parameters, the model has ",
+                                            n, c.keys.empty() ? "" : " (it is a server's shard)"));
+  }
+  const std::string same_data = "the data order depends on --seed, --batch_size and the number of workers";
+  if (c.seed != options_.seed) return mismatch("--seed", c.seed, options_.seed, same_data);
+  if (c.batch_size != options_.batch_size) {
+    return mismatch("--batch_size", c.batch_size, options_.batch_size, same_data);
+  }
+  if (c.world_size != id_.world_size) {
+    return mismatch("a world size of", c.world_size, absl::StrCat(id_.world_size, " workers"),
+                    same_data);
+  }
+  if (c.optimizer != options_.optimizer.kind) {
+    return mismatch("--optimizer", c.optimizer, options_.optimizer.kind,
+                    "its state does not carry over");
+  }
+  if (c.optimizer_on_servers != sync_.UpdatesParameters()) {
+    return mismatch("the optimizer on the", c.optimizer_on_servers ? "servers" : "workers",
+                    sync_.UpdatesParameters() ? "it on the servers" : "it on the workers",
+                    "resume with the same --sync and --ps_update");
+  }
+  // With the optimizer on the servers, their shards hold its state.
+  const std::vector<float*> state =
+      sync_.UpdatesParameters() ? std::vector<float*>{} : optimizer_->StateBuffers();
+  if (c.optimizer_state.size() != state.size()) {
+    return mismatch("optimizer buffers", c.optimizer_state.size(),
+                    absl::StrCat(state.size(), " buffers"),
+                    "resume with the same --optimizer and --momentum");
+  }
+  if (c.step < 0 || c.epoch < 0 || c.epoch_step < 0 || c.epoch_step >= steps_per_epoch_ ||
+      c.step != c.epoch * steps_per_epoch_ + c.epoch_step) {
+    return absl::DataLossError(absl::StrCat(
+        context, ": checkpoint ", path, "'s position (step ", c.step, ", epoch ", c.epoch,
+        ", step ", c.epoch_step, " of the epoch) does not fit ", steps_per_epoch_,
+        " steps per epoch; was it written with another data set or --drop_last?"));
+  }
+  RETURN_IF_ERROR(device_.CopyToDevice(params_, c.params.data(), n * sizeof(float)));
+  for (size_t i = 0; i < state.size(); ++i) {
+    RETURN_IF_ERROR(device_.CopyToDevice(state[i], c.optimizer_state[i].data(),
+                                         n * sizeof(float)));
+  }
+  optimizer_->set_step(c.optimizer_step);
+  step_ = start_step_ = last_checkpoint_step_ = c.step;
+  start_epoch_ = c.epoch;
+  start_epoch_step_ = c.epoch_step;
+  if (id_.rank == 0) {
+    GS_LOG(INFO) << "resuming from " << path << " at step " << c.step << " (epoch "
+                 << c.epoch + 1 << ", step " << c.epoch_step << " of " << steps_per_epoch_
+                 << " done)";
+  }
+  return absl::OkStatus();
+}
+
+// Every rank must continue from the same step, or the strategies would pair
+// different steps' gradients; the parameter CRC at start-up catches different
+// parameters, this catches the rest (a rank that read an older copy of the
+// file, or one started without --resume) with a message that says so.
+absl::Status Trainer::CheckResumeAgrees() {
+  if (coordinator_ == nullptr || id_.world_size == 1) return absl::OkStatus();
+  RETURN_IF_ERROR(coordinator_->Set(absl::StrCat("start_step/", id_.rank), absl::StrCat(step_)));
+  if (id_.rank == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::string reference,
+                   coordinator_->Get("start_step/0", options_.timeout));
+  if (reference != absl::StrCat(step_)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", id_.rank, " starts at step ", step_, " but worker 0 at step ", reference,
+        "; with --resume every worker must read the same --checkpoint (shared storage)"));
+  }
+  return absl::OkStatus();
 }
 
 // Worker 0 writes <metrics_dir>/layout.json: every tensor and every bucket in
@@ -241,7 +368,7 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   const Clock::time_point start = Clock::now();
   // Timeline of this step, when asked: wall-clock microseconds (trace.h).
   TraceRecorder* const trace =
-      trace_ != nullptr && step_ < options_.trace_steps ? trace_.get() : nullptr;
+      trace_ != nullptr && step_ - start_step_ < options_.trace_steps ? trace_.get() : nullptr;
   const int64_t trace_start = trace != nullptr ? TraceRecorder::NowMicros() : 0;
   const int dim = model_.input_dim();
   for (int i = 0; i < rows; ++i) {
@@ -338,7 +465,7 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   record.samples_per_s = rows / (record.step_ms / 1000.0);
   record.extra = std::move(stats.extra);
   metrics_->WriteStep(record);
-  totals_.Add(record, rows, step_ >= options_.warmup_steps);
+  totals_.Add(record, rows, step_ - start_step_ >= options_.warmup_steps);
   epoch_loss_sum_ += loss;
   ++epoch_steps_;
   last_loss_ = loss;
@@ -395,22 +522,41 @@ absl::StatusOr<double> Trainer::Evaluate(int64_t epoch) {
   return static_cast<double>(total) / test.size;
 }
 
-absl::Status Trainer::WriteCheckpointIfAsked(int64_t epoch) {
-  if (options_.checkpoint_path.empty() || id_.rank != 0) return absl::OkStatus();
+// Worker 0 only: every worker holds the same parameters and optimizer state
+// after a step, so one copy is the job's. A parameter server running the
+// optimizer writes its own shard at the same steps (ps/shard.h).
+absl::Status Trainer::WriteCheckpointIfAsked(int64_t epoch, int64_t done_in_epoch) {
+  if (options_.checkpoint_path.empty() || id_.rank != 0 || step_ == last_checkpoint_step_) {
+    return absl::OkStatus();
+  }
   Checkpoint checkpoint;
   checkpoint.model = model_.name();
-  checkpoint.epoch = epoch + 1;
   checkpoint.step = step_;
+  // The position of the next step: an epoch that is done is (next, 0).
+  const bool epoch_done = done_in_epoch == steps_per_epoch_;
+  checkpoint.epoch = epoch_done ? epoch + 1 : epoch;
+  checkpoint.epoch_step = epoch_done ? 0 : done_in_epoch;
+  checkpoint.seed = options_.seed;
+  checkpoint.world_size = id_.world_size;
+  checkpoint.batch_size = options_.batch_size;
+  checkpoint.optimizer = options_.optimizer.kind;
+  checkpoint.optimizer_on_servers = sync_.UpdatesParameters();
   checkpoint.optimizer_step = optimizer_->step();
   const int64_t n = layout_->total_numel();
   checkpoint.params.resize(n);
   RETURN_IF_ERROR(device_.CopyToHost(checkpoint.params.data(), params_, n * sizeof(float)));
-  for (float* state : optimizer_->StateBuffers()) {
-    std::vector<float> host(n);
-    RETURN_IF_ERROR(device_.CopyToHost(host.data(), state, n * sizeof(float)));
-    checkpoint.optimizer_state.push_back(std::move(host));
+  if (!checkpoint.optimizer_on_servers) {
+    for (float* state : optimizer_->StateBuffers()) {
+      std::vector<float> host(n);
+      RETURN_IF_ERROR(device_.CopyToHost(host.data(), state, n * sizeof(float)));
+      checkpoint.optimizer_state.push_back(std::move(host));
+    }
   }
-  return WriteCheckpoint(options_.checkpoint_path, checkpoint);
+  RETURN_IF_ERROR(Annotate(WriteCheckpoint(options_.checkpoint_path, checkpoint),
+                           absl::StrCat("worker 0: checkpoint of step ", step_)));
+  last_checkpoint_step_ = step_;
+  GS_LOG(DEBUG) << "checkpoint of step " << step_ << " written to " << options_.checkpoint_path;
+  return absl::OkStatus();
 }
 
 void Trainer::ShowProgress(int64_t epoch, bool final_line) {
@@ -419,9 +565,10 @@ void Trainer::ShowProgress(int64_t epoch, bool final_line) {
   if (!final_line && now - last_progress_ < std::chrono::seconds(2)) return;
   last_progress_ = now;
   const double elapsed = std::chrono::duration<double>(now - run_start_).count();
-  const double rate = step_ > 0 ? elapsed / step_ : 0;
+  const int64_t done = step_ - start_step_;  // in this run
+  const double rate = done > 0 ? elapsed / done : 0;
   const double global_samples_per_s =
-      elapsed > 0 ? step_ * static_cast<double>(options_.batch_size) * id_.world_size / elapsed : 0;
+      elapsed > 0 ? done * static_cast<double>(options_.batch_size) * id_.world_size / elapsed : 0;
   const std::string line = absl::StrFormat(
       "step %d/%d  epoch %d/%d  loss %.4f  %.0f samples/s  ETA %s", step_,
       total_steps_, epoch + 1, options_.epochs, last_loss_, global_samples_per_s,
@@ -502,29 +649,29 @@ absl::Status Trainer::Finalize(double wall_seconds) {
 absl::StatusOr<TrainResult> Trainer::Run() {
   run_start_ = Clock::now();
   RETURN_IF_ERROR(Setup());
-  ASSIGN_OR_RETURN(DistributedSampler sampler,
-                   DistributedSampler::Create(SamplerOptions{
-                       data_.train.size, id_.world_size, id_.rank,
-                       options_.shuffle, options_.seed, options_.drop_last}));
-  const int64_t per_rank = sampler.num_samples();
-  steps_per_epoch_ = (per_rank + options_.batch_size - 1) / options_.batch_size;
-  total_steps_ = steps_per_epoch_ * options_.epochs;
-  if (options_.max_steps > 0) total_steps_ = std::min(total_steps_, options_.max_steps);
+  const int64_t per_rank = sampler_->num_samples();
   run_start_ = Clock::now();
   last_progress_ = run_start_;
 
-  for (int64_t epoch = 0; epoch < options_.epochs && step_ < total_steps_; ++epoch) {
+  for (int64_t epoch = start_epoch_; epoch < options_.epochs && step_ < total_steps_; ++epoch) {
     const Clock::time_point epoch_start = Clock::now();
-    const std::vector<int64_t> indices = sampler.Indices(epoch);
+    // The same shuffle from (seed, epoch) as the run that wrote a checkpoint,
+    // minus the batches it had already consumed.
+    const std::vector<int64_t> indices = sampler_->Indices(epoch);
+    int64_t done_in_epoch = epoch == start_epoch_ ? start_epoch_step_ : 0;
     epoch_loss_sum_ = 0;
     epoch_steps_ = 0;
     int64_t samples = 0;
-    for (int64_t first = 0; first < per_rank && step_ < total_steps_;
-         first += options_.batch_size) {
+    for (int64_t first = done_in_epoch * options_.batch_size;
+         first < per_rank && step_ < total_steps_; first += options_.batch_size) {
       const int rows = static_cast<int>(std::min<int64_t>(options_.batch_size, per_rank - first));
       RETURN_IF_ERROR(TrainStep(indices, first, rows, epoch));
+      ++done_in_epoch;
       samples += rows;
       ShowProgress(epoch, false);
+      if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0) {
+        RETURN_IF_ERROR(WriteCheckpointIfAsked(epoch, done_in_epoch));
+      }
     }
     EpochRecord record;
     record.rank = id_.rank;
@@ -547,7 +694,8 @@ absl::StatusOr<TrainResult> Trainer::Run() {
               ? absl::StrFormat(", test accuracy %.2f%%", 100 * record.test_accuracy)
               : "");
     }
-    RETURN_IF_ERROR(WriteCheckpointIfAsked(epoch));
+    // The epoch's end, or the run's last step inside it.
+    RETURN_IF_ERROR(WriteCheckpointIfAsked(epoch, done_in_epoch));
   }
   const double wall = std::chrono::duration<double>(Clock::now() - run_start_).count();
   RETURN_IF_ERROR(Finalize(wall));

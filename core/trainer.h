@@ -33,7 +33,13 @@ struct TrainerOptions {
   OptimizerOptions optimizer;
   std::string lr_scaling = "none";
   bool evaluate = true;
-  std::string checkpoint_path;   // worker 0 writes it after every epoch
+  // Worker 0 writes a checkpoint (core/checkpoint.h) here after every epoch,
+  // every `checkpoint_every` steps (0: no others) and the last step.
+  std::string checkpoint_path;
+  int64_t checkpoint_every = 0;
+  // Every rank reads `checkpoint_path` and continues from it; epochs and
+  // max_steps count from the original run's start.
+  bool resume = false;
   std::string metrics_dir;       // JSON lines and summary.json; empty = none
   bool progress = true;          // a progress line on worker 0
   int64_t check_params_every = 0;  // compare parameter CRCs across ranks

@@ -14,15 +14,17 @@ OUT=${GRADSYNC_FUZZ_OUT:-/tmp/gradsync-fuzz}
 mkdir -p "$OUT/bin" "$OUT/gen/proto" "$OUT/obj"
 CXX=${CXX_FUZZ:-clang++-14}
 
-# The coordinator's messages, generated as Bazel would.
+# The coordinator's and the parameter server's messages, generated as Bazel
+# would.
 protoc -Iproto --cpp_out="$OUT/gen/proto" --grpc_out="$OUT/gen/proto" \
-  --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" proto/coordinator.proto
+  --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" \
+  proto/coordinator.proto proto/parameter_server.proto
 
 FLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer
        -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
        -I. -I"$OUT/gen" -Wno-unused-command-line-argument)
 LIBS=($(pkg-config --libs grpc++ protobuf absl_flags absl_flags_parse absl_status \
-        absl_statusor absl_str_format absl_synchronization absl_time))
+        absl_statusor absl_str_format absl_synchronization absl_time) -lopenblas -lz)
 
 # Compiles a source unless its object is newer (headers are not tracked: the
 # script is for CI, which starts clean; delete $OUT/obj to force a rebuild).
@@ -38,6 +40,9 @@ compile() {
 COMMON=(core/logging.cc core/job_token.cc)
 COORDINATOR=(core/coordinator.cc core/coordinator_service.cc core/tls_config.cc
              "$OUT/gen/proto/coordinator.pb.cc" "$OUT/gen/proto/coordinator.grpc.pb.cc")
+PS_SHARD=(ps/shard.cc ps/flags.cc core/device.cc core/cpu_device.cc core/optimizer.cc
+          core/checkpoint.cc core/metrics.cc
+          core/gpu_selection.cc "$OUT/gen/proto/parameter_server.pb.cc")
 RING=(allreduce/ring_handshake.cc allreduce/tcp_connection.cc allreduce/socket_address.cc)
 
 # name, then its sources.
@@ -54,3 +59,4 @@ build() {
 
 build coordinator_service_fuzzer fuzz/coordinator_service_fuzzer.cc "${COORDINATOR[@]}" "${COMMON[@]}"
 build ring_handshake_fuzzer fuzz/ring_handshake_fuzzer.cc "${RING[@]}" "${COMMON[@]}"
+build ps_shard_fuzzer fuzz/ps_shard_fuzzer.cc "${PS_SHARD[@]}" "${COMMON[@]}"

@@ -420,6 +420,7 @@ absl::Status PsClient::Impl::RegisterWith(int server, const float* params) {
   config->set_server_rank(server);
   config->set_update_mode(options_.update_mode);
   *config->mutable_optimizer() = options_.optimizer;
+  *config->mutable_checkpoint() = options_.checkpoint;
   for (int id : partition_.keys_of_server(server)) {
     ps::KeySpec* spec = config->add_keys();
     spec->set_key(id);
@@ -433,7 +434,8 @@ absl::Status PsClient::Impl::RegisterWith(int server, const float* params) {
         " keys do not fit one registration message; raise --ps_chunk_kb"));
   }
   bool ok = writer->Write(message);
-  if (ok && options_.update_mode == ps::UPDATE_SERVER && options_.rank == 0) {
+  if (ok && options_.update_mode == ps::UPDATE_SERVER && options_.rank == 0 &&
+      !options_.checkpoint.resume()) {
     const int64_t message_floats = options_.message_bytes / 4;
     for (int id : partition_.keys_of_server(server)) {
       const PsKey& key = partition_.keys()[id];
@@ -494,7 +496,8 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
 
 absl::Status PsClient::Register(const float* params) {
   if (impl_->options_.update_mode == ps::UPDATE_SERVER &&
-      impl_->options_.rank == 0 && params == nullptr) {
+      impl_->options_.rank == 0 && !impl_->options_.checkpoint.resume() &&
+      params == nullptr) {
     return absl::InvalidArgumentError(
         "worker 0: server mode needs the initial parameters to register");
   }

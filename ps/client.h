@@ -23,6 +23,8 @@ struct PsClientOptions {
   int num_workers = 1;
   ps::UpdateMode update_mode = ps::UPDATE_WORKER;
   ps::OptimizerConfig optimizer;  // server mode only
+  // The first step and the servers' checkpoints (server mode).
+  ps::CheckpointConfig checkpoint;
   // Deadline of every RPC.
   absl::Duration timeout = absl::Seconds(60);
   // Largest payload of one message (--ps_message_kb).
@@ -49,7 +51,8 @@ class PsClient {
 
   // Registers with every server at once. With --ps_update=server, worker 0
   // also sends each server the initial values of its keys from `params`
-  // (the flat parameter buffer; may be null for other workers).
+  // (the flat parameter buffer; may be null for other workers), unless the
+  // servers resume from their own checkpoints.
   absl::Status Register(const float* params);
 
   // For every server holding keys of `bucket`: starts a push of those keys'

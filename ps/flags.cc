@@ -26,6 +26,10 @@ ABSL_FLAG(double, ps_idle_timeout_s, 600,
           "A parameter server exits with an error naming the missing workers "
           "when no worker has called it for this long (workers gone), and "
           "waits at most this long to join the job.");
+ABSL_FLAG(int64_t, ps_max_shard_mb, 32768,
+          "A parameter server refuses registrations whose keys add up to "
+          "more than this many MiB (each is held two or three times over: "
+          "sums, results or parameters, optimizer state).");
 
 namespace gradsync {
 
@@ -57,6 +61,15 @@ absl::StatusOr<int64_t> ChunkBytesFromFlags() {
         absl::StrCat("--ps_chunk_kb=", kb, " must be in [1, 2^30]"));
   }
   return kb * 1024;
+}
+
+absl::StatusOr<int64_t> MaxShardBytesFromFlags() {
+  const int64_t mb = absl::GetFlag(FLAGS_ps_max_shard_mb);
+  if (mb < 1 || mb > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps_max_shard_mb=", mb, " must be in [1, 2^30]"));
+  }
+  return mb << 20;
 }
 
 }  // namespace gradsync

@@ -17,6 +17,7 @@ ABSL_DECLARE_FLAG(bool, ps_colocate);
 ABSL_DECLARE_FLAG(std::string, ps_bind);
 ABSL_DECLARE_FLAG(std::string, ps_advertise_host);
 ABSL_DECLARE_FLAG(double, ps_idle_timeout_s);
+ABSL_DECLARE_FLAG(int64_t, ps_max_shard_mb);
 
 namespace gradsync {
 
@@ -32,5 +33,7 @@ constexpr int64_t kMaxMessageBytes = int64_t{3} << 20;
 absl::StatusOr<int64_t> MessageBytesFromFlags();
 // --ps_chunk_kb in bytes, checked.
 absl::StatusOr<int64_t> ChunkBytesFromFlags();
+// --ps_max_shard_mb in bytes, checked.
+absl::StatusOr<int64_t> MaxShardBytesFromFlags();
 
 }  // namespace gradsync

@@ -40,6 +40,10 @@ class PsSync : public GradientSync {
                      const SyncBuffers& buffers) override;
   void BucketReady(int bucket) override;
   absl::Status Finish(StepStats& stats) override;
+  void SetTrainingSchedule(const TrainingSchedule& schedule) override {
+    schedule_ = schedule;
+    step_ = schedule.start_step;
+  }
   bool UpdatesParameters() const override {
     return options_.update_mode == ps::UPDATE_SERVER;
   }
@@ -53,6 +57,7 @@ class PsSync : public GradientSync {
 
   const SyncContext context_;
   const PsSyncOptions options_;
+  TrainingSchedule schedule_;
   Partition partition_;
   std::unique_ptr<ParameterServer> colocated_server_;
   std::unique_ptr<PsClient> client_;
@@ -101,6 +106,7 @@ absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer() {
   server_options.num_workers = n;
   server_options.bind_address = "0.0.0.0:0";
   server_options.message_bytes = options_.message_bytes;
+  ASSIGN_OR_RETURN(server_options.max_shard_bytes, MaxShardBytesFromFlags());
   ASSIGN_OR_RETURN(colocated_server_, ParameterServer::Start(server_options));
   const std::string mine =
       absl::StrCat(context_.advertise_host, ":", colocated_server_->port());
@@ -188,6 +194,17 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   optimizer.set_beta1(options_.optimizer.beta1);
   optimizer.set_beta2(options_.optimizer.beta2);
   optimizer.set_epsilon(options_.optimizer.epsilon);
+  ps::CheckpointConfig& checkpoint = client_options.checkpoint;
+  checkpoint.set_start_step(schedule_.start_step);
+  // Only servers running the optimizer hold state worth a checkpoint; in
+  // worker mode they only need to know the first step.
+  if (options_.update_mode == ps::UPDATE_SERVER) {
+    checkpoint.set_resume(schedule_.resume);
+    checkpoint.set_path(schedule_.checkpoint_path);
+    checkpoint.set_every(schedule_.checkpoint_every);
+    checkpoint.set_steps_per_epoch(schedule_.steps_per_epoch);
+    checkpoint.set_total_steps(schedule_.total_steps);
+  }
   ASSIGN_OR_RETURN(client_, PsClient::Create(client_options, partition_,
                                              std::move(addresses)));
   // The servers get the initial parameters from host memory.
@@ -322,7 +339,8 @@ absl::Status PsSync::Shutdown() {
 }
 
 std::string PsSync::SummaryJson() const {
-  const double steps = std::max<int64_t>(step_, 1);
+  const int64_t run_steps = step_ - schedule_.start_step;  // in this run
+  const double steps = std::max<int64_t>(run_steps, 1);
   std::vector<std::string> summaries = server_summaries_;
   return absl::StrFormat(
       "{\"strategy\": \"ps\", \"update\": \"%s\", \"colocate\": %s, "
@@ -335,7 +353,7 @@ std::string PsSync::SummaryJson() const {
       options_.colocate ? "true" : "false", partition_.num_servers(),
       partition_.keys().size(), options_.chunk_bytes, options_.message_bytes,
       absl::StrJoin(partition_.server_bytes(), ", "), partition_.imbalance(),
-      step_, push_ms_ / steps, pull_ms_ / steps,
+      run_steps, push_ms_ / steps, pull_ms_ / steps,
       absl::StrJoin(bytes_to_server_, ", "),
       absl::StrJoin(bytes_from_server_, ", "), absl::StrJoin(summaries, ", "));
 }

@@ -163,8 +163,10 @@ class RegisterCall : public grpc::ServerReadReactor<ps::RegisterMessage> {
       } else {
         status = shard_->Register(message_.config());
         configured_ = true;
+        // A resumed server has its parameters from its checkpoint.
         sends_params_ = message_.config().update_mode() == ps::UPDATE_SERVER &&
-                        message_.config().header().rank() == 0;
+                        message_.config().header().rank() == 0 &&
+                        !message_.config().checkpoint().resume();
       }
     } else if (!configured_) {
       status = absl::InvalidArgumentError(absl::StrCat(
@@ -443,7 +445,8 @@ class ParameterServer::Impl final
   explicit Impl(const ParameterServerOptions& options)
       : options_(options),
         shard_(options.job_id, options.server_rank, options.num_servers,
-               options.num_workers, options.message_bytes / 4),
+               options.num_workers, options.message_bytes / 4,
+               options.max_shard_bytes / 4),
         last_activity_(absl::ToUnixNanos(absl::Now())) {}
 
   grpc::ServerReadReactor<ps::RegisterMessage>* Register(

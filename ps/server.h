@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "ps/shard.h"
 
 namespace gradsync {
 
@@ -28,6 +29,8 @@ struct ParameterServerOptions {
   std::string bind_address = "127.0.0.1:0";
   // Largest payload of one pull message (--ps_message_kb).
   int64_t message_bytes = int64_t{1} << 20;
+  // The most bytes of keys workers may register here (--ps_max_shard_mb).
+  int64_t max_shard_bytes = kDefaultMaxShardBytes;
   // A pull whose caller set no deadline waits at most this long.
   absl::Duration max_wait = absl::Minutes(10);
 };

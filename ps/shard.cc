@@ -2,6 +2,8 @@
 #include "ps/shard.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -9,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "core/logging.h"
 #include "core/status_macros.h"
 #include "ps/flags.h"
 
@@ -44,11 +47,24 @@ int64_t NanosSince(absl::Time start) {
   return absl::ToInt64Nanoseconds(absl::Now() - start);
 }
 
+// "3 keys (0: 100 floats, 4: 250 floats, ...)", for errors about key tables.
+std::string DescribeKeys(const std::vector<CheckpointKey>& keys) {
+  std::vector<std::string> items;
+  for (size_t i = 0; i < keys.size() && i < 6; ++i) {
+    items.push_back(absl::StrCat(keys[i].key, ": ", keys[i].numel, " floats"));
+  }
+  if (keys.size() > 6) items.push_back("...");
+  return absl::StrCat(keys.size(), " keys (", absl::StrJoin(items, ", "), ")");
+}
+
 }  // namespace
 
 struct ServerShard::KeyState {
   int64_t id = 0;
   int64_t numel = 0;
+  // Where the key's floats start in the shard's checkpoint (keys in
+  // registration order, concatenated).
+  int64_t shard_offset = 0;
   mutable absl::Mutex mu;
   // The last step whose result is ready; pushes are for completed + 1.
   int64_t completed ABSL_GUARDED_BY(mu) = -1;
@@ -77,12 +93,14 @@ struct ServerShard::KeyState {
 };
 
 ServerShard::ServerShard(std::string job_id, int server_rank, int num_servers,
-                         int num_workers, int64_t block_floats)
+                         int num_workers, int64_t block_floats,
+                         int64_t max_floats)
     : job_id_(std::move(job_id)),
       server_rank_(server_rank),
       num_servers_(num_servers),
       num_workers_(num_workers),
       block_floats_(std::max<int64_t>(block_floats, 1)),
+      max_floats_(max_floats),
       name_(absl::StrCat("server ", server_rank)),
       registered_(new std::atomic<bool>[num_workers]),
       shut_down_(num_workers, false) {
@@ -174,14 +192,41 @@ absl::Status ServerShard::Register(const ps::RegisterConfig& config) {
       if (!created.ok()) return Annotate(created.status(), context);
       device = std::move(*created);
     }
+    const ps::CheckpointConfig& checkpoint = config.checkpoint();
+    if (checkpoint.start_step() < 0 || checkpoint.every() < 0 ||
+        (server_mode && !checkpoint.path().empty() &&
+         checkpoint.steps_per_epoch() < 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          context, ": bad schedule (start step ", checkpoint.start_step(),
+          ", checkpoint every ", checkpoint.every(), ", ",
+          checkpoint.steps_per_epoch(), " steps per epoch)"));
+    }
+    // Sizes are checked before anything is allocated: the sum of what the
+    // worker declares is bounded, overflow included.
+    int64_t total_floats = 0;
     for (const ps::KeySpec& spec : config.keys()) {
       if (spec.numel() < 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             context, ": key ", spec.key(), " has ", spec.numel(), " floats"));
       }
+      if (spec.numel() > max_floats_ - total_floats) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            context, ": the keys add up to more than this server's limit of ",
+            max_floats_ / (int64_t{1} << 18),
+            " MiB (at key ", spec.key(), " of ", spec.numel(),
+            " floats); raise --ps_max_shard_mb or use more servers"));
+      }
+      total_floats += spec.numel();
+    }
+    int64_t shard_floats = 0;  // the offset of each key in a checkpoint
+    for (const ps::KeySpec& spec : config.keys()) {
       auto state = std::make_unique<KeyState>();
       state->id = spec.key();
       state->numel = spec.numel();
+      state->shard_offset = shard_floats;
+      shard_floats += spec.numel();
+      // The first push is for the start step (non-zero after a resume).
+      state->completed = checkpoint.start_step() - 1;
       if (!index.emplace(spec.key(), state.get()).second) {
         return absl::InvalidArgumentError(
             absl::StrCat(context, ": key ", spec.key(), " listed twice"));
@@ -205,7 +250,14 @@ absl::Status ServerShard::Register(const ps::RegisterConfig& config) {
       }
       keys.push_back(std::move(state));
     }
+    // A server without keys (more servers than keys) has no state to keep.
+    if (server_mode && checkpoint.resume() && !keys.empty()) {
+      RETURN_IF_ERROR(LoadCheckpoint(config, keys, *device, context));
+    }
     keys_ = std::move(keys);
+    shard_floats_ = shard_floats;
+    checkpoint_ = checkpoint;
+    optimizer_kind_ = config.optimizer().kind();
     key_index_ = std::move(index);
     device_ = std::move(device);
     mode_ = config.update_mode();
@@ -219,6 +271,22 @@ absl::Status ServerShard::Register(const ps::RegisterConfig& config) {
           context, ": --ps_update=", UpdateModeName(config.update_mode()),
           " but worker ", config_.header().rank(),
           " registered --ps_update=", UpdateModeName(config_.update_mode())));
+    }
+    if (config.checkpoint().start_step() != checkpoint_.start_step()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          context, ": the worker starts at step ",
+          config.checkpoint().start_step(), " but worker ",
+          config_.header().rank(), " at step ", checkpoint_.start_step(),
+          "; with --resume every worker must read the same --checkpoint"));
+    }
+    if (config.checkpoint().SerializeAsString() !=
+        checkpoint_.SerializeAsString()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          context, ": checkpoint settings {",
+          config.checkpoint().ShortDebugString(), "} differ from worker ",
+          config_.header().rank(), "'s {", checkpoint_.ShortDebugString(),
+          "}; run every worker with the same --checkpoint, "
+          "--checkpoint_every, --resume, --epochs and --max_steps"));
     }
     if (mode_ == ps::UPDATE_SERVER &&
         !SameOptimizer(config.optimizer(), config_.optimizer())) {
@@ -388,10 +456,17 @@ absl::Status ServerShard::Push(const ps::KeyPart& part) {
   for (const auto& weak : ready) {
     if (auto waiter = weak.lock()) waiter->KeyProgress(key->id);
   }
+  if (checkpoint_failed_.load()) {
+    // The training state can no longer be saved as asked: stop the job
+    // (every later push fails too) rather than run on without checkpoints.
+    absl::MutexLock lock(&checkpoint_mu_);
+    return checkpoint_status_;
+  }
   return absl::OkStatus();
 }
 
 bool ServerShard::Finalize(KeyState& key, int64_t pushed) {
+  key.mu.AssertHeld();
   const int64_t end =
       pushed == key.numel ? key.numel : pushed / block_floats_ * block_floats_;
   if (end <= key.final_floats) return false;
@@ -421,6 +496,9 @@ bool ServerShard::Finalize(KeyState& key, int64_t pushed) {
     // one sum buffer is free again likewise. Either way its old contents are
     // overwritten by step + 1's first arrivals (written = 0).
     key.completed = step;
+    if (mode_ == ps::UPDATE_SERVER && IsCheckpointStep(step + 1)) {
+      SnapshotKey(key, step + 1);
+    }
     key.final_floats = 0;
     key.written = 0;
     std::fill(key.received.begin(), key.received.end(), 0);
@@ -428,6 +506,174 @@ bool ServerShard::Finalize(KeyState& key, int64_t pushed) {
   }
   update_ns_ += NanosSince(start);
   return true;
+}
+
+std::string ServerShard::CheckpointPath(const std::string& path) const {
+  return absl::StrCat(path, ".server", server_rank_);
+}
+
+std::string ServerShard::PreviousPath(const std::string& path) {
+  return absl::StrCat(path, ".previous");
+}
+
+std::string ServerShard::ShardName() const {
+  return absl::StrCat("ps shard: server ", server_rank_, " of ", num_servers_);
+}
+
+bool ServerShard::IsCheckpointStep(int64_t steps) const {
+  if (checkpoint_.path().empty()) return false;
+  // The steps at which the trainer's worker 0 writes (core/trainer.cc).
+  return (checkpoint_.every() > 0 && steps % checkpoint_.every() == 0) ||
+         steps % checkpoint_.steps_per_epoch() == 0 ||
+         steps == checkpoint_.total_steps();
+}
+
+void ServerShard::SnapshotKey(const KeyState& key, int64_t steps) {
+  key.mu.AssertHeld();
+  absl::MutexLock lock(&checkpoint_mu_);
+  if (snapshot_.step != steps || snapshot_keys_ == keys_.size()) {
+    // The first key of this checkpoint (BSP: every key completed the
+    // previous checkpoint step before any completes this one).
+    snapshot_.model = ShardName();
+    snapshot_.step = steps;
+    snapshot_.optimizer = optimizer_kind_;
+    snapshot_.optimizer_on_servers = true;
+    snapshot_.params.resize(shard_floats_);
+    snapshot_.optimizer_state.resize(
+        keys_.front()->optimizers.front()->StateBuffers().size());
+    for (auto& state : snapshot_.optimizer_state) state.resize(shard_floats_);
+    snapshot_.keys.clear();
+    for (const auto& k : keys_) snapshot_.keys.push_back({k->id, k->numel});
+    snapshot_keys_ = 0;
+  }
+  std::copy(key.params.begin(), key.params.end(),
+            snapshot_.params.begin() + key.shard_offset);
+  for (size_t b = 0; b < key.optimizers.size(); ++b) {
+    const int64_t begin = static_cast<int64_t>(b) * block_floats_;
+    const int64_t count = std::min(block_floats_, key.numel - begin);
+    const std::vector<float*> state = key.optimizers[b]->StateBuffers();
+    for (size_t i = 0; i < state.size(); ++i) {
+      // The optimizer's device is the CPU: a plain copy.
+      absl::Status copied = device_->CopyToHost(
+          snapshot_.optimizer_state[i].data() + key.shard_offset + begin,
+          state[i], static_cast<size_t>(count) * sizeof(float));
+      if (!copied.ok() && checkpoint_status_.ok()) checkpoint_status_ = copied;
+    }
+    // Every block steps once per step, so all counts are equal.
+    snapshot_.optimizer_step = key.optimizers[b]->step();
+  }
+  if (++snapshot_keys_ < keys_.size()) return;
+  const std::string path = CheckpointPath(checkpoint_.path());
+  absl::Status written = checkpoint_status_;
+  // The shard of the previous checkpoint stays as <path>.previous: worker 0
+  // writes its checkpoint of this step only once the step is over, so a job
+  // that stops in between resumes from worker 0's previous checkpoint, and
+  // the servers need their shards of that step. (They are never further
+  // ahead: the next checkpoint step cannot complete before worker 0 has
+  // written this one.)
+  if (written.ok() && std::rename(path.c_str(), PreviousPath(path).c_str()) != 0 &&
+      errno != ENOENT) {
+    written = absl::InternalError(absl::StrCat("cannot rename ", path, " to ",
+                                               PreviousPath(path), ": ",
+                                               std::strerror(errno)));
+  }
+  if (written.ok()) written = WriteCheckpoint(path, snapshot_);
+  if (!written.ok()) {
+    if (checkpoint_status_.ok()) {
+      checkpoint_status_ = absl::Status(
+          written.code(), absl::StrCat(name_, ": writing the checkpoint of step ",
+                                       steps, ": ", written.message()));
+    }
+    checkpoint_failed_ = true;
+    GS_LOG(ERROR) << checkpoint_status_.message();
+    return;
+  }
+  ++checkpoints_written_;
+  GS_LOG(DEBUG) << name_ << ": checkpoint of step " << steps << " written to "
+                << path;
+}
+
+absl::Status ServerShard::LoadCheckpoint(
+    const ps::RegisterConfig& config,
+    const std::vector<std::unique_ptr<KeyState>>& keys, Device& device,
+    const std::string& context) {
+  std::string path = CheckpointPath(config.checkpoint().path());
+  const int64_t start_step = config.checkpoint().start_step();
+  absl::StatusOr<Checkpoint> read = ReadCheckpoint(path);
+  if (!read.ok() || read->step != start_step) {
+    // The job may have stopped after this server wrote the shard of a step
+    // and before worker 0 wrote its own (see SnapshotKey).
+    absl::StatusOr<Checkpoint> previous = ReadCheckpoint(PreviousPath(path));
+    if (previous.ok() && previous->step == start_step) {
+      path = PreviousPath(path);
+      read = std::move(previous);
+    }
+  }
+  if (absl::IsNotFound(read.status())) {
+    return absl::NotFoundError(absl::StrCat(
+        context, ": --resume: no shard checkpoint at ", path, " (server ",
+        server_rank_, " writes it next to --checkpoint with --ps_update=server;"
+        " it must be on storage this server shares with worker 0)"));
+  }
+  if (!read.ok()) {
+    return Annotate(read.status(), absl::StrCat(context, ": --resume"));
+  }
+  const Checkpoint& c = *read;
+  const std::string refused =
+      absl::StrCat(context, ": --resume: shard checkpoint ", path);
+  if (c.model != ShardName()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        refused, " is '", c.model, "', not '", ShardName(),
+        "'; resume with the same number of servers"));
+  }
+  if (c.step != start_step) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        refused, " holds step ", c.step, " but the workers resume at step ",
+        start_step, " from worker 0's checkpoint; the two are written at the "
+        "same steps, so one of them is from another run (or the job stopped "
+        "between the two writes)"));
+  }
+  std::vector<CheckpointKey> mine;
+  for (const auto& key : keys) mine.push_back({key->id, key->numel});
+  if (c.keys != mine) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        refused, " covers ", DescribeKeys(c.keys),
+        " but under the current partition this server owns ",
+        DescribeKeys(mine),
+        "; resume with the same model, number of servers and --ps_chunk_kb"));
+  }
+  const size_t buffers =
+      keys.front()->optimizers.front()->StateBuffers().size();
+  if (c.optimizer != config.optimizer().kind() ||
+      c.optimizer_state.size() != buffers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        refused, " holds the state of optimizer ", c.optimizer, " (",
+        c.optimizer_state.size(), " buffers) but this run uses ",
+        config.optimizer().kind(), " (", buffers,
+        " buffers); resume with the same --optimizer and --momentum"));
+  }
+  for (const auto& key : keys) {
+    std::copy_n(c.params.begin() + key->shard_offset, key->numel,
+                key->params.begin());
+    key->params_received = key->numel;
+    for (size_t b = 0; b < key->optimizers.size(); ++b) {
+      const int64_t begin = static_cast<int64_t>(b) * block_floats_;
+      const int64_t count = std::min(block_floats_, key->numel - begin);
+      const std::vector<float*> state = key->optimizers[b]->StateBuffers();
+      for (size_t i = 0; i < state.size(); ++i) {
+        RETURN_IF_ERROR(Annotate(
+            device.CopyToDevice(
+                state[i],
+                c.optimizer_state[i].data() + key->shard_offset + begin,
+                static_cast<size_t>(count) * sizeof(float)),
+            refused));
+      }
+      key->optimizers[b]->set_step(c.optimizer_step);
+    }
+  }
+  GS_LOG(INFO) << name_ << ": resumed " << keys.size() << " keys at step "
+               << c.step << " from " << path;
+  return absl::OkStatus();
 }
 
 absl::Status ServerShard::Pull(const ps::PullRequest& request,
@@ -485,10 +731,20 @@ absl::Status ServerShard::Pull(const ps::PullRequest& request,
 absl::Status ServerShard::ReadResult(int64_t key_id, int64_t step,
                                      int64_t offset, int64_t max_floats,
                                      ps::KeyPart* part) {
+  // The index is published with configured_; read it only after.
+  if (!configured_.load(std::memory_order_acquire)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": reading key ", key_id, " before registration"));
+  }
   auto it = key_index_.find(key_id);
-  if (!configured_.load(std::memory_order_acquire) || it == key_index_.end()) {
+  if (it == key_index_.end()) {
     return absl::InternalError(
         absl::StrCat(name_, ": reading unknown key ", key_id));
+  }
+  if (step < 0 || max_floats < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": reading key ", key_id, " for step ", step,
+                     ", at most ", max_floats, " floats"));
   }
   KeyState& key = *it->second;
   absl::MutexLock lock(&key.mu);
@@ -513,7 +769,7 @@ absl::Status ServerShard::ReadResult(int64_t key_id, int64_t step,
 }
 
 int64_t ServerShard::FinalFloats(int64_t key_id, int64_t step) const {
-  if (!configured_.load(std::memory_order_acquire)) return -1;
+  if (step < 0 || !configured_.load(std::memory_order_acquire)) return -1;
   auto it = key_index_.find(key_id);
   if (it == key_index_.end()) return -1;
   const KeyState& key = *it->second;
@@ -583,11 +839,11 @@ std::string ServerShard::SummaryJson() const {
       "{\"server\": %d, \"job_id\": \"%s\", \"update\": \"%s\", \"keys\": %d, "
       "\"key_bytes\": %d, \"steps\": %d, \"key_steps\": %d, \"bytes_in\": %d, "
       "\"bytes_out\": %d, \"parts_in\": %d, \"pulls\": %d, \"blocks\": %d, "
-      "\"sum_ms\": %.3f, \"update_ms\": %.3f}",
+      "\"sum_ms\": %.3f, \"update_ms\": %.3f, \"checkpoints\": %d}",
       server_rank_, job_id_, mode, num_keys, bytes, std::max<int64_t>(steps, 0),
       completions_.load(), bytes_in_.load(), bytes_out_.load(), pushes_.load(),
       pulls_.load(), blocks_.load(), sum_ns_.load() / 1e6,
-      update_ns_.load() / 1e6);
+      update_ns_.load() / 1e6, checkpoints_written_.load());
 }
 
 }  // namespace gradsync

@@ -19,6 +19,18 @@
 // parity; in server mode the result is the parameter buffer itself and one
 // sum buffer suffices. Anything older or newer than those two steps is
 // refused, which is also what keeps a confused worker from corrupting them.
+//
+// Checkpoints (server mode). The shard holds the parameters and optimizer
+// slots, so it writes them to <--checkpoint>.server<k> at the steps worker 0
+// writes its checkpoint (RegisterConfig.checkpoint), and on --resume loads
+// them instead of taking worker 0's initial parameters. A key copies itself
+// into the snapshot the moment it completes a checkpoint step, under its own
+// lock, and the key that completes last writes the file before releasing its
+// lock: no worker can pull that key's result, so none finishes the step (and
+// writes its own checkpoint) before the shard is on disk, and a later step
+// cannot change a key already copied. The shard of the checkpoint before
+// is kept as <path>.server<k>.previous, for a job that stopped between a
+// server's write and worker 0's.
 #pragma once
 
 #include <atomic>
@@ -32,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/checkpoint.h"
 #include "core/device.h"
 #include "core/optimizer.h"
 #include "proto/parameter_server.pb.h"
@@ -48,11 +61,20 @@ class KeyWaiter {
   virtual void KeyProgress(int64_t key) = 0;
 };
 
+// The default bound on a shard's keys (--ps_max_shard_mb): 32 GiB, far above
+// any model studied here (VGG-16 is 553 MB in all), far below what a bogus
+// registration could ask for.
+constexpr int64_t kDefaultMaxShardBytes = int64_t{32} << 30;
+
 class ServerShard {
  public:
   // `block_floats`: the unit in which keys are finalised (see above).
+  // `max_floats`: the most floats of keys a registration may ask this shard
+  // to hold (--ps_max_shard_mb), so that a hostile or confused worker cannot
+  // make it allocate without bound.
   ServerShard(std::string job_id, int server_rank, int num_servers,
-              int num_workers, int64_t block_floats);
+              int num_workers, int64_t block_floats,
+              int64_t max_floats = kDefaultMaxShardBytes / 4);
   ~ServerShard();
   ServerShard(const ServerShard&) = delete;
   ServerShard& operator=(const ServerShard&) = delete;
@@ -61,8 +83,9 @@ class ServerShard {
   const std::string& name() const { return name_; }
   int num_workers() const { return num_workers_; }
 
-  // A worker's registration. The first one fixes the keys, the update mode
-  // and the optimizer; every later one must agree with it.
+  // A worker's registration. The first one fixes the keys, the update mode,
+  // the optimizer and the first step (loading the shard's checkpoint on
+  // resume); every later one must agree with it.
   absl::Status Register(const ps::RegisterConfig& config);
   // Server mode, worker 0: one part of a key's initial parameters, in order.
   absl::Status InitParams(const ps::KeyPart& part);
@@ -114,17 +137,37 @@ class ServerShard {
   // Called with key.mu held once every worker has pushed [0, pushed) of the
   // current step: finalises the whole blocks below `pushed` (all of the key
   // when pushed == numel) not finalised yet, and completes the step when the
-  // key is done. Returns whether anything new became final.
-  bool Finalize(KeyState& key, int64_t pushed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(key.mu);
+  // key is done. Returns whether anything new became final. (Not annotated
+  // ABSL_EXCLUSIVE_LOCKS_REQUIRED(key.mu): KeyState is incomplete here, which
+  // clang's analysis refuses; shard.cc asserts the lock instead.)
+  bool Finalize(KeyState& key, int64_t pushed);
   // "server 0: push from worker 2, step 5, key 3: ".
   std::string Context(const ps::Header& header, const char* what) const;
+  // <path>.server<k>: this shard's checkpoint next to worker 0's <path>.
+  std::string CheckpointPath(const std::string& path) const;
+  // Where the shard of the checkpoint before keeps: <shard path>.previous.
+  static std::string PreviousPath(const std::string& shard_path);
+  // What a shard's checkpoint calls its model: "ps shard: server 1 of 2".
+  std::string ShardName() const;
+  // Fills `keys` (built from `config`, not yet published) from this shard's
+  // checkpoint, refusing one that is not exactly this shard at the start
+  // step.
+  absl::Status LoadCheckpoint(const ps::RegisterConfig& config,
+                              const std::vector<std::unique_ptr<KeyState>>& keys,
+                              Device& device, const std::string& context);
+  // Whether worker 0 writes a checkpoint once `steps` steps are done.
+  bool IsCheckpointStep(int64_t steps) const;
+  // Called with key.mu held when the key completed the checkpoint step
+  // `steps` - 1: copies it into the snapshot, and writes the file if it was
+  // the last key.
+  void SnapshotKey(const KeyState& key, int64_t steps);
 
   const std::string job_id_;
   const int server_rank_;
   const int num_servers_;
   const int num_workers_;
   const int64_t block_floats_;
+  const int64_t max_floats_;
   const std::string name_;
 
   mutable absl::Mutex config_mu_;
@@ -140,6 +183,19 @@ class ServerShard {
   absl::flat_hash_map<int64_t, KeyState*> key_index_;
   std::unique_ptr<std::atomic<bool>[]> registered_;  // per worker rank
   std::vector<bool> shut_down_ ABSL_GUARDED_BY(config_mu_);
+  // From the first registration (immutable afterwards, like keys_).
+  ps::CheckpointConfig checkpoint_;
+  std::string optimizer_kind_;
+  int64_t shard_floats_ = 0;  // the keys' floats together
+
+  // Server-mode checkpoints (see the top of this file). Lock order: a key's
+  // mu, then checkpoint_mu_.
+  absl::Mutex checkpoint_mu_ ABSL_ACQUIRED_AFTER(config_mu_);
+  Checkpoint snapshot_ ABSL_GUARDED_BY(checkpoint_mu_);
+  size_t snapshot_keys_ ABSL_GUARDED_BY(checkpoint_mu_) = 0;
+  absl::Status checkpoint_status_ ABSL_GUARDED_BY(checkpoint_mu_);
+  std::atomic<bool> checkpoint_failed_{false};
+  std::atomic<int64_t> checkpoints_written_{0};
 
   std::atomic<int64_t> bytes_in_{0};
   std::atomic<int64_t> bytes_out_{0};

@@ -318,7 +318,7 @@ TEST(ParameterServerTokenTest, CallsWithoutTheTokenAreRefusedAndLogged) {
     c->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     return c;
   };
-  for (const std::string token : {std::string(), std::string(kOtherToken)}) {
+  for (const std::string& token : {std::string(), std::string(kOtherToken)}) {
     SCOPED_TRACE(token);
     const std::string why = token.empty() ? "no job token" : "wrong job token";
     ps::ShutdownRequest shutdown;
