@@ -2,6 +2,10 @@
 // Gloo's allreduce_ring, allreduce_ring_chunked and allreduce_halving_doubling
 // (Gloo's TCP transport), on the same N processes, sizes and machine.
 //
+// With a --config=cuda build, --algorithms may also name `nccl`: NCCL's
+// all-reduce on device buffers (bench/nccl_allreduce.h), ranks sharing the
+// GPUs round-robin.
+//
 // Each rank is its own process (forked before any thread exists), so the
 // kernel schedules them as it would a real job; ranks talk over loopback TCP.
 // For every algorithm and size: --warmup untimed runs, a barrier, --iters
@@ -43,6 +47,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -64,6 +69,9 @@
 #include "gloo/transport/tcp/device.h"
 #include "tools/launcher.h"
 #include "tools/netem.h"
+#ifdef GRADSYNC_CUDA
+#include "bench/nccl_allreduce.h"
+#endif
 
 ABSL_FLAG(int, workers, 4, "number of ranks (one process each)");
 ABSL_FLAG(int64_t, min_bytes, 1024, "smallest all-reduce, in bytes");
@@ -89,7 +97,10 @@ namespace gradsync {
 namespace {
 
 constexpr const char* kKnownAlgorithms[] = {
-    "gradsync_ring", "gloo_ring", "gloo_ring_chunked", "gloo_halving_doubling"};
+    "gradsync_ring", "gloo_ring", "gloo_ring_chunked", "gloo_halving_doubling",
+    "nccl"};
+
+bool IsGloo(const std::string& name) { return absl::StartsWith(name, "gloo_"); }
 
 struct RingSettings {
   int64_t chunk_bytes;
@@ -170,12 +181,21 @@ double ProcessCpuMicros() {
          usage.ru_utime.tv_usec + usage.ru_stime.tv_usec;
 }
 
+// Where an algorithm's buffer lives away from `data` (NCCL: on the GPU), how
+// to move the input there and the result back; both empty for host buffers.
+struct DeviceCopies {
+  std::function<absl::Status()> upload;
+  std::function<absl::Status()> download;
+};
+
 // Times one algorithm on one size: warm-up, barrier, timed loop, then a checked
 // run on fresh input. `run` and `barrier` throw or return an error.
 absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
                      const std::function<absl::Status()>& run,
-                     const std::function<absl::Status()>& barrier, Cell& cell) {
+                     const std::function<absl::Status()>& barrier, Cell& cell,
+                     const DeviceCopies& copies = {}) {
   FillInput(data, count, rank);
+  if (copies.upload) RETURN_IF_ERROR(copies.upload());
   for (int i = 0; i < plan.warmup; ++i) RETURN_IF_ERROR(run());
   RETURN_IF_ERROR(barrier());
   const double cpu_start = ProcessCpuMicros();
@@ -187,8 +207,10 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
       std::chrono::duration<double, std::micro>(end - start).count() /
       plan.iters;
   FillInput(data, count, rank);
+  if (copies.upload) RETURN_IF_ERROR(copies.upload());
   RETURN_IF_ERROR(barrier());
   RETURN_IF_ERROR(run());
+  if (copies.download) RETURN_IF_ERROR(copies.download());
   cell.wrong = CountWrong(data, count, plan.workers);
   cell.done = 1;
   return absl::OkStatus();
@@ -295,7 +317,10 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
                                  Role::kWorker, rank, plan.timeout));
   const bool want_ring = std::count(plan.algorithms.begin(),
                                     plan.algorithms.end(), "gradsync_ring") > 0;
-  const bool want_gloo = plan.algorithms.size() > (want_ring ? 1u : 0u);
+  const bool want_gloo =
+      std::any_of(plan.algorithms.begin(), plan.algorithms.end(), IsGloo);
+  const bool want_nccl = std::count(plan.algorithms.begin(),
+                                    plan.algorithms.end(), "nccl") > 0;
 
   std::unique_ptr<RingTransport> transport;
   std::unique_ptr<RingAllReduce> ring;
@@ -315,6 +340,21 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
     }
   }
 
+#ifdef GRADSYNC_CUDA
+  std::unique_ptr<NcclAllReduce> nccl;
+  if (want_nccl) {
+    ASSIGN_OR_RETURN(nccl, NcclAllReduce::Create(rank, plan.workers,
+                                                 coordinator.get(), plan.timeout,
+                                                 plan.sizes.back() / 4));
+  }
+#else
+  if (want_nccl) {
+    return absl::FailedPreconditionError(
+        "--algorithms=nccl needs a CUDA build: bazel build --config=cuda "
+        "//bench:allreduce_benchmark");
+  }
+#endif
+
   std::vector<float> buffer(plan.sizes.back() / 4);
   float token = 1.0f;
   // Sizes outside, algorithms inside: the algorithms compared on one size run
@@ -333,6 +373,14 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
             plan, rank, buffer.data(), count,
             [&] { return ring->Run(buffer.data(), count); },
             [&] { return ring->Run(&token, 1); }, cell);
+      } else if (name == "nccl") {
+#ifdef GRADSYNC_CUDA
+        status = Measure(
+            plan, rank, buffer.data(), count, [&] { return nccl->Run(count); },
+            [&] { return nccl->Barrier(); }, cell,
+            DeviceCopies{[&] { return nccl->Upload(buffer.data(), count); },
+                         [&] { return nccl->Download(buffer.data(), count); }});
+#endif
       } else {
         status = MeasureGloo(plan, rank, name, gloo_context, buffer.data(),
                              count, cell);
@@ -497,7 +545,10 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
   // Side by side, when gradsync's ring and at least one Gloo algorithm ran.
   const bool have_ring = std::count(plan.algorithms.begin(),
                                     plan.algorithms.end(), "gradsync_ring");
-  if (!have_ring || plan.algorithms.size() < 2) return;
+  if (!have_ring ||
+      !std::any_of(plan.algorithms.begin(), plan.algorithms.end(), IsGloo)) {
+    return;
+  }
   absl::PrintF(
       "#\n# busbw (GB/s) side by side; ratio = gradsync_ring / best Gloo\n");
   std::string header = absl::StrFormat("# %12s", "size (B)");
@@ -515,7 +566,7 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
         absl::StrAppend(&line, absl::StrFormat(" %22.3f", row.busbw));
         if (algorithm == "gradsync_ring") {
           ring_busbw = row.busbw;
-        } else {
+        } else if (IsGloo(algorithm)) {
           best_gloo = std::max(best_gloo, row.busbw);
         }
       }

@@ -49,6 +49,7 @@ TARGETS=(
   //allreduce:nccl_test
   //bench:mlp_gpu_benchmark
   //bench:mlp_benchmark
+  //bench:allreduce_benchmark
 )
 MAX_BYTES=$((60 * 1024 * 1024))
 DATA_DIR=/usr/share/datasets/fashion-mnist
@@ -274,6 +275,8 @@ $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME").
   bin/host_staging_test                pinned staging for the ring and ps strategies
   bin/nccl_test                        --sync=nccl on one GPU
   bin/mlp_gpu_benchmark                step time and GEMM efficiency, batch 64..4096
+  bin/allreduce_benchmark --algorithms=nccl,gradsync_ring --workers=4
+                                       NCCL vs the TCP ring, nccl-tests style
   bin/pytorch_compare.py               the same step in PyTorch, side by side
   bin/gradsync train --device=cuda     train (add --sync=..., see --help)
 
