@@ -8,6 +8,7 @@
 //   bazel build //tools:gradsync //bench:soak
 //   bazel-bin/bench/soak --sync=ring --workers=8 --steps=20000
 //   bazel-bin/bench/soak --sync=ps --workers=8 --servers=2 --steps=20000
+//   bazel-bin/bench/soak --sync=ps --ps_update=server --workers=8 --servers=2
 //
 // Prints one row per process (RSS after warm-up, peak, at the end, change)
 // and, with --json, writes the same as JSON. Warm-up is over when worker 0
@@ -41,6 +42,8 @@ ABSL_FLAG(std::string, gradsync, "bazel-bin/tools/gradsync",
 ABSL_FLAG(std::string, sync, "ring", "strategy: ring or ps");
 ABSL_FLAG(int, workers, 8, "worker processes");
 ABSL_FLAG(int, servers, 2, "parameter servers (--sync=ps only)");
+ABSL_FLAG(std::string, ps_update, "worker",
+          "--sync=ps only: where the optimizer runs, worker or server");
 ABSL_FLAG(int64_t, steps, 20000, "training steps");
 ABSL_FLAG(int64_t, warmup_steps, 2000,
           "steps after which the reference RSS is taken");
@@ -105,7 +108,18 @@ int Soak() {
   const int workers = absl::GetFlag(FLAGS_workers);
   const int servers = sync == "ps" ? absl::GetFlag(FLAGS_servers) : 0;
   const int64_t steps = absl::GetFlag(FLAGS_steps);
-  const std::string dir = absl::StrCat(absl::GetFlag(FLAGS_run_dir), "/", sync);
+  const std::string ps_update = absl::GetFlag(FLAGS_ps_update);
+  if (sync != "ring" && sync != "ps") {
+    std::fprintf(stderr, "soak: unknown --sync=%s; choose ring or ps\n", sync.c_str());
+    return 2;
+  }
+  if (ps_update != "worker" && ps_update != "server") {
+    std::fprintf(stderr, "soak: unknown --ps_update=%s; choose worker or server\n",
+                 ps_update.c_str());
+    return 2;
+  }
+  const std::string name = sync == "ps" ? absl::StrCat("ps-", ps_update) : sync;
+  const std::string dir = absl::StrCat(absl::GetFlag(FLAGS_run_dir), "/", name);
   if (std::system(absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str()) != 0) {
     std::fprintf(stderr, "cannot create %s\n", dir.c_str());
     return 2;
@@ -117,17 +131,18 @@ int Soak() {
   }
   // Enough samples that no worker runs out before --steps (each has
   // synthetic_size / workers per epoch; --max_steps ends the run).
-  const std::vector<std::string> flags = {
+  std::vector<std::string> flags = {
       absl::StrCat("--sync=", sync), "--data=synthetic",
       "--synthetic_size=65536", absl::StrCat("--layers=", absl::GetFlag(FLAGS_layers)),
       "--batch_size=32", "--epochs=100000", absl::StrCat("--max_steps=", steps),
       "--eval=false", "--progress=false", absl::StrCat("--metrics_dir=", dir)};
+  if (sync == "ps") flags.push_back(absl::StrCat("--ps_update=", ps_update));
   const std::vector<std::pair<std::string, std::string>> common = {
       {"WORLD_SIZE", absl::StrCat(workers)},
       {"LOCAL_WORLD_SIZE", absl::StrCat(workers + servers)},
       {"MASTER_ADDR", "127.0.0.1"},
       {"MASTER_PORT", absl::StrCat(*port)},
-      {"GRADSYNC_JOB_ID", absl::StrCat("soak-", sync)},
+      {"GRADSYNC_JOB_ID", absl::StrCat("soak-", name)},
       {"GRADSYNC_JOB_TOKEN", "soak-token-0123456789abcdef"},
       {"GRADSYNC_NUM_SERVERS", absl::StrCat(servers)},
       {"GRADSYNC_LAUNCHER", "1"},
@@ -198,8 +213,9 @@ int Soak() {
 
   const double tolerance = absl::GetFlag(FLAGS_tolerance);
   bool ok = result->exit_code == 0;
-  std::printf("soak --sync=%s: %d workers, %d servers, %lld steps in %.0f s (%.2f ms/step), job exit %d%s\n",
-              sync.c_str(), workers, servers, static_cast<long long>(steps), seconds,
+  const std::string mode = sync == "ps" ? absl::StrCat(" --ps_update=", ps_update) : "";
+  std::printf("soak --sync=%s%s: %d workers, %d servers, %lld steps in %.0f s (%.2f ms/step), job exit %d%s\n",
+              sync.c_str(), mode.c_str(), workers, servers, static_cast<long long>(steps), seconds,
               1000 * seconds / steps, result->exit_code,
               result->exit_code == 0 ? "" : absl::StrCat(" (", result->failure, ")").c_str());
   std::printf("%-10s %14s %14s %14s %9s\n", "process", "RSS warm KiB", "RSS peak KiB",
@@ -225,10 +241,10 @@ int Soak() {
   const std::string json = absl::GetFlag(FLAGS_json);
   if (!json.empty()) {
     std::ofstream(json) << absl::StrFormat(
-        "{\"sync\": \"%s\", \"workers\": %d, \"servers\": %d, \"steps\": %d, "
+        "{\"sync\": \"%s\", \"ps_update\": \"%s\", \"workers\": %d, \"servers\": %d, \"steps\": %d, "
         "\"warmup_steps\": %d, \"seconds\": %.1f, \"tolerance\": %g, \"ok\": %s,\n"
         "\"processes\": [\n%s]}\n",
-        sync, workers, servers, steps, warmup, seconds, tolerance, ok ? "true" : "false",
+        sync, sync == "ps" ? ps_update : "", workers, servers, steps, warmup, seconds, tolerance, ok ? "true" : "false",
         absl::StrJoin(rows, ",\n"));
   }
   return ok ? 0 : 1;

@@ -251,6 +251,41 @@ TEST_F(DamagedCheckpointTest, MissingIsAnErrorNamingThePath) {
   EXPECT_FALSE(Exists(path)) << "a refused resume must not start afresh and write " << path;
 }
 
+// A resume whose flags would change the continuation (another seed, batch,
+// optimizer or model) is refused, naming the flag and both values, and the
+// checkpoint stays as it was.
+TEST_F(DamagedCheckpointTest, ChangedFlagsAreRefusedAndKept) {
+  const std::string path = dir_ + "/good.ckpt";
+  struct Change {
+    std::vector<std::string> flags;
+    std::string what;
+  };
+  const std::vector<Change> changes = {
+      {{"--seed=4"}, "was written with --seed 3 but this run has 4"},
+      {{"--optimizer=adam", "--lr=0.001"}, "was written with --optimizer sgd"},
+      {{"--layers=32,16,10"}, "resume with the same --model and --layers"},
+  };
+  for (const Change& change : changes) {
+    std::vector<std::string> extra = {"--checkpoint=" + path, "--checkpoint_every=1",
+                                      "--resume", absl::StrCat("--max_steps=", kSteps)};
+    extra.insert(extra.end(), change.flags.begin(), change.flags.end());
+    ProcessResult run = RunJob(kLocal, dir_, "changed", extra);
+    const std::string what = absl::StrJoin(change.flags, " ");
+    EXPECT_NE(run.exit_code, 0) << what << "\n" << run.output;
+    EXPECT_THAT(run.output, AllOf(HasSubstr("--resume"), HasSubstr(path), HasSubstr(change.what)))
+        << what << "\n" << run.output;
+    EXPECT_EQ(ReadBytes(path), good_) << path << " was changed by the refused run (" << what << ")";
+  }
+  // With a batch of its own, the same data order cannot be kept.
+  Case other = kLocal;
+  other.batch_size = 20;
+  ProcessResult run = ResumeFrom(other, dir_, path);
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("was written with --batch_size 40 but this run has 20"))
+      << run.output;
+  EXPECT_EQ(ReadBytes(path), good_) << path << " was changed by the refused --batch_size run";
+}
+
 // A server's shard is checked like worker 0's file: a flipped byte in it
 // stops the job with an error naming the shard, which stays as it was.
 TEST(DamagedServerShardTest, FlippedByteIsRefusedAndKept) {

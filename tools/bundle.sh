@@ -24,8 +24,8 @@
 # wrapper looks). The wrapper sets LD_LIBRARY_PATH to lib/ plus the CUDA
 # folders it found, checks glibc, and points gradsync at the bundled data.
 #
-# The tarball must stay under the 64 MiB that a GPU machine's working tree may
-# carry; the script prints its size and fails above 60 MiB.
+# The tarball is kept small enough to copy to a node in seconds: the script
+# prints its size and fails above 60 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -294,7 +294,7 @@ tar -C "$stage_root" -cf - "$name" | gzip -9 > "$tarball"
 bytes=$(stat -c %s "$tarball")
 echo "== $tarball: $((bytes / 1024 / 1024)) MiB ($bytes bytes), $(ls "$stage/lib" | wc -l) libraries"
 if ((bytes > MAX_BYTES)); then
-  echo "bundle.sh: $tarball is over $((MAX_BYTES / 1024 / 1024)) MiB; a GPU machine carries 64 MiB with the source tree (try --no-data)" >&2
+  echo "bundle.sh: $tarball is over $((MAX_BYTES / 1024 / 1024)) MiB; leave out the data set with --no-data" >&2
   exit 1
 fi
 
