@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <random>
+#include <system_error>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -18,6 +20,7 @@
 #include "core/job_token.h"
 #include "core/logging.h"
 #include "core/manifest.h"
+#include "core/metrics.h"
 #include "core/status_macros.h"
 #include "tools/commands.h"
 #include "tools/launcher.h"
@@ -107,8 +110,10 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   if (job_id.empty()) job_id = NewJobId();
   std::string run_dir = absl::GetFlag(FLAGS_run_dir);
   if (run_dir.empty()) run_dir = absl::StrCat("runs/", job_id);
-  if (std::system(absl::StrCat("mkdir -p '", run_dir, "/logs'").c_str()) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot create ", run_dir, "/logs"));
+  if (std::error_code error; !std::filesystem::create_directories(run_dir + "/logs", error) && error) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot create the run folder ", run_dir, "/logs: ", error.message(),
+        "; pass a writable --run_dir"));
   }
   int port = absl::GetFlag(FLAGS_master_port);
   if (port == 0) {
@@ -179,6 +184,19 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
     network_options.link = link;
     ASSIGN_OR_RETURN(network, EmulatedNetwork::Create(network_options));
     GS_LOG(INFO) << "emulated network: " << network->Describe();
+    // Where each process runs, for whoever inspects (ip netns exec <ns> ss -ti)
+    // or disturbs (a cut link, a changed qdisc) the network while the job runs.
+    std::string map = absl::StrCat("# emulated network of job ", job_id, ": ",
+                                   network->Describe(), "\n",
+                                   "bridge ", network->BridgeNamespace(), "\n");
+    for (size_t i = 0; i < specs.size(); ++i) {
+      absl::StrAppend(&map, specs[i].name, " ", network->NodeNamespace(static_cast<int>(i)),
+                      " ", network->NodeAddress(static_cast<int>(i)), " bridge-port p", i, "\n");
+    }
+    if (absl::Status written = WriteFileAtomically(run_dir + "/network.txt", map); !written.ok()) {
+      RETURN_IF_ERROR(network->Destroy());
+      return written;
+    }
     if (g_stop_requested) {
       RETURN_IF_ERROR(network->Destroy());
       return 130;
