@@ -284,6 +284,21 @@ TEST_F(DamagedCheckpointTest, ChangedFlagsAreRefusedAndKept) {
   EXPECT_THAT(run.output, HasSubstr("was written with --batch_size 40 but this run has 20"))
       << run.output;
   EXPECT_EQ(ReadBytes(path), good_) << path << " was changed by the refused --batch_size run";
+  // Nor with another number of workers: each would see another shard.
+  const Case ring{"ring", 2, 0, 40, {"--sync=ring"}};
+  run = ResumeFrom(ring, dir_, path);
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("was written with a world size of 1 but this run has 2 workers"))
+      << run.output;
+  EXPECT_EQ(ReadBytes(path), good_) << path << " was changed by the refused 2-worker run";
+  // A worker-side optimizer's checkpoint cannot seed servers that hold the
+  // parameters (their shards were never written).
+  const Case on_servers{"ps_server", 1, 1, 40, {"--sync=ps", "--ps_update=server"}};
+  run = ResumeFrom(on_servers, dir_, path);
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("was written with the optimizer on the workers but this run has"))
+      << run.output;
+  EXPECT_EQ(ReadBytes(path), good_) << path << " was changed by the refused --ps_update=server run";
 }
 
 // A server's shard is checked like worker 0's file: a flipped byte in it
