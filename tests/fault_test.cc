@@ -1,11 +1,13 @@
-// Killing one process of a running job with SIGKILL — a worker, a parameter
-// server, or worker 0, which hosts the coordinator — makes every other
+// Killing one process of a running job with SIGKILL at a random point of a
+// step — a worker, a parameter server, or worker 0, which hosts the
+// coordinator — makes every other
 // process exit on its own within 15 s, with an error that names the lost
 // member, and the job fails. The launcher's stop-on-failure is off here, so
 // what is tested is the survivors' own detection, not the launcher's.
 //
-// Each case prints one line of the fault matrix ("FAULT ring kill worker 2:
-// ...") with every survivor's time from the kill to its exit.
+// Each case prints one line of the fault matrix ("FAULT ring_kill_worker2
+// kill worker 2 at step 20 + 12.3 ms: ...") with every survivor's time from
+// the kill to its exit.
 #include <signal.h>
 #include <sys/types.h>
 
