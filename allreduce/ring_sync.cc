@@ -33,7 +33,16 @@ RingSyncOptions RingSyncOptionsFromFlags() {
 RingSync::RingSync(const SyncContext& context, const RingSyncOptions& options)
     : context_(context), options_(options) {}
 
-RingSync::~RingSync() { StopThread(); }
+RingSync::~RingSync() {
+  StopListening();
+  StopThread();
+}
+
+void RingSync::StopListening() {
+  if (loss_listener_ < 0) return;
+  context_.coordinator->RemoveLossListener(loss_listener_);
+  loss_listener_ = -1;
+}
 
 absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
                              const SyncBuffers& buffers) {
@@ -62,6 +71,13 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
                                                      context_.coordinator));
   ring_ =
       std::make_unique<RingAllReduce>(transport_.get(), options_.chunk_bytes);
+  // A lost member anywhere ends the job: break the ring at once, so a step
+  // waiting on a neighbour cut off by a partition (whose socket never
+  // closes) fails now, and Finish names the loss (ExplainFailure).
+  if (context_.coordinator != nullptr) {
+    loss_listener_ = context_.coordinator->AddLossListener(
+        [transport = transport_.get()](const absl::Status&) { transport->Abort(); });
+  }
   if (context_.world_size > 1) {
     GS_LOG(INFO) << "ring: rank " << context_.rank << " of "
                  << context_.world_size << ", sending to "
@@ -198,6 +214,7 @@ absl::Status RingSync::Shutdown() {
   // the communication thread stops now rather than at its deadline.
   if (in_flight && transport_) transport_->Abort();
   StopThread();
+  StopListening();
   if (transport_) transport_->Close();
   return absl::OkStatus();
 }

@@ -58,12 +58,16 @@ class RingSync : public GradientSync {
 
   void CommunicationLoop();
   void StopThread();
+  // Unregisters the loss listener; after it nothing touches transport_ from
+  // the coordinator's thread.
+  void StopListening();
 
   const SyncContext context_;
   const RingSyncOptions options_;
   std::vector<Span> buckets_;
   std::unique_ptr<HostStaging> staging_;
   std::unique_ptr<RingTransport> transport_;
+  int loss_listener_ = -1;  // registered with context_.coordinator
   std::unique_ptr<RingAllReduce> ring_;
   std::thread thread_;
 

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -346,16 +347,21 @@ void CoordinatorClient::WatchLoop() {
 }
 
 void CoordinatorClient::OnLoss(const absl::Status& loss) {
-  mu_.Lock();
-  if (!lost_.ok()) {  // the first loss is the cause; later ones follow from it
-    mu_.Unlock();
-    return;
+  {
+    absl::MutexLock listeners_lock(&listeners_mu_);
+    {
+      absl::MutexLock lock(&mu_);
+      // The first loss is the cause; later ones follow from it.
+      if (!lost_.ok()) return;
+      lost_ = loss;
+    }
+    GS_LOG(ERROR) << self() << ": " << loss.message();
+    for (auto& [id, listener] : listeners_) listener(loss);
   }
-  lost_ = loss;
-  GS_LOG(ERROR) << self() << ": " << loss.message();
   // The process's own error handling usually ends it first, with this cause
-  // in its message (ExplainFailure); the exit only catches a process that
-  // would otherwise wait out a timeout.
+  // in its message (ExplainFailure, the listeners); the exit only catches a
+  // process that would otherwise wait out a timeout.
+  mu_.Lock();
   const bool stays = !options_.exit_when_member_lost ||
                      mu_.AwaitWithTimeout(absl::Condition(&leaving_),
                                           options_.grace);
@@ -411,6 +417,30 @@ absl::Status CoordinatorClient::lost() const {
   return lost_;
 }
 
+int CoordinatorClient::AddLossListener(
+    std::function<void(const absl::Status&)> listener) {
+  absl::MutexLock listeners_lock(&listeners_mu_);
+  const int id = next_listener_++;
+  absl::Status lost_already;
+  {
+    absl::MutexLock lock(&mu_);
+    lost_already = lost_;
+  }
+  // OnLoss holds listeners_mu_ from setting lost_ to the last call, so a
+  // listener is either called here or there, never both.
+  if (!lost_already.ok()) {
+    listener(lost_already);
+  } else {
+    listeners_.emplace(id, std::move(listener));
+  }
+  return id;
+}
+
+void CoordinatorClient::RemoveLossListener(int id) {
+  absl::MutexLock listeners_lock(&listeners_mu_);
+  listeners_.erase(id);
+}
+
 absl::Status CoordinatorClient::ExplainFailure(const absl::Status& symptom,
                                                absl::Duration wait) const {
   if (symptom.ok()) return symptom;
@@ -420,7 +450,8 @@ absl::Status CoordinatorClient::ExplainFailure(const absl::Status& symptom,
     return !lost_.ok() || watch_over_ || leaving_;
   };
   mu_.AwaitWithTimeout(absl::Condition(&settled), wait);
-  if (lost_.ok()) return symptom;
+  // A symptom a loss listener made already names the cause.
+  if (lost_.ok() || absl::StrContains(symptom.message(), lost_.message())) return symptom;
   return absl::Status(symptom.code(),
                       absl::StrCat(lost_.message(), "; so ", symptom.message()));
 }

@@ -22,9 +22,13 @@
 // naming the lost member, if its own error handling has not ended it first.
 // A job cannot go on without a member, and without this a survivor blocked
 // on the lost member would wait for its --timeout_s (or a parameter server
-// for its idle timeout) before failing.
+// for its idle timeout) before failing. Strategies do better than the grace
+// period: their loss listeners (AddLossListener) fail the step in flight the
+// moment the loss is known, so the process ends through its own error path.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -141,6 +145,16 @@ class CoordinatorClient {
   // OK while the job is whole; otherwise Unavailable naming the first
   // member lost ("the job lost worker 2 (127.0.0.1:40011 on host a): ...").
   absl::Status lost() const;
+  // Calls `listener` with the loss (the status lost() returns) once the job
+  // loses a member, or at once if it already has: exactly once, from the
+  // thread that watches the job, before the grace period starts. A strategy
+  // blocked on the lost member uses it to fail its step at once instead of
+  // waiting out a deadline. The returned id goes to RemoveLossListener,
+  // which must run before anything `listener` uses is destroyed.
+  int AddLossListener(std::function<void(const absl::Status&)> listener);
+  // Waits for a call of the listener in progress, then forgets it.
+  void RemoveLossListener(int id);
+
   // For a failure seen elsewhere (a socket closed by a peer): waits up to
   // `wait` for the coordinator to say which member was lost, and returns
   // `symptom` with that cause in front; `symptom` unchanged when no loss is
@@ -166,6 +180,12 @@ class CoordinatorClient {
   Role role_ = Role::kWorker;
   int rank_ = 0;
   CoordinatorClientOptions options_;
+
+  // Taken before mu_ where both are held (OnLoss, AddLossListener).
+  absl::Mutex listeners_mu_;
+  std::map<int, std::function<void(const absl::Status&)>> listeners_
+      ABSL_GUARDED_BY(listeners_mu_);
+  int next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 0;
 
   mutable absl::Mutex mu_;
   std::unique_ptr<grpc::ClientContext> watch_context_ ABSL_GUARDED_BY(mu_);

@@ -123,7 +123,7 @@ class PsClient::Impl {
       any_pull_ = true;
     }
     // A call started after the step already failed is pointless.
-    if (!first_error_.ok()) call->context()->TryCancel();
+    if (!first_error_.ok() || !aborted_.ok()) call->context()->TryCancel();
   }
   void CountBytes(int server, int64_t to, int64_t from) {
     absl::MutexLock lock(&mu_);
@@ -145,6 +145,12 @@ class PsClient::Impl {
       for (Call* other : live_) other->context()->TryCancel();
     }
   }
+  void Abort(const absl::Status& why) {
+    absl::MutexLock lock(&mu_);
+    if (!aborted_.ok()) return;
+    aborted_ = why;
+    for (Call* call : live_) call->context()->TryCancel();
+  }
   bool NoneOutstanding() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return outstanding_ == 0;
   }
@@ -160,6 +166,8 @@ class PsClient::Impl {
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
   std::list<Call*> live_ ABSL_GUARDED_BY(mu_);
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
+  // Set by Abort: every step from then on fails with it.
+  absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool any_push_ ABSL_GUARDED_BY(mu_) = false;
   bool any_pull_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time first_push_ ABSL_GUARDED_BY(mu_);
@@ -392,7 +400,10 @@ absl::Status PsClient::Impl::WaitAll(PsStepStats* stats) {
     stats->bytes_to_server = bytes_to_;
     stats->bytes_from_server = bytes_from_;
   }
+  // A call's own failure (a server's connection refused) is the more precise
+  // symptom; the abort's reason stands in for cancellations it caused.
   absl::Status status = first_error_;
+  if (!aborted_.ok() && (status.ok() || absl::IsCancelled(status))) status = aborted_;
   first_error_ = absl::OkStatus();
   any_push_ = any_pull_ = false;
   last_push_ = last_pull_ = absl::InfinitePast();
@@ -523,6 +534,8 @@ void PsClient::StartBucket(int bucket, int64_t step, const float* src,
 absl::Status PsClient::WaitAll(PsStepStats* stats) {
   return impl_->WaitAll(stats);
 }
+
+void PsClient::Abort(const absl::Status& why) { impl_->Abort(why); }
 
 absl::Status PsClient::Shutdown(int64_t steps,
                                 std::vector<std::string>* summaries) {

@@ -66,6 +66,11 @@ class PsClient {
   // others of the step are cancelled rather than left to their deadlines.
   absl::Status WaitAll(PsStepStats* stats);
 
+  // Fails the step in flight and every later one with `why` (the job lost a
+  // member: the step cannot complete), cancelling the calls in flight.
+  // Thread-safe; the first reason stays.
+  void Abort(const absl::Status& why);
+
   // Tells every server this worker is done after `steps` steps, at once;
   // appends each server's summary JSON to `summaries` (may be null).
   absl::Status Shutdown(int64_t steps, std::vector<std::string>* summaries);

@@ -25,12 +25,18 @@
 namespace gradsync {
 namespace {
 
+// How long a step that failed on a broken connection waits for the
+// coordinator to name a lost member behind it (the report comes within
+// milliseconds of a loss; see allreduce/ring_sync.cc).
+constexpr absl::Duration kLossReportWait = absl::Seconds(2);
+
 class PsSync : public GradientSync {
  public:
   PsSync(const SyncContext& context, const PsSyncOptions& options)
       : context_(context), options_(options) {}
 
   ~PsSync() override {
+    if (loss_listener_ >= 0) context_.coordinator->RemoveLossListener(loss_listener_);
     // The client waits for its calls before the colocated server stops.
     client_.reset();
     colocated_server_.reset();
@@ -61,6 +67,7 @@ class PsSync : public GradientSync {
   Partition partition_;
   std::unique_ptr<ParameterServer> colocated_server_;
   std::unique_ptr<PsClient> client_;
+  int loss_listener_ = -1;  // registered with context_.coordinator
   SyncBuffers buffers_;
   int64_t total_numel_ = 0;
   // Gradients as host memory: on a GPU a pinned mirror filled bucket by bucket
@@ -207,6 +214,12 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   }
   ASSIGN_OR_RETURN(client_, PsClient::Create(client_options, partition_,
                                              std::move(addresses)));
+  // A step waits for every worker's push: once the job has lost a member it
+  // can never complete, so it fails at once, naming the loss.
+  if (context_.coordinator != nullptr) {
+    loss_listener_ = context_.coordinator->AddLossListener(
+        [client = client_.get()](const absl::Status& loss) { client->Abort(loss); });
+  }
   // The servers get the initial parameters from host memory.
   std::vector<float> initial(total_numel_);
   RETURN_IF_ERROR(device.CopyToHost(initial.data(), buffers.params,
@@ -289,6 +302,12 @@ absl::Status PsSync::Finish(StepStats& stats) {
   std::fill(ready_.begin(), ready_.end(), false);
   num_ready_ = 0;
   bucket_error_ = absl::OkStatus();
+  // A server whose connection broke is often only the messenger: when a
+  // member was killed, the coordinator names it within a moment.
+  if ((absl::IsUnavailable(status) || absl::IsCancelled(status)) &&
+      context_.coordinator != nullptr) {
+    status = context_.coordinator->ExplainFailure(status, kLossReportWait);
+  }
   RETURN_IF_ERROR(status);
 
   if (options_.update_mode == ps::UPDATE_SERVER) {

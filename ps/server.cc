@@ -515,7 +515,11 @@ class ParameterServer::Impl final
 
   absl::Status WaitForShutdown(absl::Duration idle_timeout) {
     absl::MutexLock lock(&mu_);
+    auto over = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return all_shut_down_ || !aborted_.ok();
+    };
     while (!all_shut_down_) {
+      if (!aborted_.ok()) return aborted_;
       const absl::Time last = absl::FromUnixNanos(last_activity_.load());
       if (absl::Now() - last >= idle_timeout) {
         const std::vector<int> missing = shard_.WorkersNotShutDown();
@@ -525,8 +529,7 @@ class ParameterServer::Impl final
                          absl::StrJoin(missing, ", "),
                          " never said the job was over; they are gone"));
       }
-      mu_.AwaitWithDeadline(absl::Condition(&all_shut_down_),
-                            last + idle_timeout);
+      mu_.AwaitWithDeadline(absl::Condition(&over), last + idle_timeout);
     }
     return absl::OkStatus();
   }
@@ -543,6 +546,7 @@ class ParameterServer::Impl final
   std::atomic<int64_t> last_activity_;
   absl::Mutex mu_;
   bool all_shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stopped_{false};
 };
 
@@ -587,6 +591,14 @@ const std::string& ParameterServer::name() const {
 
 absl::Status ParameterServer::WaitForShutdown(absl::Duration idle_timeout) {
   return impl_->WaitForShutdown(idle_timeout);
+}
+
+void ParameterServer::Abort(const absl::Status& why) {
+  absl::MutexLock lock(&impl_->mu_);
+  if (impl_->aborted_.ok()) {
+    impl_->aborted_ = absl::Status(
+        why.code(), absl::StrCat(impl_->shard_.name(), ": ", why.message()));
+  }
 }
 
 void ParameterServer::Stop() {

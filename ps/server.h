@@ -50,6 +50,9 @@ class ParameterServer {
   // called this server for `idle_timeout` (DeadlineExceeded naming the
   // workers that never said the job was over: they are gone).
   absl::Status WaitForShutdown(absl::Duration idle_timeout);
+  // Makes WaitForShutdown return `why` now (the job lost a member, so the
+  // workers will never finish); the first reason stays. Thread-safe.
+  void Abort(const absl::Status& why);
   // Stops serving: calls in flight are cancelled. Idempotent.
   void Stop();
 

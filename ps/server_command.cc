@@ -95,7 +95,12 @@ absl::Status Serve(const ClusterEnv& env) {
   GS_LOG(INFO) << "serving at " << address << " for " << env.world_size
                << " workers (" << members.size() << " members joined)";
 
+  // Once the job has lost a member the workers can never finish: stop now
+  // with the loss as the error rather than after the coordinator's grace.
+  const int listener = coordinator->AddLossListener(
+      [&server](const absl::Status& loss) { server->Abort(loss); });
   absl::Status status = server->WaitForShutdown(idle);
+  coordinator->RemoveLossListener(listener);
   server->Stop();
   // One JSON line on stdout for the launcher's logs and the plots.
   std::printf(

@@ -3,9 +3,12 @@
 // its address, and waits on the coordinator fail at once naming it — while a
 // member that leaves, and a coordinator that shuts down normally, are no
 // loss. (tests/fault_test.cc does the same with real processes and SIGKILL.)
+#include <atomic>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "core/coordinator.h"
 #include "core/job_token.h"
@@ -139,6 +142,49 @@ TEST_F(MemberLossTest, LostMemberIsNamedToEveryoneAndEndsTheirWaits) {
     EXPECT_EQ(member->lost().code(), absl::StatusCode::kUnavailable);
   }
   EXPECT_THAT(server_->LostMembers(), SizeIs(1));
+}
+
+// Strategies register listeners to fail a step blocked on the lost member
+// at once: each hears the loss exactly once, a listener added after the loss
+// hears it at once, and one removed before hears nothing.
+TEST_F(MemberLossTest, LossListenersHearTheLossOnce) {
+  HandMadeMember lost(target_, 1);
+  ASSERT_TRUE(lost.Watch());
+  auto w0 = Client(0);
+  auto w2 = Client(2);
+  std::thread joins[3] = {
+      std::thread([&] { EXPECT_TRUE(w0->Join("10.0.0.10", absl::Seconds(20)).ok()); }),
+      std::thread([&] { EXPECT_TRUE(lost.Join("10.0.0.11:4100").ok()); }),
+      std::thread([&] { EXPECT_TRUE(w2->Join("10.0.0.12", absl::Seconds(20)).ok()); })};
+  for (std::thread& join : joins) join.join();
+
+  std::atomic<int> heard{0};
+  std::atomic<int> removed_heard{0};
+  std::string message;
+  absl::Notification told;
+  const int listener = w2->AddLossListener([&](const absl::Status& loss) {
+    message = std::string(loss.message());
+    ++heard;
+    told.Notify();
+  });
+  const int removed = w2->AddLossListener([&](const absl::Status&) { ++removed_heard; });
+  w2->RemoveLossListener(removed);
+
+  lost.Vanish();
+  ASSERT_TRUE(told.WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << "worker 2's listener never heard of the loss";
+  EXPECT_THAT(message, HasSubstr("the job lost worker 1 (10.0.0.11:4100"));
+  // Added after the loss: called before AddLossListener returns.
+  int late_heard = 0;
+  const int late = w2->AddLossListener([&](const absl::Status& loss) {
+    EXPECT_EQ(loss, w2->lost());
+    ++late_heard;
+  });
+  EXPECT_EQ(late_heard, 1);
+  w2->RemoveLossListener(listener);
+  w2->RemoveLossListener(late);
+  EXPECT_EQ(heard.load(), 1);
+  EXPECT_EQ(removed_heard.load(), 0);
 }
 
 TEST_F(MemberLossTest, MembersThatLeaveAndTheJobsEndAreNoLoss) {
