@@ -50,12 +50,13 @@ if [[ "${GRADSYNC_ASAN:-1}" != 0 ]]; then
 fi
 
 # The ring (its communication thread against the trainer's, std::mutex),
-# the trainer and launcher in real multi-process jobs, and the fuzz targets.
+# the trainer and launcher in real multi-process jobs, the coordinator's loss
+# listeners (called from its watch thread), and the fuzz targets.
 TSAN_TARGETS=(
   //allreduce:ring_allreduce_test //allreduce:ring_transport_test
   //allreduce:ring_sync_test //allreduce:ring_multiprocess_test
   //tools:launcher_test //tests:job_test //tests:coordinator_bad_input_test
-  //fuzz:all
+  //tests:member_loss_test //fuzz:all
 )
 if [[ "${GRADSYNC_TSAN:-1}" != 0 ]]; then
   stage "ThreadSanitizer (--config=tsan)" \
