@@ -210,6 +210,23 @@ class NcclSync : public GradientSync {
                                             context_.world_size, " ranks"));
   }
 
+  // The job's first lost member, if any (core/coordinator.h): a peer that is
+  // gone never joins a collective, so a wait for one ends at once.
+  absl::Status LostMember() const {
+    return context_.coordinator != nullptr && context_.coordinator->has_lost()
+               ? context_.coordinator->lost()
+               : absl::OkStatus();
+  }
+
+  // Aborts the communicator (the only way to free its stream) and keeps
+  // `error` as the sync's error from now on.
+  absl::Status AbortWith(absl::Status error) {
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    error_ = std::move(error);
+    return error_;
+  }
+
   // Polls a non-blocking communicator until its pending operation is done.
   absl::Status WaitForCommunicator(const std::string& what) {
     const absl::Time deadline = absl::Now() + context_.timeout;
@@ -221,14 +238,14 @@ class NcclSync : public GradientSync {
         return Annotate(NcclStatus(state, "ncclCommGetAsyncError", comm_),
                         absl::StrCat("rank ", context_.rank, " ", what));
       }
+      if (absl::Status lost = LostMember(); !lost.ok()) {
+        return AbortWith(Annotate(lost, absl::StrCat("nccl: rank ", context_.rank, " ", what)));
+      }
       if (absl::Now() >= deadline) {
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
-        error_ = absl::DeadlineExceededError(absl::StrCat(
+        return AbortWith(absl::DeadlineExceededError(absl::StrCat(
             "nccl: rank ", context_.rank, " ", what, ": not done after ",
             absl::FormatDuration(context_.timeout),
-            " (a peer never joined or died; see its log)"));
-        return error_;
+            " (a peer never joined or died; see its log)")));
       }
       std::this_thread::sleep_for(kPollInterval);
     }
@@ -275,17 +292,15 @@ class NcclSync : public GradientSync {
             NcclStatus(state, "ncclAllReduce (asynchronous)", comm_),
             absl::StrCat("rank ", context_.rank, ", ", what));
       }
+      if (absl::Status lost = LostMember(); !lost.ok()) {
+        return AbortWith(Annotate(lost, absl::StrCat("nccl: rank ", context_.rank, ", ", what)));
+      }
       if (absl::Now() >= deadline) {
-        // Aborting the communicator is the only way to free the stream.
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
-        error_ = absl::DeadlineExceededError(
+        return AbortWith(absl::DeadlineExceededError(
             absl::StrCat("nccl: rank ", context_.rank, ", ", what,
-                         ": the all-reduces did "
-                         "not finish within ",
+                         ": the all-reduces did not finish within ",
                          absl::FormatDuration(context_.timeout),
-                         " (a peer is stuck or dead; see its log)"));
-        return error_;
+                         " (a peer is stuck or dead; see its log)")));
       }
       std::this_thread::sleep_for(kPollInterval);
     }

@@ -354,6 +354,7 @@ void CoordinatorClient::OnLoss(const absl::Status& loss) {
       // The first loss is the cause; later ones follow from it.
       if (!lost_.ok()) return;
       lost_ = loss;
+      has_lost_.store(true, std::memory_order_release);
     }
     GS_LOG(ERROR) << self() << ": " << loss.message();
     for (auto& [id, listener] : listeners_) listener(loss);

@@ -27,6 +27,7 @@
 // moment the loss is known, so the process ends through its own error path.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -145,6 +146,8 @@ class CoordinatorClient {
   // OK while the job is whole; otherwise Unavailable naming the first
   // member lost ("the job lost worker 2 (127.0.0.1:40011 on host a): ...").
   absl::Status lost() const;
+  // Whether lost() is no longer OK; lock-free, for polling loops.
+  bool has_lost() const { return has_lost_.load(std::memory_order_acquire); }
   // Calls `listener` with the loss (the status lost() returns) once the job
   // loses a member, or at once if it already has: exactly once, from the
   // thread that watches the job, before the grace period starts. A strategy
@@ -181,6 +184,7 @@ class CoordinatorClient {
   int rank_ = 0;
   CoordinatorClientOptions options_;
 
+  std::atomic<bool> has_lost_{false};
   // Taken before mu_ where both are held (OnLoss, AddLossListener).
   absl::Mutex listeners_mu_;
   std::map<int, std::function<void(const absl::Status&)>> listeners_

@@ -170,9 +170,11 @@ TEST_F(MemberLossTest, LossListenersHearTheLossOnce) {
   const int removed = w2->AddLossListener([&](const absl::Status&) { ++removed_heard; });
   w2->RemoveLossListener(removed);
 
+  EXPECT_FALSE(w2->has_lost());
   lost.Vanish();
   ASSERT_TRUE(told.WaitForNotificationWithTimeout(absl::Seconds(30)))
       << "worker 2's listener never heard of the loss";
+  EXPECT_TRUE(w2->has_lost());  // set before the listeners are called
   EXPECT_THAT(message, HasSubstr("the job lost worker 1 (10.0.0.11:4100"));
   // Added after the loss: called before AddLossListener returns.
   int late_heard = 0;
