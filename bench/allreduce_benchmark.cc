@@ -59,6 +59,7 @@
 #include "allreduce/ring_transport.h"
 #include "core/coordinator.h"
 #include "core/logging.h"
+#include "core/malloc_tuning.h"
 #include "core/status_macros.h"
 #include "gloo/allreduce_halving_doubling.h"
 #include "gloo/allreduce_ring.h"
@@ -763,4 +764,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace gradsync
 
-int main(int argc, char** argv) { return gradsync::Main(argc, argv); }
+int main(int argc, char** argv) {
+  gradsync::KeepFreedMemoryForReuse();
+  return gradsync::Main(argc, argv);
+}

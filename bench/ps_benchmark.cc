@@ -39,6 +39,7 @@
 #include "absl/time/clock.h"
 #include "core/device.h"
 #include "core/logging.h"
+#include "core/malloc_tuning.h"
 #include "core/param_layout.h"
 #include "core/status_macros.h"
 #include "grpcpp/grpcpp.h"
@@ -564,6 +565,7 @@ int Main() {
 }  // namespace gradsync
 
 int main(int argc, char** argv) {
+  gradsync::KeepFreedMemoryForReuse();
   absl::ParseCommandLine(argc, argv);
   gradsync::SetLogTag("ps_benchmark");
   gradsync::SetMinLogLevel(gradsync::LogLevel::kWarning);

@@ -1,4 +1,9 @@
 // Fan-out push/pull to the parameter servers with gRPC's callback API.
+//
+// Pushes and pulls go through a generic stub with byte buffers, so that a
+// part's floats leave from the gradient buffer itself and arrive straight in
+// the result buffer (ps/wire.h); the wire format is the service's protobuf
+// one. Register and Shutdown, small and once per run, use the generated stub.
 #include "ps/client.h"
 
 #include <algorithm>
@@ -14,9 +19,11 @@
 #include "absl/time/clock.h"
 #include "core/job_token.h"
 #include "core/status_macros.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/callback_queue.h"
+#include "ps/wire.h"
 
 namespace gradsync {
 namespace {
@@ -67,8 +74,10 @@ class PsClient::Impl {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     for (const std::string& address : servers_) {
-      stubs_.push_back(ps::ParameterServer::NewStub(CreateChannelWithJobToken(
-          address, grpc::InsecureChannelCredentials(), args)));
+      std::shared_ptr<grpc::Channel> channel = CreateChannelWithJobToken(
+          address, grpc::InsecureChannelCredentials(), args);
+      stubs_.push_back(ps::ParameterServer::NewStub(channel));
+      generic_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
     }
     const int num_buckets = [&] {
       int n = 0;
@@ -159,6 +168,11 @@ class PsClient::Impl {
   const Partition& partition_;
   const std::vector<std::string> servers_;
   std::vector<std::unique_ptr<ps::ParameterServer::Stub>> stubs_;
+  std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs_;
+  const std::string push_method_ =
+      absl::StrCat("/", ps::ParameterServer::service_full_name(), "/Push");
+  const std::string pull_method_ =
+      absl::StrCat("/", ps::ParameterServer::service_full_name(), "/Pull");
   // [bucket][server] -> keys.
   std::vector<std::vector<std::vector<const PsKey*>>> bucket_server_keys_;
 
@@ -194,9 +208,13 @@ std::string KeyList(const std::vector<const PsKey*>& keys) {
 
 // Streams the parts of the bucket's keys held by one server, each key's parts
 // in order, the next message built when the previous one has been handed to
-// the transport (so at most one message per call is buffered here).
-class PsClient::Impl::PushCall : public grpc::ClientWriteReactor<ps::KeyPart>,
-                                 public Call {
+// the transport. The messages refer to `src` (no copy): the trainer leaves
+// the gradients alone until WaitAll, and WaitAll returns after OnDone.
+// A client-streaming RPC on the wire; the generic stub calls every method
+// bidirectional, which the server cannot tell apart.
+class PsClient::Impl::PushCall
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public Call {
  public:
   PushCall(Impl* client, int server, int bucket, int64_t step,
            std::vector<const PsKey*> keys, const float* src)
@@ -212,7 +230,9 @@ class PsClient::Impl::PushCall : public grpc::ClientWriteReactor<ps::KeyPart>,
   void Start() {
     context_.set_deadline(DeadlineAfter(client_->options_.timeout));
     client_->Begin(this, /*push=*/true);
-    client_->stubs_[server_]->async()->Push(&context_, &reply_, this);
+    client_->generic_stubs_[server_]->PrepareBidiStreamingCall(
+        &context_, client_->push_method_, grpc::StubOptions(), this);
+    StartRead(&reply_);
     WriteNext();
     StartCall();
   }
@@ -220,9 +240,12 @@ class PsClient::Impl::PushCall : public grpc::ClientWriteReactor<ps::KeyPart>,
   void OnWriteDone(bool ok) override {
     // A failed write means the call is over; OnDone says why.
     if (!ok) return;
-    client_->CountBytes(server_, static_cast<int64_t>(part_.data().size()), 0);
+    client_->CountBytes(server_, part_bytes_, 0);
     if (index_ < keys_.size()) WriteNext();
   }
+
+  // The PushReply; only the status that follows it matters.
+  void OnReadDone(bool /*ok*/) override {}
 
   void OnDone(const grpc::Status& status) override {
     client_->End(this, /*push=*/true, FromGrpc(status));
@@ -233,12 +256,12 @@ class PsClient::Impl::PushCall : public grpc::ClientWriteReactor<ps::KeyPart>,
   void WriteNext() {
     const PsKey& key = *keys_[index_];
     const int64_t n = std::min(message_floats_, key.numel - offset_);
-    *part_.mutable_header() = client_->MakeHeader(step_, key.id);
-    part_.set_key_numel(key.numel);
-    part_.set_offset(offset_);
-    part_.mutable_data()->assign(
-        reinterpret_cast<const char*>(src_ + key.offset + offset_),
-        static_cast<size_t>(n) * sizeof(float));
+    KeyPartHead head;
+    head.header = client_->MakeHeader(step_, key.id);
+    head.key_numel = key.numel;
+    head.offset = offset_;
+    part_ = EncodeKeyPart(head, src_ + key.offset + offset_, n);
+    part_bytes_ = n * static_cast<int64_t>(sizeof(float));
     offset_ += n;
     if (offset_ == key.numel) {
       ++index_;
@@ -258,14 +281,17 @@ class PsClient::Impl::PushCall : public grpc::ClientWriteReactor<ps::KeyPart>,
   const int64_t message_floats_;
   size_t index_ = 0;    // key being sent
   int64_t offset_ = 0;  // next float of that key
-  ps::KeyPart part_;
-  ps::PushReply reply_;
+  grpc::ByteBuffer part_;  // the message being written
+  int64_t part_bytes_ = 0;  // its floats' bytes
+  grpc::ByteBuffer reply_;
 };
 
 // Receives the results of the bucket's keys held by one server, in whatever
-// order the server completes them, and writes each straight into `dst`.
-class PsClient::Impl::PullCall : public grpc::ClientReadReactor<ps::KeyPart>,
-                                 public Call {
+// order the server completes them, each part copied from gRPC's receive
+// buffers straight into `dst`. A server-streaming RPC on the wire.
+class PsClient::Impl::PullCall
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public Call {
  public:
   PullCall(Impl* client, int server, int bucket, int64_t step,
            std::vector<const PsKey*> keys, float* dst)
@@ -277,17 +303,21 @@ class PsClient::Impl::PullCall : public grpc::ClientReadReactor<ps::KeyPart>,
         keys_(std::move(keys)),
         dst_(dst),
         received_(keys_.size(), 0) {
-    *request_.mutable_header() = client->MakeHeader(step, -1);
+    ps::PullRequest request;
+    *request.mutable_header() = client->MakeHeader(step, -1);
     for (size_t i = 0; i < keys_.size(); ++i) {
-      request_.add_keys(keys_[i]->id);
+      request.add_keys(keys_[i]->id);
       index_[keys_[i]->id] = i;
     }
+    request_ = SerializeMessage(request);
   }
 
   void Start() {
     context_.set_deadline(DeadlineAfter(client_->options_.timeout));
     client_->Begin(this, /*push=*/false);
-    client_->stubs_[server_]->async()->Pull(&context_, &request_, this);
+    client_->generic_stubs_[server_]->PrepareBidiStreamingCall(
+        &context_, client_->pull_method_, grpc::StubOptions(), this);
+    StartWriteLast(&request_, grpc::WriteOptions());
     StartRead(&part_);
     StartCall();
   }
@@ -320,29 +350,37 @@ class PsClient::Impl::PullCall : public grpc::ClientReadReactor<ps::KeyPart>,
   }
 
  private:
-  // Checks one message against what was asked and copies it into place.
+  // Checks one message against what was asked and copies its floats into
+  // place; nothing is written for a part that does not fit.
   absl::Status Accept() {
-    const ps::Header& header = part_.header();
-    auto it = index_.find(header.key());
-    if (header.step() != step_ || it == index_.end()) {
-      return absl::InternalError(
-          absl::StrCat("the server answered key ", header.key(), " step ",
-                       header.step(), ", which this pull did not ask for"));
-    }
-    const size_t i = it->second;
-    const PsKey& key = *keys_[i];
-    const int64_t n = static_cast<int64_t>(part_.data().size() / 4);
-    if (part_.data().size() % 4 != 0 || part_.offset() != received_[i] ||
-        part_.offset() + n > key.numel) {
-      return absl::InternalError(
-          absl::StrCat("bad part of key ", key.id, ": ", part_.data().size(),
-                       " bytes at offset ", part_.offset(), " after ",
-                       received_[i], " of ", key.numel, " floats"));
-    }
-    std::memcpy(dst_ + key.offset + part_.offset(), part_.data().data(),
-                part_.data().size());
+    size_t i = 0;
+    int64_t n = 0;
+    KeyPartHead decoded;
+    absl::Status status = DecodeKeyPart(
+        &part_, &decoded,
+        [&](const KeyPartHead& head, size_t bytes) -> absl::StatusOr<char*> {
+          const ps::Header& header = head.header;
+          auto it = index_.find(header.key());
+          if (header.step() != step_ || it == index_.end()) {
+            return absl::InternalError(absl::StrCat(
+                "the server answered key ", header.key(), " step ",
+                header.step(), ", which this pull did not ask for"));
+          }
+          i = it->second;
+          const PsKey& key = *keys_[i];
+          n = static_cast<int64_t>(bytes / 4);
+          if (bytes % 4 != 0 || head.offset != received_[i] ||
+              head.offset + n > key.numel) {
+            return absl::InternalError(absl::StrCat(
+                "bad part of key ", key.id, ": ", bytes, " bytes at offset ",
+                head.offset, " after ", received_[i], " of ", key.numel,
+                " floats"));
+          }
+          return reinterpret_cast<char*>(dst_ + key.offset + head.offset);
+        });
+    if (!status.ok()) return status;
     received_[i] += n;
-    client_->CountBytes(server_, 0, static_cast<int64_t>(part_.data().size()));
+    client_->CountBytes(server_, 0, n * static_cast<int64_t>(sizeof(float)));
     return absl::OkStatus();
   }
 
@@ -351,8 +389,8 @@ class PsClient::Impl::PullCall : public grpc::ClientReadReactor<ps::KeyPart>,
   float* const dst_;
   std::vector<int64_t> received_;
   absl::flat_hash_map<int64_t, size_t> index_;
-  ps::PullRequest request_;
-  ps::KeyPart part_;
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer part_;
   absl::Status error_;
 };
 

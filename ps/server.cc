@@ -18,10 +18,12 @@
 #include "core/job_token.h"
 #include "core/logging.h"
 #include "core/status_macros.h"
+#include "grpc/slice.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/callback_queue.h"
 #include "ps/shard.h"
+#include "ps/wire.h"
 
 namespace gradsync {
 namespace {
@@ -201,7 +203,7 @@ class PullState : public KeyWaiter,
  public:
   PullState(ServerShard* shard, DeadlineTimer* timer,
             const ps::PullRequest& request, int64_t message_floats,
-            grpc::ServerWriteReactor<ps::KeyPart>* reactor)
+            grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor)
       : shard_(shard),
         timer_(timer),
         request_(request),
@@ -330,19 +332,33 @@ class PullState : public KeyWaiter,
     const size_t index = queue_.front();
     queue_.pop_front();
     Cursor& cursor = cursors_[index];
-    message_.Clear();
-    ps::Header* header = message_.mutable_header();
-    header->set_job_id(request_.header().job_id());
-    header->set_rank(request_.header().rank());
-    header->set_step(step);
-    header->set_key(cursor.key);
-    absl::Status status = shard_->ReadResult(cursor.key, step, cursor.sent,
-                                             message_floats_, &message_);
-    if (!status.ok()) {
-      FinishLocked(status);
+    KeyPartHead head;
+    head.header.set_job_id(request_.header().job_id());
+    head.header.set_rank(request_.header().rank());
+    head.header.set_step(step);
+    head.header.set_key(cursor.key);
+    head.key_numel = cursor.numel;
+    head.offset = cursor.sent;
+    // The floats are copied once, under the key's lock, into a slice the
+    // message then owns: the result may change as soon as the lock is
+    // released (the next step's sums, the optimizer's update).
+    grpc::Slice data;
+    absl::StatusOr<int64_t> n = shard_->ReadResult(
+        cursor.key, step, cursor.sent, message_floats_, [&data](int64_t floats) {
+          // Never inlined, so the bytes stay where the pointer says when the
+          // slice is moved.
+          grpc_slice raw = grpc_slice_malloc_large(static_cast<size_t>(floats) *
+                                                   sizeof(float));
+          char* bytes = reinterpret_cast<char*>(GRPC_SLICE_START_PTR(raw));
+          data = grpc::Slice(raw, grpc::Slice::STEAL_REF);
+          return bytes;
+        });
+    if (!n.ok()) {
+      FinishLocked(n.status());
       return;
     }
-    cursor.sent += static_cast<int64_t>(message_.data().size() / 4);
+    message_ = EncodeKeyPart(head, std::move(data));
+    cursor.sent += *n;
     if (cursor.sent == cursor.numel) {
       ++keys_done_;
       cursor.queued = false;
@@ -350,7 +366,7 @@ class PullState : public KeyWaiter,
       // Maybe more is final already; if not, the next progress requeues it.
       queue_.push_back(index);
     }
-    shard_->CountBytesOut(static_cast<int64_t>(message_.data().size()));
+    shard_->CountBytesOut(*n * static_cast<int64_t>(sizeof(float)));
     writing_ = true;
     if (keys_done_ == cursors_.size()) {
       finished_ = true;
@@ -387,7 +403,7 @@ class PullState : public KeyWaiter,
   const ps::PullRequest request_;
   const int64_t message_floats_;
   absl::Mutex mu_;
-  grpc::ServerWriteReactor<ps::KeyPart>* reactor_ ABSL_GUARDED_BY(mu_);
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor_ ABSL_GUARDED_BY(mu_);
   bool scheduled_ ABSL_GUARDED_BY(mu_) = false;
   DeadlineTimer::Handle expiry_ ABSL_GUARDED_BY(mu_);
   std::vector<Cursor> cursors_ ABSL_GUARDED_BY(mu_);
@@ -397,18 +413,28 @@ class PullState : public KeyWaiter,
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status deferred_ ABSL_GUARDED_BY(mu_);
-  ps::KeyPart message_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer message_ ABSL_GUARDED_BY(mu_);  // a KeyPart (ps/wire.h)
   const absl::Time start_;
 };
 
-class PullCall : public grpc::ServerWriteReactor<ps::KeyPart> {
+// A server-streaming RPC whose messages this side encodes itself (ps/wire.h).
+class PullCall : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   PullCall(ServerShard* shard, DeadlineTimer* timer,
-           grpc::CallbackServerContext* context, const ps::PullRequest* request,
-           int64_t message_floats, absl::Duration max_wait)
-      // Not make_shared: the timer's weak reference must not keep the
-      // state's memory (its message buffer) alive.
-      : state_(new PullState(shard, timer, *request, message_floats, this)) {
+           grpc::CallbackServerContext* context,
+           const grpc::ByteBuffer* request_bytes, int64_t message_floats,
+           absl::Duration max_wait) {
+    ps::PullRequest request;
+    grpc::ByteBuffer bytes = *request_bytes;  // shares the slices
+    const absl::Status parsed = ParseMessage(&bytes, &request);
+    // Not make_shared: the timer's weak reference must not keep the
+    // state's memory (its message buffer) alive.
+    state_.reset(new PullState(shard, timer, request, message_floats, this));
+    if (!parsed.ok()) {
+      GS_LOG(WARNING) << shard->name() << ": pull: " << parsed.message();
+      state_->Fail(Annotate(parsed, absl::StrCat(shard->name(), ": pull")));
+      return;
+    }
     // Give up a little before the worker does, so the worker hears which
     // peer is missing instead of a bare DEADLINE_EXCEEDED.
     const absl::Time now = absl::Now();
@@ -417,7 +443,7 @@ class PullCall : public grpc::ServerWriteReactor<ps::KeyPart> {
     const absl::Duration margin =
         std::min(absl::Seconds(1), (deadline - now) / 5);
     state_->ScheduleExpiry(deadline - margin);
-    absl::Status status = shard->Pull(*request, state_);
+    absl::Status status = shard->Pull(request, state_);
     if (!status.ok()) {
       GS_LOG(WARNING) << status.message();
       state_->Fail(status);  // nothing was registered or written
@@ -439,8 +465,16 @@ class PullCall : public grpc::ServerWriteReactor<ps::KeyPart> {
 
 }  // namespace
 
-class ParameterServer::Impl final
-    : public ps::ParameterServer::CallbackService {
+// Pull is registered raw (byte buffers) so that its results are encoded by
+// ps/wire.h, one copy from the shard; the other methods use the generated
+// message classes.
+using ServiceBase = ps::ParameterServer::WithCallbackMethod_Register<
+    ps::ParameterServer::WithCallbackMethod_Push<
+        ps::ParameterServer::WithRawCallbackMethod_Pull<
+            ps::ParameterServer::WithCallbackMethod_Shutdown<
+                ps::ParameterServer::Service>>>>;
+
+class ParameterServer::Impl final : public ServiceBase {
  public:
   explicit Impl(const ParameterServerOptions& options)
       : options_(options),
@@ -469,11 +503,11 @@ class ParameterServer::Impl final
     return new PushCall(&shard_, reply);
   }
 
-  grpc::ServerWriteReactor<ps::KeyPart>* Pull(
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Pull(
       grpc::CallbackServerContext* context,
-      const ps::PullRequest* request) override {
+      const grpc::ByteBuffer* request) override {
     if (auto* refused = RefuseCallWithoutJobToken<
-            grpc::ServerWriteReactor<ps::KeyPart>>(context, shard_.name())) {
+            grpc::ServerWriteReactor<grpc::ByteBuffer>>(context, shard_.name())) {
       return refused;
     }
     Touch();

@@ -731,6 +731,21 @@ absl::Status ServerShard::Pull(const ps::PullRequest& request,
 absl::Status ServerShard::ReadResult(int64_t key_id, int64_t step,
                                      int64_t offset, int64_t max_floats,
                                      ps::KeyPart* part) {
+  std::string* data = part->mutable_data();
+  absl::StatusOr<int64_t> n =
+      ReadResult(key_id, step, offset, max_floats, [data](int64_t floats) {
+        data->resize(static_cast<size_t>(floats) * sizeof(float));
+        return data->data();
+      });
+  if (!n.ok()) return n.status();
+  part->set_key_numel(KeyNumel(key_id));
+  part->set_offset(offset);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ServerShard::ReadResult(
+    int64_t key_id, int64_t step, int64_t offset, int64_t max_floats,
+    absl::FunctionRef<char*(int64_t floats)> place) {
   // The index is published with configured_; read it only after.
   if (!configured_.load(std::memory_order_acquire)) {
     return absl::FailedPreconditionError(
@@ -761,11 +776,8 @@ absl::Status ServerShard::ReadResult(int64_t key_id, int64_t step,
   const int64_t n = std::min(max_floats, available - offset);
   const float* source = mode_ == ps::UPDATE_SERVER ? key.params.data()
                                                    : key.sums[step % 2].data();
-  part->set_key_numel(key.numel);
-  part->set_offset(offset);
-  part->mutable_data()->assign(reinterpret_cast<const char*>(source + offset),
-                               static_cast<size_t>(n) * sizeof(float));
-  return absl::OkStatus();
+  std::memcpy(place(n), source + offset, static_cast<size_t>(n) * sizeof(float));
+  return n;
 }
 
 int64_t ServerShard::FinalFloats(int64_t key_id, int64_t step) const {

@@ -41,6 +41,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -108,8 +109,14 @@ class ServerShard {
   // result is gone (a later step completed) or the key is unknown.
   int64_t FinalFloats(int64_t key, int64_t step) const;
   // Copies up to `max_floats` final floats of `key`'s result for `step` from
-  // `offset` into `part` (its data and offset; the caller fills the header).
-  // Fails unless at least one float from `offset` on is final.
+  // `offset` into the memory `place` returns for their count (room for that
+  // many floats, any alignment), and returns the count. Fails, without
+  // calling `place`, unless at least one float from `offset` on is final.
+  absl::StatusOr<int64_t> ReadResult(
+      int64_t key, int64_t step, int64_t offset, int64_t max_floats,
+      absl::FunctionRef<char*(int64_t floats)> place);
+  // The same into `part` (its data, offset and key_numel; the caller fills
+  // the header).
   absl::Status ReadResult(int64_t key, int64_t step, int64_t offset,
                           int64_t max_floats, ps::KeyPart* part);
   // The key's size in floats (0 for an unknown key).

@@ -16,6 +16,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/malloc_tuning.h"
 #include "ps/server_command.h"
 #include "tools/commands.h"
 
@@ -47,6 +48,7 @@ constexpr char kUsage[] =
 }  // namespace
 
 int main(int argc, char** argv) {
+  gradsync::KeepFreedMemoryForReuse();
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
       std::strcmp(argv[1], "help") == 0) {
     fprintf(argc < 2 ? stderr : stdout, "%s\n", kUsage);

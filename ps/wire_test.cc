@@ -1,0 +1,193 @@
+#include "ps/wire.h"
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "grpcpp/support/slice.h"
+#include "gtest/gtest.h"
+
+namespace gradsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+KeyPartHead Head(int64_t key, int64_t numel, int64_t offset) {
+  KeyPartHead head;
+  head.header.set_job_id("job-7");
+  head.header.set_rank(3);
+  head.header.set_step(12);
+  head.header.set_key(key);
+  head.key_numel = numel;
+  head.offset = offset;
+  return head;
+}
+
+std::string Bytes(grpc::ByteBuffer* buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer->Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return bytes;
+}
+
+grpc::ByteBuffer FromBytes(const std::string& bytes) {
+  grpc::Slice slice(bytes.data(), bytes.size());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// The encoder writes what protobuf itself would, byte for byte.
+TEST(WireTest, EncodesTheProtobufWireFormat) {
+  std::vector<float> data(1000);
+  std::iota(data.begin(), data.end(), -3.5f);
+  const KeyPartHead head = Head(5, 4000, 2000);
+  grpc::ByteBuffer buffer = EncodeKeyPart(head, data.data(), 1000);
+
+  ps::KeyPart expected;
+  *expected.mutable_header() = head.header;
+  expected.set_key_numel(4000);
+  expected.set_offset(2000);
+  expected.set_data(reinterpret_cast<const char*>(data.data()), 4000);
+  EXPECT_EQ(Bytes(&buffer), expected.SerializeAsString());
+}
+
+// The floats are referred to, not copied: the buffer sees a later change.
+TEST(WireTest, DataIsNotCopied) {
+  std::vector<float> data = {1, 2, 3};
+  grpc::ByteBuffer buffer = EncodeKeyPart(Head(0, 3, 0), data.data(), 3);
+  data[1] = 42;
+  ps::KeyPart part;
+  ASSERT_TRUE(ParseMessage(&buffer, &part).ok());
+  float second;
+  std::memcpy(&second, part.data().data() + 4, 4);
+  EXPECT_EQ(second, 42);
+}
+
+TEST(WireTest, DecodesIntoThePlaceGiven) {
+  std::vector<float> data(300);
+  std::iota(data.begin(), data.end(), 1.0f);
+  grpc::ByteBuffer buffer = EncodeKeyPart(Head(9, 1000, 600), data.data(), 300);
+
+  std::vector<float> out(1000, 0.0f);
+  KeyPartHead head;
+  size_t asked = 0;
+  absl::Status status = DecodeKeyPart(
+      &buffer, &head,
+      [&](const KeyPartHead& h, size_t bytes) -> absl::StatusOr<char*> {
+        asked = bytes;
+        return reinterpret_cast<char*>(out.data() + h.offset);
+      });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(asked, 1200u);
+  EXPECT_EQ(head.header.job_id(), "job-7");
+  EXPECT_EQ(head.header.rank(), 3);
+  EXPECT_EQ(head.header.step(), 12);
+  EXPECT_EQ(head.header.key(), 9);
+  EXPECT_EQ(head.key_numel, 1000);
+  EXPECT_EQ(head.offset, 600);
+  EXPECT_EQ(out[599], 0.0f);
+  EXPECT_EQ(out[600], 1.0f);
+  EXPECT_EQ(out[899], 300.0f);
+}
+
+// Fields in another order (legal protobuf) and fields this side does not
+// know decode the same; the data is placed after the whole head is known.
+TEST(WireTest, DecodesDataBeforeTheHeadAndSkipsUnknownFields) {
+  const float values[2] = {7.0f, -8.0f};
+  ps::KeyPart data_only;
+  data_only.set_data(reinterpret_cast<const char*>(values), 8);
+  ps::KeyPart head_only;
+  *head_only.mutable_header() = Head(4, 2, 0).header;
+  head_only.set_key_numel(2);
+  // Field 15, a varint, and field 16, length-delimited: unknown here.
+  const std::string unknown = std::string("\x78\x05", 2) + "\x82\x01\x02xy";
+  grpc::ByteBuffer buffer = FromBytes(data_only.SerializeAsString() + unknown +
+                                      head_only.SerializeAsString());
+
+  float out[2] = {0, 0};
+  KeyPartHead head;
+  absl::Status status = DecodeKeyPart(
+      &buffer, &head,
+      [&](const KeyPartHead& h, size_t bytes) -> absl::StatusOr<char*> {
+        EXPECT_EQ(h.header.key(), 4);
+        EXPECT_EQ(h.key_numel, 2);
+        EXPECT_EQ(bytes, 8u);
+        return reinterpret_cast<char*>(out);
+      });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(out[0], 7.0f);
+  EXPECT_EQ(out[1], -8.0f);
+}
+
+TEST(WireTest, APartWithoutDataIsPlacedWithZeroBytes) {
+  grpc::ByteBuffer buffer = EncodeKeyPart(Head(1, 0, 0), nullptr, 0);
+  KeyPartHead head;
+  int calls = 0;
+  absl::Status status = DecodeKeyPart(
+      &buffer, &head,
+      [&](const KeyPartHead&, size_t bytes) -> absl::StatusOr<char*> {
+        ++calls;
+        EXPECT_EQ(bytes, 0u);
+        return nullptr;
+      });
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(calls, 1);
+}
+
+// The place's refusal is the decoder's answer, and nothing is written.
+TEST(WireTest, ARefusedPlaceIsTheError) {
+  const float value = 1.0f;
+  grpc::ByteBuffer buffer = EncodeKeyPart(Head(1, 1, 0), &value, 1);
+  KeyPartHead head;
+  absl::Status status = DecodeKeyPart(
+      &buffer, &head, [](const KeyPartHead&, size_t) -> absl::StatusOr<char*> {
+        return absl::OutOfRangeError("no room for key 1");
+      });
+  EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(status.message(), HasSubstr("no room for key 1"));
+}
+
+TEST(WireTest, MalformedMessagesAreRefused) {
+  std::vector<float> data(4, 1.0f);
+  grpc::ByteBuffer good = EncodeKeyPart(Head(2, 4, 0), data.data(), 4);
+  const std::string bytes = Bytes(&good);
+  const std::vector<std::string> bad = {
+      bytes.substr(0, bytes.size() - 3),  // truncated data
+      bytes.substr(0, 5),                 // truncated header
+      std::string("\x10", 1),             // a varint field with no value
+      std::string("\x12\x01\x00", 3),     // key_numel as length-delimited
+      std::string("\x0b", 1),             // field 1 as a group
+  };
+  for (const std::string& message : bad) {
+    grpc::ByteBuffer buffer = FromBytes(message);
+    KeyPartHead head;
+    std::vector<char> sink(64);
+    absl::Status status = DecodeKeyPart(
+        &buffer, &head, [&](const KeyPartHead&, size_t) -> absl::StatusOr<char*> {
+          return sink.data();
+        });
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument)
+        << "message of " << message.size() << " bytes: " << status;
+  }
+}
+
+TEST(WireTest, SmallMessagesRoundTrip) {
+  ps::PullRequest request;
+  request.mutable_header()->set_job_id("j");
+  request.add_keys(3);
+  request.add_keys(11);
+  grpc::ByteBuffer buffer = SerializeMessage(request);
+  ps::PullRequest parsed;
+  ASSERT_TRUE(ParseMessage(&buffer, &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), request.SerializeAsString());
+
+  grpc::ByteBuffer garbage = FromBytes(std::string("\xff\xff\xff", 3));
+  EXPECT_EQ(ParseMessage(&garbage, &parsed).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gradsync
