@@ -43,6 +43,7 @@ COORDINATOR=(core/coordinator.cc core/coordinator_service.cc core/tls_config.cc
 PS_SHARD=(ps/shard.cc ps/flags.cc core/device.cc core/cpu_device.cc core/optimizer.cc
           core/checkpoint.cc core/metrics.cc
           core/gpu_selection.cc "$OUT/gen/proto/parameter_server.pb.cc")
+PS_WIRE=(ps/wire.cc "$OUT/gen/proto/parameter_server.pb.cc")
 RING=(allreduce/ring_handshake.cc allreduce/tcp_connection.cc allreduce/socket_address.cc)
 
 # name, then its sources.
@@ -60,3 +61,4 @@ build() {
 build coordinator_service_fuzzer fuzz/coordinator_service_fuzzer.cc "${COORDINATOR[@]}" "${COMMON[@]}"
 build ring_handshake_fuzzer fuzz/ring_handshake_fuzzer.cc "${RING[@]}" "${COMMON[@]}"
 build ps_shard_fuzzer fuzz/ps_shard_fuzzer.cc "${PS_SHARD[@]}" "${COMMON[@]}"
+build ps_wire_fuzzer fuzz/ps_wire_fuzzer.cc "${PS_WIRE[@]}"

@@ -94,6 +94,11 @@ absl::Status DecodeKeyPart(grpc::ByteBuffer* buffer, KeyPartHead* head,
   if (total > static_cast<size_t>(std::numeric_limits<int>::max())) {
     return Malformed(absl::StrCat(total, " bytes"));
   }
+  if (!buffer->Valid() || total == 0) {
+    // The empty message: every field at its default, no data.
+    absl::StatusOr<char*> destination = place(*head, 0);
+    return destination.status();
+  }
   grpc::ProtoBufferReader reader(buffer);
   if (!reader.status().ok()) return Malformed("unreadable byte buffer");
   CodedInputStream in(&reader);
@@ -104,15 +109,24 @@ absl::Status DecodeKeyPart(grpc::ByteBuffer* buffer, KeyPartHead* head,
   bool have_early_data = false;
   bool placed = false;
   for (;;) {
+    const int tag_start = in.CurrentPosition();
     const uint32_t tag = in.ReadTag();
-    if (tag == 0) break;
+    if (tag == 0) {
+      // The end, or a tag that is not one (truncated, field 0).
+      if (!in.ConsumedEntireMessage()) return Malformed("bad tag");
+      break;
+    }
+    // CodedInputStream reads a tag of up to 10 bytes; protobuf's parser
+    // takes 5 at most.
+    if (in.CurrentPosition() - tag_start > 5) return Malformed("overlong tag");
     const int field = static_cast<int>(tag >> 3);
+    if (field == 0) return Malformed("field number 0");
     if (tag == Tag(ps::KeyPart::kHeaderFieldNumber, kLengthDelimited)) {
       uint32_t length;
       std::string bytes;
       if (!in.ReadVarint32(&length) ||
           !in.ReadString(&bytes, static_cast<int>(length)) ||
-          !head->header.ParseFromString(bytes)) {
+          !head->header.MergeFromString(bytes)) {
         return Malformed("bad header");
       }
     } else if (tag == Tag(ps::KeyPart::kKeyNumelFieldNumber, kVarint) ||
