@@ -125,7 +125,8 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
     return grpc::Status(
         grpc::StatusCode::ALREADY_EXISTS,
         absl::StrCat(Name(role, rank), " joined twice (first from ",
-                     it->second.host, " ", it->second.address, ", now from ",
+                     Shown(it->second.host), " ", Shown(it->second.address),
+                     ", now from ",
                      Shown(request->host()), " ", Shown(request->address()),
                      "); two processes were given the same rank"));
   }
