@@ -1,13 +1,14 @@
 // KeyPart messages (proto/parameter_server.proto) encoded and decoded straight
 // between gRPC byte buffers and float arrays, the PS's data path.
 //
-// Through the generated stubs a part's floats are copied three times on the
-// way out (into the message's bytes field, then into gRPC's buffers by the
+// Through the generated stubs a part's floats are copied twice on the way
+// out (into the message's bytes field, then into gRPC's buffers by the
 // serializer) and twice on the way in (into the parsed message, then to where
 // they belong). Here the way out is no copy at all: the floats go into the
 // byte buffer as a slice that points at them, after a few bytes of encoded
-// header. The way in is one copy, from gRPC's receive buffers straight to
-// where the caller wants the floats. It is the same protobuf wire format, so
+// header (the server, whose results change once its lock is released, copies
+// them once into a slice of their own). The way in is one copy, from gRPC's
+// receive buffers straight to where the caller wants the floats. It is the same protobuf wire format, so
 // either side may still use the generated code (the tests' hand-made peers do,
 // and so does a server in a bad-input test).
 //
