@@ -47,13 +47,23 @@ absl::StatusOr<LaunchResult> LaunchRing(int workers,
   return RunProcessGroup(specs, options);
 }
 
+// Every process's output, for the message of a failed expectation.
+std::string AllOutput(const LaunchResult& result) {
+  std::string all = result.failure;
+  for (const ProcessResult& process : result.processes) {
+    absl::StrAppend(&all, "\n--- ", process.name, " (exit code ",
+                    process.exit_code, "):\n", process.output);
+  }
+  return all;
+}
+
 class RingMultiprocessTest : public testing::TestWithParam<int> {};
 
 TEST_P(RingMultiprocessTest, EveryProcessGetsExactSums) {
   const int workers = GetParam();
   auto result = LaunchRing(workers, {});
   ASSERT_TRUE(result.ok()) << result.status();
-  ASSERT_EQ(result->exit_code, 0) << result->failure;
+  ASSERT_EQ(result->exit_code, 0) << AllOutput(*result);
   ASSERT_EQ(result->processes.size(), static_cast<size_t>(workers));
   for (int rank = 0; rank < workers; ++rank) {
     EXPECT_THAT(result->processes[rank].output,
@@ -74,7 +84,7 @@ INSTANTIATE_TEST_SUITE_P(Workers, RingMultiprocessTest,
 TEST(RingMultiprocessFaultTest, SurvivorNamesTheProcessThatLeft) {
   auto result = LaunchRing(2, {"--depart_rank=1"});
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->exit_code, 1) << result->failure;
+  EXPECT_EQ(result->exit_code, 1) << AllOutput(*result);
   EXPECT_THAT(result->failure, HasSubstr("worker 0"));
   const std::string& survivor = result->processes[0].output;
   EXPECT_THAT(survivor, HasSubstr("ring: "));
@@ -90,7 +100,7 @@ TEST(RingMultiprocessFaultTest, SurvivorNamesTheProcessThatLeft) {
 TEST(RingMultiprocessFaultTest, RingOfFourFailsPromptlyWhenOneLeaves) {
   auto result = LaunchRing(4, {"--depart_rank=2"});
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->exit_code, 1) << result->failure;
+  EXPECT_EQ(result->exit_code, 1) << AllOutput(*result);
   EXPECT_THAT(result->failure, Not(HasSubstr("worker 2")));
   std::string first_failure_output;
   for (const ProcessResult& process : result->processes) {

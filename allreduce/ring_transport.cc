@@ -151,8 +151,8 @@ absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
                     << transport->granted_send_buffer_bytes()
                     << " (raise net.core.wmem_max/rmem_max)";
   }
-  GS_LOG(DEBUG) << context << ": connected to right neighbour "
-                << transport->right_->peer_name() << ", from left neighbour "
+  GS_LOG(DEBUG) << context << ": connected to "
+                << transport->right_->peer_name() << ", from "
                 << transport->left_->peer_name();
   return transport;
 }

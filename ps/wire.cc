@@ -94,20 +94,24 @@ absl::Status DecodeKeyPart(grpc::ByteBuffer* buffer, KeyPartHead* head,
   if (total > static_cast<size_t>(std::numeric_limits<int>::max())) {
     return Malformed(absl::StrCat(total, " bytes"));
   }
-  if (!buffer->Valid() || total == 0) {
-    // The empty message: every field at its default, no data.
-    absl::StatusOr<char*> destination = place(*head, 0);
-    return destination.status();
-  }
+  // The data, when it is not the message's last field (protobuf writes it
+  // last; another encoder need not), waits here until the head is complete;
+  // it is placed once the message is read. Empty for a part without data.
+  std::string early_data;
+  auto place_early_data = [&]() -> absl::Status {
+    absl::StatusOr<char*> destination = place(*head, early_data.size());
+    if (!destination.ok()) return destination.status();
+    if (!early_data.empty()) {
+      std::memcpy(*destination, early_data.data(), early_data.size());
+    }
+    return absl::OkStatus();
+  };
+  // The empty message: every field at its default, no data.
+  if (!buffer->Valid() || total == 0) return place_early_data();
   grpc::ProtoBufferReader reader(buffer);
   if (!reader.status().ok()) return Malformed("unreadable byte buffer");
   CodedInputStream in(&reader);
 
-  // The data, when it is not the message's last field (protobuf writes it
-  // last; another encoder need not), waits here until the head is complete.
-  std::string early_data;
-  bool have_early_data = false;
-  bool placed = false;
   for (;;) {
     const int tag_start = in.CurrentPosition();
     const uint32_t tag = in.ReadTag();
@@ -143,20 +147,17 @@ absl::Status DecodeKeyPart(grpc::ByteBuffer* buffer, KeyPartHead* head,
         return Malformed("data longer than the message");
       }
       if (static_cast<size_t>(in.CurrentPosition()) + length == total) {
-        // The last field: the head is complete, the bytes go to their place.
+        // The last field: the head is complete, the bytes go to their place
+        // and the message is over.
         absl::StatusOr<char*> destination = place(*head, length);
         if (!destination.ok()) return destination.status();
         if (length > 0 && !in.ReadRaw(*destination, static_cast<int>(length))) {
           return Malformed("truncated data");
         }
-        placed = true;
-        have_early_data = false;
-      } else {
-        if (!in.ReadString(&early_data, static_cast<int>(length))) {
-          return Malformed("truncated data");
-        }
-        have_early_data = true;
-        placed = false;
+        return absl::OkStatus();
+      }
+      if (!in.ReadString(&early_data, static_cast<int>(length))) {
+        return Malformed("truncated data");
       }
     } else if (field == ps::KeyPart::kHeaderFieldNumber ||
                field == ps::KeyPart::kKeyNumelFieldNumber ||
@@ -171,12 +172,7 @@ absl::Status DecodeKeyPart(grpc::ByteBuffer* buffer, KeyPartHead* head,
     return Malformed(absl::StrCat("stopped at byte ", in.CurrentPosition(),
                                   " of ", total));
   }
-  if (placed) return absl::OkStatus();
-  const size_t length = have_early_data ? early_data.size() : 0;
-  absl::StatusOr<char*> destination = place(*head, length);
-  if (!destination.ok()) return destination.status();
-  if (length > 0) std::memcpy(*destination, early_data.data(), length);
-  return absl::OkStatus();
+  return place_early_data();
 }
 
 grpc::ByteBuffer SerializeMessage(const google::protobuf::MessageLite& message) {
