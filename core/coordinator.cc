@@ -28,11 +28,15 @@ namespace {
 // Messages carry summaries of whole runs; stay well clear of gRPC's 4 MiB default.
 constexpr int kMaxMessageBytes = 64 << 20;
 // A host that vanishes without closing its connections (power loss, cable,
-// a partition) is noticed by keepalive pings: a ping every 4 s, answered
-// within 4 s, so a loss is known within about 8 s (a ping is a few dozen
-// bytes; the ack comes from gRPC's own threads, not the busy trainer).
-constexpr int kKeepaliveTimeMs = 4000;
-constexpr int kKeepaliveTimeoutMs = 4000;
+// a partition) is noticed by keepalive pings: a ping after 3 s without
+// traffic, answered within 7 s, so a loss is known within about 10 s (a ping
+// is a few dozen bytes; the ack comes from gRPC's own threads, not the busy
+// trainer). The answer's deadline is what a live process must never miss:
+// 4 s was missed under ThreadSanitizer on a loaded 2-core machine (the
+// watchdog closed a live member's connection and failed its barrier), so it
+// is 7 s, which still ends a partitioned job well within 15 s.
+constexpr int kKeepaliveTimeMs = 3000;
+constexpr int kKeepaliveTimeoutMs = 7000;
 // How long a coordinator that is shutting down waits for each member still
 // watching to answer its probe (see CoordinatorService::BeginShutdown). A
 // live member answers within milliseconds; one that does not is lost.
@@ -251,10 +255,19 @@ std::string CoordinatorClient::self() const { return Name(role_, rank_); }
 
 namespace {
 
-// The server enforces `timeout`; the RPC deadline leaves it time to say why.
+// For the calls that wait on the job (Join, Barrier, Set, Get). The server
+// enforces `timeout`; the RPC deadline leaves it time to say why.
+//
+// They also wait for a connection: a channel that was ready may briefly be in
+// TRANSIENT_FAILURE (seen under ThreadSanitizer on a loaded machine: a Set
+// right after Connect failed with "failed to connect to all addresses" while
+// the coordinator was up), and without wait_for_ready gRPC fails the call at
+// once instead of at its deadline. A member that watches the job hears of a
+// coordinator that is really gone from the watch (OnLoss) long before that.
 void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
   context.set_deadline(
       absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));
+  context.set_wait_for_ready(true);
 }
 
 }  // namespace
@@ -269,6 +282,21 @@ void CoordinatorClient::FillSender(Request& request) const {
 
 void CoordinatorClient::Prepare(grpc::ClientContext& context) const {
   AttachJobToken(context, options_.security.job_token);
+}
+
+absl::Status CoordinatorClient::WaitedCallStatus(const grpc::Status& status,
+                                                 absl::string_view what) const {
+  absl::Status result = FromGrpc(status, what);
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+      stub_->channel_->GetState(/*try_to_connect=*/false) !=
+          GRPC_CHANNEL_READY) {
+    result = absl::Status(
+        result.code(),
+        absl::StrCat(result.message(), " (no connection to the coordinator at ",
+                     target_, ": worker 0, which hosts it, has stopped or "
+                     "cannot be reached)"));
+  }
+  return result;
 }
 
 absl::Status CoordinatorClient::StartWatch(absl::Duration timeout) {
@@ -471,8 +499,9 @@ absl::StatusOr<std::vector<Member>> CoordinatorClient::Join(
   grpc::ClientContext context;
   Prepare(context);
   SetDeadline(context, timeout);
-  RETURN_IF_ERROR(FromGrpc(stub_->stub_->Join(&context, request, &response),
-                           absl::StrCat(self(), " joining job at ", target_)));
+  RETURN_IF_ERROR(WaitedCallStatus(
+      stub_->stub_->Join(&context, request, &response),
+      absl::StrCat(self(), " joining job at ", target_)));
   std::vector<Member> members;
   for (const auto& info : response.members()) {
     members.push_back(
@@ -493,8 +522,9 @@ absl::Status CoordinatorClient::Barrier(const std::string& name,
   grpc::ClientContext context;
   Prepare(context);
   SetDeadline(context, timeout);
-  return FromGrpc(stub_->stub_->Barrier(&context, request, &response),
-                  absl::StrCat(self(), " in barrier '", name, "'"));
+  return WaitedCallStatus(
+      stub_->stub_->Barrier(&context, request, &response),
+      absl::StrCat(self(), " in barrier '", name, "'"));
 }
 
 absl::Status CoordinatorClient::Set(const std::string& key,
@@ -507,8 +537,9 @@ absl::Status CoordinatorClient::Set(const std::string& key,
   grpc::ClientContext context;
   Prepare(context);
   SetDeadline(context, absl::Seconds(30));
-  return FromGrpc(stub_->stub_->Set(&context, request, &response),
-                  absl::StrCat(self(), " setting key '", key, "'"));
+  return WaitedCallStatus(
+      stub_->stub_->Set(&context, request, &response),
+      absl::StrCat(self(), " setting key '", key, "'"));
 }
 
 absl::StatusOr<std::string> CoordinatorClient::Get(const std::string& key,
@@ -521,8 +552,9 @@ absl::StatusOr<std::string> CoordinatorClient::Get(const std::string& key,
   grpc::ClientContext context;
   Prepare(context);
   SetDeadline(context, timeout);
-  RETURN_IF_ERROR(FromGrpc(stub_->stub_->Get(&context, request, &response),
-                           absl::StrCat(self(), " getting key '", key, "'")));
+  RETURN_IF_ERROR(WaitedCallStatus(
+      stub_->stub_->Get(&context, request, &response),
+      absl::StrCat(self(), " getting key '", key, "'")));
   return response.value();
 }
 

@@ -38,6 +38,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/tls_config.h"
@@ -46,6 +47,7 @@ namespace grpc {
 class Server;
 class Channel;
 class ClientContext;
+class Status;
 }  // namespace grpc
 
 namespace gradsync {
@@ -176,6 +178,10 @@ class CoordinatorClient {
   template <typename Request>
   void FillSender(Request& request) const;
   void Prepare(grpc::ClientContext& context) const;
+  // FromGrpc for the calls that wait for a connection: a deadline missed
+  // while there was none says so.
+  absl::Status WaitedCallStatus(const grpc::Status& status,
+                                absl::string_view what) const;
 
   std::unique_ptr<Stub> stub_;
   std::string target_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tools/launcher.h"
 
 namespace gradsync {
 namespace {
@@ -125,6 +126,42 @@ TEST_F(CoordinatorTest, StrangersAreRefused) {
   EXPECT_THAT(std::string(bad_rank.message()), HasSubstr("unknown worker 2"));
   absl::Status bad_server = Client(Role::kServer, 1)->Set("k", "v");
   EXPECT_THAT(std::string(bad_server.message()), HasSubstr("unknown server 1"));
+}
+
+// A call made while the coordinator cannot be reached waits for it until its
+// deadline (instead of failing at once with whatever the last connection
+// attempt met), says there was no connection, and the same client goes on
+// once the coordinator is back.
+TEST(CoordinatorClientTest, CallsWaitForTheCoordinatorUntilTheirDeadline) {
+  // Below the ephemeral range: a port from it could be taken meanwhile, or
+  // the client's reconnects could even connect to themselves.
+  absl::StatusOr<int> port = PickFreePort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string target = absl::StrCat("127.0.0.1:", *port);
+  auto server = CoordinatorServer::Start(target, "job", 1, 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = CoordinatorClient::Connect(target, "job", Role::kWorker, 0,
+                                           absl::Seconds(10));
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Set("before", "1").ok());
+
+  server->reset();
+  const absl::Time start = absl::Now();
+  auto lost = (*client)->Get("before", absl::Milliseconds(500));
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << lost.status();
+  EXPECT_THAT(std::string(lost.status().message()),
+              HasSubstr("no connection to the coordinator at " + target));
+  // The RPC deadline is the wait plus 5 s for the server to say why.
+  EXPECT_GE(waited, absl::Seconds(5));
+
+  server = CoordinatorServer::Start(target, "job", 1, 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE((*client)->Set("after", "2").ok());
+  auto got = (*client)->Get("after", absl::Seconds(10));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "2");
 }
 
 TEST(CoordinatorClientTest, NoCoordinatorIsADeadlineNamingTheAddress) {
