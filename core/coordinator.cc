@@ -39,8 +39,9 @@ constexpr int kKeepaliveTimeMs = 3000;
 constexpr int kKeepaliveTimeoutMs = 7000;
 // How long a coordinator that is shutting down waits for each member still
 // watching to answer its probe (see CoordinatorService::BeginShutdown). A
-// live member answers within milliseconds; one that does not is lost.
-constexpr absl::Duration kShutdownProbe = absl::Seconds(3);
+// live member answers within milliseconds, but a starved one gets the same
+// allowance as a keepalive ping; one that does not answer is lost.
+constexpr absl::Duration kShutdownProbe = absl::Milliseconds(kKeepaliveTimeoutMs);
 // Leave is best effort on the way out; a dead coordinator must not delay us.
 constexpr absl::Duration kLeaveTimeout = absl::Seconds(2);
 
