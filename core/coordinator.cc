@@ -41,7 +41,8 @@ constexpr int kKeepaliveTimeoutMs = 7000;
 // watching to answer its probe (see CoordinatorService::BeginShutdown). A
 // live member answers within milliseconds, but a starved one gets the same
 // allowance as a keepalive ping; one that does not answer is lost.
-constexpr absl::Duration kShutdownProbe = absl::Milliseconds(kKeepaliveTimeoutMs);
+constexpr absl::Duration kShutdownProbe =
+    absl::Milliseconds(kKeepaliveTimeoutMs);
 // Leave is best effort on the way out; a dead coordinator must not delay us.
 constexpr absl::Duration kLeaveTimeout = absl::Seconds(2);
 
@@ -254,25 +255,6 @@ CoordinatorClient::~CoordinatorClient() {
 
 std::string CoordinatorClient::self() const { return Name(role_, rank_); }
 
-namespace {
-
-// For the calls that wait on the job (Join, Barrier, Set, Get). The server
-// enforces `timeout`; the RPC deadline leaves it time to say why.
-//
-// They also wait for a connection: a channel that was ready may briefly be in
-// TRANSIENT_FAILURE (seen under ThreadSanitizer on a loaded machine: a Set
-// right after Connect failed with "failed to connect to all addresses" while
-// the coordinator was up), and without wait_for_ready gRPC fails the call at
-// once instead of at its deadline. A member that watches the job hears of a
-// coordinator that is really gone from the watch (OnLoss) long before that.
-void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
-  context.set_deadline(
-      absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));
-  context.set_wait_for_ready(true);
-}
-
-}  // namespace
-
 template <typename Request>
 void CoordinatorClient::FillSender(Request& request) const {
   proto::Sender* sender = request.mutable_sender();
@@ -283,6 +265,23 @@ void CoordinatorClient::FillSender(Request& request) const {
 
 void CoordinatorClient::Prepare(grpc::ClientContext& context) const {
   AttachJobToken(context, options_.security.job_token);
+}
+
+// The server enforces `timeout`; the RPC deadline leaves it time to say why.
+//
+// These calls also wait for a connection: after the keepalive watchdog has
+// cut a connection (or right after Connect) the channel may sit in
+// TRANSIENT_FAILURE for a moment, and without wait_for_ready gRPC would fail
+// the call at once, with the error of an old connection attempt, although
+// the coordinator is up. A member that watches the job hears of a
+// coordinator that is really gone from the watch (OnLoss) long before the
+// deadline; WaitedCallStatus says when a deadline passed with no connection.
+void CoordinatorClient::PrepareWaitingCall(grpc::ClientContext& context,
+                                           absl::Duration timeout) const {
+  Prepare(context);
+  context.set_deadline(
+      absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));
+  context.set_wait_for_ready(true);
 }
 
 absl::Status CoordinatorClient::WaitedCallStatus(const grpc::Status& status,
@@ -498,8 +497,7 @@ absl::StatusOr<std::vector<Member>> CoordinatorClient::Join(
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   proto::JoinResponse response;
   grpc::ClientContext context;
-  Prepare(context);
-  SetDeadline(context, timeout);
+  PrepareWaitingCall(context, timeout);
   RETURN_IF_ERROR(WaitedCallStatus(
       stub_->stub_->Join(&context, request, &response),
       absl::StrCat(self(), " joining job at ", target_)));
@@ -521,8 +519,7 @@ absl::Status CoordinatorClient::Barrier(const std::string& name,
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   proto::BarrierResponse response;
   grpc::ClientContext context;
-  Prepare(context);
-  SetDeadline(context, timeout);
+  PrepareWaitingCall(context, timeout);
   return WaitedCallStatus(
       stub_->stub_->Barrier(&context, request, &response),
       absl::StrCat(self(), " in barrier '", name, "'"));
@@ -536,8 +533,7 @@ absl::Status CoordinatorClient::Set(const std::string& key,
   request.set_value(value);
   proto::SetResponse response;
   grpc::ClientContext context;
-  Prepare(context);
-  SetDeadline(context, absl::Seconds(30));
+  PrepareWaitingCall(context, absl::Seconds(30));
   return WaitedCallStatus(
       stub_->stub_->Set(&context, request, &response),
       absl::StrCat(self(), " setting key '", key, "'"));
@@ -551,8 +547,7 @@ absl::StatusOr<std::string> CoordinatorClient::Get(const std::string& key,
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   proto::GetResponse response;
   grpc::ClientContext context;
-  Prepare(context);
-  SetDeadline(context, timeout);
+  PrepareWaitingCall(context, timeout);
   RETURN_IF_ERROR(WaitedCallStatus(
       stub_->stub_->Get(&context, request, &response),
       absl::StrCat(self(), " getting key '", key, "'")));

@@ -178,8 +178,12 @@ class CoordinatorClient {
   template <typename Request>
   void FillSender(Request& request) const;
   void Prepare(grpc::ClientContext& context) const;
-  // FromGrpc for the calls that wait for a connection: a deadline missed
-  // while there was none says so.
+  // Prepare for the calls that wait on the job (Join, Barrier, Set, Get):
+  // a deadline of `timeout` plus 5 s, and they wait for a connection.
+  void PrepareWaitingCall(grpc::ClientContext& context,
+                          absl::Duration timeout) const;
+  // FromGrpc for those calls: a deadline missed while there was no
+  // connection says so.
   absl::Status WaitedCallStatus(const grpc::Status& status,
                                 absl::string_view what) const;
 

@@ -8,9 +8,9 @@
 // byte buffer as a slice that points at them, after a few bytes of encoded
 // header (the server, whose results change once its lock is released, copies
 // them once into a slice of their own). The way in is one copy, from gRPC's
-// receive buffers straight to where the caller wants the floats. It is the same protobuf wire format, so
-// either side may still use the generated code (the tests' hand-made peers do,
-// and so does a server in a bad-input test).
+// receive buffers straight to where the caller wants the floats. It is the
+// same protobuf wire format, so either side may still use the generated code
+// (the tests' hand-made peers do, and so does a server in a bad-input test).
 //
 // TensorFlow's gRPC tensor coding does the same for its tensors; protobuf
 // itself reads and writes the wire format (CodedInputStream,
