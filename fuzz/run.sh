@@ -27,7 +27,10 @@ for target in coordinator_service_fuzzer ps_shard_fuzzer ps_wire_fuzzer ring_han
     echo "fuzz $target: $runs executions in ${SECONDS_EACH} s ($rate/s), corpus $(ls "$corpus" | wc -l) inputs"
   else
     echo "fuzz $target FAILED (log: $log):"
-    grep -A30 -m1 "ERROR\|==[0-9]*==\|deadly signal" "$log" | head -40
+    # The sanitizer's or libFuzzer's report, not the target's own logging
+    # (protobuf logs "ERROR" for inputs it refuses).
+    grep -E -A30 -m1 '^==[0-9]+== ?ERROR|runtime error:' "$log" | head -40
+    grep -E '^(artifact_prefix|Test unit written to)' "$log" || true
     status=1
   fi
 done

@@ -34,6 +34,21 @@ absl::Status Malformed(absl::string_view what) {
       absl::StrCat("malformed KeyPart message: ", what));
 }
 
+// A length prefix as protobuf's parser reads one: at most five bytes and
+// below 2^31. (CodedInputStream::ReadVarint32 takes up to ten bytes and drops
+// the high bits, so it would accept a length protobuf refuses, and read a
+// different message than the sender's.)
+bool ReadLength(CodedInputStream* in, uint32_t* length) {
+  const int start = in->CurrentPosition();
+  uint64_t value;
+  if (!in->ReadVarint64(&value) || in->CurrentPosition() - start > 5 ||
+      value > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+    return false;
+  }
+  *length = static_cast<uint32_t>(value);
+  return true;
+}
+
 // Skips a field this decoder does not know (a newer sender's).
 bool SkipField(CodedInputStream* in, uint32_t tag) {
   switch (tag & 7) {
@@ -45,7 +60,7 @@ bool SkipField(CodedInputStream* in, uint32_t tag) {
       return in->Skip(8);
     case kLengthDelimited: {
       uint32_t length;
-      return in->ReadVarint32(&length) && in->Skip(static_cast<int>(length));
+      return ReadLength(in, &length) && in->Skip(static_cast<int>(length));
     }
     case kFixed32:
       return in->Skip(4);
@@ -128,7 +143,7 @@ absl::Status DecodeKeyPart(grpc::ByteBuffer* buffer, KeyPartHead* head,
     if (tag == Tag(ps::KeyPart::kHeaderFieldNumber, kLengthDelimited)) {
       uint32_t length;
       std::string bytes;
-      if (!in.ReadVarint32(&length) ||
+      if (!ReadLength(&in, &length) ||
           !in.ReadString(&bytes, static_cast<int>(length)) ||
           !head->header.MergeFromString(bytes)) {
         return Malformed("bad header");
@@ -142,9 +157,9 @@ absl::Status DecodeKeyPart(grpc::ByteBuffer* buffer, KeyPartHead* head,
           static_cast<int64_t>(value);
     } else if (tag == Tag(ps::KeyPart::kDataFieldNumber, kLengthDelimited)) {
       uint32_t length;
-      if (!in.ReadVarint32(&length) ||
+      if (!ReadLength(&in, &length) ||
           length > total - static_cast<size_t>(in.CurrentPosition())) {
-        return Malformed("data longer than the message");
+        return Malformed("bad data length");
       }
       if (static_cast<size_t>(in.CurrentPosition()) + length == total) {
         // The last field: the head is complete, the bytes go to their place

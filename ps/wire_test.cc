@@ -174,6 +174,42 @@ TEST(WireTest, MalformedMessagesAreRefused) {
   }
 }
 
+// Length prefixes are read as protobuf's parser reads them: at most five
+// bytes and below 2^31. Found by ps_wire_fuzzer: a six-byte length on an
+// unknown field was taken modulo 2^32 (as 0) and the message accepted, where
+// protobuf refuses it.
+TEST(WireTest, LengthPrefixesAreReadAsProtobufReadsThem) {
+  struct Case {
+    std::string message;
+    bool valid;
+  };
+  const std::vector<Case> cases = {
+      // Field 16 (unknown), a length of 0 in five bytes: valid.
+      {std::string("\x82\x01\x80\x80\x80\x80\x00", 7), true},
+      // The same in six bytes, and 2^35 (low 32 bits 0): invalid.
+      {std::string("\x82\x01\x80\x80\x80\x80\x80\x00", 8), false},
+      {std::string("\x82\x01\x80\x80\x80\x80\x80\x01", 8), false},
+      // The header (field 1) and the data (field 4) with six-byte lengths.
+      {std::string("\x0a\x80\x80\x80\x80\x80\x00", 7), false},
+      {std::string("\x22\x80\x80\x80\x80\x80\x00", 7), false},
+      // The data with a five-byte length of 0: valid.
+      {std::string("\x22\x80\x80\x80\x80\x00", 6), true},
+  };
+  for (const Case& c : cases) {
+    ps::KeyPart reference;
+    ASSERT_EQ(reference.ParseFromString(c.message), c.valid)
+        << "protobuf disagrees with the case's expectation";
+    grpc::ByteBuffer buffer = FromBytes(c.message);
+    KeyPartHead head;
+    absl::Status status = DecodeKeyPart(
+        &buffer, &head, [](const KeyPartHead&, size_t) -> absl::StatusOr<char*> {
+          return nullptr;
+        });
+    EXPECT_EQ(status.ok(), c.valid) << status;
+    if (!c.valid) EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(WireTest, SmallMessagesRoundTrip) {
   ps::PullRequest request;
   request.mutable_header()->set_job_id("j");
