@@ -28,8 +28,10 @@ for target in coordinator_service_fuzzer ps_shard_fuzzer ps_wire_fuzzer ring_han
   else
     echo "fuzz $target FAILED (log: $log):"
     # The sanitizer's or libFuzzer's report, not the target's own logging
-    # (protobuf logs "ERROR" for inputs it refuses).
-    grep -E -A30 -m1 '^==[0-9]+== ?ERROR|runtime error:' "$log" | head -40
+    # (protobuf logs "ERROR" for inputs it refuses); the log's end when there
+    # is none (the binary did not start, say).
+    grep -E -A30 -m1 '^==[0-9]+== ?ERROR|runtime error:' "$log" ||
+      tail -n 20 "$log"
     grep -E '^(artifact_prefix|Test unit written to)' "$log" || true
     status=1
   fi

@@ -144,8 +144,8 @@ constexpr int kCutStep = 20;
 // members left with the coordinator name the lost one after their keepalive
 // watchdog fires (within about 10 s), while the cut-off member may learn
 // sooner, when its kernel gives up resolving its peers (No route to host), and
-// end the job first by naming the coordinator it lost. Either way the output must name
-// `member` as the one cut off.
+// end the job first by naming the coordinator it lost. Either way the output
+// must name `member` as the one cut off.
 void ExpectNamesCutOffMember(const std::string& output, const std::string& member) {
   const bool named_by_survivors =
       absl::StrContains(output, absl::StrCat("the job lost ", member, " ("));

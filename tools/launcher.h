@@ -65,7 +65,9 @@ struct LaunchResult {
 absl::StatusOr<LaunchResult> RunProcessGroup(
     const std::vector<ProcessSpec>& specs, const LaunchOptions& options);
 
-// A TCP port that was free on 127.0.0.1 a moment ago (the kernel's choice).
+// A TCP port that was free on 127.0.0.1 a moment ago, below the kernel's
+// ephemeral range when there is room (outgoing connections cannot take it
+// before its user binds it); the kernel's choice otherwise.
 absl::StatusOr<int> PickFreePort();
 
 }  // namespace gradsync
