@@ -36,10 +36,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/cuda_device.h"
-#include "core/gradient_sync.h"
-#include "core/logging.h"
-#include "core/status_macros.h"
+#include "core/device/cuda_device.h"
+#include "core/sync/gradient_sync.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
 
 namespace gradsync {
 namespace {
@@ -103,8 +103,8 @@ class NcclSync : public GradientSync {
     GS_CUDA(cudaEventCreate(&start_event_));
     GS_CUDA(cudaEventCreate(&done_event_));
     RETURN_IF_ERROR(CreateCommunicator());
-    GS_LOG(INFO) << "nccl: rank " << context_.rank << " of "
-                 << context_.world_size << " on GPU " << gpu_ << ", "
+    GS_LOG(INFO) << "nccl: rank " << context_.identity.rank << " of "
+                 << context_.identity.world_size << " on GPU " << gpu_ << ", "
                  << buckets_.size() << " buckets, NCCL " << NCCL_MAJOR << "."
                  << NCCL_MINOR;
     return absl::OkStatus();
@@ -135,7 +135,7 @@ class NcclSync : public GradientSync {
     stats.extra.emplace_back("allreduce_ms", elapsed_ms);
     // NCCL does not report bytes; these are what its ring algorithm moves,
     // 2(N-1)/N of each bucket (it may choose a tree for small buckets).
-    const int n = context_.world_size;
+    const int n = context_.identity.world_size;
     int64_t bytes = 0;
     for (const Span& span : buckets_) bytes += span.numel * 4 * 2 * (n - 1) / n;
     stats.bytes_sent += bytes;
@@ -174,28 +174,28 @@ class NcclSync : public GradientSync {
   absl::Status CreateCommunicator() {
     ncclUniqueId id;
     const std::string key = "nccl/unique_id";
-    if (context_.rank == 0) {
+    if (context_.identity.rank == 0) {
       GS_NCCL(ncclGetUniqueId(&id), nullptr);
-      if (context_.world_size > 1) {
+      if (context_.identity.world_size > 1) {
         RETURN_IF_ERROR(
-            Annotate(context_.coordinator->Set(
+            Annotate(context_.rendezvous->Set(
                          key, absl::Base64Escape(absl::string_view(
                                   id.internal, sizeof(id.internal)))),
                      "nccl: rank 0 publishing the NCCL unique id"));
       }
     } else {
       absl::StatusOr<std::string> encoded =
-          context_.coordinator->Get(key, context_.timeout);
+          context_.rendezvous->Get(key, context_.timeout);
       if (!encoded.ok()) {
         return Annotate(encoded.status(),
-                        absl::StrCat("nccl: rank ", context_.rank,
+                        absl::StrCat("nccl: rank ", context_.identity.rank,
                                      " waiting for rank 0's NCCL unique id"));
       }
       std::string raw;
       if (!absl::Base64Unescape(*encoded, &raw) ||
           raw.size() != sizeof(id.internal)) {
         return absl::DataLossError(absl::StrCat(
-            "nccl: rank ", context_.rank, ": the NCCL unique id under '", key,
+            "nccl: rank ", context_.identity.rank, ": the NCCL unique id under '", key,
             "' is not ", sizeof(id.internal), " bytes of base64"));
       }
       std::memcpy(id.internal, raw.data(), sizeof(id.internal));
@@ -203,18 +203,18 @@ class NcclSync : public GradientSync {
     // Non-blocking, so that a rank that never joins is a deadline error.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    GS_NCCL(ncclCommInitRankConfig(&comm_, context_.world_size, id,
-                                   context_.rank, &config),
+    GS_NCCL(ncclCommInitRankConfig(&comm_, context_.identity.world_size, id,
+                                   context_.identity.rank, &config),
             comm_);
     return WaitForCommunicator(absl::StrCat("creating the communicator of ",
-                                            context_.world_size, " ranks"));
+                                            context_.identity.world_size, " ranks"));
   }
 
   // The job's first lost member, if any (core/coordinator.h): a peer that is
   // gone never joins a collective, so a wait for one ends at once.
   absl::Status LostMember() const {
-    return context_.coordinator != nullptr && context_.coordinator->has_lost()
-               ? context_.coordinator->lost()
+    return context_.rendezvous != nullptr && context_.rendezvous->has_lost()
+               ? context_.rendezvous->lost()
                : absl::OkStatus();
   }
 
@@ -236,14 +236,14 @@ class NcclSync : public GradientSync {
       if (state == ncclSuccess) return absl::OkStatus();
       if (state != ncclInProgress) {
         return Annotate(NcclStatus(state, "ncclCommGetAsyncError", comm_),
-                        absl::StrCat("rank ", context_.rank, " ", what));
+                        absl::StrCat("rank ", context_.identity.rank, " ", what));
       }
       if (absl::Status lost = LostMember(); !lost.ok()) {
-        return AbortWith(Annotate(lost, absl::StrCat("nccl: rank ", context_.rank, " ", what)));
+        return AbortWith(Annotate(lost, absl::StrCat("nccl: rank ", context_.identity.rank, " ", what)));
       }
       if (absl::Now() >= deadline) {
         return AbortWith(absl::DeadlineExceededError(absl::StrCat(
-            "nccl: rank ", context_.rank, " ", what, ": not done after ",
+            "nccl: rank ", context_.identity.rank, " ", what, ": not done after ",
             absl::FormatDuration(context_.timeout),
             " (a peer never joined or died; see its log)")));
       }
@@ -290,14 +290,14 @@ class NcclSync : public GradientSync {
       if (state != ncclSuccess && state != ncclInProgress) {
         return Annotate(
             NcclStatus(state, "ncclAllReduce (asynchronous)", comm_),
-            absl::StrCat("rank ", context_.rank, ", ", what));
+            absl::StrCat("rank ", context_.identity.rank, ", ", what));
       }
       if (absl::Status lost = LostMember(); !lost.ok()) {
-        return AbortWith(Annotate(lost, absl::StrCat("nccl: rank ", context_.rank, ", ", what)));
+        return AbortWith(Annotate(lost, absl::StrCat("nccl: rank ", context_.identity.rank, ", ", what)));
       }
       if (absl::Now() >= deadline) {
         return AbortWith(absl::DeadlineExceededError(
-            absl::StrCat("nccl: rank ", context_.rank, ", ", what,
+            absl::StrCat("nccl: rank ", context_.identity.rank, ", ", what,
                          ": the all-reduces did not finish within ",
                          absl::FormatDuration(context_.timeout),
                          " (a peer is stuck or dead; see its log)")));
@@ -346,9 +346,9 @@ class NcclSync : public GradientSync {
 
 absl::StatusOr<std::unique_ptr<GradientSync>> CreateNcclSync(
     const SyncContext& context) {
-  if (context.world_size > 1 && context.coordinator == nullptr) {
+  if (context.identity.world_size > 1 && context.rendezvous == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "--sync=nccl with ", context.world_size,
+        "--sync=nccl with ", context.identity.world_size,
         " workers needs the coordinator to share NCCL's unique id"));
   }
   return std::unique_ptr<GradientSync>(new NcclSync(context));

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/gradient_sync.h"
-#include "core/param_layout.h"
+#include "core/device/device.h"
+#include "core/sync/gradient_sync.h"
+#include "core/sync/param_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "allreduce/float_sum.h"
-#include "core/status_macros.h"
+#include "core/base/status_macros.h"
 
 namespace gradsync {
 

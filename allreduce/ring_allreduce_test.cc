@@ -15,7 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "allreduce/ring_test_cluster.h"
 #include "allreduce/ring_transport.h"
-#include "core/status_macros.h"
+#include "core/base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

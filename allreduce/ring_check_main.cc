@@ -24,10 +24,10 @@
 #include "allreduce/ring_allreduce.h"
 #include "allreduce/ring_flags.h"
 #include "allreduce/ring_transport.h"
-#include "core/cluster_env.h"
-#include "core/coordinator.h"
-#include "core/logging.h"
-#include "core/status_macros.h"
+#include "core/cluster/cluster_env.h"
+#include "core/cluster/coordinator.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
 
 ABSL_FLAG(double, timeout_s, 60, "every wait on a peer gives up after this");
 ABSL_FLAG(int, depart_rank, -1,

@@ -4,8 +4,8 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "core/job_token.h"
-#include "core/status_macros.h"
+#include "core/cluster/job_token.h"
+#include "core/base/status_macros.h"
 
 namespace gradsync {
 namespace {

@@ -7,9 +7,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "allreduce/ring_flags.h"
-#include "core/job_token.h"
-#include "core/logging.h"
-#include "core/status_macros.h"
+#include "core/cluster/job_token.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
 
 namespace gradsync {
 namespace {
@@ -40,7 +40,7 @@ RingSync::~RingSync() {
 
 void RingSync::StopListening() {
   if (loss_listener_ < 0) return;
-  context_.coordinator->RemoveLossListener(loss_listener_);
+  context_.rendezvous->RemoveLossListener(loss_listener_);
   loss_listener_ = -1;
 }
 
@@ -60,27 +60,27 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
   ready_.assign(buckets_.size(), false);
 
   RingTransportOptions transport_options;
-  transport_options.rank = context_.rank;
-  transport_options.world_size = context_.world_size;
-  transport_options.job_id = context_.job_id;
+  transport_options.rank = context_.identity.rank;
+  transport_options.world_size = context_.identity.world_size;
+  transport_options.job_id = context_.identity.job_id;
   transport_options.job_token = JobTokenOfThisProcess();
-  transport_options.advertise_host = context_.advertise_host;
+  transport_options.advertise_host = context_.identity.advertise_host;
   transport_options.timeout = context_.timeout;
   transport_options.socket_buffer_bytes = options_.socket_buffer_bytes;
   ASSIGN_OR_RETURN(transport_, RingTransport::Create(transport_options,
-                                                     context_.coordinator));
+                                                     context_.rendezvous));
   ring_ =
       std::make_unique<RingAllReduce>(transport_.get(), options_.chunk_bytes);
   // A lost member anywhere ends the job: break the ring at once, so a step
   // waiting on a neighbour cut off by a partition (whose socket never
   // closes) fails now, and Finish names the loss (ExplainFailure).
-  if (context_.coordinator != nullptr) {
-    loss_listener_ = context_.coordinator->AddLossListener(
+  if (context_.rendezvous != nullptr) {
+    loss_listener_ = context_.rendezvous->AddLossListener(
         [transport = transport_.get()](const absl::Status&) { transport->Abort(); });
   }
-  if (context_.world_size > 1) {
-    GS_LOG(INFO) << "ring: rank " << context_.rank << " of "
-                 << context_.world_size << ", sending to "
+  if (context_.identity.world_size > 1) {
+    GS_LOG(INFO) << "ring: rank " << context_.identity.rank << " of "
+                 << context_.identity.world_size << ", sending to "
                  << transport_->right().peer_name() << ", receiving from "
                  << transport_->left().peer_name() << "; " << buckets_.size()
                  << " buckets, chunk " << ring_->chunk_bytes() / 1024
@@ -126,7 +126,7 @@ void RingSync::BucketReady(int bucket) {
 }
 
 void RingSync::CommunicationLoop() {
-  const float scale = 1.0f / static_cast<float>(context_.world_size);
+  const float scale = 1.0f / static_cast<float>(context_.identity.world_size);
   while (true) {
     int bucket;
     {
@@ -148,7 +148,7 @@ void RingSync::CommunicationLoop() {
     allreduce_ms_ += elapsed_ms;
     if (!status.ok() && error_.ok()) {
       error_ =
-          Annotate(status, absl::StrCat("worker ", context_.rank, ", step ",
+          Annotate(status, absl::StrCat("worker ", context_.identity.rank, ", step ",
                                         step_, ", bucket ", bucket, " (",
                                         span.numel * 4, " bytes)"));
     }
@@ -177,8 +177,8 @@ absl::Status RingSync::Finish(StepStats& stats) {
     lock.unlock();
     // A neighbour that closed its socket is often only the messenger: when
     // a member was killed, the coordinator names it within a moment.
-    if (context_.coordinator == nullptr) return error;
-    return context_.coordinator->ExplainFailure(error, kLossReportWait);
+    if (context_.rendezvous == nullptr) return error;
+    return context_.rendezvous->ExplainFailure(error, kLossReportWait);
   }
   RETURN_IF_ERROR(staging_->FinishStep());
 
@@ -234,9 +234,9 @@ namespace {
 
 absl::StatusOr<std::unique_ptr<GradientSync>> CreateRingSync(
     const SyncContext& context) {
-  if (context.world_size > 1 && context.coordinator == nullptr) {
+  if (context.identity.world_size > 1 && context.rendezvous == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "--sync=ring with ", context.world_size,
+        "--sync=ring with ", context.identity.world_size,
         " workers needs the coordinator to find the ring neighbours"));
   }
   return std::unique_ptr<GradientSync>(

@@ -23,8 +23,8 @@
 #include "absl/status/status.h"
 #include "allreduce/ring_allreduce.h"
 #include "allreduce/ring_transport.h"
-#include "core/gradient_sync.h"
-#include "core/host_staging.h"
+#include "core/sync/gradient_sync.h"
+#include "core/sync/host_staging.h"
 
 namespace gradsync {
 
@@ -67,7 +67,7 @@ class RingSync : public GradientSync {
   std::vector<Span> buckets_;
   std::unique_ptr<HostStaging> staging_;
   std::unique_ptr<RingTransport> transport_;
-  int loss_listener_ = -1;  // registered with context_.coordinator
+  int loss_listener_ = -1;  // registered with context_.rendezvous
   std::unique_ptr<RingAllReduce> ring_;
   std::thread thread_;
 

@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "allreduce/ring_test_cluster.h"
-#include "core/device.h"
-#include "core/gradient_sync.h"
-#include "core/param_layout.h"
-#include "core/status_macros.h"
+#include "core/device/device.h"
+#include "core/sync/gradient_sync.h"
+#include "core/sync/param_layout.h"
+#include "core/base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -38,11 +38,11 @@ absl::StatusOr<ParamLayout> TestLayout() {
 
 SyncContext ContextFor(RingTestCluster& cluster, int rank) {
   SyncContext context;
-  context.rank = rank;
-  context.world_size = cluster.world_size();
-  context.job_id = cluster.job_id();
-  context.coordinator = cluster.client(rank);
-  context.advertise_host = "127.0.0.1";
+  context.identity.rank = rank;
+  context.identity.world_size = cluster.world_size();
+  context.identity.job_id = cluster.job_id();
+  context.rendezvous = cluster.client(rank);
+  context.identity.advertise_host = "127.0.0.1";
   context.timeout = absl::Seconds(30);
   return context;
 }
@@ -195,7 +195,7 @@ TEST(RingSyncErrorsTest, ForeignGpuDeviceIsRefused) {
 
 TEST(RingSyncErrorsTest, SeveralWorkersNeedACoordinator) {
   SyncContext context;
-  context.world_size = 2;
+  context.identity.world_size = 2;
   auto sync = GradientSyncRegistry::Create("ring", context);
   EXPECT_EQ(sync.status().code(), absl::StatusCode::kFailedPrecondition);
 }

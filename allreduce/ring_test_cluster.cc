@@ -3,7 +3,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "core/base/status_macros.h"
 
 namespace gradsync {
 
@@ -13,24 +13,15 @@ absl::StatusOr<std::unique_ptr<RingTestCluster>> RingTestCluster::Start(
   cluster->world_size_ = world_size;
   cluster->job_id_ = job_id;
   cluster->timeout_ = timeout;
-  ASSIGN_OR_RETURN(cluster->server_,
-                   CoordinatorServer::Start("127.0.0.1:0", job_id, world_size,
-                                            /*num_servers=*/0));
-  const std::string target =
-      absl::StrCat("127.0.0.1:", cluster->server_->port());
+  cluster->job_ = std::make_shared<InMemoryJob>(world_size, /*num_servers=*/0);
   for (int rank = 0; rank < world_size; ++rank) {
-    ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
-                     CoordinatorClient::Connect(target, job_id, Role::kWorker,
-                                                rank, timeout));
-    cluster->clients_.push_back(std::move(client));
+    cluster->clients_.push_back(std::make_unique<InMemoryRendezvous>(
+        cluster->job_, Role::kWorker, rank));
   }
   return cluster;
 }
 
-RingTestCluster::~RingTestCluster() {
-  clients_.clear();
-  if (server_) server_->Shutdown();
-}
+RingTestCluster::~RingTestCluster() = default;
 
 RingTransportOptions RingTestCluster::TransportOptions(int rank) const {
   RingTransportOptions options;

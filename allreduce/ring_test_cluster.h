@@ -1,7 +1,8 @@
-// Test support: N ranks of one job as threads of the test process, each with
-// its own CoordinatorClient talking to a real CoordinatorServer on 127.0.0.1,
-// so that tests exercise the same rendezvous and loopback TCP as a real job.
-// Like Gloo's test fixture that spawns one rank per thread.
+// Test support: N ranks of one job as threads of the test process, sharing an
+// in-memory rendezvous (core/cluster/in_memory_rendezvous.h) and talking over
+// loopback TCP, as a real job's ring does. Like Gloo's test fixture that
+// spawns one rank per thread; allreduce/ring_multiprocess_test.cc runs real
+// processes with the gRPC coordinator.
 #pragma once
 
 #include <functional>
@@ -13,14 +14,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "allreduce/ring_transport.h"
-#include "core/coordinator.h"
+#include "core/cluster/in_memory_rendezvous.h"
 
 namespace gradsync {
 
 class RingTestCluster {
  public:
-  // Starts the coordinator for `world_size` workers and connects one client
-  // per rank.
+  // A job of `world_size` workers, with one rendezvous handle per rank.
   static absl::StatusOr<std::unique_ptr<RingTestCluster>> Start(
       int world_size, const std::string& job_id = "ring-test",
       absl::Duration timeout = absl::Seconds(30));
@@ -28,7 +28,11 @@ class RingTestCluster {
 
   int world_size() const { return world_size_; }
   const std::string& job_id() const { return job_id_; }
-  CoordinatorClient* client(int rank) { return clients_[rank].get(); }
+  Rendezvous* client(int rank) { return clients_[rank].get(); }
+  // Makes the job lose `member`, as the coordinator would report it.
+  void Lose(const std::string& member, const std::string& reason) {
+    job_->Lose(member, reason);
+  }
   // Transport options for `rank` of this job on 127.0.0.1.
   RingTransportOptions TransportOptions(int rank) const;
 
@@ -46,8 +50,8 @@ class RingTestCluster {
   int world_size_ = 0;
   std::string job_id_;
   absl::Duration timeout_;
-  std::unique_ptr<CoordinatorServer> server_;
-  std::vector<std::unique_ptr<CoordinatorClient>> clients_;
+  std::shared_ptr<InMemoryJob> job_;
+  std::vector<std::unique_ptr<InMemoryRendezvous>> clients_;
 };
 
 }  // namespace gradsync

@@ -12,8 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "allreduce/ring_handshake.h"
 #include "allreduce/tcp_listener.h"
-#include "core/logging.h"
-#include "core/status_macros.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
 
 namespace gradsync {
 namespace {
@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<TcpConnection>> AcceptLeft(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
-    const RingTransportOptions& options, CoordinatorClient* coordinator) {
+    const RingTransportOptions& options, Rendezvous* rendezvous) {
   if (options.world_size < 1 || options.rank < 0 ||
       options.rank >= options.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("ring: rank ", options.rank,
@@ -87,10 +87,10 @@ absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
   }
   std::unique_ptr<RingTransport> transport(new RingTransport(options));
   if (options.world_size == 1) return transport;
-  if (coordinator == nullptr) {
+  if (rendezvous == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "ring rank ", options.rank, ": a ring of ", options.world_size,
-        " ranks needs a coordinator to exchange addresses"));
+        " ranks needs a rendezvous to exchange addresses"));
   }
   const int n = options.world_size;
   const int right_rank = (options.rank + 1) % n;
@@ -101,14 +101,14 @@ absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
   ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> listener,
                    TcpListener::Listen(options.advertise_host));
   RETURN_IF_ERROR(Annotate(
-      coordinator->Set(absl::StrCat(options.key_prefix, "/addr/", options.rank),
+      rendezvous->Set(absl::StrCat(options.key_prefix, "/addr/", options.rank),
                        listener->address()),
       absl::StrCat(context, ": publishing its address ", listener->address())));
 
   const std::string right_key =
       absl::StrCat(options.key_prefix, "/addr/", right_rank);
   absl::StatusOr<std::string> right_address =
-      coordinator->Get(right_key, options.timeout);
+      rendezvous->Get(right_key, options.timeout);
   if (!right_address.ok()) {
     return Annotate(right_address.status(),
                     absl::StrCat(context,

@@ -1,6 +1,6 @@
 // The ring's transport: this rank's two TCP connections, to its right
 // neighbour (rank + 1, which we only send to) and from its left neighbour
-// (rank - 1, which we only receive from), set up through the coordinator.
+// (rank - 1, which we only receive from), set up through the rendezvous (core/cluster/rendezvous.h).
 //
 // Set-up, the same on every rank so that nobody waits on somebody who waits on
 // them: listen on an ephemeral port, publish "host:port" under
@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "allreduce/tcp_connection.h"
-#include "core/coordinator.h"
+#include "core/cluster/rendezvous.h"
 
 namespace gradsync {
 
@@ -34,7 +34,7 @@ struct RingTransportOptions {
   std::string job_token;
   // The address this rank listens on and publishes (peers dial it).
   std::string advertise_host = "127.0.0.1";
-  // Coordinator keys are "<key_prefix>/addr/<rank>"; two rings in one job
+  // Rendezvous keys are "<key_prefix>/addr/<rank>"; two rings in one job
   // (a benchmark, a test) use different prefixes.
   std::string key_prefix = "ring";
   // Every wait during set-up, and every stall of a later transfer.
@@ -53,9 +53,9 @@ struct RingIoReadiness {
 class RingTransport {
  public:
   // Builds the ring as described above. With world_size == 1 there is nothing
-  // to connect and `coordinator` may be null.
+  // to connect and `rendezvous` may be null.
   static absl::StatusOr<std::unique_ptr<RingTransport>> Create(
-      const RingTransportOptions& options, CoordinatorClient* coordinator);
+      const RingTransportOptions& options, Rendezvous* rendezvous);
   ~RingTransport();
 
   int rank() const { return options_.rank; }

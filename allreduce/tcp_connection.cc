@@ -15,7 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "allreduce/socket_address.h"
-#include "core/status_macros.h"
+#include "core/base/status_macros.h"
 
 namespace gradsync {
 namespace {

@@ -48,7 +48,7 @@ previous bucket) and takes T(size_b) by (1), (2) or (3). The exposed
 communication — what the trainer measures as time blocked in Finish — is
 the last bucket's end minus the end of compute.
 
-α and B are measured on the spot with `netem probe` (tools/link_probe.h):
+α and B are measured on the spot with `netem probe` (core/launch/link_probe.h):
 α is half a 1-byte round trip, B the slope of transfer time against size.
 
 Usage:
@@ -67,7 +67,7 @@ import sys
 MIB = 1 << 20
 PS_CHUNK_BYTES = 4 * MIB  # --ps_chunk_kb's default: the key size
 
-# Parameter bytes of the synthetic models (core/synthetic_model.h).
+# Parameter bytes of the synthetic models (core/train/synthetic_model.h).
 MODEL_BYTES = {
     "resnet50": 25_557_032 * 4,
     "bert-base": 109_482_240 * 4,

@@ -13,7 +13,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "core/status_macros.h"
+#include "core/base/status_macros.h"
 
 namespace gradsync {
 namespace {

@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/coordinator.h"
+#include "core/cluster/coordinator.h"
 
 namespace gradsync {
 

@@ -35,7 +35,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "tools/launcher.h"
+#include "core/launch/launcher.h"
 
 ABSL_FLAG(std::string, gradsync, "bazel-bin/tools/gradsync",
           "the gradsync binary");

@@ -37,12 +37,12 @@ compile() {
   fi
 }
 
-COMMON=(core/logging.cc core/job_token.cc)
-COORDINATOR=(core/coordinator.cc core/coordinator_service.cc core/tls_config.cc
+COMMON=(core/base/logging.cc core/cluster/job_token.cc)
+COORDINATOR=(core/cluster/coordinator.cc core/cluster/coordinator_service.cc core/cluster/tls_config.cc
              "$OUT/gen/proto/coordinator.pb.cc" "$OUT/gen/proto/coordinator.grpc.pb.cc")
-PS_SHARD=(ps/shard.cc ps/flags.cc core/device.cc core/cpu_device.cc core/optimizer.cc
-          core/checkpoint.cc core/metrics.cc
-          core/gpu_selection.cc "$OUT/gen/proto/parameter_server.pb.cc")
+PS_SHARD=(ps/shard.cc ps/flags.cc core/device/device.cc core/device/cpu_device.cc core/train/optimizer.cc
+          core/train/checkpoint.cc core/telemetry/metrics.cc
+          core/device/gpu_selection.cc "$OUT/gen/proto/parameter_server.pb.cc")
 PS_WIRE=(ps/wire.cc "$OUT/gen/proto/parameter_server.pb.cc")
 RING=(allreduce/ring_handshake.cc allreduce/tcp_connection.cc allreduce/socket_address.cc)
 

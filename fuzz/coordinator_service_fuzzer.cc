@@ -13,9 +13,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/coordinator_service.h"
-#include "core/job_token.h"
-#include "core/logging.h"
+#include "core/cluster/coordinator_service.h"
+#include "core/cluster/job_token.h"
+#include "core/base/logging.h"
 #include "fuzz/fuzz_input.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpcpp/test/server_context_test_spouse.h"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/logging.h"
+#include "core/base/logging.h"
 #include "fuzz/fuzz_input.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/parameter_server.pb.h"

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "core/base/status_macros.h"
 
 namespace gradsync {
 
@@ -12,12 +12,8 @@ absl::StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Start(
     const LoopbackClusterOptions& options) {
   std::unique_ptr<LoopbackCluster> cluster(new LoopbackCluster());
   cluster->options_ = options;
-  ASSIGN_OR_RETURN(
-      cluster->coordinator_,
-      CoordinatorServer::Start("127.0.0.1:0", options.job_id,
-                               options.num_workers, options.num_servers));
-  const std::string target =
-      absl::StrCat("127.0.0.1:", cluster->coordinator_->port());
+  cluster->job_ =
+      std::make_shared<InMemoryJob>(options.num_workers, options.num_servers);
   for (int k = 0; k < options.num_servers; ++k) {
     ParameterServerOptions server_options;
     server_options.job_id = options.job_id;
@@ -28,50 +24,42 @@ absl::StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Start(
     server_options.message_bytes = options.message_bytes;
     ASSIGN_OR_RETURN(std::unique_ptr<ParameterServer> server,
                      ParameterServer::Start(server_options));
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<CoordinatorClient> client,
-        CoordinatorClient::Connect(target, options.job_id, Role::kServer, k,
-                                   options.timeout));
     cluster->servers_.push_back(std::move(server));
-    cluster->server_clients_.push_back(std::move(client));
   }
-  cluster->worker_clients_.resize(options.num_workers);
-  cluster->server_join_.assign(options.num_servers, absl::OkStatus());
-  LoopbackCluster* self = cluster.get();
-  for (int k = 0; k < options.num_servers; ++k) {
-    self->server_threads_.emplace_back([self, k] {
-      const std::string address =
-          absl::StrCat("127.0.0.1:", self->servers_[k]->port());
-      self->server_join_[k] = self->server_clients_[k]
-                                  ->Join(address, self->options_.timeout)
-                                  .status();
-    });
+  for (int rank = 0; rank < options.num_workers; ++rank) {
+    cluster->worker_rendezvous_.push_back(std::make_unique<InMemoryRendezvous>(
+        cluster->job_, Role::kWorker, rank));
   }
   return cluster;
 }
 
 LoopbackCluster::~LoopbackCluster() {
-  for (std::thread& thread : server_threads_) thread.join();
   for (auto& server : servers_) server->Stop();
-  if (coordinator_ != nullptr) coordinator_->Shutdown();
 }
 
 absl::StatusOr<SyncContext> LoopbackCluster::JoinWorker(int rank) {
-  ASSIGN_OR_RETURN(worker_clients_[rank],
-                   CoordinatorClient::Connect(
-                       absl::StrCat("127.0.0.1:", coordinator_->port()),
-                       options_.job_id, Role::kWorker, rank, options_.timeout));
+  if (rank < 0 || rank >= options_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", rank, " joining a loopback job of ", options_.num_workers,
+        " workers"));
+  }
   SyncContext context;
-  context.rank = rank;
-  context.world_size = options_.num_workers;
-  context.local_rank = rank;
-  context.job_id = options_.job_id;
-  context.coordinator = worker_clients_[rank].get();
-  ASSIGN_OR_RETURN(context.members,
-                   worker_clients_[rank]->Join("127.0.0.1", options_.timeout));
-  context.num_servers = options_.num_servers;
-  context.advertise_host = "127.0.0.1";
+  context.identity.rank = rank;
+  context.identity.world_size = options_.num_workers;
+  context.identity.num_servers = options_.num_servers;
+  context.identity.local_rank = rank;
+  context.identity.job_id = options_.job_id;
+  context.identity.advertise_host = "127.0.0.1";
+  context.rendezvous = worker_rendezvous_[rank].get();
   context.timeout = options_.timeout;
+  // The roster the coordinator's Join would return: workers, then servers.
+  for (int r = 0; r < options_.num_workers; ++r) {
+    context.members.push_back({Role::kWorker, r, "127.0.0.1", "localhost"});
+  }
+  const std::vector<std::string> servers = server_addresses();
+  for (int k = 0; k < options_.num_servers; ++k) {
+    context.members.push_back({Role::kServer, k, servers[k], "localhost"});
+  }
   return context;
 }
 
@@ -84,11 +72,8 @@ std::vector<std::string> LoopbackCluster::server_addresses() const {
 }
 
 absl::Status LoopbackCluster::Finish() {
-  for (std::thread& thread : server_threads_) thread.join();
-  server_threads_.clear();
   absl::Status status;
   for (int k = 0; k < options_.num_servers; ++k) {
-    if (status.ok()) status = server_join_[k];
     absl::Status wait = servers_[k]->WaitForShutdown(options_.timeout);
     if (status.ok()) status = wait;
     servers_[k]->Stop();

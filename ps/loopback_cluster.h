@@ -1,19 +1,20 @@
-// A whole parameter-server job on 127.0.0.1 inside one process: a real
-// coordinator, K ParameterServers that joined it, and the SyncContext each of
-// the N workers gets from joining. For the tests and the benchmark, which run
-// workers as threads over real gRPC.
+// A whole parameter-server job on 127.0.0.1 inside one process: K real
+// ParameterServers over gRPC, an in-memory rendezvous in place of the
+// coordinator (core/cluster/in_memory_rendezvous.h), and the SyncContext each
+// of the N workers would get from joining. For the tests and the benchmark,
+// which run workers as threads; ps/ps_process_test.cc runs real processes
+// with the gRPC coordinator.
 #pragma once
 
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/coordinator.h"
-#include "core/gradient_sync.h"
+#include "core/cluster/in_memory_rendezvous.h"
+#include "core/sync/gradient_sync.h"
 #include "ps/server.h"
 
 namespace gradsync {
@@ -28,34 +29,34 @@ struct LoopbackClusterOptions {
 
 class LoopbackCluster {
  public:
-  // Starts the coordinator and the servers; the servers join in the
-  // background (Join returns once the workers have joined too).
+  // Starts the servers.
   static absl::StatusOr<std::unique_ptr<LoopbackCluster>> Start(
       const LoopbackClusterOptions& options);
   // Stops whatever is still running.
   ~LoopbackCluster();
 
-  // Joins worker `rank` and returns its context. Blocks until all workers
-  // and servers have joined: call it from N threads at once.
+  // Worker `rank`'s context: the roster of the job (workers, then servers)
+  // and its own rendezvous handle.
   absl::StatusOr<SyncContext> JoinWorker(int rank);
+  // Makes the job lose `member`, as the coordinator would report it.
+  void Lose(const std::string& member, const std::string& reason) {
+    job_->Lose(member, reason);
+  }
 
   ParameterServer& server(int k) { return *servers_[k]; }
   std::vector<std::string> server_addresses() const;
 
-  // Checks that every server joined, waits (up to the timeout) until each
-  // has heard Shutdown from every worker, and stops the servers.
+  // Waits (up to the timeout) until each server has heard Shutdown from
+  // every worker, and stops the servers.
   absl::Status Finish();
 
  private:
   LoopbackCluster() = default;
 
   LoopbackClusterOptions options_;
-  std::unique_ptr<CoordinatorServer> coordinator_;
+  std::shared_ptr<InMemoryJob> job_;
   std::vector<std::unique_ptr<ParameterServer>> servers_;
-  std::vector<std::unique_ptr<CoordinatorClient>> server_clients_;
-  std::vector<std::unique_ptr<CoordinatorClient>> worker_clients_;
-  std::vector<absl::Status> server_join_;
-  std::vector<std::thread> server_threads_;
+  std::vector<std::unique_ptr<InMemoryRendezvous>> worker_rendezvous_;
 };
 
 }  // namespace gradsync

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/param_layout.h"
+#include "core/sync/param_layout.h"
 
 namespace gradsync {
 

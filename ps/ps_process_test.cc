@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/coordinator.h"
+#include "core/cluster/coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/client.h"
 #include "ps/partitioner.h"
-#include "tools/launcher.h"
+#include "core/launch/launcher.h"
 
 namespace gradsync {
 namespace {

@@ -12,14 +12,14 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "core/cluster_env.h"
-#include "core/coordinator.h"
-#include "core/device.h"
-#include "core/gradient_sync.h"
-#include "core/logging.h"
-#include "core/optimizer.h"
-#include "core/param_layout.h"
-#include "core/status_macros.h"
+#include "core/cluster/cluster_env.h"
+#include "core/cluster/coordinator.h"
+#include "core/device/device.h"
+#include "core/sync/gradient_sync.h"
+#include "core/base/logging.h"
+#include "core/train/optimizer.h"
+#include "core/sync/param_layout.h"
+#include "core/base/status_macros.h"
 #include "ps/ps_sync.h"
 #include "ps/server_command.h"
 
@@ -28,13 +28,11 @@ ABSL_FLAG(double, timeout_s, 20, "deadline of every wait on a peer");
 ABSL_FLAG(int, exit_after_setup, -1,
           "this worker rank exits with code 3 right after Setup (a worker "
           "that disappears)");
-// The trainer's optimizer flags, with core/flags.cc's names and types:
-// PsSyncOptionsFromFlags finds them by name, as in the real binary.
+// The optimizer of --ps_update=server, as the trainer's flags would give it.
 ABSL_FLAG(std::string, optimizer, "sgd", "sgd or adam");
 ABSL_FLAG(double, lr, 0.1, "learning rate");
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
 ABSL_FLAG(double, weight_decay, 0.01, "L2 weight decay");
-ABSL_FLAG(std::string, lr_scaling, "none", "linear or none");
 
 namespace gradsync {
 namespace {
@@ -59,19 +57,18 @@ absl::Status RunWorker(const ClusterEnv& env,
       CoordinatorClient::Connect(env.coordinator_target(), env.job_id,
                                  Role::kWorker, env.rank, timeout));
   SyncContext context;
-  context.rank = env.rank;
-  context.world_size = env.world_size;
-  context.local_rank = env.local_rank;
-  context.job_id = env.job_id;
-  context.coordinator = coordinator.get();
+  context.identity = env;
+  context.rendezvous = coordinator.get();
   ASSIGN_OR_RETURN(context.members,
                    coordinator->Join(env.advertise_host, timeout));
-  context.num_servers = env.num_servers;
-  context.advertise_host = env.advertise_host;
   context.timeout = timeout;
+  context.optimizer.kind = absl::GetFlag(FLAGS_optimizer);
+  context.optimizer.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  context.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
+  context.optimizer.weight_decay =
+      static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
 
-  ASSIGN_OR_RETURN(PsSyncOptions options,
-                   PsSyncOptionsFromFlags(env.world_size));
+  ASSIGN_OR_RETURN(PsSyncOptions options, PsSyncOptionsFromFlags(context));
   ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
                    CreatePsSync(context, options));
   ASSIGN_OR_RETURN(

@@ -9,14 +9,13 @@
 #include <utility>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/reflection.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/host_staging.h"
-#include "core/logging.h"
-#include "core/status_macros.h"
+#include "core/sync/host_staging.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
 #include "ps/client.h"
 #include "ps/flags.h"
 #include "ps/partitioner.h"
@@ -36,7 +35,7 @@ class PsSync : public GradientSync {
       : context_(context), options_(options) {}
 
   ~PsSync() override {
-    if (loss_listener_ >= 0) context_.coordinator->RemoveLossListener(loss_listener_);
+    if (loss_listener_ >= 0) context_.rendezvous->RemoveLossListener(loss_listener_);
     // The client waits for its calls before the colocated server stops.
     client_.reset();
     colocated_server_.reset();
@@ -57,7 +56,7 @@ class PsSync : public GradientSync {
   std::string SummaryJson() const override;
 
  private:
-  std::string self() const { return absl::StrCat("worker ", context_.rank); }
+  std::string self() const { return absl::StrCat("worker ", context_.identity.rank); }
   absl::StatusOr<std::vector<std::string>> ServerAddresses();
   absl::StatusOr<std::vector<std::string>> StartColocatedServer();
 
@@ -67,7 +66,7 @@ class PsSync : public GradientSync {
   Partition partition_;
   std::unique_ptr<ParameterServer> colocated_server_;
   std::unique_ptr<PsClient> client_;
-  int loss_listener_ = -1;  // registered with context_.coordinator
+  int loss_listener_ = -1;  // registered with context_.rendezvous
   SyncBuffers buffers_;
   int64_t total_numel_ = 0;
   // Gradients as host memory: on a GPU a pinned mirror filled bucket by bucket
@@ -105,10 +104,10 @@ class PsSync : public GradientSync {
 };
 
 absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer() {
-  const int n = context_.world_size;
+  const int n = context_.identity.world_size;
   ParameterServerOptions server_options;
-  server_options.job_id = context_.job_id;
-  server_options.server_rank = context_.rank;
+  server_options.job_id = context_.identity.job_id;
+  server_options.server_rank = context_.identity.rank;
   server_options.num_servers = n;
   server_options.num_workers = n;
   server_options.bind_address = "0.0.0.0:0";
@@ -116,19 +115,19 @@ absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer() {
   ASSIGN_OR_RETURN(server_options.max_shard_bytes, MaxShardBytesFromFlags());
   ASSIGN_OR_RETURN(colocated_server_, ParameterServer::Start(server_options));
   const std::string mine =
-      absl::StrCat(context_.advertise_host, ":", colocated_server_->port());
+      absl::StrCat(context_.identity.advertise_host, ":", colocated_server_->port());
   if (n == 1) return std::vector<std::string>{mine};
-  if (context_.coordinator == nullptr) {
+  if (context_.rendezvous == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         self(), ": --ps_colocate with ", n,
         " workers needs the coordinator to exchange server addresses"));
   }
   auto key = [](int rank) { return absl::StrCat("ps/colocated/", rank); };
-  RETURN_IF_ERROR(context_.coordinator->Set(key(context_.rank), mine));
+  RETURN_IF_ERROR(context_.rendezvous->Set(key(context_.identity.rank), mine));
   std::vector<std::string> addresses(n);
   for (int r = 0; r < n; ++r) {
     ASSIGN_OR_RETURN(addresses[r],
-                     context_.coordinator->Get(key(r), context_.timeout));
+                     context_.rendezvous->Get(key(r), context_.timeout));
   }
   return addresses;
 }
@@ -159,11 +158,11 @@ absl::StatusOr<std::vector<std::string>> PsSync::ServerAddresses() {
     }
     addresses.push_back(address);
   }
-  if (context_.num_servers != 0 &&
-      context_.num_servers != static_cast<int>(addresses.size())) {
+  if (context_.identity.num_servers != 0 &&
+      context_.identity.num_servers != static_cast<int>(addresses.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat(self(), ": ", addresses.size(),
-                     " servers joined but the job has ", context_.num_servers));
+                     " servers joined but the job has ", context_.identity.num_servers));
   }
   return addresses;
 }
@@ -182,14 +181,14 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   ASSIGN_OR_RETURN(partition_,
                    Partition::Create(layout, static_cast<int>(addresses.size()),
                                      options_.chunk_bytes));
-  if (context_.rank == 0) {
+  if (context_.identity.rank == 0) {
     GS_LOG(INFO) << "ps: " << partition_.Describe();
   }
 
   PsClientOptions client_options;
-  client_options.job_id = context_.job_id;
-  client_options.rank = context_.rank;
-  client_options.num_workers = context_.world_size;
+  client_options.job_id = context_.identity.job_id;
+  client_options.rank = context_.identity.rank;
+  client_options.num_workers = context_.identity.world_size;
   client_options.update_mode = options_.update_mode;
   client_options.timeout = context_.timeout;
   client_options.message_bytes = options_.message_bytes;
@@ -216,8 +215,8 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
                                              std::move(addresses)));
   // A step waits for every worker's push: once the job has lost a member it
   // can never complete, so it fails at once, naming the loss.
-  if (context_.coordinator != nullptr) {
-    loss_listener_ = context_.coordinator->AddLossListener(
+  if (context_.rendezvous != nullptr) {
+    loss_listener_ = context_.rendezvous->AddLossListener(
         [client = client_.get()](const absl::Status& loss) { client->Abort(loss); });
   }
   // The servers get the initial parameters from host memory.
@@ -305,8 +304,8 @@ absl::Status PsSync::Finish(StepStats& stats) {
   // A server whose connection broke is often only the messenger: when a
   // member was killed, the coordinator names it within a moment.
   if ((absl::IsUnavailable(status) || absl::IsCancelled(status)) &&
-      context_.coordinator != nullptr) {
-    status = context_.coordinator->ExplainFailure(status, kLossReportWait);
+      context_.rendezvous != nullptr) {
+    status = context_.rendezvous->ExplainFailure(status, kLossReportWait);
   }
   RETURN_IF_ERROR(status);
 
@@ -377,26 +376,6 @@ std::string PsSync::SummaryJson() const {
       absl::StrJoin(bytes_from_server_, ", "), absl::StrJoin(summaries, ", "));
 }
 
-// The value of a flag defined elsewhere in the binary, or `fallback` when the
-// binary has no such flag.
-absl::StatusOr<float> FloatFlag(const char* name, float fallback) {
-  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-  if (flag == nullptr) return fallback;
-  // The trainer's flags are doubles cast to float; parse the same way so the
-  // servers' float is bit-identical to the workers'.
-  double value = 0;
-  if (!absl::SimpleAtod(flag->CurrentValue(), &value)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", name, "=", flag->CurrentValue(), " is not a number"));
-  }
-  return static_cast<float>(value);
-}
-
-std::string StringFlag(const char* name, const std::string& fallback) {
-  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-  return flag == nullptr ? fallback : flag->CurrentValue();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
@@ -420,33 +399,14 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
       std::make_unique<PsSync>(context, options));
 }
 
-absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(int world_size) {
+absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(const SyncContext& context) {
   PsSyncOptions options;
   ASSIGN_OR_RETURN(options.update_mode,
                    ParseUpdateMode(absl::GetFlag(FLAGS_ps_update)));
   ASSIGN_OR_RETURN(options.chunk_bytes, ChunkBytesFromFlags());
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
   options.colocate = absl::GetFlag(FLAGS_ps_colocate);
-  if (options.update_mode == ps::UPDATE_SERVER) {
-    // The optimizer flags are the trainer's; the servers must run exactly
-    // what the workers would have run.
-    if (absl::FindCommandLineFlag("lr") == nullptr) {
-      return absl::FailedPreconditionError(
-          "--ps_update=server: this binary has no --lr flag to take the "
-          "optimizer from");
-    }
-    OptimizerOptions& o = options.optimizer;
-    o.kind = StringFlag("optimizer", o.kind);
-    ASSIGN_OR_RETURN(o.lr, FloatFlag("lr", o.lr));
-    ASSIGN_OR_RETURN(o.momentum, FloatFlag("momentum", o.momentum));
-    ASSIGN_OR_RETURN(o.weight_decay, FloatFlag("weight_decay", o.weight_decay));
-    ASSIGN_OR_RETURN(o.beta1, FloatFlag("beta1", o.beta1));
-    ASSIGN_OR_RETURN(o.beta2, FloatFlag("beta2", o.beta2));
-    ASSIGN_OR_RETURN(o.epsilon, FloatFlag("epsilon", o.epsilon));
-    ASSIGN_OR_RETURN(
-        o.lr,
-        ScaleLearningRate(o.lr, StringFlag("lr_scaling", "none"), world_size));
-  }
+  options.optimizer = context.optimizer;
   return options;
 }
 
@@ -455,7 +415,7 @@ GRADSYNC_REGISTER_SYNC(ps,
                            -> absl::StatusOr<std::unique_ptr<GradientSync>> {
                          ASSIGN_OR_RETURN(
                              PsSyncOptions options,
-                             PsSyncOptionsFromFlags(context.world_size));
+                             PsSyncOptionsFromFlags(context));
                          return CreatePsSync(context, options);
                        });
 

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/gradient_sync.h"
-#include "core/optimizer.h"
+#include "core/sync/gradient_sync.h"
+#include "core/train/optimizer.h"
 #include "proto/parameter_server.pb.h"
 
 namespace gradsync {
@@ -25,20 +25,19 @@ struct PsSyncOptions {
   int64_t chunk_bytes = int64_t{4} << 20;
   int64_t message_bytes = int64_t{1} << 20;
   // Server mode: the workers' optimizer, with the learning rate already
-  // scaled for the world size (core's ScaleLearningRate).
+  // scaled for the world size (SyncContext::optimizer).
   OptimizerOptions optimizer;
   bool colocate = false;
   // Server k's "host:port". Empty: taken from SyncContext::members (role
-  // kServer), or for colocate from the coordinator.
+  // kServer), or for colocate from the rendezvous.
   std::vector<std::string> server_addresses;
 };
 
 absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
     const SyncContext& context, const PsSyncOptions& options);
 
-// PsSyncOptions from --ps_* flags and the worker's optimizer flags
-// (--optimizer, --lr, --lr_scaling, --momentum, --weight_decay, --beta1,
-// --beta2, --epsilon), which belong to the trainer and are looked up by name.
-absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(int world_size);
+// PsSyncOptions from the --ps_* flags (ps/flags.cc), with the optimizer the
+// trainer gave the context (SyncContext::optimizer).
+absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(const SyncContext& context);
 
 }  // namespace gradsync

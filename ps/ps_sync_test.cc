@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/device.h"
-#include "core/optimizer.h"
+#include "core/device/device.h"
+#include "core/train/optimizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/loopback_cluster.h"

@@ -11,8 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "core/logging.h"
-#include "core/status_macros.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
 #include "ps/flags.h"
 
 namespace gradsync {

@@ -45,9 +45,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/checkpoint.h"
-#include "core/device.h"
-#include "core/optimizer.h"
+#include "core/train/checkpoint.h"
+#include "core/device/device.h"
+#include "core/train/optimizer.h"
 #include "proto/parameter_server.pb.h"
 
 namespace gradsync {

@@ -8,12 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/checkpoint.h"
-#include "core/dataset.h"
-#include "core/device.h"
-#include "core/gradient_sync.h"
-#include "core/model.h"
-#include "core/trainer.h"
+#include "core/train/checkpoint.h"
+#include "core/data/dataset.h"
+#include "core/device/device.h"
+#include "core/sync/gradient_sync.h"
+#include "core/train/model.h"
+#include "core/train/trainer.h"
 #include "gtest/gtest.h"
 
 namespace gradsync {
@@ -43,7 +43,7 @@ TEST(FashionMnistTest, DefaultMlpReachesEightyPercentInTwoEpochs) {
   options.metrics_dir = dir;
   options.checkpoint_path = dir + "/model.ckpt";
   options.progress = false;
-  auto result = RunTraining(options, WorkerIdentity{}, **model, *data, **device, **sync, nullptr);
+  auto result = RunTraining(options, ProcessIdentity{}, **model, *data, **device, **sync, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
 
   EXPECT_GE(result->test_accuracy, 0.80);

@@ -27,7 +27,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/gradsync_binary.h"
-#include "tools/launcher.h"
+#include "core/launch/launcher.h"
 
 namespace gradsync {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "tools/launcher.h"
+#include "core/launch/launcher.h"
 
 namespace gradsync {
 

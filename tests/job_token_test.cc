@@ -3,7 +3,7 @@
 // it or with another — the coordinator, the ring's handshake, and a real
 // `gradsync server` process — with an error that says why, logged with the
 // caller's address, while the job's own members still get in.
-#include "core/job_token.h"
+#include "core/cluster/job_token.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -17,13 +17,13 @@
 #include "allreduce/ring_test_cluster.h"
 #include "allreduce/ring_transport.h"
 #include "allreduce/tcp_connection.h"
-#include "core/coordinator.h"
+#include "core/cluster/coordinator.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "tests/gradsync_binary.h"
-#include "tools/launcher.h"
+#include "core/launch/launcher.h"
 
 ABSL_DECLARE_FLAG(std::string, job_token_file);
 

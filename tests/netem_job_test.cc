@@ -20,7 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/gradsync_binary.h"
-#include "tools/netem.h"
+#include "core/launch/netem.h"
 
 namespace gradsync {
 namespace {

@@ -22,7 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/checkpoint.h"
+#include "core/train/checkpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/gradsync_binary.h"

@@ -3,7 +3,7 @@
 // and (mutual TLS) a client without a certificate signed by the job's CA do
 // not. Certificates: tests/testdata/tls (gen.sh). And --bind, which chooses
 // the address the coordinator listens on.
-#include "core/tls_config.h"
+#include "core/cluster/tls_config.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/coordinator.h"
+#include "core/cluster/coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -43,9 +43,9 @@ done
 # Programs worth running on a GPU node: target, then the name in the bundle.
 TARGETS=(
   //tools:gradsync
-  //core:cuda_device_test
-  //core:device_parity_test
-  //core:host_staging_test
+  //core/device:cuda_device_test
+  //core/train:device_parity_test
+  //core/sync:host_staging_test
   //allreduce:nccl_test
   //bench:mlp_gpu_benchmark
   //bench:mlp_benchmark

@@ -58,5 +58,5 @@ if [[ " ${STRATEGIES//,/ } " == *" nccl "* ]] && command -v nvidia-smi >/dev/nul
   RUNS+=("$DEMO_DIR/nccl")
 fi
 
-/usr/bin/python3 tools/compare_runs.py --plot="$DEMO_DIR/comparison.png" "${RUNS[@]}"
+/usr/bin/python3 bench/compare_runs.py --plot="$DEMO_DIR/comparison.png" "${RUNS[@]}"
 echo "metrics: $DEMO_DIR (one folder per strategy: summary.json, worker<r>.jsonl, logs/)"

@@ -21,9 +21,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "core/dataset.h"
-#include "core/gradient_sync.h"
-#include "core/manifest.h"
+#include "core/data/dataset.h"
+#include "core/sync/gradient_sync.h"
+#include "core/telemetry/manifest.h"
 #include "tools/commands.h"
 
 #ifdef GRADSYNC_CUDA
@@ -36,8 +36,8 @@
 #include <memory>
 #include <random>
 
-#include "core/cuda_device.h"
-#include "core/device.h"
+#include "core/device/cuda_device.h"
+#include "core/device/device.h"
 #endif
 
 extern "C" char* openblas_get_config(void);

@@ -16,7 +16,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/malloc_tuning.h"
+#include "core/base/malloc_tuning.h"
 #include "ps/server_command.h"
 #include "tools/commands.h"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The headline experiment in one command: on an emulated cluster of 1 Gbit/s
-# full-duplex links (one network namespace per process, tools/netem.h),
+# full-duplex links (one network namespace per process, core/launch/netem.h),
 # synchronize a 25 MB gradient (32 tensors, like a small CNN) among N = 2, 4, 8
 # workers with
 #   - the ring all-reduce                 (busiest link: 2(N−1)/N·S per step)
@@ -54,7 +54,7 @@ rm -f "$OUT.build.log"
 /usr/bin/python3 bench/scaling.py --links="$LINK" --workers=2,4,8 --strategies=ring,ps \
   --servers=1,N --models="$MODEL" --bucket_mb=1000 --compute_ms=0 \
   --steps=10 --warmup=3 --repeats="$REPEATS" --out="$OUT"
-/usr/bin/python3 tools/plot_scaling.py "$OUT/points.csv" -o "$OUT/headline.png" \
+/usr/bin/python3 bench/plot_scaling.py "$OUT/points.csv" -o "$OUT/headline.png" \
   --title "ring vs parameter server on emulated $LINK links (median of $REPEATS runs)"
 if [[ $PUBLISH -eq 1 ]]; then
   mkdir -p docs

@@ -17,14 +17,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/job_token.h"
-#include "core/logging.h"
-#include "core/manifest.h"
-#include "core/metrics.h"
-#include "core/status_macros.h"
+#include "core/cluster/job_token.h"
+#include "core/base/logging.h"
+#include "core/telemetry/manifest.h"
+#include "core/telemetry/metrics.h"
+#include "core/base/status_macros.h"
 #include "tools/commands.h"
-#include "tools/launcher.h"
-#include "tools/netem.h"
+#include "core/launch/launcher.h"
+#include "core/launch/netem.h"
 
 ABSL_FLAG(int, workers, 1, "number of worker processes");
 ABSL_FLAG(int, servers, 0, "number of parameter-server processes (--sync=ps)");

@@ -26,10 +26,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/logging.h"
-#include "core/status_macros.h"
-#include "tools/link_probe.h"
-#include "tools/netem.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
+#include "core/launch/link_probe.h"
+#include "core/launch/netem.h"
 
 ABSL_FLAG(std::string, link, "1gbit",
           "RATE[,LATENCY] of every node's link (1gbit,200us); for probe also "

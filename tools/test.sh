@@ -37,7 +37,7 @@ fi
 # equivalence, synthetic models) and the network-namespace job, which
 # exercise no code these do not, at a few times the cost under ASan.
 ASAN_TARGETS=(
-  //core:all //allreduce:all //ps:all //fuzz:all //tools:launcher_test
+  //core/... //allreduce:all //ps:all //fuzz:all //core/launch:launcher_test
   //tests:job_test //tests:fault_test //tests:job_token_test //tests:tls_test
   //tests:coordinator_bad_input_test //tests:ring_handshake_bad_input_test
   //tests:member_loss_test //tests:cli_test
@@ -55,7 +55,7 @@ fi
 TSAN_TARGETS=(
   //allreduce:ring_allreduce_test //allreduce:ring_transport_test
   //allreduce:ring_sync_test //allreduce:ring_multiprocess_test
-  //tools:launcher_test //tests:job_test //tests:coordinator_bad_input_test
+  //core/launch:launcher_test //tests:job_test //tests:coordinator_bad_input_test
   //tests:member_loss_test //fuzz:all
 )
 if [[ "${GRADSYNC_TSAN:-1}" != 0 ]]; then

@@ -8,13 +8,14 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/cluster_env.h"
-#include "core/coordinator.h"
-#include "core/flags.h"
-#include "core/gradient_sync.h"
-#include "core/logging.h"
-#include "core/status_macros.h"
-#include "core/trainer.h"
+#include "core/cluster/cluster_env.h"
+#include "core/cluster/coordinator.h"
+#include "core/train/optimizer.h"
+#include "tools/train_flags.h"
+#include "core/sync/gradient_sync.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
+#include "core/train/trainer.h"
 #include "tools/commands.h"
 
 // Defined by `gradsync launch` (launch_command.cc), in this same binary.
@@ -51,13 +52,12 @@ absl::Status Train() {
   std::unique_ptr<CoordinatorServer> coordinator_server;
   std::unique_ptr<CoordinatorClient> coordinator;
   SyncContext context;
-  context.rank = env.rank;
-  context.world_size = env.world_size;
-  context.local_rank = env.local_rank;
-  context.job_id = env.job_id;
-  context.num_servers = env.num_servers;
-  context.advertise_host = env.advertise_host;
+  context.identity = env;
   context.timeout = options.timeout;
+  context.optimizer = options.optimizer;
+  ASSIGN_OR_RETURN(context.optimizer.lr,
+                   ScaleLearningRate(options.optimizer.lr, options.lr_scaling,
+                                     env.world_size));
   if (env.world_size > 1 || env.num_servers > 0) {
     if (env.rank == 0) {
       ASSIGN_OR_RETURN(coordinator_server,
@@ -68,13 +68,12 @@ absl::Status Train() {
                      CoordinatorClient::Connect(env.coordinator_target(), env.job_id,
                                                 Role::kWorker, env.rank, options.timeout));
     ASSIGN_OR_RETURN(context.members, coordinator->Join(env.advertise_host, options.timeout));
-    context.coordinator = coordinator.get();
+    context.rendezvous = coordinator.get();
   }
   ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
                    GradientSyncRegistry::Create(options.sync, context));
-  WorkerIdentity identity{env.rank, env.world_size, env.num_servers, env.job_id};
   ASSIGN_OR_RETURN(TrainResult result,
-                   RunTraining(options, identity, *model, data, *device, *sync,
+                   RunTraining(options, env, *model, data, *device, *sync,
                                coordinator.get()));
   if (env.rank == 0) {
     std::string line = absl::StrFormat("done: %d steps, final loss %.4f", result.steps,

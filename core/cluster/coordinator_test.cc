@@ -1,0 +1,176 @@
+// The coordinator over real gRPC on loopback: join, barriers, the key-value
+// store, and the errors that name who is missing or who is a stranger.
+#include "core/cluster/coordinator.h"
+
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "core/launch/launcher.h"
+
+namespace gradsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void StartServer(int workers, int servers) {
+    auto server = CoordinatorServer::Start("127.0.0.1:0", "job-a", workers, servers);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+  std::unique_ptr<CoordinatorClient> Client(Role role, int rank,
+                                            const std::string& job = "job-a") {
+    auto client = CoordinatorClient::Connect(absl::StrCat("127.0.0.1:", server_->port()),
+                                             job, role, rank, absl::Seconds(10));
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+  std::unique_ptr<CoordinatorServer> server_;
+};
+
+TEST_F(CoordinatorTest, JoinReturnsEveryMemberOnceAllHaveJoined) {
+  StartServer(3, 2);
+  std::vector<std::vector<Member>> rosters(5);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 5; ++i) {
+    threads.emplace_back([&, i] {
+      const Role role = i < 3 ? Role::kWorker : Role::kServer;
+      const int rank = i < 3 ? i : i - 3;
+      auto client = Client(role, rank);
+      auto members = client->Join(absl::StrCat("10.0.0.", i, ":1"), absl::Seconds(20));
+      ASSERT_TRUE(members.ok()) << members.status();
+      rosters[i] = *members;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& roster : rosters) {
+    ASSERT_EQ(roster.size(), 5u);
+    EXPECT_EQ(roster[0].role, Role::kWorker);
+    EXPECT_EQ(roster[0].rank, 0);
+    EXPECT_EQ(roster[0].address, "10.0.0.0:1");
+    EXPECT_EQ(roster[4].role, Role::kServer);
+    EXPECT_EQ(roster[4].rank, 1);
+    EXPECT_EQ(roster[4].address, "10.0.0.4:1");
+  }
+}
+
+TEST_F(CoordinatorTest, JoinTimeoutNamesTheMissingMembers) {
+  StartServer(3, 1);
+  auto client = Client(Role::kWorker, 1);
+  auto members = client->Join("x", absl::Milliseconds(500));
+  ASSERT_FALSE(members.ok());
+  EXPECT_EQ(members.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(members.status().message()),
+              HasSubstr("worker 0, worker 2, server 0"));
+}
+
+TEST_F(CoordinatorTest, SameRankTwiceIsRefused) {
+  StartServer(2, 0);
+  // The first join registers worker 1, then times out waiting for worker 0.
+  EXPECT_EQ(Client(Role::kWorker, 1)->Join("a:1", absl::Milliseconds(200)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  absl::Status status = Client(Role::kWorker, 1)->Join("b:2", absl::Seconds(5)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("worker 1 joined twice"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("a:1"));
+}
+
+TEST_F(CoordinatorTest, BarrierReleasesEveryoneAndTimesOutNamingMissing) {
+  StartServer(3, 0);
+  std::vector<absl::Status> results(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      results[r] = Client(Role::kWorker, r)->Barrier("b1", BarrierGroup::kWorkers,
+                                                     absl::Seconds(20));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& s : results) EXPECT_TRUE(s.ok()) << s;
+
+  absl::Status lonely = Client(Role::kWorker, 2)->Barrier(
+      "b2", BarrierGroup::kWorkers, absl::Milliseconds(300));
+  EXPECT_EQ(lonely.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(lonely.message()), HasSubstr("barrier 'b2' waiting for worker 0, worker 1"));
+}
+
+TEST_F(CoordinatorTest, GetWaitsForSetAndTimesOutNamingTheKey) {
+  StartServer(2, 0);
+  auto reader = Client(Role::kWorker, 1);
+  std::string value;
+  std::thread t([&] {
+    auto got = reader->Get("nccl/unique_id", absl::Seconds(20));
+    ASSERT_TRUE(got.ok()) << got.status();
+    value = *got;
+  });
+  ASSERT_TRUE(Client(Role::kWorker, 0)->Set("nccl/unique_id", std::string("\0\1\2", 3)).ok());
+  t.join();
+  EXPECT_EQ(value, std::string("\0\1\2", 3));
+
+  auto missing = reader->Get("never", absl::Milliseconds(300));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("key 'never'"));
+}
+
+TEST_F(CoordinatorTest, StrangersAreRefused) {
+  StartServer(2, 1);
+  absl::Status wrong_job = Client(Role::kWorker, 0, "job-b")->Set("k", "v");
+  EXPECT_EQ(wrong_job.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(wrong_job.message()), HasSubstr("job 'job-b'"));
+  absl::Status bad_rank = Client(Role::kWorker, 2)->Set("k", "v");
+  EXPECT_EQ(bad_rank.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad_rank.message()), HasSubstr("unknown worker 2"));
+  absl::Status bad_server = Client(Role::kServer, 1)->Set("k", "v");
+  EXPECT_THAT(std::string(bad_server.message()), HasSubstr("unknown server 1"));
+}
+
+// A call made while the coordinator cannot be reached waits for it until its
+// deadline (instead of failing at once with whatever the last connection
+// attempt met), says there was no connection, and the same client goes on
+// once the coordinator is back.
+TEST(CoordinatorClientTest, CallsWaitForTheCoordinatorUntilTheirDeadline) {
+  // Below the ephemeral range: a port from it could be taken meanwhile, or
+  // the client's reconnects could even connect to themselves.
+  absl::StatusOr<int> port = PickFreePort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string target = absl::StrCat("127.0.0.1:", *port);
+  auto server = CoordinatorServer::Start(target, "job", 1, 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = CoordinatorClient::Connect(target, "job", Role::kWorker, 0,
+                                           absl::Seconds(10));
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Set("before", "1").ok());
+
+  server->reset();
+  const absl::Time start = absl::Now();
+  auto lost = (*client)->Get("before", absl::Milliseconds(500));
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << lost.status();
+  EXPECT_THAT(std::string(lost.status().message()),
+              HasSubstr("no connection to the coordinator at " + target));
+  // The RPC deadline is the wait plus 5 s for the server to say why.
+  EXPECT_GE(waited, absl::Seconds(5));
+
+  server = CoordinatorServer::Start(target, "job", 1, 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE((*client)->Set("after", "2").ok());
+  auto got = (*client)->Get("after", absl::Seconds(10));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "2");
+}
+
+TEST(CoordinatorClientTest, NoCoordinatorIsADeadlineNamingTheAddress) {
+  auto client = CoordinatorClient::Connect("127.0.0.1:1", "job", Role::kWorker, 3,
+                                           absl::Milliseconds(300));
+  ASSERT_FALSE(client.ok());
+  EXPECT_THAT(std::string(client.status().message()), HasSubstr("127.0.0.1:1"));
+  EXPECT_THAT(std::string(client.status().message()), HasSubstr("worker 3"));
+}
+
+}  // namespace
+}  // namespace gradsync

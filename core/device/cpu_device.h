@@ -1,0 +1,83 @@
+// The CPU backend of Device: matrix products through OpenBLAS (cblas_sgemm,
+// row-major), every other kernel a plain loop over contiguous memory that the
+// compiler vectorizes. Work runs synchronously on the calling thread (and
+// OpenBLAS's own threads inside Gemm), so Synchronize() has nothing to wait
+// for.
+//
+// The buffers given to one kernel call must not overlap (other than the
+// documented in-place arguments): the loops are compiled on that promise.
+//
+// Device memory is host memory: 64-byte aligned (a cache line, and a full
+// AVX-512 vector) zero-filled blocks owned by the device and freed with it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/device/device.h"
+
+namespace gradsync {
+
+class CpuDevice : public Device {
+ public:
+  // `cpu_threads` > 0 sets OpenBLAS's thread count for the whole process (the
+  // library has one global pool); 0 keeps the library default
+  // (OPENBLAS_NUM_THREADS or every core). Several workers on one machine each
+  // want a share of the cores, not all of them.
+  explicit CpuDevice(int cpu_threads = 0);
+  ~CpuDevice() override;
+
+  CpuDevice(const CpuDevice&) = delete;
+  CpuDevice& operator=(const CpuDevice&) = delete;
+
+  DeviceType type() const override { return DeviceType::kCpu; }
+  std::string name() const override { return "cpu"; }
+
+  absl::StatusOr<void*> AllocateBytes(size_t bytes) override;
+  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override;
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override;
+  void CopyOnDevice(float* dst, const float* src, int64_t count) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  void Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
+            float alpha, const float* a, const float* b, float beta,
+            float* c) override;
+  void AddRowBias(float* y, const float* bias, int rows, int cols) override;
+  void SumRows(const float* x, float* out, int rows, int cols) override;
+  void ReluForward(float* x, int64_t count) override;
+  void ReluBackward(const float* y, float* dy, int64_t count) override;
+  // Labels must lie in [0, classes); the trainer validates the data set when it
+  // loads it. A label outside that range does not read out of bounds: its row
+  // gets the softmax as gradient (no target term) and the loss becomes NaN, so
+  // the mistake shows in the logged loss instead of training on garbage.
+  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int rows,
+                           int classes, float* dlogits, float* loss) override;
+  void Scale(float* x, int64_t count, float alpha) override;
+  void Fill(float* x, int64_t count, float value) override;
+
+  void SgdUpdate(float* params, const float* grads, float* velocity,
+                 int64_t count, float lr, float momentum,
+                 float weight_decay) override;
+  void AdamUpdate(float* params, const float* grads, float* m, float* v,
+                  int64_t count, float lr, const AdamState& state,
+                  float weight_decay) override;
+
+  // Bytes handed out by AllocateBytes so far (after rounding up to the
+  // alignment), for memory reports.
+  size_t allocated_bytes() const;
+
+ private:
+  static constexpr size_t kAlignment = 64;
+
+  mutable std::mutex
+      mu_;  // allocation happens at set-up, possibly from threads
+  std::vector<void*> blocks_;
+  size_t allocated_bytes_ = 0;
+};
+
+}  // namespace gradsync

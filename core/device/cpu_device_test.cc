@@ -1,0 +1,315 @@
+// Tests of the CPU backend's kernels against naive references and hand-computed
+// values, and of device creation.
+#include "core/device/cpu_device.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/device/device.h"
+#include "gtest/gtest.h"
+
+namespace gradsync {
+namespace {
+
+// Deterministic values in [-1, 1) without std's platform-dependent
+// distributions.
+std::vector<float> RandomVector(int64_t count, uint64_t seed) {
+  std::mt19937_64 generator(seed);
+  std::vector<float> values(count);
+  for (float& v : values) {
+    v = static_cast<float>(static_cast<double>(generator() >> 11) * 0x1.0p-52 -
+                           1.0);
+  }
+  return values;
+}
+
+class CpuDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto device = CreateDevice(DeviceOptions{});
+    ASSERT_TRUE(device.ok()) << device.status();
+    device_ = std::move(*device);
+  }
+
+  // Device memory holding `values`.
+  template <typename T>
+  T* Upload(const std::vector<T>& values) {
+    auto buffer = device_->Allocate<T>(static_cast<int64_t>(values.size()));
+    EXPECT_TRUE(buffer.ok()) << buffer.status();
+    EXPECT_TRUE(
+        device_->CopyToDevice(*buffer, values.data(), values.size() * sizeof(T))
+            .ok());
+    return *buffer;
+  }
+
+  std::vector<float> Download(const float* buffer, int64_t count) {
+    std::vector<float> values(count);
+    EXPECT_TRUE(
+        device_->CopyToHost(values.data(), buffer, count * sizeof(float)).ok());
+    return values;
+  }
+
+  std::unique_ptr<Device> device_;
+};
+
+TEST_F(CpuDeviceTest, AllocationsAreAlignedAndZeroed) {
+  for (int64_t count : {1, 3, 17, 1000}) {
+    auto buffer = device_->Allocate<float>(count);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(*buffer) % 64, 0u) << count;
+    for (int64_t i = 0; i < count; ++i) ASSERT_EQ((*buffer)[i], 0.0f);
+  }
+  auto empty = device_->AllocateBytes(0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_NE(*empty, nullptr);
+  EXPECT_EQ(device_->type(), DeviceType::kCpu);
+  EXPECT_EQ(device_->name(), "cpu");
+}
+
+// c = alpha·op(a)·op(b) + beta·c in double, straight from the definition.
+std::vector<float> ReferenceGemm(bool transpose_a, bool transpose_b, int m,
+                                 int n, int k, float alpha,
+                                 const std::vector<float>& a,
+                                 const std::vector<float>& b, float beta,
+                                 const std::vector<float>& c) {
+  std::vector<float> result(c.size());
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double sum = 0.0;
+      for (int p = 0; p < k; ++p) {
+        const double a_ip = transpose_a ? a[p * m + i] : a[i * k + p];
+        const double b_pj = transpose_b ? b[j * k + p] : b[p * n + j];
+        sum += a_ip * b_pj;
+      }
+      result[i * n + j] =
+          static_cast<float>(alpha * sum + beta * double{c[i * n + j]});
+    }
+  }
+  return result;
+}
+
+TEST_F(CpuDeviceTest, GemmMatchesReferenceInAllTransposeCombinations) {
+  // Distinct m, n, k so a wrong leading dimension cannot go unnoticed.
+  const int m = 5, n = 7, k = 3;
+  const float alpha = 0.5f, beta = 0.25f;
+  for (bool transpose_a : {false, true}) {
+    for (bool transpose_b : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "transpose_a=" << transpose_a
+                                      << " transpose_b=" << transpose_b);
+      const std::vector<float> a = RandomVector(m * k, 1);
+      const std::vector<float> b = RandomVector(k * n, 2);
+      const std::vector<float> c = RandomVector(m * n, 3);
+      float* a_dev = Upload(a);
+      float* b_dev = Upload(b);
+      float* c_dev = Upload(c);
+      device_->Gemm(transpose_a, transpose_b, m, n, k, alpha, a_dev, b_dev,
+                    beta, c_dev);
+      const std::vector<float> expected = ReferenceGemm(
+          transpose_a, transpose_b, m, n, k, alpha, a, b, beta, c);
+      const std::vector<float> got = Download(c_dev, m * n);
+      for (int i = 0; i < m * n; ++i)
+        EXPECT_NEAR(got[i], expected[i], 1e-5f) << i;
+    }
+  }
+}
+
+TEST_F(CpuDeviceTest, GemmWithBetaZeroOverwritesGarbage) {
+  const std::vector<float> a = {1, 2, 3, 4};  // 2×2
+  const std::vector<float> b = {1, 0, 0, 1};  // identity
+  float* c =
+      Upload(std::vector<float>(4, std::numeric_limits<float>::quiet_NaN()));
+  device_->Gemm(false, false, 2, 2, 2, 1.0f, Upload(a), Upload(b), 0.0f, c);
+  EXPECT_EQ(Download(c, 4), a);
+}
+
+TEST_F(CpuDeviceTest, GemmWithEmptyInnerDimensionScalesC) {
+  float* c = Upload(std::vector<float>{1, 2, 3, 4, 5, 6});
+  device_->Gemm(false, false, 2, 3, 0, 1.0f, nullptr, nullptr, 0.5f, c);
+  EXPECT_EQ(Download(c, 6), (std::vector<float>{0.5f, 1, 1.5f, 2, 2.5f, 3}));
+}
+
+TEST_F(CpuDeviceTest, AddRowBiasAddsToEveryRow) {
+  float* y = Upload(std::vector<float>{1, 2, 3, 4, 5, 6});  // 2×3
+  float* bias = Upload(std::vector<float>{10, 20, 30});
+  device_->AddRowBias(y, bias, 2, 3);
+  EXPECT_EQ(Download(y, 6), (std::vector<float>{11, 22, 33, 14, 25, 36}));
+}
+
+TEST_F(CpuDeviceTest, SumRowsSumsColumnsAndOverwrites) {
+  float* x = Upload(std::vector<float>{1, 2, 3, 4, 5, 6});  // 2×3
+  float* out = Upload(std::vector<float>{100, 100, 100});   // must be replaced
+  device_->SumRows(x, out, 2, 3);
+  EXPECT_EQ(Download(out, 3), (std::vector<float>{5, 7, 9}));
+}
+
+TEST_F(CpuDeviceTest, ReluForwardAndBackward) {
+  float* x = Upload(std::vector<float>{-2, -0.0f, 0, 0.5f, 3});
+  device_->ReluForward(x, 5);
+  const std::vector<float> y = Download(x, 5);
+  EXPECT_EQ(y, (std::vector<float>{0, 0, 0, 0.5f, 3}));
+  // The gradient passes only where the output is positive (the subgradient at
+  // 0 is taken as 0, like PyTorch).
+  float* dy = Upload(std::vector<float>{1, 2, 3, 4, 5});
+  device_->ReluBackward(x, dy, 5);
+  EXPECT_EQ(Download(dy, 5), (std::vector<float>{0, 0, 0, 4, 5}));
+}
+
+TEST_F(CpuDeviceTest, SoftmaxCrossEntropyMatchesHandComputedCase) {
+  // Row 0: logits (1, 2, 3), label 2: loss = log(e + e² + e³) - 3 = 0.40760596.
+  // Row 1: logits (0, 0, 0), label 0: loss = log 3 = 1.09861229.
+  float* logits = Upload(std::vector<float>{1, 2, 3, 0, 0, 0});
+  int32_t* labels = Upload(std::vector<int32_t>{2, 0});
+  float* dlogits = Upload(std::vector<float>(6, 0.0f));
+  float* loss = Upload(std::vector<float>{0});
+  device_->SoftmaxCrossEntropy(logits, labels, 2, 3, dlogits, loss);
+  EXPECT_NEAR(Download(loss, 1)[0], (0.40760596 + 1.09861229) / 2, 1e-6);
+
+  // d loss / d logits = (softmax - onehot) / rows.
+  const double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  const std::vector<double> expected = {
+      std::exp(1.0) / z / 2, std::exp(2.0) / z / 2, (std::exp(3.0) / z - 1) / 2,
+      (1.0 / 3 - 1) / 2,     1.0 / 3 / 2,           1.0 / 3 / 2};
+  const std::vector<float> got = Download(dlogits, 6);
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(got[i], expected[i], 1e-6) << i;
+}
+
+TEST_F(CpuDeviceTest, SoftmaxCrossEntropyIsStableForLargeLogits) {
+  // Without subtracting the row max, exp(1000) overflows to inf.
+  float* logits = Upload(std::vector<float>{1000, 1001, -1000, -1001});
+  int32_t* labels = Upload(std::vector<int32_t>{1, 0});
+  float* dlogits = Upload(std::vector<float>(4, 0.0f));
+  float* loss = Upload(std::vector<float>{0});
+  device_->SoftmaxCrossEntropy(logits, labels, 2, 2, dlogits, loss);
+  // Both rows: loss = log(1 + e^-1) = 0.31326169.
+  EXPECT_NEAR(Download(loss, 1)[0], 0.31326169, 1e-6);
+  for (float d : Download(dlogits, 4)) EXPECT_TRUE(std::isfinite(d));
+}
+
+TEST_F(CpuDeviceTest, SoftmaxCrossEntropyFlagsOutOfRangeLabelWithoutCrashing) {
+  float* logits = Upload(std::vector<float>{0, 0, 0, 0});
+  int32_t* labels = Upload(std::vector<int32_t>{0, 7});
+  float* dlogits = Upload(std::vector<float>(4, 0.0f));
+  float* loss = Upload(std::vector<float>{0});
+  device_->SoftmaxCrossEntropy(logits, labels, 2, 2, dlogits, loss);
+  EXPECT_TRUE(std::isnan(Download(loss, 1)[0]));
+}
+
+TEST_F(CpuDeviceTest, ScaleFillAndCopy) {
+  float* x = Upload(std::vector<float>{1, -2, 3});
+  device_->Scale(x, 3, -0.5f);
+  EXPECT_EQ(Download(x, 3), (std::vector<float>{-0.5f, 1, -1.5f}));
+  device_->Fill(x, 2, 7.0f);
+  EXPECT_EQ(Download(x, 3), (std::vector<float>{7, 7, -1.5f}));
+  float* y = Upload(std::vector<float>(3, 0.0f));
+  device_->CopyOnDevice(y, x, 3);
+  EXPECT_EQ(Download(y, 3), (std::vector<float>{7, 7, -1.5f}));
+  EXPECT_TRUE(device_->Synchronize().ok());
+}
+
+TEST_F(CpuDeviceTest, SgdWithoutMomentumIsPlainGradientDescent) {
+  float* p = Upload(std::vector<float>{1, -1});
+  float* g = Upload(std::vector<float>{0.5f, 0.25f});
+  // No velocity buffer: with momentum 0 it must not be touched.
+  device_->SgdUpdate(p, g, nullptr, 2, 0.1f, 0.0f, 0.0f);
+  const std::vector<float> got = Download(p, 2);
+  EXPECT_FLOAT_EQ(got[0], 0.95f);
+  EXPECT_FLOAT_EQ(got[1], -1.025f);
+}
+
+TEST_F(CpuDeviceTest, SgdWithMomentumAndWeightDecayMatchesHandComputedSteps) {
+  // lr 0.1, momentum 0.9, weight decay 0.01, p0 = 1, g = 0.5 twice:
+  //   step 1: g' = 0.5 + 0.01·1 = 0.51;     v = 0.51 (PyTorch: v = g first);
+  //           p = 1 - 0.1·0.51 = 0.949
+  //   step 2: g' = 0.5 + 0.01·0.949 = 0.50949; v = 0.9·0.51 + 0.50949 =
+  //   0.96849;
+  //           p = 0.949 - 0.096849 = 0.852151
+  float* p = Upload(std::vector<float>{1});
+  float* g = Upload(std::vector<float>{0.5f});
+  float* v = Upload(std::vector<float>{0});
+  device_->SgdUpdate(p, g, v, 1, 0.1f, 0.9f, 0.01f);
+  EXPECT_NEAR(Download(p, 1)[0], 0.949f, 1e-6);
+  EXPECT_NEAR(Download(v, 1)[0], 0.51f, 1e-6);
+  device_->SgdUpdate(p, g, v, 1, 0.1f, 0.9f, 0.01f);
+  EXPECT_NEAR(Download(p, 1)[0], 0.852151f, 1e-6);
+  EXPECT_NEAR(Download(v, 1)[0], 0.96849f, 1e-6);
+}
+
+TEST_F(CpuDeviceTest, AdamMatchesHandComputedSteps) {
+  // lr 0.01, betas (0.9, 0.999), eps 1e-8, p0 = 1:
+  //   step 1, g = 0.5:   m = 0.05, v = 0.00025, m̂ = 0.5, v̂ = 0.25,
+  //                      p = 1 - 0.01·0.5/(0.5 + 1e-8) = 0.99 (the first Adam
+  //                      step moves every weight by lr, whatever the gradient)
+  //   step 2, g = -0.25: m = 0.045 - 0.025 = 0.02,
+  //                      v = 0.00024975 + 0.0000625 = 0.00031225,
+  //                      m̂ = 0.02/0.19, v̂ = 0.00031225/0.001999,
+  //                      p = 0.99 - 0.01·m̂/(sqrt(v̂) + eps) = 0.98733663
+  float* p = Upload(std::vector<float>{1});
+  float* g = Upload(std::vector<float>{0.5f});
+  float* m = Upload(std::vector<float>{0});
+  float* v = Upload(std::vector<float>{0});
+  AdamState state;
+  state.step = 1;
+  device_->AdamUpdate(p, g, m, v, 1, 0.01f, state, 0.0f);
+  EXPECT_NEAR(Download(p, 1)[0], 0.99f, 1e-6);
+  EXPECT_NEAR(Download(m, 1)[0], 0.05f, 1e-7);
+  // 1 - beta2 in float is 0.00099998713 (0.999 is not a float), so v is
+  // 1.3e-5 below the decimal figure; PyTorch forms 1 - beta2 in double.
+  EXPECT_NEAR(Download(v, 1)[0], 0.00025f, 1e-8);
+
+  float* g2 = Upload(std::vector<float>{-0.25f});
+  state.step = 2;
+  device_->AdamUpdate(p, g2, m, v, 1, 0.01f, state, 0.0f);
+  const double m_hat = 0.02 / 0.19;
+  const double v_hat = 0.00031225 / (1 - 0.999 * 0.999);
+  const double expected = 0.99 - 0.01 * m_hat / (std::sqrt(v_hat) + 1e-8);
+  EXPECT_NEAR(expected, 0.98733663, 1e-7);  // the comment's figure
+  EXPECT_NEAR(Download(p, 1)[0], expected, 1e-6);
+}
+
+TEST_F(CpuDeviceTest, AdamAddsWeightDecayToTheGradient) {
+  // torch.optim.Adam's weight_decay is L2 added to the gradient (not AdamW):
+  // g' = g + wd·p = 0 + 0.5·2 = 1, so the first step is p - lr = 2 - 0.1.
+  float* p = Upload(std::vector<float>{2, -2});
+  float* g = Upload(std::vector<float>{0, 0});
+  float* m = Upload(std::vector<float>{0, 0});
+  float* v = Upload(std::vector<float>{0, 0});
+  AdamState state;
+  state.step = 1;
+  device_->AdamUpdate(p, g, m, v, 2, 0.1f, state, 0.5f);
+  const std::vector<float> got = Download(p, 2);
+  EXPECT_NEAR(got[0], 1.9f, 1e-6);
+  EXPECT_NEAR(got[1], -1.9f, 1e-6);
+  EXPECT_NEAR(Download(m, 2)[0], 0.1f, 1e-7);  // (1 - 0.9)·1
+}
+
+TEST(CreateDeviceTest, CpuThreadsAndErrors) {
+  DeviceOptions options;
+  options.cpu_threads = 1;
+  EXPECT_TRUE(CreateDevice(options).ok());
+  options.cpu_threads = -1;
+  EXPECT_FALSE(CreateDevice(options).ok());
+#ifndef GRADSYNC_CUDA
+  options.type = DeviceType::kCuda;
+  options.cpu_threads = 0;
+  auto cuda = CreateDevice(options);
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_NE(cuda.status().message().find("rebuild with --config=cuda"),
+            std::string::npos)
+      << cuda.status();
+#endif
+}
+
+TEST(ParseDeviceTypeTest, NamesAndErrors) {
+  EXPECT_EQ(*ParseDeviceType("cpu"), DeviceType::kCpu);
+  EXPECT_EQ(*ParseDeviceType("cuda"), DeviceType::kCuda);
+  auto bad = ParseDeviceType("tpu");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--device=tpu"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gradsync

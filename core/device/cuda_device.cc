@@ -1,0 +1,495 @@
+// The CUDA backend: cuBLAS for Gemm, cuda_kernels.cu for the rest, one
+// non-blocking compute stream, one arena of device memory (see cuda_device.h).
+#include "core/device/cuda_device.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/device/cuda_kernels.h"
+#include "core/device/gpu_selection.h"
+#include "core/base/logging.h"
+
+namespace gradsync {
+namespace {
+
+// cudaMalloc's own granularity is 2 MiB pages, so 256-byte pieces waste
+// nothing; 256 bytes also satisfies every alignment cuBLAS and vector loads
+// ask for.
+constexpr size_t kAlignment = 256;
+// Arena blocks: the default MLP (2 MiB of parameters, gradients and optimizer
+// state, plus activations for batch 4096, about 40 MiB in all) fits in the
+// first block; a larger model takes more blocks, each at least this big.
+constexpr size_t kBlockBytes = size_t{64} << 20;
+// NVIDIA's recommended cuBLAS workspace for Hopper is 32 MiB; handing it over
+// from the arena keeps cuBLAS from allocating one on first use.
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+absl::StatusCode CodeFor(cudaError_t error) {
+  switch (error) {
+    case cudaErrorMemoryAllocation:
+      return absl::StatusCode::kResourceExhausted;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorCompatNotSupportedOnDevice:
+      return absl::StatusCode::kFailedPrecondition;
+    case cudaErrorDevicesUnavailable:
+      return absl::StatusCode::kUnavailable;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+}  // namespace
+
+absl::Status CudaCallStatus(cudaError_t error, absl::string_view call,
+                            absl::string_view device) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  std::string message =
+      absl::StrCat(call, " on ", device, ": ", cudaGetErrorString(error), " (",
+                   cudaGetErrorName(error), ")");
+  if (error == cudaErrorNoKernelImageForDevice) {
+    absl::StrAppend(&message,
+                    "; this build's kernels are for sm_90 (H100/H200): add a "
+                    "-gencode for this GPU in core/BUILD");
+  } else if (error == cudaErrorInsufficientDriver) {
+    absl::StrAppend(&message, "; CUDA ", CUDART_VERSION / 1000, ".",
+                    CUDART_VERSION % 1000 / 10,
+                    " needs a newer NVIDIA driver (see `gradsync doctor`)");
+  }
+  return absl::Status(CodeFor(error), message);
+}
+
+absl::Status CublasCallStatus(cublasStatus_t status, absl::string_view call,
+                              absl::string_view device) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  const absl::StatusCode code = status == CUBLAS_STATUS_ALLOC_FAILED
+                                    ? absl::StatusCode::kResourceExhausted
+                                    : absl::StatusCode::kInternal;
+  return absl::Status(code, absl::StrCat(call, " on ", device, ": ",
+                                         cublasGetStatusString(status), " (",
+                                         cublasGetStatusName(status), ")"));
+}
+
+// --- CudaEvent
+// ----------------------------------------------------------------
+
+absl::StatusOr<CudaEvent> CudaEvent::Create(const std::string& device_name,
+                                            bool timing) {
+  cudaEvent_t event = nullptr;
+  CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(
+          &event, timing ? cudaEventDefault : cudaEventDisableTiming),
+      device_name);
+  return CudaEvent(event);
+}
+
+CudaEvent::CudaEvent(CudaEvent&& other) noexcept
+    : event_(std::exchange(other.event_, nullptr)) {}
+
+CudaEvent& CudaEvent::operator=(CudaEvent&& other) noexcept {
+  if (this != &other) {
+    if (event_ != nullptr) cudaEventDestroy(event_);
+    event_ = std::exchange(other.event_, nullptr);
+  }
+  return *this;
+}
+
+CudaEvent::~CudaEvent() {
+  if (event_ != nullptr) cudaEventDestroy(event_);
+}
+
+// --- CudaDevice
+// ---------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int gpu_index) {
+  const std::string name = absl::StrCat("cuda:", gpu_index);
+  int count = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count), name);
+  if (gpu_index < 0 || gpu_index >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": no such GPU; ", count,
+                     " visible (after CUDA_VISIBLE_DEVICES)"));
+  }
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(gpu_index), name);
+  cudaDeviceProp properties;
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&properties, gpu_index), name);
+  // The kernels are compiled for sm_90 with compute_90 PTX, which the driver
+  // can JIT for newer GPUs but not for older ones: say so now rather than at
+  // the first launch.
+  if (properties.major < 9) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name, " (", properties.name, ") has compute capability ",
+        properties.major, ".", properties.minor,
+        "; this build's kernels need 9.0 or newer (H100/H200): add a "
+        "-gencode for it in core/BUILD"));
+  }
+  std::unique_ptr<CudaDevice> device(new CudaDevice(gpu_index, properties));
+  RETURN_IF_ERROR(device->Initialize());
+  return device;
+}
+
+CudaDevice::CudaDevice(int gpu_index, const cudaDeviceProp& properties)
+    : gpu_index_(gpu_index),
+      properties_(properties),
+      name_(absl::StrCat("cuda:", gpu_index)) {}
+
+absl::Status CudaDevice::Initialize() {
+  // Non-blocking: the stream never waits for the legacy default stream (which
+  // other libraries may use), and strategies order against it with events.
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), name_);
+  CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_), name_);
+  CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_), name_);
+  // Plain FP32 products, as PyTorch's default (allow_tf32 = False for
+  // matmul) and the CPU backend: TF32 would change results in the fourth
+  // digit and break the parity checks.
+  CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH),
+                         name_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(AddBlock(kBlockBytes));
+  }
+  // After cublasSetStream, which resets the workspace to cuBLAS's own pool.
+  ASSIGN_OR_RETURN(void* workspace, AllocateBytes(kCublasWorkspaceBytes));
+  CUBLAS_RETURN_IF_ERROR(
+      cublasSetWorkspace(cublas_, workspace, kCublasWorkspaceBytes), name_);
+  ASSIGN_OR_RETURN(loss_partials_,
+                   Allocate<double>(cuda_kernels::kMaxLossPartials));
+  GS_LOG(INFO) << name_ << ": " << properties_.name << ", "
+               << absl::StrFormat("%.1f GiB",
+                                  properties_.totalGlobalMem / 1073741824.0)
+               << ", compute capability " << properties_.major << "."
+               << properties_.minor << ", " << properties_.multiProcessorCount
+               << " SMs";
+  return absl::OkStatus();
+}
+
+CudaDevice::~CudaDevice() {
+  // Errors here have nowhere to go; the process is usually ending.
+  cudaSetDevice(gpu_index_);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  for (const Block& block : blocks_) cudaFree(block.base);
+}
+
+absl::Status CudaDevice::MakeCurrent() const {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == gpu_index_) {
+    return absl::OkStatus();
+  }
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(gpu_index_), name_);
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::AddBlock(size_t bytes) {
+  RETURN_IF_ERROR(MakeCurrent());
+  void* base = nullptr;
+  const cudaError_t error = cudaMalloc(&base, bytes);
+  if (error != cudaSuccess) {
+    cudaGetLastError();  // not sticky: keep it out of the next launch check
+    size_t free_bytes = 0, total_bytes = 0;
+    const bool have_info =
+        cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
+    absl::Status status =
+        CudaCallStatus(error, absl::StrCat("cudaMalloc(", bytes, ")"), name_);
+    return absl::Status(
+        status.code(),
+        absl::StrCat(status.message(), "; this device holds ", reserved_bytes_,
+                     " bytes in ", blocks_.size(), " arena block(s)",
+                     have_info
+                         ? absl::StrCat(", the GPU has ", free_bytes, " of ",
+                                        total_bytes, " bytes free")
+                         : ""));
+  }
+  blocks_.push_back(Block{static_cast<char*>(base), bytes, 0});
+  reserved_bytes_ += bytes;
+  // Zero-filled on return, as the interface promises, whichever stream reads
+  // the memory first. Set-up only, so the wait costs nothing that matters.
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(base, 0, bytes, stream_), name_);
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), name_);
+  GS_LOG(DEBUG) << name_ << ": arena block " << blocks_.size() << " of "
+                << bytes << " bytes";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> CudaDevice::AllocateBytes(size_t bytes) {
+  // A zero-byte request still gets a distinct piece, as on the CPU.
+  const size_t rounded =
+      std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  if (rounded < bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(name_, ": allocation of ", bytes, " bytes overflows"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  // First fit: the tail of an earlier block serves small requests that
+  // arrive after a large one opened a new block.
+  Block* target = nullptr;
+  for (Block& block : blocks_) {
+    if (block.size - block.used >= rounded) {
+      target = &block;
+      break;
+    }
+  }
+  if (target == nullptr) {
+    RETURN_IF_ERROR(AddBlock(std::max(kBlockBytes, rounded)));
+    target = &blocks_.back();
+  }
+  void* piece = target->base + target->used;
+  target->used += rounded;
+  allocated_bytes_ += rounded;
+  return piece;
+}
+
+size_t CudaDevice::allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return allocated_bytes_;
+}
+
+size_t CudaDevice::reserved_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reserved_bytes_;
+}
+
+void CudaDevice::Record(const absl::Status& status) {
+  if (status.ok()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (error_.ok()) error_ = status;
+}
+
+void CudaDevice::CheckLaunch(cudaError_t error, const char* kernel) {
+  if (error != cudaSuccess) Record(CudaCallStatus(error, kernel, name_));
+}
+
+absl::Status CudaDevice::TakeError() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(error_, absl::OkStatus());
+}
+
+absl::Status CudaDevice::CopyToDevice(void* dst, const void* src,
+                                      size_t bytes) {
+  RETURN_IF_ERROR(TakeError());
+  if (bytes == 0) return absl::OkStatus();
+  if (dst == nullptr || src == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, ": CopyToDevice of ", bytes, " bytes with a null pointer"));
+  }
+  RETURN_IF_ERROR(MakeCurrent());
+  const cudaError_t error =
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_);
+  return CudaCallStatus(
+      error, absl::StrCat("cudaMemcpyAsync(host to device, ", bytes, " bytes)"),
+      name_);
+}
+
+absl::Status CudaDevice::CopyToHost(void* dst, const void* src, size_t bytes) {
+  RETURN_IF_ERROR(TakeError());
+  if (bytes == 0) return absl::OkStatus();
+  if (dst == nullptr || src == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, ": CopyToHost of ", bytes, " bytes with a null pointer"));
+  }
+  RETURN_IF_ERROR(MakeCurrent());
+  RETURN_IF_ERROR(CudaCallStatus(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_),
+      absl::StrCat("cudaMemcpyAsync(device to host, ", bytes, " bytes)"),
+      name_));
+  // Only this stream: other streams (a strategy's) keep running.
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), name_);
+  return TakeError();
+}
+
+void CudaDevice::CopyOnDevice(float* dst, const float* src, int64_t count) {
+  if (count <= 0 || dst == src) return;
+  Record(MakeCurrent());
+  const int64_t distance = dst > src ? dst - src : src - dst;
+  if (distance >= count) {
+    CheckLaunch(cudaMemcpyAsync(dst, src, count * sizeof(float),
+                                cudaMemcpyDeviceToDevice, stream_),
+                "cudaMemcpyAsync(device to device)");
+    return;
+  }
+  // Overlapping ranges (memmove, as the CPU backend allows): cudaMemcpy's
+  // result is undefined there, so copy in pieces of `distance` floats, each
+  // disjoint from its destination, in the order that reads every source
+  // float before it is overwritten. Stream order serializes the pieces.
+  const int64_t pieces = (count + distance - 1) / distance;
+  for (int64_t p = 0; p < pieces; ++p) {
+    const int64_t index = dst < src ? p : pieces - 1 - p;
+    const int64_t start = index * distance;
+    const int64_t n = std::min(distance, count - start);
+    CheckLaunch(cudaMemcpyAsync(dst + start, src + start, n * sizeof(float),
+                                cudaMemcpyDeviceToDevice, stream_),
+                "cudaMemcpyAsync(device to device, overlapping)");
+  }
+}
+
+absl::Status CudaDevice::Synchronize() {
+  RETURN_IF_ERROR(MakeCurrent());
+  const absl::Status stream_status =
+      CudaCallStatus(cudaStreamSynchronize(stream_),
+                     "cudaStreamSynchronize(compute stream)", name_);
+  // The kept error is the earlier one, so the likelier cause.
+  RETURN_IF_ERROR(TakeError());
+  return stream_status;
+}
+
+absl::Status CudaDevice::RecordEvent(cudaEvent_t event) {
+  RETURN_IF_ERROR(MakeCurrent());
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(event, stream_), name_);
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::WaitEvent(cudaEvent_t event) {
+  RETURN_IF_ERROR(MakeCurrent());
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, event, 0), name_);
+  return absl::OkStatus();
+}
+
+// --- Math -------------------------------------------------------------------
+
+void CudaDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
+                      float alpha, const float* a, const float* b, float beta,
+                      float* c) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    // An empty sum is beta·c; cuBLAS would reject lda = 0 (see CpuDevice).
+    if (beta == 0.0f) {
+      Fill(c, static_cast<int64_t>(m) * n, 0.0f);
+    } else {
+      Scale(c, static_cast<int64_t>(m) * n, beta);
+    }
+    return;
+  }
+  Record(MakeCurrent());
+  // cuBLAS is column-major, and a row-major matrix read column-major is its
+  // transpose. So compute Cᵀ[n×m] = op(B)ᵀ·op(A)ᵀ: B first, A second, the
+  // transpose flags unchanged, and the same leading dimensions as the
+  // row-major call (a row of the stored matrix is a column to cuBLAS).
+  const int lda = transpose_a ? m : k;
+  const int ldb = transpose_b ? k : n;
+  const cublasStatus_t status =
+      cublasSgemm(cublas_, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                  transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                  ldb, a, lda, &beta, c, n);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    Record(CublasCallStatus(
+        status,
+        absl::StrCat("cublasSgemm(m=", m, ", n=", n, ", k=", k,
+                     transpose_a ? ", aᵀ" : "", transpose_b ? ", bᵀ" : "", ")"),
+        name_));
+  }
+}
+
+void CudaDevice::AddRowBias(float* y, const float* bias, int rows, int cols) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::AddRowBias(stream_, y, bias, rows, cols),
+              "AddRowBias kernel launch");
+}
+
+void CudaDevice::SumRows(const float* x, float* out, int rows, int cols) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::SumRows(stream_, x, out, rows, cols),
+              "SumRows kernel launch");
+}
+
+void CudaDevice::ReluForward(float* x, int64_t count) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::ReluForward(stream_, x, count),
+              "ReluForward kernel launch");
+}
+
+void CudaDevice::ReluBackward(const float* y, float* dy, int64_t count) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::ReluBackward(stream_, y, dy, count),
+              "ReluBackward kernel launch");
+}
+
+void CudaDevice::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
+                                     int rows, int classes, float* dlogits,
+                                     float* loss) {
+  Record(MakeCurrent());
+  CheckLaunch(
+      cuda_kernels::SoftmaxCrossEntropy(stream_, logits, labels, rows, classes,
+                                        dlogits, loss_partials_, loss),
+      "SoftmaxCrossEntropy kernel launch");
+}
+
+void CudaDevice::Scale(float* x, int64_t count, float alpha) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::Scale(stream_, x, count, alpha),
+              "Scale kernel launch");
+}
+
+void CudaDevice::Fill(float* x, int64_t count, float value) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::Fill(stream_, x, count, value),
+              "Fill kernel launch");
+}
+
+void CudaDevice::SgdUpdate(float* params, const float* grads, float* velocity,
+                           int64_t count, float lr, float momentum,
+                           float weight_decay) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::SgdUpdate(stream_, params, grads, velocity, count,
+                                      lr, momentum, weight_decay),
+              "SgdUpdate kernel launch");
+}
+
+void CudaDevice::AdamUpdate(float* params, const float* grads, float* m,
+                            float* v, int64_t count, float lr,
+                            const AdamState& state, float weight_decay) {
+  Record(MakeCurrent());
+  // The same host-side arithmetic as CpuDevice::AdamUpdate, in double.
+  const double step = static_cast<double>(std::max<int64_t>(state.step, 1));
+  const double bias_correction1 = 1.0 - std::pow(double{state.beta1}, step);
+  const double bias_correction2 = 1.0 - std::pow(double{state.beta2}, step);
+  const float step_size = static_cast<float>(lr / bias_correction1);
+  const float inv_sqrt_bc2 =
+      static_cast<float>(1.0 / std::sqrt(bias_correction2));
+  CheckLaunch(cuda_kernels::AdamUpdate(
+                  stream_, params, grads, m, v, count, step_size, inv_sqrt_bc2,
+                  state.beta1, state.beta2, state.epsilon, weight_decay),
+              "AdamUpdate kernel launch");
+}
+
+CudaDevice* AsCudaDevice(Device& device) {
+  if (device.type() != DeviceType::kCuda) return nullptr;
+  return dynamic_cast<CudaDevice*>(&device);
+}
+
+absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(
+    const DeviceOptions& options) {
+  const int local_rank = options.gpu_index;
+  int visible = 0;
+  const cudaError_t error = cudaGetDeviceCount(&visible);
+  if (error != cudaSuccess) {
+    cudaGetLastError();  // not sticky; keep it out of later checks
+    const absl::Status status =
+        CudaCallStatus(error, "cudaGetDeviceCount", "this machine");
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device=cuda: no CUDA GPU visible (", status.message(),
+                     "); run `gradsync doctor`"));
+  }
+  absl::StatusOr<int> gpu = SelectGpuFromFlags(local_rank, visible);
+  if (!gpu.ok()) {
+    return Annotate(gpu.status(),
+                    absl::StrCat("--device=cuda, local rank ", local_rank));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
+                   CudaDevice::Create(*gpu));
+  GS_LOG(INFO) << "local rank " << local_rank << " computes on "
+               << device->name() << " (" << visible << " GPU(s) visible)";
+  return std::unique_ptr<Device>(std::move(device));
+}
+
+}  // namespace gradsync

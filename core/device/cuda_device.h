@@ -1,0 +1,188 @@
+// The CUDA backend of Device (built only with --config=cuda): cuBLAS for the
+// matrix products, the kernels of cuda_kernels.cu for the rest, everything
+// queued on one non-blocking compute stream per device.
+//
+// Memory: one arena of large cudaMalloc blocks. AllocateBytes carves
+// 256-byte-aligned, zero-filled pieces from it and asks CUDA for a new block
+// only when the current ones are full; set-up allocates, the step loop does
+// not, so no cudaMalloc (which synchronizes the device) ever lands between
+// kernels. cuBLAS's workspace comes from the arena too, so cuBLAS never
+// allocates behind our back either.
+//
+// Errors: fallible calls return absl::Status naming the CUDA/cuBLAS call and
+// the device ("cudaMalloc(1048576) on cuda:0: out of memory"). The math
+// functions of the interface return nothing, so the first error of a launch
+// or a cuBLAS call is kept and returned by the next Synchronize, CopyToHost or
+// CopyToDevice (the trainer copies the loss to the host every step, so an
+// error surfaces in the step that caused it).
+//
+// Overlap: strategies order their own streams (NCCL's, pinned staging's copy
+// streams) after the gradient computation with events recorded on stream(),
+// and make the compute stream wait for their results with WaitEvent(), so that
+// no one synchronizes the whole device.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/device/device.h"
+#include "core/base/status_macros.h"
+
+namespace gradsync {
+
+// "<call> on <device>: <CUDA's message> (<error name>)", with a status code
+// that tells out-of-memory and missing GPUs from bugs; OK for cudaSuccess.
+absl::Status CudaCallStatus(cudaError_t error, absl::string_view call,
+                            absl::string_view device);
+absl::Status CublasCallStatus(cublasStatus_t status, absl::string_view call,
+                              absl::string_view device);
+
+// Returns from the enclosing function if a CUDA or cuBLAS call fails; `device`
+// is the device's name for the message ("cuda:0").
+#define CUDA_RETURN_IF_ERROR(call, device) \
+  RETURN_IF_ERROR(::gradsync::CudaCallStatus((call), #call, (device)))
+#define CUBLAS_RETURN_IF_ERROR(call, device) \
+  RETURN_IF_ERROR(::gradsync::CublasCallStatus((call), #call, (device)))
+
+// A CUDA event owned by its creator, created once at set-up and recorded every
+// step (creating events is cheap but not free, and not for the step loop).
+class CudaEvent {
+ public:
+  // Timing events cost more to record; strategies that only order streams
+  // leave timing off.
+  static absl::StatusOr<CudaEvent> Create(const std::string& device_name,
+                                          bool timing = false);
+  CudaEvent() = default;
+  CudaEvent(CudaEvent&& other) noexcept;
+  CudaEvent& operator=(CudaEvent&& other) noexcept;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  ~CudaEvent();
+
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  explicit CudaEvent(cudaEvent_t event) : event_(event) {}
+  cudaEvent_t event_ = nullptr;
+};
+
+class CudaDevice : public Device {
+ public:
+  // Opens GPU `gpu_index` (an index among the visible GPUs): makes it current
+  // on the calling thread, creates the compute stream, the cuBLAS handle and
+  // the first arena block.
+  static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(int gpu_index);
+  ~CudaDevice() override;
+
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  DeviceType type() const override { return DeviceType::kCuda; }
+  std::string name() const override { return name_; }
+
+  absl::StatusOr<void*> AllocateBytes(size_t bytes) override;
+  // Queued on the compute stream. A pageable `src` may be reused on return
+  // (CUDA stages pageable memory before the call returns); a pinned `src`
+  // (cudaHostAlloc) is read later and must stay unchanged until the stream
+  // has passed the copy (record an event after it).
+  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override;
+  // Queued on the compute stream after all earlier work, then waits for that
+  // stream only: complete on return.
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override;
+  void CopyOnDevice(float* dst, const float* src, int64_t count) override;
+  // Waits for the compute stream; returns the first error kept since the last
+  // call (see the file comment) or the stream's own.
+  absl::Status Synchronize() override;
+
+  void Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
+            float alpha, const float* a, const float* b, float beta,
+            float* c) override;
+  void AddRowBias(float* y, const float* bias, int rows, int cols) override;
+  void SumRows(const float* x, float* out, int rows, int cols) override;
+  void ReluForward(float* x, int64_t count) override;
+  void ReluBackward(const float* y, float* dy, int64_t count) override;
+  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int rows,
+                           int classes, float* dlogits, float* loss) override;
+  void Scale(float* x, int64_t count, float alpha) override;
+  void Fill(float* x, int64_t count, float value) override;
+  void SgdUpdate(float* params, const float* grads, float* velocity,
+                 int64_t count, float lr, float momentum,
+                 float weight_decay) override;
+  void AdamUpdate(float* params, const float* grads, float* m, float* v,
+                  int64_t count, float lr, const AdamState& state,
+                  float weight_decay) override;
+
+  // --- For strategies and benchmarks ----------------------------------------
+  int gpu_index() const { return gpu_index_; }
+  // Every kernel, cuBLAS call and copy of this device runs on this stream, in
+  // the order it was queued. Non-blocking: it never waits for the legacy
+  // default stream, so work on it must be ordered with events, not by
+  // cudaStreamLegacy.
+  cudaStream_t stream() const { return stream_; }
+  // Records `event` on the compute stream: it completes when all work queued
+  // so far has (for example, a bucket's gradients).
+  absl::Status RecordEvent(cudaEvent_t event);
+  // Makes the compute stream wait (on the GPU, not the host) for `event`,
+  // recorded on another stream (an all-reduce, a host-to-device copy); work
+  // queued afterwards (the optimizer step) sees that stream's results.
+  absl::Status WaitEvent(cudaEvent_t event);
+  // Makes this device's GPU current on the calling thread (a strategy's
+  // communication thread, before it touches events or streams of this GPU).
+  absl::Status MakeCurrent() const;
+
+  // Bytes handed out by AllocateBytes, and bytes reserved from CUDA.
+  size_t allocated_bytes() const;
+  size_t reserved_bytes() const;
+  const cudaDeviceProp& properties() const { return properties_; }
+
+ private:
+  struct Block {
+    char* base = nullptr;
+    size_t size = 0;
+    size_t used = 0;
+  };
+
+  CudaDevice(int gpu_index, const cudaDeviceProp& properties);
+  absl::Status Initialize();
+  // A new arena block of at least `bytes`, zero-filled. Requires mu_.
+  absl::Status AddBlock(size_t bytes);
+  // Keeps the first error of a void math call for Synchronize to return.
+  void Record(const absl::Status& status);
+  void CheckLaunch(cudaError_t error, const char* kernel);
+  absl::Status TakeError();
+
+  const int gpu_index_;
+  const cudaDeviceProp properties_;
+  const std::string name_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  double* loss_partials_ = nullptr;  // cuda_kernels::kMaxLossPartials doubles
+
+  mutable std::mutex mu_;  // guards the arena and the kept error
+  std::vector<Block> blocks_;
+  size_t allocated_bytes_ = 0;
+  size_t reserved_bytes_ = 0;
+  absl::Status error_;
+};
+
+// The device as a CudaDevice, or null when it is another backend; strategies
+// use it to reach the compute stream.
+CudaDevice* AsCudaDevice(Device& device);
+
+// Opens the GPU for local rank `options.gpu_index`: the flag --gpus maps local
+// ranks to GPUs, else local rank modulo the visible GPUs (gpu_selection.h).
+// Called by CreateDevice (device.cc) in CUDA builds.
+absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(
+    const DeviceOptions& options);
+
+}  // namespace gradsync

@@ -1,0 +1,57 @@
+// Device creation by type, and parsing of --device.
+#include "core/device/device.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "core/device/cpu_device.h"
+
+namespace gradsync {
+
+#ifdef GRADSYNC_CUDA
+// Defined by the CUDA backend (core/cuda_device.cc), which is compiled and
+// linked only under --config=cuda; that build also defines GRADSYNC_CUDA for
+// this file. Declared here rather than in a header so that the CPU-only build
+// needs no CUDA file at all.
+absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(
+    const DeviceOptions& options);
+#endif
+
+absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
+    const DeviceOptions& options) {
+  switch (options.type) {
+    case DeviceType::kCpu:
+      if (options.cpu_threads < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("CPU thread count ", options.cpu_threads,
+                         " must be >= 0 (0 = the BLAS library's default)"));
+      }
+      return std::unique_ptr<Device>(
+          std::make_unique<CpuDevice>(options.cpu_threads));
+    case DeviceType::kCuda:
+#ifdef GRADSYNC_CUDA
+      if (options.gpu_index < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("GPU index ", options.gpu_index, " must be >= 0"));
+      }
+      return CreateCudaDevice(options);
+#else
+      return absl::UnimplementedError(
+          "--device=cuda: this build has no CUDA; rebuild with --config=cuda");
+#endif
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown device type ", static_cast<int>(options.type)));
+}
+
+absl::StatusOr<DeviceType> ParseDeviceType(const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "cpu") return DeviceType::kCpu;
+  if (lower == "cuda") return DeviceType::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --device=", name, "; choose cpu or cuda"));
+}
+
+}  // namespace gradsync

@@ -1,0 +1,366 @@
+#include "core/launch/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/base/logging.h"
+
+extern char** environ;
+
+namespace gradsync {
+namespace {
+
+constexpr size_t kOutputTail = 256 << 10;
+// The event loop's tick: how often we look for exited children and deadlines
+// when no output arrives.
+constexpr int kPollMillis = 50;
+
+// The signal handler only writes to this pipe; the loop does the rest.
+int g_signal_pipe[2] = {-1, -1};
+volatile sig_atomic_t g_signal_seen = 0;
+
+void OnSignal(int signo) {
+  g_signal_seen = signo;
+  const char byte = 1;
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);
+}
+
+struct Child {
+  pid_t pid = -1;
+  int out_fd = -1;  // read end of its stdout+stderr pipe
+  FILE* log = nullptr;
+  bool running = true;
+  std::string partial_line;  // output after the last newline
+  ProcessResult result;
+};
+
+void AppendTail(std::string& tail, const char* data, size_t n) {
+  tail.append(data, n);
+  if (tail.size() > kOutputTail) tail.erase(0, tail.size() - kOutputTail);
+}
+
+// Builds the child's environment before fork: the child may only call
+// async-signal-safe functions, so nothing is allocated after fork.
+std::vector<std::string> MergedEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& extra) {
+  std::map<std::string, std::string> vars;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq == nullptr) continue;
+    vars[std::string(*e, eq - *e)] = eq + 1;
+  }
+  for (const auto& kv : extra) vars[kv.first] = kv.second;
+  std::vector<std::string> out;
+  for (const auto& kv : vars) out.push_back(kv.first + "=" + kv.second);
+  return out;
+}
+
+void EchoLines(Child& child, const char* data, size_t n, bool echo) {
+  if (!echo) return;
+  child.partial_line.append(data, n);
+  size_t start = 0;
+  for (size_t nl; (nl = child.partial_line.find('\n', start)) != std::string::npos;
+       start = nl + 1) {
+    std::string line = absl::StrCat("[", child.result.name, "] ",
+                                    absl::string_view(child.partial_line).substr(
+                                        start, nl + 1 - start));
+    fwrite(line.data(), 1, line.size(), stdout);
+  }
+  child.partial_line.erase(0, start);
+  fflush(stdout);
+}
+
+void DrainOutput(Child& child, bool echo) {
+  char buffer[65536];
+  while (child.out_fd >= 0) {
+    ssize_t n = read(child.out_fd, buffer, sizeof(buffer));
+    if (n > 0) {
+      AppendTail(child.result.output, buffer, n);
+      if (child.log != nullptr) fwrite(buffer, 1, n, child.log);
+      EchoLines(child, buffer, n, echo);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    // EOF or error: the child closed its end.
+    close(child.out_fd);
+    child.out_fd = -1;
+    if (!child.partial_line.empty()) EchoLines(child, "\n", 1, echo);
+  }
+}
+
+void SignalAll(std::vector<Child>& children, int signo) {
+  for (Child& child : children) {
+    // Each child leads its own process group, so its own children get it too.
+    if (child.running) kill(-child.pid, signo);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<LaunchResult> RunProcessGroup(
+    const std::vector<ProcessSpec>& specs, const LaunchOptions& options) {
+  if (specs.empty()) return absl::InvalidArgumentError("no processes to launch");
+  for (const ProcessSpec& spec : specs) {
+    if (spec.argv.empty() || access(spec.argv[0].c_str(), X_OK) != 0) {
+      return absl::NotFoundError(absl::StrCat(
+          "cannot launch ", spec.name, ": '",
+          spec.argv.empty() ? "" : spec.argv[0], "' is not an executable file"));
+    }
+  }
+  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  g_signal_seen = 0;
+  struct sigaction action = {}, old_int = {}, old_term = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, &old_int);
+  sigaction(SIGTERM, &action, &old_term);
+
+  std::vector<Child> children(specs.size());
+  absl::Status start_status;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const ProcessSpec& spec = specs[i];
+    Child& child = children[i];
+    child.result.name = spec.name;
+    if (!spec.log_path.empty()) {
+      child.log = fopen(spec.log_path.c_str(), "w");
+      if (child.log == nullptr) {
+        start_status = absl::PermissionDeniedError(absl::StrCat(
+            "cannot write log file ", spec.log_path, ": ", std::strerror(errno)));
+        children.resize(i);
+        break;
+      }
+    }
+    std::vector<std::string> env = MergedEnvironment(spec.env);
+    std::vector<char*> envp, argv;
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> args = spec.argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      start_status = absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+      children.resize(i);
+      break;
+    }
+    // The child starts with our SIGINT/SIGTERM handler until it resets it: a
+    // SIGTERM sent in between (another process failed at once) would only
+    // poke our pipe and be lost. Blocked across fork, it waits, and is
+    // delivered to the child once the default action is back.
+    sigset_t stop_signals, old_mask;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
+    const pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+      // Child: async-signal-safe calls only.
+      setpgid(0, 0);
+      // Never outlive the launcher.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+      dup2(fds[1], STDOUT_FILENO);
+      dup2(fds[1], STDERR_FILENO);
+      execve(argv[0], argv.data(), envp.data());
+      _exit(127);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    close(fds[1]);
+    if (pid < 0) {
+      close(fds[0]);
+      start_status = absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+      children.resize(i);
+      break;
+    }
+    setpgid(pid, pid);  // also from the parent, so kill(-pid) works at once
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    child.pid = pid;
+    child.out_fd = fds[0];
+  }
+
+  LaunchResult result;
+  const absl::Time deadline = options.deadline == absl::InfiniteDuration()
+                                  ? absl::InfiniteFuture()
+                                  : absl::Now() + options.deadline;
+  absl::Time kill_at = absl::InfiniteFuture();  // SIGKILL after the grace period
+  bool stopping = false;
+  auto stop_all = [&](int exit_code, std::string why) {
+    if (stopping) return;
+    stopping = true;
+    result.exit_code = exit_code;
+    result.failure = std::move(why);
+    for (Child& child : children) {
+      if (child.running) child.result.stopped_by_launcher = true;
+    }
+    SignalAll(children, SIGTERM);
+    kill_at = absl::Now() + options.grace;
+  };
+  if (!start_status.ok()) stop_all(1, std::string(start_status.message()));
+  if (start_status.ok() && options.on_started) {
+    std::vector<pid_t> pids;
+    for (const Child& child : children) pids.push_back(child.pid);
+    options.on_started(pids);
+  }
+
+  size_t running = children.size();
+  while (running > 0 || std::any_of(children.begin(), children.end(),
+                                    [](const Child& c) { return c.out_fd >= 0; })) {
+    std::vector<pollfd> fds;
+    std::vector<Child*> owners;
+    for (Child& child : children) {
+      if (child.out_fd >= 0) {
+        fds.push_back({child.out_fd, POLLIN, 0});
+        owners.push_back(&child);
+      }
+    }
+    fds.push_back({g_signal_pipe[0], POLLIN, 0});
+    poll(fds.data(), fds.size(), kPollMillis);
+    for (size_t i = 0; i < owners.size(); ++i) {
+      if (fds[i].revents != 0) DrainOutput(*owners[i], options.echo);
+    }
+    if (fds.back().revents != 0) {
+      char drain[64];
+      while (read(g_signal_pipe[0], drain, sizeof(drain)) > 0) {
+      }
+      const int signo = g_signal_seen;
+      stop_all(128 + signo, absl::StrCat("launcher received signal ", signo,
+                                         "; stopping every process"));
+    }
+    // Reap whoever has exited.
+    for (Child& child : children) {
+      if (!child.running) continue;
+      int status = 0;
+      pid_t r = waitpid(child.pid, &status, WNOHANG);
+      if (r != child.pid) continue;
+      child.running = false;
+      child.result.ended = absl::Now();
+      --running;
+      if (WIFEXITED(status)) {
+        child.result.exit_code = WEXITSTATUS(status);
+      } else if (WIFSIGNALED(status)) {
+        child.result.term_signal = WTERMSIG(status);
+        child.result.exit_code = 128 + WTERMSIG(status);
+      }
+      if (child.result.exit_code != 0 && !child.result.stopped_by_launcher &&
+          result.failure.empty()) {
+        const std::string why =
+            child.result.term_signal != 0
+                ? absl::StrCat(child.result.name, " was killed by signal ",
+                               child.result.term_signal)
+                : absl::StrCat(child.result.name, " exited with code ",
+                               child.result.exit_code);
+        if (!options.stop_on_failure) {
+          result.exit_code = child.result.exit_code;
+          result.failure = why;
+          continue;
+        }
+        stop_all(child.result.exit_code, why);
+      }
+    }
+    const absl::Time now = absl::Now();
+    if (running > 0 && now >= deadline && !stopping) {
+      std::vector<std::string> still;
+      for (const Child& child : children) {
+        if (child.running) still.push_back(child.result.name);
+      }
+      stop_all(124, absl::StrCat("job deadline of ",
+                                 absl::FormatDuration(options.deadline),
+                                 " passed with ", absl::StrJoin(still, ", "),
+                                 " still running"));
+    }
+    if (running > 0 && now >= kill_at) {
+      SignalAll(children, SIGKILL);
+      kill_at = absl::InfiniteFuture();
+    }
+  }
+
+  for (Child& child : children) {
+    if (child.log != nullptr) fclose(child.log);
+    result.processes.push_back(std::move(child.result));
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  close(g_signal_pipe[0]);
+  close(g_signal_pipe[1]);
+  g_signal_pipe[0] = g_signal_pipe[1] = -1;
+  if (!start_status.ok() && result.processes.empty()) return start_status;
+  return result;
+}
+
+namespace {
+
+// Whether `port` (0: any) can be bound on 127.0.0.1 now; the bound port.
+int TryBind(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  socklen_t len = sizeof(addr);
+  const bool ok =
+      bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  close(fd);
+  return ok ? ntohs(addr.sin_port) : -1;
+}
+
+// Where the kernel's range of ephemeral ports starts.
+int FirstEphemeralPort() {
+  FILE* file = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  int low = 32768, high = 60999;
+  if (file != nullptr) {
+    if (std::fscanf(file, "%d %d", &low, &high) != 2) low = 32768;
+    std::fclose(file);
+  }
+  return low;
+}
+
+}  // namespace
+
+absl::StatusOr<int> PickFreePort() {
+  // The port is free now, but it is bound only later, by another process.
+  // A port from the ephemeral range may meanwhile be taken by any outgoing
+  // connection on the machine (tests run beside each other), so pick below
+  // that range, where only explicit binds compete.
+  const int low = FirstEphemeralPort();
+  constexpr int kFirst = 10000;
+  if (low - kFirst >= 1000) {
+    std::random_device random;
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      const int port = kFirst + static_cast<int>(random() % (low - kFirst));
+      if (TryBind(port) == port) return port;
+    }
+  }
+  const int port = TryBind(0);
+  if (port <= 0) {
+    return absl::InternalError(
+        absl::StrCat("picking a free port: ", std::strerror(errno)));
+  }
+  return port;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,149 @@
+// The launcher with ordinary shell processes: exit codes, first failure
+// stopping the rest, deadlines, logs and output prefixes.
+#include "core/launch/launcher.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gradsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+ProcessSpec Shell(const std::string& name, const std::string& script) {
+  ProcessSpec spec;
+  spec.name = name;
+  spec.argv = {"/bin/sh", "-c", script};
+  return spec;
+}
+
+LaunchOptions Quiet() {
+  LaunchOptions options;
+  options.echo = false;
+  options.grace = absl::Seconds(2);
+  return options;
+}
+
+TEST(LauncherTest, AllSucceedGivesZeroAndKeepsOutputAndEnvironment) {
+  std::vector<ProcessSpec> specs = {Shell("worker 0", "echo hello $RANK"),
+                                    Shell("worker 1", "echo hello $RANK")};
+  specs[0].env = {{"RANK", "0"}};
+  specs[1].env = {{"RANK", "1"}};
+  specs[1].log_path = std::string(getenv("TEST_TMPDIR")) + "/worker1.log";
+  auto result = RunProcessGroup(specs, Quiet());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 0);
+  EXPECT_TRUE(result->failure.empty());
+  ASSERT_EQ(result->processes.size(), 2u);
+  EXPECT_EQ(result->processes[0].output, "hello 0\n");
+  EXPECT_EQ(result->processes[1].output, "hello 1\n");
+  std::ifstream log(specs[1].log_path);
+  std::stringstream text;
+  text << log.rdbuf();
+  EXPECT_EQ(text.str(), "hello 1\n");
+}
+
+TEST(LauncherTest, FirstFailureStopsTheOthersAndSetsTheExitCode) {
+  // worker 1 would run for ten minutes; worker 0's failure must end it.
+  std::vector<ProcessSpec> specs = {Shell("worker 0", "exit 7"),
+                                    Shell("worker 1", "exec sleep 600")};
+  const absl::Time start = absl::Now();
+  auto result = RunProcessGroup(specs, Quiet());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 7);
+  EXPECT_EQ(result->failure, "worker 0 exited with code 7");
+  EXPECT_TRUE(result->processes[1].stopped_by_launcher);
+  EXPECT_EQ(result->processes[1].term_signal, SIGTERM);
+  // Not a speed assertion: only that the sleeper did not run to its end.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(300));
+}
+
+TEST(LauncherTest, WithoutStopOnFailureTheOthersRunToTheirEnd) {
+  std::vector<ProcessSpec> specs = {Shell("worker 0", "exit 5"),
+                                    Shell("worker 1", "sleep 1; echo survived")};
+  // worker 1 outlives worker 0's failure; the default would SIGTERM it.
+  LaunchOptions options = Quiet();
+  options.stop_on_failure = false;
+  auto result = RunProcessGroup(specs, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 5);
+  EXPECT_EQ(result->failure, "worker 0 exited with code 5");
+  EXPECT_FALSE(result->processes[1].stopped_by_launcher);
+  EXPECT_EQ(result->processes[1].output, "survived\n");
+}
+
+TEST(LauncherTest, ProcessIgnoringSigtermIsKilledAfterGrace) {
+  // worker 0 fails only once server 0 ignores SIGTERM: a SIGTERM that came
+  // earlier would (rightly) end it.
+  const std::string ready = std::string(getenv("TEST_TMPDIR")) + "/trap-set";
+  std::vector<ProcessSpec> specs = {
+      Shell("server 0", "trap '' TERM; touch " + ready +
+                            "; while :; do sleep 1; done"),
+      Shell("worker 0",
+            "until [ -e " + ready + " ]; do sleep 0.01; done; exit 2")};
+  auto result = RunProcessGroup(specs, Quiet());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 2);
+  EXPECT_EQ(result->processes[0].term_signal, SIGKILL);
+}
+
+TEST(LauncherTest, OnStartedGivesPidsInSpecOrderAndEndsAreTimed) {
+  std::vector<ProcessSpec> specs = {Shell("worker 0", "echo $$"),
+                                    Shell("worker 1", "echo $$")};
+  std::vector<pid_t> pids;
+  LaunchOptions options = Quiet();
+  options.on_started = [&](const std::vector<pid_t>& started) { pids = started; };
+  const absl::Time start = absl::Now();
+  auto result = RunProcessGroup(specs, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(pids.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(result->processes[i].output, absl::StrCat(pids[i], "\n"));
+    EXPECT_GE(result->processes[i].ended, start);
+    EXPECT_LE(result->processes[i].ended, absl::Now());
+  }
+}
+
+TEST(LauncherTest, KilledBySignalIsReported) {
+  std::vector<ProcessSpec> specs = {Shell("worker 0", "kill -9 $$")};
+  auto result = RunProcessGroup(specs, Quiet());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 128 + 9);
+  EXPECT_THAT(result->failure, HasSubstr("worker 0 was killed by signal 9"));
+}
+
+TEST(LauncherTest, DeadlineStopsEveryoneAndNamesWhoWasRunning) {
+  std::vector<ProcessSpec> specs = {Shell("worker 0", "exec sleep 600"),
+                                    Shell("worker 1", "true")};
+  LaunchOptions options = Quiet();
+  options.deadline = absl::Seconds(1);
+  auto result = RunProcessGroup(specs, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 124);
+  EXPECT_THAT(result->failure, HasSubstr("worker 0 still running"));
+  EXPECT_THAT(result->failure, ::testing::Not(HasSubstr("worker 1")));
+}
+
+TEST(LauncherTest, MissingExecutableIsAnErrorBeforeAnythingStarts) {
+  ProcessSpec spec;
+  spec.name = "worker 0";
+  spec.argv = {"/nonexistent/gradsync"};
+  auto result = RunProcessGroup({spec}, Quiet());
+  ASSERT_FALSE(result.ok());
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("/nonexistent/gradsync"));
+}
+
+TEST(LauncherTest, PickFreePortGivesAUsablePort) {
+  auto port = PickFreePort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  EXPECT_GT(*port, 0);
+  EXPECT_LT(*port, 65536);
+}
+
+}  // namespace
+}  // namespace gradsync

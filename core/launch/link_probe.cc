@@ -1,0 +1,331 @@
+// The link probe (see link_probe.h). The client and the server are two
+// threads of this process; each first moves itself into its network
+// namespace (setns changes only the calling thread's namespace), so no
+// helper process or port forwarding is needed.
+#include "core/launch/link_probe.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/base/status_macros.h"
+
+namespace gradsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What the client asks for; the server answers each request in kind.
+enum Mode : int32_t {
+  kForward = 0,  // client sends `bytes`, server replies 1 byte
+  kReverse = 1,  // server sends `bytes` (client replies nothing)
+  kDuplex = 2,   // both send `bytes` at once
+  kQuit = 3,
+};
+
+struct Request {
+  int64_t bytes;
+  int32_t mode;
+  int32_t padding;
+};
+
+absl::Status EnterNamespace(const std::string& name) {
+  if (name.empty()) return absl::OkStatus();
+  const std::string path = absl::StrCat("/var/run/netns/", name);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("opening ", path, ": ", std::strerror(errno)));
+  }
+  const int rc = setns(fd, CLONE_NEWNET);
+  const int saved = errno;
+  close(fd);
+  if (rc != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("entering network namespace ", name, ": ", std::strerror(saved)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(int fd, const char* data, int64_t n) {
+  while (n > 0) {
+    const ssize_t w = send(fd, data, static_cast<size_t>(std::min<int64_t>(n, 1 << 30)),
+                           MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return absl::UnavailableError(absl::StrCat("send: ", std::strerror(errno)));
+    }
+    data += w;
+    n -= w;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadAll(int fd, char* data, int64_t n) {
+  while (n > 0) {
+    const ssize_t r = recv(fd, data, static_cast<size_t>(std::min<int64_t>(n, 1 << 30)), 0);
+    if (r == 0) return absl::UnavailableError("peer closed the connection");
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return absl::UnavailableError(absl::StrCat("recv: ", std::strerror(errno)));
+    }
+    data += r;
+    n -= r;
+  }
+  return absl::OkStatus();
+}
+
+// Sends and receives `bytes` at once on `fd` (the sending half on a thread).
+absl::Status Duplex(int fd, std::vector<char>& out, std::vector<char>& in, int64_t bytes) {
+  absl::Status sent;
+  std::thread sender([&] { sent = WriteAll(fd, out.data(), bytes); });
+  const absl::Status received = ReadAll(fd, in.data(), bytes);
+  sender.join();
+  RETURN_IF_ERROR(sent);
+  return received;
+}
+
+// No Nagle (1-byte messages go at once), and no wait without a deadline: a
+// peer that never comes makes accept/recv fail after kTimeout.
+constexpr int kTimeoutSeconds = 60;
+
+void SetTimeouts(int fd) {
+  timeval timeout{kTimeoutSeconds, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+}
+
+void SetNoDelay(int fd) {
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  SetTimeouts(fd);
+}
+
+absl::Status Serve(int listener, int64_t max_bytes) {
+  const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("accept: ", std::strerror(errno)));
+  SetNoDelay(fd);
+  std::vector<char> out(max_bytes, 'x'), in(max_bytes);
+  absl::Status status;
+  while (status.ok()) {
+    Request request{};
+    status = ReadAll(fd, reinterpret_cast<char*>(&request), sizeof(request));
+    if (!status.ok() || request.mode == kQuit) break;
+    if (request.bytes < 1 || request.bytes > max_bytes) {
+      status = absl::InvalidArgumentError("bad probe request");
+      break;
+    }
+    const char ack = 'a';
+    switch (request.mode) {
+      case kForward:
+        status = ReadAll(fd, in.data(), request.bytes);
+        if (status.ok()) status = WriteAll(fd, &ack, 1);
+        break;
+      case kReverse:
+        status = WriteAll(fd, out.data(), request.bytes);
+        break;
+      case kDuplex:
+        status = Duplex(fd, out, in, request.bytes);
+        break;
+      default:
+        status = absl::InvalidArgumentError("bad probe mode");
+    }
+  }
+  close(fd);
+  return status;
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// Least squares y = a + b·x; returns {a, b}.
+std::pair<double, double> Fit(const std::vector<double>& x, const std::vector<double>& y) {
+  const double n = static_cast<double>(x.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sx += x[i], sy += y[i], sxx += x[i] * x[i], sxy += x[i] * y[i];
+  }
+  const double b = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+  return {(sy - b * sx) / n, b};
+}
+
+class Client {
+ public:
+  explicit Client(int fd) : fd_(fd) { SetNoDelay(fd_); }
+  ~Client() { close(fd_); }
+
+  // Milliseconds from the request until the exchange is complete here.
+  absl::StatusOr<double> Exchange(Mode mode, int64_t bytes) {
+    if (static_cast<int64_t>(out_.size()) < bytes) out_.assign(bytes, 'y'), in_.resize(bytes);
+    const Request request{bytes, mode, 0};
+    const Clock::time_point start = Clock::now();
+    RETURN_IF_ERROR(WriteAll(fd_, reinterpret_cast<const char*>(&request), sizeof(request)));
+    char ack = 0;
+    switch (mode) {
+      case kForward:
+        RETURN_IF_ERROR(WriteAll(fd_, out_.data(), bytes));
+        RETURN_IF_ERROR(ReadAll(fd_, &ack, 1));
+        break;
+      case kReverse:
+        RETURN_IF_ERROR(ReadAll(fd_, in_.data(), bytes));
+        break;
+      case kDuplex:
+        RETURN_IF_ERROR(Duplex(fd_, out_, in_, bytes));
+        break;
+      default:
+        return absl::InvalidArgumentError("bad mode");
+    }
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  }
+
+  void Quit() {
+    const Request request{0, kQuit, 0};
+    (void)WriteAll(fd_, reinterpret_cast<const char*>(&request), sizeof(request));
+  }
+
+ private:
+  int fd_;
+  std::vector<char> out_, in_;
+};
+
+absl::StatusOr<LinkProbeResult> Measure(Client& client, const LinkProbeOptions& options) {
+  LinkProbeResult result;
+  std::vector<double> round_trips;
+  for (int i = 0; i < options.small_round_trips; ++i) {
+    ASSIGN_OR_RETURN(double ms, client.Exchange(kForward, 1));
+    round_trips.push_back(ms);
+  }
+  result.round_trip_us = 1000 * Median(round_trips);
+  result.alpha_us = result.round_trip_us / 2;
+  std::vector<double> x, forward, reverse;
+  for (int64_t bytes : options.sizes) {
+    std::vector<double> f, r;
+    for (int i = 0; i < options.repeats; ++i) {
+      ASSIGN_OR_RETURN(double ms, client.Exchange(kForward, bytes));
+      f.push_back(ms);
+      ASSIGN_OR_RETURN(ms, client.Exchange(kReverse, bytes));
+      r.push_back(ms);
+    }
+    LinkProbeSample sample{bytes, Median(f), Median(r)};
+    result.samples.push_back(sample);
+    x.push_back(static_cast<double>(bytes));
+    forward.push_back(sample.forward_ms / 1000);
+    reverse.push_back(sample.reverse_ms / 1000);
+  }
+  if (x.size() >= 2) {
+    const auto [a, b] = Fit(x, forward);
+    result.intercept_ms = 1000 * a;
+    result.bandwidth_bytes_per_s = 1 / b;
+    result.reverse_bandwidth_bytes_per_s = 1 / Fit(x, reverse).second;
+  }
+  const int64_t largest = *std::max_element(options.sizes.begin(), options.sizes.end());
+  std::vector<double> duplex;
+  for (int i = 0; i < options.repeats; ++i) {
+    ASSIGN_OR_RETURN(double ms, client.Exchange(kDuplex, largest));
+    duplex.push_back(ms);
+  }
+  result.duplex_bytes_per_s = largest / (Median(duplex) / 1000);
+  return result;
+}
+
+}  // namespace
+
+std::string LinkProbeResult::ToJson() const {
+  std::vector<std::string> rows;
+  for (const LinkProbeSample& s : samples) {
+    rows.push_back(absl::StrFormat(R"({"bytes": %d, "forward_ms": %.4f, "reverse_ms": %.4f})",
+                                   s.bytes, s.forward_ms, s.reverse_ms));
+  }
+  return absl::StrFormat(
+      R"({"round_trip_us": %.2f, "alpha_us": %.2f, "bandwidth_bytes_per_s": %.6g, )"
+      R"("reverse_bandwidth_bytes_per_s": %.6g, "intercept_ms": %.4f, )"
+      R"("duplex_bytes_per_s": %.6g, "samples": [%s]})",
+      round_trip_us, alpha_us, bandwidth_bytes_per_s, reverse_bandwidth_bytes_per_s,
+      intercept_ms, duplex_bytes_per_s, absl::StrJoin(rows, ", "));
+}
+
+absl::StatusOr<LinkProbeResult> ProbeLink(const LinkProbeOptions& options) {
+  if (options.sizes.empty() || options.repeats < 1 || options.small_round_trips < 1) {
+    return absl::InvalidArgumentError("link probe: need sizes, repeats and round trips");
+  }
+  const int64_t largest = *std::max_element(options.sizes.begin(), options.sizes.end());
+  std::promise<absl::StatusOr<int>> port_promise;
+  std::future<absl::StatusOr<int>> port_future = port_promise.get_future();
+  absl::Status server_status;
+  std::thread server([&] {
+    int listener = -1;
+    auto fail = [&](absl::Status status) {
+      if (listener >= 0) close(listener);
+      port_promise.set_value(status);
+    };
+    if (absl::Status s = EnterNamespace(options.server_namespace); !s.ok()) return fail(s);
+    listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    if (inet_pton(AF_INET, options.server_address.c_str(), &addr.sin_addr) != 1) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("link probe: '", options.server_address, "' is not an IPv4 address")));
+    }
+    socklen_t len = sizeof(addr);
+    if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        listen(listener, 1) != 0 ||
+        getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return fail(absl::UnavailableError(absl::StrCat(
+          "link probe: listening on ", options.server_address, ": ", std::strerror(errno))));
+    }
+    SetTimeouts(listener);
+    port_promise.set_value(static_cast<int>(ntohs(addr.sin_port)));
+    server_status = Serve(listener, largest);
+    close(listener);
+  });
+
+  absl::StatusOr<LinkProbeResult> result = absl::UnknownError("link probe did not run");
+  std::thread client_thread([&] {
+    const absl::StatusOr<int> port = port_future.get();
+    if (!port.ok()) {
+      result = port.status();
+      return;
+    }
+    if (absl::Status s = EnterNamespace(options.client_namespace); !s.ok()) {
+      result = s;  // the server's accept() gives up after its timeout
+      return;
+    }
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(*port));
+    inet_pton(AF_INET, options.server_address.c_str(), &addr.sin_addr);
+    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      result = absl::UnavailableError(absl::StrCat("link probe: connecting to ",
+                                                   options.server_address, ":", *port,
+                                                   ": ", std::strerror(errno)));
+      if (fd >= 0) close(fd);
+      return;
+    }
+    Client client(fd);
+    absl::StatusOr<LinkProbeResult> measured = Measure(client, options);
+    client.Quit();
+    result = std::move(measured);
+  });
+  client_thread.join();
+  server.join();
+  if (result.ok() && !server_status.ok()) return server_status;
+  return result;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,135 @@
+// The emulated network: spec parsing everywhere; as root, that set-up builds
+// shaped links in both directions that carry traffic, that teardown leaves no
+// namespace behind, and that another network's names are never touched.
+// Without root the root-only tests skip (tests/netem_job_test.cc covers
+// whole jobs under --netem).
+#include "core/launch/netem.h"
+
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "core/launch/link_probe.h"
+
+namespace gradsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ParseLinkSpecTest, ReadsRateAndLatency) {
+  auto spec = ParseLinkSpec("1gbit,200us");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->rate_bits_per_s, 1'000'000'000);
+  EXPECT_EQ(spec->latency, absl::Microseconds(200));
+  spec = ParseLinkSpec("2.5gbit");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->rate_bits_per_s, 2'500'000'000);
+  EXPECT_EQ(spec->latency, absl::ZeroDuration());
+  spec = ParseLinkSpec("100mbit,1ms");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->rate_bits_per_s, 100'000'000);
+  EXPECT_EQ(spec->latency, absl::Milliseconds(1));
+  spec = ParseLinkSpec("none,0");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->rate_bits_per_s, 0);
+}
+
+TEST(ParseLinkSpecTest, RejectsNonsense) {
+  for (const char* bad : {"", "fast", "1gb", "-1gbit", "1gbit,soon", "1gbit,200us,3",
+                          "1gbit,-5ms", "1000gbit"}) {
+    EXPECT_FALSE(ParseLinkSpec(bad).ok()) << bad;
+  }
+}
+
+class EmulatedNetworkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!CheckEmulationPrerequisites().ok()) {
+      GTEST_SKIP() << "needs root and iproute2: " << CheckEmulationPrerequisites().message();
+    }
+    prefix_ = absl::StrCat("gst", getpid() % 100000);
+  }
+  void TearDown() override {
+    if (!prefix_.empty()) (void)RemoveNamespaces(prefix_);
+  }
+
+  std::vector<std::string> Left() {
+    auto names = ListNamespaces(prefix_ + "-");
+    EXPECT_TRUE(names.ok()) << names.status();
+    return names.ok() ? *names : std::vector<std::string>{};
+  }
+
+  std::string prefix_;
+};
+
+TEST_F(EmulatedNetworkTest, ShapesBothEndsCarriesTrafficAndLeavesNothingBehind) {
+  EmulatedNetworkOptions options;
+  options.nodes = 3;
+  options.prefix = prefix_;
+  auto link = ParseLinkSpec("1gbit");
+  ASSERT_TRUE(link.ok());
+  options.link = *link;
+  auto network = EmulatedNetwork::Create(options);
+  ASSERT_TRUE(network.ok()) << network.status();
+  EXPECT_EQ(Left().size(), 4u);  // three nodes and the bridge
+  EXPECT_EQ((*network)->NodeAddress(2), "10.213.1.3");
+  for (int node = 0; node < 3; ++node) {
+    // The node's uplink (its eth0) and its downlink (the bridge's port).
+    auto up = RunCommand({"/usr/sbin/tc", "-n", (*network)->NodeNamespace(node), "qdisc",
+                          "show", "dev", "eth0"});
+    ASSERT_TRUE(up.ok()) << up.status();
+    EXPECT_THAT(*up, HasSubstr("tbf"));
+    EXPECT_THAT(*up, HasSubstr("rate 1Gbit"));
+    auto down = RunCommand({"/usr/sbin/tc", "-n", (*network)->BridgeNamespace(), "qdisc",
+                            "show", "dev", absl::StrCat("p", node)});
+    ASSERT_TRUE(down.ok()) << down.status();
+    EXPECT_THAT(*down, HasSubstr("rate 1Gbit"));
+  }
+  // Node 0 reaches node 2 across the bridge, both ways (small transfers: this
+  // checks connectivity, not speed).
+  LinkProbeOptions probe;
+  probe.client_namespace = (*network)->NodeNamespace(0);
+  probe.server_namespace = (*network)->NodeNamespace(2);
+  probe.server_address = (*network)->NodeAddress(2);
+  probe.small_round_trips = 5;
+  probe.repeats = 1;
+  probe.sizes = {64 << 10, 256 << 10};
+  auto result = ProbeLink(probe);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GT(result->bandwidth_bytes_per_s, 0);
+
+  ASSERT_TRUE((*network)->Destroy().ok());
+  EXPECT_THAT(Left(), ::testing::IsEmpty());
+  EXPECT_TRUE((*network)->Destroy().ok());  // idempotent
+}
+
+TEST_F(EmulatedNetworkTest, DestructorRemovesEverything) {
+  EmulatedNetworkOptions options;
+  options.nodes = 2;
+  options.prefix = prefix_;
+  {
+    auto network = EmulatedNetwork::Create(options);
+    ASSERT_TRUE(network.ok()) << network.status();
+    EXPECT_EQ(Left().size(), 3u);
+  }
+  EXPECT_THAT(Left(), ::testing::IsEmpty());
+}
+
+TEST_F(EmulatedNetworkTest, RefusesNamesThatAreTakenAndTouchesNothing) {
+  EmulatedNetworkOptions options;
+  options.nodes = 2;
+  options.prefix = prefix_;
+  ASSERT_TRUE(RunCommand({"/usr/sbin/ip", "netns", "add", prefix_ + "-n1"}).ok());
+  auto network = EmulatedNetwork::Create(options);
+  EXPECT_FALSE(network.ok());
+  EXPECT_THAT(std::string(network.status().message()), HasSubstr(prefix_ + "-n1"));
+  EXPECT_THAT(Left(), ::testing::ElementsAre(prefix_ + "-n1"));
+}
+
+}  // namespace
+}  // namespace gradsync

@@ -1,0 +1,61 @@
+#include "core/sync/gradient_sync.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/base/logging.h"
+
+namespace gradsync {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, GradientSyncFactory> factories;
+};
+
+Registry& GetRegistry() {
+  static Registry* registry = new Registry;
+  return *registry;
+}
+
+}  // namespace
+
+bool GradientSyncRegistry::Register(const std::string& name,
+                                    GradientSyncFactory factory) {
+  Registry& registry = GetRegistry();
+  std::lock_guard<std::mutex> lock(registry.mu);
+  GS_CHECK(registry.factories.emplace(name, std::move(factory)).second)
+      << "gradient sync strategy '" << name << "' registered twice";
+  return true;
+}
+
+absl::StatusOr<std::unique_ptr<GradientSync>> GradientSyncRegistry::Create(
+    const std::string& name, const SyncContext& context) {
+  GradientSyncFactory factory;
+  {
+    Registry& registry = GetRegistry();
+    std::lock_guard<std::mutex> lock(registry.mu);
+    auto it = registry.factories.find(name);
+    if (it != registry.factories.end()) factory = it->second;
+  }
+  if (!factory) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown --sync=", name, "; this build has: ",
+        absl::StrJoin(Names(), ", "),
+        (name == "nccl" ? " (nccl needs a build with --config=cuda)" : "")));
+  }
+  return factory(context);
+}
+
+std::vector<std::string> GradientSyncRegistry::Names() {
+  Registry& registry = GetRegistry();
+  std::lock_guard<std::mutex> lock(registry.mu);
+  std::vector<std::string> names;
+  for (const auto& entry : registry.factories) names.push_back(entry.first);
+  return names;
+}
+
+}  // namespace gradsync

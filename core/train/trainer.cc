@@ -1,0 +1,713 @@
+#include "core/train/trainer.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/train/checkpoint.h"
+#include "core/base/logging.h"
+#include "core/telemetry/manifest.h"
+#include "core/telemetry/metrics.h"
+#include "core/sync/param_layout.h"
+#include "core/train/sampler.h"
+#include "core/base/status_macros.h"
+#include "core/telemetry/trace.h"
+#include "zlib.h"
+
+namespace gradsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MillisSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+uint32_t Crc(const std::vector<float>& values) {
+  return crc32(0L, reinterpret_cast<const Bytef*>(values.data()),
+               values.size() * sizeof(float));
+}
+
+std::string FormatEta(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::max(0.0, seconds));
+  return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
+}
+
+class Trainer {
+ public:
+  Trainer(const TrainerOptions& options, const ProcessIdentity& identity,
+          Model& model, const DatasetPair& data, Device& device,
+          GradientSync& sync, Rendezvous* rendezvous)
+      : options_(options), id_(identity), model_(model), data_(data),
+        device_(device), sync_(sync), rendezvous_(rendezvous) {}
+  ~Trainer() {
+    // On an error path the recorder dies here; nobody may reach it after.
+    if (trace_ != nullptr && CurrentTrace() == trace_.get()) SetCurrentTrace(nullptr);
+  }
+
+  absl::StatusOr<TrainResult> Run();
+
+ private:
+  absl::Status Setup();
+  absl::Status Resume();
+  absl::Status CheckResumeAgrees();
+  absl::Status CheckParamsAgree(const std::string& when);
+  absl::Status TrainStep(const std::vector<int64_t>& indices, int64_t first,
+                         int rows, int64_t epoch);
+  absl::StatusOr<double> Evaluate(int64_t epoch);
+  // `done_in_epoch`: steps of `epoch` completed, its last one included.
+  absl::Status WriteCheckpointIfAsked(int64_t epoch, int64_t done_in_epoch);
+  absl::Status Finalize(double wall_seconds);
+  absl::Status FinishTrace();
+  absl::Status WriteLayoutJson() const;
+  // Every worker's `value`, in rank order, on worker 0; the other workers
+  // get an empty list. Without a rendezvous (one worker), just `value`.
+  absl::StatusOr<std::vector<std::string>> GatherOnWorker0(const std::string& prefix,
+                                                           const std::string& value);
+  void ShowProgress(int64_t epoch, bool final_line);
+
+  const TrainerOptions options_;
+  const ProcessIdentity id_;
+  Model& model_;
+  const DatasetPair& data_;
+  Device& device_;
+  GradientSync& sync_;
+  Rendezvous* rendezvous_;
+
+  std::unique_ptr<ParamLayout> layout_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  float lr_ = 0;
+  int max_batch_ = 0;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+  float* inputs_ = nullptr;
+  int32_t* labels_ = nullptr;
+  float* loss_ = nullptr;
+  std::vector<float> host_inputs_;
+  std::vector<int32_t> host_labels_;
+  std::vector<int> bucket_pending_;  // gradients still to come, per bucket
+  std::vector<int> bucket_size_;
+  std::unique_ptr<TraceRecorder> trace_;  // null unless --trace
+  std::optional<DistributedSampler> sampler_;
+
+  int64_t step_ = 0;
+  // Where this run started: step 0 of epoch 0, or a checkpoint's position.
+  int64_t start_step_ = 0;
+  int64_t start_epoch_ = 0;
+  int64_t start_epoch_step_ = 0;
+  int64_t last_checkpoint_step_ = -1;
+  int64_t steps_per_epoch_ = 0;
+  int64_t total_steps_ = 0;
+  double epoch_loss_sum_ = 0;
+  int64_t epoch_steps_ = 0;
+  double last_loss_ = 0;
+  RankTotals totals_;
+  Clock::time_point run_start_;
+  Clock::time_point last_progress_;
+  double last_accuracy_ = -1;
+  TrainResult result_;
+};
+
+absl::Status Trainer::Setup() {
+  if (options_.batch_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batch_size=", options_.batch_size, " must be at least 1"));
+  }
+  if (options_.epochs < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--epochs=", options_.epochs, " must be at least 1"));
+  }
+  if (model_.input_dim() != data_.train.feature_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model takes ", model_.input_dim(), " inputs but ", data_.train.name,
+        " has ", data_.train.feature_dim, " features per sample; set the first "
+        "--layers width to ", data_.train.feature_dim));
+  }
+  if (model_.num_classes() < data_.train.num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model has ", model_.num_classes(), " outputs but ",
+        data_.train.name, " has ", data_.train.num_classes,
+        " classes; set the last --layers width to ", data_.train.num_classes));
+  }
+  ASSIGN_OR_RETURN(sampler_,
+                   DistributedSampler::Create(SamplerOptions{
+                       data_.train.size, id_.world_size, id_.rank,
+                       options_.shuffle, options_.seed, options_.drop_last}));
+  steps_per_epoch_ =
+      (sampler_->num_samples() + options_.batch_size - 1) / options_.batch_size;
+  total_steps_ = steps_per_epoch_ * options_.epochs;
+  if (options_.max_steps > 0) total_steps_ = std::min(total_steps_, options_.max_steps);
+  ASSIGN_OR_RETURN(
+      ParamLayout layout,
+      ParamLayout::Create(model_.ParamSpecs(),
+                          static_cast<int64_t>(options_.bucket_mb * (1 << 20))));
+  layout_ = std::make_unique<ParamLayout>(std::move(layout));
+  const int64_t n = layout_->total_numel();
+
+  // Evaluation runs in chunks of at least 1000 rows; training in batch_size.
+  max_batch_ = std::max(options_.batch_size, 1000);
+  ASSIGN_OR_RETURN(params_, device_.Allocate<float>(n));
+  ASSIGN_OR_RETURN(grads_, device_.Allocate<float>(n));
+  ASSIGN_OR_RETURN(inputs_, device_.Allocate<float>(int64_t{max_batch_} * model_.input_dim()));
+  ASSIGN_OR_RETURN(labels_, device_.Allocate<int32_t>(max_batch_));
+  ASSIGN_OR_RETURN(loss_, device_.Allocate<float>(1));
+  host_inputs_.resize(static_cast<size_t>(max_batch_) * model_.input_dim());
+  host_labels_.resize(max_batch_);
+  RETURN_IF_ERROR(model_.Bind(device_, *layout_, params_, grads_, max_batch_));
+
+  std::vector<float> initial(n);
+  model_.InitParams(options_.seed, *layout_, initial.data());
+  RETURN_IF_ERROR(device_.CopyToDevice(params_, initial.data(), n * sizeof(float)));
+
+  ASSIGN_OR_RETURN(optimizer_, CreateOptimizer(options_.optimizer));
+  RETURN_IF_ERROR(optimizer_->Bind(device_, n));
+  ASSIGN_OR_RETURN(lr_, ScaleLearningRate(options_.optimizer.lr,
+                                          options_.lr_scaling, id_.world_size));
+
+  for (const Bucket& bucket : layout_->buckets()) {
+    bucket_size_.push_back(static_cast<int>(bucket.params.size()));
+  }
+  bucket_pending_ = bucket_size_;
+
+  if (!options_.trace_path.empty()) {
+    trace_ = std::make_unique<TraceRecorder>(id_.rank, absl::StrCat("worker ", id_.rank));
+    trace_->NameTrack(kTrackStep, "step");
+    trace_->NameTrack(kTrackCompute, "compute (forward, backward per tensor)");
+    trace_->NameTrack(kTrackCommunication, "communication");
+    // Published before the strategy's Setup so it can record its own spans.
+    SetCurrentTrace(trace_.get());
+  }
+  if (options_.resume) RETURN_IF_ERROR(Resume());
+  RETURN_IF_ERROR(CheckResumeAgrees());
+  TrainingSchedule schedule;
+  schedule.start_step = step_;
+  schedule.resume = options_.resume;
+  schedule.checkpoint_path = options_.checkpoint_path;
+  schedule.checkpoint_every = options_.checkpoint_every;
+  schedule.steps_per_epoch = steps_per_epoch_;
+  schedule.total_steps = total_steps_;
+  sync_.SetTrainingSchedule(schedule);
+  RETURN_IF_ERROR(sync_.Setup(*layout_, device_, SyncBuffers{grads_, params_}));
+  ASSIGN_OR_RETURN(metrics_, MetricsWriter::Open(options_.metrics_dir, id_.rank));
+  result_.metrics_path = metrics_->path();
+  RETURN_IF_ERROR(WriteLayoutJson());
+  if (id_.rank == 0) {
+    GS_LOG(INFO) << model_.name() << ": " << layout_->params().size()
+                 << " tensors, " << n << " parameters ("
+                 << absl::StrFormat("%.2f MiB", layout_->total_bytes() / 1048576.0)
+                 << ") in " << layout_->buckets().size() << " bucket(s); "
+                 << "--sync=" << options_.sync << ", " << id_.world_size
+                 << " worker(s), " << id_.num_servers << " server(s), batch "
+                 << options_.batch_size << " per worker, lr " << lr_;
+    GS_LOG(DEBUG) << layout_->Describe();
+  }
+  return CheckParamsAgree("at start-up");
+}
+
+// Every rank reads the same checkpoint (shared storage on a cluster) and
+// takes its parameters, optimizer state, step and sampler position. Anything
+// that would make the continuation differ from the uninterrupted run (another
+// model, seed, batch or world size) is refused rather than silently changed.
+// Nothing is written here: a damaged file stays as it is for inspection.
+absl::Status Trainer::Resume() {
+  const std::string& path = options_.checkpoint_path;
+  const std::string context = absl::StrCat("worker ", id_.rank, ": --resume");
+  absl::StatusOr<Checkpoint> read = ReadCheckpoint(path);
+  if (absl::IsNotFound(read.status())) {
+    return absl::NotFoundError(absl::StrCat(
+        context, ": no checkpoint at --checkpoint=", path,
+        "; run without --resume to start afresh"));
+  }
+  if (!read.ok()) return Annotate(read.status(), context);
+  const Checkpoint& c = *read;
+  auto mismatch = [&](const std::string& what, const auto& theirs, const auto& ours,
+                      const std::string& advice) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        context, ": checkpoint ", path, " was written with ", what, " ", theirs,
+        " but this run has ", ours, "; ", advice));
+  };
+  const int64_t n = layout_->total_numel();
+  if (c.model != model_.name()) {
+    return mismatch("model", c.model, model_.name(), "resume with the same --model and --layers");
+  }
+  if (static_cast<int64_t>(c.params.size()) != n || !c.keys.empty()) {
+    return absl::DataLossError(absl::StrCat(context, ": checkpoint ", path, " holds ",
+                                            c.params.size(), " parameters, the model has ",
+                                            n, c.keys.empty() ? "" : " (it is a server's shard)"));
+  }
+  const std::string same_data = "the data order depends on --seed, --batch_size and the number of workers";
+  if (c.seed != options_.seed) return mismatch("--seed", c.seed, options_.seed, same_data);
+  if (c.batch_size != options_.batch_size) {
+    return mismatch("--batch_size", c.batch_size, options_.batch_size, same_data);
+  }
+  if (c.world_size != id_.world_size) {
+    return mismatch("a world size of", c.world_size, absl::StrCat(id_.world_size, " workers"),
+                    same_data);
+  }
+  if (c.optimizer != options_.optimizer.kind) {
+    return mismatch("--optimizer", c.optimizer, options_.optimizer.kind,
+                    "its state does not carry over");
+  }
+  if (c.optimizer_on_servers != sync_.UpdatesParameters()) {
+    return mismatch("the optimizer on the", c.optimizer_on_servers ? "servers" : "workers",
+                    sync_.UpdatesParameters() ? "it on the servers" : "it on the workers",
+                    "resume with the same --sync and --ps_update");
+  }
+  // With the optimizer on the servers, their shards hold its state.
+  const std::vector<float*> state =
+      sync_.UpdatesParameters() ? std::vector<float*>{} : optimizer_->StateBuffers();
+  if (c.optimizer_state.size() != state.size()) {
+    return mismatch("optimizer buffers", c.optimizer_state.size(),
+                    absl::StrCat(state.size(), " buffers"),
+                    "resume with the same --optimizer and --momentum");
+  }
+  if (c.step < 0 || c.epoch < 0 || c.epoch_step < 0 || c.epoch_step >= steps_per_epoch_ ||
+      c.step != c.epoch * steps_per_epoch_ + c.epoch_step) {
+    return absl::DataLossError(absl::StrCat(
+        context, ": checkpoint ", path, "'s position (step ", c.step, ", epoch ", c.epoch,
+        ", step ", c.epoch_step, " of the epoch) does not fit ", steps_per_epoch_,
+        " steps per epoch; was it written with another data set or --drop_last?"));
+  }
+  RETURN_IF_ERROR(device_.CopyToDevice(params_, c.params.data(), n * sizeof(float)));
+  for (size_t i = 0; i < state.size(); ++i) {
+    RETURN_IF_ERROR(device_.CopyToDevice(state[i], c.optimizer_state[i].data(),
+                                         n * sizeof(float)));
+  }
+  optimizer_->set_step(c.optimizer_step);
+  step_ = start_step_ = last_checkpoint_step_ = c.step;
+  start_epoch_ = c.epoch;
+  start_epoch_step_ = c.epoch_step;
+  if (id_.rank == 0) {
+    GS_LOG(INFO) << "resuming from " << path << " at step " << c.step << " (epoch "
+                 << c.epoch + 1 << ", step " << c.epoch_step << " of " << steps_per_epoch_
+                 << " done)";
+  }
+  return absl::OkStatus();
+}
+
+// Every rank must continue from the same step, or the strategies would pair
+// different steps' gradients; the parameter CRC at start-up catches different
+// parameters, this catches the rest (a rank that read an older copy of the
+// file, or one started without --resume) with a message that says so.
+absl::Status Trainer::CheckResumeAgrees() {
+  if (rendezvous_ == nullptr || id_.world_size == 1) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::string reference,
+                   rendezvous_->Broadcast("start_step", id_.rank, /*root=*/0,
+                                          absl::StrCat(step_), options_.timeout));
+  if (reference != absl::StrCat(step_)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", id_.rank, " starts at step ", step_, " but worker 0 at step ", reference,
+        "; with --resume every worker must read the same --checkpoint (shared storage)"));
+  }
+  return absl::OkStatus();
+}
+
+// Worker 0 writes <metrics_dir>/layout.json: every tensor and every bucket in
+// the order backward hands them off, so the cost model and the plots know
+// what a step sends without re-deriving the model's shapes.
+absl::Status Trainer::WriteLayoutJson() const {
+  if (id_.rank != 0 || options_.metrics_dir.empty()) return absl::OkStatus();
+  std::vector<std::string> params, buckets;
+  for (const ParamInfo& info : layout_->params()) {
+    params.push_back(absl::StrFormat(R"({"name": "%s", "numel": %d, "bucket": %d})",
+                                     info.spec.name, info.numel, info.bucket));
+  }
+  for (const Bucket& bucket : layout_->buckets()) {
+    buckets.push_back(absl::StrFormat(R"({"index": %d, "numel": %d, "bytes": %d, "params": [%s]})",
+                                      bucket.index, bucket.numel, bucket.numel * 4,
+                                      absl::StrJoin(bucket.params, ", ")));
+  }
+  return WriteFileAtomically(
+      absl::StrCat(options_.metrics_dir, "/layout.json"),
+      absl::StrFormat("{\"model\": \"%s\", \"total_numel\": %d, \"total_bytes\": %d, "
+                      "\"bucket_mb\": %g,\n\"params\": [\n%s],\n\"buckets\": [\n%s]}\n",
+                      model_.name(), layout_->total_numel(), layout_->total_bytes(),
+                      options_.bucket_mb, absl::StrJoin(params, ",\n"),
+                      absl::StrJoin(buckets, ",\n")));
+}
+
+// Every rank publishes a CRC of its parameters and compares with worker 0's:
+// the cheapest proof that all replicas hold the same model.
+absl::Status Trainer::CheckParamsAgree(const std::string& when) {
+  if (rendezvous_ == nullptr || id_.world_size == 1) return absl::OkStatus();
+  std::vector<float> host(layout_->total_numel());
+  RETURN_IF_ERROR(device_.CopyToHost(host.data(), params_, host.size() * sizeof(float)));
+  const uint32_t crc = Crc(host);
+  ASSIGN_OR_RETURN(std::string reference,
+                   rendezvous_->Broadcast(absl::StrCat("params_crc/", when), id_.rank,
+                                          /*root=*/0, absl::StrCat(crc), options_.timeout));
+  if (reference != absl::StrCat(crc)) {
+    return absl::InternalError(absl::StrCat(
+        "worker ", id_.rank, "'s parameters ", when, " differ from worker 0's "
+        "(CRC-32 ", crc, " vs ", reference, ")",
+        when == "at start-up"
+            ? "; every worker needs the same --seed and --layers"
+            : "; the strategy did not give every rank the same update"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
+                                int64_t first, int rows, int64_t epoch) {
+  if (id_.rank == options_.fault_rank && step_ == options_.fault_step) {
+    GS_LOG(ERROR) << "fault injected at step " << step_ << ": " << options_.fault;
+    if (options_.fault == "kill") raise(SIGKILL);
+    _exit(3);
+  }
+  const Clock::time_point start = Clock::now();
+  // Timeline of this step, when asked: wall-clock microseconds (trace.h).
+  TraceRecorder* const trace =
+      trace_ != nullptr && step_ - start_step_ < options_.trace_steps ? trace_.get() : nullptr;
+  const int64_t trace_start = trace != nullptr ? TraceRecorder::NowMicros() : 0;
+  const int dim = model_.input_dim();
+  for (int i = 0; i < rows; ++i) {
+    const int64_t sample = indices[first + i];
+    std::copy_n(data_.train.row(sample), dim, host_inputs_.data() + int64_t{i} * dim);
+    host_labels_[i] = data_.train.labels[sample];
+  }
+  RETURN_IF_ERROR(device_.CopyToDevice(inputs_, host_inputs_.data(),
+                                       sizeof(float) * rows * dim));
+  RETURN_IF_ERROR(device_.CopyToDevice(labels_, host_labels_.data(),
+                                       sizeof(int32_t) * rows));
+
+  // Hand each bucket to the strategy as soon as its last gradient is final.
+  const std::vector<ParamInfo>& params = layout_->params();
+  const int64_t trace_compute_start = trace != nullptr ? TraceRecorder::NowMicros() : 0;
+  int64_t trace_last_ready = trace_compute_start;
+  std::vector<int64_t> trace_bucket_ready;
+  if (trace != nullptr) {
+    trace->Complete("data", "data", kTrackStep, trace_start, trace_compute_start - trace_start);
+    trace_bucket_ready.assign(bucket_pending_.size(), 0);
+  }
+  auto ready = [&](int param) {
+    const int bucket = params[param].bucket;
+    if (trace != nullptr) {
+      // The time since the previous gradient became final is this tensor's
+      // backward (the first one also holds the forward pass).
+      const int64_t now = TraceRecorder::NowMicros();
+      trace->Complete(params[param].spec.name, "backward", kTrackCompute,
+                      trace_last_ready, now - trace_last_ready);
+      trace_last_ready = now;
+      if (bucket_pending_[bucket] == 1) trace_bucket_ready[bucket] = now;
+    }
+    if (--bucket_pending_[bucket] == 0) sync_.BucketReady(bucket);
+  };
+  const Clock::time_point compute_start = Clock::now();
+  RETURN_IF_ERROR(model_.ForwardBackward(inputs_, labels_, rows, loss_, ready));
+  const double compute_ms = MillisSince(compute_start);
+  const int64_t trace_compute_end = trace != nullptr ? TraceRecorder::NowMicros() : 0;
+  for (size_t b = 0; b < bucket_pending_.size(); ++b) {
+    if (bucket_pending_[b] != 0) {
+      return absl::InternalError(absl::StrCat(
+          "bucket ", b, " still waits for ", bucket_pending_[b],
+          " gradient(s) after backward: the model did not report every parameter"));
+    }
+  }
+  bucket_pending_ = bucket_size_;
+
+  StepStats stats;
+  const Clock::time_point wait_start = Clock::now();
+  RETURN_IF_ERROR(Annotate(sync_.Finish(stats),
+                           absl::StrCat("worker ", id_.rank, " step ", step_)));
+  const double sync_wait_ms = MillisSince(wait_start);
+  const int64_t trace_finish_end = trace != nullptr ? TraceRecorder::NowMicros() : 0;
+  if (!sync_.UpdatesParameters()) optimizer_->Step(params_, grads_, lr_);
+  if (trace != nullptr) {
+    const int64_t now = TraceRecorder::NowMicros();
+    trace->Complete("forward+backward", "compute", kTrackCompute, trace_compute_start,
+                    trace_compute_end - trace_compute_start);
+    trace->Complete("Finish (exposed communication)", "wait", kTrackCommunication,
+                    trace_compute_end, trace_finish_end - trace_compute_end);
+    // The trainer sees when a bucket is handed off and when the whole step
+    // is synchronized; a strategy that records its own spans (trace.h) shows
+    // when each bucket really finished.
+    for (size_t b = 0; b < trace_bucket_ready.size(); ++b) {
+      const Bucket& bucket = layout_->buckets()[b];
+      trace->AsyncSpan(absl::StrFormat("bucket %d (%.2f MiB): handed off -> step synchronized",
+                                       b, bucket.numel * 4 / 1048576.0),
+                       "bucket", step_ * 100000 + static_cast<int64_t>(b),
+                       trace_bucket_ready[b], trace_finish_end);
+    }
+    trace->Complete(sync_.UpdatesParameters() ? "parameters from servers" : "optimizer",
+                    "optimizer", kTrackStep, trace_finish_end, now - trace_finish_end);
+    trace->Complete(absl::StrCat("step ", step_), "step", kTrackStep, trace_start,
+                    now - trace_start);
+  }
+  float loss = 0;
+  RETURN_IF_ERROR(device_.CopyToHost(&loss, loss_, sizeof(float)));
+  if (!std::isfinite(loss)) {
+    return absl::InternalError(absl::StrCat(
+        "loss is ", loss, " at step ", step_, " (epoch ", epoch,
+        "): training diverged; lower --lr"));
+  }
+
+  StepRecord record;
+  record.rank = id_.rank;
+  record.step = step_;
+  record.epoch = epoch;
+  record.loss = loss;
+  record.step_ms = MillisSince(start);
+  record.compute_ms = compute_ms;
+  record.sync_wait_ms = sync_wait_ms;
+  record.bytes_sent = stats.bytes_sent;
+  record.bytes_recv = stats.bytes_recv;
+  record.samples_per_s = rows / (record.step_ms / 1000.0);
+  record.extra = std::move(stats.extra);
+  metrics_->WriteStep(record);
+  totals_.Add(record, rows, step_ - start_step_ >= options_.warmup_steps);
+  epoch_loss_sum_ += loss;
+  ++epoch_steps_;
+  last_loss_ = loss;
+  ++step_;
+  if (options_.check_params_every > 0 && step_ % options_.check_params_every == 0) {
+    RETURN_IF_ERROR(CheckParamsAgree(absl::StrCat("after step ", step_)));
+  }
+  return absl::OkStatus();
+}
+
+// Every rank evaluates its shard of the test set (i, i + N, ...) and the
+// correct counts are summed through the rendezvous: N times less work per
+// rank than evaluating everything on worker 0, and no rank waits for another.
+absl::StatusOr<double> Trainer::Evaluate(int64_t epoch) {
+  const Dataset& test = data_.test;
+  const int dim = model_.input_dim();
+  const int classes = model_.num_classes();
+  std::vector<int64_t> shard;
+  for (int64_t i = id_.rank; i < test.size; i += id_.world_size) shard.push_back(i);
+  std::vector<float> logits(static_cast<size_t>(max_batch_) * classes);
+  int64_t correct = 0;
+  for (size_t first = 0; first < shard.size(); first += max_batch_) {
+    const int rows = static_cast<int>(std::min<size_t>(max_batch_, shard.size() - first));
+    for (int i = 0; i < rows; ++i) {
+      std::copy_n(test.row(shard[first + i]), dim, host_inputs_.data() + int64_t{i} * dim);
+    }
+    RETURN_IF_ERROR(device_.CopyToDevice(inputs_, host_inputs_.data(),
+                                         sizeof(float) * rows * dim));
+    const float* device_logits = nullptr;
+    RETURN_IF_ERROR(model_.Forward(inputs_, rows, &device_logits));
+    RETURN_IF_ERROR(device_.CopyToHost(logits.data(), device_logits,
+                                       sizeof(float) * rows * classes));
+    for (int i = 0; i < rows; ++i) {
+      const float* row = logits.data() + int64_t{i} * classes;
+      const int predicted = static_cast<int>(std::max_element(row, row + classes) - row);
+      if (predicted == test.labels[shard[first + i]]) ++correct;
+    }
+  }
+  if (rendezvous_ == nullptr || id_.world_size == 1) {
+    return test.size > 0 ? static_cast<double>(correct) / test.size : 0.0;
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> counts,
+                   rendezvous_->AllGather(absl::StrCat("eval/", epoch), id_.rank,
+                                          id_.world_size, absl::StrCat(correct),
+                                          options_.timeout));
+  int64_t total = 0;
+  for (int r = 0; r < id_.world_size; ++r) {
+    const std::string& value = counts[r];
+    int64_t count = 0;
+    if (!absl::SimpleAtoi(value, &count)) {
+      return absl::InternalError(absl::StrCat("worker ", r, " sent evaluation count '", value, "'"));
+    }
+    total += count;
+  }
+  return static_cast<double>(total) / test.size;
+}
+
+// Worker 0 only: every worker holds the same parameters and optimizer state
+// after a step, so one copy is the job's. A parameter server running the
+// optimizer writes its own shard at the same steps (ps/shard.h).
+absl::Status Trainer::WriteCheckpointIfAsked(int64_t epoch, int64_t done_in_epoch) {
+  if (options_.checkpoint_path.empty() || id_.rank != 0 || step_ == last_checkpoint_step_) {
+    return absl::OkStatus();
+  }
+  Checkpoint checkpoint;
+  checkpoint.model = model_.name();
+  checkpoint.step = step_;
+  // The position of the next step: an epoch that is done is (next, 0).
+  const bool epoch_done = done_in_epoch == steps_per_epoch_;
+  checkpoint.epoch = epoch_done ? epoch + 1 : epoch;
+  checkpoint.epoch_step = epoch_done ? 0 : done_in_epoch;
+  checkpoint.seed = options_.seed;
+  checkpoint.world_size = id_.world_size;
+  checkpoint.batch_size = options_.batch_size;
+  checkpoint.optimizer = options_.optimizer.kind;
+  checkpoint.optimizer_on_servers = sync_.UpdatesParameters();
+  checkpoint.optimizer_step = optimizer_->step();
+  const int64_t n = layout_->total_numel();
+  checkpoint.params.resize(n);
+  RETURN_IF_ERROR(device_.CopyToHost(checkpoint.params.data(), params_, n * sizeof(float)));
+  if (!checkpoint.optimizer_on_servers) {
+    for (float* state : optimizer_->StateBuffers()) {
+      std::vector<float> host(n);
+      RETURN_IF_ERROR(device_.CopyToHost(host.data(), state, n * sizeof(float)));
+      checkpoint.optimizer_state.push_back(std::move(host));
+    }
+  }
+  RETURN_IF_ERROR(Annotate(WriteCheckpoint(options_.checkpoint_path, checkpoint),
+                           absl::StrCat("worker 0: checkpoint of step ", step_)));
+  last_checkpoint_step_ = step_;
+  GS_LOG(DEBUG) << "checkpoint of step " << step_ << " written to " << options_.checkpoint_path;
+  return absl::OkStatus();
+}
+
+void Trainer::ShowProgress(int64_t epoch, bool final_line) {
+  if (!options_.progress || id_.rank != 0) return;
+  const Clock::time_point now = Clock::now();
+  if (!final_line && now - last_progress_ < std::chrono::seconds(2)) return;
+  last_progress_ = now;
+  const double elapsed = std::chrono::duration<double>(now - run_start_).count();
+  const int64_t done = step_ - start_step_;  // in this run
+  const double rate = done > 0 ? elapsed / done : 0;
+  const double global_samples_per_s =
+      elapsed > 0 ? done * static_cast<double>(options_.batch_size) * id_.world_size / elapsed : 0;
+  const std::string line = absl::StrFormat(
+      "step %d/%d  epoch %d/%d  loss %.4f  %.0f samples/s  ETA %s", step_,
+      total_steps_, epoch + 1, options_.epochs, last_loss_, global_samples_per_s,
+      FormatEta(rate * (total_steps_ - step_)));
+  // In a terminal the line updates in place; through the launcher's pipes it
+  // is printed every couple of seconds.
+  if (isatty(STDERR_FILENO)) {
+    fprintf(stderr, "\r%s%s", line.c_str(), final_line ? "\n" : "");
+  } else {
+    fprintf(stderr, "%s\n", line.c_str());
+  }
+  fflush(stderr);
+}
+
+// Each rank writes its own file; worker 0 then merges every rank's file into
+// --trace when it can read them (one machine or a shared file system), so one
+// Perfetto view shows the whole job.
+absl::Status Trainer::FinishTrace() {
+  if (trace_ == nullptr) return absl::OkStatus();
+  SetCurrentTrace(nullptr);
+  const std::string mine = RankTracePath(options_.trace_path, "worker", id_.rank);
+  RETURN_IF_ERROR(Annotate(trace_->WriteJson(mine), "writing the --trace timeline"));
+  if (trace_->dropped() > 0) {
+    GS_LOG(WARNING) << "trace: " << trace_->dropped()
+                    << " events dropped over the cap; lower --trace_steps";
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> files, GatherOnWorker0("trace/worker", mine));
+  if (id_.rank != 0) return absl::OkStatus();
+  const absl::Status merged = MergeTraceFiles(files, options_.trace_path);
+  if (merged.ok()) {
+    GS_LOG(INFO) << "timeline of " << files.size() << " worker(s): " << options_.trace_path
+                 << " (open in https://ui.perfetto.dev)";
+  } else {
+    // Not fatal: on a cluster without a shared file system the per-rank
+    // files are the result.
+    GS_LOG(WARNING) << "per-rank timelines written (" << mine
+                    << ", ...) but not merged: " << merged.message();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> Trainer::GatherOnWorker0(
+    const std::string& prefix, const std::string& value) {
+  if (rendezvous_ == nullptr) return std::vector<std::string>{value};
+  return rendezvous_->Gather(prefix, id_.rank, id_.world_size, /*root=*/0, value,
+                             options_.timeout);
+}
+
+absl::Status Trainer::Finalize(double wall_seconds) {
+  RETURN_IF_ERROR(Annotate(sync_.Shutdown(), absl::StrCat("worker ", id_.rank, " shutting down --sync=", options_.sync)));
+  RETURN_IF_ERROR(FinishTrace());
+  if (!options_.dump_params.empty()) {
+    std::vector<float> host(layout_->total_numel());
+    RETURN_IF_ERROR(device_.CopyToHost(host.data(), params_, host.size() * sizeof(float)));
+    RETURN_IF_ERROR(WriteFileAtomically(
+        absl::StrCat(options_.dump_params, ".worker", id_.rank),
+        std::string(reinterpret_cast<const char*>(host.data()), host.size() * sizeof(float))));
+  }
+  const std::string mine = RankSummaryJson(id_.rank, totals_, sync_.SummaryJson());
+  ASSIGN_OR_RETURN(std::vector<std::string> all, GatherOnWorker0("summary/worker", mine));
+  if (id_.rank != 0) return absl::OkStatus();
+  if (options_.metrics_dir.empty()) return absl::OkStatus();
+  const std::string summary = RunSummaryJson(
+      ManifestJson(), all, options_.sync, id_.world_size, id_.num_servers,
+      model_.name(), last_accuracy_, wall_seconds);
+  result_.summary_path = absl::StrCat(options_.metrics_dir, "/summary.json");
+  return WriteFileAtomically(result_.summary_path, summary);
+}
+
+absl::StatusOr<TrainResult> Trainer::Run() {
+  run_start_ = Clock::now();
+  RETURN_IF_ERROR(Setup());
+  const int64_t per_rank = sampler_->num_samples();
+  run_start_ = Clock::now();
+  last_progress_ = run_start_;
+
+  for (int64_t epoch = start_epoch_; epoch < options_.epochs && step_ < total_steps_; ++epoch) {
+    const Clock::time_point epoch_start = Clock::now();
+    // The same shuffle from (seed, epoch) as the run that wrote a checkpoint,
+    // minus the batches it had already consumed.
+    const std::vector<int64_t> indices = sampler_->Indices(epoch);
+    int64_t done_in_epoch = epoch == start_epoch_ ? start_epoch_step_ : 0;
+    epoch_loss_sum_ = 0;
+    epoch_steps_ = 0;
+    int64_t samples = 0;
+    for (int64_t first = done_in_epoch * options_.batch_size;
+         first < per_rank && step_ < total_steps_; first += options_.batch_size) {
+      const int rows = static_cast<int>(std::min<int64_t>(options_.batch_size, per_rank - first));
+      RETURN_IF_ERROR(TrainStep(indices, first, rows, epoch));
+      ++done_in_epoch;
+      samples += rows;
+      ShowProgress(epoch, false);
+      if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0) {
+        RETURN_IF_ERROR(WriteCheckpointIfAsked(epoch, done_in_epoch));
+      }
+    }
+    EpochRecord record;
+    record.rank = id_.rank;
+    record.epoch = epoch;
+    record.steps = epoch_steps_;
+    record.mean_loss = epoch_steps_ > 0 ? epoch_loss_sum_ / epoch_steps_ : 0;
+    record.seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
+    record.samples_per_s = record.seconds > 0 ? samples / record.seconds : 0;
+    if (options_.evaluate) {
+      ASSIGN_OR_RETURN(last_accuracy_, Evaluate(epoch));
+      record.test_accuracy = last_accuracy_;
+    }
+    metrics_->WriteEpoch(record);
+    if (id_.rank == 0) {
+      ShowProgress(epoch, true);
+      GS_LOG(INFO) << absl::StrFormat(
+          "epoch %d: mean loss %.4f, %.1f s, %.0f samples/s per worker%s", epoch + 1,
+          record.mean_loss, record.seconds, record.samples_per_s,
+          record.test_accuracy >= 0
+              ? absl::StrFormat(", test accuracy %.2f%%", 100 * record.test_accuracy)
+              : "");
+    }
+    // The epoch's end, or the run's last step inside it.
+    RETURN_IF_ERROR(WriteCheckpointIfAsked(epoch, done_in_epoch));
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - run_start_).count();
+  RETURN_IF_ERROR(Finalize(wall));
+  result_.steps = step_;
+  result_.final_loss = last_loss_;
+  result_.test_accuracy = last_accuracy_;
+  return result_;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options,
+                                        const ProcessIdentity& identity,
+                                        Model& model, const DatasetPair& data,
+                                        Device& device, GradientSync& sync,
+                                        Rendezvous* rendezvous) {
+  Trainer trainer(options, identity, model, data, device, sync, rendezvous);
+  return trainer.Run();
+}
+
+}  // namespace gradsync

@@ -1,0 +1,237 @@
+#include "tools/train_flags.h"
+
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+#include "core/train/synthetic_model.h"
+
+ABSL_FLAG(std::string, sync, "local",
+          "gradient synchronization strategy: local (one worker), ps "
+          "(parameter servers), ring (CPU ring all-reduce over TCP), nccl "
+          "(CUDA builds)");
+ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu or cuda");
+ABSL_FLAG(int, threads, 0,
+          "BLAS threads per worker on the CPU; 0 = the machine's cores divided "
+          "by the workers on this host");
+ABSL_FLAG(std::string, model, "mlp",
+          "mlp (trains for real, shaped by --layers), or a synthetic model for "
+          "communication studies with the tensors of resnet50 (25.6 M "
+          "parameters), vgg16 (138 M), bert-base (110 M) or custom "
+          "(--custom_params in --custom_tensors): it sleeps --compute_ms per "
+          "step and writes deterministic gradients; use it with "
+          "--data=synthetic and a small --synthetic_size");
+ABSL_FLAG(int64_t, custom_params, 25000000,
+          "--model=custom: total parameters (float32)");
+ABSL_FLAG(int, custom_tensors, 50,
+          "--model=custom: number of tensors the parameters are split into");
+ABSL_FLAG(double, compute_ms, 0,
+          "synthetic models: emulated forward+backward time per step in ms, "
+          "spread over the tensors in backward order by size");
+ABSL_FLAG(std::string, layers, "784,512,256,10",
+          "MLP layer widths: input, hidden..., classes");
+ABSL_FLAG(std::string, data, "fashion-mnist",
+          "data set: fashion-mnist (IDX files in --data_dir) or synthetic");
+ABSL_FLAG(std::string, data_dir, gradsync::kDefaultFashionMnistDir,
+          "folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]");
+ABSL_FLAG(int64_t, synthetic_size, 8192,
+          "training samples of --data=synthetic (test set: a quarter)");
+ABSL_FLAG(int, batch_size, 64, "samples per worker per step");
+ABSL_FLAG(int64_t, epochs, 5, "passes over the training set");
+ABSL_FLAG(int64_t, max_steps, 0, "stop after this many steps; 0 = no limit");
+ABSL_FLAG(uint64_t, seed, 1, "seed of the initial parameters and data order");
+ABSL_FLAG(bool, shuffle, true, "reshuffle the data every epoch");
+ABSL_FLAG(bool, drop_last, false,
+          "drop the tail of the data set that does not divide among workers");
+ABSL_FLAG(double, bucket_mb, 25,
+          "gradient bucket cap in MiB (PyTorch DDP's default); buckets are "
+          "synchronized as soon as backward has produced them");
+ABSL_FLAG(std::string, optimizer, "sgd", "sgd or adam");
+ABSL_FLAG(double, lr, 0.05, "learning rate (before --lr_scaling)");
+ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
+ABSL_FLAG(double, weight_decay, 0, "L2 weight decay");
+ABSL_FLAG(std::string, lr_scaling, "none",
+          "learning rate scaling with the number of workers: linear or none");
+ABSL_FLAG(bool, eval, true, "evaluate on the test set after every epoch");
+ABSL_FLAG(std::string, checkpoint, "",
+          "checkpoint file: worker 0 writes the model, optimizer state, step "
+          "and sampler position here (atomically: temporary file, fsync, "
+          "rename) after every epoch, every --checkpoint_every steps and the "
+          "last step; with --ps_update=server each parameter server k also "
+          "writes its shard to <path>.server<k> (the one before kept as "
+          "<path>.server<k>.previous). --resume reads it on every worker (and "
+          "server), so on a cluster put it on shared storage");
+ABSL_FLAG(int64_t, checkpoint_every, 0,
+          "also write --checkpoint after every this many global steps; 0 = "
+          "only at epoch ends and the last step");
+ABSL_FLAG(bool, resume, false,
+          "continue from --checkpoint (which must exist and be intact): same "
+          "parameters, optimizer state, step and data order as the run that "
+          "wrote it, so the result equals an uninterrupted run; --epochs and "
+          "--max_steps count from the start of the original run. Needs the "
+          "same model, --seed, --batch_size and number of workers (and "
+          "servers and --ps_chunk_kb for --ps_update=server)");
+ABSL_FLAG(std::string, metrics_dir, "",
+          "write per-step JSON lines and summary.json here; empty = none");
+ABSL_FLAG(bool, progress, true, "print a progress line on worker 0");
+ABSL_FLAG(int64_t, check_params_every, 0,
+          "every this many steps, check that all workers hold identical "
+          "parameters (CRC-32 through the coordinator); 0 = only at start-up");
+ABSL_FLAG(std::string, dump_params, "",
+          "write the final parameters (raw float32) to <path>.worker<rank>");
+ABSL_FLAG(int64_t, warmup_steps, 5, "steps left out of the summary's means");
+ABSL_FLAG(std::string, trace, "",
+          "write a Chrome-trace/Perfetto timeline (compute per tensor, bucket "
+          "hand-offs, Finish waits) of the first --trace_steps steps: "
+          "<path>.worker<r>.json per rank, merged into <path> by worker 0");
+ABSL_FLAG(int64_t, trace_steps, 20, "steps recorded by --trace");
+ABSL_FLAG(double, timeout_s, 60,
+          "seconds any wait for a peer may take before the job fails naming it");
+ABSL_FLAG(int, fault_rank, -1,
+          "testing: this worker ends itself at --fault_step (see --fault)");
+ABSL_FLAG(int64_t, fault_step, 0, "testing: the step at which --fault_rank fails");
+ABSL_FLAG(std::string, fault, "exit", "testing: how --fault_rank fails: exit (code 3) or kill (SIGKILL)");
+
+namespace gradsync {
+
+absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
+  TrainerOptions o;
+  o.batch_size = absl::GetFlag(FLAGS_batch_size);
+  o.epochs = absl::GetFlag(FLAGS_epochs);
+  o.max_steps = absl::GetFlag(FLAGS_max_steps);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.shuffle = absl::GetFlag(FLAGS_shuffle);
+  o.drop_last = absl::GetFlag(FLAGS_drop_last);
+  o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  o.sync = absl::GetFlag(FLAGS_sync);
+  o.optimizer.kind = absl::GetFlag(FLAGS_optimizer);
+  o.optimizer.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  o.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
+  o.optimizer.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  o.lr_scaling = absl::GetFlag(FLAGS_lr_scaling);
+  o.evaluate = absl::GetFlag(FLAGS_eval);
+  o.checkpoint_path = absl::GetFlag(FLAGS_checkpoint);
+  o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  o.resume = absl::GetFlag(FLAGS_resume);
+  if (o.checkpoint_every < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_every=", o.checkpoint_every, " must be >= 0"));
+  }
+  if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        o.resume ? "--resume" : "--checkpoint_every",
+        " needs --checkpoint=<path> (the file to ", o.resume ? "read" : "write", ")"));
+  }
+  o.metrics_dir = absl::GetFlag(FLAGS_metrics_dir);
+  o.progress = absl::GetFlag(FLAGS_progress);
+  o.check_params_every = absl::GetFlag(FLAGS_check_params_every);
+  o.dump_params = absl::GetFlag(FLAGS_dump_params);
+  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.trace_path = absl::GetFlag(FLAGS_trace);
+  o.trace_steps = absl::GetFlag(FLAGS_trace_steps);
+  if (o.trace_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--trace_steps=", o.trace_steps, " must be >= 0"));
+  }
+  // A synthetic model's predictions mean nothing (synthetic_model.h).
+  if (IsSyntheticModelFlag()) o.evaluate = false;
+  o.fault_rank = absl::GetFlag(FLAGS_fault_rank);
+  o.fault_step = absl::GetFlag(FLAGS_fault_step);
+  o.fault = absl::GetFlag(FLAGS_fault);
+  if (o.fault != "exit" && o.fault != "kill") {
+    return absl::InvalidArgumentError(absl::StrCat("--fault=", o.fault, " must be exit or kill"));
+  }
+  const double timeout = absl::GetFlag(FLAGS_timeout_s);
+  if (!(timeout > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--timeout_s=", timeout, " must be positive"));
+  }
+  o.timeout = absl::Seconds(timeout);
+  if (o.batch_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batch_size=", o.batch_size, " must be at least 1 (samples per worker per step)"));
+  }
+  if (o.epochs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--epochs=", o.epochs, " must be at least 1"));
+  }
+  if (o.max_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_steps=", o.max_steps, " must be >= 0"));
+  }
+  if (!(o.bucket_mb >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--bucket_mb=", o.bucket_mb, " must be >= 0"));
+  }
+  return o;
+}
+
+absl::StatusOr<MlpOptions> MlpOptionsFromFlags() {
+  MlpOptions options;
+  ASSIGN_OR_RETURN(options.widths, ParseLayerWidths(absl::GetFlag(FLAGS_layers)));
+  return options;
+}
+
+bool IsSyntheticModelFlag() { return absl::GetFlag(FLAGS_model) != "mlp"; }
+
+absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(const DatasetPair& data) {
+  const std::string model = absl::GetFlag(FLAGS_model);
+  const double compute_ms = absl::GetFlag(FLAGS_compute_ms);
+  if (model == "mlp") {
+    if (compute_ms != 0) {
+      return absl::InvalidArgumentError(
+          "--compute_ms applies to the synthetic models (--model=resnet50|vgg16|"
+          "bert-base|custom); the MLP computes for real");
+    }
+    ASSIGN_OR_RETURN(MlpOptions mlp, MlpOptionsFromFlags());
+    return CreateMlp(mlp);
+  }
+  SyntheticModelOptions options;
+  options.architecture = model;
+  options.custom_params = absl::GetFlag(FLAGS_custom_params);
+  options.custom_tensors = absl::GetFlag(FLAGS_custom_tensors);
+  options.compute_ms = compute_ms;
+  // The synthetic model ignores its inputs, so it takes whatever shape the
+  // data set has.
+  options.input_dim = data.train.feature_dim;
+  options.num_classes = data.train.num_classes;
+  absl::StatusOr<std::unique_ptr<Model>> created = CreateSyntheticModel(options);
+  if (!created.ok()) return Annotate(created.status(), absl::StrCat("--model=", model));
+  return created;
+}
+
+absl::StatusOr<DatasetPair> LoadDatasetFromFlags() {
+  const std::string data = absl::GetFlag(FLAGS_data);
+  if (data == "synthetic") {
+    SyntheticOptions options;
+    options.train_size = absl::GetFlag(FLAGS_synthetic_size);
+    options.test_size = std::max<int64_t>(1, options.train_size / 4);
+    ASSIGN_OR_RETURN(std::vector<int> widths, ParseLayerWidths(absl::GetFlag(FLAGS_layers)));
+    options.feature_dim = widths.front();
+    options.num_classes = widths.back();
+    options.seed = absl::GetFlag(FLAGS_seed);
+    return MakeSynthetic(options);
+  }
+  if (data == "fashion-mnist" || data == "mnist") {
+    return LoadMnistFormat(absl::GetFlag(FLAGS_data_dir));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown --data=", data, "; choose fashion-mnist (IDX files in --data_dir) or synthetic"));
+}
+
+absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank, int local_world) {
+  DeviceOptions options;
+  ASSIGN_OR_RETURN(options.type, ParseDeviceType(absl::GetFlag(FLAGS_device)));
+  options.gpu_index = local_rank;
+  int threads = absl::GetFlag(FLAGS_threads);
+  if (threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads=", threads, " must be >= 0"));
+  }
+  if (threads == 0) {
+    // Oversubscribing the cores with BLAS threads of several workers is the
+    // quickest way to make every strategy look slow.
+    const int cores = std::max(1u, std::thread::hardware_concurrency());
+    threads = std::max(1, cores / std::max(1, local_world));
+  }
+  options.cpu_threads = threads;
+  return options;
+}
+
+}  // namespace gradsync

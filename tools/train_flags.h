@@ -1,0 +1,36 @@
+// The worker's command-line flags, declared once here (Abseil flags) with their
+// defaults and help text, echoed into every run's manifest. Strategy-specific
+// flags live with their strategy (ps/, allreduce/).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+#include "core/data/dataset.h"
+#include "core/device/device.h"
+#include "core/train/model.h"
+#include "core/train/trainer.h"
+
+ABSL_DECLARE_FLAG(std::string, sync);
+ABSL_DECLARE_FLAG(std::string, device);
+ABSL_DECLARE_FLAG(double, timeout_s);
+ABSL_DECLARE_FLAG(std::string, metrics_dir);
+ABSL_DECLARE_FLAG(int, threads);
+
+namespace gradsync {
+
+// Everything the trainer needs, validated; errors name the flag.
+absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags();
+absl::StatusOr<MlpOptions> MlpOptionsFromFlags();
+// The model --model names: the MLP of --layers, or a synthetic model
+// (synthetic_model.h) shaped to accept `data`'s samples.
+absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(const DatasetPair& data);
+// True when --model names a synthetic model (no real predictions, so no
+// evaluation).
+bool IsSyntheticModelFlag();
+absl::StatusOr<DatasetPair> LoadDatasetFromFlags();
+absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank, int local_world);
+
+}  // namespace gradsync
