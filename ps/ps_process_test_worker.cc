@@ -33,6 +33,7 @@ ABSL_FLAG(std::string, optimizer, "sgd", "sgd or adam");
 ABSL_FLAG(double, lr, 0.1, "learning rate");
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
 ABSL_FLAG(double, weight_decay, 0.01, "L2 weight decay");
+ABSL_FLAG(std::string, lr_scaling, "none", "linear or none");
 
 namespace gradsync {
 namespace {
@@ -63,7 +64,9 @@ absl::Status RunWorker(const ClusterEnv& env,
                    coordinator->Join(env.advertise_host, timeout));
   context.timeout = timeout;
   context.optimizer.kind = absl::GetFlag(FLAGS_optimizer);
-  context.optimizer.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  ASSIGN_OR_RETURN(context.optimizer.lr,
+                   ScaleLearningRate(static_cast<float>(absl::GetFlag(FLAGS_lr)),
+                                     absl::GetFlag(FLAGS_lr_scaling), env.world_size));
   context.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
   context.optimizer.weight_decay =
       static_cast<float>(absl::GetFlag(FLAGS_weight_decay));

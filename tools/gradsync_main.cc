@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   if (command == "train") {
-    HelpFolders() = {"core/", "allreduce/", "ps/"};
+    HelpFolders() = {"core/", "allreduce/", "ps/", "tools/train_flags"};
   } else if (command == "launch") {
     HelpFolders() = {"tools/launch_command"};
   } else if (command == "server") {

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/base/files.h"
 #include "core/cluster/job_token.h"
 #include "core/base/logging.h"
 #include "core/telemetry/manifest.h"

@@ -80,8 +80,4 @@ std::string RunSummaryJson(const std::string& manifest_json,
                            int num_servers, const std::string& model,
                            double final_accuracy, double wall_seconds);
 
-// Writes `text` to `path` atomically (temporary file in the same folder, then
-// rename), so a reader never sees half a file.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& text);
-
 }  // namespace gradsync

@@ -1,4 +1,5 @@
 // The timeline recorder (see trace.h).
+#include "core/base/files.h"
 #include "core/telemetry/trace.h"
 
 #include <algorithm>

@@ -1,5 +1,6 @@
 // The checkpoint file format (checkpoint.h): writing, and reading with every
 // check a damaged file can fail named in its error.
+#include "core/base/files.h"
 #include "core/train/checkpoint.h"
 
 #include <cerrno>

@@ -1,3 +1,4 @@
+#include "core/base/files.h"
 #include "core/train/trainer.h"
 
 #include <signal.h>
