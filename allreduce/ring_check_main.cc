@@ -28,6 +28,7 @@
 #include "core/cluster/coordinator.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "tools/cluster_flags.h"
 
 ABSL_FLAG(double, timeout_s, 60, "every wait on a peer gives up after this");
 ABSL_FLAG(int, depart_rank, -1,
@@ -56,15 +57,19 @@ absl::Status Depart(RingTransport& transport, int64_t bytes) {
 absl::Status Check(const ClusterEnv& env) {
   const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   const int n = env.world_size;
+  CoordinatorClientOptions client_options;
+  ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());
   std::unique_ptr<CoordinatorServer> server;
   if (env.rank == 0) {
-    ASSIGN_OR_RETURN(server, CoordinatorServer::Start(env.coordinator_target(),
-                                                      env.job_id, n, 0));
+    ASSIGN_OR_RETURN(server, CoordinatorServer::Start(
+                                 ApplyBindFlag(env.coordinator_target()),
+                                 env.job_id, n, 0, client_options.security));
   }
   ASSIGN_OR_RETURN(
       std::unique_ptr<CoordinatorClient> coordinator,
       CoordinatorClient::Connect(env.coordinator_target(), env.job_id,
-                                 Role::kWorker, env.rank, timeout));
+                                 Role::kWorker, env.rank, timeout,
+                                 client_options));
   RingTransportOptions options;
   options.rank = env.rank;
   options.world_size = n;

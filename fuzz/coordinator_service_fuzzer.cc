@@ -14,7 +14,7 @@
 #include <string>
 
 #include "core/cluster/coordinator_service.h"
-#include "core/cluster/job_token.h"
+#include "core/cluster/grpc_job_token.h"
 #include "core/base/logging.h"
 #include "fuzz/fuzz_input.h"
 #include "google/protobuf/stubs/logging.h"

@@ -17,7 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "core/cluster/job_token.h"
+#include "core/cluster/grpc_job_token.h"
 #include "core/base/status_macros.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"

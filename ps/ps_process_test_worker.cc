@@ -22,6 +22,7 @@
 #include "core/base/status_macros.h"
 #include "ps/ps_sync.h"
 #include "ps/server_command.h"
+#include "tools/cluster_flags.h"
 
 ABSL_FLAG(int, steps, 3, "steps to run");
 ABSL_FLAG(double, timeout_s, 20, "deadline of every wait on a peer");
@@ -47,16 +48,20 @@ float Gradient(int rank, int step, int64_t i) {
 absl::Status RunWorker(const ClusterEnv& env,
                        std::unique_ptr<CoordinatorServer>& coordinator_server) {
   const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  CoordinatorClientOptions client_options;
+  ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());
   if (env.rank == 0) {
     ASSIGN_OR_RETURN(
         coordinator_server,
-        CoordinatorServer::Start(env.coordinator_target(), env.job_id,
-                                 env.world_size, env.num_servers));
+        CoordinatorServer::Start(ApplyBindFlag(env.coordinator_target()),
+                                 env.job_id, env.world_size, env.num_servers,
+                                 client_options.security));
   }
   ASSIGN_OR_RETURN(
       std::unique_ptr<CoordinatorClient> coordinator,
       CoordinatorClient::Connect(env.coordinator_target(), env.job_id,
-                                 Role::kWorker, env.rank, timeout));
+                                 Role::kWorker, env.rank, timeout,
+                                 client_options));
   SyncContext context;
   context.identity = env;
   context.rendezvous = coordinator.get();
@@ -129,6 +134,7 @@ absl::Status RunWorker(const ClusterEnv& env,
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  gradsync::SetJobTokenFileFromFlag();
   absl::StatusOr<gradsync::ClusterEnv> env =
       gradsync::ClusterEnvFromEnvironment();
   if (!env.ok()) {

@@ -21,6 +21,7 @@
 #include "core/base/status_macros.h"
 #include "ps/flags.h"
 #include "ps/server.h"
+#include "tools/cluster_flags.h"
 
 namespace gradsync {
 namespace {
@@ -86,10 +87,12 @@ absl::Status Serve(const ClusterEnv& env) {
                      LocalAddressToward(env.master_addr, env.master_port));
   }
   const std::string address = absl::StrCat(host, ":", server->port());
+  CoordinatorClientOptions client_options;
+  ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());
   ASSIGN_OR_RETURN(
       std::unique_ptr<CoordinatorClient> coordinator,
       CoordinatorClient::Connect(env.coordinator_target(), env.job_id,
-                                 Role::kServer, env.rank, idle));
+                                 Role::kServer, env.rank, idle, client_options));
   ASSIGN_OR_RETURN(std::vector<Member> members,
                    coordinator->Join(address, idle));
   GS_LOG(INFO) << "serving at " << address << " for " << env.world_size

@@ -29,6 +29,11 @@ TEST(CliTest, HelpListsTheCommandsFlags) {
   EXPECT_THAT(train.output, HasSubstr("--batch_size"));
   EXPECT_THAT(train.output, HasSubstr("--sync"));
   EXPECT_THAT(train.output, Not(HasSubstr("--workers")));
+  // Flags the command line reads for core's libraries (tools/cluster_flags,
+  // tools/train_flags) are the worker's too.
+  for (const char* flag : {"--gpus", "--bind", "--job_token_file", "--tls_ca"}) {
+    EXPECT_THAT(train.output, HasSubstr(flag));
+  }
   ProcessResult launch = RunGradsync({"launch", "--help"});
   EXPECT_THAT(launch.output, HasSubstr("--workers"));
 }

@@ -14,7 +14,7 @@
 #include "absl/time/clock.h"
 #include "core/cluster/coordinator.h"
 #include "core/cluster/coordinator_service.h"
-#include "core/cluster/job_token.h"
+#include "core/cluster/grpc_job_token.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"

@@ -76,8 +76,8 @@ TEST(FashionMnistTest, DefaultMlpReachesEightyPercentInTwoEpochs) {
   auto summary = nlohmann::json::parse(summary_file);
   EXPECT_EQ(summary["strategy"], "local");
   EXPECT_TRUE(summary["manifest"].contains("git_commit"));
-  // gradsync's own flags only (those its libraries define, like --bind),
-  // none of Abseil's.
+  // gradsync's own flags only (those defined in its folders), none of
+  // Abseil's.
   const auto& flags = summary["manifest"]["flags"];
   EXPECT_FALSE(flags.contains("flagfile")) << flags.dump();
   EXPECT_FALSE(flags.contains("fromenv")) << flags.dump();

@@ -1,4 +1,4 @@
-// Only its own job gets in: the job token (core/job_token.h) is generated,
+// Only its own job gets in: the job token (core/cluster/job_token.h) is generated,
 // loaded and compared correctly, and each service refuses a caller without
 // it or with another — the coordinator, the ring's handshake, and a real
 // `gradsync server` process — with an error that says why, logged with the
@@ -10,7 +10,6 @@
 #include <set>
 #include <thread>
 
-#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "allreduce/ring_handshake.h"
@@ -18,14 +17,14 @@
 #include "allreduce/ring_transport.h"
 #include "allreduce/tcp_connection.h"
 #include "core/cluster/coordinator.h"
+#include "core/cluster/grpc_job_token.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "tests/gradsync_binary.h"
 #include "core/launch/launcher.h"
-
-ABSL_DECLARE_FLAG(std::string, job_token_file);
+#include "tools/cluster_flags.h"
 
 namespace gradsync {
 namespace {
@@ -88,39 +87,53 @@ class LoadJobTokenTest : public ::testing::Test {
 
 TEST_F(LoadJobTokenTest, FileBeatsEnvironmentAndIsTrimmed) {
   setenv(kJobTokenEnv, kOtherToken, 1);
-  absl::SetFlag(&FLAGS_job_token_file, WriteFile(absl::StrCat(kToken, "\n")));
-  absl::StatusOr<std::string> token = LoadJobToken();
+  absl::StatusOr<std::string> token =
+      LoadJobToken(WriteFile(absl::StrCat(kToken, "\n")));
   ASSERT_TRUE(token.ok()) << token.status();
   EXPECT_EQ(*token, kToken);
 }
 
 TEST_F(LoadJobTokenTest, EnvironmentWithoutFile) {
   setenv(kJobTokenEnv, kToken, 1);
-  absl::StatusOr<std::string> token = LoadJobToken();
+  absl::StatusOr<std::string> token = LoadJobToken("");
   ASSERT_TRUE(token.ok()) << token.status();
   EXPECT_EQ(*token, kToken);
 }
 
 TEST_F(LoadJobTokenTest, NeitherMeansNoToken) {
-  absl::StatusOr<std::string> token = LoadJobToken();
+  absl::StatusOr<std::string> token = LoadJobToken("");
   ASSERT_TRUE(token.ok()) << token.status();
   EXPECT_EQ(*token, "");
 }
 
 TEST_F(LoadJobTokenTest, UnreadableOrInvalidSourcesAreNamed) {
-  absl::SetFlag(&FLAGS_job_token_file, "/nonexistent/token");
-  absl::StatusOr<std::string> missing = LoadJobToken();
+  absl::StatusOr<std::string> missing = LoadJobToken("/nonexistent/token");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(missing.status().message()),
               HasSubstr("--job_token_file=/nonexistent/token"));
-  absl::SetFlag(&FLAGS_job_token_file, WriteFile("too short"));
-  EXPECT_EQ(LoadJobToken().status().code(),
+  EXPECT_EQ(LoadJobToken(WriteFile("too short")).status().code(),
             absl::StatusCode::kInvalidArgument);
-  absl::SetFlag(&FLAGS_job_token_file, "");
   setenv(kJobTokenEnv, "short", 1);
-  absl::StatusOr<std::string> bad_env = LoadJobToken();
+  absl::StatusOr<std::string> bad_env = LoadJobToken("");
   EXPECT_THAT(std::string(bad_env.status().message()),
               HasSubstr(kJobTokenEnv));
+}
+
+// The command line's --job_token_file reaches the coordinator's security
+// (tools/cluster_flags.h), and its errors still name the flag.
+TEST_F(LoadJobTokenTest, TheCommandLineReadsJobTokenFile) {
+  setenv(kJobTokenEnv, kOtherToken, 1);
+  absl::SetFlag(&FLAGS_job_token_file, WriteFile(kToken));
+  absl::StatusOr<CoordinatorSecurity> security = CoordinatorSecurityFromFlags();
+  ASSERT_TRUE(security.ok()) << security.status();
+  EXPECT_EQ(security->job_token, kToken);
+  absl::SetFlag(&FLAGS_job_token_file, "/nonexistent/token");
+  EXPECT_THAT(std::string(CoordinatorSecurityFromFlags().status().message()),
+              HasSubstr("--job_token_file=/nonexistent/token"));
+  absl::SetFlag(&FLAGS_job_token_file, "");
+  security = CoordinatorSecurityFromFlags();
+  ASSERT_TRUE(security.ok()) << security.status();
+  EXPECT_EQ(security->job_token, kOtherToken);
 }
 
 // --- The coordinator -------------------------------------------------------
@@ -370,6 +383,71 @@ TEST(ParameterServerTokenTest, CallsWithoutTheTokenAreRefusedAndLogged) {
               HasSubstr("refused a call from ipv4:127.0.0.1:"));
   EXPECT_THAT(result.processes[0].output, HasSubstr("no job token"));
   EXPECT_THAT(result.processes[0].output, HasSubstr("wrong job token"));
+}
+
+// The token given as --job_token_file, with no variable: the server joins
+// the coordinator with it, and its own handlers require it too (the command
+// line hands the file to JobTokenOfThisProcess()).
+TEST(ParameterServerTokenTest, TokenFileFlagReachesCoordinatorAndHandlers) {
+  absl::StatusOr<int> port = PickFreePort();
+  ASSERT_TRUE(port.ok());
+  auto coordinator = CoordinatorServer::Start(
+      absl::StrCat("127.0.0.1:", *port), "ps-token-file", 1, 1,
+      CoordinatorSecurity{kToken, {}});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  const std::string token_file = TestTempDir() + "/server_token";
+  std::ofstream(token_file) << kToken << "\n";
+  ProcessSpec spec;
+  spec.name = "server 0";
+  spec.argv = {GradsyncBinary(), "server", "--ps_idle_timeout_s=2",
+               absl::StrCat("--job_token_file=", token_file)};
+  spec.env = {{"WORLD_SIZE", "1"},
+              {"MASTER_ADDR", "127.0.0.1"},
+              {"MASTER_PORT", absl::StrCat(*port)},
+              {"GRADSYNC_JOB_ID", "ps-token-file"},
+              {"GRADSYNC_NUM_SERVERS", "1"},
+              {"GRADSYNC_ROLE", "server"},
+              {"GRADSYNC_SERVER_RANK", "0"}};
+  LaunchResult result;
+  std::thread launcher([&] {
+    LaunchOptions options;
+    options.echo = false;
+    options.deadline = absl::Seconds(60);
+    auto launched = RunProcessGroup({spec}, options);
+    ASSERT_TRUE(launched.ok()) << launched.status();
+    result = *launched;
+  });
+  CoordinatorClientOptions client_options;
+  client_options.security.job_token = kToken;
+  client_options.exit_when_member_lost = false;
+  auto worker = CoordinatorClient::Connect(absl::StrCat("127.0.0.1:", *port),
+                                           "ps-token-file", Role::kWorker, 0,
+                                           absl::Seconds(30), client_options);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto members = (*worker)->Join("127.0.0.1", absl::Seconds(30));
+  ASSERT_TRUE(members.ok()) << members.status();
+  std::string address;
+  for (const Member& member : *members) {
+    if (member.role == Role::kServer) address = member.address;
+  }
+  ASSERT_FALSE(address.empty());
+  auto stub = ps::ParameterServer::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  for (const std::string& token : {std::string(), std::string(kToken)}) {
+    grpc::ClientContext context;
+    AttachJobToken(context, token);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    ps::ShutdownRequest shutdown;
+    shutdown.mutable_header()->set_job_id("ps-token-file");
+    ps::ShutdownReply reply;
+    const grpc::Status status = stub->Shutdown(&context, shutdown, &reply);
+    EXPECT_EQ(status.error_code() == grpc::StatusCode::UNAUTHENTICATED,
+              token.empty())
+        << status.error_message();
+  }
+  launcher.join();
+  ASSERT_EQ(result.processes.size(), 1u);
+  EXPECT_THAT(result.processes[0].output, HasSubstr("no job token"));
 }
 
 }  // namespace

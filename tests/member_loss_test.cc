@@ -11,7 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "core/cluster/coordinator.h"
-#include "core/cluster/job_token.h"
+#include "core/cluster/grpc_job_token.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"

@@ -1,8 +1,9 @@
-// TLS for the coordinator (core/tls_config.h): members with the job's CA and
-// certificates get in; a plaintext client, a client that trusts another CA,
-// and (mutual TLS) a client without a certificate signed by the job's CA do
-// not. Certificates: tests/testdata/tls (gen.sh). And --bind, which chooses
-// the address the coordinator listens on.
+// TLS for the coordinator (core/cluster/tls_config.h): members with the job's
+// CA and certificates get in; a plaintext client, a client that trusts
+// another CA, and (mutual TLS) a client without a certificate signed by the
+// job's CA do not. Certificates: tests/testdata/tls (gen.sh). And --bind
+// (tools/cluster_flags.h), which chooses the address the coordinator listens
+// on.
 #include "core/cluster/tls_config.h"
 
 #include <cstdlib>
@@ -10,7 +11,6 @@
 #include <sstream>
 #include <thread>
 
-#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
 
@@ -18,8 +18,7 @@
 #include "core/cluster/coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-
-ABSL_DECLARE_FLAG(std::string, bind);
+#include "tools/cluster_flags.h"
 
 namespace gradsync {
 namespace {
@@ -100,6 +99,25 @@ TEST(TlsConfigTest, FlagsThatDoNotFitAreErrors) {
   EXPECT_EQ(Load("job.pem", "job.key", "ca.pem").Describe(), "tls (mutual)");
 }
 
+// The command line's --tls_* reach the coordinator's security
+// (tools/cluster_flags.h), and a flag that does not fit is named.
+TEST(TlsConfigTest, TheCommandLineReadsTheTlsFlags) {
+  absl::SetFlag(&FLAGS_tls_cert, TestData("job.pem"));
+  absl::SetFlag(&FLAGS_tls_key, TestData("job.key"));
+  absl::SetFlag(&FLAGS_tls_ca, TestData("ca.pem"));
+  absl::StatusOr<CoordinatorSecurity> security = CoordinatorSecurityFromFlags();
+  ASSERT_TRUE(security.ok()) << security.status();
+  EXPECT_EQ(security->tls.Describe(), "tls (mutual)");
+  absl::SetFlag(&FLAGS_tls_key, "");
+  EXPECT_THAT(std::string(CoordinatorSecurityFromFlags().status().message()),
+              HasSubstr("--tls_cert and --tls_key go together"));
+  absl::SetFlag(&FLAGS_tls_cert, "");
+  absl::SetFlag(&FLAGS_tls_ca, "");
+  security = CoordinatorSecurityFromFlags();
+  ASSERT_TRUE(security.ok()) << security.status();
+  EXPECT_FALSE(security->tls.enabled());
+}
+
 // The local address of the listening TCP socket on `port`, as
 // /proc/net/tcp{,6} write it, or "" if none. gRPC binds IPv4 addresses on
 // dual-stack sockets, so 127.0.0.1 may show as ::ffff:127.0.0.1
@@ -123,12 +141,14 @@ std::string ListeningAddress(int port) {
 }
 
 TEST(BindFlagTest, ReplacesTheHostTheCoordinatorListensOn) {
-  auto everywhere = CoordinatorServer::Start("0.0.0.0:0", "job-bind", 1, 0);
+  auto everywhere =
+      CoordinatorServer::Start(ApplyBindFlag("0.0.0.0:0"), "job-bind", 1, 0);
   ASSERT_TRUE(everywhere.ok()) << everywhere.status();
   EXPECT_THAT(ListeningAddress((*everywhere)->port()),
               ::testing::MatchesRegex("0+"));
   absl::SetFlag(&FLAGS_bind, "127.0.0.1");
-  auto loopback = CoordinatorServer::Start("0.0.0.0:0", "job-bind", 1, 0);
+  auto loopback =
+      CoordinatorServer::Start(ApplyBindFlag("0.0.0.0:0"), "job-bind", 1, 0);
   absl::SetFlag(&FLAGS_bind, "");
   ASSERT_TRUE(loopback.ok()) << loopback.status();
   EXPECT_THAT(ListeningAddress((*loopback)->port()),

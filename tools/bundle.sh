@@ -7,10 +7,30 @@
 #
 # On the node (any directory; no apt, no Bazel):
 #   tar xzf gradsync-<commit>.tar.gz
+#   gradsync-<commit>/bin/gpu_check.sh    # first: every GPU check, one report
 #   gradsync-<commit>/bin/gradsync doctor
 #   gradsync-<commit>/bin/cuda_device_test
 #   gradsync-<commit>/bin/gradsync train --device=cuda --epochs=1
 #   gradsync-<commit>/bin/pytorch_compare.py
+#
+# What the node needs (the run prints the values it measured, and the
+# bundle's wrapper checks them before starting any program, with one clear
+# error instead of a loader failure):
+#   - x86_64 Linux with glibc 2.36 or newer. Measured on the Debian 12 build
+#     with `objdump -T` (the highest GLIBC_ symbol version any bundled file
+#     asks for): the programs need 2.34 (__libc_start_main), the bundled
+#     libgcc_s 2.35 (_dl_find_object) and libstdc++ 2.36 (arc4random). So
+#     Debian 12+, Ubuntu 23.04+ and Fedora 37+ run it; Ubuntu 22.04 (2.35) and
+#     RHEL/Rocky 9 (2.34) do not: build there instead.
+#   - An NVIDIA driver for CUDA 13: R580 or newer (CUDA 13.x minimum, minor
+#     version compatibility). An older driver on a data-center GPU works only
+#     through CUDA 13's forward-compatibility package (cuda-compat-13-0), whose
+#     libcuda the wrapper loads from $GRADSYNC_CUDA_COMPAT, $CUDA_HOME/compat,
+#     /usr/local/cuda/compat, /usr/local/cuda-13*/compat or
+#     $CONDA_PREFIX/cuda-compat when the driver is too old.
+#   - CUDA 13's libcudart, libcublas/libcublasLt and NCCL 2 (below).
+#   - A GPU of compute capability 8.0 (A100) or 9.0 (H100/H200), for which the
+#     kernels carry machine code; newer GPUs JIT the compute_90 PTX.
 #
 # What goes in: the programs (libexec/), every shared library they need that
 # the node cannot be assumed to have (gRPC, Protobuf, Abseil, OpenBLAS, re2,
@@ -21,8 +41,9 @@
 # interface and loader) and CUDA's (libcuda is the node's driver; libcudart,
 # cuBLAS and NCCL are hundreds of MB, and the node has them in
 # /usr/local/cuda or in a Python environment's nvidia/*/lib folders, where the
-# wrapper looks). The wrapper sets LD_LIBRARY_PATH to lib/ plus the CUDA
-# folders it found, checks glibc, and points gradsync at the bundled data.
+# wrapper looks). The wrapper checks glibc and the driver, sets LD_LIBRARY_PATH
+# to lib/ plus the CUDA folders it found, and points gradsync at the bundled
+# data.
 #
 # The tarball is kept small enough to copy to a node in seconds: the script
 # prints its size and fails above 60 MiB.
@@ -35,7 +56,7 @@ for arg in "$@"; do
   case "$arg" in
     --no-data) with_data=0 ;;
     --no-build) build=0 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,52p' "$0"; exit 0 ;;
     *) echo "bundle.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -65,6 +86,16 @@ if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   echo "bundle.sh: /usr/local/cuda/bin/nvcc not found; the bundle is the CUDA build" >&2
   exit 1
 fi
+# The oldest driver the CUDA runtime the programs link can use (NVIDIA's CUDA
+# compatibility guide: minor version compatibility within a major release).
+cuda_version=$(/usr/local/cuda/bin/nvcc --version |
+               sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p')
+case "${cuda_version%%.*}" in
+  13) driver_needed=580 ;;
+  12) driver_needed=525 ;;
+  *) echo "bundle.sh: no minimum driver known for CUDA '$cuda_version'; add it here" >&2
+     exit 1 ;;
+esac
 # Both configurations would otherwise build into bazel-out/k8-opt, where a
 # default build (someone else's, or CI's) replaces the CUDA binaries: a suffix
 # of their own keeps them apart, and --symlink_prefix=/ leaves the bazel-bin
@@ -133,10 +164,26 @@ chmod 644 "$stage"/lib/*
 printf '%s\n' "${!cuda_sonames[@]}" | sort > "$stage/libexec/cuda-sonames"
 
 # The newest glibc symbol version anything in the bundle asks for: the node's
-# glibc must be at least that.
-glibc_needed=$( (objdump -T "$stage"/libexec/* "$stage"/lib/* 2>/dev/null || true) |
-               grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -1)
+# glibc must be at least that (the loader checks every versioned reference
+# when it loads a library, used or not). Also which file and symbol ask for it.
+glibc_needed=""
+glibc_needed_by=""
+for file in "$stage"/libexec/* "$stage"/lib/*; do
+  [[ -f "$file" ]] || continue
+  # || true: a text file (cuda-sonames) or a library without versioned
+  # references has no match, which pipefail would make fatal.
+  newest=$( (objdump -T "$file" 2>/dev/null || true) |
+           grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n 1 || true)
+  [[ -n "$newest" ]] || continue
+  if [[ -z "$glibc_needed" ||
+        "$(printf '%s\n%s\n' "$glibc_needed" "$newest" | sort -V | tail -n 1)" != "$glibc_needed" ]]; then
+    symbol=$(objdump -T "$file" | grep -F "(GLIBC_$newest)" | awk '{print $NF}' | head -n 1 || true)
+    glibc_needed=$newest
+    glibc_needed_by="${file##*/} ($symbol)"
+  fi
+done
 echo "${glibc_needed:-2.17}" > "$stage/libexec/glibc-needed"
+echo "$cuda_version $driver_needed" > "$stage/libexec/cuda-needed"
 echo "$commit_full" > "$stage/libexec/commit"
 
 # --- data, tools, wrappers ---------------------------------------------------
@@ -147,7 +194,8 @@ elif ((with_data)); then
   echo "bundle.sh: no Fashion-MNIST in $DATA_DIR; bundling without it (use --data=synthetic on the node)" >&2
 fi
 cp tools/pytorch_compare.py "$stage/bin/pytorch_compare.py"
-chmod 755 "$stage/bin/pytorch_compare.py"
+cp tools/gpu_check.sh "$stage/bin/gpu_check.sh"
+chmod 755 "$stage/bin/pytorch_compare.py" "$stage/bin/gpu_check.sh"
 
 cat > "$stage/libexec/gradsync-env" <<'WRAPPER'
 #!/usr/bin/env bash
@@ -158,11 +206,58 @@ cat > "$stage/libexec/gradsync-env" <<'WRAPPER'
 #   /usr/local/cuda/lib64, /usr/local/cuda-*/lib64, the nvidia/*/lib folders of
 #   python3's site-packages (pip's nvidia-* wheels, as PyTorch installs them),
 #   /usr/lib/x86_64-linux-gnu.
+# Before that, two checks that would otherwise end in a loader failure or a
+# CUDA error far from its cause: glibc (libexec/glibc-needed) and the NVIDIA
+# driver (libexec/cuda-needed: the CUDA version and the oldest driver branch
+# for it). A driver older than that is used through CUDA's forward-
+# compatibility libraries where a compat folder has them; otherwise every
+# program but doctor (which reports it) stops with one clear error.
 # GRADSYNC_BUNDLE_DEBUG=1 prints what it chose.
 set -euo pipefail
 root="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)"
 program="$1"
 shift
+debug() { [[ "${GRADSYNC_BUNDLE_DEBUG:-0}" == 0 ]] || echo "gradsync bundle: $*" >&2; }
+
+# --- glibc -------------------------------------------------------------------
+needed=$(cat "$root/libexec/glibc-needed")
+have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}' || true)
+if [[ -n "$have" && "$(printf '%s\n%s\n' "$needed" "$have" | sort -V | head -n 1)" != "$needed" ]]; then
+  echo "gradsync bundle: this node has glibc $have; the bundle needs glibc $needed or newer (it was built on Debian 12: build gradsync on this node instead)" >&2
+  exit 127
+fi
+
+# --- NVIDIA driver -----------------------------------------------------------
+read -r cuda_version driver_needed < "$root/libexec/cuda-needed"
+# The kernel module's version ("... Kernel Module  580.65.06  ..."), else
+# nvidia-smi's; empty where no driver is installed (CPU work still runs).
+driver=""
+if [[ -r /proc/driver/nvidia/version ]]; then
+  driver=$(awk 'NR == 1 { for (i = 1; i <= NF; ++i)
+                 if ($i ~ /^[0-9]+\.[0-9]+(\.[0-9]+)?$/) { print $i; exit } }' \
+           /proc/driver/nvidia/version)
+fi
+if [[ -z "$driver" ]] && command -v nvidia-smi > /dev/null; then
+  driver=$(timeout 20 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null |
+           head -n 1 || true)
+fi
+compat=""
+if [[ "$driver" =~ ^[0-9]+\. && "${driver%%.*}" -lt "$driver_needed" ]]; then
+  for dir in ${GRADSYNC_CUDA_COMPAT:-} ${CUDA_HOME:+$CUDA_HOME/compat} \
+             /usr/local/cuda/compat \
+             $(ls -d /usr/local/cuda-"${cuda_version%%.*}"*/compat 2>/dev/null | sort -rV) \
+             ${CONDA_PREFIX:+$CONDA_PREFIX/cuda-compat}; do
+    if [[ -e "$dir/libcuda.so.1" ]]; then compat="$dir"; break; fi
+  done
+  if [[ -n "$compat" ]]; then
+    debug "driver $driver is older than R$driver_needed: CUDA forward compatibility from $compat"
+  elif [[ "$program" == gradsync && "${1:-}" == doctor ]]; then
+    echo "gradsync bundle: warning: NVIDIA driver $driver is older than R$driver_needed, which CUDA $cuda_version needs; doctor runs to report the rest" >&2
+  else
+    echo "gradsync bundle: this node's NVIDIA driver is $driver; the bundle's CUDA $cuda_version needs driver R$driver_needed or newer, or CUDA's forward-compatibility package (cuda-compat-${cuda_version/./-}, data-center GPUs) in /usr/local/cuda/compat or \$GRADSYNC_CUDA_COMPAT" >&2
+    exit 127
+  fi
+fi
 
 candidates=()
 [[ -n "${GRADSYNC_CUDA_LIBS:-}" ]] && IFS=: read -r -a candidates <<< "$GRADSYNC_CUDA_LIBS"
@@ -207,7 +302,7 @@ while read -r soname; do
 done < "$root/libexec/cuda-sonames"
 if ((${#missing[@]})); then
   {
-    echo "gradsync bundle: this node lacks ${missing[*]} (the build used CUDA 13, NCCL 2.x)."
+    echo "gradsync bundle: this node lacks ${missing[*]} (the build used CUDA $cuda_version, NCCL 2.x)."
     echo "  looked in: ${candidates[*]}"
     echo "  fix: install CUDA 13 in /usr/local/cuda, or"
     echo "       pip install nvidia-cuda-runtime nvidia-cublas nvidia-nccl-cu13  (13.x wheels),"
@@ -216,20 +311,12 @@ if ((${#missing[@]})); then
   exit 127
 fi
 
-needed=$(cat "$root/libexec/glibc-needed")
-have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
-if [[ -n "$have" && "$(printf '%s\n%s\n' "$needed" "$have" | sort -V | head -1)" != "$needed" ]]; then
-  echo "gradsync bundle: this node has glibc $have; the bundle needs $needed or newer (built on Debian 12)" >&2
-  exit 127
-fi
-
-export LD_LIBRARY_PATH="$root/lib${cuda_path:+:$cuda_path}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The compat folder first: its libcuda.so.1 must win over the driver's.
+export LD_LIBRARY_PATH="${compat:+$compat:}$root/lib${cuda_path:+:$cuda_path}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GRADSYNC_BUNDLE="$root"
 # The manifest's commit: there is no git checkout on the node.
 export GRADSYNC_GIT_COMMIT="${GRADSYNC_GIT_COMMIT:-$(cat "$root/libexec/commit")}"
-if [[ "${GRADSYNC_BUNDLE_DEBUG:-0}" != 0 ]]; then
-  echo "gradsync bundle: LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >&2
-fi
+debug "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 
 args=("$@")
 # Point gradsync at the bundled Fashion-MNIST when the node has none in the
@@ -265,10 +352,29 @@ STUB
   chmod 755 "$stage/bin/$program"
 done
 
-cat > "$stage/README.txt" <<README
-gradsync ${commit} (${commit_full}), CUDA build for sm_90 (H100/H200), made
-$(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME").
+# What the node needs, for README.txt and the end of this run.
+node_needs() {
+  cat <<NEEDS
+Needs on the node (the wrapper checks the first two before every program):
+  - x86_64 Linux with glibc ${glibc_needed:-2.17} or newer (the newest glibc symbol
+    version in the bundle: ${glibc_needed_by:-none}).
+  - NVIDIA driver R${driver_needed} or newer (CUDA ${cuda_version}); an older driver
+    only with cuda-compat-${cuda_version/./-} on a data-center GPU (forward
+    compatibility: /usr/local/cuda/compat or GRADSYNC_CUDA_COMPAT=dir).
+  - CUDA ${cuda_version%%.*}'s $(paste -s -d ' ' "$stage/libexec/cuda-sonames" | sed 's/ /, /g')
+    in /usr/local/cuda/lib64 or python3's nvidia/*/lib (pip's
+    nvidia-cuda-runtime, nvidia-cublas, nvidia-nccl-cu${cuda_version%%.*}).
+  - A GPU of compute capability 8.0 or 9.0 (A100, H100, H200; newer ones JIT
+    the compute_90 PTX).
+NEEDS
+}
 
+cat > "$stage/README.txt" <<README
+gradsync ${commit} (${commit_full}), CUDA ${cuda_version} build for sm_80 (A100)
+and sm_90 (H100/H200), plus compute_90 PTX, made $(date -u +%Y-%m-%dT%H:%MZ) on
+$(. /etc/os-release && echo "$PRETTY_NAME").
+
+  bin/gpu_check.sh                     run first: every GPU check below, one report
   bin/gradsync doctor                  GPUs, driver, CUDA, NCCL, cuBLAS, a GEMM check
   bin/cuda_device_test                 CUDA backend vs the CPU backend, kernel by kernel
   bin/device_parity_test               the MLP trained on CPU and GPU agrees
@@ -280,10 +386,9 @@ $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME").
   bin/pytorch_compare.py               the same step in PyTorch, side by side
   bin/gradsync train --device=cuda     train (add --sync=..., see --help)
 
-Needs on the node: an NVIDIA driver for CUDA 13 (R580 or newer), glibc
-$(cat "$stage/libexec/glibc-needed") or newer, and CUDA 13's libcudart, libcublas and NCCL 2 in
-/usr/local/cuda/lib64 or in python3's nvidia/*/lib (pip's nvidia-cuda-runtime,
-nvidia-cublas, nvidia-nccl-cu13); GRADSYNC_CUDA_LIBS=dir1:dir2 overrides.
+$(node_needs)
+GRADSYNC_CUDA_LIBS=dir1:dir2 overrides where the CUDA libraries are looked for,
+GRADSYNC_CUDA_COMPAT=dir where the forward-compatibility libcuda is;
 GRADSYNC_BUNDLE_DEBUG=1 shows the library path chosen.
 README
 
@@ -323,3 +428,4 @@ if ! grep -q 'CUDA (built with --config=cuda' <<< "$doctor_out"; then
   exit 1
 fi
 echo "== ok: $tarball unpacks and bin/gradsync doctor runs from another directory"
+node_needs

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/malloc_tuning.h"
 #include "ps/server_command.h"
+#include "tools/cluster_flags.h"
 #include "tools/commands.h"
 
 namespace {
@@ -56,7 +57,9 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   if (command == "train") {
-    HelpFolders() = {"core/", "allreduce/", "ps/", "tools/train_flags"};
+    // No "core/": its libraries take values, read from flags in tools/.
+    HelpFolders() = {"allreduce/", "ps/", "tools/train_flags",
+                     "tools/cluster_flags"};
   } else if (command == "launch") {
     HelpFolders() = {"tools/launch_command"};
   } else if (command == "server") {
@@ -80,6 +83,9 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
   std::vector<char*> positional =
       absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  // Before any command runs: the ring and the parameter servers ask for the
+  // process's token (core/cluster/job_token.h) deep inside.
+  gradsync::SetJobTokenFileFromFlag();
   std::vector<std::string> rest;
   for (size_t i = 1; i < positional.size(); ++i) rest.push_back(positional[i]);
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, then runs every test: `bazel test //...`.
 # Where nvcc is present, the CUDA parts are also compiled and linked
-# (--config=cuda); GPU tests skip with a message where no GPU is visible.
+# (--config=cuda) and the CUDA-facing tests run in that configuration; GPU
+# cases skip with a message where no GPU is visible.
 #
 # Then, unless turned off, the reliability steps (each prints its time):
 #   AddressSanitizer + UBSan over the unit, fault, security and multi-process
@@ -28,9 +29,41 @@ stage() {  # name, command...
 
 stage "bazel test //..." bazel test "${BAZEL_FLAGS[@]}" --test_output=errors //... "$@"
 
+# The CUDA configuration is built, then its CUDA-facing tests run: the
+# kernels' shared math and launch shapes, and the CUDA programs' error paths,
+# run here; their GPU cases skip where no GPU is visible, and the table below
+# shows each target's skips and why (a target whose cases all skip passes, so
+# the count is the check). The build above made these binaries: running them
+# adds seconds.
+CUDA_TEST_TARGETS=(
+  //core/device:kernel_math_test //core/device:launch_config_test
+  //core/device:cuda_device_test //core/train:device_parity_test
+  //core/sync:host_staging_test //allreduce:nccl_test
+)
+cuda_build_and_test() {
+  bazel build "${BAZEL_FLAGS[@]}" --config=cuda //...
+  local rc=0
+  bazel test "${BAZEL_FLAGS[@]}" --config=cuda --test_output=errors \
+    "${CUDA_TEST_TARGETS[@]}" || rc=$?
+  local testlogs target xml total skipped reason
+  testlogs=$(bazel info "${BAZEL_FLAGS[@]}" --config=cuda bazel-testlogs)
+  echo "   CUDA-facing tests: cases, skipped (first reason)"
+  for target in "${CUDA_TEST_TARGETS[@]}"; do
+    xml="$testlogs/${target#//}"
+    xml="${xml/://}/test.xml"
+    # || true: no match is not an error under set -e and pipefail.
+    total=$(grep -o '<testcase ' "$xml" 2>/dev/null | wc -l || true)
+    skipped=$(grep -o 'result="skipped"' "$xml" 2>/dev/null | wc -l || true)
+    reason=$(grep -o -m 1 '<skipped message="[^"]*"' "$xml" 2>/dev/null |
+             sed 's/.*&#x0A;//; s/"$//' || true)
+    printf '   %-34s %3d cases, %3d skipped%s\n' "$target" "$total" \
+      "$skipped" "${reason:+ ($reason)}"
+  done
+  return "$rc"
+}
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  stage "building the CUDA parts (--config=cuda)" \
-    bazel build "${BAZEL_FLAGS[@]}" --config=cuda //...
+  stage "building the CUDA parts (--config=cuda) and running their tests" \
+    cuda_build_and_test
 fi
 
 # Everything but the long training runs (Fashion-MNIST accuracy, strategy

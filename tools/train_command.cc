@@ -11,6 +11,7 @@
 #include "core/cluster/cluster_env.h"
 #include "core/cluster/coordinator.h"
 #include "core/train/optimizer.h"
+#include "tools/cluster_flags.h"
 #include "tools/train_flags.h"
 #include "core/sync/gradient_sync.h"
 #include "core/base/logging.h"
@@ -59,14 +60,19 @@ absl::Status Train() {
                    ScaleLearningRate(options.optimizer.lr, options.lr_scaling,
                                      env.world_size));
   if (env.world_size > 1 || env.num_servers > 0) {
+    CoordinatorClientOptions client_options;
+    ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());
     if (env.rank == 0) {
-      ASSIGN_OR_RETURN(coordinator_server,
-                       CoordinatorServer::Start(CoordinatorBindAddress(env), env.job_id,
-                                                env.world_size, env.num_servers));
+      ASSIGN_OR_RETURN(
+          coordinator_server,
+          CoordinatorServer::Start(ApplyBindFlag(CoordinatorBindAddress(env)),
+                                   env.job_id, env.world_size, env.num_servers,
+                                   client_options.security));
     }
     ASSIGN_OR_RETURN(coordinator,
-                     CoordinatorClient::Connect(env.coordinator_target(), env.job_id,
-                                                Role::kWorker, env.rank, options.timeout));
+                     CoordinatorClient::Connect(
+                         env.coordinator_target(), env.job_id, Role::kWorker,
+                         env.rank, options.timeout, client_options));
     ASSIGN_OR_RETURN(context.members, coordinator->Join(env.advertise_host, options.timeout));
     context.rendezvous = coordinator.get();
   }

@@ -1,10 +1,13 @@
 #include "tools/train_flags.h"
 
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/device/gpu_selection.h"
 #include "core/train/synthetic_model.h"
 
 ABSL_FLAG(std::string, sync, "local",
@@ -12,6 +15,11 @@ ABSL_FLAG(std::string, sync, "local",
           "(parameter servers), ring (CPU ring all-reduce over TCP), nccl "
           "(CUDA builds)");
 ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu or cuda");
+ABSL_FLAG(std::string, gpus, "",
+          "with --device=cuda: comma-separated GPU indices (among the visible "
+          "GPUs, after CUDA_VISIBLE_DEVICES) for this machine's local ranks; "
+          "local rank r uses the (r mod count)-th entry. Empty: local rank mod "
+          "the number of visible GPUs");
 ABSL_FLAG(int, threads, 0,
           "BLAS threads per worker on the CPU; 0 = the machine's cores divided "
           "by the workers on this host");
@@ -220,6 +228,16 @@ absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank, int local_w
   DeviceOptions options;
   ASSIGN_OR_RETURN(options.type, ParseDeviceType(absl::GetFlag(FLAGS_device)));
   options.gpu_index = local_rank;
+  // Only a CUDA run reads --gpus, so a CPU run is not refused for it.
+  if (options.type == DeviceType::kCuda) {
+    absl::StatusOr<std::vector<int>> gpus =
+        ParseGpuList(absl::GetFlag(FLAGS_gpus));
+    if (!gpus.ok()) {
+      return Annotate(gpus.status(),
+                      absl::StrCat("--device=cuda, local rank ", local_rank));
+    }
+    options.gpus = *std::move(gpus);
+  }
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--threads=", threads, " must be >= 0"));

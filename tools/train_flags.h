@@ -15,6 +15,7 @@
 
 ABSL_DECLARE_FLAG(std::string, sync);
 ABSL_DECLARE_FLAG(std::string, device);
+ABSL_DECLARE_FLAG(std::string, gpus);
 ABSL_DECLARE_FLAG(double, timeout_s);
 ABSL_DECLARE_FLAG(std::string, metrics_dir);
 ABSL_DECLARE_FLAG(int, threads);
@@ -31,6 +32,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(const DatasetPair& d
 // evaluation).
 bool IsSyntheticModelFlag();
 absl::StatusOr<DatasetPair> LoadDatasetFromFlags();
+// --device, --threads and (CUDA) --gpus for the process with `local_rank` of
+// the `local_world` on this machine.
 absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank, int local_world);
 
 }  // namespace gradsync

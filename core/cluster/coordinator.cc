@@ -5,22 +5,17 @@
 #include <cstdio>
 #include <utility>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/cluster/coordinator_service.h"
+#include "core/cluster/grpc_job_token.h"
 #include "core/cluster/job_token.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
-
-ABSL_FLAG(std::string, bind, "",
-          "host or IP address worker 0's coordinator listens on (the port is "
-          "MASTER_PORT); default: 127.0.0.1 when MASTER_ADDR is a loopback "
-          "address, every interface otherwise");
 
 namespace gradsync {
 namespace {
@@ -74,36 +69,7 @@ std::string Hostname() {
   return name;
 }
 
-// `bind_address` with its host replaced by --bind, if given.
-std::string ApplyBindFlag(const std::string& bind_address) {
-  std::string host = absl::GetFlag(FLAGS_bind);
-  if (host.empty()) return bind_address;
-  const size_t colon = bind_address.rfind(':');
-  const std::string port =
-      colon == std::string::npos ? "0" : bind_address.substr(colon + 1);
-  // An IPv6 address needs brackets before its port.
-  if (host.find(':') != std::string::npos && host.front() != '[') {
-    host = absl::StrCat("[", host, "]");
-  }
-  return absl::StrCat(host, ":", port);
-}
-
 }  // namespace
-
-absl::StatusOr<CoordinatorSecurity> CoordinatorSecurityFromFlags() {
-  CoordinatorSecurity security;
-  ASSIGN_OR_RETURN(security.job_token, LoadJobToken());
-  ASSIGN_OR_RETURN(security.tls, TlsConfigFromFlags());
-  return security;
-}
-
-absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    const std::string& bind_address, const std::string& job_id,
-    int num_workers, int num_servers) {
-  ASSIGN_OR_RETURN(CoordinatorSecurity security, CoordinatorSecurityFromFlags());
-  return Start(ApplyBindFlag(bind_address), job_id, num_workers, num_servers,
-               security);
-}
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const std::string& bind_address, const std::string& job_id,
@@ -195,14 +161,6 @@ class CoordinatorClient::Stub {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<proto::Coordinator::Stub> stub_;
 };
-
-absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
-    const std::string& target, const std::string& job_id, Role role, int rank,
-    absl::Duration connect_timeout) {
-  CoordinatorClientOptions options;
-  ASSIGN_OR_RETURN(options.security, CoordinatorSecurityFromFlags());
-  return Connect(target, job_id, role, rank, connect_timeout, options);
-}
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     const std::string& target, const std::string& job_id, Role role, int rank,

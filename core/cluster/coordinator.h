@@ -11,8 +11,10 @@
 //
 // Every blocking call has a deadline; when it passes the error names the ranks
 // (or key) still missing. Requests carry the job id and are refused for any
-// other job; with a job token (core/job_token.h) they must also carry it, and
-// with --tls_* flags the connection is TLS (core/tls_config.h).
+// other job; with a job token (core/cluster/job_token.h) they must also carry
+// it, and with a TLS configuration (core/cluster/tls_config.h) the connection
+// is TLS. Both come in CoordinatorSecurity; the command line fills it from its
+// flags (tools/cluster_flags.h).
 //
 // Lost members. A member whose watch breaks before it has left (killed,
 // crashed, host gone) is lost; so is the coordinator, for everyone else, when
@@ -55,27 +57,21 @@ namespace gradsync {
 
 class CoordinatorService;  // core/coordinator_service.h
 
-// Who may talk to the coordinator, and how.
+// Who may talk to the coordinator, and how. The default, no token and
+// plaintext, is for tests and single-machine benchmarks.
 struct CoordinatorSecurity {
   std::string job_token;  // empty: none required, none sent
   TlsConfig tls;          // not enabled: plaintext
 };
 
-// This process's token (LoadJobToken) and TLS flags (TlsConfigFromFlags).
-absl::StatusOr<CoordinatorSecurity> CoordinatorSecurityFromFlags();
-
 class CoordinatorServer {
  public:
   // Listens on `bind_address` ("0.0.0.0:29500"; port 0 picks a free one),
-  // with this process's token and TLS flags; --bind, when given, replaces the
-  // host part of `bind_address`.
+  // requiring `security`'s token and serving its TLS.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const std::string& bind_address, const std::string& job_id,
-      int num_workers, int num_servers);
-  // The same with explicit security and no flags.
-  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
-      const std::string& bind_address, const std::string& job_id,
-      int num_workers, int num_servers, const CoordinatorSecurity& security);
+      int num_workers, int num_servers,
+      const CoordinatorSecurity& security = CoordinatorSecurity());
   ~CoordinatorServer();
 
   int port() const { return port_; }
@@ -105,13 +101,11 @@ class CoordinatorClient final : public Rendezvous {
  public:
   // Connects to `target` ("host:port"), waiting up to `connect_timeout` for the
   // coordinator to come up (it is started by worker 0, possibly after us).
-  // Uses this process's token and TLS flags.
+  // Sends `options.security`'s token and speaks its TLS.
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
       const std::string& target, const std::string& job_id, Role role, int rank,
-      absl::Duration connect_timeout);
-  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
-      const std::string& target, const std::string& job_id, Role role, int rank,
-      absl::Duration connect_timeout, const CoordinatorClientOptions& options);
+      absl::Duration connect_timeout,
+      const CoordinatorClientOptions& options = CoordinatorClientOptions());
   // Leaves the job (see Leave) and stops watching.
   ~CoordinatorClient() override;
 

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "core/cluster/job_token.h"
+#include "core/cluster/grpc_job_token.h"
 #include "core/base/logging.h"
 
 #define RETURN_GRPC_IF_ERROR(expr)                     \

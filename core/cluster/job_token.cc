@@ -1,3 +1,4 @@
+// The job token without a network library (see job_token.h).
 #include "core/cluster/job_token.h"
 
 #include <sys/random.h>
@@ -8,20 +9,13 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/flags/flag.h"
+#include "absl/base/attributes.h"
+#include "absl/base/const_init.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "core/base/logging.h"
-#include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/support/client_interceptor.h"
-
-ABSL_FLAG(std::string, job_token_file, "",
-          "file holding this job's token, the same for every process of the "
-          "job (default: $GRADSYNC_JOB_TOKEN, which `gradsync launch` sets); "
-          "the coordinator, the ring and the parameter servers refuse peers "
-          "without it. Empty and no variable: no token is checked");
+#include "absl/synchronization/mutex.h"
 
 namespace gradsync {
 namespace {
@@ -29,36 +23,14 @@ namespace {
 constexpr size_t kMinTokenBytes = 16;
 constexpr size_t kMaxTokenBytes = 1024;
 
-// Adds the token to the initial metadata of every call on its channel.
-class JobTokenInterceptor final : public grpc::experimental::Interceptor {
- public:
-  explicit JobTokenInterceptor(std::string token) : token_(std::move(token)) {}
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(
-            grpc::experimental::InterceptionHookPoints::
-                PRE_SEND_INITIAL_METADATA)) {
-      methods->GetSendInitialMetadata()->emplace(kJobTokenMetadataKey, token_);
-    }
-    methods->Proceed();
-  }
-
- private:
-  const std::string token_;
-};
-
-class JobTokenInterceptorFactory final
-    : public grpc::experimental::ClientInterceptorFactoryInterface {
- public:
-  explicit JobTokenInterceptorFactory(std::string token)
-      : token_(std::move(token)) {}
-  grpc::experimental::Interceptor* CreateClientInterceptor(
-      grpc::experimental::ClientRpcInfo*) override {
-    return new JobTokenInterceptor(token_);
-  }
-
- private:
-  const std::string token_;
-};
+// Set by main; read by whichever thread first asks for the token (a
+// strategy's, a gRPC handler's).
+ABSL_CONST_INIT absl::Mutex token_file_mu(absl::kConstInit);
+std::string& TokenFileOfThisProcess()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(token_file_mu) {
+  static std::string* const file = new std::string;
+  return *file;
+}
 
 }  // namespace
 
@@ -74,8 +46,8 @@ absl::StatusOr<std::string> NewJobToken() {
     }
     filled += static_cast<size_t>(n);
   }
-  return absl::BytesToHexString(absl::string_view(
-      reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
 }
 
 absl::Status ValidateJobToken(absl::string_view token) {
@@ -96,13 +68,13 @@ absl::Status ValidateJobToken(absl::string_view token) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> LoadJobToken() {
-  const std::string path = absl::GetFlag(FLAGS_job_token_file);
-  if (!path.empty()) {
-    std::ifstream in(path);
+absl::StatusOr<std::string> LoadJobToken(const std::string& token_file) {
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
     if (!in) {
-      return absl::NotFoundError(absl::StrCat(
-          "--job_token_file=", path, ": cannot read it: ", std::strerror(errno)));
+      return absl::NotFoundError(
+          absl::StrCat("--job_token_file=", token_file,
+                       ": cannot read it: ", std::strerror(errno)));
     }
     std::stringstream text;
     text << in.rdbuf();
@@ -110,7 +82,7 @@ absl::StatusOr<std::string> LoadJobToken() {
     absl::Status valid = ValidateJobToken(token);
     if (!valid.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--job_token_file=", path, ": ", valid.message()));
+          absl::StrCat("--job_token_file=", token_file, ": ", valid.message()));
     }
     return token;
   }
@@ -124,9 +96,19 @@ absl::StatusOr<std::string> LoadJobToken() {
   return std::string(env);
 }
 
+void SetJobTokenFileOfThisProcess(const std::string& token_file) {
+  absl::MutexLock lock(&token_file_mu);
+  TokenFileOfThisProcess() = token_file;
+}
+
 const std::string& JobTokenOfThisProcess() {
   static const std::string* const token = [] {
-    absl::StatusOr<std::string> loaded = LoadJobToken();
+    std::string token_file;
+    {
+      absl::MutexLock lock(&token_file_mu);
+      token_file = TokenFileOfThisProcess();
+    }
+    absl::StatusOr<std::string> loaded = LoadJobToken(token_file);
     return new std::string(loaded.ok() ? *loaded : "");
   }();
   return *token;
@@ -150,52 +132,6 @@ std::string JobTokenMismatch(absl::string_view expected,
   if (offered.empty()) return "no job token";
   if (!JobTokensEqual(expected, offered)) return "wrong job token";
   return "";
-}
-
-void AttachJobToken(grpc::ClientContext& context, const std::string& token) {
-  if (!token.empty()) context.AddMetadata(kJobTokenMetadataKey, token);
-}
-
-grpc::Status CheckJobToken(const grpc::ServerContextBase& context,
-                           const std::string& expected,
-                           absl::string_view service) {
-  if (expected.empty()) return grpc::Status::OK;
-  absl::string_view offered;
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(kJobTokenMetadataKey);
-  if (it != metadata.end()) {
-    offered = absl::string_view(it->second.data(), it->second.size());
-  }
-  const std::string mismatch = JobTokenMismatch(expected, offered);
-  if (mismatch.empty()) return grpc::Status::OK;
-  const std::string message =
-      absl::StrCat(service, " refused a call from ", context.peer(), ": ",
-                   mismatch, " (every process of a job needs the same token: ",
-                   kJobTokenEnv, " or --job_token_file)");
-  GS_LOG(WARNING) << message;
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, message);
-}
-
-void AttachJobToken(grpc::ClientContext& context) {
-  AttachJobToken(context, JobTokenOfThisProcess());
-}
-
-grpc::Status CheckJobToken(const grpc::ServerContextBase& context,
-                           absl::string_view service) {
-  return CheckJobToken(context, JobTokenOfThisProcess(), service);
-}
-
-std::shared_ptr<grpc::Channel> CreateChannelWithJobToken(
-    const std::string& target,
-    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
-    const grpc::ChannelArguments& args) {
-  const std::string& token = JobTokenOfThisProcess();
-  if (token.empty()) return grpc::CreateCustomChannel(target, credentials, args);
-  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
-      interceptors;
-  interceptors.push_back(std::make_unique<JobTokenInterceptorFactory>(token));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(
-      target, credentials, args, std::move(interceptors));
 }
 
 }  // namespace gradsync

@@ -5,19 +5,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
-
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM certificate chain of this process: the coordinator serves TLS "
-          "with it, other processes present it as their client certificate");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA certificate of the job: processes verify the coordinator "
-          "with it, and the coordinator then requires client certificates "
-          "signed by it (mutual TLS)");
 
 namespace gradsync {
 namespace {
@@ -64,12 +54,6 @@ absl::StatusOr<TlsConfig> LoadTlsConfig(const std::string& cert_path,
   tls.key_pem = *std::move(key);
   tls.ca_pem = *std::move(ca);
   return tls;
-}
-
-absl::StatusOr<TlsConfig> TlsConfigFromFlags() {
-  return LoadTlsConfig(absl::GetFlag(FLAGS_tls_cert),
-                       absl::GetFlag(FLAGS_tls_key),
-                       absl::GetFlag(FLAGS_tls_ca));
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(

@@ -1,5 +1,6 @@
 // Optional TLS for gradsync's gRPC services (the coordinator), from three
-// flags that every process of a job is given alike:
+// files that every process of a job is given alike (the command line's flags,
+// tools/cluster_flags.h):
 //
 //   --tls_cert, --tls_key  this process's certificate chain and private key
 //                          (PEM); the coordinator host needs them to serve TLS,
@@ -26,7 +27,7 @@ class ServerCredentials;
 namespace gradsync {
 
 struct TlsConfig {
-  // PEM contents, not paths: read once, when the flags are read.
+  // PEM contents, not paths: the files are read once, by LoadTlsConfig.
   std::string cert_pem;
   std::string key_pem;
   std::string ca_pem;
@@ -35,10 +36,9 @@ struct TlsConfig {
   std::string Describe() const;
 };
 
-// Reads the files the flags name. --tls_cert without --tls_key (or the other
-// way round), or an unreadable or empty file, is an error naming the flag.
-absl::StatusOr<TlsConfig> TlsConfigFromFlags();
-// The same from explicit paths (tests, tools).
+// Reads the files named by --tls_cert, --tls_key and --tls_ca (empty: not
+// given). A certificate without a key (or the other way round), or an
+// unreadable or empty file, is an error naming the flag.
 absl::StatusOr<TlsConfig> LoadTlsConfig(const std::string& cert_path,
                                         const std::string& key_path,
                                         const std::string& ca_path);

@@ -1,16 +1,17 @@
-// The CPU backend: OpenBLAS for Gemm, simple contiguous loops for the rest.
+// The CPU backend: OpenBLAS for Gemm, simple contiguous loops for the rest,
+// whose per-element and per-row arithmetic is kernel_math.h's (the CUDA
+// kernels run the same functions).
 #include "core/device/cpu_device.h"
 
 #include <cblas.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
+#include "core/device/kernel_math.h"
 
 // Declared by OpenBLAS's cblas.h, but not by the reference CBLAS header that
 // Debian's alternatives may put at <cblas.h>; repeating the declaration keeps
@@ -19,6 +20,8 @@ extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace gradsync {
 namespace {
+
+namespace km = kernel_math;
 
 // The element-wise kernels run in fixed blocks of kBlock elements plus a
 // shorter tail. GCC 12 at -O2 (this build's level) vectorizes a loop only when
@@ -39,36 +42,39 @@ inline void ForEachBlock(int64_t count, Span span) {
   if (start < count) span(start, static_cast<int>(count - start));
 }
 
+// SumRows's running column sums. Not kernel_math.h's: the GPU adds a column
+// in another order (kernel_math.h's SumInOrder says why).
 inline void AddSpan(float* __restrict y, const float* __restrict x, int n) {
   for (int j = 0; j < n; ++j) y[j] += x[j];
 }
 
+inline void BiasSpan(float* __restrict y, const float* __restrict bias, int n) {
+  for (int j = 0; j < n; ++j) y[j] = km::AddBias(y[j], bias[j]);
+}
+
 inline void ReluSpan(float* __restrict x, int n) {
-  for (int j = 0; j < n; ++j) x[j] = x[j] > 0.0f ? x[j] : 0.0f;
+  for (int j = 0; j < n; ++j) x[j] = km::Relu(x[j]);
 }
 
 inline void ReluBackwardSpan(const float* __restrict y, float* __restrict dy,
                              int n) {
-  for (int j = 0; j < n; ++j) dy[j] = y[j] > 0.0f ? dy[j] : 0.0f;
+  for (int j = 0; j < n; ++j) dy[j] = km::ReluGradient(y[j], dy[j]);
 }
 
 inline void ScaleSpan(float* __restrict x, float alpha, int n) {
-  for (int j = 0; j < n; ++j) x[j] *= alpha;
+  for (int j = 0; j < n; ++j) x[j] = km::Scaled(x[j], alpha);
 }
 
 inline void SgdSpan(float* __restrict p, const float* __restrict g, int n,
                     float lr, float weight_decay) {
-  for (int j = 0; j < n; ++j) p[j] -= lr * (g[j] + weight_decay * p[j]);
+  for (int j = 0; j < n; ++j) p[j] = km::SgdStep(p[j], g[j], lr, weight_decay);
 }
 
 inline void SgdMomentumSpan(float* __restrict p, const float* __restrict g,
                             float* __restrict v, int n, float lr,
                             float momentum, float weight_decay) {
   for (int j = 0; j < n; ++j) {
-    const float gj = g[j] + weight_decay * p[j];
-    const float vj = momentum * v[j] + gj;
-    v[j] = vj;
-    p[j] -= lr * vj;
+    km::SgdMomentumStep(p[j], v[j], g[j], lr, momentum, weight_decay);
   }
 }
 
@@ -161,7 +167,7 @@ void CpuDevice::AddRowBias(float* y, const float* bias, int rows, int cols) {
   for (int r = 0; r < rows; ++r) {
     float* row = y + static_cast<int64_t>(r) * cols;
     ForEachBlock(cols,
-                 [&](int64_t c, int n) { AddSpan(row + c, bias + c, n); });
+                 [&](int64_t c, int n) { BiasSpan(row + c, bias + c, n); });
   }
 }
 
@@ -191,34 +197,16 @@ void CpuDevice::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
     *loss = 0.0f;
     return;
   }
-  const float inv_rows = 1.0f / static_cast<float>(rows);
+  const float inv_rows = km::InverseRows(rows);
   // The batch loss is a sum of `rows` terms; double keeps it independent of the
   // batch size's rounding.
   double total = 0.0;
   for (int r = 0; r < rows; ++r) {
-    const float* __restrict x = logits + static_cast<int64_t>(r) * classes;
-    float* __restrict d = dlogits + static_cast<int64_t>(r) * classes;
-    // Subtracting the row maximum keeps exp() in (0, 1]: no overflow for large
-    // logits, and the largest term is exactly 1 so the sum is never 0.
-    float row_max = x[0];
-    for (int c = 1; c < classes; ++c) row_max = std::max(row_max, x[c]);
-    double sum = 0.0;
-    for (int c = 0; c < classes; ++c) {
-      d[c] = std::exp(x[c] - row_max);
-      sum += d[c];
-    }
-    const float scale = static_cast<float>(1.0 / sum) * inv_rows;
-    for (int c = 0; c < classes; ++c) d[c] *= scale;
-    const int32_t label = labels[r];
-    if (label >= 0 && label < classes) {
-      d[label] -= inv_rows;
-      // -log softmax[label] = log(sum) - (x[label] - max).
-      total += std::log(sum) - static_cast<double>(x[label] - row_max);
-    } else {
-      total = std::numeric_limits<double>::quiet_NaN();
-    }
+    const int64_t offset = static_cast<int64_t>(r) * classes;
+    total += km::SoftmaxCrossEntropyRow(logits + offset, labels[r], classes,
+                                        inv_rows, dlogits + offset);
   }
-  *loss = static_cast<float>(total / rows);
+  *loss = km::MeanLoss(total, rows);
 }
 
 void CpuDevice::Scale(float* x, int64_t count, float alpha) {
@@ -250,35 +238,13 @@ void CpuDevice::SgdUpdate(float* params, const float* grads, float* velocity,
 void CpuDevice::AdamUpdate(float* params, const float* grads, float* m,
                            float* v, int64_t count, float lr,
                            const AdamState& state, float weight_decay) {
-  // The optimizer counts steps from 1; a 0 here would divide by zero below.
-  const double step = static_cast<double>(std::max<int64_t>(state.step, 1));
-  // Bias corrections in double: 1 - 0.999^t loses digits in float for small t.
-  const double bias_correction1 = 1.0 - std::pow(double{state.beta1}, step);
-  const double bias_correction2 = 1.0 - std::pow(double{state.beta2}, step);
-  // PyTorch's arrangement: p -= (lr / bc1) · m / (sqrt(v) / sqrt(bc2) + eps).
-  const float step_size = static_cast<float>(lr / bias_correction1);
-  const float inv_sqrt_bc2 =
-      static_cast<float>(1.0 / std::sqrt(bias_correction2));
-  const float beta1 = state.beta1;
-  const float beta2 = state.beta2;
-  const float one_minus_beta1 = 1.0f - beta1;
-  const float one_minus_beta2 = 1.0f - beta2;
-  const float epsilon = state.epsilon;
-
-  // A plain loop: std::sqrt must set errno for negative inputs under the
-  // default -fmath-errno, and that branch keeps GCC from vectorizing this one
-  // (it would with -fno-math-errno). Adam is not the default optimizer.
-  float* p = params;
-  const float* g = grads;
-  float* m1 = m;
-  float* m2 = v;
+  const km::AdamCoefficients coefficients = km::MakeAdamCoefficients(
+      lr, state.beta1, state.beta2, state.epsilon, weight_decay, state.step);
+  // A plain loop: sqrtf must set errno for negative inputs under the default
+  // -fmath-errno, and that branch keeps GCC from vectorizing this one (it
+  // would with -fno-math-errno). Adam is not the default optimizer.
   for (int64_t i = 0; i < count; ++i) {
-    const float gi = g[i] + weight_decay * p[i];
-    const float mi = beta1 * m1[i] + one_minus_beta1 * gi;
-    const float vi = beta2 * m2[i] + one_minus_beta2 * gi * gi;
-    m1[i] = mi;
-    m2[i] = vi;
-    p[i] -= step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + epsilon);
+    km::AdamStep(params[i], m[i], v[i], grads[i], coefficients);
   }
 }
 

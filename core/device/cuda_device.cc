@@ -480,7 +480,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(
         absl::StrCat("--device=cuda: no CUDA GPU visible (", status.message(),
                      "); run `gradsync doctor`"));
   }
-  absl::StatusOr<int> gpu = SelectGpuFromFlags(local_rank, visible);
+  absl::StatusOr<int> gpu = SelectGpu(local_rank, visible, options.gpus);
   if (!gpu.ok()) {
     return Annotate(gpu.status(),
                     absl::StrCat("--device=cuda, local rank ", local_rank));

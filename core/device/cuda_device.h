@@ -179,8 +179,9 @@ class CudaDevice : public Device {
 // use it to reach the compute stream.
 CudaDevice* AsCudaDevice(Device& device);
 
-// Opens the GPU for local rank `options.gpu_index`: the flag --gpus maps local
-// ranks to GPUs, else local rank modulo the visible GPUs (gpu_selection.h).
+// Opens the GPU for local rank `options.gpu_index`: `options.gpus` (--gpus)
+// maps local ranks to GPUs, else local rank modulo the visible GPUs
+// (gpu_selection.h).
 // Called by CreateDevice (device.cc) in CUDA builds.
 absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(
     const DeviceOptions& options);

@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/flags/flag.h"
 #include "core/device/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -23,7 +22,6 @@
 #include <cuda_runtime.h>
 
 #include "core/device/cuda_device.h"
-#include "core/device/gpu_selection.h"
 #endif
 
 namespace gradsync {
@@ -414,19 +412,18 @@ TEST_F(CudaDeviceTest, CreateDeviceMapsLocalRanksThroughGpus) {
   DeviceOptions options;
   options.type = DeviceType::kCuda;
   options.gpu_index = 5;  // the local rank
-  absl::SetFlag(&FLAGS_gpus, "0");
+  options.gpus = {0};
   auto listed = CreateDevice(options);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_EQ((*listed)->name(), "cuda:0");
-  absl::SetFlag(&FLAGS_gpus, "");
+  options.gpus = {};
   auto modulo = CreateDevice(options);
   ASSERT_TRUE(modulo.ok()) << modulo.status();
   EXPECT_EQ((*modulo)->name(), "cuda:" + std::to_string(5 % visible));
-  absl::SetFlag(&FLAGS_gpus, std::to_string(visible));  // one too many
+  options.gpus = {visible};  // one too many
   auto missing = CreateDevice(options);
   EXPECT_THAT(std::string(missing.status().message()),
               HasSubstr("local rank 5"));
-  absl::SetFlag(&FLAGS_gpus, "");
 }
 
 #endif  // GRADSYNC_CUDA

@@ -4,14 +4,17 @@
 // cuda_kernels.cu, called by cuda_device.cc, which names the device and the
 // operation in the Status it makes of an error.
 //
-// Semantics are those of the Device interface (core/device.h) and the CPU
-// backend (core/cpu_device.cc), so that one model runs on both; the comments
-// there are the specification.
+// Semantics are those of the Device interface (core/device/device.h) and the
+// CPU backend (core/device/cpu_device.cc), so that one model runs on both; the
+// comments there are the specification, and the arithmetic itself is
+// core/device/kernel_math.h, which both backends call.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "core/device/launch_config.h"
 
 namespace gradsync {
 namespace cuda_kernels {
@@ -19,8 +22,9 @@ namespace cuda_kernels {
 // SoftmaxCrossEntropy reduces the loss in two deterministic passes: one partial
 // sum (double) per thread block, then one block adds the partials in a fixed
 // order. The partial buffer holds this many doubles (allocated once by the
-// device at set-up, so the step loop never allocates).
-inline constexpr int kMaxLossPartials = 1024;
+// device at set-up, so the step loop never allocates); launch_config.h caps
+// the softmax grid at it.
+inline constexpr int kMaxLossPartials = launch_config::kMaxLossPartials;
 
 cudaError_t AddRowBias(cudaStream_t stream, float* y, const float* bias,
                        int rows, int cols);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -92,6 +93,9 @@ class Device {
 struct DeviceOptions {
   DeviceType type = DeviceType::kCpu;
   int gpu_index = 0;     // CUDA only
+  // CUDA only: the GPUs local ranks use (gpu_selection.h); empty: local rank
+  // modulo the visible GPUs.
+  std::vector<int> gpus;
   int cpu_threads = 0;   // BLAS threads on the CPU backend; 0 = library default
 };
 

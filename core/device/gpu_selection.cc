@@ -1,22 +1,14 @@
-// --gpus and the local-rank → GPU mapping (see gpu_selection.h).
+// The --gpus list and the local-rank → GPU mapping (see gpu_selection.h).
 #include "core/device/gpu_selection.h"
 
 #include <set>
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/base/status_macros.h"
-
-ABSL_FLAG(std::string, gpus, "",
-          "with --device=cuda: comma-separated GPU indices (among the visible "
-          "GPUs, after CUDA_VISIBLE_DEVICES) for this machine's local ranks; "
-          "local rank r uses the (r mod count)-th entry. Empty: local rank mod "
-          "the number of visible GPUs");
 
 namespace gradsync {
 
@@ -67,12 +59,6 @@ absl::StatusOr<int> SelectGpu(int local_rank, int visible_gpus,
     }
   }
   return gpu_list[local_rank % gpu_list.size()];
-}
-
-absl::StatusOr<int> SelectGpuFromFlags(int local_rank, int visible_gpus) {
-  ASSIGN_OR_RETURN(std::vector<int> gpus,
-                   ParseGpuList(absl::GetFlag(FLAGS_gpus)));
-  return SelectGpu(local_rank, visible_gpus, gpus);
 }
 
 }  // namespace gradsync

@@ -1,18 +1,15 @@
-// Which GPU a worker uses: --gpus and the local rank. Kept apart from the CUDA
-// backend (and compiled in every build) so that the flag exists, and its
-// parsing is tested, on machines without CUDA too; a launch script that passes
-// --gpus=0,1 then fails on a CPU build for the right reason (--device=cuda),
-// not with "unknown flag".
+// Which GPU a worker uses: a list of GPUs (the command line's --gpus,
+// tools/train_flags.h) and the local rank. Kept apart from the CUDA backend
+// (and compiled in every build) so that the command line can parse --gpus,
+// and the parsing is tested, on machines without CUDA too; a launch script
+// that passes --gpus=0,1 then fails on a CPU build for the right reason
+// (--device=cuda), not with "unknown flag".
 #pragma once
 
-#include <string>
 #include <vector>
 
-#include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-
-ABSL_DECLARE_FLAG(std::string, gpus);
 
 namespace gradsync {
 
@@ -28,8 +25,5 @@ absl::StatusOr<std::vector<int>> ParseGpuList(absl::string_view text);
 // that N ranks on a machine with fewer GPUs share them round-robin.
 absl::StatusOr<int> SelectGpu(int local_rank, int visible_gpus,
                               const std::vector<int>& gpu_list);
-
-// SelectGpu with the list from --gpus; errors name the flag.
-absl::StatusOr<int> SelectGpuFromFlags(int local_rank, int visible_gpus);
 
 }  // namespace gradsync

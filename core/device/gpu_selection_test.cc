@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -58,14 +57,6 @@ TEST(SelectGpuTest, ErrorsNameTheProblem) {
   EXPECT_THAT(std::string(missing.status().message()),
               HasSubstr("--gpus lists GPU 2 but only 2 GPU(s) are visible"));
   EXPECT_FALSE(SelectGpu(-1, 2, {}).ok());
-}
-
-TEST(SelectGpuTest, ReadsTheFlag) {
-  absl::SetFlag(&FLAGS_gpus, "1,0");
-  EXPECT_EQ(*SelectGpuFromFlags(0, 2), 1);
-  EXPECT_EQ(*SelectGpuFromFlags(1, 2), 0);
-  absl::SetFlag(&FLAGS_gpus, "");
-  EXPECT_EQ(*SelectGpuFromFlags(1, 2), 1);
 }
 
 }  // namespace

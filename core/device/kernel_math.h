@@ -1,0 +1,211 @@
+// The arithmetic of the device kernels, per element and per row, written once
+// for both backends: CpuDevice (cpu_device.cc) loops over these functions, and
+// the CUDA kernels (cuda_kernels.cu) call the same functions from each thread.
+// No GPU is lent to this project's machines, so this is how the GPU's
+// arithmetic gets tested: kernel_math_test, cpu_device_test and the training
+// tests run it on the CPU.
+//
+// Same bits on both devices, given the same inputs:
+//   - +, -, *, / and sqrt are IEEE-754 single (or double) precision rounded
+//     to nearest on both. GCC on x86-64 evaluates float in SSE registers (no
+//     excess precision); the :device target adds -ffp-contract=off so that a
+//     build for an FMA-capable -march keeps a*b+c two roundings. nvcc would
+//     fuse a*b+c into one multiply-add (one rounding), so cuda_kernels.cu is
+//     compiled with --fmad=false; nvcc's default -prec-div=true and
+//     -prec-sqrt=true give IEEE division and square root (--use_fast_math
+//     would undo all three).
+//   - Every sum whose order affects the result is added in the order written
+//     here (SumInOrder), on the GPU by one lane.
+// Not the same bits: expf and log come from each platform's math library
+// (glibc; CUDA's libdevice), which differ by an ulp or two, so softmax
+// gradients and the loss agree to those ulps. SumRows and the batch loss are
+// summed in a different (fixed, deterministic) order on each device; see
+// SumInOrder's comment for why.
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+
+// __host__ __device__ where nvcc compiles this header, nothing for GCC.
+#if defined(__CUDACC__)
+#define GS_HOST_DEVICE __host__ __device__
+#else
+#define GS_HOST_DEVICE
+#endif
+
+namespace gradsync {
+namespace kernel_math {
+
+// --- Layers ------------------------------------------------------------------
+
+// y[r, c] + bias[c].
+GS_HOST_DEVICE inline float AddBias(float y, float bias) { return y + bias; }
+
+// max(x, 0); NaN becomes 0 (the comparison is false), on both devices.
+GS_HOST_DEVICE inline float Relu(float x) { return x > 0.0f ? x : 0.0f; }
+
+// The gradient through a ReLU whose output was y: dy where y > 0, else 0.
+GS_HOST_DEVICE inline float ReluGradient(float y, float dy) {
+  return y > 0.0f ? dy : 0.0f;
+}
+
+// x · alpha (gradient averaging, loss scaling).
+GS_HOST_DEVICE inline float Scaled(float x, float alpha) { return x * alpha; }
+
+// --- Softmax cross-entropy, one row of `classes` logits ----------------------
+// loss_row = -log softmax(x)[label] and dlogits_row = (softmax(x) - onehot) /
+// rows, so that the batch's mean loss has dlogits as its gradient.
+
+// 1/rows, the factor of every gradient entry.
+GS_HOST_DEVICE inline float InverseRows(int rows) {
+  return 1.0f / static_cast<float>(rows);
+}
+
+// std::max's choice: `a` unless a < b. The maximum is exact, so the order in
+// which lanes or loop steps compare does not matter (for numbers; a NaN logit
+// makes the row's loss NaN either way).
+GS_HOST_DEVICE inline float MaxOf(float a, float b) { return a < b ? b : a; }
+
+// exp(x - max(row)): in (0, 1], so large logits cannot overflow exp, and the
+// row's largest term is exactly 1, so the row's sum is at least 1.
+GS_HOST_DEVICE inline float ShiftedExp(float x, float row_max) {
+  return expf(x - row_max);
+}
+
+// values[0] + values[1] + ... in double, left to right. Both devices sum a
+// row's exponentials with this (the GPU in one lane: a row has few classes,
+// 10 for Fashion-MNIST, so a serial sum costs less than a warp reduction's
+// shuffles, and it keeps the CPU's order). The sums that stay per device,
+// and why: SumRows (the CPU's row-by-row order is serial per column; a GPU
+// following it would have one thread per column for a whole batch) and the
+// batch loss (a double sum of one term per row, rounded once to float, where
+// the order shows only at double precision).
+GS_HOST_DEVICE inline double SumInOrder(const float* values, int count) {
+  double sum = 0.0;
+  for (int i = 0; i < count; ++i) sum += values[i];
+  return sum;
+}
+
+// The factor that turns a shifted exponential into its gradient entry:
+// softmax / rows = exp(x - max) · (1 / sum) / rows.
+GS_HOST_DEVICE inline float SoftmaxGradientScale(double exp_sum,
+                                                 float inv_rows) {
+  return static_cast<float>(1.0 / exp_sum) * inv_rows;
+}
+
+// One dlogits entry from its shifted exponential: softmax / rows, minus 1/rows
+// at the label.
+GS_HOST_DEVICE inline float SoftmaxGradient(float shifted_exp, float scale,
+                                            bool is_label, float inv_rows) {
+  float gradient = shifted_exp * scale;
+  if (is_label) gradient -= inv_rows;
+  return gradient;
+}
+
+// -log softmax(x)[label] = log(sum) - (x[label] - max), in double. A label
+// outside [0, classes) gives NaN rather than a read out of bounds, so that a
+// bad data set shows in the logged loss instead of training on garbage.
+GS_HOST_DEVICE inline double CrossEntropyRowLoss(double exp_sum,
+                                                 const float* row,
+                                                 float row_max, int32_t label,
+                                                 int classes) {
+  if (label < 0 || label >= classes) return nan("");
+  return log(exp_sum) - static_cast<double>(row[label] - row_max);
+}
+
+// The batch's mean loss from the double sum of its rows' losses.
+GS_HOST_DEVICE inline float MeanLoss(double loss_sum, int rows) {
+  return static_cast<float>(loss_sum / rows);
+}
+
+// One row end to end, as the CPU runs it; the GPU runs the same steps with a
+// warp's lanes sharing the element-wise ones (max, exponentials, gradient)
+// and lane 0 doing the sum. Writes the row's gradient to `gradient` (which
+// must not overlap `row`) and returns the row's loss.
+GS_HOST_DEVICE inline double SoftmaxCrossEntropyRow(const float* row,
+                                                    int32_t label, int classes,
+                                                    float inv_rows,
+                                                    float* gradient) {
+  float row_max = row[0];
+  for (int c = 1; c < classes; ++c) row_max = MaxOf(row_max, row[c]);
+  for (int c = 0; c < classes; ++c) gradient[c] = ShiftedExp(row[c], row_max);
+  const double exp_sum = SumInOrder(gradient, classes);
+  const float scale = SoftmaxGradientScale(exp_sum, inv_rows);
+  for (int c = 0; c < classes; ++c) {
+    gradient[c] = SoftmaxGradient(gradient[c], scale, c == label, inv_rows);
+  }
+  return CrossEntropyRowLoss(exp_sum, row, row_max, label, classes);
+}
+
+// --- Optimizers, per element (PyTorch's update rules) ------------------------
+
+// SGD without momentum: p -= lr · (g + weight_decay · p).
+GS_HOST_DEVICE inline float SgdStep(float p, float g, float lr,
+                                    float weight_decay) {
+  return p - lr * (g + weight_decay * p);
+}
+
+// SGD with momentum: g' = g + wd·p; v = momentum·v + g'; p -= lr·v. PyTorch
+// starts v at the first gradient; a zero-filled v gives exactly that.
+GS_HOST_DEVICE inline void SgdMomentumStep(float& p, float& v, float g,
+                                           float lr, float momentum,
+                                           float weight_decay) {
+  const float decayed = g + weight_decay * p;
+  const float velocity = momentum * v + decayed;
+  v = velocity;
+  p -= lr * velocity;
+}
+
+// The per-step constants of Adam, computed once per step on the host.
+struct AdamCoefficients {
+  float step_size;                  // lr / (1 - beta1^t)
+  float inv_sqrt_bias_correction2;  // 1 / sqrt(1 - beta2^t)
+  float beta1;
+  float beta2;
+  float one_minus_beta1;
+  float one_minus_beta2;
+  float epsilon;
+  float weight_decay;
+};
+
+// From the bias-corrected factors, which the caller computes in double.
+GS_HOST_DEVICE inline AdamCoefficients AdamCoefficientsFrom(
+    float step_size, float inv_sqrt_bias_correction2, float beta1, float beta2,
+    float epsilon, float weight_decay) {
+  return AdamCoefficients{step_size,    inv_sqrt_bias_correction2,
+                          beta1,        beta2,
+                          1.0f - beta1, 1.0f - beta2,
+                          epsilon,      weight_decay};
+}
+
+// For step t (1-based; t < 1 is taken as 1 rather than divide by zero). The
+// bias corrections are computed in double: 1 - 0.999^t loses most of its
+// digits in float for small t. Host only (pow in double once per step).
+inline AdamCoefficients MakeAdamCoefficients(float lr, float beta1, float beta2,
+                                             float epsilon, float weight_decay,
+                                             int64_t step) {
+  const double t = static_cast<double>(step < 1 ? 1 : step);
+  const double bias_correction1 = 1.0 - pow(static_cast<double>(beta1), t);
+  const double bias_correction2 = 1.0 - pow(static_cast<double>(beta2), t);
+  return AdamCoefficientsFrom(static_cast<float>(lr / bias_correction1),
+                              static_cast<float>(1.0 / sqrt(bias_correction2)),
+                              beta1, beta2, epsilon, weight_decay);
+}
+
+// Adam (Kingma & Ba) with L2 weight decay added to the gradient, as
+// torch.optim.Adam, in PyTorch's arrangement:
+//   p -= (lr / bc1) · m / (sqrt(v) / sqrt(bc2) + eps).
+GS_HOST_DEVICE inline void AdamStep(float& p, float& m, float& v, float g,
+                                    const AdamCoefficients& k) {
+  const float decayed = g + k.weight_decay * p;
+  const float m_new = k.beta1 * m + k.one_minus_beta1 * decayed;
+  const float v_new = k.beta2 * v + k.one_minus_beta2 * decayed * decayed;
+  m = m_new;
+  v = v_new;
+  p -= k.step_size * m_new /
+       (sqrtf(v_new) * k.inv_sqrt_bias_correction2 + k.epsilon);
+}
+
+}  // namespace kernel_math
+}  // namespace gradsync

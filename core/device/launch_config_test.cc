@@ -1,0 +1,185 @@
+// Tests of the CUDA kernels' launch shapes (launch_config.h) on the host: the
+// loops of cuda_kernels.cu are replayed thread by thread over the grids these
+// functions choose, so a shape that skips or repeats an element, or an index
+// that overflows, fails here rather than on a GPU.
+#include "core/device/launch_config.h"
+
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace gradsync {
+namespace launch_config {
+namespace {
+
+constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+// The stride of a capped element-wise grid: 4096 · 256 = 2^20.
+constexpr int64_t kCappedStride =
+    int64_t{kMaxElementwiseBlocks} * kThreadsPerBlock;
+
+// How often each element of [0, count) is visited by the grid-stride loop of
+// a grid of `blocks` × `threads`, thread by thread as on the GPU.
+std::vector<int> VisitsOfGridStride(int64_t count, int blocks, int threads) {
+  std::vector<int> visits(count, 0);
+  const int64_t stride = GridStride(blocks, threads);
+  for (int64_t first = 0; first < stride; ++first) {
+    for (int64_t i = first; i < count; i += stride) ++visits[i];
+  }
+  return visits;
+}
+
+bool EachOnce(const std::vector<int>& visits) {
+  for (int v : visits) {
+    if (v != 1) return false;
+  }
+  return true;
+}
+
+TEST(LaunchConfigTest, ElementwiseGridVisitsEveryElementOnce) {
+  for (int64_t count :
+       {int64_t{1}, int64_t{2}, int64_t{255}, int64_t{256}, int64_t{257},
+        int64_t{70000}, kCappedStride - 1, kCappedStride, kCappedStride + 1,
+        3 * kCappedStride + 12345}) {
+    const ElementwiseLaunch launch = PlanElementwise(count);
+    ASSERT_GE(launch.blocks, 1) << count;
+    EXPECT_TRUE(
+        EachOnce(VisitsOfGridStride(count, launch.blocks, kThreadsPerBlock)))
+        << count;
+  }
+}
+
+TEST(LaunchConfigTest, ElementwiseGridIsOneThreadPerElementUpToTheCap) {
+  EXPECT_EQ(PlanElementwise(0).blocks, 0);
+  EXPECT_EQ(PlanElementwise(-5).blocks, 0);
+  EXPECT_EQ(PlanElementwise(1).blocks, 1);
+  EXPECT_EQ(PlanElementwise(256).blocks, 1);
+  EXPECT_EQ(PlanElementwise(257).blocks, 2);
+  EXPECT_EQ(PlanElementwise(kCappedStride).blocks, kMaxElementwiseBlocks);
+  EXPECT_EQ(PlanElementwise(kCappedStride + 1).blocks, kMaxElementwiseBlocks);
+  // No overflow on the way to the cap, even for counts no GPU holds.
+  EXPECT_EQ(PlanElementwise(std::numeric_limits<int64_t>::max()).blocks,
+            kMaxElementwiseBlocks);
+  EXPECT_LE(int64_t{kMaxElementwiseBlocks}, kMaxGridX);
+}
+
+// The defect this header fixed: AddRowBias counted in int whenever the element
+// count fit in int, but its loop computes i + stride before `i < count`
+// stops it, so a count near 2^31 wrapped to a negative index (and kept
+// writing). The cut-off is count - 1 + stride <= INT_MAX.
+TEST(LaunchConfigTest, NarrowIndexCutOffLeavesRoomForTheStride) {
+  const int64_t boundary = kIntMax - kCappedStride + 1;  // 2^31 - 2^20
+  EXPECT_TRUE(PlanElementwise(boundary).narrow_index);
+  EXPECT_FALSE(PlanElementwise(boundary + 1).narrow_index);
+  EXPECT_FALSE(PlanElementwise(kIntMax).narrow_index);  // the old cut-off
+  EXPECT_FALSE(PlanElementwise(kIntMax + 1).narrow_index);
+  EXPECT_TRUE(PlanElementwise(1).narrow_index);
+  EXPECT_TRUE(PlanElementwise(70000).narrow_index);
+
+  // The thread that owns the last element takes one more step before the loop
+  // ends; replay that step in int arithmetic.
+  for (int64_t count : {boundary, boundary + 1, kIntMax}) {
+    const ElementwiseLaunch launch = PlanElementwise(count);
+    const int64_t stride = GridStride(launch.blocks, kThreadsPerBlock);
+    int32_t next = 0;
+    const bool overflows = __builtin_add_overflow(
+        static_cast<int32_t>(count - 1), static_cast<int32_t>(stride), &next);
+    EXPECT_EQ(launch.narrow_index, !overflows) << count;
+  }
+}
+
+TEST(LaunchConfigTest, FitsNarrowIndexAtItsEdges) {
+  EXPECT_TRUE(FitsNarrowIndex(0, 1));
+  EXPECT_TRUE(FitsNarrowIndex(kIntMax, 1));  // last step lands on INT_MAX
+  EXPECT_FALSE(FitsNarrowIndex(kIntMax, 2));
+  EXPECT_TRUE(FitsNarrowIndex(1, kIntMax));
+  EXPECT_FALSE(FitsNarrowIndex(2, kIntMax));
+  EXPECT_FALSE(FitsNarrowIndex(1, kIntMax + 1));
+  EXPECT_FALSE(FitsNarrowIndex(-1, 256));
+  EXPECT_FALSE(FitsNarrowIndex(10, 0));
+}
+
+// AddRowBias's rows × cols as the launch sees them: a shape whose product is
+// just over the cut-off takes the 64-bit kernel.
+TEST(LaunchConfigTest, AddRowBiasShapesAroundTheCutOff) {
+  const int cols = 1024;
+  const int rows_at = static_cast<int>((kIntMax - kCappedStride + 1) / cols);
+  EXPECT_TRUE(PlanElementwise(int64_t{rows_at} * cols).narrow_index);
+  EXPECT_FALSE(PlanElementwise(int64_t{rows_at + 1} * cols).narrow_index);
+}
+
+// SumRows: block b, thread (x, y) sums column b·32 + x over rows y, y + 32,
+// ...; every (row, column) is added exactly once.
+TEST(LaunchConfigTest, SumRowsGridVisitsEveryEntryOnce) {
+  for (auto [rows, cols] : {std::pair<int, int>{1, 1},
+                            {1, 33},
+                            {31, 10},
+                            {32, 32},
+                            {33, 64},
+                            {100, 70},
+                            {1000, 1}}) {
+    const int blocks = SumRowsBlocks(cols);
+    std::vector<int> visits(static_cast<size_t>(rows) * cols, 0);
+    for (int b = 0; b < blocks; ++b) {
+      for (int x = 0; x < kSumRowsTile; ++x) {
+        const int64_t col = int64_t{b} * kSumRowsTile + x;
+        if (col >= cols) continue;
+        for (int y = 0; y < kSumRowsTile; ++y) {
+          for (int64_t r = y; r < rows; r += kSumRowsTile) {
+            ++visits[r * cols + col];
+          }
+        }
+      }
+    }
+    EXPECT_TRUE(EachOnce(visits)) << rows << "x" << cols;
+  }
+  EXPECT_EQ(SumRowsBlocks(0), 0);
+  EXPECT_EQ(SumRowsBlocks(32), 1);
+  EXPECT_EQ(SumRowsBlocks(33), 2);
+  // INT_MAX columns: no overflow in the count, and within CUDA's grid limit.
+  EXPECT_EQ(SumRowsBlocks(std::numeric_limits<int>::max()), 67108864);
+  EXPECT_LE(int64_t{SumRowsBlocks(std::numeric_limits<int>::max())}, kMaxGridX);
+}
+
+// SoftmaxCrossEntropy: warp w of block b starts at row b·8 + w and strides by
+// the grid's warps; 20000 rows exceed 1024 blocks × 8 warps, so warps loop.
+TEST(LaunchConfigTest, SoftmaxGridVisitsEveryRowOnce) {
+  for (int rows : {1, 7, 8, 9, 300, 8192, 8193, 20000}) {
+    const int blocks = SoftmaxBlocks(rows);
+    ASSERT_GE(blocks, 1);
+    ASSERT_LE(blocks, kMaxLossPartials);
+    std::vector<int> visits(rows, 0);
+    const int64_t stride = int64_t{blocks} * kSoftmaxRowsPerBlock;
+    for (int b = 0; b < blocks; ++b) {
+      for (int w = 0; w < kSoftmaxRowsPerBlock; ++w) {
+        for (int64_t row = int64_t{b} * kSoftmaxRowsPerBlock + w; row < rows;
+             row += stride) {
+          ++visits[row];
+        }
+      }
+    }
+    EXPECT_TRUE(EachOnce(visits)) << rows;
+  }
+  EXPECT_EQ(SoftmaxBlocks(0), 0);
+  EXPECT_EQ(SoftmaxBlocks(8), 1);
+  EXPECT_EQ(SoftmaxBlocks(9), 2);
+  EXPECT_EQ(SoftmaxBlocks(std::numeric_limits<int>::max()), kMaxLossPartials);
+}
+
+// The loss finalization's single block covers every partial the softmax grid
+// can leave.
+TEST(LaunchConfigTest, LossFinalizeCoversEveryPartial) {
+  std::vector<int> visits(kMaxLossPartials, 0);
+  for (int t = 0; t < kLossFinalizeThreads; ++t) {
+    for (int i = t; i < kMaxLossPartials; i += kLossFinalizeThreads) {
+      ++visits[i];
+    }
+  }
+  EXPECT_TRUE(EachOnce(visits));
+}
+
+}  // namespace
+}  // namespace launch_config
+}  // namespace gradsync

@@ -1,0 +1,335 @@
+#!/usr/bin/env bash
+# The first command to run on a GPU node: does gradsync's CUDA build work here?
+# No GPU is lent to the machines gradsync is developed on, so this is where
+# the CUDA code first meets one.
+#
+#   tools/gpu_check.sh               # from a checkout: builds --config=cuda
+#   tools/gpu_check.sh --no-build    # from a checkout, with what is built
+#   gradsync-<commit>/bin/gpu_check.sh   # from tools/bundle.sh's bundle
+#   ... --report=FILE                # where the report goes (default:
+#                                    # ./gpu_check-<host>-<UTC time>.txt)
+#
+# In order, each bounded by `timeout`:
+#   versions      nvidia-smi, nvcc (checkout), glibc, `gradsync doctor`
+#                 (driver, CUDA runtime, NCCL, cuBLAS, a GEMM per GPU). With no
+#                 GPU visible it stops here: "no GPU visible", exit 3.
+#   unit          cuda_device_test: every kernel against the CPU backend
+#   nccl_1gpu     nccl_test: --sync=nccl on one GPU
+#   parity        device_parity_test: the MLP on CPU and GPU, step by step
+#   staging       host_staging_test: pinned host staging (ring, ps on GPU)
+#   nccl_2rank    `gradsync launch --workers=2 -- --sync=nccl --device=cuda`,
+#                 parameters checked identical across ranks (2+ GPUs only)
+#   mlp_cuda      the MLP trained on CUDA and on the CPU, same seed: final
+#                 losses must agree
+#   bench_mlp     mlp_gpu_benchmark (step time, GEMM efficiency)
+#   bench_nccl    allreduce_benchmark --algorithms=nccl, one rank per GPU,
+#                 every element checked (2+ GPUs only)
+#   sanitizer_*   compute-sanitizer memcheck over cuda_device_test, racecheck
+#                 and synccheck over its kernel tests (where compute-sanitizer
+#                 is installed)
+# The report has one line per check, PASS, FAIL or SKIP with the reason, the
+# version output, and the end of every failing check's log; full logs are in
+# the folder beside it. Its path is printed at the end.
+#
+# Exit status: 0 every check passed or was skipped for a stated reason;
+# 1 a check failed; 2 could not start (bad argument, build failed, programs
+# missing); 3 no GPU visible: only the versions were checked.
+set -uo pipefail
+
+here="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
+report=""
+build=1
+for arg in "$@"; do
+  case "$arg" in
+    --report=*) report="${arg#*=}" ;;
+    --no-build) build=0 ;;
+    -h|--help) sed -n '2,36p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "gpu_check.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+report="${report:-$PWD/gpu_check-$(hostname -s 2>/dev/null || echo host)-$stamp.txt}"
+logs="${report%.txt}.logs"
+mkdir -p "$logs" || exit 2
+: > "$report" || exit 2
+results=()  # "STATUS name reason", in order
+failed=0
+
+log() { echo "$*" | tee -a "$report"; }
+# record STATUS name reason...
+record() {
+  local status=$1 name=$2
+  shift 2
+  results+=("$(printf '%-5s %-20s %s' "$status" "$name" "$*")")
+  [[ "$status" == FAIL ]] && failed=1
+  printf '   -> %s %s: %s\n' "$status" "$name" "$*"
+}
+# run NAME SECONDS command...: output to $logs/NAME.log; sets $rc.
+run() {
+  local name=$1 seconds=$2
+  shift 2
+  echo "== $name: $*"
+  timeout --kill-after=30 "$seconds" "$@" > "$logs/$name.log" 2>&1
+  rc=$?
+  if ((rc == 124 || rc == 137)); then
+    echo "(timed out after ${seconds} s)" >> "$logs/$name.log"
+  fi
+  return 0
+}
+why_failed() {  # name: the exit status in words
+  if ((rc == 124 || rc == 137)); then
+    echo "timed out after $1 s"
+  else
+    echo "exit $rc (log: $logs/$2.log)"
+  fi
+}
+
+finish() {  # exit status
+  {
+    echo
+    echo "== checks"
+    printf '%s\n' "${results[@]}"
+    for line in "${results[@]}"; do
+      [[ "$line" == FAIL* ]] || continue
+      name=$(awk '{print $2}' <<< "$line")
+      [[ -f "$logs/$name.log" ]] || continue
+      echo
+      echo "== end of $name's log ($logs/$name.log)"
+      tail -n 40 "$logs/$name.log"
+    done
+  } >> "$report"
+  echo
+  printf '%s\n' "${results[@]}"
+  echo "gpu_check: report $report (logs in $logs/)"
+  exit "$1"
+}
+
+# --- where the programs are ---------------------------------------------------
+if [[ -x "$here/../libexec/gradsync-env" ]]; then
+  mode="bundle $(cd "$here/.." && pwd)"
+  bin="$here"
+  program() { echo "$bin/$1"; }
+else
+  mode="checkout $(cd "$here/.." && pwd)"
+  cd "$here/.." || exit 2
+  targets=(//tools:gradsync //core/device:cuda_device_test
+           //core/train:device_parity_test //core/sync:host_staging_test
+           //allreduce:nccl_test //bench:mlp_gpu_benchmark
+           //bench:allreduce_benchmark)
+  # Outputs of their own and no bazel-bin link: a default build elsewhere in
+  # this checkout neither replaces these binaries nor is replaced by them.
+  bazel_cuda=(--color=no --curses=no --config=cuda --symlink_prefix=/)
+  if ((build)); then
+    run build 3600 bazel build "${bazel_cuda[@]}" "${targets[@]}"
+    if ((rc != 0)); then
+      record FAIL build "$(why_failed 3600 build)"
+      finish 2
+    fi
+  fi
+  bin=$(bazel info "${bazel_cuda[@]}" bazel-bin 2>/dev/null)
+  program() {
+    case "$1" in
+      gradsync) echo "$bin/tools/gradsync" ;;
+      cuda_device_test) echo "$bin/core/device/cuda_device_test" ;;
+      device_parity_test) echo "$bin/core/train/device_parity_test" ;;
+      host_staging_test) echo "$bin/core/sync/host_staging_test" ;;
+      nccl_test) echo "$bin/allreduce/nccl_test" ;;
+      mlp_gpu_benchmark) echo "$bin/bench/mlp_gpu_benchmark" ;;
+      allreduce_benchmark) echo "$bin/bench/allreduce_benchmark" ;;
+    esac
+  }
+fi
+for name in gradsync cuda_device_test device_parity_test host_staging_test \
+            nccl_test mlp_gpu_benchmark allreduce_benchmark; do
+  if [[ ! -x "$(program "$name")" ]]; then
+    log "gpu_check: $name not found at $(program "$name") (build with --config=cuda, or use the bundle)"
+    record FAIL setup "$name missing"
+    finish 2
+  fi
+done
+gradsync=$(program gradsync)
+
+# --- versions -----------------------------------------------------------------
+{
+  echo "gradsync gpu_check, $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname 2>/dev/null)"
+  echo "from: $mode"
+  echo "glibc: $(getconf GNU_LIBC_VERSION 2>/dev/null || echo unknown)"
+  echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-(unset)}"
+} | tee -a "$report"
+smi_gpus=""
+if command -v nvidia-smi > /dev/null; then
+  run nvidia_smi 60 nvidia-smi
+  if ((rc == 0)); then
+    smi_gpus=$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+  fi
+  { echo "== nvidia-smi (exit $rc)"; cat "$logs/nvidia_smi.log"; } >> "$report"
+else
+  log "== nvidia-smi: not installed (no NVIDIA driver on this node?)"
+fi
+nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+if [[ -n "$nvcc" ]]; then
+  log "== nvcc: $("$nvcc" --version 2>&1 | tail -n 2 | head -n 1)"
+fi
+run doctor 180 "$gradsync" doctor
+doctor_rc=$rc
+{ echo "== gradsync doctor (exit $doctor_rc)"; cat "$logs/doctor.log"; } >> "$report"
+cat "$logs/doctor.log"
+# The GPUs gradsync itself sees (CUDA_VISIBLE_DEVICES applied): doctor's row
+# "gpus  N visible"; nvidia-smi's count only where doctor could not say.
+gpus=$(sed -n 's/^  gpus *\([0-9][0-9]*\) visible.*/\1/p' "$logs/doctor.log" | head -n 1)
+if [[ -z "$gpus" ]]; then
+  if grep -q '^  gpus *NONE VISIBLE' "$logs/doctor.log"; then
+    gpus=0
+  else
+    gpus=${smi_gpus:-0}
+  fi
+fi
+if ((doctor_rc == 0)); then
+  record PASS versions "doctor: nothing missing, $gpus GPU(s)"
+else
+  record FAIL versions "doctor exit $doctor_rc: $(grep -E 'MISSING|TOO OLD|NONE VISIBLE|FAILED|WRONG|UNSUPPORTED' "$logs/doctor.log" |
+    head -n 3 | sed 's/^ *//; s/   */: /' | paste -s -d ';' | sed 's/;/; /g')"
+fi
+if ((gpus == 0)); then
+  log "gpu_check: no GPU visible; stopping after the versions (exit 3)."
+  for name in unit nccl_1gpu parity staging nccl_2rank mlp_cuda bench_mlp \
+              bench_nccl sanitizer; do
+    record SKIP "$name" "no GPU visible"
+  done
+  finish 3
+fi
+
+# --- GoogleTest programs -------------------------------------------------------
+# check_gtest NAME SECONDS program [args]: PASS when it exits 0 and no case was
+# skipped for want of a GPU (a GPU is visible, so such a skip means this
+# program cannot use it).
+check_gtest() {
+  local name=$1 seconds=$2 prog=$3
+  shift 3
+  run "$name" "$seconds" "$(program "$prog")" "$@" \
+    "--gtest_output=xml:$logs/$name.xml"
+  local total skipped reason
+  total=$(grep -o '<testcase ' "$logs/$name.xml" 2>/dev/null | wc -l)
+  skipped=$(grep -o 'result="skipped"' "$logs/$name.xml" 2>/dev/null | wc -l)
+  reason=$(grep -o -m 1 '<skipped message="[^"]*"' "$logs/$name.xml" 2>/dev/null |
+           sed 's/.*&#x0A;//; s/"$//')
+  local summary="$prog: ${total:-0} cases, ${skipped:-0} skipped${reason:+ (e.g. $reason)}"
+  if ((rc != 0)); then
+    record FAIL "$name" "$summary; $(why_failed "$seconds" "$name")"
+  elif grep -q 'no CUDA GPU visible' "$logs/$name.xml" 2>/dev/null; then
+    record FAIL "$name" "$summary: skipped GPU cases although $gpus GPU(s) are visible"
+  else
+    record PASS "$name" "$summary"
+  fi
+}
+
+check_gtest unit 900 cuda_device_test
+check_gtest nccl_1gpu 600 nccl_test
+check_gtest parity 900 device_parity_test
+check_gtest staging 600 host_staging_test
+
+# --- a 2-rank NCCL job -----------------------------------------------------------
+# One rank per GPU (NCCL 2.28 does not support two ranks on one GPU).
+train_flags=(--data=synthetic --model=mlp --seed=1 --epochs=1 --max_steps=100
+             --eval=false --progress=false --timeout_s=120)
+if ((gpus >= 2)); then
+  run nccl_2rank 900 "$gradsync" launch --workers=2 \
+    --run_dir="$logs/nccl_2rank.run" -- --sync=nccl --device=cuda \
+    --check_params_every=10 "${train_flags[@]}"
+  if ((rc == 0)); then
+    record PASS nccl_2rank "2 workers, --sync=nccl, 100 steps, parameters identical every 10 steps"
+  else
+    record FAIL nccl_2rank "$(why_failed 900 nccl_2rank); rank logs in $logs/nccl_2rank.run"
+  fi
+else
+  record SKIP nccl_2rank "needs 2 GPUs, $gpus visible"
+fi
+
+# --- the MLP on CUDA against the CPU ------------------------------------------------
+# Same seed, data and steps; the devices differ only in rounding (cuBLAS and
+# OpenBLAS sum in different orders, expf/log differ by an ulp), which 100
+# steps of SGD grow to ~1e-4 relative: 1e-3 leaves room without hiding a
+# wrong kernel, which shows at the first steps as a difference of 1e-1 or more.
+final_loss() {  # metrics dir -> worker 0's last step loss, full precision
+  grep '"type":"step"' "$1/worker0.jsonl" 2>/dev/null | tail -n 1 |
+    sed -n 's/.*"loss":\([^,}]*\).*/\1/p'
+}
+run mlp_cpu 900 "$gradsync" train --device=cpu --metrics_dir="$logs/mlp_cpu" \
+  "${train_flags[@]}"
+cpu_rc=$rc
+run mlp_cuda 900 "$gradsync" train --device=cuda \
+  --metrics_dir="$logs/mlp_cuda" "${train_flags[@]}"
+if ((cpu_rc != 0)); then
+  record FAIL mlp_cuda "the CPU reference run failed (exit $cpu_rc, log: $logs/mlp_cpu.log)"
+elif ((rc != 0)); then
+  record FAIL mlp_cuda "$(why_failed 900 mlp_cuda)"
+else
+  cpu_loss=$(final_loss "$logs/mlp_cpu")
+  cuda_loss=$(final_loss "$logs/mlp_cuda")
+  if [[ -z "$cpu_loss" || -z "$cuda_loss" ]]; then
+    record FAIL mlp_cuda "no step losses in $logs/mlp_{cpu,cuda}/worker0.jsonl"
+  elif awk -v a="$cpu_loss" -v b="$cuda_loss" 'BEGIN {
+         d = a - b; if (d < 0) d = -d; m = (a < 0 ? -a : a); if (m < 1) m = 1
+         exit !(d <= 1e-3 * m) }'; then
+    record PASS mlp_cuda "final loss after 100 steps: cuda $cuda_loss, cpu $cpu_loss"
+  else
+    record FAIL mlp_cuda "final loss after 100 steps: cuda $cuda_loss, cpu $cpu_loss (differ by more than 1e-3 relative)"
+  fi
+fi
+
+# --- benchmarks -------------------------------------------------------------------
+run bench_mlp 900 "$(program mlp_gpu_benchmark)" --benchmark_min_time=0.2 \
+  "--benchmark_out=$logs/bench_mlp.json" --benchmark_out_format=json
+if ((rc != 0)); then
+  record FAIL bench_mlp "$(why_failed 900 bench_mlp)"
+elif grep -q 'ERROR OCCURRED' "$logs/bench_mlp.log"; then
+  record FAIL bench_mlp "$(grep -m 1 'ERROR OCCURRED' "$logs/bench_mlp.log" | sed 's/  */ /g')"
+else
+  record PASS bench_mlp "table in $logs/bench_mlp.log, JSON in $logs/bench_mlp.json"
+fi
+if ((gpus >= 2)); then
+  run bench_nccl 900 "$(program allreduce_benchmark)" --algorithms=nccl \
+    --workers="$gpus" --max_bytes=$((256 << 20)) "--json=$logs/bench_nccl.json"
+  wrong=$(grep -o '"wrong": [0-9]*' "$logs/bench_nccl.json" 2>/dev/null |
+          awk '{s += $2} END {print s + 0}')
+  if ((rc != 0)); then
+    record FAIL bench_nccl "$(why_failed 900 bench_nccl)"
+  elif [[ ! -s "$logs/bench_nccl.json" ]]; then
+    record FAIL bench_nccl "no results in $logs/bench_nccl.json"
+  elif ((wrong > 0)); then
+    record FAIL bench_nccl "$wrong wrong elements (table in $logs/bench_nccl.log)"
+  else
+    record PASS bench_nccl "$gpus ranks, every element right (table in $logs/bench_nccl.log)"
+  fi
+else
+  record SKIP bench_nccl "needs 2 GPUs (one rank per GPU), $gpus visible"
+fi
+
+# --- compute-sanitizer ---------------------------------------------------------------
+sanitizer=$(command -v compute-sanitizer ||
+            ls "${CUDA_HOME:-/nonexistent}/bin/compute-sanitizer" \
+               /usr/local/cuda/bin/compute-sanitizer \
+               /usr/local/cuda-*/bin/compute-sanitizer 2>/dev/null | head -n 1 || true)
+if [[ -z "$sanitizer" ]]; then
+  record SKIP sanitizer "compute-sanitizer not installed (it comes with the CUDA toolkit)"
+else
+  # memcheck over everything; the shared-memory checkers over the kernels that
+  # use shared memory and warp synchronization (SumRows, the softmax).
+  for tool in memcheck racecheck synccheck; do
+    filter='*'
+    [[ "$tool" != memcheck ]] && filter='CudaDeviceTest.*Kernels*:CudaDeviceTest.Softmax*'
+    # --target-processes all: in the bundle the program runs behind a wrapper.
+    run "sanitizer_$tool" 1800 "$sanitizer" --tool "$tool" --error-exitcode 86 \
+      --target-processes all "$(program cuda_device_test)" "--gtest_filter=$filter"
+    if ((rc == 0)); then
+      record PASS "sanitizer_$tool" "cuda_device_test --gtest_filter=$filter: no errors"
+    elif ((rc == 86)); then
+      record FAIL "sanitizer_$tool" "$(grep -m 1 'ERROR SUMMARY' "$logs/sanitizer_$tool.log")"
+    else
+      record FAIL "sanitizer_$tool" "$(why_failed 1800 "sanitizer_$tool")"
+    fi
+  done
+fi
+
+finish "$failed"
