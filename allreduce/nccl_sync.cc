@@ -36,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "nlohmann/json.hpp"
 #include "core/device/cuda_device.h"
 #include "core/sync/gradient_sync.h"
 #include "core/base/logging.h"
@@ -159,10 +160,13 @@ class NcclSync : public GradientSync {
   }
 
   std::string SummaryJson() const override {
-    return absl::StrCat("{\"nccl_version\":\"", NCCL_MAJOR, ".", NCCL_MINOR,
-                        "\",\"gpu\":", gpu_,
-                        ",\"bytes_are_ring_estimates\":true,\"bytes_sent\":",
-                        total_bytes_, "}");
+    const nlohmann::json summary = {
+        {"nccl_version", absl::StrCat(NCCL_MAJOR, ".", NCCL_MINOR)},
+        {"gpu", gpu_},
+        {"bytes_are_ring_estimates", true},
+        {"bytes_sent", total_bytes_},
+    };
+    return summary.dump();
   }
 
  private:

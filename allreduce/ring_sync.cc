@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
 #include "allreduce/ring_flags.h"
 #include "core/cluster/job_token.h"
 #include "core/base/logging.h"
@@ -221,13 +222,14 @@ absl::Status RingSync::Shutdown() {
 
 std::string RingSync::SummaryJson() const {
   if (!ring_) return "{}";
-  return absl::StrCat(
-      "{\"chunk_bytes\":", ring_->chunk_bytes(),
-      ",\"socket_buffer_bytes_requested\":", options_.socket_buffer_bytes,
-      ",\"socket_buffer_bytes_granted\":",
-      transport_->granted_send_buffer_bytes(),
-      ",\"bytes_sent\":", ring_->bytes_sent(),
-      ",\"bytes_recv\":", ring_->bytes_received(), "}");
+  const nlohmann::json summary = {
+      {"chunk_bytes", ring_->chunk_bytes()},
+      {"socket_buffer_bytes_requested", options_.socket_buffer_bytes},
+      {"socket_buffer_bytes_granted", transport_->granted_send_buffer_bytes()},
+      {"bytes_sent", ring_->bytes_sent()},
+      {"bytes_recv", ring_->bytes_received()},
+  };
+  return summary.dump();
 }
 
 namespace {

@@ -6,16 +6,32 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/cluster/coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "ps/client.h"
 #include "ps/partitioner.h"
 #include "core/launch/launcher.h"
 
 namespace gradsync {
 namespace {
+
+// The JSON line `gradsync server` prints when it ends ("event":
+// "ps_server_summary"), parsed; null when the output has none.
+nlohmann::json ServerSummaryEvent(const std::string& output) {
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    if (!absl::StartsWith(line, "{")) continue;
+    nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+    if (!event.is_discarded() && event.value("event", "") == "ps_server_summary") {
+      return event;
+    }
+  }
+  return nullptr;
+}
 
 using ::testing::HasSubstr;
 
@@ -94,10 +110,10 @@ void ExpectAllPass(const LaunchResult& result, const Job& job) {
                 HasSubstr(absl::StrCat("worker ", r, " ok")));
   }
   for (int k = 0; k < job.servers; ++k) {
-    const std::string& output = result.processes[job.workers + k].output;
-    EXPECT_THAT(output,
-                HasSubstr("\"event\": \"ps_server_summary\", \"ok\": true"));
-    EXPECT_THAT(output, HasSubstr(absl::StrCat("\"server\": ", k)));
+    const nlohmann::json summary =
+        ServerSummaryEvent(result.processes[job.workers + k].output);
+    EXPECT_EQ(summary.value("ok", false), true) << summary;
+    EXPECT_EQ(summary["summary"].value("server", -1), k) << summary;
   }
 }
 
@@ -177,7 +193,8 @@ TEST(PsProcessTest, ServerExitsNamingWorkersThatDisappeared) {
   EXPECT_EQ(result.processes[0].exit_code, 1) << result.processes[0].output;
   EXPECT_THAT(result.processes[0].output,
               HasSubstr("worker(s) 0 never said the job was over"));
-  EXPECT_THAT(result.processes[0].output, HasSubstr("\"ok\": false"));
+  const nlohmann::json summary = ServerSummaryEvent(result.processes[0].output);
+  EXPECT_EQ(summary.value("ok", true), false) << summary;
 }
 
 }  // namespace

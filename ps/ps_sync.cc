@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 #include "core/sync/host_staging.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
@@ -359,21 +360,32 @@ absl::Status PsSync::Shutdown() {
 std::string PsSync::SummaryJson() const {
   const int64_t run_steps = step_ - schedule_.start_step;  // in this run
   const double steps = std::max<int64_t>(run_steps, 1);
-  std::vector<std::string> summaries = server_summaries_;
-  return absl::StrFormat(
-      "{\"strategy\": \"ps\", \"update\": \"%s\", \"colocate\": %s, "
-      "\"servers\": %d, \"keys\": %d, \"chunk_bytes\": %d, "
-      "\"message_bytes\": %d, \"server_key_bytes\": [%s], "
-      "\"imbalance\": %.4f, \"steps\": %d, \"push_ms_mean\": %.3f, "
-      "\"pull_ms_mean\": %.3f, \"bytes_to_server\": [%s], "
-      "\"bytes_from_server\": [%s], \"server_summaries\": [%s]}",
-      UpdateModeName(options_.update_mode),
-      options_.colocate ? "true" : "false", partition_.num_servers(),
-      partition_.keys().size(), options_.chunk_bytes, options_.message_bytes,
-      absl::StrJoin(partition_.server_bytes(), ", "), partition_.imbalance(),
-      run_steps, push_ms_ / steps, pull_ms_ / steps,
-      absl::StrJoin(bytes_to_server_, ", "),
-      absl::StrJoin(bytes_from_server_, ", "), absl::StrJoin(summaries, ", "));
+  // The servers' summaries arrive as JSON text; one that does not parse is
+  // kept as a string rather than dropped.
+  nlohmann::json servers = nlohmann::json::array();
+  for (const std::string& text : server_summaries_) {
+    nlohmann::json summary =
+        nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    servers.push_back(summary.is_discarded() ? nlohmann::json(text) : summary);
+  }
+  const nlohmann::json summary = {
+      {"strategy", "ps"},
+      {"update", UpdateModeName(options_.update_mode)},
+      {"colocate", options_.colocate},
+      {"servers", partition_.num_servers()},
+      {"keys", partition_.keys().size()},
+      {"chunk_bytes", options_.chunk_bytes},
+      {"message_bytes", options_.message_bytes},
+      {"server_key_bytes", partition_.server_bytes()},
+      {"imbalance", partition_.imbalance()},
+      {"steps", run_steps},
+      {"push_ms_mean", push_ms_ / steps},
+      {"pull_ms_mean", pull_ms_ / steps},
+      {"bytes_to_server", bytes_to_server_},
+      {"bytes_from_server", bytes_from_server_},
+      {"server_summaries", servers},
+  };
+  return summary.dump();
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "ps/flags.h"
@@ -847,15 +848,24 @@ std::string ServerShard::SummaryJson() const {
       bytes += key->numel * 4;
     }
   }
-  return absl::StrFormat(
-      "{\"server\": %d, \"job_id\": \"%s\", \"update\": \"%s\", \"keys\": %d, "
-      "\"key_bytes\": %d, \"steps\": %d, \"key_steps\": %d, \"bytes_in\": %d, "
-      "\"bytes_out\": %d, \"parts_in\": %d, \"pulls\": %d, \"blocks\": %d, "
-      "\"sum_ms\": %.3f, \"update_ms\": %.3f, \"checkpoints\": %d}",
-      server_rank_, job_id_, mode, num_keys, bytes, std::max<int64_t>(steps, 0),
-      completions_.load(), bytes_in_.load(), bytes_out_.load(), pushes_.load(),
-      pulls_.load(), blocks_.load(), sum_ns_.load() / 1e6,
-      update_ns_.load() / 1e6, checkpoints_written_.load());
+  const nlohmann::json summary = {
+      {"server", server_rank_},
+      {"job_id", job_id_},  // escaped by the library: job ids are user input
+      {"update", mode},
+      {"keys", num_keys},
+      {"key_bytes", bytes},
+      {"steps", std::max<int64_t>(steps, 0)},
+      {"key_steps", completions_.load()},
+      {"bytes_in", bytes_in_.load()},
+      {"bytes_out", bytes_out_.load()},
+      {"parts_in", pushes_.load()},
+      {"pulls", pulls_.load()},
+      {"blocks", blocks_.load()},
+      {"sum_ms", sum_ns_.load() / 1e6},
+      {"update_ms", update_ns_.load() / 1e6},
+      {"checkpoints", checkpoints_written_.load()},
+  };
+  return summary.dump();
 }
 
 }  // namespace gradsync

@@ -156,7 +156,7 @@ int CudaSection() {
   int missing = 0;
   printf(
       "CUDA (built with --config=cuda, CUDA %s, NCCL %d.%d.%d, kernels for "
-      "sm_90)\n",
+      "sm_80 and sm_90, PTX for compute_90)\n",
       VersionText(CUDART_VERSION).c_str(), NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
   int runtime = 0;
   cudaRuntimeGetVersion(&runtime);
@@ -214,14 +214,17 @@ int CudaSection() {
   for (int gpu = 0; gpu < count; ++gpu) {
     cudaDeviceProp properties;
     if (cudaGetDeviceProperties(&properties, gpu) != cudaSuccess) continue;
-    const bool supported = properties.major >= 9;
+    // sm_80 machine code runs on every 8.x GPU (A100, A10, L4, L40) and the
+    // compute_90 PTX is compiled by the driver for 9.0 and newer; nothing
+    // older than 8.0 has kernels in this build.
+    const bool supported = properties.major >= 8;
     if (!supported) ++missing;
     Row(absl::StrCat("  cuda:", gpu),
         absl::StrFormat(
             "%s, %.1f GiB, compute capability %d.%d, %d SMs%s", properties.name,
             properties.totalGlobalMem / 1073741824.0, properties.major,
             properties.minor, properties.multiProcessorCount,
-            supported ? "" : " — UNSUPPORTED: kernels need 9.0+"));
+            supported ? "" : " — UNSUPPORTED: kernels need 8.0+"));
     if (supported) Row("", SmokeTest(gpu, &missing));
   }
 

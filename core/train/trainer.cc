@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
 #include "core/train/checkpoint.h"
 #include "core/base/logging.h"
 #include "core/telemetry/manifest.h"
@@ -320,23 +321,24 @@ absl::Status Trainer::CheckResumeAgrees() {
 // what a step sends without re-deriving the model's shapes.
 absl::Status Trainer::WriteLayoutJson() const {
   if (id_.rank != 0 || options_.metrics_dir.empty()) return absl::OkStatus();
-  std::vector<std::string> params, buckets;
+  nlohmann::json params = nlohmann::json::array();
   for (const ParamInfo& info : layout_->params()) {
-    params.push_back(absl::StrFormat(R"({"name": "%s", "numel": %d, "bucket": %d})",
-                                     info.spec.name, info.numel, info.bucket));
+    params.push_back({{"name", info.spec.name}, {"numel", info.numel}, {"bucket", info.bucket}});
   }
+  nlohmann::json buckets = nlohmann::json::array();
   for (const Bucket& bucket : layout_->buckets()) {
-    buckets.push_back(absl::StrFormat(R"({"index": %d, "numel": %d, "bytes": %d, "params": [%s]})",
-                                      bucket.index, bucket.numel, bucket.numel * 4,
-                                      absl::StrJoin(bucket.params, ", ")));
+    buckets.push_back({{"index", bucket.index},
+                       {"numel", bucket.numel},
+                       {"bytes", bucket.numel * 4},
+                       {"params", bucket.params}});
   }
-  return WriteFileAtomically(
-      absl::StrCat(options_.metrics_dir, "/layout.json"),
-      absl::StrFormat("{\"model\": \"%s\", \"total_numel\": %d, \"total_bytes\": %d, "
-                      "\"bucket_mb\": %g,\n\"params\": [\n%s],\n\"buckets\": [\n%s]}\n",
-                      model_.name(), layout_->total_numel(), layout_->total_bytes(),
-                      options_.bucket_mb, absl::StrJoin(params, ",\n"),
-                      absl::StrJoin(buckets, ",\n")));
+  const nlohmann::json layout = {
+      {"model", model_.name()},           {"total_numel", layout_->total_numel()},
+      {"total_bytes", layout_->total_bytes()}, {"bucket_mb", options_.bucket_mb},
+      {"params", params},                 {"buckets", buckets},
+  };
+  return WriteFileAtomically(absl::StrCat(options_.metrics_dir, "/layout.json"),
+                             layout.dump(1) + "\n");
 }
 
 // Every rank publishes a CRC of its parameters and compares with worker 0's:
