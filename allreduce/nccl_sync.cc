@@ -14,29 +14,28 @@
 // device, so the ordering is right whichever (blocking) stream the CUDA device
 // computes on. When the device exposes its stream, record there instead.
 //
-// Rendezvous: rank 0 creates the NCCL unique id and publishes it (base64)
-// through the coordinator under "nccl/unique_id"; the others Get it. The
-// communicator is created non-blocking so that its set-up, too, has a deadline.
+// The communicator, its set-up through the rendezvous and every wait on it
+// (deadlines, asynchronous errors, lost peers, abort on failure) are
+// allreduce/nccl_communicator.h, shared with the NCCL benchmark.
 //
-// Several ranks on one GPU: NCCL refuses two ranks of one communicator on the
-// same device of the same host ("Duplicate GPU detected"). Give every process
-// a distinct NCCL_HOSTID (the launcher does, e.g. NCCL_HOSTID=<job>-<rank>);
-// NCCL then treats them as different hosts and uses its socket transport.
+// One GPU per rank. NCCL 2.28 does not support several ranks of one
+// communicator on one GPU: it refuses them ("Duplicate GPU detected"), and
+// NCCL_HOSTID, which gets past that check, leaves a job that may hang and,
+// on a multi-GPU node, without NVLink/P2P. Setup refuses a host with more
+// ranks than visible GPUs.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <chrono>
-#include <cstring>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "allreduce/nccl_communicator.h"
+#include "core/device/gpu_selection.h"
 #include "core/device/cuda_device.h"
 #include "core/sync/gradient_sync.h"
 #include "core/base/logging.h"
@@ -45,30 +44,8 @@
 namespace gradsync {
 namespace {
 
-absl::Status CudaStatus(cudaError_t error, const char* call) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat("nccl sync: ", call, " failed: ", cudaGetErrorName(error),
-                   " (", cudaGetErrorString(error), ")"));
-}
-
-absl::Status NcclStatus(ncclResult_t result, const char* call,
-                        ncclComm_t comm) {
-  if (result == ncclSuccess || result == ncclInProgress)
-    return absl::OkStatus();
-  const char* detail = comm != nullptr ? ncclGetLastError(comm) : nullptr;
-  return absl::InternalError(absl::StrCat(
-      "nccl sync: ", call, " failed: ", ncclGetErrorString(result),
-      detail != nullptr && *detail != '\0' ? absl::StrCat(" (", detail, ")")
-                                           : ""));
-}
-
-#define GS_CUDA(call) RETURN_IF_ERROR(CudaStatus((call), #call))
-#define GS_NCCL(call, comm) RETURN_IF_ERROR(NcclStatus((call), #call, (comm)))
-
-// How often host-side waits look at the event and NCCL's error state. Short
-// next to a step, long enough not to burn a core.
-constexpr auto kPollInterval = std::chrono::microseconds(50);
+#define GS_CUDA(call) \
+  RETURN_IF_ERROR(::gradsync::CudaCallStatus((call), #call, "nccl sync"))
 
 class NcclSync : public GradientSync {
  public:
@@ -82,6 +59,7 @@ class NcclSync : public GradientSync {
           "--sync=nccl all-reduces GPU memory, but the device is ",
           device.name(), "; use --device=cuda, or --sync=ring on CPUs"));
     }
+    RETURN_IF_ERROR(CheckOneGpuPerRank());
     grads_ = buffers.grads;
     for (const Bucket& bucket : layout.buckets()) {
       buckets_.push_back(Span{bucket.offset, bucket.numel});
@@ -129,7 +107,12 @@ class NcclSync : public GradientSync {
     GS_CUDA(cudaEventRecord(done_event_, comm_stream_));
     // The optimizer, queued on the compute stream, must see the averages.
     GS_CUDA(cudaStreamWaitEvent(compute_stream_, done_event_, 0));
-    RETURN_IF_ERROR(WaitForEvent(done_event_, absl::StrCat("step ", step_)));
+    if (absl::Status done = comm_->WaitForEvent(
+            done_event_, absl::StrCat("waiting for step ", step_));
+        !done.ok()) {
+      error_ = done;
+      return error_;
+    }
 
     float elapsed_ms = 0;
     GS_CUDA(cudaEventElapsedTime(&elapsed_ms, start_event_, done_event_));
@@ -150,10 +133,8 @@ class NcclSync : public GradientSync {
   absl::Status Shutdown() override {
     absl::Status status;
     if (comm_ != nullptr && error_.ok()) {
-      status = NcclStatus(ncclCommFinalize(comm_), "ncclCommFinalize", comm_);
-      if (status.ok())
-        status = WaitForCommunicator("finalizing the communicator");
-      if (!status.ok() && error_.ok()) error_ = status;
+      status = comm_->Finalize();
+      if (!status.ok()) error_ = status;
     }
     Release();
     return status;
@@ -175,84 +156,21 @@ class NcclSync : public GradientSync {
     int64_t numel = 0;
   };
 
+  absl::Status CheckOneGpuPerRank() const {
+    int visible = 0;
+    GS_CUDA(cudaGetDeviceCount(&visible));
+    return OneGpuPerRank(context_.identity.local_world_size, visible);
+  }
+
   absl::Status CreateCommunicator() {
-    ncclUniqueId id;
-    const std::string key = "nccl/unique_id";
-    if (context_.identity.rank == 0) {
-      GS_NCCL(ncclGetUniqueId(&id), nullptr);
-      if (context_.identity.world_size > 1) {
-        RETURN_IF_ERROR(
-            Annotate(context_.rendezvous->Set(
-                         key, absl::Base64Escape(absl::string_view(
-                                  id.internal, sizeof(id.internal)))),
-                     "nccl: rank 0 publishing the NCCL unique id"));
-      }
-    } else {
-      absl::StatusOr<std::string> encoded =
-          context_.rendezvous->Get(key, context_.timeout);
-      if (!encoded.ok()) {
-        return Annotate(encoded.status(),
-                        absl::StrCat("nccl: rank ", context_.identity.rank,
-                                     " waiting for rank 0's NCCL unique id"));
-      }
-      std::string raw;
-      if (!absl::Base64Unescape(*encoded, &raw) ||
-          raw.size() != sizeof(id.internal)) {
-        return absl::DataLossError(absl::StrCat(
-            "nccl: rank ", context_.identity.rank, ": the NCCL unique id under '", key,
-            "' is not ", sizeof(id.internal), " bytes of base64"));
-      }
-      std::memcpy(id.internal, raw.data(), sizeof(id.internal));
-    }
-    // Non-blocking, so that a rank that never joins is a deadline error.
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    GS_NCCL(ncclCommInitRankConfig(&comm_, context_.identity.world_size, id,
-                                   context_.identity.rank, &config),
-            comm_);
-    return WaitForCommunicator(absl::StrCat("creating the communicator of ",
-                                            context_.identity.world_size, " ranks"));
-  }
-
-  // The job's first lost member, if any (core/coordinator.h): a peer that is
-  // gone never joins a collective, so a wait for one ends at once.
-  absl::Status LostMember() const {
-    return context_.rendezvous != nullptr && context_.rendezvous->has_lost()
-               ? context_.rendezvous->lost()
-               : absl::OkStatus();
-  }
-
-  // Aborts the communicator (the only way to free its stream) and keeps
-  // `error` as the sync's error from now on.
-  absl::Status AbortWith(absl::Status error) {
-    ncclCommAbort(comm_);
-    comm_ = nullptr;
-    error_ = std::move(error);
-    return error_;
-  }
-
-  // Polls a non-blocking communicator until its pending operation is done.
-  absl::Status WaitForCommunicator(const std::string& what) {
-    const absl::Time deadline = absl::Now() + context_.timeout;
-    while (true) {
-      ncclResult_t state = ncclSuccess;
-      GS_NCCL(ncclCommGetAsyncError(comm_, &state), comm_);
-      if (state == ncclSuccess) return absl::OkStatus();
-      if (state != ncclInProgress) {
-        return Annotate(NcclStatus(state, "ncclCommGetAsyncError", comm_),
-                        absl::StrCat("rank ", context_.identity.rank, " ", what));
-      }
-      if (absl::Status lost = LostMember(); !lost.ok()) {
-        return AbortWith(Annotate(lost, absl::StrCat("nccl: rank ", context_.identity.rank, " ", what)));
-      }
-      if (absl::Now() >= deadline) {
-        return AbortWith(absl::DeadlineExceededError(absl::StrCat(
-            "nccl: rank ", context_.identity.rank, " ", what, ": not done after ",
-            absl::FormatDuration(context_.timeout),
-            " (a peer never joined or died; see its log)")));
-      }
-      std::this_thread::sleep_for(kPollInterval);
-    }
+    NcclCommunicatorOptions options;
+    options.rank = context_.identity.rank;
+    options.world_size = context_.identity.world_size;
+    options.timeout = context_.timeout;
+    options.owner = "nccl sync";
+    ASSIGN_OR_RETURN(comm_,
+                     NcclCommunicator::Create(options, context_.rendezvous));
+    return absl::OkStatus();
   }
 
   absl::Status Enqueue(int bucket) {
@@ -266,61 +184,20 @@ class NcclSync : public GradientSync {
     GS_CUDA(cudaStreamWaitEvent(comm_stream_, ready, 0));
     if (enqueued_ == 0) GS_CUDA(cudaEventRecord(start_event_, comm_stream_));
     float* data = grads_ + buckets_[bucket].offset;
-    const ncclResult_t result =
+    RETURN_IF_ERROR(comm_->CheckEnqueued(
         ncclAllReduce(data, data, static_cast<size_t>(buckets_[bucket].numel),
-                      ncclFloat, ncclAvg, comm_, comm_stream_);
-    GS_NCCL(result, comm_);
-    // A non-blocking communicator may still be enqueuing; NCCL asks that it
-    // finish before the next call on the communicator.
-    if (result == ncclInProgress) {
-      RETURN_IF_ERROR(WaitForCommunicator(
-          absl::StrCat("enqueuing bucket ", bucket, " of step ", step_)));
-    }
+                      ncclFloat, ncclAvg, comm_->get(), comm_stream_),
+        "ncclAllReduce",
+        absl::StrCat("enqueuing bucket ", bucket, " of step ", step_)));
     ++enqueued_;
     return absl::OkStatus();
   }
 
-  // Waits for `event` on the host, with the deadline, watching NCCL's errors.
-  absl::Status WaitForEvent(cudaEvent_t event, const std::string& what) {
-    const absl::Time deadline = absl::Now() + context_.timeout;
-    while (true) {
-      const cudaError_t query = cudaEventQuery(event);
-      if (query == cudaSuccess) return absl::OkStatus();
-      if (query != cudaErrorNotReady) {
-        return Annotate(CudaStatus(query, "cudaEventQuery"), what);
-      }
-      ncclResult_t state = ncclSuccess;
-      GS_NCCL(ncclCommGetAsyncError(comm_, &state), comm_);
-      if (state != ncclSuccess && state != ncclInProgress) {
-        return Annotate(
-            NcclStatus(state, "ncclAllReduce (asynchronous)", comm_),
-            absl::StrCat("rank ", context_.identity.rank, ", ", what));
-      }
-      if (absl::Status lost = LostMember(); !lost.ok()) {
-        return AbortWith(Annotate(lost, absl::StrCat("nccl: rank ", context_.identity.rank, ", ", what)));
-      }
-      if (absl::Now() >= deadline) {
-        return AbortWith(absl::DeadlineExceededError(
-            absl::StrCat("nccl: rank ", context_.identity.rank, ", ", what,
-                         ": the all-reduces did not finish within ",
-                         absl::FormatDuration(context_.timeout),
-                         " (a peer is stuck or dead; see its log)")));
-      }
-      std::this_thread::sleep_for(kPollInterval);
-    }
-  }
-
   void Release() {
-    if (comm_ != nullptr) {
-      // A communicator in an error state may have work that never ends;
-      // only abort releases it.
-      if (error_.ok()) {
-        ncclCommDestroy(comm_);
-      } else {
-        ncclCommAbort(comm_);
-      }
-      comm_ = nullptr;
-    }
+    // A failed communicator is aborted, a healthy one destroyed (its
+    // destructor knows which).
+    if (comm_ != nullptr && !error_.ok()) comm_->AbortWith(error_).IgnoreError();
+    comm_.reset();
     for (cudaEvent_t& event : ready_events_) {
       if (event != nullptr) cudaEventDestroy(event);
       event = nullptr;
@@ -336,7 +213,7 @@ class NcclSync : public GradientSync {
   std::vector<Span> buckets_;
   float* grads_ = nullptr;
   int gpu_ = -1;
-  ncclComm_t comm_ = nullptr;
+  std::unique_ptr<NcclCommunicator> comm_;
   cudaStream_t comm_stream_ = nullptr;
   cudaStream_t compute_stream_ = nullptr;  // the model's; NCCL waits on its events
   std::vector<cudaEvent_t> ready_events_;
@@ -353,7 +230,7 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreateNcclSync(
   if (context.identity.world_size > 1 && context.rendezvous == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--sync=nccl with ", context.identity.world_size,
-        " workers needs the coordinator to share NCCL's unique id"));
+        " workers needs a rendezvous to share NCCL's unique id"));
   }
   return std::unique_ptr<GradientSync>(new NcclSync(context));
 }

@@ -1,10 +1,10 @@
 // NCCL's all-reduce for bench/allreduce_benchmark (--config=cuda builds only):
 // the `nccl` algorithm, measured as nccl-tests measures it — device buffers,
 // time from the first enqueue to the stream's completion, no host copies in
-// the timed loop. One communicator per rank process, made from a unique id
-// that rank 0 publishes through the coordinator; each rank uses GPU
-// (rank % visible GPUs), so several ranks may share one GPU (each needs its
-// own NCCL_HOSTID; the benchmark sets it).
+// the timed loop. One communicator per rank process, set up through the
+// rendezvous by allreduce/nccl_communicator.h (shared with --sync=nccl); rank
+// r uses GPU r, one GPU per rank (NCCL does not support several ranks on one
+// GPU: ranks beyond the visible GPUs are refused).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/cluster/coordinator.h"
+#include "core/cluster/rendezvous.h"
 
 namespace gradsync {
 
@@ -23,7 +23,7 @@ class NcclAllReduce {
   // Every wait (the unique id, the communicator, a collective) ends after
   // `timeout` with an error naming the rank and what it waited for.
   static absl::StatusOr<std::unique_ptr<NcclAllReduce>> Create(
-      int rank, int world_size, CoordinatorClient* coordinator,
+      int rank, int world_size, Rendezvous* rendezvous,
       absl::Duration timeout, int64_t max_floats);
   ~NcclAllReduce();
 

@@ -152,8 +152,9 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
     spec.env.push_back({"RANK", absl::StrCat(r)});
     spec.env.push_back({"LOCAL_RANK", absl::StrCat(r)});
     spec.env.push_back({"GRADSYNC_ROLE", "worker"});
-    // Several ranks may share one GPU: NCCL accepts them only as different hosts.
-    spec.env.push_back({"NCCL_HOSTID", absl::StrCat(job_id, "-worker", r)});
+    // No NCCL_HOSTID: it would make every rank its own "host" and turn
+    // NCCL's NVLink, P2P and shared-memory transports off. --sync=nccl takes
+    // one GPU per rank instead (allreduce/nccl_sync.cc refuses more ranks).
     spec.log_path = absl::StrCat(run_dir, "/logs/worker", r, ".log");
     specs.push_back(std::move(spec));
   }

@@ -58,8 +58,9 @@ absl::Status CudaCallStatus(cudaError_t error, absl::string_view call,
                    cudaGetErrorName(error), ")");
   if (error == cudaErrorNoKernelImageForDevice) {
     absl::StrAppend(&message,
-                    "; this build's kernels are for sm_90 (H100/H200): add a "
-                    "-gencode for this GPU in core/BUILD");
+                    "; this build's kernels are for sm_80 (A100) and sm_90 "
+                    "(H100/H200): add a -gencode for this GPU in "
+                    "core/device/BUILD");
   } else if (error == cudaErrorInsufficientDriver) {
     absl::StrAppend(&message, "; CUDA ", CUDART_VERSION / 1000, ".",
                     CUDART_VERSION % 1000 / 10,

@@ -61,4 +61,14 @@ absl::StatusOr<int> SelectGpu(int local_rank, int visible_gpus,
   return gpu_list[local_rank % gpu_list.size()];
 }
 
+absl::Status OneGpuPerRank(int local_ranks, int visible_gpus) {
+  if (local_ranks <= visible_gpus) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--sync=nccl needs one GPU per rank, but this host runs ", local_ranks,
+      " ranks of the job and sees ", visible_gpus,
+      " GPU(s); NCCL does not support several ranks on one GPU (such a job "
+      "may hang). Start at most ", visible_gpus,
+      " rank(s) per host (gradsync launch --workers), or use --sync=ring"));
+}
+
 }  // namespace gradsync

@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -25,5 +26,11 @@ absl::StatusOr<std::vector<int>> ParseGpuList(absl::string_view text);
 // that N ranks on a machine with fewer GPUs share them round-robin.
 absl::StatusOr<int> SelectGpu(int local_rank, int visible_gpus,
                               const std::vector<int>& gpu_list);
+
+// For NCCL, which needs a GPU of its own for every rank of a communicator
+// (NCCL 2.28 does not support several ranks on one GPU: it refuses them, and
+// NCCL_HOSTID, which gets past the check, leaves a job that may hang):
+// FailedPrecondition when `local_ranks` ranks would share `visible_gpus`.
+absl::Status OneGpuPerRank(int local_ranks, int visible_gpus);
 
 }  // namespace gradsync

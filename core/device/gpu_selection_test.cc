@@ -59,5 +59,17 @@ TEST(SelectGpuTest, ErrorsNameTheProblem) {
   EXPECT_FALSE(SelectGpu(-1, 2, {}).ok());
 }
 
+TEST(OneGpuPerRankTest, RefusesMoreRanksThanGpusNamingBoth) {
+  EXPECT_TRUE(OneGpuPerRank(1, 1).ok());
+  EXPECT_TRUE(OneGpuPerRank(4, 8).ok());
+  EXPECT_TRUE(OneGpuPerRank(8, 8).ok());
+  const absl::Status refused = OneGpuPerRank(2, 1);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr("runs 2 ranks of the job and sees 1 GPU(s)"));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("--sync=ring"));
+  EXPECT_EQ(OneGpuPerRank(1, 0).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace gradsync
