@@ -11,18 +11,9 @@
 #include "core/cluster/job_token.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/sync/step_buckets.h"
 
 namespace gradsync {
-namespace {
-
-// How long a failed step waits for the coordinator to report a lost member.
-// The report comes within milliseconds of the loss (the coordinator hears
-// of it when the member's watch breaks); a failure with no lost member
-// behind it (a peer that exited with an error) pays this wait once.
-constexpr absl::Duration kLossReportWait = absl::Seconds(2);
-
-}  // namespace
-
 RingSyncOptions RingSyncOptionsFromFlags() {
   RingSyncOptions options;
   options.chunk_bytes = int64_t{absl::GetFlag(FLAGS_ring_chunk_kb)} << 10;
@@ -58,7 +49,7 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
   for (const Bucket& bucket : layout.buckets()) {
     buckets_.push_back(Span{bucket.offset, bucket.numel});
   }
-  ready_.assign(buckets_.size(), false);
+  step_buckets_.Reset(static_cast<int>(buckets_.size()));
 
   RingTransportOptions transport_options;
   transport_options.rank = context_.identity.rank;
@@ -94,21 +85,10 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
 
 bool RingSync::MarkReady(int bucket) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (bucket < 0 || bucket >= static_cast<int>(buckets_.size()) ||
-      ready_[bucket]) {
-    // A trainer bug; reported by Finish, since BucketReady cannot fail.
-    if (error_.ok()) {
-      error_ = absl::FailedPreconditionError(absl::StrCat(
-          "ring: BucketReady(", bucket, ") in step ", step_, " is ",
-          bucket < 0 || bucket >= static_cast<int>(buckets_.size())
-              ? absl::StrCat("out of range (", buckets_.size(), " buckets)")
-              : "a repeat"));
-    }
-    return false;
-  }
-  ready_[bucket] = true;
-  ++enqueued_;
-  return true;
+  const absl::Status marked = step_buckets_.MarkReady(bucket);
+  // A trainer bug; reported by Finish, since BucketReady cannot fail.
+  if (!marked.ok() && error_.ok()) error_ = marked;
+  return marked.ok();
 }
 
 void RingSync::BucketReady(int bucket) {
@@ -150,7 +130,7 @@ void RingSync::CommunicationLoop() {
     if (!status.ok() && error_.ok()) {
       error_ =
           Annotate(status, absl::StrCat("worker ", context_.identity.rank, ", step ",
-                                        step_, ", bucket ", bucket, " (",
+                                        step_buckets_.step(), ", bucket ", bucket, " (",
                                         span.numel * 4, " bytes)"));
     }
     ++completed_;
@@ -161,25 +141,16 @@ void RingSync::CommunicationLoop() {
 absl::Status RingSync::Finish(StepStats& stats) {
   if (!ring_) return absl::FailedPreconditionError("ring: Finish before Setup");
   std::unique_lock<std::mutex> lock(mu_);
-  if (enqueued_ != static_cast<int>(buckets_.size()) && error_.ok()) {
-    std::vector<int> missing;
-    for (size_t b = 0; b < ready_.size(); ++b) {
-      if (!ready_[b]) missing.push_back(static_cast<int>(b));
-    }
-    error_ = absl::FailedPreconditionError(
-        absl::StrCat("ring: Finish in step ", step_, " before buckets ",
-                     absl::StrJoin(missing, ","), " were ready"));
-  }
+  if (error_.ok()) error_ = step_buckets_.CheckAllReady();
   // No deadline of its own: every all-reduce already fails when its peers
   // stall for --timeout_s, so this wait ends.
-  changed_.wait(lock, [this] { return completed_ == enqueued_; });
+  changed_.wait(lock,
+                [this] { return completed_ == step_buckets_.num_ready(); });
   if (!error_.ok()) {
     const absl::Status error = error_;
     lock.unlock();
-    // A neighbour that closed its socket is often only the messenger: when
-    // a member was killed, the coordinator names it within a moment.
-    if (context_.rendezvous == nullptr) return error;
-    return context_.rendezvous->ExplainFailure(error, kLossReportWait);
+    // A neighbour that closed its socket is often only the messenger.
+    return ExplainStepFailure(context_.rendezvous, error);
   }
   RETURN_IF_ERROR(staging_->FinishStep());
 
@@ -189,10 +160,8 @@ absl::Status RingSync::Finish(StepStats& stats) {
   last_bytes_sent_ = ring_->bytes_sent();
   last_bytes_received_ = ring_->bytes_received();
   allreduce_ms_ = 0;
-  enqueued_ = 0;
   completed_ = 0;
-  ready_.assign(buckets_.size(), false);
-  ++step_;
+  step_buckets_.NextStep();
   return absl::OkStatus();
 }
 
@@ -209,7 +178,7 @@ absl::Status RingSync::Shutdown() {
   bool in_flight = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    in_flight = completed_ != enqueued_;
+    in_flight = completed_ != step_buckets_.num_ready();
   }
   // A step abandoned halfway (the trainer is bailing out): break the ring so
   // the communication thread stops now rather than at its deadline.

@@ -24,6 +24,7 @@
 #include "allreduce/ring_allreduce.h"
 #include "allreduce/ring_transport.h"
 #include "core/sync/gradient_sync.h"
+#include "core/sync/step_buckets.h"
 #include "core/sync/host_staging.h"
 
 namespace gradsync {
@@ -75,13 +76,11 @@ class RingSync : public GradientSync {
   mutable std::mutex mu_;
   std::condition_variable changed_;
   std::deque<int> queue_;
-  std::vector<bool> ready_;  // this step: BucketReady seen
-  int enqueued_ = 0;         // this step
-  int completed_ = 0;        // this step
+  StepBuckets step_buckets_{"ring"};  // this step: BucketReady seen
+  int completed_ = 0;                 // this step
   double allreduce_ms_ = 0;  // this step, on the communication thread
   absl::Status error_;       // first error; sticky
   bool stop_ = false;
-  int64_t step_ = 0;
 
   // Owned by the caller's thread.
   int64_t last_bytes_sent_ = 0;

@@ -143,7 +143,7 @@ TEST(RingSyncErrorsTest, FinishBeforeEveryBucketIsReadyIsAnError) {
   StepStats stats;
   absl::Status status = (*sync)->Finish(stats);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
-  EXPECT_THAT(std::string(status.message()), HasSubstr("before buckets 1,"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("before bucket(s) 1, 2"));
 }
 
 // Just enough of a Device to claim to be a GPU.

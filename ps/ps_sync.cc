@@ -17,6 +17,7 @@
 #include "core/sync/host_staging.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/sync/step_buckets.h"
 #include "ps/client.h"
 #include "ps/flags.h"
 #include "ps/partitioner.h"
@@ -25,15 +26,12 @@
 namespace gradsync {
 namespace {
 
-// How long a step that failed on a broken connection waits for the
-// coordinator to name a lost member behind it (the report comes within
-// milliseconds of a loss; see allreduce/ring_sync.cc).
-constexpr absl::Duration kLossReportWait = absl::Seconds(2);
-
 class PsSync : public GradientSync {
  public:
   PsSync(const SyncContext& context, const PsSyncOptions& options)
-      : context_(context), options_(options) {}
+      : context_(context),
+        options_(options),
+        step_buckets_(absl::StrCat("worker ", context.identity.rank)) {}
 
   ~PsSync() override {
     if (loss_listener_ >= 0) context_.rendezvous->RemoveLossListener(loss_listener_);
@@ -48,7 +46,6 @@ class PsSync : public GradientSync {
   absl::Status Finish(StepStats& stats) override;
   void SetTrainingSchedule(const TrainingSchedule& schedule) override {
     schedule_ = schedule;
-    step_ = schedule.start_step;
   }
   bool UpdatesParameters() const override {
     return options_.update_mode == ps::UPDATE_SERVER;
@@ -90,10 +87,9 @@ class PsSync : public GradientSync {
   std::mutex started_mu_;
   std::condition_variable started_changed_;
   int num_started_ = 0;
-  std::vector<bool> ready_;
-  int num_ready_ = 0;
+  // This step's handed-over buckets and the global step (from the schedule).
+  StepBuckets step_buckets_;
   absl::Status bucket_error_;
-  int64_t step_ = 0;
 
   // Run totals.
   double push_ms_ = 0;
@@ -230,7 +226,8 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
                                                        context_.timeout));
     if (!param_staging_->is_mirror()) staging_.assign(total_numel_, 0.0f);
   }
-  ready_.assign(layout.buckets().size(), false);
+  step_buckets_.Reset(static_cast<int>(layout.buckets().size()),
+                      schedule_.start_step);
   bytes_to_server_.assign(partition_.num_servers(), 0);
   bytes_from_server_.assign(partition_.num_servers(), 0);
   return absl::OkStatus();
@@ -244,23 +241,14 @@ void PsSync::BucketReady(int bucket) {
     }
     return;
   }
-  if (bucket < 0 || bucket >= static_cast<int>(ready_.size()) ||
-      ready_[bucket]) {
-    if (bucket_error_.ok()) {
-      bucket_error_ = absl::InvalidArgumentError(
-          absl::StrCat(self(), ": step ", step_, ": bucket ", bucket,
-                       bucket >= 0 && bucket < static_cast<int>(ready_.size())
-                           ? " marked ready twice"
-                           : " does not exist"));
-    }
+  if (absl::Status marked = step_buckets_.MarkReady(bucket); !marked.ok()) {
+    if (bucket_error_.ok()) bucket_error_ = marked;  // reported by Finish
     return;
   }
-  ready_[bucket] = true;
-  ++num_ready_;
   float* dst = options_.update_mode == ps::UPDATE_SERVER
                    ? pulled_params()
                    : grad_staging_->host_buffer();
-  const int64_t step = step_;
+  const int64_t step = step_buckets_.step();
   // On the CPU this runs inline; on a GPU once the bucket's copy has landed.
   grad_staging_->Download(bucket, [this, bucket, step, dst](absl::Status status) {
     if (status.ok()) {
@@ -281,7 +269,7 @@ absl::Status PsSync::Finish(StepStats& stats) {
   {
     // Every download reports within the staging deadline, so this ends.
     std::unique_lock<std::mutex> lock(started_mu_);
-    started_changed_.wait(lock, [this] { return num_started_ == num_ready_; });
+    started_changed_.wait(lock, [this] { return num_started_ == step_buckets_.num_ready(); });
     num_started_ = 0;
   }
   PsStepStats step_stats;
@@ -290,23 +278,13 @@ absl::Status PsSync::Finish(StepStats& stats) {
     std::lock_guard<std::mutex> lock(started_mu_);
     if (status.ok() && !bucket_error_.ok()) status = bucket_error_;
   }
-  if (status.ok() && num_ready_ != static_cast<int>(ready_.size())) {
-    std::vector<int> missing;
-    for (int b = 0; b < static_cast<int>(ready_.size()); ++b) {
-      if (!ready_[b]) missing.push_back(b);
-    }
-    status = absl::FailedPreconditionError(
-        absl::StrCat(self(), ": step ", step_, ": Finish before bucket(s) ",
-                     absl::StrJoin(missing, ", "), " were marked ready"));
-  }
-  std::fill(ready_.begin(), ready_.end(), false);
-  num_ready_ = 0;
+  if (status.ok()) status = step_buckets_.CheckAllReady();
+  const int num_buckets = step_buckets_.num_buckets();
+  step_buckets_.ClearStep();
   bucket_error_ = absl::OkStatus();
-  // A server whose connection broke is often only the messenger: when a
-  // member was killed, the coordinator names it within a moment.
-  if ((absl::IsUnavailable(status) || absl::IsCancelled(status)) &&
-      context_.rendezvous != nullptr) {
-    status = context_.rendezvous->ExplainFailure(status, kLossReportWait);
+  // A server whose connection broke is often only the messenger.
+  if (absl::IsUnavailable(status) || absl::IsCancelled(status)) {
+    status = ExplainStepFailure(context_.rendezvous, status);
   }
   RETURN_IF_ERROR(status);
 
@@ -319,7 +297,7 @@ absl::Status PsSync::Finish(StepStats& stats) {
                   static_cast<size_t>(total_numel_) * sizeof(float));
     }
   } else if (grad_staging_->is_mirror()) {
-    for (int b = 0; b < static_cast<int>(ready_.size()); ++b) grad_staging_->Upload(b);
+    for (int b = 0; b < num_buckets; ++b) grad_staging_->Upload(b);
     RETURN_IF_ERROR(grad_staging_->FinishStep());
   }
   for (int s = 0; s < partition_.num_servers(); ++s) {
@@ -338,14 +316,14 @@ absl::Status PsSync::Finish(StepStats& stats) {
   stats.extra.emplace_back("pull_ms", step_stats.pull_ms);
   push_ms_ += step_stats.push_ms;
   pull_ms_ += step_stats.pull_ms;
-  ++step_;
+  step_buckets_.NextStep();
   return absl::OkStatus();
 }
 
 absl::Status PsSync::Shutdown() {
   if (shut_down_ || client_ == nullptr) return absl::OkStatus();
   shut_down_ = true;
-  absl::Status status = client_->Shutdown(step_, &server_summaries_);
+  absl::Status status = client_->Shutdown(step_buckets_.step(), &server_summaries_);
   if (colocated_server_ != nullptr) {
     // Other workers may still be finishing their last step against this
     // server: stop only when every one of them has said it is done.
@@ -358,7 +336,7 @@ absl::Status PsSync::Shutdown() {
 }
 
 std::string PsSync::SummaryJson() const {
-  const int64_t run_steps = step_ - schedule_.start_step;  // in this run
+  const int64_t run_steps = step_buckets_.step() - schedule_.start_step;  // in this run
   const double steps = std::max<int64_t>(run_steps, 1);
   // The servers' summaries arrive as JSON text; one that does not parse is
   // kept as a string rather than dropped.
