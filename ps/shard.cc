@@ -167,157 +167,193 @@ absl::Status ServerShard::Register(const ps::RegisterConfig& config) {
     return absl::AlreadyExistsError(
         absl::StrCat(context, ": worker ", header.rank(), " registered twice"));
   }
-  if (!configured_.load(std::memory_order_relaxed)) {
-    // The first registration defines the shard. Build everything before
-    // publishing it, so a failure leaves the shard unconfigured.
-    std::vector<std::unique_ptr<KeyState>> keys;
-    absl::flat_hash_map<int64_t, KeyState*> index;
-    std::unique_ptr<Device> device;
-    const bool server_mode = config.update_mode() == ps::UPDATE_SERVER;
-    OptimizerOptions options;
-    if (server_mode) {
-      const ps::OptimizerConfig& o = config.optimizer();
-      options.kind = o.kind();
-      options.lr = o.lr();
-      options.momentum = o.momentum();
-      options.weight_decay = o.weight_decay();
-      options.beta1 = o.beta1();
-      options.beta2 = o.beta2();
-      options.epsilon = o.epsilon();
-      // One BLAS thread: the optimizer is element-wise and the server's cores
-      // belong to gRPC.
-      DeviceOptions device_options;
-      device_options.type = DeviceType::kCpu;
-      device_options.cpu_threads = 1;
-      auto created = CreateDevice(device_options);
-      if (!created.ok()) return Annotate(created.status(), context);
-      device = std::move(*created);
-    }
-    const ps::CheckpointConfig& checkpoint = config.checkpoint();
-    if (checkpoint.start_step() < 0 || checkpoint.every() < 0 ||
-        (server_mode && !checkpoint.path().empty() &&
-         checkpoint.steps_per_epoch() < 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          context, ": bad schedule (start step ", checkpoint.start_step(),
-          ", checkpoint every ", checkpoint.every(), ", ",
-          checkpoint.steps_per_epoch(), " steps per epoch)"));
-    }
-    // Sizes are checked before anything is allocated: the sum of what the
-    // worker declares is bounded, overflow included.
-    int64_t total_floats = 0;
-    for (const ps::KeySpec& spec : config.keys()) {
-      if (spec.numel() < 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            context, ": key ", spec.key(), " has ", spec.numel(), " floats"));
-      }
-      if (spec.numel() > max_floats_ - total_floats) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            context, ": the keys add up to more than this server's limit of ",
-            max_floats_ / (int64_t{1} << 18),
-            " MiB (at key ", spec.key(), " of ", spec.numel(),
-            " floats); raise --ps_max_shard_mb or use more servers"));
-      }
-      total_floats += spec.numel();
-    }
-    int64_t shard_floats = 0;  // the offset of each key in a checkpoint
-    for (const ps::KeySpec& spec : config.keys()) {
-      auto state = std::make_unique<KeyState>();
-      state->id = spec.key();
-      state->numel = spec.numel();
-      state->shard_offset = shard_floats;
-      shard_floats += spec.numel();
-      // The first push is for the start step (non-zero after a resume).
-      state->completed = checkpoint.start_step() - 1;
-      if (!index.emplace(spec.key(), state.get()).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(context, ": key ", spec.key(), " listed twice"));
-      }
-      state->received.assign(num_workers_, 0);
-      state->sums[0].assign(spec.numel(), 0.0f);
-      if (server_mode) {
-        state->params.assign(spec.numel(), 0.0f);
-        for (int64_t begin = 0; begin < spec.numel(); begin += block_floats_) {
-          auto optimizer = CreateOptimizer(options);
-          if (!optimizer.ok()) return Annotate(optimizer.status(), context);
-          RETURN_IF_ERROR(Annotate(
-              (*optimizer)
-                  ->Bind(*device,
-                         std::min(block_floats_, spec.numel() - begin)),
-              absl::StrCat(context, ", key ", spec.key())));
-          state->optimizers.push_back(std::move(*optimizer));
-        }
-      } else {
-        state->sums[1].assign(spec.numel(), 0.0f);
-      }
-      keys.push_back(std::move(state));
-    }
-    // A server without keys (more servers than keys) has no state to keep.
-    if (server_mode && checkpoint.resume() && !keys.empty()) {
-      RETURN_IF_ERROR(LoadCheckpoint(config, keys, *device, context));
-    }
-    keys_ = std::move(keys);
-    shard_floats_ = shard_floats;
-    checkpoint_ = checkpoint;
-    optimizer_kind_ = config.optimizer().kind();
-    key_index_ = std::move(index);
-    device_ = std::move(device);
-    mode_ = config.update_mode();
-    lr_ = config.optimizer().lr();
-    config_ = config;
-    configured_.store(true, std::memory_order_release);
-  } else {
-    // Later registrations must describe the same shard.
-    if (config.update_mode() != config_.update_mode()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          context, ": --ps_update=", UpdateModeName(config.update_mode()),
-          " but worker ", config_.header().rank(),
-          " registered --ps_update=", UpdateModeName(config_.update_mode())));
-    }
-    if (config.checkpoint().start_step() != checkpoint_.start_step()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          context, ": the worker starts at step ",
-          config.checkpoint().start_step(), " but worker ",
-          config_.header().rank(), " at step ", checkpoint_.start_step(),
-          "; with --resume every worker must read the same --checkpoint"));
-    }
-    if (config.checkpoint().SerializeAsString() !=
-        checkpoint_.SerializeAsString()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          context, ": checkpoint settings {",
-          config.checkpoint().ShortDebugString(), "} differ from worker ",
-          config_.header().rank(), "'s {", checkpoint_.ShortDebugString(),
-          "}; run every worker with the same --checkpoint, "
-          "--checkpoint_every, --resume, --epochs and --max_steps"));
-    }
-    if (mode_ == ps::UPDATE_SERVER &&
-        !SameOptimizer(config.optimizer(), config_.optimizer())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          context, ": optimizer {", OptimizerString(config.optimizer()),
-          "} differs from worker ", config_.header().rank(), "'s {",
-          OptimizerString(config_.optimizer()), "}"));
-    }
-    const int n = std::max(config.keys_size(), config_.keys_size());
-    for (int i = 0; i < n; ++i) {
-      const bool mine = i < config.keys_size();
-      const bool theirs = i < config_.keys_size();
-      if (mine && theirs && config.keys(i).key() == config_.keys(i).key() &&
-          config.keys(i).numel() == config_.keys(i).numel()) {
-        continue;
-      }
-      auto describe = [](bool present, const ps::KeySpec& spec) {
-        return present ? absl::StrCat("key ", spec.key(), " with ",
-                                      spec.numel(), " floats")
-                       : std::string("no key");
-      };
-      return absl::InvalidArgumentError(absl::StrCat(
-          context, ": its key table differs from worker ",
-          config_.header().rank(), "'s at entry ", i, " (",
-          describe(mine, mine ? config.keys(i) : ps::KeySpec()), " vs ",
-          describe(theirs, theirs ? config_.keys(i) : ps::KeySpec()),
-          "); run every worker with the same model and --ps_chunk_kb"));
-    }
-  }
+  // The first registration defines the shard; later ones must describe the
+  // same one.
+  RETURN_IF_ERROR(configured_.load(std::memory_order_relaxed)
+                      ? CheckAgreesWithFirst(config, context)
+                      : BuildFromFirst(config, context));
   registered_[header.rank()].store(true);
+  return absl::OkStatus();
+}
+
+namespace {
+
+OptimizerOptions OptimizerOptionsOf(const ps::OptimizerConfig& o) {
+  OptimizerOptions options;
+  options.kind = o.kind();
+  options.lr = o.lr();
+  options.momentum = o.momentum();
+  options.weight_decay = o.weight_decay();
+  options.beta1 = o.beta1();
+  options.beta2 = o.beta2();
+  options.epsilon = o.epsilon();
+  return options;
+}
+
+// Sizes are checked before anything is allocated: the sum of what the
+// worker declares is bounded, overflow included.
+absl::Status CheckKeySizes(const ps::RegisterConfig& config,
+                           int64_t max_floats, const std::string& context) {
+  int64_t total_floats = 0;
+  for (const ps::KeySpec& spec : config.keys()) {
+    if (spec.numel() < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          context, ": key ", spec.key(), " has ", spec.numel(), " floats"));
+    }
+    if (spec.numel() > max_floats - total_floats) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          context, ": the keys add up to more than this server's limit of ",
+          max_floats / (int64_t{1} << 18), " MiB (at key ", spec.key(), " of ",
+          spec.numel(), " floats); raise --ps_max_shard_mb or use more servers"));
+    }
+    total_floats += spec.numel();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServerShard::KeyState>> ServerShard::NewKey(
+    const ps::KeySpec& spec, int64_t shard_offset, int64_t start_step,
+    Device* optimizer_device, const OptimizerOptions& optimizer,
+    const std::string& context) const {
+  auto state = std::make_unique<KeyState>();
+  state->id = spec.key();
+  state->numel = spec.numel();
+  state->shard_offset = shard_offset;
+  // The first push is for the start step (non-zero after a resume).
+  state->completed = start_step - 1;
+  state->received.assign(num_workers_, 0);
+  state->sums[0].assign(spec.numel(), 0.0f);
+  if (optimizer_device == nullptr) {  // worker mode: sums by step parity
+    state->sums[1].assign(spec.numel(), 0.0f);
+    return state;
+  }
+  state->params.assign(spec.numel(), 0.0f);
+  for (int64_t begin = 0; begin < spec.numel(); begin += block_floats_) {
+    absl::StatusOr<std::unique_ptr<Optimizer>> block_optimizer =
+        CreateOptimizer(optimizer);
+    if (!block_optimizer.ok()) {
+      return Annotate(block_optimizer.status(), context);
+    }
+    RETURN_IF_ERROR(Annotate(
+        (*block_optimizer)->Bind(*optimizer_device,
+                              std::min(block_floats_, spec.numel() - begin)),
+        absl::StrCat(context, ", key ", spec.key())));
+    state->optimizers.push_back(std::move(*block_optimizer));
+  }
+  return state;
+}
+
+absl::Status ServerShard::BuildFromFirst(const ps::RegisterConfig& config,
+                                         const std::string& context) {
+  // Everything is built before it is published, so a failure leaves the
+  // shard unconfigured.
+  const bool server_mode = config.update_mode() == ps::UPDATE_SERVER;
+  const OptimizerOptions optimizer = OptimizerOptionsOf(config.optimizer());
+  std::unique_ptr<Device> device;
+  if (server_mode) {
+    // One BLAS thread: the optimizer is element-wise and the server's cores
+    // belong to gRPC.
+    DeviceOptions device_options;
+    device_options.type = DeviceType::kCpu;
+    device_options.cpu_threads = 1;
+    auto created = CreateDevice(device_options);
+    if (!created.ok()) return Annotate(created.status(), context);
+    device = std::move(*created);
+  }
+  const ps::CheckpointConfig& checkpoint = config.checkpoint();
+  if (checkpoint.start_step() < 0 || checkpoint.every() < 0 ||
+      (server_mode && !checkpoint.path().empty() &&
+       checkpoint.steps_per_epoch() < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": bad schedule (start step ", checkpoint.start_step(),
+        ", checkpoint every ", checkpoint.every(), ", ",
+        checkpoint.steps_per_epoch(), " steps per epoch)"));
+  }
+  RETURN_IF_ERROR(CheckKeySizes(config, max_floats_, context));
+  std::vector<std::unique_ptr<KeyState>> keys;
+  absl::flat_hash_map<int64_t, KeyState*> index;
+  int64_t shard_floats = 0;  // the offset of each key in a checkpoint
+  for (const ps::KeySpec& spec : config.keys()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<KeyState> state,
+                     NewKey(spec, shard_floats, checkpoint.start_step(),
+                            device.get(), optimizer, context));
+    if (!index.emplace(spec.key(), state.get()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(context, ": key ", spec.key(), " listed twice"));
+    }
+    shard_floats += spec.numel();
+    keys.push_back(std::move(state));
+  }
+  // A server without keys (more servers than keys) has no state to keep.
+  if (server_mode && checkpoint.resume() && !keys.empty()) {
+    RETURN_IF_ERROR(LoadCheckpoint(config, keys, *device, context));
+  }
+  keys_ = std::move(keys);
+  shard_floats_ = shard_floats;
+  checkpoint_ = checkpoint;
+  optimizer_kind_ = config.optimizer().kind();
+  key_index_ = std::move(index);
+  device_ = std::move(device);
+  mode_ = config.update_mode();
+  lr_ = config.optimizer().lr();
+  config_ = config;
+  configured_.store(true, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+absl::Status ServerShard::CheckAgreesWithFirst(
+    const ps::RegisterConfig& config, const std::string& context) const {
+  const int first = config_.header().rank();
+  if (config.update_mode() != config_.update_mode()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": --ps_update=", UpdateModeName(config.update_mode()),
+        " but worker ", first, " registered --ps_update=",
+        UpdateModeName(config_.update_mode())));
+  }
+  if (config.checkpoint().start_step() != checkpoint_.start_step()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": the worker starts at step ",
+        config.checkpoint().start_step(), " but worker ", first, " at step ",
+        checkpoint_.start_step(),
+        "; with --resume every worker must read the same --checkpoint"));
+  }
+  if (config.checkpoint().SerializeAsString() !=
+      checkpoint_.SerializeAsString()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": checkpoint settings {",
+        config.checkpoint().ShortDebugString(), "} differ from worker ", first,
+        "'s {", checkpoint_.ShortDebugString(),
+        "}; run every worker with the same --checkpoint, "
+        "--checkpoint_every, --resume, --epochs and --max_steps"));
+  }
+  if (mode_ == ps::UPDATE_SERVER &&
+      !SameOptimizer(config.optimizer(), config_.optimizer())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": optimizer {", OptimizerString(config.optimizer()),
+        "} differs from worker ", first, "'s {",
+        OptimizerString(config_.optimizer()), "}"));
+  }
+  const int n = std::max(config.keys_size(), config_.keys_size());
+  for (int i = 0; i < n; ++i) {
+    const bool mine = i < config.keys_size();
+    const bool theirs = i < config_.keys_size();
+    if (mine && theirs && config.keys(i).key() == config_.keys(i).key() &&
+        config.keys(i).numel() == config_.keys(i).numel()) {
+      continue;
+    }
+    auto describe = [](bool present, const ps::KeySpec& spec) {
+      return present ? absl::StrCat("key ", spec.key(), " with ", spec.numel(),
+                                    " floats")
+                     : std::string("no key");
+    };
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": its key table differs from worker ", first, "'s at entry ",
+        i, " (", describe(mine, mine ? config.keys(i) : ps::KeySpec()), " vs ",
+        describe(theirs, theirs ? config_.keys(i) : ps::KeySpec()),
+        "); run every worker with the same model and --ps_chunk_kb"));
+  }
   return absl::OkStatus();
 }
 

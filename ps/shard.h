@@ -156,6 +156,22 @@ class ServerShard {
   static std::string PreviousPath(const std::string& shard_path);
   // What a shard's checkpoint calls its model: "ps shard: server 1 of 2".
   std::string ShardName() const;
+  // The first registration: builds the shard's keys (and, in server mode,
+  // its optimizers) from `config` and publishes them; nothing on failure.
+  absl::Status BuildFromFirst(const ps::RegisterConfig& config,
+                              const std::string& context)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_);
+  // A later registration: refused unless it describes the same shard (mode,
+  // schedule, optimizer, key table) as the first, naming the difference.
+  absl::Status CheckAgreesWithFirst(const ps::RegisterConfig& config,
+                                    const std::string& context) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_);
+  // One key's state at `shard_offset`; with an optimizer device (server
+  // mode), its parameters and one bound optimizer per block.
+  absl::StatusOr<std::unique_ptr<KeyState>> NewKey(
+      const ps::KeySpec& spec, int64_t shard_offset, int64_t start_step,
+      Device* optimizer_device, const OptimizerOptions& optimizer,
+      const std::string& context) const;
   // Fills `keys` (built from `config`, not yet published) from this shard's
   // checkpoint, refusing one that is not exactly this shard at the start
   // step.
