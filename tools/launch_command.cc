@@ -77,10 +77,8 @@ bool HasFlag(const std::vector<std::string>& flags, absl::string_view name) {
   return false;
 }
 
-absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
-  SetLogTag("launch");
-  const int workers = absl::GetFlag(FLAGS_workers);
-  const int servers = absl::GetFlag(FLAGS_servers);
+// --workers and --servers, checked against a launcher's WORLD_SIZE around us.
+absl::Status CheckJobShape(int workers, int servers) {
   if (workers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--workers=", workers, " must be at least 1"));
@@ -97,56 +95,80 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
           "; unset WORLD_SIZE (and RANK) or make them agree"));
     }
   }
-  // Check the training flags once here, so a typo gives one message instead
-  // of one per process. Parsing them sets this process's flags, which is harmless.
+  return absl::OkStatus();
+}
+
+// Checks the training flags once here, so a typo gives one message instead
+// of one per process (absl exits on an unknown flag). Parsing them sets this
+// process's flags, which is harmless.
+void CheckTrainingFlags(const std::vector<std::string>& training_flags) {
   std::vector<std::string> check_args = {"gradsync"};
   check_args.insert(check_args.end(), training_flags.begin(), training_flags.end());
   std::vector<char*> check_argv;
   for (std::string& arg : check_args) check_argv.push_back(arg.data());
   absl::ParseCommandLine(static_cast<int>(check_argv.size()), check_argv.data());
+}
 
-  const std::string self = SelfExecutable();
-  if (self.empty()) return absl::InternalError("cannot find our own executable (/proc/self/exe)");
-  std::string job_id = absl::GetFlag(FLAGS_job_id);
-  if (job_id.empty()) job_id = NewJobId();
-  std::string run_dir = absl::GetFlag(FLAGS_run_dir);
-  if (run_dir.empty()) run_dir = absl::StrCat("runs/", job_id);
-  if (std::error_code error; !std::filesystem::create_directories(run_dir + "/logs", error) && error) {
+// What every process of the job shares.
+struct JobPlan {
+  std::string self;  // this executable, which every process runs
+  std::string job_id;
+  std::string run_dir;
+  int port = 0;  // the coordinator's
+  std::string job_token;
+  int workers = 0;
+  int servers = 0;
+};
+
+absl::StatusOr<JobPlan> PlanJob(int workers, int servers) {
+  JobPlan plan;
+  plan.workers = workers;
+  plan.servers = servers;
+  plan.self = SelfExecutable();
+  if (plan.self.empty()) return absl::InternalError("cannot find our own executable (/proc/self/exe)");
+  plan.job_id = absl::GetFlag(FLAGS_job_id);
+  if (plan.job_id.empty()) plan.job_id = NewJobId();
+  plan.run_dir = absl::GetFlag(FLAGS_run_dir);
+  if (plan.run_dir.empty()) plan.run_dir = absl::StrCat("runs/", plan.job_id);
+  if (std::error_code error;
+      !std::filesystem::create_directories(plan.run_dir + "/logs", error) && error) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "cannot create the run folder ", run_dir, "/logs: ", error.message(),
+        "cannot create the run folder ", plan.run_dir, "/logs: ", error.message(),
         "; pass a writable --run_dir"));
   }
-  int port = absl::GetFlag(FLAGS_master_port);
-  if (port == 0) {
-    ASSIGN_OR_RETURN(port, PickFreePort());
+  plan.port = absl::GetFlag(FLAGS_master_port);
+  if (plan.port == 0) {
+    ASSIGN_OR_RETURN(plan.port, PickFreePort());
   }
-
-  std::vector<std::string> flags = training_flags;
-  if (!HasFlag(flags, "metrics_dir")) flags.push_back(absl::StrCat("--metrics_dir=", run_dir));
-  // Only this job's processes get in (core/job_token.h): a token from our
-  // environment is passed on, otherwise the job gets a fresh one.
-  std::string job_token;
+  // Only this job's processes get in (core/cluster/job_token.h): a token from
+  // our environment is passed on, otherwise the job gets a fresh one.
   if (const char* given = std::getenv(kJobTokenEnv); given != nullptr && *given != '\0') {
-    job_token = given;
+    plan.job_token = given;
   } else {
-    ASSIGN_OR_RETURN(job_token, NewJobToken());
+    ASSIGN_OR_RETURN(plan.job_token, NewJobToken());
   }
+  return plan;
+}
+
+// One process per worker, then one per server, on this machine.
+std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
+                                      const std::vector<std::string>& flags) {
   const std::vector<std::pair<std::string, std::string>> common = {
-      {"WORLD_SIZE", absl::StrCat(workers)},
-      {"LOCAL_WORLD_SIZE", absl::StrCat(workers + servers)},
+      {"WORLD_SIZE", absl::StrCat(plan.workers)},
+      {"LOCAL_WORLD_SIZE", absl::StrCat(plan.workers + plan.servers)},
       {"MASTER_ADDR", "127.0.0.1"},
-      {"MASTER_PORT", absl::StrCat(port)},
-      {"GRADSYNC_JOB_ID", job_id},
-      {kJobTokenEnv, job_token},
-      {"GRADSYNC_NUM_SERVERS", absl::StrCat(servers)},
+      {"MASTER_PORT", absl::StrCat(plan.port)},
+      {"GRADSYNC_JOB_ID", plan.job_id},
+      {kJobTokenEnv, plan.job_token},
+      {"GRADSYNC_NUM_SERVERS", absl::StrCat(plan.servers)},
       {"GRADSYNC_LAUNCHER", "1"},
       {"GRADSYNC_GIT_COMMIT", GitCommit()},
   };
   std::vector<ProcessSpec> specs;
-  for (int r = 0; r < workers; ++r) {
+  for (int r = 0; r < plan.workers; ++r) {
     ProcessSpec spec;
     spec.name = absl::StrCat("worker ", r);
-    spec.argv = {self, "train"};
+    spec.argv = {plan.self, "train"};
     spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
     spec.env = common;
     spec.env.push_back({"RANK", absl::StrCat(r)});
@@ -155,71 +177,98 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
     // No NCCL_HOSTID: it would make every rank its own "host" and turn
     // NCCL's NVLink, P2P and shared-memory transports off. --sync=nccl takes
     // one GPU per rank instead (allreduce/nccl_sync.cc refuses more ranks).
-    spec.log_path = absl::StrCat(run_dir, "/logs/worker", r, ".log");
+    spec.log_path = absl::StrCat(plan.run_dir, "/logs/worker", r, ".log");
     specs.push_back(std::move(spec));
   }
-  for (int k = 0; k < servers; ++k) {
+  for (int k = 0; k < plan.servers; ++k) {
     ProcessSpec spec;
     spec.name = absl::StrCat("server ", k);
-    spec.argv = {self, "server"};
+    spec.argv = {plan.self, "server"};
     spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
     spec.env = common;
     spec.env.push_back({"RANK", "0"});  // torchrun's variables describe the workers
-    spec.env.push_back({"LOCAL_RANK", absl::StrCat(workers + k)});
+    spec.env.push_back({"LOCAL_RANK", absl::StrCat(plan.workers + k)});
     spec.env.push_back({"GRADSYNC_ROLE", "server"});
     spec.env.push_back({"GRADSYNC_SERVER_RANK", absl::StrCat(k)});
-    spec.log_path = absl::StrCat(run_dir, "/logs/server", k, ".log");
+    spec.log_path = absl::StrCat(plan.run_dir, "/logs/server", k, ".log");
     specs.push_back(std::move(spec));
   }
+  return specs;
+}
+
+// Builds the emulated network of --netem (one namespace per process), writes
+// <run_dir>/network.txt and moves every process into its namespace, worker
+// 0's address becoming MASTER_ADDR. SIGINT/SIGTERM are only recorded from
+// here on, so that the caller can tear the network down.
+absl::StatusOr<std::unique_ptr<EmulatedNetwork>> PlaceInEmulatedNetwork(
+    const std::string& netem, const JobPlan& plan,
+    std::vector<ProcessSpec>& specs) {
+  ASSIGN_OR_RETURN(LinkSpec link, ParseLinkSpec(netem));
+  struct sigaction action = {};
+  action.sa_handler = RecordStop;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  EmulatedNetworkOptions network_options;
+  network_options.nodes = static_cast<int>(specs.size());
+  network_options.link = link;
+  ASSIGN_OR_RETURN(std::unique_ptr<EmulatedNetwork> network,
+                   EmulatedNetwork::Create(network_options));
+  GS_LOG(INFO) << "emulated network: " << network->Describe();
+  // Where each process runs, for whoever inspects (ip netns exec <ns> ss -ti)
+  // or disturbs (a cut link, a changed qdisc) the network while the job runs.
+  std::string map = absl::StrCat("# emulated network of job ", plan.job_id, ": ",
+                                 network->Describe(), "\n",
+                                 "bridge ", network->BridgeNamespace(), "\n");
+  for (size_t i = 0; i < specs.size(); ++i) {
+    absl::StrAppend(&map, specs[i].name, " ", network->NodeNamespace(static_cast<int>(i)),
+                    " ", network->NodeAddress(static_cast<int>(i)), " bridge-port p", i, "\n");
+  }
+  if (absl::Status written = WriteFileAtomically(plan.run_dir + "/network.txt", map);
+      !written.ok()) {
+    RETURN_IF_ERROR(network->Destroy());
+    return written;
+  }
+  // Process i (workers, then servers) runs in namespace i and is reached
+  // at its address there; worker 0 hosts the coordinator.
+  const std::string master_addr = network->NodeAddress(0);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::vector<std::string> argv = network->ExecPrefix(static_cast<int>(i));
+    argv.insert(argv.end(), specs[i].argv.begin(), specs[i].argv.end());
+    specs[i].argv = std::move(argv);
+    for (auto& [name, value] : specs[i].env) {
+      if (name == "MASTER_ADDR") value = master_addr;
+    }
+    specs[i].env.push_back({"GRADSYNC_ADVERTISE_HOST", network->NodeAddress(static_cast<int>(i))});
+    specs[i].env.push_back({"GRADSYNC_NETEM", netem});
+  }
+  return network;
+}
+
+absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
+  SetLogTag("launch");
+  const int workers = absl::GetFlag(FLAGS_workers);
+  const int servers = absl::GetFlag(FLAGS_servers);
+  RETURN_IF_ERROR(CheckJobShape(workers, servers));
+  CheckTrainingFlags(training_flags);
+  ASSIGN_OR_RETURN(const JobPlan plan, PlanJob(workers, servers));
+
+  std::vector<std::string> flags = training_flags;
+  if (!HasFlag(flags, "metrics_dir")) flags.push_back(absl::StrCat("--metrics_dir=", plan.run_dir));
+  std::vector<ProcessSpec> specs = ProcessSpecs(plan, flags);
   std::string master_addr = "127.0.0.1";
   std::unique_ptr<EmulatedNetwork> network;
-  const std::string netem = absl::GetFlag(FLAGS_netem);
-  if (!netem.empty()) {
-    ASSIGN_OR_RETURN(LinkSpec link, ParseLinkSpec(netem));
-    struct sigaction action = {};
-    action.sa_handler = RecordStop;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, nullptr);
-    sigaction(SIGTERM, &action, nullptr);
-    EmulatedNetworkOptions network_options;
-    network_options.nodes = workers + servers;
-    network_options.link = link;
-    ASSIGN_OR_RETURN(network, EmulatedNetwork::Create(network_options));
-    GS_LOG(INFO) << "emulated network: " << network->Describe();
-    // Where each process runs, for whoever inspects (ip netns exec <ns> ss -ti)
-    // or disturbs (a cut link, a changed qdisc) the network while the job runs.
-    std::string map = absl::StrCat("# emulated network of job ", job_id, ": ",
-                                   network->Describe(), "\n",
-                                   "bridge ", network->BridgeNamespace(), "\n");
-    for (size_t i = 0; i < specs.size(); ++i) {
-      absl::StrAppend(&map, specs[i].name, " ", network->NodeNamespace(static_cast<int>(i)),
-                      " ", network->NodeAddress(static_cast<int>(i)), " bridge-port p", i, "\n");
-    }
-    if (absl::Status written = WriteFileAtomically(run_dir + "/network.txt", map); !written.ok()) {
-      RETURN_IF_ERROR(network->Destroy());
-      return written;
-    }
+  if (const std::string netem = absl::GetFlag(FLAGS_netem); !netem.empty()) {
+    ASSIGN_OR_RETURN(network, PlaceInEmulatedNetwork(netem, plan, specs));
+    master_addr = network->NodeAddress(0);
     if (g_stop_requested) {
       RETURN_IF_ERROR(network->Destroy());
       return 130;
     }
-    // Process i (workers, then servers) runs in namespace i and is reached
-    // at its address there; worker 0 hosts the coordinator.
-    master_addr = network->NodeAddress(0);
-    for (size_t i = 0; i < specs.size(); ++i) {
-      std::vector<std::string> argv = network->ExecPrefix(static_cast<int>(i));
-      argv.insert(argv.end(), specs[i].argv.begin(), specs[i].argv.end());
-      specs[i].argv = std::move(argv);
-      for (auto& [name, value] : specs[i].env) {
-        if (name == "MASTER_ADDR") value = master_addr;
-      }
-      specs[i].env.push_back({"GRADSYNC_ADVERTISE_HOST", network->NodeAddress(static_cast<int>(i))});
-      specs[i].env.push_back({"GRADSYNC_NETEM", netem});
-    }
   }
-  GS_LOG(INFO) << "job " << job_id << ": " << workers << " worker(s), " << servers
-               << " server(s), coordinator on " << master_addr << ":" << port << ", logs in "
-               << run_dir << "/logs";
+  GS_LOG(INFO) << "job " << plan.job_id << ": " << workers << " worker(s), " << servers
+               << " server(s), coordinator on " << master_addr << ":" << plan.port
+               << ", logs in " << plan.run_dir << "/logs";
   LaunchOptions options;
   const double deadline = absl::GetFlag(FLAGS_job_deadline_s);
   if (deadline > 0) options.deadline = absl::Seconds(deadline);
@@ -235,14 +284,13 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
     }
   }
   if (!launched.ok()) return launched.status();
-  LaunchResult& result = *launched;
-  if (result.exit_code != 0) {
-    GS_LOG(ERROR) << "job " << job_id << " failed: " << result.failure
-                  << " (logs in " << run_dir << "/logs)";
+  if (launched->exit_code != 0) {
+    GS_LOG(ERROR) << "job " << plan.job_id << " failed: " << launched->failure
+                  << " (logs in " << plan.run_dir << "/logs)";
   } else {
-    GS_LOG(INFO) << "job " << job_id << " finished; metrics and logs in " << run_dir;
+    GS_LOG(INFO) << "job " << plan.job_id << " finished; metrics and logs in " << plan.run_dir;
   }
-  return result.exit_code;
+  return launched->exit_code;
 }
 
 }  // namespace
