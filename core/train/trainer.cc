@@ -46,6 +46,76 @@ std::string FormatEta(double seconds) {
   return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
 }
 
+// The --trace timeline of one step (core/telemetry/trace.h), in wall-clock
+// microseconds: data loading, each tensor's backward, compute, the exposed
+// wait in Finish, each bucket from hand-off to the step's synchronization,
+// and the optimizer. Every call does nothing when the step is not traced.
+class StepTimeline {
+ public:
+  StepTimeline(TraceRecorder* trace, int num_buckets) : trace_(trace) {
+    if (trace_ == nullptr) return;
+    step_start_ = TraceRecorder::NowMicros();
+    bucket_ready_.assign(num_buckets, 0);
+  }
+
+  void DataLoaded() {
+    if (trace_ == nullptr) return;
+    compute_start_ = last_ready_ = TraceRecorder::NowMicros();
+    trace_->Complete("data", "data", kTrackStep, step_start_, compute_start_ - step_start_);
+  }
+
+  // `tensor`'s gradient is final; `completes_bucket`: it was the last one of
+  // `bucket`.
+  void GradientFinal(const std::string& tensor, int bucket, bool completes_bucket) {
+    if (trace_ == nullptr) return;
+    // The time since the previous gradient became final is this tensor's
+    // backward (the first one also holds the forward pass).
+    const int64_t now = TraceRecorder::NowMicros();
+    trace_->Complete(tensor, "backward", kTrackCompute, last_ready_, now - last_ready_);
+    last_ready_ = now;
+    if (completes_bucket) bucket_ready_[bucket] = now;
+  }
+
+  void ComputeDone() {
+    if (trace_ != nullptr) compute_end_ = TraceRecorder::NowMicros();
+  }
+  void SyncDone() {
+    if (trace_ != nullptr) finish_end_ = TraceRecorder::NowMicros();
+  }
+
+  void StepDone(int64_t step, const ParamLayout& layout, bool updated_by_sync) {
+    if (trace_ == nullptr) return;
+    const int64_t now = TraceRecorder::NowMicros();
+    trace_->Complete("forward+backward", "compute", kTrackCompute, compute_start_,
+                     compute_end_ - compute_start_);
+    trace_->Complete("Finish (exposed communication)", "wait", kTrackCommunication,
+                     compute_end_, finish_end_ - compute_end_);
+    // The trainer sees when a bucket is handed off and when the whole step
+    // is synchronized; a strategy that records its own spans (trace.h) shows
+    // when each bucket really finished.
+    for (size_t b = 0; b < bucket_ready_.size(); ++b) {
+      const Bucket& bucket = layout.buckets()[b];
+      trace_->AsyncSpan(absl::StrFormat("bucket %d (%.2f MiB): handed off -> step synchronized",
+                                        b, bucket.numel * 4 / 1048576.0),
+                        "bucket", step * 100000 + static_cast<int64_t>(b),
+                        bucket_ready_[b], finish_end_);
+    }
+    trace_->Complete(updated_by_sync ? "parameters from servers" : "optimizer", "optimizer",
+                     kTrackStep, finish_end_, now - finish_end_);
+    trace_->Complete(absl::StrCat("step ", step), "step", kTrackStep, step_start_,
+                     now - step_start_);
+  }
+
+ private:
+  TraceRecorder* const trace_;  // null: the step is not traced
+  int64_t step_start_ = 0;
+  int64_t compute_start_ = 0;
+  int64_t last_ready_ = 0;
+  int64_t compute_end_ = 0;
+  int64_t finish_end_ = 0;
+  std::vector<int64_t> bucket_ready_;  // when each bucket was handed off
+};
+
 class Trainer {
  public:
   Trainer(const TrainerOptions& options, const ProcessIdentity& identity,
@@ -67,6 +137,11 @@ class Trainer {
   absl::Status CheckParamsAgree(const std::string& when);
   absl::Status TrainStep(const std::vector<int64_t>& indices, int64_t first,
                          int rows, int64_t epoch);
+  // Copies the step's samples indices[first, first + rows) to the device.
+  absl::Status LoadBatch(const std::vector<int64_t>& indices, int64_t first, int rows);
+  // After backward: every bucket was handed to the strategy; re-arms the
+  // per-bucket counts for the next step.
+  absl::Status CheckEveryBucketHandedOver();
   absl::StatusOr<double> Evaluate(int64_t epoch);
   // `done_in_epoch`: steps of `epoch` completed, its last one included.
   absl::Status WriteCheckpointIfAsked(int64_t epoch, int64_t done_in_epoch);
@@ -370,84 +445,34 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
     _exit(3);
   }
   const Clock::time_point start = Clock::now();
-  // Timeline of this step, when asked: wall-clock microseconds (trace.h).
-  TraceRecorder* const trace =
-      trace_ != nullptr && step_ - start_step_ < options_.trace_steps ? trace_.get() : nullptr;
-  const int64_t trace_start = trace != nullptr ? TraceRecorder::NowMicros() : 0;
-  const int dim = model_.input_dim();
-  for (int i = 0; i < rows; ++i) {
-    const int64_t sample = indices[first + i];
-    std::copy_n(data_.train.row(sample), dim, host_inputs_.data() + int64_t{i} * dim);
-    host_labels_[i] = data_.train.labels[sample];
-  }
-  RETURN_IF_ERROR(device_.CopyToDevice(inputs_, host_inputs_.data(),
-                                       sizeof(float) * rows * dim));
-  RETURN_IF_ERROR(device_.CopyToDevice(labels_, host_labels_.data(),
-                                       sizeof(int32_t) * rows));
+  StepTimeline timeline(
+      trace_ != nullptr && step_ - start_step_ < options_.trace_steps ? trace_.get() : nullptr,
+      static_cast<int>(bucket_pending_.size()));
+  RETURN_IF_ERROR(LoadBatch(indices, first, rows));
+  timeline.DataLoaded();
 
   // Hand each bucket to the strategy as soon as its last gradient is final.
   const std::vector<ParamInfo>& params = layout_->params();
-  const int64_t trace_compute_start = trace != nullptr ? TraceRecorder::NowMicros() : 0;
-  int64_t trace_last_ready = trace_compute_start;
-  std::vector<int64_t> trace_bucket_ready;
-  if (trace != nullptr) {
-    trace->Complete("data", "data", kTrackStep, trace_start, trace_compute_start - trace_start);
-    trace_bucket_ready.assign(bucket_pending_.size(), 0);
-  }
   auto ready = [&](int param) {
     const int bucket = params[param].bucket;
-    if (trace != nullptr) {
-      // The time since the previous gradient became final is this tensor's
-      // backward (the first one also holds the forward pass).
-      const int64_t now = TraceRecorder::NowMicros();
-      trace->Complete(params[param].spec.name, "backward", kTrackCompute,
-                      trace_last_ready, now - trace_last_ready);
-      trace_last_ready = now;
-      if (bucket_pending_[bucket] == 1) trace_bucket_ready[bucket] = now;
-    }
+    timeline.GradientFinal(params[param].spec.name, bucket, bucket_pending_[bucket] == 1);
     if (--bucket_pending_[bucket] == 0) sync_.BucketReady(bucket);
   };
   const Clock::time_point compute_start = Clock::now();
   RETURN_IF_ERROR(model_.ForwardBackward(inputs_, labels_, rows, loss_, ready));
   const double compute_ms = MillisSince(compute_start);
-  const int64_t trace_compute_end = trace != nullptr ? TraceRecorder::NowMicros() : 0;
-  for (size_t b = 0; b < bucket_pending_.size(); ++b) {
-    if (bucket_pending_[b] != 0) {
-      return absl::InternalError(absl::StrCat(
-          "bucket ", b, " still waits for ", bucket_pending_[b],
-          " gradient(s) after backward: the model did not report every parameter"));
-    }
-  }
-  bucket_pending_ = bucket_size_;
+  timeline.ComputeDone();
+  RETURN_IF_ERROR(CheckEveryBucketHandedOver());
 
   StepStats stats;
   const Clock::time_point wait_start = Clock::now();
   RETURN_IF_ERROR(Annotate(sync_.Finish(stats),
                            absl::StrCat("worker ", id_.rank, " step ", step_)));
   const double sync_wait_ms = MillisSince(wait_start);
-  const int64_t trace_finish_end = trace != nullptr ? TraceRecorder::NowMicros() : 0;
+  timeline.SyncDone();
   if (!sync_.UpdatesParameters()) optimizer_->Step(params_, grads_, lr_);
-  if (trace != nullptr) {
-    const int64_t now = TraceRecorder::NowMicros();
-    trace->Complete("forward+backward", "compute", kTrackCompute, trace_compute_start,
-                    trace_compute_end - trace_compute_start);
-    trace->Complete("Finish (exposed communication)", "wait", kTrackCommunication,
-                    trace_compute_end, trace_finish_end - trace_compute_end);
-    // The trainer sees when a bucket is handed off and when the whole step
-    // is synchronized; a strategy that records its own spans (trace.h) shows
-    // when each bucket really finished.
-    for (size_t b = 0; b < trace_bucket_ready.size(); ++b) {
-      const Bucket& bucket = layout_->buckets()[b];
-      trace->AsyncSpan(absl::StrFormat("bucket %d (%.2f MiB): handed off -> step synchronized",
-                                       b, bucket.numel * 4 / 1048576.0),
-                       "bucket", step_ * 100000 + static_cast<int64_t>(b),
-                       trace_bucket_ready[b], trace_finish_end);
-    }
-    trace->Complete(sync_.UpdatesParameters() ? "parameters from servers" : "optimizer",
-                    "optimizer", kTrackStep, trace_finish_end, now - trace_finish_end);
-    trace->Complete(absl::StrCat("step ", step_), "step", kTrackStep, trace_start,
-                    now - trace_start);
-  }
+  timeline.StepDone(step_, *layout_, sync_.UpdatesParameters());
+
   float loss = 0;
   RETURN_IF_ERROR(device_.CopyToHost(&loss, loss_, sizeof(float)));
   if (!std::isfinite(loss)) {
@@ -455,7 +480,6 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
         "loss is ", loss, " at step ", step_, " (epoch ", epoch,
         "): training diverged; lower --lr"));
   }
-
   StepRecord record;
   record.rank = id_.rank;
   record.step = step_;
@@ -477,6 +501,33 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   if (options_.check_params_every > 0 && step_ % options_.check_params_every == 0) {
     RETURN_IF_ERROR(CheckParamsAgree(absl::StrCat("after step ", step_)));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::LoadBatch(const std::vector<int64_t>& indices, int64_t first,
+                                int rows) {
+  const int dim = model_.input_dim();
+  for (int i = 0; i < rows; ++i) {
+    const int64_t sample = indices[first + i];
+    std::copy_n(data_.train.row(sample), dim, host_inputs_.data() + int64_t{i} * dim);
+    host_labels_[i] = data_.train.labels[sample];
+  }
+  RETURN_IF_ERROR(device_.CopyToDevice(inputs_, host_inputs_.data(),
+                                       sizeof(float) * rows * dim));
+  return device_.CopyToDevice(labels_, host_labels_.data(), sizeof(int32_t) * rows);
+}
+
+// A model that does not report every parameter would leave a bucket that is
+// never synchronized: the step would use a stale gradient without a word.
+absl::Status Trainer::CheckEveryBucketHandedOver() {
+  for (size_t b = 0; b < bucket_pending_.size(); ++b) {
+    if (bucket_pending_[b] != 0) {
+      return absl::InternalError(absl::StrCat(
+          "bucket ", b, " still waits for ", bucket_pending_[b],
+          " gradient(s) after backward: the model did not report every parameter"));
+    }
+  }
+  bucket_pending_ = bucket_size_;
   return absl::OkStatus();
 }
 
