@@ -6,40 +6,16 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
-#include <iterator>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "core/telemetry/metrics.h"
+#include "nlohmann/json.hpp"
 
 namespace gradsync {
 namespace {
 
 std::atomic<TraceRecorder*> g_current_trace{nullptr};
-
-// The file layout WriteJson uses: the header line, one event per line, the
-// footer. MergeTraceFiles relies on it to find the events without a parser.
-constexpr char kHeader[] = "{\"traceEvents\": [\n";
-constexpr char kFooterStart[] = "\n],";
-
-std::string Escape(absl::string_view text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppend(&out, absl::StrFormat("\\u%04x", c));
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -48,12 +24,14 @@ TraceRecorder::TraceRecorder(int process_id, std::string process_name,
     : process_id_(process_id),
       process_name_(std::move(process_name)),
       max_events_(max_events) {
-  Push(absl::StrFormat(
-      R"({"ph": "M", "name": "process_name", "pid": %d, "args": {"name": "%s"}})",
-      process_id_, Escape(process_name_)));
-  Push(absl::StrFormat(
-      R"({"ph": "M", "name": "process_sort_index", "pid": %d, "args": {"sort_index": %d}})",
-      process_id_, process_id_));
+  Push({{"ph", "M"},
+        {"name", "process_name"},
+        {"pid", process_id_},
+        {"args", {{"name", process_name_}}}});
+  Push({{"ph", "M"},
+        {"name", "process_sort_index"},
+        {"pid", process_id_},
+        {"args", {{"sort_index", process_id_}}}});
 }
 
 int64_t TraceRecorder::NowMicros() {
@@ -63,57 +41,78 @@ int64_t TraceRecorder::NowMicros() {
 }
 
 void TraceRecorder::NameTrack(int track, absl::string_view name) {
-  Push(absl::StrFormat(
-      R"({"ph": "M", "name": "thread_name", "pid": %d, "tid": %d, "args": {"name": "%s"}})",
-      process_id_, track, Escape(name)));
+  Push({{"ph", "M"},
+        {"name", "thread_name"},
+        {"pid", process_id_},
+        {"tid", track},
+        {"args", {{"name", std::string(name)}}}});
 }
 
 void TraceRecorder::Complete(absl::string_view name, absl::string_view category,
                              int track, int64_t start_us, int64_t duration_us) {
-  Push(absl::StrFormat(
-      R"({"ph": "X", "name": "%s", "cat": "%s", "pid": %d, "tid": %d, "ts": %d, "dur": %d})",
-      Escape(name), Escape(category), process_id_, track, start_us,
-      std::max<int64_t>(0, duration_us)));
+  Push({{"ph", "X"},
+        {"name", std::string(name)},
+        {"cat", std::string(category)},
+        {"pid", process_id_},
+        {"tid", track},
+        {"ts", start_us},
+        {"dur", std::max<int64_t>(0, duration_us)}});
 }
 
 void TraceRecorder::AsyncSpan(absl::string_view name, absl::string_view category,
                               int64_t id, int64_t start_us, int64_t end_us) {
   // Nestable async events ("b"/"e") get their own rows in Perfetto, under
   // the process, whatever else overlaps them.
-  const std::string common = absl::StrFormat(
-      R"("name": "%s", "cat": "%s", "pid": %d, "tid": %d, "id": %d)",
-      Escape(name), Escape(category), process_id_, kTrackCommunication, id);
-  Push(absl::StrCat(R"({"ph": "b", )", common, ", \"ts\": ", start_us, "}"));
-  Push(absl::StrCat(R"({"ph": "e", )", common, ", \"ts\": ", std::max(start_us, end_us), "}"));
+  nlohmann::json event = {{"name", std::string(name)},
+                          {"cat", std::string(category)},
+                          {"pid", process_id_},
+                          {"tid", kTrackCommunication},
+                          {"id", id}};
+  event["ph"] = "b";
+  event["ts"] = start_us;
+  Push(event);
+  event["ph"] = "e";
+  event["ts"] = std::max(start_us, end_us);
+  Push(event);
 }
 
 void TraceRecorder::Instant(absl::string_view name, absl::string_view category,
                             int track, int64_t time_us) {
-  Push(absl::StrFormat(
-      R"({"ph": "i", "s": "t", "name": "%s", "cat": "%s", "pid": %d, "tid": %d, "ts": %d})",
-      Escape(name), Escape(category), process_id_, track, time_us));
+  Push({{"ph", "i"},
+        {"s", "t"},
+        {"name", std::string(name)},
+        {"cat", std::string(category)},
+        {"pid", process_id_},
+        {"tid", track},
+        {"ts", time_us}});
 }
 
-void TraceRecorder::Push(std::string event) {
+void TraceRecorder::Push(const nlohmann::json& event) {
+  // Kept serialized: a few dozen bytes an event instead of a tree of nodes.
+  std::string text = event.dump();
   std::lock_guard<std::mutex> lock(mu_);
   if (static_cast<int64_t>(events_.size()) >= max_events_) {
     ++dropped_;
     return;
   }
-  events_.push_back(std::move(event));
-}
-
-std::string TraceRecorder::EventsJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return absl::StrJoin(events_, ",\n");
+  events_.push_back(std::move(text));
 }
 
 std::string TraceRecorder::ToJson() const {
-  const std::string events = EventsJson();
-  return absl::StrCat(kHeader, events, kFooterStart,
-                      R"( "displayTimeUnit": "ms", "otherData": {"process": ")",
-                      Escape(process_name_), R"(", "dropped_events": )", dropped(),
-                      "}}\n");
+  nlohmann::json events = nlohmann::json::array();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& event : events_) {
+      events.push_back(nlohmann::json::parse(event));
+    }
+  }
+  const nlohmann::json document = {
+      {"traceEvents", std::move(events)},
+      {"displayTimeUnit", "ms"},
+      {"otherData", {{"process", process_name_}, {"dropped_events", dropped()}}},
+  };
+  // One event per line, so that a long trace can still be read with a pager.
+  return document.dump(1) + "\n";
 }
 
 absl::Status TraceRecorder::WriteJson(const std::string& path) const {
@@ -138,23 +137,22 @@ void SetCurrentTrace(TraceRecorder* trace) {
 
 absl::Status MergeTraceFiles(const std::vector<std::string>& inputs,
                              const std::string& output) {
-  std::vector<std::string> parts;
+  nlohmann::json events = nlohmann::json::array();
   for (const std::string& input : inputs) {
     std::ifstream in(input, std::ios::binary);
     if (!in) return absl::NotFoundError(absl::StrCat("cannot read trace ", input));
-    const std::string text((std::istreambuf_iterator<char>(in)),
-                           std::istreambuf_iterator<char>());
-    const size_t footer = text.rfind(kFooterStart);
-    if (!absl::StartsWith(text, kHeader) || footer == std::string::npos) {
+    const nlohmann::json trace =
+        nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (trace.is_discarded() || !trace.is_object() ||
+        !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) {
       return absl::DataLossError(absl::StrCat(
-          "trace ", input, " is not a file written by gradsync's TraceRecorder"));
+          "trace ", input, " is not a Chrome trace (no traceEvents array)"));
     }
-    const size_t begin = sizeof(kHeader) - 1;
-    if (footer > begin) parts.push_back(text.substr(begin, footer - begin));
+    for (const nlohmann::json& event : trace["traceEvents"]) events.push_back(event);
   }
-  return WriteFileAtomically(
-      output, absl::StrCat(kHeader, absl::StrJoin(parts, ",\n"), kFooterStart,
-                           R"( "displayTimeUnit": "ms"})", "\n"));
+  const nlohmann::json merged = {{"traceEvents", std::move(events)},
+                                 {"displayTimeUnit", "ms"}};
+  return WriteFileAtomically(output, merged.dump(1) + "\n");
 }
 
 std::string RankTracePath(const std::string& path, absl::string_view role,

@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace gradsync {
 
@@ -61,20 +62,18 @@ class TraceRecorder {
 
   // The events as a JSON document {"traceEvents": [...], ...}.
   std::string ToJson() const;
-  // Only the event objects, comma-separated (for merging several ranks).
-  std::string EventsJson() const;
   absl::Status WriteJson(const std::string& path) const;
   int64_t size() const;
   int64_t dropped() const;
 
  private:
-  void Push(std::string event);
+  void Push(const nlohmann::json& event);
 
   const int process_id_;
   const std::string process_name_;
   const int64_t max_events_;
   mutable std::mutex mu_;
-  std::vector<std::string> events_;  // JSON objects, in recording order
+  std::vector<std::string> events_;  // serialized JSON objects, in order
   int64_t dropped_ = 0;
 };
 
