@@ -54,6 +54,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "nlohmann/json.hpp"
 #include "allreduce/ring_allreduce.h"
 #include "allreduce/ring_flags.h"
 #include "allreduce/ring_transport.h"
@@ -580,32 +581,43 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
 absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
                        const std::string& path) {
   const RingSettings ring = RingSettingsFromFlags();
-  std::string json = absl::StrCat(
-      "{\n  \"context\": {\"executable\": \"allreduce_benchmark\", \"date\": "
-      "\"",
-      absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::LocalTimeZone()),
-      "\", \"machine\": \"", MachineDescription(),
-      "\", \"workers\": ", plan.workers, ", \"iters\": ", plan.iters,
-      ", \"warmup\": ", plan.warmup,
-      ", \"ring_chunk_kb\": ", ring.chunk_bytes >> 10,
-      ", \"ring_socket_buffer_kb\": ", ring.socket_buffer_bytes >> 10,
-      ", \"transport\": \"", plan.transport, "\", \"link_bits_per_s\": ",
-      plan.link_bits_per_s, "},\n  \"benchmarks\": [");
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& row = rows[i];
-    absl::StrAppend(
-        &json, i == 0 ? "\n" : ",\n",
-        absl::StrFormat(
-            "    {\"name\": \"%s/%d\", \"run_name\": \"%s/%d\", \"run_type\": "
-            "\"iteration\", \"iterations\": %d, \"real_time\": %.3f, "
-            "\"cpu_time\": %.3f, \"time_unit\": \"us\", \"bytes\": %d, "
-            "\"count\": %d, \"bytes_per_second\": %.1f, \"algbw_GBps\": %.4f, "
-            "\"busbw_GBps\": %.4f, \"wrong\": %d, \"cpu_us_all_ranks\": %.1f}",
-            row.algorithm, row.bytes, row.algorithm, row.bytes, plan.iters,
-            row.time_us, row.cpu_us / plan.workers, row.bytes, row.bytes / 4,
-            row.algbw * 1e9, row.algbw, row.busbw, row.wrong, row.cpu_us));
+  // Google Benchmark's JSON layout, so its compare tools read it.
+  nlohmann::json benchmarks = nlohmann::json::array();
+  for (const Row& row : rows) {
+    const std::string name = absl::StrCat(row.algorithm, "/", row.bytes);
+    benchmarks.push_back({
+        {"name", name},
+        {"run_name", name},
+        {"run_type", "iteration"},
+        {"iterations", plan.iters},
+        {"real_time", row.time_us},
+        {"cpu_time", row.cpu_us / plan.workers},
+        {"time_unit", "us"},
+        {"bytes", row.bytes},
+        {"count", row.bytes / 4},
+        {"bytes_per_second", row.algbw * 1e9},
+        {"algbw_GBps", row.algbw},
+        {"busbw_GBps", row.busbw},
+        {"wrong", row.wrong},
+        {"cpu_us_all_ranks", row.cpu_us},
+    });
   }
-  absl::StrAppend(&json, "\n  ]\n}\n");
+  const nlohmann::json document = {
+      {"context",
+       {{"executable", "allreduce_benchmark"},
+        {"date", absl::FormatTime(absl::RFC3339_sec, absl::Now(),
+                                  absl::LocalTimeZone())},
+        {"machine", MachineDescription()},
+        {"workers", plan.workers},
+        {"iters", plan.iters},
+        {"warmup", plan.warmup},
+        {"ring_chunk_kb", ring.chunk_bytes >> 10},
+        {"ring_socket_buffer_kb", ring.socket_buffer_bytes >> 10},
+        {"transport", plan.transport},
+        {"link_bits_per_s", plan.link_bits_per_s}}},
+      {"benchmarks", benchmarks},
+  };
+  const std::string json = document.dump(2) + "\n";
   std::ofstream out(path);
   out << json;
   if (!out.good()) {

@@ -37,6 +37,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
 #include "core/device/device.h"
 #include "core/base/logging.h"
 #include "core/base/malloc_tuning.h"
@@ -546,16 +547,24 @@ int Main() {
                 static_cast<long long>(wrong));
     std::fflush(stdout);
     if (json != nullptr) {
-      *json << absl::StrFormat(
-          "{\"benchmark\": \"ps\", \"workers\": %d, \"servers\": %d, "
-          "\"update\": \"%s\", \"bytes\": %d, \"chunk_bytes\": %d, "
-          "\"keys\": %d, \"iters\": %d, \"ps_median_us\": %.3f, "
-          "\"ps_mean_us\": %.3f, \"ps_algbw_gbps\": %.4f, "
-          "\"grpc_median_us\": %.3f, \"grpc_mean_us\": %.3f, "
-          "\"grpc_algbw_gbps\": %.4f, \"wrong\": %d}\n",
-          n, k, absl::GetFlag(FLAGS_update), bytes, chunk_bytes, keys,
-          iterations, ps_us, Mean(ps_times), ps_bw, bare_us, Mean(bare_times),
-          bare_bw, wrong);
+      const nlohmann::json line = {
+          {"benchmark", "ps"},
+          {"workers", n},
+          {"servers", k},
+          {"update", absl::GetFlag(FLAGS_update)},
+          {"bytes", bytes},
+          {"chunk_bytes", chunk_bytes},
+          {"keys", keys},
+          {"iters", iterations},
+          {"ps_median_us", ps_us},
+          {"ps_mean_us", Mean(ps_times)},
+          {"ps_algbw_gbps", ps_bw},
+          {"grpc_median_us", bare_us},
+          {"grpc_mean_us", Mean(bare_times)},
+          {"grpc_algbw_gbps", bare_bw},
+          {"wrong", wrong},
+      };
+      *json << line.dump() << "\n";
     }
   }
   return 0;

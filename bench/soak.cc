@@ -35,6 +35,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
 #include "core/launch/launcher.h"
 
 ABSL_FLAG(std::string, gradsync, "bazel-bin/tools/gradsync",
@@ -220,7 +221,7 @@ int Soak() {
               result->exit_code == 0 ? "" : absl::StrCat(" (", result->failure, ")").c_str());
   std::printf("%-10s %14s %14s %14s %9s\n", "process", "RSS warm KiB", "RSS peak KiB",
               "RSS end KiB", "change");
-  std::vector<std::string> rows;
+  nlohmann::json rows = nlohmann::json::array();
   for (const Track& track : tracks) {
     const bool measured = track.warm_kib > 0 && track.last_is_end;
     const double change =
@@ -231,21 +232,29 @@ int Soak() {
                 static_cast<long long>(track.warm_kib), static_cast<long long>(track.peak_kib),
                 static_cast<long long>(track.last_kib), 100 * change,
                 measured ? (within ? "" : "  OVER") : "  (not measured)");
-    rows.push_back(absl::StrFormat(
-        "{\"process\": \"%s\", \"rss_warm_kib\": %d, \"rss_peak_kib\": %d, "
-        "\"rss_end_kib\": %d, \"change\": %.5f, \"within\": %s}",
-        track.name, track.warm_kib, track.peak_kib, track.last_kib, change,
-        within ? "true" : "false"));
+    rows.push_back({{"process", track.name},
+                    {"rss_warm_kib", track.warm_kib},
+                    {"rss_peak_kib", track.peak_kib},
+                    {"rss_end_kib", track.last_kib},
+                    {"change", change},
+                    {"within", within}});
   }
   std::printf("%s\n", ok ? "PASS: every process within tolerance" : "FAIL");
   const std::string json = absl::GetFlag(FLAGS_json);
   if (!json.empty()) {
-    std::ofstream(json) << absl::StrFormat(
-        "{\"sync\": \"%s\", \"ps_update\": \"%s\", \"workers\": %d, \"servers\": %d, \"steps\": %d, "
-        "\"warmup_steps\": %d, \"seconds\": %.1f, \"tolerance\": %g, \"ok\": %s,\n"
-        "\"processes\": [\n%s]}\n",
-        sync, sync == "ps" ? ps_update : "", workers, servers, steps, warmup, seconds, tolerance, ok ? "true" : "false",
-        absl::StrJoin(rows, ",\n"));
+    const nlohmann::json report = {
+        {"sync", sync},
+        {"ps_update", sync == "ps" ? ps_update : ""},
+        {"workers", workers},
+        {"servers", servers},
+        {"steps", steps},
+        {"warmup_steps", warmup},
+        {"seconds", seconds},
+        {"tolerance", tolerance},
+        {"ok", ok},
+        {"processes", rows},
+    };
+    std::ofstream(json) << report.dump(1) << "\n";
   }
   return ok ? 0 : 1;
 }

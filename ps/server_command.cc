@@ -15,6 +15,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "nlohmann/json.hpp"
 #include "core/cluster/cluster_env.h"
 #include "core/cluster/coordinator.h"
 #include "core/base/logging.h"
@@ -106,9 +107,12 @@ absl::Status Serve(const ClusterEnv& env) {
   coordinator->RemoveLossListener(listener);
   server->Stop();
   // One JSON line on stdout for the launcher's logs and the plots.
-  std::printf(
-      "{\"event\": \"ps_server_summary\", \"ok\": %s, \"summary\": %s}\n",
-      status.ok() ? "true" : "false", server->SummaryJson().c_str());
+  const nlohmann::json event = {
+      {"event", "ps_server_summary"},
+      {"ok", status.ok()},
+      {"summary", nlohmann::json::parse(server->SummaryJson())},
+  };
+  std::printf("%s\n", event.dump().c_str());
   std::fflush(stdout);
   return status;
 }

@@ -22,10 +22,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/launch/link_probe.h"
@@ -111,20 +113,20 @@ absl::Status Probe() {
   return absl::OkStatus();
 }
 
-// The receiver's rate from iperf3's JSON ("sum_received" ... "bits_per_second").
+// The receiver's rate in each direction from iperf3's JSON: "end" holds
+// "sum_received" and, with --bidir, "sum_received_bidir_reverse", each with
+// its "bits_per_second".
 absl::StatusOr<std::vector<double>> ReceivedRates(const std::string& json) {
+  const nlohmann::json report = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (report.is_discarded() || !report.is_object()) {
+    return absl::DataLossError("iperf3's output is not JSON");
+  }
   std::vector<double> rates;
-  for (size_t at = json.find("\"sum_received"); at != std::string::npos;
-       at = json.find("\"sum_received", at + 1)) {
-    const size_t key = json.find("\"bits_per_second\":", at);
-    if (key == std::string::npos) break;
-    const size_t start = key + std::strlen("\"bits_per_second\":");
-    const size_t end = json.find_first_of(",}", start);
-    double value = 0;
-    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(json.substr(start, end - start)), &value)) {
-      break;
-    }
-    rates.push_back(value);
+  const nlohmann::json end = report.value("end", nlohmann::json::object());
+  for (const auto& [key, sum] : end.items()) {
+    if (!absl::StartsWith(key, "sum_received") || !sum.is_object()) continue;
+    const nlohmann::json rate = sum.value("bits_per_second", nlohmann::json());
+    if (rate.is_number()) rates.push_back(rate.get<double>());
   }
   if (rates.empty()) return absl::DataLossError("no sum_received in iperf3's output");
   return rates;

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 #include "core/base/status_macros.h"
 
 namespace gradsync {
@@ -246,17 +247,22 @@ absl::StatusOr<LinkProbeResult> Measure(Client& client, const LinkProbeOptions& 
 }  // namespace
 
 std::string LinkProbeResult::ToJson() const {
-  std::vector<std::string> rows;
+  nlohmann::json rows = nlohmann::json::array();
   for (const LinkProbeSample& s : samples) {
-    rows.push_back(absl::StrFormat(R"({"bytes": %d, "forward_ms": %.4f, "reverse_ms": %.4f})",
-                                   s.bytes, s.forward_ms, s.reverse_ms));
+    rows.push_back({{"bytes", s.bytes},
+                    {"forward_ms", s.forward_ms},
+                    {"reverse_ms", s.reverse_ms}});
   }
-  return absl::StrFormat(
-      R"({"round_trip_us": %.2f, "alpha_us": %.2f, "bandwidth_bytes_per_s": %.6g, )"
-      R"("reverse_bandwidth_bytes_per_s": %.6g, "intercept_ms": %.4f, )"
-      R"("duplex_bytes_per_s": %.6g, "samples": [%s]})",
-      round_trip_us, alpha_us, bandwidth_bytes_per_s, reverse_bandwidth_bytes_per_s,
-      intercept_ms, duplex_bytes_per_s, absl::StrJoin(rows, ", "));
+  const nlohmann::json result = {
+      {"round_trip_us", round_trip_us},
+      {"alpha_us", alpha_us},
+      {"bandwidth_bytes_per_s", bandwidth_bytes_per_s},
+      {"reverse_bandwidth_bytes_per_s", reverse_bandwidth_bytes_per_s},
+      {"intercept_ms", intercept_ms},
+      {"duplex_bytes_per_s", duplex_bytes_per_s},
+      {"samples", rows},
+  };
+  return result.dump();
 }
 
 absl::StatusOr<LinkProbeResult> ProbeLink(const LinkProbeOptions& options) {
