@@ -39,9 +39,9 @@ std::string NcclCommunicator::Context(const std::string& what) const {
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     const NcclCommunicatorOptions& options, Rendezvous* rendezvous) {
   if (options.world_size > 1 && rendezvous == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        options.owner, ": ", options.world_size,
-        " ranks need a rendezvous to share NCCL's unique id"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(options.owner, ": ", options.world_size,
+                     " ranks need a rendezvous to share NCCL's unique id"));
   }
   std::unique_ptr<NcclCommunicator> communicator(
       new NcclCommunicator(options, rendezvous));
@@ -65,8 +65,8 @@ absl::StatusOr<ncclUniqueId> NcclCommunicator::ShareUniqueId() {
     RETURN_IF_ERROR(Annotate(
         NcclCallStatus(ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr),
         Context("creating NCCL's unique id")));
-    encoded = absl::Base64Escape(
-        absl::string_view(id.internal, sizeof(id.internal)));
+    encoded =
+        absl::Base64Escape(absl::string_view(id.internal, sizeof(id.internal)));
   }
   if (rendezvous_ == nullptr) return id;
   absl::StatusOr<std::string> shared =
@@ -78,11 +78,11 @@ absl::StatusOr<ncclUniqueId> NcclCommunicator::ShareUniqueId() {
   }
   if (options_.rank == 0) return id;
   std::string raw;
-  if (!absl::Base64Unescape(*shared, &raw) || raw.size() != sizeof(id.internal)) {
-    return absl::DataLossError(
-        Context(absl::StrCat("got a unique id under '", options_.unique_id_key,
-                             "' that is not ", sizeof(id.internal),
-                             " bytes of base64")));
+  if (!absl::Base64Unescape(*shared, &raw) ||
+      raw.size() != sizeof(id.internal)) {
+    return absl::DataLossError(Context(absl::StrCat(
+        "got a unique id under '", options_.unique_id_key, "' that is not ",
+        sizeof(id.internal), " bytes of base64")));
   }
   std::memcpy(id.internal, raw.data(), sizeof(id.internal));
   return id;
@@ -195,11 +195,11 @@ absl::Status NcclCommunicator::WaitForStream(cudaStream_t stream,
 absl::Status NcclCommunicator::Finalize() {
   if (comm_ == nullptr || !error_.ok()) return error_;
   const std::string what = "finalizing the communicator";
-  RETURN_IF_ERROR(CheckEnqueued(ncclCommFinalize(comm_), "ncclCommFinalize",
-                                what));
+  RETURN_IF_ERROR(
+      CheckEnqueued(ncclCommFinalize(comm_), "ncclCommFinalize", what));
   RETURN_IF_ERROR(WaitForPending(what));
-  const absl::Status destroyed = NcclCallStatus(
-      ncclCommDestroy(comm_), "ncclCommDestroy", comm_);
+  const absl::Status destroyed =
+      NcclCallStatus(ncclCommDestroy(comm_), "ncclCommDestroy", comm_);
   comm_ = nullptr;
   return Annotate(destroyed, Context(what));
 }

@@ -33,13 +33,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "nlohmann/json.hpp"
 #include "allreduce/nccl_communicator.h"
-#include "core/device/gpu_selection.h"
-#include "core/device/cuda_device.h"
-#include "core/sync/gradient_sync.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/device/cuda_device.h"
+#include "core/device/gpu_selection.h"
+#include "core/sync/gradient_sync.h"
+#include "nlohmann/json.hpp"
 
 namespace gradsync {
 namespace {
@@ -196,7 +196,8 @@ class NcclSync : public GradientSync {
   void Release() {
     // A failed communicator is aborted, a healthy one destroyed (its
     // destructor knows which).
-    if (comm_ != nullptr && !error_.ok()) comm_->AbortWith(error_).IgnoreError();
+    if (comm_ != nullptr && !error_.ok())
+      comm_->AbortWith(error_).IgnoreError();
     comm_.reset();
     for (cudaEvent_t& event : ready_events_) {
       if (event != nullptr) cudaEventDestroy(event);
@@ -215,7 +216,8 @@ class NcclSync : public GradientSync {
   int gpu_ = -1;
   std::unique_ptr<NcclCommunicator> comm_;
   cudaStream_t comm_stream_ = nullptr;
-  cudaStream_t compute_stream_ = nullptr;  // the model's; NCCL waits on its events
+  cudaStream_t compute_stream_ =
+      nullptr;  // the model's; NCCL waits on its events
   std::vector<cudaEvent_t> ready_events_;
   cudaEvent_t start_event_ = nullptr;
   cudaEvent_t done_event_ = nullptr;
@@ -228,9 +230,9 @@ class NcclSync : public GradientSync {
 absl::StatusOr<std::unique_ptr<GradientSync>> CreateNcclSync(
     const SyncContext& context) {
   if (context.identity.world_size > 1 && context.rendezvous == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--sync=nccl with ", context.identity.world_size,
-        " workers needs a rendezvous to share NCCL's unique id"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--sync=nccl with ", context.identity.world_size,
+                     " workers needs a rendezvous to share NCCL's unique id"));
   }
   return std::unique_ptr<GradientSync>(new NcclSync(context));
 }

@@ -24,10 +24,10 @@
 #include "allreduce/ring_allreduce.h"
 #include "allreduce/ring_flags.h"
 #include "allreduce/ring_transport.h"
-#include "core/cluster/cluster_env.h"
-#include "core/cluster/coordinator.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/cluster/cluster_env.h"
+#include "core/cluster/coordinator.h"
 #include "tools/cluster_flags.h"
 
 ABSL_FLAG(double, timeout_s, 60, "every wait on a peer gives up after this");
@@ -65,11 +65,10 @@ absl::Status Check(const ClusterEnv& env) {
                                  ApplyBindFlag(env.coordinator_target()),
                                  env.job_id, n, 0, client_options.security));
   }
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<CoordinatorClient> coordinator,
-      CoordinatorClient::Connect(env.coordinator_target(), env.job_id,
-                                 Role::kWorker, env.rank, timeout,
-                                 client_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
+                   CoordinatorClient::Connect(
+                       env.coordinator_target(), env.job_id, Role::kWorker,
+                       env.rank, timeout, client_options));
   RingTransportOptions options;
   options.rank = env.rank;
   options.world_size = n;

@@ -4,8 +4,8 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "core/cluster/job_token.h"
 #include "core/base/status_macros.h"
+#include "core/cluster/job_token.h"
 
 namespace gradsync {
 namespace {

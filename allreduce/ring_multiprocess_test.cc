@@ -7,9 +7,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/launch/launcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/launch/launcher.h"
 
 namespace gradsync {
 namespace {

@@ -6,12 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "nlohmann/json.hpp"
 #include "allreduce/ring_flags.h"
-#include "core/cluster/job_token.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/cluster/job_token.h"
 #include "core/sync/step_buckets.h"
+#include "nlohmann/json.hpp"
 
 namespace gradsync {
 RingSyncOptions RingSyncOptionsFromFlags() {
@@ -68,7 +68,9 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
   // closes) fails now, and Finish names the loss (ExplainFailure).
   if (context_.rendezvous != nullptr) {
     loss_listener_ = context_.rendezvous->AddLossListener(
-        [transport = transport_.get()](const absl::Status&) { transport->Abort(); });
+        [transport = transport_.get()](const absl::Status&) {
+          transport->Abort();
+        });
   }
   if (context_.identity.world_size > 1) {
     GS_LOG(INFO) << "ring: rank " << context_.identity.rank << " of "
@@ -128,10 +130,10 @@ void RingSync::CommunicationLoop() {
     std::lock_guard<std::mutex> lock(mu_);
     allreduce_ms_ += elapsed_ms;
     if (!status.ok() && error_.ok()) {
-      error_ =
-          Annotate(status, absl::StrCat("worker ", context_.identity.rank, ", step ",
-                                        step_buckets_.step(), ", bucket ", bucket, " (",
-                                        span.numel * 4, " bytes)"));
+      error_ = Annotate(
+          status, absl::StrCat("worker ", context_.identity.rank, ", step ",
+                               step_buckets_.step(), ", bucket ", bucket, " (",
+                               span.numel * 4, " bytes)"));
     }
     ++completed_;
     changed_.notify_all();

@@ -24,8 +24,8 @@
 #include "allreduce/ring_allreduce.h"
 #include "allreduce/ring_transport.h"
 #include "core/sync/gradient_sync.h"
-#include "core/sync/step_buckets.h"
 #include "core/sync/host_staging.h"
+#include "core/sync/step_buckets.h"
 
 namespace gradsync {
 
@@ -78,8 +78,8 @@ class RingSync : public GradientSync {
   std::deque<int> queue_;
   StepBuckets step_buckets_{"ring"};  // this step: BucketReady seen
   int completed_ = 0;                 // this step
-  double allreduce_ms_ = 0;  // this step, on the communication thread
-  absl::Status error_;       // first error; sticky
+  double allreduce_ms_ = 0;           // this step, on the communication thread
+  absl::Status error_;                // first error; sticky
   bool stop_ = false;
 
   // Owned by the caller's thread.

@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "allreduce/ring_test_cluster.h"
+#include "core/base/status_macros.h"
 #include "core/device/device.h"
 #include "core/sync/gradient_sync.h"
 #include "core/sync/param_layout.h"
-#include "core/base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -143,7 +143,8 @@ TEST(RingSyncErrorsTest, FinishBeforeEveryBucketIsReadyIsAnError) {
   StepStats stats;
   absl::Status status = (*sync)->Finish(stats);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
-  EXPECT_THAT(std::string(status.message()), HasSubstr("before bucket(s) 1, 2"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("before bucket(s) 1, 2"));
 }
 
 // Just enough of a Device to claim to be a GPU.

@@ -102,7 +102,7 @@ absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
                    TcpListener::Listen(options.advertise_host));
   RETURN_IF_ERROR(Annotate(
       rendezvous->Set(absl::StrCat(options.key_prefix, "/addr/", options.rank),
-                       listener->address()),
+                      listener->address()),
       absl::StrCat(context, ": publishing its address ", listener->address())));
 
   const std::string right_key =
@@ -124,13 +124,12 @@ absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
       *right_address, PeerSide::kRight, right_rank, deadline);
   if (!right.ok()) return Annotate(right.status(), context);
   transport->right_ = std::move(right).value();
-  RETURN_IF_ERROR(
-      Annotate(SendRingHello(*transport->right_,
-                             RingHello{options.rank, right_rank, n,
-                                       options.job_id, listener->address(),
-                                       options.job_token},
-                             deadline),
-               context));
+  RETURN_IF_ERROR(Annotate(
+      SendRingHello(*transport->right_,
+                    RingHello{options.rank, right_rank, n, options.job_id,
+                              listener->address(), options.job_token},
+                    deadline),
+      context));
 
   ASSIGN_OR_RETURN(transport->left_,
                    AcceptLeft(*listener, options, left_rank, deadline));

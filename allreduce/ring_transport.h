@@ -1,6 +1,7 @@
 // The ring's transport: this rank's two TCP connections, to its right
 // neighbour (rank + 1, which we only send to) and from its left neighbour
-// (rank - 1, which we only receive from), set up through the rendezvous (core/cluster/rendezvous.h).
+// (rank - 1, which we only receive from), set up through the rendezvous
+// (core/cluster/rendezvous.h).
 //
 // Set-up, the same on every rank so that nobody waits on somebody who waits on
 // them: listen on an ephemeral port, publish "host:port" under

@@ -54,14 +54,15 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "nlohmann/json.hpp"
 #include "allreduce/ring_allreduce.h"
 #include "allreduce/ring_flags.h"
 #include "allreduce/ring_transport.h"
-#include "core/cluster/coordinator.h"
 #include "core/base/logging.h"
 #include "core/base/malloc_tuning.h"
 #include "core/base/status_macros.h"
+#include "core/cluster/coordinator.h"
+#include "core/launch/launcher.h"
+#include "core/launch/netem.h"
 #include "gloo/allreduce_halving_doubling.h"
 #include "gloo/allreduce_ring.h"
 #include "gloo/allreduce_ring_chunked.h"
@@ -69,8 +70,7 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/transport/tcp/device.h"
-#include "core/launch/launcher.h"
-#include "core/launch/netem.h"
+#include "nlohmann/json.hpp"
 #ifdef GRADSYNC_CUDA
 #include "bench/nccl_allreduce.h"
 #endif
@@ -98,9 +98,9 @@ ABSL_FLAG(std::string, netem, "",
 namespace gradsync {
 namespace {
 
-constexpr const char* kKnownAlgorithms[] = {
-    "gradsync_ring", "gloo_ring", "gloo_ring_chunked", "gloo_halving_doubling",
-    "nccl"};
+constexpr const char* kKnownAlgorithms[] = {"gradsync_ring", "gloo_ring",
+                                            "gloo_ring_chunked",
+                                            "gloo_halving_doubling", "nccl"};
 
 bool IsGloo(const std::string& name) { return absl::StartsWith(name, "gloo_"); }
 
@@ -294,9 +294,8 @@ absl::Status EnterNamespace(const std::string& name) {
   const int error = errno;
   close(fd);
   if (result != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("entering network namespace ", name, ": ",
-                     std::strerror(error)));
+    return absl::UnavailableError(absl::StrCat(
+        "entering network namespace ", name, ": ", std::strerror(error)));
   }
   return absl::OkStatus();
 }
@@ -308,10 +307,9 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
       absl::StrCat(plan.hosts[0], ":", plan.coordinator_port);
   std::unique_ptr<CoordinatorServer> server;
   if (rank == 0) {
-    ASSIGN_OR_RETURN(server,
-                     CoordinatorServer::Start(coordinator_address,
-                                              "allreduce-benchmark",
-                                              plan.workers, 0));
+    ASSIGN_OR_RETURN(server, CoordinatorServer::Start(coordinator_address,
+                                                      "allreduce-benchmark",
+                                                      plan.workers, 0));
   }
   ASSIGN_OR_RETURN(
       std::unique_ptr<CoordinatorClient> coordinator,
@@ -321,8 +319,8 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
                                     plan.algorithms.end(), "gradsync_ring") > 0;
   const bool want_gloo =
       std::any_of(plan.algorithms.begin(), plan.algorithms.end(), IsGloo);
-  const bool want_nccl = std::count(plan.algorithms.begin(),
-                                    plan.algorithms.end(), "nccl") > 0;
+  const bool want_nccl =
+      std::count(plan.algorithms.begin(), plan.algorithms.end(), "nccl") > 0;
 
   std::unique_ptr<RingTransport> transport;
   std::unique_ptr<RingAllReduce> ring;
@@ -345,9 +343,9 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
 #ifdef GRADSYNC_CUDA
   std::unique_ptr<NcclAllReduce> nccl;
   if (want_nccl) {
-    ASSIGN_OR_RETURN(nccl, NcclAllReduce::Create(rank, plan.workers,
-                                                 coordinator.get(), plan.timeout,
-                                                 plan.sizes.back() / 4));
+    ASSIGN_OR_RETURN(
+        nccl, NcclAllReduce::Create(rank, plan.workers, coordinator.get(),
+                                    plan.timeout, plan.sizes.back() / 4));
   }
 #else
   if (want_nccl) {

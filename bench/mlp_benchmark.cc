@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "core/device/device.h"
 #include "core/base/logging.h"
+#include "core/device/device.h"
+#include "core/sync/param_layout.h"
 #include "core/train/model.h"
 #include "core/train/optimizer.h"
-#include "core/sync/param_layout.h"
 
 namespace gradsync {
 namespace {

@@ -23,8 +23,8 @@ class NcclAllReduce {
   // Every wait (the unique id, the communicator, a collective) ends after
   // `timeout` with an error naming the rank and what it waited for.
   static absl::StatusOr<std::unique_ptr<NcclAllReduce>> Create(
-      int rank, int world_size, Rendezvous* rendezvous,
-      absl::Duration timeout, int64_t max_floats);
+      int rank, int world_size, Rendezvous* rendezvous, absl::Duration timeout,
+      int64_t max_floats);
   ~NcclAllReduce();
 
   // Host → device, the first `count` floats.

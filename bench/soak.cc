@@ -35,8 +35,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "nlohmann/json.hpp"
 #include "core/launch/launcher.h"
+#include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, gradsync, "bazel-bin/tools/gradsync",
           "the gradsync binary");
@@ -111,17 +111,21 @@ int Soak() {
   const int64_t steps = absl::GetFlag(FLAGS_steps);
   const std::string ps_update = absl::GetFlag(FLAGS_ps_update);
   if (sync != "ring" && sync != "ps") {
-    std::fprintf(stderr, "soak: unknown --sync=%s; choose ring or ps\n", sync.c_str());
+    std::fprintf(stderr, "soak: unknown --sync=%s; choose ring or ps\n",
+                 sync.c_str());
     return 2;
   }
   if (ps_update != "worker" && ps_update != "server") {
-    std::fprintf(stderr, "soak: unknown --ps_update=%s; choose worker or server\n",
+    std::fprintf(stderr,
+                 "soak: unknown --ps_update=%s; choose worker or server\n",
                  ps_update.c_str());
     return 2;
   }
   const std::string name = sync == "ps" ? absl::StrCat("ps-", ps_update) : sync;
   const std::string dir = absl::StrCat(absl::GetFlag(FLAGS_run_dir), "/", name);
-  if (std::system(absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str()) != 0) {
+  if (std::system(
+          absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str()) !=
+      0) {
     std::fprintf(stderr, "cannot create %s\n", dir.c_str());
     return 2;
   }
@@ -133,10 +137,16 @@ int Soak() {
   // Enough samples that no worker runs out before --steps (each has
   // synthetic_size / workers per epoch; --max_steps ends the run).
   std::vector<std::string> flags = {
-      absl::StrCat("--sync=", sync), "--data=synthetic",
-      "--synthetic_size=65536", absl::StrCat("--layers=", absl::GetFlag(FLAGS_layers)),
-      "--batch_size=32", "--epochs=100000", absl::StrCat("--max_steps=", steps),
-      "--eval=false", "--progress=false", absl::StrCat("--metrics_dir=", dir)};
+      absl::StrCat("--sync=", sync),
+      "--data=synthetic",
+      "--synthetic_size=65536",
+      absl::StrCat("--layers=", absl::GetFlag(FLAGS_layers)),
+      "--batch_size=32",
+      "--epochs=100000",
+      absl::StrCat("--max_steps=", steps),
+      "--eval=false",
+      "--progress=false",
+      absl::StrCat("--metrics_dir=", dir)};
   if (sync == "ps") flags.push_back(absl::StrCat("--ps_update=", ps_update));
   const std::vector<std::pair<std::string, std::string>> common = {
       {"WORLD_SIZE", absl::StrCat(workers)},
@@ -161,8 +171,10 @@ int Soak() {
     spec.env.push_back({"RANK", worker ? absl::StrCat(rank) : "0"});
     spec.env.push_back({"LOCAL_RANK", absl::StrCat(r)});
     spec.env.push_back({"GRADSYNC_ROLE", worker ? "worker" : "server"});
-    if (!worker) spec.env.push_back({"GRADSYNC_SERVER_RANK", absl::StrCat(rank)});
-    spec.log_path = absl::StrCat(dir, "/", worker ? "worker" : "server", rank, ".log");
+    if (!worker)
+      spec.env.push_back({"GRADSYNC_SERVER_RANK", absl::StrCat(rank)});
+    spec.log_path =
+        absl::StrCat(dir, "/", worker ? "worker" : "server", rank, ".log");
     specs.push_back(std::move(spec));
   }
 
@@ -176,8 +188,8 @@ int Soak() {
   std::thread sampler([&] {
     {
       absl::MutexLock lock(&mu);
-      mu.Await(absl::Condition(+[](std::vector<pid_t>* p) { return !p->empty(); },
-                               &pids));
+      mu.Await(absl::Condition(
+          +[](std::vector<pid_t>* p) { return !p->empty(); }, &pids));
     }
     LineCounter progress(absl::StrCat(dir, "/worker0.jsonl"));
     while (!over) {
@@ -208,28 +220,38 @@ int Soak() {
   sampler.join();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (!result.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(result.status().message()).c_str());
+    std::fprintf(stderr, "%s\n",
+                 std::string(result.status().message()).c_str());
     return 2;
   }
 
   const double tolerance = absl::GetFlag(FLAGS_tolerance);
   bool ok = result->exit_code == 0;
-  const std::string mode = sync == "ps" ? absl::StrCat(" --ps_update=", ps_update) : "";
-  std::printf("soak --sync=%s%s: %d workers, %d servers, %lld steps in %.0f s (%.2f ms/step), job exit %d%s\n",
-              sync.c_str(), mode.c_str(), workers, servers, static_cast<long long>(steps), seconds,
-              1000 * seconds / steps, result->exit_code,
-              result->exit_code == 0 ? "" : absl::StrCat(" (", result->failure, ")").c_str());
-  std::printf("%-10s %14s %14s %14s %9s\n", "process", "RSS warm KiB", "RSS peak KiB",
-              "RSS end KiB", "change");
+  const std::string mode =
+      sync == "ps" ? absl::StrCat(" --ps_update=", ps_update) : "";
+  std::printf(
+      "soak --sync=%s%s: %d workers, %d servers, %lld steps in %.0f s (%.2f "
+      "ms/step), job exit %d%s\n",
+      sync.c_str(), mode.c_str(), workers, servers,
+      static_cast<long long>(steps), seconds, 1000 * seconds / steps,
+      result->exit_code,
+      result->exit_code == 0
+          ? ""
+          : absl::StrCat(" (", result->failure, ")").c_str());
+  std::printf("%-10s %14s %14s %14s %9s\n", "process", "RSS warm KiB",
+              "RSS peak KiB", "RSS end KiB", "change");
   nlohmann::json rows = nlohmann::json::array();
   for (const Track& track : tracks) {
     const bool measured = track.warm_kib > 0 && track.last_is_end;
     const double change =
-        measured ? static_cast<double>(track.last_kib - track.warm_kib) / track.warm_kib : 0;
+        measured ? static_cast<double>(track.last_kib - track.warm_kib) /
+                       track.warm_kib
+                 : 0;
     const bool within = measured && std::abs(change) <= tolerance;
     ok = ok && within;
     std::printf("%-10s %14lld %14lld %14lld %+8.2f%%%s\n", track.name.c_str(),
-                static_cast<long long>(track.warm_kib), static_cast<long long>(track.peak_kib),
+                static_cast<long long>(track.warm_kib),
+                static_cast<long long>(track.peak_kib),
                 static_cast<long long>(track.last_kib), 100 * change,
                 measured ? (within ? "" : "  OVER") : "  (not measured)");
     rows.push_back({{"process", track.name},
@@ -243,16 +265,11 @@ int Soak() {
   const std::string json = absl::GetFlag(FLAGS_json);
   if (!json.empty()) {
     const nlohmann::json report = {
-        {"sync", sync},
-        {"ps_update", sync == "ps" ? ps_update : ""},
-        {"workers", workers},
-        {"servers", servers},
-        {"steps", steps},
-        {"warmup_steps", warmup},
-        {"seconds", seconds},
-        {"tolerance", tolerance},
-        {"ok", ok},
-        {"processes", rows},
+        {"sync", sync},       {"ps_update", sync == "ps" ? ps_update : ""},
+        {"workers", workers}, {"servers", servers},
+        {"steps", steps},     {"warmup_steps", warmup},
+        {"seconds", seconds}, {"tolerance", tolerance},
+        {"ok", ok},           {"processes", rows},
     };
     std::ofstream(json) << report.dump(1) << "\n";
   }

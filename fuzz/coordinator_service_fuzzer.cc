@@ -1,10 +1,10 @@
 // libFuzzer target: sequences of calls into the synchronous handlers of the
 // coordinator's service (core/coordinator_service.h) — Join, Barrier, Set,
 // Get, Alive, Leave; Watch, on the callback API, needs a live call and is
-// covered by tests/member_loss_test.cc — with fuzzed tokens, job ids, roles, ranks, keys, values and
-// timeouts, some built field by field and some parsed from raw bytes as
-// gRPC would. Checks, besides ASan/UBSan's: every refusal is short, and the
-// store never holds more than its limit.
+// covered by tests/member_loss_test.cc — with fuzzed tokens, job ids, roles,
+// ranks, keys, values and timeouts, some built field by field and some parsed
+// from raw bytes as gRPC would. Checks, besides ASan/UBSan's: every refusal is
+// short, and the store never holds more than its limit.
 //
 // Waits are forced to time out at once (timeout <= 0): a blocking handler
 // with a real timeout would stall the fuzzer, not find bugs.
@@ -13,9 +13,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/base/logging.h"
 #include "core/cluster/coordinator_service.h"
 #include "core/cluster/grpc_job_token.h"
-#include "core/base/logging.h"
 #include "fuzz/fuzz_input.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpcpp/test/server_context_test_spouse.h"
@@ -48,8 +48,7 @@ void FillSender(FuzzInput& in, proto::Sender* sender) {
   sender->set_job_id(Pick(in, kJob));
   sender->set_role(static_cast<proto::Role>(
       in.Bool() ? in.InRange(0, 1) : in.Integral<int32_t>()));
-  sender->set_rank(in.Bool() ? in.InRange(-1, 3)
-                                    : in.Integral<int32_t>());
+  sender->set_rank(in.Bool() ? in.InRange(-1, 3) : in.Integral<int32_t>());
 }
 
 int64_t Timeout(FuzzInput& in) {
@@ -87,13 +86,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         spouse.AddClientMetadata(kJobTokenMetadataKey, kToken);
         break;
       case 1:
-        spouse.AddClientMetadata(kJobTokenMetadataKey,
-                                 in.String(64));
+        spouse.AddClientMetadata(kJobTokenMetadataKey, in.String(64));
         break;
       case 2:
         spouse.AddClientMetadata(kJobTokenMetadataKey, kToken);
-        spouse.AddClientMetadata(kJobTokenMetadataKey,
-                                 in.String(64));
+        spouse.AddClientMetadata(kJobTokenMetadataKey, in.String(64));
         break;
       default:
         break;  // no token
@@ -114,8 +111,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!raw) request.set_timeout_ms(Timeout(in));
         proto::JoinResponse response;
         status = service.Join(&context, &request, &response);
-        if (status.ok() &&
-            response.members_size() != options.num_workers + options.num_servers) {
+        if (status.ok() && response.members_size() !=
+                               options.num_workers + options.num_servers) {
           std::abort();  // Join returned before everyone joined
         }
         break;
@@ -142,8 +139,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         } else {
           FillSender(in, request.mutable_sender());
           request.set_key(in.Bool() ? std::string("k") +
-                                                 std::to_string(in.InRange(0, 99))
-                                           : in.String(1100));
+                                          std::to_string(in.InRange(0, 99))
+                                    : in.String(1100));
           request.set_value(std::string(in.InRange(0, 40000), 'v'));
         }
         proto::SetResponse response;
@@ -157,8 +154,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         } else {
           FillSender(in, request.mutable_sender());
           request.set_key(in.Bool() ? std::string("k") +
-                                                 std::to_string(in.InRange(0, 99))
-                                           : in.String(1100));
+                                          std::to_string(in.InRange(0, 99))
+                                    : in.String(1100));
         }
         request.set_timeout_ms(raw ? std::min<int64_t>(0, request.timeout_ms())
                                    : Timeout(in));

@@ -79,8 +79,8 @@ void FillPart(FuzzInput& in, int64_t step, ps::KeyPart* part) {
   FillHeader(in, step, key, part->mutable_header());
   const int64_t numel = KeySize(key);
   part->set_key_numel(in.InRange(0, 7) == 0 ? in.Integral<int64_t>() : numel);
-  const int64_t offset = in.InRange(0, 3) == 0 ? in.Integral<int64_t>()
-                                               : in.InRange(0, numel);
+  const int64_t offset =
+      in.InRange(0, 3) == 0 ? in.Integral<int64_t>() : in.InRange(0, numel);
   part->set_offset(offset);
   int64_t floats = in.InRange(0, 48);
   std::vector<float> data(floats);

@@ -48,8 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::memcmp(again.data(), data, again.size()) != 0) {
       std::abort();
     }
-    const std::string why = CheckRingHello(*hello, "job", "0123456789abcdef0123",
-                                           4, 1, 0);
+    const std::string why =
+        CheckRingHello(*hello, "job", "0123456789abcdef0123", 4, 1, 0);
     if (why.size() > 4 * kMaxRingTextBytes) std::abort();
   } else if (hello.status().code() != absl::StatusCode::kInvalidArgument &&
              hello.status().code() != absl::StatusCode::kOutOfRange) {

@@ -17,8 +17,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "core/cluster/grpc_job_token.h"
 #include "core/base/status_macros.h"
+#include "core/cluster/grpc_job_token.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
@@ -279,9 +279,9 @@ class PsClient::Impl::PushCall
   const std::vector<const PsKey*> keys_;
   const float* const src_;
   const int64_t message_floats_;
-  size_t index_ = 0;    // key being sent
-  int64_t offset_ = 0;  // next float of that key
-  grpc::ByteBuffer part_;  // the message being written
+  size_t index_ = 0;        // key being sent
+  int64_t offset_ = 0;      // next float of that key
+  grpc::ByteBuffer part_;   // the message being written
   int64_t part_bytes_ = 0;  // its floats' bytes
   grpc::ByteBuffer reply_;
 };
@@ -371,10 +371,10 @@ class PsClient::Impl::PullCall
           n = static_cast<int64_t>(bytes / 4);
           if (bytes % 4 != 0 || head.offset != received_[i] ||
               head.offset + n > key.numel) {
-            return absl::InternalError(absl::StrCat(
-                "bad part of key ", key.id, ": ", bytes, " bytes at offset ",
-                head.offset, " after ", received_[i], " of ", key.numel,
-                " floats"));
+            return absl::InternalError(
+                absl::StrCat("bad part of key ", key.id, ": ", bytes,
+                             " bytes at offset ", head.offset, " after ",
+                             received_[i], " of ", key.numel, " floats"));
           }
           return reinterpret_cast<char*>(dst_ + key.offset + head.offset);
         });
@@ -441,7 +441,8 @@ absl::Status PsClient::Impl::WaitAll(PsStepStats* stats) {
   // A call's own failure (a server's connection refused) is the more precise
   // symptom; the abort's reason stands in for cancellations it caused.
   absl::Status status = first_error_;
-  if (!aborted_.ok() && (status.ok() || absl::IsCancelled(status))) status = aborted_;
+  if (!aborted_.ok() && (status.ok() || absl::IsCancelled(status)))
+    status = aborted_;
   first_error_ = absl::OkStatus();
   any_push_ = any_pull_ = false;
   last_push_ = last_pull_ = absl::InfinitePast();

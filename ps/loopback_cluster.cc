@@ -39,9 +39,9 @@ LoopbackCluster::~LoopbackCluster() {
 
 absl::StatusOr<SyncContext> LoopbackCluster::JoinWorker(int rank) {
   if (rank < 0 || rank >= options_.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker ", rank, " joining a loopback job of ", options_.num_workers,
-        " workers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", rank, " joining a loopback job of ",
+                     options_.num_workers, " workers"));
   }
   SyncContext context;
   context.identity.rank = rank;

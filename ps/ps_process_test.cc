@@ -10,12 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/cluster/coordinator.h"
+#include "core/launch/launcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ps/client.h"
 #include "ps/partitioner.h"
-#include "core/launch/launcher.h"
 
 namespace gradsync {
 namespace {
@@ -26,7 +26,8 @@ nlohmann::json ServerSummaryEvent(const std::string& output) {
   for (absl::string_view line : absl::StrSplit(output, '\n')) {
     if (!absl::StartsWith(line, "{")) continue;
     nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
-    if (!event.is_discarded() && event.value("event", "") == "ps_server_summary") {
+    if (!event.is_discarded() &&
+        event.value("event", "") == "ps_server_summary") {
       return event;
     }
   }

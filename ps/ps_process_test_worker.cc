@@ -12,14 +12,14 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
 #include "core/cluster/cluster_env.h"
 #include "core/cluster/coordinator.h"
 #include "core/device/device.h"
 #include "core/sync/gradient_sync.h"
-#include "core/base/logging.h"
-#include "core/train/optimizer.h"
 #include "core/sync/param_layout.h"
-#include "core/base/status_macros.h"
+#include "core/train/optimizer.h"
 #include "ps/ps_sync.h"
 #include "ps/server_command.h"
 #include "tools/cluster_flags.h"
@@ -57,11 +57,10 @@ absl::Status RunWorker(const ClusterEnv& env,
                                  env.job_id, env.world_size, env.num_servers,
                                  client_options.security));
   }
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<CoordinatorClient> coordinator,
-      CoordinatorClient::Connect(env.coordinator_target(), env.job_id,
-                                 Role::kWorker, env.rank, timeout,
-                                 client_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
+                   CoordinatorClient::Connect(
+                       env.coordinator_target(), env.job_id, Role::kWorker,
+                       env.rank, timeout, client_options));
   SyncContext context;
   context.identity = env;
   context.rendezvous = coordinator.get();
@@ -69,10 +68,12 @@ absl::Status RunWorker(const ClusterEnv& env,
                    coordinator->Join(env.advertise_host, timeout));
   context.timeout = timeout;
   context.optimizer.kind = absl::GetFlag(FLAGS_optimizer);
-  ASSIGN_OR_RETURN(context.optimizer.lr,
-                   ScaleLearningRate(static_cast<float>(absl::GetFlag(FLAGS_lr)),
-                                     absl::GetFlag(FLAGS_lr_scaling), env.world_size));
-  context.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
+  ASSIGN_OR_RETURN(
+      context.optimizer.lr,
+      ScaleLearningRate(static_cast<float>(absl::GetFlag(FLAGS_lr)),
+                        absl::GetFlag(FLAGS_lr_scaling), env.world_size));
+  context.optimizer.momentum =
+      static_cast<float>(absl::GetFlag(FLAGS_momentum));
   context.optimizer.weight_decay =
       static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
 

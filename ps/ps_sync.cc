@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <utility>
 
 #include "absl/flags/flag.h"
@@ -13,11 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "nlohmann/json.hpp"
-#include "core/sync/host_staging.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/sync/host_staging.h"
 #include "core/sync/step_buckets.h"
+#include "nlohmann/json.hpp"
 #include "ps/client.h"
 #include "ps/flags.h"
 #include "ps/partitioner.h"
@@ -34,7 +34,8 @@ class PsSync : public GradientSync {
         step_buckets_(absl::StrCat("worker ", context.identity.rank)) {}
 
   ~PsSync() override {
-    if (loss_listener_ >= 0) context_.rendezvous->RemoveLossListener(loss_listener_);
+    if (loss_listener_ >= 0)
+      context_.rendezvous->RemoveLossListener(loss_listener_);
     // The client waits for its calls before the colocated server stops.
     client_.reset();
     colocated_server_.reset();
@@ -54,7 +55,9 @@ class PsSync : public GradientSync {
   std::string SummaryJson() const override;
 
  private:
-  std::string self() const { return absl::StrCat("worker ", context_.identity.rank); }
+  std::string self() const {
+    return absl::StrCat("worker ", context_.identity.rank);
+  }
   absl::StatusOr<std::vector<std::string>> ServerAddresses();
   absl::StatusOr<std::vector<std::string>> StartColocatedServer();
 
@@ -111,8 +114,8 @@ absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer() {
   server_options.message_bytes = options_.message_bytes;
   ASSIGN_OR_RETURN(server_options.max_shard_bytes, MaxShardBytesFromFlags());
   ASSIGN_OR_RETURN(colocated_server_, ParameterServer::Start(server_options));
-  const std::string mine =
-      absl::StrCat(context_.identity.advertise_host, ":", colocated_server_->port());
+  const std::string mine = absl::StrCat(context_.identity.advertise_host, ":",
+                                        colocated_server_->port());
   if (n == 1) return std::vector<std::string>{mine};
   if (context_.rendezvous == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -157,9 +160,9 @@ absl::StatusOr<std::vector<std::string>> PsSync::ServerAddresses() {
   }
   if (context_.identity.num_servers != 0 &&
       context_.identity.num_servers != static_cast<int>(addresses.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(self(), ": ", addresses.size(),
-                     " servers joined but the job has ", context_.identity.num_servers));
+    return absl::InvalidArgumentError(absl::StrCat(
+        self(), ": ", addresses.size(), " servers joined but the job has ",
+        context_.identity.num_servers));
   }
   return addresses;
 }
@@ -172,8 +175,9 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   }
   buffers_ = buffers;
   total_numel_ = layout.total_numel();
-  ASSIGN_OR_RETURN(grad_staging_, CreateHostStaging(device, layout, buffers.grads,
-                                                    context_.timeout));
+  ASSIGN_OR_RETURN(
+      grad_staging_,
+      CreateHostStaging(device, layout, buffers.grads, context_.timeout));
   ASSIGN_OR_RETURN(std::vector<std::string> addresses, ServerAddresses());
   ASSIGN_OR_RETURN(partition_,
                    Partition::Create(layout, static_cast<int>(addresses.size()),
@@ -214,7 +218,9 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   // can never complete, so it fails at once, naming the loss.
   if (context_.rendezvous != nullptr) {
     loss_listener_ = context_.rendezvous->AddLossListener(
-        [client = client_.get()](const absl::Status& loss) { client->Abort(loss); });
+        [client = client_.get()](const absl::Status& loss) {
+          client->Abort(loss);
+        });
   }
   // The servers get the initial parameters from host memory.
   std::vector<float> initial(total_numel_);
@@ -222,8 +228,9 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
                                     initial.size() * sizeof(float)));
   RETURN_IF_ERROR(client_->Register(initial.data()));
   if (options_.update_mode == ps::UPDATE_SERVER) {
-    ASSIGN_OR_RETURN(param_staging_, CreateHostStaging(device, layout, buffers.params,
-                                                       context_.timeout));
+    ASSIGN_OR_RETURN(
+        param_staging_,
+        CreateHostStaging(device, layout, buffers.params, context_.timeout));
     if (!param_staging_->is_mirror()) staging_.assign(total_numel_, 0.0f);
   }
   step_buckets_.Reset(static_cast<int>(layout.buckets().size()),
@@ -250,15 +257,16 @@ void PsSync::BucketReady(int bucket) {
                    : grad_staging_->host_buffer();
   const int64_t step = step_buckets_.step();
   // On the CPU this runs inline; on a GPU once the bucket's copy has landed.
-  grad_staging_->Download(bucket, [this, bucket, step, dst](absl::Status status) {
-    if (status.ok()) {
-      client_->StartBucket(bucket, step, grad_staging_->host_buffer(), dst);
-    }
-    std::lock_guard<std::mutex> lock(started_mu_);
-    if (!status.ok() && bucket_error_.ok()) bucket_error_ = status;
-    ++num_started_;
-    started_changed_.notify_all();
-  });
+  grad_staging_->Download(
+      bucket, [this, bucket, step, dst](absl::Status status) {
+        if (status.ok()) {
+          client_->StartBucket(bucket, step, grad_staging_->host_buffer(), dst);
+        }
+        std::lock_guard<std::mutex> lock(started_mu_);
+        if (!status.ok() && bucket_error_.ok()) bucket_error_ = status;
+        ++num_started_;
+        started_changed_.notify_all();
+      });
 }
 
 absl::Status PsSync::Finish(StepStats& stats) {
@@ -269,7 +277,8 @@ absl::Status PsSync::Finish(StepStats& stats) {
   {
     // Every download reports within the staging deadline, so this ends.
     std::unique_lock<std::mutex> lock(started_mu_);
-    started_changed_.wait(lock, [this] { return num_started_ == step_buckets_.num_ready(); });
+    started_changed_.wait(
+        lock, [this] { return num_started_ == step_buckets_.num_ready(); });
     num_started_ = 0;
   }
   PsStepStats step_stats;
@@ -323,7 +332,8 @@ absl::Status PsSync::Finish(StepStats& stats) {
 absl::Status PsSync::Shutdown() {
   if (shut_down_ || client_ == nullptr) return absl::OkStatus();
   shut_down_ = true;
-  absl::Status status = client_->Shutdown(step_buckets_.step(), &server_summaries_);
+  absl::Status status =
+      client_->Shutdown(step_buckets_.step(), &server_summaries_);
   if (colocated_server_ != nullptr) {
     // Other workers may still be finishing their last step against this
     // server: stop only when every one of them has said it is done.
@@ -336,7 +346,8 @@ absl::Status PsSync::Shutdown() {
 }
 
 std::string PsSync::SummaryJson() const {
-  const int64_t run_steps = step_buckets_.step() - schedule_.start_step;  // in this run
+  const int64_t run_steps =
+      step_buckets_.step() - schedule_.start_step;  // in this run
   const double steps = std::max<int64_t>(run_steps, 1);
   // The servers' summaries arrive as JSON text; one that does not parse is
   // kept as a string rather than dropped.
@@ -389,7 +400,8 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
       std::make_unique<PsSync>(context, options));
 }
 
-absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(const SyncContext& context) {
+absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
+    const SyncContext& context) {
   PsSyncOptions options;
   ASSIGN_OR_RETURN(options.update_mode,
                    ParseUpdateMode(absl::GetFlag(FLAGS_ps_update)));
@@ -403,9 +415,8 @@ absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(const SyncContext& context)
 GRADSYNC_REGISTER_SYNC(ps,
                        [](const SyncContext& context)
                            -> absl::StatusOr<std::unique_ptr<GradientSync>> {
-                         ASSIGN_OR_RETURN(
-                             PsSyncOptions options,
-                             PsSyncOptionsFromFlags(context));
+                         ASSIGN_OR_RETURN(PsSyncOptions options,
+                                          PsSyncOptionsFromFlags(context));
                          return CreatePsSync(context, options);
                        });
 

@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
 
 // PsSyncOptions from the --ps_* flags (ps/flags.cc), with the optimizer the
 // trainer gave the context (SyncContext::optimizer).
-absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(const SyncContext& context);
+absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
+    const SyncContext& context);
 
 }  // namespace gradsync

@@ -15,9 +15,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "core/cluster/grpc_job_token.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/cluster/grpc_job_token.h"
 #include "grpc/slice.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
@@ -344,7 +344,8 @@ class PullState : public KeyWaiter,
     // released (the next step's sums, the optimizer's update).
     grpc::Slice data;
     absl::StatusOr<int64_t> n = shard_->ReadResult(
-        cursor.key, step, cursor.sent, message_floats_, [&data](int64_t floats) {
+        cursor.key, step, cursor.sent, message_floats_,
+        [&data](int64_t floats) {
           // Never inlined, so the bytes stay where the pointer says when the
           // slice is moved.
           grpc_slice raw = grpc_slice_malloc_large(static_cast<size_t>(floats) *
@@ -486,7 +487,8 @@ class ParameterServer::Impl final : public ServiceBase {
   grpc::ServerReadReactor<ps::RegisterMessage>* Register(
       grpc::CallbackServerContext* context, ps::RegisterReply* reply) override {
     if (auto* refused = RefuseCallWithoutJobToken<
-            grpc::ServerReadReactor<ps::RegisterMessage>>(context, shard_.name())) {
+            grpc::ServerReadReactor<ps::RegisterMessage>>(context,
+                                                          shard_.name())) {
       return refused;
     }
     Touch();
@@ -495,8 +497,9 @@ class ParameterServer::Impl final : public ServiceBase {
 
   grpc::ServerReadReactor<ps::KeyPart>* Push(
       grpc::CallbackServerContext* context, ps::PushReply* reply) override {
-    if (auto* refused = RefuseCallWithoutJobToken<
-            grpc::ServerReadReactor<ps::KeyPart>>(context, shard_.name())) {
+    if (auto* refused =
+            RefuseCallWithoutJobToken<grpc::ServerReadReactor<ps::KeyPart>>(
+                context, shard_.name())) {
       return refused;
     }
     Touch();
@@ -507,7 +510,8 @@ class ParameterServer::Impl final : public ServiceBase {
       grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* request) override {
     if (auto* refused = RefuseCallWithoutJobToken<
-            grpc::ServerWriteReactor<grpc::ByteBuffer>>(context, shard_.name())) {
+            grpc::ServerWriteReactor<grpc::ByteBuffer>>(context,
+                                                        shard_.name())) {
       return refused;
     }
     Touch();

@@ -15,11 +15,11 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "nlohmann/json.hpp"
-#include "core/cluster/cluster_env.h"
-#include "core/cluster/coordinator.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/cluster/cluster_env.h"
+#include "core/cluster/coordinator.h"
+#include "nlohmann/json.hpp"
 #include "ps/flags.h"
 #include "ps/server.h"
 #include "tools/cluster_flags.h"
@@ -90,10 +90,10 @@ absl::Status Serve(const ClusterEnv& env) {
   const std::string address = absl::StrCat(host, ":", server->port());
   CoordinatorClientOptions client_options;
   ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<CoordinatorClient> coordinator,
-      CoordinatorClient::Connect(env.coordinator_target(), env.job_id,
-                                 Role::kServer, env.rank, idle, client_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
+                   CoordinatorClient::Connect(env.coordinator_target(),
+                                              env.job_id, Role::kServer,
+                                              env.rank, idle, client_options));
   ASSIGN_OR_RETURN(std::vector<Member> members,
                    coordinator->Join(address, idle));
   GS_LOG(INFO) << "serving at " << address << " for " << env.world_size

@@ -11,9 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "nlohmann/json.hpp"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "nlohmann/json.hpp"
 #include "ps/flags.h"
 
 namespace gradsync {
@@ -192,8 +192,8 @@ OptimizerOptions OptimizerOptionsOf(const ps::OptimizerConfig& o) {
 
 // Sizes are checked before anything is allocated: the sum of what the
 // worker declares is bounded, overflow included.
-absl::Status CheckKeySizes(const ps::RegisterConfig& config,
-                           int64_t max_floats, const std::string& context) {
+absl::Status CheckKeySizes(const ps::RegisterConfig& config, int64_t max_floats,
+                           const std::string& context) {
   int64_t total_floats = 0;
   for (const ps::KeySpec& spec : config.keys()) {
     if (spec.numel() < 1) {
@@ -204,7 +204,8 @@ absl::Status CheckKeySizes(const ps::RegisterConfig& config,
       return absl::ResourceExhaustedError(absl::StrCat(
           context, ": the keys add up to more than this server's limit of ",
           max_floats / (int64_t{1} << 18), " MiB (at key ", spec.key(), " of ",
-          spec.numel(), " floats); raise --ps_max_shard_mb or use more servers"));
+          spec.numel(),
+          " floats); raise --ps_max_shard_mb or use more servers"));
     }
     total_floats += spec.numel();
   }
@@ -236,10 +237,11 @@ absl::StatusOr<std::unique_ptr<ServerShard::KeyState>> ServerShard::NewKey(
     if (!block_optimizer.ok()) {
       return Annotate(block_optimizer.status(), context);
     }
-    RETURN_IF_ERROR(Annotate(
-        (*block_optimizer)->Bind(*optimizer_device,
-                              std::min(block_floats_, spec.numel() - begin)),
-        absl::StrCat(context, ", key ", spec.key())));
+    RETURN_IF_ERROR(
+        Annotate((*block_optimizer)
+                     ->Bind(*optimizer_device,
+                            std::min(block_floats_, spec.numel() - begin)),
+                 absl::StrCat(context, ", key ", spec.key())));
     state->optimizers.push_back(std::move(*block_optimizer));
   }
   return state;
@@ -309,8 +311,8 @@ absl::Status ServerShard::CheckAgreesWithFirst(
   if (config.update_mode() != config_.update_mode()) {
     return absl::InvalidArgumentError(absl::StrCat(
         context, ": --ps_update=", UpdateModeName(config.update_mode()),
-        " but worker ", first, " registered --ps_update=",
-        UpdateModeName(config_.update_mode())));
+        " but worker ", first,
+        " registered --ps_update=", UpdateModeName(config_.update_mode())));
   }
   if (config.checkpoint().start_step() != checkpoint_.start_step()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -608,7 +610,8 @@ void ServerShard::SnapshotKey(const KeyState& key, int64_t steps) {
   // the servers need their shards of that step. (They are never further
   // ahead: the next checkpoint step cannot complete before worker 0 has
   // written this one.)
-  if (written.ok() && std::rename(path.c_str(), PreviousPath(path).c_str()) != 0 &&
+  if (written.ok() &&
+      std::rename(path.c_str(), PreviousPath(path).c_str()) != 0 &&
       errno != ENOENT) {
     written = absl::InternalError(absl::StrCat("cannot rename ", path, " to ",
                                                PreviousPath(path), ": ",
@@ -617,9 +620,10 @@ void ServerShard::SnapshotKey(const KeyState& key, int64_t steps) {
   if (written.ok()) written = WriteCheckpoint(path, snapshot_);
   if (!written.ok()) {
     if (checkpoint_status_.ok()) {
-      checkpoint_status_ = absl::Status(
-          written.code(), absl::StrCat(name_, ": writing the checkpoint of step ",
-                                       steps, ": ", written.message()));
+      checkpoint_status_ =
+          absl::Status(written.code(),
+                       absl::StrCat(name_, ": writing the checkpoint of step ",
+                                    steps, ": ", written.message()));
     }
     checkpoint_failed_ = true;
     GS_LOG(ERROR) << checkpoint_status_.message();
@@ -649,7 +653,8 @@ absl::Status ServerShard::LoadCheckpoint(
   if (absl::IsNotFound(read.status())) {
     return absl::NotFoundError(absl::StrCat(
         context, ": --resume: no shard checkpoint at ", path, " (server ",
-        server_rank_, " writes it next to --checkpoint with --ps_update=server;"
+        server_rank_,
+        " writes it next to --checkpoint with --ps_update=server;"
         " it must be on storage this server shares with worker 0)"));
   }
   if (!read.ok()) {
@@ -659,14 +664,15 @@ absl::Status ServerShard::LoadCheckpoint(
   const std::string refused =
       absl::StrCat(context, ": --resume: shard checkpoint ", path);
   if (c.model != ShardName()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        refused, " is '", c.model, "', not '", ShardName(),
-        "'; resume with the same number of servers"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(refused, " is '", c.model, "', not '", ShardName(),
+                     "'; resume with the same number of servers"));
   }
   if (c.step != start_step) {
     return absl::FailedPreconditionError(absl::StrCat(
         refused, " holds step ", c.step, " but the workers resume at step ",
-        start_step, " from worker 0's checkpoint; the two are written at the "
+        start_step,
+        " from worker 0's checkpoint; the two are written at the "
         "same steps, so one of them is from another run (or the job stopped "
         "between the two writes)"));
   }
@@ -813,7 +819,8 @@ absl::StatusOr<int64_t> ServerShard::ReadResult(
   const int64_t n = std::min(max_floats, available - offset);
   const float* source = mode_ == ps::UPDATE_SERVER ? key.params.data()
                                                    : key.sums[step % 2].data();
-  std::memcpy(place(n), source + offset, static_cast<size_t>(n) * sizeof(float));
+  std::memcpy(place(n), source + offset,
+              static_cast<size_t>(n) * sizeof(float));
   return n;
 }
 

@@ -45,8 +45,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/train/checkpoint.h"
 #include "core/device/device.h"
+#include "core/train/checkpoint.h"
 #include "core/train/optimizer.h"
 #include "proto/parameter_server.pb.h"
 
@@ -175,9 +175,10 @@ class ServerShard {
   // Fills `keys` (built from `config`, not yet published) from this shard's
   // checkpoint, refusing one that is not exactly this shard at the start
   // step.
-  absl::Status LoadCheckpoint(const ps::RegisterConfig& config,
-                              const std::vector<std::unique_ptr<KeyState>>& keys,
-                              Device& device, const std::string& context);
+  absl::Status LoadCheckpoint(
+      const ps::RegisterConfig& config,
+      const std::vector<std::unique_ptr<KeyState>>& keys, Device& device,
+      const std::string& context);
   // Whether worker 0 writes a checkpoint once `steps` steps are done.
   bool IsCheckpointStep(int64_t steps) const;
   // Called with key.mu held when the key completed the checkpoint step

@@ -272,8 +272,8 @@ TEST(ServerShardTest, OversizedRegistrationIsRefusedBeforeAllocating) {
   // Limit 1,000 floats; the declared sizes would need exabytes, and their sum
   // overflows int64 — refused either way, and nothing is configured.
   ServerShard shard(kJob, 0, 1, 2, kWholeKeys, /*max_floats=*/1000);
-  absl::Status huge = shard.Register(
-      MakeConfig(0, 2, {{0, 600}, {1, int64_t{1} << 62}, {2, int64_t{1} << 62}}));
+  absl::Status huge = shard.Register(MakeConfig(
+      0, 2, {{0, 600}, {1, int64_t{1} << 62}, {2, int64_t{1} << 62}}));
   EXPECT_EQ(huge.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(huge.message()), HasSubstr("--ps_max_shard_mb"));
   EXPECT_THAT(std::string(huge.message()), HasSubstr("at key 1"));

@@ -75,9 +75,10 @@ grpc::ByteBuffer EncodeKeyPart(const KeyPartHead& head, const float* data,
                                int64_t n) {
   const size_t data_bytes = static_cast<size_t>(n) * sizeof(float);
   // Refers to the caller's floats: no copy, no ownership.
-  return EncodeKeyPart(head, data_bytes > 0 ? grpc::Slice(data, data_bytes,
-                                                          grpc::Slice::STATIC_SLICE)
-                                            : grpc::Slice());
+  return EncodeKeyPart(
+      head, data_bytes > 0
+                ? grpc::Slice(data, data_bytes, grpc::Slice::STATIC_SLICE)
+                : grpc::Slice());
 }
 
 grpc::ByteBuffer EncodeKeyPart(const KeyPartHead& head, grpc::Slice data) {
@@ -178,19 +179,21 @@ absl::Status DecodeKeyPart(grpc::ByteBuffer* buffer, KeyPartHead* head,
                field == ps::KeyPart::kKeyNumelFieldNumber ||
                field == ps::KeyPart::kOffsetFieldNumber ||
                field == ps::KeyPart::kDataFieldNumber) {
-      return Malformed(absl::StrCat("field ", field, " has wire type ", tag & 7));
+      return Malformed(
+          absl::StrCat("field ", field, " has wire type ", tag & 7));
     } else if (!SkipField(&in, tag)) {
       return Malformed(absl::StrCat("bad field ", field));
     }
   }
   if (static_cast<size_t>(in.CurrentPosition()) != total) {
-    return Malformed(absl::StrCat("stopped at byte ", in.CurrentPosition(),
-                                  " of ", total));
+    return Malformed(
+        absl::StrCat("stopped at byte ", in.CurrentPosition(), " of ", total));
   }
   return place_early_data();
 }
 
-grpc::ByteBuffer SerializeMessage(const google::protobuf::MessageLite& message) {
+grpc::ByteBuffer SerializeMessage(
+    const google::protobuf::MessageLite& message) {
   const std::string bytes = message.SerializeAsString();
   grpc::Slice slice(bytes.data(), bytes.size());
   return grpc::ByteBuffer(&slice, 1);

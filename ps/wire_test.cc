@@ -165,10 +165,11 @@ TEST(WireTest, MalformedMessagesAreRefused) {
     grpc::ByteBuffer buffer = FromBytes(message);
     KeyPartHead head;
     std::vector<char> sink(64);
-    absl::Status status = DecodeKeyPart(
-        &buffer, &head, [&](const KeyPartHead&, size_t) -> absl::StatusOr<char*> {
-          return sink.data();
-        });
+    absl::Status status =
+        DecodeKeyPart(&buffer, &head,
+                      [&](const KeyPartHead&, size_t) -> absl::StatusOr<char*> {
+                        return sink.data();
+                      });
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument)
         << "message of " << message.size() << " bytes: " << status;
   }
@@ -201,10 +202,11 @@ TEST(WireTest, LengthPrefixesAreReadAsProtobufReadsThem) {
         << "protobuf disagrees with the case's expectation";
     grpc::ByteBuffer buffer = FromBytes(c.message);
     KeyPartHead head;
-    absl::Status status = DecodeKeyPart(
-        &buffer, &head, [](const KeyPartHead&, size_t) -> absl::StatusOr<char*> {
-          return nullptr;
-        });
+    absl::Status status =
+        DecodeKeyPart(&buffer, &head,
+                      [](const KeyPartHead&, size_t) -> absl::StatusOr<char*> {
+                        return nullptr;
+                      });
     EXPECT_EQ(status.ok(), c.valid) << status;
     if (!c.valid) EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   }

@@ -12,7 +12,8 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 // A crash would be a signal (exit code >= 128); bad input must be a clean exit.
-void ExpectCleanFailure(const ProcessResult& result, const std::string& message) {
+void ExpectCleanFailure(const ProcessResult& result,
+                        const std::string& message) {
   EXPECT_NE(result.exit_code, 0) << result.output;
   EXPECT_LT(result.exit_code, 128) << "crashed: " << result.output;
   EXPECT_THAT(result.output, HasSubstr(message));
@@ -20,8 +21,10 @@ void ExpectCleanFailure(const ProcessResult& result, const std::string& message)
 
 TEST(CliTest, UnknownCommandAndFlag) {
   ExpectCleanFailure(RunGradsync({"fly"}), "unknown command 'fly'");
-  ExpectCleanFailure(RunGradsync({"train", "--no_such_flag=1"}), "no_such_flag");
-  ExpectCleanFailure(RunGradsync({"launch", "--workers=2", "--", "--bogus=3"}), "bogus");
+  ExpectCleanFailure(RunGradsync({"train", "--no_such_flag=1"}),
+                     "no_such_flag");
+  ExpectCleanFailure(RunGradsync({"launch", "--workers=2", "--", "--bogus=3"}),
+                     "bogus");
 }
 
 TEST(CliTest, HelpListsTheCommandsFlags) {
@@ -31,7 +34,8 @@ TEST(CliTest, HelpListsTheCommandsFlags) {
   EXPECT_THAT(train.output, Not(HasSubstr("--workers")));
   // Flags the command line reads for core's libraries (tools/cluster_flags,
   // tools/train_flags) are the worker's too.
-  for (const char* flag : {"--gpus", "--bind", "--job_token_file", "--tls_ca"}) {
+  for (const char* flag :
+       {"--gpus", "--bind", "--job_token_file", "--tls_ca"}) {
     EXPECT_THAT(train.output, HasSubstr(flag));
   }
   ProcessResult launch = RunGradsync({"launch", "--help"});
@@ -39,20 +43,27 @@ TEST(CliTest, HelpListsTheCommandsFlags) {
 }
 
 TEST(CliTest, ImpossibleConfigurations) {
-  ExpectCleanFailure(RunGradsync({"train", "--batch_size=0"}), "--batch_size=0 must be at least 1");
-  ExpectCleanFailure(RunGradsync({"train", "--layers=784,0,10", "--data=synthetic"}),
-                     "width 0");
-  ExpectCleanFailure(RunGradsync({"launch", "--workers=0"}), "--workers=0 must be at least 1");
-  ExpectCleanFailure(RunGradsync({"launch", "--workers=4", "--", "--data=synthetic"},
-                                 {{"WORLD_SIZE", "2"}}),
-                     "--workers=4 but the environment says WORLD_SIZE=2");
-  ExpectCleanFailure(RunGradsync({"train", "--sync=warp"}), "unknown --sync=warp");
-  ExpectCleanFailure(RunGradsync({"train"}, {{"RANK", "5"}, {"WORLD_SIZE", "2"}}),
-                     "rank 5 is outside the world of 2");
+  ExpectCleanFailure(RunGradsync({"train", "--batch_size=0"}),
+                     "--batch_size=0 must be at least 1");
+  ExpectCleanFailure(
+      RunGradsync({"train", "--layers=784,0,10", "--data=synthetic"}),
+      "width 0");
+  ExpectCleanFailure(RunGradsync({"launch", "--workers=0"}),
+                     "--workers=0 must be at least 1");
+  ExpectCleanFailure(
+      RunGradsync({"launch", "--workers=4", "--", "--data=synthetic"},
+                  {{"WORLD_SIZE", "2"}}),
+      "--workers=4 but the environment says WORLD_SIZE=2");
+  ExpectCleanFailure(RunGradsync({"train", "--sync=warp"}),
+                     "unknown --sync=warp");
+  ExpectCleanFailure(
+      RunGradsync({"train"}, {{"RANK", "5"}, {"WORLD_SIZE", "2"}}),
+      "rank 5 is outside the world of 2");
 }
 
 TEST(CliTest, MissingDataSetNamesThePathAndThePackage) {
-  ProcessResult result = RunGradsync({"train", "--data_dir=/nonexistent/fmnist"});
+  ProcessResult result =
+      RunGradsync({"train", "--data_dir=/nonexistent/fmnist"});
   ExpectCleanFailure(result, "/nonexistent/fmnist");
   EXPECT_THAT(result.output, HasSubstr("dataset-fashion-mnist"));
 }
@@ -69,8 +80,9 @@ TEST(CliTest, ModelThatDoesNotFitTheDataIsRefused) {
 TEST(CliTest, CorruptDataSetIsRefused) {
   const std::string dir = TestTempDir() + "/corrupt";
   mkdir(dir.c_str(), 0755);
-  for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+  for (const char* name :
+       {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
     FILE* f = fopen((dir + "/" + name).c_str(), "wb");
     fputs("garbage, not an IDX file", f);
     fclose(f);
@@ -80,8 +92,9 @@ TEST(CliTest, CorruptDataSetIsRefused) {
 
 TEST(CliTest, CheckpointIntoMissingFolderFailsWithoutPartialFile) {
   const std::string path = TestTempDir() + "/missing/dir/model.ckpt";
-  ProcessResult result = RunGradsync({"train", "--data=synthetic", "--synthetic_size=256",
-                                      "--layers=784,16,10", "--epochs=1", "--checkpoint=" + path});
+  ProcessResult result =
+      RunGradsync({"train", "--data=synthetic", "--synthetic_size=256",
+                   "--layers=784,16,10", "--epochs=1", "--checkpoint=" + path});
   ExpectCleanFailure(result, "missing/dir");
   struct stat st;
   EXPECT_NE(stat(path.c_str(), &st), 0);

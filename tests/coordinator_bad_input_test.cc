@@ -152,9 +152,9 @@ std::vector<HostileCase> Cases() {
        grpc::StatusCode::PERMISSION_DENIED, "(1048576 bytes)"},
       {"JobIdWithTerminalEscapes", kToken, nullptr,
        [&](Call& c) {
-         return c.Set(Sender(0, proto::ROLE_WORKER,
-                             std::string("\x1b[2J\n\0x", 7)),
-                      "k", "v");
+         return c.Set(
+             Sender(0, proto::ROLE_WORKER, std::string("\x1b[2J\n\0x", 7)), "k",
+             "v");
        },
        grpc::StatusCode::PERMISSION_DENIED, "\\x1b[2J\\n"},
       {"NegativeRank", kToken, nullptr,
@@ -168,7 +168,8 @@ std::vector<HostileCase> Cases() {
        grpc::StatusCode::INVALID_ARGUMENT, "unknown worker 2147483647"},
       {"RankJustPastTheWorld", kToken, nullptr,
        [&](Call& c) { return c.Get(Sender(2), "k", 0); },
-       grpc::StatusCode::INVALID_ARGUMENT, "the job has 2 workers and 1 servers"},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "the job has 2 workers and 1 servers"},
       {"ServerRankPastTheServers", kToken, nullptr,
        [&](Call& c) { return c.Set(Sender(1, proto::ROLE_SERVER), "k", "v"); },
        grpc::StatusCode::INVALID_ARGUMENT, "unknown server 1"},
@@ -202,11 +203,14 @@ std::vector<HostileCase> Cases() {
       {"ManySmallValuesPastTheStoreLimit", kToken,
        [&](Call& c) {
          for (int i = 0; i < 3; ++i) {
-           ASSERT_TRUE(c.Set(Sender(0), absl::StrCat("k", i),
-                             std::string(300000, 'v')).ok());
+           ASSERT_TRUE(
+               c.Set(Sender(0), absl::StrCat("k", i), std::string(300000, 'v'))
+                   .ok());
          }
        },
-       [&](Call& c) { return c.Set(Sender(0), "k3", std::string(300000, 'v')); },
+       [&](Call& c) {
+         return c.Set(Sender(0), "k3", std::string(300000, 'v'));
+       },
        grpc::StatusCode::RESOURCE_EXHAUSTED, "past its", 3 * (300000 + 2)},
       {"TooManyKeys", kToken,
        [&](Call& c) {
@@ -247,7 +251,8 @@ std::vector<HostileCase> Cases() {
                    grpc::StatusCode::DEADLINE_EXCEEDED);
        },
        [&](Call& c) { return c.Join(Sender(1), "second:2", "h2", 0); },
-       grpc::StatusCode::ALREADY_EXISTS, "worker 1 joined twice (first from h1 first:1"},
+       grpc::StatusCode::ALREADY_EXISTS,
+       "worker 1 joined twice (first from h1 first:1"},
       {"NegativeTimeoutReturnsAtOnce", kToken, nullptr,
        [&](Call& c) { return c.Get(Sender(0), "never", -5000); },
        grpc::StatusCode::DEADLINE_EXCEEDED, "waiting for key 'never'"},
@@ -258,7 +263,8 @@ std::vector<HostileCase> Cases() {
   return cases;
 }
 
-class CoordinatorHostileInputTest : public ::testing::TestWithParam<HostileCase> {};
+class CoordinatorHostileInputTest
+    : public ::testing::TestWithParam<HostileCase> {};
 
 TEST_P(CoordinatorHostileInputTest, IsRefusedWithReasonAndNothingStored) {
   const HostileCase& c = GetParam();
@@ -285,11 +291,11 @@ TEST_P(CoordinatorHostileInputTest, IsRefusedWithReasonAndNothingStored) {
   EXPECT_EQ(service.StoreBytes(), c.store_bytes_after);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    NamedCases, CoordinatorHostileInputTest, ::testing::ValuesIn(Cases()),
-    [](const ::testing::TestParamInfo<HostileCase>& info) {
-      return info.param.name;
-    });
+INSTANTIATE_TEST_SUITE_P(NamedCases, CoordinatorHostileInputTest,
+                         ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<HostileCase>& info) {
+                           return info.param.name;
+                         });
 
 TEST(CoordinatorHostileInputTest, HugeTimeoutDoesNotOverflow) {
   CoordinatorService service(SmallService());
@@ -324,7 +330,8 @@ class CoordinatorOverTheWireTest : public ::testing::Test {
   }
   // Sends raw bytes as the request of `method`.
   grpc::Status RawCall(const std::string& method, const std::string& bytes) {
-    auto channel = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
+    auto channel =
+        grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
     grpc::GenericStub stub(channel);
     grpc::ClientContext context;
     context.AddMetadata(kJobTokenMetadataKey, kToken);
@@ -365,16 +372,19 @@ TEST_F(CoordinatorOverTheWireTest, BytesThatAreNoRequestAreRefused) {
   };
   for (const char* method :
        {"/gradsync.proto.Coordinator/Set", "/gradsync.proto.Coordinator/Join",
-        "/gradsync.proto.Coordinator/Get", "/gradsync.proto.Coordinator/Barrier",
-        "/gradsync.proto.Coordinator/Leave", "/gradsync.proto.Coordinator/Alive"}) {
+        "/gradsync.proto.Coordinator/Get",
+        "/gradsync.proto.Coordinator/Barrier",
+        "/gradsync.proto.Coordinator/Leave",
+        "/gradsync.proto.Coordinator/Alive"}) {
     for (const std::string& bytes : garbage) {
       SCOPED_TRACE(absl::StrCat(method, " ", bytes.size(), " bytes"));
       const grpc::Status status = RawCall(method, bytes);
       EXPECT_FALSE(status.ok());
     }
   }
-  EXPECT_EQ(RawCall("/gradsync.proto.Coordinator/NoSuchMethod", "").error_code(),
-            grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(
+      RawCall("/gradsync.proto.Coordinator/NoSuchMethod", "").error_code(),
+      grpc::StatusCode::UNIMPLEMENTED);
   ExpectStillServing();
 }
 

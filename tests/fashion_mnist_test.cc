@@ -4,14 +4,13 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
-#include "core/train/checkpoint.h"
 #include "core/data/dataset.h"
 #include "core/device/device.h"
 #include "core/sync/gradient_sync.h"
+#include "core/train/checkpoint.h"
 #include "core/train/model.h"
 #include "core/train/trainer.h"
 #include "gtest/gtest.h"
@@ -22,8 +21,9 @@ namespace {
 TEST(FashionMnistTest, DefaultMlpReachesEightyPercentInTwoEpochs) {
   struct stat st;
   if (stat(kDefaultFashionMnistDir, &st) != 0) {
-    GTEST_SKIP() << "Fashion-MNIST is not installed at " << kDefaultFashionMnistDir
-                 << " (apt-get install dataset-fashion-mnist; tools/test.sh does it)";
+    GTEST_SKIP()
+        << "Fashion-MNIST is not installed at " << kDefaultFashionMnistDir
+        << " (apt-get install dataset-fashion-mnist; tools/test.sh does it)";
   }
   auto data = LoadMnistFormat(kDefaultFashionMnistDir);
   ASSERT_TRUE(data.ok()) << data.status();
@@ -43,7 +43,8 @@ TEST(FashionMnistTest, DefaultMlpReachesEightyPercentInTwoEpochs) {
   options.metrics_dir = dir;
   options.checkpoint_path = dir + "/model.ckpt";
   options.progress = false;
-  auto result = RunTraining(options, ProcessIdentity{}, **model, *data, **device, **sync, nullptr);
+  auto result = RunTraining(options, ProcessIdentity{}, **model, *data,
+                            **device, **sync, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
 
   EXPECT_GE(result->test_accuracy, 0.80);
@@ -54,8 +55,9 @@ TEST(FashionMnistTest, DefaultMlpReachesEightyPercentInTwoEpochs) {
   std::string line;
   ASSERT_TRUE(std::getline(lines, line));
   auto first = nlohmann::json::parse(line);
-  for (const char* field : {"rank", "step", "epoch", "loss", "step_ms", "compute_ms",
-                            "sync_wait_ms", "bytes_sent", "bytes_recv", "samples_per_s"}) {
+  for (const char* field :
+       {"rank", "step", "epoch", "loss", "step_ms", "compute_ms",
+        "sync_wait_ms", "bytes_sent", "bytes_recv", "samples_per_s"}) {
     EXPECT_TRUE(first.contains(field)) << field << " missing from " << line;
   }
   double first_loss = first["loss"], last_loss = 0;

@@ -24,10 +24,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "core/launch/launcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/gradsync_binary.h"
-#include "core/launch/launcher.h"
 
 namespace gradsync {
 namespace {
@@ -181,8 +181,8 @@ TEST_P(FaultTest, SurvivorsExitNamingTheLostMember) {
 
   const ProcessResult& dead = result.processes[victim];
   ASSERT_EQ(dead.term_signal, SIGKILL)
-      << c.victim() << " was not killed (exit code " << dead.exit_code
-      << "):\n" << dead.output;
+      << c.victim() << " was not killed (exit code " << dead.exit_code << "):\n"
+      << dead.output;
   EXPECT_NE(result.exit_code, 0) << "the job must fail";
   EXPECT_NE(result.exit_code, 124) << "the job hung until its deadline";
 
@@ -217,9 +217,11 @@ TEST_P(FaultTest, SurvivorsExitNamingTheLostMember) {
     for (const ProcessResult& process : result.processes) {
       std::printf("--- %s (exit %d):\n%s\n", process.name.c_str(),
                   process.exit_code,
-                  process.output.substr(process.output.size() > 4000
-                                            ? process.output.size() - 4000
-                                            : 0).c_str());
+                  process.output
+                      .substr(process.output.size() > 4000
+                                  ? process.output.size() - 4000
+                                  : 0)
+                      .c_str());
     }
   }
   std::printf("FAULT %s kill %s at step %d + %.1f ms: %s\n", c.Name().c_str(),
@@ -235,12 +237,10 @@ INSTANTIATE_TEST_SUITE_P(
         FaultCase{"ring", 4, 0, "worker", 2},
         FaultCase{"ring", 4, 0, "worker", 0},
         // One parameter server: a worker, the coordinator, the server.
-        FaultCase{"ps", 4, 1, "worker", 2},
-        FaultCase{"ps", 4, 1, "worker", 0},
+        FaultCase{"ps", 4, 1, "worker", 2}, FaultCase{"ps", 4, 1, "worker", 0},
         FaultCase{"ps", 4, 1, "server", 0},
         // Two servers: the same, and one of the two servers.
-        FaultCase{"ps", 4, 2, "worker", 1},
-        FaultCase{"ps", 4, 2, "worker", 0},
+        FaultCase{"ps", 4, 2, "worker", 1}, FaultCase{"ps", 4, 2, "worker", 0},
         FaultCase{"ps", 4, 2, "server", 1}),
     [](const ::testing::TestParamInfo<FaultCase>& info) {
       return info.param.Name();

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "gtest/gtest.h"
 #include "core/launch/launcher.h"
+#include "gtest/gtest.h"
 
 namespace gradsync {
 

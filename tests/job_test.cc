@@ -2,7 +2,6 @@
 // summary gathering across real processes, and a failing rank stopping the
 // job with its exit code.
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "gmock/gmock.h"
@@ -15,8 +14,9 @@ namespace {
 using ::testing::HasSubstr;
 
 std::vector<std::string> Small(std::vector<std::string> args) {
-  for (const char* flag : {"--data=synthetic", "--synthetic_size=2048", "--layers=64,32,10",
-                           "--batch_size=32", "--epochs=2", "--progress=false"}) {
+  for (const char* flag :
+       {"--data=synthetic", "--synthetic_size=2048", "--layers=64,32,10",
+        "--batch_size=32", "--epochs=2", "--progress=false"}) {
     args.push_back(flag);
   }
   return args;
@@ -24,8 +24,8 @@ std::vector<std::string> Small(std::vector<std::string> args) {
 
 TEST(JobTest, TwoWorkersGatherOneSummary) {
   const std::string dir = TestTempDir() + "/two";
-  ProcessResult run = RunGradsync(
-      Small({"launch", "--workers=2", "--run_dir=" + dir, "--", "--sync=ring"}));
+  ProcessResult run = RunGradsync(Small(
+      {"launch", "--workers=2", "--run_dir=" + dir, "--", "--sync=ring"}));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("final test accuracy"));
   std::ifstream in(dir + "/summary.json");
@@ -43,17 +43,18 @@ TEST(JobTest, TwoWorkersGatherOneSummary) {
 
 TEST(JobTest, FailingRankStopsTheJobWithItsExitCode) {
   const std::string dir = TestTempDir() + "/fail";
-  ProcessResult run = RunGradsync(Small({"launch", "--workers=3", "--run_dir=" + dir, "--",
-                                         "--sync=ring", "--fault_rank=1", "--fault_step=3"}));
+  ProcessResult run =
+      RunGradsync(Small({"launch", "--workers=3", "--run_dir=" + dir, "--",
+                         "--sync=ring", "--fault_rank=1", "--fault_step=3"}));
   EXPECT_EQ(run.exit_code, 3) << run.output;
   EXPECT_THAT(run.output, HasSubstr("worker 1 exited with code 3"));
 }
 
 TEST(JobTest, KilledRankStopsTheJob) {
   const std::string dir = TestTempDir() + "/kill";
-  ProcessResult run = RunGradsync(Small({"launch", "--workers=2", "--run_dir=" + dir, "--",
-                                         "--sync=ring", "--fault_rank=0", "--fault_step=2",
-                                         "--fault=kill"}));
+  ProcessResult run = RunGradsync(
+      Small({"launch", "--workers=2", "--run_dir=" + dir, "--", "--sync=ring",
+             "--fault_rank=0", "--fault_step=2", "--fault=kill"}));
   EXPECT_EQ(run.exit_code, 128 + 9) << run.output;
   EXPECT_THAT(run.output, HasSubstr("worker 0 was killed by signal 9"));
 }

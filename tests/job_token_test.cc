@@ -1,7 +1,7 @@
-// Only its own job gets in: the job token (core/cluster/job_token.h) is generated,
-// loaded and compared correctly, and each service refuses a caller without
-// it or with another — the coordinator, the ring's handshake, and a real
-// `gradsync server` process — with an error that says why, logged with the
+// Only its own job gets in: the job token (core/cluster/job_token.h) is
+// generated, loaded and compared correctly, and each service refuses a caller
+// without it or with another — the coordinator, the ring's handshake, and a
+// real `gradsync server` process — with an error that says why, logged with the
 // caller's address, while the job's own members still get in.
 #include "core/cluster/job_token.h"
 
@@ -18,12 +18,12 @@
 #include "allreduce/tcp_connection.h"
 #include "core/cluster/coordinator.h"
 #include "core/cluster/grpc_job_token.h"
+#include "core/launch/launcher.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "tests/gradsync_binary.h"
-#include "core/launch/launcher.h"
 #include "tools/cluster_flags.h"
 
 namespace gradsync {
@@ -115,8 +115,7 @@ TEST_F(LoadJobTokenTest, UnreadableOrInvalidSourcesAreNamed) {
             absl::StatusCode::kInvalidArgument);
   setenv(kJobTokenEnv, "short", 1);
   absl::StatusOr<std::string> bad_env = LoadJobToken("");
-  EXPECT_THAT(std::string(bad_env.status().message()),
-              HasSubstr(kJobTokenEnv));
+  EXPECT_THAT(std::string(bad_env.status().message()), HasSubstr(kJobTokenEnv));
 }
 
 // The command line's --job_token_file reaches the coordinator's security
@@ -146,7 +145,8 @@ class CoordinatorTokenTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
   }
-  std::unique_ptr<CoordinatorClient> Client(int rank, const std::string& token) {
+  std::unique_ptr<CoordinatorClient> Client(int rank,
+                                            const std::string& token) {
     CoordinatorClientOptions options;
     options.security.job_token = token;
     options.exit_when_member_lost = false;
@@ -172,9 +172,10 @@ TEST_F(CoordinatorTokenTest, EveryCallWithoutTheTokenIsRefused) {
                 HasSubstr("refused a call from ipv4:127.0.0.1:"));
     EXPECT_EQ(stranger->Get("k", absl::Milliseconds(10)).status().code(),
               absl::StatusCode::kUnauthenticated);
-    EXPECT_EQ(stranger->Barrier("b", BarrierGroup::kWorkers,
-                                absl::Milliseconds(10)).code(),
-              absl::StatusCode::kUnauthenticated);
+    EXPECT_EQ(
+        stranger->Barrier("b", BarrierGroup::kWorkers, absl::Milliseconds(10))
+            .code(),
+        absl::StatusCode::kUnauthenticated);
     absl::Status join = stranger->Join("x", absl::Seconds(5)).status();
     EXPECT_EQ(join.code(), absl::StatusCode::kUnauthenticated) << join;
   }
@@ -192,8 +193,8 @@ TEST_F(CoordinatorTokenTest, MembersWithTheTokenJoin) {
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       auto client = Client(r, kToken);
-      joined[r] = client->Join(absl::StrCat("10.0.0.", r), absl::Seconds(20))
-                      .status();
+      joined[r] =
+          client->Join(absl::StrCat("10.0.0.", r), absl::Seconds(20)).status();
     });
   }
   for (auto& thread : threads) thread.join();
@@ -262,8 +263,7 @@ TEST(RingTokenTest, HelloWithAnotherTokenIsRefusedSayingNothingMore) {
       RingHello{0, 1, 2, "ring-t", "127.0.0.1:1", kOtherToken});
   EXPECT_THAT(std::string(answer.message()),
               HasSubstr("refused our hello: wrong job token"));
-  EXPECT_THAT(std::string(answer.message()),
-              ::testing::Not(HasSubstr(kToken)));
+  EXPECT_THAT(std::string(answer.message()), ::testing::Not(HasSubstr(kToken)));
 }
 
 TEST(RingTokenTest, CheckOrderTokenFirst) {
@@ -285,9 +285,9 @@ TEST(RingTokenTest, CheckOrderTokenFirst) {
 TEST(ParameterServerTokenTest, CallsWithoutTheTokenAreRefusedAndLogged) {
   absl::StatusOr<int> port = PickFreePort();
   ASSERT_TRUE(port.ok());
-  auto coordinator = CoordinatorServer::Start(
-      absl::StrCat("127.0.0.1:", *port), "ps-token", 1, 1,
-      CoordinatorSecurity{kToken, {}});
+  auto coordinator =
+      CoordinatorServer::Start(absl::StrCat("127.0.0.1:", *port), "ps-token", 1,
+                               1, CoordinatorSecurity{kToken, {}});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   ProcessSpec spec;
   spec.name = "server 0";
@@ -337,7 +337,8 @@ TEST(ParameterServerTokenTest, CallsWithoutTheTokenAreRefusedAndLogged) {
     ps::ShutdownRequest shutdown;
     shutdown.mutable_header()->set_job_id("ps-token");
     ps::ShutdownReply reply;
-    grpc::Status status = stub->Shutdown(context(token).get(), shutdown, &reply);
+    grpc::Status status =
+        stub->Shutdown(context(token).get(), shutdown, &reply);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
     EXPECT_THAT(status.error_message(), HasSubstr(why));
 
@@ -391,9 +392,9 @@ TEST(ParameterServerTokenTest, CallsWithoutTheTokenAreRefusedAndLogged) {
 TEST(ParameterServerTokenTest, TokenFileFlagReachesCoordinatorAndHandlers) {
   absl::StatusOr<int> port = PickFreePort();
   ASSERT_TRUE(port.ok());
-  auto coordinator = CoordinatorServer::Start(
-      absl::StrCat("127.0.0.1:", *port), "ps-token-file", 1, 1,
-      CoordinatorSecurity{kToken, {}});
+  auto coordinator = CoordinatorServer::Start(absl::StrCat("127.0.0.1:", *port),
+                                              "ps-token-file", 1, 1,
+                                              CoordinatorSecurity{kToken, {}});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   const std::string token_file = TestTempDir() + "/server_token";
   std::ofstream(token_file) << kToken << "\n";

@@ -108,9 +108,11 @@ TEST_F(MemberLossTest, LostMemberIsNamedToEveryoneAndEndsTheirWaits) {
   auto w0 = Client(0);
   auto w2 = Client(2);
   std::thread joins[3] = {
-      std::thread([&] { EXPECT_TRUE(w0->Join("10.0.0.10", absl::Seconds(20)).ok()); }),
+      std::thread(
+          [&] { EXPECT_TRUE(w0->Join("10.0.0.10", absl::Seconds(20)).ok()); }),
       std::thread([&] { EXPECT_TRUE(lost.Join("10.0.0.11:4100").ok()); }),
-      std::thread([&] { EXPECT_TRUE(w2->Join("10.0.0.12", absl::Seconds(20)).ok()); })};
+      std::thread(
+          [&] { EXPECT_TRUE(w2->Join("10.0.0.12", absl::Seconds(20)).ok()); })};
   for (std::thread& join : joins) join.join();
   EXPECT_TRUE(w0->lost().ok());
 
@@ -125,8 +127,9 @@ TEST_F(MemberLossTest, LostMemberIsNamedToEveryoneAndEndsTheirWaits) {
   lost.Vanish();
   waiter.join();
   EXPECT_EQ(waited.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(std::string(waited.status().message()),
-              HasSubstr("the job lost worker 1 (10.0.0.11:4100 on host hand-made)"));
+  EXPECT_THAT(
+      std::string(waited.status().message()),
+      HasSubstr("the job lost worker 1 (10.0.0.11:4100 on host hand-made)"));
   EXPECT_LT(waited_for, absl::Seconds(5)) << "the wait outlived the loss";
 
   // Every member hears of it; a symptom seen elsewhere gets the cause.
@@ -153,9 +156,11 @@ TEST_F(MemberLossTest, LossListenersHearTheLossOnce) {
   auto w0 = Client(0);
   auto w2 = Client(2);
   std::thread joins[3] = {
-      std::thread([&] { EXPECT_TRUE(w0->Join("10.0.0.10", absl::Seconds(20)).ok()); }),
+      std::thread(
+          [&] { EXPECT_TRUE(w0->Join("10.0.0.10", absl::Seconds(20)).ok()); }),
       std::thread([&] { EXPECT_TRUE(lost.Join("10.0.0.11:4100").ok()); }),
-      std::thread([&] { EXPECT_TRUE(w2->Join("10.0.0.12", absl::Seconds(20)).ok()); })};
+      std::thread(
+          [&] { EXPECT_TRUE(w2->Join("10.0.0.12", absl::Seconds(20)).ok()); })};
   for (std::thread& join : joins) join.join();
 
   std::atomic<int> heard{0};
@@ -167,7 +172,8 @@ TEST_F(MemberLossTest, LossListenersHearTheLossOnce) {
     ++heard;
     told.Notify();
   });
-  const int removed = w2->AddLossListener([&](const absl::Status&) { ++removed_heard; });
+  const int removed =
+      w2->AddLossListener([&](const absl::Status&) { ++removed_heard; });
   w2->RemoveLossListener(removed);
 
   EXPECT_FALSE(w2->has_lost());
@@ -195,13 +201,17 @@ TEST_F(MemberLossTest, MembersThatLeaveAndTheJobsEndAreNoLoss) {
     auto w1 = Client(1);
     auto w2 = Client(2);
     std::thread joins[3] = {
-        std::thread([&] { EXPECT_TRUE(w0->Join("a", absl::Seconds(20)).ok()); }),
-        std::thread([&] { EXPECT_TRUE(w1->Join("b", absl::Seconds(20)).ok()); }),
-        std::thread([&] { EXPECT_TRUE(w2->Join("c", absl::Seconds(20)).ok()); })};
+        std::thread(
+            [&] { EXPECT_TRUE(w0->Join("a", absl::Seconds(20)).ok()); }),
+        std::thread(
+            [&] { EXPECT_TRUE(w1->Join("b", absl::Seconds(20)).ok()); }),
+        std::thread(
+            [&] { EXPECT_TRUE(w2->Join("c", absl::Seconds(20)).ok()); })};
     for (std::thread& join : joins) join.join();
     w1.reset();  // leaves
-    EXPECT_EQ(w0->ExplainFailure(absl::UnknownError("x"), absl::Milliseconds(500)),
-              absl::UnknownError("x"));
+    EXPECT_EQ(
+        w0->ExplainFailure(absl::UnknownError("x"), absl::Milliseconds(500)),
+        absl::UnknownError("x"));
     EXPECT_TRUE(w0->lost().ok());
     // The coordinator ends the job while worker 0 and 2 still watch.
     server_->Shutdown();

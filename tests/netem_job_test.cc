@@ -17,10 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "core/launch/netem.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/gradsync_binary.h"
-#include "core/launch/netem.h"
 
 namespace gradsync {
 namespace {
@@ -37,9 +37,9 @@ std::string NetworkPrefix(const std::string& output) {
 }
 
 std::vector<std::string> SmallJob() {
-  return {"--model=custom", "--custom_params=200000", "--custom_tensors=4",
-          "--data=synthetic", "--synthetic_size=256", "--batch_size=8", "--epochs=100",
-          "--progress=false", "--timeout_s=30"};
+  return {"--model=custom",   "--custom_params=200000", "--custom_tensors=4",
+          "--data=synthetic", "--synthetic_size=256",   "--batch_size=8",
+          "--epochs=100",     "--progress=false",       "--timeout_s=30"};
 }
 
 class NetemJobTest : public ::testing::Test {
@@ -52,8 +52,9 @@ class NetemJobTest : public ::testing::Test {
   ProcessResult Launch(const std::vector<std::string>& launch_flags,
                        const std::vector<std::string>& training_flags,
                        absl::Duration deadline = absl::Seconds(120)) {
-    std::vector<std::string> args = {"launch", "--run_dir=" + TestTempDir() + "/run" +
-                                                   std::to_string(runs_++)};
+    std::vector<std::string> args = {
+        "launch",
+        "--run_dir=" + TestTempDir() + "/run" + std::to_string(runs_++)};
     args.insert(args.end(), launch_flags.begin(), launch_flags.end());
     args.push_back("--");
     const std::vector<std::string> job = SmallJob();
@@ -64,7 +65,8 @@ class NetemJobTest : public ::testing::Test {
 
   void ExpectNothingLeft(const ProcessResult& result) {
     const std::string prefix = NetworkPrefix(result.output);
-    ASSERT_FALSE(prefix.empty()) << "no network in the output:\n" << result.output;
+    ASSERT_FALSE(prefix.empty()) << "no network in the output:\n"
+                                 << result.output;
     auto left = ListNamespaces(prefix + "-");
     ASSERT_TRUE(left.ok()) << left.status();
     EXPECT_THAT(*left, ::testing::IsEmpty()) << result.output;
@@ -74,8 +76,8 @@ class NetemJobTest : public ::testing::Test {
 };
 
 TEST_F(NetemJobTest, RingJobRunsInNamespacesAndCleansUp) {
-  const ProcessResult result =
-      Launch({"--workers=2", "--netem=1gbit,200us"}, {"--sync=ring", "--max_steps=6"});
+  const ProcessResult result = Launch({"--workers=2", "--netem=1gbit,200us"},
+                                      {"--sync=ring", "--max_steps=6"});
   ASSERT_EQ(result.exit_code, 0) << result.output;
   // Worker 0 hosts the coordinator at its namespace address, and worker 1
   // is reached at its own.
@@ -85,25 +87,30 @@ TEST_F(NetemJobTest, RingJobRunsInNamespacesAndCleansUp) {
 }
 
 TEST_F(NetemJobTest, ParameterServerJobRunsInNamespacesAndCleansUp) {
-  const ProcessResult result = Launch({"--workers=2", "--servers=1", "--netem=1gbit"},
-                                      {"--sync=ps", "--max_steps=6"});
+  const ProcessResult result =
+      Launch({"--workers=2", "--servers=1", "--netem=1gbit"},
+             {"--sync=ps", "--max_steps=6"});
   ASSERT_EQ(result.exit_code, 0) << result.output;
   // The server (process 2) advertises its namespace address.
   EXPECT_THAT(result.output, HasSubstr("serving at 10.213.1.3:"));
   // The run folder maps each process to its namespace, address and port.
   const std::string prefix = NetworkPrefix(result.output);
-  std::ifstream in(TestTempDir() + "/run" + std::to_string(runs_ - 1) + "/network.txt");
-  const std::string map((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ifstream in(TestTempDir() + "/run" + std::to_string(runs_ - 1) +
+                   "/network.txt");
+  const std::string map((std::istreambuf_iterator<char>(in)),
+                        std::istreambuf_iterator<char>());
   EXPECT_THAT(map, HasSubstr(absl::StrCat("bridge ", prefix, "-br\n")));
-  EXPECT_THAT(map, HasSubstr(absl::StrCat("worker 1 ", prefix, "-n1 10.213.1.2 bridge-port p1\n")));
-  EXPECT_THAT(map, HasSubstr(absl::StrCat("server 0 ", prefix, "-n2 10.213.1.3 bridge-port p2\n")));
+  EXPECT_THAT(map, HasSubstr(absl::StrCat("worker 1 ", prefix,
+                                          "-n1 10.213.1.2 bridge-port p1\n")));
+  EXPECT_THAT(map, HasSubstr(absl::StrCat("server 0 ", prefix,
+                                          "-n2 10.213.1.3 bridge-port p2\n")));
   ExpectNothingLeft(result);
 }
 
 TEST_F(NetemJobTest, FailingJobCleansUp) {
-  const ProcessResult result =
-      Launch({"--workers=2", "--netem=1gbit"},
-             {"--sync=ring", "--max_steps=50", "--fault_rank=1", "--fault_step=2"});
+  const ProcessResult result = Launch(
+      {"--workers=2", "--netem=1gbit"},
+      {"--sync=ring", "--max_steps=50", "--fault_rank=1", "--fault_step=2"});
   EXPECT_EQ(result.exit_code, 3) << result.output;
   ExpectNothingLeft(result);
 }
@@ -112,8 +119,8 @@ TEST_F(NetemJobTest, StoppedLauncherCleansUp) {
   // A job far longer than the deadline: the test's own launcher sends our
   // gradsync launch SIGTERM after 6 s, as Ctrl-C would.
   const ProcessResult result =
-      Launch({"--workers=2", "--netem=100mbit"}, {"--sync=ring", "--max_steps=100000"},
-             absl::Seconds(6));
+      Launch({"--workers=2", "--netem=100mbit"},
+             {"--sync=ring", "--max_steps=100000"}, absl::Seconds(6));
   EXPECT_NE(result.exit_code, 0);
   ExpectNothingLeft(result);
 }
@@ -146,7 +153,8 @@ constexpr int kCutStep = 20;
 // sooner, when its kernel gives up resolving its peers (No route to host), and
 // end the job first by naming the coordinator it lost. Either way the output
 // must name `member` as the one cut off.
-void ExpectNamesCutOffMember(const std::string& output, const std::string& member) {
+void ExpectNamesCutOffMember(const std::string& output,
+                             const std::string& member) {
   const bool named_by_survivors =
       absl::StrContains(output, absl::StrCat("the job lost ", member, " ("));
   const bool named_by_itself = absl::StrContains(
@@ -189,7 +197,8 @@ ProcessResult LaunchAndCut(const std::vector<std::string>& args,
     auto cut = RunCommand({"/usr/sbin/ip", "-n", bridge, "link", "set",
                            absl::StrCat("p", node), "down"});
     partition->cut_at = absl::Now();
-    if (cut.ok()) partition->network_prefix = bridge.substr(0, bridge.size() - 3);
+    if (cut.ok())
+      partition->network_prefix = bridge.substr(0, bridge.size() - 3);
   });
   ProcessResult result = RunGradsync(args, {}, absl::Seconds(150));
   done = true;
@@ -207,15 +216,16 @@ TEST_F(NetemJobTest, PartitionedWorkerEndsTheRingJob) {
        "--epochs=100000", "--progress=false", "--sync=ring",
        "--metrics_dir=" + dir + "/metrics"},
       dir, /*node=*/2, &partition);
-  ASSERT_FALSE(partition.network_prefix.empty())
-      << "the link was never cut:\n" << result.output;
+  ASSERT_FALSE(partition.network_prefix.empty()) << "the link was never cut:\n"
+                                                 << result.output;
   EXPECT_NE(result.exit_code, 0) << result.output;
   EXPECT_NE(result.exit_code, 124) << "the job hung:\n" << result.output;
   const absl::Duration took = result.ended - partition.cut_at;
   EXPECT_LE(took, kMaxTimeToExit) << result.output;
   ExpectNamesCutOffMember(result.output, "worker 2");
-  std::printf("PARTITION ring, worker 2's link cut at step %d: job over %.2f s later\n",
-              kCutStep, absl::ToDoubleSeconds(took));
+  std::printf(
+      "PARTITION ring, worker 2's link cut at step %d: job over %.2f s later\n",
+      kCutStep, absl::ToDoubleSeconds(took));
   PrintLossReports(result.output);
   auto left = ListNamespaces(partition.network_prefix + "-");
   ASSERT_TRUE(left.ok());
@@ -226,21 +236,22 @@ TEST_F(NetemJobTest, PartitionedServerEndsTheParameterServerJob) {
   const std::string dir = TestTempDir() + "/partition-ps";
   Partition partition;
   const ProcessResult result = LaunchAndCut(
-      {"launch", "--run_dir=" + dir, "--workers=2", "--servers=2", "--netem=1gbit", "--",
-       "--model=custom", "--custom_params=200000", "--custom_tensors=4",
-       "--data=synthetic", "--synthetic_size=256", "--batch_size=8",
-       "--epochs=100000", "--progress=false", "--sync=ps",
+      {"launch", "--run_dir=" + dir, "--workers=2", "--servers=2",
+       "--netem=1gbit", "--", "--model=custom", "--custom_params=200000",
+       "--custom_tensors=4", "--data=synthetic", "--synthetic_size=256",
+       "--batch_size=8", "--epochs=100000", "--progress=false", "--sync=ps",
        "--metrics_dir=" + dir + "/metrics"},
       dir, /*node=*/3, &partition);  // server 1
-  ASSERT_FALSE(partition.network_prefix.empty())
-      << "the link was never cut:\n" << result.output;
+  ASSERT_FALSE(partition.network_prefix.empty()) << "the link was never cut:\n"
+                                                 << result.output;
   EXPECT_NE(result.exit_code, 0) << result.output;
   EXPECT_NE(result.exit_code, 124) << "the job hung:\n" << result.output;
   const absl::Duration took = result.ended - partition.cut_at;
   EXPECT_LE(took, kMaxTimeToExit) << result.output;
   ExpectNamesCutOffMember(result.output, "server 1");
-  std::printf("PARTITION ps, server 1's link cut at step %d: job over %.2f s later\n",
-              kCutStep, absl::ToDoubleSeconds(took));
+  std::printf(
+      "PARTITION ps, server 1's link cut at step %d: job over %.2f s later\n",
+      kCutStep, absl::ToDoubleSeconds(took));
   PrintLossReports(result.output);
   auto left = ListNamespaces(partition.network_prefix + "-");
   ASSERT_TRUE(left.ok());

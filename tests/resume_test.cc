@@ -33,14 +33,15 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-constexpr int kSteps = 30;        // the whole run
-constexpr int kStopStep = 20;     // where the interrupted run stops
-constexpr int kEvery = 10;        // --checkpoint_every
-constexpr int kKillStep = 25;     // where the fault injection kills a worker
+constexpr int kSteps = 30;     // the whole run
+constexpr int kStopStep = 20;  // where the interrupted run stops
+constexpr int kEvery = 10;     // --checkpoint_every
+constexpr int kKillStep = 25;  // where the fault injection kills a worker
 
 std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
 }
 
 void WriteBytes(const std::string& path, const std::string& bytes) {
@@ -69,25 +70,40 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 // and the ring case also resumes mid-epoch right before it.
 std::vector<std::string> ModelFlags(const Case& c) {
   std::vector<std::string> flags = {
-      "--data=synthetic", "--synthetic_size=1000", "--layers=32,24,10", "--epochs=2",
-      "--eval=false", "--progress=false", "--bucket_mb=0.001", "--ps_chunk_kb=1",
-      "--lr=0.05", "--momentum=0.9", "--weight_decay=0.0001", "--seed=3", "--threads=1",
-      "--timeout_s=30", absl::StrCat("--batch_size=", c.batch_size)};
+      "--data=synthetic",
+      "--synthetic_size=1000",
+      "--layers=32,24,10",
+      "--epochs=2",
+      "--eval=false",
+      "--progress=false",
+      "--bucket_mb=0.001",
+      "--ps_chunk_kb=1",
+      "--lr=0.05",
+      "--momentum=0.9",
+      "--weight_decay=0.0001",
+      "--seed=3",
+      "--threads=1",
+      "--timeout_s=30",
+      absl::StrCat("--batch_size=", c.batch_size)};
   flags.insert(flags.end(), c.flags.begin(), c.flags.end());
   return flags;
 }
 
 // One job: `gradsync train` for a single worker without servers, else
 // `gradsync launch`. `tag` names its run folder.
-ProcessResult RunJob(const Case& c, const std::string& dir, const std::string& tag,
+ProcessResult RunJob(const Case& c, const std::string& dir,
+                     const std::string& tag,
                      const std::vector<std::string>& extra) {
   std::vector<std::string> args;
   if (c.workers == 1 && c.servers == 0) {
     args = {"train"};
   } else {
-    args = {"launch", absl::StrCat("--workers=", c.workers),
-            absl::StrCat("--servers=", c.servers), "--run_dir=" + dir + "/" + tag,
-            "--job_deadline_s=100", "--"};
+    args = {"launch",
+            absl::StrCat("--workers=", c.workers),
+            absl::StrCat("--servers=", c.servers),
+            "--run_dir=" + dir + "/" + tag,
+            "--job_deadline_s=100",
+            "--"};
   }
   for (const std::string& f : ModelFlags(c)) args.push_back(f);
   args.insert(args.end(), extra.begin(), extra.end());
@@ -96,8 +112,8 @@ ProcessResult RunJob(const Case& c, const std::string& dir, const std::string& t
 
 // Every worker's --dump_params file under `prefix` equals `expected` bit
 // for bit.
-void ExpectParamsEqual(const Case& c, const std::string& expected, const std::string& prefix,
-                       const std::string& what) {
+void ExpectParamsEqual(const Case& c, const std::string& expected,
+                       const std::string& prefix, const std::string& what) {
   for (int r = 0; r < c.workers; ++r) {
     const std::string got = ReadBytes(absl::StrCat(prefix, ".worker", r));
     ASSERT_EQ(got.size(), expected.size()) << what << ", worker " << r;
@@ -106,8 +122,10 @@ void ExpectParamsEqual(const Case& c, const std::string& expected, const std::st
     std::memcpy(a.data(), expected.data(), expected.size());
     std::memcpy(b.data(), got.data(), got.size());
     size_t first = 0;
-    while (first < a.size() && std::memcmp(&a[first], &b[first], 4) == 0) ++first;
-    ADD_FAILURE() << what << ": worker " << r << "'s parameters differ from the "
+    while (first < a.size() && std::memcmp(&a[first], &b[first], 4) == 0)
+      ++first;
+    ADD_FAILURE() << what << ": worker " << r
+                  << "'s parameters differ from the "
                   << "uninterrupted run's, first at parameter " << first << ": "
                   << b[first] << " vs " << a[first];
   }
@@ -120,16 +138,18 @@ TEST_P(ResumeTest, InterruptedAndResumedEqualsUninterrupted) {
   const std::string dir = absl::StrCat(TestTempDir(), "/", c.name);
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
 
-  ProcessResult a = RunJob(c, dir, "a", {absl::StrCat("--max_steps=", kSteps),
-                                         "--dump_params=" + dir + "/uninterrupted"});
+  ProcessResult a = RunJob(c, dir, "a",
+                           {absl::StrCat("--max_steps=", kSteps),
+                            "--dump_params=" + dir + "/uninterrupted"});
   ASSERT_EQ(a.exit_code, 0) << a.output;
   const std::string expected = ReadBytes(dir + "/uninterrupted.worker0");
   ASSERT_FALSE(expected.empty());
 
   // Stopped by --max_steps at a checkpoint step.
   const std::string checkpoint = dir + "/stopped.ckpt";
-  const std::vector<std::string> checkpoints = {"--checkpoint=" + checkpoint,
-                                                absl::StrCat("--checkpoint_every=", kEvery)};
+  const std::vector<std::string> checkpoints = {
+      "--checkpoint=" + checkpoint,
+      absl::StrCat("--checkpoint_every=", kEvery)};
   std::vector<std::string> stop = checkpoints;
   stop.push_back(absl::StrCat("--max_steps=", kStopStep));
   ProcessResult b = RunJob(c, dir, "b", stop);
@@ -137,9 +157,11 @@ TEST_P(ResumeTest, InterruptedAndResumedEqualsUninterrupted) {
   absl::StatusOr<Checkpoint> written = ReadCheckpoint(checkpoint);
   ASSERT_TRUE(written.ok()) << written.status();
   EXPECT_EQ(written->step, kStopStep);
-  if (c.servers > 0 && absl::StrContains(absl::StrJoin(c.flags, " "), "server")) {
+  if (c.servers > 0 &&
+      absl::StrContains(absl::StrJoin(c.flags, " "), "server")) {
     for (int k = 0; k < c.servers; ++k) {
-      absl::StatusOr<Checkpoint> shard = ReadCheckpoint(absl::StrCat(checkpoint, ".server", k));
+      absl::StatusOr<Checkpoint> shard =
+          ReadCheckpoint(absl::StrCat(checkpoint, ".server", k));
       ASSERT_TRUE(shard.ok()) << shard.status();
       EXPECT_EQ(shard->step, kStopStep);
       EXPECT_FALSE(shard->keys.empty());
@@ -151,53 +173,79 @@ TEST_P(ResumeTest, InterruptedAndResumedEqualsUninterrupted) {
                                "--dump_params=" + dir + "/resumed"});
   ProcessResult cont = RunJob(c, dir, "c", resume);
   ASSERT_EQ(cont.exit_code, 0) << cont.output;
-  EXPECT_THAT(cont.output, HasSubstr(absl::StrCat("resuming from ", checkpoint, " at step ",
-                                                  kStopStep)));
-  ExpectParamsEqual(c, expected, dir + "/resumed", "stopped at step 20 and resumed");
+  EXPECT_THAT(cont.output, HasSubstr(absl::StrCat("resuming from ", checkpoint,
+                                                  " at step ", kStopStep)));
+  ExpectParamsEqual(c, expected, dir + "/resumed",
+                    "stopped at step 20 and resumed");
 
   if (!c.kill) return;
   // A worker dies by SIGKILL at the start of step 25: the checkpoint of step
   // 20 (or of the epoch's end, when rank 0 got to it) is intact and enough.
   const std::string killed_checkpoint = dir + "/killed.ckpt";
-  ProcessResult killed = RunJob(
-      c, dir, "killed",
-      {"--checkpoint=" + killed_checkpoint, absl::StrCat("--checkpoint_every=", kEvery),
-       absl::StrCat("--max_steps=", kSteps), absl::StrCat("--fault_rank=", c.workers - 1),
-       absl::StrCat("--fault_step=", kKillStep), "--fault=kill"});
+  ProcessResult killed =
+      RunJob(c, dir, "killed",
+             {"--checkpoint=" + killed_checkpoint,
+              absl::StrCat("--checkpoint_every=", kEvery),
+              absl::StrCat("--max_steps=", kSteps),
+              absl::StrCat("--fault_rank=", c.workers - 1),
+              absl::StrCat("--fault_step=", kKillStep), "--fault=kill"});
   ASSERT_NE(killed.exit_code, 0) << killed.output;
   absl::StatusOr<Checkpoint> survived = ReadCheckpoint(killed_checkpoint);
   ASSERT_TRUE(survived.ok()) << survived.status();
   EXPECT_GE(survived->step, kStopStep);
   EXPECT_LE(survived->step, kKillStep);
-  ProcessResult after_kill = RunJob(
-      c, dir, "after_kill",
-      {"--checkpoint=" + killed_checkpoint, absl::StrCat("--checkpoint_every=", kEvery),
-       "--resume", absl::StrCat("--max_steps=", kSteps), "--dump_params=" + dir + "/after_kill"});
+  ProcessResult after_kill =
+      RunJob(c, dir, "after_kill",
+             {"--checkpoint=" + killed_checkpoint,
+              absl::StrCat("--checkpoint_every=", kEvery), "--resume",
+              absl::StrCat("--max_steps=", kSteps),
+              "--dump_params=" + dir + "/after_kill"});
   ASSERT_EQ(after_kill.exit_code, 0) << after_kill.output;
-  ExpectParamsEqual(c, expected, dir + "/after_kill",
-                    absl::StrCat("killed at step 25, resumed from step ", survived->step));
+  ExpectParamsEqual(
+      c, expected, dir + "/after_kill",
+      absl::StrCat("killed at step 25, resumed from step ", survived->step));
 }
 
-std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  return info.param.name;
+}
 
 INSTANTIATE_TEST_SUITE_P(
     Strategies, ResumeTest,
-    ::testing::Values(
-        Case{"local", 1, 0, 40, {"--sync=local"}, true},
-        Case{"local_adam", 1, 0, 40, {"--sync=local", "--optimizer=adam", "--lr=0.001"}},
-        Case{"ring_3", 3, 0, 16, {"--sync=ring"}, true},
-        Case{"ps_worker_update_2x2", 2, 2, 20, {"--sync=ps", "--ps_update=worker"}},
-        Case{"ps_server_update_2x2", 2, 2, 20, {"--sync=ps", "--ps_update=server"}, true},
-        Case{"ps_server_update_adam_2x2", 2, 2, 20,
-             {"--sync=ps", "--ps_update=server", "--optimizer=adam", "--lr=0.001"}}),
+    ::testing::Values(Case{"local", 1, 0, 40, {"--sync=local"}, true},
+                      Case{"local_adam",
+                           1,
+                           0,
+                           40,
+                           {"--sync=local", "--optimizer=adam", "--lr=0.001"}},
+                      Case{"ring_3", 3, 0, 16, {"--sync=ring"}, true},
+                      Case{"ps_worker_update_2x2",
+                           2,
+                           2,
+                           20,
+                           {"--sync=ps", "--ps_update=worker"}},
+                      Case{"ps_server_update_2x2",
+                           2,
+                           2,
+                           20,
+                           {"--sync=ps", "--ps_update=server"},
+                           true},
+                      Case{"ps_server_update_adam_2x2",
+                           2,
+                           2,
+                           20,
+                           {"--sync=ps", "--ps_update=server",
+                            "--optimizer=adam", "--lr=0.001"}}),
     CaseName);
 
-// --- Damaged and missing checkpoints ------------------------------------------
+// --- Damaged and missing checkpoints
+// ------------------------------------------
 
 const Case kLocal{"local", 1, 0, 40, {"--sync=local"}};
 
 // A resume from `path` with checkpoints on: it must fail before writing any.
-ProcessResult ResumeFrom(const Case& c, const std::string& dir, const std::string& path) {
+ProcessResult ResumeFrom(const Case& c, const std::string& dir,
+                         const std::string& path) {
   return RunJob(c, dir, "refused",
                 {"--checkpoint=" + path, "--checkpoint_every=1", "--resume",
                  absl::StrCat("--max_steps=", kSteps)});
@@ -206,11 +254,13 @@ ProcessResult ResumeFrom(const Case& c, const std::string& dir, const std::strin
 class DamagedCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = absl::StrCat(TestTempDir(), "/damaged_",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = absl::StrCat(
+        TestTempDir(), "/damaged_",
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     ASSERT_EQ(mkdir(dir_.c_str(), 0755), 0) << dir_;
-    ProcessResult run = RunJob(kLocal, dir_, "good",
-                               {"--checkpoint=" + dir_ + "/good.ckpt", "--max_steps=10"});
+    ProcessResult run =
+        RunJob(kLocal, dir_, "good",
+               {"--checkpoint=" + dir_ + "/good.ckpt", "--max_steps=10"});
     ASSERT_EQ(run.exit_code, 0) << run.output;
     good_ = ReadBytes(dir_ + "/good.ckpt");
     ASSERT_GT(good_.size(), 100u);
@@ -219,14 +269,17 @@ class DamagedCheckpointTest : public ::testing::Test {
   // Writes `bytes` to `name`, resumes from it, and checks the refusal: a
   // non-zero exit, one error naming the file and `what`, the file's bytes
   // unchanged.
-  void ExpectRefused(const std::string& name, const std::string& bytes, const std::string& what) {
+  void ExpectRefused(const std::string& name, const std::string& bytes,
+                     const std::string& what) {
     const std::string path = dir_ + "/" + name;
     WriteBytes(path, bytes);
     ProcessResult run = ResumeFrom(kLocal, dir_, path);
     EXPECT_NE(run.exit_code, 0) << run.output;
-    EXPECT_THAT(run.output, AllOf(HasSubstr("--resume"), HasSubstr(path), HasSubstr(what)))
+    EXPECT_THAT(run.output,
+                AllOf(HasSubstr("--resume"), HasSubstr(path), HasSubstr(what)))
         << run.output;
-    EXPECT_EQ(ReadBytes(path), bytes) << path << " was changed by the refused run";
+    EXPECT_EQ(ReadBytes(path), bytes)
+        << path << " was changed by the refused run";
   }
 
   std::string dir_;
@@ -234,7 +287,8 @@ class DamagedCheckpointTest : public ::testing::Test {
 };
 
 TEST_F(DamagedCheckpointTest, TruncatedIsRefusedAndKept) {
-  ExpectRefused("truncated.ckpt", good_.substr(0, good_.size() / 2), "is truncated");
+  ExpectRefused("truncated.ckpt", good_.substr(0, good_.size() / 2),
+                "is truncated");
 }
 
 TEST_F(DamagedCheckpointTest, FlippedByteIsRefusedAndKept) {
@@ -247,8 +301,10 @@ TEST_F(DamagedCheckpointTest, MissingIsAnErrorNamingThePath) {
   const std::string path = dir_ + "/absent.ckpt";
   ProcessResult run = ResumeFrom(kLocal, dir_, path);
   EXPECT_NE(run.exit_code, 0) << run.output;
-  EXPECT_THAT(run.output, HasSubstr("no checkpoint at --checkpoint=" + path)) << run.output;
-  EXPECT_FALSE(Exists(path)) << "a refused resume must not start afresh and write " << path;
+  EXPECT_THAT(run.output, HasSubstr("no checkpoint at --checkpoint=" + path))
+      << run.output;
+  EXPECT_FALSE(Exists(path))
+      << "a refused resume must not start afresh and write " << path;
 }
 
 // A resume whose flags would change the continuation (another seed, batch,
@@ -266,39 +322,54 @@ TEST_F(DamagedCheckpointTest, ChangedFlagsAreRefusedAndKept) {
       {{"--layers=32,16,10"}, "resume with the same --model and --layers"},
   };
   for (const Change& change : changes) {
-    std::vector<std::string> extra = {"--checkpoint=" + path, "--checkpoint_every=1",
-                                      "--resume", absl::StrCat("--max_steps=", kSteps)};
+    std::vector<std::string> extra = {"--checkpoint=" + path,
+                                      "--checkpoint_every=1", "--resume",
+                                      absl::StrCat("--max_steps=", kSteps)};
     extra.insert(extra.end(), change.flags.begin(), change.flags.end());
     ProcessResult run = RunJob(kLocal, dir_, "changed", extra);
     const std::string what = absl::StrJoin(change.flags, " ");
     EXPECT_NE(run.exit_code, 0) << what << "\n" << run.output;
-    EXPECT_THAT(run.output, AllOf(HasSubstr("--resume"), HasSubstr(path), HasSubstr(change.what)))
-        << what << "\n" << run.output;
-    EXPECT_EQ(ReadBytes(path), good_) << path << " was changed by the refused run (" << what << ")";
+    EXPECT_THAT(run.output, AllOf(HasSubstr("--resume"), HasSubstr(path),
+                                  HasSubstr(change.what)))
+        << what << "\n"
+        << run.output;
+    EXPECT_EQ(ReadBytes(path), good_)
+        << path << " was changed by the refused run (" << what << ")";
   }
   // With a batch of its own, the same data order cannot be kept.
   Case other = kLocal;
   other.batch_size = 20;
   ProcessResult run = ResumeFrom(other, dir_, path);
   EXPECT_NE(run.exit_code, 0) << run.output;
-  EXPECT_THAT(run.output, HasSubstr("was written with --batch_size 40 but this run has 20"))
+  EXPECT_THAT(run.output,
+              HasSubstr("was written with --batch_size 40 but this run has 20"))
       << run.output;
-  EXPECT_EQ(ReadBytes(path), good_) << path << " was changed by the refused --batch_size run";
+  EXPECT_EQ(ReadBytes(path), good_)
+      << path << " was changed by the refused --batch_size run";
   // Nor with another number of workers: each would see another shard.
   const Case ring{"ring", 2, 0, 40, {"--sync=ring"}};
   run = ResumeFrom(ring, dir_, path);
   EXPECT_NE(run.exit_code, 0) << run.output;
-  EXPECT_THAT(run.output, HasSubstr("was written with a world size of 1 but this run has 2 workers"))
+  EXPECT_THAT(
+      run.output,
+      HasSubstr(
+          "was written with a world size of 1 but this run has 2 workers"))
       << run.output;
-  EXPECT_EQ(ReadBytes(path), good_) << path << " was changed by the refused 2-worker run";
+  EXPECT_EQ(ReadBytes(path), good_)
+      << path << " was changed by the refused 2-worker run";
   // A worker-side optimizer's checkpoint cannot seed servers that hold the
   // parameters (their shards were never written).
-  const Case on_servers{"ps_server", 1, 1, 40, {"--sync=ps", "--ps_update=server"}};
+  const Case on_servers{
+      "ps_server", 1, 1, 40, {"--sync=ps", "--ps_update=server"}};
   run = ResumeFrom(on_servers, dir_, path);
   EXPECT_NE(run.exit_code, 0) << run.output;
-  EXPECT_THAT(run.output, HasSubstr("was written with the optimizer on the workers but this run has"))
+  EXPECT_THAT(
+      run.output,
+      HasSubstr(
+          "was written with the optimizer on the workers but this run has"))
       << run.output;
-  EXPECT_EQ(ReadBytes(path), good_) << path << " was changed by the refused --ps_update=server run";
+  EXPECT_EQ(ReadBytes(path), good_)
+      << path << " was changed by the refused --ps_update=server run";
 }
 
 // A server's shard is checked like worker 0's file: a flipped byte in it
@@ -308,7 +379,8 @@ TEST(DamagedServerShardTest, FlippedByteIsRefusedAndKept) {
   const std::string dir = absl::StrCat(TestTempDir(), "/damaged_shard");
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
   const std::string checkpoint = dir + "/job.ckpt";
-  ProcessResult run = RunJob(c, dir, "good", {"--checkpoint=" + checkpoint, "--max_steps=10"});
+  ProcessResult run =
+      RunJob(c, dir, "good", {"--checkpoint=" + checkpoint, "--max_steps=10"});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const std::string shard = checkpoint + ".server1";
   std::string bytes = ReadBytes(shard);
@@ -320,7 +392,8 @@ TEST(DamagedServerShardTest, FlippedByteIsRefusedAndKept) {
   EXPECT_THAT(run.output, AllOf(HasSubstr("server 1"), HasSubstr(shard),
                                 HasSubstr("is corrupt: CRC-32 mismatch")))
       << run.output;
-  EXPECT_EQ(ReadBytes(shard), bytes) << shard << " was changed by the refused run";
+  EXPECT_EQ(ReadBytes(shard), bytes)
+      << shard << " was changed by the refused run";
 }
 
 }  // namespace

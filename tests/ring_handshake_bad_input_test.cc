@@ -52,8 +52,8 @@ std::string U32(uint32_t v) {
   return out;
 }
 
-const RingHello kGood{3, 4, 8, "job-x", "10.0.0.3:4100",
-                      "0123456789abcdef0123"};
+const RingHello kGood{
+    3, 4, 8, "job-x", "10.0.0.3:4100", "0123456789abcdef0123"};
 
 std::string GoodHello() { return EncodeRingHello(kGood); }
 
@@ -86,8 +86,9 @@ std::vector<BadHello> BadHellos() {
       {"Empty", "", absl::StatusCode::kOutOfRange, "end of stream"},
       {"HttpRequest", "GET / HTTP/1.1\r\nHost: x\r\n\r\n",
        absl::StatusCode::kInvalidArgument, "not a gradsync ring peer"},
-      {"TlsClientHello", std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11) +
-                             std::string(64, '\0'),
+      {"TlsClientHello",
+       std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11) +
+           std::string(64, '\0'),
        absl::StatusCode::kInvalidArgument, "not a gradsync ring peer"},
       {"OlderVersion", old_version, absl::StatusCode::kInvalidArgument,
        "of this version"},
@@ -119,11 +120,11 @@ TEST_P(RingHelloHostileTest, IsRefusedWithoutReadingWhatItClaims) {
   EXPECT_LE(buffer.largest_request(), kMaxRingTextBytes);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    NamedCases, RingHelloHostileTest, ::testing::ValuesIn(BadHellos()),
-    [](const ::testing::TestParamInfo<BadHello>& info) {
-      return info.param.name;
-    });
+INSTANTIATE_TEST_SUITE_P(NamedCases, RingHelloHostileTest,
+                         ::testing::ValuesIn(BadHellos()),
+                         [](const ::testing::TestParamInfo<BadHello>& info) {
+                           return info.param.name;
+                         });
 
 TEST(RingHelloTest, RoundTrips) {
   BufferReader buffer(GoodHello());
@@ -202,7 +203,8 @@ TEST(RingAnswerTest, HostileAnswers) {
     std::string bytes;
     const char* says;
   } cases[] = {
-      {"Garbage", "HTTP/1.1 400 Bad Request\r\n", "is not a gradsync ring peer"},
+      {"Garbage", "HTTP/1.1 400 Bad Request\r\n",
+       "is not a gradsync ring peer"},
       {"AcceptedIsNeither0Nor1", AnswerHead(7, 0), "malformed answer"},
       {"AcceptedWithAReason", AnswerHead(1, 5) + "hello", "malformed answer"},
       {"ReasonClaims4GiB", AnswerHead(0, 0xffffffffu), "malformed answer"},
@@ -213,7 +215,8 @@ TEST(RingAnswerTest, HostileAnswers) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     BufferReader buffer(c.bytes);
-    absl::Status status = ReadRingAnswer(buffer.reader(), "right neighbour rank 1");
+    absl::Status status =
+        ReadRingAnswer(buffer.reader(), "right neighbour rank 1");
     EXPECT_FALSE(status.ok());
     EXPECT_THAT(std::string(status.message()), HasSubstr(c.says));
     EXPECT_LE(buffer.largest_request(), kMaxRingTextBytes);

@@ -25,7 +25,8 @@ constexpr int kSteps = 20;
 
 std::vector<float> ReadFloats(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
   std::vector<float> values(bytes.size() / sizeof(float));
   memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
   return values;
@@ -34,18 +35,26 @@ std::vector<float> ReadFloats(const std::string& path) {
 std::vector<std::string> ModelFlags() {
   // Small enough for 8 processes on 2 cores; several buckets (2 KiB cap) so
   // bucket order and overlap are exercised.
-  return {"--data=synthetic", "--synthetic_size=4096", "--layers=32,48,24,10",
-          absl::StrCat("--max_steps=", kSteps), "--epochs=1", "--eval=false",
-          "--progress=false", "--bucket_mb=0.002", "--lr=0.05", "--momentum=0.9",
-          "--weight_decay=0.0001", "--timeout_s=60"};
+  return {"--data=synthetic",
+          "--synthetic_size=4096",
+          "--layers=32,48,24,10",
+          absl::StrCat("--max_steps=", kSteps),
+          "--epochs=1",
+          "--eval=false",
+          "--progress=false",
+          "--bucket_mb=0.002",
+          "--lr=0.05",
+          "--momentum=0.9",
+          "--weight_decay=0.0001",
+          "--timeout_s=60"};
 }
 
 struct Case {
   std::string name;
   int workers;
   int servers;
-  std::vector<std::string> flags;         // the distributed run only
-  std::vector<std::string> shared = {};   // both runs (optimizer choice)
+  std::vector<std::string> flags;        // the distributed run only
+  std::vector<std::string> shared = {};  // both runs (optimizer choice)
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -57,17 +66,21 @@ TEST_P(StrategyEquivalenceTest, MatchesSingleWorkerWithNTimesTheBatch) {
   const std::string dir = absl::StrCat(TestTempDir(), "/", c.name);
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
 
-  std::vector<std::string> reference = {"train", "--sync=local",
-                                        absl::StrCat("--batch_size=", kBatch * c.workers),
-                                        "--dump_params=" + dir + "/local"};
+  std::vector<std::string> reference = {
+      "train", "--sync=local",
+      absl::StrCat("--batch_size=", kBatch * c.workers),
+      "--dump_params=" + dir + "/local"};
   for (const auto& f : ModelFlags()) reference.push_back(f);
   for (const auto& f : c.shared) reference.push_back(f);
   ProcessResult local = RunGradsync(reference);
   ASSERT_EQ(local.exit_code, 0) << local.output;
 
-  std::vector<std::string> job = {"launch", absl::StrCat("--workers=", c.workers),
+  std::vector<std::string> job = {"launch",
+                                  absl::StrCat("--workers=", c.workers),
                                   absl::StrCat("--servers=", c.servers),
-                                  "--run_dir=" + dir + "/run", "--job_deadline_s=200", "--"};
+                                  "--run_dir=" + dir + "/run",
+                                  "--job_deadline_s=200",
+                                  "--"};
   job.push_back(absl::StrCat("--batch_size=", kBatch));
   job.push_back("--check_params_every=1");
   job.push_back("--dump_params=" + dir + "/dist");
@@ -82,7 +95,8 @@ TEST_P(StrategyEquivalenceTest, MatchesSingleWorkerWithNTimesTheBatch) {
   float scale = 0;
   for (float v : expected) scale = std::max(scale, std::fabs(v));
   for (int r = 0; r < c.workers; ++r) {
-    const std::vector<float> got = ReadFloats(absl::StrCat(dir, "/dist.worker", r));
+    const std::vector<float> got =
+        ReadFloats(absl::StrCat(dir, "/dist.worker", r));
     ASSERT_EQ(got.size(), expected.size()) << "worker " << r;
     double worst = 0;
     size_t worst_index = 0;
@@ -91,24 +105,35 @@ TEST_P(StrategyEquivalenceTest, MatchesSingleWorkerWithNTimesTheBatch) {
       if (diff > worst) worst = diff, worst_index = i;
     }
     EXPECT_LE(worst, 1e-5 * scale)
-        << "worker " << r << " differs from the single-worker reference at parameter "
-        << worst_index << ": " << got[worst_index] << " vs " << expected[worst_index];
+        << "worker " << r
+        << " differs from the single-worker reference at parameter "
+        << worst_index << ": " << got[worst_index] << " vs "
+        << expected[worst_index];
   }
 }
 
-std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  return info.param.name;
+}
 
 INSTANTIATE_TEST_SUITE_P(
     Strategies, StrategyEquivalenceTest,
     ::testing::Values(
         Case{"ring_2", 2, 0, {"--sync=ring"}},
         Case{"ring_3", 3, 0, {"--sync=ring"}},
-        Case{"ring_4_adam", 4, 0, {"--sync=ring"}, {"--optimizer=adam", "--lr=0.001"}},
+        Case{"ring_4_adam",
+             4,
+             0,
+             {"--sync=ring"},
+             {"--optimizer=adam", "--lr=0.001"}},
         Case{"ring_8", 8, 0, {"--sync=ring"}},
         Case{"ps_worker_update_4x2", 4, 2, {"--sync=ps", "--ps_update=worker"}},
         Case{"ps_server_update_2x1", 2, 1, {"--sync=ps", "--ps_update=server"}},
         Case{"ps_server_update_3x2", 3, 2, {"--sync=ps", "--ps_update=server"}},
-        Case{"ps_server_update_adam_2x2", 2, 2, {"--sync=ps", "--ps_update=server"},
+        Case{"ps_server_update_adam_2x2",
+             2,
+             2,
+             {"--sync=ps", "--ps_update=server"},
              {"--optimizer=adam", "--lr=0.001"}}),
     CaseName);
 

@@ -23,17 +23,21 @@ constexpr int kBatch = 16;
 
 std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
 }
 
 std::vector<std::string> ModelFlags() {
   // 7 tensors of unequal-to-a-power-of-two sizes, 64 KiB buckets (several
   // per tensor boundary), 12 steps with SGD momentum so a wrong step's
   // gradient persists.
-  return {"--model=custom", "--custom_params=300001", "--custom_tensors=7",
-          "--compute_ms=5", "--data=synthetic", "--synthetic_size=1024",
-          "--epochs=10", "--max_steps=12", "--progress=false", "--bucket_mb=0.0625",
-          "--lr=0.125", "--momentum=0.5", "--timeout_s=60"};
+  return {"--model=custom",     "--custom_params=300001",
+          "--custom_tensors=7", "--compute_ms=5",
+          "--data=synthetic",   "--synthetic_size=1024",
+          "--epochs=10",        "--max_steps=12",
+          "--progress=false",   "--bucket_mb=0.0625",
+          "--lr=0.125",         "--momentum=0.5",
+          "--timeout_s=60"};
 }
 
 struct Case {
@@ -52,19 +56,24 @@ TEST_P(SyntheticModelJobTest, AveragesExactlyLikeOneWorkerWithNTimesTheBatch) {
   const std::string dir = absl::StrCat(TestTempDir(), "/", c.name);
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
 
-  std::vector<std::string> reference = {"train", "--sync=local",
-                                        absl::StrCat("--batch_size=", kBatch * c.workers),
-                                        "--dump_params=" + dir + "/local"};
+  std::vector<std::string> reference = {
+      "train", "--sync=local",
+      absl::StrCat("--batch_size=", kBatch * c.workers),
+      "--dump_params=" + dir + "/local"};
   for (const auto& f : ModelFlags()) reference.push_back(f);
   ProcessResult local = RunGradsync(reference);
   ASSERT_EQ(local.exit_code, 0) << local.output;
 
-  std::vector<std::string> job = {"launch", absl::StrCat("--workers=", c.workers),
+  std::vector<std::string> job = {"launch",
+                                  absl::StrCat("--workers=", c.workers),
                                   absl::StrCat("--servers=", c.servers),
-                                  "--run_dir=" + dir + "/run", "--job_deadline_s=200", "--",
+                                  "--run_dir=" + dir + "/run",
+                                  "--job_deadline_s=200",
+                                  "--",
                                   absl::StrCat("--batch_size=", kBatch),
                                   "--dump_params=" + dir + "/dist",
-                                  "--trace=" + dir + "/trace.json", "--trace_steps=3"};
+                                  "--trace=" + dir + "/trace.json",
+                                  "--trace_steps=3"};
   for (const auto& f : ModelFlags()) job.push_back(f);
   for (const auto& f : c.flags) job.push_back(f);
   ProcessResult run = RunGradsync(job);
@@ -76,20 +85,23 @@ TEST_P(SyntheticModelJobTest, AveragesExactlyLikeOneWorkerWithNTimesTheBatch) {
     const std::string got = ReadBytes(absl::StrCat(dir, "/dist.worker", r));
     ASSERT_EQ(got.size(), expected.size()) << "worker " << r;
     size_t first_difference = 0;
-    while (first_difference < got.size() && got[first_difference] == expected[first_difference]) {
+    while (first_difference < got.size() &&
+           got[first_difference] == expected[first_difference]) {
       ++first_difference;
     }
     EXPECT_EQ(first_difference, got.size())
-        << "worker " << r << " differs from the single-worker reference at parameter "
+        << "worker " << r
+        << " differs from the single-worker reference at parameter "
         << first_difference / sizeof(float);
   }
   // The timeline was written and merged: every worker's steps are in it.
-  const nlohmann::json trace = nlohmann::json::parse(ReadBytes(dir + "/trace.json"));
+  const nlohmann::json trace =
+      nlohmann::json::parse(ReadBytes(dir + "/trace.json"));
   std::vector<bool> seen(c.workers, false);
   for (const nlohmann::json& event : trace["traceEvents"]) {
     const int pid = event.value("pid", -1);
-    if (event.value("name", "") == "step 2" && event.value("cat", "") == "step" &&
-        pid >= 0 && pid < c.workers) {
+    if (event.value("name", "") == "step 2" &&
+        event.value("cat", "") == "step" && pid >= 0 && pid < c.workers) {
       seen[pid] = true;
     }
   }
@@ -98,14 +110,19 @@ TEST_P(SyntheticModelJobTest, AveragesExactlyLikeOneWorkerWithNTimesTheBatch) {
   }
 }
 
-std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  return info.param.name;
+}
 
 INSTANTIATE_TEST_SUITE_P(
     Strategies, SyntheticModelJobTest,
-    ::testing::Values(Case{"ring_4", 4, 0, {"--sync=ring", "--ring_chunk_kb=16"}},
-                      Case{"ps_4x2", 4, 2, {"--sync=ps", "--ps_chunk_kb=64"}},
-                      Case{"ps_colocated_2", 2, 0,
-                           {"--sync=ps", "--ps_colocate", "--ps_chunk_kb=64"}}),
+    ::testing::Values(
+        Case{"ring_4", 4, 0, {"--sync=ring", "--ring_chunk_kb=16"}},
+        Case{"ps_4x2", 4, 2, {"--sync=ps", "--ps_chunk_kb=64"}},
+        Case{"ps_colocated_2",
+             2,
+             0,
+             {"--sync=ps", "--ps_colocate", "--ps_chunk_kb=64"}}),
     CaseName);
 
 }  // namespace

@@ -4,18 +4,16 @@
 // job's CA do not. Certificates: tests/testdata/tls (gen.sh). And --bind
 // (tools/cluster_flags.h), which chooses the address the coordinator listens
 // on.
-#include "core/cluster/tls_config.h"
-
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/str_format.h"
-
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/cluster/coordinator.h"
+#include "core/cluster/tls_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tools/cluster_flags.h"
@@ -26,15 +24,15 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string TestData(const std::string& name) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/gradsync/tests/testdata/tls/",
-                      name);
+  return absl::StrCat(std::getenv("TEST_SRCDIR"),
+                      "/gradsync/tests/testdata/tls/", name);
 }
 
 TlsConfig Load(const std::string& cert, const std::string& key,
                const std::string& ca) {
-  absl::StatusOr<TlsConfig> tls =
-      LoadTlsConfig(cert.empty() ? "" : TestData(cert),
-                    key.empty() ? "" : TestData(key), ca.empty() ? "" : TestData(ca));
+  absl::StatusOr<TlsConfig> tls = LoadTlsConfig(
+      cert.empty() ? "" : TestData(cert), key.empty() ? "" : TestData(key),
+      ca.empty() ? "" : TestData(ca));
   EXPECT_TRUE(tls.ok()) << tls.status();
   return tls.ok() ? *tls : TlsConfig();
 }
@@ -131,8 +129,8 @@ std::string ListeningAddress(int port) {
       std::string slot, local, remote, state;
       fields >> slot >> local >> remote >> state;
       if (state == "0A" && local.size() > suffix.size() &&
-          local.compare(local.size() - suffix.size(), suffix.size(),
-                        suffix) == 0) {
+          local.compare(local.size() - suffix.size(), suffix.size(), suffix) ==
+              0) {
         return local.substr(0, local.size() - suffix.size());
       }
     }

@@ -1,8 +1,8 @@
 // The gradsync command line: one binary, one subcommand per role.
 //
 //   gradsync launch --workers=N [--servers=K] -- <training flags>
-//   gradsync train  <training flags>     (one worker; rank from the environment)
-//   gradsync server <flags>              (one parameter server)
+//   gradsync train  <training flags>     (one worker; rank from the
+//   environment) gradsync server <flags>              (one parameter server)
 //   gradsync doctor
 //
 // `gradsync <command> --help` lists that command's flags.
@@ -40,9 +40,12 @@ constexpr char kUsage[] =
     "gradsync: compare gradient-synchronization strategies on one model.\n\n"
     "usage:\n"
     "  gradsync launch --workers=N [--servers=K] -- <training flags>\n"
-    "  gradsync train <training flags>     one worker (rank from RANK/WORLD_SIZE,\n"
-    "                                      SLURM_PROCID/SLURM_NTASKS or OMPI_COMM_WORLD_*)\n"
-    "  gradsync server <flags>             one parameter server (GRADSYNC_SERVER_RANK)\n"
+    "  gradsync train <training flags>     one worker (rank from "
+    "RANK/WORLD_SIZE,\n"
+    "                                      SLURM_PROCID/SLURM_NTASKS or "
+    "OMPI_COMM_WORLD_*)\n"
+    "  gradsync server <flags>             one parameter server "
+    "(GRADSYNC_SERVER_RANK)\n"
     "  gradsync doctor                     what this build and machine have\n\n"
     "`gradsync <command> --help` lists the command's flags.";
 
@@ -50,8 +53,8 @@ constexpr char kUsage[] =
 
 int main(int argc, char** argv) {
   gradsync::KeepFreedMemoryForReuse();
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
-      std::strcmp(argv[1], "help") == 0) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 ||
+      std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "help") == 0) {
     fprintf(argc < 2 ? stderr : stdout, "%s\n", kUsage);
     return argc < 2 ? 2 : 0;
   }
@@ -67,12 +70,14 @@ int main(int argc, char** argv) {
   } else if (command == "doctor") {
     HelpFolders() = {"tools/doctor"};
   } else {
-    fprintf(stderr, "gradsync: unknown command '%s'\n\n%s\n", command.c_str(), kUsage);
+    fprintf(stderr, "gradsync: unknown command '%s'\n\n%s\n", command.c_str(),
+            kUsage);
     return 2;
   }
-  absl::SetProgramUsageMessage(absl::StrCat(
-      "gradsync ", command, " [flags]", command == "launch" ? " -- <training flags>" : "",
-      "\n(see `gradsync --help` for the commands)"));
+  absl::SetProgramUsageMessage(
+      absl::StrCat("gradsync ", command, " [flags]",
+                   command == "launch" ? " -- <training flags>" : "",
+                   "\n(see `gradsync --help` for the commands)"));
   absl::FlagsUsageConfig config;
   config.contains_help_flags = ShowFlagsOf;
   config.contains_helpshort_flags = ShowFlagsOf;
@@ -91,7 +96,8 @@ int main(int argc, char** argv) {
 
   if (command == "launch") return gradsync::RunLaunchCommand(rest);
   if (!rest.empty()) {
-    fprintf(stderr, "gradsync %s: unexpected argument '%s' (flags are --name=value)\n",
+    fprintf(stderr,
+            "gradsync %s: unexpected argument '%s' (flags are --name=value)\n",
             command.c_str(), rest.front().c_str());
     return 2;
   }

@@ -12,20 +12,20 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/base/files.h"
-#include "core/cluster/job_token.h"
 #include "core/base/logging.h"
-#include "core/telemetry/manifest.h"
-#include "core/telemetry/metrics.h"
 #include "core/base/status_macros.h"
-#include "tools/commands.h"
+#include "core/cluster/job_token.h"
 #include "core/launch/launcher.h"
 #include "core/launch/netem.h"
+#include "core/telemetry/manifest.h"
+#include "core/telemetry/metrics.h"
+#include "tools/commands.h"
 
 ABSL_FLAG(int, workers, 1, "number of worker processes");
 ABSL_FLAG(int, servers, 0, "number of parameter-server processes (--sync=ps)");
@@ -36,11 +36,12 @@ ABSL_FLAG(int, master_port, 0,
 ABSL_FLAG(double, job_deadline_s, 0,
           "stop the whole job after this many seconds; 0 = no limit");
 ABSL_FLAG(std::string, job_id, "", "job id; default a fresh random one");
-ABSL_FLAG(std::string, netem, "",
-          "emulate a cluster network: RATE[,LATENCY] (like 1gbit,200us) for "
-          "every process's own full-duplex link; each worker and server runs in "
-          "its own network namespace behind one bridge (addresses in "
-          "10.213.0.0/16), removed when the job ends. Needs root and iproute2");
+ABSL_FLAG(
+    std::string, netem, "",
+    "emulate a cluster network: RATE[,LATENCY] (like 1gbit,200us) for "
+    "every process's own full-duplex link; each worker and server runs in "
+    "its own network namespace behind one bridge (addresses in "
+    "10.213.0.0/16), removed when the job ends. Needs root and iproute2");
 
 namespace gradsync {
 namespace {
@@ -55,8 +56,9 @@ std::string SelfExecutable() {
 
 std::string NewJobId() {
   std::random_device random;
-  return absl::StrCat(absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
-                      "-", absl::Hex(random() & 0xffff, absl::kZeroPad4));
+  return absl::StrCat(
+      absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
+      "-", absl::Hex(random() & 0xffff, absl::kZeroPad4));
 }
 
 // While the emulated network exists, SIGINT/SIGTERM must not kill us before
@@ -84,9 +86,11 @@ absl::Status CheckJobShape(int workers, int servers) {
         absl::StrCat("--workers=", workers, " must be at least 1"));
   }
   if (servers < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--servers=", servers, " must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--servers=", servers, " must be >= 0"));
   }
-  // A launcher inside another launcher's job would silently disagree on the world.
+  // A launcher inside another launcher's job would silently disagree on the
+  // world.
   if (const char* world = std::getenv("WORLD_SIZE")) {
     int env_world = 0;
     if (absl::SimpleAtoi(world, &env_world) && env_world != workers) {
@@ -103,10 +107,12 @@ absl::Status CheckJobShape(int workers, int servers) {
 // process's flags, which is harmless.
 void CheckTrainingFlags(const std::vector<std::string>& training_flags) {
   std::vector<std::string> check_args = {"gradsync"};
-  check_args.insert(check_args.end(), training_flags.begin(), training_flags.end());
+  check_args.insert(check_args.end(), training_flags.begin(),
+                    training_flags.end());
   std::vector<char*> check_argv;
   for (std::string& arg : check_args) check_argv.push_back(arg.data());
-  absl::ParseCommandLine(static_cast<int>(check_argv.size()), check_argv.data());
+  absl::ParseCommandLine(static_cast<int>(check_argv.size()),
+                         check_argv.data());
 }
 
 // What every process of the job shares.
@@ -125,16 +131,19 @@ absl::StatusOr<JobPlan> PlanJob(int workers, int servers) {
   plan.workers = workers;
   plan.servers = servers;
   plan.self = SelfExecutable();
-  if (plan.self.empty()) return absl::InternalError("cannot find our own executable (/proc/self/exe)");
+  if (plan.self.empty())
+    return absl::InternalError(
+        "cannot find our own executable (/proc/self/exe)");
   plan.job_id = absl::GetFlag(FLAGS_job_id);
   if (plan.job_id.empty()) plan.job_id = NewJobId();
   plan.run_dir = absl::GetFlag(FLAGS_run_dir);
   if (plan.run_dir.empty()) plan.run_dir = absl::StrCat("runs/", plan.job_id);
   if (std::error_code error;
-      !std::filesystem::create_directories(plan.run_dir + "/logs", error) && error) {
+      !std::filesystem::create_directories(plan.run_dir + "/logs", error) &&
+      error) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "cannot create the run folder ", plan.run_dir, "/logs: ", error.message(),
-        "; pass a writable --run_dir"));
+        "cannot create the run folder ", plan.run_dir,
+        "/logs: ", error.message(), "; pass a writable --run_dir"));
   }
   plan.port = absl::GetFlag(FLAGS_master_port);
   if (plan.port == 0) {
@@ -142,7 +151,8 @@ absl::StatusOr<JobPlan> PlanJob(int workers, int servers) {
   }
   // Only this job's processes get in (core/cluster/job_token.h): a token from
   // our environment is passed on, otherwise the job gets a fresh one.
-  if (const char* given = std::getenv(kJobTokenEnv); given != nullptr && *given != '\0') {
+  if (const char* given = std::getenv(kJobTokenEnv);
+      given != nullptr && *given != '\0') {
     plan.job_token = given;
   } else {
     ASSIGN_OR_RETURN(plan.job_token, NewJobToken());
@@ -186,7 +196,8 @@ std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
     spec.argv = {plan.self, "server"};
     spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
     spec.env = common;
-    spec.env.push_back({"RANK", "0"});  // torchrun's variables describe the workers
+    spec.env.push_back(
+        {"RANK", "0"});  // torchrun's variables describe the workers
     spec.env.push_back({"LOCAL_RANK", absl::StrCat(plan.workers + k)});
     spec.env.push_back({"GRADSYNC_ROLE", "server"});
     spec.env.push_back({"GRADSYNC_SERVER_RANK", absl::StrCat(k)});
@@ -217,14 +228,17 @@ absl::StatusOr<std::unique_ptr<EmulatedNetwork>> PlaceInEmulatedNetwork(
   GS_LOG(INFO) << "emulated network: " << network->Describe();
   // Where each process runs, for whoever inspects (ip netns exec <ns> ss -ti)
   // or disturbs (a cut link, a changed qdisc) the network while the job runs.
-  std::string map = absl::StrCat("# emulated network of job ", plan.job_id, ": ",
-                                 network->Describe(), "\n",
-                                 "bridge ", network->BridgeNamespace(), "\n");
+  std::string map = absl::StrCat("# emulated network of job ", plan.job_id,
+                                 ": ", network->Describe(), "\n", "bridge ",
+                                 network->BridgeNamespace(), "\n");
   for (size_t i = 0; i < specs.size(); ++i) {
-    absl::StrAppend(&map, specs[i].name, " ", network->NodeNamespace(static_cast<int>(i)),
-                    " ", network->NodeAddress(static_cast<int>(i)), " bridge-port p", i, "\n");
+    absl::StrAppend(&map, specs[i].name, " ",
+                    network->NodeNamespace(static_cast<int>(i)), " ",
+                    network->NodeAddress(static_cast<int>(i)), " bridge-port p",
+                    i, "\n");
   }
-  if (absl::Status written = WriteFileAtomically(plan.run_dir + "/network.txt", map);
+  if (absl::Status written =
+          WriteFileAtomically(plan.run_dir + "/network.txt", map);
       !written.ok()) {
     RETURN_IF_ERROR(network->Destroy());
     return written;
@@ -239,7 +253,8 @@ absl::StatusOr<std::unique_ptr<EmulatedNetwork>> PlaceInEmulatedNetwork(
     for (auto& [name, value] : specs[i].env) {
       if (name == "MASTER_ADDR") value = master_addr;
     }
-    specs[i].env.push_back({"GRADSYNC_ADVERTISE_HOST", network->NodeAddress(static_cast<int>(i))});
+    specs[i].env.push_back(
+        {"GRADSYNC_ADVERTISE_HOST", network->NodeAddress(static_cast<int>(i))});
     specs[i].env.push_back({"GRADSYNC_NETEM", netem});
   }
   return network;
@@ -254,7 +269,8 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   ASSIGN_OR_RETURN(const JobPlan plan, PlanJob(workers, servers));
 
   std::vector<std::string> flags = training_flags;
-  if (!HasFlag(flags, "metrics_dir")) flags.push_back(absl::StrCat("--metrics_dir=", plan.run_dir));
+  if (!HasFlag(flags, "metrics_dir"))
+    flags.push_back(absl::StrCat("--metrics_dir=", plan.run_dir));
   std::vector<ProcessSpec> specs = ProcessSpecs(plan, flags);
   std::string master_addr = "127.0.0.1";
   std::unique_ptr<EmulatedNetwork> network;
@@ -266,9 +282,9 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
       return 130;
     }
   }
-  GS_LOG(INFO) << "job " << plan.job_id << ": " << workers << " worker(s), " << servers
-               << " server(s), coordinator on " << master_addr << ":" << plan.port
-               << ", logs in " << plan.run_dir << "/logs";
+  GS_LOG(INFO) << "job " << plan.job_id << ": " << workers << " worker(s), "
+               << servers << " server(s), coordinator on " << master_addr << ":"
+               << plan.port << ", logs in " << plan.run_dir << "/logs";
   LaunchOptions options;
   const double deadline = absl::GetFlag(FLAGS_job_deadline_s);
   if (deadline > 0) options.deadline = absl::Seconds(deadline);
@@ -288,7 +304,8 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
     GS_LOG(ERROR) << "job " << plan.job_id << " failed: " << launched->failure
                   << " (logs in " << plan.run_dir << "/logs)";
   } else {
-    GS_LOG(INFO) << "job " << plan.job_id << " finished; metrics and logs in " << plan.run_dir;
+    GS_LOG(INFO) << "job " << plan.job_id << " finished; metrics and logs in "
+                 << plan.run_dir;
   }
   return launched->exit_code;
 }

@@ -15,29 +15,30 @@
 
 #include <cstdio>
 #include <cstring>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/match.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "nlohmann/json.hpp"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/launch/link_probe.h"
 #include "core/launch/netem.h"
+#include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, link, "1gbit",
           "RATE[,LATENCY] of every node's link (1gbit,200us); for probe also "
           "'loopback' (no namespaces, no root)");
 ABSL_FLAG(int, nodes, 2, "up: number of nodes");
-ABSL_FLAG(std::string, prefix, "", "up/down: name prefix (default gs + 4 random hex digits)");
+ABSL_FLAG(std::string, prefix, "",
+          "up/down: name prefix (default gs + 4 random hex digits)");
 ABSL_FLAG(bool, json, false, "probe: print one JSON object instead of a table");
 ABSL_FLAG(int, repeats, 3, "probe: transfers per size (the median is kept)");
 ABSL_FLAG(double, seconds, 3, "check: seconds per iperf3 run");
@@ -67,7 +68,8 @@ absl::StatusOr<std::unique_ptr<EmulatedNetwork>> BuildNetwork(int nodes) {
   options.link = link;
   options.prefix = absl::GetFlag(FLAGS_prefix);
   DeferSignals();
-  ASSIGN_OR_RETURN(std::unique_ptr<EmulatedNetwork> network, EmulatedNetwork::Create(options));
+  ASSIGN_OR_RETURN(std::unique_ptr<EmulatedNetwork> network,
+                   EmulatedNetwork::Create(options));
   GS_LOG(INFO) << "emulated network: " << network->Describe();
   return network;
 }
@@ -78,17 +80,23 @@ void PrintProbe(const LinkProbeResult& r, const std::string& link) {
     return;
   }
   printf("link %s (GB/s = 1e9 bytes/s)\n", link.c_str());
-  printf("  round trip of 1 byte   %10.1f us   ->  alpha = %.1f us\n", r.round_trip_us,
-         r.alpha_us);
-  printf("  %12s  %12s  %12s  %12s\n", "bytes", "forward ms", "reverse ms", "forward GB/s");
+  printf("  round trip of 1 byte   %10.1f us   ->  alpha = %.1f us\n",
+         r.round_trip_us, r.alpha_us);
+  printf("  %12s  %12s  %12s  %12s\n", "bytes", "forward ms", "reverse ms",
+         "forward GB/s");
   for (const LinkProbeSample& s : r.samples) {
-    printf("  %12lld  %12.3f  %12.3f  %12.4f\n", static_cast<long long>(s.bytes), s.forward_ms,
-           s.reverse_ms, s.bytes / (s.forward_ms / 1000) / 1e9);
+    printf("  %12lld  %12.3f  %12.3f  %12.4f\n",
+           static_cast<long long>(s.bytes), s.forward_ms, s.reverse_ms,
+           s.bytes / (s.forward_ms / 1000) / 1e9);
   }
-  printf("  B (slope, forward)     %10.4f GB/s  (%.0f Mbit/s), intercept %.3f ms\n",
-         r.bandwidth_bytes_per_s / 1e9, r.bandwidth_bytes_per_s * 8 / 1e6, r.intercept_ms);
+  printf(
+      "  B (slope, forward)     %10.4f GB/s  (%.0f Mbit/s), intercept %.3f "
+      "ms\n",
+      r.bandwidth_bytes_per_s / 1e9, r.bandwidth_bytes_per_s * 8 / 1e6,
+      r.intercept_ms);
   printf("  B (slope, reverse)     %10.4f GB/s  (%.0f Mbit/s)\n",
-         r.reverse_bandwidth_bytes_per_s / 1e9, r.reverse_bandwidth_bytes_per_s * 8 / 1e6);
+         r.reverse_bandwidth_bytes_per_s / 1e9,
+         r.reverse_bandwidth_bytes_per_s * 8 / 1e6);
   printf("  both directions at once%10.4f GB/s each (%.0f Mbit/s)\n",
          r.duplex_bytes_per_s / 1e9, r.duplex_bytes_per_s * 8 / 1e6);
 }
@@ -117,7 +125,8 @@ absl::Status Probe() {
 // "sum_received" and, with --bidir, "sum_received_bidir_reverse", each with
 // its "bits_per_second".
 absl::StatusOr<std::vector<double>> ReceivedRates(const std::string& json) {
-  const nlohmann::json report = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json report =
+      nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (report.is_discarded() || !report.is_object()) {
     return absl::DataLossError("iperf3's output is not JSON");
   }
@@ -128,7 +137,8 @@ absl::StatusOr<std::vector<double>> ReceivedRates(const std::string& json) {
     const nlohmann::json rate = sum.value("bits_per_second", nlohmann::json());
     if (rate.is_number()) rates.push_back(rate.get<double>());
   }
-  if (rates.empty()) return absl::DataLossError("no sum_received in iperf3's output");
+  if (rates.empty())
+    return absl::DataLossError("no sum_received in iperf3's output");
   return rates;
 }
 
@@ -139,29 +149,34 @@ absl::Status Check() {
   }
   if (iperf3.empty()) {
     return absl::FailedPreconditionError(
-        "netem check runs iperf3: apt-get install iperf3 (tools/install_deps.sh lists it)");
+        "netem check runs iperf3: apt-get install iperf3 "
+        "(tools/install_deps.sh lists it)");
   }
   ASSIGN_OR_RETURN(LinkSpec link, ParseLinkSpec(absl::GetFlag(FLAGS_link)));
   ASSIGN_OR_RETURN(std::unique_ptr<EmulatedNetwork> network, BuildNetwork(2));
-  const std::string seconds = absl::StrFormat("%g", absl::GetFlag(FLAGS_seconds));
-  printf("%-34s %14s %14s\n", "iperf3 (TCP, 1 stream)", "Mbit/s", "of the rate");
+  const std::string seconds =
+      absl::StrFormat("%g", absl::GetFlag(FLAGS_seconds));
+  printf("%-34s %14s %14s\n", "iperf3 (TCP, 1 stream)", "Mbit/s",
+         "of the rate");
   struct Run {
     const char* name;
     std::vector<std::string> extra;
   };
   absl::Status status;
-  for (const Run& run : {Run{"node 0 -> node 1", {}}, Run{"node 1 -> node 0", {"-R"}},
-                         Run{"both at once (each direction)", {"--bidir"}}}) {
+  for (const Run& run :
+       {Run{"node 0 -> node 1", {}}, Run{"node 1 -> node 0", {"-R"}},
+        Run{"both at once (each direction)", {"--bidir"}}}) {
     if (g_interrupted) break;
     // The server serves one test and exits (-1); bounded by timeout(1).
     std::vector<std::string> server = network->ExecPrefix(1);
-    server.insert(server.end(), {"/usr/bin/timeout", "60", iperf3, "-s", "-1", "-B",
-                                 network->NodeAddress(1)});
+    server.insert(server.end(), {"/usr/bin/timeout", "60", iperf3, "-s", "-1",
+                                 "-B", network->NodeAddress(1)});
     absl::StatusOr<std::string> server_output;
     std::thread server_thread([&] { server_output = RunCommand(server); });
     std::vector<std::string> client = network->ExecPrefix(0);
-    client.insert(client.end(), {"/usr/bin/timeout", "60", iperf3, "-c", network->NodeAddress(1),
-                                 "-t", seconds, "-J", "--connect-timeout", "5000"});
+    client.insert(client.end(), {"/usr/bin/timeout", "60", iperf3, "-c",
+                                 network->NodeAddress(1), "-t", seconds, "-J",
+                                 "--connect-timeout", "5000"});
     client.insert(client.end(), run.extra.begin(), run.extra.end());
     absl::StatusOr<std::string> output;
     // The server needs a moment to listen; iperf3 -c does not retry.
@@ -184,11 +199,14 @@ absl::Status Check() {
       break;
     }
     for (double rate : *rates) {
-      printf("%-34s %14.1f %13.1f%%\n", run.name, rate / 1e6,
-             link.rate_bits_per_s > 0 ? 100 * rate / link.rate_bits_per_s : 0.0);
+      printf(
+          "%-34s %14.1f %13.1f%%\n", run.name, rate / 1e6,
+          link.rate_bits_per_s > 0 ? 100 * rate / link.rate_bits_per_s : 0.0);
     }
   }
-  printf("(TCP goodput over 1500-byte frames is at most 95.6%% of the line rate)\n");
+  printf(
+      "(TCP goodput over 1500-byte frames is at most 95.6%% of the line "
+      "rate)\n");
   const absl::Status destroyed = network->Destroy();
   RETURN_IF_ERROR(status);
   return destroyed;
@@ -198,7 +216,8 @@ absl::Status Up() {
   ASSIGN_OR_RETURN(std::unique_ptr<EmulatedNetwork> network,
                    BuildNetwork(absl::GetFlag(FLAGS_nodes)));
   for (int node = 0; node < network->nodes(); ++node) {
-    printf("%s %s\n", network->NodeNamespace(node).c_str(), network->NodeAddress(node).c_str());
+    printf("%s %s\n", network->NodeNamespace(node).c_str(),
+           network->NodeAddress(node).c_str());
   }
   printf("remove with: netem down --prefix=%s\n", network->prefix().c_str());
   network->Release();
@@ -207,7 +226,8 @@ absl::Status Up() {
 
 absl::Status Down() {
   const std::string prefix = absl::GetFlag(FLAGS_prefix);
-  if (prefix.empty()) return absl::InvalidArgumentError("netem down needs --prefix");
+  if (prefix.empty())
+    return absl::InvalidArgumentError("netem down needs --prefix");
   ASSIGN_OR_RETURN(int removed, RemoveNamespaces(prefix));
   printf("removed %d namespace(s) with prefix %s-\n", removed, prefix.c_str());
   return absl::OkStatus();
@@ -218,11 +238,13 @@ absl::Status Down() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "netem probe|check|up|down [flags]: the emulated cluster network (see tools/netem.h)");
+      "netem probe|check|up|down [flags]: the emulated cluster network (see "
+      "tools/netem.h)");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() != 2) {
-    fprintf(stderr, "usage: netem probe|check|up|down [--link=1gbit,200us] [--nodes=N] "
-                    "[--prefix=P]\n");
+    fprintf(stderr,
+            "usage: netem probe|check|up|down [--link=1gbit,200us] [--nodes=N] "
+            "[--prefix=P]\n");
     return 2;
   }
   gradsync::SetLogTag("netem");

@@ -8,16 +8,16 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/cluster/cluster_env.h"
-#include "core/cluster/coordinator.h"
-#include "core/train/optimizer.h"
-#include "tools/cluster_flags.h"
-#include "tools/train_flags.h"
-#include "core/sync/gradient_sync.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/cluster/cluster_env.h"
+#include "core/cluster/coordinator.h"
+#include "core/sync/gradient_sync.h"
+#include "core/train/optimizer.h"
 #include "core/train/trainer.h"
+#include "tools/cluster_flags.h"
 #include "tools/commands.h"
+#include "tools/train_flags.h"
 
 // Defined by `gradsync launch` (launch_command.cc), in this same binary.
 ABSL_DECLARE_FLAG(std::string, netem);
@@ -28,8 +28,8 @@ namespace {
 // Worker 0 listens on loopback when the job is local and on every interface
 // otherwise; other processes reach it at MASTER_ADDR.
 std::string CoordinatorBindAddress(const ClusterEnv& env) {
-  const bool local = env.master_addr == "localhost" ||
-                     env.master_addr.rfind("127.", 0) == 0;
+  const bool local =
+      env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;
   return absl::StrCat(local ? "127.0.0.1" : "0.0.0.0", ":", env.master_port);
 }
 
@@ -37,16 +37,20 @@ absl::Status Train() {
   ASSIGN_OR_RETURN(ClusterEnv env, ClusterEnvFromEnvironment());
   if (env.role != Role::kWorker) {
     return absl::InvalidArgumentError(
-        "GRADSYNC_ROLE=server is set: start parameter servers with `gradsync server`");
+        "GRADSYNC_ROLE=server is set: start parameter servers with `gradsync "
+        "server`");
   }
   SetLogTag(absl::StrCat("worker ", env.rank));
   // The launcher ran us inside its emulated network; recording the link in
   // --netem makes the run's manifest (every flag) say so.
-  if (const char* netem = std::getenv("GRADSYNC_NETEM")) absl::SetFlag(&FLAGS_netem, netem);
+  if (const char* netem = std::getenv("GRADSYNC_NETEM"))
+    absl::SetFlag(&FLAGS_netem, netem);
   ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptionsFromFlags());
-  ASSIGN_OR_RETURN(DeviceOptions device_options,
-                   DeviceOptionsFromFlags(env.local_rank, env.local_world_size));
-  ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateDevice(device_options));
+  ASSIGN_OR_RETURN(
+      DeviceOptions device_options,
+      DeviceOptionsFromFlags(env.local_rank, env.local_world_size));
+  ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
+                   CreateDevice(device_options));
   ASSIGN_OR_RETURN(DatasetPair data, LoadDatasetFromFlags());
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModelFromFlags(data));
 
@@ -73,7 +77,8 @@ absl::Status Train() {
                      CoordinatorClient::Connect(
                          env.coordinator_target(), env.job_id, Role::kWorker,
                          env.rank, options.timeout, client_options));
-    ASSIGN_OR_RETURN(context.members, coordinator->Join(env.advertise_host, options.timeout));
+    ASSIGN_OR_RETURN(context.members,
+                     coordinator->Join(env.advertise_host, options.timeout));
     context.rendezvous = coordinator.get();
   }
   ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
@@ -82,13 +87,14 @@ absl::Status Train() {
                    RunTraining(options, env, *model, data, *device, *sync,
                                coordinator.get()));
   if (env.rank == 0) {
-    std::string line = absl::StrFormat("done: %d steps, final loss %.4f", result.steps,
-                                       result.final_loss);
+    std::string line = absl::StrFormat("done: %d steps, final loss %.4f",
+                                       result.steps, result.final_loss);
     if (result.test_accuracy >= 0) {
       absl::StrAppend(&line, absl::StrFormat(", final test accuracy %.2f%%",
                                              100 * result.test_accuracy));
     }
-    if (!result.summary_path.empty()) absl::StrAppend(&line, "; summary: ", result.summary_path);
+    if (!result.summary_path.empty())
+      absl::StrAppend(&line, "; summary: ", result.summary_path);
     printf("%s\n", line.c_str());
     fflush(stdout);
   }

@@ -94,12 +94,15 @@ ABSL_FLAG(std::string, trace, "",
           "hand-offs, Finish waits) of the first --trace_steps steps: "
           "<path>.worker<r>.json per rank, merged into <path> by worker 0");
 ABSL_FLAG(int64_t, trace_steps, 20, "steps recorded by --trace");
-ABSL_FLAG(double, timeout_s, 60,
-          "seconds any wait for a peer may take before the job fails naming it");
+ABSL_FLAG(
+    double, timeout_s, 60,
+    "seconds any wait for a peer may take before the job fails naming it");
 ABSL_FLAG(int, fault_rank, -1,
           "testing: this worker ends itself at --fault_step (see --fault)");
-ABSL_FLAG(int64_t, fault_step, 0, "testing: the step at which --fault_rank fails");
-ABSL_FLAG(std::string, fault, "exit", "testing: how --fault_rank fails: exit (code 3) or kill (SIGKILL)");
+ABSL_FLAG(int64_t, fault_step, 0,
+          "testing: the step at which --fault_rank fails");
+ABSL_FLAG(std::string, fault, "exit",
+          "testing: how --fault_rank fails: exit (code 3) or kill (SIGKILL)");
 
 namespace gradsync {
 
@@ -116,20 +119,22 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.optimizer.kind = absl::GetFlag(FLAGS_optimizer);
   o.optimizer.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   o.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
-  o.optimizer.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  o.optimizer.weight_decay =
+      static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   o.lr_scaling = absl::GetFlag(FLAGS_lr_scaling);
   o.evaluate = absl::GetFlag(FLAGS_eval);
   o.checkpoint_path = absl::GetFlag(FLAGS_checkpoint);
   o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   o.resume = absl::GetFlag(FLAGS_resume);
   if (o.checkpoint_every < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--checkpoint_every=", o.checkpoint_every, " must be >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_every=", o.checkpoint_every, " must be >= 0"));
   }
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_path.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        o.resume ? "--resume" : "--checkpoint_every",
-        " needs --checkpoint=<path> (the file to ", o.resume ? "read" : "write", ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(o.resume ? "--resume" : "--checkpoint_every",
+                     " needs --checkpoint=<path> (the file to ",
+                     o.resume ? "read" : "write", ")"));
   }
   o.metrics_dir = absl::GetFlag(FLAGS_metrics_dir);
   o.progress = absl::GetFlag(FLAGS_progress);
@@ -148,44 +153,53 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.fault_step = absl::GetFlag(FLAGS_fault_step);
   o.fault = absl::GetFlag(FLAGS_fault);
   if (o.fault != "exit" && o.fault != "kill") {
-    return absl::InvalidArgumentError(absl::StrCat("--fault=", o.fault, " must be exit or kill"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--fault=", o.fault, " must be exit or kill"));
   }
   const double timeout = absl::GetFlag(FLAGS_timeout_s);
   if (!(timeout > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("--timeout_s=", timeout, " must be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout_s=", timeout, " must be positive"));
   }
   o.timeout = absl::Seconds(timeout);
   if (o.batch_size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--batch_size=", o.batch_size, " must be at least 1 (samples per worker per step)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--batch_size=", o.batch_size,
+                     " must be at least 1 (samples per worker per step)"));
   }
   if (o.epochs < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--epochs=", o.epochs, " must be at least 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--epochs=", o.epochs, " must be at least 1"));
   }
   if (o.max_steps < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--max_steps=", o.max_steps, " must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_steps=", o.max_steps, " must be >= 0"));
   }
   if (!(o.bucket_mb >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("--bucket_mb=", o.bucket_mb, " must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--bucket_mb=", o.bucket_mb, " must be >= 0"));
   }
   return o;
 }
 
 absl::StatusOr<MlpOptions> MlpOptionsFromFlags() {
   MlpOptions options;
-  ASSIGN_OR_RETURN(options.widths, ParseLayerWidths(absl::GetFlag(FLAGS_layers)));
+  ASSIGN_OR_RETURN(options.widths,
+                   ParseLayerWidths(absl::GetFlag(FLAGS_layers)));
   return options;
 }
 
 bool IsSyntheticModelFlag() { return absl::GetFlag(FLAGS_model) != "mlp"; }
 
-absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(const DatasetPair& data) {
+absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(
+    const DatasetPair& data) {
   const std::string model = absl::GetFlag(FLAGS_model);
   const double compute_ms = absl::GetFlag(FLAGS_compute_ms);
   if (model == "mlp") {
     if (compute_ms != 0) {
       return absl::InvalidArgumentError(
-          "--compute_ms applies to the synthetic models (--model=resnet50|vgg16|"
+          "--compute_ms applies to the synthetic models "
+          "(--model=resnet50|vgg16|"
           "bert-base|custom); the MLP computes for real");
     }
     ASSIGN_OR_RETURN(MlpOptions mlp, MlpOptionsFromFlags());
@@ -200,8 +214,10 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(const DatasetPair& d
   // data set has.
   options.input_dim = data.train.feature_dim;
   options.num_classes = data.train.num_classes;
-  absl::StatusOr<std::unique_ptr<Model>> created = CreateSyntheticModel(options);
-  if (!created.ok()) return Annotate(created.status(), absl::StrCat("--model=", model));
+  absl::StatusOr<std::unique_ptr<Model>> created =
+      CreateSyntheticModel(options);
+  if (!created.ok())
+    return Annotate(created.status(), absl::StrCat("--model=", model));
   return created;
 }
 
@@ -211,7 +227,8 @@ absl::StatusOr<DatasetPair> LoadDatasetFromFlags() {
     SyntheticOptions options;
     options.train_size = absl::GetFlag(FLAGS_synthetic_size);
     options.test_size = std::max<int64_t>(1, options.train_size / 4);
-    ASSIGN_OR_RETURN(std::vector<int> widths, ParseLayerWidths(absl::GetFlag(FLAGS_layers)));
+    ASSIGN_OR_RETURN(std::vector<int> widths,
+                     ParseLayerWidths(absl::GetFlag(FLAGS_layers)));
     options.feature_dim = widths.front();
     options.num_classes = widths.back();
     options.seed = absl::GetFlag(FLAGS_seed);
@@ -221,10 +238,12 @@ absl::StatusOr<DatasetPair> LoadDatasetFromFlags() {
     return LoadMnistFormat(absl::GetFlag(FLAGS_data_dir));
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown --data=", data, "; choose fashion-mnist (IDX files in --data_dir) or synthetic"));
+      "unknown --data=", data,
+      "; choose fashion-mnist (IDX files in --data_dir) or synthetic"));
 }
 
-absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank, int local_world) {
+absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank,
+                                                     int local_world) {
   DeviceOptions options;
   ASSIGN_OR_RETURN(options.type, ParseDeviceType(absl::GetFlag(FLAGS_device)));
   options.gpu_index = local_rank;
@@ -240,7 +259,8 @@ absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank, int local_w
   }
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--threads=", threads, " must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threads=", threads, " must be >= 0"));
   }
   if (threads == 0) {
     // Oversubscribing the cores with BLAS threads of several workers is the

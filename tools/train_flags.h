@@ -27,13 +27,15 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags();
 absl::StatusOr<MlpOptions> MlpOptionsFromFlags();
 // The model --model names: the MLP of --layers, or a synthetic model
 // (synthetic_model.h) shaped to accept `data`'s samples.
-absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(const DatasetPair& data);
+absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(
+    const DatasetPair& data);
 // True when --model names a synthetic model (no real predictions, so no
 // evaluation).
 bool IsSyntheticModelFlag();
 absl::StatusOr<DatasetPair> LoadDatasetFromFlags();
 // --device, --threads and (CUDA) --gpus for the process with `local_rank` of
 // the `local_world` on this machine.
-absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank, int local_world);
+absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank,
+                                                     int local_world);
 
 }  // namespace gradsync

@@ -10,7 +10,8 @@
 
 namespace gradsync {
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::string& text) {
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -25,7 +26,8 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
       const std::string error = std::strerror(errno);
       close(fd);
       unlink(tmp.c_str());
-      return absl::ResourceExhaustedError(absl::StrCat("writing ", tmp, ": ", error));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("writing ", tmp, ": ", error));
     }
     done += n;
   }

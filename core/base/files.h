@@ -11,6 +11,7 @@ namespace gradsync {
 // flushed to disk, then renamed over `path`), so that a reader, or a run that
 // resumes after a crash, never sees half a file. On failure nothing is left
 // behind and `path` keeps what it held.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& text);
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::string& text);
 
 }  // namespace gradsync

@@ -1,5 +1,5 @@
-// A thin logger (Debian's Abseil 20220623 has no absl/log): timestamped lines on
-// stderr, tagged with the process's role and rank once they are known.
+// A thin logger (Debian's Abseil 20220623 has no absl/log): timestamped lines
+// on stderr, tagged with the process's role and rank once they are known.
 //
 //   GS_LOG(INFO) << "joined " << n << " peers";
 //   GS_LOG(FATAL) << "...";   // logs, then aborts
@@ -10,11 +10,18 @@
 
 namespace gradsync {
 
-enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3, kFatal = 4 };
+enum class LogLevel {
+  kDebug = 0,
+  kInfo = 1,
+  kWarning = 2,
+  kError = 3,
+  kFatal = 4
+};
 
 // Sets the tag printed on every line ("worker 3", "server 0", "launch").
 void SetLogTag(const std::string& tag);
-// Lines below `level` are dropped (default: kInfo; GRADSYNC_LOG_LEVEL=debug lowers it).
+// Lines below `level` are dropped (default: kInfo; GRADSYNC_LOG_LEVEL=debug
+// lowers it).
 void SetMinLogLevel(LogLevel level);
 LogLevel MinLogLevel();
 
@@ -37,9 +44,9 @@ class LogMessage {
 #define GS_LOG_LEVEL_ERROR ::gradsync::LogLevel::kError
 #define GS_LOG_LEVEL_FATAL ::gradsync::LogLevel::kFatal
 
-#define GS_LOG(level)                                                   \
-  if (GS_LOG_LEVEL_##level < ::gradsync::MinLogLevel()) {               \
-  } else                                                                \
+#define GS_LOG(level)                                     \
+  if (GS_LOG_LEVEL_##level < ::gradsync::MinLogLevel()) { \
+  } else                                                  \
     ::gradsync::LogMessage(GS_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
 
 #define GS_CHECK(cond) \

@@ -12,7 +12,8 @@ namespace gradsync {
 void KeepFreedMemoryForReuse() {
 #if defined(__GLIBC__)
   const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) {
+  if (tunables != nullptr &&
+      std::strstr(tunables, "glibc.malloc.") != nullptr) {
     return;
   }
   // 32 MiB is the largest mmap threshold glibc accepts on 64-bit; setting

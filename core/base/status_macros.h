@@ -1,5 +1,5 @@
-// Early-return helpers for absl::Status / absl::StatusOr: every fallible call is
-// checked, and the error travels up with the context each layer adds.
+// Early-return helpers for absl::Status / absl::StatusOr: every fallible call
+// is checked, and the error travels up with the context each layer adds.
 #pragma once
 
 #include <utility>
@@ -12,10 +12,10 @@
 #define GS_CONCAT(a, b) GS_CONCAT_INNER(a, b)
 
 // RETURN_IF_ERROR(expr): returns the status of `expr` if it is not OK.
-#define RETURN_IF_ERROR(expr)                                   \
-  do {                                                          \
-    ::absl::Status gs_status_ = (expr);                         \
-    if (!gs_status_.ok()) return gs_status_;                    \
+#define RETURN_IF_ERROR(expr)                \
+  do {                                       \
+    ::absl::Status gs_status_ = (expr);      \
+    if (!gs_status_.ok()) return gs_status_; \
   } while (0)
 
 // ASSIGN_OR_RETURN(lhs, expr): unwraps a StatusOr or returns its error.

@@ -24,9 +24,9 @@ absl::Status ReadInt(const char* name, int* out, bool* found) {
   if (value == nullptr) return absl::OkStatus();
   int parsed = 0;
   if (!absl::SimpleAtoi(value, &parsed) || parsed < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "environment variable ", name, "='", value,
-        "' is not a non-negative integer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment variable ", name, "='", value,
+                     "' is not a non-negative integer"));
   }
   *out = parsed;
   return absl::OkStatus();
@@ -67,9 +67,9 @@ absl::StatusOr<ClusterEnv> ClusterEnvFromEnvironment() {
     bool has_size = false;
     RETURN_IF_ERROR(ReadInt(family.size, &env.world_size, &has_size));
     if (!has_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          family.rank, " is set but ", family.size,
-          " is not; set both (the number of workers)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(family.rank, " is set but ", family.size,
+                       " is not; set both (the number of workers)"));
     }
     RETURN_IF_ERROR(ReadInt(family.local_rank, &env.local_rank, nullptr));
     env.source = family.source;
@@ -111,14 +111,14 @@ absl::StatusOr<ClusterEnv> ClusterEnvFromEnvironment() {
         "the world size (WORLD_SIZE or equivalent) must be at least 1");
   }
   if (env.role == Role::kWorker && env.rank >= env.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", env.rank, " is outside the world of ", env.world_size,
-        " workers (", env.source, " variables)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", env.rank, " is outside the world of ",
+                     env.world_size, " workers (", env.source, " variables)"));
   }
   if (env.role == Role::kServer && env.rank >= env.num_servers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GRADSYNC_SERVER_RANK=", env.rank, " but GRADSYNC_NUM_SERVERS=",
-        env.num_servers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GRADSYNC_SERVER_RANK=", env.rank,
+                     " but GRADSYNC_NUM_SERVERS=", env.num_servers));
   }
   if (env.master_port < 1 || env.master_port > 65535) {
     return absl::InvalidArgumentError(

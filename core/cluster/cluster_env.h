@@ -17,7 +17,8 @@ namespace gradsync {
 struct ClusterEnv : ProcessIdentity {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string source = "default";  // "gradsync", "torchrun", "slurm", "openmpi", "default"
+  std::string source =
+      "default";  // "gradsync", "torchrun", "slurm", "openmpi", "default"
 
   // "worker 2/4 (torchrun)".
   std::string Describe() const;

@@ -15,10 +15,11 @@ class ClusterEnvTest : public ::testing::Test {
   void SetUp() override {
     for (const char* name :
          {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-          "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK",
-          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "GRADSYNC_ROLE",
-          "GRADSYNC_SERVER_RANK", "GRADSYNC_NUM_SERVERS", "GRADSYNC_JOB_ID",
-          "GRADSYNC_LAUNCHER", "GRADSYNC_ADVERTISE_HOST", "LOCAL_WORLD_SIZE"}) {
+          "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+          "OMPI_COMM_WORLD_LOCAL_RANK", "GRADSYNC_ROLE", "GRADSYNC_SERVER_RANK",
+          "GRADSYNC_NUM_SERVERS", "GRADSYNC_JOB_ID", "GRADSYNC_LAUNCHER",
+          "GRADSYNC_ADVERTISE_HOST", "LOCAL_WORLD_SIZE"}) {
       unsetenv(name);
     }
   }
@@ -83,18 +84,21 @@ TEST_F(ClusterEnvTest, InconsistentValuesNameTheVariable) {
   setenv("WORLD_SIZE", "4", 1);
   auto env = ClusterEnvFromEnvironment();
   ASSERT_FALSE(env.ok());
-  EXPECT_THAT(std::string(env.status().message()), HasSubstr("rank 4 is outside the world of 4"));
+  EXPECT_THAT(std::string(env.status().message()),
+              HasSubstr("rank 4 is outside the world of 4"));
   setenv("RANK", "x", 1);
   env = ClusterEnvFromEnvironment();
   EXPECT_THAT(std::string(env.status().message()), HasSubstr("RANK='x'"));
   unsetenv("WORLD_SIZE");
   setenv("RANK", "0", 1);
   env = ClusterEnvFromEnvironment();
-  EXPECT_THAT(std::string(env.status().message()), HasSubstr("WORLD_SIZE is not"));
+  EXPECT_THAT(std::string(env.status().message()),
+              HasSubstr("WORLD_SIZE is not"));
   setenv("WORLD_SIZE", "1", 1);
   setenv("GRADSYNC_ROLE", "server", 1);
   env = ClusterEnvFromEnvironment();
-  EXPECT_THAT(std::string(env.status().message()), HasSubstr("GRADSYNC_SERVER_RANK"));
+  EXPECT_THAT(std::string(env.status().message()),
+              HasSubstr("GRADSYNC_SERVER_RANK"));
 }
 
 }  // namespace

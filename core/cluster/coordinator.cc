@@ -9,18 +9,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
 #include "core/cluster/coordinator_service.h"
 #include "core/cluster/grpc_job_token.h"
 #include "core/cluster/job_token.h"
-#include "core/base/logging.h"
-#include "core/base/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
 
 namespace gradsync {
 namespace {
 
-// Messages carry summaries of whole runs; stay well clear of gRPC's 4 MiB default.
+// Messages carry summaries of whole runs; stay well clear of gRPC's 4 MiB
+// default.
 constexpr int kMaxMessageBytes = 64 << 20;
 // A host that vanishes without closing its connections (power loss, cable,
 // a partition) is noticed by keepalive pings: a ping after 3 s without
@@ -56,11 +57,10 @@ absl::Status FromGrpc(const grpc::Status& status, absl::string_view what) {
   if (status.ok()) return absl::OkStatus();
   const auto code = static_cast<absl::StatusCode>(status.error_code());
   // Some of gRPC's own refusals carry no message; the code then says it.
-  return absl::Status(
-      code, absl::StrCat(what, ": ",
-                         status.error_message().empty()
-                             ? absl::StatusCodeToString(code)
-                             : status.error_message()));
+  return absl::Status(code, absl::StrCat(what, ": ",
+                                         status.error_message().empty()
+                                             ? absl::StatusCodeToString(code)
+                                             : status.error_message()));
 }
 
 std::string Hostname() {
@@ -72,12 +72,13 @@ std::string Hostname() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    const std::string& bind_address, const std::string& job_id,
-    int num_workers, int num_servers, const CoordinatorSecurity& security) {
+    const std::string& bind_address, const std::string& job_id, int num_workers,
+    int num_servers, const CoordinatorSecurity& security) {
   if (num_workers < 1 || num_servers < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "coordinator needs at least one worker and no negative server count; "
-        "got ", num_workers, " workers, ", num_servers, " servers"));
+        "got ",
+        num_workers, " workers, ", num_servers, " servers"));
   }
   if (job_id.size() > CoordinatorService::kMaxJobIdBytes) {
     return absl::InvalidArgumentError(
@@ -91,31 +92,32 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    ServerCredentialsFor(security.tls));
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer);
-  server->service_ = std::make_unique<CoordinatorService>(
-      [&] {
-        CoordinatorServiceOptions options;
-        options.job_id = job_id;
-        options.num_workers = num_workers;
-        options.num_servers = num_servers;
-        options.job_token = security.job_token;
-        return options;
-      }());
+  server->service_ = std::make_unique<CoordinatorService>([&] {
+    CoordinatorServiceOptions options;
+    options.job_id = job_id;
+    options.num_workers = num_workers;
+    options.num_servers = num_servers;
+    options.job_token = security.job_token;
+    return options;
+  }());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(bind_address, credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // Ping idle members too, and let them ping us as often as they do.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             kKeepaliveTimeoutMs);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                             kKeepaliveTimeMs / 2);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      kKeepaliveTimeMs / 2);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "coordinator could not listen on ", bind_address,
-        " (port in use? set MASTER_PORT to a free port)"));
+    return absl::UnavailableError(
+        absl::StrCat("coordinator could not listen on ", bind_address,
+                     " (port in use? set MASTER_PORT to a free port)"));
   }
   const bool loopback = bind_address.rfind("127.", 0) == 0 ||
                         bind_address.rfind("localhost:", 0) == 0 ||
@@ -174,8 +176,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   auto channel = grpc::CreateCustomChannel(
       target, ChannelCredentialsFor(options.security.tls), args);
-  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() +
-                                                    connect_timeout))) {
+  if (!channel->WaitForConnected(
+          absl::ToChronoTime(absl::Now() + connect_timeout))) {
     return absl::DeadlineExceededError(absl::StrCat(
         Name(role, rank), ": no coordinator answered at ", target, " within ",
         absl::FormatDuration(connect_timeout),
@@ -247,7 +249,8 @@ absl::Status CoordinatorClient::WaitedCallStatus(const grpc::Status& status,
     result = absl::Status(
         result.code(),
         absl::StrCat(result.message(), " (no connection to the coordinator at ",
-                     target_, ": worker 0, which hosts it, has stopped or "
+                     target_,
+                     ": worker 0, which hosts it, has stopped or "
                      "cannot be reached)"));
   }
   return result;
@@ -267,9 +270,11 @@ absl::Status CoordinatorClient::StartWatch(absl::Duration timeout) {
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&settled), timeout)) {
     watch_context_->TryCancel();
-    return absl::DeadlineExceededError(absl::StrCat(
-        self(), ": the coordinator at ", target_, " did not register its "
-        "watch within ", absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(
+        absl::StrCat(self(), ": the coordinator at ", target_,
+                     " did not register its "
+                     "watch within ",
+                     absl::FormatDuration(timeout)));
   }
   if (!watch_registered_) return watch_error_;
   return absl::OkStatus();
@@ -345,9 +350,9 @@ void CoordinatorClient::OnLoss(const absl::Status& loss) {
   // in its message (ExplainFailure, the listeners); the exit only catches a
   // process that would otherwise wait out a timeout.
   mu_.Lock();
-  const bool stays = !options_.exit_when_member_lost ||
-                     mu_.AwaitWithTimeout(absl::Condition(&leaving_),
-                                          options_.grace);
+  const bool stays =
+      !options_.exit_when_member_lost ||
+      mu_.AwaitWithTimeout(absl::Condition(&leaving_), options_.grace);
   mu_.Unlock();
   if (stays) return;
   GS_LOG(ERROR) << self() << ": ending this process (exit code 1) because "
@@ -434,9 +439,10 @@ absl::Status CoordinatorClient::ExplainFailure(const absl::Status& symptom,
   };
   mu_.AwaitWithTimeout(absl::Condition(&settled), wait);
   // A symptom a loss listener made already names the cause.
-  if (lost_.ok() || absl::StrContains(symptom.message(), lost_.message())) return symptom;
-  return absl::Status(symptom.code(),
-                      absl::StrCat(lost_.message(), "; so ", symptom.message()));
+  if (lost_.ok() || absl::StrContains(symptom.message(), lost_.message()))
+    return symptom;
+  return absl::Status(symptom.code(), absl::StrCat(lost_.message(), "; so ",
+                                                   symptom.message()));
 }
 
 absl::StatusOr<std::vector<Member>> CoordinatorClient::Join(
@@ -452,13 +458,13 @@ absl::StatusOr<std::vector<Member>> CoordinatorClient::Join(
   proto::JoinResponse response;
   grpc::ClientContext context;
   PrepareWaitingCall(context, timeout);
-  RETURN_IF_ERROR(WaitedCallStatus(
-      stub_->stub_->Join(&context, request, &response),
-      absl::StrCat(self(), " joining job at ", target_)));
+  RETURN_IF_ERROR(
+      WaitedCallStatus(stub_->stub_->Join(&context, request, &response),
+                       absl::StrCat(self(), " joining job at ", target_)));
   std::vector<Member> members;
   for (const auto& info : response.members()) {
-    members.push_back(
-        Member{FromProto(info.role()), info.rank(), info.address(), info.host()});
+    members.push_back(Member{FromProto(info.role()), info.rank(),
+                             info.address(), info.host()});
   }
   return members;
 }
@@ -474,9 +480,8 @@ absl::Status CoordinatorClient::Barrier(const std::string& name,
   proto::BarrierResponse response;
   grpc::ClientContext context;
   PrepareWaitingCall(context, timeout);
-  return WaitedCallStatus(
-      stub_->stub_->Barrier(&context, request, &response),
-      absl::StrCat(self(), " in barrier '", name, "'"));
+  return WaitedCallStatus(stub_->stub_->Barrier(&context, request, &response),
+                          absl::StrCat(self(), " in barrier '", name, "'"));
 }
 
 absl::Status CoordinatorClient::Set(const std::string& key,
@@ -488,9 +493,8 @@ absl::Status CoordinatorClient::Set(const std::string& key,
   proto::SetResponse response;
   grpc::ClientContext context;
   PrepareWaitingCall(context, absl::Seconds(30));
-  return WaitedCallStatus(
-      stub_->stub_->Set(&context, request, &response),
-      absl::StrCat(self(), " setting key '", key, "'"));
+  return WaitedCallStatus(stub_->stub_->Set(&context, request, &response),
+                          absl::StrCat(self(), " setting key '", key, "'"));
 }
 
 absl::StatusOr<std::string> CoordinatorClient::Get(const std::string& key,
@@ -502,9 +506,9 @@ absl::StatusOr<std::string> CoordinatorClient::Get(const std::string& key,
   proto::GetResponse response;
   grpc::ClientContext context;
   PrepareWaitingCall(context, timeout);
-  RETURN_IF_ERROR(WaitedCallStatus(
-      stub_->stub_->Get(&context, request, &response),
-      absl::StrCat(self(), " getting key '", key, "'")));
+  RETURN_IF_ERROR(
+      WaitedCallStatus(stub_->stub_->Get(&context, request, &response),
+                       absl::StrCat(self(), " getting key '", key, "'")));
   return response.value();
 }
 

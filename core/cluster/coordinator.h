@@ -133,7 +133,9 @@ class CoordinatorClient final : public Rendezvous {
   // member lost ("the job lost worker 2 (127.0.0.1:40011 on host a): ...").
   absl::Status lost() const override;
   // Whether lost() is no longer OK; lock-free, for polling loops.
-  bool has_lost() const override { return has_lost_.load(std::memory_order_acquire); }
+  bool has_lost() const override {
+    return has_lost_.load(std::memory_order_acquire);
+  }
   // Calls `listener` with the loss (the status lost() returns) once the job
   // loses a member, or at once if it already has: exactly once, from the
   // thread that watches the job, before the grace period starts. A strategy
@@ -191,7 +193,7 @@ class CoordinatorClient final : public Rendezvous {
   std::thread watch_thread_;
   bool watch_started_ ABSL_GUARDED_BY(mu_) = false;
   bool watch_registered_ ABSL_GUARDED_BY(mu_) = false;
-  bool watch_over_ ABSL_GUARDED_BY(mu_) = false;  // the stream has ended
+  bool watch_over_ ABSL_GUARDED_BY(mu_) = false;   // the stream has ended
   absl::Status watch_error_ ABSL_GUARDED_BY(mu_);  // before registration
   bool job_ended_ ABSL_GUARDED_BY(mu_) = false;
   bool leaving_ ABSL_GUARDED_BY(mu_) = false;

@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "core/cluster/grpc_job_token.h"
 #include "core/base/logging.h"
+#include "core/cluster/grpc_job_token.h"
 
 #define RETURN_GRPC_IF_ERROR(expr)                     \
   do {                                                 \
@@ -37,10 +37,10 @@ std::string Shown(absl::string_view text) {
 }
 
 grpc::Status TooLong(absl::string_view what, size_t size, size_t limit) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                      absl::StrCat(what, " has ", size,
-                                   " bytes; the coordinator accepts at most ",
-                                   limit));
+  return grpc::Status(
+      grpc::StatusCode::INVALID_ARGUMENT,
+      absl::StrCat(what, " has ", size,
+                   " bytes; the coordinator accepts at most ", limit));
 }
 
 }  // namespace
@@ -58,8 +58,8 @@ std::string CoordinatorService::Loss::Describe() const {
 CoordinatorService::CoordinatorService(CoordinatorServiceOptions options)
     : options_(std::move(options)) {}
 
-grpc::Status CoordinatorService::CheckCall(const grpc::ServerContextBase& context,
-                                           const proto::Sender& sender) const {
+grpc::Status CoordinatorService::CheckCall(
+    const grpc::ServerContextBase& context, const proto::Sender& sender) const {
   RETURN_GRPC_IF_ERROR(CheckJobToken(context, options_.job_token,
                                      "coordinator of job " + options_.job_id));
   if (sender.job_id() != options_.job_id) {
@@ -126,8 +126,8 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
         grpc::StatusCode::ALREADY_EXISTS,
         absl::StrCat(Name(role, rank), " joined twice (first from ",
                      Shown(it->second.host), " ", Shown(it->second.address),
-                     ", now from ",
-                     Shown(request->host()), " ", Shown(request->address()),
+                     ", now from ", Shown(request->host()), " ",
+                     Shown(request->address()),
                      "); two processes were given the same rank"));
   }
   members_[key] = Member{role, rank, request->address(), request->host()};
@@ -136,8 +136,7 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
       context, request->timeout_ms(),
       [&] { return members_.size() == expected; },
       [&] {
-        return absl::StrCat("waiting for ", MissingMembersLocked(),
-                            " to join");
+        return absl::StrCat("waiting for ", MissingMembersLocked(), " to join");
       }));
   for (const auto& entry : members_) {
     proto::MemberInfo* info = response->add_members();
@@ -167,11 +166,11 @@ grpc::Status CoordinatorService::Barrier(grpc::ServerContext* context,
   absl::MutexLock lock(&mu_);
   if (barriers_.size() >= options_.max_barriers &&
       !barriers_.count(request->name())) {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat("the job already used ",
-                                     options_.max_barriers,
-                                     " barriers; refusing barrier '",
-                                     Shown(request->name()), "'"));
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("the job already used ", options_.max_barriers,
+                     " barriers; refusing barrier '", Shown(request->name()),
+                     "'"));
   }
   auto& arrived = barriers_[request->name()];
   arrived.insert({role, request->sender().rank()});
@@ -197,23 +196,24 @@ grpc::Status CoordinatorService::Set(grpc::ServerContext* context,
   absl::MutexLock lock(&mu_);
   auto it = store_.find(request->key());
   const int64_t old_bytes =
-      it == store_.end() ? 0 : static_cast<int64_t>(it->first.size() +
-                                                    it->second.size());
+      it == store_.end()
+          ? 0
+          : static_cast<int64_t>(it->first.size() + it->second.size());
   const int64_t new_bytes =
       static_cast<int64_t>(request->key().size() + request->value().size());
   if (it == store_.end() && store_.size() >= options_.max_store_keys) {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat("the store already holds ",
-                                     options_.max_store_keys,
-                                     " keys; refusing key '",
-                                     Shown(request->key()), "'"));
-  }
-  if (store_bytes_ - old_bytes + new_bytes > options_.max_store_bytes) {
     return grpc::Status(
         grpc::StatusCode::RESOURCE_EXHAUSTED,
-        absl::StrCat("setting key '", Shown(request->key()), "' (",
-                     request->value().size(), " bytes) would take the store "
-                     "past its ", options_.max_store_bytes, " bytes"));
+        absl::StrCat("the store already holds ", options_.max_store_keys,
+                     " keys; refusing key '", Shown(request->key()), "'"));
+  }
+  if (store_bytes_ - old_bytes + new_bytes > options_.max_store_bytes) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("setting key '", Shown(request->key()),
+                                     "' (", request->value().size(),
+                                     " bytes) would take the store "
+                                     "past its ",
+                                     options_.max_store_bytes, " bytes"));
   }
   store_bytes_ += new_bytes - old_bytes;
   store_[request->key()] = request->value();
@@ -363,16 +363,16 @@ grpc::ServerWriteReactor<proto::WatchEvent>* CoordinatorService::Watch(
   const std::string peer = context->peer();
   absl::MutexLock lock(&mu_);
   if (shutting_down_) {
-    return new job_token_internal::RefusedWrite<proto::WatchEvent>(
-        grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                     "the coordinator is shutting down"));
+    return new job_token_internal::RefusedWrite<proto::WatchEvent>(grpc::Status(
+        grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down"));
   }
   auto it = watching_.find(key);
   if (it != watching_.end()) {
     return new job_token_internal::RefusedWrite<proto::WatchEvent>(grpc::Status(
         grpc::StatusCode::ALREADY_EXISTS,
         absl::StrCat(Name(key.first, key.second), " is already watched; now ",
-                     peer, " claims that rank too: two processes were given "
+                     peer,
+                     " claims that rank too: two processes were given "
                      "the same rank")));
   }
   // A process that claims the rank of one that has left: its Join says
@@ -441,11 +441,11 @@ void CoordinatorService::AwaitProbeAnswers(absl::Duration timeout) {
   }
   for (const MemberKey& key : silent) {
     RecordLossLocked(
-        key, absl::StrCat("it did not answer within ",
-                          absl::FormatDuration(timeout),
-                          " while the coordinator was shutting down, its "
-                          "watch still open: it hangs, or its connection is "
-                          "dead without having been closed"));
+        key,
+        absl::StrCat("it did not answer within ", absl::FormatDuration(timeout),
+                     " while the coordinator was shutting down, its "
+                     "watch still open: it hangs, or its connection is "
+                     "dead without having been closed"));
   }
 }
 
@@ -512,16 +512,16 @@ grpc::Status CoordinatorService::WaitLocked(grpc::ServerContext* context,
                                        " (while ", describe(), ")"));
     }
     if (shutting_down_) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          absl::StrCat("the coordinator is shutting down (while ",
-                                       describe(), ")"));
+      return grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("the coordinator is shutting down (while ", describe(),
+                       ")"));
     }
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return grpc::Status(
-          grpc::StatusCode::DEADLINE_EXCEEDED,
-          absl::StrCat("timed out after ", timeout_ms / 1000.0, " s ",
-                       describe()));
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          absl::StrCat("timed out after ", timeout_ms / 1000.0,
+                                       " s ", describe()));
     }
     if (context->IsCancelled()) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");

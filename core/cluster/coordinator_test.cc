@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/launch/launcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/launch/launcher.h"
 
 namespace gradsync {
 namespace {
@@ -18,14 +18,16 @@ using ::testing::HasSubstr;
 class CoordinatorTest : public ::testing::Test {
  protected:
   void StartServer(int workers, int servers) {
-    auto server = CoordinatorServer::Start("127.0.0.1:0", "job-a", workers, servers);
+    auto server =
+        CoordinatorServer::Start("127.0.0.1:0", "job-a", workers, servers);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
   }
   std::unique_ptr<CoordinatorClient> Client(Role role, int rank,
                                             const std::string& job = "job-a") {
-    auto client = CoordinatorClient::Connect(absl::StrCat("127.0.0.1:", server_->port()),
-                                             job, role, rank, absl::Seconds(10));
+    auto client =
+        CoordinatorClient::Connect(absl::StrCat("127.0.0.1:", server_->port()),
+                                   job, role, rank, absl::Seconds(10));
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? std::move(*client) : nullptr;
   }
@@ -41,7 +43,8 @@ TEST_F(CoordinatorTest, JoinReturnsEveryMemberOnceAllHaveJoined) {
       const Role role = i < 3 ? Role::kWorker : Role::kServer;
       const int rank = i < 3 ? i : i - 3;
       auto client = Client(role, rank);
-      auto members = client->Join(absl::StrCat("10.0.0.", i, ":1"), absl::Seconds(20));
+      auto members =
+          client->Join(absl::StrCat("10.0.0.", i, ":1"), absl::Seconds(20));
       ASSERT_TRUE(members.ok()) << members.status();
       rosters[i] = *members;
     });
@@ -71,11 +74,16 @@ TEST_F(CoordinatorTest, JoinTimeoutNamesTheMissingMembers) {
 TEST_F(CoordinatorTest, SameRankTwiceIsRefused) {
   StartServer(2, 0);
   // The first join registers worker 1, then times out waiting for worker 0.
-  EXPECT_EQ(Client(Role::kWorker, 1)->Join("a:1", absl::Milliseconds(200)).status().code(),
+  EXPECT_EQ(Client(Role::kWorker, 1)
+                ->Join("a:1", absl::Milliseconds(200))
+                .status()
+                .code(),
             absl::StatusCode::kDeadlineExceeded);
-  absl::Status status = Client(Role::kWorker, 1)->Join("b:2", absl::Seconds(5)).status();
+  absl::Status status =
+      Client(Role::kWorker, 1)->Join("b:2", absl::Seconds(5)).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists) << status;
-  EXPECT_THAT(std::string(status.message()), HasSubstr("worker 1 joined twice"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("worker 1 joined twice"));
   EXPECT_THAT(std::string(status.message()), HasSubstr("a:1"));
 }
 
@@ -85,17 +93,20 @@ TEST_F(CoordinatorTest, BarrierReleasesEveryoneAndTimesOutNamingMissing) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
-      results[r] = Client(Role::kWorker, r)->Barrier("b1", BarrierGroup::kWorkers,
-                                                     absl::Seconds(20));
+      results[r] =
+          Client(Role::kWorker, r)
+              ->Barrier("b1", BarrierGroup::kWorkers, absl::Seconds(20));
     });
   }
   for (auto& t : threads) t.join();
   for (const auto& s : results) EXPECT_TRUE(s.ok()) << s;
 
-  absl::Status lonely = Client(Role::kWorker, 2)->Barrier(
-      "b2", BarrierGroup::kWorkers, absl::Milliseconds(300));
+  absl::Status lonely =
+      Client(Role::kWorker, 2)
+          ->Barrier("b2", BarrierGroup::kWorkers, absl::Milliseconds(300));
   EXPECT_EQ(lonely.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(std::string(lonely.message()), HasSubstr("barrier 'b2' waiting for worker 0, worker 1"));
+  EXPECT_THAT(std::string(lonely.message()),
+              HasSubstr("barrier 'b2' waiting for worker 0, worker 1"));
 }
 
 TEST_F(CoordinatorTest, GetWaitsForSetAndTimesOutNamingTheKey) {
@@ -107,13 +118,16 @@ TEST_F(CoordinatorTest, GetWaitsForSetAndTimesOutNamingTheKey) {
     ASSERT_TRUE(got.ok()) << got.status();
     value = *got;
   });
-  ASSERT_TRUE(Client(Role::kWorker, 0)->Set("nccl/unique_id", std::string("\0\1\2", 3)).ok());
+  ASSERT_TRUE(Client(Role::kWorker, 0)
+                  ->Set("nccl/unique_id", std::string("\0\1\2", 3))
+                  .ok());
   t.join();
   EXPECT_EQ(value, std::string("\0\1\2", 3));
 
   auto missing = reader->Get("never", absl::Milliseconds(300));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("key 'never'"));
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr("key 'never'"));
 }
 
 TEST_F(CoordinatorTest, StrangersAreRefused) {
@@ -165,8 +179,8 @@ TEST(CoordinatorClientTest, CallsWaitForTheCoordinatorUntilTheirDeadline) {
 }
 
 TEST(CoordinatorClientTest, NoCoordinatorIsADeadlineNamingTheAddress) {
-  auto client = CoordinatorClient::Connect("127.0.0.1:1", "job", Role::kWorker, 3,
-                                           absl::Milliseconds(300));
+  auto client = CoordinatorClient::Connect("127.0.0.1:1", "job", Role::kWorker,
+                                           3, absl::Milliseconds(300));
   ASSERT_FALSE(client.ok());
   EXPECT_THAT(std::string(client.status().message()), HasSubstr("127.0.0.1:1"));
   EXPECT_THAT(std::string(client.status().message()), HasSubstr("worker 3"));

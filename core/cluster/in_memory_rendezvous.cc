@@ -61,10 +61,8 @@ absl::Status InMemoryRendezvous::Barrier(const std::string& name,
   absl::MutexLock lock(&job_->mu_);
   int& arrived = job_->barriers_[name];
   ++arrived;
-  auto open = [&arrived, size, this]()
-                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_->mu_) {
-                    return arrived >= size || !job_->lost_.ok();
-                  };
+  auto open = [&arrived, size, this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                  job_->mu_) { return arrived >= size || !job_->lost_.ok(); };
   if (!job_->mu_.AwaitWithTimeout(absl::Condition(&open), timeout)) {
     return absl::DeadlineExceededError(absl::StrCat(
         self(), " waited ", absl::FormatDuration(timeout), " at barrier '",

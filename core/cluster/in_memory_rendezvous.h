@@ -2,8 +2,9 @@
 // ring, the parameter-server client and the trainer run a whole job without
 // starting a gRPC coordinator.
 //
-//   auto job = std::make_shared<InMemoryJob>(/*num_workers=*/4, /*num_servers=*/0);
-//   InMemoryRendezvous worker0(job, Role::kWorker, 0);  // one per rank
+//   auto job = std::make_shared<InMemoryJob>(/*num_workers=*/4,
+//   /*num_servers=*/0); InMemoryRendezvous worker0(job, Role::kWorker, 0);  //
+//   one per rank
 //
 // The job is the shared store; each rank holds its own handle, which says who
 // it is in errors. Tests make the job lose a member with InMemoryJob::Lose:

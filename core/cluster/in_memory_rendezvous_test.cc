@@ -49,10 +49,10 @@ TEST(InMemoryRendezvousTest, CollectivesGiveEveryRankTheRightValues) {
     InMemoryRendezvous self(job, Role::kWorker, rank);
     const std::string mine = absl::StrCat("v", rank);
     all[rank] = *self.AllGather("all", rank, n, mine, absl::Seconds(30));
-    gathered[rank] = *self.Gather("gather", rank, n, /*root=*/2, mine,
-                                  absl::Seconds(30));
-    broadcast[rank] = *self.Broadcast("b", rank, /*root=*/1, mine,
-                                      absl::Seconds(30));
+    gathered[rank] =
+        *self.Gather("gather", rank, n, /*root=*/2, mine, absl::Seconds(30));
+    broadcast[rank] =
+        *self.Broadcast("b", rank, /*root=*/1, mine, absl::Seconds(30));
     EXPECT_TRUE(
         self.Barrier("end", BarrierGroup::kWorkers, absl::Seconds(30)).ok());
   });

@@ -51,7 +51,7 @@ struct ProcessIdentity {
   int rank = 0;        // worker rank, or server index for a server
   int world_size = 1;  // number of workers (torchrun's name)
   int num_servers = 0;
-  int local_rank = 0;  // among this job's processes on this host
+  int local_rank = 0;        // among this job's processes on this host
   int local_world_size = 1;  // this job's processes on this host; 1 if unknown
   std::string job_id = "gradsync";
   // The address peers use to reach this process.
@@ -65,7 +65,8 @@ class Rendezvous {
   // "worker 3": who this handle speaks for, for error messages.
   virtual std::string self() const = 0;
 
-  virtual absl::Status Set(const std::string& key, const std::string& value) = 0;
+  virtual absl::Status Set(const std::string& key,
+                           const std::string& value) = 0;
   // Waits up to `timeout` for `key` to be set.
   virtual absl::StatusOr<std::string> Get(const std::string& key,
                                           absl::Duration timeout) = 0;

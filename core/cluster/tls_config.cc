@@ -16,9 +16,8 @@ absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
   if (path.empty()) return std::string();
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat("--", flag, "=", path,
-                                            ": cannot read it: ",
-                                            std::strerror(errno)));
+    return absl::NotFoundError(absl::StrCat(
+        "--", flag, "=", path, ": cannot read it: ", std::strerror(errno)));
   }
   std::stringstream text;
   text << in.rdbuf();

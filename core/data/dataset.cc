@@ -13,8 +13,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/data/idx_reader.h"
 #include "core/base/status_macros.h"
+#include "core/data/idx_reader.h"
 
 namespace gradsync {
 namespace {

@@ -16,10 +16,12 @@ struct Dataset {
   int64_t size = 0;
   int feature_dim = 0;
   int num_classes = 0;
-  std::vector<float> features;   // size × feature_dim
-  std::vector<int32_t> labels;   // size
+  std::vector<float> features;  // size × feature_dim
+  std::vector<int32_t> labels;  // size
 
-  const float* row(int64_t i) const { return features.data() + i * feature_dim; }
+  const float* row(int64_t i) const {
+    return features.data() + i * feature_dim;
+  }
 };
 
 struct DatasetPair {

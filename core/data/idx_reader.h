@@ -11,8 +11,8 @@
 namespace gradsync {
 
 struct IdxArray {
-  std::vector<int64_t> dims;   // e.g. {60000, 28, 28}
-  std::vector<uint8_t> data;   // unsigned bytes (type 0x08), row-major
+  std::vector<int64_t> dims;  // e.g. {60000, 28, 28}
+  std::vector<uint8_t> data;  // unsigned bytes (type 0x08), row-major
 };
 
 // Reads `path`; gzip is detected by its magic bytes, not the file name.

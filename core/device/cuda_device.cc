@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/base/logging.h"
 #include "core/device/cuda_kernels.h"
 #include "core/device/gpu_selection.h"
-#include "core/base/logging.h"
 
 namespace gradsync {
 namespace {

@@ -35,8 +35,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/device/device.h"
 #include "core/base/status_macros.h"
+#include "core/device/device.h"
 
 namespace gradsync {
 

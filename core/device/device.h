@@ -1,12 +1,12 @@
-// The device abstraction: memory and the handful of kernels a model, its loss and
-// its optimizer need. The CPU backend (cpu_device.cc) uses OpenBLAS for matrix
-// products; a CUDA backend (cuda_device.cc, --config=cuda) implements the same
-// interface with cuBLAS and kernels of its own, so models and optimizers are
-// written once.
+// The device abstraction: memory and the handful of kernels a model, its loss
+// and its optimizer need. The CPU backend (cpu_device.cc) uses OpenBLAS for
+// matrix products; a CUDA backend (cuda_device.cc, --config=cuda) implements
+// the same interface with cuBLAS and kernels of its own, so models and
+// optimizers are written once.
 //
 // All pointers passed to the math functions are device memory obtained from
-// Allocate(). Work may be queued (asynchronous on CUDA); Synchronize() waits for
-// it. Matrices are row-major.
+// Allocate(). Work may be queued (asynchronous on CUDA); Synchronize() waits
+// for it. Matrices are row-major.
 #pragma once
 
 #include <cstddef>
@@ -48,7 +48,8 @@ class Device {
   }
 
   // Host <-> device copies (byte counts). CopyToHost is complete on return.
-  virtual absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status CopyToDevice(void* dst, const void* src,
+                                    size_t bytes) = 0;
   virtual absl::Status CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyOnDevice(float* dst, const float* src, int64_t count) = 0;
   // Waits for all queued work.
@@ -92,16 +93,17 @@ class Device {
 
 struct DeviceOptions {
   DeviceType type = DeviceType::kCpu;
-  int gpu_index = 0;     // CUDA only
+  int gpu_index = 0;  // CUDA only
   // CUDA only: the GPUs local ranks use (gpu_selection.h); empty: local rank
   // modulo the visible GPUs.
   std::vector<int> gpus;
-  int cpu_threads = 0;   // BLAS threads on the CPU backend; 0 = library default
+  int cpu_threads = 0;  // BLAS threads on the CPU backend; 0 = library default
 };
 
 // Creates the device named by `options`; CUDA is an error in a build without
 // --config=cuda.
-absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& options);
+absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
+    const DeviceOptions& options);
 
 absl::StatusOr<DeviceType> ParseDeviceType(const std::string& name);
 

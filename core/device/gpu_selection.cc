@@ -67,7 +67,8 @@ absl::Status OneGpuPerRank(int local_ranks, int visible_gpus) {
       "--sync=nccl needs one GPU per rank, but this host runs ", local_ranks,
       " ranks of the job and sees ", visible_gpus,
       " GPU(s); NCCL does not support several ranks on one GPU (such a job "
-      "may hang). Start at most ", visible_gpus,
+      "may hang). Start at most ",
+      visible_gpus,
       " rank(s) per host (gradsync launch --workers), or use --sync=ring"));
 }
 

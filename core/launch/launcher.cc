@@ -75,11 +75,12 @@ void EchoLines(Child& child, const char* data, size_t n, bool echo) {
   if (!echo) return;
   child.partial_line.append(data, n);
   size_t start = 0;
-  for (size_t nl; (nl = child.partial_line.find('\n', start)) != std::string::npos;
+  for (size_t nl;
+       (nl = child.partial_line.find('\n', start)) != std::string::npos;
        start = nl + 1) {
-    std::string line = absl::StrCat("[", child.result.name, "] ",
-                                    absl::string_view(child.partial_line).substr(
-                                        start, nl + 1 - start));
+    std::string line = absl::StrCat(
+        "[", child.result.name, "] ",
+        absl::string_view(child.partial_line).substr(start, nl + 1 - start));
     fwrite(line.data(), 1, line.size(), stdout);
   }
   child.partial_line.erase(0, start);
@@ -115,12 +116,14 @@ void SignalAll(std::vector<Child>& children, int signo) {
 
 absl::StatusOr<LaunchResult> RunProcessGroup(
     const std::vector<ProcessSpec>& specs, const LaunchOptions& options) {
-  if (specs.empty()) return absl::InvalidArgumentError("no processes to launch");
+  if (specs.empty())
+    return absl::InvalidArgumentError("no processes to launch");
   for (const ProcessSpec& spec : specs) {
     if (spec.argv.empty() || access(spec.argv[0].c_str(), X_OK) != 0) {
-      return absl::NotFoundError(absl::StrCat(
-          "cannot launch ", spec.name, ": '",
-          spec.argv.empty() ? "" : spec.argv[0], "' is not an executable file"));
+      return absl::NotFoundError(
+          absl::StrCat("cannot launch ", spec.name, ": '",
+                       spec.argv.empty() ? "" : spec.argv[0],
+                       "' is not an executable file"));
     }
   }
   if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -142,8 +145,9 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
     if (!spec.log_path.empty()) {
       child.log = fopen(spec.log_path.c_str(), "w");
       if (child.log == nullptr) {
-        start_status = absl::PermissionDeniedError(absl::StrCat(
-            "cannot write log file ", spec.log_path, ": ", std::strerror(errno)));
+        start_status = absl::PermissionDeniedError(
+            absl::StrCat("cannot write log file ", spec.log_path, ": ",
+                         std::strerror(errno)));
         children.resize(i);
         break;
       }
@@ -158,7 +162,8 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
 
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
-      start_status = absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+      start_status =
+          absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
       children.resize(i);
       break;
     }
@@ -191,7 +196,8 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
     close(fds[1]);
     if (pid < 0) {
       close(fds[0]);
-      start_status = absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+      start_status =
+          absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
       children.resize(i);
       break;
     }
@@ -205,7 +211,8 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
   const absl::Time deadline = options.deadline == absl::InfiniteDuration()
                                   ? absl::InfiniteFuture()
                                   : absl::Now() + options.deadline;
-  absl::Time kill_at = absl::InfiniteFuture();  // SIGKILL after the grace period
+  absl::Time kill_at =
+      absl::InfiniteFuture();  // SIGKILL after the grace period
   bool stopping = false;
   auto stop_all = [&](int exit_code, std::string why) {
     if (stopping) return;
@@ -226,8 +233,9 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
   }
 
   size_t running = children.size();
-  while (running > 0 || std::any_of(children.begin(), children.end(),
-                                    [](const Child& c) { return c.out_fd >= 0; })) {
+  while (running > 0 ||
+         std::any_of(children.begin(), children.end(),
+                     [](const Child& c) { return c.out_fd >= 0; })) {
     std::vector<pollfd> fds;
     std::vector<Child*> owners;
     for (Child& child : children) {

@@ -19,22 +19,22 @@
 namespace gradsync {
 
 struct ProcessSpec {
-  std::string name;               // console prefix and error messages: "worker 0"
+  std::string name;  // console prefix and error messages: "worker 0"
   std::vector<std::string> argv;  // argv[0] is the executable's path
   // Added to (or replacing in) the launcher's environment.
   std::vector<std::pair<std::string, std::string>> env;
-  std::string log_path;           // empty: no log file
+  std::string log_path;  // empty: no log file
 };
 
 struct ProcessResult {
   std::string name;
-  int exit_code = 0;     // 128 + signal when killed by a signal
-  int term_signal = 0;   // the signal that ended it, or 0
+  int exit_code = 0;    // 128 + signal when killed by a signal
+  int term_signal = 0;  // the signal that ended it, or 0
   // When the launcher saw it end (within its 50 ms tick): fault tests
   // measure how long survivors take to notice a lost peer.
   absl::Time ended = absl::InfinitePast();
   bool stopped_by_launcher = false;  // ended because another process failed
-  std::string output;    // the last 256 KiB of its stdout and stderr
+  std::string output;  // the last 256 KiB of its stdout and stderr
 };
 
 struct LaunchOptions {
@@ -54,8 +54,8 @@ struct LaunchOptions {
 };
 
 struct LaunchResult {
-  int exit_code = 0;          // 0, the first failure's code, 124 or 130
-  std::string failure;        // "worker 2 exited with code 3" (empty if none)
+  int exit_code = 0;    // 0, the first failure's code, 124 or 130
+  std::string failure;  // "worker 2 exited with code 3" (empty if none)
   std::vector<ProcessResult> processes;  // in the order of the specs
 };
 

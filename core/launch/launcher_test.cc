@@ -64,8 +64,8 @@ TEST(LauncherTest, FirstFailureStopsTheOthersAndSetsTheExitCode) {
 }
 
 TEST(LauncherTest, WithoutStopOnFailureTheOthersRunToTheirEnd) {
-  std::vector<ProcessSpec> specs = {Shell("worker 0", "exit 5"),
-                                    Shell("worker 1", "sleep 1; echo survived")};
+  std::vector<ProcessSpec> specs = {
+      Shell("worker 0", "exit 5"), Shell("worker 1", "sleep 1; echo survived")};
   // worker 1 outlives worker 0's failure; the default would SIGTERM it.
   LaunchOptions options = Quiet();
   options.stop_on_failure = false;
@@ -82,8 +82,8 @@ TEST(LauncherTest, ProcessIgnoringSigtermIsKilledAfterGrace) {
   // earlier would (rightly) end it.
   const std::string ready = std::string(getenv("TEST_TMPDIR")) + "/trap-set";
   std::vector<ProcessSpec> specs = {
-      Shell("server 0", "trap '' TERM; touch " + ready +
-                            "; while :; do sleep 1; done"),
+      Shell("server 0",
+            "trap '' TERM; touch " + ready + "; while :; do sleep 1; done"),
       Shell("worker 0",
             "until [ -e " + ready + " ]; do sleep 0.01; done; exit 2")};
   auto result = RunProcessGroup(specs, Quiet());
@@ -97,7 +97,9 @@ TEST(LauncherTest, OnStartedGivesPidsInSpecOrderAndEndsAreTimed) {
                                     Shell("worker 1", "echo $$")};
   std::vector<pid_t> pids;
   LaunchOptions options = Quiet();
-  options.on_started = [&](const std::vector<pid_t>& started) { pids = started; };
+  options.on_started = [&](const std::vector<pid_t>& started) {
+    pids = started;
+  };
   const absl::Time start = absl::Now();
   auto result = RunProcessGroup(specs, options);
   ASSERT_TRUE(result.ok()) << result.status();
@@ -135,7 +137,8 @@ TEST(LauncherTest, MissingExecutableIsAnErrorBeforeAnythingStarts) {
   spec.argv = {"/nonexistent/gradsync"};
   auto result = RunProcessGroup({spec}, Quiet());
   ASSERT_FALSE(result.ok());
-  EXPECT_THAT(std::string(result.status().message()), HasSubstr("/nonexistent/gradsync"));
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("/nonexistent/gradsync"));
 }
 
 TEST(LauncherTest, PickFreePortGivesAUsablePort) {

@@ -22,8 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "nlohmann/json.hpp"
 #include "core/base/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace gradsync {
 namespace {
@@ -49,25 +49,28 @@ absl::Status EnterNamespace(const std::string& name) {
   const std::string path = absl::StrCat("/var/run/netns/", name);
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("opening ", path, ": ", std::strerror(errno)));
+    return absl::NotFoundError(
+        absl::StrCat("opening ", path, ": ", std::strerror(errno)));
   }
   const int rc = setns(fd, CLONE_NEWNET);
   const int saved = errno;
   close(fd);
   if (rc != 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("entering network namespace ", name, ": ", std::strerror(saved)));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "entering network namespace ", name, ": ", std::strerror(saved)));
   }
   return absl::OkStatus();
 }
 
 absl::Status WriteAll(int fd, const char* data, int64_t n) {
   while (n > 0) {
-    const ssize_t w = send(fd, data, static_cast<size_t>(std::min<int64_t>(n, 1 << 30)),
-                           MSG_NOSIGNAL);
+    const ssize_t w =
+        send(fd, data, static_cast<size_t>(std::min<int64_t>(n, 1 << 30)),
+             MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrCat("send: ", std::strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrCat("send: ", std::strerror(errno)));
     }
     data += w;
     n -= w;
@@ -77,11 +80,13 @@ absl::Status WriteAll(int fd, const char* data, int64_t n) {
 
 absl::Status ReadAll(int fd, char* data, int64_t n) {
   while (n > 0) {
-    const ssize_t r = recv(fd, data, static_cast<size_t>(std::min<int64_t>(n, 1 << 30)), 0);
+    const ssize_t r =
+        recv(fd, data, static_cast<size_t>(std::min<int64_t>(n, 1 << 30)), 0);
     if (r == 0) return absl::UnavailableError("peer closed the connection");
     if (r < 0) {
       if (errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrCat("recv: ", std::strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrCat("recv: ", std::strerror(errno)));
     }
     data += r;
     n -= r;
@@ -90,7 +95,8 @@ absl::Status ReadAll(int fd, char* data, int64_t n) {
 }
 
 // Sends and receives `bytes` at once on `fd` (the sending half on a thread).
-absl::Status Duplex(int fd, std::vector<char>& out, std::vector<char>& in, int64_t bytes) {
+absl::Status Duplex(int fd, std::vector<char>& out, std::vector<char>& in,
+                    int64_t bytes) {
   absl::Status sent;
   std::thread sender([&] { sent = WriteAll(fd, out.data(), bytes); });
   const absl::Status received = ReadAll(fd, in.data(), bytes);
@@ -117,7 +123,9 @@ void SetNoDelay(int fd) {
 
 absl::Status Serve(int listener, int64_t max_bytes) {
   const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("accept: ", std::strerror(errno)));
+  if (fd < 0)
+    return absl::UnavailableError(
+        absl::StrCat("accept: ", std::strerror(errno)));
   SetNoDelay(fd);
   std::vector<char> out(max_bytes, 'x'), in(max_bytes);
   absl::Status status;
@@ -155,7 +163,8 @@ double Median(std::vector<double> values) {
 }
 
 // Least squares y = a + b·x; returns {a, b}.
-std::pair<double, double> Fit(const std::vector<double>& x, const std::vector<double>& y) {
+std::pair<double, double> Fit(const std::vector<double>& x,
+                              const std::vector<double>& y) {
   const double n = static_cast<double>(x.size());
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -172,10 +181,12 @@ class Client {
 
   // Milliseconds from the request until the exchange is complete here.
   absl::StatusOr<double> Exchange(Mode mode, int64_t bytes) {
-    if (static_cast<int64_t>(out_.size()) < bytes) out_.assign(bytes, 'y'), in_.resize(bytes);
+    if (static_cast<int64_t>(out_.size()) < bytes)
+      out_.assign(bytes, 'y'), in_.resize(bytes);
     const Request request{bytes, mode, 0};
     const Clock::time_point start = Clock::now();
-    RETURN_IF_ERROR(WriteAll(fd_, reinterpret_cast<const char*>(&request), sizeof(request)));
+    RETURN_IF_ERROR(WriteAll(fd_, reinterpret_cast<const char*>(&request),
+                             sizeof(request)));
     char ack = 0;
     switch (mode) {
       case kForward:
@@ -191,12 +202,14 @@ class Client {
       default:
         return absl::InvalidArgumentError("bad mode");
     }
-    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    return std::chrono::duration<double, std::milli>(Clock::now() - start)
+        .count();
   }
 
   void Quit() {
     const Request request{0, kQuit, 0};
-    (void)WriteAll(fd_, reinterpret_cast<const char*>(&request), sizeof(request));
+    (void)WriteAll(fd_, reinterpret_cast<const char*>(&request),
+                   sizeof(request));
   }
 
  private:
@@ -204,7 +217,8 @@ class Client {
   std::vector<char> out_, in_;
 };
 
-absl::StatusOr<LinkProbeResult> Measure(Client& client, const LinkProbeOptions& options) {
+absl::StatusOr<LinkProbeResult> Measure(Client& client,
+                                        const LinkProbeOptions& options) {
   LinkProbeResult result;
   std::vector<double> round_trips;
   for (int i = 0; i < options.small_round_trips; ++i) {
@@ -234,7 +248,8 @@ absl::StatusOr<LinkProbeResult> Measure(Client& client, const LinkProbeOptions& 
     result.bandwidth_bytes_per_s = 1 / b;
     result.reverse_bandwidth_bytes_per_s = 1 / Fit(x, reverse).second;
   }
-  const int64_t largest = *std::max_element(options.sizes.begin(), options.sizes.end());
+  const int64_t largest =
+      *std::max_element(options.sizes.begin(), options.sizes.end());
   std::vector<double> duplex;
   for (int i = 0; i < options.repeats; ++i) {
     ASSIGN_OR_RETURN(double ms, client.Exchange(kDuplex, largest));
@@ -266,10 +281,13 @@ std::string LinkProbeResult::ToJson() const {
 }
 
 absl::StatusOr<LinkProbeResult> ProbeLink(const LinkProbeOptions& options) {
-  if (options.sizes.empty() || options.repeats < 1 || options.small_round_trips < 1) {
-    return absl::InvalidArgumentError("link probe: need sizes, repeats and round trips");
+  if (options.sizes.empty() || options.repeats < 1 ||
+      options.small_round_trips < 1) {
+    return absl::InvalidArgumentError(
+        "link probe: need sizes, repeats and round trips");
   }
-  const int64_t largest = *std::max_element(options.sizes.begin(), options.sizes.end());
+  const int64_t largest =
+      *std::max_element(options.sizes.begin(), options.sizes.end());
   std::promise<absl::StatusOr<int>> port_promise;
   std::future<absl::StatusOr<int>> port_future = port_promise.get_future();
   absl::Status server_status;
@@ -279,20 +297,25 @@ absl::StatusOr<LinkProbeResult> ProbeLink(const LinkProbeOptions& options) {
       if (listener >= 0) close(listener);
       port_promise.set_value(status);
     };
-    if (absl::Status s = EnterNamespace(options.server_namespace); !s.ok()) return fail(s);
+    if (absl::Status s = EnterNamespace(options.server_namespace); !s.ok())
+      return fail(s);
     listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    if (inet_pton(AF_INET, options.server_address.c_str(), &addr.sin_addr) != 1) {
+    if (inet_pton(AF_INET, options.server_address.c_str(), &addr.sin_addr) !=
+        1) {
       return fail(absl::InvalidArgumentError(
-          absl::StrCat("link probe: '", options.server_address, "' is not an IPv4 address")));
+          absl::StrCat("link probe: '", options.server_address,
+                       "' is not an IPv4 address")));
     }
     socklen_t len = sizeof(addr);
-    if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+    if (listener < 0 ||
+        bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
         listen(listener, 1) != 0 ||
         getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      return fail(absl::UnavailableError(absl::StrCat(
-          "link probe: listening on ", options.server_address, ": ", std::strerror(errno))));
+      return fail(absl::UnavailableError(
+          absl::StrCat("link probe: listening on ", options.server_address,
+                       ": ", std::strerror(errno))));
     }
     SetTimeouts(listener);
     port_promise.set_value(static_cast<int>(ntohs(addr.sin_port)));
@@ -300,7 +323,8 @@ absl::StatusOr<LinkProbeResult> ProbeLink(const LinkProbeOptions& options) {
     close(listener);
   });
 
-  absl::StatusOr<LinkProbeResult> result = absl::UnknownError("link probe did not run");
+  absl::StatusOr<LinkProbeResult> result =
+      absl::UnknownError("link probe did not run");
   std::thread client_thread([&] {
     const absl::StatusOr<int> port = port_future.get();
     if (!port.ok()) {
@@ -316,10 +340,11 @@ absl::StatusOr<LinkProbeResult> ProbeLink(const LinkProbeOptions& options) {
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(*port));
     inet_pton(AF_INET, options.server_address.c_str(), &addr.sin_addr);
-    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      result = absl::UnavailableError(absl::StrCat("link probe: connecting to ",
-                                                   options.server_address, ":", *port,
-                                                   ": ", std::strerror(errno)));
+    if (fd < 0 ||
+        connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      result = absl::UnavailableError(
+          absl::StrCat("link probe: connecting to ", options.server_address,
+                       ":", *port, ": ", std::strerror(errno)));
       if (fd >= 0) close(fd);
       return;
     }

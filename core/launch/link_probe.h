@@ -23,7 +23,8 @@ struct LinkProbeOptions {
   // this process's own.
   std::string client_namespace;
   std::string server_namespace;
-  std::string server_address = "127.0.0.1";  // IPv4, inside the server's namespace
+  std::string server_address =
+      "127.0.0.1";  // IPv4, inside the server's namespace
   int small_round_trips = 200;
   int repeats = 3;  // per large size; the median is kept
   std::vector<int64_t> sizes = {1 << 20, 4 << 20, 16 << 20, 32 << 20};
@@ -40,8 +41,8 @@ struct LinkProbeResult {
   double alpha_us = 0;               // round_trip_us / 2
   double bandwidth_bytes_per_s = 0;  // forward fit (slope)
   double reverse_bandwidth_bytes_per_s = 0;
-  double intercept_ms = 0;           // forward fit
-  double duplex_bytes_per_s = 0;     // each direction, both at once
+  double intercept_ms = 0;        // forward fit
+  double duplex_bytes_per_s = 0;  // each direction, both at once
   std::vector<LinkProbeSample> samples;
 
   std::string ToJson() const;

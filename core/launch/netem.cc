@@ -53,17 +53,17 @@ absl::StatusOr<int64_t> ParseRate(absl::string_view text) {
     const char* suffix;
     double scale;
   };
-  for (const Unit& unit : {Unit{"gbit", 1e9}, Unit{"mbit", 1e6}, Unit{"kbit", 1e3},
-                           Unit{"bit", 1}}) {
+  for (const Unit& unit : {Unit{"gbit", 1e9}, Unit{"mbit", 1e6},
+                           Unit{"kbit", 1e3}, Unit{"bit", 1}}) {
     if (!absl::EndsWith(lower, unit.suffix)) continue;
     double value = 0;
-    const absl::string_view number =
-        absl::string_view(lower).substr(0, lower.size() - std::strlen(unit.suffix));
+    const absl::string_view number = absl::string_view(lower).substr(
+        0, lower.size() - std::strlen(unit.suffix));
     if (!absl::SimpleAtod(number, &value) || !(value > 0)) break;
     const double bits = value * unit.scale;
     if (bits < 8e3 || bits > 4e11) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "link rate ", text, " is outside 8kbit..400gbit"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("link rate ", text, " is outside 8kbit..400gbit"));
     }
     return static_cast<int64_t>(std::llround(bits));
   }
@@ -76,14 +76,17 @@ absl::StatusOr<absl::Duration> ParseLatency(absl::string_view text) {
   absl::Duration latency;
   if (!absl::ParseDuration(text, &latency) || latency < absl::ZeroDuration() ||
       latency > absl::Seconds(1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "link latency '", text, "' is not a duration like 200us, 1ms or 0 (at most 1s)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("link latency '", text,
+                     "' is not a duration like 200us, 1ms or 0 (at most 1s)"));
   }
   return latency;
 }
 
 // tc's rate syntax in bits per second ("1000000000bit").
-std::string TcRate(int64_t bits_per_s) { return absl::StrCat(bits_per_s, "bit"); }
+std::string TcRate(int64_t bits_per_s) {
+  return absl::StrCat(bits_per_s, "bit");
+}
 
 std::string TcMicros(absl::Duration d) {
   return absl::StrCat(absl::ToInt64Microseconds(d), "us");
@@ -153,23 +156,28 @@ absl::StatusOr<std::string> RunCommand(const std::vector<std::string>& argv) {
 absl::Status CheckEmulationPrerequisites() {
   if (geteuid() != 0) {
     return absl::PermissionDeniedError(
-        "network emulation (--netem) needs root: it creates network namespaces, "
+        "network emulation (--netem) needs root: it creates network "
+        "namespaces, "
         "veth pairs, a bridge and tc qdiscs. Run as root (sudo), or leave out "
         "--netem to run on loopback");
   }
   if (FindTool("ip").empty() || FindTool("tc").empty()) {
     return absl::FailedPreconditionError(
-        "network emulation (--netem) needs `ip` and `tc`: apt-get install iproute2");
+        "network emulation (--netem) needs `ip` and `tc`: apt-get install "
+        "iproute2");
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> ListNamespaces(const std::string& prefix) {
+absl::StatusOr<std::vector<std::string>> ListNamespaces(
+    const std::string& prefix) {
   const std::string ip = FindTool("ip");
-  if (ip.empty()) return absl::FailedPreconditionError("`ip` not found (iproute2)");
+  if (ip.empty())
+    return absl::FailedPreconditionError("`ip` not found (iproute2)");
   ASSIGN_OR_RETURN(std::string output, RunCommand({ip, "netns", "list"}));
   std::vector<std::string> names;
-  for (absl::string_view line : absl::StrSplit(output, '\n', absl::SkipEmpty())) {
+  for (absl::string_view line :
+       absl::StrSplit(output, '\n', absl::SkipEmpty())) {
     // Lines read "name" or "name (id: 3)".
     const std::string name(line.substr(0, line.find(' ')));
     if (absl::StartsWith(name, prefix)) names.push_back(name);
@@ -178,16 +186,20 @@ absl::StatusOr<std::vector<std::string>> ListNamespaces(const std::string& prefi
 }
 
 absl::StatusOr<int> RemoveNamespaces(const std::string& prefix) {
-  if (prefix.empty()) return absl::InvalidArgumentError("no network prefix given");
-  ASSIGN_OR_RETURN(std::vector<std::string> names, ListNamespaces(prefix + "-"));
+  if (prefix.empty())
+    return absl::InvalidArgumentError("no network prefix given");
+  ASSIGN_OR_RETURN(std::vector<std::string> names,
+                   ListNamespaces(prefix + "-"));
   // Nodes before the bridge, as EmulatedNetwork::Destroy does.
-  std::stable_sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
-    return absl::EndsWith(a, "-br") < absl::EndsWith(b, "-br");
-  });
+  std::stable_sort(names.begin(), names.end(),
+                   [](const std::string& a, const std::string& b) {
+                     return absl::EndsWith(a, "-br") < absl::EndsWith(b, "-br");
+                   });
   absl::Status first;
   int removed = 0;
   for (const std::string& name : names) {
-    const absl::Status status = RunCommand({FindTool("ip"), "netns", "del", name}).status();
+    const absl::Status status =
+        RunCommand({FindTool("ip"), "netns", "del", name}).status();
     if (status.ok()) ++removed;
     if (!status.ok() && first.ok()) first = status;
   }
@@ -207,31 +219,38 @@ absl::StatusOr<std::unique_ptr<EmulatedNetwork>> EmulatedNetwork::Create(
   EmulatedNetworkOptions resolved = options;
   if (resolved.prefix.empty()) {
     std::random_device random;
-    resolved.prefix = absl::StrCat("gs", absl::Hex(random() & 0xffff, absl::kZeroPad4));
+    resolved.prefix =
+        absl::StrCat("gs", absl::Hex(random() & 0xffff, absl::kZeroPad4));
   }
   for (char c : resolved.prefix) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) || resolved.prefix.size() > 16) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "network prefix '", resolved.prefix, "' must be at most 16 letters or digits"));
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+        resolved.prefix.size() > 16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("network prefix '", resolved.prefix,
+                       "' must be at most 16 letters or digits"));
     }
   }
   std::unique_ptr<EmulatedNetwork> network(new EmulatedNetwork(resolved));
   network->ip_path_ = FindTool("ip");
   network->tc_path_ = FindTool("tc");
-  ASSIGN_OR_RETURN(std::vector<std::string> existing, ListNamespaces(resolved.prefix + "-"));
+  ASSIGN_OR_RETURN(std::vector<std::string> existing,
+                   ListNamespaces(resolved.prefix + "-"));
   if (!existing.empty()) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "network namespaces with prefix ", resolved.prefix, "- exist already (",
-        absl::StrJoin(existing, ", "), "); another job uses them, or remove them "
-        "with `ip netns del`"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("network namespaces with prefix ", resolved.prefix,
+                     "- exist already (", absl::StrJoin(existing, ", "),
+                     "); another job uses them, or remove them "
+                     "with `ip netns del`"));
   }
   const absl::Status built = network->Build();
   if (!built.ok()) {
     const absl::Status cleanup = network->Destroy();
     if (!cleanup.ok()) {
-      GS_LOG(ERROR) << "cleaning up after a failed set-up: " << cleanup.message();
+      GS_LOG(ERROR) << "cleaning up after a failed set-up: "
+                    << cleanup.message();
     }
-    return Annotate(built, absl::StrCat("building the emulated network ", resolved.prefix));
+    return Annotate(
+        built, absl::StrCat("building the emulated network ", resolved.prefix));
   }
   return network;
 }
@@ -261,17 +280,21 @@ std::vector<std::string> EmulatedNetwork::ExecPrefix(int node) const {
 
 std::string EmulatedNetwork::Describe() const {
   const LinkSpec& link = options_.link;
-  std::string rate = link.rate_bits_per_s == 0
-                         ? "unlimited"
-                         : absl::StrFormat("%g Mbit/s", link.rate_bits_per_s / 1e6);
+  std::string rate =
+      link.rate_bits_per_s == 0
+          ? "unlimited"
+          : absl::StrFormat("%g Mbit/s", link.rate_bits_per_s / 1e6);
   std::string latency =
       link.latency == absl::ZeroDuration()
           ? "no added latency"
           : absl::StrCat(absl::FormatDuration(link.latency), " one-way latency",
-                         latency_emulated_ ? "" : " NOT EMULATED (kernel lacks sch_netem)");
-  return absl::StrCat(options_.nodes, " nodes, ", rate, " full-duplex links, ", latency,
-                      " (namespaces ", options_.prefix, "-*, ", NodeAddress(0), "..",
-                      NodeAddress(options_.nodes - 1), ")");
+                         latency_emulated_
+                             ? ""
+                             : " NOT EMULATED (kernel lacks sch_netem)");
+  return absl::StrCat(options_.nodes, " nodes, ", rate, " full-duplex links, ",
+                      latency, " (namespaces ", options_.prefix, "-*, ",
+                      NodeAddress(0), "..", NodeAddress(options_.nodes - 1),
+                      ")");
 }
 
 absl::Status EmulatedNetwork::Ip(const std::vector<std::string>& args) {
@@ -285,7 +308,8 @@ absl::Status EmulatedNetwork::Ip(const std::vector<std::string>& args) {
 
 // Shapes traffic leaving `device` in namespace `ns`: tbf for the rate, and
 // netem below it for half the one-way latency.
-absl::Status EmulatedNetwork::Shape(const std::string& ns, const std::string& device) {
+absl::Status EmulatedNetwork::Shape(const std::string& ns,
+                                    const std::string& device) {
   const LinkSpec& link = options_.link;
   auto tc = [&](std::vector<std::string> args) {
     std::vector<std::string> argv = {tc_path_, "-n", ns};
@@ -298,10 +322,11 @@ absl::Status EmulatedNetwork::Shape(const std::string& ns, const std::string& de
   std::string parent = "root";
   if (link.rate_bits_per_s > 0) {
     const int64_t burst = std::max<int64_t>(
-        kMinBurstBytes, static_cast<int64_t>(link.rate_bits_per_s / 8 * kBurstSeconds));
-    RETURN_IF_ERROR(tc({"qdisc", "add", "dev", device, "root", "handle", "1:", "tbf", "rate",
-                        TcRate(link.rate_bits_per_s), "burst", absl::StrCat(burst),
-                        "latency", kQueueLatency}));
+        kMinBurstBytes,
+        static_cast<int64_t>(link.rate_bits_per_s / 8 * kBurstSeconds));
+    RETURN_IF_ERROR(tc({"qdisc", "add", "dev", device, "root", "handle", "1:",
+                        "tbf", "rate", TcRate(link.rate_bits_per_s), "burst",
+                        absl::StrCat(burst), "latency", kQueueLatency}));
     parent = "1:1";
   }
   if (link.latency > absl::ZeroDuration() && latency_emulated_) {
@@ -311,16 +336,18 @@ absl::Status EmulatedNetwork::Shape(const std::string& ns, const std::string& de
     } else {
       args.insert(args.end(), {"parent", parent});
     }
-    args.insert(args.end(), {"handle", "10:", "netem", "delay", TcMicros(link.latency / 2),
-                             "limit", "100000"});
+    args.insert(args.end(), {"handle", "10:", "netem", "delay",
+                             TcMicros(link.latency / 2), "limit", "100000"});
     const absl::Status delay = tc(args);
     if (!delay.ok()) {
-      if (!absl::StrContains(delay.message(), "qdisc kind is unknown")) return delay;
+      if (!absl::StrContains(delay.message(), "qdisc kind is unknown"))
+        return delay;
       latency_emulated_ = false;
-      GS_LOG(WARNING) << "this kernel has no netem qdisc (sch_netem): the links get their "
-                         "rate but not the "
-                      << absl::FormatDuration(link.latency)
-                      << " latency; the cost model uses the latency it measures";
+      GS_LOG(WARNING)
+          << "this kernel has no netem qdisc (sch_netem): the links get their "
+             "rate but not the "
+          << absl::FormatDuration(link.latency)
+          << " latency; the cost model uses the latency it measures";
     }
   }
   return absl::OkStatus();
@@ -330,7 +357,8 @@ absl::Status EmulatedNetwork::Build() {
   const std::string bridge_ns = BridgeNamespace();
   RETURN_IF_ERROR(Ip({"netns", "add", bridge_ns}));
   namespaces_.push_back(bridge_ns);
-  RETURN_IF_ERROR(Ip({"-n", bridge_ns, "link", "add", "br0", "type", "bridge"}));
+  RETURN_IF_ERROR(
+      Ip({"-n", bridge_ns, "link", "add", "br0", "type", "bridge"}));
   RETURN_IF_ERROR(Ip({"-n", bridge_ns, "link", "set", "br0", "up"}));
   for (int node = 0; node < options_.nodes; ++node) {
     const std::string ns = NodeNamespace(node);
@@ -339,16 +367,18 @@ absl::Status EmulatedNetwork::Build() {
     namespaces_.push_back(ns);
     // Both ends are created directly inside our namespaces, so no name ever
     // appears (or can collide) in the host's namespace.
-    RETURN_IF_ERROR(Ip({"-n", bridge_ns, "link", "add", port, "type", "veth", "peer", "name",
-                        "eth0", "netns", ns}));
-    RETURN_IF_ERROR(Ip({"-n", bridge_ns, "link", "set", port, "master", "br0", "up"}));
+    RETURN_IF_ERROR(Ip({"-n", bridge_ns, "link", "add", port, "type", "veth",
+                        "peer", "name", "eth0", "netns", ns}));
+    RETURN_IF_ERROR(
+        Ip({"-n", bridge_ns, "link", "set", port, "master", "br0", "up"}));
     // Loopback matters: a process reaches its own address through it (a
     // colocated parameter server, the coordinator on worker 0).
     RETURN_IF_ERROR(Ip({"-n", ns, "link", "set", "lo", "up"}));
-    RETURN_IF_ERROR(Ip({"-n", ns, "addr", "add", NodeAddress(node) + "/16", "dev", "eth0"}));
+    RETURN_IF_ERROR(Ip(
+        {"-n", ns, "addr", "add", NodeAddress(node) + "/16", "dev", "eth0"}));
     RETURN_IF_ERROR(Ip({"-n", ns, "link", "set", "eth0", "up"}));
-    RETURN_IF_ERROR(Shape(ns, "eth0"));        // the node's uplink
-    RETURN_IF_ERROR(Shape(bridge_ns, port));   // its downlink
+    RETURN_IF_ERROR(Shape(ns, "eth0"));       // the node's uplink
+    RETURN_IF_ERROR(Shape(bridge_ns, port));  // its downlink
   }
   return absl::OkStatus();
 }

@@ -34,9 +34,9 @@
 namespace gradsync {
 
 struct LinkSpec {
-  int64_t rate_bits_per_s = 0;   // 0: not limited
-  absl::Duration latency;        // one-way, rank to rank; zero: none added
-  std::string text;              // as given, for logs ("1gbit,200us")
+  int64_t rate_bits_per_s = 0;  // 0: not limited
+  absl::Duration latency;       // one-way, rank to rank; zero: none added
+  std::string text;             // as given, for logs ("1gbit,200us")
 };
 
 // Parses "RATE[,LATENCY]": RATE like 1gbit, 100mbit, 2.5gbit, 500kbit or
@@ -105,7 +105,8 @@ absl::Status CheckEmulationPrerequisites();
 absl::StatusOr<std::string> RunCommand(const std::vector<std::string>& argv);
 
 // The namespaces whose names start with `prefix` ("gs1a2b-n0", ...).
-absl::StatusOr<std::vector<std::string>> ListNamespaces(const std::string& prefix);
+absl::StatusOr<std::vector<std::string>> ListNamespaces(
+    const std::string& prefix);
 
 // Deletes the namespaces of the network named `prefix` (`<prefix>-n*` and
 // `<prefix>-br`), for a network `netem up` left or a killed job leaked.

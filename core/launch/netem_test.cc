@@ -12,9 +12,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/launch/link_probe.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/launch/link_probe.h"
 
 namespace gradsync {
 namespace {
@@ -40,8 +40,8 @@ TEST(ParseLinkSpecTest, ReadsRateAndLatency) {
 }
 
 TEST(ParseLinkSpecTest, RejectsNonsense) {
-  for (const char* bad : {"", "fast", "1gb", "-1gbit", "1gbit,soon", "1gbit,200us,3",
-                          "1gbit,-5ms", "1000gbit"}) {
+  for (const char* bad : {"", "fast", "1gb", "-1gbit", "1gbit,soon",
+                          "1gbit,200us,3", "1gbit,-5ms", "1000gbit"}) {
     EXPECT_FALSE(ParseLinkSpec(bad).ok()) << bad;
   }
 }
@@ -50,7 +50,8 @@ class EmulatedNetworkTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!CheckEmulationPrerequisites().ok()) {
-      GTEST_SKIP() << "needs root and iproute2: " << CheckEmulationPrerequisites().message();
+      GTEST_SKIP() << "needs root and iproute2: "
+                   << CheckEmulationPrerequisites().message();
     }
     prefix_ = absl::StrCat("gst", getpid() % 100000);
   }
@@ -67,7 +68,8 @@ class EmulatedNetworkTest : public ::testing::Test {
   std::string prefix_;
 };
 
-TEST_F(EmulatedNetworkTest, ShapesBothEndsCarriesTrafficAndLeavesNothingBehind) {
+TEST_F(EmulatedNetworkTest,
+       ShapesBothEndsCarriesTrafficAndLeavesNothingBehind) {
   EmulatedNetworkOptions options;
   options.nodes = 3;
   options.prefix = prefix_;
@@ -80,13 +82,13 @@ TEST_F(EmulatedNetworkTest, ShapesBothEndsCarriesTrafficAndLeavesNothingBehind) 
   EXPECT_EQ((*network)->NodeAddress(2), "10.213.1.3");
   for (int node = 0; node < 3; ++node) {
     // The node's uplink (its eth0) and its downlink (the bridge's port).
-    auto up = RunCommand({"/usr/sbin/tc", "-n", (*network)->NodeNamespace(node), "qdisc",
-                          "show", "dev", "eth0"});
+    auto up = RunCommand({"/usr/sbin/tc", "-n", (*network)->NodeNamespace(node),
+                          "qdisc", "show", "dev", "eth0"});
     ASSERT_TRUE(up.ok()) << up.status();
     EXPECT_THAT(*up, HasSubstr("tbf"));
     EXPECT_THAT(*up, HasSubstr("rate 1Gbit"));
-    auto down = RunCommand({"/usr/sbin/tc", "-n", (*network)->BridgeNamespace(), "qdisc",
-                            "show", "dev", absl::StrCat("p", node)});
+    auto down = RunCommand({"/usr/sbin/tc", "-n", (*network)->BridgeNamespace(),
+                            "qdisc", "show", "dev", absl::StrCat("p", node)});
     ASSERT_TRUE(down.ok()) << down.status();
     EXPECT_THAT(*down, HasSubstr("rate 1Gbit"));
   }
@@ -124,10 +126,12 @@ TEST_F(EmulatedNetworkTest, RefusesNamesThatAreTakenAndTouchesNothing) {
   EmulatedNetworkOptions options;
   options.nodes = 2;
   options.prefix = prefix_;
-  ASSERT_TRUE(RunCommand({"/usr/sbin/ip", "netns", "add", prefix_ + "-n1"}).ok());
+  ASSERT_TRUE(
+      RunCommand({"/usr/sbin/ip", "netns", "add", prefix_ + "-n1"}).ok());
   auto network = EmulatedNetwork::Create(options);
   EXPECT_FALSE(network.ok());
-  EXPECT_THAT(std::string(network.status().message()), HasSubstr(prefix_ + "-n1"));
+  EXPECT_THAT(std::string(network.status().message()),
+              HasSubstr(prefix_ + "-n1"));
   EXPECT_THAT(Left(), ::testing::ElementsAre(prefix_ + "-n1"));
 }
 

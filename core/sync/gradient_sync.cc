@@ -43,8 +43,8 @@ absl::StatusOr<std::unique_ptr<GradientSync>> GradientSyncRegistry::Create(
   }
   if (!factory) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "unknown --sync=", name, "; this build has: ",
-        absl::StrJoin(Names(), ", "),
+        "unknown --sync=", name,
+        "; this build has: ", absl::StrJoin(Names(), ", "),
         (name == "nccl" ? " (nccl needs a build with --config=cuda)" : "")));
   }
   return factory(context);

@@ -35,7 +35,8 @@ namespace gradsync {
 struct StepStats {
   int64_t bytes_sent = 0;  // payload bytes this rank sent in this step
   int64_t bytes_recv = 0;  // payload bytes this rank received in this step
-  // Strategy-specific figures ("push_ms", "pull_ms", "server1_bytes_sent", ...).
+  // Strategy-specific figures ("push_ms", "pull_ms", "server1_bytes_sent",
+  // ...).
   std::vector<std::pair<std::string, double>> extra;
 };
 
@@ -121,7 +122,7 @@ class GradientSyncRegistry {
   static std::vector<std::string> Names();
 };
 
-#define GRADSYNC_REGISTER_SYNC(name, factory)                      \
+#define GRADSYNC_REGISTER_SYNC(name, factory)                    \
   static const bool gs_sync_registered_##name [[maybe_unused]] = \
       ::gradsync::GradientSyncRegistry::Register(#name, factory)
 

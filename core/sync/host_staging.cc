@@ -18,9 +18,9 @@
 #include <thread>
 
 #include "absl/time/clock.h"
-#include "core/device/cuda_device.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/device/cuda_device.h"
 #endif
 
 namespace gradsync {

@@ -1,5 +1,6 @@
 // --sync=local: a single worker has nothing to synchronize. It is the reference
-// every other strategy is compared with (same model, same data order, N x batch).
+// every other strategy is compared with (same model, same data order, N x
+// batch).
 #include "absl/strings/str_cat.h"
 #include "core/sync/gradient_sync.h"
 
@@ -18,9 +19,10 @@ class LocalSync : public GradientSync {
 absl::StatusOr<std::unique_ptr<GradientSync>> CreateLocalSync(
     const SyncContext& context) {
   if (context.identity.world_size != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--sync=local runs one worker, but the job has ", context.identity.world_size,
-        "; choose --sync=ps or --sync=ring for several workers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sync=local runs one worker, but the job has ",
+                     context.identity.world_size,
+                     "; choose --sync=ps or --sync=ring for several workers"));
   }
   return std::unique_ptr<GradientSync>(new LocalSync);
 }

@@ -1,12 +1,13 @@
-// The parameter layout: the ordered list of named tensors a strategy sees, their
-// place in one flat buffer, and their grouping into communication buckets.
+// The parameter layout: the ordered list of named tensors a strategy sees,
+// their place in one flat buffer, and their grouping into communication
+// buckets.
 //
 // Parameters are stored in forward order (layer 0 first) in one contiguous
 // buffer; gradients use the same offsets in a second buffer. Buckets group
 // consecutive parameters in *reverse* order (the last layer's gradients are
-// final first during backward), each capped at `bucket_bytes` like PyTorch DDP's
-// bucket_cap_mb, so every bucket is one contiguous span of the flat buffer and a
-// strategy can send it without copying.
+// final first during backward), each capped at `bucket_bytes` like PyTorch
+// DDP's bucket_cap_mb, so every bucket is one contiguous span of the flat
+// buffer and a strategy can send it without copying.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +19,8 @@
 namespace gradsync {
 
 struct ParamSpec {
-  std::string name;              // "fc1.weight"
-  std::vector<int64_t> shape;    // {out, in}
+  std::string name;            // "fc1.weight"
+  std::vector<int64_t> shape;  // {out, in}
   int64_t numel() const;
 };
 
@@ -50,7 +51,8 @@ class ParamLayout {
   int64_t total_numel() const { return total_numel_; }
   int64_t total_bytes() const { return total_numel_ * 4; }
 
-  // One line per bucket, for logs: "bucket 0: 2 params, 10.0 KiB [fc3.bias fc3.weight]".
+  // One line per bucket, for logs: "bucket 0: 2 params, 10.0 KiB [fc3.bias
+  // fc3.weight]".
   std::string Describe() const;
 
  private:

@@ -6,10 +6,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/base/config.h"
 #include "absl/flags/reflection.h"
@@ -52,7 +51,8 @@ std::string CpuModel() {
 
 // gradsync's own flags live in these folders; Abseil's and gRPC's are left out.
 bool IsGradsyncFlagFile(absl::string_view file) {
-  for (const char* folder : {"core/", "ps/", "allreduce/", "tools/", "bench/"}) {
+  for (const char* folder :
+       {"core/", "ps/", "allreduce/", "tools/", "bench/"}) {
     if (absl::StrContains(file, folder)) return true;
   }
   return false;
@@ -61,7 +61,8 @@ bool IsGradsyncFlagFile(absl::string_view file) {
 }  // namespace
 
 std::string GitCommit() {
-  if (const char* env = std::getenv("GRADSYNC_GIT_COMMIT"); env && *env) return env;
+  if (const char* env = std::getenv("GRADSYNC_GIT_COMMIT"); env && *env)
+    return env;
   std::string commit = CommandOutput("git rev-parse HEAD 2>/dev/null");
   return commit.empty() ? "unknown" : commit;
 }
@@ -81,7 +82,8 @@ std::string ManifestJson() {
   manifest["compiler"] = std::string("gcc ") + __VERSION__;
   manifest["versions"] = {
       {"grpc", grpc::Version()},
-      {"protobuf", google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION)},
+      {"protobuf",
+       google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION)},
       {"abseil", std::to_string(ABSL_LTS_RELEASE_VERSION)},
       {"zlib", zlibVersion()},
       {"openblas", openblas_get_config()},
@@ -93,7 +95,8 @@ std::string ManifestJson() {
       {"cpu", CpuModel()},
       {"cores", std::thread::hardware_concurrency()},
   };
-  manifest["time"] = absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone());
+  manifest["time"] =
+      absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone());
   return manifest.dump();
 }
 

@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -16,15 +15,19 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-double Round3(double x) { return static_cast<int64_t>(x * 1000 + (x >= 0 ? 0.5 : -0.5)) / 1000.0; }
+double Round3(double x) {
+  return static_cast<int64_t>(x * 1000 + (x >= 0 ? 0.5 : -0.5)) / 1000.0;
+}
 
 absl::Status MakeDirs(const std::string& dir) {
   std::string partial;
   for (size_t i = 0; i <= dir.size(); ++i) {
     if (i == dir.size() || dir[i] == '/') {
-      if (!partial.empty() && mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            "cannot create metrics folder ", partial, ": ", std::strerror(errno)));
+      if (!partial.empty() && mkdir(partial.c_str(), 0755) != 0 &&
+          errno != EEXIST) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("cannot create metrics folder ", partial, ": ",
+                         std::strerror(errno)));
       }
     }
     if (i < dir.size()) partial += dir[i];
@@ -57,8 +60,9 @@ absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(
   writer->path_ = absl::StrCat(dir, "/worker", rank, ".jsonl");
   writer->file_ = fopen(writer->path_.c_str(), "w");
   if (writer->file_ == nullptr) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "cannot write metrics file ", writer->path_, ": ", std::strerror(errno)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write metrics file ", writer->path_, ": ",
+                     std::strerror(errno)));
   }
   return writer;
 }

@@ -16,12 +16,13 @@ namespace gradsync {
 
 struct StepRecord {
   int rank = 0;
-  int64_t step = 0;   // global step, from 0
+  int64_t step = 0;  // global step, from 0
   int64_t epoch = 0;
   double loss = 0;
-  double step_ms = 0;      // whole step, data loading to optimizer
-  double compute_ms = 0;   // forward + backward (bucket hand-offs included)
-  double sync_wait_ms = 0; // blocked in GradientSync::Finish: exposed communication
+  double step_ms = 0;     // whole step, data loading to optimizer
+  double compute_ms = 0;  // forward + backward (bucket hand-offs included)
+  double sync_wait_ms =
+      0;  // blocked in GradientSync::Finish: exposed communication
   int64_t bytes_sent = 0;
   int64_t bytes_recv = 0;
   double samples_per_s = 0;  // this rank's samples / step_ms
@@ -34,8 +35,8 @@ struct EpochRecord {
   int64_t steps = 0;
   double mean_loss = 0;
   double seconds = 0;
-  double samples_per_s = 0;      // this rank
-  double test_accuracy = -1;     // worker 0 only; -1 when not evaluated
+  double samples_per_s = 0;   // this rank
+  double test_accuracy = -1;  // worker 0 only; -1 when not evaluated
 };
 
 // Running totals of a rank's steps, for the summary. The first steps are

@@ -1,5 +1,4 @@
 // The timeline recorder (see trace.h).
-#include "core/base/files.h"
 #include "core/telemetry/trace.h"
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/files.h"
 #include "nlohmann/json.hpp"
 
 namespace gradsync {
@@ -59,8 +59,9 @@ void TraceRecorder::Complete(absl::string_view name, absl::string_view category,
         {"dur", std::max<int64_t>(0, duration_us)}});
 }
 
-void TraceRecorder::AsyncSpan(absl::string_view name, absl::string_view category,
-                              int64_t id, int64_t start_us, int64_t end_us) {
+void TraceRecorder::AsyncSpan(absl::string_view name,
+                              absl::string_view category, int64_t id,
+                              int64_t start_us, int64_t end_us) {
   // Nestable async events ("b"/"e") get their own rows in Perfetto, under
   // the process, whatever else overlaps them.
   nlohmann::json event = {{"name", std::string(name)},
@@ -109,7 +110,8 @@ std::string TraceRecorder::ToJson() const {
   const nlohmann::json document = {
       {"traceEvents", std::move(events)},
       {"displayTimeUnit", "ms"},
-      {"otherData", {{"process", process_name_}, {"dropped_events", dropped()}}},
+      {"otherData",
+       {{"process", process_name_}, {"dropped_events", dropped()}}},
   };
   // One event per line, so that a long trace can still be read with a pager.
   return document.dump(1) + "\n";
@@ -129,7 +131,9 @@ int64_t TraceRecorder::dropped() const {
   return dropped_;
 }
 
-TraceRecorder* CurrentTrace() { return g_current_trace.load(std::memory_order_acquire); }
+TraceRecorder* CurrentTrace() {
+  return g_current_trace.load(std::memory_order_acquire);
+}
 
 void SetCurrentTrace(TraceRecorder* trace) {
   g_current_trace.store(trace, std::memory_order_release);
@@ -140,7 +144,8 @@ absl::Status MergeTraceFiles(const std::vector<std::string>& inputs,
   nlohmann::json events = nlohmann::json::array();
   for (const std::string& input : inputs) {
     std::ifstream in(input, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat("cannot read trace ", input));
+    if (!in)
+      return absl::NotFoundError(absl::StrCat("cannot read trace ", input));
     const nlohmann::json trace =
         nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (trace.is_discarded() || !trace.is_object() ||
@@ -148,7 +153,8 @@ absl::Status MergeTraceFiles(const std::vector<std::string>& inputs,
       return absl::DataLossError(absl::StrCat(
           "trace ", input, " is not a Chrome trace (no traceEvents array)"));
     }
-    for (const nlohmann::json& event : trace["traceEvents"]) events.push_back(event);
+    for (const nlohmann::json& event : trace["traceEvents"])
+      events.push_back(event);
   }
   const nlohmann::json merged = {{"traceEvents", std::move(events)},
                                  {"displayTimeUnit", "ms"}};

@@ -55,8 +55,8 @@ class TraceRecorder {
   void Complete(absl::string_view name, absl::string_view category, int track,
                 int64_t start_us, int64_t duration_us);
   // A span that may overlap others; `id` pairs begin and end.
-  void AsyncSpan(absl::string_view name, absl::string_view category,
-                 int64_t id, int64_t start_us, int64_t end_us);
+  void AsyncSpan(absl::string_view name, absl::string_view category, int64_t id,
+                 int64_t start_us, int64_t end_us);
   void Instant(absl::string_view name, absl::string_view category, int track,
                int64_t time_us);
 

@@ -18,7 +18,8 @@ using ::testing::HasSubstr;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
 }
 
 TEST(TraceRecorderTest, WritesCompleteAsyncAndInstantEvents) {
@@ -36,9 +37,13 @@ TEST(TraceRecorderTest, WritesCompleteAsyncAndInstantEvents) {
     return nlohmann::json();
   };
   const nlohmann::json complete = find("X", "fc1.weight");
-  EXPECT_EQ(complete, nlohmann::json({{"ph", "X"}, {"name", "fc1.weight"},
-                                      {"cat", "backward"}, {"pid", 3},
-                                      {"tid", 1}, {"ts", 1000}, {"dur", 250}}));
+  EXPECT_EQ(complete, nlohmann::json({{"ph", "X"},
+                                      {"name", "fc1.weight"},
+                                      {"cat", "backward"},
+                                      {"pid", 3},
+                                      {"tid", 1},
+                                      {"ts", 1000},
+                                      {"dur", 250}}));
   EXPECT_EQ(find("b", "bucket 0").value("ts", -1), 1100);
   EXPECT_EQ(find("e", "bucket 0").value("ts", -1), 1900);
   EXPECT_EQ(find("e", "bucket 0").value("id", -1), 7);
@@ -54,7 +59,8 @@ TEST(TraceRecorderTest, DropsEventsOverTheCapAndSaysSo) {
   EXPECT_EQ(trace.size(), 10);
   // Two metadata events came first, so 92 of the 100 instants were dropped.
   EXPECT_EQ(trace.dropped(), 92);
-  EXPECT_EQ(nlohmann::json::parse(trace.ToJson())["otherData"]["dropped_events"], 92);
+  EXPECT_EQ(
+      nlohmann::json::parse(trace.ToJson())["otherData"]["dropped_events"], 92);
 }
 
 TEST(TraceRecorderTest, NowMicrosIsWallClockTime) {
@@ -91,7 +97,8 @@ TEST(TraceRecorderTest, MergesRanksIntoOneDocument) {
 }
 
 TEST(TraceRecorderTest, MergeRejectsForeignFiles) {
-  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/other.json";
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR")) + "/other.json";
   std::ofstream(path) << "{\"something\": 1}";
   EXPECT_FALSE(MergeTraceFiles({path}, path + ".out").ok());
   EXPECT_FALSE(MergeTraceFiles({path + ".missing"}, path + ".out").ok());

@@ -1,6 +1,5 @@
 // The checkpoint file format (checkpoint.h): writing, and reading with every
 // check a damaged file can fail named in its error.
-#include "core/base/files.h"
 #include "core/train/checkpoint.h"
 
 #include <cerrno>
@@ -9,6 +8,7 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/files.h"
 #include "core/telemetry/metrics.h"
 #include "zlib.h"
 
@@ -42,7 +42,8 @@ void PutFloats(std::string& out, const std::vector<float>& v) {
 // says where.
 class Reader {
  public:
-  Reader(const std::string& data, size_t begin, size_t end, const std::string& path)
+  Reader(const std::string& data, size_t begin, size_t end,
+         const std::string& path)
       : data_(data), pos_(begin), end_(end), path_(path) {}
   absl::Status U64(uint64_t* v) {
     if (end_ - pos_ < sizeof(*v)) return Malformed("a field runs past the end");
@@ -70,7 +71,8 @@ class Reader {
     absl::Status s = U64(&n);
     if (!s.ok()) return s;
     if (n > kMaxFloats || (end_ - pos_) / sizeof(float) < n) {
-      return Malformed(absl::StrCat("an array of ", n, " floats runs past the end"));
+      return Malformed(
+          absl::StrCat("an array of ", n, " floats runs past the end"));
     }
     v->resize(n);
     std::memcpy(v->data(), data_.data() + pos_, n * sizeof(float));
@@ -79,8 +81,8 @@ class Reader {
   }
   size_t remaining() const { return end_ - pos_; }
   absl::Status Malformed(const std::string& what) const {
-    return absl::DataLossError(absl::StrCat("checkpoint ", path_, " is malformed at byte ",
-                                            pos_, ": ", what));
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", path_, " is malformed at byte ", pos_, ": ", what));
   }
 
  private:
@@ -90,10 +92,10 @@ class Reader {
   const std::string& path_;
 };
 
-#define GS_CHECKPOINT_READ(expr)          \
-  do {                                    \
-    absl::Status s_ = (expr);             \
-    if (!s_.ok()) return s_;              \
+#define GS_CHECKPOINT_READ(expr) \
+  do {                           \
+    absl::Status s_ = (expr);    \
+    if (!s_.ok()) return s_;     \
   } while (0)
 
 }  // namespace
@@ -122,7 +124,8 @@ absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
   }
   const uint64_t total = out.size() + 8;
   std::memcpy(&out[kMagicSize], &total, sizeof(total));
-  const uint32_t crc = crc32(0L, reinterpret_cast<const Bytef*>(out.data()), out.size());
+  const uint32_t crc =
+      crc32(0L, reinterpret_cast<const Bytef*>(out.data()), out.size());
   PutU64(out, crc);
   return WriteFileAtomically(path, out);
 }
@@ -132,44 +135,52 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   if (!in) {
     const int error = errno;
     if (error == ENOENT) {
-      return absl::NotFoundError(absl::StrCat("checkpoint ", path, " does not exist"));
+      return absl::NotFoundError(
+          absl::StrCat("checkpoint ", path, " does not exist"));
     }
-    return absl::DataLossError(
-        absl::StrCat("cannot open checkpoint ", path, ": ", std::strerror(error)));
+    return absl::DataLossError(absl::StrCat("cannot open checkpoint ", path,
+                                            ": ", std::strerror(error)));
   }
-  const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string data((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
   if (data.size() < kMagicSize ||
       std::memcmp(data.data(), kMagicPrefix, sizeof(kMagicPrefix)) != 0) {
     return absl::DataLossError(
         absl::StrCat(path, " is not a gradsync checkpoint (bad magic)"));
   }
-  if (std::memcmp(data.data() + sizeof(kMagicPrefix), kVersion, sizeof(kVersion)) != 0) {
-    return absl::DataLossError(absl::StrCat(
-        "checkpoint ", path, " has format version ",
-        data.substr(sizeof(kMagicPrefix), sizeof(kVersion)), "; this build reads version ",
-        std::string(kVersion, sizeof(kVersion))));
+  if (std::memcmp(data.data() + sizeof(kMagicPrefix), kVersion,
+                  sizeof(kVersion)) != 0) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, " has format version ",
+                     data.substr(sizeof(kMagicPrefix), sizeof(kVersion)),
+                     "; this build reads version ",
+                     std::string(kVersion, sizeof(kVersion))));
   }
   // The declared size first: a file cut short (a copy that did not finish,
   // a full disk outside our atomic write) is told apart from flipped bits.
   uint64_t declared = 0;
-  if (data.size() >= kMagicSize + 8) std::memcpy(&declared, data.data() + kMagicSize, 8);
+  if (data.size() >= kMagicSize + 8)
+    std::memcpy(&declared, data.data() + kMagicSize, 8);
   if (data.size() < kMinSize || declared < kMinSize || data.size() < declared) {
     return absl::DataLossError(absl::StrCat(
         "checkpoint ", path, " is truncated: ", data.size(), " bytes",
-        declared >= kMinSize ? absl::StrCat(" of the ", declared, " it declares") : ""));
+        declared >= kMinSize
+            ? absl::StrCat(" of the ", declared, " it declares")
+            : ""));
   }
   if (data.size() > declared) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", path, " has ",
-                                            data.size() - declared,
-                                            " bytes beyond the ", declared, " it declares"));
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, " has ", data.size() - declared,
+                     " bytes beyond the ", declared, " it declares"));
   }
   uint64_t stored_crc = 0;
   std::memcpy(&stored_crc, data.data() + data.size() - 8, 8);
-  const uint32_t crc = crc32(0L, reinterpret_cast<const Bytef*>(data.data()), data.size() - 8);
+  const uint32_t crc =
+      crc32(0L, reinterpret_cast<const Bytef*>(data.data()), data.size() - 8);
   if (stored_crc != crc) {
     return absl::DataLossError(absl::StrCat(
-        "checkpoint ", path, " is corrupt: CRC-32 mismatch (stored ", stored_crc,
-        ", computed ", crc, ")"));
+        "checkpoint ", path, " is corrupt: CRC-32 mismatch (stored ",
+        stored_crc, ", computed ", crc, ")"));
   }
   Reader reader(data, kMagicSize + 8, data.size() - 8, path);
   Checkpoint c;
@@ -187,24 +198,28 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   GS_CHECKPOINT_READ(reader.I64(&c.optimizer_step));
   GS_CHECKPOINT_READ(reader.Floats(&c.params));
   GS_CHECKPOINT_READ(reader.U64(&n));
-  if (n > kMaxBuffers) return reader.Malformed(absl::StrCat(n, " optimizer buffers"));
+  if (n > kMaxBuffers)
+    return reader.Malformed(absl::StrCat(n, " optimizer buffers"));
   c.optimizer_state.resize(n);
   for (auto& state : c.optimizer_state) {
     GS_CHECKPOINT_READ(reader.Floats(&state));
     if (state.size() != c.params.size()) {
-      return reader.Malformed(absl::StrCat("an optimizer buffer of ", state.size(),
-                                           " floats for ", c.params.size(), " parameters"));
+      return reader.Malformed(absl::StrCat("an optimizer buffer of ",
+                                           state.size(), " floats for ",
+                                           c.params.size(), " parameters"));
     }
   }
   GS_CHECKPOINT_READ(reader.U64(&n));
-  if (n > reader.remaining() / 16) return reader.Malformed(absl::StrCat(n, " keys"));
+  if (n > reader.remaining() / 16)
+    return reader.Malformed(absl::StrCat(n, " keys"));
   c.keys.resize(n);
   for (CheckpointKey& key : c.keys) {
     GS_CHECKPOINT_READ(reader.I64(&key.key));
     GS_CHECKPOINT_READ(reader.I64(&key.numel));
   }
   if (reader.remaining() != 0) {
-    return reader.Malformed(absl::StrCat(reader.remaining(), " unexpected trailing bytes"));
+    return reader.Malformed(
+        absl::StrCat(reader.remaining(), " unexpected trailing bytes"));
   }
   return c;
 }

@@ -34,7 +34,7 @@ struct Checkpoint {
   // The model's name (e.g. "mlp-784-512-256-10"); for a server's shard,
   // "ps shard: server k of K".
   std::string model;
-  int64_t step = 0;         // global steps completed
+  int64_t step = 0;  // global steps completed
   // Where the sampler resumes: the epoch the next step belongs to, and how
   // many of that epoch's steps (batches) are done. At an epoch's end this is
   // (next epoch, 0).
@@ -57,7 +57,8 @@ struct Checkpoint {
   std::vector<CheckpointKey> keys;
 };
 
-absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& checkpoint);
+absl::Status WriteCheckpoint(const std::string& path,
+                             const Checkpoint& checkpoint);
 // NotFound when `path` does not exist; DataLoss for anything else wrong with
 // the file. Every message names the file.
 absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);

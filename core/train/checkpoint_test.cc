@@ -33,7 +33,8 @@ Checkpoint Sample() {
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
 }
 
 void WriteAll(const std::string& path, const std::string& data) {
@@ -87,13 +88,15 @@ TEST(CheckpointTest, CorruptOrTruncatedIsRefusedNamingTheFile) {
   EXPECT_THAT(std::string(read.status().message()), HasSubstr("CRC"));
 
   // Every cut is refused as truncated, with the sizes.
-  for (size_t keep : {size_t{0}, size_t{12}, good.size() / 2, good.size() - 1}) {
+  for (size_t keep :
+       {size_t{0}, size_t{12}, good.size() / 2, good.size() - 1}) {
     WriteAll(path, good.substr(0, keep));
     read = ReadCheckpoint(path);
     ASSERT_FALSE(read.ok()) << keep;
     EXPECT_THAT(std::string(read.status().message()), HasSubstr(path));
     if (keep >= 8) {
-      EXPECT_THAT(std::string(read.status().message()), HasSubstr("truncated")) << keep;
+      EXPECT_THAT(std::string(read.status().message()), HasSubstr("truncated"))
+          << keep;
     }
   }
   WriteAll(path, good + "x");
@@ -107,7 +110,8 @@ TEST(CheckpointTest, CorruptOrTruncatedIsRefusedNamingTheFile) {
   WriteAll(path, old);
   read = ReadCheckpoint(path);
   ASSERT_FALSE(read.ok());
-  EXPECT_THAT(std::string(read.status().message()), HasSubstr("format version 01"));
+  EXPECT_THAT(std::string(read.status().message()),
+              HasSubstr("format version 01"));
 
   WriteAll(path, "not a checkpoint at all");
   read = ReadCheckpoint(path);

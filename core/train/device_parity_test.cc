@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "core/device/device.h"
+#include "core/sync/param_layout.h"
 #include "core/train/model.h"
 #include "core/train/optimizer.h"
-#include "core/sync/param_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

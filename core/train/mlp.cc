@@ -25,8 +25,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/base/logging.h"
-#include "core/train/model.h"
 #include "core/base/status_macros.h"
+#include "core/train/model.h"
 
 namespace gradsync {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "absl/strings/string_view.h"
 #include "core/device/device.h"
-#include "core/train/model.h"
 #include "core/sync/param_layout.h"
+#include "core/train/model.h"
 #include "gtest/gtest.h"
 
 namespace gradsync {

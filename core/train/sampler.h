@@ -28,7 +28,8 @@ struct SamplerOptions {
 
 class DistributedSampler {
  public:
-  static absl::StatusOr<DistributedSampler> Create(const SamplerOptions& options);
+  static absl::StatusOr<DistributedSampler> Create(
+      const SamplerOptions& options);
 
   // Indices of this rank's shard for `epoch`, in order.
   std::vector<int64_t> Indices(int64_t epoch) const;

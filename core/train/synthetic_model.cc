@@ -69,7 +69,8 @@ std::vector<ParamSpec> ResNet50() {
   for (int layer = 0; layer < 4; ++layer) {
     const int64_t p = planes[layer];
     for (int block = 0; block < blocks[layer]; ++block) {
-      const std::string prefix = absl::StrCat("layer", layer + 1, ".", block, ".");
+      const std::string prefix =
+          absl::StrCat("layer", layer + 1, ".", block, ".");
       AddConvBn(specs, prefix + "conv1", prefix + "bn1", p, in, 1);
       AddConvBn(specs, prefix + "conv2", prefix + "bn2", p, p, 3);
       AddConvBn(specs, prefix + "conv3", prefix + "bn3", 4 * p, p, 1);
@@ -92,8 +93,8 @@ std::vector<ParamSpec> ResNet50() {
 // (each convolution is followed by a ReLU, each 'M' is a max-pool).
 std::vector<ParamSpec> Vgg16() {
   std::vector<ParamSpec> specs;
-  const int config[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 0,
-                        512, 512, 512, 0, 512, 512, 512, 0};  // 0 = max-pool
+  const int config[] = {64,  64,  0,   128, 128, 0,   256, 256, 256, 0,
+                        512, 512, 512, 0,   512, 512, 512, 0};  // 0 = max-pool
   int64_t in = 3;
   int module = 0;
   for (int width : config) {
@@ -131,7 +132,8 @@ std::vector<ParamSpec> BertBase() {
     for (const char* projection : {"query", "key", "value"}) {
       Add(specs, absl::StrCat(p, "attention.self.", projection, ".weight"),
           {kHidden, kHidden});
-      Add(specs, absl::StrCat(p, "attention.self.", projection, ".bias"), {kHidden});
+      Add(specs, absl::StrCat(p, "attention.self.", projection, ".bias"),
+          {kHidden});
     }
     Add(specs, p + "attention.output.dense.weight", {kHidden, kHidden});
     Add(specs, p + "attention.output.dense.bias", {kHidden});
@@ -168,7 +170,8 @@ absl::StatusOr<std::vector<ParamSpec>> Custom(int64_t params, int tensors) {
   return specs;
 }
 
-// --- The model -----------------------------------------------------------------
+// --- The model
+// -----------------------------------------------------------------
 
 class SyntheticModel : public Model {
  public:
@@ -188,9 +191,9 @@ class SyntheticModel : public Model {
   absl::Status Bind(Device& device, const ParamLayout& layout, float* params,
                     float* grads, int max_batch) override {
     if (layout.params().size() != specs_.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name(), ": the layout has ", layout.params().size(),
-          " parameters, the model ", specs_.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name(), ": the layout has ", layout.params().size(),
+                       " parameters, the model ", specs_.size()));
     }
     device_ = &device;
     grads_ = grads;
@@ -203,8 +206,8 @@ class SyntheticModel : public Model {
       numels_.push_back(info.numel);
       total_numel_ += info.numel;
     }
-    ASSIGN_OR_RETURN(logits_, device.Allocate<float>(
-                                  int64_t{max_batch} * options_.num_classes));
+    ASSIGN_OR_RETURN(logits_, device.Allocate<float>(int64_t{max_batch} *
+                                                     options_.num_classes));
     host_labels_.resize(max_batch);
     staging_.resize(kPeriod * kStagingPeriods);
     return absl::OkStatus();
@@ -216,8 +219,7 @@ class SyntheticModel : public Model {
     // per seed and per tensor.
     for (size_t p = 0; p < layout.params().size(); ++p) {
       const ParamInfo& info = layout.params()[p];
-      int64_t j = static_cast<int64_t>(
-          SplitMix64(seed * 7919 + p) % kPeriod);
+      int64_t j = static_cast<int64_t>(SplitMix64(seed * 7919 + p) % kPeriod);
       float* out = host_params + info.offset;
       for (int64_t i = 0; i < info.numel; ++i) {
         out[i] = static_cast<float>(Pattern(j)) / 64.0f;
@@ -232,9 +234,9 @@ class SyntheticModel : public Model {
     (void)inputs;
     const Clock::time_point start = Clock::now();
     if (batch < 1 || batch > static_cast<int>(host_labels_.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name(), ": batch of ", batch, " rows; Bind() allowed 1..",
-          host_labels_.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name(), ": batch of ", batch,
+                       " rows; Bind() allowed 1..", host_labels_.size()));
     }
     RETURN_IF_ERROR(device_->CopyToHost(host_labels_.data(), labels,
                                         sizeof(int32_t) * batch));
@@ -249,9 +251,11 @@ class SyntheticModel : public Model {
     for (int64_t k = 1; k < kStagingPeriods; ++k) {
       std::copy_n(staging_.data(), kPeriod, staging_.data() + k * kPeriod);
     }
-    RETURN_IF_ERROR(device_->CopyToDevice(device_loss, &label_mean, sizeof(float)));
+    RETURN_IF_ERROR(
+        device_->CopyToDevice(device_loss, &label_mean, sizeof(float)));
 
-    const auto budget = std::chrono::duration<double, std::milli>(options_.compute_ms);
+    const auto budget =
+        std::chrono::duration<double, std::milli>(options_.compute_ms);
     int64_t done = 0;
     for (int p = static_cast<int>(numels_.size()) - 1; p >= 0; --p) {
       RETURN_IF_ERROR(FillGradient(p));
@@ -334,8 +338,8 @@ absl::StatusOr<std::vector<ParamSpec>> SyntheticParamSpecs(
 absl::StatusOr<std::unique_ptr<Model>> CreateSyntheticModel(
     const SyntheticModelOptions& options) {
   if (!(options.compute_ms >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--compute_ms=", options.compute_ms, " must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--compute_ms=", options.compute_ms, " must be >= 0"));
   }
   if (options.input_dim < 1 || options.num_classes < 1) {
     return absl::InvalidArgumentError(absl::StrCat(

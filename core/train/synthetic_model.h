@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/train/model.h"
 #include "core/sync/param_layout.h"
+#include "core/train/model.h"
 
 namespace gradsync {
 

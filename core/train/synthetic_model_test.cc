@@ -35,7 +35,8 @@ TEST(SyntheticParamSpecsTest, ResNet50HasTorchvisionsTensors) {
   EXPECT_EQ(specs.front().name, "conv1.weight");
   EXPECT_THAT(specs.front().shape, ::testing::ElementsAre(64, 3, 7, 7));
   EXPECT_EQ(specs[specs.size() - 2].name, "fc.weight");
-  EXPECT_THAT(specs[specs.size() - 2].shape, ::testing::ElementsAre(1000, 2048));
+  EXPECT_THAT(specs[specs.size() - 2].shape,
+              ::testing::ElementsAre(1000, 2048));
 }
 
 TEST(SyntheticParamSpecsTest, Vgg16HasItsHugeFirstClassifierLayer) {
@@ -45,7 +46,8 @@ TEST(SyntheticParamSpecsTest, Vgg16HasItsHugeFirstClassifierLayer) {
   int64_t largest = 0;
   std::string largest_name;
   for (const ParamSpec& spec : specs) {
-    if (spec.numel() > largest) largest = spec.numel(), largest_name = spec.name;
+    if (spec.numel() > largest)
+      largest = spec.numel(), largest_name = spec.name;
   }
   EXPECT_EQ(largest_name, "classifier.0.weight");
   EXPECT_EQ(largest, int64_t{25088} * 4096);
@@ -107,7 +109,9 @@ class SyntheticModelTest : public ::testing::Test {
     layout_ = std::make_unique<ParamLayout>(std::move(*layout));
     params_.resize(layout_->total_numel());
     grads_.resize(layout_->total_numel());
-    ASSERT_TRUE(model_->Bind(*device_, *layout_, params_.data(), grads_.data(), 8).ok());
+    ASSERT_TRUE(
+        model_->Bind(*device_, *layout_, params_.data(), grads_.data(), 8)
+            .ok());
   }
 
   // One step on labels {0, 1, ..., 7} (mean 3.5); returns the ready order.
@@ -150,7 +154,8 @@ TEST_F(SyntheticModelTest, GradientsAreTheDocumentedExactValues) {
     for (const ParamInfo& info : layout_->params()) {
       const int param = static_cast<int>(&info - layout_->params().data());
       for (int64_t i = 0; i < info.numel; ++i) {
-        ASSERT_EQ(grads_[info.offset + i], SyntheticGradient(step, param, i, 3.5f))
+        ASSERT_EQ(grads_[info.offset + i],
+                  SyntheticGradient(step, param, i, 3.5f))
             << "step " << step << " param " << param << " element " << i;
       }
     }
@@ -162,8 +167,10 @@ TEST_F(SyntheticModelTest, GradientsChangeWithStepAndParameter) {
   // tensors, would pass every check.
   int differing_steps = 0, differing_params = 0;
   for (int64_t i = 0; i < 64; ++i) {
-    differing_steps += SyntheticGradient(0, 2, i, 0) != SyntheticGradient(1, 2, i, 0);
-    differing_params += SyntheticGradient(0, 2, i, 0) != SyntheticGradient(0, 3, i, 0);
+    differing_steps +=
+        SyntheticGradient(0, 2, i, 0) != SyntheticGradient(1, 2, i, 0);
+    differing_params +=
+        SyntheticGradient(0, 2, i, 0) != SyntheticGradient(0, 3, i, 0);
   }
   EXPECT_GT(differing_steps, 32);
   EXPECT_GT(differing_params, 32);
@@ -194,20 +201,22 @@ TEST(SyntheticModelTimingTest, StepLastsAtLeastComputeMs) {
   auto layout = ParamLayout::Create((*model)->ParamSpecs(), 0);
   ASSERT_TRUE(layout.ok());
   std::vector<float> params(1000), grads(1000), inputs(784);
-  ASSERT_TRUE((*model)->Bind(**device, *layout, params.data(), grads.data(), 1).ok());
+  ASSERT_TRUE(
+      (*model)->Bind(**device, *layout, params.data(), grads.data(), 1).ok());
   int32_t label = 3;
   float loss = 0;
   std::vector<double> ready_ms;
   const auto start = std::chrono::steady_clock::now();
-  ASSERT_TRUE((*model)
-                  ->ForwardBackward(inputs.data(), &label, 1, &loss,
-                                    [&](int) {
-                                      ready_ms.push_back(
-                                          std::chrono::duration<double, std::milli>(
-                                              std::chrono::steady_clock::now() - start)
-                                              .count());
-                                    })
-                  .ok());
+  ASSERT_TRUE(
+      (*model)
+          ->ForwardBackward(inputs.data(), &label, 1, &loss,
+                            [&](int) {
+                              ready_ms.push_back(
+                                  std::chrono::duration<double, std::milli>(
+                                      std::chrono::steady_clock::now() - start)
+                                      .count());
+                            })
+          .ok());
   ASSERT_EQ(ready_ms.size(), 10u);
   // The time is spread over the tensors: the first (last layer's) gradient
   // is ready after its tenth of the budget, the last after all of it.

@@ -1,4 +1,3 @@
-#include "core/base/files.h"
 #include "core/train/trainer.h"
 
 #include <signal.h>
@@ -16,15 +15,16 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "nlohmann/json.hpp"
-#include "core/train/checkpoint.h"
+#include "core/base/files.h"
 #include "core/base/logging.h"
+#include "core/base/status_macros.h"
+#include "core/sync/param_layout.h"
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
-#include "core/sync/param_layout.h"
-#include "core/train/sampler.h"
-#include "core/base/status_macros.h"
 #include "core/telemetry/trace.h"
+#include "core/train/checkpoint.h"
+#include "core/train/sampler.h"
+#include "nlohmann/json.hpp"
 #include "zlib.h"
 
 namespace gradsync {
@@ -33,7 +33,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double MillisSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(Clock::now() - start)
+      .count();
 }
 
 uint32_t Crc(const std::vector<float>& values) {
@@ -61,17 +62,20 @@ class StepTimeline {
   void DataLoaded() {
     if (trace_ == nullptr) return;
     compute_start_ = last_ready_ = TraceRecorder::NowMicros();
-    trace_->Complete("data", "data", kTrackStep, step_start_, compute_start_ - step_start_);
+    trace_->Complete("data", "data", kTrackStep, step_start_,
+                     compute_start_ - step_start_);
   }
 
   // `tensor`'s gradient is final; `completes_bucket`: it was the last one of
   // `bucket`.
-  void GradientFinal(const std::string& tensor, int bucket, bool completes_bucket) {
+  void GradientFinal(const std::string& tensor, int bucket,
+                     bool completes_bucket) {
     if (trace_ == nullptr) return;
     // The time since the previous gradient became final is this tensor's
     // backward (the first one also holds the forward pass).
     const int64_t now = TraceRecorder::NowMicros();
-    trace_->Complete(tensor, "backward", kTrackCompute, last_ready_, now - last_ready_);
+    trace_->Complete(tensor, "backward", kTrackCompute, last_ready_,
+                     now - last_ready_);
     last_ready_ = now;
     if (completes_bucket) bucket_ready_[bucket] = now;
   }
@@ -86,24 +90,27 @@ class StepTimeline {
   void StepDone(int64_t step, const ParamLayout& layout, bool updated_by_sync) {
     if (trace_ == nullptr) return;
     const int64_t now = TraceRecorder::NowMicros();
-    trace_->Complete("forward+backward", "compute", kTrackCompute, compute_start_,
-                     compute_end_ - compute_start_);
-    trace_->Complete("Finish (exposed communication)", "wait", kTrackCommunication,
-                     compute_end_, finish_end_ - compute_end_);
+    trace_->Complete("forward+backward", "compute", kTrackCompute,
+                     compute_start_, compute_end_ - compute_start_);
+    trace_->Complete("Finish (exposed communication)", "wait",
+                     kTrackCommunication, compute_end_,
+                     finish_end_ - compute_end_);
     // The trainer sees when a bucket is handed off and when the whole step
     // is synchronized; a strategy that records its own spans (trace.h) shows
     // when each bucket really finished.
     for (size_t b = 0; b < bucket_ready_.size(); ++b) {
       const Bucket& bucket = layout.buckets()[b];
-      trace_->AsyncSpan(absl::StrFormat("bucket %d (%.2f MiB): handed off -> step synchronized",
-                                        b, bucket.numel * 4 / 1048576.0),
-                        "bucket", step * 100000 + static_cast<int64_t>(b),
-                        bucket_ready_[b], finish_end_);
+      trace_->AsyncSpan(
+          absl::StrFormat(
+              "bucket %d (%.2f MiB): handed off -> step synchronized", b,
+              bucket.numel * 4 / 1048576.0),
+          "bucket", step * 100000 + static_cast<int64_t>(b), bucket_ready_[b],
+          finish_end_);
     }
-    trace_->Complete(updated_by_sync ? "parameters from servers" : "optimizer", "optimizer",
-                     kTrackStep, finish_end_, now - finish_end_);
-    trace_->Complete(absl::StrCat("step ", step), "step", kTrackStep, step_start_,
-                     now - step_start_);
+    trace_->Complete(updated_by_sync ? "parameters from servers" : "optimizer",
+                     "optimizer", kTrackStep, finish_end_, now - finish_end_);
+    trace_->Complete(absl::StrCat("step ", step), "step", kTrackStep,
+                     step_start_, now - step_start_);
   }
 
  private:
@@ -121,11 +128,17 @@ class Trainer {
   Trainer(const TrainerOptions& options, const ProcessIdentity& identity,
           Model& model, const DatasetPair& data, Device& device,
           GradientSync& sync, Rendezvous* rendezvous)
-      : options_(options), id_(identity), model_(model), data_(data),
-        device_(device), sync_(sync), rendezvous_(rendezvous) {}
+      : options_(options),
+        id_(identity),
+        model_(model),
+        data_(data),
+        device_(device),
+        sync_(sync),
+        rendezvous_(rendezvous) {}
   ~Trainer() {
     // On an error path the recorder dies here; nobody may reach it after.
-    if (trace_ != nullptr && CurrentTrace() == trace_.get()) SetCurrentTrace(nullptr);
+    if (trace_ != nullptr && CurrentTrace() == trace_.get())
+      SetCurrentTrace(nullptr);
   }
 
   absl::StatusOr<TrainResult> Run();
@@ -138,7 +151,8 @@ class Trainer {
   absl::Status TrainStep(const std::vector<int64_t>& indices, int64_t first,
                          int rows, int64_t epoch);
   // Copies the step's samples indices[first, first + rows) to the device.
-  absl::Status LoadBatch(const std::vector<int64_t>& indices, int64_t first, int rows);
+  absl::Status LoadBatch(const std::vector<int64_t>& indices, int64_t first,
+                         int rows);
   // After backward: every bucket was handed to the strategy; re-arms the
   // per-bucket counts for the next step.
   absl::Status CheckEveryBucketHandedOver();
@@ -150,8 +164,8 @@ class Trainer {
   absl::Status WriteLayoutJson() const;
   // Every worker's `value`, in rank order, on worker 0; the other workers
   // get an empty list. Without a rendezvous (one worker), just `value`.
-  absl::StatusOr<std::vector<std::string>> GatherOnWorker0(const std::string& prefix,
-                                                           const std::string& value);
+  absl::StatusOr<std::vector<std::string>> GatherOnWorker0(
+      const std::string& prefix, const std::string& value);
   void ShowProgress(int64_t epoch, bool final_line);
 
   const TrainerOptions options_;
@@ -207,10 +221,12 @@ absl::Status Trainer::Setup() {
         absl::StrCat("--epochs=", options_.epochs, " must be at least 1"));
   }
   if (model_.input_dim() != data_.train.feature_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the model takes ", model_.input_dim(), " inputs but ", data_.train.name,
-        " has ", data_.train.feature_dim, " features per sample; set the first "
-        "--layers width to ", data_.train.feature_dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model takes ", model_.input_dim(), " inputs but ",
+                     data_.train.name, " has ", data_.train.feature_dim,
+                     " features per sample; set the first "
+                     "--layers width to ",
+                     data_.train.feature_dim));
   }
   if (model_.num_classes() < data_.train.num_classes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -225,11 +241,12 @@ absl::Status Trainer::Setup() {
   steps_per_epoch_ =
       (sampler_->num_samples() + options_.batch_size - 1) / options_.batch_size;
   total_steps_ = steps_per_epoch_ * options_.epochs;
-  if (options_.max_steps > 0) total_steps_ = std::min(total_steps_, options_.max_steps);
-  ASSIGN_OR_RETURN(
-      ParamLayout layout,
-      ParamLayout::Create(model_.ParamSpecs(),
-                          static_cast<int64_t>(options_.bucket_mb * (1 << 20))));
+  if (options_.max_steps > 0)
+    total_steps_ = std::min(total_steps_, options_.max_steps);
+  ASSIGN_OR_RETURN(ParamLayout layout,
+                   ParamLayout::Create(
+                       model_.ParamSpecs(),
+                       static_cast<int64_t>(options_.bucket_mb * (1 << 20))));
   layout_ = std::make_unique<ParamLayout>(std::move(layout));
   const int64_t n = layout_->total_numel();
 
@@ -237,7 +254,8 @@ absl::Status Trainer::Setup() {
   max_batch_ = std::max(options_.batch_size, 1000);
   ASSIGN_OR_RETURN(params_, device_.Allocate<float>(n));
   ASSIGN_OR_RETURN(grads_, device_.Allocate<float>(n));
-  ASSIGN_OR_RETURN(inputs_, device_.Allocate<float>(int64_t{max_batch_} * model_.input_dim()));
+  ASSIGN_OR_RETURN(inputs_, device_.Allocate<float>(int64_t{max_batch_} *
+                                                    model_.input_dim()));
   ASSIGN_OR_RETURN(labels_, device_.Allocate<int32_t>(max_batch_));
   ASSIGN_OR_RETURN(loss_, device_.Allocate<float>(1));
   host_inputs_.resize(static_cast<size_t>(max_batch_) * model_.input_dim());
@@ -246,7 +264,8 @@ absl::Status Trainer::Setup() {
 
   std::vector<float> initial(n);
   model_.InitParams(options_.seed, *layout_, initial.data());
-  RETURN_IF_ERROR(device_.CopyToDevice(params_, initial.data(), n * sizeof(float)));
+  RETURN_IF_ERROR(
+      device_.CopyToDevice(params_, initial.data(), n * sizeof(float)));
 
   ASSIGN_OR_RETURN(optimizer_, CreateOptimizer(options_.optimizer));
   RETURN_IF_ERROR(optimizer_->Bind(device_, n));
@@ -259,7 +278,8 @@ absl::Status Trainer::Setup() {
   bucket_pending_ = bucket_size_;
 
   if (!options_.trace_path.empty()) {
-    trace_ = std::make_unique<TraceRecorder>(id_.rank, absl::StrCat("worker ", id_.rank));
+    trace_ = std::make_unique<TraceRecorder>(id_.rank,
+                                             absl::StrCat("worker ", id_.rank));
     trace_->NameTrack(kTrackStep, "step");
     trace_->NameTrack(kTrackCompute, "compute (forward, backward per tensor)");
     trace_->NameTrack(kTrackCommunication, "communication");
@@ -277,13 +297,15 @@ absl::Status Trainer::Setup() {
   schedule.total_steps = total_steps_;
   sync_.SetTrainingSchedule(schedule);
   RETURN_IF_ERROR(sync_.Setup(*layout_, device_, SyncBuffers{grads_, params_}));
-  ASSIGN_OR_RETURN(metrics_, MetricsWriter::Open(options_.metrics_dir, id_.rank));
+  ASSIGN_OR_RETURN(metrics_,
+                   MetricsWriter::Open(options_.metrics_dir, id_.rank));
   result_.metrics_path = metrics_->path();
   RETURN_IF_ERROR(WriteLayoutJson());
   if (id_.rank == 0) {
     GS_LOG(INFO) << model_.name() << ": " << layout_->params().size()
                  << " tensors, " << n << " parameters ("
-                 << absl::StrFormat("%.2f MiB", layout_->total_bytes() / 1048576.0)
+                 << absl::StrFormat("%.2f MiB",
+                                    layout_->total_bytes() / 1048576.0)
                  << ") in " << layout_->buckets().size() << " bucket(s); "
                  << "--sync=" << options_.sync << ", " << id_.world_size
                  << " worker(s), " << id_.num_servers << " server(s), batch "
@@ -303,61 +325,73 @@ absl::Status Trainer::Resume() {
   const std::string context = absl::StrCat("worker ", id_.rank, ": --resume");
   absl::StatusOr<Checkpoint> read = ReadCheckpoint(path);
   if (absl::IsNotFound(read.status())) {
-    return absl::NotFoundError(absl::StrCat(
-        context, ": no checkpoint at --checkpoint=", path,
-        "; run without --resume to start afresh"));
+    return absl::NotFoundError(
+        absl::StrCat(context, ": no checkpoint at --checkpoint=", path,
+                     "; run without --resume to start afresh"));
   }
   if (!read.ok()) return Annotate(read.status(), context);
   const Checkpoint& c = *read;
-  auto mismatch = [&](const std::string& what, const auto& theirs, const auto& ours,
-                      const std::string& advice) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        context, ": checkpoint ", path, " was written with ", what, " ", theirs,
-        " but this run has ", ours, "; ", advice));
+  auto mismatch = [&](const std::string& what, const auto& theirs,
+                      const auto& ours, const std::string& advice) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(context, ": checkpoint ", path, " was written with ", what,
+                     " ", theirs, " but this run has ", ours, "; ", advice));
   };
   const int64_t n = layout_->total_numel();
   if (c.model != model_.name()) {
-    return mismatch("model", c.model, model_.name(), "resume with the same --model and --layers");
+    return mismatch("model", c.model, model_.name(),
+                    "resume with the same --model and --layers");
   }
   if (static_cast<int64_t>(c.params.size()) != n || !c.keys.empty()) {
-    return absl::DataLossError(absl::StrCat(context, ": checkpoint ", path, " holds ",
-                                            c.params.size(), " parameters, the model has ",
-                                            n, c.keys.empty() ? "" : " (it is a server's shard)"));
+    return absl::DataLossError(
+        absl::StrCat(context, ": checkpoint ", path, " holds ", c.params.size(),
+                     " parameters, the model has ", n,
+                     c.keys.empty() ? "" : " (it is a server's shard)"));
   }
-  const std::string same_data = "the data order depends on --seed, --batch_size and the number of workers";
-  if (c.seed != options_.seed) return mismatch("--seed", c.seed, options_.seed, same_data);
+  const std::string same_data =
+      "the data order depends on --seed, --batch_size and the number of "
+      "workers";
+  if (c.seed != options_.seed)
+    return mismatch("--seed", c.seed, options_.seed, same_data);
   if (c.batch_size != options_.batch_size) {
-    return mismatch("--batch_size", c.batch_size, options_.batch_size, same_data);
+    return mismatch("--batch_size", c.batch_size, options_.batch_size,
+                    same_data);
   }
   if (c.world_size != id_.world_size) {
-    return mismatch("a world size of", c.world_size, absl::StrCat(id_.world_size, " workers"),
-                    same_data);
+    return mismatch("a world size of", c.world_size,
+                    absl::StrCat(id_.world_size, " workers"), same_data);
   }
   if (c.optimizer != options_.optimizer.kind) {
     return mismatch("--optimizer", c.optimizer, options_.optimizer.kind,
                     "its state does not carry over");
   }
   if (c.optimizer_on_servers != sync_.UpdatesParameters()) {
-    return mismatch("the optimizer on the", c.optimizer_on_servers ? "servers" : "workers",
-                    sync_.UpdatesParameters() ? "it on the servers" : "it on the workers",
-                    "resume with the same --sync and --ps_update");
+    return mismatch(
+        "the optimizer on the", c.optimizer_on_servers ? "servers" : "workers",
+        sync_.UpdatesParameters() ? "it on the servers" : "it on the workers",
+        "resume with the same --sync and --ps_update");
   }
   // With the optimizer on the servers, their shards hold its state.
-  const std::vector<float*> state =
-      sync_.UpdatesParameters() ? std::vector<float*>{} : optimizer_->StateBuffers();
+  const std::vector<float*> state = sync_.UpdatesParameters()
+                                        ? std::vector<float*>{}
+                                        : optimizer_->StateBuffers();
   if (c.optimizer_state.size() != state.size()) {
     return mismatch("optimizer buffers", c.optimizer_state.size(),
                     absl::StrCat(state.size(), " buffers"),
                     "resume with the same --optimizer and --momentum");
   }
-  if (c.step < 0 || c.epoch < 0 || c.epoch_step < 0 || c.epoch_step >= steps_per_epoch_ ||
+  if (c.step < 0 || c.epoch < 0 || c.epoch_step < 0 ||
+      c.epoch_step >= steps_per_epoch_ ||
       c.step != c.epoch * steps_per_epoch_ + c.epoch_step) {
-    return absl::DataLossError(absl::StrCat(
-        context, ": checkpoint ", path, "'s position (step ", c.step, ", epoch ", c.epoch,
-        ", step ", c.epoch_step, " of the epoch) does not fit ", steps_per_epoch_,
-        " steps per epoch; was it written with another data set or --drop_last?"));
+    return absl::DataLossError(
+        absl::StrCat(context, ": checkpoint ", path, "'s position (step ",
+                     c.step, ", epoch ", c.epoch, ", step ", c.epoch_step,
+                     " of the epoch) does not fit ", steps_per_epoch_,
+                     " steps per epoch; was it written with another data set "
+                     "or --drop_last?"));
   }
-  RETURN_IF_ERROR(device_.CopyToDevice(params_, c.params.data(), n * sizeof(float)));
+  RETURN_IF_ERROR(
+      device_.CopyToDevice(params_, c.params.data(), n * sizeof(float)));
   for (size_t i = 0; i < state.size(); ++i) {
     RETURN_IF_ERROR(device_.CopyToDevice(state[i], c.optimizer_state[i].data(),
                                          n * sizeof(float)));
@@ -367,9 +401,9 @@ absl::Status Trainer::Resume() {
   start_epoch_ = c.epoch;
   start_epoch_step_ = c.epoch_step;
   if (id_.rank == 0) {
-    GS_LOG(INFO) << "resuming from " << path << " at step " << c.step << " (epoch "
-                 << c.epoch + 1 << ", step " << c.epoch_step << " of " << steps_per_epoch_
-                 << " done)";
+    GS_LOG(INFO) << "resuming from " << path << " at step " << c.step
+                 << " (epoch " << c.epoch + 1 << ", step " << c.epoch_step
+                 << " of " << steps_per_epoch_ << " done)";
   }
   return absl::OkStatus();
 }
@@ -380,13 +414,16 @@ absl::Status Trainer::Resume() {
 // file, or one started without --resume) with a message that says so.
 absl::Status Trainer::CheckResumeAgrees() {
   if (rendezvous_ == nullptr || id_.world_size == 1) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::string reference,
-                   rendezvous_->Broadcast("start_step", id_.rank, /*root=*/0,
-                                          absl::StrCat(step_), options_.timeout));
+  ASSIGN_OR_RETURN(
+      std::string reference,
+      rendezvous_->Broadcast("start_step", id_.rank, /*root=*/0,
+                             absl::StrCat(step_), options_.timeout));
   if (reference != absl::StrCat(step_)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", id_.rank, " starts at step ", step_, " but worker 0 at step ", reference,
-        "; with --resume every worker must read the same --checkpoint (shared storage)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", id_.rank, " starts at step ", step_,
+                     " but worker 0 at step ", reference,
+                     "; with --resume every worker must read the same "
+                     "--checkpoint (shared storage)"));
   }
   return absl::OkStatus();
 }
@@ -398,7 +435,9 @@ absl::Status Trainer::WriteLayoutJson() const {
   if (id_.rank != 0 || options_.metrics_dir.empty()) return absl::OkStatus();
   nlohmann::json params = nlohmann::json::array();
   for (const ParamInfo& info : layout_->params()) {
-    params.push_back({{"name", info.spec.name}, {"numel", info.numel}, {"bucket", info.bucket}});
+    params.push_back({{"name", info.spec.name},
+                      {"numel", info.numel},
+                      {"bucket", info.bucket}});
   }
   nlohmann::json buckets = nlohmann::json::array();
   for (const Bucket& bucket : layout_->buckets()) {
@@ -408,9 +447,12 @@ absl::Status Trainer::WriteLayoutJson() const {
                        {"params", bucket.params}});
   }
   const nlohmann::json layout = {
-      {"model", model_.name()},           {"total_numel", layout_->total_numel()},
-      {"total_bytes", layout_->total_bytes()}, {"bucket_mb", options_.bucket_mb},
-      {"params", params},                 {"buckets", buckets},
+      {"model", model_.name()},
+      {"total_numel", layout_->total_numel()},
+      {"total_bytes", layout_->total_bytes()},
+      {"bucket_mb", options_.bucket_mb},
+      {"params", params},
+      {"buckets", buckets},
   };
   return WriteFileAtomically(absl::StrCat(options_.metrics_dir, "/layout.json"),
                              layout.dump(1) + "\n");
@@ -421,15 +463,19 @@ absl::Status Trainer::WriteLayoutJson() const {
 absl::Status Trainer::CheckParamsAgree(const std::string& when) {
   if (rendezvous_ == nullptr || id_.world_size == 1) return absl::OkStatus();
   std::vector<float> host(layout_->total_numel());
-  RETURN_IF_ERROR(device_.CopyToHost(host.data(), params_, host.size() * sizeof(float)));
+  RETURN_IF_ERROR(
+      device_.CopyToHost(host.data(), params_, host.size() * sizeof(float)));
   const uint32_t crc = Crc(host);
-  ASSIGN_OR_RETURN(std::string reference,
-                   rendezvous_->Broadcast(absl::StrCat("params_crc/", when), id_.rank,
-                                          /*root=*/0, absl::StrCat(crc), options_.timeout));
+  ASSIGN_OR_RETURN(
+      std::string reference,
+      rendezvous_->Broadcast(absl::StrCat("params_crc/", when), id_.rank,
+                             /*root=*/0, absl::StrCat(crc), options_.timeout));
   if (reference != absl::StrCat(crc)) {
     return absl::InternalError(absl::StrCat(
-        "worker ", id_.rank, "'s parameters ", when, " differ from worker 0's "
-        "(CRC-32 ", crc, " vs ", reference, ")",
+        "worker ", id_.rank, "'s parameters ", when,
+        " differ from worker 0's "
+        "(CRC-32 ",
+        crc, " vs ", reference, ")",
         when == "at start-up"
             ? "; every worker needs the same --seed and --layers"
             : "; the strategy did not give every rank the same update"));
@@ -440,13 +486,16 @@ absl::Status Trainer::CheckParamsAgree(const std::string& when) {
 absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
                                 int64_t first, int rows, int64_t epoch) {
   if (id_.rank == options_.fault_rank && step_ == options_.fault_step) {
-    GS_LOG(ERROR) << "fault injected at step " << step_ << ": " << options_.fault;
+    GS_LOG(ERROR) << "fault injected at step " << step_ << ": "
+                  << options_.fault;
     if (options_.fault == "kill") raise(SIGKILL);
     _exit(3);
   }
   const Clock::time_point start = Clock::now();
   StepTimeline timeline(
-      trace_ != nullptr && step_ - start_step_ < options_.trace_steps ? trace_.get() : nullptr,
+      trace_ != nullptr && step_ - start_step_ < options_.trace_steps
+          ? trace_.get()
+          : nullptr,
       static_cast<int>(bucket_pending_.size()));
   RETURN_IF_ERROR(LoadBatch(indices, first, rows));
   timeline.DataLoaded();
@@ -455,7 +504,8 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   const std::vector<ParamInfo>& params = layout_->params();
   auto ready = [&](int param) {
     const int bucket = params[param].bucket;
-    timeline.GradientFinal(params[param].spec.name, bucket, bucket_pending_[bucket] == 1);
+    timeline.GradientFinal(params[param].spec.name, bucket,
+                           bucket_pending_[bucket] == 1);
     if (--bucket_pending_[bucket] == 0) sync_.BucketReady(bucket);
   };
   const Clock::time_point compute_start = Clock::now();
@@ -476,9 +526,9 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   float loss = 0;
   RETURN_IF_ERROR(device_.CopyToHost(&loss, loss_, sizeof(float)));
   if (!std::isfinite(loss)) {
-    return absl::InternalError(absl::StrCat(
-        "loss is ", loss, " at step ", step_, " (epoch ", epoch,
-        "): training diverged; lower --lr"));
+    return absl::InternalError(
+        absl::StrCat("loss is ", loss, " at step ", step_, " (epoch ", epoch,
+                     "): training diverged; lower --lr"));
   }
   StepRecord record;
   record.rank = id_.rank;
@@ -498,23 +548,26 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   ++epoch_steps_;
   last_loss_ = loss;
   ++step_;
-  if (options_.check_params_every > 0 && step_ % options_.check_params_every == 0) {
+  if (options_.check_params_every > 0 &&
+      step_ % options_.check_params_every == 0) {
     RETURN_IF_ERROR(CheckParamsAgree(absl::StrCat("after step ", step_)));
   }
   return absl::OkStatus();
 }
 
-absl::Status Trainer::LoadBatch(const std::vector<int64_t>& indices, int64_t first,
-                                int rows) {
+absl::Status Trainer::LoadBatch(const std::vector<int64_t>& indices,
+                                int64_t first, int rows) {
   const int dim = model_.input_dim();
   for (int i = 0; i < rows; ++i) {
     const int64_t sample = indices[first + i];
-    std::copy_n(data_.train.row(sample), dim, host_inputs_.data() + int64_t{i} * dim);
+    std::copy_n(data_.train.row(sample), dim,
+                host_inputs_.data() + int64_t{i} * dim);
     host_labels_[i] = data_.train.labels[sample];
   }
   RETURN_IF_ERROR(device_.CopyToDevice(inputs_, host_inputs_.data(),
                                        sizeof(float) * rows * dim));
-  return device_.CopyToDevice(labels_, host_labels_.data(), sizeof(int32_t) * rows);
+  return device_.CopyToDevice(labels_, host_labels_.data(),
+                              sizeof(int32_t) * rows);
 }
 
 // A model that does not report every parameter would leave a bucket that is
@@ -522,9 +575,10 @@ absl::Status Trainer::LoadBatch(const std::vector<int64_t>& indices, int64_t fir
 absl::Status Trainer::CheckEveryBucketHandedOver() {
   for (size_t b = 0; b < bucket_pending_.size(); ++b) {
     if (bucket_pending_[b] != 0) {
-      return absl::InternalError(absl::StrCat(
-          "bucket ", b, " still waits for ", bucket_pending_[b],
-          " gradient(s) after backward: the model did not report every parameter"));
+      return absl::InternalError(
+          absl::StrCat("bucket ", b, " still waits for ", bucket_pending_[b],
+                       " gradient(s) after backward: the model did not report "
+                       "every parameter"));
     }
   }
   bucket_pending_ = bucket_size_;
@@ -539,13 +593,16 @@ absl::StatusOr<double> Trainer::Evaluate(int64_t epoch) {
   const int dim = model_.input_dim();
   const int classes = model_.num_classes();
   std::vector<int64_t> shard;
-  for (int64_t i = id_.rank; i < test.size; i += id_.world_size) shard.push_back(i);
+  for (int64_t i = id_.rank; i < test.size; i += id_.world_size)
+    shard.push_back(i);
   std::vector<float> logits(static_cast<size_t>(max_batch_) * classes);
   int64_t correct = 0;
   for (size_t first = 0; first < shard.size(); first += max_batch_) {
-    const int rows = static_cast<int>(std::min<size_t>(max_batch_, shard.size() - first));
+    const int rows =
+        static_cast<int>(std::min<size_t>(max_batch_, shard.size() - first));
     for (int i = 0; i < rows; ++i) {
-      std::copy_n(test.row(shard[first + i]), dim, host_inputs_.data() + int64_t{i} * dim);
+      std::copy_n(test.row(shard[first + i]), dim,
+                  host_inputs_.data() + int64_t{i} * dim);
     }
     RETURN_IF_ERROR(device_.CopyToDevice(inputs_, host_inputs_.data(),
                                          sizeof(float) * rows * dim));
@@ -555,7 +612,8 @@ absl::StatusOr<double> Trainer::Evaluate(int64_t epoch) {
                                        sizeof(float) * rows * classes));
     for (int i = 0; i < rows; ++i) {
       const float* row = logits.data() + int64_t{i} * classes;
-      const int predicted = static_cast<int>(std::max_element(row, row + classes) - row);
+      const int predicted =
+          static_cast<int>(std::max_element(row, row + classes) - row);
       if (predicted == test.labels[shard[first + i]]) ++correct;
     }
   }
@@ -563,15 +621,16 @@ absl::StatusOr<double> Trainer::Evaluate(int64_t epoch) {
     return test.size > 0 ? static_cast<double>(correct) / test.size : 0.0;
   }
   ASSIGN_OR_RETURN(std::vector<std::string> counts,
-                   rendezvous_->AllGather(absl::StrCat("eval/", epoch), id_.rank,
-                                          id_.world_size, absl::StrCat(correct),
-                                          options_.timeout));
+                   rendezvous_->AllGather(
+                       absl::StrCat("eval/", epoch), id_.rank, id_.world_size,
+                       absl::StrCat(correct), options_.timeout));
   int64_t total = 0;
   for (int r = 0; r < id_.world_size; ++r) {
     const std::string& value = counts[r];
     int64_t count = 0;
     if (!absl::SimpleAtoi(value, &count)) {
-      return absl::InternalError(absl::StrCat("worker ", r, " sent evaluation count '", value, "'"));
+      return absl::InternalError(
+          absl::StrCat("worker ", r, " sent evaluation count '", value, "'"));
     }
     total += count;
   }
@@ -581,8 +640,10 @@ absl::StatusOr<double> Trainer::Evaluate(int64_t epoch) {
 // Worker 0 only: every worker holds the same parameters and optimizer state
 // after a step, so one copy is the job's. A parameter server running the
 // optimizer writes its own shard at the same steps (ps/shard.h).
-absl::Status Trainer::WriteCheckpointIfAsked(int64_t epoch, int64_t done_in_epoch) {
-  if (options_.checkpoint_path.empty() || id_.rank != 0 || step_ == last_checkpoint_step_) {
+absl::Status Trainer::WriteCheckpointIfAsked(int64_t epoch,
+                                             int64_t done_in_epoch) {
+  if (options_.checkpoint_path.empty() || id_.rank != 0 ||
+      step_ == last_checkpoint_step_) {
     return absl::OkStatus();
   }
   Checkpoint checkpoint;
@@ -600,18 +661,22 @@ absl::Status Trainer::WriteCheckpointIfAsked(int64_t epoch, int64_t done_in_epoc
   checkpoint.optimizer_step = optimizer_->step();
   const int64_t n = layout_->total_numel();
   checkpoint.params.resize(n);
-  RETURN_IF_ERROR(device_.CopyToHost(checkpoint.params.data(), params_, n * sizeof(float)));
+  RETURN_IF_ERROR(
+      device_.CopyToHost(checkpoint.params.data(), params_, n * sizeof(float)));
   if (!checkpoint.optimizer_on_servers) {
     for (float* state : optimizer_->StateBuffers()) {
       std::vector<float> host(n);
-      RETURN_IF_ERROR(device_.CopyToHost(host.data(), state, n * sizeof(float)));
+      RETURN_IF_ERROR(
+          device_.CopyToHost(host.data(), state, n * sizeof(float)));
       checkpoint.optimizer_state.push_back(std::move(host));
     }
   }
-  RETURN_IF_ERROR(Annotate(WriteCheckpoint(options_.checkpoint_path, checkpoint),
-                           absl::StrCat("worker 0: checkpoint of step ", step_)));
+  RETURN_IF_ERROR(
+      Annotate(WriteCheckpoint(options_.checkpoint_path, checkpoint),
+               absl::StrCat("worker 0: checkpoint of step ", step_)));
   last_checkpoint_step_ = step_;
-  GS_LOG(DEBUG) << "checkpoint of step " << step_ << " written to " << options_.checkpoint_path;
+  GS_LOG(DEBUG) << "checkpoint of step " << step_ << " written to "
+                << options_.checkpoint_path;
   return absl::OkStatus();
 }
 
@@ -620,15 +685,18 @@ void Trainer::ShowProgress(int64_t epoch, bool final_line) {
   const Clock::time_point now = Clock::now();
   if (!final_line && now - last_progress_ < std::chrono::seconds(2)) return;
   last_progress_ = now;
-  const double elapsed = std::chrono::duration<double>(now - run_start_).count();
+  const double elapsed =
+      std::chrono::duration<double>(now - run_start_).count();
   const int64_t done = step_ - start_step_;  // in this run
   const double rate = done > 0 ? elapsed / done : 0;
   const double global_samples_per_s =
-      elapsed > 0 ? done * static_cast<double>(options_.batch_size) * id_.world_size / elapsed : 0;
+      elapsed > 0 ? done * static_cast<double>(options_.batch_size) *
+                        id_.world_size / elapsed
+                  : 0;
   const std::string line = absl::StrFormat(
       "step %d/%d  epoch %d/%d  loss %.4f  %.0f samples/s  ETA %s", step_,
-      total_steps_, epoch + 1, options_.epochs, last_loss_, global_samples_per_s,
-      FormatEta(rate * (total_steps_ - step_)));
+      total_steps_, epoch + 1, options_.epochs, last_loss_,
+      global_samples_per_s, FormatEta(rate * (total_steps_ - step_)));
   // In a terminal the line updates in place; through the launcher's pipes it
   // is printed every couple of seconds.
   if (isatty(STDERR_FILENO)) {
@@ -645,17 +713,21 @@ void Trainer::ShowProgress(int64_t epoch, bool final_line) {
 absl::Status Trainer::FinishTrace() {
   if (trace_ == nullptr) return absl::OkStatus();
   SetCurrentTrace(nullptr);
-  const std::string mine = RankTracePath(options_.trace_path, "worker", id_.rank);
-  RETURN_IF_ERROR(Annotate(trace_->WriteJson(mine), "writing the --trace timeline"));
+  const std::string mine =
+      RankTracePath(options_.trace_path, "worker", id_.rank);
+  RETURN_IF_ERROR(
+      Annotate(trace_->WriteJson(mine), "writing the --trace timeline"));
   if (trace_->dropped() > 0) {
     GS_LOG(WARNING) << "trace: " << trace_->dropped()
                     << " events dropped over the cap; lower --trace_steps";
   }
-  ASSIGN_OR_RETURN(std::vector<std::string> files, GatherOnWorker0("trace/worker", mine));
+  ASSIGN_OR_RETURN(std::vector<std::string> files,
+                   GatherOnWorker0("trace/worker", mine));
   if (id_.rank != 0) return absl::OkStatus();
   const absl::Status merged = MergeTraceFiles(files, options_.trace_path);
   if (merged.ok()) {
-    GS_LOG(INFO) << "timeline of " << files.size() << " worker(s): " << options_.trace_path
+    GS_LOG(INFO) << "timeline of " << files.size()
+                 << " worker(s): " << options_.trace_path
                  << " (open in https://ui.perfetto.dev)";
   } else {
     // Not fatal: on a cluster without a shared file system the per-rank
@@ -669,22 +741,28 @@ absl::Status Trainer::FinishTrace() {
 absl::StatusOr<std::vector<std::string>> Trainer::GatherOnWorker0(
     const std::string& prefix, const std::string& value) {
   if (rendezvous_ == nullptr) return std::vector<std::string>{value};
-  return rendezvous_->Gather(prefix, id_.rank, id_.world_size, /*root=*/0, value,
-                             options_.timeout);
+  return rendezvous_->Gather(prefix, id_.rank, id_.world_size, /*root=*/0,
+                             value, options_.timeout);
 }
 
 absl::Status Trainer::Finalize(double wall_seconds) {
-  RETURN_IF_ERROR(Annotate(sync_.Shutdown(), absl::StrCat("worker ", id_.rank, " shutting down --sync=", options_.sync)));
+  RETURN_IF_ERROR(Annotate(
+      sync_.Shutdown(), absl::StrCat("worker ", id_.rank,
+                                     " shutting down --sync=", options_.sync)));
   RETURN_IF_ERROR(FinishTrace());
   if (!options_.dump_params.empty()) {
     std::vector<float> host(layout_->total_numel());
-    RETURN_IF_ERROR(device_.CopyToHost(host.data(), params_, host.size() * sizeof(float)));
+    RETURN_IF_ERROR(
+        device_.CopyToHost(host.data(), params_, host.size() * sizeof(float)));
     RETURN_IF_ERROR(WriteFileAtomically(
         absl::StrCat(options_.dump_params, ".worker", id_.rank),
-        std::string(reinterpret_cast<const char*>(host.data()), host.size() * sizeof(float))));
+        std::string(reinterpret_cast<const char*>(host.data()),
+                    host.size() * sizeof(float))));
   }
-  const std::string mine = RankSummaryJson(id_.rank, totals_, sync_.SummaryJson());
-  ASSIGN_OR_RETURN(std::vector<std::string> all, GatherOnWorker0("summary/worker", mine));
+  const std::string mine =
+      RankSummaryJson(id_.rank, totals_, sync_.SummaryJson());
+  ASSIGN_OR_RETURN(std::vector<std::string> all,
+                   GatherOnWorker0("summary/worker", mine));
   if (id_.rank != 0) return absl::OkStatus();
   if (options_.metrics_dir.empty()) return absl::OkStatus();
   const std::string summary = RunSummaryJson(
@@ -701,7 +779,8 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   run_start_ = Clock::now();
   last_progress_ = run_start_;
 
-  for (int64_t epoch = start_epoch_; epoch < options_.epochs && step_ < total_steps_; ++epoch) {
+  for (int64_t epoch = start_epoch_;
+       epoch < options_.epochs && step_ < total_steps_; ++epoch) {
     const Clock::time_point epoch_start = Clock::now();
     // The same shuffle from (seed, epoch) as the run that wrote a checkpoint,
     // minus the batches it had already consumed.
@@ -711,13 +790,16 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     epoch_steps_ = 0;
     int64_t samples = 0;
     for (int64_t first = done_in_epoch * options_.batch_size;
-         first < per_rank && step_ < total_steps_; first += options_.batch_size) {
-      const int rows = static_cast<int>(std::min<int64_t>(options_.batch_size, per_rank - first));
+         first < per_rank && step_ < total_steps_;
+         first += options_.batch_size) {
+      const int rows = static_cast<int>(
+          std::min<int64_t>(options_.batch_size, per_rank - first));
       RETURN_IF_ERROR(TrainStep(indices, first, rows, epoch));
       ++done_in_epoch;
       samples += rows;
       ShowProgress(epoch, false);
-      if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0) {
+      if (options_.checkpoint_every > 0 &&
+          step_ % options_.checkpoint_every == 0) {
         RETURN_IF_ERROR(WriteCheckpointIfAsked(epoch, done_in_epoch));
       }
     }
@@ -726,7 +808,8 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     record.epoch = epoch;
     record.steps = epoch_steps_;
     record.mean_loss = epoch_steps_ > 0 ? epoch_loss_sum_ / epoch_steps_ : 0;
-    record.seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
+    record.seconds =
+        std::chrono::duration<double>(Clock::now() - epoch_start).count();
     record.samples_per_s = record.seconds > 0 ? samples / record.seconds : 0;
     if (options_.evaluate) {
       ASSIGN_OR_RETURN(last_accuracy_, Evaluate(epoch));
@@ -736,16 +819,18 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     if (id_.rank == 0) {
       ShowProgress(epoch, true);
       GS_LOG(INFO) << absl::StrFormat(
-          "epoch %d: mean loss %.4f, %.1f s, %.0f samples/s per worker%s", epoch + 1,
-          record.mean_loss, record.seconds, record.samples_per_s,
+          "epoch %d: mean loss %.4f, %.1f s, %.0f samples/s per worker%s",
+          epoch + 1, record.mean_loss, record.seconds, record.samples_per_s,
           record.test_accuracy >= 0
-              ? absl::StrFormat(", test accuracy %.2f%%", 100 * record.test_accuracy)
+              ? absl::StrFormat(", test accuracy %.2f%%",
+                                100 * record.test_accuracy)
               : "");
     }
     // The epoch's end, or the run's last step inside it.
     RETURN_IF_ERROR(WriteCheckpointIfAsked(epoch, done_in_epoch));
   }
-  const double wall = std::chrono::duration<double>(Clock::now() - run_start_).count();
+  const double wall =
+      std::chrono::duration<double>(Clock::now() - run_start_).count();
   RETURN_IF_ERROR(Finalize(wall));
   result_.steps = step_;
   result_.final_loss = last_loss_;

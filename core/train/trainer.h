@@ -22,10 +22,10 @@
 namespace gradsync {
 
 struct TrainerOptions {
-  int batch_size = 64;        // per worker
+  int batch_size = 64;  // per worker
   int64_t epochs = 5;
-  int64_t max_steps = 0;      // stop after this many steps in all; 0 = no limit
-  uint64_t seed = 1;          // parameters and data order
+  int64_t max_steps = 0;  // stop after this many steps in all; 0 = no limit
+  uint64_t seed = 1;      // parameters and data order
   bool shuffle = true;
   bool drop_last = false;
   double bucket_mb = 25;
@@ -40,11 +40,11 @@ struct TrainerOptions {
   // Every rank reads `checkpoint_path` and continues from it; epochs and
   // max_steps count from the original run's start.
   bool resume = false;
-  std::string metrics_dir;       // JSON lines and summary.json; empty = none
-  bool progress = true;          // a progress line on worker 0
+  std::string metrics_dir;         // JSON lines and summary.json; empty = none
+  bool progress = true;            // a progress line on worker 0
   int64_t check_params_every = 0;  // compare parameter CRCs across ranks
-  std::string dump_params;       // write final parameters to <path>.worker<r>
-  int64_t warmup_steps = 5;      // left out of the summary's means
+  std::string dump_params;         // write final parameters to <path>.worker<r>
+  int64_t warmup_steps = 5;        // left out of the summary's means
   absl::Duration timeout = absl::Seconds(60);
   // Timeline (core/trace.h): each rank writes <trace_path>.worker<r>.json
   // for its first `trace_steps` steps, and worker 0 merges them into
@@ -61,9 +61,9 @@ struct TrainerOptions {
 struct TrainResult {
   int64_t steps = 0;
   double final_loss = 0;
-  double test_accuracy = -1;     // after the last epoch; -1 if not evaluated
-  std::string metrics_path;      // this rank's JSON lines
-  std::string summary_path;      // worker 0 only
+  double test_accuracy = -1;  // after the last epoch; -1 if not evaluated
+  std::string metrics_path;   // this rank's JSON lines
+  std::string summary_path;   // worker 0 only
 };
 
 // Runs training to the end. `rendezvous` may be null for a single worker
