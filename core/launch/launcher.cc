@@ -112,8 +112,88 @@ void SignalAll(std::vector<Child>& children, int signo) {
   }
 }
 
+// Forks and executes `spec`, its output going to a pipe that `child` reads
+// and, when asked, to its log file.
+absl::Status StartChild(const ProcessSpec& spec, Child& child) {
+  child.result.name = spec.name;
+  if (!spec.log_path.empty()) {
+    child.log = fopen(spec.log_path.c_str(), "w");
+    if (child.log == nullptr) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot write log file ", spec.log_path, ": ", std::strerror(errno)));
+    }
+  }
+  std::vector<std::string> env = MergedEnvironment(spec.env);
+  std::vector<char*> envp, argv;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = spec.argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  // The child starts with our SIGINT/SIGTERM handler until it resets it: a
+  // SIGTERM sent in between (another process failed at once) would only
+  // poke our pipe and be lost. Blocked across fork, it waits, and is
+  // delivered to the child once the default action is back.
+  sigset_t stop_signals, old_mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Child: async-signal-safe calls only.
+    setpgid(0, 0);
+    // Never outlive the launcher.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  close(fds[1]);
+  if (pid < 0) {
+    close(fds[0]);
+    return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  }
+  setpgid(pid, pid);  // also from the parent, so kill(-pid) works at once
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  child.pid = pid;
+  child.out_fd = fds[0];
+  return absl::OkStatus();
+}
+
+// If `child` has exited, records how (exit code, signal, when) and returns
+// true.
+bool ReapIfExited(Child& child) {
+  int status = 0;
+  if (waitpid(child.pid, &status, WNOHANG) != child.pid) return false;
+  child.running = false;
+  child.result.ended = absl::Now();
+  if (WIFEXITED(status)) {
+    child.result.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    child.result.term_signal = WTERMSIG(status);
+    child.result.exit_code = 128 + WTERMSIG(status);
+  }
+  return true;
+}
+
 }  // namespace
 
+// Long by design: after StartChild, one event loop polls output, the signal
+// pipe, exits and the deadline until every child has ended, and those pieces
+// share the stop state (stop_all, kill_at), which splitting would scatter.
 absl::StatusOr<LaunchResult> RunProcessGroup(
     const std::vector<ProcessSpec>& specs, const LaunchOptions& options) {
   if (specs.empty())
@@ -139,72 +219,13 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
   std::vector<Child> children(specs.size());
   absl::Status start_status;
   for (size_t i = 0; i < specs.size(); ++i) {
-    const ProcessSpec& spec = specs[i];
-    Child& child = children[i];
-    child.result.name = spec.name;
-    if (!spec.log_path.empty()) {
-      child.log = fopen(spec.log_path.c_str(), "w");
-      if (child.log == nullptr) {
-        start_status = absl::PermissionDeniedError(
-            absl::StrCat("cannot write log file ", spec.log_path, ": ",
-                         std::strerror(errno)));
-        children.resize(i);
-        break;
-      }
-    }
-    std::vector<std::string> env = MergedEnvironment(spec.env);
-    std::vector<char*> envp, argv;
-    for (std::string& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> args = spec.argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-      start_status =
-          absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+    start_status = StartChild(specs[i], children[i]);
+    if (!start_status.ok()) {
+      // This one never ran; the started ones' logs are closed at the end.
+      if (children[i].log != nullptr) fclose(children[i].log);
       children.resize(i);
       break;
     }
-    // The child starts with our SIGINT/SIGTERM handler until it resets it: a
-    // SIGTERM sent in between (another process failed at once) would only
-    // poke our pipe and be lost. Blocked across fork, it waits, and is
-    // delivered to the child once the default action is back.
-    sigset_t stop_signals, old_mask;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
-    const pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-      // Child: async-signal-safe calls only.
-      setpgid(0, 0);
-      // Never outlive the launcher.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
-      sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-      dup2(fds[1], STDOUT_FILENO);
-      dup2(fds[1], STDERR_FILENO);
-      execve(argv[0], argv.data(), envp.data());
-      _exit(127);
-    }
-    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-    close(fds[1]);
-    if (pid < 0) {
-      close(fds[0]);
-      start_status =
-          absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
-      children.resize(i);
-      break;
-    }
-    setpgid(pid, pid);  // also from the parent, so kill(-pid) works at once
-    fcntl(fds[0], F_SETFL, O_NONBLOCK);
-    child.pid = pid;
-    child.out_fd = fds[0];
   }
 
   LaunchResult result;
@@ -259,19 +280,8 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
     }
     // Reap whoever has exited.
     for (Child& child : children) {
-      if (!child.running) continue;
-      int status = 0;
-      pid_t r = waitpid(child.pid, &status, WNOHANG);
-      if (r != child.pid) continue;
-      child.running = false;
-      child.result.ended = absl::Now();
+      if (!child.running || !ReapIfExited(child)) continue;
       --running;
-      if (WIFEXITED(status)) {
-        child.result.exit_code = WEXITSTATUS(status);
-      } else if (WIFSIGNALED(status)) {
-        child.result.term_signal = WTERMSIG(status);
-        child.result.exit_code = 128 + WTERMSIG(status);
-      }
       if (child.result.exit_code != 0 && !child.result.stopped_by_launcher &&
           result.failure.empty()) {
         const std::string why =

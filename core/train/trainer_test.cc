@@ -1,0 +1,220 @@
+// The trainer against a fake GradientSync: what it hands the strategy, in
+// which order, what it does with the strategy's answer, and what it checks
+// across ranks (two workers as threads over the in-memory rendezvous).
+#include "core/train/trainer.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/cluster/in_memory_rendezvous.h"
+#include "core/data/dataset.h"
+#include "core/device/device.h"
+#include "core/sync/gradient_sync.h"
+#include "core/train/model.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gradsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Records every call; optionally fails a step or plays a parameter server
+// that writes the new parameters itself.
+class FakeSync : public GradientSync {
+ public:
+  absl::Status Setup(const ParamLayout& layout, Device& device,
+                     const SyncBuffers& buffers) override {
+    num_buckets_ = static_cast<int>(layout.buckets().size());
+    total_numel_ = layout.total_numel();
+    buffers_ = buffers;
+    return absl::OkStatus();
+  }
+  void BucketReady(int bucket) override {
+    handed_over.push_back({step_, bucket});
+  }
+  absl::Status Finish(StepStats&) override {
+    finishes.push_back(step_);
+    // What the trainer left for the strategy: the step's parameters (not
+    // yet stepped) and gradients. The CPU device's buffers are host memory.
+    params_seen.assign(buffers_.params, buffers_.params + total_numel_);
+    grads_seen.assign(buffers_.grads, buffers_.grads + total_numel_);
+    if (step_ == fail_at_step) return absl::InternalError("fake failure");
+    if (updates_parameters) {
+      for (int64_t i = 0; i < total_numel_; ++i) buffers_.params[i] = 0.5f;
+    }
+    ++step_;
+    return absl::OkStatus();
+  }
+  bool UpdatesParameters() const override { return updates_parameters; }
+
+  int num_buckets() const { return num_buckets_; }
+
+  std::vector<std::pair<int, int>> handed_over;  // (step, bucket)
+  std::vector<int> finishes;
+  std::vector<float> params_seen, grads_seen;
+  int fail_at_step = -1;
+  bool updates_parameters = false;
+
+ private:
+  int num_buckets_ = 0;
+  int64_t total_numel_ = 0;
+  SyncBuffers buffers_;
+  int step_ = 0;
+};
+
+struct Job {
+  DatasetPair data;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Device> device;
+};
+
+Job SmallJob() {
+  SyntheticOptions data_options;
+  data_options.train_size = 64;
+  data_options.test_size = 16;
+  data_options.feature_dim = 8;
+  data_options.num_classes = 3;
+  Job job;
+  job.data = *MakeSynthetic(data_options);
+  MlpOptions mlp;
+  mlp.widths = {8, 6, 5, 3};
+  job.model = *CreateMlp(mlp);
+  job.device = *CreateDevice(DeviceOptions{});
+  return job;
+}
+
+TrainerOptions SmallOptions(int64_t steps) {
+  TrainerOptions options;
+  options.batch_size = 8;
+  options.epochs = 1;
+  options.max_steps = steps;
+  options.evaluate = false;
+  options.progress = false;
+  options.bucket_mb = 64.0 / (1 << 20);  // 64 bytes: a bucket per tensor or so
+  options.timeout = absl::Seconds(10);
+  return options;
+}
+
+std::vector<float> ReadFloats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+  std::vector<float> floats(bytes.size() / sizeof(float));
+  std::memcpy(floats.data(), bytes.data(), floats.size() * sizeof(float));
+  return floats;
+}
+
+TEST(TrainerTest, HandsEveryBucketOverOncePerStepInBackwardOrder) {
+  Job job = SmallJob();
+  FakeSync sync;
+  auto result = RunTraining(SmallOptions(3), ProcessIdentity{}, *job.model,
+                            job.data, *job.device, sync, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->steps, 3);
+  ASSERT_GT(sync.num_buckets(), 2);
+  // Buckets are numbered in the order backward finishes them: 0, 1, ... in
+  // every step, each once, all before that step's Finish.
+  std::vector<std::pair<int, int>> expected;
+  for (int step = 0; step < 3; ++step) {
+    for (int b = 0; b < sync.num_buckets(); ++b) expected.push_back({step, b});
+  }
+  EXPECT_EQ(sync.handed_over, expected);
+  EXPECT_EQ(sync.finishes, std::vector<int>({0, 1, 2}));
+}
+
+TEST(TrainerTest, AnErrorFromFinishEndsTrainingWithIt) {
+  Job job = SmallJob();
+  FakeSync sync;
+  sync.fail_at_step = 1;
+  auto result = RunTraining(SmallOptions(5), ProcessIdentity{}, *job.model,
+                            job.data, *job.device, sync, nullptr);
+  ASSERT_FALSE(result.ok());
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("fake failure"));
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("worker 0 step 1"));
+  // Nothing of step 2 was handed over.
+  for (const auto& [step, bucket] : sync.handed_over) EXPECT_LE(step, 1);
+  EXPECT_EQ(sync.finishes, std::vector<int>({0, 1}));
+}
+
+TEST(TrainerTest, ParametersFromTheStrategyAreNotSteppedAgain) {
+  Job job = SmallJob();
+  FakeSync sync;
+  sync.updates_parameters = true;
+  TrainerOptions options = SmallOptions(2);
+  options.optimizer.lr = 0.5f;
+  options.dump_params = absl::StrCat(std::getenv("TEST_TMPDIR"), "/server");
+  auto result = RunTraining(options, ProcessIdentity{}, *job.model, job.data,
+                            *job.device, sync, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<float> params = ReadFloats(options.dump_params + ".worker0");
+  ASSERT_FALSE(params.empty());
+  // Exactly what the strategy wrote: the trainer's optimizer did not run.
+  for (float p : params) ASSERT_EQ(p, 0.5f);
+}
+
+TEST(TrainerTest, WithoutTheStrategyUpdatingTheOptimizerStepsOncePerStep) {
+  Job job = SmallJob();
+  FakeSync sync;
+  TrainerOptions options = SmallOptions(1);
+  options.optimizer.kind = "sgd";
+  options.optimizer.lr = 0.25f;
+  options.optimizer.momentum = 0.0f;
+  options.optimizer.weight_decay = 0.0f;
+  options.dump_params = absl::StrCat(std::getenv("TEST_TMPDIR"), "/worker");
+  auto result = RunTraining(options, ProcessIdentity{}, *job.model, job.data,
+                            *job.device, sync, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<float> params = ReadFloats(options.dump_params + ".worker0");
+  ASSERT_EQ(params.size(), sync.params_seen.size());
+  int changed = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    // One plain SGD step from what Finish saw: p - lr * g.
+    EXPECT_FLOAT_EQ(params[i], sync.params_seen[i] - 0.25f * sync.grads_seen[i])
+        << "parameter " << i;
+    if (params[i] != sync.params_seen[i]) ++changed;
+  }
+  EXPECT_GT(changed, 0);
+}
+
+TEST(TrainerTest, RanksThatDivergeAreCaughtNamingTheStep) {
+  // Two workers over the in-memory rendezvous, with a "strategy" that does
+  // not synchronize: they start identical (the start-up check passes) and
+  // their parameters differ after the first step, which the per-step check
+  // must report on the rank that compares.
+  auto rendezvous_job = std::make_shared<InMemoryJob>(2, 0);
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      Job job = SmallJob();
+      FakeSync sync;
+      InMemoryRendezvous rendezvous(rendezvous_job, Role::kWorker, rank);
+      ProcessIdentity identity;
+      identity.rank = rank;
+      identity.world_size = 2;
+      TrainerOptions options = SmallOptions(2);
+      options.check_params_every = 1;
+      options.timeout = absl::Seconds(2);  // rank 0 then waits for rank 1 in vain
+      results[rank] = RunTraining(options, identity, *job.model, job.data,
+                                  *job.device, sync, &rendezvous)
+                          .status();
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  ASSERT_FALSE(results[1].ok());
+  EXPECT_THAT(std::string(results[1].message()),
+              HasSubstr("worker 1's parameters after step 1 differ from worker 0's"));
+}
+
+}  // namespace
+}  // namespace gradsync
