@@ -5,19 +5,21 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace gradsync {
 
 void InMemoryJob::Lose(const std::string& member, const std::string& reason) {
   absl::Status loss;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (!lost_.ok()) return;  // the first loss is the one reported
     lost_ = absl::UnavailableError(
         absl::StrCat("the job lost ", member, ": ", reason));
     loss = lost_;
   }
-  absl::MutexLock lock(&listeners_mu_);
+  changed_.notify_all();
+  std::lock_guard<std::mutex> lock(listeners_mu_);
   for (auto& [id, listener] : listeners_) listener(loss);
 }
 
@@ -27,19 +29,23 @@ std::string InMemoryRendezvous::self() const {
 
 absl::Status InMemoryRendezvous::Set(const std::string& key,
                                      const std::string& value) {
-  absl::MutexLock lock(&job_->mu_);
-  job_->store_[key] = value;
+  {
+    std::lock_guard<std::mutex> lock(job_->mu_);
+    job_->store_[key] = value;
+  }
+  job_->changed_.notify_all();
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> InMemoryRendezvous::Get(const std::string& key,
                                                     absl::Duration timeout) {
-  absl::MutexLock lock(&job_->mu_);
+  std::unique_lock<std::mutex> lock(job_->mu_);
   // A loss ends the wait as the coordinator's would: the key will not come.
-  auto settled = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_->mu_) {
+  auto settled = [this, &key] {
     return job_->store_.count(key) > 0 || !job_->lost_.ok();
   };
-  if (!job_->mu_.AwaitWithTimeout(absl::Condition(&settled), timeout)) {
+  if (!job_->changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                               settled)) {
     return absl::DeadlineExceededError(
         absl::StrCat(self(), " waited ", absl::FormatDuration(timeout),
                      " for key '", key, "', which no rank set"));
@@ -58,12 +64,15 @@ absl::Status InMemoryRendezvous::Barrier(const std::string& name,
   const int size = group == BarrierGroup::kWorkers
                        ? job_->num_workers_
                        : job_->num_workers_ + job_->num_servers_;
-  absl::MutexLock lock(&job_->mu_);
+  std::unique_lock<std::mutex> lock(job_->mu_);
   int& arrived = job_->barriers_[name];
   ++arrived;
-  auto open = [&arrived, size, this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
-                  job_->mu_) { return arrived >= size || !job_->lost_.ok(); };
-  if (!job_->mu_.AwaitWithTimeout(absl::Condition(&open), timeout)) {
+  job_->changed_.notify_all();
+  auto open = [&arrived, size, this] {
+    return arrived >= size || !job_->lost_.ok();
+  };
+  if (!job_->changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                               open)) {
     return absl::DeadlineExceededError(absl::StrCat(
         self(), " waited ", absl::FormatDuration(timeout), " at barrier '",
         name, "': ", arrived, " of ", size, " arrived"));
@@ -73,13 +82,13 @@ absl::Status InMemoryRendezvous::Barrier(const std::string& name,
 }
 
 absl::Status InMemoryRendezvous::lost() const {
-  absl::MutexLock lock(&job_->mu_);
+  std::lock_guard<std::mutex> lock(job_->mu_);
   return job_->lost_;
 }
 
 int InMemoryRendezvous::AddLossListener(
     std::function<void(const absl::Status&)> listener) {
-  absl::MutexLock listeners_lock(&job_->listeners_mu_);
+  std::lock_guard<std::mutex> listeners_lock(job_->listeners_mu_);
   const int id = job_->next_listener_++;
   const absl::Status loss = lost();
   if (!loss.ok()) {
@@ -91,18 +100,16 @@ int InMemoryRendezvous::AddLossListener(
 }
 
 void InMemoryRendezvous::RemoveLossListener(int id) {
-  absl::MutexLock lock(&job_->listeners_mu_);
+  std::lock_guard<std::mutex> lock(job_->listeners_mu_);
   job_->listeners_.erase(id);
 }
 
 absl::Status InMemoryRendezvous::ExplainFailure(const absl::Status& symptom,
                                                 absl::Duration wait) const {
   if (symptom.ok()) return symptom;
-  absl::MutexLock lock(&job_->mu_);
-  auto reported = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_->mu_) {
-    return !job_->lost_.ok();
-  };
-  job_->mu_.AwaitWithTimeout(absl::Condition(&reported), wait);
+  std::unique_lock<std::mutex> lock(job_->mu_);
+  job_->changed_.wait_for(lock, absl::ToChronoMilliseconds(wait),
+                          [this] { return !job_->lost_.ok(); });
   if (job_->lost_.ok() ||
       absl::StrContains(symptom.message(), job_->lost_.message())) {
     return symptom;
