@@ -34,7 +34,7 @@ struct RingHello {
   // Where the sender listens: names it in the receiver's errors better than
   // the ephemeral port its connection comes from.
   std::string sender_address;
-  // The job token (core/job_token.h); empty when the job has none.
+  // The job token (core/cluster/job_token.h); empty when the job has none.
   std::string job_token;
 };
 

@@ -615,7 +615,9 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
         {"link_bits_per_s", plan.link_bits_per_s}}},
       {"benchmarks", benchmarks},
   };
-  const std::string json = document.dump(2) + "\n";
+  const std::string json =
+      document.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+      "\n";
   std::ofstream out(path);
   out << json;
   if (!out.good()) {

@@ -564,7 +564,9 @@ int Main() {
           {"grpc_algbw_gbps", bare_bw},
           {"wrong", wrong},
       };
-      *json << line.dump() << "\n";
+      *json << line.dump(-1, ' ', false,
+                         nlohmann::json::error_handler_t::replace)
+            << "\n";
     }
   }
   return 0;

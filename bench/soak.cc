@@ -271,7 +271,9 @@ int Soak() {
         {"seconds", seconds}, {"tolerance", tolerance},
         {"ok", ok},           {"processes", rows},
     };
-    std::ofstream(json) << report.dump(1) << "\n";
+    std::ofstream(json) << report.dump(1, ' ', false,
+                                       nlohmann::json::error_handler_t::replace)
+                        << "\n";
   }
   return ok ? 0 : 1;
 }

@@ -1,5 +1,5 @@
 // libFuzzer target: sequences of calls into the synchronous handlers of the
-// coordinator's service (core/coordinator_service.h) — Join, Barrier, Set,
+// coordinator's service (core/cluster/coordinator_service.h) — Join, Barrier, Set,
 // Get, Alive, Leave; Watch, on the callback API, needs a live call and is
 // covered by tests/member_loss_test.cc — with fuzzed tokens, job ids, roles,
 // ranks, keys, values and timeouts, some built field by field and some parsed

@@ -107,12 +107,21 @@ absl::Status Serve(const ClusterEnv& env) {
   coordinator->RemoveLossListener(listener);
   server->Stop();
   // One JSON line on stdout for the launcher's logs and the plots.
+  // A summary that does not parse is kept as a string rather than aborting
+  // the server on its way out.
+  const std::string summary_text = server->SummaryJson();
+  const nlohmann::json summary =
+      nlohmann::json::parse(summary_text, nullptr, /*allow_exceptions=*/false);
   const nlohmann::json event = {
       {"event", "ps_server_summary"},
       {"ok", status.ok()},
-      {"summary", nlohmann::json::parse(server->SummaryJson())},
+      {"summary",
+       summary.is_discarded() ? nlohmann::json(summary_text) : summary},
   };
-  std::printf("%s\n", event.dump().c_str());
+  std::printf(
+      "%s\n",
+      event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+          .c_str());
   std::fflush(stdout);
   return status;
 }

@@ -1,5 +1,5 @@
 // `gradsync server`: one parameter-server process. Reads the --ps_* flags and
-// the environment (core/cluster_env.h: GRADSYNC_ROLE=server,
+// the environment (core/cluster/cluster_env.h: GRADSYNC_ROLE=server,
 // GRADSYNC_SERVER_RANK, GRADSYNC_NUM_SERVERS, WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT, GRADSYNC_JOB_ID), serves its shard on a free port, joins the
 // coordinator with that address, and serves until every worker has sent

@@ -561,7 +561,7 @@ std::string ServerShard::ShardName() const {
 
 bool ServerShard::IsCheckpointStep(int64_t steps) const {
   if (checkpoint_.path().empty()) return false;
-  // The steps at which the trainer's worker 0 writes (core/trainer.cc).
+  // The steps at which the trainer's worker 0 writes (core/train/trainer.cc).
   return (checkpoint_.every() > 0 && steps % checkpoint_.every() == 0) ||
          steps % checkpoint_.steps_per_epoch() == 0 ||
          steps == checkpoint_.total_steps();

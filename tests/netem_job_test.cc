@@ -134,7 +134,7 @@ int64_t LinesIn(const std::string& path) {
 
 // The bound issue-level fault handling promises, from the cut to the end of
 // the job (every process's own detection: keepalive pings, see
-// core/coordinator.cc).
+// core/cluster/coordinator.cc).
 constexpr absl::Duration kMaxTimeToExit = absl::Seconds(15);
 
 // The lines of `output` that report a loss, for the test log.

@@ -42,7 +42,7 @@
 
 extern "C" char* openblas_get_config(void);
 
-// Defined in core/flags.cc (the training flags); the bundle's wrapper points
+// Defined in tools/train_flags.cc (the training flags); the bundle's wrapper points
 // it at the Fashion-MNIST files it carries.
 ABSL_DECLARE_FLAG(std::string, data_dir);
 

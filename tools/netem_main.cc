@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,9 +21,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/logging.h"
@@ -130,15 +126,29 @@ absl::StatusOr<std::vector<double>> ReceivedRates(const std::string& json) {
   if (report.is_discarded() || !report.is_object()) {
     return absl::DataLossError("iperf3's output is not JSON");
   }
-  std::vector<double> rates;
+  // iperf3 -J reports its own failures as a top-level "error" string.
+  const nlohmann::json error = report.value("error", nlohmann::json());
+  const std::string why =
+      error.is_string()
+          ? absl::StrCat(" (iperf3: ", error.get<std::string>(), ")")
+          : "";
   const nlohmann::json end = report.value("end", nlohmann::json::object());
-  for (const auto& [key, sum] : end.items()) {
-    if (!absl::StartsWith(key, "sum_received") || !sum.is_object()) continue;
+  if (!end.is_object()) {
+    return absl::DataLossError(
+        absl::StrCat("no sum_received in iperf3's output", why));
+  }
+  std::vector<double> rates;
+  // Forward first, then the reverse direction of a --bidir run.
+  for (const char* key : {"sum_received", "sum_received_bidir_reverse"}) {
+    const nlohmann::json sum = end.value(key, nlohmann::json());
+    if (!sum.is_object()) continue;
     const nlohmann::json rate = sum.value("bits_per_second", nlohmann::json());
     if (rate.is_number()) rates.push_back(rate.get<double>());
   }
-  if (rates.empty())
-    return absl::DataLossError("no sum_received in iperf3's output");
+  if (rates.empty()) {
+    return absl::DataLossError(
+        absl::StrCat("no sum_received in iperf3's output", why));
+  }
   return rates;
 }
 

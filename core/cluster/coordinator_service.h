@@ -33,7 +33,7 @@ struct CoordinatorServiceOptions {
   std::string job_id;
   int num_workers = 1;
   int num_servers = 0;
-  // Required from every caller when not empty (core/job_token.h).
+  // Required from every caller when not empty (core/cluster/job_token.h).
   std::string job_token;
   // Bounds on the key-value store (tests lower them).
   int64_t max_store_bytes = int64_t{1} << 30;

@@ -11,7 +11,7 @@
 namespace gradsync {
 
 #ifdef GRADSYNC_CUDA
-// Defined by the CUDA backend (core/cuda_device.cc), which is compiled and
+// Defined by the CUDA backend (core/device/cuda_device.cc), which is compiled and
 // linked only under --config=cuda; that build also defines GRADSYNC_CUDA for
 // this file. Declared here rather than in a header so that the CPU-only build
 // needs no CUDA file at all.

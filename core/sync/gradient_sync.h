@@ -47,7 +47,7 @@ struct SyncBuffers {
   float* params = nullptr;
 };
 
-// Where training starts and when the trainer checkpoints (core/checkpoint.h),
+// Where training starts and when the trainer checkpoints (core/train/checkpoint.h),
 // for strategies that hold training state of their own: parameter servers
 // running the optimizer keep the parameters and optimizer slots, so they
 // write their shard at the steps worker 0 writes its checkpoint and load it

@@ -90,7 +90,10 @@ void TraceRecorder::Instant(absl::string_view name, absl::string_view category,
 
 void TraceRecorder::Push(const nlohmann::json& event) {
   // Kept serialized: a few dozen bytes an event instead of a tree of nodes.
-  std::string text = event.dump();
+  // Names may carry user input (paths, job ids): invalid UTF-8 becomes U+FFFD
+  // rather than an exception on the training thread.
+  std::string text =
+      event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::lock_guard<std::mutex> lock(mu_);
   if (static_cast<int64_t>(events_.size()) >= max_events_) {
     ++dropped_;
@@ -114,7 +117,9 @@ std::string TraceRecorder::ToJson() const {
        {{"process", process_name_}, {"dropped_events", dropped()}}},
   };
   // One event per line, so that a long trace can still be read with a pager.
-  return document.dump(1) + "\n";
+  return document.dump(1, ' ', false,
+                       nlohmann::json::error_handler_t::replace) +
+         "\n";
 }
 
 absl::Status TraceRecorder::WriteJson(const std::string& path) const {

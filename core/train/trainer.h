@@ -33,7 +33,7 @@ struct TrainerOptions {
   OptimizerOptions optimizer;
   std::string lr_scaling = "none";
   bool evaluate = true;
-  // Worker 0 writes a checkpoint (core/checkpoint.h) here after every epoch,
+  // Worker 0 writes a checkpoint (core/train/checkpoint.h) here after every epoch,
   // every `checkpoint_every` steps (0: no others) and the last step.
   std::string checkpoint_path;
   int64_t checkpoint_every = 0;
@@ -46,7 +46,7 @@ struct TrainerOptions {
   std::string dump_params;         // write final parameters to <path>.worker<r>
   int64_t warmup_steps = 5;        // left out of the summary's means
   absl::Duration timeout = absl::Seconds(60);
-  // Timeline (core/trace.h): each rank writes <trace_path>.worker<r>.json
+  // Timeline (core/telemetry/trace.h): each rank writes <trace_path>.worker<r>.json
   // for its first `trace_steps` steps, and worker 0 merges them into
   // `trace_path` when the files are on its file system. Empty: no trace.
   std::string trace_path;
