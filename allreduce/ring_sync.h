@@ -6,8 +6,8 @@
 // carries the bucket index, so a rank that disagrees fails loudly), and
 // averages them (the 1/N is folded into the reduction). Finish waits for the
 // step's buckets. On a CUDA device each bucket is first copied to a pinned
-// host mirror (core/sync/host_staging.h) on a copy stream, overlapping the rest of
-// backward, and copied back after its all-reduce; on the CPU the gradient
+// host mirror (core/sync/host_staging.h) on a copy stream, overlapping the rest
+// of backward, and copied back after its all-reduce; on the CPU the gradient
 // buffer is reduced in place.
 #pragma once
 

@@ -31,7 +31,8 @@ struct RingTransportOptions {
   int rank = 0;
   int world_size = 1;
   std::string job_id;
-  // Required in every neighbour's hello when not empty (core/cluster/job_token.h).
+  // Required in every neighbour's hello when not empty
+  // (core/cluster/job_token.h).
   std::string job_token;
   // The address this rank listens on and publishes (peers dial it).
   std::string advertise_host = "127.0.0.1";

@@ -1,6 +1,6 @@
 // libFuzzer target: sequences of calls into the synchronous handlers of the
-// coordinator's service (core/cluster/coordinator_service.h) — Join, Barrier, Set,
-// Get, Alive, Leave; Watch, on the callback API, needs a live call and is
+// coordinator's service (core/cluster/coordinator_service.h) — Join, Barrier,
+// Set, Get, Alive, Leave; Watch, on the callback API, needs a live call and is
 // covered by tests/member_loss_test.cc — with fuzzed tokens, job ids, roles,
 // ranks, keys, values and timeouts, some built field by field and some parsed
 // from raw bytes as gRPC would. Checks, besides ASan/UBSan's: every refusal is

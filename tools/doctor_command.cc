@@ -42,8 +42,8 @@
 
 extern "C" char* openblas_get_config(void);
 
-// Defined in tools/train_flags.cc (the training flags); the bundle's wrapper points
-// it at the Fashion-MNIST files it carries.
+// Defined in tools/train_flags.cc (the training flags); the bundle's wrapper
+// points it at the Fashion-MNIST files it carries.
 ABSL_DECLARE_FLAG(std::string, data_dir);
 
 namespace gradsync {

@@ -11,10 +11,10 @@
 namespace gradsync {
 
 #ifdef GRADSYNC_CUDA
-// Defined by the CUDA backend (core/device/cuda_device.cc), which is compiled and
-// linked only under --config=cuda; that build also defines GRADSYNC_CUDA for
-// this file. Declared here rather than in a header so that the CPU-only build
-// needs no CUDA file at all.
+// Defined by the CUDA backend (core/device/cuda_device.cc), which is compiled
+// and linked only under --config=cuda; that build also defines GRADSYNC_CUDA
+// for this file. Declared here rather than in a header so that the CPU-only
+// build needs no CUDA file at all.
 absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(
     const DeviceOptions& options);
 #endif

@@ -47,11 +47,11 @@ struct SyncBuffers {
   float* params = nullptr;
 };
 
-// Where training starts and when the trainer checkpoints (core/train/checkpoint.h),
-// for strategies that hold training state of their own: parameter servers
-// running the optimizer keep the parameters and optimizer slots, so they
-// write their shard at the steps worker 0 writes its checkpoint and load it
-// again on --resume.
+// Where training starts and when the trainer checkpoints
+// (core/train/checkpoint.h), for strategies that hold training state of their
+// own: parameter servers running the optimizer keep the parameters and
+// optimizer slots, so they write their shard at the steps worker 0 writes its
+// checkpoint and load it again on --resume.
 struct TrainingSchedule {
   int64_t start_step = 0;       // global steps already done (resumed), else 0
   bool resume = false;          // the run continues from `checkpoint_path`

@@ -33,8 +33,8 @@ struct TrainerOptions {
   OptimizerOptions optimizer;
   std::string lr_scaling = "none";
   bool evaluate = true;
-  // Worker 0 writes a checkpoint (core/train/checkpoint.h) here after every epoch,
-  // every `checkpoint_every` steps (0: no others) and the last step.
+  // Worker 0 writes a checkpoint (core/train/checkpoint.h) here after every
+  // epoch, every `checkpoint_every` steps (0: no others) and the last step.
   std::string checkpoint_path;
   int64_t checkpoint_every = 0;
   // Every rank reads `checkpoint_path` and continues from it; epochs and
@@ -46,9 +46,10 @@ struct TrainerOptions {
   std::string dump_params;         // write final parameters to <path>.worker<r>
   int64_t warmup_steps = 5;        // left out of the summary's means
   absl::Duration timeout = absl::Seconds(60);
-  // Timeline (core/telemetry/trace.h): each rank writes <trace_path>.worker<r>.json
-  // for its first `trace_steps` steps, and worker 0 merges them into
-  // `trace_path` when the files are on its file system. Empty: no trace.
+  // Timeline (core/telemetry/trace.h): each rank writes
+  // <trace_path>.worker<r>.json for its first `trace_steps` steps, and worker 0
+  // merges them into `trace_path` when the files are on its file system. Empty:
+  // no trace.
   std::string trace_path;
   int64_t trace_steps = 20;
   // Fault injection for the failure tests: worker `fault_rank` ends itself at
