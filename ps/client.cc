@@ -134,6 +134,11 @@ class PsClient::Impl {
     // A call started after the step already failed is pointless.
     if (!first_error_.ok() || !aborted_.ok()) call->context()->TryCancel();
   }
+  void NoteClock(int64_t clock) {
+    if (options_.consistency == ps::CONSISTENCY_BSP) return;
+    absl::MutexLock lock(&mu_);
+    if (slowest_clock_ < 0 || clock < slowest_clock_) slowest_clock_ = clock;
+  }
   void CountBytes(int server, int64_t to, int64_t from) {
     absl::MutexLock lock(&mu_);
     bytes_to_[server] += to;
@@ -190,6 +195,7 @@ class PsClient::Impl {
   absl::Time last_pull_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::vector<int64_t> bytes_to_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> bytes_from_ ABSL_GUARDED_BY(mu_);
+  int64_t slowest_clock_ ABSL_GUARDED_BY(mu_) = -1;  // PsStepStats's
 };
 
 namespace {
@@ -379,6 +385,7 @@ class PsClient::Impl::PullCall
           return reinterpret_cast<char*>(dst_ + key.offset + head.offset);
         });
     if (!status.ok()) return status;
+    client_->NoteClock(decoded.header.slowest_clock());
     received_[i] += n;
     client_->CountBytes(server_, 0, n * static_cast<int64_t>(sizeof(float)));
     return absl::OkStatus();
@@ -437,7 +444,9 @@ absl::Status PsClient::Impl::WaitAll(PsStepStats* stats) {
         any_pull_ ? absl::ToDoubleMilliseconds(last_pull_ - first_pull_) : 0;
     stats->bytes_to_server = bytes_to_;
     stats->bytes_from_server = bytes_from_;
+    stats->slowest_clock = slowest_clock_;
   }
+  slowest_clock_ = -1;
   // A call's own failure (a server's connection refused) is the more precise
   // symptom; the abort's reason stands in for cancellations it caused.
   absl::Status status = first_error_;
@@ -469,6 +478,8 @@ absl::Status PsClient::Impl::RegisterWith(int server, const float* params) {
   config->set_num_servers(static_cast<int>(servers_.size()));
   config->set_server_rank(server);
   config->set_update_mode(options_.update_mode);
+  config->set_consistency(options_.consistency);
+  config->set_staleness(options_.staleness);
   *config->mutable_optimizer() = options_.optimizer;
   *config->mutable_checkpoint() = options_.checkpoint;
   for (int id : partition_.keys_of_server(server)) {

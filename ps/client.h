@@ -23,6 +23,9 @@ struct PsClientOptions {
   int num_workers = 1;
   ps::UpdateMode update_mode = ps::UPDATE_WORKER;
   ps::OptimizerConfig optimizer;  // server mode only
+  // When pulls are answered (ps/shard.h); SSP and ASP need server mode.
+  ps::Consistency consistency = ps::CONSISTENCY_BSP;
+  int32_t staleness = 0;  // SSP's bound
   // The first step and the servers' checkpoints (server mode).
   ps::CheckpointConfig checkpoint;
   // Deadline of every RPC.
@@ -37,6 +40,10 @@ struct PsStepStats {
   double pull_ms = 0;  // first pull started .. last pull received
   std::vector<int64_t> bytes_to_server;    // payload, by server rank
   std::vector<int64_t> bytes_from_server;  // payload, by server rank
+  // SSP/ASP: the lowest key clock the step's pulled parameters were read at
+  // (Header.slowest_clock): they hold every worker's steps before it. -1
+  // under BSP (always the step's own + 1) or when nothing was pulled.
+  int64_t slowest_clock = -1;
 };
 
 class PsClient {

@@ -31,6 +31,15 @@ ABSL_FLAG(int64_t, ps_max_shard_mb, 32768,
           "more than this many MiB (each is held two or three times over: "
           "sums, results or parameters, optimizer state).");
 
+ABSL_FLAG(std::string, ps_consistency, "bsp",
+          "When a worker may go on with --sync=ps: 'bsp' (once every worker "
+          "pushed the step), 'ssp' (at most --ps_staleness steps ahead of the "
+          "slowest worker) or 'asp' (never waits for others). ssp and asp "
+          "need --ps_update=server.");
+ABSL_FLAG(int32_t, ps_staleness, -1,
+          "With --ps_consistency=ssp: how many steps a worker may run ahead "
+          "of the slowest (0 to 1000; required with ssp, refused otherwise).");
+
 namespace gradsync {
 
 absl::StatusOr<ps::UpdateMode> ParseUpdateMode(const std::string& name) {
@@ -42,6 +51,56 @@ absl::StatusOr<ps::UpdateMode> ParseUpdateMode(const std::string& name) {
 
 const char* UpdateModeName(ps::UpdateMode mode) {
   return mode == ps::UPDATE_SERVER ? "server" : "worker";
+}
+
+absl::StatusOr<ps::Consistency> ParseConsistency(const std::string& name) {
+  if (name == "bsp") return ps::CONSISTENCY_BSP;
+  if (name == "ssp") return ps::CONSISTENCY_SSP;
+  if (name == "asp") return ps::CONSISTENCY_ASP;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown --ps_consistency=", name, "; choose bsp, ssp or asp"));
+}
+
+const char* ConsistencyName(ps::Consistency mode) {
+  switch (mode) {
+    case ps::CONSISTENCY_SSP:
+      return "ssp";
+    case ps::CONSISTENCY_ASP:
+      return "asp";
+    default:
+      return "bsp";
+  }
+}
+
+absl::StatusOr<ConsistencyOptions> ConsistencyFromFlags(
+    ps::UpdateMode update_mode) {
+  ConsistencyOptions options;
+  const std::string name = absl::GetFlag(FLAGS_ps_consistency);
+  absl::StatusOr<ps::Consistency> mode = ParseConsistency(name);
+  if (!mode.ok()) return mode.status();
+  options.mode = *mode;
+  const int32_t staleness = absl::GetFlag(FLAGS_ps_staleness);
+  if (options.mode == ps::CONSISTENCY_SSP) {
+    if (staleness < 0 || staleness > kMaxStaleness) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--ps_consistency=ssp needs --ps_staleness in [0, ", kMaxStaleness,
+          "] (how many steps a worker may run ahead of the slowest)",
+          staleness == -1 ? "; it was not given"
+                          : absl::StrCat("; got ", staleness)));
+    }
+    options.staleness = staleness;
+  } else if (staleness != -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps_staleness=", staleness,
+                     " is only for --ps_consistency=ssp, not ", name));
+  }
+  if (options.mode != ps::CONSISTENCY_BSP && update_mode != ps::UPDATE_SERVER) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ps_consistency=", name,
+        " needs --ps_update=server: the servers apply each worker's gradient "
+        "as it arrives, which needs the parameters and the optimizer there"));
+  }
+  return options;
 }
 
 absl::StatusOr<int64_t> MessageBytesFromFlags() {

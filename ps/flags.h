@@ -18,12 +18,30 @@ ABSL_DECLARE_FLAG(std::string, ps_bind);
 ABSL_DECLARE_FLAG(std::string, ps_advertise_host);
 ABSL_DECLARE_FLAG(double, ps_idle_timeout_s);
 ABSL_DECLARE_FLAG(int64_t, ps_max_shard_mb);
+ABSL_DECLARE_FLAG(std::string, ps_consistency);
+ABSL_DECLARE_FLAG(int32_t, ps_staleness);
 
 namespace gradsync {
 
 // "worker" | "server".
 absl::StatusOr<ps::UpdateMode> ParseUpdateMode(const std::string& name);
 const char* UpdateModeName(ps::UpdateMode mode);
+
+// "bsp" | "ssp" | "asp".
+absl::StatusOr<ps::Consistency> ParseConsistency(const std::string& name);
+const char* ConsistencyName(ps::Consistency mode);
+// The largest SSP bound taken: beyond it SSP is ASP in all but name, and a
+// bound that large is more likely a typo.
+constexpr int32_t kMaxStaleness = 1000;
+
+struct ConsistencyOptions {
+  ps::Consistency mode = ps::CONSISTENCY_BSP;
+  int32_t staleness = 0;  // SSP only
+};
+// --ps_consistency and --ps_staleness, checked against each other and
+// against `update_mode` (SSP and ASP need the servers' optimizer).
+absl::StatusOr<ConsistencyOptions> ConsistencyFromFlags(
+    ps::UpdateMode update_mode);
 
 // Largest payload of one message: well below gRPC's default 4 MiB receive
 // limit, leaving room for the header and framing.

@@ -97,6 +97,7 @@ class PsSync : public GradientSync {
   // Run totals.
   double push_ms_ = 0;
   double pull_ms_ = 0;
+  int64_t max_staleness_ = 0;  // SSP/ASP, over the run
   std::vector<int64_t> bytes_to_server_;
   std::vector<int64_t> bytes_from_server_;
   std::vector<std::string> server_summaries_;
@@ -191,6 +192,8 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   client_options.rank = context_.identity.rank;
   client_options.num_workers = context_.identity.world_size;
   client_options.update_mode = options_.update_mode;
+  client_options.consistency = options_.consistency.mode;
+  client_options.staleness = options_.consistency.staleness;
   client_options.timeout = context_.timeout;
   client_options.message_bytes = options_.message_bytes;
   ps::OptimizerConfig& optimizer = client_options.optimizer;
@@ -323,6 +326,14 @@ absl::Status PsSync::Finish(StepStats& stats) {
   }
   stats.extra.emplace_back("push_ms", step_stats.push_ms);
   stats.extra.emplace_back("pull_ms", step_stats.pull_ms);
+  if (step_stats.slowest_clock >= 0) {
+    // The next step's gradient is computed on these parameters: the steps
+    // of the slowest worker they lack (0 under BSP, at most s under SSP).
+    const int64_t staleness =
+        step_buckets_.step() + 1 - step_stats.slowest_clock;
+    stats.extra.emplace_back("staleness", static_cast<double>(staleness));
+    max_staleness_ = std::max(max_staleness_, staleness);
+  }
   push_ms_ += step_stats.push_ms;
   pull_ms_ += step_stats.pull_ms;
   step_buckets_.NextStep();
@@ -373,6 +384,9 @@ std::string PsSync::SummaryJson() const {
       {"bytes_to_server", bytes_to_server_},
       {"bytes_from_server", bytes_from_server_},
       {"server_summaries", servers},
+      {"consistency", ConsistencyName(options_.consistency.mode)},
+      {"staleness_bound", options_.consistency.staleness},
+      {"staleness_max", max_staleness_},
   };
   return summary.dump();
 }
@@ -408,6 +422,8 @@ absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
   ASSIGN_OR_RETURN(options.chunk_bytes, ChunkBytesFromFlags());
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
   options.colocate = absl::GetFlag(FLAGS_ps_colocate);
+  ASSIGN_OR_RETURN(options.consistency,
+                   ConsistencyFromFlags(options.update_mode));
   options.optimizer = context.optimizer;
   return options;
 }

@@ -17,6 +17,7 @@
 #include "core/sync/gradient_sync.h"
 #include "core/train/optimizer.h"
 #include "proto/parameter_server.pb.h"
+#include "ps/flags.h"
 
 namespace gradsync {
 
@@ -28,6 +29,8 @@ struct PsSyncOptions {
   // scaled for the world size (SyncContext::optimizer).
   OptimizerOptions optimizer;
   bool colocate = false;
+  // --ps_consistency / --ps_staleness (server mode only for SSP and ASP).
+  ConsistencyOptions consistency;
   // Server k's "host:port". Empty: taken from SyncContext::members (role
   // kServer), or for colocate from the rendezvous.
   std::vector<std::string> server_addresses;

@@ -4,7 +4,12 @@
 // computed in float, bit for bit, on every worker.
 #include "ps/ps_sync.h"
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +47,7 @@ float InitialParam(int64_t i) {
 struct WorkerResult {
   absl::Status status;
   std::vector<std::vector<float>> per_step;  // grads or params after Finish
+  std::vector<double> staleness;             // SSP/ASP: per step
   std::string summary;
 };
 
@@ -55,6 +61,10 @@ struct JobSpec {
   absl::Duration timeout = absl::Seconds(20);
   // Worker that joins and registers but never pushes (-1: none).
   int silent_worker = -1;
+  ConsistencyOptions consistency;
+  // Called by each worker before it starts a step and after it finished one.
+  std::function<void(int rank, int step)> before_step;
+  std::function<void(int rank, int step)> after_step;
 };
 
 OptimizerOptions TestOptimizer() {
@@ -80,6 +90,7 @@ WorkerResult RunWorker(LoopbackCluster& cluster, const JobSpec& job, int rank) {
   options.message_bytes = kMessageBytes;
   options.optimizer = TestOptimizer();
   options.colocate = job.colocate;
+  options.consistency = job.consistency;
   auto sync = CreatePsSync(*context, options);
   if (!sync.ok()) return fail(sync.status());
   auto layout = ParamLayout::Create(job.specs, kBucketBytes);
@@ -95,6 +106,7 @@ WorkerResult RunWorker(LoopbackCluster& cluster, const JobSpec& job, int rank) {
   EXPECT_EQ((*sync)->UpdatesParameters(), job.mode == ps::UPDATE_SERVER);
   if (rank != job.silent_worker) {
     for (int step = 0; step < job.steps; ++step) {
+      if (job.before_step) job.before_step(rank, step);
       for (size_t i = 0; i < grads.size(); ++i)
         grads[i] = Gradient(rank, step, i);
       for (const Bucket& bucket : layout->buckets())
@@ -107,6 +119,10 @@ WorkerResult RunWorker(LoopbackCluster& cluster, const JobSpec& job, int rank) {
       }
       EXPECT_GT(stats.bytes_sent, 0);
       result.per_step.push_back(job.mode == ps::UPDATE_SERVER ? params : grads);
+      for (const auto& [name, value] : stats.extra) {
+        if (name == "staleness") result.staleness.push_back(value);
+      }
+      if (job.after_step) job.after_step(rank, step);
     }
   }
   absl::Status shutdown = (*sync)->Shutdown();
@@ -252,6 +268,98 @@ TEST(PsSyncTest, SilentWorkerIsNamedAfterTheDeadline) {
                 HasSubstr(absl::StrCat("worker ", r, ": pull of bucket")));
   }
   EXPECT_TRUE(results[2].status.ok()) << results[2].status;
+}
+
+// Steps finished by one worker, which another waits on (with a deadline, so
+// a strategy that is stricter than it should be fails instead of hanging).
+class StepGate {
+ public:
+  void Finished(int step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = step + 1;
+    changed_.notify_all();
+  }
+  bool WaitFor(int steps) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_for(lock, std::chrono::seconds(30),
+                             [&] { return done_ >= steps; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  int done_ = 0;
+};
+
+// SSP over real gRPC: worker 1 starts step t only once worker 0 finished
+// step t + s - 1, so worker 0 is always as far ahead as the bound allows.
+// Its parameters then lack exactly s of worker 1's steps, never more; a
+// stricter server would deadlock the gate (and fail at the deadline), a
+// looser one would show a larger staleness.
+TEST(PsSyncTest, SspWorkerRunsExactlyStalenessAhead) {
+  for (int bound : {1, 3}) {
+    JobSpec job;
+    job.workers = 2;
+    job.servers = 2;
+    job.mode = ps::UPDATE_SERVER;
+    job.steps = 8;
+    job.consistency = {ps::CONSISTENCY_SSP, bound};
+    StepGate fast;
+    job.after_step = [&](int rank, int step) {
+      if (rank == 0) fast.Finished(step);
+    };
+    job.before_step = [&](int rank, int step) {
+      if (rank == 1) {
+        EXPECT_TRUE(fast.WaitFor(std::min(step + bound, job.steps)))
+            << "worker 0 never got " << bound << " steps ahead of step "
+            << step;
+      }
+    };
+    absl::Status cluster_status;
+    std::vector<WorkerResult> results = RunJob(job, &cluster_status);
+    ASSERT_EQ(results.size(), 2u);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(results[r].status.ok()) << r << ": " << results[r].status;
+      ASSERT_EQ(results[r].staleness.size(), 8u);
+      for (double staleness : results[r].staleness) {
+        EXPECT_LE(staleness, bound) << "worker " << r;
+      }
+    }
+    EXPECT_EQ(*std::max_element(results[0].staleness.begin(),
+                                results[0].staleness.end()),
+              bound);
+    const nlohmann::json summary = nlohmann::json::parse(results[0].summary);
+    EXPECT_EQ(summary["consistency"], "ssp");
+    EXPECT_EQ(summary["staleness_max"], bound);
+    EXPECT_TRUE(cluster_status.ok()) << cluster_status;
+  }
+}
+
+// ASP: worker 0 finishes every step before worker 2 starts its first; the
+// job completes, and worker 0's last parameters lack all of worker 2's.
+TEST(PsSyncTest, AspNeverWaitsForOthers) {
+  JobSpec job;
+  job.workers = 3;
+  job.servers = 2;
+  job.mode = ps::UPDATE_SERVER;
+  job.steps = 5;
+  job.consistency = {ps::CONSISTENCY_ASP, 0};
+  StepGate fast;
+  job.after_step = [&](int rank, int step) {
+    if (rank == 0) fast.Finished(step);
+  };
+  job.before_step = [&](int rank, int step) {
+    if (rank == 2 && step == 0) EXPECT_TRUE(fast.WaitFor(job.steps));
+  };
+  absl::Status cluster_status;
+  std::vector<WorkerResult> results = RunJob(job, &cluster_status);
+  ASSERT_EQ(results.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(results[r].status.ok()) << r << ": " << results[r].status;
+  }
+  ASSERT_EQ(results[0].staleness.size(), 5u);
+  EXPECT_EQ(results[0].staleness.back(), 5);
+  EXPECT_TRUE(cluster_status.ok()) << cluster_status;
 }
 
 }  // namespace

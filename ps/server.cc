@@ -234,30 +234,41 @@ class PullState : public KeyWaiter,
     // Group the keys still pending by who is missing: usually one worker
     // is behind on all of them.
     const int64_t step = request_.header().step();
-    std::map<std::vector<int>, std::vector<int64_t>> by_missing;
+    const int rank = request_.header().rank();
+    // Keys grouped by the pushes they wait for, then by step.
+    std::map<std::vector<ServerShard::MissingPush>, std::vector<int64_t>>
+        by_missing;
     for (const Cursor& cursor : cursors_) {
       if (cursor.sent == cursor.numel) continue;
-      std::vector<int> missing = shard_->MissingWorkers(cursor.key, step);
+      std::vector<ServerShard::MissingPush> missing =
+          shard_->MissingWorkers(cursor.key, step, rank);
       if (!missing.empty()) by_missing[missing].push_back(cursor.key);
     }
     std::vector<std::string> reasons;
-    for (const auto& [workers, keys] : by_missing) {
+    for (const auto& [pushes, keys] : by_missing) {
       std::string key_list = absl::StrJoin(
           keys.begin(), keys.begin() + std::min<size_t>(keys.size(), 8), " ");
       if (keys.size() > 8) absl::StrAppend(&key_list, " ...");
-      reasons.push_back(absl::StrCat(
-          workers.size() == 1 ? "worker " : "workers ",
-          absl::StrJoin(workers, ", "), " did not push ",
-          keys.size() == 1 ? "key " : "keys ", key_list,
-          keys.size() > 1 ? absl::StrCat(" (", keys.size(), " keys)") : "",
-          " of step ", step));
+      std::map<int64_t, std::vector<int>> by_step;
+      for (const ServerShard::MissingPush& push : pushes) {
+        by_step[push.step].push_back(push.worker);
+      }
+      for (const auto& [missing_step, workers] : by_step) {
+        reasons.push_back(absl::StrCat(
+            workers.size() == 1 ? "worker " : "workers ",
+            absl::StrJoin(workers, ", "), " did not push ",
+            keys.size() == 1 ? "key " : "keys ", key_list,
+            keys.size() > 1 ? absl::StrCat(" (", keys.size(), " keys)") : "",
+            " of step ", missing_step));
+      }
     }
     const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
         shard_->name(), ": pull from worker ", request_.header().rank(),
         ", step ", step, ": gave up after ",
         absl::FormatDuration(absl::Now() - start_), ": ",
         reasons.empty() ? "results were still being sent"
-                        : absl::StrJoin(reasons, "; ")));
+                        : absl::StrJoin(reasons, "; "),
+        shard_->ConsistencyNote()));
     GS_LOG(WARNING) << status.message();
     FinishLocked(status);
   }
@@ -314,7 +325,8 @@ class PullState : public KeyWaiter,
     const int64_t step = request_.header().step();
     while (!queue_.empty()) {
       Cursor& cursor = cursors_[queue_.front()];
-      const int64_t final_floats = shard_->FinalFloats(cursor.key, step);
+      const int64_t final_floats =
+          shard_->FinalFloats(cursor.key, step, request_.header().rank());
       if (final_floats < 0) {
         FinishLocked(absl::FailedPreconditionError(absl::StrCat(
             shard_->name(), ": the result of key ", cursor.key, " for step ",
@@ -343,8 +355,10 @@ class PullState : public KeyWaiter,
     // message then owns: the result may change as soon as the lock is
     // released (the next step's sums, the optimizer's update).
     grpc::Slice data;
+    int64_t slowest_clock = 0;
     absl::StatusOr<int64_t> n = shard_->ReadResult(
-        cursor.key, step, cursor.sent, message_floats_,
+        cursor.key, step, request_.header().rank(), cursor.sent,
+        message_floats_,
         [&data](int64_t floats) {
           // Never inlined, so the bytes stay where the pointer says when the
           // slice is moved.
@@ -353,11 +367,13 @@ class PullState : public KeyWaiter,
           char* bytes = reinterpret_cast<char*>(GRPC_SLICE_START_PTR(raw));
           data = grpc::Slice(raw, grpc::Slice::STEAL_REF);
           return bytes;
-        });
+        },
+        &slowest_clock);
     if (!n.ok()) {
       FinishLocked(n.status());
       return;
     }
+    head.header.set_slowest_clock(slowest_clock);
     message_ = EncodeKeyPart(head, std::move(data));
     cursor.sent += *n;
     if (cursor.sent == cursor.numel) {

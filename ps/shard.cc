@@ -88,9 +88,27 @@ struct ServerShard::KeyState {
   // update is element-wise, so per block it is the same arithmetic as over
   // the whole buffer; each block's Adam step count advances once per step.
   std::vector<std::unique_ptr<Optimizer>> optimizers;
-  // Pulls waiting on step completed + 1. Weak: a pull that gave up (deadline,
-  // cancelled) is simply skipped.
+  // Pulls waiting on step completed + 1 (SSP/ASP: any pull not answered
+  // yet). Weak: a pull that gave up (deadline, cancelled) is simply skipped.
   std::vector<std::weak_ptr<KeyWaiter>> waiters ABSL_GUARDED_BY(mu);
+
+  // SSP/ASP (see shard.h), per worker: the steps it pushed completely (its
+  // clock), its current push (staged until applied block by block), how much
+  // of that is applied, and the key's clock when it last read the key.
+  std::vector<int64_t> clock ABSL_GUARDED_BY(mu);
+  std::vector<std::vector<float>> staged;
+  std::vector<int64_t> applied ABSL_GUARDED_BY(mu);
+  std::vector<int64_t> read_clock ABSL_GUARDED_BY(mu);
+  // The key's clock: min over workers of `clock`.
+  int64_t slowest ABSL_GUARDED_BY(mu) = 0;
+  // Pulls answered before every worker had pushed their step (BSP would
+  // still hold them), until that happens: the wait they saved.
+  struct EarlyRead {
+    int worker;
+    int64_t step;
+    absl::Time at;
+  };
+  std::vector<EarlyRead> early ABSL_GUARDED_BY(mu);
 };
 
 ServerShard::ServerShard(std::string job_id, int server_rank, int num_servers,
@@ -104,7 +122,11 @@ ServerShard::ServerShard(std::string job_id, int server_rank, int num_servers,
       max_floats_(max_floats),
       name_(absl::StrCat("server ", server_rank)),
       registered_(new std::atomic<bool>[num_workers]),
-      shut_down_(num_workers, false) {
+      shut_down_(num_workers, false),
+      staleness_max_(num_workers, 0),
+      staleness_sum_(num_workers, 0),
+      staleness_count_(num_workers, 0),
+      saved_ns_(num_workers, 0) {
   for (int r = 0; r < num_workers; ++r) registered_[r] = false;
 }
 
@@ -212,12 +234,37 @@ absl::Status CheckKeySizes(const ps::RegisterConfig& config, int64_t max_floats,
   return absl::OkStatus();
 }
 
+// SSP and ASP apply each worker's gradient to parameters the server holds.
+absl::Status CheckConsistency(const ps::RegisterConfig& config,
+                              const std::string& context) {
+  const ps::Consistency mode = config.consistency();
+  if (!ps::Consistency_IsValid(mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": unknown consistency mode ", mode));
+  }
+  if (config.staleness() < 0 || config.staleness() > kMaxStaleness ||
+      (mode != ps::CONSISTENCY_SSP && config.staleness() != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": staleness ", config.staleness(),
+                     " with --ps_consistency=", ConsistencyName(mode),
+                     " (SSP takes 0..", kMaxStaleness, ", the others 0)"));
+  }
+  if (mode != ps::CONSISTENCY_BSP &&
+      config.update_mode() != ps::UPDATE_SERVER) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": --ps_consistency=", ConsistencyName(mode),
+        " needs --ps_update=server (the servers apply each worker's gradient "
+        "as it arrives)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ServerShard::KeyState>> ServerShard::NewKey(
     const ps::KeySpec& spec, int64_t shard_offset, int64_t start_step,
     Device* optimizer_device, const OptimizerOptions& optimizer,
-    const std::string& context) const {
+    bool asynchronous, const std::string& context) const {
   auto state = std::make_unique<KeyState>();
   state->id = spec.key();
   state->numel = spec.numel();
@@ -231,6 +278,13 @@ absl::StatusOr<std::unique_ptr<ServerShard::KeyState>> ServerShard::NewKey(
     return state;
   }
   state->params.assign(spec.numel(), 0.0f);
+  if (asynchronous) {
+    state->clock.assign(num_workers_, start_step);
+    state->read_clock.assign(num_workers_, start_step);
+    state->applied.assign(num_workers_, 0);
+    state->staged.assign(num_workers_, std::vector<float>(spec.numel()));
+    state->slowest = start_step;
+  }
   for (int64_t begin = 0; begin < spec.numel(); begin += block_floats_) {
     absl::StatusOr<std::unique_ptr<Optimizer>> block_optimizer =
         CreateOptimizer(optimizer);
@@ -273,14 +327,17 @@ absl::Status ServerShard::BuildFromFirst(const ps::RegisterConfig& config,
         ", checkpoint every ", checkpoint.every(), ", ",
         checkpoint.steps_per_epoch(), " steps per epoch)"));
   }
+  RETURN_IF_ERROR(CheckConsistency(config, context));
   RETURN_IF_ERROR(CheckKeySizes(config, max_floats_, context));
   std::vector<std::unique_ptr<KeyState>> keys;
   absl::flat_hash_map<int64_t, KeyState*> index;
   int64_t shard_floats = 0;  // the offset of each key in a checkpoint
   for (const ps::KeySpec& spec : config.keys()) {
-    ASSIGN_OR_RETURN(std::unique_ptr<KeyState> state,
-                     NewKey(spec, shard_floats, checkpoint.start_step(),
-                            device.get(), optimizer, context));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<KeyState> state,
+        NewKey(spec, shard_floats, checkpoint.start_step(), device.get(),
+               optimizer, config.consistency() != ps::CONSISTENCY_BSP,
+               context));
     if (!index.emplace(spec.key(), state.get()).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(context, ": key ", spec.key(), " listed twice"));
@@ -299,6 +356,8 @@ absl::Status ServerShard::BuildFromFirst(const ps::RegisterConfig& config,
   key_index_ = std::move(index);
   device_ = std::move(device);
   mode_ = config.update_mode();
+  consistency_ = config.consistency();
+  staleness_ = config.staleness();
   lr_ = config.optimizer().lr();
   config_ = config;
   configured_.store(true, std::memory_order_release);
@@ -313,6 +372,14 @@ absl::Status ServerShard::CheckAgreesWithFirst(
         context, ": --ps_update=", UpdateModeName(config.update_mode()),
         " but worker ", first,
         " registered --ps_update=", UpdateModeName(config_.update_mode())));
+  }
+  if (config.consistency() != config_.consistency() ||
+      config.staleness() != config_.staleness()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": --ps_consistency=", ConsistencyName(config.consistency()),
+        " --ps_staleness=", config.staleness(), " but worker ", first,
+        " registered --ps_consistency=", ConsistencyName(config_.consistency()),
+        " --ps_staleness=", config_.staleness()));
   }
   if (config.checkpoint().start_step() != checkpoint_.start_step()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -422,73 +489,11 @@ absl::Status ServerShard::Push(const ps::KeyPart& part) {
         absl::StrCat(Context(header, "push"), ": ", part.data().size(),
                      " bytes are not a whole, non-zero number of floats"));
   }
-  const int64_t n = static_cast<int64_t>(part.data().size() / 4);
-  const int rank = header.rank();
   std::vector<std::weak_ptr<KeyWaiter>> ready;
   {
     absl::MutexLock lock(&key->mu);
-    if (header.step() <= key->completed) {
-      return absl::OutOfRangeError(absl::StrCat(
-          Context(header, "push"), ": step ", header.step(),
-          " is in the past; this key completed step ", key->completed,
-          " and takes pushes for step ", key->completed + 1));
-    }
-    if (header.step() > key->completed + 1) {
-      return absl::OutOfRangeError(
-          absl::StrCat(Context(header, "push"), ": step ", header.step(),
-                       " is too far ahead; this key takes pushes for step ",
-                       key->completed + 1, " (BSP)"));
-    }
-    const int64_t received = key->received[rank];
-    if (received == key->numel) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          Context(header, "push"), ": worker ", rank, " already pushed all ",
-          key->numel, " floats of this key for step ", header.step()));
-    }
-    if (part.offset() != received || part.offset() + n > key->numel) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Context(header, "push"), ": part [", part.offset(), ", ",
-          part.offset() + n, ") of a ", key->numel,
-          "-float key does not continue the ", received,
-          " floats received (parts come in order and fill the key)"));
-    }
-    // After this part, every worker has pushed [0, pushed).
-    int64_t pushed = received + n;
-    for (int r = 0; r < num_workers_; ++r) {
-      if (r != rank) pushed = std::min(pushed, key->received[r]);
-    }
-    if (mode_ == ps::UPDATE_SERVER && key->params_received != key->numel &&
-        (pushed == key->numel ||
-         pushed / block_floats_ * block_floats_ > key->final_floats)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(Context(header, "push"),
-                       ": worker 0 has not sent this key's "
-                       "initial parameters, so the optimizer cannot run"));
-    }
-    const absl::Time start = absl::Now();
-    const int slot =
-        mode_ == ps::UPDATE_SERVER ? 0 : static_cast<int>(header.step() % 2);
-    float* sums = key->sums[slot].data();
-    // [begin, end) = [begin, first) already written by someone (add) +
-    // [first, end) reached first by this worker (copy).
-    const int64_t begin = part.offset();
-    const int64_t end = begin + n;
-    const int64_t first = std::clamp(key->written, begin, end);
-    const char* data = part.data().data();
-    AddFloats(sums + begin, data, first - begin);
-    std::memcpy(sums + first, data + (first - begin) * 4,
-                static_cast<size_t>(end - first) * 4);
-    key->written = std::max(key->written, end);
-    sum_ns_ += NanosSince(start);
-    key->received[rank] += n;
-    if (Finalize(*key, pushed)) {
-      // Waiters stay registered until the key's step completes.
-      if (key->completed == header.step()) {
-        ready.swap(key->waiters);
-      } else {
-        ready = key->waiters;
-      }
-    }
+    RETURN_IF_ERROR(asynchronous() ? PushAsync(*key, part, &ready)
+                                   : PushBsp(*key, part, &ready));
   }
   bytes_in_ += static_cast<int64_t>(part.data().size());
   ++pushes_;
@@ -502,6 +507,208 @@ absl::Status ServerShard::Push(const ps::KeyPart& part) {
     return checkpoint_status_;
   }
   return absl::OkStatus();
+}
+
+absl::Status ServerShard::PushBsp(
+    KeyState& key, const ps::KeyPart& part,
+    std::vector<std::weak_ptr<KeyWaiter>>* notify) {
+  key.mu.AssertHeld();
+  const ps::Header& header = part.header();
+  const int64_t n = static_cast<int64_t>(part.data().size() / 4);
+  const int rank = header.rank();
+  if (header.step() <= key.completed) {
+    return absl::OutOfRangeError(
+        absl::StrCat(Context(header, "push"), ": step ", header.step(),
+                     " is in the past; this key completed step ", key.completed,
+                     " and takes pushes for step ", key.completed + 1));
+  }
+  if (header.step() > key.completed + 1) {
+    return absl::OutOfRangeError(
+        absl::StrCat(Context(header, "push"), ": step ", header.step(),
+                     " is too far ahead; this key takes pushes for step ",
+                     key.completed + 1, " (BSP)"));
+  }
+  const int64_t received = key.received[rank];
+  if (received == key.numel) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        Context(header, "push"), ": worker ", rank, " already pushed all ",
+        key.numel, " floats of this key for step ", header.step()));
+  }
+  if (part.offset() != received || part.offset() + n > key.numel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Context(header, "push"), ": part [", part.offset(), ", ",
+        part.offset() + n, ") of a ", key.numel,
+        "-float key does not continue the ", received,
+        " floats received (parts come in order and fill the key)"));
+  }
+  // After this part, every worker has pushed [0, pushed).
+  int64_t pushed = received + n;
+  for (int r = 0; r < num_workers_; ++r) {
+    if (r != rank) pushed = std::min(pushed, key.received[r]);
+  }
+  if (mode_ == ps::UPDATE_SERVER && key.params_received != key.numel &&
+      (pushed == key.numel ||
+       pushed / block_floats_ * block_floats_ > key.final_floats)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Context(header, "push"),
+                     ": worker 0 has not sent this key's "
+                     "initial parameters, so the optimizer cannot run"));
+  }
+  const absl::Time start = absl::Now();
+  const int slot =
+      mode_ == ps::UPDATE_SERVER ? 0 : static_cast<int>(header.step() % 2);
+  float* sums = key.sums[slot].data();
+  // [begin, end) = [begin, first) already written by someone (add) +
+  // [first, end) reached first by this worker (copy).
+  const int64_t begin = part.offset();
+  const int64_t end = begin + n;
+  const int64_t first = std::clamp(key.written, begin, end);
+  const char* data = part.data().data();
+  AddFloats(sums + begin, data, first - begin);
+  std::memcpy(sums + first, data + (first - begin) * 4,
+              static_cast<size_t>(end - first) * 4);
+  key.written = std::max(key.written, end);
+  sum_ns_ += NanosSince(start);
+  key.received[rank] += n;
+  if (Finalize(key, pushed)) {
+    // Waiters stay registered until the key's step completes.
+    if (key.completed == header.step()) {
+      notify->swap(key.waiters);
+    } else {
+      *notify = key.waiters;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServerShard::PushAsync(
+    KeyState& key, const ps::KeyPart& part,
+    std::vector<std::weak_ptr<KeyWaiter>>* notify) {
+  key.mu.AssertHeld();
+  const ps::Header& header = part.header();
+  const int64_t n = static_cast<int64_t>(part.data().size() / 4);
+  const int rank = header.rank();
+  const int64_t next = key.clock[rank];
+  if (header.step() != next) {
+    return absl::OutOfRangeError(absl::StrCat(
+        Context(header, "push"), ": step ", header.step(),
+        header.step() < next ? " is in the past" : " is too far ahead",
+        "; worker ", rank, " pushed ", next,
+        " steps of this key, so its next push is for step ", next,
+        ConsistencyNote()));
+  }
+  const int64_t received = key.received[rank];
+  if (part.offset() != received || part.offset() + n > key.numel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Context(header, "push"), ": part [", part.offset(), ", ",
+        part.offset() + n, ") of a ", key.numel,
+        "-float key does not continue the ", received,
+        " floats received (parts come in order and fill the key)"));
+  }
+  if (key.params_received != key.numel) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Context(header, "push"),
+                     ": worker 0 has not sent this key's "
+                     "initial parameters, so the optimizer cannot run"));
+  }
+  if (received == 0) {
+    // The parameters this gradient was computed on held every worker's
+    // steps before read_clock.
+    const int64_t staleness = header.step() - key.read_clock[rank];
+    absl::MutexLock lock(&stats_mu_);
+    staleness_max_[rank] = std::max(staleness_max_[rank], staleness);
+    staleness_sum_[rank] += staleness;
+    ++staleness_count_[rank];
+  }
+  const absl::Time start = absl::Now();
+  std::memcpy(key.staged[rank].data() + received, part.data().data(),
+              part.data().size());
+  sum_ns_ += NanosSince(start);
+  key.received[rank] += n;
+  const int64_t pushed = key.received[rank];
+  ApplyAsync(
+      key, rank,
+      pushed == key.numel ? key.numel : pushed / block_floats_ * block_floats_);
+  if (pushed == key.numel) {
+    AdvanceClock(key, rank, header.step());
+    // Any waiting pull may have become answerable (its own push is done, or
+    // the slowest worker moved); the ones that gave up are dropped.
+    key.waiters.erase(
+        std::remove_if(key.waiters.begin(), key.waiters.end(),
+                       [](const std::weak_ptr<KeyWaiter>& waiter) {
+                         return waiter.expired();
+                       }),
+        key.waiters.end());
+    *notify = key.waiters;
+  }
+  return absl::OkStatus();
+}
+
+void ServerShard::ApplyAsync(KeyState& key, int rank, int64_t end) {
+  key.mu.AssertHeld();
+  if (end <= key.applied[rank]) return;
+  const absl::Time start = absl::Now();
+  // One optimizer step per worker's push, on its own gradient, with 1/N of
+  // the learning rate: N pushes move the parameters as far as one BSP step.
+  const float lr = lr_ / static_cast<float>(num_workers_);
+  for (int64_t begin = key.applied[rank]; begin < end; begin += block_floats_) {
+    key.optimizers[begin / block_floats_]->Step(
+        key.params.data() + begin, key.staged[rank].data() + begin, lr);
+    ++blocks_;
+  }
+  key.applied[rank] = end;
+  update_ns_ += NanosSince(start);
+}
+
+void ServerShard::AdvanceClock(KeyState& key, int rank, int64_t step) {
+  key.mu.AssertHeld();
+  key.clock[rank] = step + 1;
+  key.received[rank] = 0;
+  key.applied[rank] = 0;
+  const int64_t slowest = *std::min_element(key.clock.begin(), key.clock.end());
+  if (slowest == key.slowest) return;
+  // One worker's clock moved by one, so the key's moves by at most one.
+  key.slowest = slowest;
+  ++completions_;
+  if (IsCheckpointStep(slowest)) SnapshotKey(key, slowest);
+  // BSP would answer pulls of the steps before `slowest` only now.
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&stats_mu_);
+  auto caught_up = std::remove_if(
+      key.early.begin(), key.early.end(), [&](const KeyState::EarlyRead& read) {
+        if (read.step >= slowest) return false;
+        saved_ns_[read.worker] += absl::ToInt64Nanoseconds(now - read.at);
+        return true;
+      });
+  key.early.erase(caught_up, key.early.end());
+}
+
+int ServerShard::AsyncReadiness(const KeyState& key, int64_t step,
+                                int rank) const {
+  key.mu.AssertHeld();
+  if (step < key.clock[rank] - 1) return -1;  // it pushed later steps since
+  if (key.clock[rank] < step + 1) return 0;   // its own push is not all in
+  if (IsBarrierStep(step + 1)) return key.slowest >= step + 1 ? 1 : 0;
+  if (consistency_ == ps::CONSISTENCY_SSP) {
+    return key.slowest >= step + 1 - staleness_ ? 1 : 0;
+  }
+  return 1;
+}
+
+bool ServerShard::IsBarrierStep(int64_t steps) const {
+  return IsCheckpointStep(steps) ||
+         (checkpoint_.total_steps() > 0 && steps == checkpoint_.total_steps());
+}
+
+std::string ServerShard::ConsistencyNote() const {
+  switch (consistency_) {
+    case ps::CONSISTENCY_SSP:
+      return absl::StrCat(" (SSP, staleness ", staleness_, ")");
+    case ps::CONSISTENCY_ASP:
+      return " (ASP)";
+    default:
+      return "";
+  }
 }
 
 bool ServerShard::Finalize(KeyState& key, int64_t pushed) {
@@ -742,12 +949,20 @@ absl::Status ServerShard::Pull(const ps::PullRequest& request,
           absl::StrCat(context, ": key ", id, " requested twice"));
     }
     absl::MutexLock lock(&key->mu);
-    if (step < key->completed) {
+    if (asynchronous()) {
+      // Its own push of `step` may still be on the way.
+      const int64_t pushed = key->clock[header.rank()];
+      if (step != pushed && step != pushed - 1) {
+        return absl::OutOfRangeError(
+            absl::StrCat(context, ": worker ", header.rank(), " pushed ",
+                         pushed, " steps of key ", id, ", so it can pull step ",
+                         pushed - 1, " or ", pushed, ConsistencyNote()));
+      }
+    } else if (step < key->completed) {
       return absl::OutOfRangeError(
           absl::StrCat(context, ": step ", step, " is in the past for key ", id,
                        ", which completed step ", key->completed));
-    }
-    if (step > key->completed + 1) {
+    } else if (step > key->completed + 1) {
       return absl::OutOfRangeError(absl::StrCat(
           context, ": step ", step, " is too far ahead for key ", id,
           ", which takes pushes for step ", key->completed + 1));
@@ -757,6 +972,15 @@ absl::Status ServerShard::Pull(const ps::PullRequest& request,
   std::vector<int64_t> ready;
   for (KeyState* key : keys) {
     absl::MutexLock lock(&key->mu);
+    if (asynchronous()) {
+      const int readiness = AsyncReadiness(*key, step, header.rank());
+      if (readiness == 1) {
+        ready.push_back(key->id);
+      } else {
+        key->waiters.push_back(waiter);
+      }
+      continue;
+    }
     // Between the check and here a key can only have moved from pending to
     // complete: completing step + 1 needs this worker's own push.
     if (key->completed == step) {
@@ -771,24 +995,28 @@ absl::Status ServerShard::Pull(const ps::PullRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status ServerShard::ReadResult(int64_t key_id, int64_t step,
+absl::Status ServerShard::ReadResult(int64_t key_id, int64_t step, int rank,
                                      int64_t offset, int64_t max_floats,
                                      ps::KeyPart* part) {
   std::string* data = part->mutable_data();
-  absl::StatusOr<int64_t> n =
-      ReadResult(key_id, step, offset, max_floats, [data](int64_t floats) {
+  int64_t slowest_clock = 0;
+  absl::StatusOr<int64_t> n = ReadResult(
+      key_id, step, rank, offset, max_floats,
+      [data](int64_t floats) {
         data->resize(static_cast<size_t>(floats) * sizeof(float));
         return data->data();
-      });
+      },
+      &slowest_clock);
   if (!n.ok()) return n.status();
+  part->mutable_header()->set_slowest_clock(slowest_clock);
   part->set_key_numel(KeyNumel(key_id));
   part->set_offset(offset);
   return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> ServerShard::ReadResult(
-    int64_t key_id, int64_t step, int64_t offset, int64_t max_floats,
-    absl::FunctionRef<char*(int64_t floats)> place) {
+    int64_t key_id, int64_t step, int rank, int64_t offset, int64_t max_floats,
+    absl::FunctionRef<char*(int64_t floats)> place, int64_t* slowest_clock) {
   // The index is published with configured_; read it only after.
   if (!configured_.load(std::memory_order_acquire)) {
     return absl::FailedPreconditionError(
@@ -799,13 +1027,17 @@ absl::StatusOr<int64_t> ServerShard::ReadResult(
     return absl::InternalError(
         absl::StrCat(name_, ": reading unknown key ", key_id));
   }
-  if (step < 0 || max_floats < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name_, ": reading key ", key_id, " for step ", step,
-                     ", at most ", max_floats, " floats"));
+  if (step < 0 || max_floats < 1 || rank < 0 || rank >= num_workers_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, ": reading key ", key_id, " for step ", step, " for worker ",
+        rank, ", at most ", max_floats, " floats"));
   }
   KeyState& key = *it->second;
   absl::MutexLock lock(&key.mu);
+  if (asynchronous()) {
+    return ReadAsync(key, step, rank, offset, max_floats, place, slowest_clock);
+  }
+  if (slowest_clock != nullptr) *slowest_clock = 0;
   const int64_t available = key.completed == step       ? key.numel
                             : key.completed + 1 == step ? key.final_floats
                                                         : -1;
@@ -824,12 +1056,57 @@ absl::StatusOr<int64_t> ServerShard::ReadResult(
   return n;
 }
 
-int64_t ServerShard::FinalFloats(int64_t key_id, int64_t step) const {
-  if (step < 0 || !configured_.load(std::memory_order_acquire)) return -1;
+absl::StatusOr<int64_t> ServerShard::ReadAsync(
+    KeyState& key, int64_t step, int rank, int64_t offset, int64_t max_floats,
+    absl::FunctionRef<char*(int64_t floats)> place, int64_t* slowest_clock) {
+  key.mu.AssertHeld();
+  if (AsyncReadiness(key, step, rank) != 1 || offset < 0 ||
+      offset >= key.numel) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": parameters of key ", key.id, " for worker ", rank, "'s step ",
+        step, " from float ", offset, " are not available; the worker pushed ",
+        key.clock[rank], " steps of it, the slowest ", key.slowest,
+        ConsistencyNote()));
+  }
+  const int64_t n = std::min(max_floats, key.numel - offset);
+  int64_t clock = key.slowest;
+  if (IsCheckpointStep(step + 1)) {
+    // A barrier: every worker reads the checkpoint's state, which pushes of
+    // the next step (already arriving from the fastest) do not change.
+    clock = step + 1;
+    absl::MutexLock lock(&checkpoint_mu_);
+    if (snapshot_.step != step + 1) {
+      return absl::InternalError(absl::StrCat(
+          name_, ": the snapshot of step ", step + 1, " of key ", key.id,
+          " is gone (it holds step ", snapshot_.step, ")"));
+    }
+    std::memcpy(place(n), snapshot_.params.data() + key.shard_offset + offset,
+                static_cast<size_t>(n) * sizeof(float));
+  } else {
+    std::memcpy(place(n), key.params.data() + offset,
+                static_cast<size_t>(n) * sizeof(float));
+  }
+  if (offset == 0) {
+    key.read_clock[rank] = clock;
+    if (clock < step + 1) key.early.push_back({rank, step, absl::Now()});
+  }
+  if (slowest_clock != nullptr) *slowest_clock = clock;
+  return n;
+}
+
+int64_t ServerShard::FinalFloats(int64_t key_id, int64_t step, int rank) const {
+  if (step < 0 || rank < 0 || rank >= num_workers_ ||
+      !configured_.load(std::memory_order_acquire)) {
+    return -1;
+  }
   auto it = key_index_.find(key_id);
   if (it == key_index_.end()) return -1;
   const KeyState& key = *it->second;
   absl::MutexLock lock(&key.mu);
+  if (asynchronous()) {
+    const int readiness = AsyncReadiness(key, step, rank);
+    return readiness == 1 ? key.numel : readiness;
+  }
   if (key.completed == step) return key.numel;
   if (key.completed + 1 == step) return key.final_floats;
   return key.completed > step ? -1 : 0;
@@ -841,19 +1118,37 @@ int64_t ServerShard::KeyNumel(int64_t key) const {
   return it == key_index_.end() ? 0 : it->second->numel;
 }
 
-std::vector<int> ServerShard::MissingWorkers(int64_t key_id,
-                                             int64_t step) const {
-  std::vector<int> missing;
+std::vector<ServerShard::MissingPush> ServerShard::MissingWorkers(
+    int64_t key_id, int64_t step, int rank) const {
+  std::vector<MissingPush> missing;
   if (!configured_.load(std::memory_order_acquire)) return missing;
   auto it = key_index_.find(key_id);
-  if (it == key_index_.end()) return missing;
+  if (it == key_index_.end() || rank < 0 || rank >= num_workers_) {
+    return missing;
+  }
   const KeyState& key = *it->second;
   absl::MutexLock lock(&key.mu);
+  if (asynchronous()) {
+    if (AsyncReadiness(key, step, rank) != 0) return missing;
+    // The step every worker must have pushed (SSP, barriers).
+    const int64_t needed = IsBarrierStep(step + 1) ? step
+                           : consistency_ == ps::CONSISTENCY_SSP
+                               ? step - staleness_
+                               : -1;
+    for (int r = 0; r < num_workers_; ++r) {
+      if (r == rank && key.clock[r] < step + 1) {
+        missing.push_back({r, step});
+      } else if (key.clock[r] < needed + 1) {
+        missing.push_back({r, needed});
+      }
+    }
+    return missing;
+  }
   if (key.completed >= step) return missing;
   for (int r = 0; r < num_workers_; ++r) {
     // Before its step starts, nobody has pushed it.
     if (key.completed + 1 < step || key.received[r] < key.numel) {
-      missing.push_back(r);
+      missing.push_back({r, step});
     }
   }
   return missing;
@@ -886,12 +1181,12 @@ std::string ServerShard::SummaryJson() const {
     mode = UpdateModeName(mode_);
     for (const auto& key : keys_) {
       absl::MutexLock lock(&key->mu);
-      steps =
-          steps < 0 ? key->completed + 1 : std::min(steps, key->completed + 1);
+      const int64_t done = asynchronous() ? key->slowest : key->completed + 1;
+      steps = steps < 0 ? done : std::min(steps, done);
       bytes += key->numel * 4;
     }
   }
-  const nlohmann::json summary = {
+  nlohmann::json summary = {
       {"server", server_rank_},
       {"job_id", job_id_},  // escaped by the library: job ids are user input
       {"update", mode},
@@ -907,7 +1202,30 @@ std::string ServerShard::SummaryJson() const {
       {"sum_ms", sum_ns_.load() / 1e6},
       {"update_ms", update_ns_.load() / 1e6},
       {"checkpoints", checkpoints_written_.load()},
+      {"consistency", ConsistencyName(consistency_)},
   };
+  if (asynchronous()) {
+    if (consistency_ == ps::CONSISTENCY_SSP) {
+      summary["staleness_bound"] = staleness_;
+    }
+    // Per worker; the wait saved is summed over keys, so it is divided by
+    // their number: about the time per key by which pulls came early.
+    nlohmann::json max = nlohmann::json::array();
+    nlohmann::json mean = nlohmann::json::array();
+    nlohmann::json saved = nlohmann::json::array();
+    absl::MutexLock lock(&stats_mu_);
+    for (int r = 0; r < num_workers_; ++r) {
+      max.push_back(staleness_max_[r]);
+      mean.push_back(staleness_count_[r] > 0
+                         ? static_cast<double>(staleness_sum_[r]) /
+                               staleness_count_[r]
+                         : 0.0);
+      saved.push_back(num_keys > 0 ? saved_ns_[r] / 1e6 / num_keys : 0.0);
+    }
+    summary["staleness_max"] = max;
+    summary["staleness_mean"] = mean;
+    summary["wait_saved_ms"] = saved;
+  }
   return summary.dump();
 }
 

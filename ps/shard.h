@@ -20,6 +20,29 @@
 // sum buffer suffices. Anything older or newer than those two steps is
 // refused, which is also what keeps a confused worker from corrupting them.
 //
+// Stale-synchronous and asynchronous training (--ps_consistency=ssp|asp,
+// server mode only). Each worker's push of a key is applied on its own, block
+// by block as it arrives: the block's gradient divided by N, stepped by the
+// block's optimizer with the BSP learning rate (so N pushes move the
+// parameters as far as one BSP step; for SGD without momentum and no
+// staleness they are the same sum). A key counts, per worker, the steps that
+// worker pushed completely (its clock); the key's clock is the slowest
+// worker's. A pull of step t by worker r is answered once r's own push of t
+// is applied and
+//   SSP with staleness s: every worker pushed step t - s (key clock > t - s),
+//   ASP:                  no further condition,
+// with the current parameters: they hold every worker's gradients of the
+// steps before the key's clock, and perhaps some of later steps (SSP's
+// guarantee, as in Ho et al., NIPS 2013). A worker computes step t + 1 only
+// after that pull, so it runs at most s steps ahead of the slowest. The
+// staleness of a gradient of step t is t minus the key's clock when its
+// parameters were read: 0 under BSP, at most s under SSP. Steps at which the
+// trainer checkpoints, and the run's last step, are barriers in every mode
+// (the pull waits for every worker's push of that step), so a checkpoint is
+// one consistent state, resume means "every worker continues from it", and
+// every worker ends with the same model; pulls of such a step read the
+// checkpoint's snapshot, which no later push changes.
+//
 // Checkpoints (server mode). The shard holds the parameters and optimizer
 // slots, so it writes them to <--checkpoint>.server<k> at the steps worker 0
 // writes its checkpoint (RegisterConfig.checkpoint), and on --resume loads
@@ -58,7 +81,8 @@ class KeyWaiter {
   virtual ~KeyWaiter() = default;
   // Runs on the thread that finalised a block of the key (or in Pull when
   // some was final already), holding no shard lock. Must not block. Ask
-  // FinalFloats how much is there.
+  // FinalFloats how much is there: under SSP/ASP it is also called whenever
+  // a worker's clock on the key moves, which may release nothing.
   virtual void KeyProgress(int64_t key) = 0;
 };
 
@@ -104,26 +128,42 @@ class ServerShard {
   // nothing is registered.
   absl::Status Pull(const ps::PullRequest& request,
                     const std::shared_ptr<KeyWaiter>& waiter);
-  // How many leading floats of `key`'s result for `step` are final: all of
-  // them once the step completed, fewer while it is being pushed; -1 if that
+  // How many leading floats of `key`'s result for `step`, as worker `rank`
+  // pulls it, are final: all of them once the step completed (SSP/ASP: once
+  // the pull may be answered), fewer while it is being pushed; -1 if that
   // result is gone (a later step completed) or the key is unknown.
-  int64_t FinalFloats(int64_t key, int64_t step) const;
-  // Copies up to `max_floats` final floats of `key`'s result for `step` from
-  // `offset` into the memory `place` returns for their count (room for that
-  // many floats, any alignment), and returns the count. Fails, without
-  // calling `place`, unless at least one float from `offset` on is final.
+  int64_t FinalFloats(int64_t key, int64_t step, int rank) const;
+  // Copies up to `max_floats` final floats of `key`'s result for `step`, as
+  // worker `rank` pulls it, from `offset` into the memory `place` returns for
+  // their count (room for that many floats, any alignment), and returns the
+  // count. Fails, without calling `place`, unless at least one float from
+  // `offset` on is final. SSP/ASP: `*slowest_clock` (if not null) gets the
+  // key's clock the floats were read at (Header.slowest_clock).
   absl::StatusOr<int64_t> ReadResult(
-      int64_t key, int64_t step, int64_t offset, int64_t max_floats,
-      absl::FunctionRef<char*(int64_t floats)> place);
-  // The same into `part` (its data, offset and key_numel; the caller fills
-  // the header).
-  absl::Status ReadResult(int64_t key, int64_t step, int64_t offset,
+      int64_t key, int64_t step, int rank, int64_t offset, int64_t max_floats,
+      absl::FunctionRef<char*(int64_t floats)> place,
+      int64_t* slowest_clock = nullptr);
+  // The same into `part` (its data, offset, key_numel and
+  // header.slowest_clock; the caller fills the rest of the header).
+  absl::Status ReadResult(int64_t key, int64_t step, int rank, int64_t offset,
                           int64_t max_floats, ps::KeyPart* part);
   // The key's size in floats (0 for an unknown key).
   int64_t KeyNumel(int64_t key) const;
-  // The workers whose push of `key` for `step` is not complete; empty once
-  // the key's result for `step` is ready.
-  std::vector<int> MissingWorkers(int64_t key, int64_t step) const;
+  // A push that worker `rank`'s pull of `step` still waits for.
+  struct MissingPush {
+    int worker;
+    int64_t step;
+    bool operator<(const MissingPush& o) const {
+      return worker != o.worker ? worker < o.worker : step < o.step;
+    }
+  };
+  // The pushes of `key` that worker `rank`'s pull of `step` waits for: every
+  // worker's push of `step` under BSP; under SSP/ASP the puller's own and
+  // those older than the staleness bound allows. Empty once it may be read.
+  std::vector<MissingPush> MissingWorkers(int64_t key, int64_t step,
+                                          int rank) const;
+  // "" under BSP, else " (SSP, staleness 2)" or " (ASP)": for messages.
+  std::string ConsistencyNote() const;
 
   // A worker says the job is over for it. Returns true once every worker has.
   absl::StatusOr<bool> Shutdown(const ps::ShutdownRequest& request);
@@ -171,7 +211,7 @@ class ServerShard {
   absl::StatusOr<std::unique_ptr<KeyState>> NewKey(
       const ps::KeySpec& spec, int64_t shard_offset, int64_t start_step,
       Device* optimizer_device, const OptimizerOptions& optimizer,
-      const std::string& context) const;
+      bool asynchronous, const std::string& context) const;
   // Fills `keys` (built from `config`, not yet published) from this shard's
   // checkpoint, refusing one that is not exactly this shard at the start
   // step.
@@ -181,6 +221,28 @@ class ServerShard {
       const std::string& context);
   // Whether worker 0 writes a checkpoint once `steps` steps are done.
   bool IsCheckpointStep(int64_t steps) const;
+  // SSP/ASP: whether a pull of step `steps` - 1 waits for every worker (a
+  // checkpoint step or the run's last).
+  bool IsBarrierStep(int64_t steps) const;
+  // SSP/ASP, key.mu held: one part of a push, checked like a BSP one, staged
+  // and applied block by block; fills `notify` when the worker's clock moved.
+  absl::Status PushAsync(KeyState& key, const ps::KeyPart& part,
+                         std::vector<std::weak_ptr<KeyWaiter>>* notify);
+  // SSP/ASP, key.mu held: applies worker `rank`'s staged floats up to `end`.
+  void ApplyAsync(KeyState& key, int rank, int64_t end);
+  // SSP/ASP, key.mu held: worker `rank` pushed all of `step`.
+  void AdvanceClock(KeyState& key, int rank, int64_t step);
+  // SSP/ASP, key.mu held: whether worker `rank`'s pull of `step` may be
+  // answered (1), must wait (0), or asks for a step it is past (-1).
+  int AsyncReadiness(const KeyState& key, int64_t step, int rank) const;
+  // SSP/ASP, key.mu held: ReadResult's work (see there).
+  absl::StatusOr<int64_t> ReadAsync(
+      KeyState& key, int64_t step, int rank, int64_t offset, int64_t max_floats,
+      absl::FunctionRef<char*(int64_t floats)> place, int64_t* slowest_clock);
+  // BSP, key.mu held: one part of a push, summed (see the top of the file).
+  absl::Status PushBsp(KeyState& key, const ps::KeyPart& part,
+                       std::vector<std::weak_ptr<KeyWaiter>>* notify);
+  bool asynchronous() const { return consistency_ != ps::CONSISTENCY_BSP; }
   // Called with key.mu held when the key completed the checkpoint step
   // `steps` - 1: copies it into the snapshot, and writes the file if it was
   // the last key.
@@ -201,6 +263,8 @@ class ServerShard {
   std::atomic<bool> configured_{false};
   ps::RegisterConfig config_ ABSL_GUARDED_BY(config_mu_);
   ps::UpdateMode mode_ = ps::UPDATE_WORKER;
+  ps::Consistency consistency_ = ps::CONSISTENCY_BSP;
+  int64_t staleness_ = 0;
   float lr_ = 0.0f;
   std::unique_ptr<Device> device_;  // the optimizer's (CPU) device
   std::vector<std::unique_ptr<KeyState>> keys_;
@@ -229,6 +293,15 @@ class ServerShard {
   std::atomic<int64_t> blocks_{0};       // blocks finalised
   std::atomic<int64_t> sum_ns_{0};       // time spent summing
   std::atomic<int64_t> update_ns_{0};    // averaging and optimizer
+
+  // SSP/ASP, per worker: the staleness of its pushes (see the top of this
+  // file) and the time its pulls were answered before BSP would have
+  // answered them, summed over keys.
+  mutable absl::Mutex stats_mu_ ABSL_ACQUIRED_AFTER(config_mu_);
+  std::vector<int64_t> staleness_max_ ABSL_GUARDED_BY(stats_mu_);
+  std::vector<int64_t> staleness_sum_ ABSL_GUARDED_BY(stats_mu_);
+  std::vector<int64_t> staleness_count_ ABSL_GUARDED_BY(stats_mu_);
+  std::vector<int64_t> saved_ns_ ABSL_GUARDED_BY(stats_mu_);
 };
 
 }  // namespace gradsync

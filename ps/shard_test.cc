@@ -1,5 +1,5 @@
 // The server shard without gRPC: BSP aggregation, the server-side optimizer,
-// and refusal of bad input without changing any state.
+// SSP and ASP, and refusal of bad input without changing any state.
 #include "ps/shard.h"
 
 #include <cstring>
@@ -9,6 +9,8 @@
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "ps/flags.h"
 
 namespace gradsync {
 namespace {
@@ -60,11 +62,18 @@ ps::RegisterConfig MakeConfig(int rank, int num_workers,
 
 std::vector<float> Read(ServerShard& shard, int64_t key, int64_t step) {
   ps::KeyPart part;
-  absl::Status status = shard.ReadResult(key, step, 0, 1 << 20, &part);
+  absl::Status status =
+      shard.ReadResult(key, step, /*rank=*/0, 0, 1 << 20, &part);
   EXPECT_TRUE(status.ok()) << status;
   std::vector<float> values(part.data().size() / 4);
   std::memcpy(values.data(), part.data().data(), part.data().size());
   return values;
+}
+
+std::vector<int> Workers(const std::vector<ServerShard::MissingPush>& pushes) {
+  std::vector<int> workers;
+  for (const auto& push : pushes) workers.push_back(push.worker);
+  return workers;
 }
 
 class RecordingWaiter : public KeyWaiter {
@@ -102,11 +111,12 @@ TEST(ServerShardTest, PullIsAnsweredOnceEveryWorkerPushed) {
   ASSERT_TRUE(shard.Push(MakePart(0, 0, 4, 3, 2, {3})).ok());
   ASSERT_TRUE(shard.Push(MakePart(1, 0, 4, 3, 0, {10, 20, 30})).ok());
   EXPECT_TRUE(waiter->ready().empty());
-  EXPECT_EQ(shard.MissingWorkers(4, 0), std::vector<int>{2});
-  EXPECT_EQ(shard.MissingWorkers(9, 0), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(Workers(shard.MissingWorkers(4, 0, 1)), std::vector<int>{2});
+  EXPECT_EQ(Workers(shard.MissingWorkers(9, 0, 1)),
+            (std::vector<int>{0, 1, 2}));
   ASSERT_TRUE(shard.Push(MakePart(2, 0, 4, 3, 0, {100, 200, 300})).ok());
   EXPECT_EQ(waiter->ready(), std::vector<int64_t>{4});
-  EXPECT_TRUE(shard.MissingWorkers(4, 0).empty());
+  EXPECT_TRUE(shard.MissingWorkers(4, 0, 1).empty());
   EXPECT_EQ(Read(shard, 4, 0),
             (std::vector<float>{111.0f / 3, 222.0f / 3, 333.0f / 3}));
   for (int r = 0; r < 3; ++r) {
@@ -138,7 +148,7 @@ TEST(ServerShardTest, ManyStepsReuseTwoBuffers) {
     EXPECT_EQ(Read(shard, 0, step), (std::vector<float>{(2 * a + 1) / 2, 2}));
     ps::KeyPart part;
     if (step > 0) {
-      EXPECT_FALSE(shard.ReadResult(0, step - 1, 0, 2, &part).ok());
+      EXPECT_FALSE(shard.ReadResult(0, step - 1, 0, 0, 2, &part).ok());
     }
   }
 }
@@ -381,22 +391,196 @@ TEST(ServerShardTest, BlocksBecomeFinalBeforeTheKeyCompletes) {
   auto waiter = std::make_shared<RecordingWaiter>();
   ASSERT_TRUE(shard.Pull(MakePull(0, 0, {0}), waiter).ok());
   ASSERT_TRUE(shard.Push(MakePart(0, 0, 0, 5, 0, {2, 4, 6, 8, 10})).ok());
-  EXPECT_EQ(shard.FinalFloats(0, 0), 0);
+  EXPECT_EQ(shard.FinalFloats(0, 0, 0), 0);
   ASSERT_TRUE(shard.Push(MakePart(1, 0, 0, 5, 0, {4, 6, 8})).ok());
   // Both pushed 3 floats: the first block (2 floats) is final.
-  EXPECT_EQ(shard.FinalFloats(0, 0), 2);
+  EXPECT_EQ(shard.FinalFloats(0, 0, 0), 2);
   EXPECT_EQ(waiter->ready(), std::vector<int64_t>{0});
   EXPECT_EQ(Read(shard, 0, 0), (std::vector<float>{3, 5}));
   ps::KeyPart part;
-  EXPECT_FALSE(shard.ReadResult(0, 0, 2, 10, &part).ok());
+  EXPECT_FALSE(shard.ReadResult(0, 0, 0, 2, 10, &part).ok());
   ASSERT_TRUE(shard.Push(MakePart(1, 0, 0, 5, 3, {10, 12})).ok());
-  EXPECT_EQ(shard.FinalFloats(0, 0), 5);
+  EXPECT_EQ(shard.FinalFloats(0, 0, 0), 5);
   EXPECT_EQ(waiter->ready(), (std::vector<int64_t>{0, 0}));
   EXPECT_EQ(Read(shard, 0, 0), (std::vector<float>{3, 5, 7, 9, 11}));
   // Step 1: nothing final yet, and step 0's result stays readable.
-  EXPECT_EQ(shard.FinalFloats(0, 1), 0);
+  EXPECT_EQ(shard.FinalFloats(0, 1, 0), 0);
   ASSERT_TRUE(shard.Push(MakePart(0, 1, 0, 5, 0, {1, 1, 1, 1, 1})).ok());
   EXPECT_EQ(Read(shard, 0, 0), (std::vector<float>{3, 5, 7, 9, 11}));
+}
+
+// --- Stale-synchronous and asynchronous modes --------------------------------
+
+// A server-mode registration under `consistency` (SGD, lr 0.5, no momentum).
+ps::RegisterConfig AsyncConfig(int rank, int num_workers,
+                               ps::Consistency consistency, int staleness,
+                               int64_t numel) {
+  ps::RegisterConfig config =
+      MakeConfig(rank, num_workers, {{0, numel}}, ps::UPDATE_SERVER);
+  config.mutable_optimizer()->set_kind("sgd");
+  config.mutable_optimizer()->set_lr(0.5f);
+  config.set_consistency(consistency);
+  config.set_staleness(staleness);
+  return config;
+}
+
+// Registers every worker with `config` (its header's rank replaced) and
+// sends worker 0's initial parameters.
+void RegisterAll(ServerShard& shard, ps::RegisterConfig config, int workers,
+                 const std::vector<float>& params) {
+  for (int r = 0; r < workers; ++r) {
+    *config.mutable_header() = MakeHeader(r, -1, -1);
+    ASSERT_TRUE(shard.Register(config).ok()) << r;
+  }
+  ASSERT_TRUE(
+      shard.InitParams(MakePart(0, -1, 0, params.size(), 0, params)).ok());
+}
+
+nlohmann::json Summary(const ServerShard& shard) {
+  return nlohmann::json::parse(shard.SummaryJson());
+}
+
+// SSP with staleness 2: the fast worker's pulls of steps 0 and 1 are
+// answered while the slow one has pushed nothing; its pull of step 2 (it
+// would then compute step 3, three ahead) waits, naming the slow worker and
+// the step it must push, and is answered the moment that push is applied.
+TEST(ServerShardTest, SspFastWorkerWaitsExactlyStalenessAhead) {
+  ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
+  RegisterAll(shard, AsyncConfig(0, 2, ps::CONSISTENCY_SSP, 2, 3), 2,
+              {1, 1, 1});
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_TRUE(shard.Push(MakePart(0, step, 0, 3, 0, {1, 2, 3})).ok());
+    EXPECT_EQ(shard.FinalFloats(0, step, 0), 3) << step;
+    Read(shard, 0, step);
+  }
+  auto waiter = std::make_shared<RecordingWaiter>();
+  ASSERT_TRUE(shard.Pull(MakePull(0, 2, {0}), waiter).ok());
+  ASSERT_TRUE(shard.Push(MakePart(0, 2, 0, 3, 0, {1, 2, 3})).ok());
+  EXPECT_EQ(shard.FinalFloats(0, 2, 0), 0);
+  const std::vector<ServerShard::MissingPush> missing =
+      shard.MissingWorkers(0, 2, 0);
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_EQ(missing[0].worker, 1);
+  EXPECT_EQ(missing[0].step, 0);
+  ps::KeyPart part;
+  EXPECT_FALSE(shard.ReadResult(0, 2, 0, 0, 10, &part).ok());
+  // The slow worker's first push releases the fast one.
+  const size_t told = waiter->ready().size();
+  ASSERT_TRUE(shard.Push(MakePart(1, 0, 0, 3, 0, {0, 0, 0})).ok());
+  EXPECT_GT(waiter->ready().size(), told);
+  EXPECT_EQ(shard.FinalFloats(0, 2, 0), 3);
+  ASSERT_TRUE(shard.ReadResult(0, 2, 0, 0, 10, &part).ok());
+  EXPECT_EQ(part.header().slowest_clock(), 1);
+  // Worker 0's step-2 gradient was computed on parameters read when the
+  // slowest worker had pushed nothing: staleness 2, the bound.
+  const nlohmann::json summary = Summary(shard);
+  EXPECT_EQ(summary["consistency"], "ssp");
+  EXPECT_EQ(summary["staleness_max"][0], 2);
+  EXPECT_EQ(summary["staleness_max"][1], 0);
+  EXPECT_EQ(summary["steps"], 1);  // every worker pushed step 0
+}
+
+// ASP never waits for others; SGD applies each push on its own with lr / N,
+// which for plain SGD is the BSP step's sum, one push at a time.
+TEST(ServerShardTest, AspAppliesEachPushAsItArrives) {
+  ServerShard shard(kJob, 0, 1, 2, /*block_floats=*/2);
+  RegisterAll(shard, AsyncConfig(0, 2, ps::CONSISTENCY_ASP, 0, 3), 2,
+              {1, 1, 1});
+  std::vector<float> expected = {1, 1, 1};
+  const float lr = 0.5f / 2;
+  for (int step = 0; step < 10; ++step) {
+    const std::vector<float> grads = {1, 2, float(step)};
+    // In two parts: the first block is applied before the second arrives.
+    ASSERT_TRUE(shard.Push(MakePart(0, step, 0, 3, 0, {1, 2})).ok());
+    ASSERT_TRUE(shard.Push(MakePart(0, step, 0, 3, 2, {float(step)})).ok());
+    for (int i = 0; i < 3; ++i) expected[i] -= lr * grads[i];
+    EXPECT_EQ(Read(shard, 0, step), expected) << step;
+  }
+  // The slow worker's push of step 0 lands on the current parameters.
+  ASSERT_TRUE(shard.Push(MakePart(1, 0, 0, 3, 0, {4, 4, 4})).ok());
+  for (float& p : expected) p -= lr * 4;
+  ps::KeyPart part;
+  ASSERT_TRUE(shard.ReadResult(0, 0, 1, 0, 10, &part).ok());
+  std::vector<float> got(3);
+  std::memcpy(got.data(), part.data().data(), 12);
+  EXPECT_EQ(got, expected);
+  const nlohmann::json summary = Summary(shard);
+  EXPECT_EQ(summary["staleness_max"][0], 9);
+  EXPECT_GT(summary["wait_saved_ms"][0].get<double>(), 0.0);
+  // Pushes come in each worker's own step order.
+  absl::Status ahead = shard.Push(MakePart(1, 5, 0, 3, 0, {1, 1, 1}));
+  EXPECT_TRUE(absl::IsOutOfRange(ahead)) << ahead;
+  EXPECT_THAT(ahead.message(), HasSubstr("next push is for step 1 (ASP)"));
+  absl::Status past = shard.Push(MakePart(0, 3, 0, 3, 0, {1, 1, 1}));
+  EXPECT_TRUE(absl::IsOutOfRange(past)) << past;
+}
+
+// Checkpoint steps and the run's last step are barriers in every mode; a
+// pull of a checkpoint step reads the snapshot, which the fast worker's next
+// push does not change.
+TEST(ServerShardTest, AspCheckpointStepIsABarrierWithAConsistentRead) {
+  const std::string path = ::testing::TempDir() + "/asp_barrier.ckpt";
+  ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
+  ps::RegisterConfig config = AsyncConfig(0, 2, ps::CONSISTENCY_ASP, 0, 2);
+  ps::CheckpointConfig* checkpoint = config.mutable_checkpoint();
+  checkpoint->set_path(path);
+  checkpoint->set_every(2);
+  checkpoint->set_steps_per_epoch(100);
+  checkpoint->set_total_steps(4);
+  RegisterAll(shard, config, 2, {0, 0});
+  ASSERT_TRUE(shard.Push(MakePart(0, 0, 0, 2, 0, {1, 1})).ok());
+  EXPECT_EQ(shard.FinalFloats(0, 0, 0), 2);  // not a barrier
+  ASSERT_TRUE(shard.Push(MakePart(0, 1, 0, 2, 0, {1, 1})).ok());
+  EXPECT_EQ(shard.FinalFloats(0, 1, 0), 0);  // step 2 is checkpointed
+  EXPECT_EQ(Workers(shard.MissingWorkers(0, 1, 0)), std::vector<int>{1});
+  ASSERT_TRUE(shard.Push(MakePart(1, 0, 0, 2, 0, {2, 2})).ok());
+  EXPECT_EQ(shard.FinalFloats(0, 1, 0), 0);
+  ASSERT_TRUE(shard.Push(MakePart(1, 1, 0, 2, 0, {2, 2})).ok());
+  EXPECT_EQ(shard.FinalFloats(0, 1, 0), 2);
+  const std::vector<float> at_two = Read(shard, 0, 1);
+  EXPECT_EQ(at_two, (std::vector<float>{-1.5f, -1.5f}));
+  absl::StatusOr<Checkpoint> written = ReadCheckpoint(path + ".server0");
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->step, 2);
+  EXPECT_EQ(written->params, at_two);
+  // Worker 0 goes on; worker 1 still reads step 1 as the snapshot.
+  ASSERT_TRUE(shard.Push(MakePart(0, 2, 0, 2, 0, {8, 8})).ok());
+  ps::KeyPart part;
+  ASSERT_TRUE(shard.ReadResult(0, 1, 1, 0, 10, &part).ok());
+  std::vector<float> got(2);
+  std::memcpy(got.data(), part.data().data(), 8);
+  EXPECT_EQ(got, at_two);
+  EXPECT_EQ(part.header().slowest_clock(), 2);
+  // Step 3 is the run's last: a barrier too.
+  EXPECT_EQ(shard.FinalFloats(0, 2, 0), 2);
+  ASSERT_TRUE(shard.Push(MakePart(0, 3, 0, 2, 0, {1, 1})).ok());
+  EXPECT_EQ(shard.FinalFloats(0, 3, 0), 0);
+}
+
+TEST(ServerShardTest, BadConsistencySettingsAreRefused) {
+  {
+    ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
+    ps::RegisterConfig worker_mode = MakeConfig(0, 2, {{0, 2}});
+    worker_mode.set_consistency(ps::CONSISTENCY_ASP);
+    absl::Status status = shard.Register(worker_mode);
+    EXPECT_THAT(status.message(), HasSubstr("needs --ps_update=server"));
+  }
+  for (int staleness : {-1, kMaxStaleness + 1}) {
+    ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
+    absl::Status status =
+        shard.Register(AsyncConfig(0, 2, ps::CONSISTENCY_SSP, staleness, 2));
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << staleness;
+  }
+  {
+    ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
+    ASSERT_TRUE(
+        shard.Register(AsyncConfig(0, 2, ps::CONSISTENCY_SSP, 1, 2)).ok());
+    absl::Status status =
+        shard.Register(AsyncConfig(1, 2, ps::CONSISTENCY_SSP, 2, 2));
+    EXPECT_THAT(status.message(),
+                HasSubstr("--ps_staleness=2 but worker 0 registered "
+                          "--ps_consistency=ssp --ps_staleness=1"));
+  }
 }
 
 }  // namespace
