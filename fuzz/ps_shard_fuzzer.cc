@@ -91,7 +91,10 @@ void FillPart(FuzzInput& in, int64_t step, ps::KeyPart* part) {
   part->set_data(bytes);
 }
 
-void FillRegister(FuzzInput& in, bool server_mode, ps::RegisterConfig* config) {
+// `consistency`: 0 BSP, 1 SSP, 2 ASP (for the whole run, as real workers
+// agree on it; SSP's staleness is 1).
+void FillRegister(FuzzInput& in, bool server_mode, int consistency,
+                  ps::RegisterConfig* config) {
   FillHeader(in, -1, -1, config->mutable_header());
   config->set_num_workers(in.InRange(0, 7) == 0 ? in.Integral<int32_t>()
                                                 : kWorkers);
@@ -99,6 +102,9 @@ void FillRegister(FuzzInput& in, bool server_mode, ps::RegisterConfig* config) {
                                                 : kServers);
   config->set_server_rank(in.InRange(0, 7) == 0 ? in.Integral<int32_t>() : 0);
   config->set_update_mode(server_mode ? ps::UPDATE_SERVER : ps::UPDATE_WORKER);
+  config->set_consistency(static_cast<ps::Consistency>(consistency));
+  config->set_staleness(in.InRange(0, 7) == 0 ? in.Integral<int32_t>()
+                                              : (consistency == 1 ? 1 : 0));
   ps::OptimizerConfig* optimizer = config->mutable_optimizer();
   optimizer->set_kind(in.InRange(0, 7) == 0 ? in.String(8)
                                             : (in.Bool() ? "sgd" : "adam"));
@@ -136,6 +142,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ServerShard shard(kJob, /*server_rank=*/0, kServers, kWorkers, kBlockFloats,
                     kMaxFloats);
   const bool server_mode = in.Bool();
+  const int consistency = server_mode ? in.InRange(0, 2) : 0;
   auto waiter = std::make_shared<CountingWaiter>();
   // The step a well-behaved worker would be at: pushes and pulls mostly aim
   // at it, so that steps complete and the next ones are exercised too.
@@ -149,7 +156,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (raw) {
           if (!config.ParseFromString(in.String(2000))) continue;
         } else {
-          FillRegister(in, server_mode, &config);
+          FillRegister(in, server_mode, consistency, &config);
         }
         status = shard.Register(config);
         break;
@@ -195,13 +202,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const int64_t key = in.InRange(0, 7) == 0 ? in.Integral<int64_t>()
                                                   : in.InRange(0, kKeys);
         const int64_t at = Step(in, step);
-        const int64_t final_floats = shard.FinalFloats(key, at);
+        const int rank = in.InRange(0, 7) == 0 ? in.Integral<int32_t>()
+                                               : in.InRange(0, kWorkers - 1);
+        const int64_t final_floats = shard.FinalFloats(key, at, rank);
         const int64_t numel = shard.KeyNumel(key);
         if (final_floats > numel || numel < 0) std::abort();
         ps::KeyPart part;
         const int64_t offset = in.InRange(0, 3) == 0 ? in.Integral<int64_t>()
                                                      : in.InRange(0, numel);
-        status = shard.ReadResult(key, at, offset,
+        status = shard.ReadResult(key, at, rank, offset,
                                   in.InRange(0, 7) == 0
                                       ? in.Integral<int64_t>()
                                       : in.InRange(1, kBlockFloats),
@@ -211,7 +220,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 (numel - part.offset()) * static_cast<int64_t>(sizeof(float))) {
           std::abort();  // read past the key's end
         }
-        shard.MissingWorkers(key, at);
+        shard.MissingWorkers(key, at, rank);
         if (in.InRange(0, 3) == 0) ++step;  // the workers move on
         break;
       }

@@ -51,6 +51,9 @@ class PsSync : public GradientSync {
   bool UpdatesParameters() const override {
     return options_.update_mode == ps::UPDATE_SERVER;
   }
+  bool ReplicasMayDiffer() const override {
+    return options_.consistency.mode != ps::CONSISTENCY_BSP;
+  }
   absl::Status Shutdown() override;
   std::string SummaryJson() const override;
 

@@ -295,13 +295,14 @@ class ServerShard {
   std::atomic<int64_t> update_ns_{0};    // averaging and optimizer
 
   // SSP/ASP, per worker: the staleness of its pushes (see the top of this
-  // file) and the time its pulls were answered before BSP would have
-  // answered them, summed over keys.
+  // file), and the time its pulls were answered before BSP would have
+  // answered them with the number of key reads it is summed over.
   mutable absl::Mutex stats_mu_ ABSL_ACQUIRED_AFTER(config_mu_);
   std::vector<int64_t> staleness_max_ ABSL_GUARDED_BY(stats_mu_);
   std::vector<int64_t> staleness_sum_ ABSL_GUARDED_BY(stats_mu_);
   std::vector<int64_t> staleness_count_ ABSL_GUARDED_BY(stats_mu_);
   std::vector<int64_t> saved_ns_ ABSL_GUARDED_BY(stats_mu_);
+  std::vector<int64_t> reads_ ABSL_GUARDED_BY(stats_mu_);  // of whole keys
 };
 
 }  // namespace gradsync

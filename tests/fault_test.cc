@@ -50,13 +50,16 @@ struct FaultCase {
   int servers = 0;
   std::string victim_role;  // "worker" or "server"
   int victim_rank = 0;
+  // --ps_consistency with the servers' optimizer; empty: BSP, worker update.
+  std::string consistency;
 
   std::string victim() const {
     return absl::StrCat(victim_role, " ", victim_rank);
   }
   std::string Name() const {
     return absl::StrCat(sync, servers > 0 ? absl::StrCat("_K", servers) : "",
-                        "_kill_", victim_role, victim_rank);
+                        consistency.empty() ? "" : "_", consistency, "_kill_",
+                        victim_role, victim_rank);
   }
 };
 
@@ -70,6 +73,12 @@ std::vector<ProcessSpec> JobSpecs(const FaultCase& c, const std::string& dir,
       // Far more steps than the test lets it run: nobody finishes.
       "--epochs=100", "--eval=false", "--progress=false",
       absl::StrCat("--metrics_dir=", dir)};
+  if (!c.consistency.empty()) {
+    // Nobody waits for the victim's pushes here: only the coordinator's
+    // notice of the loss can end the others.
+    flags.push_back("--ps_update=server");
+    flags.push_back(absl::StrCat("--ps_consistency=", c.consistency));
+  }
   const std::vector<std::pair<std::string, std::string>> common = {
       {"WORLD_SIZE", absl::StrCat(c.workers)},
       {"LOCAL_WORLD_SIZE", absl::StrCat(c.workers + c.servers)},
@@ -241,7 +250,8 @@ INSTANTIATE_TEST_SUITE_P(
         FaultCase{"ps", 4, 1, "server", 0},
         // Two servers: the same, and one of the two servers.
         FaultCase{"ps", 4, 2, "worker", 1}, FaultCase{"ps", 4, 2, "worker", 0},
-        FaultCase{"ps", 4, 2, "server", 1}),
+        FaultCase{"ps", 4, 2, "server", 1},
+        FaultCase{"ps", 4, 1, "worker", 2, "asp"}),
     [](const ::testing::TestParamInfo<FaultCase>& info) {
       return info.param.Name();
     });

@@ -238,6 +238,72 @@ INSTANTIATE_TEST_SUITE_P(
                             "--optimizer=adam", "--lr=0.001"}}),
     CaseName);
 
+// --- Stale-synchronous and asynchronous parameter servers
+// --------------------------------------------------------------------------
+
+// Under SSP and ASP no two runs are alike (who is ahead depends on timing),
+// so resume cannot be compared with an uninterrupted run. What holds: every
+// checkpoint step and the run's last step are barriers (ps/shard.h), so the
+// run stopped at step 20 ends with every worker holding the same model,
+// worker 0's checkpoint is that model, each server's shard is of step 20,
+// and the resumed run continues from it to the same agreement at its end.
+class AsyncResumeTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AsyncResumeTest, StopsAtABarrierAndResumesFromIt) {
+  const Case& c = GetParam();
+  const std::string dir = absl::StrCat(TestTempDir(), "/", c.name);
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
+  const std::string checkpoint = dir + "/run.ckpt";
+  const std::vector<std::string> checkpoints = {
+      "--checkpoint=" + checkpoint,
+      absl::StrCat("--checkpoint_every=", kEvery)};
+  std::vector<std::string> stop = checkpoints;
+  stop.push_back(absl::StrCat("--max_steps=", kStopStep));
+  stop.push_back("--dump_params=" + dir + "/stopped");
+  ProcessResult b = RunJob(c, dir, "b", stop);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  absl::StatusOr<Checkpoint> written = ReadCheckpoint(checkpoint);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->step, kStopStep);
+  for (int k = 0; k < c.servers; ++k) {
+    absl::StatusOr<Checkpoint> shard =
+        ReadCheckpoint(absl::StrCat(checkpoint, ".server", k));
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    EXPECT_EQ(shard->step, kStopStep);
+  }
+  std::string model(written->params.size() * sizeof(float), '\0');
+  std::memcpy(model.data(), written->params.data(), model.size());
+  ExpectParamsEqual(c, model, dir + "/stopped",
+                    "at the barrier of step 20 (worker 0's checkpoint)");
+
+  std::vector<std::string> resume = checkpoints;
+  resume.insert(resume.end(), {"--resume", absl::StrCat("--max_steps=", kSteps),
+                               "--dump_params=" + dir + "/resumed"});
+  ProcessResult cont = RunJob(c, dir, "c", resume);
+  ASSERT_EQ(cont.exit_code, 0) << cont.output;
+  EXPECT_THAT(cont.output, HasSubstr(absl::StrCat("resuming from ", checkpoint,
+                                                  " at step ", kStopStep)));
+  const std::string end = ReadBytes(dir + "/resumed.worker0");
+  ExpectParamsEqual(c, end, dir + "/resumed", "at the run's last step");
+  EXPECT_NE(end, model) << "the resumed run did not train";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Consistency, AsyncResumeTest,
+    ::testing::Values(Case{"ps_ssp_2x2",
+                           2,
+                           2,
+                           20,
+                           {"--sync=ps", "--ps_update=server",
+                            "--ps_consistency=ssp", "--ps_staleness=2"}},
+                      Case{"ps_asp_2x1",
+                           2,
+                           1,
+                           20,
+                           {"--sync=ps", "--ps_update=server",
+                            "--ps_consistency=asp"}}),
+    CaseName);
+
 // --- Damaged and missing checkpoints
 // ------------------------------------------
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 #include "core/device/gpu_selection.h"
+#include "core/train/straggler.h"
 #include "core/train/synthetic_model.h"
 
 ABSL_FLAG(std::string, sync, "local",
@@ -62,6 +63,17 @@ ABSL_FLAG(double, weight_decay, 0, "L2 weight decay");
 ABSL_FLAG(std::string, lr_scaling, "none",
           "learning rate scaling with the number of workers: linear or none");
 ABSL_FLAG(bool, eval, true, "evaluate on the test set after every epoch");
+ABSL_FLAG(int64_t, eval_every, 0,
+          "worker 0 also evaluates the whole test set on its own parameters "
+          "every this many steps and writes an 'eval' line (accuracy against "
+          "time, for time-to-accuracy); 0: never");
+ABSL_FLAG(std::string, straggler, "",
+          "experiments: RANK:MS[:EVERY][,...]: worker RANK sleeps MS "
+          "milliseconds before the compute of every (EVERY-th) step, in any "
+          "strategy");
+ABSL_FLAG(double, straggler_jitter_ms, 0,
+          "experiments: every worker sleeps a random time in [0, this) ms "
+          "before each step (reproducible from --seed)");
 ABSL_FLAG(std::string, checkpoint, "",
           "checkpoint file: worker 0 writes the model, optimizer state, step "
           "and sampler position here (atomically: temporary file, fsync, "
@@ -152,6 +164,15 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.fault_rank = absl::GetFlag(FLAGS_fault_rank);
   o.fault_step = absl::GetFlag(FLAGS_fault_step);
   o.fault = absl::GetFlag(FLAGS_fault);
+  ASSIGN_OR_RETURN(o.slowness.stragglers,
+                   ParseStragglers(absl::GetFlag(FLAGS_straggler)));
+  o.slowness.jitter_ms = absl::GetFlag(FLAGS_straggler_jitter_ms);
+  o.slowness.seed = o.seed;
+  o.eval_every = absl::GetFlag(FLAGS_eval_every);
+  if (o.eval_every < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--eval_every=", o.eval_every, " must be >= 0"));
+  }
   if (o.fault != "exit" && o.fault != "kill") {
     return absl::InvalidArgumentError(
         absl::StrCat("--fault=", o.fault, " must be exit or kill"));

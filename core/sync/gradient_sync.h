@@ -100,6 +100,10 @@ class GradientSync {
   // True when Finish() leaves new parameters (server-side optimizer) rather
   // than averaged gradients; the trainer then skips its optimizer step.
   virtual bool UpdatesParameters() const { return false; }
+  // True when workers may hold different parameters between steps (a
+  // parameter server under SSP or ASP): the trainer then neither compares
+  // replicas nor sums an evaluation over them.
+  virtual bool ReplicasMayDiffer() const { return false; }
   // After the last step: tell peers and servers the job is done, release
   // sockets. Called once; errors are reported but training results stand.
   virtual absl::Status Shutdown() { return absl::OkStatus(); }

@@ -110,6 +110,17 @@ void MetricsWriter::WriteEpoch(const EpochRecord& r) {
   WriteLine(j.dump());
 }
 
+void MetricsWriter::WriteEval(const EvalRecord& r) {
+  if (file_ == nullptr) return;
+  Json j;
+  j["type"] = "eval";
+  j["step"] = r.step;
+  j["seconds"] = Round3(r.seconds);
+  j["eval_seconds"] = Round3(r.eval_seconds);
+  j["test_accuracy"] = r.test_accuracy;
+  WriteLine(j.dump());
+}
+
 std::string RankSummaryJson(int rank, const RankTotals& t,
                             const std::string& sync_json) {
   const double n = t.measured_steps > 0 ? t.measured_steps : 1;

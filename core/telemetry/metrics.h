@@ -41,6 +41,14 @@ struct EpochRecord {
 
 // Running totals of a rank's steps, for the summary. The first steps are
 // warm-up (connection set-up, page faults) and are left out of the means.
+// Worker 0's evaluation every --eval_every steps.
+struct EvalRecord {
+  int64_t step = 0;         // steps done
+  double seconds = 0;       // since the run's first step
+  double eval_seconds = 0;  // of which spent evaluating, these included
+  double test_accuracy = 0;
+};
+
 struct RankTotals {
   int64_t steps = 0;
   int64_t measured_steps = 0;
@@ -60,6 +68,7 @@ class MetricsWriter {
 
   void WriteStep(const StepRecord& record);
   void WriteEpoch(const EpochRecord& record);
+  void WriteEval(const EvalRecord& record);
   const std::string& path() const { return path_; }
 
  private:

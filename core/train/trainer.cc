@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -156,7 +157,12 @@ class Trainer {
   // After backward: every bucket was handed to the strategy; re-arms the
   // per-bucket counts for the next step.
   absl::Status CheckEveryBucketHandedOver();
-  absl::StatusOr<double> Evaluate(int64_t epoch);
+  // The test accuracy: every rank evaluates its share and the counts are
+  // summed, or, when replicas may differ, worker 0 evaluates everything on
+  // its own parameters and the others return -1. `tag` names the round.
+  absl::StatusOr<double> Evaluate(const std::string& tag);
+  // --eval_every: worker 0 alone, written as an "eval" line.
+  absl::Status EvaluateEvery();
   // `done_in_epoch`: steps of `epoch` completed, its last one included.
   absl::Status WriteCheckpointIfAsked(int64_t epoch, int64_t done_in_epoch);
   absl::Status Finalize(double wall_seconds);
@@ -194,6 +200,7 @@ class Trainer {
   std::optional<DistributedSampler> sampler_;
 
   int64_t step_ = 0;
+  double eval_seconds_ = 0;  // worker 0's --eval_every evaluations
   // Where this run started: step 0 of epoch 0, or a checkpoint's position.
   int64_t start_step_ = 0;
   int64_t start_epoch_ = 0;
@@ -288,6 +295,7 @@ absl::Status Trainer::Setup() {
   }
   if (options_.resume) RETURN_IF_ERROR(Resume());
   RETURN_IF_ERROR(CheckResumeAgrees());
+  RETURN_IF_ERROR(CheckSlowness(options_.slowness, id_.world_size));
   TrainingSchedule schedule;
   schedule.start_step = step_;
   schedule.resume = options_.resume;
@@ -297,6 +305,11 @@ absl::Status Trainer::Setup() {
   schedule.total_steps = total_steps_;
   sync_.SetTrainingSchedule(schedule);
   RETURN_IF_ERROR(sync_.Setup(*layout_, device_, SyncBuffers{grads_, params_}));
+  if (options_.check_params_every > 0 && sync_.ReplicasMayDiffer()) {
+    return absl::InvalidArgumentError(
+        "--check_params_every compares the workers' parameters after steps, "
+        "which --ps_consistency=ssp|asp lets differ; leave it out");
+  }
   ASSIGN_OR_RETURN(metrics_,
                    MetricsWriter::Open(options_.metrics_dir, id_.rank));
   result_.metrics_path = metrics_->path();
@@ -508,6 +521,13 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
                            bucket_pending_[bucket] == 1);
     if (--bucket_pending_[bucket] == 0) sync_.BucketReady(bucket);
   };
+  // An injected straggler (--straggler): as if its compute were slower.
+  const double straggle_ms =
+      SlownessDelayMs(options_.slowness, id_.rank, step_);
+  if (straggle_ms > 0) {
+    std::this_thread::sleep_for(
+        std::chrono::duration<double, std::milli>(straggle_ms));
+  }
   const Clock::time_point compute_start = Clock::now();
   RETURN_IF_ERROR(model_.ForwardBackward(inputs_, labels_, rows, loss_, ready));
   const double compute_ms = MillisSince(compute_start);
@@ -542,6 +562,7 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   record.bytes_recv = stats.bytes_recv;
   record.samples_per_s = rows / (record.step_ms / 1000.0);
   record.extra = std::move(stats.extra);
+  if (straggle_ms > 0) record.extra.emplace_back("straggle_ms", straggle_ms);
   metrics_->WriteStep(record);
   totals_.Add(record, rows, step_ - start_step_ >= options_.warmup_steps);
   epoch_loss_sum_ += loss;
@@ -588,12 +609,15 @@ absl::Status Trainer::CheckEveryBucketHandedOver() {
 // Every rank evaluates its shard of the test set (i, i + N, ...) and the
 // correct counts are summed through the rendezvous: N times less work per
 // rank than evaluating everything on worker 0, and no rank waits for another.
-absl::StatusOr<double> Trainer::Evaluate(int64_t epoch) {
+absl::StatusOr<double> Trainer::Evaluate(const std::string& tag) {
   const Dataset& test = data_.test;
   const int dim = model_.input_dim();
   const int classes = model_.num_classes();
+  const bool alone = sync_.ReplicasMayDiffer() || tag == "every";
+  if (alone && id_.rank != 0) return -1.0;
   std::vector<int64_t> shard;
-  for (int64_t i = id_.rank; i < test.size; i += id_.world_size)
+  const int stride = alone ? 1 : id_.world_size;
+  for (int64_t i = alone ? 0 : id_.rank; i < test.size; i += stride)
     shard.push_back(i);
   std::vector<float> logits(static_cast<size_t>(max_batch_) * classes);
   int64_t correct = 0;
@@ -617,13 +641,13 @@ absl::StatusOr<double> Trainer::Evaluate(int64_t epoch) {
       if (predicted == test.labels[shard[first + i]]) ++correct;
     }
   }
-  if (rendezvous_ == nullptr || id_.world_size == 1) {
+  if (alone || rendezvous_ == nullptr || id_.world_size == 1) {
     return test.size > 0 ? static_cast<double>(correct) / test.size : 0.0;
   }
   ASSIGN_OR_RETURN(std::vector<std::string> counts,
-                   rendezvous_->AllGather(
-                       absl::StrCat("eval/", epoch), id_.rank, id_.world_size,
-                       absl::StrCat(correct), options_.timeout));
+                   rendezvous_->AllGather(absl::StrCat("eval/", tag), id_.rank,
+                                          id_.world_size, absl::StrCat(correct),
+                                          options_.timeout));
   int64_t total = 0;
   for (int r = 0; r < id_.world_size; ++r) {
     const std::string& value = counts[r];
@@ -635,6 +659,24 @@ absl::StatusOr<double> Trainer::Evaluate(int64_t epoch) {
     total += count;
   }
   return static_cast<double>(total) / test.size;
+}
+
+absl::Status Trainer::EvaluateEvery() {
+  if (options_.eval_every <= 0 || id_.rank != 0 ||
+      step_ % options_.eval_every != 0) {
+    return absl::OkStatus();
+  }
+  const Clock::time_point start = Clock::now();
+  ASSIGN_OR_RETURN(const double accuracy, Evaluate("every"));
+  const Clock::time_point end = Clock::now();
+  eval_seconds_ += std::chrono::duration<double>(end - start).count();
+  EvalRecord record;
+  record.step = step_;
+  record.seconds = std::chrono::duration<double>(end - run_start_).count();
+  record.eval_seconds = eval_seconds_;
+  record.test_accuracy = accuracy;
+  metrics_->WriteEval(record);
+  return absl::OkStatus();
 }
 
 // Worker 0 only: every worker holds the same parameters and optimizer state
@@ -795,6 +837,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
       const int rows = static_cast<int>(
           std::min<int64_t>(options_.batch_size, per_rank - first));
       RETURN_IF_ERROR(TrainStep(indices, first, rows, epoch));
+      RETURN_IF_ERROR(EvaluateEvery());
       ++done_in_epoch;
       samples += rows;
       ShowProgress(epoch, false);
@@ -812,7 +855,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
         std::chrono::duration<double>(Clock::now() - epoch_start).count();
     record.samples_per_s = record.seconds > 0 ? samples / record.seconds : 0;
     if (options_.evaluate) {
-      ASSIGN_OR_RETURN(last_accuracy_, Evaluate(epoch));
+      ASSIGN_OR_RETURN(last_accuracy_, Evaluate(absl::StrCat(epoch)));
       record.test_accuracy = last_accuracy_;
     }
     metrics_->WriteEpoch(record);

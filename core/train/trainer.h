@@ -18,6 +18,7 @@
 #include "core/sync/gradient_sync.h"
 #include "core/train/model.h"
 #include "core/train/optimizer.h"
+#include "core/train/straggler.h"
 
 namespace gradsync {
 
@@ -57,6 +58,12 @@ struct TrainerOptions {
   int fault_rank = -1;
   int64_t fault_step = 0;
   std::string fault = "exit";
+  // Stragglers and jitter for experiments (core/train/straggler.h).
+  Slowness slowness;
+  // Worker 0 also evaluates the whole test set on its own parameters every
+  // this many steps (0: never), writing an "eval" line with the time since
+  // the run started: accuracy against wall time, without a collective.
+  int64_t eval_every = 0;
 };
 
 struct TrainResult {

@@ -138,7 +138,8 @@ TEST(TrainerTest, AnErrorFromFinishEndsTrainingWithIt) {
   auto result = RunTraining(SmallOptions(5), ProcessIdentity{}, *job.model,
                             job.data, *job.device, sync, nullptr);
   ASSERT_FALSE(result.ok());
-  EXPECT_THAT(std::string(result.status().message()), HasSubstr("fake failure"));
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("fake failure"));
   EXPECT_THAT(std::string(result.status().message()),
               HasSubstr("worker 0 step 1"));
   // Nothing of step 2 was handed over.
@@ -156,7 +157,8 @@ TEST(TrainerTest, ParametersFromTheStrategyAreNotSteppedAgain) {
   auto result = RunTraining(options, ProcessIdentity{}, *job.model, job.data,
                             *job.device, sync, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
-  const std::vector<float> params = ReadFloats(options.dump_params + ".worker0");
+  const std::vector<float> params =
+      ReadFloats(options.dump_params + ".worker0");
   ASSERT_FALSE(params.empty());
   // Exactly what the strategy wrote: the trainer's optimizer did not run.
   for (float p : params) ASSERT_EQ(p, 0.5f);
@@ -174,7 +176,8 @@ TEST(TrainerTest, WithoutTheStrategyUpdatingTheOptimizerStepsOncePerStep) {
   auto result = RunTraining(options, ProcessIdentity{}, *job.model, job.data,
                             *job.device, sync, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
-  const std::vector<float> params = ReadFloats(options.dump_params + ".worker0");
+  const std::vector<float> params =
+      ReadFloats(options.dump_params + ".worker0");
   ASSERT_EQ(params.size(), sync.params_seen.size());
   int changed = 0;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -204,7 +207,8 @@ TEST(TrainerTest, RanksThatDivergeAreCaughtNamingTheStep) {
       identity.world_size = 2;
       TrainerOptions options = SmallOptions(2);
       options.check_params_every = 1;
-      options.timeout = absl::Seconds(2);  // rank 0 then waits for rank 1 in vain
+      options.timeout =
+          absl::Seconds(2);  // rank 0 then waits for rank 1 in vain
       results[rank] = RunTraining(options, identity, *job.model, job.data,
                                   *job.device, sync, &rendezvous)
                           .status();
@@ -212,8 +216,9 @@ TEST(TrainerTest, RanksThatDivergeAreCaughtNamingTheStep) {
   }
   for (std::thread& rank : ranks) rank.join();
   ASSERT_FALSE(results[1].ok());
-  EXPECT_THAT(std::string(results[1].message()),
-              HasSubstr("worker 1's parameters after step 1 differ from worker 0's"));
+  EXPECT_THAT(
+      std::string(results[1].message()),
+      HasSubstr("worker 1's parameters after step 1 differ from worker 0's"));
 }
 
 }  // namespace
