@@ -16,6 +16,14 @@ Writes <out>/points.csv (one row per point), <out>/sweep.json (the manifest —
 command line, git commit, versions, host, every flag of a run — the link
 probes, and every repeat's figures) and prints the table.
 
+Training flags after `--` go to every job. --sweep runs every strategy point
+once per flag set (sets separated by ';', flags in a set by spaces): the knob
+PS papers tune (--ps_chunk_kb), consistency modes, stragglers. For example
+  bench/scaling.py --strategies=ps --workers=4 --servers=1 \
+      --sweep='--ps_consistency=bsp;--ps_consistency=ssp --ps_staleness=2;
+               --ps_consistency=asp' -- --ps_update=server --straggler=3:40
+The N = 1 reference of a group runs without the swept flags.
+
 Example (the headline experiment, tools/headline.sh):
   /usr/bin/python3 bench/scaling.py --strategies=ring,ps --workers=2,4,8 \\
       --servers=1,N --models=custom:100:32 --links=1gbit --repeats=3
@@ -65,11 +73,25 @@ def enumerate_points(args):
                 for compute_ms in [float(c) for c in args.compute_ms.split(",")]:
                     group = dict(model=label, model_bytes=model_bytes, model_flags=model_flags,
                                  link=link, bucket_mb=bucket_mb, compute_ms=compute_ms)
-                    points.append(dict(group, strategy="local", workers=1, servers=0))
+                    points.append(dict(group, strategy="local", workers=1, servers=0,
+                                       sweep=""))
                     for n in [int(w) for w in args.workers.split(",")]:
                         for strategy in args.strategies.split(","):
-                            points.extend(strategy_points(group, strategy, n, args.servers))
+                            for flags in sweep_sets(args.sweep):
+                                points.extend(dict(p, sweep=flags) for p in
+                                              strategy_points(group, strategy, n, args.servers))
     return points
+
+
+def sweep_sets(spec):
+    """'--a=1;--a=2 --b=3' -> ['--a=1', '--a=2 --b=3']; '' -> ['']."""
+    if not spec.strip():
+        return [""]
+    sets = [" ".join(s.split()) for s in spec.split(";")]
+    for flags in sets:
+        if not flags or any(not f.startswith("--") for f in flags.split()):
+            sys.exit(f"scaling: --sweep set '{flags}' must be flags like --ps_chunk_kb=128")
+    return sets
 
 
 def strategy_points(group, strategy, n, servers_spec):
@@ -92,8 +114,13 @@ def memory_estimate_gb(point):
 
 
 def label(point):
-    return (f"{point['model']}_{point['link'].replace(',', '-')}_b{point['bucket_mb']:g}"
+    name = (f"{point['model']}_{point['link'].replace(',', '-')}_b{point['bucket_mb']:g}"
             f"_c{point['compute_ms']:g}_{point['strategy']}_n{point['workers']}_k{point['servers']}")
+    flags = point.get("sweep", "")
+    if flags:
+        name += "_" + "".join(c if c.isalnum() or c in "=.-" else "_"
+                              for c in flags.replace("--", "").replace(" ", "_"))
+    return name
 
 
 # --- Running one job -----------------------------------------------------------------
@@ -115,7 +142,7 @@ def run_job(point, run_dir, args):
                 "--progress=false", "--timeout_s=120"]
     if point["strategy"] == "ps-colocated":
         training.append("--ps_colocate")
-    training += args.extra
+    training += point.get("sweep", "").split() + args.extra
     with open(os.path.join(run_dir, "launch.log"), "w") as log:
         log.write(" ".join(launch + training) + "\n")
         log.flush()
@@ -249,8 +276,8 @@ def reanalyze(out):
 
 # --- Output -------------------------------------------------------------------------------
 
-COLUMNS = ["strategy", "workers", "servers", "model", "model_bytes", "link", "bucket_mb",
-           "compute_ms", "repeats"] + [m + s for m in MEASURES for s in ("", "_min", "_max")] + [
+COLUMNS = ["strategy", "sweep", "workers", "servers", "model", "model_bytes", "link",
+           "bucket_mb", "compute_ms", "repeats"] + [m + s for m in MEASURES for s in ("", "_min", "_max")] + [
            "efficiency", "largest_server_share", "predicted_comm_ms", "predicted_exposed_ms",
            "predicted_step_ms"]
 
@@ -269,13 +296,15 @@ def spread(p, measure, scale=1.0, digits=0):
 
 
 def print_points(points):
-    header = ("strategy", "N", "K", "model", "link", "step ms (min–max)", "exposed comm ms",
+    header = ("strategy", "flags", "N", "K", "model", "link", "step ms (min–max)",
+              "exposed comm ms",
               "samples/s", "efficiency", "MB/rank/step", "busiest link MB", "predicted step",
               "err %")
     rows = []
     for p in points:
         predicted = p.get("predicted_step_ms")
-        rows.append((p["strategy"], str(p["workers"]), str(p["servers"]), p["model"], p["link"],
+        rows.append((p["strategy"], p.get("sweep", "") or "-", str(p["workers"]),
+                     str(p["servers"]), p["model"], p["link"],
                      spread(p, "step_ms"), spread(p, "exposed_ms"), f"{p['samples_per_s']:.1f}",
                      f"{100 * p['efficiency']:.0f}%" if "efficiency" in p else "-",
                      f"{p['bytes_per_rank'] / 1e6:.1f}", f"{p['busiest_link_bytes'] / 1e6:.1f}",
@@ -334,6 +363,8 @@ def main():
                         help="folder with the gradsync and netem binaries")
     parser.add_argument("--reanalyze", metavar="DIR",
                         help="no runs: recompute a finished sweep's predictions")
+    parser.add_argument("--sweep", default="",
+                        help="flag sets, ';'-separated, each run at every strategy point")
     parser.add_argument("extra", nargs="*", help="after --: more training flags")
     args = parser.parse_args()
     if args.reanalyze:

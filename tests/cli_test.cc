@@ -1,6 +1,9 @@
 // Bad input to the command line: one clear message, a non-zero exit, no crash.
 #include <sys/stat.h>
 
+#include <string>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/gradsync_binary.h"
@@ -98,6 +101,36 @@ TEST(CliTest, CheckpointIntoMissingFolderFailsWithoutPartialFile) {
   ExpectCleanFailure(result, "missing/dir");
   struct stat st;
   EXPECT_NE(stat(path.c_str(), &st), 0);
+}
+
+// --ps_consistency, --ps_staleness, --straggler: each mistake named.
+TEST(CliTest, ConsistencyAndStragglerFlagsAreChecked) {
+  const std::vector<std::string> base = {"train", "--data=synthetic",
+                                         "--synthetic_size=256",
+                                         "--layers=784,16,10", "--epochs=1"};
+  auto train = [&](std::vector<std::string> flags) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), flags.begin(), flags.end());
+    return RunGradsync(args);
+  };
+  ExpectCleanFailure(train({"--sync=ps", "--ps_consistency=eventual"}),
+                     "unknown --ps_consistency=eventual");
+  ExpectCleanFailure(
+      train({"--sync=ps", "--ps_update=server", "--ps_consistency=ssp"}),
+      "--ps_consistency=ssp needs --ps_staleness");
+  ExpectCleanFailure(train({"--sync=ps", "--ps_update=server",
+                            "--ps_consistency=ssp", "--ps_staleness=5000"}),
+                     "got 5000");
+  ExpectCleanFailure(train({"--sync=ps", "--ps_consistency=asp"}),
+                     "--ps_consistency=asp needs --ps_update=server");
+  ExpectCleanFailure(train({"--sync=ps", "--ps_staleness=2"}),
+                     "--ps_staleness=2 is only for --ps_consistency=ssp");
+  ExpectCleanFailure(train({"--straggler=1"}), "RANK:MS[:EVERY]");
+  ExpectCleanFailure(train({"--straggler=3:10"}),
+                     "there is no worker 3 in a job of 1 workers");
+  ExpectCleanFailure(train({"--sync=ps", "--ps_colocate", "--ps_update=server",
+                            "--ps_consistency=asp", "--check_params_every=5"}),
+                     "--check_params_every compares the workers' parameters");
 }
 
 TEST(CliTest, DoctorListsTheStrategies) {

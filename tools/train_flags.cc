@@ -67,6 +67,8 @@ ABSL_FLAG(int64_t, eval_every, 0,
           "worker 0 also evaluates the whole test set on its own parameters "
           "every this many steps and writes an 'eval' line (accuracy against "
           "time, for time-to-accuracy); 0: never");
+ABSL_FLAG(int64_t, eval_samples, 0,
+          "--eval_every evaluates the first this many test samples (0: all)");
 ABSL_FLAG(std::string, straggler, "",
           "experiments: RANK:MS[:EVERY][,...]: worker RANK sleeps MS "
           "milliseconds before the compute of every (EVERY-th) step, in any "
@@ -169,9 +171,11 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.slowness.jitter_ms = absl::GetFlag(FLAGS_straggler_jitter_ms);
   o.slowness.seed = o.seed;
   o.eval_every = absl::GetFlag(FLAGS_eval_every);
-  if (o.eval_every < 0) {
+  o.eval_samples = absl::GetFlag(FLAGS_eval_samples);
+  if (o.eval_every < 0 || o.eval_samples < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--eval_every=", o.eval_every, " must be >= 0"));
+        absl::StrCat("--eval_every=", o.eval_every,
+                     " and --eval_samples=", o.eval_samples, " must be >= 0"));
   }
   if (o.fault != "exit" && o.fault != "kill") {
     return absl::InvalidArgumentError(

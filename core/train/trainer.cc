@@ -615,9 +615,12 @@ absl::StatusOr<double> Trainer::Evaluate(const std::string& tag) {
   const int classes = model_.num_classes();
   const bool alone = sync_.ReplicasMayDiffer() || tag == "every";
   if (alone && id_.rank != 0) return -1.0;
+  const int64_t size = tag == "every" && options_.eval_samples > 0
+                           ? std::min(options_.eval_samples, test.size)
+                           : test.size;
   std::vector<int64_t> shard;
   const int stride = alone ? 1 : id_.world_size;
-  for (int64_t i = alone ? 0 : id_.rank; i < test.size; i += stride)
+  for (int64_t i = alone ? 0 : id_.rank; i < size; i += stride)
     shard.push_back(i);
   std::vector<float> logits(static_cast<size_t>(max_batch_) * classes);
   int64_t correct = 0;
@@ -642,7 +645,7 @@ absl::StatusOr<double> Trainer::Evaluate(const std::string& tag) {
     }
   }
   if (alone || rendezvous_ == nullptr || id_.world_size == 1) {
-    return test.size > 0 ? static_cast<double>(correct) / test.size : 0.0;
+    return size > 0 ? static_cast<double>(correct) / size : 0.0;
   }
   ASSIGN_OR_RETURN(std::vector<std::string> counts,
                    rendezvous_->AllGather(absl::StrCat("eval/", tag), id_.rank,

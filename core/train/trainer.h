@@ -64,6 +64,9 @@ struct TrainerOptions {
   // this many steps (0: never), writing an "eval" line with the time since
   // the run started: accuracy against wall time, without a collective.
   int64_t eval_every = 0;
+  // Those evaluations use the first this many test samples (0: all), so
+  // frequent ones cost little.
+  int64_t eval_samples = 0;
 };
 
 struct TrainResult {
