@@ -15,10 +15,17 @@ mkdir -p "$OUT/bin" "$OUT/gen/proto" "$OUT/obj"
 CXX=${CXX_FUZZ:-clang++-14}
 
 # The coordinator's and the parameter server's messages, generated as Bazel
-# would.
-protoc -Iproto --cpp_out="$OUT/gen/proto" --grpc_out="$OUT/gen/proto" \
+# would; a file replaces the previous one only when it changed, so objects
+# that include it are rebuilt only then.
+rm -rf "$OUT/gen.new" && mkdir -p "$OUT/gen.new"
+protoc -Iproto --cpp_out="$OUT/gen.new" --grpc_out="$OUT/gen.new" \
   --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" \
   proto/coordinator.proto proto/parameter_server.proto
+for generated in "$OUT"/gen.new/*; do
+  target="$OUT/gen/proto/$(basename "$generated")"
+  cmp -s "$generated" "$target" || cp "$generated" "$target"
+done
+rm -rf "$OUT/gen.new"
 
 FLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer
        -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
@@ -26,14 +33,23 @@ FLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer
 LIBS=($(pkg-config --libs grpc++ protobuf absl_flags absl_flags_parse absl_status \
         absl_statusor absl_str_format absl_synchronization absl_time) -lopenblas -lz)
 
-# Compiles a source unless its object is newer (headers are not tracked: the
-# script is for CI, which starts clean; delete $OUT/obj to force a rebuild).
 object_of() { echo "$OUT/obj/$(echo "$1" | tr / _).o"; }
+# Recompiles when the source or any header it included (the compiler's own
+# dependency list, <obj>.d) is newer than the object: a header that changed
+# a struct's layout must not leave objects built against the old one.
 compile() {
-  local src=$1 obj
+  local src=$1 obj dep
   obj=$(object_of "$1")
-  if [[ ! -f "$obj" || "$src" -nt "$obj" ]]; then
-    "$CXX" "${FLAGS[@]}" -c "$src" -o "$obj"
+  local stale=0
+  if [[ ! -f "$obj" || ! -f "$obj.d" ]]; then
+    stale=1
+  else
+    for dep in $(sed -e 's/^[^:]*://' -e 's/\\$//' "$obj.d"); do
+      if [[ "$dep" -nt "$obj" ]]; then stale=1; break; fi
+    done
+  fi
+  if (( stale )); then
+    "$CXX" "${FLAGS[@]}" -MMD -MF "$obj.d" -c "$src" -o "$obj"
   fi
 }
 
