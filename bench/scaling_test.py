@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""Tests of bench/scaling.py's sweep parsing and aggregation and of
+bench/cost_model.py's formulas (run by `bazel test //bench:all`)."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cost_model  # noqa: E402
+import scaling  # noqa: E402
+
+
+class SweepTest(unittest.TestCase):
+    def test_flag_sets(self):
+        self.assertEqual(scaling.sweep_sets(""), [""])
+        self.assertEqual(
+            scaling.sweep_sets("--ps_consistency=bsp;--ps_consistency=ssp  --ps_staleness=2"),
+            ["--ps_consistency=bsp", "--ps_consistency=ssp --ps_staleness=2"])
+
+    def test_bad_flag_sets_exit(self):
+        for spec in ("ps_chunk_kb=128", "--a=1;;--a=2", "--a=1; x"):
+            with self.assertRaises(SystemExit, msg=spec):
+                scaling.sweep_sets(spec)
+
+    def test_every_strategy_point_runs_once_per_flag_set(self):
+        class Args:
+            models = "custom:1:4"
+            links = "loopback"
+            bucket_mb = "25"
+            compute_ms = "0"
+            workers = "2,4"
+            strategies = "ring,ps"
+            servers = "1,N"
+            sweep = "--ps_chunk_kb=128;--ps_chunk_kb=1024"
+        points = scaling.enumerate_points(Args)
+        self.assertEqual(points[0]["strategy"], "local")
+        self.assertEqual(points[0]["sweep"], "")
+        # N = 2: ring, ps K=1, ps K=2; N = 4: ring, ps K=1, ps K=4; each twice.
+        self.assertEqual(len(points), 1 + 2 * 6)
+        labels = {scaling.label(p) for p in points}
+        self.assertEqual(len(labels), len(points), "labels must be distinct")
+        self.assertIn("custom-1MB_loopback_b25_c0_ps_n4_k4_ps_chunk_kb=128", labels)
+
+    def test_aggregate_reports_median_and_spread(self):
+        repeats = [dict(step_ms=v, measured_compute_ms=1, exposed_ms=v / 2,
+                        samples_per_s=100, bytes_per_rank=10, busiest_link_bytes=20,
+                        largest_server_share=0.5) for v in (30.0, 10.0, 20.0)]
+        point = scaling.aggregate({"strategy": "ring"}, repeats)
+        self.assertEqual(point["repeats"], 3)
+        self.assertEqual(point["step_ms"], 20.0)
+        self.assertEqual(point["step_ms_min"], 10.0)
+        self.assertEqual(point["step_ms_max"], 30.0)
+        self.assertEqual(point["exposed_ms"], 10.0)
+
+
+class CostModelTest(unittest.TestCase):
+    link = cost_model.Link(alpha_s=10e-6, bandwidth=1e8)
+
+    def test_ring_bandwidth_term_tends_to_twice_s_over_b(self):
+        size = 1e8
+        self.assertEqual(cost_model.ring_time(1, size, self.link), 0.0)
+        t4 = cost_model.ring_time(4, size, self.link)
+        self.assertAlmostEqual(t4, 6 * 10e-6 + 1.5, places=9)
+        t1000 = cost_model.ring_time(1000, size, self.link)
+        self.assertLess(abs(t1000 - 2 * 999 * 10e-6 - 2.0), 0.01)
+
+    def test_ps_with_one_server_grows_with_n_and_balanced_servers_do_not(self):
+        size = 1e8
+        one = [cost_model.ps_time(n, size, self.link, 1.0, last_key=0) for n in (2, 4, 8)]
+        self.assertAlmostEqual(one[1] / one[0], 2.0, places=3)
+        self.assertAlmostEqual(one[2] / one[0], 4.0, places=3)
+        balanced = [cost_model.ps_time(n, size, self.link, 1.0 / n, last_key=0)
+                    for n in (2, 4, 8)]
+        for t in balanced:
+            self.assertAlmostEqual(t, 1.0 + 2 * 10e-6, places=9)
+
+    def test_colocated_ps_has_the_rings_bandwidth_term_and_two_latencies(self):
+        size = 1e8
+        self.assertAlmostEqual(cost_model.colocated_ps_time(4, size, self.link),
+                               1.5 + 2 * 10e-6, places=9)
+
+    def test_exposed_communication_overlaps_buckets_with_compute(self):
+        # Two equal buckets, 1 s of compute, 0.3 s per bucket: the first
+        # travels during the second half of compute, the second after it.
+        end, exposed = cost_model.exposed_communication([1, 1], 1.0, lambda size: 0.3)
+        self.assertAlmostEqual(end, 1.3)
+        self.assertAlmostEqual(exposed, 0.3)
+        # Communication slower than compute queues up behind the link.
+        end, exposed = cost_model.exposed_communication([1, 1], 1.0, lambda size: 0.8)
+        self.assertAlmostEqual(end, 0.5 + 0.8 + 0.8)
+        self.assertAlmostEqual(exposed, 1.1)
+
+
+if __name__ == "__main__":
+    unittest.main()
