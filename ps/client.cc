@@ -134,10 +134,12 @@ class PsClient::Impl {
     // A call started after the step already failed is pointless.
     if (!first_error_.ok() || !aborted_.ok()) call->context()->TryCancel();
   }
-  void NoteClock(int64_t clock) {
+  void NoteClock(const ps::Header& header) {
     if (options_.consistency == ps::CONSISTENCY_BSP) return;
     absl::MutexLock lock(&mu_);
+    const int64_t clock = header.slowest_clock();
     if (slowest_clock_ < 0 || clock < slowest_clock_) slowest_clock_ = clock;
+    wait_saved_us_ += header.wait_saved_us();
   }
   void CountBytes(int server, int64_t to, int64_t from) {
     absl::MutexLock lock(&mu_);
@@ -196,6 +198,7 @@ class PsClient::Impl {
   std::vector<int64_t> bytes_to_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> bytes_from_ ABSL_GUARDED_BY(mu_);
   int64_t slowest_clock_ ABSL_GUARDED_BY(mu_) = -1;  // PsStepStats's
+  int64_t wait_saved_us_ ABSL_GUARDED_BY(mu_) = 0;   // over keys
 };
 
 namespace {
@@ -385,7 +388,7 @@ class PsClient::Impl::PullCall
           return reinterpret_cast<char*>(dst_ + key.offset + head.offset);
         });
     if (!status.ok()) return status;
-    client_->NoteClock(decoded.header.slowest_clock());
+    client_->NoteClock(decoded.header);
     received_[i] += n;
     client_->CountBytes(server_, 0, n * static_cast<int64_t>(sizeof(float)));
     return absl::OkStatus();
@@ -445,8 +448,14 @@ absl::Status PsClient::Impl::WaitAll(PsStepStats* stats) {
     stats->bytes_to_server = bytes_to_;
     stats->bytes_from_server = bytes_from_;
     stats->slowest_clock = slowest_clock_;
+    stats->wait_saved_ms =
+        partition_.keys().empty()
+            ? 0
+            : wait_saved_us_ / 1000.0 /
+                  static_cast<double>(partition_.keys().size());
   }
   slowest_clock_ = -1;
+  wait_saved_us_ = 0;
   // A call's own failure (a server's connection refused) is the more precise
   // symptom; the abort's reason stands in for cancellations it caused.
   absl::Status status = first_error_;

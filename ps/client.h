@@ -44,6 +44,10 @@ struct PsStepStats {
   // (Header.slowest_clock): they hold every worker's steps before it. -1
   // under BSP (always the step's own + 1) or when nothing was pulled.
   int64_t slowest_clock = -1;
+  // SSP/ASP: how much earlier than BSP this worker's pulls were answered,
+  // for those of earlier steps BSP has caught up with since the last step
+  // (Header.wait_saved_us), averaged over the partition's keys.
+  double wait_saved_ms = 0;
 };
 
 class PsClient {

@@ -335,6 +335,7 @@ absl::Status PsSync::Finish(StepStats& stats) {
     const int64_t staleness =
         step_buckets_.step() + 1 - step_stats.slowest_clock;
     stats.extra.emplace_back("staleness", static_cast<double>(staleness));
+    stats.extra.emplace_back("wait_saved_ms", step_stats.wait_saved_ms);
     max_staleness_ = std::max(max_staleness_, staleness);
   }
   push_ms_ += step_stats.push_ms;

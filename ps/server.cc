@@ -355,7 +355,6 @@ class PullState : public KeyWaiter,
     // message then owns: the result may change as soon as the lock is
     // released (the next step's sums, the optimizer's update).
     grpc::Slice data;
-    int64_t slowest_clock = 0;
     absl::StatusOr<int64_t> n = shard_->ReadResult(
         cursor.key, step, request_.header().rank(), cursor.sent,
         message_floats_,
@@ -368,12 +367,11 @@ class PullState : public KeyWaiter,
           data = grpc::Slice(raw, grpc::Slice::STEAL_REF);
           return bytes;
         },
-        &slowest_clock);
+        &head.header);
     if (!n.ok()) {
       FinishLocked(n.status());
       return;
     }
-    head.header.set_slowest_clock(slowest_clock);
     message_ = EncodeKeyPart(head, std::move(data));
     cursor.sent += *n;
     if (cursor.sent == cursor.numel) {

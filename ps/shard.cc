@@ -109,6 +109,9 @@ struct ServerShard::KeyState {
     absl::Time at;
   };
   std::vector<EarlyRead> early ABSL_GUARDED_BY(mu);
+  // Per worker: the wait those saved, not yet told to it (Header's
+  // wait_saved_us).
+  std::vector<int64_t> unreported_saved_ns ABSL_GUARDED_BY(mu);
 };
 
 ServerShard::ServerShard(std::string job_id, int server_rank, int num_servers,
@@ -283,6 +286,7 @@ absl::StatusOr<std::unique_ptr<ServerShard::KeyState>> ServerShard::NewKey(
     state->clock.assign(num_workers_, start_step);
     state->read_clock.assign(num_workers_, start_step);
     state->applied.assign(num_workers_, 0);
+    state->unreported_saved_ns.assign(num_workers_, 0);
     state->staged.assign(num_workers_, std::vector<float>(spec.numel()));
     state->slowest = start_step;
   }
@@ -678,7 +682,9 @@ void ServerShard::AdvanceClock(KeyState& key, int rank, int64_t step) {
   auto caught_up = std::remove_if(
       key.early.begin(), key.early.end(), [&](const KeyState::EarlyRead& read) {
         if (read.step >= slowest) return false;
-        saved_ns_[read.worker] += absl::ToInt64Nanoseconds(now - read.at);
+        const int64_t saved = absl::ToInt64Nanoseconds(now - read.at);
+        saved_ns_[read.worker] += saved;
+        key.unreported_saved_ns[read.worker] += saved;
         return true;
       });
   key.early.erase(caught_up, key.early.end());
@@ -1000,16 +1006,14 @@ absl::Status ServerShard::ReadResult(int64_t key_id, int64_t step, int rank,
                                      int64_t offset, int64_t max_floats,
                                      ps::KeyPart* part) {
   std::string* data = part->mutable_data();
-  int64_t slowest_clock = 0;
   absl::StatusOr<int64_t> n = ReadResult(
       key_id, step, rank, offset, max_floats,
       [data](int64_t floats) {
         data->resize(static_cast<size_t>(floats) * sizeof(float));
         return data->data();
       },
-      &slowest_clock);
+      part->mutable_header());
   if (!n.ok()) return n.status();
-  part->mutable_header()->set_slowest_clock(slowest_clock);
   part->set_key_numel(KeyNumel(key_id));
   part->set_offset(offset);
   return absl::OkStatus();
@@ -1017,7 +1021,7 @@ absl::Status ServerShard::ReadResult(int64_t key_id, int64_t step, int rank,
 
 absl::StatusOr<int64_t> ServerShard::ReadResult(
     int64_t key_id, int64_t step, int rank, int64_t offset, int64_t max_floats,
-    absl::FunctionRef<char*(int64_t floats)> place, int64_t* slowest_clock) {
+    absl::FunctionRef<char*(int64_t floats)> place, ps::Header* reply) {
   // The index is published with configured_; read it only after.
   if (!configured_.load(std::memory_order_acquire)) {
     return absl::FailedPreconditionError(
@@ -1036,9 +1040,9 @@ absl::StatusOr<int64_t> ServerShard::ReadResult(
   KeyState& key = *it->second;
   absl::MutexLock lock(&key.mu);
   if (asynchronous()) {
-    return ReadAsync(key, step, rank, offset, max_floats, place, slowest_clock);
+    return ReadAsync(key, step, rank, offset, max_floats, place, reply);
   }
-  if (slowest_clock != nullptr) *slowest_clock = 0;
+
   const int64_t available = key.completed == step       ? key.numel
                             : key.completed + 1 == step ? key.final_floats
                                                         : -1;
@@ -1059,7 +1063,7 @@ absl::StatusOr<int64_t> ServerShard::ReadResult(
 
 absl::StatusOr<int64_t> ServerShard::ReadAsync(
     KeyState& key, int64_t step, int rank, int64_t offset, int64_t max_floats,
-    absl::FunctionRef<char*(int64_t floats)> place, int64_t* slowest_clock) {
+    absl::FunctionRef<char*(int64_t floats)> place, ps::Header* reply) {
   key.mu.AssertHeld();
   if (AsyncReadiness(key, step, rank) != 1 || offset < 0 ||
       offset >= key.numel) {
@@ -1087,13 +1091,17 @@ absl::StatusOr<int64_t> ServerShard::ReadAsync(
     std::memcpy(place(n), key.params.data() + offset,
                 static_cast<size_t>(n) * sizeof(float));
   }
+  if (reply != nullptr) reply->set_slowest_clock(clock);
   if (offset == 0) {
     key.read_clock[rank] = clock;
     if (clock < step + 1) key.early.push_back({rank, step, absl::Now()});
+    if (reply != nullptr) {
+      reply->set_wait_saved_us(key.unreported_saved_ns[rank] / 1000);
+    }
+    key.unreported_saved_ns[rank] = 0;
     absl::MutexLock lock(&stats_mu_);
     ++reads_[rank];
   }
-  if (slowest_clock != nullptr) *slowest_clock = clock;
   return n;
 }
 

@@ -137,14 +137,16 @@ class ServerShard {
   // worker `rank` pulls it, from `offset` into the memory `place` returns for
   // their count (room for that many floats, any alignment), and returns the
   // count. Fails, without calling `place`, unless at least one float from
-  // `offset` on is final. SSP/ASP: `*slowest_clock` (if not null) gets the
-  // key's clock the floats were read at (Header.slowest_clock).
+  // `offset` on is final. SSP/ASP: `reply` (if not null) gets the header
+  // fields the reply carries: slowest_clock (the key's clock the floats were
+  // read at) and, with the first part, wait_saved_us.
   absl::StatusOr<int64_t> ReadResult(
       int64_t key, int64_t step, int rank, int64_t offset, int64_t max_floats,
       absl::FunctionRef<char*(int64_t floats)> place,
-      int64_t* slowest_clock = nullptr);
+      ps::Header* reply = nullptr);
   // The same into `part` (its data, offset, key_numel and
-  // header.slowest_clock; the caller fills the rest of the header).
+  // header's slowest_clock and wait_saved_us; the caller fills the rest of
+  // the header).
   absl::Status ReadResult(int64_t key, int64_t step, int rank, int64_t offset,
                           int64_t max_floats, ps::KeyPart* part);
   // The key's size in floats (0 for an unknown key).
@@ -238,7 +240,7 @@ class ServerShard {
   // SSP/ASP, key.mu held: ReadResult's work (see there).
   absl::StatusOr<int64_t> ReadAsync(
       KeyState& key, int64_t step, int rank, int64_t offset, int64_t max_floats,
-      absl::FunctionRef<char*(int64_t floats)> place, int64_t* slowest_clock);
+      absl::FunctionRef<char*(int64_t floats)> place, ps::Header* reply);
   // BSP, key.mu held: one part of a push, summed (see the top of the file).
   absl::Status PushBsp(KeyState& key, const ps::KeyPart& part,
                        std::vector<std::weak_ptr<KeyWaiter>>* notify);

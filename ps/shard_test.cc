@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -496,8 +497,18 @@ TEST(ServerShardTest, AspAppliesEachPushAsItArrives) {
     for (int i = 0; i < 3; ++i) expected[i] -= lr * grads[i];
     EXPECT_EQ(Read(shard, 0, step), expected) << step;
   }
-  // The slow worker's push of step 0 lands on the current parameters.
+  // The slow worker's push of step 0 lands on the current parameters, at
+  // least 2 ms after worker 0's pull of step 0 was answered: BSP would have
+  // answered it only now, which worker 0's next read of the key reports.
+  absl::SleepFor(absl::Milliseconds(2));
   ASSERT_TRUE(shard.Push(MakePart(1, 0, 0, 3, 0, {4, 4, 4})).ok());
+  {
+    ps::KeyPart again;
+    ASSERT_TRUE(shard.ReadResult(0, 9, 0, 0, 10, &again).ok());
+    EXPECT_GE(again.header().wait_saved_us(), 2000);
+    ASSERT_TRUE(shard.ReadResult(0, 9, 0, 0, 10, &again).ok());
+    EXPECT_EQ(again.header().wait_saved_us(), 0);  // told once
+  }
   for (float& p : expected) p -= lr * 4;
   ps::KeyPart part;
   ASSERT_TRUE(shard.ReadResult(0, 0, 1, 0, 10, &part).ok());
