@@ -72,34 +72,52 @@ const char* ConsistencyName(ps::Consistency mode) {
   }
 }
 
-absl::StatusOr<ConsistencyOptions> ConsistencyFromFlags(
-    ps::UpdateMode update_mode) {
-  ConsistencyOptions options;
-  const std::string name = absl::GetFlag(FLAGS_ps_consistency);
-  absl::StatusOr<ps::Consistency> mode = ParseConsistency(name);
-  if (!mode.ok()) return mode.status();
-  options.mode = *mode;
-  const int32_t staleness = absl::GetFlag(FLAGS_ps_staleness);
-  if (options.mode == ps::CONSISTENCY_SSP) {
-    if (staleness < 0 || staleness > kMaxStaleness) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--ps_consistency=ssp needs --ps_staleness in [0, ", kMaxStaleness,
-          "] (how many steps a worker may run ahead of the slowest)",
-          staleness == -1 ? "; it was not given"
-                          : absl::StrCat("; got ", staleness)));
-    }
-    options.staleness = staleness;
-  } else if (staleness != -1) {
+absl::Status CheckConsistency(ps::Consistency mode, int32_t staleness,
+                              ps::UpdateMode update_mode) {
+  if (!ps::Consistency_IsValid(mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown consistency mode ", static_cast<int>(mode)));
+  }
+  const char* name = ConsistencyName(mode);
+  if (mode == ps::CONSISTENCY_SSP &&
+      (staleness < 0 || staleness > kMaxStaleness)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ps_consistency=ssp needs --ps_staleness in [0, ", kMaxStaleness,
+        "] (how many steps a worker may run ahead of the slowest); got ",
+        staleness));
+  }
+  if (mode != ps::CONSISTENCY_SSP && staleness != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--ps_staleness=", staleness,
                      " is only for --ps_consistency=ssp, not ", name));
   }
-  if (options.mode != ps::CONSISTENCY_BSP && update_mode != ps::UPDATE_SERVER) {
+  if (mode != ps::CONSISTENCY_BSP && update_mode != ps::UPDATE_SERVER) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--ps_consistency=", name,
         " needs --ps_update=server: the servers apply each worker's gradient "
         "as it arrives, which needs the parameters and the optimizer there"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ConsistencyOptions> ConsistencyFromFlags(
+    ps::UpdateMode update_mode) {
+  ConsistencyOptions options;
+  absl::StatusOr<ps::Consistency> mode =
+      ParseConsistency(absl::GetFlag(FLAGS_ps_consistency));
+  if (!mode.ok()) return mode.status();
+  options.mode = *mode;
+  // -1: not given, which only SSP minds.
+  const int32_t staleness = absl::GetFlag(FLAGS_ps_staleness);
+  if (options.mode == ps::CONSISTENCY_SSP && staleness == -1) {
+    return absl::InvalidArgumentError(
+        "--ps_consistency=ssp needs --ps_staleness (how many steps a worker "
+        "may run ahead of the slowest); it was not given");
+  }
+  options.staleness = staleness == -1 ? 0 : staleness;
+  absl::Status checked =
+      CheckConsistency(options.mode, options.staleness, update_mode);
+  if (!checked.ok()) return checked;
   return options;
 }
 

@@ -34,6 +34,13 @@ const char* ConsistencyName(ps::Consistency mode);
 // bound that large is more likely a typo.
 constexpr int32_t kMaxStaleness = 1000;
 
+// The rules for a consistency mode, whoever states it (the flags, or a
+// worker's registration at a server): SSP's staleness within [0,
+// kMaxStaleness], the others' 0, and SSP/ASP only with the servers'
+// optimizer. Errors speak of the flags.
+absl::Status CheckConsistency(ps::Consistency mode, int32_t staleness,
+                              ps::UpdateMode update_mode);
+
 struct ConsistencyOptions {
   ps::Consistency mode = ps::CONSISTENCY_BSP;
   int32_t staleness = 0;  // SSP only

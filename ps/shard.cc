@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -93,11 +94,11 @@ struct ServerShard::KeyState {
   std::vector<std::weak_ptr<KeyWaiter>> waiters ABSL_GUARDED_BY(mu);
 
   // SSP/ASP (see shard.h), per worker: the steps it pushed completely (its
-  // clock), its current push (staged until applied block by block), how much
-  // of that is applied, and the key's clock when it last read the key.
+  // clock), its current push (staged until applied, block by block: every
+  // whole block of `received` is), and the key's clock when it last read
+  // the key.
   std::vector<int64_t> clock ABSL_GUARDED_BY(mu);
   std::vector<std::vector<float>> staged;
-  std::vector<int64_t> applied ABSL_GUARDED_BY(mu);
   std::vector<int64_t> read_clock ABSL_GUARDED_BY(mu);
   // The key's clock: min over workers of `clock`.
   int64_t slowest ABSL_GUARDED_BY(mu) = 0;
@@ -238,31 +239,6 @@ absl::Status CheckKeySizes(const ps::RegisterConfig& config, int64_t max_floats,
   return absl::OkStatus();
 }
 
-// SSP and ASP apply each worker's gradient to parameters the server holds.
-absl::Status CheckConsistency(const ps::RegisterConfig& config,
-                              const std::string& context) {
-  const ps::Consistency mode = config.consistency();
-  if (!ps::Consistency_IsValid(mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(context, ": unknown consistency mode ", mode));
-  }
-  if (config.staleness() < 0 || config.staleness() > kMaxStaleness ||
-      (mode != ps::CONSISTENCY_SSP && config.staleness() != 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(context, ": staleness ", config.staleness(),
-                     " with --ps_consistency=", ConsistencyName(mode),
-                     " (SSP takes 0..", kMaxStaleness, ", the others 0)"));
-  }
-  if (mode != ps::CONSISTENCY_BSP &&
-      config.update_mode() != ps::UPDATE_SERVER) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        context, ": --ps_consistency=", ConsistencyName(mode),
-        " needs --ps_update=server (the servers apply each worker's gradient "
-        "as it arrives)"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ServerShard::KeyState>> ServerShard::NewKey(
@@ -285,7 +261,6 @@ absl::StatusOr<std::unique_ptr<ServerShard::KeyState>> ServerShard::NewKey(
   if (asynchronous) {
     state->clock.assign(num_workers_, start_step);
     state->read_clock.assign(num_workers_, start_step);
-    state->applied.assign(num_workers_, 0);
     state->unreported_saved_ns.assign(num_workers_, 0);
     state->staged.assign(num_workers_, std::vector<float>(spec.numel()));
     state->slowest = start_step;
@@ -332,7 +307,10 @@ absl::Status ServerShard::BuildFromFirst(const ps::RegisterConfig& config,
         ", checkpoint every ", checkpoint.every(), ", ",
         checkpoint.steps_per_epoch(), " steps per epoch)"));
   }
-  RETURN_IF_ERROR(CheckConsistency(config, context));
+  RETURN_IF_ERROR(
+      Annotate(CheckConsistency(config.consistency(), config.staleness(),
+                                config.update_mode()),
+               context));
   RETURN_IF_ERROR(CheckKeySizes(config, max_floats_, context));
   std::vector<std::unique_ptr<KeyState>> keys;
   absl::flat_hash_map<int64_t, KeyState*> index;
@@ -539,25 +517,16 @@ absl::Status ServerShard::PushBsp(
         Context(header, "push"), ": worker ", rank, " already pushed all ",
         key.numel, " floats of this key for step ", header.step()));
   }
-  if (part.offset() != received || part.offset() + n > key.numel) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Context(header, "push"), ": part [", part.offset(), ", ",
-        part.offset() + n, ") of a ", key.numel,
-        "-float key does not continue the ", received,
-        " floats received (parts come in order and fill the key)"));
-  }
+  RETURN_IF_ERROR(CheckPartContinues(key, part));
   // After this part, every worker has pushed [0, pushed).
   int64_t pushed = received + n;
   for (int r = 0; r < num_workers_; ++r) {
     if (r != rank) pushed = std::min(pushed, key.received[r]);
   }
-  if (mode_ == ps::UPDATE_SERVER && key.params_received != key.numel &&
+  if (mode_ == ps::UPDATE_SERVER &&
       (pushed == key.numel ||
        pushed / block_floats_ * block_floats_ > key.final_floats)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Context(header, "push"),
-                     ": worker 0 has not sent this key's "
-                     "initial parameters, so the optimizer cannot run"));
+    RETURN_IF_ERROR(CheckParamsInitialized(key, header));
   }
   const absl::Time start = absl::Now();
   const int slot =
@@ -603,19 +572,8 @@ absl::Status ServerShard::PushAsync(
         ConsistencyNote()));
   }
   const int64_t received = key.received[rank];
-  if (part.offset() != received || part.offset() + n > key.numel) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Context(header, "push"), ": part [", part.offset(), ", ",
-        part.offset() + n, ") of a ", key.numel,
-        "-float key does not continue the ", received,
-        " floats received (parts come in order and fill the key)"));
-  }
-  if (key.params_received != key.numel) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Context(header, "push"),
-                     ": worker 0 has not sent this key's "
-                     "initial parameters, so the optimizer cannot run"));
-  }
+  RETURN_IF_ERROR(CheckPartContinues(key, part));
+  RETURN_IF_ERROR(CheckParamsInitialized(key, header));
   if (received == 0) {
     // The parameters this gradient was computed on held every worker's
     // steps before read_clock.
@@ -631,8 +589,9 @@ absl::Status ServerShard::PushAsync(
   sum_ns_ += NanosSince(start);
   key.received[rank] += n;
   const int64_t pushed = key.received[rank];
+  // Every whole block of what had arrived was applied then.
   ApplyAsync(
-      key, rank,
+      key, rank, received / block_floats_ * block_floats_,
       pushed == key.numel ? key.numel : pushed / block_floats_ * block_floats_);
   if (pushed == key.numel) {
     AdvanceClock(key, rank, header.step());
@@ -649,19 +608,19 @@ absl::Status ServerShard::PushAsync(
   return absl::OkStatus();
 }
 
-void ServerShard::ApplyAsync(KeyState& key, int rank, int64_t end) {
+void ServerShard::ApplyAsync(KeyState& key, int rank, int64_t begin,
+                             int64_t end) {
   key.mu.AssertHeld();
-  if (end <= key.applied[rank]) return;
+  if (end <= begin) return;
   const absl::Time start = absl::Now();
   // One optimizer step per worker's push, on its own gradient, with 1/N of
   // the learning rate: N pushes move the parameters as far as one BSP step.
   const float lr = lr_ / static_cast<float>(num_workers_);
-  for (int64_t begin = key.applied[rank]; begin < end; begin += block_floats_) {
-    key.optimizers[begin / block_floats_]->Step(
-        key.params.data() + begin, key.staged[rank].data() + begin, lr);
+  for (int64_t block = begin; block < end; block += block_floats_) {
+    key.optimizers[block / block_floats_]->Step(
+        key.params.data() + block, key.staged[rank].data() + block, lr);
     ++blocks_;
   }
-  key.applied[rank] = end;
   update_ns_ += NanosSince(start);
 }
 
@@ -669,7 +628,6 @@ void ServerShard::AdvanceClock(KeyState& key, int rank, int64_t step) {
   key.mu.AssertHeld();
   key.clock[rank] = step + 1;
   key.received[rank] = 0;
-  key.applied[rank] = 0;
   const int64_t slowest = *std::min_element(key.clock.begin(), key.clock.end());
   if (slowest == key.slowest) return;
   // One worker's clock moved by one, so the key's moves by at most one.
@@ -690,16 +648,43 @@ void ServerShard::AdvanceClock(KeyState& key, int rank, int64_t step) {
   key.early.erase(caught_up, key.early.end());
 }
 
+int64_t ServerShard::RequiredClock(int64_t step) const {
+  if (IsBarrierStep(step + 1)) return step + 1;
+  if (consistency_ == ps::CONSISTENCY_SSP) return step + 1 - staleness_;
+  return std::numeric_limits<int64_t>::min();  // ASP
+}
+
 int ServerShard::AsyncReadiness(const KeyState& key, int64_t step,
                                 int rank) const {
   key.mu.AssertHeld();
   if (step < key.clock[rank] - 1) return -1;  // it pushed later steps since
   if (key.clock[rank] < step + 1) return 0;   // its own push is not all in
-  if (IsBarrierStep(step + 1)) return key.slowest >= step + 1 ? 1 : 0;
-  if (consistency_ == ps::CONSISTENCY_SSP) {
-    return key.slowest >= step + 1 - staleness_ ? 1 : 0;
+  return key.slowest >= RequiredClock(step) ? 1 : 0;
+}
+
+absl::Status ServerShard::CheckPartContinues(const KeyState& key,
+                                             const ps::KeyPart& part) const {
+  key.mu.AssertHeld();
+  const int64_t received = key.received[part.header().rank()];
+  const int64_t n = static_cast<int64_t>(part.data().size() / 4);
+  if (part.offset() == received && part.offset() + n <= key.numel) {
+    return absl::OkStatus();
   }
-  return 1;
+  return absl::InvalidArgumentError(
+      absl::StrCat(Context(part.header(), "push"), ": part [", part.offset(),
+                   ", ", part.offset() + n, ") of a ", key.numel,
+                   "-float key does not continue the ", received,
+                   " floats received (parts come in order and fill the key)"));
+}
+
+absl::Status ServerShard::CheckParamsInitialized(
+    const KeyState& key, const ps::Header& header) const {
+  key.mu.AssertHeld();
+  if (key.params_received == key.numel) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(Context(header, "push"),
+                   ": worker 0 has not sent this key's "
+                   "initial parameters, so the optimizer cannot run"));
 }
 
 bool ServerShard::IsBarrierStep(int64_t steps) const {
@@ -1141,16 +1126,12 @@ std::vector<ServerShard::MissingPush> ServerShard::MissingWorkers(
   absl::MutexLock lock(&key.mu);
   if (asynchronous()) {
     if (AsyncReadiness(key, step, rank) != 0) return missing;
-    // The step every worker must have pushed (SSP, barriers).
-    const int64_t needed = IsBarrierStep(step + 1) ? step
-                           : consistency_ == ps::CONSISTENCY_SSP
-                               ? step - staleness_
-                               : -1;
+    const int64_t required = RequiredClock(step);
     for (int r = 0; r < num_workers_; ++r) {
       if (r == rank && key.clock[r] < step + 1) {
         missing.push_back({r, step});
-      } else if (key.clock[r] < needed + 1) {
-        missing.push_back({r, needed});
+      } else if (key.clock[r] < required) {
+        missing.push_back({r, required - 1});
       }
     }
     return missing;

@@ -230,8 +230,21 @@ class ServerShard {
   // and applied block by block; fills `notify` when the worker's clock moved.
   absl::Status PushAsync(KeyState& key, const ps::KeyPart& part,
                          std::vector<std::weak_ptr<KeyWaiter>>* notify);
-  // SSP/ASP, key.mu held: applies worker `rank`'s staged floats up to `end`.
-  void ApplyAsync(KeyState& key, int rank, int64_t end);
+  // SSP/ASP, key.mu held: applies worker `rank`'s staged floats [begin,
+  // end), whole blocks (or the key's end).
+  void ApplyAsync(KeyState& key, int rank, int64_t begin, int64_t end);
+  // SSP/ASP: the key clock a pull of `step` needs (every worker pushed the
+  // steps before it): step + 1 at a barrier, step + 1 - s under SSP, no
+  // bound under ASP.
+  int64_t RequiredClock(int64_t step) const;
+  // Key.mu held: a push's part starts where its worker's push of the key
+  // stands and stays within the key.
+  absl::Status CheckPartContinues(const KeyState& key,
+                                  const ps::KeyPart& part) const;
+  // Key.mu held: worker 0 sent the key's initial parameters (server mode),
+  // so the optimizer can run.
+  absl::Status CheckParamsInitialized(const KeyState& key,
+                                      const ps::Header& header) const;
   // SSP/ASP, key.mu held: worker `rank` pushed all of `step`.
   void AdvanceClock(KeyState& key, int rank, int64_t step);
   // SSP/ASP, key.mu held: whether worker `rank`'s pull of `step` may be

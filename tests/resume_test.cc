@@ -131,6 +131,33 @@ void ExpectParamsEqual(const Case& c, const std::string& expected,
   }
 }
 
+// Each server's shard next to `checkpoint` holds keys at kStopStep
+// (servers running the optimizer write them).
+void ExpectShardsAtStopStep(const Case& c, const std::string& checkpoint) {
+  for (int k = 0; k < c.servers; ++k) {
+    absl::StatusOr<Checkpoint> shard =
+        ReadCheckpoint(absl::StrCat(checkpoint, ".server", k));
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    EXPECT_EQ(shard->step, kStopStep);
+    EXPECT_FALSE(shard->keys.empty());
+  }
+}
+
+// Resumes the run that stopped at kStopStep with `checkpoints` (reading
+// `checkpoint`) and runs it to kSteps, every worker dumping its parameters
+// to <dir>/resumed.worker<r>.
+void ResumeToTheEnd(const Case& c, const std::string& dir,
+                    const std::vector<std::string>& checkpoints,
+                    const std::string& checkpoint) {
+  std::vector<std::string> resume = checkpoints;
+  resume.insert(resume.end(), {"--resume", absl::StrCat("--max_steps=", kSteps),
+                               "--dump_params=" + dir + "/resumed"});
+  ProcessResult cont = RunJob(c, dir, "c", resume);
+  ASSERT_EQ(cont.exit_code, 0) << cont.output;
+  EXPECT_THAT(cont.output, HasSubstr(absl::StrCat("resuming from ", checkpoint,
+                                                  " at step ", kStopStep)));
+}
+
 class ResumeTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ResumeTest, InterruptedAndResumedEqualsUninterrupted) {
@@ -159,22 +186,10 @@ TEST_P(ResumeTest, InterruptedAndResumedEqualsUninterrupted) {
   EXPECT_EQ(written->step, kStopStep);
   if (c.servers > 0 &&
       absl::StrContains(absl::StrJoin(c.flags, " "), "server")) {
-    for (int k = 0; k < c.servers; ++k) {
-      absl::StatusOr<Checkpoint> shard =
-          ReadCheckpoint(absl::StrCat(checkpoint, ".server", k));
-      ASSERT_TRUE(shard.ok()) << shard.status();
-      EXPECT_EQ(shard->step, kStopStep);
-      EXPECT_FALSE(shard->keys.empty());
-    }
+    ExpectShardsAtStopStep(c, checkpoint);
   }
 
-  std::vector<std::string> resume = checkpoints;
-  resume.insert(resume.end(), {"--resume", absl::StrCat("--max_steps=", kSteps),
-                               "--dump_params=" + dir + "/resumed"});
-  ProcessResult cont = RunJob(c, dir, "c", resume);
-  ASSERT_EQ(cont.exit_code, 0) << cont.output;
-  EXPECT_THAT(cont.output, HasSubstr(absl::StrCat("resuming from ", checkpoint,
-                                                  " at step ", kStopStep)));
+  ASSERT_NO_FATAL_FAILURE(ResumeToTheEnd(c, dir, checkpoints, checkpoint));
   ExpectParamsEqual(c, expected, dir + "/resumed",
                     "stopped at step 20 and resumed");
 
@@ -265,24 +280,13 @@ TEST_P(AsyncResumeTest, StopsAtABarrierAndResumesFromIt) {
   absl::StatusOr<Checkpoint> written = ReadCheckpoint(checkpoint);
   ASSERT_TRUE(written.ok()) << written.status();
   EXPECT_EQ(written->step, kStopStep);
-  for (int k = 0; k < c.servers; ++k) {
-    absl::StatusOr<Checkpoint> shard =
-        ReadCheckpoint(absl::StrCat(checkpoint, ".server", k));
-    ASSERT_TRUE(shard.ok()) << shard.status();
-    EXPECT_EQ(shard->step, kStopStep);
-  }
+  ExpectShardsAtStopStep(c, checkpoint);
   std::string model(written->params.size() * sizeof(float), '\0');
   std::memcpy(model.data(), written->params.data(), model.size());
   ExpectParamsEqual(c, model, dir + "/stopped",
                     "at the barrier of step 20 (worker 0's checkpoint)");
 
-  std::vector<std::string> resume = checkpoints;
-  resume.insert(resume.end(), {"--resume", absl::StrCat("--max_steps=", kSteps),
-                               "--dump_params=" + dir + "/resumed"});
-  ProcessResult cont = RunJob(c, dir, "c", resume);
-  ASSERT_EQ(cont.exit_code, 0) << cont.output;
-  EXPECT_THAT(cont.output, HasSubstr(absl::StrCat("resuming from ", checkpoint,
-                                                  " at step ", kStopStep)));
+  ASSERT_NO_FATAL_FAILURE(ResumeToTheEnd(c, dir, checkpoints, checkpoint));
   const std::string end = ReadBytes(dir + "/resumed.worker0");
   ExpectParamsEqual(c, end, dir + "/resumed", "at the run's last step");
   EXPECT_NE(end, model) << "the resumed run did not train";

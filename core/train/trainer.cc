@@ -157,10 +157,12 @@ class Trainer {
   // After backward: every bucket was handed to the strategy; re-arms the
   // per-bucket counts for the next step.
   absl::Status CheckEveryBucketHandedOver();
-  // The test accuracy: every rank evaluates its share and the counts are
-  // summed, or, when replicas may differ, worker 0 evaluates everything on
-  // its own parameters and the others return -1. `tag` names the round.
-  absl::StatusOr<double> Evaluate(const std::string& tag);
+  // The test accuracy over the first `samples` test images (0: all): every
+  // rank evaluates its share and the counts are summed through the
+  // rendezvous under `round`, or, `alone`, worker 0 evaluates them all on
+  // its own parameters and the others return -1.
+  absl::StatusOr<double> Evaluate(const std::string& round, bool alone,
+                                  int64_t samples);
   // --eval_every: worker 0 alone, written as an "eval" line.
   absl::Status EvaluateEvery();
   // `done_in_epoch`: steps of `epoch` completed, its last one included.
@@ -609,15 +611,13 @@ absl::Status Trainer::CheckEveryBucketHandedOver() {
 // Every rank evaluates its shard of the test set (i, i + N, ...) and the
 // correct counts are summed through the rendezvous: N times less work per
 // rank than evaluating everything on worker 0, and no rank waits for another.
-absl::StatusOr<double> Trainer::Evaluate(const std::string& tag) {
+absl::StatusOr<double> Trainer::Evaluate(const std::string& round, bool alone,
+                                         int64_t samples) {
   const Dataset& test = data_.test;
   const int dim = model_.input_dim();
   const int classes = model_.num_classes();
-  const bool alone = sync_.ReplicasMayDiffer() || tag == "every";
   if (alone && id_.rank != 0) return -1.0;
-  const int64_t size = tag == "every" && options_.eval_samples > 0
-                           ? std::min(options_.eval_samples, test.size)
-                           : test.size;
+  const int64_t size = samples > 0 ? std::min(samples, test.size) : test.size;
   std::vector<int64_t> shard;
   const int stride = alone ? 1 : id_.world_size;
   for (int64_t i = alone ? 0 : id_.rank; i < size; i += stride)
@@ -648,9 +648,9 @@ absl::StatusOr<double> Trainer::Evaluate(const std::string& tag) {
     return size > 0 ? static_cast<double>(correct) / size : 0.0;
   }
   ASSIGN_OR_RETURN(std::vector<std::string> counts,
-                   rendezvous_->AllGather(absl::StrCat("eval/", tag), id_.rank,
-                                          id_.world_size, absl::StrCat(correct),
-                                          options_.timeout));
+                   rendezvous_->AllGather(
+                       absl::StrCat("eval/", round), id_.rank, id_.world_size,
+                       absl::StrCat(correct), options_.timeout));
   int64_t total = 0;
   for (int r = 0; r < id_.world_size; ++r) {
     const std::string& value = counts[r];
@@ -670,7 +670,8 @@ absl::Status Trainer::EvaluateEvery() {
     return absl::OkStatus();
   }
   const Clock::time_point start = Clock::now();
-  ASSIGN_OR_RETURN(const double accuracy, Evaluate("every"));
+  ASSIGN_OR_RETURN(const double accuracy,
+                   Evaluate("every", /*alone=*/true, options_.eval_samples));
   const Clock::time_point end = Clock::now();
   eval_seconds_ += std::chrono::duration<double>(end - start).count();
   EvalRecord record;
@@ -858,7 +859,10 @@ absl::StatusOr<TrainResult> Trainer::Run() {
         std::chrono::duration<double>(Clock::now() - epoch_start).count();
     record.samples_per_s = record.seconds > 0 ? samples / record.seconds : 0;
     if (options_.evaluate) {
-      ASSIGN_OR_RETURN(last_accuracy_, Evaluate(absl::StrCat(epoch)));
+      // Replicas that may differ have no one model to share the work on.
+      ASSIGN_OR_RETURN(last_accuracy_,
+                       Evaluate(absl::StrCat(epoch), sync_.ReplicasMayDiffer(),
+                                /*samples=*/0));
       record.test_accuracy = last_accuracy_;
     }
     metrics_->WriteEpoch(record);
