@@ -110,8 +110,10 @@ absl::StatusOr<Dataset> ToDataset(RawSplit split, const std::string& name,
   Dataset dataset;
   dataset.name = name;
   dataset.size = split.images.dims[0];
-  dataset.feature_dim =
-      static_cast<int>(split.images.dims[1] * split.images.dims[2]);
+  dataset.channels = 1;
+  dataset.height = static_cast<int>(split.images.dims[1]);
+  dataset.width = static_cast<int>(split.images.dims[2]);
+  dataset.feature_dim = dataset.height * dataset.width;
   dataset.num_classes = num_classes;
 
   float scale[256];

@@ -15,6 +15,12 @@ struct Dataset {
   std::string name;
   int64_t size = 0;
   int feature_dim = 0;
+  // Image data sets: each row is one image, channels × height × width (CHW,
+  // like a PyTorch tensor), with feature_dim = channels·height·width. All
+  // three are 0 for data without a spatial shape (the synthetic set).
+  int channels = 0;
+  int height = 0;
+  int width = 0;
   int num_classes = 0;
   std::vector<float> features;  // size × feature_dim
   std::vector<int32_t> labels;  // size
