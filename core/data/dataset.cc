@@ -204,6 +204,9 @@ Dataset MakeSyntheticSplit(const std::vector<double>& centres, int64_t size,
   dataset.name = "synthetic";
   dataset.size = size;
   dataset.feature_dim = options.feature_dim;
+  dataset.channels = options.channels;
+  dataset.height = options.height;
+  dataset.width = options.width;
   dataset.num_classes = options.num_classes;
   dataset.labels.resize(size);
   dataset.features.resize(size * options.feature_dim);
@@ -269,6 +272,19 @@ absl::StatusOr<DatasetPair> MakeSynthetic(const SyntheticOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("synthetic data set: num_classes must be >= 2, got ",
                      options.num_classes));
+  }
+  const bool flat =
+      options.channels == 0 && options.height == 0 && options.width == 0;
+  const bool image =
+      options.channels > 0 && options.height > 0 && options.width > 0 &&
+      int64_t{options.channels} * options.height * options.width ==
+          options.feature_dim;
+  if (!flat && !image) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "synthetic data set: image shape ", options.channels, "x",
+        options.height, "x", options.width,
+        " must be all positive with channels*height*width = feature_dim (",
+        options.feature_dim, "), or all 0 for flat samples"));
   }
   const int64_t largest = std::max(options.train_size, options.test_size);
   if (largest > kMaxSyntheticElements / options.feature_dim ||

@@ -304,6 +304,39 @@ TEST(MakeSyntheticTest, LearnableByNearestCentroid) {
   EXPECT_GT(correct, test.size / 2) << correct << " of " << test.size;
 }
 
+TEST(MakeSyntheticTest, ImageShapeIsCarriedAndChecked) {
+  // CIFAR-shaped: the values are those of a flat set of 3072 features, read as
+  // 3x32x32 images.
+  SyntheticOptions options = SmallSynthetic(4);
+  options.train_size = 64;
+  options.test_size = 16;
+  options.feature_dim = 3 * 32 * 32;
+  absl::StatusOr<DatasetPair> flat = MakeSynthetic(options);
+  options.channels = 3;
+  options.height = 32;
+  options.width = 32;
+  absl::StatusOr<DatasetPair> images = MakeSynthetic(options);
+  ASSERT_TRUE(flat.ok() && images.ok()) << images.status();
+  for (const Dataset* d : {&images->train, &images->test}) {
+    EXPECT_EQ(d->channels, 3);
+    EXPECT_EQ(d->height, 32);
+    EXPECT_EQ(d->width, 32);
+    EXPECT_EQ(d->feature_dim, 3072);
+    EXPECT_EQ(d->num_classes, 10);
+  }
+  EXPECT_EQ(flat->train.channels, 0);
+  EXPECT_EQ(images->train.features, flat->train.features);
+  EXPECT_EQ(images->train.labels, flat->train.labels);
+
+  options.width = 31;  // 3*32*31 != 3072
+  EXPECT_THAT(std::string(MakeSynthetic(options).status().message()),
+              HasSubstr("image shape 3x32x31"));
+  options.width = 32;
+  options.channels = 0;
+  EXPECT_EQ(MakeSynthetic(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(MakeSyntheticTest, ValidatesOptions) {
   SyntheticOptions options = SmallSynthetic(1);
   options.train_size = 0;
