@@ -151,9 +151,10 @@ class Trainer {
   absl::Status CheckParamsAgree(const std::string& when);
   absl::Status TrainStep(const std::vector<int64_t>& indices, int64_t first,
                          int rows, int64_t epoch);
-  // Copies the step's samples indices[first, first + rows) to the device.
+  // Copies the step's samples indices[first, first + rows), augmented for
+  // `epoch`, to the device.
   absl::Status LoadBatch(const std::vector<int64_t>& indices, int64_t first,
-                         int rows);
+                         int rows, int64_t epoch);
   // After backward: every bucket was handed to the strategy; re-arms the
   // per-bucket counts for the next step.
   absl::Status CheckEveryBucketHandedOver();
@@ -200,6 +201,7 @@ class Trainer {
   std::vector<int> bucket_size_;
   std::unique_ptr<TraceRecorder> trace_;  // null unless --trace
   std::optional<DistributedSampler> sampler_;
+  std::optional<ImageAugmentation> augmentation_;  // of the training set
 
   int64_t step_ = 0;
   double eval_seconds_ = 0;  // worker 0's --eval_every evaluations
@@ -243,6 +245,9 @@ absl::Status Trainer::Setup() {
         data_.train.name, " has ", data_.train.num_classes,
         " classes; set the last --layers width to ", data_.train.num_classes));
   }
+  ASSIGN_OR_RETURN(augmentation_,
+                   ImageAugmentation::Create(options_.augmentation, data_.train,
+                                             options_.seed));
   ASSIGN_OR_RETURN(sampler_,
                    DistributedSampler::Create(SamplerOptions{
                        data_.train.size, id_.world_size, id_.rank,
@@ -512,7 +517,7 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
           ? trace_.get()
           : nullptr,
       static_cast<int>(bucket_pending_.size()));
-  RETURN_IF_ERROR(LoadBatch(indices, first, rows));
+  RETURN_IF_ERROR(LoadBatch(indices, first, rows, epoch));
   timeline.DataLoaded();
 
   // Hand each bucket to the strategy as soon as its last gradient is final.
@@ -579,12 +584,11 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
 }
 
 absl::Status Trainer::LoadBatch(const std::vector<int64_t>& indices,
-                                int64_t first, int rows) {
+                                int64_t first, int rows, int64_t epoch) {
   const int dim = model_.input_dim();
   for (int i = 0; i < rows; ++i) {
     const int64_t sample = indices[first + i];
-    std::copy_n(data_.train.row(sample), dim,
-                host_inputs_.data() + int64_t{i} * dim);
+    augmentation_->Write(sample, epoch, host_inputs_.data() + int64_t{i} * dim);
     host_labels_[i] = data_.train.labels[sample];
   }
   RETURN_IF_ERROR(device_.CopyToDevice(inputs_, host_inputs_.data(),

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "core/cluster/rendezvous.h"
 #include "core/data/dataset.h"
+#include "core/data/image_augmentation.h"
 #include "core/device/device.h"
 #include "core/sync/gradient_sync.h"
 #include "core/train/model.h"
@@ -29,6 +30,10 @@ struct TrainerOptions {
   uint64_t seed = 1;      // parameters and data order
   bool shuffle = true;
   bool drop_last = false;
+  // Applied to each training sample as its batch is built, drawn from (seed,
+  // epoch, sample index) so every strategy and number of workers sees the
+  // same augmented samples. Never applied to the test set.
+  AugmentationOptions augmentation;
   double bucket_mb = 25;
   std::string sync = "local";
   OptimizerOptions optimizer;
