@@ -5,8 +5,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/base/status_macros.h"
+#include "core/data/cifar10_reader.h"
+#include "core/data/image_augmentation.h"
 #include "core/device/gpu_selection.h"
 #include "core/train/straggler.h"
 #include "core/train/synthetic_model.h"
@@ -41,11 +45,31 @@ ABSL_FLAG(double, compute_ms, 0,
 ABSL_FLAG(std::string, layers, "784,512,256,10",
           "MLP layer widths: input, hidden..., classes");
 ABSL_FLAG(std::string, data, "fashion-mnist",
-          "data set: fashion-mnist (IDX files in --data_dir) or synthetic");
+          "data set: fashion-mnist (IDX files in --data_dir), cifar10 (the "
+          "binary version's files in --data_dir) or synthetic");
 ABSL_FLAG(std::string, data_dir, gradsync::kDefaultFashionMnistDir,
-          "folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]");
+          "fashion-mnist: folder with "
+          "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]; cifar10: folder "
+          "with data_batch_{1..5}.bin and test_batch.bin, or the "
+          "cifar-10-batches-bin folder inside it");
 ABSL_FLAG(int64_t, synthetic_size, 8192,
           "training samples of --data=synthetic (test set: a quarter)");
+ABSL_FLAG(std::string, synthetic_shape, "",
+          "--data=synthetic: image shape CxHxW (e.g. 3x32x32) with 10 "
+          "classes; empty: 3x32x32 (CIFAR-10's) for --model=resnet18, "
+          "1x28x28 (Fashion-MNIST's) for --model=cnn, otherwise flat samples "
+          "of the first --layers width with the last --layers width of "
+          "classes");
+ABSL_FLAG(std::string, augment, "",
+          "training-set augmentation applied as batches are built: crop_flip "
+          "(random crop after padding by --augment_padding, random "
+          "horizontal flip) or none; empty: crop_flip for --data=cifar10, "
+          "none otherwise. Drawn from --seed, the epoch and the sample, so "
+          "every strategy and worker count sees the same samples; never "
+          "applied to the test set");
+ABSL_FLAG(int, augment_padding, 4,
+          "--augment=crop_flip: black pixels added on each side before the "
+          "crop");
 ABSL_FLAG(int, batch_size, 64, "samples per worker per step");
 ABSL_FLAG(int64_t, epochs, 5, "passes over the training set");
 ABSL_FLAG(int64_t, max_steps, 0, "stop after this many steps; 0 = no limit");
@@ -128,6 +152,20 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.shuffle = absl::GetFlag(FLAGS_shuffle);
   o.drop_last = absl::GetFlag(FLAGS_drop_last);
+  std::string augment = absl::GetFlag(FLAGS_augment);
+  if (augment.empty()) {
+    augment = absl::GetFlag(FLAGS_data) == "cifar10" ? "crop_flip" : "none";
+    // The run's manifest echoes the flags: record what the default chose.
+    absl::SetFlag(&FLAGS_augment, augment);
+  }
+  absl::StatusOr<AugmentationMode> mode = ParseAugmentationMode(augment);
+  if (!mode.ok()) return Annotate(mode.status(), "--augment");
+  o.augmentation.mode = *mode;
+  o.augmentation.padding = absl::GetFlag(FLAGS_augment_padding);
+  if (o.augmentation.padding < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--augment_padding=", o.augmentation.padding, " must be >= 0"));
+  }
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
   o.sync = absl::GetFlag(FLAGS_sync);
   o.optimizer.kind = absl::GetFlag(FLAGS_optimizer);
@@ -246,25 +284,94 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(
   return created;
 }
 
+namespace {
+
+struct ImageShape {
+  int channels = 0;
+  int height = 0;
+  int width = 0;
+};
+
+// "3x32x32" -> {3, 32, 32}.
+absl::StatusOr<ImageShape> ParseImageShape(const std::string& text) {
+  const std::vector<std::string> parts = absl::StrSplit(text, 'x');
+  ImageShape shape;
+  int* fields[] = {&shape.channels, &shape.height, &shape.width};
+  bool ok = parts.size() == 3;
+  for (size_t i = 0; ok && i < 3; ++i) {
+    ok = absl::SimpleAtoi(parts[i], fields[i]) && *fields[i] >= 1 &&
+         *fields[i] <= 4096;
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--synthetic_shape=", text,
+        " must be CxHxW with each of C, H, W in 1..4096, e.g. 3x32x32"));
+  }
+  return shape;
+}
+
+// The image shape --data=synthetic gets: --synthetic_shape, else the one the
+// image models are made for; channels 0 means flat samples.
+absl::StatusOr<ImageShape> SyntheticImageShapeFromFlags() {
+  const std::string text = absl::GetFlag(FLAGS_synthetic_shape);
+  if (!text.empty()) return ParseImageShape(text);
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (model == "resnet18") {
+    return ImageShape{kCifar10Channels, kCifar10Height, kCifar10Width};
+  }
+  if (model == "cnn") return ImageShape{1, 28, 28};
+  return ImageShape{};
+}
+
+}  // namespace
+
 absl::StatusOr<DatasetPair> LoadDatasetFromFlags() {
   const std::string data = absl::GetFlag(FLAGS_data);
+  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   if (data == "synthetic") {
     SyntheticOptions options;
     options.train_size = absl::GetFlag(FLAGS_synthetic_size);
     options.test_size = std::max<int64_t>(1, options.train_size / 4);
+    options.seed = absl::GetFlag(FLAGS_seed);
+    ASSIGN_OR_RETURN(const ImageShape shape, SyntheticImageShapeFromFlags());
+    if (shape.channels > 0) {
+      // Random images in the shape the image models take, 10 classes like
+      // CIFAR-10 and Fashion-MNIST.
+      options.channels = shape.channels;
+      options.height = shape.height;
+      options.width = shape.width;
+      options.feature_dim = shape.channels * shape.height * shape.width;
+      options.num_classes = 10;
+      return MakeSynthetic(options);
+    }
     ASSIGN_OR_RETURN(std::vector<int> widths,
                      ParseLayerWidths(absl::GetFlag(FLAGS_layers)));
     options.feature_dim = widths.front();
     options.num_classes = widths.back();
-    options.seed = absl::GetFlag(FLAGS_seed);
     return MakeSynthetic(options);
   }
   if (data == "fashion-mnist" || data == "mnist") {
-    return LoadMnistFormat(absl::GetFlag(FLAGS_data_dir));
+    return LoadMnistFormat(data_dir);
+  }
+  if (data == "cifar10") {
+    // --data_dir's default is Fashion-MNIST's Debian folder, which never
+    // holds CIFAR-10: say what to pass rather than report its absence.
+    if (data_dir == kDefaultFashionMnistDir) {
+      return absl::InvalidArgumentError(
+          "--data=cifar10 needs --data_dir=<folder of CIFAR-10's binary "
+          "version: data_batch_1.bin .. data_batch_5.bin and "
+          "test_batch.bin, or the cifar-10-batches-bin folder inside it>; "
+          "download cifar-10-binary.tar.gz from "
+          "https://www.cs.toronto.edu/~kriz/cifar.html (no Debian package "
+          "carries it), or use --data=synthetic for CIFAR-shaped random "
+          "images");
+    }
+    return LoadCifar10(data_dir);
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown --data=", data,
-      "; choose fashion-mnist (IDX files in --data_dir) or synthetic"));
+      "; choose fashion-mnist (IDX files in --data_dir), cifar10 (binary "
+      "files in --data_dir) or synthetic"));
 }
 
 absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank,
