@@ -2,6 +2,15 @@
 # Installs the Debian 12 packages gradsync builds, tests and runs with.
 # Idempotent and quick when everything is there (one dpkg query, no network).
 # As root it runs apt-get; otherwise it prints the one command to run.
+#
+#   tools/install_deps.sh                 # what builds and tests need
+#   tools/install_deps.sh --with-pytorch  # also Debian's PyTorch (CPU), for
+#                                         # bench/pytorch_resnet18_reference.py
+#
+# PyTorch is optional: python3-torch 1.13.1 and its dependencies take about
+# 570 MB installed (137 MB of archives) on top of the rest, too much
+# for every CI machine when only one reference measurement uses it. It goes
+# into Debian's python3 (the script must run with that interpreter).
 set -euo pipefail
 
 PACKAGES=(
@@ -18,6 +27,16 @@ PACKAGES=(
   # benchmark-only comparison anchor
   libgloo-dev
 )
+
+for argument in "$@"; do
+  case "$argument" in
+    --with-pytorch) PACKAGES+=(python3-torch) ;;
+    *)
+      echo "usage: $0 [--with-pytorch]" >&2
+      exit 2
+      ;;
+  esac
+done
 
 missing=()
 for package in "${PACKAGES[@]}"; do
