@@ -13,10 +13,13 @@ One step = forward, softmax cross-entropy, backward, and an SGD step (momentum
 0.9, weight decay 5e-4), batch norm in training mode, on one fixed batch of
 random 3x32x32 inputs and labels. Each batch size is warmed up, then every
 step is timed on its own; the table shows the median (and the fastest and
-slowest) step, images per second, and the rate in GFLOP/s from the counted
+slowest) step, images per second, the rate in GFLOP/s from the counted
 multiply-adds (2 FLOPs each; backward counted as twice forward, the usual
 estimate: one product for the input gradient and one for the weight gradient
-per layer).
+per layer), and the median CPU time of a step over all threads (cpu_ms): on a
+machine shared with other work, wall time grows with the load while cpu_ms
+stays near threads x the unloaded step time (a little above it when OpenMP
+threads spin while waiting).
 
     python3 bench/pytorch_resnet18_reference.py --threads=2
     python3 bench/pytorch_resnet18_reference.py --threads=2 --batches=32,64 \\
@@ -120,19 +123,23 @@ def time_steps(torch, model, batch, warmup, steps, seed):
                                 weight_decay=5e-4)
     loss_fn = torch.nn.CrossEntropyLoss()
     times = []
+    cpu_times = []
     for step in range(warmup + steps):
         start = time.perf_counter()
+        cpu_start = time.process_time()
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(model(inputs), labels)
         loss.backward()
         optimizer.step()
         loss_value = loss.item()  # as gradsync's trainer reads the loss
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
         if step >= warmup:
             times.append(elapsed)
+            cpu_times.append(cpu)
     if not loss_value == loss_value:  # NaN
         raise RuntimeError("loss became NaN at batch %d" % batch)
-    return times
+    return times, cpu_times
 
 
 def main():
@@ -184,14 +191,18 @@ def main():
                                           platform.machine()))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print("1-minute load average before the run: %.2f" % load)
+    print("convolutions: oneDNN %s; ATen parallel backend threads: %d"
+          % ("available" if torch.backends.mkldnn.is_available() else "absent",
+             torch.get_num_threads()))
     print()
-    header = "%6s %10s %10s %10s %10s %9s" % (
-        "batch", "median_ms", "min_ms", "max_ms", "images/s", "GFLOP/s")
+    header = "%6s %10s %10s %10s %10s %9s %10s" % (
+        "batch", "median_ms", "min_ms", "max_ms", "images/s", "GFLOP/s",
+        "cpu_ms")
     print(header)
     rows = []
     for batch in batches:
-        times = time_steps(torch, model, batch, args.warmup, args.steps,
-                           args.seed)
+        times, cpu_times = time_steps(torch, model, batch, args.warmup,
+                                      args.steps, args.seed)
         median = statistics.median(times)
         row = {
             "batch": batch,
@@ -200,12 +211,13 @@ def main():
             "max_ms": max(times) * 1e3,
             "images_per_s": batch / median,
             "gflop_per_s": flops_per_image * batch / median / 1e9,
+            "cpu_ms": statistics.median(cpu_times) * 1e3,
             "steps": len(times),
         }
         rows.append(row)
-        print("%6d %10.1f %10.1f %10.1f %10.1f %9.1f" % (
+        print("%6d %10.1f %10.1f %10.1f %10.1f %9.1f %10.1f" % (
             batch, row["median_ms"], row["min_ms"], row["max_ms"],
-            row["images_per_s"], row["gflop_per_s"]))
+            row["images_per_s"], row["gflop_per_s"], row["cpu_ms"]))
         sys.stdout.flush()
     if args.json:
         result = {
@@ -218,6 +230,10 @@ def main():
             "threads": args.threads,
             "warmup": args.warmup,
             "load_average_1min": load,
+            "load_average_1min_after": (os.getloadavg()[0]
+                                        if hasattr(os, "getloadavg")
+                                        else float("nan")),
+            "onednn": torch.backends.mkldnn.is_available(),
             "machine": platform.machine(),
             "results": rows,
         }
