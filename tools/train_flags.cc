@@ -302,10 +302,13 @@ absl::StatusOr<ImageShape> ParseImageShape(const std::string& text) {
     ok = absl::SimpleAtoi(parts[i], fields[i]) && *fields[i] >= 1 &&
          *fields[i] <= 4096;
   }
+  // A sample of more than 2^24 values (64 MiB) is a typo, not an experiment.
+  ok = ok && int64_t{shape.channels} * shape.height * shape.width <= 1 << 24;
   if (!ok) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--synthetic_shape=", text,
-        " must be CxHxW with each of C, H, W in 1..4096, e.g. 3x32x32"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--synthetic_shape=", text,
+                     " must be CxHxW with each of C, H, W in 1..4096 and "
+                     "C*H*W <= 16777216, e.g. 3x32x32"));
   }
   return shape;
 }
