@@ -97,7 +97,7 @@ absl::Status AppendBatch(const BatchFile& file, Dataset& dataset) {
   std::vector<uint8_t> bytes(file.bytes);
   FILE* stream = std::fopen(file.path.c_str(), "rb");
   if (stream == nullptr) {
-    return absl::PermissionDeniedError(
+    return absl::FailedPreconditionError(
         absl::StrCat("cannot open ", file.path, ": ", std::strerror(errno)));
   }
   const size_t read = std::fread(bytes.data(), 1, bytes.size(), stream);
