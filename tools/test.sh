@@ -73,7 +73,7 @@ ASAN_TARGETS=(
   //core/... //allreduce:all //ps:all //fuzz:all //core/launch:launcher_test
   //tests:job_test //tests:fault_test //tests:job_token_test //tests:tls_test
   //tests:coordinator_bad_input_test //tests:ring_handshake_bad_input_test
-  //tests:member_loss_test //tests:cli_test
+  //tests:member_loss_test //tests:cli_test //tests:cifar10_job_test
 )
 if [[ "${GRADSYNC_ASAN:-1}" != 0 ]]; then
   stage "AddressSanitizer + UBSan (--config=asan)" \
