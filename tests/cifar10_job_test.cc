@@ -22,6 +22,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int kRecordBytes = 3073;
 constexpr int kImagesPerBatch = 16;  // 80 training images, 16 test images
@@ -162,6 +163,23 @@ TEST(Cifar10JobTest, CorruptBatchIsRefusedNamingTheFile) {
   ExpectCleanFailure(result);
   EXPECT_THAT(result.output,
               AllOf(HasSubstr(path), HasSubstr("record 5 has only 11 bytes")));
+}
+
+TEST(Cifar10JobTest, DoctorLooksForTheBatches) {
+  const std::string data = WriteTinyCifar("doctor");
+  ProcessResult result =
+      RunGradsync({"doctor", "--data=cifar10", "--data_dir=" + data});
+  EXPECT_THAT(result.output,
+              HasSubstr("cifar10 " /* the row's label, then padding */));
+  EXPECT_THAT(result.output, HasSubstr(data + "/cifar-10-batches-bin"));
+  EXPECT_THAT(result.output, Not(HasSubstr("MISSING in " + data)));
+
+  const std::string empty = absl::StrCat(TestTempDir(), "/doctor_empty");
+  mkdir(empty.c_str(), 0755);
+  result = RunGradsync({"doctor", "--data=cifar10", "--data_dir=" + empty});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.output, AllOf(HasSubstr("MISSING in " + empty),
+                                   HasSubstr("cs.toronto.edu")));
 }
 
 TEST(Cifar10JobTest, SyntheticImagesAndTheAugmentFlag) {

@@ -44,6 +44,7 @@ extern "C" char* openblas_get_config(void);
 
 // Defined in tools/train_flags.cc (the training flags); the bundle's wrapper
 // points it at the Fashion-MNIST files it carries.
+ABSL_DECLARE_FLAG(std::string, data);
 ABSL_DECLARE_FLAG(std::string, data_dir);
 
 namespace gradsync {
@@ -267,7 +268,31 @@ int RunDoctorCommand() {
   struct stat st;
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   const std::string data = data_dir + "/train-images-idx3-ubyte.gz";
-  if (stat(data.c_str(), &st) == 0) {
+  const std::string data_set = absl::GetFlag(FLAGS_data);
+  if (data_set == "synthetic") {
+    Row("data", "synthetic (made in memory, no files)");
+  } else if (data_set == "cifar10") {
+    // The first batch file, in the folder or the archive's subfolder, as
+    // LoadCifar10 looks for it; the full check happens when a run loads it.
+    std::string found;
+    for (const std::string& folder :
+         {data_dir, data_dir + "/cifar-10-batches-bin"}) {
+      if (found.empty() &&
+          stat((folder + "/data_batch_1.bin").c_str(), &st) == 0) {
+        found = folder;
+      }
+    }
+    if (!found.empty()) {
+      Row("cifar10", found);
+    } else {
+      Row("cifar10",
+          absl::StrCat("MISSING in ", data_dir,
+                       " (data_batch_1..5.bin, test_batch.bin of the binary "
+                       "version from https://www.cs.toronto.edu/~kriz/"
+                       "cifar.html; or --data=synthetic)"));
+      ++missing;
+    }
+  } else if (stat(data.c_str(), &st) == 0) {
     Row("fashion-mnist", data_dir);
   } else {
     Row("fashion-mnist",
