@@ -167,8 +167,7 @@ TEST(Cifar10ReaderTest, MissingFolderSaysWhereToGetTheBinaryVersion) {
                     HasSubstr("cifar-10-binary.tar.gz"),
                     HasSubstr("test_batch.bin"), HasSubstr("3073-byte")));
 
-  const absl::Status absent =
-      LoadCifar10(dir + "/does_not_exist").status();
+  const absl::Status absent = LoadCifar10(dir + "/does_not_exist").status();
   EXPECT_EQ(absent.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(absent.message(), AllOf(HasSubstr(dir + "/does_not_exist"),
                                       HasSubstr("cs.toronto.edu")));
@@ -211,7 +210,8 @@ TEST(Cifar10ReaderTest, WrongSizeAndEmptyFilesAreRefused) {
   WriteBytes(test_path, {});
   status = LoadCifar10(dir).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), AllOf(HasSubstr(test_path), HasSubstr("empty")));
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr(test_path), HasSubstr("empty")));
 }
 
 TEST(Cifar10ReaderTest, LabelAboveNineNamesFileAndRecord) {

@@ -117,8 +117,7 @@ TEST(ImageAugmentationTest, DrawIsAFunctionOfSeedEpochAndSampleOnly) {
     same_across_epochs += a.top == next_epoch.top &&
                           a.left == next_epoch.left &&
                           a.flip == next_epoch.flip;
-    same_across_seeds += a.top == other_seed.top &&
-                         a.left == other_seed.left &&
+    same_across_seeds += a.top == other_seed.top && a.left == other_seed.left &&
                          a.flip == other_seed.flip;
   }
   // Independent draws coincide with probability 1/162: about 1 in 200.
@@ -217,8 +216,8 @@ TEST(ImageAugmentationTest, NoneCopiesTheRowAndWorksOnFlatData) {
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
     for (int64_t s = 0; s < flat.size; ++s) {
       augmentation->Write(s, epoch, out.data());
-      EXPECT_EQ(out, std::vector<float>(flat.row(s),
-                                        flat.row(s) + flat.feature_dim));
+      EXPECT_EQ(
+          out, std::vector<float>(flat.row(s), flat.row(s) + flat.feature_dim));
     }
   }
 }
