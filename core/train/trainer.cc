@@ -232,10 +232,10 @@ absl::Status Trainer::Setup() {
   }
   if (model_.input_dim() != data_.train.feature_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the model ", model_.name(), " takes ", model_.input_dim(),
-        " inputs but ", data_.train.name, " has ", data_.train.feature_dim,
-        " features per sample; for --model=mlp set the first --layers width "
-        "to ",
+        "the model takes ", model_.input_dim(), " inputs but ",
+        data_.train.name, " has ", data_.train.feature_dim,
+        " features per sample (model ", model_.name(),
+        "); for --model=mlp set the first --layers width to ",
         data_.train.feature_dim,
         " (the convolutional models take their shape from the data set)"));
   }
