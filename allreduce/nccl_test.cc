@@ -82,9 +82,9 @@ class MinimalDevice : public Device {
   void BatchNormForwardInference(const float*, int64_t, int, const float*,
                                  const float*, const float*, const float*,
                                  float, float*) override {}
-  void BatchNormBackward(const float*, const float*, int64_t, int,
-                         const float*, const float*, const float*, float*,
-                         float*, float*) override {}
+  void BatchNormBackward(const float*, const float*, int64_t, int, const float*,
+                         const float*, const float*, float*, float*,
+                         float*) override {}
   void MaxPoolForward(const float*, const PoolGeometry&, float*,
                       int32_t*) override {}
   void MaxPoolBackward(const float*, const int32_t*, const PoolGeometry&,

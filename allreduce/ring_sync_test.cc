@@ -185,9 +185,9 @@ class FakeCudaDevice : public Device {
   void BatchNormForwardInference(const float*, int64_t, int, const float*,
                                  const float*, const float*, const float*,
                                  float, float*) override {}
-  void BatchNormBackward(const float*, const float*, int64_t, int,
-                         const float*, const float*, const float*, float*,
-                         float*, float*) override {}
+  void BatchNormBackward(const float*, const float*, int64_t, int, const float*,
+                         const float*, const float*, float*, float*,
+                         float*) override {}
   void MaxPoolForward(const float*, const PoolGeometry&, float*,
                       int32_t*) override {}
   void MaxPoolBackward(const float*, const int32_t*, const PoolGeometry&,

@@ -7,6 +7,17 @@
 #include "core/base/logging.h"
 
 namespace gradsync {
+namespace {
+
+// A piece of `images` images of the batch as a geometry of its own; the
+// caller offsets the pointers.
+ConvGeometry Piece(const ConvGeometry& g, int images) {
+  ConvGeometry piece = g;
+  piece.batch = images;
+  return piece;
+}
+
+}  // namespace
 
 Conv2d::Conv2d(std::string name, Conv2dShape shape)
     : name_(std::move(name)), shape_(shape) {}
@@ -70,14 +81,6 @@ int Conv2d::ImagesPerPiece(const ConvGeometry& g) const {
       << " floats is smaller than one image's " << per_image;
   return static_cast<int>(
       std::min<int64_t>(g.batch, columns_capacity_ / per_image));
-}
-
-// The piece [first, first + images) of the batch as a geometry of its own;
-// the caller offsets the pointers.
-static ConvGeometry Piece(const ConvGeometry& g, int images) {
-  ConvGeometry piece = g;
-  piece.batch = images;
-  return piece;
 }
 
 void Conv2d::Forward(const float* x, const ConvGeometry& g, float* y) {
