@@ -74,6 +74,24 @@ class MinimalDevice : public Device {
                  float) override {}
   void AdamUpdate(float*, const float*, float*, float*, int64_t, float,
                   const AdamState&, float) override {}
+  void Im2Col(const float*, const ConvGeometry&, float*) override {}
+  void Col2Im(const float*, const ConvGeometry&, float*) override {}
+  void BatchNormForwardTraining(const float*, int64_t, int, const float*,
+                                const float*, float, float, float*, float*,
+                                float*, float*, float*) override {}
+  void BatchNormForwardInference(const float*, int64_t, int, const float*,
+                                 const float*, const float*, const float*,
+                                 float, float*) override {}
+  void BatchNormBackward(const float*, const float*, int64_t, int, const float*,
+                         const float*, const float*, float*, float*,
+                         float*) override {}
+  void MaxPoolForward(const float*, const PoolGeometry&, float*,
+                      int32_t*) override {}
+  void MaxPoolBackward(const float*, const int32_t*, const PoolGeometry&,
+                       float*) override {}
+  void GlobalAvgPoolForward(const float*, int, int, int, float*) override {}
+  void GlobalAvgPoolBackward(const float*, int, int, int, float*) override {}
+  void Add(float*, const float*, int64_t) override {}
 
  private:
   DeviceType type_;

@@ -29,7 +29,11 @@ ABSL_FLAG(int, threads, 0,
           "BLAS threads per worker on the CPU; 0 = the machine's cores divided "
           "by the workers on this host");
 ABSL_FLAG(std::string, model, "mlp",
-          "mlp (trains for real, shaped by --layers), or a synthetic model for "
+          "mlp (trains for real, shaped by --layers); cnn (a small CNN, "
+          "trains for real on an image data set such as Fashion-MNIST) or "
+          "resnet18 (ResNet-18 for CIFAR-10-shaped images, 11.2 M parameters, "
+          "trains for real; batch norm statistics per worker); or a synthetic "
+          "model for "
           "communication studies with the tensors of resnet50 (25.6 M "
           "parameters), vgg16 (138 M), bert-base (110 M) or custom "
           "(--custom_params in --custom_tensors): it sleeps --compute_ms per "
@@ -252,7 +256,44 @@ absl::StatusOr<MlpOptions> MlpOptionsFromFlags() {
   return options;
 }
 
-bool IsSyntheticModelFlag() { return absl::GetFlag(FLAGS_model) != "mlp"; }
+namespace {
+
+// The models that compute for real, beside the MLP.
+bool IsConvolutionalModel(const std::string& model) {
+  return model == "cnn" || model == "resnet18";
+}
+
+// The image shape of `data` for --model=`model`, or an error saying what the
+// model needs when the data set's rows are not images.
+absl::StatusOr<ImageInput> ImageInputOf(const std::string& model,
+                                        const DatasetPair& data) {
+  const Dataset& train = data.train;
+  if (train.channels < 1 || train.height < 1 || train.width < 1 ||
+      int64_t{train.channels} * train.height * train.width !=
+          train.feature_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model=", model, " needs images (channels x height x width), but ",
+        train.name, " gives flat rows of ", train.feature_dim,
+        " features; use an image data set (--data=fashion-mnist",
+        model == "resnet18"
+            ? ", --data=cifar10 or CIFAR-shaped --data=synthetic"
+            : "",
+        ")"));
+  }
+  ImageInput input;
+  input.channels = train.channels;
+  input.height = train.height;
+  input.width = train.width;
+  input.num_classes = train.num_classes;
+  return input;
+}
+
+}  // namespace
+
+bool IsSyntheticModelFlag() {
+  const std::string model = absl::GetFlag(FLAGS_model);
+  return model != "mlp" && !IsConvolutionalModel(model);
+}
 
 absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(
     const DatasetPair& data) {
@@ -267,6 +308,28 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(
     }
     ASSIGN_OR_RETURN(MlpOptions mlp, MlpOptionsFromFlags());
     return CreateMlp(mlp);
+  }
+  if (IsConvolutionalModel(model)) {
+    if (compute_ms != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--compute_ms applies to the synthetic models; --model=", model,
+          " computes for real"));
+    }
+    ASSIGN_OR_RETURN(const ImageInput input, ImageInputOf(model, data));
+    absl::StatusOr<std::unique_ptr<Model>> created;
+    if (model == "cnn") {
+      CnnOptions options;
+      options.input = input;
+      created = CreateCnn(options);
+    } else {
+      ResNetOptions options;
+      options.input = input;
+      created = CreateResNet(options);
+    }
+    if (!created.ok()) {
+      return Annotate(created.status(), absl::StrCat("--model=", model));
+    }
+    return created;
   }
   SyntheticModelOptions options;
   options.architecture = model;

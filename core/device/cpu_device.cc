@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
@@ -63,6 +64,10 @@ inline void ReluBackwardSpan(const float* __restrict y, float* __restrict dy,
 
 inline void ScaleSpan(float* __restrict x, float alpha, int n) {
   for (int j = 0; j < n; ++j) x[j] = km::Scaled(x[j], alpha);
+}
+
+inline void SumSpan(float* __restrict y, const float* __restrict x, int n) {
+  for (int j = 0; j < n; ++j) y[j] = km::Sum(y[j], x[j]);
 }
 
 inline void SgdSpan(float* __restrict p, const float* __restrict g, int n,
@@ -216,6 +221,211 @@ void CpuDevice::Scale(float* x, int64_t count, float alpha) {
 void CpuDevice::Fill(float* x, int64_t count, float value) {
   if (count <= 0) return;
   std::fill(x, x + count, value);
+}
+
+void CpuDevice::Im2Col(const float* input, const ConvGeometry& g,
+                       float* columns) {
+  const int64_t rows = g.column_rows();
+  const int64_t cols = g.column_cols();
+  for (int64_t row = 0; row < rows; ++row) {
+    km::Im2ColRow(input, g, row, columns + row * cols);
+  }
+}
+
+void CpuDevice::Col2Im(const float* columns, const ConvGeometry& g,
+                       float* input_grad) {
+  // A scatter, row by row (each row's taps read contiguously): every input
+  // element receives its terms in increasing output-pixel order, the order of
+  // kernel_math.h's Col2ImValue gather, which the GPU runs.
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t c = 0; c < g.channels; ++c) {
+      for (int64_t h = 0; h < g.height; ++h) {
+        float* out = input_grad + b * g.input.batch + c * g.input.channel +
+                     h * g.input.row;
+        for (int64_t w = 0; w < g.width; ++w) out[w * g.input.column] = 0.0f;
+      }
+    }
+  }
+  const int64_t cols = g.column_cols();
+  for (int64_t b = 0; b < g.batch; ++b) {
+    float* image = input_grad + b * g.input.batch;
+    for (int64_t oh = 0; oh < g.out_height; ++oh) {
+      for (int64_t ow = 0; ow < g.out_width; ++ow) {
+        const float* row =
+            columns + ((b * g.out_height + oh) * g.out_width + ow) * cols;
+        const int64_t ih0 = oh * g.stride - g.padding;
+        const int64_t iw0 = ow * g.stride - g.padding;
+        int64_t col = 0;
+        for (int64_t c = 0; c < g.channels; ++c) {
+          float* plane = image + c * g.input.channel;
+          for (int kh = 0; kh < g.kernel; ++kh) {
+            const int64_t ih = ih0 + kh;
+            if (ih < 0 || ih >= g.height) {
+              col += g.kernel;
+              continue;
+            }
+            for (int kw = 0; kw < g.kernel; ++kw, ++col) {
+              const int64_t iw = iw0 + kw;
+              if (iw < 0 || iw >= g.width) continue;
+              float& target = plane[ih * g.input.row + iw * g.input.column];
+              target = km::Sum(target, row[col]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void CpuDevice::BatchNormForwardTraining(
+    const float* x, int64_t rows, int channels, const float* gamma,
+    const float* beta, float momentum, float epsilon, float* y,
+    float* saved_mean, float* saved_inv_std, float* running_mean,
+    float* running_var) {
+  if (rows <= 0 || channels <= 0) return;
+  // Row by row: each pass reads one contiguous row into the channels' sums.
+  std::vector<double> sum(channels, 0.0), sum_squares(channels, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * channels;
+    for (int c = 0; c < channels; ++c) {
+      const double value = row[c];
+      sum[c] += value;
+      sum_squares[c] += value * value;
+    }
+  }
+  for (int c = 0; c < channels; ++c) {
+    const float mean = km::BatchMean(sum[c], rows);
+    const float variance = km::BatchVariance(sum[c], sum_squares[c], rows);
+    saved_mean[c] = mean;
+    saved_inv_std[c] = km::InverseStd(variance, epsilon);
+    running_mean[c] = km::RunningAverage(running_mean[c], mean, momentum);
+    running_var[c] = km::RunningAverage(
+        running_var[c], km::UnbiasedVariance(variance, rows), momentum);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x + r * channels;
+    float* out = y + r * channels;
+    for (int c = 0; c < channels; ++c) {
+      out[c] = km::BatchNormOutput(in[c], saved_mean[c], saved_inv_std[c],
+                                   gamma[c], beta[c]);
+    }
+  }
+}
+
+void CpuDevice::BatchNormForwardInference(const float* x, int64_t rows,
+                                          int channels, const float* gamma,
+                                          const float* beta,
+                                          const float* running_mean,
+                                          const float* running_var,
+                                          float epsilon, float* y) {
+  if (rows <= 0 || channels <= 0) return;
+  std::vector<float> inv_std(channels);
+  for (int c = 0; c < channels; ++c) {
+    inv_std[c] = km::InverseStd(running_var[c], epsilon);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x + r * channels;
+    float* out = y + r * channels;
+    for (int c = 0; c < channels; ++c) {
+      out[c] = km::BatchNormOutput(in[c], running_mean[c], inv_std[c], gamma[c],
+                                   beta[c]);
+    }
+  }
+}
+
+void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
+                                  int channels, const float* gamma,
+                                  const float* saved_mean,
+                                  const float* saved_inv_std, float* dx,
+                                  float* dgamma, float* dbeta) {
+  if (rows <= 0 || channels <= 0) return;
+  std::vector<double> sum_dy(channels, 0.0), sum_dy_x_hat(channels, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x + r * channels;
+    const float* grad = dy + r * channels;
+    for (int c = 0; c < channels; ++c) {
+      const float x_hat =
+          km::Normalized(in[c], saved_mean[c], saved_inv_std[c]);
+      sum_dy[c] += grad[c];
+      sum_dy_x_hat[c] += static_cast<double>(grad[c]) * x_hat;
+    }
+  }
+  std::vector<float> gamma_inv_std(channels), mean_dy(channels),
+      mean_dy_x_hat(channels);
+  for (int c = 0; c < channels; ++c) {
+    dbeta[c] = static_cast<float>(sum_dy[c]);
+    dgamma[c] = static_cast<float>(sum_dy_x_hat[c]);
+    gamma_inv_std[c] = gamma[c] * saved_inv_std[c];
+    // From the float sums, as the GPU (which keeps no double per channel
+    // between its kernels) computes them.
+    mean_dy[c] = km::BatchMean(dbeta[c], rows);
+    mean_dy_x_hat[c] = km::BatchMean(dgamma[c], rows);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x + r * channels;
+    const float* grad = dy + r * channels;
+    float* out = dx + r * channels;
+    for (int c = 0; c < channels; ++c) {
+      const float x_hat =
+          km::Normalized(in[c], saved_mean[c], saved_inv_std[c]);
+      out[c] = km::BatchNormInputGradient(grad[c], x_hat, gamma_inv_std[c],
+                                          mean_dy[c], mean_dy_x_hat[c]);
+    }
+  }
+}
+
+void CpuDevice::MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
+                               int32_t* where) {
+  int64_t out = 0;
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t oh = 0; oh < g.out_height; ++oh) {
+      for (int64_t ow = 0; ow < g.out_width; ++ow) {
+        for (int64_t c = 0; c < g.channels; ++c, ++out) {
+          y[out] = km::MaxPoolValue(x, g, b, oh, ow, c, where + out);
+        }
+      }
+    }
+  }
+}
+
+void CpuDevice::MaxPoolBackward(const float* dy, const int32_t* where,
+                                const PoolGeometry& g, float* dx) {
+  int64_t in = 0;
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t h = 0; h < g.height; ++h) {
+      for (int64_t w = 0; w < g.width; ++w) {
+        for (int64_t c = 0; c < g.channels; ++c, ++in) {
+          dx[in] = km::MaxPoolInputGradient(dy, where, g, b, h, w, c);
+        }
+      }
+    }
+  }
+}
+
+void CpuDevice::GlobalAvgPoolForward(const float* x, int batch, int spatial,
+                                     int channels, float* y) {
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t c = 0; c < channels; ++c) {
+      y[b * channels + c] = km::SpatialMean(x, b, c, spatial, channels);
+    }
+  }
+}
+
+void CpuDevice::GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
+                                      int channels, float* dx) {
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* grad = dy + b * channels;
+    for (int64_t s = 0; s < spatial; ++s) {
+      float* out = dx + (b * spatial + s) * channels;
+      for (int64_t c = 0; c < channels; ++c) {
+        out[c] = km::SpatialMeanGradient(grad[c], spatial);
+      }
+    }
+  }
+}
+
+void CpuDevice::Add(float* y, const float* x, int64_t count) {
+  ForEachBlock(count, [&](int64_t i, int n) { SumSpan(y + i, x + i, n); });
 }
 
 void CpuDevice::SgdUpdate(float* params, const float* grads, float* velocity,

@@ -437,6 +437,92 @@ void CudaDevice::Fill(float* x, int64_t count, float value) {
               "Fill kernel launch");
 }
 
+void CudaDevice::Im2Col(const float* input, const ConvGeometry& g,
+                        float* columns) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::Im2Col(stream_, input, g, columns),
+              "Im2Col kernel launch");
+}
+
+void CudaDevice::Col2Im(const float* columns, const ConvGeometry& g,
+                        float* input_grad) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::Col2Im(stream_, columns, g, input_grad),
+              "Col2Im kernel launch");
+}
+
+void CudaDevice::BatchNormForwardTraining(
+    const float* x, int64_t rows, int channels, const float* gamma,
+    const float* beta, float momentum, float epsilon, float* y,
+    float* saved_mean, float* saved_inv_std, float* running_mean,
+    float* running_var) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::BatchNormForwardTraining(
+                  stream_, x, rows, channels, gamma, beta, momentum, epsilon, y,
+                  saved_mean, saved_inv_std, running_mean, running_var),
+              "BatchNormForwardTraining kernel launch");
+}
+
+void CudaDevice::BatchNormForwardInference(const float* x, int64_t rows,
+                                           int channels, const float* gamma,
+                                           const float* beta,
+                                           const float* running_mean,
+                                           const float* running_var,
+                                           float epsilon, float* y) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::BatchNormForwardInference(
+                  stream_, x, rows, channels, gamma, beta, running_mean,
+                  running_var, epsilon, y),
+              "BatchNormForwardInference kernel launch");
+}
+
+void CudaDevice::BatchNormBackward(const float* x, const float* dy,
+                                   int64_t rows, int channels,
+                                   const float* gamma, const float* saved_mean,
+                                   const float* saved_inv_std, float* dx,
+                                   float* dgamma, float* dbeta) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::BatchNormBackward(stream_, x, dy, rows, channels,
+                                              gamma, saved_mean, saved_inv_std,
+                                              dx, dgamma, dbeta),
+              "BatchNormBackward kernel launch");
+}
+
+void CudaDevice::MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
+                                int32_t* where) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::MaxPoolForward(stream_, x, g, y, where),
+              "MaxPoolForward kernel launch");
+}
+
+void CudaDevice::MaxPoolBackward(const float* dy, const int32_t* where,
+                                 const PoolGeometry& g, float* dx) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::MaxPoolBackward(stream_, dy, where, g, dx),
+              "MaxPoolBackward kernel launch");
+}
+
+void CudaDevice::GlobalAvgPoolForward(const float* x, int batch, int spatial,
+                                      int channels, float* y) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::GlobalAvgPoolForward(stream_, x, batch, spatial,
+                                                 channels, y),
+              "GlobalAvgPoolForward kernel launch");
+}
+
+void CudaDevice::GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
+                                       int channels, float* dx) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::GlobalAvgPoolBackward(stream_, dy, batch, spatial,
+                                                  channels, dx),
+              "GlobalAvgPoolBackward kernel launch");
+}
+
+void CudaDevice::Add(float* y, const float* x, int64_t count) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::Add(stream_, y, x, count), "Add kernel launch");
+}
+
 void CudaDevice::SgdUpdate(float* params, const float* grads, float* velocity,
                            int64_t count, float lr, float momentum,
                            float weight_decay) {

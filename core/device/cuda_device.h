@@ -115,6 +115,34 @@ class CudaDevice : public Device {
                            int classes, float* dlogits, float* loss) override;
   void Scale(float* x, int64_t count, float alpha) override;
   void Fill(float* x, int64_t count, float value) override;
+  void Im2Col(const float* input, const ConvGeometry& g,
+              float* columns) override;
+  void Col2Im(const float* columns, const ConvGeometry& g,
+              float* input_grad) override;
+  void BatchNormForwardTraining(const float* x, int64_t rows, int channels,
+                                const float* gamma, const float* beta,
+                                float momentum, float epsilon, float* y,
+                                float* saved_mean, float* saved_inv_std,
+                                float* running_mean,
+                                float* running_var) override;
+  void BatchNormForwardInference(const float* x, int64_t rows, int channels,
+                                 const float* gamma, const float* beta,
+                                 const float* running_mean,
+                                 const float* running_var, float epsilon,
+                                 float* y) override;
+  void BatchNormBackward(const float* x, const float* dy, int64_t rows,
+                         int channels, const float* gamma,
+                         const float* saved_mean, const float* saved_inv_std,
+                         float* dx, float* dgamma, float* dbeta) override;
+  void MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
+                      int32_t* where) override;
+  void MaxPoolBackward(const float* dy, const int32_t* where,
+                       const PoolGeometry& g, float* dx) override;
+  void GlobalAvgPoolForward(const float* x, int batch, int spatial,
+                            int channels, float* y) override;
+  void GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
+                             int channels, float* dx) override;
+  void Add(float* y, const float* x, int64_t count) override;
   void SgdUpdate(float* params, const float* grads, float* velocity,
                  int64_t count, float lr, float momentum,
                  float weight_decay) override;

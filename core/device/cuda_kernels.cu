@@ -248,6 +248,230 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
+// --- Convolutional layers
+// ------------------------------------------------------ One thread per output
+// element (grid-stride, 64-bit indices: a column matrix easily passes 2^31
+// entries), the arithmetic in kernel_math.h.
+
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    Im2ColKernel(const float* __restrict__ input, ConvGeometry g,
+                 float* __restrict__ columns, int64_t total) {
+  const int64_t cols = g.column_cols();
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
+    columns[i] = km::Im2ColValue(input, g, i / cols, i % cols);
+  }
+}
+
+// One thread per input element, enumerated NHWC (b, h, w, c) and written
+// where g.input puts it.
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    Col2ImKernel(const float* __restrict__ columns, ConvGeometry g,
+                 float* __restrict__ input_grad, int64_t total) {
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
+    const int64_t c = i % g.channels;
+    const int64_t w = i / g.channels % g.width;
+    const int64_t h = i / (int64_t{g.channels} * g.width) % g.height;
+    const int64_t b = i / (int64_t{g.channels} * g.width * g.height);
+    input_grad[b * g.input.batch + c * g.input.channel + h * g.input.row +
+               w * g.input.column] = km::Col2ImValue(columns, g, b, c, h, w);
+  }
+}
+
+// Per-channel sums over rows, as SumRowsKernel: one block per kSumRowsTile
+// channels, each of its kSumRowsTile row lanes adding every kSumRowsTile-th
+// row in double, then the lanes' partials added in a fixed order by lane 0.
+// Returns, in thread (x, 0), the two sums of channel blockIdx.x·tile + x.
+// `second` is dy·x̂ (backward) or x² (forward) per the template flag.
+template <bool kBackward>
+__device__ void ChannelSums(const float* __restrict__ x,
+                            const float* __restrict__ dy, int64_t rows,
+                            int channels, const float* __restrict__ mean,
+                            const float* __restrict__ inv_std, double* first,
+                            double* second) {
+  __shared__ double partial_first[kSumRowsTile][kSumRowsTile + 1];
+  __shared__ double partial_second[kSumRowsTile][kSumRowsTile + 1];
+  const int64_t c =
+      static_cast<int64_t>(blockIdx.x) * kSumRowsTile + threadIdx.x;
+  double a = 0.0, b = 0.0;
+  if (c < channels) {
+    for (int64_t r = threadIdx.y; r < rows; r += kSumRowsTile) {
+      const float value = x[r * channels + c];
+      if constexpr (kBackward) {
+        const float grad = dy[r * channels + c];
+        a += grad;
+        b += static_cast<double>(grad) *
+             km::Normalized(value, mean[c], inv_std[c]);
+      } else {
+        a += value;
+        b += static_cast<double>(value) * value;
+      }
+    }
+  }
+  partial_first[threadIdx.y][threadIdx.x] = a;
+  partial_second[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  *first = 0.0;
+  *second = 0.0;
+  if (threadIdx.y == 0) {
+    for (int k = 0; k < kSumRowsTile; ++k) {
+      *first += partial_first[k][threadIdx.x];
+      *second += partial_second[k][threadIdx.x];
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
+    BatchNormStatisticsKernel(const float* __restrict__ x, int64_t rows,
+                              int channels, float momentum, float epsilon,
+                              float* __restrict__ saved_mean,
+                              float* __restrict__ saved_inv_std,
+                              float* __restrict__ running_mean,
+                              float* __restrict__ running_var) {
+  double sum = 0.0, sum_squares = 0.0;
+  ChannelSums<false>(x, nullptr, rows, channels, nullptr, nullptr, &sum,
+                     &sum_squares);
+  const int64_t c =
+      static_cast<int64_t>(blockIdx.x) * kSumRowsTile + threadIdx.x;
+  if (threadIdx.y == 0 && c < channels) {
+    const float mean = km::BatchMean(sum, rows);
+    const float variance = km::BatchVariance(sum, sum_squares, rows);
+    saved_mean[c] = mean;
+    saved_inv_std[c] = km::InverseStd(variance, epsilon);
+    running_mean[c] = km::RunningAverage(running_mean[c], mean, momentum);
+    running_var[c] = km::RunningAverage(
+        running_var[c], km::UnbiasedVariance(variance, rows), momentum);
+  }
+}
+
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    BatchNormApplyKernel(const float* __restrict__ x, int64_t total,
+                         int channels, const float* __restrict__ gamma,
+                         const float* __restrict__ beta,
+                         const float* __restrict__ mean,
+                         const float* __restrict__ inv_std,
+                         float* __restrict__ y) {
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
+    const int64_t c = i % channels;
+    y[i] = km::BatchNormOutput(x[i], mean[c], inv_std[c], gamma[c], beta[c]);
+  }
+}
+
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    BatchNormInferenceKernel(const float* __restrict__ x, int64_t total,
+                             int channels, const float* __restrict__ gamma,
+                             const float* __restrict__ beta,
+                             const float* __restrict__ running_mean,
+                             const float* __restrict__ running_var,
+                             float epsilon, float* __restrict__ y) {
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
+    const int64_t c = i % channels;
+    y[i] = km::BatchNormOutput(x[i], running_mean[c],
+                               km::InverseStd(running_var[c], epsilon),
+                               gamma[c], beta[c]);
+  }
+}
+
+__global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
+    BatchNormGradientSumsKernel(const float* __restrict__ x,
+                                const float* __restrict__ dy, int64_t rows,
+                                int channels, const float* __restrict__ mean,
+                                const float* __restrict__ inv_std,
+                                float* __restrict__ dgamma,
+                                float* __restrict__ dbeta) {
+  double sum_dy = 0.0, sum_dy_x_hat = 0.0;
+  ChannelSums<true>(x, dy, rows, channels, mean, inv_std, &sum_dy,
+                    &sum_dy_x_hat);
+  const int64_t c =
+      static_cast<int64_t>(blockIdx.x) * kSumRowsTile + threadIdx.x;
+  if (threadIdx.y == 0 && c < channels) {
+    dbeta[c] = static_cast<float>(sum_dy);
+    dgamma[c] = static_cast<float>(sum_dy_x_hat);
+  }
+}
+
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    BatchNormInputGradientKernel(const float* __restrict__ x,
+                                 const float* __restrict__ dy, int64_t rows,
+                                 int channels, const float* __restrict__ gamma,
+                                 const float* __restrict__ mean,
+                                 const float* __restrict__ inv_std,
+                                 const float* __restrict__ dgamma,
+                                 const float* __restrict__ dbeta,
+                                 float* __restrict__ dx) {
+  const int64_t total = rows * channels;
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
+    const int64_t c = i % channels;
+    const float x_hat = km::Normalized(x[i], mean[c], inv_std[c]);
+    dx[i] = km::BatchNormInputGradient(dy[i], x_hat, gamma[c] * inv_std[c],
+                                       km::BatchMean(dbeta[c], rows),
+                                       km::BatchMean(dgamma[c], rows));
+  }
+}
+
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    MaxPoolForwardKernel(const float* __restrict__ x, PoolGeometry g,
+                         float* __restrict__ y, int32_t* __restrict__ where,
+                         int64_t total) {
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
+    const int64_t c = i % g.channels;
+    const int64_t ow = i / g.channels % g.out_width;
+    const int64_t oh = i / (int64_t{g.channels} * g.out_width) % g.out_height;
+    const int64_t b = i / (int64_t{g.channels} * g.out_width * g.out_height);
+    y[i] = km::MaxPoolValue(x, g, b, oh, ow, c, where + i);
+  }
+}
+
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    MaxPoolBackwardKernel(const float* __restrict__ dy,
+                          const int32_t* __restrict__ where, PoolGeometry g,
+                          float* __restrict__ dx, int64_t total) {
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
+    const int64_t c = i % g.channels;
+    const int64_t w = i / g.channels % g.width;
+    const int64_t h = i / (int64_t{g.channels} * g.width) % g.height;
+    const int64_t b = i / (int64_t{g.channels} * g.width * g.height);
+    dx[i] = km::MaxPoolInputGradient(dy, where, g, b, h, w, c);
+  }
+}
+
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    GlobalAvgPoolForwardKernel(const float* __restrict__ x, int64_t total,
+                               int spatial, int channels,
+                               float* __restrict__ y) {
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
+    y[i] = km::SpatialMean(x, i / channels, i % channels, spatial, channels);
+  }
+}
+
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    GlobalAvgPoolBackwardKernel(const float* __restrict__ dy, int64_t total,
+                                int spatial, int channels,
+                                float* __restrict__ dx) {
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
+    const int64_t c = i % channels;
+    const int64_t b = i / (int64_t{spatial} * channels);
+    dx[i] = km::SpatialMeanGradient(dy[b * channels + c], spatial);
+  }
+}
+
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    AddKernel(float* __restrict__ y, const float* __restrict__ x,
+              int64_t count) {
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < count; i += stride) {
+    y[i] = km::Sum(y[i], x[i]);
+  }
+}
+
 }  // namespace
 
 cudaError_t AddRowBias(cudaStream_t stream, float* y, const float* bias,
@@ -347,6 +571,126 @@ cudaError_t AdamUpdate(cudaStream_t stream, float* params, const float* grads,
       params, grads, m, v, count,
       km::AdamCoefficientsFrom(step_size, inv_sqrt_bias_correction2, beta1,
                                beta2, epsilon, weight_decay));
+  return cudaGetLastError();
+}
+
+cudaError_t Im2Col(cudaStream_t stream, const float* input,
+                   const ConvGeometry& g, float* columns) {
+  const int64_t total = g.column_rows() * g.column_cols();
+  if (total <= 0) return cudaSuccess;
+  Im2ColKernel<<<launch_config::PlanElementwise(total).blocks, kThreadsPerBlock,
+                 0, stream>>>(input, g, columns, total);
+  return cudaGetLastError();
+}
+
+cudaError_t Col2Im(cudaStream_t stream, const float* columns,
+                   const ConvGeometry& g, float* input_grad) {
+  const int64_t total = g.input_count();
+  if (total <= 0) return cudaSuccess;
+  Col2ImKernel<<<launch_config::PlanElementwise(total).blocks, kThreadsPerBlock,
+                 0, stream>>>(columns, g, input_grad, total);
+  return cudaGetLastError();
+}
+
+cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
+                                     int64_t rows, int channels,
+                                     const float* gamma, const float* beta,
+                                     float momentum, float epsilon, float* y,
+                                     float* saved_mean, float* saved_inv_std,
+                                     float* running_mean, float* running_var) {
+  if (rows <= 0 || channels <= 0) return cudaSuccess;
+  const dim3 threads(kSumRowsTile, kSumRowsTile);
+  BatchNormStatisticsKernel<<<launch_config::SumRowsBlocks(channels), threads,
+                              0, stream>>>(x, rows, channels, momentum, epsilon,
+                                           saved_mean, saved_inv_std,
+                                           running_mean, running_var);
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) return error;
+  const int64_t total = rows * channels;
+  BatchNormApplyKernel<<<launch_config::PlanElementwise(total).blocks,
+                         kThreadsPerBlock, 0, stream>>>(
+      x, total, channels, gamma, beta, saved_mean, saved_inv_std, y);
+  return cudaGetLastError();
+}
+
+cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
+                                      int64_t rows, int channels,
+                                      const float* gamma, const float* beta,
+                                      const float* running_mean,
+                                      const float* running_var, float epsilon,
+                                      float* y) {
+  if (rows <= 0 || channels <= 0) return cudaSuccess;
+  const int64_t total = rows * channels;
+  BatchNormInferenceKernel<<<launch_config::PlanElementwise(total).blocks,
+                             kThreadsPerBlock, 0, stream>>>(
+      x, total, channels, gamma, beta, running_mean, running_var, epsilon, y);
+  return cudaGetLastError();
+}
+
+cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
+                              const float* dy, int64_t rows, int channels,
+                              const float* gamma, const float* saved_mean,
+                              const float* saved_inv_std, float* dx,
+                              float* dgamma, float* dbeta) {
+  if (rows <= 0 || channels <= 0) return cudaSuccess;
+  const dim3 threads(kSumRowsTile, kSumRowsTile);
+  BatchNormGradientSumsKernel<<<launch_config::SumRowsBlocks(channels), threads,
+                                0, stream>>>(x, dy, rows, channels, saved_mean,
+                                             saved_inv_std, dgamma, dbeta);
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) return error;
+  BatchNormInputGradientKernel<<<
+      launch_config::PlanElementwise(rows * channels).blocks, kThreadsPerBlock,
+      0, stream>>>(x, dy, rows, channels, gamma, saved_mean, saved_inv_std,
+                   dgamma, dbeta, dx);
+  return cudaGetLastError();
+}
+
+cudaError_t MaxPoolForward(cudaStream_t stream, const float* x,
+                           const PoolGeometry& g, float* y, int32_t* where) {
+  const int64_t total = g.output_count();
+  if (total <= 0) return cudaSuccess;
+  MaxPoolForwardKernel<<<launch_config::PlanElementwise(total).blocks,
+                         kThreadsPerBlock, 0, stream>>>(x, g, y, where, total);
+  return cudaGetLastError();
+}
+
+cudaError_t MaxPoolBackward(cudaStream_t stream, const float* dy,
+                            const int32_t* where, const PoolGeometry& g,
+                            float* dx) {
+  const int64_t total = g.input_count();
+  if (total <= 0) return cudaSuccess;
+  MaxPoolBackwardKernel<<<launch_config::PlanElementwise(total).blocks,
+                          kThreadsPerBlock, 0, stream>>>(dy, where, g, dx,
+                                                         total);
+  return cudaGetLastError();
+}
+
+cudaError_t GlobalAvgPoolForward(cudaStream_t stream, const float* x, int batch,
+                                 int spatial, int channels, float* y) {
+  const int64_t total = int64_t{batch} * channels;
+  if (total <= 0 || spatial <= 0) return cudaSuccess;
+  GlobalAvgPoolForwardKernel<<<launch_config::PlanElementwise(total).blocks,
+                               kThreadsPerBlock, 0, stream>>>(x, total, spatial,
+                                                              channels, y);
+  return cudaGetLastError();
+}
+
+cudaError_t GlobalAvgPoolBackward(cudaStream_t stream, const float* dy,
+                                  int batch, int spatial, int channels,
+                                  float* dx) {
+  const int64_t total = int64_t{batch} * spatial * channels;
+  if (total <= 0) return cudaSuccess;
+  GlobalAvgPoolBackwardKernel<<<launch_config::PlanElementwise(total).blocks,
+                                kThreadsPerBlock, 0, stream>>>(
+      dy, total, spatial, channels, dx);
+  return cudaGetLastError();
+}
+
+cudaError_t Add(cudaStream_t stream, float* y, const float* x, int64_t count) {
+  if (count <= 0) return cudaSuccess;
+  AddKernel<<<launch_config::PlanElementwise(count).blocks, kThreadsPerBlock, 0,
+              stream>>>(y, x, count);
   return cudaGetLastError();
 }
 

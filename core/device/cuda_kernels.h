@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "core/device/launch_config.h"
+#include "core/device/layer_geometry.h"
 
 namespace gradsync {
 namespace cuda_kernels {
@@ -39,6 +40,40 @@ cudaError_t SoftmaxCrossEntropy(cudaStream_t stream, const float* logits,
                                 float* dlogits, double* partials, float* loss);
 cudaError_t Scale(cudaStream_t stream, float* x, int64_t count, float alpha);
 cudaError_t Fill(cudaStream_t stream, float* x, int64_t count, float value);
+// The convolutional layers' kernels (Device's comments say what each does).
+cudaError_t Im2Col(cudaStream_t stream, const float* input,
+                   const ConvGeometry& g, float* columns);
+cudaError_t Col2Im(cudaStream_t stream, const float* columns,
+                   const ConvGeometry& g, float* input_grad);
+cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
+                                     int64_t rows, int channels,
+                                     const float* gamma, const float* beta,
+                                     float momentum, float epsilon, float* y,
+                                     float* saved_mean, float* saved_inv_std,
+                                     float* running_mean, float* running_var);
+cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
+                                      int64_t rows, int channels,
+                                      const float* gamma, const float* beta,
+                                      const float* running_mean,
+                                      const float* running_var, float epsilon,
+                                      float* y);
+cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
+                              const float* dy, int64_t rows, int channels,
+                              const float* gamma, const float* saved_mean,
+                              const float* saved_inv_std, float* dx,
+                              float* dgamma, float* dbeta);
+cudaError_t MaxPoolForward(cudaStream_t stream, const float* x,
+                           const PoolGeometry& g, float* y, int32_t* where);
+cudaError_t MaxPoolBackward(cudaStream_t stream, const float* dy,
+                            const int32_t* where, const PoolGeometry& g,
+                            float* dx);
+cudaError_t GlobalAvgPoolForward(cudaStream_t stream, const float* x, int batch,
+                                 int spatial, int channels, float* y);
+cudaError_t GlobalAvgPoolBackward(cudaStream_t stream, const float* dy,
+                                  int batch, int spatial, int channels,
+                                  float* dx);
+cudaError_t Add(cudaStream_t stream, float* y, const float* x, int64_t count);
+
 cudaError_t SgdUpdate(cudaStream_t stream, float* params, const float* grads,
                       float* velocity, int64_t count, float lr, float momentum,
                       float weight_decay);

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/device/layer_geometry.h"
 
 namespace gradsync {
 
@@ -77,6 +78,58 @@ class Device {
   virtual void Scale(float* x, int64_t count, float alpha) = 0;
   // x = value.
   virtual void Fill(float* x, int64_t count, float value) = 0;
+
+  // --- Convolutional layers (layer_geometry.h: NHWC activations) ------------
+  // columns[g.column_rows() × g.column_cols()] = im2col(input), input laid out
+  // as g.input says.
+  virtual void Im2Col(const float* input, const ConvGeometry& g,
+                      float* columns) = 0;
+  // input_grad (laid out as g.input) = col2im(columns): each input element
+  // gets the sum of the column entries copied from it. Overwrites input_grad.
+  virtual void Col2Im(const float* columns, const ConvGeometry& g,
+                      float* input_grad) = 0;
+  // Batch normalisation of x [rows × channels], training mode: per channel,
+  // the batch mean and biased variance normalise x into y = γ·x̂ + β; the
+  // mean and 1/sqrt(var + eps) are saved for the backward; the running mean
+  // and the running (unbiased) variance move by `momentum` towards the
+  // batch's (PyTorch's convention). Needs rows >= 1.
+  virtual void BatchNormForwardTraining(const float* x, int64_t rows,
+                                        int channels, const float* gamma,
+                                        const float* beta, float momentum,
+                                        float epsilon, float* y,
+                                        float* saved_mean, float* saved_inv_std,
+                                        float* running_mean,
+                                        float* running_var) = 0;
+  // Inference mode: normalises with the running statistics.
+  virtual void BatchNormForwardInference(const float* x, int64_t rows,
+                                         int channels, const float* gamma,
+                                         const float* beta,
+                                         const float* running_mean,
+                                         const float* running_var,
+                                         float epsilon, float* y) = 0;
+  // The training-mode backward: dγ = Σ dy·x̂, dβ = Σ dy per channel
+  // (overwritten), and dx (overwritten; must not alias dy or x) from the
+  // saved batch statistics.
+  virtual void BatchNormBackward(const float* x, const float* dy, int64_t rows,
+                                 int channels, const float* gamma,
+                                 const float* saved_mean,
+                                 const float* saved_inv_std, float* dx,
+                                 float* dgamma, float* dbeta) = 0;
+  // y [batch·out_h·out_w × channels] = the maximum of each window of x; `where`
+  // (one int32 per output) keeps the position of the maximum in its window.
+  virtual void MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
+                              int32_t* where) = 0;
+  // dx (overwritten) = dy routed to the maxima that `where` recorded.
+  virtual void MaxPoolBackward(const float* dy, const int32_t* where,
+                               const PoolGeometry& g, float* dx) = 0;
+  // y[b, c] = the mean of x[b, s, c] over the `spatial` pixels s.
+  virtual void GlobalAvgPoolForward(const float* x, int batch, int spatial,
+                                    int channels, float* y) = 0;
+  // dx[b, s, c] = dy[b, c] / spatial (overwritten).
+  virtual void GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
+                                     int channels, float* dx) = 0;
+  // y += x (residual connections; gradients of two branches meeting).
+  virtual void Add(float* y, const float* x, int64_t count) = 0;
 
   // --- Optimizer updates (element-wise over a flat parameter buffer) ---------
   // PyTorch's SGD: g += wd·p; v = momentum·v + g; p -= lr·v (v unused if

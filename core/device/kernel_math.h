@@ -27,12 +27,8 @@
 
 #include <cstdint>
 
-// __host__ __device__ where nvcc compiles this header, nothing for GCC.
-#if defined(__CUDACC__)
-#define GS_HOST_DEVICE __host__ __device__
-#else
-#define GS_HOST_DEVICE
-#endif
+// Defines GS_HOST_DEVICE (__host__ __device__ under nvcc, nothing for GCC).
+#include "core/device/layer_geometry.h"
 
 namespace gradsync {
 namespace kernel_math {
@@ -137,6 +133,219 @@ GS_HOST_DEVICE inline double SoftmaxCrossEntropyRow(const float* row,
   }
   return CrossEntropyRowLoss(exp_sum, row, row_max, label, classes);
 }
+
+// --- Convolution as im2col + GEMM (layer_geometry.h)
+// --------------------------
+
+// Column-matrix entry (row, col) of im2col: the input value under kernel tap
+// (c, kh, kw) of output pixel (b, oh, ow), or 0 in the padding. The GPU runs
+// one thread per entry.
+GS_HOST_DEVICE inline float Im2ColValue(const float* input,
+                                        const ConvGeometry& g, int64_t row,
+                                        int64_t col) {
+  const int64_t ow = row % g.out_width;
+  const int64_t oh = row / g.out_width % g.out_height;
+  const int64_t b = row / (int64_t{g.out_width} * g.out_height);
+  const int64_t kw = col % g.kernel;
+  const int64_t kh = col / g.kernel % g.kernel;
+  const int64_t c = col / (int64_t{g.kernel} * g.kernel);
+  const int64_t ih = oh * g.stride - g.padding + kh;
+  const int64_t iw = ow * g.stride - g.padding + kw;
+  if (ih < 0 || ih >= g.height || iw < 0 || iw >= g.width) return 0.0f;
+  return input[b * g.input.batch + c * g.input.channel + ih * g.input.row +
+               iw * g.input.column];
+}
+
+// One whole row of the column matrix (the CPU's loop: the row's pixel is
+// decoded once, not per entry). Same values as Im2ColValue, entry by entry.
+GS_HOST_DEVICE inline void Im2ColRow(const float* input, const ConvGeometry& g,
+                                     int64_t row, float* out) {
+  const int64_t ow = row % g.out_width;
+  const int64_t oh = row / g.out_width % g.out_height;
+  const int64_t b = row / (int64_t{g.out_width} * g.out_height);
+  const float* image = input + b * g.input.batch;
+  const int64_t ih0 = oh * g.stride - g.padding;
+  const int64_t iw0 = ow * g.stride - g.padding;
+  int64_t col = 0;
+  for (int c = 0; c < g.channels; ++c) {
+    const float* plane = image + c * g.input.channel;
+    for (int kh = 0; kh < g.kernel; ++kh) {
+      const int64_t ih = ih0 + kh;
+      const bool row_inside = ih >= 0 && ih < g.height;
+      for (int kw = 0; kw < g.kernel; ++kw, ++col) {
+        const int64_t iw = iw0 + kw;
+        out[col] = row_inside && iw >= 0 && iw < g.width
+                       ? plane[ih * g.input.row + iw * g.input.column]
+                       : 0.0f;
+      }
+    }
+  }
+}
+
+// col2im for one input element (b, c, h, w): the sum of the column-matrix
+// entries that im2col copied from it, i.e. the input gradient of the
+// convolution given the gradient of its column matrix. A gather (each input
+// element sums its own taps) rather than a scatter, so the GPU needs no
+// atomics and the result is deterministic. Taps are added with kh and kw
+// descending, which is the order of increasing output pixel: the CPU's
+// row-by-row scatter (cpu_device.cc) adds the same terms in the same order,
+// so both devices give the same bits.
+GS_HOST_DEVICE inline float Col2ImValue(const float* columns,
+                                        const ConvGeometry& g, int64_t b,
+                                        int64_t c, int64_t h, int64_t w) {
+  const int64_t cols = g.column_cols();
+  float sum = 0.0f;
+  for (int kh = g.kernel - 1; kh >= 0; --kh) {
+    const int64_t oh_scaled = h + g.padding - kh;
+    if (oh_scaled < 0 || oh_scaled % g.stride != 0) continue;
+    const int64_t oh = oh_scaled / g.stride;
+    if (oh >= g.out_height) continue;
+    for (int kw = g.kernel - 1; kw >= 0; --kw) {
+      const int64_t ow_scaled = w + g.padding - kw;
+      if (ow_scaled < 0 || ow_scaled % g.stride != 0) continue;
+      const int64_t ow = ow_scaled / g.stride;
+      if (ow >= g.out_width) continue;
+      const int64_t row = (b * g.out_height + oh) * g.out_width + ow;
+      const int64_t col = (c * g.kernel + kh) * g.kernel + kw;
+      sum += columns[row * cols + col];
+    }
+  }
+  return sum;
+}
+
+// --- Batch normalisation over the rows of a [rows × channels] matrix ---------
+// Training mode normalises with the batch's mean and (biased) variance and
+// moves the running statistics towards them (PyTorch: momentum 0.1, the
+// running variance unbiased); inference mode normalises with the running
+// statistics. The per-channel sums are in double, in an order of each
+// device's own (the CPU row by row; the GPU in a fixed tree), so the devices
+// agree within rounding.
+
+GS_HOST_DEVICE inline float BatchMean(double sum, int64_t rows) {
+  return static_cast<float>(sum / static_cast<double>(rows));
+}
+
+// E[x²] - E[x]², in double (the float difference would cancel), never below
+// zero.
+GS_HOST_DEVICE inline float BatchVariance(double sum, double sum_squares,
+                                          int64_t rows) {
+  const double n = static_cast<double>(rows);
+  const double mean = sum / n;
+  const double variance = sum_squares / n - mean * mean;
+  return static_cast<float>(variance > 0.0 ? variance : 0.0);
+}
+
+GS_HOST_DEVICE inline float InverseStd(float variance, float epsilon) {
+  return 1.0f / sqrtf(variance + epsilon);
+}
+
+// x̂ = (x - mean) / sqrt(var + eps).
+GS_HOST_DEVICE inline float Normalized(float x, float mean, float inv_std) {
+  return (x - mean) * inv_std;
+}
+
+// y = γ·x̂ + β.
+GS_HOST_DEVICE inline float BatchNormOutput(float x, float mean, float inv_std,
+                                            float gamma, float beta) {
+  return Normalized(x, mean, inv_std) * gamma + beta;
+}
+
+// running = (1 - momentum)·running + momentum·batch (PyTorch's convention for
+// momentum).
+GS_HOST_DEVICE inline float RunningAverage(float running, float batch,
+                                           float momentum) {
+  return (1.0f - momentum) * running + momentum * batch;
+}
+
+// The running variance takes the unbiased batch variance, as PyTorch does.
+GS_HOST_DEVICE inline float UnbiasedVariance(float variance, int64_t rows) {
+  if (rows < 2) return variance;
+  return static_cast<float>(static_cast<double>(variance) *
+                            static_cast<double>(rows) /
+                            static_cast<double>(rows - 1));
+}
+
+// dx for training mode, from Σdy (= dβ) and Σdy·x̂ (= dγ) over the channel:
+//   dx = γ·inv_std · (dy - Σdy/n - x̂·Σdy·x̂/n).
+GS_HOST_DEVICE inline float BatchNormInputGradient(float dy, float x_hat,
+                                                   float gamma_inv_std,
+                                                   float mean_dy,
+                                                   float mean_dy_x_hat) {
+  return gamma_inv_std * (dy - mean_dy - x_hat * mean_dy_x_hat);
+}
+
+// --- Pooling over NHWC activations -------------------------------------------
+
+// The maximum of output element (b, oh, ow, c)'s window and where it lies in
+// the window (kh·kernel + kw; the first of equal maxima, as PyTorch picks).
+// The window is inside the image (no padding): out_height and out_width come
+// from ConvOutputSize with padding 0.
+GS_HOST_DEVICE inline float MaxPoolValue(const float* x, const PoolGeometry& g,
+                                         int64_t b, int64_t oh, int64_t ow,
+                                         int64_t c, int32_t* where) {
+  const float* image = x + b * g.height * g.width * g.channels;
+  float best = 0.0f;
+  int32_t best_at = -1;
+  for (int kh = 0; kh < g.kernel; ++kh) {
+    const int64_t ih = oh * g.stride + kh;
+    for (int kw = 0; kw < g.kernel; ++kw) {
+      const int64_t iw = ow * g.stride + kw;
+      const float value = image[(ih * g.width + iw) * g.channels + c];
+      // PyTorch's rule: a NaN takes the place (value != value), and no
+      // number replaces it afterwards (nothing compares > NaN), so it shows
+      // in the loss.
+      if (best_at < 0 || value > best || value != value) {
+        best = value;
+        best_at = kh * g.kernel + kw;
+      }
+    }
+  }
+  *where = best_at;
+  return best;
+}
+
+// The input gradient of max pooling at input element (b, h, w, c): the sum of
+// dy over the windows whose maximum it was. A gather over the (at most
+// ceil(kernel/stride)² ) windows covering it, in increasing output order on
+// both devices.
+GS_HOST_DEVICE inline float MaxPoolInputGradient(const float* dy,
+                                                 const int32_t* where,
+                                                 const PoolGeometry& g,
+                                                 int64_t b, int64_t h,
+                                                 int64_t w, int64_t c) {
+  float sum = 0.0f;
+  // Output rows oh with oh·stride <= h < oh·stride + kernel.
+  const int64_t oh_first = h < g.kernel ? 0 : (h - g.kernel) / g.stride + 1;
+  const int64_t ow_first = w < g.kernel ? 0 : (w - g.kernel) / g.stride + 1;
+  for (int64_t oh = oh_first; oh < g.out_height && oh * g.stride <= h; ++oh) {
+    for (int64_t ow = ow_first; ow < g.out_width && ow * g.stride <= w; ++ow) {
+      const int64_t out =
+          ((b * g.out_height + oh) * g.out_width + ow) * g.channels + c;
+      const int32_t local = static_cast<int32_t>(
+          (h - oh * g.stride) * g.kernel + (w - ow * g.stride));
+      if (where[out] == local) sum += dy[out];
+    }
+  }
+  return sum;
+}
+
+// Global average pooling of one (b, c): the mean over the image's `spatial`
+// pixels, summed in pixel order in double.
+GS_HOST_DEVICE inline float SpatialMean(const float* x, int64_t b, int64_t c,
+                                        int spatial, int channels) {
+  const float* image = x + b * spatial * channels;
+  double sum = 0.0;
+  for (int s = 0; s < spatial; ++s) sum += image[int64_t{s} * channels + c];
+  return static_cast<float>(sum / spatial);
+}
+
+// Its gradient: every pixel gets dy / spatial.
+GS_HOST_DEVICE inline float SpatialMeanGradient(float dy, int spatial) {
+  return dy / static_cast<float>(spatial);
+}
+
+// Residual addition, and gradients meeting from two branches: y + x.
+GS_HOST_DEVICE inline float Sum(float y, float x) { return y + x; }
 
 // --- Optimizers, per element (PyTorch's update rules) ------------------------
 

@@ -197,6 +197,127 @@ TEST(KernelMathTest, MultiplyAddIsRoundedTwiceNotFused) {
   EXPECT_NE(std::fma(p, p, g), 0.0f);  // what fusing would have computed
 }
 
+// --- Convolution arithmetic: the GPU's per-entry functions against the
+// CPU's loops (the CPU device runs Im2ColRow and a row-by-row col2im scatter;
+// the CUDA kernels run Im2ColValue and the Col2ImValue gather).
+
+std::vector<ConvGeometry> TestGeometries() {
+  std::vector<ConvGeometry> geometries;
+  for (int kernel : {1, 3}) {
+    for (int stride : {1, 2}) {
+      for (int padding : {0, 1}) {
+        for (bool nchw : {false, true}) {
+          ConvGeometry g;
+          g.batch = 2;
+          g.channels = 3;
+          g.height = 7;
+          g.width = 6;
+          g.kernel = kernel;
+          g.stride = stride;
+          g.padding = padding;
+          g.out_height = ConvOutputSize(g.height, kernel, stride, padding);
+          g.out_width = ConvOutputSize(g.width, kernel, stride, padding);
+          g.input = nchw ? NchwLayout(g.channels, g.height, g.width)
+                         : NhwcLayout(g.channels, g.height, g.width);
+          geometries.push_back(g);
+        }
+      }
+    }
+  }
+  return geometries;
+}
+
+TEST(KernelMathTest, Im2ColValueIsIm2ColRowEntryByEntry) {
+  for (const ConvGeometry& g : TestGeometries()) {
+    std::vector<float> input(g.input_count());
+    for (size_t i = 0; i < input.size(); ++i) input[i] = 1.0f + i;
+    std::vector<float> row(g.column_cols());
+    for (int64_t r = 0; r < g.column_rows(); ++r) {
+      Im2ColRow(input.data(), g, r, row.data());
+      for (int64_t c = 0; c < g.column_cols(); ++c) {
+        ASSERT_EQ(Im2ColValue(input.data(), g, r, c), row[c])
+            << "row " << r << " col " << c << " kernel " << g.kernel
+            << " stride " << g.stride << " padding " << g.padding;
+      }
+    }
+  }
+}
+
+// The gather adds each input element's taps in the scatter's order (output
+// pixels increasing), so the two agree bit for bit even where float addition
+// would round differently in another order.
+TEST(KernelMathTest, Col2ImGatherEqualsTheScatterBitForBit) {
+  for (const ConvGeometry& g : TestGeometries()) {
+    const int64_t cols = g.column_cols();
+    std::vector<float> columns(g.column_rows() * cols);
+    for (size_t i = 0; i < columns.size(); ++i) {
+      // Magnitudes far apart, so that the order of addition shows.
+      columns[i] = (i % 3 == 0 ? 1e7f : 1.0f) * (0.1f + (i % 7));
+    }
+    std::vector<float> scattered(g.input_count(), 0.0f);
+    for (int64_t r = 0; r < g.column_rows(); ++r) {
+      const int64_t ow = r % g.out_width;
+      const int64_t oh = r / g.out_width % g.out_height;
+      const int64_t b = r / (g.out_width * g.out_height);
+      for (int64_t col = 0; col < cols; ++col) {
+        const int64_t kw = col % g.kernel;
+        const int64_t kh = col / g.kernel % g.kernel;
+        const int64_t c = col / (g.kernel * g.kernel);
+        const int64_t ih = oh * g.stride - g.padding + kh;
+        const int64_t iw = ow * g.stride - g.padding + kw;
+        if (ih < 0 || ih >= g.height || iw < 0 || iw >= g.width) continue;
+        scattered[b * g.input.batch + c * g.input.channel + ih * g.input.row +
+                  iw * g.input.column] += columns[r * cols + col];
+      }
+    }
+    for (int64_t b = 0; b < g.batch; ++b) {
+      for (int64_t c = 0; c < g.channels; ++c) {
+        for (int64_t h = 0; h < g.height; ++h) {
+          for (int64_t w = 0; w < g.width; ++w) {
+            ASSERT_EQ(Col2ImValue(columns.data(), g, b, c, h, w),
+                      scattered[b * g.input.batch + c * g.input.channel +
+                                h * g.input.row + w * g.input.column])
+                << b << "," << c << "," << h << "," << w;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelMathTest, MaxPoolKeepsTheFirstMaximumAndNaN) {
+  PoolGeometry g;
+  g.batch = 1;
+  g.channels = 1;
+  g.height = 2;
+  g.width = 2;
+  g.kernel = 2;
+  g.stride = 2;
+  g.out_height = 1;
+  g.out_width = 1;
+  int32_t where = -1;
+  const float ties[4] = {1.0f, 3.0f, 3.0f, 2.0f};
+  EXPECT_EQ(MaxPoolValue(ties, g, 0, 0, 0, 0, &where), 3.0f);
+  EXPECT_EQ(where, 1);
+  const float with_nan[4] = {1.0f, NAN, 5.0f, 2.0f};
+  EXPECT_TRUE(std::isnan(MaxPoolValue(with_nan, g, 0, 0, 0, 0, &where)));
+  EXPECT_EQ(where, 1);
+  // The gradient goes to the recorded position only.
+  const float dy = 4.0f;
+  EXPECT_EQ(MaxPoolInputGradient(&dy, &where, g, 0, 0, 1, 0), 4.0f);
+  EXPECT_EQ(MaxPoolInputGradient(&dy, &where, g, 0, 1, 0, 0), 0.0f);
+}
+
+TEST(KernelMathTest, BatchNormPieces) {
+  // Values 1, 2, 3: mean 2, biased variance 2/3.
+  EXPECT_FLOAT_EQ(BatchMean(6.0, 3), 2.0f);
+  EXPECT_FLOAT_EQ(BatchVariance(6.0, 14.0, 3), 2.0f / 3.0f);
+  EXPECT_EQ(BatchVariance(3.0, 2.9999999, 3), 0.0f);  // never negative
+  EXPECT_FLOAT_EQ(UnbiasedVariance(2.0f / 3.0f, 3), 1.0f);
+  EXPECT_FLOAT_EQ(RunningAverage(1.0f, 3.0f, 0.1f), 1.2f);
+  EXPECT_FLOAT_EQ(BatchNormOutput(3.0f, 2.0f, 0.5f, 2.0f, 1.0f), 2.0f);
+}
+
 }  // namespace
 }  // namespace kernel_math
 }  // namespace gradsync

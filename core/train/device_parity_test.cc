@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/device/device.h"
+#include "core/device/layer_geometry.h"
 #include "core/sync/param_layout.h"
 #include "core/train/model.h"
 #include "core/train/optimizer.h"
@@ -212,6 +213,259 @@ TEST_P(DeviceParityTest, SameModelSameStepsOnCpuAndCuda) {
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, DeviceParityTest,
                          ::testing::Values("sgd", "adam"));
+
+// --- The convolutional layers and models
+// ---------------------------------------
+
+// Empty when a GPU is visible, else why not.
+std::string NoGpuReason() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    return std::string("no CUDA GPU visible (cudaGetDeviceCount: ") +
+           cudaGetErrorString(error) + ")";
+  }
+  return count == 0 ? "no CUDA GPU visible (0 devices)" : "";
+}
+
+std::unique_ptr<Device> MakeDevice(DeviceType type) {
+  DeviceOptions options;
+  options.type = type;
+  options.cpu_threads = 1;
+  auto device = CreateDevice(options);
+  EXPECT_TRUE(device.ok()) << device.status();
+  return device.ok() ? std::move(*device) : nullptr;
+}
+
+std::vector<float> RandomValues(int64_t count, uint64_t seed) {
+  std::mt19937_64 generator(seed);
+  std::vector<float> values(count);
+  for (float& x : values) {
+    x = static_cast<float>(
+        static_cast<double>(generator() >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+  }
+  return values;
+}
+
+template <typename T>
+T* Upload(Device& device, const std::vector<T>& host) {
+  T* buffer = *device.Allocate<T>(static_cast<int64_t>(host.size()));
+  EXPECT_TRUE(
+      device.CopyToDevice(buffer, host.data(), host.size() * sizeof(T)).ok());
+  return buffer;
+}
+
+template <typename T>
+std::vector<T> Download(Device& device, const T* buffer, int64_t count) {
+  std::vector<T> host(count);
+  EXPECT_TRUE(device.CopyToHost(host.data(), buffer, count * sizeof(T)).ok());
+  return host;
+}
+
+void ExpectClose(const std::vector<float>& cpu, const std::vector<float>& cuda,
+                 float relative, const std::string& what) {
+  ASSERT_EQ(cpu.size(), cuda.size()) << what;
+  float scale = 0;
+  for (float v : cpu) scale = std::max(scale, std::fabs(v));
+  int failures = 0;
+  for (size_t i = 0; i < cpu.size() && failures < 5; ++i) {
+    if (!(std::fabs(cpu[i] - cuda[i]) <= relative * std::max(scale, 1e-3f))) {
+      ADD_FAILURE() << what << "[" << i << "]: cpu " << cpu[i] << ", cuda "
+                    << cuda[i];
+      ++failures;
+    }
+  }
+}
+
+// Each new kernel on the same inputs: im2col, col2im and max pooling move
+// values without arithmetic of their own order (col2im adds in the CPU's
+// order), so they match bit for bit; batch norm's per-channel sums are added
+// in a different order on each device.
+TEST(ConvolutionKernelParityTest, KernelsAgreeOnCpuAndCuda) {
+  const std::string no_gpu = NoGpuReason();
+  if (!no_gpu.empty()) GTEST_SKIP() << no_gpu;
+  std::unique_ptr<Device> cpu = MakeDevice(DeviceType::kCpu);
+  std::unique_ptr<Device> cuda = MakeDevice(DeviceType::kCuda);
+  ASSERT_TRUE(cpu && cuda);
+
+  ConvGeometry g;
+  g.batch = 3;
+  g.channels = 5;
+  g.height = 9;
+  g.width = 7;
+  g.kernel = 3;
+  g.stride = 2;
+  g.padding = 1;
+  g.out_height = ConvOutputSize(g.height, 3, 2, 1);
+  g.out_width = ConvOutputSize(g.width, 3, 2, 1);
+  for (bool nchw : {false, true}) {
+    g.input = nchw ? NchwLayout(g.channels, g.height, g.width)
+                   : NhwcLayout(g.channels, g.height, g.width);
+    const std::vector<float> x = RandomValues(g.input_count(), 1);
+    const int64_t columns = g.column_rows() * g.column_cols();
+    std::vector<float> results[2][2];  // [device][im2col, col2im]
+    Device* devices[2] = {cpu.get(), cuda.get()};
+    const std::vector<float> dcols = RandomValues(columns, 2);
+    for (int d = 0; d < 2; ++d) {
+      float* cols = *devices[d]->Allocate<float>(columns);
+      devices[d]->Im2Col(Upload(*devices[d], x), g, cols);
+      results[d][0] = Download(*devices[d], cols, columns);
+      float* dx = *devices[d]->Allocate<float>(g.input_count());
+      devices[d]->Col2Im(Upload(*devices[d], dcols), g, dx);
+      results[d][1] = Download(*devices[d], dx, g.input_count());
+    }
+    EXPECT_EQ(results[0][0], results[1][0]) << "im2col";
+    EXPECT_EQ(results[0][1], results[1][1]) << "col2im";
+  }
+
+  // Batch norm, training forward and backward, and inference.
+  const int64_t rows = 300;
+  const int channels = 37;
+  const std::vector<float> x = RandomValues(rows * channels, 3);
+  const std::vector<float> dy = RandomValues(rows * channels, 4);
+  const std::vector<float> gamma = RandomValues(channels, 5);
+  const std::vector<float> beta = RandomValues(channels, 6);
+  std::vector<float> out[2][5];  // y, running stats, dx, dgamma, inference
+  Device* devices[2] = {cpu.get(), cuda.get()};
+  for (int d = 0; d < 2; ++d) {
+    Device& dev = *devices[d];
+    float* y = *dev.Allocate<float>(rows * channels);
+    float* saved = *dev.Allocate<float>(2 * channels);
+    std::vector<float> running_init(2 * channels, 0.0f);
+    for (int c = 0; c < channels; ++c) running_init[channels + c] = 1.0f;
+    float* running = Upload(dev, running_init);
+    const float* device_x = Upload(dev, x);
+    const float* device_gamma = Upload(dev, gamma);
+    dev.BatchNormForwardTraining(device_x, rows, channels, device_gamma,
+                                 Upload(dev, beta), 0.1f, 1e-5f, y, saved,
+                                 saved + channels, running, running + channels);
+    out[d][0] = Download(dev, y, rows * channels);
+    out[d][1] = Download(dev, running, 2 * channels);
+    float* dx = *dev.Allocate<float>(rows * channels);
+    float* dparams = *dev.Allocate<float>(2 * channels);
+    dev.BatchNormBackward(device_x, Upload(dev, dy), rows, channels,
+                          device_gamma, saved, saved + channels, dx, dparams,
+                          dparams + channels);
+    out[d][2] = Download(dev, dx, rows * channels);
+    out[d][3] = Download(dev, dparams, 2 * channels);
+    dev.BatchNormForwardInference(device_x, rows, channels, device_gamma,
+                                  Upload(dev, beta), running,
+                                  running + channels, 1e-5f, y);
+    out[d][4] = Download(dev, y, rows * channels);
+  }
+  const char* names[5] = {"batch norm y", "running statistics", "batch norm dx",
+                          "dgamma/dbeta", "inference y"};
+  for (int k = 0; k < 5; ++k)
+    ExpectClose(out[0][k], out[1][k], 1e-5f, names[k]);
+
+  // Max pooling (3/2, overlapping windows) and global average pooling.
+  PoolGeometry p;
+  p.batch = 2;
+  p.channels = 6;
+  p.height = 9;
+  p.width = 8;
+  p.kernel = 3;
+  p.stride = 2;
+  p.out_height = ConvOutputSize(p.height, 3, 2, 0);
+  p.out_width = ConvOutputSize(p.width, 3, 2, 0);
+  const std::vector<float> px = RandomValues(p.input_count(), 7);
+  const std::vector<float> pdy = RandomValues(p.output_count(), 8);
+  std::vector<float> pooled[2][4];
+  std::vector<int32_t> where[2];
+  for (int d = 0; d < 2; ++d) {
+    Device& dev = *devices[d];
+    float* y = *dev.Allocate<float>(p.output_count());
+    int32_t* at = *dev.Allocate<int32_t>(p.output_count());
+    const float* device_x = Upload(dev, px);
+    dev.MaxPoolForward(device_x, p, y, at);
+    pooled[d][0] = Download(dev, y, p.output_count());
+    where[d] = Download(dev, at, p.output_count());
+    float* dx = *dev.Allocate<float>(p.input_count());
+    dev.MaxPoolBackward(Upload(dev, pdy), at, p, dx);
+    pooled[d][1] = Download(dev, dx, p.input_count());
+    const int pixels = p.height * p.width;
+    float* mean = *dev.Allocate<float>(p.batch * p.channels);
+    dev.GlobalAvgPoolForward(device_x, p.batch, pixels, p.channels, mean);
+    pooled[d][2] = Download(dev, mean, p.batch * p.channels);
+    dev.GlobalAvgPoolBackward(mean, p.batch, pixels, p.channels, dx);
+    pooled[d][3] = Download(dev, dx, p.input_count());
+  }
+  EXPECT_EQ(pooled[0][0], pooled[1][0]) << "max pool";
+  EXPECT_EQ(where[0], where[1]) << "max pool positions";
+  EXPECT_EQ(pooled[0][1], pooled[1][1]) << "max pool gradient";
+  EXPECT_EQ(pooled[0][2], pooled[1][2]) << "global average pool";
+  EXPECT_EQ(pooled[0][3], pooled[1][3]) << "global average pool gradient";
+}
+
+// A whole model's step: loss, every gradient, the running statistics and
+// evaluation's logits agree within float rounding.
+class ConvolutionalModelParityTest
+    : public ::testing::TestWithParam<std::string> {};
+
+std::unique_ptr<Model> MakeConvolutionalModel(const std::string& kind) {
+  absl::StatusOr<std::unique_ptr<Model> > model;
+  if (kind == "cnn") {
+    model = CreateCnn(CnnOptions{});
+  } else {
+    model = CreateResNet(ResNetOptions{});
+  }
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
+TEST_P(ConvolutionalModelParityTest, OneStepAgreesOnCpuAndCuda) {
+  const std::string no_gpu = NoGpuReason();
+  if (!no_gpu.empty()) GTEST_SKIP() << no_gpu;
+  const int batch = 16;
+  std::unique_ptr<Model> reference = MakeConvolutionalModel(GetParam());
+  ASSERT_TRUE(reference);
+  auto layout = ParamLayout::Create(reference->ParamSpecs(), 1 << 20);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const int64_t n = layout->total_numel();
+  std::vector<float> initial(n);
+  reference->InitParams(3, *layout, initial.data());
+  const std::vector<float> inputs =
+      RandomValues(int64_t{batch} * reference->input_dim(), 9);
+  std::vector<int32_t> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = (7 * i) % 10;
+
+  std::vector<float> loss(2), grads[2], buffers[2], logits[2];
+  const DeviceType types[2] = {DeviceType::kCpu, DeviceType::kCuda};
+  for (int d = 0; d < 2; ++d) {
+    std::unique_ptr<Device> device = MakeDevice(types[d]);
+    ASSERT_TRUE(device);
+    std::unique_ptr<Model> model = MakeConvolutionalModel(GetParam());
+    float* params = Upload(*device, initial);
+    float* grad = *device->Allocate<float>(n);
+    ASSERT_TRUE(model->Bind(*device, *layout, params, grad, batch).ok());
+    float* device_inputs = Upload(*device, inputs);
+    int32_t* device_labels = Upload(*device, labels);
+    float* device_loss = *device->Allocate<float>(1);
+    ASSERT_TRUE(model
+                    ->ForwardBackward(device_inputs, device_labels, batch,
+                                      device_loss, nullptr)
+                    .ok());
+    loss[d] = Download(*device, device_loss, 1)[0];
+    grads[d] = Download(*device, grad, n);
+    buffers[d] = Download(*device, model->buffers(), model->buffer_count());
+    const float* device_logits = nullptr;
+    ASSERT_TRUE(model->Forward(device_inputs, batch, &device_logits).ok());
+    logits[d] = Download(*device, device_logits, int64_t{batch} * 10);
+  }
+  EXPECT_NEAR(loss[0], loss[1], 1e-4f * std::max(1.0f, loss[0]));
+  for (const ParamInfo& info : layout->params()) {
+    ExpectClose(std::vector<float>(grads[0].begin() + info.offset,
+                                   grads[0].begin() + info.offset + info.numel),
+                std::vector<float>(grads[1].begin() + info.offset,
+                                   grads[1].begin() + info.offset + info.numel),
+                1e-3f, info.spec.name);
+  }
+  ExpectClose(buffers[0], buffers[1], 1e-4f, "running statistics");
+  ExpectClose(logits[0], logits[1], 1e-4f, "evaluation logits");
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ConvolutionalModelParityTest,
+                         ::testing::Values("cnn", "resnet18"));
 
 #endif  // GRADSYNC_CUDA
 

@@ -27,29 +27,10 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/train/model.h"
+#include "core/train/param_init.h"
 
 namespace gradsync {
 namespace {
-
-// Seeds one generator per parameter from (seed, parameter index), so a
-// parameter's initial values do not depend on the sizes of the others.
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
-// Uniform in [-bound, bound). std::mt19937_64's output is fixed by the
-// standard, but std::uniform_real_distribution's is not (libstdc++ and libc++
-// differ), so the conversion to [0, 1) is our own: the top 53 bits as a double.
-void FillUniform(std::mt19937_64& generator, float bound, float* out,
-                 int64_t count) {
-  for (int64_t i = 0; i < count; ++i) {
-    const double unit = static_cast<double>(generator() >> 11) * 0x1.0p-53;
-    out[i] = static_cast<float>((2.0 * unit - 1.0) * bound);
-  }
-}
 
 absl::Status ValidateWidths(const std::vector<int>& widths) {
   if (widths.size() < 2) {
@@ -135,23 +116,7 @@ absl::Status Mlp::Bind(Device& device, const ParamLayout& layout, float* params,
     return absl::InvalidArgumentError(
         absl::StrCat(name(), ": Bind needs parameter and gradient buffers"));
   }
-  // The layout must be the one made from ParamSpecs(): the trainer hands the
-  // model's parameter indices to the strategy through the `ready` callback.
-  const std::vector<ParamSpec> specs = ParamSpecs();
-  if (layout.params().size() != specs.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": layout has ", layout.params().size(),
-                     " parameters, the model ", specs.size()));
-  }
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const ParamSpec& got = layout.params()[i].spec;
-    if (got.name != specs[i].name || got.shape != specs[i].shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name(), ": layout parameter ", i, " is '", got.name, "' [",
-          absl::StrJoin(got.shape, "x"), "], the model expects '",
-          specs[i].name, "' [", absl::StrJoin(specs[i].shape, "x"), "]"));
-    }
-  }
+  RETURN_IF_ERROR(CheckLayoutMatches(name(), layout, ParamSpecs()));
 
   weights_.assign(num_layers_ + 1, nullptr);
   biases_.assign(num_layers_ + 1, nullptr);
@@ -191,7 +156,7 @@ void Mlp::InitParams(uint64_t seed, const ParamLayout& layout,
         1.0f / std::sqrt(static_cast<float>(widths_[layer - 1]));
     for (int index : {WeightIndex(layer), BiasIndex(layer)}) {
       const ParamInfo& info = layout.params()[index];
-      std::mt19937_64 generator(SplitMix64(SplitMix64(seed) + index));
+      std::mt19937_64 generator = ParamGenerator(seed, index);
       FillUniform(generator, bound, host_params + info.offset, info.numel);
     }
   }
@@ -280,6 +245,28 @@ absl::Status Mlp::Forward(const float* inputs, int batch,
 }
 
 }  // namespace
+
+absl::Status CheckLayoutMatches(const std::string& model,
+                                const ParamLayout& layout,
+                                const std::vector<ParamSpec>& specs) {
+  // The trainer hands the model's parameter indices to the strategy through
+  // the `ready` callback, so the order matters as much as the shapes.
+  if (layout.params().size() != specs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model, ": layout has ", layout.params().size(),
+                     " parameters, the model ", specs.size()));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const ParamSpec& got = layout.params()[i].spec;
+    if (got.name != specs[i].name || got.shape != specs[i].shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          model, ": layout parameter ", i, " is '", got.name, "' [",
+          absl::StrJoin(got.shape, "x"), "], the model expects '",
+          specs[i].name, "' [", absl::StrJoin(specs[i].shape, "x"), "]"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Model>> CreateMlp(const MlpOptions& options) {
   RETURN_IF_ERROR(ValidateWidths(options.widths));

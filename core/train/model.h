@@ -50,11 +50,65 @@ class Model {
                                        float* device_loss,
                                        const GradReadyCallback& ready) = 0;
 
-  // Forward only; leaves logits [batch × num_classes] in *logits (device
+  // Forward only, in evaluation mode (batch normalisation with its running
+  // statistics); leaves logits [batch × num_classes] in *logits (device
   // memory owned by the model, valid until the next call).
   virtual absl::Status Forward(const float* inputs, int batch,
                                const float** logits) = 0;
+
+  // Buffers: model state that is not a parameter and gets no gradient
+  // (batch normalisation's running statistics), buffer_count() floats of
+  // device memory from Bind on, which ForwardBackward updates and Forward
+  // reads. Strategies never see them; the trainer gives every rank worker 0's
+  // before it evaluates (as DDP broadcasts rank 0's buffers). Models without
+  // any keep the defaults.
+  virtual int64_t buffer_count() const { return 0; }
+  virtual float* buffers() { return nullptr; }
 };
+
+// The check every model's Bind makes: `layout` must be the one made from the
+// model's ParamSpecs(), since the model reports gradients by index into it.
+absl::Status CheckLayoutMatches(const std::string& model,
+                                const ParamLayout& layout,
+                                const std::vector<ParamSpec>& specs);
+
+// The shape of the images a convolutional model takes: CHW rows of the data
+// set (core/data/dataset.h), and the number of classes.
+struct ImageInput {
+  int channels = 1;
+  int height = 28;
+  int width = 28;
+  int num_classes = 10;
+};
+
+struct CnnOptions {
+  ImageInput input;
+  // Two 3×3 convolutions (padding 1, with bias, each followed by ReLU and a
+  // 2×2 max-pool), then a hidden fully connected layer and the classifier.
+  int conv1_channels = 32;
+  int conv2_channels = 64;
+  int hidden = 128;
+  // Evaluation batches larger than this run in pieces, so that activation
+  // memory stays bounded; a training batch must fit.
+  int max_rows_in_memory = 1024;
+};
+
+// The small CNN for Fashion-MNIST (`--model=cnn`), core/train/cnn.cc.
+absl::StatusOr<std::unique_ptr<Model>> CreateCnn(const CnnOptions& options);
+
+struct ResNetOptions {
+  ImageInput input{3, 32, 32, 10};
+  // BasicBlocks per stage and the stages' widths: ResNet-18 is [2,2,2,2] over
+  // [64,128,256,512]. Smaller values make test-sized networks of the same
+  // structure.
+  std::vector<int> blocks = {2, 2, 2, 2};
+  std::vector<int> widths = {64, 128, 256, 512};
+  int max_rows_in_memory = 256;
+};
+
+// ResNet-18 in its CIFAR form (`--model=resnet18`), core/train/resnet.cc.
+absl::StatusOr<std::unique_ptr<Model>> CreateResNet(
+    const ResNetOptions& options);
 
 struct MlpOptions {
   std::vector<int> widths = {784, 512, 256, 10};  // input, hidden..., classes

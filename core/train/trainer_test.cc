@@ -221,5 +221,25 @@ TEST(TrainerTest, RanksThatDivergeAreCaughtNamingTheStep) {
       HasSubstr("worker 1's parameters after step 1 differ from worker 0's"));
 }
 
+// Checkpoints carry no batch-norm running statistics yet: a resumed ResNet
+// would evaluate with fresh ones, so --resume is refused with the reason.
+TEST(TrainerTest, ResumeIsRefusedForAModelWithBuffers) {
+  Job job = SmallJob();
+  ResNetOptions resnet;
+  resnet.input = {2, 2, 2, 3};
+  resnet.blocks = {1};
+  resnet.widths = {2};
+  job.model = *CreateResNet(resnet);
+  TrainerOptions options = SmallOptions(1);
+  options.resume = true;
+  options.checkpoint_path = "unused.ckpt";
+  FakeSync sync;
+  auto result = RunTraining(options, ProcessIdentity{}, *job.model, job.data,
+                            *job.device, sync, nullptr);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(result.status().message(), HasSubstr("running statistics"));
+}
+
 }  // namespace
 }  // namespace gradsync

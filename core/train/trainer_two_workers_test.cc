@@ -140,5 +140,70 @@ TEST(TrainerTwoWorkersTest, DifferentStartingParametersAreRefusedAtStartUp) {
   EXPECT_EQ(outcomes[1].finishes, 0);
 }
 
+// Batch norm's running statistics are per worker; before the workers evaluate
+// their shards, each takes worker 0's, so one model scores the whole test set.
+TEST(TrainerTwoWorkersTest, WorkersEvaluateWithWorkerZerosBatchNormBuffers) {
+  const int world_size = 2;
+  auto job = std::make_shared<InMemoryJob>(world_size, 0);
+  std::vector<std::unique_ptr<Model>> models(world_size);
+  std::vector<std::unique_ptr<Device>> devices(world_size);
+  std::vector<absl::StatusOr<TrainResult>> results(
+      world_size, absl::UnknownError("did not run"));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world_size; ++rank) {
+    ResNetOptions resnet;
+    resnet.input = {2, 4, 4, 3};
+    resnet.blocks = {1, 1};
+    resnet.widths = {3, 4};
+    models[rank] = *CreateResNet(resnet);
+    devices[rank] = *CreateDevice(DeviceOptions{});
+    threads.emplace_back([&, rank] {
+      SyntheticOptions data_options;
+      data_options.train_size = 32;
+      data_options.test_size = 8;
+      data_options.feature_dim = 2 * 4 * 4;
+      data_options.num_classes = 3;
+      DatasetPair data = *MakeSynthetic(data_options);
+      for (Dataset* set : {&data.train, &data.test}) {
+        set->channels = 2;
+        set->height = 4;
+        set->width = 4;
+      }
+      TrainerOptions options;
+      options.batch_size = 4;
+      options.epochs = 1;
+      options.max_steps = 3;
+      options.progress = false;
+      options.timeout = absl::Seconds(10);
+      ProcessIdentity identity;
+      identity.rank = rank;
+      identity.world_size = world_size;
+      InMemoryRendezvous rendezvous(job, Role::kWorker, rank);
+      SilentSync sync;
+      results[rank] = RunTraining(options, identity, *models[rank], data,
+                                  *devices[rank], sync, &rendezvous);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int rank = 0; rank < world_size; ++rank) {
+    ASSERT_TRUE(results[rank].ok())
+        << "worker " << rank << ": " << results[rank].status();
+  }
+  EXPECT_EQ(results[0]->test_accuracy, results[1]->test_accuracy);
+  // The workers trained on different shards, so their statistics differed;
+  // after the evaluation worker 1 holds worker 0's.
+  const int64_t count = models[0]->buffer_count();
+  ASSERT_GT(count, 0);
+  std::vector<float> buffers[2];
+  for (int rank = 0; rank < world_size; ++rank) {
+    buffers[rank].resize(count);
+    ASSERT_TRUE(devices[rank]
+                    ->CopyToHost(buffers[rank].data(), models[rank]->buffers(),
+                                 count * sizeof(float))
+                    .ok());
+  }
+  EXPECT_EQ(buffers[0], buffers[1]);
+}
+
 }  // namespace
 }  // namespace gradsync

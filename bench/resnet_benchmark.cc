@@ -1,0 +1,102 @@
+// The per-step compute of ResNet-18 (CIFAR form, core/train/resnet.cc) on the
+// CPU device: one forward and backward pass over a CIFAR-shaped batch (3×32×32
+// images, ten classes), the work a worker does between two synchronizations,
+// at batch 32 and 64 and 1 or 2 BLAS threads.
+//
+//   bazel run -c opt //bench:resnet_benchmark -- --benchmark_min_time=2
+//
+// GFLOP/s counts the convolutions' and the classifier's multiply-adds (2 FLOP
+// each): forward, weight gradient and input gradient (none for the stem,
+// whose input gradient is not computed). Batch norm, ReLU, pooling, im2col
+// and col2im are left out of the count but not out of the time. The count is
+// derived from the model's own parameter list, so it follows the model.
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "core/base/logging.h"
+#include "core/device/device.h"
+#include "core/sync/param_layout.h"
+#include "core/train/model.h"
+
+namespace gradsync {
+namespace {
+
+template <typename T>
+T Unwrap(absl::StatusOr<T> value) {
+  GS_CHECK(value.ok()) << value.status();
+  return *std::move(value);
+}
+
+// FLOP of one forward + backward step per image. A convolution's weight
+// [out, in, k, k] produces out_size² pixels, where out_size is the
+// resolution of its stage (32 for the stem and layer1, halved per stage).
+double FlopsPerImage(const std::vector<ParamSpec>& specs) {
+  double flops = 0;
+  for (const ParamSpec& spec : specs) {
+    if (spec.shape.size() == 4) {
+      int size = 32;
+      if (spec.name.rfind("layer", 0) == 0) size >>= (spec.name[5] - '1');
+      const double macs = double(spec.shape[0]) * spec.shape[1] *
+                          spec.shape[2] * spec.shape[3] * size * size;
+      flops += 2 * macs * (spec.name == "conv1.weight" ? 2 : 3);
+    } else if (spec.name == "fc.weight") {
+      flops += 2.0 * spec.shape[0] * spec.shape[1] * 3;
+    }
+  }
+  return flops;
+}
+
+void BM_ResNet18ForwardBackward(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0));
+  DeviceOptions device_options;
+  device_options.cpu_threads = static_cast<int>(state.range(1));
+  std::unique_ptr<Device> device = Unwrap(CreateDevice(device_options));
+  std::unique_ptr<Model> model = Unwrap(CreateResNet(ResNetOptions{}));
+  ParamLayout layout =
+      Unwrap(ParamLayout::Create(model->ParamSpecs(), 25 << 20));
+  const int64_t total = layout.total_numel();
+  float* params = Unwrap(device->Allocate<float>(total));
+  float* grads = Unwrap(device->Allocate<float>(total));
+  std::vector<float> host(total);
+  model->InitParams(1, layout, host.data());
+  GS_CHECK(device->CopyToDevice(params, host.data(), total * 4).ok());
+  GS_CHECK(model->Bind(*device, layout, params, grads, batch).ok());
+  std::vector<float> images(int64_t{batch} * model->input_dim());
+  std::mt19937 generator(7);
+  std::uniform_real_distribution<float> pixel(-1.0f, 1.0f);
+  for (float& x : images) x = pixel(generator);
+  std::vector<int32_t> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = i % 10;
+  float* inputs = Unwrap(device->Allocate<float>(images.size()));
+  int32_t* device_labels = Unwrap(device->Allocate<int32_t>(batch));
+  float* loss = Unwrap(device->Allocate<float>(1));
+  GS_CHECK(device->CopyToDevice(inputs, images.data(), images.size() * 4).ok());
+  GS_CHECK(device->CopyToDevice(device_labels, labels.data(), batch * 4).ok());
+
+  for (auto _ : state) {
+    GS_CHECK(
+        model->ForwardBackward(inputs, device_labels, batch, loss, [](int) {})
+            .ok());
+    GS_CHECK(device->Synchronize().ok());
+  }
+  const double flops = FlopsPerImage(model->ParamSpecs()) * batch;
+  state.SetItemsProcessed(state.iterations() * batch);
+  state.counters["GFLOP_per_step"] = flops / 1e9;
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flops * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
+BENCHMARK(BM_ResNet18ForwardBackward)
+    ->ArgNames({"batch", "threads"})
+    ->ArgsProduct({{32, 64}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace gradsync
+
+BENCHMARK_MAIN();
