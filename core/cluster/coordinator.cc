@@ -73,7 +73,8 @@ std::string Hostname() {
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const std::string& bind_address, const std::string& job_id, int num_workers,
-    int num_servers, const CoordinatorSecurity& security) {
+    int num_servers, const CoordinatorSecurity& security,
+    const std::string& shape_source) {
   if (num_workers < 1 || num_servers < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "coordinator needs at least one worker and no negative server count; "
@@ -97,6 +98,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     options.job_id = job_id;
     options.num_workers = num_workers;
     options.num_servers = num_servers;
+    options.shape_source = shape_source;
     options.job_token = security.job_token;
     return options;
   }());
@@ -296,8 +298,13 @@ void CoordinatorClient::WatchLoop() {
       absl::MutexLock lock(&mu_);
       watch_registered_ = true;
     } else if (event.job_ended()) {
-      absl::MutexLock lock(&mu_);
-      job_ended_ = true;
+      bool still_in = false;
+      {
+        absl::MutexLock lock(&mu_);
+        job_ended_ = true;
+        still_in = !leaving_;
+      }
+      if (still_in && options_.on_job_ended) options_.on_job_ended();
     } else if (event.probe() > 0) {
       Answer(event.probe());
     } else if (event.has_lost()) {
@@ -364,7 +371,7 @@ void CoordinatorClient::OnLoss(const absl::Status& loss) {
   _exit(1);
 }
 
-void CoordinatorClient::Leave() {
+void CoordinatorClient::Leave(const absl::Status& outcome) {
   {
     absl::MutexLock lock(&mu_);
     // Only a member that watches can be counted lost, so only it leaves.
@@ -374,6 +381,10 @@ void CoordinatorClient::Leave() {
   }
   proto::LeaveRequest request;
   FillSender(request);
+  if (!outcome.ok()) {
+    // Bounded: the coordinator refuses longer reasons.
+    request.set_error(std::string(outcome.message().substr(0, 8000)));
+  }
   proto::LeaveResponse response;
   grpc::ClientContext context;
   Prepare(context);
@@ -455,6 +466,12 @@ absl::StatusOr<std::vector<Member>> CoordinatorClient::Join(
   request.set_address(address);
   request.set_host(Hostname());
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  if (options_.num_workers >= 1) {
+    request.set_states_shape(true);
+    request.set_num_workers(options_.num_workers);
+    request.set_num_servers(options_.num_servers);
+    request.set_shape_source(options_.shape_source);
+  }
   proto::JoinResponse response;
   grpc::ClientContext context;
   PrepareWaitingCall(context, timeout);

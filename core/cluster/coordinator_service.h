@@ -33,6 +33,9 @@ struct CoordinatorServiceOptions {
   std::string job_id;
   int num_workers = 1;
   int num_servers = 0;
+  // Where the coordinator's host read N and K ("8 workers (WORLD_SIZE), ..."),
+  // for the error that refuses a member believing in another shape.
+  std::string shape_source;
   // Required from every caller when not empty (core/cluster/job_token.h).
   std::string job_token;
   // Bounds on the key-value store (tests lower them).
@@ -111,8 +114,19 @@ class CoordinatorService final
   };
 
   class Watcher;
+  // The caller is of this job: its token and job id.
+  grpc::Status CheckCaller(const grpc::ServerContextBase& context,
+                           const proto::Sender& sender) const;
+  // CheckCaller, then the sender's role and rank within the job's shape.
   grpc::Status CheckCall(const grpc::ServerContextBase& context,
                          const proto::Sender& sender) const;
+  // For Watch and Join: a caller of this job whose role or rank is outside
+  // the job's shape believes in another job. The job cannot start, so the
+  // refusal fails it for everyone (recorded as that member's loss).
+  grpc::Status CheckMember(const grpc::ServerContextBase& context,
+                           const proto::Sender& sender,
+                           const std::string& peer);
+  std::string ShapeLocked() const;
   template <typename Done, typename Describe>
   grpc::Status WaitLocked(grpc::ServerContext* context, int64_t timeout_ms,
                           Done done, Describe describe)
@@ -122,6 +136,10 @@ class CoordinatorService final
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string MissingMembersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordLossLocked(const MemberKey& member, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // As RecordLossLocked, for a member not in members_ (refused at Join).
+  void RecordLossLocked(const MemberKey& member, const std::string& address,
+                        const std::string& host, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static std::string BrokenWatch(const std::string& peer);
 
