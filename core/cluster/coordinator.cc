@@ -41,6 +41,10 @@ constexpr absl::Duration kShutdownProbe =
     absl::Milliseconds(kKeepaliveTimeoutMs);
 // Leave is best effort on the way out; a dead coordinator must not delay us.
 constexpr absl::Duration kLeaveTimeout = absl::Seconds(2);
+// How long worker 0 keeps the coordinator of a failed job up for members
+// that have not connected yet (started a moment late by mpirun or srun), so
+// that they learn why the job failed rather than wait out --timeout_s.
+constexpr absl::Duration kLateMembers = absl::Seconds(5);
 
 proto::Role ToProto(Role role) {
   return role == Role::kServer ? proto::ROLE_SERVER : proto::ROLE_WORKER;
@@ -145,6 +149,7 @@ void CoordinatorServer::Shutdown() {
     // Members still running get a moment to finish and leave: if one of
     // them was lost instead, the others must hear of it as a loss, not as
     // the end of the job (see CoordinatorService::BeginShutdown).
+    service_->AwaitLateMembers(kLateMembers);
     service_->BeginShutdown();
     service_->AwaitProbeAnswers(kShutdownProbe);
     service_->EndJob();
@@ -445,8 +450,10 @@ absl::Status CoordinatorClient::ExplainFailure(const absl::Status& symptom,
   if (symptom.ok()) return symptom;
   absl::MutexLock lock(&mu_);
   if (!watch_registered_) return symptom;
+  // A watch that is over without the job having ended or this member
+  // leaving is a loss about to be reported (WatchLoop): wait for it.
   auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !lost_.ok() || watch_over_ || leaving_;
+    return !lost_.ok() || leaving_ || (watch_over_ && job_ended_);
   };
   mu_.AwaitWithTimeout(absl::Condition(&settled), wait);
   // A symptom a loss listener made already names the cause.
@@ -475,9 +482,11 @@ absl::StatusOr<std::vector<Member>> CoordinatorClient::Join(
   proto::JoinResponse response;
   grpc::ClientContext context;
   PrepareWaitingCall(context, timeout);
-  RETURN_IF_ERROR(
+  const absl::Status joined =
       WaitedCallStatus(stub_->stub_->Join(&context, request, &response),
-                       absl::StrCat(self(), " joining job at ", target_)));
+                       absl::StrCat(self(), " joining job at ", target_));
+  // A closed connection is the symptom; the watch says what happened.
+  if (!joined.ok()) return ExplainFailure(joined, absl::Seconds(2));
   std::vector<Member> members;
   for (const auto& info : response.members()) {
     members.push_back(Member{FromProto(info.role()), info.rank(),

@@ -29,10 +29,9 @@ std::string Name(Role role, int rank) {
 
 // Text from a request, made safe to put in an error or a log line: escaped,
 // and cut short when a hostile peer sends megabytes.
-std::string Shown(absl::string_view text) {
-  constexpr size_t kShown = 64;
-  if (text.size() <= kShown) return absl::CHexEscape(text);
-  return absl::StrCat(absl::CHexEscape(text.substr(0, kShown)), "...(",
+std::string Shown(absl::string_view text, size_t shown = 64) {
+  if (text.size() <= shown) return absl::CHexEscape(text);
+  return absl::StrCat(absl::CHexEscape(text.substr(0, shown)), "...(",
                       text.size(), " bytes)");
 }
 
@@ -166,7 +165,7 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
     const std::string reason = absl::StrCat(
         "it was refused at Join: it sees a job of ", request->num_workers(),
         " workers and ", request->num_servers(), " servers (",
-        Shown(request->shape_source()),
+        Shown(request->shape_source(), 512),
         "), but worker 0, which hosts the coordinator, sees ",
         options_.num_workers, " workers and ", options_.num_servers,
         " servers (", ShapeLocked(),
@@ -432,6 +431,7 @@ grpc::ServerWriteReactor<proto::WatchEvent>* CoordinatorService::Watch(
   // A process that claims the rank of one that has left: its Join says
   // whether that is allowed; until then it is a member like any other.
   left_.erase(key);
+  watched_ever_.insert(key);
   auto* watcher = new Watcher(this, key, peer);
   watching_[key] = watcher;
   watcher->PumpLocked();  // "watching": the member may now join
@@ -483,6 +483,15 @@ void CoordinatorService::BeginShutdown() {
   ++probe_round_;
   answered_.clear();
   PumpWatchersLocked();
+}
+
+void CoordinatorService::AwaitLateMembers(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  const size_t expected = options_.num_workers + options_.num_servers;
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return losses_.empty() || watched_ever_.size() >= expected;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&settled), timeout);
 }
 
 void CoordinatorService::AwaitProbeAnswers(absl::Duration timeout) {

@@ -95,6 +95,12 @@ class CoordinatorService final
   // watchers that did not answer are lost. EndJob: the watchers still there
   // are told the job has ended, and their streams close.
   void BeginShutdown();
+  // Before shutting down a job that failed: waits up to `timeout` for the
+  // members that have never watched the job (started late, still
+  // connecting) to do so, so that they too hear why the job failed instead
+  // of waiting out their connection deadline. Returns at once when the job
+  // has not failed or everyone has watched.
+  void AwaitLateMembers(absl::Duration timeout);
   void AwaitProbeAnswers(absl::Duration timeout);
   void EndJob();
 
@@ -155,6 +161,8 @@ class CoordinatorService final
   // Members with an open watch; a watcher removes itself when it finishes.
   std::map<MemberKey, Watcher*> watching_ ABSL_GUARDED_BY(mu_);
   std::set<MemberKey> left_ ABSL_GUARDED_BY(mu_);
+  // Members of the job's shape whose watch was ever registered.
+  std::set<MemberKey> watched_ever_ ABSL_GUARDED_BY(mu_);
   std::vector<Loss> losses_ ABSL_GUARDED_BY(mu_);
   std::set<MemberKey> lost_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
