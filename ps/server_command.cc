@@ -1,14 +1,8 @@
 // The `gradsync server` command (see server_command.h).
 #include "ps/server_command.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,6 +17,7 @@
 #include "core/base/status_macros.h"
 #include "core/cluster/cluster_env.h"
 #include "core/cluster/coordinator.h"
+#include "core/cluster/local_address.h"
 #include "nlohmann/json.hpp"
 #include "ps/flags.h"
 #include "ps/server.h"
@@ -73,41 +68,6 @@ class JobEndWatch {
   absl::Time ended_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
-
-// The local address of the route to `host`: what the coordinator's and the
-// workers' side of a connection to us would see. No packet is sent (UDP
-// connect only picks the route).
-absl::StatusOr<std::string> LocalAddressToward(const std::string& host,
-                                               int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* result = nullptr;
-  const int error =
-      getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
-  if (error != 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot resolve MASTER_ADDR=", host, ": ", gai_strerror(error)));
-  }
-  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> owner(result,
-                                                           &freeaddrinfo);
-  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
-  if (fd < 0) return absl::InternalError(std::strerror(errno));
-  sockaddr_in local{};
-  socklen_t length = sizeof(local);
-  const bool ok =
-      connect(fd, result->ai_addr, result->ai_addrlen) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0;
-  const int saved_errno = errno;
-  close(fd);
-  if (!ok) {
-    return absl::UnavailableError(absl::StrCat(
-        "no route to MASTER_ADDR=", host, ": ", std::strerror(saved_errno)));
-  }
-  char text[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
-  return std::string(text);
-}
 
 absl::Status Serve(const ClusterEnv& env) {
   const absl::Duration idle =
