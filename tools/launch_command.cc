@@ -168,10 +168,12 @@ absl::Status CheckJobShape(int workers, int servers, int nnodes) {
   if (const char* world = std::getenv("WORLD_SIZE")) {
     int env_world = 0;
     if (absl::SimpleAtoi(world, &env_world) && env_world != workers * nnodes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--workers=", workers, " on ", nnodes,
-                       " node(s) but the environment says WORLD_SIZE=", world,
-                       "; unset WORLD_SIZE (and RANK) or make them agree"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--workers=", workers,
+          nnodes > 1 ? absl::StrCat(" on each of ", nnodes, " nodes")
+                     : std::string(),
+          " but the environment says WORLD_SIZE=", world,
+          "; unset WORLD_SIZE (and RANK) or make them agree"));
     }
   }
   return absl::OkStatus();
