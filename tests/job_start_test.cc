@@ -152,6 +152,39 @@ TEST_F(JobStartTest, ServersGivenTheDocumentedVariablesJoinTheJob) {
   ExpectFinishedJob(dir_, dir_ + "/params", 2, 2);
 }
 
+// BytePS / ps-lite users' variables: DMLC_ROLE, DMLC_NUM_WORKER,
+// DMLC_NUM_SERVER, DMLC_PS_ROOT_URI/PORT (worker 0's host: gradsync has no
+// scheduler), DMLC_WORKER_ID, and GRADSYNC_SERVER_RANK for the server.
+TEST_F(JobStartTest, DmlcVariablesRunAParameterServerJob) {
+  const Env dmlc = {{"DMLC_NUM_WORKER", "2"},
+                    {"DMLC_NUM_SERVER", "1"},
+                    {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+                    {"DMLC_PS_ROOT_PORT", absl::StrCat(port_)},
+                    {"GRADSYNC_JOB_ID", "job-start-test"}};
+  std::vector<ProcessSpec> specs;
+  for (int rank = 0; rank < 2; ++rank) {
+    ProcessSpec spec;
+    spec.name = absl::StrCat("worker ", rank);
+    spec.argv = {GradsyncBinary(), "run"};
+    for (const std::string& flag : TrainingFlags()) spec.argv.push_back(flag);
+    spec.env = dmlc;
+    spec.env.push_back({"DMLC_ROLE", "worker"});
+    spec.env.push_back({"DMLC_WORKER_ID", absl::StrCat(rank)});
+    specs.push_back(std::move(spec));
+  }
+  ProcessSpec server;
+  server.name = "server 0";
+  server.argv = {GradsyncBinary(), "run", "--timeout_s=60"};
+  server.env = dmlc;
+  server.env.push_back({"DMLC_ROLE", "server"});
+  server.env.push_back({"GRADSYNC_SERVER_RANK", "0"});
+  specs.push_back(std::move(server));
+  const LaunchResult result = Run(specs, /*stop_on_failure=*/true);
+  ASSERT_EQ(result.exit_code, 0) << Outputs(result);
+  EXPECT_EQ(SuccessfulServerSummaries(Outputs(result)), 1);
+  ExpectFinishedJob(dir_, dir_ + "/params", 2, 1);
+}
+
 // The same servers given only what README used to document (no WORLD_SIZE):
 // they believe in one worker. Worker 0's coordinator refuses them at Join,
 // and every process ends with one error naming both sides.
