@@ -5,9 +5,11 @@
 // final parameters (--dump_params) are the same bytes.
 #pragma once
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -23,10 +25,11 @@ inline std::string ReadWholeFile(const std::string& path) {
                      std::istreambuf_iterator<char>());
 }
 
-// How many `gradsync server` processes printed a successful summary line
-// ("event": "ps_server_summary", "ok": true) into `output`.
-inline int SuccessfulServerSummaries(const std::string& output) {
-  int count = 0;
+// The ranks of the `gradsync server` processes that printed a successful
+// summary line ("event": "ps_server_summary", "ok": true) into `output`,
+// sorted: {0, ..., K-1} when every server of the job finished.
+inline std::vector<int> FinishedServerRanks(const std::string& output) {
+  std::vector<int> ranks;
   for (absl::string_view line : absl::StrSplit(output, '\n')) {
     const size_t brace = line.find('{');
     if (brace == absl::string_view::npos) continue;
@@ -34,11 +37,13 @@ inline int SuccessfulServerSummaries(const std::string& output) {
         nlohmann::json::parse(line.substr(brace), nullptr, false);
     if (!event.is_discarded() && event.is_object() &&
         event.value("event", "") == "ps_server_summary" &&
-        event.value("ok", false)) {
-      ++count;
+        event.value("ok", false) && event.contains("summary") &&
+        event["summary"].is_object()) {
+      ranks.push_back(event["summary"].value("server", -1));
     }
   }
-  return count;
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
 }
 
 // `summary_dir` holds worker 0's summary.json; `dump_prefix` is the
