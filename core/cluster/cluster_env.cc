@@ -50,10 +50,9 @@ absl::StatusOr<Count> FirstAgreeing(const std::vector<const char*>& names,
       count.value = *value;
       count.variable = name;
     } else if (*value != count.value) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the number of ", what, " is ", count.value, " by ",
-                       count.variable, " but ", *value, " by ", name,
-                       "; give every process one value (unset one of them)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " is ", count.value, " by ", count.variable, " but ", *value,
+          " by ", name, "; give every process one value (unset one of them)"));
     }
   }
   return count;
@@ -144,13 +143,13 @@ std::string ClusterEnv::coordinator_target() const {
 
 absl::StatusOr<ClusterEnv> ClusterEnvFromEnvironment() {
   ClusterEnv env;
-  ASSIGN_OR_RETURN(
-      const Count servers,
-      FirstAgreeing({"GRADSYNC_NUM_SERVERS", "DMLC_NUM_SERVER"}, "servers"));
+  ASSIGN_OR_RETURN(const Count servers,
+                   FirstAgreeing({"GRADSYNC_NUM_SERVERS", "DMLC_NUM_SERVER"},
+                                 "the number of servers"));
   ASSIGN_OR_RETURN(
       const Count workers,
       FirstAgreeing({"GRADSYNC_NUM_WORKERS", "WORLD_SIZE", "DMLC_NUM_WORKER"},
-                    "workers"));
+                    "the number of workers"));
   ASSIGN_OR_RETURN(std::optional<int> torchrun_rank, ReadInt("RANK"));
   ASSIGN_OR_RETURN(std::optional<Role> role, ExplicitRole());
   // torchrun (or gradsync launch) numbering the workers inside a Slurm
@@ -283,16 +282,24 @@ absl::StatusOr<ClusterEnv> ClusterEnvFromEnvironment() {
   if (local_size.has_value()) env.local_world_size = *local_size;
   if (env.local_world_size < 1) env.local_world_size = 1;
 
-  if (const char* addr = Env("MASTER_ADDR")) {
-    env.master_addr = addr;
-  } else if (const char* uri = Env("DMLC_PS_ROOT_URI")) {
-    env.master_addr = uri;
+  // torchrun's and ps-lite's names for the coordinator's address: either,
+  // or both when they agree.
+  const char* master = Env("MASTER_ADDR");
+  const char* root = Env("DMLC_PS_ROOT_URI");
+  if (master != nullptr && root != nullptr && std::string(master) != root) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MASTER_ADDR=", master, " but DMLC_PS_ROOT_URI=", root,
+        "; both name worker 0's host, where the coordinator runs: unset one"));
   }
-  ASSIGN_OR_RETURN(std::optional<int> port, ReadInt("MASTER_PORT"));
-  if (!port.has_value()) {
-    ASSIGN_OR_RETURN(port, ReadInt("DMLC_PS_ROOT_PORT"));
+  if (master != nullptr) {
+    env.master_addr = master;
+  } else if (root != nullptr) {
+    env.master_addr = root;
   }
-  if (port.has_value()) env.master_port = *port;
+  ASSIGN_OR_RETURN(const Count port,
+                   FirstAgreeing({"MASTER_PORT", "DMLC_PS_ROOT_PORT"},
+                                 "the coordinator's port"));
+  if (!port.variable.empty()) env.master_port = port.value;
   if (const char* job = Env("GRADSYNC_JOB_ID")) env.job_id = job;
   if (const char* host = Env("GRADSYNC_ADVERTISE_HOST")) {
     env.advertise_host = host;

@@ -248,6 +248,16 @@ TEST_F(ClusterEnvTest, DmlcVariables) {
   EXPECT_THAT(Error(ClusterEnvFromEnvironment()),
               HasSubstr("gradsync has no scheduler process"));
   setenv("DMLC_ROLE", "server", 1);
+  setenv("MASTER_ADDR", "10.213.0.2", 1);
+  EXPECT_THAT(
+      Error(ClusterEnvFromEnvironment()),
+      HasSubstr("MASTER_ADDR=10.213.0.2 but DMLC_PS_ROOT_URI=10.213.0.1"));
+  unsetenv("MASTER_ADDR");
+  setenv("MASTER_PORT", "9001", 1);
+  EXPECT_THAT(Error(ClusterEnvFromEnvironment()),
+              HasSubstr("9001 by MASTER_PORT but 9000 by DMLC_PS_ROOT_PORT"));
+  unsetenv("MASTER_PORT");
+  setenv("DMLC_ROLE", "server", 1);
   setenv("GRADSYNC_NUM_SERVERS", "3", 1);
   EXPECT_THAT(Error(ClusterEnvFromEnvironment()),
               HasSubstr("3 by GRADSYNC_NUM_SERVERS but 2 by DMLC_NUM_SERVER"));
