@@ -13,8 +13,9 @@
 //                 0, on the first node, where MASTER_ADDR points); else worker
 //   worker rank   RANK (torchrun), DMLC_WORKER_ID, the task index
 //   server rank   GRADSYNC_SERVER_RANK, else the task index less N
-//   coordinator   MASTER_ADDR/MASTER_PORT, DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT,
-//                 else 127.0.0.1:29500 (worker 0 hosts it)
+//   coordinator   MASTER_ADDR/MASTER_PORT, DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT
+//                 (both set: they must agree), else 127.0.0.1:29500 (worker
+//                 0 hosts it)
 //
 // RANK set means torchrun (or gradsync launch) numbered the workers, and the
 // task variables of an enclosing Slurm allocation are ignored. Two sources of
