@@ -1,66 +1,73 @@
 // The `gradsync server` command (see server_command.h).
 #include "ps/server_command.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/cluster_env.h"
 #include "core/cluster/coordinator.h"
+#include "core/cluster/local_address.h"
 #include "nlohmann/json.hpp"
 #include "ps/flags.h"
 #include "ps/server.h"
 #include "tools/cluster_flags.h"
 
+// The deadline of every wait on a peer, the workers' --timeout_s: defined
+// by the command line (tools/train_flags.cc) or a test main. A server waits
+// that long for the coordinator and for the job to assemble, not its idle
+// timeout: a job that never starts must not keep its servers for minutes.
+ABSL_DECLARE_FLAG(double, timeout_s);
+
 namespace gradsync {
 namespace {
 
-// The local address of the route to `host`: what the coordinator's and the
-// workers' side of a connection to us would see. No packet is sent (UDP
-// connect only picks the route).
-absl::StatusOr<std::string> LocalAddressToward(const std::string& host,
-                                               int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* result = nullptr;
-  const int error =
-      getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
-  if (error != 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot resolve MASTER_ADDR=", host, ": ", gai_strerror(error)));
+// How long a server still serving waits, once worker 0 has ended the job,
+// for the remaining workers' Shutdown calls (they may still be on their way)
+// before it stops with an error: the job is over and nobody else will call.
+constexpr absl::Duration kAfterJobEnd = absl::Seconds(3);
+
+// Turns the coordinator's "the job has ended" into the end of this server
+// when the workers did not all say goodbye: a job that failed before its
+// first step (a worker refused, a crash at start-up) ends its servers too.
+class JobEndWatch {
+ public:
+  void JobEnded() {
+    absl::MutexLock lock(&mu_);
+    ended_at_ = absl::Now();
   }
-  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> owner(result,
-                                                           &freeaddrinfo);
-  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
-  if (fd < 0) return absl::InternalError(std::strerror(errno));
-  sockaddr_in local{};
-  socklen_t length = sizeof(local);
-  const bool ok =
-      connect(fd, result->ai_addr, result->ai_addrlen) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0;
-  const int saved_errno = errno;
-  close(fd);
-  if (!ok) {
-    return absl::UnavailableError(absl::StrCat(
-        "no route to MASTER_ADDR=", host, ": ", std::strerror(saved_errno)));
+  // Waits until Done() (returns false) or until kAfterJobEnd after the job
+  // ended (returns true).
+  bool WaitForStrandedServer() {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return done_ || ended_at_ != absl::InfiniteFuture();
+    };
+    mu_.Await(absl::Condition(&ready));
+    if (done_) return false;
+    return !mu_.AwaitWithDeadline(absl::Condition(&done_),
+                                  ended_at_ + kAfterJobEnd);
   }
-  char text[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
-  return std::string(text);
-}
+  void Done() {
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::Time ended_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 absl::Status Serve(const ClusterEnv& env) {
   const absl::Duration idle =
@@ -88,23 +95,47 @@ absl::Status Serve(const ClusterEnv& env) {
                      LocalAddressToward(env.master_addr, env.master_port));
   }
   const std::string address = absl::StrCat(host, ":", server->port());
+  const absl::Duration start_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  JobEndWatch job_end;  // outlives the coordinator client, which calls it
   CoordinatorClientOptions client_options;
   ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());
+  client_options.num_workers = env.world_size;
+  client_options.num_servers = env.num_servers;
+  client_options.shape_source = env.shape;
+  client_options.on_job_ended = [&job_end] { job_end.JobEnded(); };
   ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
-                   CoordinatorClient::Connect(env.coordinator_target(),
-                                              env.job_id, Role::kServer,
-                                              env.rank, idle, client_options));
-  ASSIGN_OR_RETURN(std::vector<Member> members,
-                   coordinator->Join(address, idle));
+                   CoordinatorClient::Connect(
+                       env.coordinator_target(), env.job_id, Role::kServer,
+                       env.rank, start_timeout, client_options));
+  absl::StatusOr<std::vector<Member>> members =
+      coordinator->Join(address, start_timeout);
+  if (!members.ok()) {
+    coordinator->Leave(members.status());
+    return members.status();
+  }
   GS_LOG(INFO) << "serving at " << address << " for " << env.world_size
-               << " workers (" << members.size() << " members joined)";
+               << " workers (" << members->size() << " members joined)";
 
   // Once the job has lost a member the workers can never finish: stop now
   // with the loss as the error rather than after the coordinator's grace.
   const int listener = coordinator->AddLossListener(
       [&server](const absl::Status& loss) { server->Abort(loss); });
+  std::thread stranded([&] {
+    if (job_end.WaitForStrandedServer()) {
+      server->Abort(absl::FailedPreconditionError(absl::StrCat(
+          "worker 0 ended the job (its coordinator shut down) ",
+          absl::FormatDuration(kAfterJobEnd),
+          " ago, but not every worker told this server that the job was "
+          "over: the workers failed or stopped early (see their logs); "
+          "stopping")));
+    }
+  });
   absl::Status status = server->WaitForShutdown(idle);
+  job_end.Done();
+  stranded.join();
   coordinator->RemoveLossListener(listener);
+  if (!status.ok()) coordinator->Leave(status);
   server->Stop();
   // One JSON line on stdout for the launcher's logs and the plots.
   // A summary that does not parse is kept as a string rather than aborting
@@ -136,7 +167,10 @@ int RunServerCommand() {
   }
   if (env->role != Role::kServer) {
     GS_LOG(ERROR) << "gradsync server: the environment describes "
-                  << env->Describe() << "; set GRADSYNC_ROLE=server";
+                  << env->Describe() << " (" << env->shape
+                  << "); set GRADSYNC_ROLE=server, or start every task with "
+                     "`gradsync run`, which takes the role the environment "
+                     "gives";
     return 1;
   }
   SetLogTag(absl::StrCat("server ", env->rank));

@@ -64,6 +64,35 @@ TEST(CliTest, ImpossibleConfigurations) {
       "rank 5 is outside the world of 2");
 }
 
+// A job of several nodes needs node 0's address and port on every node.
+TEST(CliTest, MultiNodeLaunchNeedsItsPlacement) {
+  ExpectCleanFailure(RunGradsync({"launch", "--nnodes=2"}),
+                     "--nnodes=2 needs --master_addr and --master_port");
+  ExpectCleanFailure(
+      RunGradsync({"launch", "--nnodes=2", "--node_rank=2",
+                   "--master_addr=10.213.0.1", "--master_port=29500"}),
+      "--node_rank=2 is outside 0..1");
+  ExpectCleanFailure(
+      RunGradsync({"launch", "--nnodes=2", "--master_addr=10.213.0.1",
+                   "--master_port=29500", "--netem=1gbit"}),
+      "does not combine with --nnodes");
+  ExpectCleanFailure(RunGradsync({"launch", "--master_addr=10.213.0.1"}),
+                     "--master_addr is for a job of several nodes");
+}
+
+// `gradsync run` becomes what the environment says; a DMLC scheduler has no
+// counterpart in gradsync.
+TEST(CliTest, RunRefusesAScheduler) {
+  ExpectCleanFailure(RunGradsync({"run"}, {{"DMLC_ROLE", "scheduler"}}),
+                     "gradsync has no scheduler process");
+  ExpectCleanFailure(
+      RunGradsync({"train"}, {{"SLURM_PROCID", "2"},
+                              {"SLURM_NTASKS", "3"},
+                              {"GRADSYNC_NUM_SERVERS", "1"}}),
+      "start parameter servers with `gradsync server`, or every task with "
+      "`gradsync run`");
+}
+
 TEST(CliTest, MissingDataSetNamesThePathAndThePackage) {
   ProcessResult result =
       RunGradsync({"train", "--data_dir=/nonexistent/fmnist"});

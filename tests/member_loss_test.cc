@@ -6,6 +6,7 @@
 #include <atomic>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -235,6 +236,69 @@ TEST_F(MemberLossTest, ExplainFailureWithoutAWatchChangesNothing) {
   auto never_joined = Client(0);
   const absl::Status symptom = absl::InternalError("boom");
   EXPECT_EQ(never_joined->ExplainFailure(symptom, absl::Seconds(5)), symptom);
+}
+
+// A member that believes in another shape is refused at Join, and the
+// others' Join fails at once with the same message, naming both sides.
+TEST_F(MemberLossTest, JoinOfAnotherShapeFailsTheJobNamingBothSides) {
+  auto worker0 = Client(0);
+  auto worker1 = Client(1);
+  CoordinatorClientOptions options;
+  options.security.job_token = kToken;
+  options.exit_when_member_lost = false;
+  options.num_workers = 1;
+  options.num_servers = 0;
+  options.shape_source = "1 worker (no variable: one worker)";
+  auto stranger = CoordinatorClient::Connect(target_, kJob, Role::kWorker, 2,
+                                             absl::Seconds(10), options);
+  ASSERT_TRUE(stranger.ok()) << stranger.status();
+  absl::StatusOr<std::vector<Member>> joined0;
+  std::thread join0([&] { joined0 = worker0->Join("a:1", absl::Seconds(30)); });
+  auto refused = (*stranger)->Join("c:3", absl::Seconds(30));
+  join0.join();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("it sees a job of 1 workers and 0 servers (1 worker "
+                        "(no variable: one worker)), but worker 0, which "
+                        "hosts the coordinator, sees 3 workers and 0 "
+                        "servers"));
+  ASSERT_FALSE(joined0.ok());
+  EXPECT_THAT(std::string(joined0.status().message()),
+              HasSubstr("the job lost worker 2 (c:3"));
+  EXPECT_THAT(std::string(joined0.status().message()),
+              HasSubstr("refused at Join"));
+  // A worker that comes later hears it at once too.
+  auto late = worker1->Join("b:2", absl::Seconds(30));
+  ASSERT_FALSE(late.ok());
+  EXPECT_THAT(std::string(late.status().message()),
+              HasSubstr("refused at Join"));
+}
+
+// A member that leaves with an error ends the job for the others, who hear
+// its error as a loss; one that leaves normally does not.
+TEST_F(MemberLossTest, LeavingWithAnErrorIsALossNamingIt) {
+  auto worker0 = Client(0);
+  auto worker1 = Client(1);
+  auto worker2 = Client(2);
+  std::thread join0([&] { (void)worker0->Join("a:1", absl::Seconds(30)); });
+  std::thread join1([&] { (void)worker1->Join("b:2", absl::Seconds(30)); });
+  ASSERT_TRUE(worker2->Join("c:3", absl::Seconds(30)).ok());
+  join0.join();
+  join1.join();
+  absl::Notification heard;
+  std::string loss;
+  worker0->AddLossListener([&](const absl::Status& status) {
+    loss = std::string(status.message());
+    heard.Notify();
+  });
+  worker2->Leave(absl::NotFoundError("cannot read /data/train.gz"));
+  ASSERT_TRUE(heard.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_THAT(loss, HasSubstr("the job lost worker 2 (c:3"));
+  EXPECT_THAT(loss, HasSubstr("it failed: cannot read /data/train.gz"));
+  const absl::Status barrier =
+      worker1->Barrier("after", BarrierGroup::kWorkers, absl::Seconds(30));
+  EXPECT_THAT(std::string(barrier.message()),
+              HasSubstr("it failed: cannot read /data/train.gz"));
 }
 
 }  // namespace

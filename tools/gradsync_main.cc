@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/malloc_tuning.h"
+#include "core/cluster/cluster_env.h"
 #include "ps/server_command.h"
 #include "tools/cluster_flags.h"
 #include "tools/commands.h"
@@ -46,6 +47,12 @@ constexpr char kUsage[] =
     "OMPI_COMM_WORLD_*)\n"
     "  gradsync server <flags>             one parameter server "
     "(GRADSYNC_SERVER_RANK)\n"
+    "  gradsync run <training flags>       a worker or a server, as the "
+    "environment\n"
+    "                                      says (every task of mpirun/srun: "
+    "the\n"
+    "                                      last GRADSYNC_NUM_SERVERS tasks "
+    "serve)\n"
     "  gradsync doctor                     what this build and machine have\n\n"
     "`gradsync <command> --help` lists the command's flags.";
 
@@ -59,7 +66,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
-  if (command == "train") {
+  if (command == "train" || command == "run") {
     // No "core/": its libraries take values, read from flags in tools/.
     HelpFolders() = {"allreduce/", "ps/", "tools/train_flags",
                      "tools/cluster_flags"};
@@ -102,6 +109,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (command == "train") return gradsync::RunTrainCommand();
+  if (command == "run") {
+    // One command line for every task: the environment says which role
+    // (core/cluster/cluster_env.h).
+    absl::StatusOr<gradsync::ClusterEnv> env =
+        gradsync::ClusterEnvFromEnvironment();
+    if (!env.ok()) {
+      fprintf(stderr, "gradsync run: %s\n",
+              std::string(env.status().message()).c_str());
+      return 1;
+    }
+    return env->role == gradsync::Role::kServer ? gradsync::RunServerCommand()
+                                                : gradsync::RunTrainCommand();
+  }
   if (command == "server") return gradsync::RunServerCommand();
   return gradsync::RunDoctorCommand();
 }

@@ -26,6 +26,10 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev
   # benchmark-only comparison anchor
   libgloo-dev
+  # real cluster launchers for tests/mpirun_job_test and tests/slurm_job_test
+  # (tools/cluster/): Open MPI's mpirun; Slurm's slurmctld, slurmd, srun and
+  # sbatch (slurm-wlm), with munge, the authentication Debian's Slurm uses
+  openmpi-bin slurm-wlm munge
 )
 
 for argument in "$@"; do

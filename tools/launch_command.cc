@@ -2,6 +2,12 @@
 // worker processes (`gradsync train`) and K parameter servers (`gradsync
 // server`) with the environment each needs, per-process logs under the run
 // folder, rank-prefixed console lines, and the first failure stopping all.
+// With --nnodes=M it starts this node's share of a job of M nodes, one
+// launcher per node (torchrun's --nnodes --node_rank --master_addr
+// --master_port): node i runs workers i*n..i*n+n-1 and servers
+// i*k..i*k+k-1; node 0 runs worker 0, which hosts the coordinator, and
+// gathers the summary. A failure on another node reaches this one through
+// the coordinator (every process hears of a lost member).
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,21 +27,38 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/job_token.h"
+#include "core/cluster/local_address.h"
 #include "core/launch/launcher.h"
 #include "core/launch/netem.h"
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
 #include "tools/commands.h"
 
-ABSL_FLAG(int, workers, 1, "number of worker processes");
-ABSL_FLAG(int, servers, 0, "number of parameter-server processes (--sync=ps)");
+ABSL_FLAG(int, workers, 1, "number of worker processes (on this node)");
+ABSL_FLAG(int, servers, 0,
+          "number of parameter-server processes (--sync=ps; on this node)");
+ABSL_FLAG(int, nnodes, 1,
+          "nodes of the job, one `gradsync launch` on each, every one with "
+          "the same --workers and --servers");
+ABSL_FLAG(int, node_rank, 0,
+          "this node's index, 0..nnodes-1; node 0 runs "
+          "worker 0, which hosts the coordinator");
+ABSL_FLAG(std::string, master_addr, "",
+          "with --nnodes > 1: node 0's address as the other nodes reach it "
+          "(the coordinator listens there on --master_port)");
+ABSL_FLAG(std::string, advertise_host, "",
+          "with --nnodes > 1: this node's address as the other nodes reach "
+          "it; default: the local address of the route to --master_addr");
 ABSL_FLAG(std::string, run_dir, "",
           "folder for logs and metrics; default runs/<job id>");
 ABSL_FLAG(int, master_port, 0,
-          "coordinator port (worker 0 hosts it); 0 picks a free one");
+          "coordinator port (worker 0 hosts it); 0 picks a free one (one node "
+          "only)");
 ABSL_FLAG(double, job_deadline_s, 0,
           "stop the whole job after this many seconds; 0 = no limit");
-ABSL_FLAG(std::string, job_id, "", "job id; default a fresh random one");
+ABSL_FLAG(std::string, job_id, "",
+          "job id; default a fresh random one, or with --nnodes > 1 one made "
+          "of --master_addr and --master_port (the same on every node)");
 ABSL_FLAG(
     std::string, netem, "",
     "emulate a cluster network: RATE[,LATENCY] (like 1gbit,200us) for "
@@ -79,8 +102,59 @@ bool HasFlag(const std::vector<std::string>& flags, absl::string_view name) {
   return false;
 }
 
+// Where this launcher's processes sit in the job: one node of `nnodes`.
+struct NodePlacement {
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::string advertise_host = "127.0.0.1";
+};
+
+absl::StatusOr<NodePlacement> PlaceNode() {
+  NodePlacement node;
+  node.nnodes = absl::GetFlag(FLAGS_nnodes);
+  node.node_rank = absl::GetFlag(FLAGS_node_rank);
+  if (node.nnodes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nnodes=", node.nnodes, " must be at least 1"));
+  }
+  if (node.node_rank < 0 || node.node_rank >= node.nnodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--node_rank=", node.node_rank, " is outside 0..",
+                     node.nnodes - 1, " (--nnodes=", node.nnodes, ")"));
+  }
+  const std::string master = absl::GetFlag(FLAGS_master_addr);
+  if (node.nnodes == 1) {
+    if (!master.empty() && master != "127.0.0.1" && master != "localhost") {
+      return absl::InvalidArgumentError(
+          "--master_addr is for a job of several nodes (--nnodes > 1); one "
+          "node's job runs on 127.0.0.1");
+    }
+    return node;
+  }
+  if (master.empty() || absl::GetFlag(FLAGS_master_port) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nnodes=", node.nnodes,
+        " needs --master_addr and --master_port: node 0's address and the "
+        "coordinator's port, the same on every node"));
+  }
+  if (!absl::GetFlag(FLAGS_netem).empty()) {
+    return absl::InvalidArgumentError(
+        "--netem emulates a cluster on one machine; it does not combine with "
+        "--nnodes (run each launcher in a namespace of your own instead)");
+  }
+  node.master_addr = master;
+  node.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  if (node.advertise_host.empty()) {
+    ASSIGN_OR_RETURN(
+        node.advertise_host,
+        LocalAddressToward(master, absl::GetFlag(FLAGS_master_port)));
+  }
+  return node;
+}
+
 // --workers and --servers, checked against a launcher's WORLD_SIZE around us.
-absl::Status CheckJobShape(int workers, int servers) {
+absl::Status CheckJobShape(int workers, int servers, int nnodes) {
   if (workers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--workers=", workers, " must be at least 1"));
@@ -93,9 +167,12 @@ absl::Status CheckJobShape(int workers, int servers) {
   // world.
   if (const char* world = std::getenv("WORLD_SIZE")) {
     int env_world = 0;
-    if (absl::SimpleAtoi(world, &env_world) && env_world != workers) {
+    if (absl::SimpleAtoi(world, &env_world) && env_world != workers * nnodes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--workers=", workers, " but the environment says WORLD_SIZE=", world,
+          "--workers=", workers,
+          nnodes > 1 ? absl::StrCat(" on each of ", nnodes, " nodes")
+                     : std::string(),
+          " but the environment says WORLD_SIZE=", world,
           "; unset WORLD_SIZE (and RANK) or make them agree"));
     }
   }
@@ -122,19 +199,26 @@ struct JobPlan {
   std::string run_dir;
   int port = 0;  // the coordinator's
   std::string job_token;
-  int workers = 0;
-  int servers = 0;
+  int workers = 0;  // on this node
+  int servers = 0;  // on this node
+  NodePlacement node;
 };
 
-absl::StatusOr<JobPlan> PlanJob(int workers, int servers) {
+absl::StatusOr<JobPlan> PlanJob(int workers, int servers, NodePlacement node) {
   JobPlan plan;
   plan.workers = workers;
   plan.servers = servers;
+  plan.node = std::move(node);
   plan.self = SelfExecutable();
   if (plan.self.empty())
     return absl::InternalError(
         "cannot find our own executable (/proc/self/exe)");
   plan.job_id = absl::GetFlag(FLAGS_job_id);
+  if (plan.job_id.empty() && plan.node.nnodes > 1) {
+    // Every node must name the same job without talking first.
+    plan.job_id = absl::StrCat("job-", plan.node.master_addr, "-",
+                               absl::GetFlag(FLAGS_master_port));
+  }
   if (plan.job_id.empty()) plan.job_id = NewJobId();
   plan.run_dir = absl::GetFlag(FLAGS_run_dir);
   if (plan.run_dir.empty()) plan.run_dir = absl::StrCat("runs/", plan.job_id);
@@ -150,10 +234,14 @@ absl::StatusOr<JobPlan> PlanJob(int workers, int servers) {
     ASSIGN_OR_RETURN(plan.port, PickFreePort());
   }
   // Only this job's processes get in (core/cluster/job_token.h): a token from
-  // our environment is passed on, otherwise the job gets a fresh one.
-  if (const char* given = std::getenv(kJobTokenEnv);
-      given != nullptr && *given != '\0') {
+  // --job_token_file or our environment is passed on, otherwise a job of one
+  // node gets a fresh one. The nodes of a larger job must share one.
+  if (const std::string& given = JobTokenOfThisProcess(); !given.empty()) {
     plan.job_token = given;
+  } else if (plan.node.nnodes > 1) {
+    GS_LOG(WARNING) << "no job token (--job_token_file or " << kJobTokenEnv
+                    << "): any process that reaches the coordinator may join "
+                       "this job; give every node the same token";
   } else {
     ASSIGN_OR_RETURN(plan.job_token, NewJobToken());
   }
@@ -163,26 +251,33 @@ absl::StatusOr<JobPlan> PlanJob(int workers, int servers) {
 // One process per worker, then one per server, on this machine.
 std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
                                       const std::vector<std::string>& flags) {
-  const std::vector<std::pair<std::string, std::string>> common = {
-      {"WORLD_SIZE", absl::StrCat(plan.workers)},
+  const int nnodes = plan.node.nnodes;
+  std::vector<std::pair<std::string, std::string>> common = {
+      {"WORLD_SIZE", absl::StrCat(plan.workers * nnodes)},
       {"LOCAL_WORLD_SIZE", absl::StrCat(plan.workers + plan.servers)},
-      {"MASTER_ADDR", "127.0.0.1"},
+      {"MASTER_ADDR", plan.node.master_addr},
       {"MASTER_PORT", absl::StrCat(plan.port)},
       {"GRADSYNC_JOB_ID", plan.job_id},
       {kJobTokenEnv, plan.job_token},
-      {"GRADSYNC_NUM_SERVERS", absl::StrCat(plan.servers)},
+      {"GRADSYNC_NUM_SERVERS", absl::StrCat(plan.servers * nnodes)},
       {"GRADSYNC_LAUNCHER", "1"},
       {"GRADSYNC_GIT_COMMIT", GitCommit()},
   };
+  if (nnodes > 1) {
+    common.push_back({"GRADSYNC_ADVERTISE_HOST", plan.node.advertise_host});
+  }
   std::vector<ProcessSpec> specs;
-  for (int r = 0; r < plan.workers; ++r) {
+  const int first_worker = plan.node.node_rank * plan.workers;
+  const int first_server = plan.node.node_rank * plan.servers;
+  for (int local = 0; local < plan.workers; ++local) {
+    const int r = first_worker + local;
     ProcessSpec spec;
     spec.name = absl::StrCat("worker ", r);
     spec.argv = {plan.self, "train"};
     spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
     spec.env = common;
     spec.env.push_back({"RANK", absl::StrCat(r)});
-    spec.env.push_back({"LOCAL_RANK", absl::StrCat(r)});
+    spec.env.push_back({"LOCAL_RANK", absl::StrCat(local)});
     spec.env.push_back({"GRADSYNC_ROLE", "worker"});
     // No NCCL_HOSTID: it would make every rank its own "host" and turn
     // NCCL's NVLink, P2P and shared-memory transports off. --sync=nccl takes
@@ -190,15 +285,15 @@ std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
     spec.log_path = absl::StrCat(plan.run_dir, "/logs/worker", r, ".log");
     specs.push_back(std::move(spec));
   }
-  for (int k = 0; k < plan.servers; ++k) {
+  for (int local = 0; local < plan.servers; ++local) {
+    const int k = first_server + local;
     ProcessSpec spec;
     spec.name = absl::StrCat("server ", k);
     spec.argv = {plan.self, "server"};
     spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
     spec.env = common;
-    spec.env.push_back(
-        {"RANK", "0"});  // torchrun's variables describe the workers
-    spec.env.push_back({"LOCAL_RANK", absl::StrCat(plan.workers + k)});
+    // No RANK: torchrun's variables describe the workers.
+    spec.env.push_back({"LOCAL_RANK", absl::StrCat(plan.workers + local)});
     spec.env.push_back({"GRADSYNC_ROLE", "server"});
     spec.env.push_back({"GRADSYNC_SERVER_RANK", absl::StrCat(k)});
     spec.log_path = absl::StrCat(plan.run_dir, "/logs/server", k, ".log");
@@ -264,15 +359,17 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   SetLogTag("launch");
   const int workers = absl::GetFlag(FLAGS_workers);
   const int servers = absl::GetFlag(FLAGS_servers);
-  RETURN_IF_ERROR(CheckJobShape(workers, servers));
+  ASSIGN_OR_RETURN(NodePlacement node, PlaceNode());
+  RETURN_IF_ERROR(CheckJobShape(workers, servers, node.nnodes));
   CheckTrainingFlags(training_flags);
-  ASSIGN_OR_RETURN(const JobPlan plan, PlanJob(workers, servers));
+  ASSIGN_OR_RETURN(const JobPlan plan,
+                   PlanJob(workers, servers, std::move(node)));
 
   std::vector<std::string> flags = training_flags;
   if (!HasFlag(flags, "metrics_dir"))
     flags.push_back(absl::StrCat("--metrics_dir=", plan.run_dir));
   std::vector<ProcessSpec> specs = ProcessSpecs(plan, flags);
-  std::string master_addr = "127.0.0.1";
+  std::string master_addr = plan.node.master_addr;
   std::unique_ptr<EmulatedNetwork> network;
   if (const std::string netem = absl::GetFlag(FLAGS_netem); !netem.empty()) {
     ASSIGN_OR_RETURN(network, PlaceInEmulatedNetwork(netem, plan, specs));
@@ -282,9 +379,21 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
       return 130;
     }
   }
-  GS_LOG(INFO) << "job " << plan.job_id << ": " << workers << " worker(s), "
-               << servers << " server(s), coordinator on " << master_addr << ":"
-               << plan.port << ", logs in " << plan.run_dir << "/logs";
+  if (plan.node.nnodes > 1) {
+    GS_LOG(INFO) << "job " << plan.job_id << ": node " << plan.node.node_rank
+                 << " of " << plan.node.nnodes << " ("
+                 << plan.node.advertise_host << "), workers "
+                 << plan.node.node_rank * workers << ".."
+                 << (plan.node.node_rank + 1) * workers - 1 << " of "
+                 << workers * plan.node.nnodes << ", " << servers << " of "
+                 << servers * plan.node.nnodes << " server(s), coordinator on "
+                 << master_addr << ":" << plan.port << ", logs in "
+                 << plan.run_dir << "/logs";
+  } else {
+    GS_LOG(INFO) << "job " << plan.job_id << ": " << workers << " worker(s), "
+                 << servers << " server(s), coordinator on " << master_addr
+                 << ":" << plan.port << ", logs in " << plan.run_dir << "/logs";
+  }
   LaunchOptions options;
   const double deadline = absl::GetFlag(FLAGS_job_deadline_s);
   if (deadline > 0) options.deadline = absl::Seconds(deadline);

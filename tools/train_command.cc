@@ -33,59 +33,35 @@ std::string CoordinatorBindAddress(const ClusterEnv& env) {
   return absl::StrCat(local ? "127.0.0.1" : "0.0.0.0", ":", env.master_port);
 }
 
-absl::Status Train() {
-  ASSIGN_OR_RETURN(ClusterEnv env, ClusterEnvFromEnvironment());
-  if (env.role != Role::kWorker) {
-    return absl::InvalidArgumentError(
-        "GRADSYNC_ROLE=server is set: start parameter servers with `gradsync "
-        "server`");
-  }
-  SetLogTag(absl::StrCat("worker ", env.rank));
-  // The launcher ran us inside its emulated network; recording the link in
-  // --netem makes the run's manifest (every flag) say so.
-  if (const char* netem = std::getenv("GRADSYNC_NETEM"))
-    absl::SetFlag(&FLAGS_netem, netem);
-  ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptionsFromFlags());
-  ASSIGN_OR_RETURN(
-      DeviceOptions device_options,
-      DeviceOptionsFromFlags(env.local_rank, env.local_world_size));
-  ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
-                   CreateDevice(device_options));
-  ASSIGN_OR_RETURN(DatasetPair data, LoadDatasetFromFlags());
-  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModelFromFlags(data));
+// The job's shape as this process sees it travels with every Join, so that
+// worker 0's coordinator refuses a member that believes in another job.
+CoordinatorClientOptions ClientOptions(const ClusterEnv& env,
+                                       const CoordinatorSecurity& security) {
+  CoordinatorClientOptions options;
+  options.security = security;
+  options.num_workers = env.world_size;
+  options.num_servers = env.num_servers;
+  options.shape_source = env.shape;
+  return options;
+}
 
-  std::unique_ptr<CoordinatorServer> coordinator_server;
-  std::unique_ptr<CoordinatorClient> coordinator;
-  SyncContext context;
-  context.identity = env;
-  context.timeout = options.timeout;
-  context.optimizer = options.optimizer;
-  ASSIGN_OR_RETURN(context.optimizer.lr,
-                   ScaleLearningRate(options.optimizer.lr, options.lr_scaling,
-                                     env.world_size));
-  if (env.world_size > 1 || env.num_servers > 0) {
-    CoordinatorClientOptions client_options;
-    ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());
-    if (env.rank == 0) {
-      ASSIGN_OR_RETURN(
-          coordinator_server,
-          CoordinatorServer::Start(ApplyBindFlag(CoordinatorBindAddress(env)),
-                                   env.job_id, env.world_size, env.num_servers,
-                                   client_options.security));
-    }
-    ASSIGN_OR_RETURN(coordinator,
-                     CoordinatorClient::Connect(
-                         env.coordinator_target(), env.job_id, Role::kWorker,
-                         env.rank, options.timeout, client_options));
+// Everything after the coordinator is reached: an error here is reported to
+// the job (CoordinatorClient::Leave), so that the others stop at once
+// rather than wait out their deadlines on a worker that is gone.
+absl::Status TrainInJob(const ClusterEnv& env, const TrainerOptions& options,
+                        Device& device, CoordinatorClient* coordinator,
+                        SyncContext& context) {
+  if (coordinator != nullptr) {
     ASSIGN_OR_RETURN(context.members,
                      coordinator->Join(env.advertise_host, options.timeout));
-    context.rendezvous = coordinator.get();
   }
+  // After Join: a worker that fails while loading ends the job at once.
+  ASSIGN_OR_RETURN(DatasetPair data, LoadDatasetFromFlags());
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModelFromFlags(data));
   ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
                    GradientSyncRegistry::Create(options.sync, context));
-  ASSIGN_OR_RETURN(TrainResult result,
-                   RunTraining(options, env, *model, data, *device, *sync,
-                               coordinator.get()));
+  ASSIGN_OR_RETURN(TrainResult result, RunTraining(options, env, *model, data,
+                                                   device, *sync, coordinator));
   if (env.rank == 0) {
     std::string line = absl::StrFormat("done: %d steps, final loss %.4f",
                                        result.steps, result.final_loss);
@@ -99,6 +75,57 @@ absl::Status Train() {
     fflush(stdout);
   }
   return absl::OkStatus();
+}
+
+absl::Status Train() {
+  ASSIGN_OR_RETURN(ClusterEnv env, ClusterEnvFromEnvironment());
+  if (env.role != Role::kWorker) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this process is ", env.Describe(), " (", env.shape,
+        "): start parameter servers with `gradsync server`, or every task "
+        "with `gradsync run`, which takes the role the environment gives"));
+  }
+  SetLogTag(absl::StrCat("worker ", env.rank));
+  // The launcher ran us inside its emulated network; recording the link in
+  // --netem makes the run's manifest (every flag) say so.
+  if (const char* netem = std::getenv("GRADSYNC_NETEM"))
+    absl::SetFlag(&FLAGS_netem, netem);
+  ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptionsFromFlags());
+  ASSIGN_OR_RETURN(
+      DeviceOptions device_options,
+      DeviceOptionsFromFlags(env.local_rank, env.local_world_size));
+  ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
+                   CreateDevice(device_options));
+
+  std::unique_ptr<CoordinatorServer> coordinator_server;
+  std::unique_ptr<CoordinatorClient> coordinator;
+  SyncContext context;
+  context.identity = env;
+  context.timeout = options.timeout;
+  context.optimizer = options.optimizer;
+  ASSIGN_OR_RETURN(context.optimizer.lr,
+                   ScaleLearningRate(options.optimizer.lr, options.lr_scaling,
+                                     env.world_size));
+  if (env.world_size > 1 || env.num_servers > 0) {
+    ASSIGN_OR_RETURN(CoordinatorSecurity security,
+                     CoordinatorSecurityFromFlags());
+    if (env.rank == 0) {
+      ASSIGN_OR_RETURN(
+          coordinator_server,
+          CoordinatorServer::Start(ApplyBindFlag(CoordinatorBindAddress(env)),
+                                   env.job_id, env.world_size, env.num_servers,
+                                   security, env.shape));
+    }
+    ASSIGN_OR_RETURN(coordinator, CoordinatorClient::Connect(
+                                      env.coordinator_target(), env.job_id,
+                                      Role::kWorker, env.rank, options.timeout,
+                                      ClientOptions(env, security)));
+    context.rendezvous = coordinator.get();
+  }
+  const absl::Status status =
+      TrainInJob(env, options, *device, coordinator.get(), context);
+  if (!status.ok() && coordinator != nullptr) coordinator->Leave(status);
+  return status;
 }
 
 }  // namespace

@@ -41,6 +41,10 @@ constexpr absl::Duration kShutdownProbe =
     absl::Milliseconds(kKeepaliveTimeoutMs);
 // Leave is best effort on the way out; a dead coordinator must not delay us.
 constexpr absl::Duration kLeaveTimeout = absl::Seconds(2);
+// How long worker 0 keeps the coordinator of a failed job up for members
+// that have not connected yet (started a moment late by mpirun or srun), so
+// that they learn why the job failed rather than wait out --timeout_s.
+constexpr absl::Duration kLateMembers = absl::Seconds(5);
 
 proto::Role ToProto(Role role) {
   return role == Role::kServer ? proto::ROLE_SERVER : proto::ROLE_WORKER;
@@ -73,7 +77,8 @@ std::string Hostname() {
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const std::string& bind_address, const std::string& job_id, int num_workers,
-    int num_servers, const CoordinatorSecurity& security) {
+    int num_servers, const CoordinatorSecurity& security,
+    const std::string& shape_source) {
   if (num_workers < 1 || num_servers < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "coordinator needs at least one worker and no negative server count; "
@@ -97,6 +102,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     options.job_id = job_id;
     options.num_workers = num_workers;
     options.num_servers = num_servers;
+    options.shape_source = shape_source;
     options.job_token = security.job_token;
     return options;
   }());
@@ -143,6 +149,7 @@ void CoordinatorServer::Shutdown() {
     // Members still running get a moment to finish and leave: if one of
     // them was lost instead, the others must hear of it as a loss, not as
     // the end of the job (see CoordinatorService::BeginShutdown).
+    service_->AwaitLateMembers(kLateMembers);
     service_->BeginShutdown();
     service_->AwaitProbeAnswers(kShutdownProbe);
     service_->EndJob();
@@ -296,8 +303,13 @@ void CoordinatorClient::WatchLoop() {
       absl::MutexLock lock(&mu_);
       watch_registered_ = true;
     } else if (event.job_ended()) {
-      absl::MutexLock lock(&mu_);
-      job_ended_ = true;
+      bool still_in = false;
+      {
+        absl::MutexLock lock(&mu_);
+        job_ended_ = true;
+        still_in = !leaving_;
+      }
+      if (still_in && options_.on_job_ended) options_.on_job_ended();
     } else if (event.probe() > 0) {
       Answer(event.probe());
     } else if (event.has_lost()) {
@@ -364,7 +376,7 @@ void CoordinatorClient::OnLoss(const absl::Status& loss) {
   _exit(1);
 }
 
-void CoordinatorClient::Leave() {
+void CoordinatorClient::Leave(const absl::Status& outcome) {
   {
     absl::MutexLock lock(&mu_);
     // Only a member that watches can be counted lost, so only it leaves.
@@ -374,6 +386,10 @@ void CoordinatorClient::Leave() {
   }
   proto::LeaveRequest request;
   FillSender(request);
+  if (!outcome.ok()) {
+    // Bounded: the coordinator refuses longer reasons.
+    request.set_error(std::string(outcome.message().substr(0, 8000)));
+  }
   proto::LeaveResponse response;
   grpc::ClientContext context;
   Prepare(context);
@@ -434,8 +450,10 @@ absl::Status CoordinatorClient::ExplainFailure(const absl::Status& symptom,
   if (symptom.ok()) return symptom;
   absl::MutexLock lock(&mu_);
   if (!watch_registered_) return symptom;
+  // A watch that is over without the job having ended or this member
+  // leaving is a loss about to be reported (WatchLoop): wait for it.
   auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !lost_.ok() || watch_over_ || leaving_;
+    return !lost_.ok() || leaving_ || (watch_over_ && job_ended_);
   };
   mu_.AwaitWithTimeout(absl::Condition(&settled), wait);
   // A symptom a loss listener made already names the cause.
@@ -455,12 +473,20 @@ absl::StatusOr<std::vector<Member>> CoordinatorClient::Join(
   request.set_address(address);
   request.set_host(Hostname());
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  if (options_.num_workers >= 1) {
+    request.set_states_shape(true);
+    request.set_num_workers(options_.num_workers);
+    request.set_num_servers(options_.num_servers);
+    request.set_shape_source(options_.shape_source);
+  }
   proto::JoinResponse response;
   grpc::ClientContext context;
   PrepareWaitingCall(context, timeout);
-  RETURN_IF_ERROR(
+  const absl::Status joined =
       WaitedCallStatus(stub_->stub_->Join(&context, request, &response),
-                       absl::StrCat(self(), " joining job at ", target_)));
+                       absl::StrCat(self(), " joining job at ", target_));
+  // A closed connection is the symptom; the watch says what happened.
+  if (!joined.ok()) return ExplainFailure(joined, absl::Seconds(2));
   std::vector<Member> members;
   for (const auto& info : response.members()) {
     members.push_back(Member{FromProto(info.role()), info.rank(),

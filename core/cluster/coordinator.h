@@ -68,10 +68,14 @@ class CoordinatorServer {
  public:
   // Listens on `bind_address` ("0.0.0.0:29500"; port 0 picks a free one),
   // requiring `security`'s token and serving its TLS.
+  // `shape_source` says where worker 0 read num_workers and num_servers
+  // (ClusterEnv::shape), for the error that refuses a member that believes
+  // in another shape.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const std::string& bind_address, const std::string& job_id,
       int num_workers, int num_servers,
-      const CoordinatorSecurity& security = CoordinatorSecurity());
+      const CoordinatorSecurity& security = CoordinatorSecurity(),
+      const std::string& shape_source = "");
   ~CoordinatorServer();
 
   int port() const { return port_; }
@@ -94,6 +98,16 @@ struct CoordinatorClientOptions {
   // Tests that watch losses from inside one process turn this off.
   bool exit_when_member_lost = true;
   absl::Duration grace = absl::Seconds(3);
+  // The job's shape as this process sees it, sent with Join and compared
+  // there with worker 0's: a member that believes in another shape is
+  // refused and the job fails, naming both. num_workers < 1: not stated.
+  int num_workers = 0;
+  int num_servers = 0;
+  std::string shape_source;  // ClusterEnv::shape
+  // Called once, from the thread that watches the job, when the coordinator
+  // says the job has ended (worker 0 has finished) while this member is
+  // still in it: a parameter server then knows no worker will come back.
+  std::function<void()> on_job_ended;
 };
 
 // The Rendezvous of a real job (core/cluster/rendezvous.h), over gRPC.
@@ -125,9 +139,12 @@ class CoordinatorClient final : public Rendezvous {
   absl::StatusOr<std::string> Get(const std::string& key,
                                   absl::Duration timeout) override;
 
-  // Says that this member ends normally, so its going is no loss. Idempotent;
-  // a coordinator already gone is not an error.
-  void Leave();
+  // Says that this member ends, so its going is no loss. With an error,
+  // the member ends because of it and the job cannot go on: every other
+  // member hears of it as of a loss ("the job lost worker 1 (...): it
+  // failed: <error>"), unless a loss is already known. Idempotent; a
+  // coordinator already gone is not an error.
+  void Leave(const absl::Status& outcome = absl::OkStatus());
 
   // OK while the job is whole; otherwise Unavailable naming the first
   // member lost ("the job lost worker 2 (127.0.0.1:40011 on host a): ...").

@@ -29,10 +29,9 @@ std::string Name(Role role, int rank) {
 
 // Text from a request, made safe to put in an error or a log line: escaped,
 // and cut short when a hostile peer sends megabytes.
-std::string Shown(absl::string_view text) {
-  constexpr size_t kShown = 64;
-  if (text.size() <= kShown) return absl::CHexEscape(text);
-  return absl::StrCat(absl::CHexEscape(text.substr(0, kShown)), "...(",
+std::string Shown(absl::string_view text, size_t shown = 64) {
+  if (text.size() <= shown) return absl::CHexEscape(text);
+  return absl::StrCat(absl::CHexEscape(text.substr(0, shown)), "...(",
                       text.size(), " bytes)");
 }
 
@@ -58,7 +57,7 @@ std::string CoordinatorService::Loss::Describe() const {
 CoordinatorService::CoordinatorService(CoordinatorServiceOptions options)
     : options_(std::move(options)) {}
 
-grpc::Status CoordinatorService::CheckCall(
+grpc::Status CoordinatorService::CheckCaller(
     const grpc::ServerContextBase& context, const proto::Sender& sender) const {
   RETURN_GRPC_IF_ERROR(CheckJobToken(context, options_.job_token,
                                      "coordinator of job " + options_.job_id));
@@ -69,6 +68,19 @@ grpc::Status CoordinatorService::CheckCall(
                      "' refused: this coordinator serves job '",
                      options_.job_id, "'"));
   }
+  return grpc::Status::OK;
+}
+
+std::string CoordinatorService::ShapeLocked() const {
+  return options_.shape_source.empty()
+             ? absl::StrCat(options_.num_workers, " workers and ",
+                            options_.num_servers, " servers")
+             : options_.shape_source;
+}
+
+grpc::Status CoordinatorService::CheckCall(
+    const grpc::ServerContextBase& context, const proto::Sender& sender) const {
+  RETURN_GRPC_IF_ERROR(CheckCaller(context, sender));
   int limit = 0;
   switch (sender.role()) {
     case proto::ROLE_WORKER:
@@ -91,9 +103,34 @@ grpc::Status CoordinatorService::CheckCall(
                                                               : Role::kWorker,
                           sender.rank()),
                      ": the job has ", options_.num_workers, " workers and ",
-                     options_.num_servers, " servers"));
+                     options_.num_servers,
+                     " servers (as worker 0, which hosts "
+                     "the coordinator, sees it: ",
+                     ShapeLocked(), ")"));
   }
   return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::CheckMember(
+    const grpc::ServerContextBase& context, const proto::Sender& sender,
+    const std::string& peer) {
+  RETURN_GRPC_IF_ERROR(CheckCaller(context, sender));
+  grpc::Status status = CheckCall(context, sender);
+  if (status.ok() || (sender.role() != proto::ROLE_WORKER &&
+                      sender.role() != proto::ROLE_SERVER)) {
+    return status;
+  }
+  // One of this job's processes with a rank the job does not have: it was
+  // given another idea of the job's shape, and the job cannot start.
+  const std::string reason = absl::StrCat(
+      "it was refused: ", status.error_message(),
+      "; every process must be given the same number of workers and servers");
+  absl::MutexLock lock(&mu_);
+  RecordLossLocked(
+      {sender.role() == proto::ROLE_SERVER ? Role::kServer : Role::kWorker,
+       sender.rank()},
+      peer, "", reason);
+  return grpc::Status(status.error_code(), reason);
 }
 
 namespace {
@@ -107,7 +144,8 @@ Role RoleOf(const proto::Sender& sender) {
 grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
                                       const proto::JoinRequest* request,
                                       proto::JoinResponse* response) {
-  RETURN_GRPC_IF_ERROR(CheckCall(*context, request->sender()));
+  RETURN_GRPC_IF_ERROR(
+      CheckMember(*context, request->sender(), request->address()));
   if (request->address().size() > kMaxAddressBytes) {
     return TooLong("the joining member's address", request->address().size(),
                    kMaxAddressBytes);
@@ -120,6 +158,21 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
   const int rank = request->sender().rank();
   absl::MutexLock lock(&mu_);
   const MemberKey key(role, rank);
+  if (request->states_shape() &&
+      (request->num_workers() != options_.num_workers ||
+       request->num_servers() != options_.num_servers)) {
+    // Both sides named, so whoever reads it sees which variables to fix.
+    const std::string reason = absl::StrCat(
+        "it was refused at Join: it sees a job of ", request->num_workers(),
+        " workers and ", request->num_servers(), " servers (",
+        Shown(request->shape_source(), 512),
+        "), but worker 0, which hosts the coordinator, sees ",
+        options_.num_workers, " workers and ", options_.num_servers,
+        " servers (", ShapeLocked(),
+        "); give every process the same number of workers and servers");
+    RecordLossLocked(key, request->address(), request->host(), reason);
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, reason);
+  }
   auto it = members_.find(key);
   if (it != members_.end()) {
     return grpc::Status(
@@ -355,12 +408,12 @@ class CoordinatorService::Watcher final
 
 grpc::ServerWriteReactor<proto::WatchEvent>* CoordinatorService::Watch(
     grpc::CallbackServerContext* context, const proto::WatchRequest* request) {
-  const grpc::Status checked = CheckCall(*context, request->sender());
+  const std::string peer = context->peer();
+  const grpc::Status checked = CheckMember(*context, request->sender(), peer);
   if (!checked.ok()) {
     return new job_token_internal::RefusedWrite<proto::WatchEvent>(checked);
   }
   const MemberKey key(RoleOf(request->sender()), request->sender().rank());
-  const std::string peer = context->peer();
   absl::MutexLock lock(&mu_);
   if (shutting_down_) {
     return new job_token_internal::RefusedWrite<proto::WatchEvent>(grpc::Status(
@@ -378,6 +431,7 @@ grpc::ServerWriteReactor<proto::WatchEvent>* CoordinatorService::Watch(
   // A process that claims the rank of one that has left: its Join says
   // whether that is allowed; until then it is a member like any other.
   left_.erase(key);
+  watched_ever_.insert(key);
   auto* watcher = new Watcher(this, key, peer);
   watching_[key] = watcher;
   watcher->PumpLocked();  // "watching": the member may now join
@@ -406,8 +460,18 @@ grpc::Status CoordinatorService::Leave(grpc::ServerContext* context,
                                        const proto::LeaveRequest* request,
                                        proto::LeaveResponse*) {
   RETURN_GRPC_IF_ERROR(CheckCall(*context, request->sender()));
+  if (request->error().size() > kMaxAddressBytes * 16) {
+    return TooLong("the leaving member's error", request->error().size(),
+                   kMaxAddressBytes * 16);
+  }
   absl::MutexLock lock(&mu_);
-  left_.insert({RoleOf(request->sender()), request->sender().rank()});
+  const MemberKey key(RoleOf(request->sender()), request->sender().rank());
+  left_.insert(key);
+  // A member that ends with an error ends the job; when a loss is already
+  // known, the error follows from it and the first loss stays the cause.
+  if (!request->error().empty() && losses_.empty()) {
+    RecordLossLocked(key, absl::StrCat("it failed: ", request->error()));
+  }
   PumpWatchersLocked();
   return grpc::Status::OK;
 }
@@ -419,6 +483,15 @@ void CoordinatorService::BeginShutdown() {
   ++probe_round_;
   answered_.clear();
   PumpWatchersLocked();
+}
+
+void CoordinatorService::AwaitLateMembers(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  const size_t expected = options_.num_workers + options_.num_servers;
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return losses_.empty() || watched_ever_.size() >= expected;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&settled), timeout);
 }
 
 void CoordinatorService::AwaitProbeAnswers(absl::Duration timeout) {
@@ -478,14 +551,20 @@ std::string CoordinatorService::BrokenWatch(const std::string& peer) {
 
 void CoordinatorService::RecordLossLocked(const MemberKey& member,
                                           const std::string& reason) {
+  auto it = members_.find(member);
+  RecordLossLocked(member, it != members_.end() ? it->second.address : "",
+                   it != members_.end() ? it->second.host : "", reason);
+}
+
+void CoordinatorService::RecordLossLocked(const MemberKey& member,
+                                          const std::string& address,
+                                          const std::string& host,
+                                          const std::string& reason) {
   if (!lost_.insert(member).second) return;
   Loss loss;
   loss.member = member;
-  auto it = members_.find(member);
-  if (it != members_.end()) {
-    loss.address = it->second.address;
-    loss.host = it->second.host;
-  }
+  loss.address = Shown(address);
+  loss.host = Shown(host);
   loss.reason = reason;
   GS_LOG(ERROR) << "coordinator of job " << options_.job_id << ": lost "
                 << loss.Describe();

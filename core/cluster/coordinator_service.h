@@ -33,6 +33,9 @@ struct CoordinatorServiceOptions {
   std::string job_id;
   int num_workers = 1;
   int num_servers = 0;
+  // Where the coordinator's host read N and K ("8 workers (WORLD_SIZE), ..."),
+  // for the error that refuses a member believing in another shape.
+  std::string shape_source;
   // Required from every caller when not empty (core/cluster/job_token.h).
   std::string job_token;
   // Bounds on the key-value store (tests lower them).
@@ -92,6 +95,12 @@ class CoordinatorService final
   // watchers that did not answer are lost. EndJob: the watchers still there
   // are told the job has ended, and their streams close.
   void BeginShutdown();
+  // Before shutting down a job that failed: waits up to `timeout` for the
+  // members that have never watched the job (started late, still
+  // connecting) to do so, so that they too hear why the job failed instead
+  // of waiting out their connection deadline. Returns at once when the job
+  // has not failed or everyone has watched.
+  void AwaitLateMembers(absl::Duration timeout);
   void AwaitProbeAnswers(absl::Duration timeout);
   void EndJob();
 
@@ -111,8 +120,19 @@ class CoordinatorService final
   };
 
   class Watcher;
+  // The caller is of this job: its token and job id.
+  grpc::Status CheckCaller(const grpc::ServerContextBase& context,
+                           const proto::Sender& sender) const;
+  // CheckCaller, then the sender's role and rank within the job's shape.
   grpc::Status CheckCall(const grpc::ServerContextBase& context,
                          const proto::Sender& sender) const;
+  // For Watch and Join: a caller of this job whose role or rank is outside
+  // the job's shape believes in another job. The job cannot start, so the
+  // refusal fails it for everyone (recorded as that member's loss).
+  grpc::Status CheckMember(const grpc::ServerContextBase& context,
+                           const proto::Sender& sender,
+                           const std::string& peer);
+  std::string ShapeLocked() const;
   template <typename Done, typename Describe>
   grpc::Status WaitLocked(grpc::ServerContext* context, int64_t timeout_ms,
                           Done done, Describe describe)
@@ -122,6 +142,10 @@ class CoordinatorService final
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string MissingMembersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordLossLocked(const MemberKey& member, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // As RecordLossLocked, for a member not in members_ (refused at Join).
+  void RecordLossLocked(const MemberKey& member, const std::string& address,
+                        const std::string& host, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static std::string BrokenWatch(const std::string& peer);
 
@@ -137,6 +161,8 @@ class CoordinatorService final
   // Members with an open watch; a watcher removes itself when it finishes.
   std::map<MemberKey, Watcher*> watching_ ABSL_GUARDED_BY(mu_);
   std::set<MemberKey> left_ ABSL_GUARDED_BY(mu_);
+  // Members of the job's shape whose watch was ever registered.
+  std::set<MemberKey> watched_ever_ ABSL_GUARDED_BY(mu_);
   std::vector<Loss> losses_ ABSL_GUARDED_BY(mu_);
   std::set<MemberKey> lost_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -32,11 +32,14 @@ constexpr size_t kOutputTail = 256 << 10;
 constexpr int kPollMillis = 50;
 
 // The signal handler only writes to this pipe; the loop does the rest.
+// SIGCHLD only wakes the loop: a child is reaped the moment it exits, so that
+// when two fail within one tick (one because of the other), the first is
+// the one the job's exit code and message name.
 int g_signal_pipe[2] = {-1, -1};
 volatile sig_atomic_t g_signal_seen = 0;
 
 void OnSignal(int signo) {
-  g_signal_seen = signo;
+  if (signo != SIGCHLD) g_signal_seen = signo;
   const char byte = 1;
   [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);
 }
@@ -210,11 +213,13 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
   g_signal_seen = 0;
-  struct sigaction action = {}, old_int = {}, old_term = {};
+  struct sigaction action = {}, old_int = {}, old_term = {}, old_chld = {};
   action.sa_handler = OnSignal;
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, &old_int);
   sigaction(SIGTERM, &action, &old_term);
+  action.sa_flags = SA_NOCLDSTOP | SA_RESTART;
+  sigaction(SIGCHLD, &action, &old_chld);
 
   std::vector<Child> children(specs.size());
   absl::Status start_status;
@@ -275,8 +280,10 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
       while (read(g_signal_pipe[0], drain, sizeof(drain)) > 0) {
       }
       const int signo = g_signal_seen;
-      stop_all(128 + signo, absl::StrCat("launcher received signal ", signo,
-                                         "; stopping every process"));
+      if (signo != 0) {
+        stop_all(128 + signo, absl::StrCat("launcher received signal ", signo,
+                                           "; stopping every process"));
+      }
     }
     // Reap whoever has exited.
     for (Child& child : children) {
@@ -321,6 +328,7 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGCHLD, &old_chld, nullptr);
   close(g_signal_pipe[0]);
   close(g_signal_pipe[1]);
   g_signal_pipe[0] = g_signal_pipe[1] = -1;
