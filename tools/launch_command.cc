@@ -290,6 +290,17 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   if (deadline > 0) options.deadline = absl::Seconds(deadline);
   absl::StatusOr<LaunchResult> launched = RunProcessGroup(specs, options);
   if (network != nullptr) {
+    // The queues' drops (incast at a switch port) for bench/scaling.py;
+    // they go with the namespaces.
+    absl::StatusOr<std::string> counters = network->QueueCountersJson();
+    const absl::Status kept =
+        counters.ok() ? WriteFileAtomically(
+                            plan.run_dir + "/network_counters.json", *counters)
+                      : counters.status();
+    if (!kept.ok()) {
+      GS_LOG(WARNING) << "the emulated network's queue counters: "
+                      << kept.message();
+    }
     // Every process has ended (RunProcessGroup waits for all), so the
     // namespaces are empty and go at once.
     const absl::Status removed = network->Destroy();

@@ -39,9 +39,32 @@ TEST(ParseLinkSpecTest, ReadsRateAndLatency) {
   EXPECT_EQ(spec->rate_bits_per_s, 0);
 }
 
+TEST(ParseLinkSpecTest, ReadsTheSwitchModel) {
+  auto spec = ParseLinkSpec("100mbit");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(SwitchBufferBytes(*spec), 1 << 20);
+  EXPECT_EQ(spec->rto_min, absl::ZeroDuration());
+  EXPECT_EQ(spec->congestion_control, "cubic");
+  EXPECT_FALSE(spec->ecn);
+  spec = ParseLinkSpec("100mbit,200us,buffer=512kb,rto_min=5ms,cc=reno,ecn");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->latency, absl::Microseconds(200));
+  EXPECT_EQ(SwitchBufferBytes(*spec), 512 << 10);
+  EXPECT_EQ(spec->rto_min, absl::Milliseconds(5));
+  EXPECT_EQ(spec->congestion_control, "reno");
+  EXPECT_TRUE(spec->ecn);
+  spec = ParseLinkSpec("1gbit,buffer=4000000");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->latency, absl::ZeroDuration());
+  EXPECT_EQ(SwitchBufferBytes(*spec), 4'000'000);
+}
+
 TEST(ParseLinkSpecTest, RejectsNonsense) {
-  for (const char* bad : {"", "fast", "1gb", "-1gbit", "1gbit,soon",
-                          "1gbit,200us,3", "1gbit,-5ms", "1000gbit"}) {
+  for (const char* bad :
+       {"", "fast", "1gb", "-1gbit", "1gbit,soon", "1gbit,200us,3",
+        "1gbit,-5ms", "1000gbit", "1gbit,buffer=1kb", "1gbit,buffer=big",
+        "1gbit,rto_min=0", "1gbit,rto_min=5", "1gbit,cc=", "1gbit,cc=a;b",
+        "1gbit,depth=3", "1gbit,ecn=1"}) {
     EXPECT_FALSE(ParseLinkSpec(bad).ok()) << bad;
   }
 }
