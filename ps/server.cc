@@ -18,8 +18,10 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/grpc_job_token.h"
+#include "core/telemetry/process_counters.h"
 #include "grpc/slice.h"
 #include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/callback_queue.h"
 #include "ps/shard.h"
@@ -27,6 +29,16 @@
 
 namespace gradsync {
 namespace {
+
+// The shard's summary with this process's CPU seconds and TCP counters
+// (retransmissions, RTO timeouts), read when a worker shuts down.
+std::string SummaryWithProcessCounters(const std::string& shard_summary) {
+  nlohmann::json summary =
+      nlohmann::json::parse(shard_summary, nullptr, /*allow_exceptions=*/false);
+  if (!summary.is_object()) return shard_summary;
+  summary["process"] = nlohmann::json::parse(ProcessCountersJson());
+  return summary.dump();
+}
 
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -559,7 +571,7 @@ class ParameterServer::Impl final : public ServiceBase {
       const bool last_;
     };
     absl::StatusOr<bool> all_done = shard_.Shutdown(*request);
-    reply->set_summary_json(shard_.SummaryJson());
+    reply->set_summary_json(SummaryWithProcessCounters(shard_.SummaryJson()));
     auto* call = new Call(this, all_done.ok() && *all_done);
     call->Finish(ToGrpc(all_done.status()));
     return call;
