@@ -41,16 +41,48 @@ class SweepTest(unittest.TestCase):
         self.assertEqual(len(labels), len(points), "labels must be distinct")
         self.assertIn("custom-1MB_loopback_b25_c0_ps_n4_k4_ps_chunk_kb=128", labels)
 
+    @staticmethod
+    def repeat(step_ms, machine_busy=0.3, retrans=0):
+        return dict(step_ms=step_ms, measured_compute_ms=1, exposed_ms=step_ms / 2,
+                    samples_per_s=100, bytes_per_rank=10, busiest_link_bytes=20,
+                    largest_server_share=0.5, retrans_segments=retrans, rto_timeouts=0,
+                    retrans_percent=0, port_drops=0, job_cpu_fraction=0.2,
+                    machine_busy=machine_busy)
+
     def test_aggregate_reports_median_and_spread(self):
-        repeats = [dict(step_ms=v, measured_compute_ms=1, exposed_ms=v / 2,
-                        samples_per_s=100, bytes_per_rank=10, busiest_link_bytes=20,
-                        largest_server_share=0.5) for v in (30.0, 10.0, 20.0)]
+        repeats = [self.repeat(v, retrans=r) for v, r in ((30.0, 5), (10.0, 1), (20.0, 9))]
         point = scaling.aggregate({"strategy": "ring"}, repeats)
         self.assertEqual(point["repeats"], 3)
         self.assertEqual(point["step_ms"], 20.0)
         self.assertEqual(point["step_ms_min"], 10.0)
         self.assertEqual(point["step_ms_max"], 30.0)
         self.assertEqual(point["exposed_ms"], 10.0)
+        self.assertEqual(point["retrans_segments"], 5)
+        self.assertEqual(point["retrans_segments_max"], 9)
+        self.assertFalse(point["cpu_bound"])
+
+    def test_a_point_is_cpu_bound_when_any_repeat_ran_on_a_busy_machine(self):
+        repeats = [self.repeat(10.0, 0.2), self.repeat(11.0, 0.9), self.repeat(12.0, 0.3)]
+        self.assertTrue(scaling.aggregate({"strategy": "ps"}, repeats)["cpu_bound"])
+
+    def test_machine_ticks_count_iowait_as_idle(self):
+        total, idle = scaling.machine_cpu_ticks("cpu  10 0 5 80 5 0 0 0 0 0\ncpu0 1 2 3 4\n")
+        self.assertEqual(total, 100)
+        self.assertEqual(idle, 85)
+
+    def test_tcp_totals_count_separate_servers_and_colocated_ones_once(self):
+        def process(retrans, timeouts):
+            return {"tcp": {"retrans_segments": retrans, "timeouts": timeouts,
+                            "out_segments": 1000}}
+        servers = [{"process": process(7, 1)}, {"process": process(3, 0)}]
+        summary = {"ranks": [{"process": process(10, 2), "sync": {"server_summaries": servers}},
+                             {"process": process(20, 0), "sync": {}}]}
+        self.assertEqual(scaling.tcp_totals(summary), (40, 3, 4000))
+        summary["ranks"][0]["sync"]["colocate"] = True
+        self.assertEqual(scaling.tcp_totals(summary), (30, 2, 2000))
+        # A rank whose counters were unreadable adds nothing.
+        summary["ranks"][1]["process"] = {"tcp_error": "cannot read"}
+        self.assertEqual(scaling.tcp_totals(summary), (10, 2, 1000))
 
 
 class CostModelTest(unittest.TestCase):
