@@ -73,6 +73,12 @@ class PsClient::Impl {
     // runs) would queue behind each other on it, unlike separate processes.
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    // A fixed flow-control window for the pulls (ps/flags.h says why).
+    if (options_.stream_window_bytes > 0) {
+      args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                  static_cast<int>(options_.stream_window_bytes));
+      args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    }
     for (const std::string& address : servers_) {
       std::shared_ptr<grpc::Channel> channel = CreateChannelWithJobToken(
           address, grpc::InsecureChannelCredentials(), args);

@@ -636,6 +636,12 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   KeepCallbackQueueAlive();
   auto impl = std::make_unique<Impl>(options);
   grpc::ServerBuilder builder;
+  // A fixed flow-control window for the pushes (ps/flags.h says why).
+  if (options.stream_window_bytes > 0) {
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                               static_cast<int>(options.stream_window_bytes));
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  }
   builder.AddListeningPort(options.bind_address,
                            grpc::InsecureServerCredentials(), &impl->port_);
   builder.RegisterService(impl.get());
