@@ -48,7 +48,9 @@ its server's answers to the N−1 other workers' pulls, in the same direction:
     T_colocated = 2(N−1)/N · S/B + (N−1)·b/B + 2α             (3)
 
 the ring's bandwidth term with 2 latencies instead of 2(N−1), and the tail
-of (2) less the copy that stays inside the node.
+of (2) less the copy that stays inside the node. With fewer keys than
+nodes the busiest node's share f_max exceeds 1/N and its link carries
+S + (N−2)·f_max·S (colocated_ps_time's largest_share).
 
 BytePS's placement spectrum (Jiang et al., OSDI 2020, §3.1): N workers that
 also serve plus k separate CPU-only servers; with each machine's share of
@@ -129,14 +131,19 @@ def ps_time(n, size, link, largest_share, last_key=None, message_bytes=PS_MESSAG
     return (busiest + tail) / link.bandwidth + 2 * link.alpha_s
 
 
-def colocated_ps_time(n, size, link, last_key=None, message_bytes=PS_MESSAGE_BYTES):
-    """(3): every worker also serves 1/n of the keys."""
+def colocated_ps_time(n, size, link, last_key=None, message_bytes=PS_MESSAGE_BYTES,
+                      largest_share=None):
+    """(3): every worker also serves a share of the keys (1/n balanced). The
+    busiest node sends its pushes to the others, S·(1 − f), and its server's
+    results to the n − 1 others, (n − 1)·f·S: S + (n − 2)·f·S, which is
+    2(n−1)/n·S at f = 1/n."""
     if n == 1:
         return 0.0
     if last_key is None:
         last_key = min(size, PS_CHUNK_BYTES)
+    share = 1.0 / n if largest_share is None else largest_share
     tail = (n - 1) * ps_tail_block(last_key, message_bytes)
-    return (2 * (n - 1) / n * size + tail) / link.bandwidth + 2 * link.alpha_s
+    return (size + (n - 2) * share * size + tail) / link.bandwidth + 2 * link.alpha_s
 
 
 def byteps_time(n, k, size, link):
@@ -300,9 +307,9 @@ def extrapolate(link, model_bytes, bucket_mb=25, chunk=PS_CHUNK_BYTES):
             "ps K=1": ps(1),
             "ps K=N/4": ps(max(1, n // 4)),
             "ps K=N": ps(n),
-            "ps colocated": 1000 * (buckets * 2 * link.alpha_s
-                                    + (2 * (n - 1) / n * model_bytes
-                                       + (n - 1) * ps_tail_block(last_key)) / link.bandwidth),
+            "ps colocated": 1000 * colocated_ps_time(
+                n, model_bytes, link, last_key=last_key,
+                largest_share=balanced_share(model_bytes, n, chunk)),
         }
     return rows
 

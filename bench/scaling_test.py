@@ -114,6 +114,9 @@ class CostModelTest(unittest.TestCase):
         # Its tail: the last block leaves its server for the N − 1 others.
         with_tail = cost_model.colocated_ps_time(4, size, self.link, last_key=1e6)
         self.assertAlmostEqual(with_tail - 1.5 - 2 * 10e-6, 3 * 1e6 / 1e8, places=9)
+        # One node holding half the keys sends them to 3 others.
+        lopsided = cost_model.colocated_ps_time(4, size, self.link, last_key=0, largest_share=0.5)
+        self.assertAlmostEqual(lopsided, 2.0 + 2 * 10e-6, places=9)
 
     def test_ps_tail_is_n_copies_of_the_last_block_whatever_k_is(self):
         size, key = 2.5e6, 78125 * 1.0
