@@ -38,10 +38,13 @@ ABSL_FLAG(double, job_deadline_s, 0,
 ABSL_FLAG(std::string, job_id, "", "job id; default a fresh random one");
 ABSL_FLAG(
     std::string, netem, "",
-    "emulate a cluster network: RATE[,LATENCY] (like 1gbit,200us) for "
-    "every process's own full-duplex link; each worker and server runs in "
-    "its own network namespace behind one bridge (addresses in "
-    "10.213.0.0/16), removed when the job ends. Needs root and iproute2");
+    "emulate a cluster network: RATE[,LATENCY][,buffer=BYTES]"
+    "[,rto_min=DURATION][,cc=NAME][,ecn] (like 1gbit,200us or "
+    "100mbit,buffer=1mb,rto_min=5ms) for every process's own full-duplex "
+    "link; each worker and server runs in its own network namespace behind "
+    "one switch (a bridge; 1 MiB per port by default, core/launch/README.md), "
+    "addresses in 10.213.0.0/16, removed when the job ends. Needs root and "
+    "iproute2");
 
 namespace gradsync {
 namespace {
