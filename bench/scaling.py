@@ -254,12 +254,17 @@ def tcp_totals(summary):
 def figures(summary, point, args):
     """The figures of one repeat."""
     retrans, timeouts, out_segments = tcp_totals(summary)
+    if point["link"] == "loopback":
+        # Every process shares the host's namespace: its counters are the
+        # whole machine's, not the job's.
+        retrans = timeouts = out_segments = None
     network = summary.get("network_counters", {})
     cpu = summary.get("cpu", {})
     return {
         "retrans_segments": retrans,
         "rto_timeouts": timeouts,
-        "retrans_percent": 100 * retrans / out_segments if out_segments else 0,
+        "retrans_percent": (100 * retrans / out_segments if out_segments else
+                            None if out_segments is None else 0),
         "port_drops": sum(network.get("port_drops", [])) + sum(network.get("uplink_drops", [])),
         "job_cpu_fraction": cpu.get("job_cpu_fraction", 0),
         "machine_busy": cpu.get("machine_busy", 0),
@@ -291,6 +296,9 @@ def aggregate(point, repeats):
     point["repeats"] = len(repeats)
     for measure in MEASURES:
         values = [r[measure] for r in repeats]
+        if any(v is None for v in values):  # not measured (loopback's TCP)
+            point[measure] = point[measure + "_min"] = point[measure + "_max"] = None
+            continue
         point[measure] = statistics.median(values)
         point[measure + "_min"] = min(values)
         point[measure + "_max"] = max(values)
@@ -388,7 +396,8 @@ def print_points(points):
                      f"{p['bytes_per_rank'] / 1e6:.1f}", f"{p['busiest_link_bytes'] / 1e6:.1f}",
                      f"{predicted:.0f}" if predicted else "-",
                      cost_model.format_error(cost_model.error_percent(p["step_ms"], predicted)),
-                     f"{p.get('retrans_segments', 0):.0f} ({p.get('rto_timeouts', 0):.0f})",
+                     "-" if p.get("retrans_segments") is None else
+                     f"{p['retrans_segments']:.0f} ({p.get('rto_timeouts', 0):.0f})",
                      f"{p.get('port_drops', 0):.0f}",
                      f"{100 * p.get('job_cpu_fraction', 0):.0f}% / "
                      f"{100 * p.get('machine_busy_unniced_max', 0):.0f}% "

@@ -61,6 +61,15 @@ class SweepTest(unittest.TestCase):
         self.assertEqual(point["retrans_segments_max"], 9)
         self.assertFalse(point["cpu_bound"])
 
+    def test_unmeasured_figures_stay_empty(self):
+        repeats = [self.repeat(10.0), self.repeat(12.0)]
+        for r in repeats:
+            r["retrans_segments"] = None
+        point = scaling.aggregate({"strategy": "ring"}, repeats)
+        self.assertIsNone(point["retrans_segments"])
+        self.assertIsNone(point["retrans_segments_max"])
+        self.assertEqual(point["step_ms"], 11.0)
+
     def test_a_point_is_cpu_bound_when_any_repeat_ran_on_a_busy_machine(self):
         repeats = [self.repeat(10.0, 0.2), self.repeat(11.0, 0.9), self.repeat(12.0, 0.3)]
         self.assertTrue(scaling.aggregate({"strategy": "ps"}, repeats)["cpu_bound"])
