@@ -36,6 +36,12 @@ is c: N times too small; at N = 8 with 78 KB keys and 100 Mbit/s it hid
 44 ms of a 260 ms step.) The busiest server holds at least one key, so
 f_max ≥ c/S however many servers there are (balanced_share).
 
+Reduction. A server sums N·f·S bytes of pushes a step as they arrive; that
+is hidden behind its link unless it is slower: with γ the bytes one server
+sums per second, the first term of (2) becomes max(max(S, N·f_max·S)/B,
+N·f_max·S/γ) (ps_time's reduce_bytes_per_s). At this project's emulated
+rates (≤ 1 Gbit/s) γ of a few GB/s never binds; at 100 Gbit/s it may.
+
 With K = 1 the server's link carries N·S: T grows ∝ N. With K = N balanced
 servers the busiest link carries S each way: T ≈ S/B, half the ring's
 2(N−1)/N·S/B — the BytePS argument for spare server bandwidth.
@@ -121,14 +127,20 @@ def ps_tail_block(last_key, message_bytes=PS_MESSAGE_BYTES):
     return min(last_key, message_bytes)
 
 
-def ps_time(n, size, link, largest_share, last_key=None, message_bytes=PS_MESSAGE_BYTES):
+def ps_time(n, size, link, largest_share, last_key=None, message_bytes=PS_MESSAGE_BYTES,
+            reduce_bytes_per_s=None):
     """(2): push and pull of `size` bytes through separate servers, the
-    busiest of which holds `largest_share` of the bytes."""
+    busiest of which holds `largest_share` of the bytes. With
+    `reduce_bytes_per_s` (γ: bytes of pushes one server sums per second) the
+    busiest server's sums, N·f_max·S/γ, bound the step too where they are
+    slower than its link (a fast network, a slow server CPU)."""
     if last_key is None:
         last_key = min(size, PS_CHUNK_BYTES)
-    busiest = max(size, n * largest_share * size)
+    busiest = max(size, n * largest_share * size) / link.bandwidth
+    if reduce_bytes_per_s:
+        busiest = max(busiest, n * largest_share * size / reduce_bytes_per_s)
     tail = n * ps_tail_block(last_key, message_bytes)
-    return (busiest + tail) / link.bandwidth + 2 * link.alpha_s
+    return busiest + tail / link.bandwidth + 2 * link.alpha_s
 
 
 def colocated_ps_time(n, size, link, last_key=None, message_bytes=PS_MESSAGE_BYTES,

@@ -139,6 +139,15 @@ class CostModelTest(unittest.TestCase):
                 - cost_model.ps_time(8, 1e8, self.link, 1 / 8, last_key=0))
         self.assertAlmostEqual(tail, 8 * cost_model.MIB / 1e8, places=9)
 
+    def test_reduction_binds_only_when_slower_than_the_link(self):
+        size = 1e8
+        plain = cost_model.ps_time(4, size, self.link, 0.25, last_key=0)
+        fast = cost_model.ps_time(4, size, self.link, 0.25, last_key=0, reduce_bytes_per_s=1e10)
+        self.assertAlmostEqual(plain, fast, places=12)
+        # Summing 1e8 bytes at 5e7 B/s takes 2 s, twice the link's 1 s.
+        slow = cost_model.ps_time(4, size, self.link, 0.25, last_key=0, reduce_bytes_per_s=5e7)
+        self.assertAlmostEqual(slow, 2.0 + 2 * 10e-6, places=9)
+
     def test_the_busiest_server_holds_at_least_one_chunk(self):
         mib = cost_model.MIB
         self.assertAlmostEqual(cost_model.balanced_share(100 * mib, 1, 4 * mib), 1.0)
