@@ -25,7 +25,22 @@ plus the tail of the last key (pulled after all N pushed it) and one round
 trip:
 
     T_ps = max(S, N·f_max·S)/B + tail + 2α                    (2)
-    tail = max(c, N·f_max·c)/B,   c = the last key's size (≤ the chunk)
+    tail = N·b/B,   b = min(c, m)
+
+c is the last key's size (≤ the chunk, --ps_chunk_kb) and m the server's
+finalisation block (--ps_message_kb): a key lives on one server, so its last
+block, final only once the slowest worker's part of it arrived, leaves that
+one server N times (once per worker) after the pushes end — whatever K is.
+(An earlier version had max(c, N·f_max·c), which for K = N balanced servers
+is c: N times too small; at N = 8 with 78 KB keys and 100 Mbit/s it hid
+44 ms of a 260 ms step.) The busiest server holds at least one key, so
+f_max ≥ c/S however many servers there are (balanced_share).
+
+Reduction. A server sums N·f·S bytes of pushes a step as they arrive; that
+is hidden behind its link unless it is slower: with γ the bytes one server
+sums per second, the first term of (2) becomes max(max(S, N·f_max·S)/B,
+N·f_max·S/γ) (ps_time's reduce_bytes_per_s). At this project's emulated
+rates (≤ 1 Gbit/s) γ of a few GB/s never binds; at 100 Gbit/s it may.
 
 With K = 1 the server's link carries N·S: T grows ∝ N. With K = N balanced
 servers the busiest link carries S each way: T ≈ S/B, half the ring's
@@ -36,9 +51,20 @@ r). A node's link now carries its own pushes to the N−1 other servers and
 its server's answers to the N−1 other workers' pulls, in the same direction:
 (N−1)/N·S + (N−1)/N·S out, and as much in:
 
-    T_colocated = 2(N−1)/N · S/B + 2α                         (3)
+    T_colocated = 2(N−1)/N · S/B + (N−1)·b/B + 2α             (3)
 
-the ring's bandwidth term with 2 latencies instead of 2(N−1).
+the ring's bandwidth term with 2 latencies instead of 2(N−1), and the tail
+of (2) less the copy that stays inside the node. With fewer keys than
+nodes the busiest node's share f_max exceeds 1/N and its link carries
+S + (N−2)·f_max·S (colocated_ps_time's largest_share).
+
+BytePS's placement spectrum (Jiang et al., OSDI 2020, §3.1): N workers that
+also serve plus k separate CPU-only servers; with each machine's share of
+the keys chosen optimally the busiest link carries
+
+    T_byteps = 2N(N−1)·S / ((N² + kN − 2k)·B)                  (4)
+
+which is (3)'s 2(N−1)/N·S/B at k = 0 and (2)'s S/B at k = N.
 
 Buckets and overlap. Backward hands buckets off in reverse layer order;
 bucket b is ready after the compute spent on the layers it holds (the
@@ -58,6 +84,7 @@ Usage:
 """
 import argparse
 import dataclasses
+import heapq
 import json
 import math
 import os
@@ -66,6 +93,7 @@ import sys
 
 MIB = 1 << 20
 PS_CHUNK_BYTES = 4 * MIB  # --ps_chunk_kb's default: the key size
+PS_MESSAGE_BYTES = 1 * MIB  # --ps_message_kb's default: the server's block
 
 # Parameter bytes of the synthetic models (core/train/synthetic_model.h).
 MODEL_BYTES = {
@@ -94,21 +122,63 @@ def ring_time(n, size, link):
     return 2 * (n - 1) * link.alpha_s + 2 * (n - 1) / n * size / link.bandwidth
 
 
-def ps_time(n, size, link, largest_share, last_key=None):
+def ps_tail_block(last_key, message_bytes=PS_MESSAGE_BYTES):
+    """b of (2): the last block the server finalises."""
+    return min(last_key, message_bytes)
+
+
+def ps_time(n, size, link, largest_share, last_key=None, message_bytes=PS_MESSAGE_BYTES,
+            reduce_bytes_per_s=None):
     """(2): push and pull of `size` bytes through separate servers, the
-    busiest of which holds `largest_share` of the bytes."""
+    busiest of which holds `largest_share` of the bytes. With
+    `reduce_bytes_per_s` (γ: bytes of pushes one server sums per second) the
+    busiest server's sums, N·f_max·S/γ, bound the step too where they are
+    slower than its link (a fast network, a slow server CPU)."""
     if last_key is None:
         last_key = min(size, PS_CHUNK_BYTES)
-    busiest = max(size, n * largest_share * size)
-    tail = max(last_key, n * largest_share * last_key)
-    return (busiest + tail) / link.bandwidth + 2 * link.alpha_s
+    busiest = max(size, n * largest_share * size) / link.bandwidth
+    if reduce_bytes_per_s:
+        busiest = max(busiest, n * largest_share * size / reduce_bytes_per_s)
+    tail = n * ps_tail_block(last_key, message_bytes)
+    return busiest + tail / link.bandwidth + 2 * link.alpha_s
 
 
-def colocated_ps_time(n, size, link):
-    """(3): every worker also serves 1/n of the keys."""
+def colocated_ps_time(n, size, link, last_key=None, message_bytes=PS_MESSAGE_BYTES,
+                      largest_share=None):
+    """(3): every worker also serves a share of the keys (1/n balanced). The
+    busiest node sends its pushes to the others, S·(1 − f), and its server's
+    results to the n − 1 others, (n − 1)·f·S: S + (n − 2)·f·S, which is
+    2(n−1)/n·S at f = 1/n."""
     if n == 1:
         return 0.0
-    return 2 * (n - 1) / n * size / link.bandwidth + 2 * link.alpha_s
+    if last_key is None:
+        last_key = min(size, PS_CHUNK_BYTES)
+    share = 1.0 / n if largest_share is None else largest_share
+    tail = (n - 1) * ps_tail_block(last_key, message_bytes)
+    return (size + (n - 2) * share * size + tail) / link.bandwidth + 2 * link.alpha_s
+
+
+def byteps_time(n, k, size, link):
+    """(4): BytePS's optimum with n workers that also serve and k separate
+    servers (bandwidth term only; no tail)."""
+    if n == 1:
+        return 0.0
+    return 2 * n * (n - 1) * size / ((n * n + k * n - 2 * k) * link.bandwidth)
+
+
+def balanced_share(size, k, chunk=PS_CHUNK_BYTES):
+    """The busiest server's share of `size` bytes cut into keys of at most
+    `chunk` and placed largest first on the least-loaded of k servers, as
+    ps/partitioner.h does (tensor boundaries aside): at least one key's
+    share, however large k is."""
+    keys = [chunk] * int(size // chunk)
+    if size - chunk * len(keys) > 0:
+        keys.append(size - chunk * len(keys))
+    loads = [0.0] * min(k, len(keys))
+    heapq.heapify(loads)
+    for key in keys:  # already largest first
+        heapq.heapreplace(loads, loads[0] + key)
+    return max(loads) / size
 
 
 def sync_time(strategy, n, k, size, link, largest_share=None):
@@ -120,7 +190,7 @@ def sync_time(strategy, n, k, size, link, largest_share=None):
     if strategy == "ps-colocated":
         return colocated_ps_time(n, size, link)
     if strategy == "ps":
-        return ps_time(n, size, link, largest_share or 1.0 / k)
+        return ps_time(n, size, link, largest_share or balanced_share(size, k))
     raise ValueError(f"no cost model for strategy {strategy}")
 
 
@@ -142,14 +212,24 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
     which bounds the PS's last key."""
     n, k, strategy = point["workers"], point["servers"], point["strategy"]
     share = point.get("largest_server_share") or (1.0 / k if k else None)
+    flags = dict(f[2:].split("=", 1) for f in point.get("sweep", "").split() if "=" in f)
+    chunk = int(flags.get("ps_chunk_kb", PS_CHUNK_BYTES // 1024)) * 1024
+    message = int(flags.get("ps_message_kb", PS_MESSAGE_BYTES // 1024)) * 1024
+    last_key = min(chunk, last_tensor_bytes or bucket_bytes[-1])
     if strategy == "ps":
         # Each bucket's keys go to the servers in the partitioner's
         # proportions; the last key of the step leaves the tail.
         def bucket_time(size):
             return ps_time(n, size, link, share, last_key=0)
-        last_key = min(PS_CHUNK_BYTES, last_tensor_bytes or bucket_bytes[-1])
-        comm = ps_time(n, sum(bucket_bytes), link, share, last_key=last_key)
+        comm = ps_time(n, sum(bucket_bytes), link, share, last_key=last_key,
+                       message_bytes=message)
         tail = comm - ps_time(n, sum(bucket_bytes), link, share, last_key=0)
+    elif strategy == "ps-colocated":
+        def bucket_time(size):
+            return colocated_ps_time(n, size, link, last_key=0)
+        comm = colocated_ps_time(n, sum(bucket_bytes), link, last_key=last_key,
+                                 message_bytes=message)
+        tail = comm - colocated_ps_time(n, sum(bucket_bytes), link, last_key=0)
     else:
         def bucket_time(size):
             return sync_time(strategy, n, k, size, link)
@@ -220,21 +300,28 @@ def print_table(header, rows):
 EXTRAPOLATION_N = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
 
-def extrapolate(link, model_bytes, bucket_mb=25):
+def extrapolate(link, model_bytes, bucket_mb=25, chunk=PS_CHUNK_BYTES):
     """Predicted synchronization time (ms, no overlap) of each strategy for
     every N in EXTRAPOLATION_N. Buckets matter only for the ring's latency
-    term: each bucket is its own all-reduce."""
+    term: each bucket is its own all-reduce. The PS's servers hold whole
+    keys of at most `chunk` bytes (balanced_share): past S/chunk servers
+    more of them do not help, and the busiest still sends N copies."""
     buckets = max(1, math.ceil(model_bytes / (bucket_mb * MIB)))
+    last_key = min(model_bytes, chunk)
     rows = {}
     for n in EXTRAPOLATION_N:
+        def ps(k):
+            return 1000 * ps_time(n, model_bytes, link, balanced_share(model_bytes, k, chunk),
+                                  last_key=last_key)
         rows[n] = {
             "ring": 1000 * (buckets * 2 * (n - 1) * link.alpha_s
                             + 2 * (n - 1) / n * model_bytes / link.bandwidth),
-            "ps K=1": 1000 * sync_time("ps", n, 1, model_bytes, link),
-            "ps K=N/4": 1000 * sync_time("ps", n, max(1, n // 4), model_bytes, link),
-            "ps K=N": 1000 * sync_time("ps", n, n, model_bytes, link),
-            "ps colocated": 1000 * (buckets * 2 * link.alpha_s
-                                    + 2 * (n - 1) / n * model_bytes / link.bandwidth),
+            "ps K=1": ps(1),
+            "ps K=N/4": ps(max(1, n // 4)),
+            "ps K=N": ps(n),
+            "ps colocated": 1000 * colocated_ps_time(
+                n, model_bytes, link, last_key=last_key,
+                largest_share=balanced_share(model_bytes, n, chunk)),
         }
     return rows
 

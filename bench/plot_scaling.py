@@ -36,8 +36,9 @@ def read_points(path):
     numeric = lambda v: float(v) if v not in ("", None) else None  # noqa: E731
     for row in rows:
         for key, value in row.items():
-            if key not in ("strategy", "model", "link"):
+            if key not in ("strategy", "model", "link", "sweep", "cpu_bound"):
                 row[key] = numeric(value)
+        row["cpu_bound"] = row.get("cpu_bound") == "True"
         row["workers"] = int(row["workers"])
         row["servers"] = int(row["servers"])
     return rows
@@ -73,6 +74,12 @@ def plot_group(axes, points, reference):
         high = [(p["step_ms_max"] - p["step_ms"]) / 1000 for p in ps]
         axes[0].errorbar(n, step, yerr=[low, high], marker="o", color=color, capsize=3,
                          label=f"{name} measured")
+        # A point measured on a busy machine may show the CPU, not the links.
+        busy = [p for p in ps if p["cpu_bound"]]
+        if busy:
+            axes[0].scatter([p["workers"] for p in busy], [p["step_ms"] / 1000 for p in busy],
+                            s=160, facecolors="none", edgecolors="red", zorder=5,
+                            label=f"{name}: CPU-bound (machine > 70% busy)")
         predicted = [p.get("predicted_step_ms") for p in ps]
         if all(v is not None for v in predicted):
             axes[0].plot(n, [v / 1000 for v in predicted], "--", color=color,

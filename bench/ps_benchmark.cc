@@ -15,7 +15,8 @@
 // The "grpc" columns move the same bytes in the same pattern (every worker
 // streams S/K bytes to each server and S/K back, all at once, in messages of
 // --message_kb) through a service that does nothing with them
-// (TransportProbe in proto/parameter_server.proto): the cost of gRPC alone.
+// (TransportProbe in proto/parameter_server.proto), with the PS's own
+// copy-free encoding (ps/wire.h): the cost of gRPC alone.
 // ps/grpc is the PS's share of that (1.0 = no overhead; the target is >= 0.8).
 //
 // Columns: size (bytes per worker), chunk (key size), keys, time (us per
@@ -42,12 +43,14 @@
 #include "core/base/status_macros.h"
 #include "core/device/device.h"
 #include "core/sync/param_layout.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/callback_queue.h"
 #include "ps/loopback_cluster.h"
 #include "ps/ps_sync.h"
+#include "ps/wire.h"
 
 ABSL_FLAG(int, workers, 2, "N: worker threads");
 ABSL_FLAG(int, servers, 1, "K: parameter servers (in-process, own gRPC ports)");
@@ -250,33 +253,63 @@ class PsJob {
 };
 
 // --- Bare gRPC: the TransportProbe service and its client ------------------
+//
+// The bare side moves its bytes the way the PS does (ps/wire.h): a push's
+// floats leave from the worker's buffer as a slice (no copy) and are decoded
+// once on the server, into a scratch buffer where the PS sums them; a pull's
+// floats are copied once on the server into a slice (as the PS copies its
+// results) and once on the worker, from gRPC's buffers into place. So ps/grpc
+// measures what the PS adds to the same transport, not protobuf's copies.
 
-class ProbeService final : public ps::TransportProbe::CallbackService {
+using RawProbeService = ps::TransportProbe::WithRawCallbackMethod_Sink<
+    ps::TransportProbe::WithRawCallbackMethod_Source<
+        ps::TransportProbe::Service>>;
+
+class ProbeService final : public RawProbeService {
  public:
-  grpc::ServerReadReactor<ps::KeyPart>* Sink(grpc::CallbackServerContext*,
-                                             ps::PushReply*) override {
-    class Reactor : public grpc::ServerReadReactor<ps::KeyPart> {
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Sink(
+      grpc::CallbackServerContext*, grpc::ByteBuffer* response) override {
+    class Reactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
      public:
-      Reactor() { StartRead(&part_); }
+      explicit Reactor(grpc::ByteBuffer* response) : response_(response) {
+        StartRead(&part_);
+      }
       void OnReadDone(bool ok) override {
-        if (!ok) return Finish(grpc::Status::OK);
+        if (!ok) {
+          *response_ = SerializeMessage(ps::PushReply());
+          return Finish(grpc::Status::OK);
+        }
+        KeyPartHead head;
+        const absl::Status decoded = DecodeKeyPart(
+            &part_, &head,
+            [this](const KeyPartHead&, size_t bytes) -> absl::StatusOr<char*> {
+              if (scratch_.size() < bytes) scratch_.resize(bytes);
+              return scratch_.data();
+            });
+        if (!decoded.ok()) {
+          return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                     std::string(decoded.message())));
+        }
         StartRead(&part_);
       }
       void OnDone() override { delete this; }
 
      private:
-      ps::KeyPart part_;
+      grpc::ByteBuffer* const response_;
+      grpc::ByteBuffer part_;
+      std::string scratch_;
     };
-    return new Reactor();
+    return new Reactor(response);
   }
 
-  grpc::ServerWriteReactor<ps::KeyPart>* Source(
-      grpc::CallbackServerContext*, const ps::PullRequest* request) override {
-    class Reactor : public grpc::ServerWriteReactor<ps::KeyPart> {
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Source(
+      grpc::CallbackServerContext*, const grpc::ByteBuffer* raw) override {
+    class Reactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
      public:
       Reactor(int64_t total, int64_t part_bytes)
-          : left_(total), part_bytes_(part_bytes) {
-        data_.assign(static_cast<size_t>(std::min(total, part_bytes)), '\0');
+          : left_(total / 4 * 4), part_bytes_(part_bytes / 4 * 4) {
+        data_.assign(static_cast<size_t>(std::min(left_, part_bytes_) / 4),
+                     0.0f);
         Next();
       }
       void OnWriteDone(bool ok) override {
@@ -287,20 +320,36 @@ class ProbeService final : public ps::TransportProbe::CallbackService {
 
      private:
       void Next() {
-        if (left_ == 0) return Finish(grpc::Status::OK);
+        if (left_ <= 0 || part_bytes_ <= 0) return Finish(grpc::Status::OK);
         const int64_t n = std::min(left_, part_bytes_);
         left_ -= n;
-        // Filled from a buffer like the PS fills from its sums: one copy.
-        part_.mutable_data()->assign(data_.data(), static_cast<size_t>(n));
+        // Copied once into a slice of its own, as the PS copies its results.
+        part_ = EncodeKeyPart(
+            KeyPartHead(), grpc::Slice(data_.data(), static_cast<size_t>(n)));
         StartWrite(&part_);
       }
       int64_t left_;
       const int64_t part_bytes_;
-      std::string data_;
-      ps::KeyPart part_;
+      std::vector<float> data_;
+      grpc::ByteBuffer part_;
     };
-    return new Reactor(request->keys_size() > 0 ? request->keys(0) : 0,
-                       request->header().key());
+    grpc::ByteBuffer copy(*raw);
+    ps::PullRequest request;
+    if (const absl::Status parsed = ParseMessage(&copy, &request);
+        !parsed.ok()) {
+      class Refusal : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+       public:
+        explicit Refusal(const absl::Status& why) {
+          Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              absl::StrCat("probe Source: unreadable request: ",
+                                           why.message())));
+        }
+        void OnDone() override { delete this; }
+      };
+      return new Refusal(parsed);
+    }
+    return new Reactor(request.keys_size() > 0 ? request.keys(0) : 0,
+                       request.header().key());
   }
 };
 
@@ -315,6 +364,10 @@ class ProbeRound {
     }
     --left_;
   }
+  void Fail(const absl::Status& status) {
+    absl::MutexLock lock(&mu_);
+    if (status_.ok()) status_ = status;
+  }
   absl::Status Wait() {
     absl::MutexLock lock(&mu_);
     auto done = [this] { return left_ == 0; };
@@ -328,23 +381,33 @@ class ProbeRound {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
-class SinkCall : public grpc::ClientWriteReactor<ps::KeyPart> {
+std::string ProbeMethod(const char* name) {
+  return absl::StrCat("/", ps::TransportProbe::service_full_name(), "/", name);
+}
+
+// Client streaming on the wire (the generic stub calls every method
+// bidirectional, which the server cannot tell apart), as the PS's pushes.
+class SinkCall
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  SinkCall(ps::TransportProbe::Stub* stub, ProbeRound* round, const float* src,
+  SinkCall(grpc::GenericStub* stub, ProbeRound* round, const float* src,
            int64_t bytes, int64_t part_bytes)
       : round_(round),
-        src_(reinterpret_cast<const char*>(src)),
-        left_(bytes),
-        part_bytes_(part_bytes) {
+        src_(src),
+        left_(bytes / 4),
+        part_floats_(std::max<int64_t>(1, part_bytes / 4)) {
     context_.set_deadline(std::chrono::system_clock::now() +
                           std::chrono::seconds(120));
-    stub->async()->Sink(&context_, &reply_, this);
+    stub->PrepareBidiStreamingCall(&context_, ProbeMethod("Sink"),
+                                   grpc::StubOptions(), this);
+    StartRead(&reply_);
     Next();
     StartCall();
   }
   void OnWriteDone(bool ok) override {
     if (ok && left_ > 0) Next();
   }
+  void OnReadDone(bool /*ok*/) override {}
   void OnDone(const grpc::Status& status) override {
     round_->Done(status);
     delete this;
@@ -352,8 +415,9 @@ class SinkCall : public grpc::ClientWriteReactor<ps::KeyPart> {
 
  private:
   void Next() {
-    const int64_t n = std::min(left_, part_bytes_);
-    part_.mutable_data()->assign(src_, static_cast<size_t>(n));
+    const int64_t n = std::min(left_, part_floats_);
+    // The floats go as a slice that points at them: no copy.
+    part_ = EncodeKeyPart(KeyPartHead(), src_, n);
     src_ += n;
     left_ -= n;
     if (left_ == 0) {
@@ -363,31 +427,52 @@ class SinkCall : public grpc::ClientWriteReactor<ps::KeyPart> {
     }
   }
   ProbeRound* const round_;
-  const char* src_;
-  int64_t left_;
-  const int64_t part_bytes_;
+  const float* src_;
+  int64_t left_;  // floats
+  const int64_t part_floats_;
   grpc::ClientContext context_;
-  ps::PushReply reply_;
-  ps::KeyPart part_;
+  grpc::ByteBuffer part_, reply_;
 };
 
-class SourceCall : public grpc::ClientReadReactor<ps::KeyPart> {
+// Server streaming on the wire, as the PS's pulls: each part decoded once,
+// from gRPC's buffers straight into place.
+class SourceCall
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  SourceCall(ps::TransportProbe::Stub* stub, ProbeRound* round, float* dst,
+  SourceCall(grpc::GenericStub* stub, ProbeRound* round, float* dst,
              int64_t bytes, int64_t part_bytes)
-      : round_(round), dst_(reinterpret_cast<char*>(dst)) {
-    request_.add_keys(bytes);
-    request_.mutable_header()->set_key(part_bytes);
+      : round_(round), dst_(reinterpret_cast<char*>(dst)), left_(bytes) {
+    ps::PullRequest request;
+    request.add_keys(bytes);
+    request.mutable_header()->set_key(part_bytes);
+    request_ = SerializeMessage(request);
     context_.set_deadline(std::chrono::system_clock::now() +
                           std::chrono::seconds(120));
-    stub->async()->Source(&context_, &request_, this);
+    stub->PrepareBidiStreamingCall(&context_, ProbeMethod("Source"),
+                                   grpc::StubOptions(), this);
+    StartWriteLast(&request_, grpc::WriteOptions());
     StartRead(&part_);
     StartCall();
   }
   void OnReadDone(bool ok) override {
     if (!ok) return;
-    std::memcpy(dst_, part_.data().data(), part_.data().size());
-    dst_ += part_.data().size();
+    KeyPartHead head;
+    const absl::Status decoded = DecodeKeyPart(
+        &part_, &head,
+        [this](const KeyPartHead&, size_t bytes) -> absl::StatusOr<char*> {
+          if (static_cast<int64_t>(bytes) > left_) {
+            return absl::InternalError("the probe sent more than asked");
+          }
+          char* place = dst_;
+          dst_ += bytes;
+          left_ -= static_cast<int64_t>(bytes);
+          return place;
+        });
+    if (!decoded.ok()) {
+      round_->Fail(decoded);
+      context_.TryCancel();
+      return;
+    }
     StartRead(&part_);
   }
   void OnDone(const grpc::Status& status) override {
@@ -398,9 +483,9 @@ class SourceCall : public grpc::ClientReadReactor<ps::KeyPart> {
  private:
   ProbeRound* const round_;
   char* dst_;
+  int64_t left_;  // bytes still expected
   grpc::ClientContext context_;
-  ps::PullRequest request_;
-  ps::KeyPart part_;
+  grpc::ByteBuffer request_, part_;
 };
 
 // The bare side of one size: K probe servers and the workers' stubs.
@@ -432,7 +517,7 @@ class BareJob {
     for (int r = 0; r < n; ++r) {
       for (int s = 0; s < k; ++s) {
         job->stubs_[r].push_back(
-            ps::TransportProbe::NewStub(grpc::CreateCustomChannel(
+            std::make_unique<grpc::GenericStub>(grpc::CreateCustomChannel(
                 addresses[s], grpc::InsecureChannelCredentials(), args)));
       }
     }
@@ -470,7 +555,7 @@ class BareJob {
   int64_t part_bytes_ = 0;
   std::vector<std::unique_ptr<ProbeService>> services_;
   std::vector<std::unique_ptr<grpc::Server>> servers_;
-  std::vector<std::vector<std::unique_ptr<ps::TransportProbe::Stub>>> stubs_;
+  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> stubs_;
   std::vector<int64_t> share_;
   std::vector<std::vector<float>> src_, dst_;
 };

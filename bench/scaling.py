@@ -146,13 +146,63 @@ def run_job(point, run_dir, args):
     with open(os.path.join(run_dir, "launch.log"), "w") as log:
         log.write(" ".join(launch + training) + "\n")
         log.flush()
+        usage = CpuUsage()
         result = subprocess.run(launch + training, stdout=log, stderr=subprocess.STDOUT,
                                 timeout=args.deadline_s + 60)
+        cpu = usage.finish()
     if result.returncode != 0:
         print(f"  FAILED (exit {result.returncode}): see {run_dir}/launch.log", flush=True)
         return None
     with open(os.path.join(run_dir, "summary.json")) as f:
-        return json.load(f)
+        summary = json.load(f)
+    summary["cpu"] = cpu
+    with open(os.path.join(run_dir, "cpu.json"), "w") as f:
+        json.dump(cpu, f)
+    counters = os.path.join(run_dir, "network_counters.json")
+    if os.path.exists(counters):
+        with open(counters) as f:
+            summary["network_counters"] = json.load(f)
+    return summary
+
+
+def machine_cpu_ticks(stat_text):
+    """(total, idle, niced) jiffies from /proc/stat's first line; idle
+    includes iowait, niced is the user time of processes at nice > 0."""
+    fields = [int(v) for v in stat_text.splitlines()[0].split()[1:]]
+    return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0), fields[1]
+
+
+class CpuUsage:
+    """The job's CPU seconds (every process it started: `gradsync launch`
+    waits for its children, so their time is in ours once it exits) and how
+    busy the whole machine was meanwhile, others' work included, both all of
+    it and without the work at nice > 0 (builds under `nice -n 15` yield to
+    an un-niced job: CFS gives nice 15 a weight of 36 against 1024). A point
+    is marked CPU-bound when the machine was more than CPU_BOUND busy with
+    un-niced work (the job's own included)."""
+
+    def __init__(self):
+        self.children = os.times()
+        self.wall = time.monotonic()
+        with open("/proc/stat") as f:
+            self.ticks = machine_cpu_ticks(f.read())
+
+    def finish(self):
+        children = os.times()
+        wall = time.monotonic() - self.wall
+        with open("/proc/stat") as f:
+            total, idle, niced = machine_cpu_ticks(f.read())
+        cpu_s = ((children.children_user - self.children.children_user)
+                 + (children.children_system - self.children.children_system))
+        cores = os.cpu_count() or 1
+        elapsed = max(1, total - self.ticks[0])
+        with open("/proc/loadavg") as f:
+            load = float(f.read().split()[0])
+        return {"job_cpu_s": cpu_s, "wall_s": wall, "cores": cores,
+                "job_cpu_fraction": cpu_s / max(wall, 1e-9) / cores,
+                "machine_busy": 1 - (idle - self.ticks[1]) / elapsed,
+                "machine_busy_unniced": 1 - (idle - self.ticks[1] + niced - self.ticks[2]) / elapsed,
+                "loadavg_1m_end": load}
 
 
 def busiest_link_bytes(summary):
@@ -188,9 +238,37 @@ def largest_server_share(summary):
     return max(shares) / sum(shares) if shares else None
 
 
+def tcp_totals(summary):
+    """Retransmitted segments and RTO timeouts of the job, summed over its
+    processes' network namespaces (separate servers included; a colocated
+    server shares its worker's namespace, so it is counted once)."""
+    processes = [rank.get("process", {}) for rank in summary["ranks"]]
+    sync0 = summary["ranks"][0].get("sync", {})
+    if not sync0.get("colocate"):
+        processes += [s.get("process", {}) for s in sync0.get("server_summaries", [])]
+    tcp = [p["tcp"] for p in processes if "tcp" in p]
+    return (sum(t["retrans_segments"] for t in tcp), sum(t["timeouts"] for t in tcp),
+            sum(t["out_segments"] for t in tcp))
+
+
 def figures(summary, point, args):
     """The figures of one repeat."""
+    retrans, timeouts, out_segments = tcp_totals(summary)
+    if point["link"] == "loopback":
+        # Every process shares the host's namespace: its counters are the
+        # whole machine's, not the job's.
+        retrans = timeouts = out_segments = None
+    network = summary.get("network_counters", {})
+    cpu = summary.get("cpu", {})
     return {
+        "retrans_segments": retrans,
+        "rto_timeouts": timeouts,
+        "retrans_percent": (100 * retrans / out_segments if out_segments else
+                            None if out_segments is None else 0),
+        "port_drops": sum(network.get("port_drops", [])) + sum(network.get("uplink_drops", [])),
+        "job_cpu_fraction": cpu.get("job_cpu_fraction", 0),
+        "machine_busy": cpu.get("machine_busy", 0),
+        "machine_busy_unniced": cpu.get("machine_busy_unniced", 0),
         "step_ms": summary["step_ms"],
         # The configured --compute_ms is the point's "compute_ms"; this is what
         # forward+backward took, gradient writing and CPU contention included.
@@ -206,7 +284,11 @@ def figures(summary, point, args):
 # --- Aggregation -----------------------------------------------------------------------
 
 MEASURES = ["step_ms", "measured_compute_ms", "exposed_ms", "samples_per_s", "bytes_per_rank",
-            "busiest_link_bytes"]
+            "busiest_link_bytes", "retrans_segments", "rto_timeouts", "retrans_percent",
+            "port_drops", "job_cpu_fraction", "machine_busy", "machine_busy_unniced"]
+# A point measured while the machine (every core, others' work included) was
+# busier than this is marked CPU-bound: its step times may be the CPU's.
+CPU_BOUND = 0.7
 
 
 def aggregate(point, repeats):
@@ -214,10 +296,14 @@ def aggregate(point, repeats):
     point["repeats"] = len(repeats)
     for measure in MEASURES:
         values = [r[measure] for r in repeats]
+        if any(v is None for v in values):  # not measured (loopback's TCP)
+            point[measure] = point[measure + "_min"] = point[measure + "_max"] = None
+            continue
         point[measure] = statistics.median(values)
         point[measure + "_min"] = min(values)
         point[measure + "_max"] = max(values)
     point["largest_server_share"] = repeats[0]["largest_server_share"]
+    point["cpu_bound"] = point["machine_busy_unniced_max"] > CPU_BOUND
     return point
 
 
@@ -278,8 +364,8 @@ def reanalyze(out):
 
 COLUMNS = ["strategy", "sweep", "workers", "servers", "model", "model_bytes", "link",
            "bucket_mb", "compute_ms", "repeats"] + [m + s for m in MEASURES for s in ("", "_min", "_max")] + [
-           "efficiency", "largest_server_share", "predicted_comm_ms", "predicted_exposed_ms",
-           "predicted_step_ms"]
+           "efficiency", "largest_server_share", "cpu_bound", "predicted_comm_ms",
+           "predicted_exposed_ms", "predicted_step_ms"]
 
 
 def write_csv(points, path):
@@ -299,7 +385,7 @@ def print_points(points):
     header = ("strategy", "flags", "N", "K", "model", "link", "step ms (min–max)",
               "exposed comm ms",
               "samples/s", "efficiency", "MB/rank/step", "busiest link MB", "predicted step",
-              "err %")
+              "err %", "retrans (RTOs)", "drops", "CPU job / machine")
     rows = []
     for p in points:
         predicted = p.get("predicted_step_ms")
@@ -309,8 +395,19 @@ def print_points(points):
                      f"{100 * p['efficiency']:.0f}%" if "efficiency" in p else "-",
                      f"{p['bytes_per_rank'] / 1e6:.1f}", f"{p['busiest_link_bytes'] / 1e6:.1f}",
                      f"{predicted:.0f}" if predicted else "-",
-                     cost_model.format_error(cost_model.error_percent(p["step_ms"], predicted))))
-    print("Medians over repeats, (min–max); MB = 1e6 bytes; efficiency = step(N=1)/step(N)")
+                     cost_model.format_error(cost_model.error_percent(p["step_ms"], predicted)),
+                     "-" if p.get("retrans_segments") is None else
+                     f"{p['retrans_segments']:.0f} ({p.get('rto_timeouts', 0):.0f})",
+                     f"{p.get('port_drops', 0):.0f}",
+                     f"{100 * p.get('job_cpu_fraction', 0):.0f}% / "
+                     f"{100 * p.get('machine_busy_unniced_max', 0):.0f}% "
+                     f"({100 * p.get('machine_busy_max', 0):.0f}%)"
+                     + (" CPU-BOUND" if p.get("cpu_bound") else "")))
+    print("Medians over repeats, (min–max); MB = 1e6 bytes; efficiency = step(N=1)/step(N);\n"
+          "retrans: TCP segments retransmitted per job, all processes (RTO timeouts); drops:\n"
+          "packets the emulated queues dropped per job; CPU: the job's share of all cores / the\n"
+          "busiest the machine was with un-niced work during a repeat (others' included; in\n"
+          f"parentheses with niced work too), CPU-BOUND over {100 * CPU_BOUND:.0f}%")
     cost_model.print_table(header, rows)
 
 

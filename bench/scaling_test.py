@@ -41,16 +41,58 @@ class SweepTest(unittest.TestCase):
         self.assertEqual(len(labels), len(points), "labels must be distinct")
         self.assertIn("custom-1MB_loopback_b25_c0_ps_n4_k4_ps_chunk_kb=128", labels)
 
+    @staticmethod
+    def repeat(step_ms, machine_busy=0.3, retrans=0):
+        return dict(step_ms=step_ms, measured_compute_ms=1, exposed_ms=step_ms / 2,
+                    samples_per_s=100, bytes_per_rank=10, busiest_link_bytes=20,
+                    largest_server_share=0.5, retrans_segments=retrans, rto_timeouts=0,
+                    retrans_percent=0, port_drops=0, job_cpu_fraction=0.2,
+                    machine_busy=machine_busy, machine_busy_unniced=machine_busy)
+
     def test_aggregate_reports_median_and_spread(self):
-        repeats = [dict(step_ms=v, measured_compute_ms=1, exposed_ms=v / 2,
-                        samples_per_s=100, bytes_per_rank=10, busiest_link_bytes=20,
-                        largest_server_share=0.5) for v in (30.0, 10.0, 20.0)]
+        repeats = [self.repeat(v, retrans=r) for v, r in ((30.0, 5), (10.0, 1), (20.0, 9))]
         point = scaling.aggregate({"strategy": "ring"}, repeats)
         self.assertEqual(point["repeats"], 3)
         self.assertEqual(point["step_ms"], 20.0)
         self.assertEqual(point["step_ms_min"], 10.0)
         self.assertEqual(point["step_ms_max"], 30.0)
         self.assertEqual(point["exposed_ms"], 10.0)
+        self.assertEqual(point["retrans_segments"], 5)
+        self.assertEqual(point["retrans_segments_max"], 9)
+        self.assertFalse(point["cpu_bound"])
+
+    def test_unmeasured_figures_stay_empty(self):
+        repeats = [self.repeat(10.0), self.repeat(12.0)]
+        for r in repeats:
+            r["retrans_segments"] = None
+        point = scaling.aggregate({"strategy": "ring"}, repeats)
+        self.assertIsNone(point["retrans_segments"])
+        self.assertIsNone(point["retrans_segments_max"])
+        self.assertEqual(point["step_ms"], 11.0)
+
+    def test_a_point_is_cpu_bound_when_any_repeat_ran_on_a_busy_machine(self):
+        repeats = [self.repeat(10.0, 0.2), self.repeat(11.0, 0.9), self.repeat(12.0, 0.3)]
+        self.assertTrue(scaling.aggregate({"strategy": "ps"}, repeats)["cpu_bound"])
+
+    def test_machine_ticks_count_iowait_as_idle_and_niced_apart(self):
+        total, idle, niced = scaling.machine_cpu_ticks("cpu  10 7 5 73 5 0 0 0 0 0\ncpu0 1 2 3 4\n")
+        self.assertEqual(total, 100)
+        self.assertEqual(idle, 78)
+        self.assertEqual(niced, 7)
+
+    def test_tcp_totals_count_separate_servers_and_colocated_ones_once(self):
+        def process(retrans, timeouts):
+            return {"tcp": {"retrans_segments": retrans, "timeouts": timeouts,
+                            "out_segments": 1000}}
+        servers = [{"process": process(7, 1)}, {"process": process(3, 0)}]
+        summary = {"ranks": [{"process": process(10, 2), "sync": {"server_summaries": servers}},
+                             {"process": process(20, 0), "sync": {}}]}
+        self.assertEqual(scaling.tcp_totals(summary), (40, 3, 4000))
+        summary["ranks"][0]["sync"]["colocate"] = True
+        self.assertEqual(scaling.tcp_totals(summary), (30, 2, 2000))
+        # A rank whose counters were unreadable adds nothing.
+        summary["ranks"][1]["process"] = {"tcp_error": "cannot read"}
+        self.assertEqual(scaling.tcp_totals(summary), (10, 2, 1000))
 
 
 class CostModelTest(unittest.TestCase):
@@ -76,8 +118,62 @@ class CostModelTest(unittest.TestCase):
 
     def test_colocated_ps_has_the_rings_bandwidth_term_and_two_latencies(self):
         size = 1e8
-        self.assertAlmostEqual(cost_model.colocated_ps_time(4, size, self.link),
+        self.assertAlmostEqual(cost_model.colocated_ps_time(4, size, self.link, last_key=0),
                                1.5 + 2 * 10e-6, places=9)
+        # Its tail: the last block leaves its server for the N − 1 others.
+        with_tail = cost_model.colocated_ps_time(4, size, self.link, last_key=1e6)
+        self.assertAlmostEqual(with_tail - 1.5 - 2 * 10e-6, 3 * 1e6 / 1e8, places=9)
+        # One node holding half the keys sends them to 3 others.
+        lopsided = cost_model.colocated_ps_time(4, size, self.link, last_key=0, largest_share=0.5)
+        self.assertAlmostEqual(lopsided, 2.0 + 2 * 10e-6, places=9)
+
+    def test_ps_tail_is_n_copies_of_the_last_block_whatever_k_is(self):
+        size, key = 2.5e6, 78125 * 1.0
+        for n in (4, 8):
+            for share in (1.0, 1.0 / n):
+                tail = (cost_model.ps_time(n, size, self.link, share, last_key=key)
+                        - cost_model.ps_time(n, size, self.link, share, last_key=0))
+                self.assertAlmostEqual(tail, n * key / 1e8, places=9)
+        # The block is at most the server's message size (--ps_message_kb).
+        tail = (cost_model.ps_time(8, 1e8, self.link, 1 / 8, last_key=4 * cost_model.MIB)
+                - cost_model.ps_time(8, 1e8, self.link, 1 / 8, last_key=0))
+        self.assertAlmostEqual(tail, 8 * cost_model.MIB / 1e8, places=9)
+
+    def test_reduction_binds_only_when_slower_than_the_link(self):
+        size = 1e8
+        plain = cost_model.ps_time(4, size, self.link, 0.25, last_key=0)
+        fast = cost_model.ps_time(4, size, self.link, 0.25, last_key=0, reduce_bytes_per_s=1e10)
+        self.assertAlmostEqual(plain, fast, places=12)
+        # Summing 1e8 bytes at 5e7 B/s takes 2 s, twice the link's 1 s.
+        slow = cost_model.ps_time(4, size, self.link, 0.25, last_key=0, reduce_bytes_per_s=5e7)
+        self.assertAlmostEqual(slow, 2.0 + 2 * 10e-6, places=9)
+
+    def test_the_busiest_server_holds_at_least_one_chunk(self):
+        mib = cost_model.MIB
+        self.assertAlmostEqual(cost_model.balanced_share(100 * mib, 1, 4 * mib), 1.0)
+        # 25 keys of 4 MiB on 5 servers: 5 each.
+        self.assertAlmostEqual(cost_model.balanced_share(100 * mib, 5, 4 * mib), 0.2)
+        # More servers than keys: the busiest still holds one whole key.
+        self.assertAlmostEqual(cost_model.balanced_share(100 * mib, 1024, 4 * mib), 0.04)
+        # 26 keys (the last of 2 MiB) on 4 servers: 7 full keys is the most
+        # largest-first placement leaves on one server.
+        self.assertAlmostEqual(cost_model.balanced_share(102 * mib, 4, 4 * mib), 28 / 102)
+
+    def test_extrapolated_ps_with_n_servers_grows_past_the_number_of_keys(self):
+        link = cost_model.Link(alpha_s=25e-6, bandwidth=1.25e8)
+        rows = cost_model.extrapolate(link, cost_model.MODEL_BYTES["resnet50"])
+        # ResNet-50 has 25 keys of 4 MiB: at N = 1024 one server still gets
+        # N copies of a whole key in and out.
+        self.assertGreater(rows[1024]["ps K=N"], 1000 * 1024 * 4 * cost_model.MIB / 1.25e8)
+        self.assertLess(rows[8]["ps K=N"], rows[8]["ring"])
+
+    def test_byteps_spectrum_spans_colocated_to_separate_servers(self):
+        size = 1e8
+        self.assertAlmostEqual(cost_model.byteps_time(8, 0, size, self.link), 2 * 7 / 8)
+        self.assertAlmostEqual(cost_model.byteps_time(8, 8, size, self.link), 1.0)
+        between = cost_model.byteps_time(8, 4, size, self.link)
+        self.assertLess(between, 2 * 7 / 8)
+        self.assertGreater(between, 1.0)
 
     def test_exposed_communication_overlaps_buckets_with_compute(self):
         # Two equal buckets, 1 s of compute, 0.3 s per bucket: the first

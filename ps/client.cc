@@ -7,6 +7,7 @@
 #include "ps/client.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <list>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/grpc_job_token.h"
+#include "core/telemetry/trace.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
@@ -36,6 +38,12 @@ absl::Status FromGrpc(const grpc::Status& status) {
 
 std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
   return absl::ToChronoTime(absl::Now() + timeout);
+}
+
+// Pairs the begin and end of the client's spans in the --trace timeline.
+int64_t NextTraceId() {
+  static std::atomic<int64_t> next{1};
+  return next.fetch_add(1);
 }
 
 }  // namespace
@@ -73,6 +81,12 @@ class PsClient::Impl {
     // runs) would queue behind each other on it, unlike separate processes.
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    // A fixed flow-control window for the pulls (ps/flags.h says why).
+    if (options_.stream_window_bytes > 0) {
+      args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                  static_cast<int>(options_.stream_window_bytes));
+      args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    }
     for (const std::string& address : servers_) {
       std::shared_ptr<grpc::Channel> channel = CreateChannelWithJobToken(
           address, grpc::InsecureChannelCredentials(), args);
@@ -237,6 +251,7 @@ class PsClient::Impl::PushCall
         message_floats_(client->options_.message_bytes / 4) {}
 
   void Start() {
+    if (CurrentTrace() != nullptr) start_us_ = TraceRecorder::NowMicros();
     context_.set_deadline(DeadlineAfter(client_->options_.timeout));
     client_->Begin(this, /*push=*/true);
     client_->generic_stubs_[server_]->PrepareBidiStreamingCall(
@@ -257,6 +272,14 @@ class PsClient::Impl::PushCall
   void OnReadDone(bool /*ok*/) override {}
 
   void OnDone(const grpc::Status& status) override {
+    // The server answers a push once it summed every part: the span ends
+    // when this worker's share of the server's link was through.
+    if (TraceRecorder* trace = CurrentTrace();
+        trace != nullptr && start_us_ > 0) {
+      trace->AsyncSpan(
+          absl::StrCat("push to server ", server_, ", step ", step_), "ps push",
+          NextTraceId(), start_us_, TraceRecorder::NowMicros());
+    }
     client_->End(this, /*push=*/true, FromGrpc(status));
     delete this;
   }
@@ -288,6 +311,7 @@ class PsClient::Impl::PushCall
   const std::vector<const PsKey*> keys_;
   const float* const src_;
   const int64_t message_floats_;
+  int64_t start_us_ = 0;    // for --trace
   size_t index_ = 0;        // key being sent
   int64_t offset_ = 0;      // next float of that key
   grpc::ByteBuffer part_;   // the message being written
@@ -322,6 +346,7 @@ class PsClient::Impl::PullCall
   }
 
   void Start() {
+    if (CurrentTrace() != nullptr) start_us_ = TraceRecorder::NowMicros();
     context_.set_deadline(DeadlineAfter(client_->options_.timeout));
     client_->Begin(this, /*push=*/false);
     client_->generic_stubs_[server_]->PrepareBidiStreamingCall(
@@ -390,6 +415,15 @@ class PsClient::Impl::PullCall
     if (!status.ok()) return status;
     client_->NoteClock(decoded.header);
     received_[i] += n;
+    // Each key's result from the pull's start to its last float: which key
+    // of which server this worker waited for, and how long.
+    if (TraceRecorder* trace = CurrentTrace();
+        trace != nullptr && start_us_ > 0 && received_[i] == keys_[i]->numel) {
+      trace->AsyncSpan(absl::StrCat("key ", keys_[i]->id, " from server ",
+                                    server_, ", step ", step_),
+                       "ps pull", NextTraceId(), start_us_,
+                       TraceRecorder::NowMicros());
+    }
     client_->CountBytes(server_, 0, n * static_cast<int64_t>(sizeof(float)));
     return absl::OkStatus();
   }
@@ -399,6 +433,7 @@ class PsClient::Impl::PullCall
   float* const dst_;
   std::vector<int64_t> received_;
   absl::flat_hash_map<int64_t, size_t> index_;
+  int64_t start_us_ = 0;  // for --trace
   grpc::ByteBuffer request_;
   grpc::ByteBuffer part_;
   absl::Status error_;

@@ -32,6 +32,9 @@ struct PsClientOptions {
   absl::Duration timeout = absl::Seconds(60);
   // Largest payload of one message (--ps_message_kb).
   int64_t message_bytes = int64_t{1} << 20;
+  // HTTP/2 window of the pull streams (--ps_stream_window_kb); 0: gRPC's
+  // default with BDP probing.
+  int64_t stream_window_bytes = int64_t{4} << 20;
 };
 
 // What one step's calls moved and how long they took.

@@ -14,6 +14,10 @@ ABSL_FLAG(int64_t, ps_chunk_kb, 4096,
 ABSL_FLAG(int64_t, ps_message_kb, 1024,
           "Largest payload of one push/pull message in KiB (at most 3072, so "
           "messages stay under gRPC's default 4 MiB limit).");
+ABSL_FLAG(int64_t, ps_stream_window_kb, 4096,
+          "HTTP/2 flow-control window of every push and pull stream, both "
+          "ends, in KiB, with gRPC's BDP probing off; 0 = gRPC's default (64 "
+          "KiB, grown by BDP probing), which held pulls back (ps/README.md).");
 ABSL_FLAG(bool, ps_colocate, false,
           "Run parameter server r inside worker r (K = number of workers) "
           "instead of as separate `gradsync server` processes.");
@@ -127,6 +131,16 @@ absl::StatusOr<int64_t> MessageBytesFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--ps_message_kb=", kb, " must be in [1, ",
                      kMaxMessageBytes / 1024, "]"));
+  }
+  return kb * 1024;
+}
+
+absl::StatusOr<int64_t> StreamWindowBytesFromFlags() {
+  const int64_t kb = absl::GetFlag(FLAGS_ps_stream_window_kb);
+  if (kb < 0 || kb * 1024 > kMaxStreamWindowBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps_stream_window_kb=", kb, " must be in [0, ",
+                     kMaxStreamWindowBytes / 1024, "] (0: gRPC's default)"));
   }
   return kb * 1024;
 }

@@ -116,6 +116,7 @@ absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer() {
   server_options.num_workers = n;
   server_options.bind_address = "0.0.0.0:0";
   server_options.message_bytes = options_.message_bytes;
+  server_options.stream_window_bytes = options_.stream_window_bytes;
   ASSIGN_OR_RETURN(server_options.max_shard_bytes, MaxShardBytesFromFlags());
   ASSIGN_OR_RETURN(colocated_server_, ParameterServer::Start(server_options));
   const std::string mine = absl::StrCat(context_.identity.advertise_host, ":",
@@ -199,6 +200,7 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   client_options.staleness = options_.consistency.staleness;
   client_options.timeout = context_.timeout;
   client_options.message_bytes = options_.message_bytes;
+  client_options.stream_window_bytes = options_.stream_window_bytes;
   ps::OptimizerConfig& optimizer = client_options.optimizer;
   optimizer.set_kind(options_.optimizer.kind);
   optimizer.set_lr(options_.optimizer.lr);
@@ -380,6 +382,7 @@ std::string PsSync::SummaryJson() const {
       {"keys", partition_.keys().size()},
       {"chunk_bytes", options_.chunk_bytes},
       {"message_bytes", options_.message_bytes},
+      {"stream_window_bytes", options_.stream_window_bytes},
       {"server_key_bytes", partition_.server_bytes()},
       {"imbalance", partition_.imbalance()},
       {"steps", run_steps},
@@ -425,6 +428,7 @@ absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
                    ParseUpdateMode(absl::GetFlag(FLAGS_ps_update)));
   ASSIGN_OR_RETURN(options.chunk_bytes, ChunkBytesFromFlags());
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
+  ASSIGN_OR_RETURN(options.stream_window_bytes, StreamWindowBytesFromFlags());
   options.colocate = absl::GetFlag(FLAGS_ps_colocate);
   ASSIGN_OR_RETURN(options.consistency,
                    ConsistencyFromFlags(options.update_mode));

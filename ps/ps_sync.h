@@ -25,6 +25,7 @@ struct PsSyncOptions {
   ps::UpdateMode update_mode = ps::UPDATE_WORKER;
   int64_t chunk_bytes = int64_t{4} << 20;
   int64_t message_bytes = int64_t{1} << 20;
+  int64_t stream_window_bytes = int64_t{4} << 20;
   // Server mode: the workers' optimizer, with the learning rate already
   // scaled for the world size (SyncContext::optimizer).
   OptimizerOptions optimizer;

@@ -8,14 +8,17 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/device/device.h"
+#include "core/telemetry/trace.h"
 #include "core/train/optimizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -225,6 +228,41 @@ INSTANTIATE_TEST_SUITE_P(
           "N", std::get<0>(info.param), "_K", std::get<1>(info.param), "_",
           std::get<2>(info.param) == ps::UPDATE_SERVER ? "server" : "worker");
     });
+
+// With a --trace recorder published, the client records each push (to a
+// server, until the server took all of it) and each key's result (from the
+// pull's start to its last float) for every step: the timeline that shows
+// which server's key a worker waited for.
+TEST(PsSyncTest, TraceShowsEveryPushAndEveryKeysResult) {
+  TraceRecorder trace(0, "test");
+  SetCurrentTrace(&trace);
+  JobSpec job;
+  job.workers = 2;
+  job.servers = 2;
+  job.specs = {{"w", {64}}};  // 4 keys of 16 floats (kChunkBytes), 2 a server
+  CheckJob(job);
+  SetCurrentTrace(nullptr);
+  const nlohmann::json document = nlohmann::json::parse(trace.ToJson());
+  std::map<std::string, int> begun;
+  for (const auto& event : document["traceEvents"]) {
+    if (event.value("ph", "") == "b") ++begun[event.value("name", "")];
+  }
+  for (int step = 0; step < job.steps; ++step) {
+    for (int server = 0; server < 2; ++server) {
+      EXPECT_EQ(begun[absl::StrCat("push to server ", server, ", step ", step)],
+                job.workers)
+          << "step " << step << " server " << server;
+    }
+    int results = 0;
+    for (const auto& [name, count] : begun) {
+      if (absl::StrContains(name, " from server ") &&
+          absl::EndsWith(name, absl::StrCat(", step ", step))) {
+        results += count;
+      }
+    }
+    EXPECT_EQ(results, 4 * job.workers) << "step " << step;
+  }
+}
 
 // One one-float parameter over four servers: three servers hold no key, get
 // no push or pull, and still see every worker register and shut down.

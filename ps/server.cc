@@ -18,8 +18,10 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/grpc_job_token.h"
+#include "core/telemetry/process_counters.h"
 #include "grpc/slice.h"
 #include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/callback_queue.h"
 #include "ps/shard.h"
@@ -27,6 +29,16 @@
 
 namespace gradsync {
 namespace {
+
+// The shard's summary with this process's CPU seconds and TCP counters
+// (retransmissions, RTO timeouts), read when a worker shuts down.
+std::string SummaryWithProcessCounters(const std::string& shard_summary) {
+  nlohmann::json summary =
+      nlohmann::json::parse(shard_summary, nullptr, /*allow_exceptions=*/false);
+  if (!summary.is_object()) return shard_summary;
+  summary["process"] = nlohmann::json::parse(ProcessCountersJson());
+  return summary.dump();
+}
 
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -559,7 +571,7 @@ class ParameterServer::Impl final : public ServiceBase {
       const bool last_;
     };
     absl::StatusOr<bool> all_done = shard_.Shutdown(*request);
-    reply->set_summary_json(shard_.SummaryJson());
+    reply->set_summary_json(SummaryWithProcessCounters(shard_.SummaryJson()));
     auto* call = new Call(this, all_done.ok() && *all_done);
     call->Finish(ToGrpc(all_done.status()));
     return call;
@@ -624,6 +636,12 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   KeepCallbackQueueAlive();
   auto impl = std::make_unique<Impl>(options);
   grpc::ServerBuilder builder;
+  // A fixed flow-control window for the pushes (ps/flags.h says why).
+  if (options.stream_window_bytes > 0) {
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                               static_cast<int>(options.stream_window_bytes));
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  }
   builder.AddListeningPort(options.bind_address,
                            grpc::InsecureServerCredentials(), &impl->port_);
   builder.RegisterService(impl.get());

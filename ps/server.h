@@ -29,6 +29,9 @@ struct ParameterServerOptions {
   std::string bind_address = "127.0.0.1:0";
   // Largest payload of one pull message (--ps_message_kb).
   int64_t message_bytes = int64_t{1} << 20;
+  // HTTP/2 window of the push streams (--ps_stream_window_kb); 0: gRPC's
+  // default with BDP probing.
+  int64_t stream_window_bytes = int64_t{4} << 20;
   // The most bytes of keys workers may register here (--ps_max_shard_mb).
   int64_t max_shard_bytes = kDefaultMaxShardBytes;
   // A pull whose caller set no deadline waits at most this long.

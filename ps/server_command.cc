@@ -79,6 +79,7 @@ absl::Status Serve(const ClusterEnv& env) {
   options.num_workers = env.world_size;
   options.bind_address = absl::GetFlag(FLAGS_ps_bind);
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
+  ASSIGN_OR_RETURN(options.stream_window_bytes, StreamWindowBytesFromFlags());
   ASSIGN_OR_RETURN(options.max_shard_bytes, MaxShardBytesFromFlags());
   ASSIGN_OR_RETURN(std::unique_ptr<ParameterServer> server,
                    ParameterServer::Start(options));

@@ -61,10 +61,13 @@ ABSL_FLAG(std::string, job_id, "",
           "of --master_addr and --master_port (the same on every node)");
 ABSL_FLAG(
     std::string, netem, "",
-    "emulate a cluster network: RATE[,LATENCY] (like 1gbit,200us) for "
-    "every process's own full-duplex link; each worker and server runs in "
-    "its own network namespace behind one bridge (addresses in "
-    "10.213.0.0/16), removed when the job ends. Needs root and iproute2");
+    "emulate a cluster network: RATE[,LATENCY][,buffer=BYTES]"
+    "[,rto_min=DURATION][,cc=NAME][,ecn] (like 1gbit,200us or "
+    "100mbit,buffer=1mb,rto_min=5ms) for every process's own full-duplex "
+    "link; each worker and server runs in its own network namespace behind "
+    "one switch (a bridge; 1 MiB per port by default, core/launch/README.md), "
+    "addresses in 10.213.0.0/16, removed when the job ends. Needs root and "
+    "iproute2");
 
 namespace gradsync {
 namespace {
@@ -399,6 +402,17 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   if (deadline > 0) options.deadline = absl::Seconds(deadline);
   absl::StatusOr<LaunchResult> launched = RunProcessGroup(specs, options);
   if (network != nullptr) {
+    // The queues' drops (incast at a switch port) for bench/scaling.py;
+    // they go with the namespaces.
+    absl::StatusOr<std::string> counters = network->QueueCountersJson();
+    const absl::Status kept =
+        counters.ok() ? WriteFileAtomically(
+                            plan.run_dir + "/network_counters.json", *counters)
+                      : counters.status();
+    if (!kept.ok()) {
+      GS_LOG(WARNING) << "the emulated network's queue counters: "
+                      << kept.message();
+    }
     // Every process has ended (RunProcessGroup waits for all), so the
     // namespaces are empty and go at once.
     const absl::Status removed = network->Destroy();

@@ -30,8 +30,10 @@
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, link, "1gbit",
-          "RATE[,LATENCY] of every node's link (1gbit,200us); for probe also "
-          "'loopback' (no namespaces, no root)");
+          "RATE[,LATENCY][,buffer=BYTES][,rto_min=DURATION][,cc=NAME][,ecn] "
+          "of every node's link and the switch (1gbit,200us; "
+          "100mbit,buffer=1mb); for probe also 'loopback' (no namespaces, no "
+          "root)");
 ABSL_FLAG(int, nodes, 2, "up: number of nodes");
 ABSL_FLAG(std::string, prefix, "",
           "up/down: name prefix (default gs + 4 random hex digits)");

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace gradsync {
 namespace {
@@ -31,11 +32,21 @@ namespace {
 // drops, 128 KiB and more gave 94-95%, the TCP goodput of 1500-byte frames).
 constexpr int64_t kMinBurstBytes = 128 << 10;
 constexpr double kBurstSeconds = 1e-3;
-// How long a packet may wait in tbf's queue before it is dropped. Deep
-// enough that N senders converging on one parameter server queue rather
-// than lose packets (TCP then shares the link evenly), shallow enough that
-// the queue does not add visible latency to small messages after a burst.
-constexpr char kQueueLatency[] = "20ms";
+// A switch port's buffer toward its node, unless buffer= says otherwise.
+// Data-centre switches share their packet memory among ports with dynamic
+// thresholds, so one congested port may take a large part of it: Broadcom
+// Trident II (Arista 7050X and kin) has 12 MB for 32 x 40G ports, Tomahawk
+// 16 MB for 32 x 100G; the DCTCP paper (Alizadeh et al., SIGCOMM 2010) saw
+// about 700 KB usable by one congested 1 Gbit/s port of a 4 MB Triumph. One
+// port holding 1 MiB is that class of switch; it holds 8 full initial
+// windows (10 packets each) of 8 senders converging on one receiver, the
+// incast of a parameter server with N = 8.
+constexpr int64_t kDefaultSwitchBufferBytes = 1 << 20;
+// The node's own uplink is its NIC's transmit queue, which on a real host
+// does not drop: TCP small queues hold each socket's bytes in the qdisc
+// below tcp_limit_output_bytes (4 MiB here) and keep the rest in the socket.
+// Its limit only bounds a pathological case.
+constexpr int64_t kHostQueueBytes = 16 << 20;
 
 std::string FindTool(const std::string& name) {
   for (const char* dir : {"/usr/sbin/", "/sbin/", "/usr/bin/", "/bin/"}) {
@@ -92,21 +103,81 @@ std::string TcMicros(absl::Duration d) {
   return absl::StrCat(absl::ToInt64Microseconds(d), "us");
 }
 
+// "512kb" -> 524288, "1mb" -> 1048576, "4000000" -> 4000000 (binary units,
+// as tc's).
+absl::StatusOr<int64_t> ParseBytes(absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  struct Unit {
+    const char* suffix;
+    int64_t scale;
+  };
+  for (const Unit& unit :
+       {Unit{"kb", 1 << 10}, Unit{"mb", 1 << 20}, Unit{"b", 1}, Unit{"", 1}}) {
+    if (!absl::EndsWith(lower, unit.suffix)) continue;
+    double value = 0;
+    const absl::string_view number = absl::string_view(lower).substr(
+        0, lower.size() - std::strlen(unit.suffix));
+    if (!absl::SimpleAtod(number, &value)) break;
+    const double bytes = value * static_cast<double>(unit.scale);
+    if (!(bytes >= 16 << 10) || bytes > 1e9) break;
+    return static_cast<int64_t>(bytes);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("switch buffer '", text,
+                   "' is not a size like 512kb, 1mb or 4000000 (16kb..1e9)"));
+}
+
 }  // namespace
 
 absl::StatusOr<LinkSpec> ParseLinkSpec(const std::string& text) {
   const std::vector<std::string> parts = absl::StrSplit(text, ',');
-  if (parts.empty() || parts.size() > 2 || parts[0].empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--netem='", text, "' must be RATE[,LATENCY], like 1gbit,200us"));
+  const std::string usage = absl::StrCat(
+      "--netem='", text,
+      "' must be RATE[,LATENCY][,buffer=BYTES][,rto_min=DURATION][,cc=NAME]"
+      "[,ecn], like 1gbit,200us or 100mbit,buffer=1mb,rto_min=5ms");
+  if (parts.empty() || parts[0].empty()) {
+    return absl::InvalidArgumentError(usage);
   }
   LinkSpec spec;
   spec.text = text;
   ASSIGN_OR_RETURN(spec.rate_bits_per_s, ParseRate(parts[0]));
-  if (parts.size() == 2) {
-    ASSIGN_OR_RETURN(spec.latency, ParseLatency(parts[1]));
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string& part = parts[i];
+    const size_t eq = part.find('=');
+    const std::string name = part.substr(0, eq);
+    const std::string value =
+        eq == std::string::npos ? "" : part.substr(eq + 1);
+    if (eq == std::string::npos && part == "ecn") {
+      spec.ecn = true;
+    } else if (eq == std::string::npos && i == 1) {
+      ASSIGN_OR_RETURN(spec.latency, ParseLatency(part));
+    } else if (name == "buffer") {
+      ASSIGN_OR_RETURN(spec.switch_buffer_bytes, ParseBytes(value));
+    } else if (name == "rto_min") {
+      absl::Duration rto;
+      if (!absl::ParseDuration(value, &rto) || rto < absl::Milliseconds(1) ||
+          rto > absl::Seconds(1)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "rto_min '", value, "' is not a duration from 1ms to 1s: ", usage));
+      }
+      spec.rto_min = rto;
+    } else if (name == "cc" && !value.empty() &&
+               std::all_of(value.begin(), value.end(), [](char c) {
+                 return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                        c == '_';
+               })) {
+      spec.congestion_control = value;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown part '", part, "': ", usage));
+    }
   }
   return spec;
+}
+
+int64_t SwitchBufferBytes(const LinkSpec& link) {
+  return link.switch_buffer_bytes > 0 ? link.switch_buffer_bytes
+                                      : kDefaultSwitchBufferBytes;
 }
 
 absl::StatusOr<std::string> RunCommand(const std::vector<std::string>& argv) {
@@ -291,10 +362,17 @@ std::string EmulatedNetwork::Describe() const {
                          latency_emulated_
                              ? ""
                              : " NOT EMULATED (kernel lacks sch_netem)");
+  std::string model = absl::StrFormat(
+      "switch ports of %d KiB%s, TCP %s, min RTO %s",
+      SwitchBufferBytes(link) >> 10, link.ecn ? " marking ECN" : "",
+      congestion_control_.empty() ? link.congestion_control
+                                  : congestion_control_,
+      link.rto_min > absl::ZeroDuration() ? absl::FormatDuration(link.rto_min)
+                                          : "200ms (kernel default)");
   return absl::StrCat(options_.nodes, " nodes, ", rate, " full-duplex links, ",
-                      latency, " (namespaces ", options_.prefix, "-*, ",
-                      NodeAddress(0), "..", NodeAddress(options_.nodes - 1),
-                      ")");
+                      latency, ", ", model, " (namespaces ", options_.prefix,
+                      "-*, ", NodeAddress(0), "..",
+                      NodeAddress(options_.nodes - 1), ")");
 }
 
 absl::Status EmulatedNetwork::Ip(const std::vector<std::string>& args) {
@@ -306,10 +384,12 @@ absl::Status EmulatedNetwork::Ip(const std::vector<std::string>& args) {
   return RunCommand(argv).status();
 }
 
-// Shapes traffic leaving `device` in namespace `ns`: tbf for the rate, and
-// netem below it for half the one-way latency.
+// Shapes traffic leaving `device` in namespace `ns`: tbf for the rate, its
+// queue the host's (uplink) or the switch port's buffer (downlink), and
+// netem below it for half the one-way latency, or, on a switch port with
+// ecn, red marking above DCTCP's threshold.
 absl::Status EmulatedNetwork::Shape(const std::string& ns,
-                                    const std::string& device) {
+                                    const std::string& device, bool uplink) {
   const LinkSpec& link = options_.link;
   auto tc = [&](std::vector<std::string> args) {
     std::vector<std::string> argv = {tc_path_, "-n", ns};
@@ -319,26 +399,55 @@ absl::Status EmulatedNetwork::Shape(const std::string& ns,
     }
     return RunCommand(argv).status();
   };
+  const int64_t queue_bytes =
+      uplink ? kHostQueueBytes : SwitchBufferBytes(link);
   std::string parent = "root";
   if (link.rate_bits_per_s > 0) {
     const int64_t burst = std::max<int64_t>(
         kMinBurstBytes,
         static_cast<int64_t>(link.rate_bits_per_s / 8 * kBurstSeconds));
-    RETURN_IF_ERROR(tc({"qdisc", "add", "dev", device, "root", "handle", "1:",
-                        "tbf", "rate", TcRate(link.rate_bits_per_s), "burst",
-                        absl::StrCat(burst), "latency", kQueueLatency}));
+    RETURN_IF_ERROR(
+        tc({"qdisc", "add", "dev", device, "root", "handle", "1:", "tbf",
+            "rate", TcRate(link.rate_bits_per_s), "burst", absl::StrCat(burst),
+            "limit", absl::StrCat(queue_bytes)}));
     parent = "1:1";
   }
-  if (link.latency > absl::ZeroDuration() && latency_emulated_) {
+  auto child = [&](std::vector<std::string> qdisc) {
     std::vector<std::string> args = {"qdisc", "add", "dev", device};
     if (parent == "root") {
       args.push_back("root");
     } else {
       args.insert(args.end(), {"parent", parent});
     }
-    args.insert(args.end(), {"handle", "10:", "netem", "delay",
-                             TcMicros(link.latency / 2), "limit", "100000"});
-    const absl::Status delay = tc(args);
+    args.insert(args.end(), qdisc.begin(), qdisc.end());
+    return tc(args);
+  };
+  if (link.ecn && !uplink) {
+    // DCTCP's marking (Alizadeh et al.): every packet above K is marked, K
+    // a sixth of the buffer (about 170 KB of 1 MiB; DCTCP used 65 packets
+    // at 10 Gbit/s). red with min = K, max just above and probability 1 is
+    // that step function; `burst` is the smallest tc accepts.
+    const int64_t k = queue_bytes / 6;
+    const int64_t avpkt = 1500;
+    const int64_t burst = (2 * k + (k + avpkt)) / (3 * avpkt) + 1;
+    const absl::Status marking =
+        child({"handle", "20:", "red", "limit", absl::StrCat(queue_bytes),
+               "min", absl::StrCat(k), "max", absl::StrCat(k + avpkt), "avpkt",
+               absl::StrCat(avpkt), "burst", absl::StrCat(burst), "probability",
+               "1", "bandwidth",
+               TcRate(std::max<int64_t>(link.rate_bits_per_s, 1e6)), "ecn"});
+    if (!marking.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ecn needs the red qdisc (sch_red) to mark packets on the switch "
+          "ports; this kernel refused it (",
+          marking.message(), "). Leave out ecn"));
+    }
+    return absl::OkStatus();
+  }
+  if (link.latency > absl::ZeroDuration() && latency_emulated_) {
+    const absl::Status delay =
+        child({"handle", "10:", "netem", "delay", TcMicros(link.latency / 2),
+               "limit", "100000"});
     if (!delay.ok()) {
       if (!absl::StrContains(delay.message(), "qdisc kind is unknown"))
         return delay;
@@ -349,6 +458,56 @@ absl::Status EmulatedNetwork::Shape(const std::string& ns,
           << absl::FormatDuration(link.latency)
           << " latency; the cost model uses the latency it measures";
     }
+  }
+  return absl::OkStatus();
+}
+
+// The node's TCP: congestion control, ECN, and the minimum RTO on the route
+// to every other node.
+absl::Status EmulatedNetwork::ConfigureTcp(int node) {
+  const LinkSpec& link = options_.link;
+  const std::string ns = NodeNamespace(node);
+  const std::string sysctl = FindTool("sysctl");
+  if (sysctl.empty()) {
+    return absl::FailedPreconditionError(
+        "the emulated network sets each node's TCP with `sysctl`: apt-get "
+        "install procps");
+  }
+  auto set = [&](const std::string& key, const std::string& value) {
+    return RunCommand({ip_path_, "netns", "exec", ns, sysctl, "-q", "-w",
+                       absl::StrCat(key, "=", value)})
+        .status();
+  };
+  if (congestion_control_.empty()) {
+    congestion_control_ = link.congestion_control;
+    absl::Status chosen =
+        set("net.ipv4.tcp_congestion_control", congestion_control_);
+    if (!chosen.ok() && congestion_control_ == "cubic") {
+      // Some kernels allow a namespace only the congestion controls in
+      // net.ipv4.tcp_allowed_congestion_control; reno is always there.
+      GS_LOG(INFO) << "this kernel refuses cubic as a network namespace's "
+                      "congestion control; the nodes use reno (the same "
+                      "window growth at a data centre's round trips)";
+      congestion_control_ = "reno";
+      chosen = set("net.ipv4.tcp_congestion_control", congestion_control_);
+    }
+    if (!chosen.ok()) {
+      return Annotate(
+          chosen, absl::StrCat("congestion control cc=", congestion_control_,
+                               " (see sysctl "
+                               "net.ipv4.tcp_available_congestion_"
+                               "control)"));
+    }
+  } else {
+    RETURN_IF_ERROR(
+        set("net.ipv4.tcp_congestion_control", congestion_control_));
+  }
+  RETURN_IF_ERROR(set("net.ipv4.tcp_ecn", link.ecn ? "1" : "0"));
+  if (link.rto_min > absl::ZeroDuration()) {
+    RETURN_IF_ERROR(Ip(
+        {"-n", ns, "route", "replace", "10.213.0.0/16", "dev", "eth0", "proto",
+         "kernel", "scope", "link", "src", NodeAddress(node), "rto_min",
+         absl::StrCat(absl::ToInt64Milliseconds(link.rto_min), "ms")}));
   }
   return absl::OkStatus();
 }
@@ -377,10 +536,46 @@ absl::Status EmulatedNetwork::Build() {
     RETURN_IF_ERROR(Ip(
         {"-n", ns, "addr", "add", NodeAddress(node) + "/16", "dev", "eth0"}));
     RETURN_IF_ERROR(Ip({"-n", ns, "link", "set", "eth0", "up"}));
-    RETURN_IF_ERROR(Shape(ns, "eth0"));       // the node's uplink
-    RETURN_IF_ERROR(Shape(bridge_ns, port));  // its downlink
+    RETURN_IF_ERROR(Shape(ns, "eth0", /*uplink=*/true));
+    RETURN_IF_ERROR(Shape(bridge_ns, port, /*uplink=*/false));
+    RETURN_IF_ERROR(ConfigureTcp(node));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> EmulatedNetwork::QueueCountersJson() {
+  // tc -s -j: [{"kind":"tbf",...,"drops":N,...}, ...]; red adds "marked".
+  auto counters = [&](const std::string& ns, const std::string& device,
+                      int64_t* drops, int64_t* marks) -> absl::Status {
+    ASSIGN_OR_RETURN(std::string text,
+                     RunCommand({tc_path_, "-n", ns, "-s", "-j", "qdisc",
+                                 "show", "dev", device}));
+    const nlohmann::json qdiscs =
+        nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!qdiscs.is_array()) {
+      return absl::InternalError(absl::StrCat("unreadable `tc -s -j qdisc` of ",
+                                              ns, " ", device, ": ", text));
+    }
+    *drops = *marks = 0;
+    for (const nlohmann::json& q : qdiscs) {
+      *drops += q.value("drops", int64_t{0});
+      *marks += q.value("marked", int64_t{0});
+    }
+    return absl::OkStatus();
+  };
+  nlohmann::json out = {{"uplink_drops", nlohmann::json::array()},
+                        {"port_drops", nlohmann::json::array()},
+                        {"port_marks", nlohmann::json::array()}};
+  for (int node = 0; node < options_.nodes; ++node) {
+    int64_t drops = 0, marks = 0;
+    RETURN_IF_ERROR(counters(NodeNamespace(node), "eth0", &drops, &marks));
+    out["uplink_drops"].push_back(drops);
+    RETURN_IF_ERROR(
+        counters(BridgeNamespace(), absl::StrCat("p", node), &drops, &marks));
+    out["port_drops"].push_back(drops);
+    out["port_marks"].push_back(marks);
+  }
+  return out.dump();
 }
 
 absl::Status EmulatedNetwork::Destroy() {

@@ -33,15 +33,41 @@
 
 namespace gradsync {
 
+// The switch model. Each node's link is a host NIC (its uplink) and a port of
+// one switch (its downlink, where N senders converging on one receiver meet:
+// incast). Defaults behave like a data-centre cluster, not a worst case; the
+// README of this folder says where they come from.
 struct LinkSpec {
   int64_t rate_bits_per_s = 0;  // 0: not limited
   absl::Duration latency;       // one-way, rank to rank; zero: none added
-  std::string text;             // as given, for logs ("1gbit,200us")
+  // Bytes a switch port queues toward its node before it drops (or, with
+  // ecn, the limit above the marking threshold). 0: the default, 1 MiB.
+  int64_t switch_buffer_bytes = 0;
+  // TCP's minimum retransmission timeout on every route of every node
+  // (`ip route ... rto_min`); zero: the kernel's 200 ms.
+  absl::Duration rto_min;
+  // Congestion control of every node's TCP; the host's default leaks into
+  // new namespaces otherwise (BBR here, which ignores loss and overflows
+  // shallow ports under incast). "cubic" falls back to "reno" (the same
+  // window growth at a data centre's small bandwidth-delay products) where
+  // the kernel refuses cubic as a namespace's default.
+  std::string congestion_control = "cubic";
+  // Switch ports mark ECN (CE) instead of dropping once their queue exceeds
+  // a threshold (DCTCP's K, a sixth of the buffer), and the nodes negotiate
+  // ECN: the sender halves its window without losing a packet.
+  bool ecn = false;
+  std::string text;  // as given, for logs ("1gbit,200us")
 };
 
-// Parses "RATE[,LATENCY]": RATE like 1gbit, 100mbit, 2.5gbit, 500kbit or
-// "none"; LATENCY like 200us, 1ms, 0. "1gbit,200us".
+// Parses "RATE[,LATENCY][,OPTION...]": RATE like 1gbit, 100mbit, 2.5gbit,
+// 500kbit or "none"; LATENCY like 200us, 1ms, 0; OPTIONs buffer=BYTES
+// (512kb, 1mb, 4000000; the switch port's buffer), rto_min=DURATION (5ms),
+// cc=NAME (cubic, reno, bbr, dctcp) and ecn.
+// "100mbit,buffer=1mb,rto_min=5ms".
 absl::StatusOr<LinkSpec> ParseLinkSpec(const std::string& text);
+
+// The switch port's buffer the spec resolves to (its default applied).
+int64_t SwitchBufferBytes(const LinkSpec& link);
 
 struct EmulatedNetworkOptions {
   int nodes = 2;
@@ -82,18 +108,29 @@ class EmulatedNetwork {
   bool latency_emulated() const { return latency_emulated_; }
   // "4 nodes, 1 Gbit/s links, 200 us (prefix gs1a2b, 10.213.1.1-10.213.1.4)".
   std::string Describe() const;
+  // The congestion control the nodes use (after any fallback).
+  const std::string& congestion_control() const { return congestion_control_; }
+  // Packets each queue dropped (and, with ecn, marked) so far, as JSON:
+  // {"uplink_drops":[per node],"port_drops":[per node],"port_marks":[...]}.
+  // Read before Destroy (the counters go with the namespaces).
+  absl::StatusOr<std::string> QueueCountersJson();
 
  private:
   explicit EmulatedNetwork(EmulatedNetworkOptions options)
       : options_(std::move(options)) {}
   absl::Status Build();
-  absl::Status Shape(const std::string& ns, const std::string& device);
+  // `uplink`: the node's NIC (deep, never the drop point, like a host's
+  // transmit queue under TCP small queues); else a switch port.
+  absl::Status Shape(const std::string& ns, const std::string& device,
+                     bool uplink);
+  absl::Status ConfigureTcp(int node);
   absl::Status Ip(const std::vector<std::string>& args);
 
   EmulatedNetworkOptions options_;
   std::string ip_path_, tc_path_;
   std::vector<std::string> namespaces_;  // created so far, in creation order
   bool latency_emulated_ = true;
+  std::string congestion_control_;
 };
 
 // OK when this process may build an emulated network: root, with `ip` and

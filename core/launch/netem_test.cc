@@ -39,9 +39,32 @@ TEST(ParseLinkSpecTest, ReadsRateAndLatency) {
   EXPECT_EQ(spec->rate_bits_per_s, 0);
 }
 
+TEST(ParseLinkSpecTest, ReadsTheSwitchModel) {
+  auto spec = ParseLinkSpec("100mbit");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(SwitchBufferBytes(*spec), 1 << 20);
+  EXPECT_EQ(spec->rto_min, absl::ZeroDuration());
+  EXPECT_EQ(spec->congestion_control, "cubic");
+  EXPECT_FALSE(spec->ecn);
+  spec = ParseLinkSpec("100mbit,200us,buffer=512kb,rto_min=5ms,cc=reno,ecn");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->latency, absl::Microseconds(200));
+  EXPECT_EQ(SwitchBufferBytes(*spec), 512 << 10);
+  EXPECT_EQ(spec->rto_min, absl::Milliseconds(5));
+  EXPECT_EQ(spec->congestion_control, "reno");
+  EXPECT_TRUE(spec->ecn);
+  spec = ParseLinkSpec("1gbit,buffer=4000000");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->latency, absl::ZeroDuration());
+  EXPECT_EQ(SwitchBufferBytes(*spec), 4'000'000);
+}
+
 TEST(ParseLinkSpecTest, RejectsNonsense) {
-  for (const char* bad : {"", "fast", "1gb", "-1gbit", "1gbit,soon",
-                          "1gbit,200us,3", "1gbit,-5ms", "1000gbit"}) {
+  for (const char* bad :
+       {"", "fast", "1gb", "-1gbit", "1gbit,soon", "1gbit,200us,3",
+        "1gbit,-5ms", "1000gbit", "1gbit,buffer=1kb", "1gbit,buffer=big",
+        "1gbit,rto_min=0", "1gbit,rto_min=5", "1gbit,cc=", "1gbit,cc=a;b",
+        "1gbit,depth=3", "1gbit,ecn=1"}) {
     EXPECT_FALSE(ParseLinkSpec(bad).ok()) << bad;
   }
 }
@@ -108,6 +131,47 @@ TEST_F(EmulatedNetworkTest,
   ASSERT_TRUE((*network)->Destroy().ok());
   EXPECT_THAT(Left(), ::testing::IsEmpty());
   EXPECT_TRUE((*network)->Destroy().ok());  // idempotent
+}
+
+// The switch model as configured: the port's buffer, a host queue deeper
+// than it, the nodes' congestion control and minimum RTO, and queue
+// counters that read zero on an idle network.
+TEST_F(EmulatedNetworkTest, AppliesTheSwitchModel) {
+  EmulatedNetworkOptions options;
+  options.nodes = 2;
+  options.prefix = prefix_;
+  auto link = ParseLinkSpec("100mbit,buffer=512kb,rto_min=5ms");
+  ASSERT_TRUE(link.ok()) << link.status();
+  options.link = *link;
+  auto network = EmulatedNetwork::Create(options);
+  ASSERT_TRUE(network.ok()) << network.status();
+  auto port = RunCommand({"/usr/sbin/tc", "-n", (*network)->BridgeNamespace(),
+                          "qdisc", "show", "dev", "p1"});
+  ASSERT_TRUE(port.ok()) << port.status();
+  // tc shows the limit as the time it takes to drain past the burst:
+  // (512 KiB - 128 KiB) / 100 Mbit/s.
+  EXPECT_THAT(*port, HasSubstr("lat 31.5ms"));
+  auto host = RunCommand({"/usr/sbin/tc", "-n", (*network)->NodeNamespace(1),
+                          "qdisc", "show", "dev", "eth0"});
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_THAT(*host, HasSubstr("lat 1.33s"));  // (16 MiB - 128 KiB) / ...
+  auto route = RunCommand({"/usr/sbin/ip", "-n", (*network)->NodeNamespace(1),
+                           "route", "show", "10.213.0.0/16"});
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_THAT(*route, HasSubstr("rto_min"));
+  auto cc =
+      RunCommand({"/usr/sbin/ip", "netns", "exec", (*network)->NodeNamespace(0),
+                  "/usr/sbin/sysctl", "-n", "net.ipv4.tcp_congestion_control"});
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  EXPECT_THAT(*cc, HasSubstr((*network)->congestion_control()));
+  EXPECT_TRUE((*network)->congestion_control() == "cubic" ||
+              (*network)->congestion_control() == "reno")
+      << (*network)->congestion_control();
+  auto counters = (*network)->QueueCountersJson();
+  ASSERT_TRUE(counters.ok()) << counters.status();
+  EXPECT_EQ(*counters,
+            R"({"port_drops":[0,0],"port_marks":[0,0],"uplink_drops":[0,0]})");
+  EXPECT_THAT((*network)->Describe(), HasSubstr("switch ports of 512 KiB"));
 }
 
 TEST_F(EmulatedNetworkTest, DestructorRemovesEverything) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "core/telemetry/process_counters.h"
 
 namespace gradsync {
 namespace {
@@ -136,6 +137,9 @@ std::string RankSummaryJson(int rank, const RankTotals& t,
   j["samples_per_s"] = Round3(t.seconds > 0 ? t.samples / t.seconds : 0);
   j["sync"] = Json::parse(sync_json, nullptr, /*allow_exceptions=*/false);
   if (j["sync"].is_discarded()) j["sync"] = Json::object();
+  // CPU seconds and TCP retransmissions/timeouts, read now: the summary is
+  // written once, at the end of the run.
+  j["process"] = Json::parse(ProcessCountersJson());
   return j.dump();
 }
 
