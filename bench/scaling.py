@@ -50,13 +50,27 @@ NETEM = "bazel-bin/tools/netem"
 
 # --- What to run -------------------------------------------------------------------
 
+# Models that really compute (forward and backward on the worker's Device, on
+# synthetic images of the model's input shape): their gradients' bytes.
+# --compute_ms does not apply to them.
+REAL_MODEL_BYTES = {
+    "resnet18": 11_173_962 * 4,
+    "cnn": 421_642 * 4,
+}
+
+
 def parse_model(spec):
-    """'resnet50' | 'vgg16' | 'bert-base' | 'custom:MB[:TENSORS]' -> (label, bytes, flags)."""
+    """'resnet50' | 'vgg16' | 'bert-base' | 'custom:MB[:TENSORS]' (sleeping
+    models of that gradient layout) | 'resnet18' | 'cnn' (real compute)
+    -> (label, bytes, flags)."""
     if spec in cost_model.MODEL_BYTES:
         return spec, cost_model.MODEL_BYTES[spec], [f"--model={spec}"]
+    if spec in REAL_MODEL_BYTES:
+        return spec, REAL_MODEL_BYTES[spec], [f"--model={spec}"]
     parts = spec.split(":")
     if parts[0] != "custom" or len(parts) not in (2, 3):
-        sys.exit(f"scaling: model '{spec}' is not resnet50, vgg16, bert-base or custom:MB[:TENSORS]")
+        sys.exit(f"scaling: model '{spec}' is not resnet50, vgg16, bert-base, "
+                 "custom:MB[:TENSORS], resnet18 or cnn")
     params = int(float(parts[1]) * 1e6 / 4)
     tensors = int(parts[2]) if len(parts) == 3 else 32
     return (f"custom-{parts[1]}MB", params * 4,
@@ -70,7 +84,10 @@ def enumerate_points(args):
         label, model_bytes, model_flags = parse_model(model)
         for link in args.links.split(","):
             for bucket_mb in [float(b) for b in args.bucket_mb.split(",")]:
-                for compute_ms in [float(c) for c in args.compute_ms.split(",")]:
+                compute_values = [float(c) for c in args.compute_ms.split(",")]
+                if label in REAL_MODEL_BYTES:
+                    compute_values = [0.0]  # they compute for real
+                for compute_ms in compute_values:
                     group = dict(model=label, model_bytes=model_bytes, model_flags=model_flags,
                                  link=link, bucket_mb=bucket_mb, compute_ms=compute_ms)
                     points.append(dict(group, strategy="local", workers=1, servers=0,
@@ -442,7 +459,8 @@ def main():
     parser.add_argument("--servers", default="1,N",
                         help="values of K for ps; N means as many as workers")
     parser.add_argument("--models", default="custom:25:32",
-                        help="resnet50, vgg16, bert-base, custom:MB[:TENSORS]")
+                        help="resnet50, vgg16, bert-base, custom:MB[:TENSORS] (they sleep "
+                             "--compute_ms), resnet18, cnn (real forward and backward)")
     parser.add_argument("--links", default="1gbit",
                         help="RATE[,LATENCY] per link (emulated, root) or 'loopback'")
     parser.add_argument("--bucket_mb", default="25")

@@ -41,6 +41,25 @@ class SweepTest(unittest.TestCase):
         self.assertEqual(len(labels), len(points), "labels must be distinct")
         self.assertIn("custom-1MB_loopback_b25_c0_ps_n4_k4_ps_chunk_kb=128", labels)
 
+    def test_real_models_run_once_without_emulated_compute(self):
+        class Args:
+            models = "resnet18,custom:1:4"
+            links = "loopback"
+            bucket_mb = "25"
+            compute_ms = "0,50"
+            workers = "2"
+            strategies = "ring"
+            servers = "1"
+            sweep = ""
+        points = scaling.enumerate_points(Args)
+        resnet = [p for p in points if p["model"] == "resnet18"]
+        # One group (local + ring) for the real model; the sleeping one has two.
+        self.assertEqual(len(resnet), 2)
+        self.assertEqual({p["compute_ms"] for p in resnet}, {0.0})
+        self.assertEqual(resnet[0]["model_flags"], ["--model=resnet18"])
+        self.assertEqual(resnet[0]["model_bytes"], 11_173_962 * 4)
+        self.assertEqual(len(points), 2 + 2 * 2)
+
     @staticmethod
     def repeat(step_ms, machine_busy=0.3, retrans=0):
         return dict(step_ms=step_ms, measured_compute_ms=1, exposed_ms=step_ms / 2,
