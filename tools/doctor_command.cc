@@ -289,7 +289,8 @@ int RunDoctorCommand() {
           absl::StrCat("MISSING in ", data_dir,
                        " (data_batch_1..5.bin, test_batch.bin of the binary "
                        "version from https://www.cs.toronto.edu/~kriz/"
-                       "cifar.html; or --data=synthetic)"));
+                       "cifar.html, or tools/fetch_cifar10.py --out=DIR; "
+                       "or --data=synthetic)"));
       ++missing;
     }
   } else if (stat(data.c_str(), &st) == 0) {

@@ -429,7 +429,8 @@ absl::StatusOr<DatasetPair> LoadDatasetFromFlags() {
           "test_batch.bin, or the cifar-10-batches-bin folder inside it>; "
           "download cifar-10-binary.tar.gz from "
           "https://www.cs.toronto.edu/~kriz/cifar.html (no Debian package "
-          "carries it), or use --data=synthetic for CIFAR-shaped random "
+          "carries it) or write the files with tools/fetch_cifar10.py "
+          "--out=DIR, or use --data=synthetic for CIFAR-shaped random "
           "images");
     }
     return LoadCifar10(data_dir);

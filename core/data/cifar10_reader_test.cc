@@ -165,6 +165,7 @@ TEST(Cifar10ReaderTest, MissingFolderSaysWhereToGetTheBinaryVersion) {
                     HasSubstr(dir + "/cifar-10-batches-bin/data_batch_1.bin"),
                     HasSubstr("https://www.cs.toronto.edu/~kriz/cifar.html"),
                     HasSubstr("cifar-10-binary.tar.gz"),
+                    HasSubstr("tools/fetch_cifar10.py"),
                     HasSubstr("test_batch.bin"), HasSubstr("3073-byte")));
 
   const absl::Status absent = LoadCifar10(dir + "/does_not_exist").status();
