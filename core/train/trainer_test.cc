@@ -79,14 +79,19 @@ struct Job {
   std::unique_ptr<Device> device;
 };
 
-Job SmallJob() {
+// 64 training samples of 8 features, 3 classes.
+SyntheticOptions SmallData() {
   SyntheticOptions data_options;
   data_options.train_size = 64;
   data_options.test_size = 16;
   data_options.feature_dim = 8;
   data_options.num_classes = 3;
+  return data_options;
+}
+
+Job SmallJob() {
   Job job;
-  job.data = *MakeSynthetic(data_options);
+  job.data = *MakeSynthetic(SmallData());
   MlpOptions mlp;
   mlp.widths = {8, 6, 5, 3};
   job.model = *CreateMlp(mlp);
@@ -225,14 +230,10 @@ TEST(TrainerTest, RanksThatDivergeAreCaughtNamingTheStep) {
 
 // A test-sized ResNet (batch norm, a downsampling block) on 2x2x2 images.
 Job SmallResNetJob() {
-  SyntheticOptions data_options;
-  data_options.train_size = 64;
-  data_options.test_size = 16;
-  data_options.feature_dim = 8;
+  SyntheticOptions data_options = SmallData();
   data_options.channels = 2;
   data_options.height = 2;
   data_options.width = 2;
-  data_options.num_classes = 3;
   Job job;
   job.data = *MakeSynthetic(data_options);
   ResNetOptions resnet;
