@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/device/device.h"
+#include "core/device/null_device.h"
 #include "core/sync/gradient_sync.h"
 #include "core/sync/param_layout.h"
 #include "gmock/gmock.h"
@@ -30,15 +31,12 @@ TEST(NcclSyncTest, NeedsACudaBuild) {
 
 // A Device that claims a type and hands out cudaMalloc'd memory: enough for
 // the sync strategy, which only needs type(), name() and device pointers.
-class MinimalDevice : public Device {
+class MinimalDevice : public NullDevice {
  public:
-  explicit MinimalDevice(DeviceType type) : type_(type) {}
+  explicit MinimalDevice(DeviceType type)
+      : NullDevice(type, type == DeviceType::kCuda ? "cuda:0" : "cpu") {}
   ~MinimalDevice() override {
     for (void* block : blocks_) cudaFree(block);
-  }
-  DeviceType type() const override { return type_; }
-  std::string name() const override {
-    return type_ == DeviceType::kCuda ? "cuda:0" : "cpu";
   }
   absl::StatusOr<void*> AllocateBytes(size_t bytes) override {
     void* block = nullptr;
@@ -58,43 +56,8 @@ class MinimalDevice : public Device {
                ? absl::OkStatus()
                : absl::InternalError("cudaMemcpy");
   }
-  void CopyOnDevice(float*, const float*, int64_t) override {}
-  absl::Status Synchronize() override { return absl::OkStatus(); }
-  void Gemm(bool, bool, int, int, int, float, const float*, const float*, float,
-            float*) override {}
-  void AddRowBias(float*, const float*, int, int) override {}
-  void SumRows(const float*, float*, int, int) override {}
-  void ReluForward(float*, int64_t) override {}
-  void ReluBackward(const float*, float*, int64_t) override {}
-  void SoftmaxCrossEntropy(const float*, const int32_t*, int, int, float*,
-                           float*) override {}
-  void Scale(float*, int64_t, float) override {}
-  void Fill(float*, int64_t, float) override {}
-  void SgdUpdate(float*, const float*, float*, int64_t, float, float,
-                 float) override {}
-  void AdamUpdate(float*, const float*, float*, float*, int64_t, float,
-                  const AdamState&, float) override {}
-  void Im2Col(const float*, const ConvGeometry&, float*) override {}
-  void Col2Im(const float*, const ConvGeometry&, float*) override {}
-  void BatchNormForwardTraining(const float*, int64_t, int, const float*,
-                                const float*, float, float, float*, float*,
-                                float*, float*, float*) override {}
-  void BatchNormForwardInference(const float*, int64_t, int, const float*,
-                                 const float*, const float*, const float*,
-                                 float, float*) override {}
-  void BatchNormBackward(const float*, const float*, int64_t, int, const float*,
-                         const float*, const float*, float*, float*,
-                         float*) override {}
-  void MaxPoolForward(const float*, const PoolGeometry&, float*,
-                      int32_t*) override {}
-  void MaxPoolBackward(const float*, const int32_t*, const PoolGeometry&,
-                       float*) override {}
-  void GlobalAvgPoolForward(const float*, int, int, int, float*) override {}
-  void GlobalAvgPoolBackward(const float*, int, int, int, float*) override {}
-  void Add(float*, const float*, int64_t) override {}
 
  private:
-  DeviceType type_;
   std::vector<void*> blocks_;
 };
 

@@ -11,6 +11,7 @@
 #include "allreduce/ring_test_cluster.h"
 #include "core/base/status_macros.h"
 #include "core/device/device.h"
+#include "core/device/null_device.h"
 #include "core/sync/gradient_sync.h"
 #include "core/sync/param_layout.h"
 #include "gmock/gmock.h"
@@ -147,62 +148,12 @@ TEST(RingSyncErrorsTest, FinishBeforeEveryBucketIsReadyIsAnError) {
               HasSubstr("before bucket(s) 1, 2"));
 }
 
-// Just enough of a Device to claim to be a GPU.
-class FakeCudaDevice : public Device {
- public:
-  DeviceType type() const override { return DeviceType::kCuda; }
-  std::string name() const override { return "cuda:0"; }
-  absl::StatusOr<void*> AllocateBytes(size_t) override {
-    return absl::UnimplementedError("fake");
-  }
-  absl::Status CopyToDevice(void*, const void*, size_t) override {
-    return absl::UnimplementedError("fake");
-  }
-  absl::Status CopyToHost(void*, const void*, size_t) override {
-    return absl::UnimplementedError("fake");
-  }
-  void CopyOnDevice(float*, const float*, int64_t) override {}
-  absl::Status Synchronize() override { return absl::OkStatus(); }
-  void Gemm(bool, bool, int, int, int, float, const float*, const float*, float,
-            float*) override {}
-  void AddRowBias(float*, const float*, int, int) override {}
-  void SumRows(const float*, float*, int, int) override {}
-  void ReluForward(float*, int64_t) override {}
-  void ReluBackward(const float*, float*, int64_t) override {}
-  void SoftmaxCrossEntropy(const float*, const int32_t*, int, int, float*,
-                           float*) override {}
-  void Scale(float*, int64_t, float) override {}
-  void Fill(float*, int64_t, float) override {}
-  void SgdUpdate(float*, const float*, float*, int64_t, float, float,
-                 float) override {}
-  void AdamUpdate(float*, const float*, float*, float*, int64_t, float,
-                  const AdamState&, float) override {}
-  void Im2Col(const float*, const ConvGeometry&, float*) override {}
-  void Col2Im(const float*, const ConvGeometry&, float*) override {}
-  void BatchNormForwardTraining(const float*, int64_t, int, const float*,
-                                const float*, float, float, float*, float*,
-                                float*, float*, float*) override {}
-  void BatchNormForwardInference(const float*, int64_t, int, const float*,
-                                 const float*, const float*, const float*,
-                                 float, float*) override {}
-  void BatchNormBackward(const float*, const float*, int64_t, int, const float*,
-                         const float*, const float*, float*, float*,
-                         float*) override {}
-  void MaxPoolForward(const float*, const PoolGeometry&, float*,
-                      int32_t*) override {}
-  void MaxPoolBackward(const float*, const int32_t*, const PoolGeometry&,
-                       float*) override {}
-  void GlobalAvgPoolForward(const float*, int, int, int, float*) override {}
-  void GlobalAvgPoolBackward(const float*, int, int, int, float*) override {}
-  void Add(float*, const float*, int64_t) override {}
-};
-
 // A device that claims to be CUDA but is not gradsync's CudaDevice cannot be
 // staged; the error names it rather than touching its memory.
 TEST(RingSyncErrorsTest, ForeignGpuDeviceIsRefused) {
   auto layout = TestLayout();
   ASSERT_TRUE(layout.ok()) << layout.status();
-  FakeCudaDevice device;
+  NullDevice device(DeviceType::kCuda, "cuda:0");
   std::vector<float> grads(layout->total_numel());
   auto sync = GradientSyncRegistry::Create("ring", SyncContext{});
   ASSERT_TRUE(sync.ok()) << sync.status();

@@ -279,46 +279,51 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
-// Per-channel sums over rows, as SumRowsKernel: one block per kSumRowsTile
-// channels, each of its kSumRowsTile row lanes adding every kSumRowsTile-th
-// row in double, then the lanes' partials added in a fixed order by lane 0.
-// Returns, in thread (x, 0), the two sums of channel blockIdx.x·tile + x.
-// `second` is dy·x̂ (backward) or x² (forward) per the template flag.
-template <bool kBackward>
-__device__ void ChannelSums(const float* __restrict__ x,
-                            const float* __restrict__ dy, int64_t rows,
-                            int channels, const float* __restrict__ mean,
-                            const float* __restrict__ inv_std, double* first,
-                            double* second) {
+// Batch normalisation over NHWC [rows × channels] tensors: two kinds of
+// kernel, each a scaffold the batch-norm kernels below fill with
+// kernel_math.h's arithmetic.
+//
+// Channel tiles, as SumRowsKernel: a block of kSumRowsTile × kSumRowsTile
+// threads sums kSumRowsTile channels. Lane y of column x adds every
+// kSumRowsTile-th row of channel blockIdx.x·tile + x, from row y, in double;
+// then lane 0 adds the lanes' partials in a fixed order, so the sums do not
+// depend on scheduling. `add(i, c, first, second)` adds element i's two terms
+// (i = r·channels + c). Returns true in the one thread of each channel that
+// holds its sums, with `c` that channel; every thread must call it (it
+// synchronizes the block).
+template <typename AddTerms>
+__device__ bool ChannelTileSums(int64_t rows, int channels, AddTerms add,
+                                int64_t* c, double* first, double* second) {
   __shared__ double partial_first[kSumRowsTile][kSumRowsTile + 1];
   __shared__ double partial_second[kSumRowsTile][kSumRowsTile + 1];
-  const int64_t c =
-      static_cast<int64_t>(blockIdx.x) * kSumRowsTile + threadIdx.x;
+  *c = static_cast<int64_t>(blockIdx.x) * kSumRowsTile + threadIdx.x;
   double a = 0.0, b = 0.0;
-  if (c < channels) {
+  if (*c < channels) {
     for (int64_t r = threadIdx.y; r < rows; r += kSumRowsTile) {
-      const float value = x[r * channels + c];
-      if constexpr (kBackward) {
-        const float grad = dy[r * channels + c];
-        a += grad;
-        b += static_cast<double>(grad) *
-             km::Normalized(value, mean[c], inv_std[c]);
-      } else {
-        a += value;
-        b += static_cast<double>(value) * value;
-      }
+      add(r * channels + *c, *c, a, b);
     }
   }
-  partial_first[threadIdx.y][threadIdx.x] = a;
+  partial_first[threadIdx.y][threadIdx.x] = a;  // +1 column: no bank conflicts
   partial_second[threadIdx.y][threadIdx.x] = b;
   __syncthreads();
+  if (threadIdx.y != 0 || *c >= channels) return false;
   *first = 0.0;
   *second = 0.0;
-  if (threadIdx.y == 0) {
-    for (int k = 0; k < kSumRowsTile; ++k) {
-      *first += partial_first[k][threadIdx.x];
-      *second += partial_second[k][threadIdx.x];
-    }
+  for (int k = 0; k < kSumRowsTile; ++k) {
+    *first += partial_first[k][threadIdx.x];
+    *second += partial_second[k][threadIdx.x];
+  }
+  return true;
+}
+
+// Element-wise over the tensor, grid-stride: `at(i, c)` for every element i,
+// of channel c.
+template <typename AtElement>
+__device__ void ForEachChannelElement(int64_t total, int channels,
+                                      AtElement at) {
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
+    at(i, i % channels);
   }
 }
 
@@ -329,20 +334,21 @@ __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
                               float* __restrict__ saved_inv_std,
                               float* __restrict__ running_mean,
                               float* __restrict__ running_var) {
+  int64_t c = 0;
   double sum = 0.0, sum_squares = 0.0;
-  ChannelSums<false>(x, nullptr, rows, channels, nullptr, nullptr, &sum,
-                     &sum_squares);
-  const int64_t c =
-      static_cast<int64_t>(blockIdx.x) * kSumRowsTile + threadIdx.x;
-  if (threadIdx.y == 0 && c < channels) {
-    const float mean = km::BatchMean(sum, rows);
-    const float variance = km::BatchVariance(sum, sum_squares, rows);
-    saved_mean[c] = mean;
-    saved_inv_std[c] = km::InverseStd(variance, epsilon);
-    running_mean[c] = km::RunningAverage(running_mean[c], mean, momentum);
-    running_var[c] = km::RunningAverage(
-        running_var[c], km::UnbiasedVariance(variance, rows), momentum);
-  }
+  const auto add = [x](int64_t i, int64_t, double& a, double& b) {
+    const float value = x[i];
+    a += value;
+    b += static_cast<double>(value) * value;
+  };
+  if (!ChannelTileSums(rows, channels, add, &c, &sum, &sum_squares)) return;
+  const float mean = km::BatchMean(sum, rows);
+  const float variance = km::BatchVariance(sum, sum_squares, rows);
+  saved_mean[c] = mean;
+  saved_inv_std[c] = km::InverseStd(variance, epsilon);
+  running_mean[c] = km::RunningAverage(running_mean[c], mean, momentum);
+  running_var[c] = km::RunningAverage(
+      running_var[c], km::UnbiasedVariance(variance, rows), momentum);
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock)
@@ -352,11 +358,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                          const float* __restrict__ mean,
                          const float* __restrict__ inv_std,
                          float* __restrict__ y) {
-  const int64_t stride = GridStride<int64_t>();
-  for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
-    const int64_t c = i % channels;
+  ForEachChannelElement(total, channels, [=](int64_t i, int64_t c) {
     y[i] = km::BatchNormOutput(x[i], mean[c], inv_std[c], gamma[c], beta[c]);
-  }
+  });
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock)
@@ -366,13 +370,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                              const float* __restrict__ running_mean,
                              const float* __restrict__ running_var,
                              float epsilon, float* __restrict__ y) {
-  const int64_t stride = GridStride<int64_t>();
-  for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
-    const int64_t c = i % channels;
+  ForEachChannelElement(total, channels, [=](int64_t i, int64_t c) {
     y[i] = km::BatchNormOutput(x[i], running_mean[c],
                                km::InverseStd(running_var[c], epsilon),
                                gamma[c], beta[c]);
-  }
+  });
 }
 
 __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
@@ -382,15 +384,19 @@ __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
                                 const float* __restrict__ inv_std,
                                 float* __restrict__ dgamma,
                                 float* __restrict__ dbeta) {
+  int64_t c = 0;
   double sum_dy = 0.0, sum_dy_x_hat = 0.0;
-  ChannelSums<true>(x, dy, rows, channels, mean, inv_std, &sum_dy,
-                    &sum_dy_x_hat);
-  const int64_t c =
-      static_cast<int64_t>(blockIdx.x) * kSumRowsTile + threadIdx.x;
-  if (threadIdx.y == 0 && c < channels) {
-    dbeta[c] = static_cast<float>(sum_dy);
-    dgamma[c] = static_cast<float>(sum_dy_x_hat);
+  const auto add = [=](int64_t i, int64_t channel, double& a, double& b) {
+    const float grad = dy[i];
+    a += grad;
+    b += static_cast<double>(grad) *
+         km::Normalized(x[i], mean[channel], inv_std[channel]);
+  };
+  if (!ChannelTileSums(rows, channels, add, &c, &sum_dy, &sum_dy_x_hat)) {
+    return;
   }
+  dbeta[c] = static_cast<float>(sum_dy);
+  dgamma[c] = static_cast<float>(sum_dy_x_hat);
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock)
@@ -402,15 +408,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                                  const float* __restrict__ dgamma,
                                  const float* __restrict__ dbeta,
                                  float* __restrict__ dx) {
-  const int64_t total = rows * channels;
-  const int64_t stride = GridStride<int64_t>();
-  for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
-    const int64_t c = i % channels;
+  ForEachChannelElement(rows * channels, channels, [=](int64_t i, int64_t c) {
     const float x_hat = km::Normalized(x[i], mean[c], inv_std[c]);
     dx[i] = km::BatchNormInputGradient(dy[i], x_hat, gamma[c] * inv_std[c],
                                        km::BatchMean(dbeta[c], rows),
                                        km::BatchMean(dgamma[c], rows));
-  }
+  });
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock)
@@ -592,6 +595,26 @@ cudaError_t Col2Im(cudaStream_t stream, const float* columns,
   return cudaGetLastError();
 }
 
+// A batch-norm pass is one or two launches: a channel-tile kernel (one
+// block of kSumRowsTile × kSumRowsTile threads per kSumRowsTile channels)
+// and an element-wise one; each returns the launch's error.
+template <typename Kernel, typename... Args>
+cudaError_t LaunchChannelTiles(cudaStream_t stream, int channels, Kernel kernel,
+                               Args... args) {
+  const dim3 threads(kSumRowsTile, kSumRowsTile);
+  kernel<<<launch_config::SumRowsBlocks(channels), threads, 0, stream>>>(
+      args...);
+  return cudaGetLastError();
+}
+
+template <typename Kernel, typename... Args>
+cudaError_t LaunchElementwise(cudaStream_t stream, int64_t total, Kernel kernel,
+                              Args... args) {
+  kernel<<<launch_config::PlanElementwise(total).blocks, kThreadsPerBlock, 0,
+           stream>>>(args...);
+  return cudaGetLastError();
+}
+
 cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
                                      int64_t rows, int channels,
                                      const float* gamma, const float* beta,
@@ -599,18 +622,13 @@ cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
                                      float* saved_mean, float* saved_inv_std,
                                      float* running_mean, float* running_var) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
-  const dim3 threads(kSumRowsTile, kSumRowsTile);
-  BatchNormStatisticsKernel<<<launch_config::SumRowsBlocks(channels), threads,
-                              0, stream>>>(x, rows, channels, momentum, epsilon,
-                                           saved_mean, saved_inv_std,
-                                           running_mean, running_var);
-  const cudaError_t error = cudaGetLastError();
+  const cudaError_t error = LaunchChannelTiles(
+      stream, channels, BatchNormStatisticsKernel, x, rows, channels, momentum,
+      epsilon, saved_mean, saved_inv_std, running_mean, running_var);
   if (error != cudaSuccess) return error;
   const int64_t total = rows * channels;
-  BatchNormApplyKernel<<<launch_config::PlanElementwise(total).blocks,
-                         kThreadsPerBlock, 0, stream>>>(
-      x, total, channels, gamma, beta, saved_mean, saved_inv_std, y);
-  return cudaGetLastError();
+  return LaunchElementwise(stream, total, BatchNormApplyKernel, x, total,
+                           channels, gamma, beta, saved_mean, saved_inv_std, y);
 }
 
 cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
@@ -621,10 +639,9 @@ cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
                                       float* y) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   const int64_t total = rows * channels;
-  BatchNormInferenceKernel<<<launch_config::PlanElementwise(total).blocks,
-                             kThreadsPerBlock, 0, stream>>>(
-      x, total, channels, gamma, beta, running_mean, running_var, epsilon, y);
-  return cudaGetLastError();
+  return LaunchElementwise(stream, total, BatchNormInferenceKernel, x, total,
+                           channels, gamma, beta, running_mean, running_var,
+                           epsilon, y);
 }
 
 cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
@@ -633,17 +650,13 @@ cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
                               const float* saved_inv_std, float* dx,
                               float* dgamma, float* dbeta) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
-  const dim3 threads(kSumRowsTile, kSumRowsTile);
-  BatchNormGradientSumsKernel<<<launch_config::SumRowsBlocks(channels), threads,
-                                0, stream>>>(x, dy, rows, channels, saved_mean,
-                                             saved_inv_std, dgamma, dbeta);
-  const cudaError_t error = cudaGetLastError();
+  const cudaError_t error = LaunchChannelTiles(
+      stream, channels, BatchNormGradientSumsKernel, x, dy, rows, channels,
+      saved_mean, saved_inv_std, dgamma, dbeta);
   if (error != cudaSuccess) return error;
-  BatchNormInputGradientKernel<<<
-      launch_config::PlanElementwise(rows * channels).blocks, kThreadsPerBlock,
-      0, stream>>>(x, dy, rows, channels, gamma, saved_mean, saved_inv_std,
-                   dgamma, dbeta, dx);
-  return cudaGetLastError();
+  return LaunchElementwise(stream, rows * channels,
+                           BatchNormInputGradientKernel, x, dy, rows, channels,
+                           gamma, saved_mean, saved_inv_std, dgamma, dbeta, dx);
 }
 
 cudaError_t MaxPoolForward(cudaStream_t stream, const float* x,

@@ -15,9 +15,11 @@
 namespace gradsync {
 namespace {
 
-// The last two characters are the format version.
+// The last two characters are the format version: 3 is written, 2 (the
+// same without the model's buffers) is still read.
 constexpr char kMagicPrefix[6] = {'G', 'S', 'C', 'K', 'P', 'T'};
-constexpr char kVersion[2] = {'0', '2'};
+constexpr char kVersion[2] = {'0', '3'};
+constexpr char kVersionWithoutBuffers[2] = {'0', '2'};
 constexpr size_t kMagicSize = sizeof(kMagicPrefix) + sizeof(kVersion);
 // Magic, declared size, ..., CRC.
 constexpr size_t kMinSize = kMagicSize + 8 + 8;
@@ -122,6 +124,7 @@ absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
     PutU64(out, key.key);
     PutU64(out, key.numel);
   }
+  PutFloats(out, c.buffers);
   const uint64_t total = out.size() + 8;
   std::memcpy(&out[kMagicSize], &total, sizeof(total));
   const uint32_t crc =
@@ -148,13 +151,16 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
     return absl::DataLossError(
         absl::StrCat(path, " is not a gradsync checkpoint (bad magic)"));
   }
-  if (std::memcmp(data.data() + sizeof(kMagicPrefix), kVersion,
-                  sizeof(kVersion)) != 0) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint ", path, " has format version ",
-                     data.substr(sizeof(kMagicPrefix), sizeof(kVersion)),
-                     "; this build reads version ",
-                     std::string(kVersion, sizeof(kVersion))));
+  const std::string version =
+      data.substr(sizeof(kMagicPrefix), sizeof(kVersion));
+  const bool has_buffers = version == std::string(kVersion, sizeof(kVersion));
+  if (!has_buffers && version != std::string(kVersionWithoutBuffers,
+                                             sizeof(kVersionWithoutBuffers))) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", path, " has format version ", version,
+        "; this build reads versions ",
+        std::string(kVersionWithoutBuffers, sizeof(kVersionWithoutBuffers)),
+        " and ", std::string(kVersion, sizeof(kVersion))));
   }
   // The declared size first: a file cut short (a copy that did not finish,
   // a full disk outside our atomic write) is told apart from flipped bits.
@@ -217,6 +223,8 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
     GS_CHECKPOINT_READ(reader.I64(&key.key));
     GS_CHECKPOINT_READ(reader.I64(&key.numel));
   }
+  c.format_version = has_buffers ? 3 : 2;
+  if (has_buffers) GS_CHECKPOINT_READ(reader.Floats(&c.buffers));
   if (reader.remaining() != 0) {
     return reader.Malformed(
         absl::StrCat(reader.remaining(), " unexpected trailing bytes"));

@@ -6,11 +6,14 @@
 // leaves the previous checkpoint intact; a truncated or corrupt file is
 // refused on read with an error naming it and saying what is wrong.
 //
-// Format (version 2, little-endian): the 8-byte magic "GSCKPT02" (the last
+// Format (version 3, little-endian): the 8-byte magic "GSCKPT03" (the last
 // two characters are the version), the file's total size (u64), the fields
-// of Checkpoint in declaration order (strings and float arrays prefixed by
-// their length), then the CRC-32 of everything before it (u64). Version 1
-// files (no size, no sampler position) are refused by name.
+// of Checkpoint in declaration order up to `buffers` (strings and float
+// arrays prefixed by their length), then the CRC-32 of everything before it
+// (u64). Version 2 files, the same without `buffers`, are still read (with
+// no buffers): a model without any resumes from them, and the trainer
+// refuses them for a model with some. Version 1 files (no size, no sampler
+// position) are refused by name.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +58,14 @@ struct Checkpoint {
   // A server's shard only: its keys, in order; params and every optimizer
   // buffer are these keys' floats concatenated.
   std::vector<CheckpointKey> keys;
+  // Worker 0's model buffers (Model::buffers(): batch normalisation's
+  // running statistics), empty for a model without any and in a server's
+  // shard. Every worker takes worker 0's before it evaluates, so these are
+  // the job's.
+  std::vector<float> buffers;
+  // Set by ReadCheckpoint: the file's format version (2 or 3). Writes are
+  // always version 3.
+  int format_version = 3;
 };
 
 absl::Status WriteCheckpoint(const std::string& path,

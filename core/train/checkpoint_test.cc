@@ -1,10 +1,13 @@
 #include "core/train/checkpoint.h"
 
+#include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "zlib.h"
 
 namespace gradsync {
 namespace {
@@ -28,6 +31,7 @@ Checkpoint Sample() {
   c.optimizer_step = 17;
   c.params = {1.5f, -2.0f, 3.25f};
   c.optimizer_state = {{0.1f, 0.2f, 0.3f}, {4, 5, 6}};
+  c.buffers = {0.25f, -1.0f, 7.5f, 0.0f};
   return c;
 }
 
@@ -59,6 +63,55 @@ TEST(CheckpointTest, RoundTrip) {
   EXPECT_EQ(read->params, Sample().params);
   EXPECT_EQ(read->optimizer_state, Sample().optimizer_state);
   EXPECT_TRUE(read->keys.empty());
+  EXPECT_EQ(read->buffers, Sample().buffers);
+  EXPECT_EQ(read->format_version, 3);
+}
+
+// The file a build before version 3 wrote for `c` (which has no buffers):
+// the same fields without the buffers' length, magic "GSCKPT02", its own
+// size and CRC-32.
+std::string VersionTwoFile(const Checkpoint& c, const std::string& path) {
+  EXPECT_TRUE(c.buffers.empty());
+  EXPECT_TRUE(WriteCheckpoint(path, c).ok());
+  std::string bytes = ReadAll(path);
+  // ..., keys, buffers' length (u64 0), CRC (u64).
+  bytes.erase(bytes.size() - 16, 8);
+  bytes[7] = '2';
+  const uint64_t size = bytes.size();
+  std::memcpy(&bytes[8], &size, sizeof(size));
+  const uint64_t crc =
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), size - 8);
+  std::memcpy(&bytes[size - 8], &crc, sizeof(crc));
+  return bytes;
+}
+
+TEST(CheckpointTest, VersionTwoIsReadWithoutBuffers) {
+  const std::string path = TempPath("version2.ckpt");
+  Checkpoint c = Sample();
+  c.buffers.clear();
+  WriteAll(path, VersionTwoFile(c, path));
+  auto read = ReadCheckpoint(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->format_version, 2);
+  EXPECT_EQ(read->model, c.model);
+  EXPECT_EQ(read->step, c.step);
+  EXPECT_EQ(read->params, c.params);
+  EXPECT_EQ(read->optimizer_state, c.optimizer_state);
+  EXPECT_TRUE(read->buffers.empty());
+  // A version 3 file relabelled as version 2 has bytes that version 2 does
+  // not have: refused, not misread.
+  ASSERT_TRUE(WriteCheckpoint(path, Sample()).ok());
+  std::string relabelled = ReadAll(path);
+  relabelled[7] = '2';
+  const uint64_t crc =
+      crc32(0L, reinterpret_cast<const Bytef*>(relabelled.data()),
+            relabelled.size() - 8);
+  std::memcpy(&relabelled[relabelled.size() - 8], &crc, sizeof(crc));
+  WriteAll(path, relabelled);
+  read = ReadCheckpoint(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(std::string(read.status().message()),
+              HasSubstr("unexpected trailing bytes"));
 }
 
 TEST(CheckpointTest, ServerShardRoundTrip) {

@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/train/bounded_memory_model.h"
 #include "core/train/conv2d.h"
 #include "core/train/model.h"
 #include "core/train/param_init.h"
@@ -51,10 +52,11 @@ enum CnnParam {
   kCnnParams
 };
 
-class Cnn : public Model {
+class Cnn : public BoundedMemoryModel {
  public:
   explicit Cnn(const CnnOptions& options)
-      : options_(options),
+      : BoundedMemoryModel(options.input, options.max_rows_in_memory),
+        options_(options),
         conv1_("conv1", Conv2dShape{options.input.channels,
                                     options.conv1_channels, 3, 1, 1, true}),
         conv2_("conv2", Conv2dShape{options.conv1_channels,
@@ -85,25 +87,15 @@ class Cnn : public Model {
     return specs;
   }
 
-  int input_dim() const override {
-    const ImageInput& in = options_.input;
-    return in.channels * in.height * in.width;
-  }
-  int num_classes() const override { return options_.input.num_classes; }
-
-  absl::Status Bind(Device& device, const ParamLayout& layout, float* params,
-                    float* grads, int max_batch) override;
   void InitParams(uint64_t seed, const ParamLayout& layout,
                   float* host_params) const override;
-  absl::Status ForwardBackward(const float* inputs, const int32_t* labels,
-                               int batch, float* device_loss,
-                               const GradReadyCallback& ready) override;
-  absl::Status Forward(const float* inputs, int batch,
-                       const float** logits) override;
 
  private:
-  // Forward on `images` rows (at most rows_), leaving every activation.
-  void RunForward(const float* inputs, int images);
+  absl::Status BindLayers(Device& device) override;
+  // No batch norm: training and evaluation run the same forward pass.
+  void RunForward(const float* inputs, int images, bool training) override;
+  void RunBackward(const float* inputs, const int32_t* labels, int batch,
+                   float* device_loss, const GradReadyCallback& ready) override;
   ConvGeometry Conv1Geometry(int images) const {
     const ImageInput& in = options_.input;
     return conv1_.Geometry(images, in.height, in.width,
@@ -126,9 +118,6 @@ class Cnn : public Model {
   PoolGeometry pool1_, pool2_;  // for one image
   int features_ = 0;            // fc1's inputs
 
-  Device* device_ = nullptr;
-  int rows_ = 0;  // images the activation buffers hold
-  std::vector<float*> param_, grad_;
   // Activations (NHWC).
   float* conv1_out_ = nullptr;  // [rows·H·W × c1], after ReLU
   float* pool1_out_ = nullptr;
@@ -137,32 +126,15 @@ class Cnn : public Model {
   float* pool2_out_ = nullptr;  // = the flattened features [rows × features]
   int32_t* pool2_where_ = nullptr;
   float* hidden_ = nullptr;  // [rows × hidden], after ReLU
-  float* logits_ = nullptr;
-  int max_batch_ = 0;
-  float* all_logits_ = nullptr;  // [max_batch × classes], Forward's result
   // Gradients flowing backward, each as large as the largest activation.
   float* delta_[2] = {nullptr, nullptr};
   float* columns_ = nullptr;
   int64_t columns_capacity_ = 0;
 };
 
-absl::Status Cnn::Bind(Device& device, const ParamLayout& layout, float* params,
-                       float* grads, int max_batch) {
-  if (max_batch < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": max batch ", max_batch, " must be >= 1"));
-  }
-  RETURN_IF_ERROR(CheckLayoutMatches(name(), layout, ParamSpecs()));
-  param_.assign(kCnnParams, nullptr);
-  grad_.assign(kCnnParams, nullptr);
-  for (int i = 0; i < kCnnParams; ++i) {
-    param_[i] = params + layout.params()[i].offset;
-    grad_[i] = grads + layout.params()[i].offset;
-  }
-  max_batch_ = max_batch;
-  rows_ = std::min(max_batch, options_.max_rows_in_memory);
+absl::Status Cnn::BindLayers(Device& device) {
   const ImageInput& in = options_.input;
-  const int64_t rows = rows_;
+  const int64_t rows = rows_in_memory();
   const int64_t conv1_size =
       rows * in.height * in.width * options_.conv1_channels;
   const int64_t conv2_size =
@@ -176,15 +148,11 @@ absl::Status Cnn::Bind(Device& device, const ParamLayout& layout, float* params,
   ASSIGN_OR_RETURN(pool2_out_, device.Allocate<float>(pool2_size));
   ASSIGN_OR_RETURN(pool2_where_, device.Allocate<int32_t>(pool2_size));
   ASSIGN_OR_RETURN(hidden_, device.Allocate<float>(rows * options_.hidden));
-  ASSIGN_OR_RETURN(logits_, device.Allocate<float>(rows * in.num_classes));
-  ASSIGN_OR_RETURN(all_logits_,
-                   device.Allocate<float>(int64_t{max_batch} * in.num_classes));
   const int64_t largest = std::max(
       {conv1_size, conv2_size, rows * options_.hidden, rows * in.num_classes});
   for (float*& delta : delta_) {
     ASSIGN_OR_RETURN(delta, device.Allocate<float>(largest));
   }
-  // The whole batch's column matrix of the larger of the two convolutions.
   // The whole batch's column matrix of the larger convolution, up to
   // kMaxColumnFloats (larger batches are convolved in pieces, conv2d.h).
   const int64_t per_image =
@@ -193,13 +161,10 @@ absl::Status Cnn::Bind(Device& device, const ParamLayout& layout, float* params,
   columns_capacity_ =
       std::max(per_image, std::min(rows * per_image, kMaxColumnFloats));
   ASSIGN_OR_RETURN(columns_, device.Allocate<float>(columns_capacity_));
-  conv1_.Bind(device, param_[kConv1Weight], grad_[kConv1Weight],
-              param_[kConv1Bias], grad_[kConv1Bias], columns_,
-              columns_capacity_);
-  conv2_.Bind(device, param_[kConv2Weight], grad_[kConv2Weight],
-              param_[kConv2Bias], grad_[kConv2Bias], columns_,
-              columns_capacity_);
-  device_ = &device;
+  conv1_.Bind(device, param(kConv1Weight), grad(kConv1Weight),
+              param(kConv1Bias), grad(kConv1Bias), columns_, columns_capacity_);
+  conv2_.Bind(device, param(kConv2Weight), grad(kConv2Weight),
+              param(kConv2Bias), grad(kConv2Bias), columns_, columns_capacity_);
   return absl::OkStatus();
 }
 
@@ -227,8 +192,8 @@ void Cnn::InitParams(uint64_t seed, const ParamLayout& layout,
   }
 }
 
-void Cnn::RunForward(const float* inputs, int images) {
-  Device& d = *device_;
+void Cnn::RunForward(const float* inputs, int images, bool /*training*/) {
+  Device& d = device();
   const ConvGeometry g1 = Conv1Geometry(images);
   conv1_.Forward(inputs, g1, conv1_out_);
   d.ReluForward(conv1_out_, g1.column_rows() * options_.conv1_channels);
@@ -240,61 +205,41 @@ void Cnn::RunForward(const float* inputs, int images) {
   const PoolGeometry p2 = Pool(pool2_, images);
   pool_.Forward(d, conv2_out_, p2, pool2_out_, pool2_where_);
   d.Gemm(false, true, images, options_.hidden, features_, 1.0f, pool2_out_,
-         param_[kFc1Weight], 0.0f, hidden_);
-  d.AddRowBias(hidden_, param_[kFc1Bias], images, options_.hidden);
+         param(kFc1Weight), 0.0f, hidden_);
+  d.AddRowBias(hidden_, param(kFc1Bias), images, options_.hidden);
   d.ReluForward(hidden_, int64_t{images} * options_.hidden);
   const int classes = options_.input.num_classes;
   d.Gemm(false, true, images, classes, options_.hidden, 1.0f, hidden_,
-         param_[kFc2Weight], 0.0f, logits_);
-  d.AddRowBias(logits_, param_[kFc2Bias], images, classes);
+         param(kFc2Weight), 0.0f, logits());
+  d.AddRowBias(logits(), param(kFc2Bias), images, classes);
 }
 
-absl::Status Cnn::ForwardBackward(const float* inputs, const int32_t* labels,
-                                  int batch, float* device_loss,
-                                  const GradReadyCallback& ready) {
-  if (device_ == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(name(), ": Bind() must be called before running"));
-  }
-  if (batch < 1 || batch > rows_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name(), ": training batch of ", batch, " images; must be in [1, ",
-        rows_, "] (the activation memory bound at Bind)"));
-  }
-  if (inputs == nullptr || labels == nullptr || device_loss == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(),
-                     ": ForwardBackward needs inputs, labels and a "
-                     "loss slot"));
-  }
-  auto report = [&](int param) {
-    if (ready) ready(param);
-  };
-  Device& d = *device_;
-  RunForward(inputs, batch);
+void Cnn::RunBackward(const float* inputs, const int32_t* labels, int batch,
+                      float* device_loss, const GradReadyCallback& report) {
+  Device& d = device();
   const int classes = options_.input.num_classes;
   const int hidden = options_.hidden;
   float* dlogits = delta_[0];
-  d.SoftmaxCrossEntropy(logits_, labels, batch, classes, dlogits, device_loss);
+  d.SoftmaxCrossEntropy(logits(), labels, batch, classes, dlogits, device_loss);
 
   // fc2, then fc1.
-  d.SumRows(dlogits, grad_[kFc2Bias], batch, classes);
+  d.SumRows(dlogits, grad(kFc2Bias), batch, classes);
   report(kFc2Bias);
   d.Gemm(true, false, classes, hidden, batch, 1.0f, dlogits, hidden_, 0.0f,
-         grad_[kFc2Weight]);
+         grad(kFc2Weight));
   report(kFc2Weight);
   float* dhidden = delta_[1];
-  d.Gemm(false, false, batch, hidden, classes, 1.0f, dlogits,
-         param_[kFc2Weight], 0.0f, dhidden);
+  d.Gemm(false, false, batch, hidden, classes, 1.0f, dlogits, param(kFc2Weight),
+         0.0f, dhidden);
   d.ReluBackward(hidden_, dhidden, int64_t{batch} * hidden);
-  d.SumRows(dhidden, grad_[kFc1Bias], batch, hidden);
+  d.SumRows(dhidden, grad(kFc1Bias), batch, hidden);
   report(kFc1Bias);
   d.Gemm(true, false, hidden, features_, batch, 1.0f, dhidden, pool2_out_, 0.0f,
-         grad_[kFc1Weight]);
+         grad(kFc1Weight));
   report(kFc1Weight);
   float* dfeatures = delta_[0];
   d.Gemm(false, false, batch, features_, hidden, 1.0f, dhidden,
-         param_[kFc1Weight], 0.0f, dfeatures);
+         param(kFc1Weight), 0.0f, dfeatures);
 
   // Pool 2, conv2.
   float* dconv2 = delta_[1];
@@ -317,31 +262,6 @@ absl::Status Cnn::ForwardBackward(const float* inputs, const int32_t* labels,
   conv1_.BackwardWeights(inputs, g1, dconv1);
   report(kConv1Bias);
   report(kConv1Weight);
-  return absl::OkStatus();
-}
-
-absl::Status Cnn::Forward(const float* inputs, int batch,
-                          const float** logits) {
-  if (device_ == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(name(), ": Bind() must be called before running"));
-  }
-  if (batch < 1 || batch > max_batch_ || inputs == nullptr ||
-      logits == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": Forward of ", batch, " images; must be in [1, ",
-                     max_batch_, "] with inputs and a logits slot"));
-  }
-  // In pieces of at most rows_ images, each piece's logits copied out.
-  const int classes = options_.input.num_classes;
-  for (int first = 0; first < batch; first += rows_) {
-    const int images = std::min(rows_, batch - first);
-    RunForward(inputs + int64_t{first} * input_dim(), images);
-    device_->CopyOnDevice(all_logits_ + int64_t{first} * classes, logits_,
-                          int64_t{images} * classes);
-  }
-  *logits = all_logits_;
-  return absl::OkStatus();
 }
 
 }  // namespace

@@ -1,53 +1,16 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <set>
 #include <vector>
 
-#include "core/device/cpu_device.h"
 #include "core/sync/param_layout.h"
-#include "core/train/gradient_check.h"
 #include "core/train/model.h"
-#include "core/train/param_init.h"
+#include "core/train/model_fixture.h"
 #include "gtest/gtest.h"
 
 namespace gradsync {
 namespace {
-
-// A model bound on the CPU with random images and labels of its input shape.
-struct Bound {
-  Bound(std::unique_ptr<Model> created, int batch, uint64_t seed)
-      : device(1), model(std::move(created)) {
-    layout = std::make_unique<ParamLayout>(
-        *ParamLayout::Create(model->ParamSpecs(), 1 << 20));
-    params = *device.Allocate<float>(layout->total_numel());
-    grads = *device.Allocate<float>(layout->total_numel());
-    EXPECT_TRUE(model->Bind(device, *layout, params, grads, batch).ok());
-    model->InitParams(seed, *layout, params);
-    inputs.resize(int64_t{batch} * model->input_dim());
-    std::mt19937_64 generator = ParamGenerator(seed + 1, 0);
-    FillUniform(generator, 1.0f, inputs.data(), inputs.size());
-    for (int i = 0; i < batch; ++i) labels.push_back(i % model->num_classes());
-  }
-
-  double Loss(int batch) {
-    float loss = 0;
-    EXPECT_TRUE(model
-                    ->ForwardBackward(inputs.data(), labels.data(), batch,
-                                      &loss, nullptr)
-                    .ok());
-    return loss;
-  }
-
-  CpuDevice device;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<ParamLayout> layout;
-  float* params = nullptr;
-  float* grads = nullptr;
-  std::vector<float> inputs;
-  std::vector<int32_t> labels;
-};
 
 CnnOptions TinyCnn() {
   CnnOptions options;
@@ -84,7 +47,7 @@ TEST(CnnTest, RefusesImagesTooSmallForTwoPools) {
 
 TEST(CnnTest, GradientsMatchCentralDifferences) {
   const int batch = 3;
-  Bound bound(*CreateCnn(TinyCnn()), batch, 5);
+  BoundModel bound(*CreateCnn(TinyCnn()), batch, 5);
   float loss = 0;
   std::multiset<int> reported;
   ASSERT_TRUE(bound.model
@@ -97,26 +60,19 @@ TEST(CnnTest, GradientsMatchCentralDifferences) {
   for (size_t i = 0; i < bound.layout->params().size(); ++i) {
     EXPECT_EQ(reported.count(static_cast<int>(i)), 1u) << i;
   }
-  const std::vector<float> analytic(bound.grads,
-                                    bound.grads + bound.layout->total_numel());
   // A small step: ReLU and max-pool kinks lie close to some inputs, and a
   // step across one measures a different function.
   GradientCheckOptions options;
   options.samples = 12;
   options.step = 1e-3f;
   options.absolute_error = 1e-3;
-  for (const ParamInfo& info : bound.layout->params()) {
-    ExpectGradientMatches(
-        info.spec.name, bound.params + info.offset, info.numel,
-        analytic.data() + info.offset, [&] { return bound.Loss(batch); },
-        options);
-  }
+  ExpectModelGradientsMatch(bound, batch, options);
 }
 
 TEST(CnnTest, LossFallsOnATinyBatch) {
   const int batch = 8;
   CnnOptions options;  // the Fashion-MNIST shape
-  Bound bound(*CreateCnn(options), batch, 3);
+  BoundModel bound(*CreateCnn(options), batch, 3);
   const double first = bound.Loss(batch);
   double last = first;
   for (int step = 0; step < 40; ++step) {
@@ -134,8 +90,8 @@ TEST(CnnTest, ForwardInPiecesMatchesOnePiece) {
   const int batch = 5;
   CnnOptions small = TinyCnn();
   small.max_rows_in_memory = 2;
-  Bound whole(*CreateCnn(TinyCnn()), batch, 7);
-  Bound pieces(*CreateCnn(small), batch, 7);
+  BoundModel whole(*CreateCnn(TinyCnn()), batch, 7);
+  BoundModel pieces(*CreateCnn(small), batch, 7);
   const float* whole_logits = nullptr;
   const float* piece_logits = nullptr;
   ASSERT_TRUE(

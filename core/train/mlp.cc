@@ -27,6 +27,7 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/train/model.h"
+#include "core/train/param_binding.h"
 #include "core/train/param_init.h"
 
 namespace gradsync {
@@ -108,16 +109,9 @@ class Mlp : public Model {
 
 absl::Status Mlp::Bind(Device& device, const ParamLayout& layout, float* params,
                        float* grads, int max_batch) {
-  if (max_batch < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": max batch ", max_batch, " must be >= 1"));
-  }
-  if (params == nullptr || grads == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": Bind needs parameter and gradient buffers"));
-  }
-  RETURN_IF_ERROR(CheckLayoutMatches(name(), layout, ParamSpecs()));
-
+  ASSIGN_OR_RETURN(ParamPointers pointers,
+                   BindParamPointers(name(), layout, ParamSpecs(), params,
+                                     grads, max_batch));
   weights_.assign(num_layers_ + 1, nullptr);
   biases_.assign(num_layers_ + 1, nullptr);
   weight_grads_.assign(num_layers_ + 1, nullptr);
@@ -125,12 +119,10 @@ absl::Status Mlp::Bind(Device& device, const ParamLayout& layout, float* params,
   outputs_.assign(num_layers_ + 1, nullptr);
   int max_width = 0;
   for (int layer = 1; layer <= num_layers_; ++layer) {
-    const int64_t weight_offset = layout.params()[WeightIndex(layer)].offset;
-    const int64_t bias_offset = layout.params()[BiasIndex(layer)].offset;
-    weights_[layer] = params + weight_offset;
-    biases_[layer] = params + bias_offset;
-    weight_grads_[layer] = grads + weight_offset;
-    bias_grads_[layer] = grads + bias_offset;
+    weights_[layer] = pointers.params[WeightIndex(layer)];
+    biases_[layer] = pointers.params[BiasIndex(layer)];
+    weight_grads_[layer] = pointers.grads[WeightIndex(layer)];
+    bias_grads_[layer] = pointers.grads[BiasIndex(layer)];
     ASSIGN_OR_RETURN(outputs_[layer], device.Allocate<float>(
                                           int64_t{max_batch} * widths_[layer]));
     max_width = std::max(max_width, widths_[layer]);
@@ -245,28 +237,6 @@ absl::Status Mlp::Forward(const float* inputs, int batch,
 }
 
 }  // namespace
-
-absl::Status CheckLayoutMatches(const std::string& model,
-                                const ParamLayout& layout,
-                                const std::vector<ParamSpec>& specs) {
-  // The trainer hands the model's parameter indices to the strategy through
-  // the `ready` callback, so the order matters as much as the shapes.
-  if (layout.params().size() != specs.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(model, ": layout has ", layout.params().size(),
-                     " parameters, the model ", specs.size()));
-  }
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const ParamSpec& got = layout.params()[i].spec;
-    if (got.name != specs[i].name || got.shape != specs[i].shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          model, ": layout parameter ", i, " is '", got.name, "' [",
-          absl::StrJoin(got.shape, "x"), "], the model expects '",
-          specs[i].name, "' [", absl::StrJoin(specs[i].shape, "x"), "]"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::unique_ptr<Model>> CreateMlp(const MlpOptions& options) {
   RETURN_IF_ERROR(ValidateWidths(options.widths));

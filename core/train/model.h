@@ -66,12 +66,6 @@ class Model {
   virtual float* buffers() { return nullptr; }
 };
 
-// The check every model's Bind makes: `layout` must be the one made from the
-// model's ParamSpecs(), since the model reports gradients by index into it.
-absl::Status CheckLayoutMatches(const std::string& model,
-                                const ParamLayout& layout,
-                                const std::vector<ParamSpec>& specs);
-
 // The shape of the images a convolutional model takes: CHW rows of the data
 // set (core/data/dataset.h), and the number of classes.
 struct ImageInput {

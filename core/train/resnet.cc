@@ -33,6 +33,7 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/train/batch_norm.h"
+#include "core/train/bounded_memory_model.h"
 #include "core/train/conv2d.h"
 #include "core/train/model.h"
 #include "core/train/param_init.h"
@@ -71,27 +72,14 @@ struct Block {
   float* down_out = nullptr;   // the shortcut convolution's output, bn's input
 };
 
-class ResNet : public Model {
+class ResNet : public BoundedMemoryModel {
  public:
   explicit ResNet(const ResNetOptions& options);
 
   std::string name() const override { return name_; }
   std::vector<ParamSpec> ParamSpecs() const override { return specs_; }
-  int input_dim() const override {
-    const ImageInput& in = options_.input;
-    return in.channels * in.height * in.width;
-  }
-  int num_classes() const override { return options_.input.num_classes; }
-
-  absl::Status Bind(Device& device, const ParamLayout& layout, float* params,
-                    float* grads, int max_batch) override;
   void InitParams(uint64_t seed, const ParamLayout& layout,
                   float* host_params) const override;
-  absl::Status ForwardBackward(const float* inputs, const int32_t* labels,
-                               int batch, float* device_loss,
-                               const GradReadyCallback& ready) override;
-  absl::Status Forward(const float* inputs, int batch,
-                       const float** logits) override;
 
   int64_t buffer_count() const override { return buffer_count_; }
   float* buffers() override { return buffers_; }
@@ -105,7 +93,10 @@ class ResNet : public Model {
   template <typename Visit>
   void ForEachConv(Visit visit);
 
-  void RunForward(const float* inputs, int images, bool training);
+  absl::Status BindLayers(Device& device) override;
+  void RunForward(const float* inputs, int images, bool training) override;
+  void RunBackward(const float* inputs, const int32_t* labels, int batch,
+                   float* device_loss, const GradReadyCallback& ready) override;
   void Normalize(NormLayer& layer, const float* x, int64_t rows, float* y,
                  bool training) {
     if (training) {
@@ -134,16 +125,10 @@ class ResNet : public Model {
   int features_ = 0;  // the last stage's width
   int64_t buffer_count_ = 0;
 
-  Device* device_ = nullptr;
-  int rows_ = 0;
-  int max_batch_ = 0;
-  std::vector<float*> param_, grad_;
   float* buffers_ = nullptr;
   float* stem_conv_out_ = nullptr;
   float* stem_out_ = nullptr;
   float* pooled_ = nullptr;  // [rows × features]
-  float* logits_ = nullptr;
-  float* all_logits_ = nullptr;
   float* dlogits_ = nullptr;
   float* dpooled_ = nullptr;
   float* delta_[2] = {nullptr, nullptr};    // the gradient between blocks
@@ -177,7 +162,9 @@ std::unique_ptr<NormLayer> ResNet::AddNorm(const std::string& name,
   return layer;
 }
 
-ResNet::ResNet(const ResNetOptions& options) : options_(options) {
+ResNet::ResNet(const ResNetOptions& options)
+    : BoundedMemoryModel(options.input, options.max_rows_in_memory),
+      options_(options) {
   const ImageInput& in = options.input;
   const int stem_width = options.widths[0];
   stem_conv_ = AddConv("conv1", {in.channels, stem_width, 3, 1, 1, false});
@@ -253,23 +240,8 @@ void ResNet::ForEachConv(Visit visit) {
   }
 }
 
-absl::Status ResNet::Bind(Device& device, const ParamLayout& layout,
-                          float* params, float* grads, int max_batch) {
-  if (max_batch < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": max batch ", max_batch, " must be >= 1"));
-  }
-  RETURN_IF_ERROR(CheckLayoutMatches(name(), layout, ParamSpecs()));
-  const size_t count = specs_.size();
-  param_.assign(count, nullptr);
-  grad_.assign(count, nullptr);
-  for (size_t i = 0; i < count; ++i) {
-    param_[i] = params + layout.params()[i].offset;
-    grad_[i] = grads + layout.params()[i].offset;
-  }
-  max_batch_ = max_batch;
-  rows_ = std::min(max_batch, options_.max_rows_in_memory);
-  const int64_t rows = rows_;
+absl::Status ResNet::BindLayers(Device& device) {
+  const int64_t rows = rows_in_memory();
   const ImageInput& in = options_.input;
   const int stem_width = options_.widths[0];
 
@@ -294,10 +266,7 @@ absl::Status ResNet::Bind(Device& device, const ParamLayout& layout,
   }
   ASSIGN_OR_RETURN(pooled_, device.Allocate<float>(rows * features_));
   ASSIGN_OR_RETURN(dpooled_, device.Allocate<float>(rows * features_));
-  ASSIGN_OR_RETURN(logits_, device.Allocate<float>(rows * in.num_classes));
   ASSIGN_OR_RETURN(dlogits_, device.Allocate<float>(rows * in.num_classes));
-  ASSIGN_OR_RETURN(all_logits_,
-                   device.Allocate<float>(int64_t{max_batch} * in.num_classes));
   for (float** buffer : {&delta_[0], &delta_[1], &scratch_[0], &scratch_[1]}) {
     ASSIGN_OR_RETURN(*buffer, device.Allocate<float>(largest));
   }
@@ -311,7 +280,7 @@ absl::Status ResNet::Bind(Device& device, const ParamLayout& layout,
       std::max(per_image, std::min(rows * per_image, kMaxColumnFloats));
   ASSIGN_OR_RETURN(columns_, device.Allocate<float>(capacity));
   ForEachConv([&](ConvLayer& layer, int, int) {
-    layer.conv.Bind(device, param_[layer.weight], grad_[layer.weight], nullptr,
+    layer.conv.Bind(device, param(layer.weight), grad(layer.weight), nullptr,
                     nullptr, columns_, capacity);
   });
 
@@ -320,12 +289,11 @@ absl::Status ResNet::Bind(Device& device, const ParamLayout& layout,
   ASSIGN_OR_RETURN(float* saved, device.Allocate<float>(buffer_count_));
   int64_t offset = 0;
   ForEachNorm([&](NormLayer& layer) {
-    layer.norm.Bind(device, param_[layer.weight], param_[layer.bias],
-                    grad_[layer.weight], grad_[layer.bias], buffers_ + offset,
+    layer.norm.Bind(device, param(layer.weight), param(layer.bias),
+                    grad(layer.weight), grad(layer.bias), buffers_ + offset,
                     saved + offset);
     offset += layer.norm.buffer_count();
   });
-  device_ = &device;
   return absl::OkStatus();
 }
 
@@ -356,7 +324,7 @@ void ResNet::InitParams(uint64_t seed, const ParamLayout& layout,
 }
 
 void ResNet::RunForward(const float* inputs, int images, bool training) {
-  Device& d = *device_;
+  Device& d = device();
   const ConvGeometry stem = StemGeometry(images);
   const int stem_width = options_.widths[0];
   stem_conv_->conv.Forward(inputs, stem, stem_conv_out_);
@@ -394,46 +362,29 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
   GlobalAvgPoolForward(d, x, images, pixels, features_, pooled_);
   const int classes = options_.input.num_classes;
   d.Gemm(false, true, images, classes, features_, 1.0f, pooled_,
-         param_[fc_weight_], 0.0f, logits_);
-  d.AddRowBias(logits_, param_[fc_bias_], images, classes);
+         param(fc_weight_), 0.0f, logits());
+  d.AddRowBias(logits(), param(fc_bias_), images, classes);
 }
 
-absl::Status ResNet::ForwardBackward(const float* inputs, const int32_t* labels,
-                                     int batch, float* device_loss,
-                                     const GradReadyCallback& ready) {
-  if (device_ == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(name(), ": Bind() must be called before running"));
-  }
-  if (batch < 1 || batch > rows_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name(), ": training batch of ", batch, " images; must be in [1, ",
-        rows_, "] (the activation memory bound at Bind)"));
-  }
-  if (inputs == nullptr || labels == nullptr || device_loss == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name(), ": ForwardBackward needs inputs, labels and a loss slot"));
-  }
-  auto report = [&](int param) {
-    if (ready) ready(param);
-  };
+void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
+                         float* device_loss, const GradReadyCallback& report) {
   auto report_norm = [&](const NormLayer& layer) {
     report(layer.bias);
     report(layer.weight);
   };
-  Device& d = *device_;
-  RunForward(inputs, batch, /*training=*/true);
+  Device& d = device();
 
   // Classifier and pooling.
   const int classes = options_.input.num_classes;
-  d.SoftmaxCrossEntropy(logits_, labels, batch, classes, dlogits_, device_loss);
-  d.SumRows(dlogits_, grad_[fc_bias_], batch, classes);
+  d.SoftmaxCrossEntropy(logits(), labels, batch, classes, dlogits_,
+                        device_loss);
+  d.SumRows(dlogits_, grad(fc_bias_), batch, classes);
   report(fc_bias_);
   d.Gemm(true, false, classes, features_, batch, 1.0f, dlogits_, pooled_, 0.0f,
-         grad_[fc_weight_]);
+         grad(fc_weight_));
   report(fc_weight_);
   d.Gemm(false, false, batch, features_, classes, 1.0f, dlogits_,
-         param_[fc_weight_], 0.0f, dpooled_);
+         param(fc_weight_), 0.0f, dpooled_);
   const Block& last = blocks_.back();
   int current = 0;  // delta_[current]: the gradient of the block's output
   GlobalAvgPoolBackward(d, dpooled_, batch, last.out_height * last.out_width,
@@ -492,31 +443,6 @@ absl::Status ResNet::ForwardBackward(const float* inputs, const int32_t* labels,
   report_norm(*stem_bn_);
   stem_conv_->conv.BackwardWeights(inputs, stem, scratch_[0]);
   report(stem_conv_->weight);
-  return absl::OkStatus();
-}
-
-absl::Status ResNet::Forward(const float* inputs, int batch,
-                             const float** logits) {
-  if (device_ == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(name(), ": Bind() must be called before running"));
-  }
-  if (batch < 1 || batch > max_batch_ || inputs == nullptr ||
-      logits == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": Forward of ", batch, " images; must be in [1, ",
-                     max_batch_, "] with inputs and a logits slot"));
-  }
-  const int classes = options_.input.num_classes;
-  for (int first = 0; first < batch; first += rows_) {
-    const int images = std::min(rows_, batch - first);
-    RunForward(inputs + int64_t{first} * input_dim(), images,
-               /*training=*/false);
-    device_->CopyOnDevice(all_logits_ + int64_t{first} * classes, logits_,
-                          int64_t{images} * classes);
-  }
-  *logits = all_logits_;
-  return absl::OkStatus();
 }
 
 }  // namespace

@@ -1,54 +1,17 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "core/device/cpu_device.h"
 #include "core/sync/param_layout.h"
-#include "core/train/gradient_check.h"
 #include "core/train/model.h"
-#include "core/train/param_init.h"
+#include "core/train/model_fixture.h"
 #include "gtest/gtest.h"
 
 namespace gradsync {
 namespace {
-
-// A model bound on the CPU with random images and labels of its input shape.
-struct Bound {
-  Bound(std::unique_ptr<Model> created, int batch, uint64_t seed)
-      : device(1), model(std::move(created)) {
-    layout = std::make_unique<ParamLayout>(
-        *ParamLayout::Create(model->ParamSpecs(), 1 << 20));
-    params = *device.Allocate<float>(layout->total_numel());
-    grads = *device.Allocate<float>(layout->total_numel());
-    EXPECT_TRUE(model->Bind(device, *layout, params, grads, batch).ok());
-    model->InitParams(seed, *layout, params);
-    inputs.resize(int64_t{batch} * model->input_dim());
-    std::mt19937_64 generator = ParamGenerator(seed + 1, 0);
-    FillUniform(generator, 1.0f, inputs.data(), inputs.size());
-    for (int i = 0; i < batch; ++i) labels.push_back(i % model->num_classes());
-  }
-
-  double Loss(int batch) {
-    float loss = 0;
-    EXPECT_TRUE(model
-                    ->ForwardBackward(inputs.data(), labels.data(), batch,
-                                      &loss, nullptr)
-                    .ok());
-    return loss;
-  }
-
-  CpuDevice device;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<ParamLayout> layout;
-  float* params = nullptr;
-  float* grads = nullptr;
-  std::vector<float> inputs;
-  std::vector<int32_t> labels;
-};
 
 TEST(ResNetTest, ResNet18HasTorchvisionsTensorsForCifar10) {
   auto model = CreateResNet(ResNetOptions{});
@@ -96,7 +59,7 @@ TEST(ResNetTest, ResNet18HasTorchvisionsTensorsForCifar10) {
 
 TEST(ResNetTest, ResNet18ForwardBackwardOnACifarShapedBatch) {
   const int batch = 4;
-  Bound bound(*CreateResNet(ResNetOptions{}), batch, 3);
+  BoundModel bound(*CreateResNet(ResNetOptions{}), batch, 3);
   float loss = 0;
   std::vector<int> order;
   ASSERT_TRUE(bound.model
@@ -141,20 +104,12 @@ TEST(ResNetTest, GradientsMatchCentralDifferences) {
   options.blocks = {2, 1};
   options.widths = {3, 4};
   const int batch = 4;
-  Bound bound(*CreateResNet(options), batch, 11);
-  bound.Loss(batch);
-  const std::vector<float> analytic(bound.grads,
-                                    bound.grads + bound.layout->total_numel());
+  BoundModel bound(*CreateResNet(options), batch, 11);
   GradientCheckOptions check;
   check.samples = 8;
   check.step = 1e-3f;
   check.absolute_error = 1e-3;
-  for (const ParamInfo& info : bound.layout->params()) {
-    ExpectGradientMatches(
-        info.spec.name, bound.params + info.offset, info.numel,
-        analytic.data() + info.offset, [&] { return bound.Loss(batch); },
-        check);
-  }
+  ExpectModelGradientsMatch(bound, batch, check);
 }
 
 TEST(ResNetTest, RefusesAnImagelessDataSet) {

@@ -241,13 +241,6 @@ absl::Status Trainer::Setup() {
         data_.train.feature_dim,
         " (the convolutional models take their shape from the data set)"));
   }
-  if (options_.resume && model_.buffer_count() > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--resume: ", model_.name(),
-        " keeps batch-norm running statistics, which checkpoints do not "
-        "carry yet; a resumed run would evaluate with fresh ones. Start the "
-        "run again without --resume"));
-  }
   if (model_.num_classes() < data_.train.num_classes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the model has ", model_.num_classes(), " outputs but ",
@@ -409,6 +402,29 @@ absl::Status Trainer::Resume() {
                     absl::StrCat(state.size(), " buffers"),
                     "resume with the same --optimizer and --momentum");
   }
+  // Batch-norm running statistics: worker 0's, which every worker would
+  // have taken before its next evaluation anyway. Without them a resumed
+  // run would evaluate with fresh statistics, so a checkpoint that lacks
+  // them is refused rather than resumed from.
+  const int64_t buffer_count = model_.buffer_count();
+  if (buffer_count > 0 && c.buffers.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        context, ": checkpoint ", path, " (format version ", c.format_version,
+        ") carries no model buffers, but ", model_.name(), " keeps ",
+        buffer_count,
+        " floats of batch-norm running statistics; a resumed run would "
+        "evaluate with fresh ones. ",
+        c.format_version < 3
+            ? "The file was written before checkpoints carried them"
+            : "The file was written for a model without them",
+        ": start the run again without --resume"));
+  }
+  if (static_cast<int64_t>(c.buffers.size()) != buffer_count) {
+    return absl::DataLossError(
+        absl::StrCat(context, ": checkpoint ", path, " holds ",
+                     c.buffers.size(), " floats of model buffers, the model ",
+                     model_.name(), " has ", buffer_count));
+  }
   if (c.step < 0 || c.epoch < 0 || c.epoch_step < 0 ||
       c.epoch_step >= steps_per_epoch_ ||
       c.step != c.epoch * steps_per_epoch_ + c.epoch_step) {
@@ -424,6 +440,10 @@ absl::Status Trainer::Resume() {
   for (size_t i = 0; i < state.size(); ++i) {
     RETURN_IF_ERROR(device_.CopyToDevice(state[i], c.optimizer_state[i].data(),
                                          n * sizeof(float)));
+  }
+  if (buffer_count > 0) {
+    RETURN_IF_ERROR(device_.CopyToDevice(model_.buffers(), c.buffers.data(),
+                                         buffer_count * sizeof(float)));
   }
   optimizer_->set_step(c.optimizer_step);
   step_ = start_step_ = last_checkpoint_step_ = c.step;
@@ -765,6 +785,13 @@ absl::Status Trainer::WriteCheckpointIfAsked(int64_t epoch,
           device_.CopyToHost(host.data(), state, n * sizeof(float)));
       checkpoint.optimizer_state.push_back(std::move(host));
     }
+  }
+  // Worker 0's running statistics: the ones every worker evaluates with.
+  checkpoint.buffers.resize(model_.buffer_count());
+  if (!checkpoint.buffers.empty()) {
+    RETURN_IF_ERROR(
+        device_.CopyToHost(checkpoint.buffers.data(), model_.buffers(),
+                           checkpoint.buffers.size() * sizeof(float)));
   }
   RETURN_IF_ERROR(
       Annotate(WriteCheckpoint(options_.checkpoint_path, checkpoint),

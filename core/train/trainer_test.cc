@@ -18,6 +18,7 @@
 #include "core/data/dataset.h"
 #include "core/device/device.h"
 #include "core/sync/gradient_sync.h"
+#include "core/train/checkpoint.h"
 #include "core/train/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -25,6 +26,7 @@
 namespace gradsync {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // Records every call; optionally fails a step or plays a parameter server
@@ -77,14 +79,19 @@ struct Job {
   std::unique_ptr<Device> device;
 };
 
-Job SmallJob() {
+// 64 training samples of 8 features, 3 classes.
+SyntheticOptions SmallData() {
   SyntheticOptions data_options;
   data_options.train_size = 64;
   data_options.test_size = 16;
   data_options.feature_dim = 8;
   data_options.num_classes = 3;
+  return data_options;
+}
+
+Job SmallJob() {
   Job job;
-  job.data = *MakeSynthetic(data_options);
+  job.data = *MakeSynthetic(SmallData());
   MlpOptions mlp;
   mlp.widths = {8, 6, 5, 3};
   job.model = *CreateMlp(mlp);
@@ -221,24 +228,97 @@ TEST(TrainerTest, RanksThatDivergeAreCaughtNamingTheStep) {
       HasSubstr("worker 1's parameters after step 1 differ from worker 0's"));
 }
 
-// Checkpoints carry no batch-norm running statistics yet: a resumed ResNet
-// would evaluate with fresh ones, so --resume is refused with the reason.
-TEST(TrainerTest, ResumeIsRefusedForAModelWithBuffers) {
-  Job job = SmallJob();
+// A test-sized ResNet (batch norm, a downsampling block) on 2x2x2 images.
+Job SmallResNetJob() {
+  SyntheticOptions data_options = SmallData();
+  data_options.channels = 2;
+  data_options.height = 2;
+  data_options.width = 2;
+  Job job;
+  job.data = *MakeSynthetic(data_options);
   ResNetOptions resnet;
   resnet.input = {2, 2, 2, 3};
-  resnet.blocks = {1};
-  resnet.widths = {2};
+  resnet.blocks = {1, 1};
+  resnet.widths = {2, 3};
   job.model = *CreateResNet(resnet);
-  TrainerOptions options = SmallOptions(1);
-  options.resume = true;
-  options.checkpoint_path = "unused.ckpt";
-  FakeSync sync;
-  auto result = RunTraining(options, ProcessIdentity{}, *job.model, job.data,
-                            *job.device, sync, nullptr);
+  job.device = *CreateDevice(DeviceOptions{});
+  return job;
+}
+
+// One worker of SmallResNetJob for `steps` steps (of 8 per epoch, over two
+// epochs), checkpointing every 3 steps and at its last to `checkpoint`.
+absl::StatusOr<TrainResult> TrainResNet(int64_t steps,
+                                        const std::string& checkpoint,
+                                        bool resume) {
+  Job job = SmallResNetJob();
+  TrainerOptions options = SmallOptions(steps);
+  options.epochs = 2;
+  options.optimizer.momentum = 0.9f;
+  options.checkpoint_path = checkpoint;
+  options.checkpoint_every = 3;
+  options.resume = resume;
+  FakeSync sync;  // one worker: nothing to average
+  return RunTraining(options, ProcessIdentity{}, *job.model, job.data,
+                     *job.device, sync, nullptr);
+}
+
+// Checkpoints carry worker 0's batch-norm running statistics: a run stopped
+// at step 6 and resumed to step 12 ends with exactly the parameters and the
+// running statistics of an uninterrupted 12-step run. Without the statistics
+// in the checkpoint the resumed run's would restart from 0 and 1 and differ.
+TEST(TrainerTest, ResumedResNetEqualsUninterruptedWithItsRunningStatistics) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const std::string whole = dir + "/whole.ckpt";
+  const std::string stopped = dir + "/stopped.ckpt";
+  auto uninterrupted = TrainResNet(12, whole, /*resume=*/false);
+  ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
+  auto first = TrainResNet(6, stopped, /*resume=*/false);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto at_stop = ReadCheckpoint(stopped);
+  ASSERT_TRUE(at_stop.ok()) << at_stop.status();
+  EXPECT_EQ(at_stop->step, 6);
+  auto resumed = TrainResNet(12, stopped, /*resume=*/true);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+
+  auto expected = ReadCheckpoint(whole);
+  auto got = ReadCheckpoint(stopped);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(expected->step, 12);
+  EXPECT_EQ(got->step, 12);
+  // Running mean and variance of three batch norms of 2 channels (the stem's
+  // and the first block's) and three of 3 (the second block's and its
+  // shortcut's).
+  ASSERT_EQ(expected->buffers.size(), 2u * (2 + 2 + 2 + 3 + 3 + 3));
+  // Bit for bit: the same arithmetic in the same order.
+  EXPECT_EQ(got->params, expected->params);
+  EXPECT_EQ(got->optimizer_state, expected->optimizer_state);
+  EXPECT_EQ(got->buffers, expected->buffers);
+  // The statistics moved between the stop and the end, so the comparison
+  // above covers the resumed steps' updates, not only the copy.
+  EXPECT_NE(at_stop->buffers, expected->buffers);
+}
+
+// A checkpoint without the buffers a model keeps (written before checkpoints
+// carried them) is refused with the reason rather than resumed with fresh
+// running statistics.
+TEST(TrainerTest, ResumeRefusesACheckpointWithoutTheModelsBuffers) {
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR")) + "/no_buffers.ckpt";
+  ASSERT_TRUE(TrainResNet(3, path, /*resume=*/false).ok());
+  auto written = ReadCheckpoint(path);
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_FALSE(written->buffers.empty());
+  Checkpoint without = *written;
+  without.buffers.clear();
+  ASSERT_TRUE(WriteCheckpoint(path, without).ok());
+  auto result = TrainResNet(6, path, /*resume=*/true);
   ASSERT_FALSE(result.ok());
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(result.status().message(), HasSubstr("running statistics"));
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(result.status().message(),
+              AllOf(HasSubstr(path), HasSubstr("carries no model buffers"),
+                    HasSubstr("batch-norm running statistics"),
+                    HasSubstr("without --resume")));
 }
 
 }  // namespace
