@@ -72,10 +72,15 @@ class JobEndWatch {
 absl::Status Serve(const ClusterEnv& env) {
   const absl::Duration idle =
       absl::Seconds(absl::GetFlag(FLAGS_ps_idle_timeout_s));
+  // With --ps_colocated_servers=k workers 0..k-1 hold servers 0..k-1 and
+  // this process is server k + its rank among the separate ones.
+  RETURN_IF_ERROR(CheckServerPlacement(env.world_size, env.num_servers));
+  ASSIGN_OR_RETURN(const int colocated,
+                   ColocatedServersFromFlags(env.world_size));
   ParameterServerOptions options;
   options.job_id = env.job_id;
-  options.server_rank = env.rank;
-  options.num_servers = env.num_servers;
+  options.server_rank = colocated + env.rank;
+  options.num_servers = colocated + env.num_servers;
   options.num_workers = env.world_size;
   options.bind_address = absl::GetFlag(FLAGS_ps_bind);
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
@@ -116,7 +121,12 @@ absl::Status Serve(const ClusterEnv& env) {
     return members.status();
   }
   GS_LOG(INFO) << "serving at " << address << " for " << env.world_size
-               << " workers (" << members->size() << " members joined)";
+               << " workers (" << members->size() << " members joined)"
+               << (colocated > 0
+                       ? absl::StrCat(", as server ", options.server_rank,
+                                      " of ", options.num_servers, " (",
+                                      colocated, " in workers)")
+                       : std::string());
 
   // Once the job has lost a member the workers can never finish: stop now
   // with the loss as the error rather than after the coordinator's grace.
