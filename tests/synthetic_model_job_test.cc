@@ -122,7 +122,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"ps_colocated_2",
              2,
              0,
-             {"--sync=ps", "--ps_colocate", "--ps_chunk_kb=64"}}),
+             {"--sync=ps", "--ps_colocate", "--ps_chunk_kb=64"}},
+        // BytePS's spectrum: workers 0 and 1 serve, plus one separate
+        // server (K = 3); server-side optimizer, so the colocated shards
+        // hold parameters too.
+        Case{"ps_mixed_4_2plus1",
+             4,
+             1,
+             {"--sync=ps", "--ps_colocated_servers=2", "--ps_chunk_kb=64",
+              "--ps_update=server"}}),
     CaseName);
 
 }  // namespace
