@@ -56,6 +56,7 @@ class PsSync : public GradientSync {
   }
   absl::Status Shutdown() override;
   std::string SummaryJson() const override;
+  std::vector<std::string> TraceFiles() const override;
 
  private:
   std::string self() const {
@@ -125,6 +126,9 @@ absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer(
     server_options.bind_address = "0.0.0.0:0";
     server_options.message_bytes = options_.message_bytes;
     server_options.stream_window_bytes = options_.stream_window_bytes;
+    // Its spans go into this worker's timeline (same process, as the
+    // client's), every step the recorder is on.
+    server_options.trace_into_current = true;
     ASSIGN_OR_RETURN(server_options.max_shard_bytes, MaxShardBytesFromFlags());
     ASSIGN_OR_RETURN(colocated_server_, ParameterServer::Start(server_options));
     mine = absl::StrCat(context_.identity.advertise_host, ":",
@@ -402,6 +406,21 @@ absl::Status PsSync::Shutdown() {
     if (status.ok()) status = wait;
   }
   return status;
+}
+
+// The separate servers name their timeline files in their summaries (the
+// colocated ones record into their workers' timelines).
+std::vector<std::string> PsSync::TraceFiles() const {
+  std::vector<std::string> files;
+  for (const std::string& text : server_summaries_) {
+    const nlohmann::json summary =
+        nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (summary.is_object() && summary.contains("trace_file") &&
+        summary["trace_file"].is_string()) {
+      files.push_back(summary["trace_file"].get<std::string>());
+    }
+  }
+  return files;
 }
 
 std::string PsSync::SummaryJson() const {

@@ -18,6 +18,7 @@
 #include "core/cluster/cluster_env.h"
 #include "core/cluster/coordinator.h"
 #include "core/cluster/local_address.h"
+#include "core/telemetry/trace.h"
 #include "nlohmann/json.hpp"
 #include "ps/flags.h"
 #include "ps/server.h"
@@ -28,6 +29,10 @@
 // that long for the coordinator and for the job to assemble, not its idle
 // timeout: a job that never starts must not keep its servers for minutes.
 ABSL_DECLARE_FLAG(double, timeout_s);
+// The workers' --trace and --trace_steps (the same definitions): a server
+// writes its own timeline beside theirs, <trace>.server<k>.json.
+ABSL_DECLARE_FLAG(std::string, trace);
+ABSL_DECLARE_FLAG(int64_t, trace_steps);
 
 namespace gradsync {
 namespace {
@@ -86,6 +91,17 @@ absl::Status Serve(const ClusterEnv& env) {
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
   ASSIGN_OR_RETURN(options.stream_window_bytes, StreamWindowBytesFromFlags());
   ASSIGN_OR_RETURN(options.max_shard_bytes, MaxShardBytesFromFlags());
+  // Pids 1000 + k keep servers apart from the workers in the merged view.
+  std::unique_ptr<TraceRecorder> trace;
+  if (const std::string path = absl::GetFlag(FLAGS_trace); !path.empty()) {
+    trace = std::make_unique<TraceRecorder>(
+        1000 + options.server_rank,
+        absl::StrCat("server ", options.server_rank));
+    trace->NameTrack(kTrackCommunication, "pushes in, results out");
+    options.trace = trace.get();
+    options.trace_steps = absl::GetFlag(FLAGS_trace_steps);
+    options.trace_path = RankTracePath(path, "server", options.server_rank);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<ParameterServer> server,
                    ParameterServer::Start(options));
 
