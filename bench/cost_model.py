@@ -333,7 +333,10 @@ def print_comparison(points):
     for p in points:
         if "predicted_step_ms" not in p:
             continue
-        rows.append((p["strategy"], str(p["workers"]), str(p["servers"]),
+        servers = str(p["servers"])
+        if p["strategy"] == "ps-mixed":
+            servers += f" ({p['colocated']} in workers)"
+        rows.append((p["strategy"], str(p["workers"]), servers,
                      f"{p['model_bytes'] / 1e6:.1f}", p["link"], f"{p['bucket_mb']:g}",
                      f"{p['compute_ms']:g}", f"{p['step_ms']:.1f}", f"{p['predicted_step_ms']:.1f}",
                      format_error(error_percent(p["step_ms"], p["predicted_step_ms"])),
