@@ -64,7 +64,25 @@ the keys chosen optimally the busiest link carries
 
     T_byteps = 2N(N−1)·S / ((N² + kN − 2k)·B)                  (4)
 
-which is (3)'s 2(N−1)/N·S/B at k = 0 and (2)'s S/B at k = N.
+which is (3)'s 2(N−1)/N·S/B at k = 0 and (2)'s S/B at k = N. BytePS's k is
+the number of separate servers, with every worker serving; its shares are
+unequal (a worker's server takes less than a separate one).
+
+gradsync's mix (--ps_colocated_servers=c plus s separate servers, K = c + s,
+0 ≤ c ≤ N): workers 0..c−1 also serve, the others only compute, and the
+partitioner gives every server the same share f (balanced: 1/K). Per step
+and direction, a serving worker's link carries its pushes to the other
+servers and its server's results to the other workers, S(1 − f) + (N−1)·f·S
+= S + (N−2)·f·S; a worker that does not serve, S; a separate server, N·f·S.
+For K ≥ 2 the first is the largest (1 + (N−2)/K ≥ N/K), so
+
+    T_mixed = max(S + (N−2)·f·S, N·f·S)/B + (N−1)·b/B + 2α     (5)
+
+with (3)'s tail: the busiest link belongs to a serving worker, whose own
+copy of its last block stays inside. c = N, s = 0 is (3); c = 0 is (2).
+c = N with s separate is BytePS's layout with equal instead of optimal
+shares, so (5) ≥ (4) there: at N = 4, s = 2, 1.33·S/B against 1.2·S/B.
+For c < N BytePS gives no formula; (5) is the one to compare with.
 
 Buckets and overlap. Backward hands buckets off in reverse layer order;
 bucket b is ready after the compute spent on the layers it holds (the
@@ -166,6 +184,28 @@ def byteps_time(n, k, size, link):
     return 2 * n * (n - 1) * size / ((n * n + k * n - 2 * k) * link.bandwidth)
 
 
+def mixed_ps_time(n, colocated, separate, size, link, last_key=None,
+                  message_bytes=PS_MESSAGE_BYTES, largest_share=None):
+    """(5): workers 0..colocated−1 also serve, beside `separate` servers of
+    their own; every server holds `largest_share` of the bytes at most
+    (1/K balanced)."""
+    k = colocated + separate
+    if k < 1 or colocated > n:
+        raise ValueError(f"no servers or more colocated ({colocated}) than workers ({n})")
+    share = 1.0 / k if largest_share is None else largest_share
+    if colocated == 0:
+        return ps_time(n, size, link, share, last_key=last_key, message_bytes=message_bytes)
+    if n == 1 and separate == 0:
+        return 0.0  # the only worker's own server: nothing crosses a link
+    if last_key is None:
+        last_key = min(size, PS_CHUNK_BYTES)
+    serving_worker = size + (n - 2) * share * size
+    separate_server = n * share * size if separate else 0.0
+    busiest = max(serving_worker, separate_server, size)
+    tail = (n - 1) * ps_tail_block(last_key, message_bytes)
+    return (busiest + tail) / link.bandwidth + 2 * link.alpha_s
+
+
 def balanced_share(size, k, chunk=PS_CHUNK_BYTES):
     """The busiest server's share of `size` bytes cut into keys of at most
     `chunk` and placed largest first on the least-loaded of k servers, as
@@ -181,8 +221,9 @@ def balanced_share(size, k, chunk=PS_CHUNK_BYTES):
     return max(loads) / size
 
 
-def sync_time(strategy, n, k, size, link, largest_share=None):
-    """Time to synchronize `size` bytes with no overlap."""
+def sync_time(strategy, n, k, size, link, largest_share=None, colocated=0):
+    """Time to synchronize `size` bytes with no overlap (`colocated`: the
+    servers of K that workers run, for ps-mixed)."""
     if strategy == "local" or (n == 1 and strategy != "ps"):
         return 0.0
     if strategy == "ring":
@@ -191,6 +232,9 @@ def sync_time(strategy, n, k, size, link, largest_share=None):
         return colocated_ps_time(n, size, link)
     if strategy == "ps":
         return ps_time(n, size, link, largest_share or balanced_share(size, k))
+    if strategy == "ps-mixed":
+        return mixed_ps_time(n, colocated, k - colocated, size, link,
+                             largest_share=largest_share or balanced_share(size, k))
     raise ValueError(f"no cost model for strategy {strategy}")
 
 
@@ -230,6 +274,17 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
         comm = colocated_ps_time(n, sum(bucket_bytes), link, last_key=last_key,
                                  message_bytes=message)
         tail = comm - colocated_ps_time(n, sum(bucket_bytes), link, last_key=0)
+    elif strategy == "ps-mixed":
+        colocated = point["colocated"]
+
+        def mixed(size, last):
+            return mixed_ps_time(n, colocated, k - colocated, size, link, last_key=last,
+                                 message_bytes=message, largest_share=share)
+
+        def bucket_time(size):
+            return mixed(size, 0)
+        comm = mixed(sum(bucket_bytes), last_key)
+        tail = comm - mixed(sum(bucket_bytes), 0)
     else:
         def bucket_time(size):
             return sync_time(strategy, n, k, size, link)
@@ -237,11 +292,17 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
         tail = 0.0
     _, exposed = exposed_communication(bucket_bytes, base_compute_ms / 1000, bucket_time)
     exposed += tail
-    return {
+    prediction = {
         "predicted_comm_ms": 1000 * comm,
         "predicted_exposed_ms": 1000 * exposed,
         "predicted_step_ms": base_step_ms + 1000 * exposed,
     }
+    if strategy == "ps-mixed" and point["colocated"] == n:
+        # BytePS's layout (every worker serves, K − N separate servers) with
+        # its optimal shares: what equal shares leave on the table.
+        prediction["byteps_optimum_comm_ms"] = 1000 * (
+            byteps_time(n, k - n, sum(bucket_bytes), link) + 2 * link.alpha_s)
+    return prediction
 
 
 # --- Measuring α and B ----------------------------------------------------------
@@ -272,7 +333,10 @@ def print_comparison(points):
     for p in points:
         if "predicted_step_ms" not in p:
             continue
-        rows.append((p["strategy"], str(p["workers"]), str(p["servers"]),
+        servers = str(p["servers"])
+        if p["strategy"] == "ps-mixed":
+            servers += f" ({p['colocated']} in workers)"
+        rows.append((p["strategy"], str(p["workers"]), servers,
                      f"{p['model_bytes'] / 1e6:.1f}", p["link"], f"{p['bucket_mb']:g}",
                      f"{p['compute_ms']:g}", f"{p['step_ms']:.1f}", f"{p['predicted_step_ms']:.1f}",
                      format_error(error_percent(p["step_ms"], p["predicted_step_ms"])),

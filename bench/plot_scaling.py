@@ -47,6 +47,8 @@ def read_points(path):
 def series_name(p):
     if p["strategy"] == "ps":
         return "ps K=N" if p["servers"] == p["workers"] else f"ps K={p['servers']}"
+    if p["strategy"] == "ps-mixed":
+        return f"ps K={p['servers']:.0f}, {p['colocated']:.0f} in workers"
     return p["strategy"]
 
 
@@ -58,6 +60,10 @@ def predicted_busiest_bytes(p):
     if p["strategy"] == "ps":
         share = p.get("largest_server_share") or 1.0 / k
         return max(s, n * share * s)
+    if p["strategy"] == "ps-mixed":  # cost_model.py's (5)
+        share = p.get("largest_server_share") or 1.0 / k
+        separate = n * share * s if k > p["colocated"] else 0.0
+        return max(s + (n - 2) * share * s, separate, s)
     return 0.0
 
 

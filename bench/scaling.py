@@ -96,7 +96,8 @@ def enumerate_points(args):
                         for strategy in args.strategies.split(","):
                             for flags in sweep_sets(args.sweep):
                                 points.extend(dict(p, sweep=flags) for p in
-                                              strategy_points(group, strategy, n, args.servers))
+                                              strategy_points(group, strategy, n, args.servers,
+                                                              getattr(args, "colocated", "")))
     return points
 
 
@@ -111,7 +112,26 @@ def sweep_sets(spec):
     return sets
 
 
-def strategy_points(group, strategy, n, servers_spec):
+def count_spec(value, n):
+    """'N' -> n, 'N/2' -> n // 2, '3' -> 3."""
+    if value == "N":
+        return n
+    if value.startswith("N/"):
+        return n // int(value[2:])
+    return int(value)
+
+
+def strategy_points(group, strategy, n, servers_spec, colocated_spec=""):
+    if strategy == "ps-mixed":
+        # BytePS's placement spectrum: c of the N workers serve, K − c
+        # separate servers, K servers in all (--servers). c = 0 is "ps".
+        points = []
+        for c in sorted({count_spec(c, n) for c in (colocated_spec or "1,N/2,N").split(",")}):
+            for k in sorted({count_spec(k, n) for k in servers_spec.split(",")}):
+                if 1 <= c <= n and k >= c:
+                    points.append(dict(group, strategy="ps-mixed", workers=n, servers=k,
+                                       colocated=c))
+        return points
     if strategy == "ring":
         return [dict(group, strategy="ring", workers=n, servers=0)] if n > 1 else []
     if strategy == "ps-colocated":
@@ -119,7 +139,7 @@ def strategy_points(group, strategy, n, servers_spec):
     if strategy == "ps":
         ks = sorted({n if k == "N" else int(k) for k in servers_spec.split(",")})
         return [dict(group, strategy="ps", workers=n, servers=k) for k in ks if k >= 1]
-    sys.exit(f"scaling: unknown strategy '{strategy}' (ring, ps, ps-colocated)")
+    sys.exit(f"scaling: unknown strategy '{strategy}' (ring, ps, ps-colocated, ps-mixed)")
 
 
 def memory_estimate_gb(point):
@@ -133,6 +153,8 @@ def memory_estimate_gb(point):
 def label(point):
     name = (f"{point['model']}_{point['link'].replace(',', '-')}_b{point['bucket_mb']:g}"
             f"_c{point['compute_ms']:g}_{point['strategy']}_n{point['workers']}_k{point['servers']}")
+    if point["strategy"] == "ps-mixed":
+        name += f"_colocated{point['colocated']}"
     flags = point.get("sweep", "")
     if flags:
         name += "_" + "".join(c if c.isalnum() or c in "=.-" else "_"
@@ -148,9 +170,12 @@ def run_job(point, run_dir, args):
               f"--job_deadline_s={args.deadline_s}"]
     if point["strategy"] == "ps":
         launch.append(f"--servers={point['servers']}")
+    if point["strategy"] == "ps-mixed" and point["servers"] > point["colocated"]:
+        launch.append(f"--servers={point['servers'] - point['colocated']}")
     if point["link"] != "loopback":
         launch.append(f"--netem={point['link']}")
-    sync = {"local": "local", "ring": "ring", "ps": "ps", "ps-colocated": "ps"}[point["strategy"]]
+    sync = {"local": "local", "ring": "ring", "ps": "ps", "ps-colocated": "ps",
+            "ps-mixed": "ps"}[point["strategy"]]
     training = ["--", f"--sync={sync}", *point["model_flags"],
                 f"--compute_ms={point['compute_ms']:g}", f"--bucket_mb={point['bucket_mb']:g}",
                 "--data=synthetic", f"--synthetic_size={args.batch_size * 64}",
@@ -159,6 +184,8 @@ def run_job(point, run_dir, args):
                 "--progress=false", "--timeout_s=120"]
     if point["strategy"] == "ps-colocated":
         training.append("--ps_colocate")
+    if point["strategy"] == "ps-mixed":
+        training.append(f"--ps_colocated_servers={point['colocated']}")
     training += point.get("sweep", "").split() + args.extra
     with open(os.path.join(run_dir, "launch.log"), "w") as log:
         log.write(" ".join(launch + training) + "\n")
@@ -222,17 +249,27 @@ class CpuUsage:
                 "loadavg_1m_end": load}
 
 
+def colocated_servers(sync):
+    """How many of the job's servers run inside workers (servers 0..c−1, in
+    workers 0..c−1): all of them under --ps_colocate, --ps_colocated_servers
+    otherwise (summaries from before that flag have only "colocate")."""
+    if sync.get("colocate"):
+        return len(sync.get("server_summaries", [])) or sync.get("servers", 0)
+    return sync.get("colocated_servers", 0)
+
+
 def busiest_link_bytes(summary):
     """Bytes per step through the busiest link, one direction (links are full
     duplex): the max over every node's bytes out and bytes in."""
     sync0 = summary["ranks"][0].get("sync", {})
     servers = sync0.get("server_summaries", [])
+    colocated = colocated_servers(sync0)
     candidates = []
     for rank in summary["ranks"]:
         out, into = rank["bytes_sent_per_step"], rank["bytes_recv_per_step"]
         sync = rank.get("sync", {})
         r = rank["rank"]
-        if sync.get("colocate") and r < len(servers):
+        if r < colocated and r < len(servers):
             # Worker r hosts server r: its pushes to and pulls from its own
             # server stay inside the node, while its server's traffic with
             # the other workers crosses the node's link.
@@ -243,10 +280,9 @@ def busiest_link_bytes(summary):
             out += servers[r]["bytes_out"] / server_steps - own_push - own_pull
             into += servers[r]["bytes_in"] / server_steps - own_push - own_pull
         candidates += [out, into]
-    if not sync0.get("colocate"):
-        for server in servers:
-            steps = max(1, server.get("steps", 1))
-            candidates += [server["bytes_in"] / steps, server["bytes_out"] / steps]
+    for server in servers[colocated:]:  # the separate servers' own links
+        steps = max(1, server.get("steps", 1))
+        candidates += [server["bytes_in"] / steps, server["bytes_out"] / steps]
     return max(candidates)
 
 
@@ -261,8 +297,8 @@ def tcp_totals(summary):
     server shares its worker's namespace, so it is counted once)."""
     processes = [rank.get("process", {}) for rank in summary["ranks"]]
     sync0 = summary["ranks"][0].get("sync", {})
-    if not sync0.get("colocate"):
-        processes += [s.get("process", {}) for s in sync0.get("server_summaries", [])]
+    separate = sync0.get("server_summaries", [])[colocated_servers(sync0):]
+    processes += [s.get("process", {}) for s in separate]
     tcp = [p["tcp"] for p in processes if "tcp" in p]
     return (sum(t["retrans_segments"] for t in tcp), sum(t["timeouts"] for t in tcp),
             sum(t["out_segments"] for t in tcp))
@@ -379,10 +415,10 @@ def reanalyze(out):
 
 # --- Output -------------------------------------------------------------------------------
 
-COLUMNS = ["strategy", "sweep", "workers", "servers", "model", "model_bytes", "link",
+COLUMNS = ["strategy", "sweep", "workers", "servers", "colocated", "model", "model_bytes", "link",
            "bucket_mb", "compute_ms", "repeats"] + [m + s for m in MEASURES for s in ("", "_min", "_max")] + [
            "efficiency", "largest_server_share", "cpu_bound", "predicted_comm_ms",
-           "predicted_exposed_ms", "predicted_step_ms"]
+           "predicted_exposed_ms", "predicted_step_ms", "byteps_optimum_comm_ms"]
 
 
 def write_csv(points, path):
@@ -406,8 +442,11 @@ def print_points(points):
     rows = []
     for p in points:
         predicted = p.get("predicted_step_ms")
+        servers = str(p["servers"])
+        if p["strategy"] == "ps-mixed":  # K (of which c in workers)
+            servers += f" ({p['colocated']} in workers)"
         rows.append((p["strategy"], p.get("sweep", "") or "-", str(p["workers"]),
-                     str(p["servers"]), p["model"], p["link"],
+                     servers, p["model"], p["link"],
                      spread(p, "step_ms"), spread(p, "exposed_ms"), f"{p['samples_per_s']:.1f}",
                      f"{100 * p['efficiency']:.0f}%" if "efficiency" in p else "-",
                      f"{p['bytes_per_rank'] / 1e6:.1f}", f"{p['busiest_link_bytes'] / 1e6:.1f}",
@@ -454,10 +493,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n", 2)[2])
-    parser.add_argument("--strategies", default="ring,ps", help="ring, ps, ps-colocated")
+    parser.add_argument("--strategies", default="ring,ps",
+                        help="ring, ps, ps-colocated, ps-mixed (c workers serve beside K − c "
+                             "separate servers; K from --servers, c from --colocated)")
     parser.add_argument("--workers", default="2,4", help="values of N")
     parser.add_argument("--servers", default="1,N",
                         help="values of K for ps; N means as many as workers")
+    parser.add_argument("--colocated", default="1,N/2,N",
+                        help="values of c for ps-mixed: how many of the N workers also serve "
+                             "(N, N/2 allowed); points with c > K are left out")
     parser.add_argument("--models", default="custom:25:32",
                         help="resnet50, vgg16, bert-base, custom:MB[:TENSORS] (they sleep "
                              "--compute_ms), resnet18, cnn (real forward and backward)")

@@ -41,6 +41,24 @@ class SweepTest(unittest.TestCase):
         self.assertEqual(len(labels), len(points), "labels must be distinct")
         self.assertIn("custom-1MB_loopback_b25_c0_ps_n4_k4_ps_chunk_kb=128", labels)
 
+    def test_mixed_placement_points_span_c_workers_and_k_servers(self):
+        class Args:
+            models = "custom:1:4"
+            links = "loopback"
+            bucket_mb = "25"
+            compute_ms = "0"
+            workers = "4"
+            strategies = "ps-mixed"
+            servers = "2,N"
+            colocated = "1,N/2,N"
+            sweep = ""
+        points = scaling.enumerate_points(Args)[1:]
+        # c = 1: K = 2, 4; c = 2: K = 2, 4; c = 4: K = 4 (K < c is no layout).
+        self.assertEqual([(p["colocated"], p["servers"]) for p in points],
+                         [(1, 2), (1, 4), (2, 2), (2, 4), (4, 4)])
+        self.assertIn("custom-1MB_loopback_b25_c0_ps-mixed_n4_k4_colocated2",
+                      {scaling.label(p) for p in points})
+
     def test_real_models_run_once_without_emulated_compute(self):
         class Args:
             models = "resnet18,custom:1:4"
@@ -112,6 +130,40 @@ class SweepTest(unittest.TestCase):
         # A rank whose counters were unreadable adds nothing.
         summary["ranks"][1]["process"] = {"tcp_error": "cannot read"}
         self.assertEqual(scaling.tcp_totals(summary), (10, 2, 1000))
+
+
+    @staticmethod
+    def mixed_summary():
+        """N = 3, workers 0 and 1 serve, one separate server (K = 3); 2
+        steps; every worker pushes 30 bytes to each server a step and pulls
+        as many."""
+        def server(index, retrans):
+            return {"server": index, "steps": 2, "bytes_in": 2 * 90, "bytes_out": 2 * 90,
+                    "process": {"tcp": {"retrans_segments": retrans, "timeouts": 0,
+                                        "out_segments": 100}}}
+        servers = [server(0, 1), server(1, 2), server(2, 4)]
+        ranks = []
+        for r in range(3):
+            sync = {"steps": 2, "colocated_servers": 2, "bytes_to_server": [60, 60, 60],
+                    "bytes_from_server": [60, 60, 60]}
+            if r == 0:
+                sync["server_summaries"] = servers
+            ranks.append({"rank": r, "bytes_sent_per_step": 90, "bytes_recv_per_step": 90,
+                          "process": {"tcp": {"retrans_segments": 10 * (r + 1), "timeouts": 1,
+                                              "out_segments": 1000}},
+                          "sync": sync})
+        return {"ranks": ranks}
+
+    def test_busiest_link_of_a_mixed_placement_is_a_serving_worker(self):
+        # A serving worker: 90 out of its own, less 30 to its own server,
+        # plus its server's 90 less the 30 back to itself: 120 = S + (N−2)·f·S
+        # with S = 90, f = 1/3. The separate server: 90; the other worker: 90.
+        self.assertEqual(scaling.busiest_link_bytes(self.mixed_summary()), 120)
+
+    def test_tcp_totals_of_a_mixed_placement_count_the_separate_server_only(self):
+        # Workers 10 + 20 + 30; servers 0 and 1 share workers' namespaces;
+        # the separate server 2 adds its 4.
+        self.assertEqual(scaling.tcp_totals(self.mixed_summary()), (64, 3, 3100))
 
 
 class CostModelTest(unittest.TestCase):
@@ -193,6 +245,48 @@ class CostModelTest(unittest.TestCase):
         between = cost_model.byteps_time(8, 4, size, self.link)
         self.assertLess(between, 2 * 7 / 8)
         self.assertGreater(between, 1.0)
+
+    def test_mixed_placement_reduces_to_the_colocated_and_separate_formulas(self):
+        size = 1e8
+        for n in (2, 4, 8):
+            self.assertAlmostEqual(
+                cost_model.mixed_ps_time(n, n, 0, size, self.link, last_key=1e6),
+                cost_model.colocated_ps_time(n, size, self.link, last_key=1e6))
+            self.assertAlmostEqual(
+                cost_model.mixed_ps_time(n, 0, n, size, self.link, last_key=1e6),
+                cost_model.ps_time(n, size, self.link, 1.0 / n, last_key=1e6))
+        # N = 4, 2 workers serve, 2 separate servers, f = 1/4: a serving
+        # worker carries S + 2·S/4 = 1.5·S, a separate server 4·S/4 = S.
+        self.assertAlmostEqual(cost_model.mixed_ps_time(4, 2, 2, size, self.link, last_key=0),
+                               1.5 + 2 * 10e-6)
+        with self.assertRaises(ValueError):
+            cost_model.mixed_ps_time(4, 5, 0, size, self.link)
+
+    def test_equal_shares_do_not_beat_bytePS_optimal_shares(self):
+        size = 1e8
+        for n in (2, 4, 8):
+            for separate in (1, 2, n):
+                equal = cost_model.mixed_ps_time(n, n, separate, size, self.link, last_key=0)
+                self.assertGreaterEqual(equal - 2 * 10e-6 + 1e-12,
+                                        cost_model.byteps_time(n, separate, size, self.link))
+        # N = 4, 2 separate: 1 + 2/6 = 1.33 against 24/20 = 1.2.
+        self.assertAlmostEqual(cost_model.mixed_ps_time(4, 4, 2, size, self.link, last_key=0),
+                               4 / 3 + 2 * 10e-6)
+        self.assertAlmostEqual(cost_model.byteps_time(4, 2, size, self.link), 1.2)
+
+    def test_predict_covers_the_mixed_placement(self):
+        point = {"strategy": "ps-mixed", "workers": 4, "servers": 6, "colocated": 4}
+        prediction = cost_model.predict(point, self.link, [1e8], 0, 10, last_tensor_bytes=1e6)
+        expected = cost_model.mixed_ps_time(4, 4, 2, 1e8, self.link, last_key=1e6)
+        self.assertAlmostEqual(prediction["predicted_comm_ms"], 1000 * expected)
+        self.assertAlmostEqual(prediction["predicted_step_ms"], 10 + 1000 * expected)
+        self.assertAlmostEqual(prediction["byteps_optimum_comm_ms"], 1000 * (1.2 + 2 * 10e-6))
+        point = dict(point, servers=3, colocated=2)
+        prediction = cost_model.predict(point, self.link, [1e8], 0, 10, last_tensor_bytes=1e6)
+        self.assertNotIn("byteps_optimum_comm_ms", prediction)
+        self.assertAlmostEqual(
+            prediction["predicted_comm_ms"],
+            1000 * cost_model.mixed_ps_time(4, 2, 1, 1e8, self.link, last_key=1e6))
 
     def test_exposed_communication_overlaps_buckets_with_compute(self):
         # Two equal buckets, 1 s of compute, 0.3 s per bucket: the first

@@ -3,6 +3,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 
 ABSL_FLAG(std::string, ps_update, "worker",
           "Where the optimizer runs with --sync=ps: 'worker' (servers return "
@@ -21,6 +22,12 @@ ABSL_FLAG(int64_t, ps_stream_window_kb, 4096,
 ABSL_FLAG(bool, ps_colocate, false,
           "Run parameter server r inside worker r (K = number of workers) "
           "instead of as separate `gradsync server` processes.");
+ABSL_FLAG(int32_t, ps_colocated_servers, 0,
+          "Workers 0..k-1 each run one parameter server in-process, beside "
+          "the separate `gradsync server` processes of the job (`gradsync "
+          "launch --servers=K-k`): K servers in all, keys over all of them "
+          "(BytePS's placement spectrum). 0: separate servers only; k = "
+          "workers with no separate servers is --ps_colocate.");
 ABSL_FLAG(std::string, ps_bind, "0.0.0.0:0",
           "Address a parameter server listens on; port 0 picks a free one.");
 ABSL_FLAG(std::string, ps_advertise_host, "",
@@ -123,6 +130,47 @@ absl::StatusOr<ConsistencyOptions> ConsistencyFromFlags(
       CheckConsistency(options.mode, options.staleness, update_mode);
   if (!checked.ok()) return checked;
   return options;
+}
+
+absl::StatusOr<int> ColocatedServersFromFlags(int num_workers) {
+  const bool every_worker = absl::GetFlag(FLAGS_ps_colocate);
+  const int32_t k = absl::GetFlag(FLAGS_ps_colocated_servers);
+  if (every_worker && k != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ps_colocate and --ps_colocated_servers=", k,
+        " both say which workers serve; give one (--ps_colocate is "
+        "--ps_colocated_servers=",
+        num_workers, " without separate servers)"));
+  }
+  if (every_worker) return num_workers;
+  if (k < 0 || k > num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ps_colocated_servers=", k, " must be in [0, ", num_workers,
+        "]: at most one server per worker, and the "
+        "job has ",
+        num_workers, " workers"));
+  }
+  return k;
+}
+
+absl::Status CheckServerPlacement(int num_workers, int separate_servers) {
+  ASSIGN_OR_RETURN(const int colocated, ColocatedServersFromFlags(num_workers));
+  if (absl::GetFlag(FLAGS_ps_colocate) && separate_servers > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ps_colocate puts a server in every worker and no keys on separate "
+        "servers, but the job has ",
+        separate_servers,
+        " of them (--servers); drop --servers, or keep them with "
+        "--ps_colocated_servers=",
+        num_workers));
+  }
+  if (colocated == 0 && separate_servers == 0) {
+    return absl::InvalidArgumentError(
+        "--sync=ps needs parameter servers: start them with `gradsync launch "
+        "--servers=K`, or let workers serve with --ps_colocate or "
+        "--ps_colocated_servers=k");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> MessageBytesFromFlags() {

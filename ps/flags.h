@@ -15,6 +15,7 @@ ABSL_DECLARE_FLAG(int64_t, ps_chunk_kb);
 ABSL_DECLARE_FLAG(int64_t, ps_message_kb);
 ABSL_DECLARE_FLAG(int64_t, ps_stream_window_kb);
 ABSL_DECLARE_FLAG(bool, ps_colocate);
+ABSL_DECLARE_FLAG(int32_t, ps_colocated_servers);
 ABSL_DECLARE_FLAG(std::string, ps_bind);
 ABSL_DECLARE_FLAG(std::string, ps_advertise_host);
 ABSL_DECLARE_FLAG(double, ps_idle_timeout_s);
@@ -50,6 +51,17 @@ struct ConsistencyOptions {
 // against `update_mode` (SSP and ASP need the servers' optimizer).
 absl::StatusOr<ConsistencyOptions> ConsistencyFromFlags(
     ps::UpdateMode update_mode);
+
+// How many workers host a parameter server (workers 0..k-1, servers
+// 0..k-1 of the job's K; the separate servers are k..K-1): --ps_colocate is
+// every worker, --ps_colocated_servers=k the first k. Checked against the
+// number of workers; the two flags together are refused.
+absl::StatusOr<int> ColocatedServersFromFlags(int num_workers);
+// The whole placement of a --sync=ps job of `num_workers` workers and
+// `separate_servers` `gradsync server` processes, checked once before
+// anything starts (by `gradsync launch`): the above, no separate servers
+// beside --ps_colocate (they would hold no keys), and at least one server.
+absl::Status CheckServerPlacement(int num_workers, int separate_servers);
 
 // Largest payload of one message: well below gRPC's default 4 MiB receive
 // limit, leaving room for the header and framing.

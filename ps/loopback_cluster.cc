@@ -17,8 +17,10 @@ absl::StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Start(
   for (int k = 0; k < options.num_servers; ++k) {
     ParameterServerOptions server_options;
     server_options.job_id = options.job_id;
-    server_options.server_rank = k;
-    server_options.num_servers = options.num_servers;
+    // After the workers' own servers, as in `gradsync server`.
+    server_options.server_rank = options.colocated_servers + k;
+    server_options.num_servers =
+        options.colocated_servers + options.num_servers;
     server_options.num_workers = options.num_workers;
     server_options.bind_address = "127.0.0.1:0";
     server_options.message_bytes = options.message_bytes;

@@ -21,7 +21,10 @@ namespace gradsync {
 
 struct LoopbackClusterOptions {
   int num_workers = 1;
-  int num_servers = 1;
+  int num_servers = 1;  // separate servers, started here
+  // Servers the workers run themselves (PsSyncOptions::colocated_servers):
+  // the separate ones are then servers colocated_servers..K-1.
+  int colocated_servers = 0;
   std::string job_id = "loopback";
   absl::Duration timeout = absl::Seconds(20);
   int64_t message_bytes = int64_t{1} << 20;

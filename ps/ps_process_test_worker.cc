@@ -26,6 +26,10 @@
 
 ABSL_FLAG(int, steps, 3, "steps to run");
 ABSL_FLAG(double, timeout_s, 20, "deadline of every wait on a peer");
+// Read by `gradsync server` (ps/server_command.cc) as by the trainer.
+ABSL_FLAG(std::string, trace, "",
+          "timeline file (servers: <trace>.server<k>.json)");
+ABSL_FLAG(int64_t, trace_steps, 20, "steps recorded by --trace");
 ABSL_FLAG(int, exit_after_setup, -1,
           "this worker rank exits with code 3 right after Setup (a worker "
           "that disappears)");

@@ -56,13 +56,18 @@ class PsSync : public GradientSync {
   }
   absl::Status Shutdown() override;
   std::string SummaryJson() const override;
+  std::vector<std::string> TraceFiles() const override;
 
  private:
   std::string self() const {
     return absl::StrCat("worker ", context_.identity.rank);
   }
   absl::StatusOr<std::vector<std::string>> ServerAddresses();
-  absl::StatusOr<std::vector<std::string>> StartColocatedServer();
+  absl::StatusOr<std::vector<std::string>> SeparateServerAddresses();
+  // Starts this worker's server when it is one of the first `colocated`,
+  // and returns every colocated server's address (from the rendezvous).
+  absl::StatusOr<std::vector<std::string>> StartColocatedServer(
+      int colocated, int num_servers);
 
   const SyncContext context_;
   const PsSyncOptions options_;
@@ -107,38 +112,46 @@ class PsSync : public GradientSync {
   bool shut_down_ = false;
 };
 
-absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer() {
+absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer(
+    int colocated, int num_servers) {
   const int n = context_.identity.world_size;
-  ParameterServerOptions server_options;
-  server_options.job_id = context_.identity.job_id;
-  server_options.server_rank = context_.identity.rank;
-  server_options.num_servers = n;
-  server_options.num_workers = n;
-  server_options.bind_address = "0.0.0.0:0";
-  server_options.message_bytes = options_.message_bytes;
-  server_options.stream_window_bytes = options_.stream_window_bytes;
-  ASSIGN_OR_RETURN(server_options.max_shard_bytes, MaxShardBytesFromFlags());
-  ASSIGN_OR_RETURN(colocated_server_, ParameterServer::Start(server_options));
-  const std::string mine = absl::StrCat(context_.identity.advertise_host, ":",
-                                        colocated_server_->port());
-  if (n == 1) return std::vector<std::string>{mine};
+  const int rank = context_.identity.rank;
+  std::string mine;
+  if (rank < colocated) {
+    ParameterServerOptions server_options;
+    server_options.job_id = context_.identity.job_id;
+    server_options.server_rank = rank;
+    server_options.num_servers = num_servers;
+    server_options.num_workers = n;
+    server_options.bind_address = "0.0.0.0:0";
+    server_options.message_bytes = options_.message_bytes;
+    server_options.stream_window_bytes = options_.stream_window_bytes;
+    // Its spans go into this worker's timeline (same process, as the
+    // client's), every step the recorder is on.
+    server_options.trace_into_current = true;
+    ASSIGN_OR_RETURN(server_options.max_shard_bytes, MaxShardBytesFromFlags());
+    ASSIGN_OR_RETURN(colocated_server_, ParameterServer::Start(server_options));
+    mine = absl::StrCat(context_.identity.advertise_host, ":",
+                        colocated_server_->port());
+    if (n == 1) return std::vector<std::string>{mine};
+  }
   if (context_.rendezvous == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        self(), ": --ps_colocate with ", n,
-        " workers needs the coordinator to exchange server addresses"));
+        self(), ": ", colocated, " colocated server(s) with ", n,
+        " workers need the coordinator to exchange server addresses"));
   }
-  auto key = [](int rank) { return absl::StrCat("ps/colocated/", rank); };
-  RETURN_IF_ERROR(context_.rendezvous->Set(key(context_.identity.rank), mine));
-  std::vector<std::string> addresses(n);
-  for (int r = 0; r < n; ++r) {
+  auto key = [](int server) { return absl::StrCat("ps/colocated/", server); };
+  if (rank < colocated)
+    RETURN_IF_ERROR(context_.rendezvous->Set(key(rank), mine));
+  std::vector<std::string> addresses(colocated);
+  for (int r = 0; r < colocated; ++r) {
     ASSIGN_OR_RETURN(addresses[r],
                      context_.rendezvous->Get(key(r), context_.timeout));
   }
   return addresses;
 }
 
-absl::StatusOr<std::vector<std::string>> PsSync::ServerAddresses() {
-  if (options_.colocate) return StartColocatedServer();
+absl::StatusOr<std::vector<std::string>> PsSync::SeparateServerAddresses() {
   if (!options_.server_addresses.empty()) return options_.server_addresses;
   std::map<int, std::string> by_rank;
   for (const Member& member : context_.members) {
@@ -147,12 +160,6 @@ absl::StatusOr<std::vector<std::string>> PsSync::ServerAddresses() {
       return absl::InvalidArgumentError(absl::StrCat(
           self(), ": two parameter servers joined as server ", member.rank));
     }
-  }
-  if (by_rank.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(self(),
-                     ": --sync=ps needs parameter servers: start them with "
-                     "`gradsync launch --servers=K`, or use --ps_colocate"));
   }
   std::vector<std::string> addresses;
   for (const auto& [rank, address] : by_rank) {
@@ -169,6 +176,45 @@ absl::StatusOr<std::vector<std::string>> PsSync::ServerAddresses() {
         self(), ": ", addresses.size(), " servers joined but the job has ",
         context_.identity.num_servers));
   }
+  return addresses;
+}
+
+// Servers 0..k-1 are the colocated ones (in workers 0..k-1), k..K-1 the
+// separate ones in the order of their ranks; every worker builds the same
+// list, so the partition is the same everywhere.
+absl::StatusOr<std::vector<std::string>> PsSync::ServerAddresses() {
+  const int n = context_.identity.world_size;
+  const int colocated = options_.colocate ? n : options_.colocated_servers;
+  if (colocated < 0 || colocated > n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        self(), ": ", colocated, " colocated servers in a job of ", n,
+        " workers; at most one per worker (--ps_colocated_servers)"));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> separate,
+                   SeparateServerAddresses());
+  if (options_.colocate && !separate.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        self(), ": --ps_colocate puts a server in every worker, but ",
+        separate.size(),
+        " separate servers joined too and would hold no keys; drop "
+        "--servers, or use them with --ps_colocated_servers=",
+        n));
+  }
+  if (colocated == 0 && separate.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(self(),
+                     ": --sync=ps needs parameter servers: start them with "
+                     "`gradsync launch --servers=K`, or let workers serve with "
+                     "--ps_colocate or --ps_colocated_servers=k"));
+  }
+  std::vector<std::string> addresses;
+  if (colocated > 0) {
+    ASSIGN_OR_RETURN(
+        addresses,
+        StartColocatedServer(colocated,
+                             colocated + static_cast<int>(separate.size())));
+  }
+  addresses.insert(addresses.end(), separate.begin(), separate.end());
   return addresses;
 }
 
@@ -362,6 +408,21 @@ absl::Status PsSync::Shutdown() {
   return status;
 }
 
+// The separate servers name their timeline files in their summaries (the
+// colocated ones record into their workers' timelines).
+std::vector<std::string> PsSync::TraceFiles() const {
+  std::vector<std::string> files;
+  for (const std::string& text : server_summaries_) {
+    const nlohmann::json summary =
+        nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (summary.is_object() && summary.contains("trace_file") &&
+        summary["trace_file"].is_string()) {
+      files.push_back(summary["trace_file"].get<std::string>());
+    }
+  }
+  return files;
+}
+
 std::string PsSync::SummaryJson() const {
   const int64_t run_steps =
       step_buckets_.step() - schedule_.start_step;  // in this run
@@ -378,6 +439,8 @@ std::string PsSync::SummaryJson() const {
       {"strategy", "ps"},
       {"update", UpdateModeName(options_.update_mode)},
       {"colocate", options_.colocate},
+      {"colocated_servers", options_.colocate ? context_.identity.world_size
+                                              : options_.colocated_servers},
       {"servers", partition_.num_servers()},
       {"keys", partition_.keys().size()},
       {"chunk_bytes", options_.chunk_bytes},
@@ -430,6 +493,10 @@ absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
   ASSIGN_OR_RETURN(options.stream_window_bytes, StreamWindowBytesFromFlags());
   options.colocate = absl::GetFlag(FLAGS_ps_colocate);
+  ASSIGN_OR_RETURN(options.colocated_servers,
+                   ColocatedServersFromFlags(context.identity.world_size));
+  // --ps_colocate is every worker; keep the two apart as in the options.
+  if (options.colocate) options.colocated_servers = 0;
   ASSIGN_OR_RETURN(options.consistency,
                    ConsistencyFromFlags(options.update_mode));
   options.optimizer = context.optimizer;

@@ -5,7 +5,8 @@
 // returns; Finish waits for them and leaves the averaged gradients in the
 // gradient buffer (--ps_update=worker) or the servers' new parameters in the
 // parameter buffer (--ps_update=server). With --ps_colocate, worker r also
-// runs server r in-process (K = N).
+// runs server r in-process (K = N); with --ps_colocated_servers=k, workers
+// 0..k-1 do, beside the job's separate servers (K = k + separate).
 #pragma once
 
 #include <cstdint>
@@ -29,11 +30,16 @@ struct PsSyncOptions {
   // Server mode: the workers' optimizer, with the learning rate already
   // scaled for the world size (SyncContext::optimizer).
   OptimizerOptions optimizer;
+  // Worker r < colocated_servers runs server r in-process; the job's
+  // separate servers follow as servers colocated_servers..K-1. `colocate`:
+  // every worker (colocated_servers = N), and no separate servers.
   bool colocate = false;
+  int colocated_servers = 0;
   // --ps_consistency / --ps_staleness (server mode only for SSP and ASP).
   ConsistencyOptions consistency;
-  // Server k's "host:port". Empty: taken from SyncContext::members (role
-  // kServer), or for colocate from the rendezvous.
+  // The separate servers' "host:port", in order. Empty: taken from
+  // SyncContext::members (role kServer). Colocated ones come from the
+  // rendezvous.
   std::vector<std::string> server_addresses;
 };
 

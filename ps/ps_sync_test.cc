@@ -59,6 +59,7 @@ struct JobSpec {
   int servers = 1;
   ps::UpdateMode mode = ps::UPDATE_WORKER;
   bool colocate = false;
+  int colocated_servers = 0;  // beside `servers` separate ones
   int steps = 3;
   std::vector<ParamSpec> specs = TestSpecs();
   absl::Duration timeout = absl::Seconds(20);
@@ -93,6 +94,7 @@ WorkerResult RunWorker(LoopbackCluster& cluster, const JobSpec& job, int rank) {
   options.message_bytes = kMessageBytes;
   options.optimizer = TestOptimizer();
   options.colocate = job.colocate;
+  options.colocated_servers = job.colocated_servers;
   options.consistency = job.consistency;
   auto sync = CreatePsSync(*context, options);
   if (!sync.ok()) return fail(sync.status());
@@ -140,6 +142,7 @@ std::vector<WorkerResult> RunJob(const JobSpec& job,
   LoopbackClusterOptions options;
   options.num_workers = job.workers;
   options.num_servers = job.colocate ? 0 : job.servers;
+  options.colocated_servers = job.colocated_servers;
   options.job_id = "ps-sync-test";
   options.timeout = job.timeout;
   options.message_bytes = kMessageBytes;
@@ -283,6 +286,38 @@ TEST(PsSyncTest, ColocatedServers) {
   CheckJob(job);
   job.mode = ps::UPDATE_SERVER;
   CheckJob(job);
+}
+
+// BytePS's placement spectrum: the first k workers serve, beside K - k
+// separate servers; keys over all K, the same exact results.
+TEST(PsSyncTest, SomeWorkersServeBesideSeparateServers) {
+  JobSpec job;
+  job.workers = 4;
+  for (const auto& [colocated, separate] :
+       std::vector<std::pair<int, int>>{{2, 1}, {1, 3}, {2, 0}, {4, 2}}) {
+    SCOPED_TRACE(absl::StrCat(colocated, " colocated + ", separate,
+                              " separate servers"));
+    job.colocated_servers = colocated;
+    job.servers = separate;
+    job.mode = ps::UPDATE_WORKER;
+    CheckJob(job);
+    job.mode = ps::UPDATE_SERVER;
+    CheckJob(job);
+  }
+}
+
+TEST(PsSyncTest, RefusesMoreColocatedServersThanWorkers) {
+  JobSpec job;
+  job.workers = 2;
+  job.servers = 0;
+  job.colocated_servers = 3;
+  absl::Status cluster_status;
+  std::vector<WorkerResult> results = RunJob(job, &cluster_status);
+  ASSERT_EQ(results.size(), 2u);
+  for (const WorkerResult& result : results) {
+    EXPECT_THAT(std::string(result.status.message()),
+                HasSubstr("3 colocated servers in a job of 2 workers"));
+  }
 }
 
 // A worker that registers but never pushes: the others fail after the

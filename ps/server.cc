@@ -19,6 +19,7 @@
 #include "core/base/status_macros.h"
 #include "core/cluster/grpc_job_token.h"
 #include "core/telemetry/process_counters.h"
+#include "core/telemetry/trace.h"
 #include "grpc/slice.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
@@ -31,14 +32,82 @@ namespace gradsync {
 namespace {
 
 // The shard's summary with this process's CPU seconds and TCP counters
-// (retransmissions, RTO timeouts), read when a worker shuts down.
-std::string SummaryWithProcessCounters(const std::string& shard_summary) {
+// (retransmissions, RTO timeouts), read when a worker shuts down, and the
+// file of the server's timeline, if it writes one, for worker 0 to merge.
+std::string SummaryWithProcessCounters(const std::string& shard_summary,
+                                       const std::string& trace_file) {
   nlohmann::json summary =
       nlohmann::json::parse(shard_summary, nullptr, /*allow_exceptions=*/false);
   if (!summary.is_object()) return shard_summary;
   summary["process"] = nlohmann::json::parse(ProcessCountersJson());
+  if (!trace_file.empty()) summary["trace_file"] = trace_file;
   return summary.dump();
 }
+
+// The server's spans in the --trace timeline: per key, worker and step, the
+// push (its first part's arrival to its last part's arrival; each part is
+// summed as it arrives) and the result (the start of its first write to the
+// end of its last). Off (no recorder), Records() is one null test, and
+// nothing else is done.
+class ServerTrace {
+ public:
+  ServerTrace(TraceRecorder* recorder, bool into_current, int64_t steps,
+              int server_rank)
+      : recorder_(recorder),
+        into_current_(into_current),
+        steps_(steps),
+        server_rank_(server_rank),
+        // Apart from the client's ids when a colocated server shares its
+        // worker's recorder.
+        first_id_((int64_t{1} << 40) + (int64_t{server_rank} << 32)) {}
+
+  // Whether spans of `step` are recorded: with a recorder, the first
+  // `steps` steps this server sees (all when steps < 0).
+  bool Records(int64_t step) {
+    if (recorder() == nullptr) return false;
+    if (steps_ < 0) return true;
+    int64_t first = first_step_.load(std::memory_order_relaxed);
+    if (first < 0 && first_step_.compare_exchange_strong(first, step)) {
+      first = step;
+    }
+    return step >= first && step < first + steps_;
+  }
+
+  void Push(int worker, int64_t key, int64_t step, int64_t start_us,
+            int64_t end_us) {
+    TraceRecorder* trace = recorder();
+    if (trace == nullptr) return;  // withdrawn meanwhile
+    trace->AsyncSpan(
+        absl::StrCat("server ", server_rank_, ": push from worker ", worker,
+                     ", key ", key, ", step ", step),
+        "ps server push", NextId(), start_us, end_us);
+  }
+  void Result(int worker, int64_t key, int64_t step, int64_t start_us,
+              int64_t end_us) {
+    TraceRecorder* trace = recorder();
+    if (trace == nullptr) return;
+    trace->AsyncSpan(
+        absl::StrCat("server ", server_rank_, ": result to worker ", worker,
+                     ", key ", key, ", step ", step),
+        "ps server result", NextId(), start_us, end_us);
+  }
+
+ private:
+  int64_t NextId() { return first_id_ + next_id_.fetch_add(1); }
+  // A colocated server follows its worker's recorder as the trainer
+  // publishes and withdraws it, as the client's spans do.
+  TraceRecorder* recorder() const {
+    return into_current_ ? CurrentTrace() : recorder_;
+  }
+
+  TraceRecorder* const recorder_;
+  const bool into_current_;
+  const int64_t steps_;
+  const int server_rank_;
+  const int64_t first_id_;
+  std::atomic<int64_t> first_step_{-1};
+  std::atomic<int64_t> next_id_{0};
+};
 
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -117,8 +186,8 @@ class DeadlineTimer {
 // Push: reads a stream of parts and sums each one as it arrives.
 class PushCall : public grpc::ServerReadReactor<ps::KeyPart> {
  public:
-  PushCall(ServerShard* shard, ps::PushReply* reply)
-      : shard_(shard), reply_(reply) {
+  PushCall(ServerShard* shard, ServerTrace* trace, ps::PushReply* reply)
+      : shard_(shard), trace_(trace), reply_(reply) {
     StartRead(&part_);
   }
 
@@ -128,13 +197,24 @@ class PushCall : public grpc::ServerReadReactor<ps::KeyPart> {
       Finish(grpc::Status::OK);
       return;
     }
+    const bool traced = trace_->Records(part_.header().step());
+    const int64_t arrived = traced ? TraceRecorder::NowMicros() : 0;
     absl::Status status = shard_->Push(part_);
     if (!status.ok()) {
       GS_LOG(WARNING) << status.message();
       Finish(ToGrpc(status));
       return;
     }
-    floats_ += static_cast<int64_t>(part_.data().size() / 4);
+    const int64_t floats = static_cast<int64_t>(part_.data().size() / 4);
+    floats_ += floats;
+    if (traced) {
+      // A worker sends a key's parts in order, on one stream.
+      if (part_.offset() == 0) key_start_us_ = arrived;
+      if (part_.offset() + floats == part_.key_numel()) {
+        trace_->Push(part_.header().rank(), part_.header().key(),
+                     part_.header().step(), key_start_us_, arrived);
+      }
+    }
     StartRead(&part_);
   }
 
@@ -142,9 +222,11 @@ class PushCall : public grpc::ServerReadReactor<ps::KeyPart> {
 
  private:
   ServerShard* const shard_;
+  ServerTrace* const trace_;
   ps::PushReply* const reply_;
   ps::KeyPart part_;
   int64_t floats_ = 0;
+  int64_t key_start_us_ = 0;  // --trace: the current key's first part
 };
 
 // Register: the worker's config, then (server mode, worker 0) the initial
@@ -213,18 +295,20 @@ class PullState : public KeyWaiter,
                   public Expirable,
                   public std::enable_shared_from_this<PullState> {
  public:
-  PullState(ServerShard* shard, DeadlineTimer* timer,
+  PullState(ServerShard* shard, DeadlineTimer* timer, ServerTrace* trace,
             const ps::PullRequest& request, int64_t message_floats,
             grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor)
       : shard_(shard),
         timer_(timer),
+        trace_(trace),
+        traced_(trace->Records(request.header().step())),
         request_(request),
         message_floats_(message_floats),
         reactor_(reactor),
         start_(absl::Now()) {
     for (int64_t key : request.keys()) {
       index_[key] = cursors_.size();
-      cursors_.push_back(Cursor{key, shard->KeyNumel(key), 0, false});
+      cursors_.push_back(Cursor{key, shard->KeyNumel(key), 0, false, 0});
     }
   }
 
@@ -288,6 +372,7 @@ class PullState : public KeyWaiter,
   void WriteDone(bool ok) {
     absl::MutexLock lock(&mu_);
     writing_ = false;
+    if (ok) RecordLastWriteLocked();
     if (!ok) {
       FinishLocked(absl::CancelledError("the worker went away"));
       return;
@@ -307,6 +392,8 @@ class PullState : public KeyWaiter,
 
   void Done() {
     absl::MutexLock lock(&mu_);
+    // The last write went with the call's end (StartWriteAndFinish).
+    if (finished_ok_) RecordLastWriteLocked();
     reactor_ = nullptr;
   }
 
@@ -322,9 +409,21 @@ class PullState : public KeyWaiter,
   struct Cursor {
     int64_t key;
     int64_t numel;
-    int64_t sent;  // floats written so far
-    bool queued;   // in queue_
+    int64_t sent;            // floats written so far
+    bool queued;             // in queue_
+    int64_t first_write_us;  // --trace: when the key's first write started
   };
+
+  // --trace: the write that just ended was a key's last, so its result span
+  // ends now.
+  void RecordLastWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (last_write_key_ < 0) return;
+    const Cursor& cursor = cursors_[index_.at(last_write_key_)];
+    trace_->Result(request_.header().rank(), cursor.key,
+                   request_.header().step(), cursor.first_write_us,
+                   TraceRecorder::NowMicros());
+    last_write_key_ = -1;
+  }
 
   // Starts the next write if none is in flight: the next final floats of the
   // first queued key that has some, keys taking turns message by message.
@@ -363,6 +462,9 @@ class PullState : public KeyWaiter,
     head.header.set_key(cursor.key);
     head.key_numel = cursor.numel;
     head.offset = cursor.sent;
+    if (traced_ && cursor.sent == 0) {
+      cursor.first_write_us = TraceRecorder::NowMicros();
+    }
     // The floats are copied once, under the key's lock, into a slice the
     // message then owns: the result may change as soon as the lock is
     // released (the next step's sums, the optimizer's update).
@@ -389,6 +491,7 @@ class PullState : public KeyWaiter,
     if (cursor.sent == cursor.numel) {
       ++keys_done_;
       cursor.queued = false;
+      if (traced_) last_write_key_ = cursor.key;
     } else {
       // Maybe more is final already; if not, the next progress requeues it.
       queue_.push_back(index);
@@ -397,6 +500,7 @@ class PullState : public KeyWaiter,
     writing_ = true;
     if (keys_done_ == cursors_.size()) {
       finished_ = true;
+      finished_ok_ = true;
       CancelExpiryLocked();
       reactor_->StartWriteAndFinish(&message_, grpc::WriteOptions(),
                                     grpc::Status::OK);
@@ -427,6 +531,8 @@ class PullState : public KeyWaiter,
 
   ServerShard* const shard_;
   DeadlineTimer* const timer_;
+  ServerTrace* const trace_;
+  const bool traced_;  // this pull's step is in the --trace timeline
   const ps::PullRequest request_;
   const int64_t message_floats_;
   absl::Mutex mu_;
@@ -439,6 +545,10 @@ class PullState : public KeyWaiter,
   size_t keys_done_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // Finished by writing the last key (StartWriteAndFinish).
+  bool finished_ok_ ABSL_GUARDED_BY(mu_) = false;
+  // --trace: the key whose last write is in flight (-1: none).
+  int64_t last_write_key_ ABSL_GUARDED_BY(mu_) = -1;
   absl::Status deferred_ ABSL_GUARDED_BY(mu_);
   grpc::ByteBuffer message_ ABSL_GUARDED_BY(mu_);  // a KeyPart (ps/wire.h)
   const absl::Time start_;
@@ -447,7 +557,7 @@ class PullState : public KeyWaiter,
 // A server-streaming RPC whose messages this side encodes itself (ps/wire.h).
 class PullCall : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  PullCall(ServerShard* shard, DeadlineTimer* timer,
+  PullCall(ServerShard* shard, DeadlineTimer* timer, ServerTrace* trace,
            grpc::CallbackServerContext* context,
            const grpc::ByteBuffer* request_bytes, int64_t message_floats,
            absl::Duration max_wait) {
@@ -456,7 +566,8 @@ class PullCall : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     const absl::Status parsed = ParseMessage(&bytes, &request);
     // Not make_shared: the timer's weak reference must not keep the
     // state's memory (its message buffer) alive.
-    state_.reset(new PullState(shard, timer, request, message_floats, this));
+    state_.reset(
+        new PullState(shard, timer, trace, request, message_floats, this));
     if (!parsed.ok()) {
       GS_LOG(WARNING) << shard->name() << ": pull: " << parsed.message();
       state_->Fail(Annotate(parsed, absl::StrCat(shard->name(), ": pull")));
@@ -508,6 +619,8 @@ class ParameterServer::Impl final : public ServiceBase {
         shard_(options.job_id, options.server_rank, options.num_servers,
                options.num_workers, options.message_bytes / 4,
                options.max_shard_bytes / 4),
+        trace_(options.trace, options.trace_into_current, options.trace_steps,
+               options.server_rank),
         last_activity_(absl::ToUnixNanos(absl::Now())) {}
 
   grpc::ServerReadReactor<ps::RegisterMessage>* Register(
@@ -529,7 +642,7 @@ class ParameterServer::Impl final : public ServiceBase {
       return refused;
     }
     Touch();
-    return new PushCall(&shard_, reply);
+    return new PushCall(&shard_, &trace_, reply);
   }
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Pull(
@@ -541,7 +654,7 @@ class ParameterServer::Impl final : public ServiceBase {
       return refused;
     }
     Touch();
-    return new PullCall(&shard_, &timer_, context, request,
+    return new PullCall(&shard_, &timer_, &trace_, context, request,
                         options_.message_bytes / 4, options_.max_wait);
   }
 
@@ -571,7 +684,11 @@ class ParameterServer::Impl final : public ServiceBase {
       const bool last_;
     };
     absl::StatusOr<bool> all_done = shard_.Shutdown(*request);
-    reply->set_summary_json(SummaryWithProcessCounters(shard_.SummaryJson()));
+    // Written before the last worker hears back, so worker 0, which merges
+    // the timelines once every worker is past its Shutdown, finds it.
+    if (all_done.ok() && *all_done) WriteTrace();
+    reply->set_summary_json(
+        SummaryWithProcessCounters(shard_.SummaryJson(), options_.trace_path));
     auto* call = new Call(this, all_done.ok() && *all_done);
     call->Finish(ToGrpc(all_done.status()));
     return call;
@@ -600,8 +717,20 @@ class ParameterServer::Impl final : public ServiceBase {
 
   void Touch() { last_activity_.store(absl::ToUnixNanos(absl::Now())); }
 
+  // The server's own timeline file, when it keeps one (a separate server);
+  // written again at Stop with whatever came after the last Shutdown.
+  void WriteTrace() {
+    if (options_.trace == nullptr || options_.trace_path.empty()) return;
+    const absl::Status written = options_.trace->WriteJson(options_.trace_path);
+    if (!written.ok()) {
+      GS_LOG(WARNING) << shard_.name() << ": writing its --trace timeline "
+                      << options_.trace_path << ": " << written.message();
+    }
+  }
+
   const ParameterServerOptions options_;
   ServerShard shard_;
+  ServerTrace trace_;
   // Declared after the shard and before the server: destroyed after the
   // gRPC server has finished every call, before the shard goes.
   DeadlineTimer timer_;
@@ -678,6 +807,7 @@ void ParameterServer::Stop() {
   // returns once every reactor is done.
   impl_->server_->Shutdown(std::chrono::system_clock::now() +
                            std::chrono::milliseconds(500));
+  impl_->WriteTrace();
 }
 
 std::string ParameterServer::SummaryJson() const {

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/telemetry/trace.h"
 #include "ps/shard.h"
 
 namespace gradsync {
@@ -36,6 +37,19 @@ struct ParameterServerOptions {
   int64_t max_shard_bytes = kDefaultMaxShardBytes;
   // A pull whose caller set no deadline waits at most this long.
   absl::Duration max_wait = absl::Minutes(10);
+  // --trace: where the server records, per key, worker and step, when a
+  // push arrived and when its result left (not owned; it must outlive the
+  // server). Null: nothing is recorded, at the cost of one test per message.
+  TraceRecorder* trace = nullptr;
+  // Instead: record into CurrentTrace() whenever one is published (a
+  // colocated server, into its worker's timeline).
+  bool trace_into_current = false;
+  // Steps recorded, counted from the first this server sees; < 0: all.
+  int64_t trace_steps = -1;
+  // The file `trace` is written to when the last worker has shut down, and
+  // again at Stop, named in the summary as "trace_file" for worker 0 to
+  // merge. Empty: the owner writes it.
+  std::string trace_path;
 };
 
 class ParameterServer {

@@ -18,6 +18,7 @@
 #include "core/cluster/cluster_env.h"
 #include "core/cluster/coordinator.h"
 #include "core/cluster/local_address.h"
+#include "core/telemetry/trace.h"
 #include "nlohmann/json.hpp"
 #include "ps/flags.h"
 #include "ps/server.h"
@@ -28,6 +29,10 @@
 // that long for the coordinator and for the job to assemble, not its idle
 // timeout: a job that never starts must not keep its servers for minutes.
 ABSL_DECLARE_FLAG(double, timeout_s);
+// The workers' --trace and --trace_steps (the same definitions): a server
+// writes its own timeline beside theirs, <trace>.server<k>.json.
+ABSL_DECLARE_FLAG(std::string, trace);
+ABSL_DECLARE_FLAG(int64_t, trace_steps);
 
 namespace gradsync {
 namespace {
@@ -72,15 +77,31 @@ class JobEndWatch {
 absl::Status Serve(const ClusterEnv& env) {
   const absl::Duration idle =
       absl::Seconds(absl::GetFlag(FLAGS_ps_idle_timeout_s));
+  // With --ps_colocated_servers=k workers 0..k-1 hold servers 0..k-1 and
+  // this process is server k + its rank among the separate ones.
+  RETURN_IF_ERROR(CheckServerPlacement(env.world_size, env.num_servers));
+  ASSIGN_OR_RETURN(const int colocated,
+                   ColocatedServersFromFlags(env.world_size));
   ParameterServerOptions options;
   options.job_id = env.job_id;
-  options.server_rank = env.rank;
-  options.num_servers = env.num_servers;
+  options.server_rank = colocated + env.rank;
+  options.num_servers = colocated + env.num_servers;
   options.num_workers = env.world_size;
   options.bind_address = absl::GetFlag(FLAGS_ps_bind);
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
   ASSIGN_OR_RETURN(options.stream_window_bytes, StreamWindowBytesFromFlags());
   ASSIGN_OR_RETURN(options.max_shard_bytes, MaxShardBytesFromFlags());
+  // Pids 1000 + k keep servers apart from the workers in the merged view.
+  std::unique_ptr<TraceRecorder> trace;
+  if (const std::string path = absl::GetFlag(FLAGS_trace); !path.empty()) {
+    trace = std::make_unique<TraceRecorder>(
+        1000 + options.server_rank,
+        absl::StrCat("server ", options.server_rank));
+    trace->NameTrack(kTrackCommunication, "pushes in, results out");
+    options.trace = trace.get();
+    options.trace_steps = absl::GetFlag(FLAGS_trace_steps);
+    options.trace_path = RankTracePath(path, "server", options.server_rank);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<ParameterServer> server,
                    ParameterServer::Start(options));
 
@@ -116,7 +137,12 @@ absl::Status Serve(const ClusterEnv& env) {
     return members.status();
   }
   GS_LOG(INFO) << "serving at " << address << " for " << env.world_size
-               << " workers (" << members->size() << " members joined)";
+               << " workers (" << members->size() << " members joined)"
+               << (colocated > 0
+                       ? absl::StrCat(", as server ", options.server_rank,
+                                      " of ", options.num_servers, " (",
+                                      colocated, " in workers)")
+                       : std::string());
 
   // Once the job has lost a member the workers can never finish: stop now
   // with the loss as the error rather than after the coordinator's grace.

@@ -162,6 +162,38 @@ TEST(CliTest, ConsistencyAndStragglerFlagsAreChecked) {
                      "--check_params_every compares the workers' parameters");
 }
 
+// Where the parameter servers run: refused by `gradsync launch` before any
+// process starts, and by a lone `gradsync train` too.
+TEST(CliTest, ServerPlacementIsChecked) {
+  auto launch = [](std::vector<std::string> args) {
+    std::vector<std::string> all = {"launch"};
+    all.insert(all.end(), args.begin(), args.end());
+    return RunGradsync(all);
+  };
+  ExpectCleanFailure(launch({"--workers=2", "--servers=1", "--", "--sync=ps",
+                             "--ps_colocated_servers=3", "--data=synthetic"}),
+                     "--ps_colocated_servers=3 must be in [0, 2]");
+  ExpectCleanFailure(launch({"--workers=2", "--servers=1", "--", "--sync=ps",
+                             "--ps_colocated_servers=-1", "--data=synthetic"}),
+                     "--ps_colocated_servers=-1 must be in [0, 2]");
+  ExpectCleanFailure(
+      launch({"--workers=2", "--", "--sync=ps", "--ps_colocate",
+              "--ps_colocated_servers=1", "--data=synthetic"}),
+      "--ps_colocate and --ps_colocated_servers=1 both say which workers "
+      "serve");
+  ExpectCleanFailure(launch({"--workers=2", "--servers=2", "--", "--sync=ps",
+                             "--ps_colocate", "--data=synthetic"}),
+                     "but the job has 2 of them (--servers)");
+  ExpectCleanFailure(launch({"--workers=2", "--", "--sync=ps",
+                             "--ps_colocated_servers=0", "--data=synthetic"}),
+                     "--sync=ps needs parameter servers");
+  ExpectCleanFailure(
+      RunGradsync({"train", "--sync=ps", "--ps_colocated_servers=2",
+                   "--data=synthetic", "--synthetic_size=256",
+                   "--layers=784,16,10", "--epochs=1"}),
+      "--ps_colocated_servers=2 must be in [0, 1]");
+}
+
 TEST(CliTest, DoctorListsTheStrategies) {
   ProcessResult result = RunGradsync({"doctor"});
   EXPECT_THAT(result.output, HasSubstr("strategies"));

@@ -32,7 +32,9 @@
 #include "core/launch/netem.h"
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
+#include "ps/flags.h"
 #include "tools/commands.h"
+#include "tools/train_flags.h"
 
 ABSL_FLAG(int, workers, 1, "number of worker processes (on this node)");
 ABSL_FLAG(int, servers, 0,
@@ -365,6 +367,12 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   ASSIGN_OR_RETURN(NodePlacement node, PlaceNode());
   RETURN_IF_ERROR(CheckJobShape(workers, servers, node.nnodes));
   CheckTrainingFlags(training_flags);
+  // Where the parameter servers run, checked once here rather than by
+  // every worker and server after the job has started.
+  if (absl::GetFlag(FLAGS_sync) == "ps") {
+    RETURN_IF_ERROR(
+        CheckServerPlacement(workers * node.nnodes, servers * node.nnodes));
+  }
   ASSIGN_OR_RETURN(const JobPlan plan,
                    PlanJob(workers, servers, std::move(node)));
 

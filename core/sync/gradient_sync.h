@@ -110,6 +110,9 @@ class GradientSync {
   // A JSON object with the strategy's run-level figures, merged into the run
   // summary under "sync" (for example per-server bytes for the PS).
   virtual std::string SummaryJson() const { return "{}"; }
+  // After Shutdown: --trace timelines the strategy's other processes wrote
+  // (a PS's separate servers), which worker 0 merges with the workers'.
+  virtual std::vector<std::string> TraceFiles() const { return {}; }
 };
 
 using GradientSyncFactory =

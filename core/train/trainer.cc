@@ -846,10 +846,13 @@ absl::Status Trainer::FinishTrace() {
   ASSIGN_OR_RETURN(std::vector<std::string> files,
                    GatherOnWorker0("trace/worker", mine));
   if (id_.rank != 0) return absl::OkStatus();
+  // The strategy's own processes (a PS's separate servers) wrote theirs
+  // before the last worker's Shutdown returned, so they are complete here.
+  for (const std::string& file : sync_.TraceFiles()) files.push_back(file);
   const absl::Status merged = MergeTraceFiles(files, options_.trace_path);
   if (merged.ok()) {
     GS_LOG(INFO) << "timeline of " << files.size()
-                 << " worker(s): " << options_.trace_path
+                 << " process(es): " << options_.trace_path
                  << " (open in https://ui.perfetto.dev)";
   } else {
     // Not fatal: on a cluster without a shared file system the per-rank
