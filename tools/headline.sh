@@ -55,6 +55,7 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 tools/install_deps.sh
 
+mkdir -p "$(dirname "$OUT")"
 export GRADSYNC_GIT_COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 echo "== building gradsync and netem"
 bazel build --color=no --curses=no //tools:gradsync //tools:netem >/dev/null 2>"$OUT.build.log" \
