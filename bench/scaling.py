@@ -371,7 +371,10 @@ def add_references_and_predictions(points, links, layouts):
         ref = references.get(group_key(p))
         if ref is None:
             continue
-        p["efficiency"] = ref["step_ms"] / p["step_ms"]
+        # Without compute (--compute_ms=0) the reference step is ~0 ms and
+        # weak-scaling efficiency means nothing: leave it out.
+        if ref["step_ms"] >= 1:
+            p["efficiency"] = ref["step_ms"] / p["step_ms"]
         link = links.get(p["link"])
         layout = layouts.get(group_key(p))
         if link is None or layout is None or p["strategy"] == "local":

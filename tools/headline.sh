@@ -14,14 +14,16 @@
 # marked CPU-bound when the machine was over 70% busy. About 6 minutes.
 # Needs root (network namespaces, tc).
 #
-# The parameter servers run with 32 KiB HTTP/2 stream windows
-# (--ps_stream_window_kb): equal receive windows give every sender into a
-# server's port an equal share of it, where congestion control alone shares
-# it unevenly and every key's results wait for its slowest push (ps/README.md,
-# "Incast"; --ps_window_kb=4096 gives the PS default).
+# The parameter servers run with 32 KiB HTTP/2 stream windows and 64 KiB
+# keys (--ps_flags, default "--ps_stream_window_kb=32 --ps_chunk_kb=64"):
+# equal receive windows give every sender into a server's port an equal share
+# of it, where congestion control alone shares it unevenly and every key's
+# results wait for its slowest push, and smaller keys shorten the tail a key's
+# last block makes leaving its server N times (ps/README.md, "Distance from
+# the bandwidth model", items 2 and 7). --ps_flags= runs the PS's defaults.
 #
 #   tools/headline.sh [--repeats=3] [--out=runs/headline-...] [--publish]
-#                     [--link=100mbit --model=custom:2.5:32] [--ps_window_kb=32]
+#                     [--link=100mbit --model=custom:2.5:32] [--ps_flags="..."]
 # Prints the table and writes points.csv, sweep.json and headline.png in the
 # run folder; --publish also copies the plot to docs/headline.png. 100 Mbit/s
 # and 2.5 MB give the same S/B (~0.2 s) as 1 Gbit/s and 25 MB with a tenth of
@@ -36,7 +38,7 @@ OUT="runs/headline-$(date +%Y%m%d-%H%M%S)"
 PUBLISH=0
 LINK=100mbit
 MODEL=custom:2.5:32
-PS_WINDOW_KB=32
+PS_FLAGS="--ps_stream_window_kb=32 --ps_chunk_kb=64"
 for arg in "$@"; do
   case "$arg" in
     --repeats=*) REPEATS="${arg#*=}" ;;
@@ -44,9 +46,9 @@ for arg in "$@"; do
     --publish) PUBLISH=1 ;;
     --link=*) LINK="${arg#*=}" ;;
     --model=*) MODEL="${arg#*=}" ;;
-    --ps_window_kb=*) PS_WINDOW_KB="${arg#*=}" ;;
+    --ps_flags=*) PS_FLAGS="${arg#*=}" ;;
     *) echo "usage: tools/headline.sh [--repeats=3] [--out=DIR] [--publish] [--link=100mbit]" \
-            "[--model=custom:2.5:32] [--ps_window_kb=32]" >&2; exit 2 ;;
+            "[--model=custom:2.5:32] [--ps_flags=\"--ps_stream_window_kb=32 --ps_chunk_kb=64\"]" >&2; exit 2 ;;
   esac
 done
 if [[ $(id -u) -ne 0 ]]; then
@@ -67,7 +69,7 @@ rm -f "$OUT.build.log"
 /usr/bin/python3 bench/scaling.py --links="$LINK" --workers=2,4,8 \
   --strategies=ring,ps,ps-colocated --servers=1,N --models="$MODEL" --bucket_mb=1000 \
   --compute_ms=0 --steps=15 --warmup=3 --repeats="$REPEATS" --out="$OUT" \
-  -- --ps_stream_window_kb="$PS_WINDOW_KB"
+  -- $PS_FLAGS  # word-split on purpose: several flags
 /usr/bin/python3 bench/plot_scaling.py "$OUT/points.csv" -o "$OUT/headline.png" \
   --title "ring vs parameter server on emulated $LINK links (median of $REPEATS runs)"
 if [[ $PUBLISH -eq 1 ]]; then
