@@ -249,14 +249,24 @@ def exposed_communication(bucket_bytes, compute_s, bucket_time):
     return link_free, max(0.0, link_free - compute_s)
 
 
-def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tensor_bytes=None):
+def training_flags(*texts):
+    """'--a=1 --b=2' texts -> {'a': '1', 'b': '2'}; later texts override."""
+    flags = {}
+    for text in texts:
+        flags.update(f[2:].split("=", 1) for f in text.split() if f.startswith("--") and "=" in f)
+    return flags
+
+
+def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tensor_bytes=None,
+            extra_flags=""):
     """Predicted communication, exposed communication and step time (ms) of
     one sweep point, given the N = 1 run's compute and step times.
     `last_tensor_bytes`: the last tensor handed off (the first layer's),
-    which bounds the PS's last key."""
+    which bounds the PS's last key. `extra_flags`: the training flags every
+    job of the sweep got (after `--`); the point's swept flags override them."""
     n, k, strategy = point["workers"], point["servers"], point["strategy"]
     share = point.get("largest_server_share") or (1.0 / k if k else None)
-    flags = dict(f[2:].split("=", 1) for f in point.get("sweep", "").split() if "=" in f)
+    flags = training_flags(extra_flags, point.get("sweep", ""))
     chunk = int(flags.get("ps_chunk_kb", PS_CHUNK_BYTES // 1024)) * 1024
     message = int(flags.get("ps_message_kb", PS_MESSAGE_BYTES // 1024)) * 1024
     last_key = min(chunk, last_tensor_bytes or bucket_bytes[-1])

@@ -11,13 +11,16 @@ the slowest push into each server: when TCP shares a server's port unevenly
 among its N senders, the pushes end far apart and the results bunch up
 behind the last.
 
-For every server and traced step this prints, relative to the first push
-arriving at that server in that step:
-  - when the workers' pushes ended: earliest, median, latest (over workers,
-    each worker's push = its last key's), and the spread latest − earliest;
+For every server and traced step this prints, in ms from the first push of
+that step arriving at any server (the step's origin, as the servers see it):
+  - when this server's first push part arrived;
+  - when the workers' pushes to it ended: earliest, median, latest (over
+    workers, each worker's push = its last key's), and the spread latest −
+    earliest;
   - when the server's last result write ended.
-and, at the end, the medians over steps and servers. Compare the spread with
-S/B: with equal shares every push ends together, at about S/B.
+and, at the end, the medians over steps and servers. Compare the last push
+with S/B: with equal shares every push ends together, at about S/B, and the
+results follow within the tail N·b/B.
 
     /usr/bin/python3 bench/ps_incast.py runs/x/trace.json [--skip_steps=3]
 """
@@ -87,27 +90,37 @@ def main():
                  "--trace=<dir>/trace.json (separate or colocated servers)")
     table = per_server_step(found)
     first_step = min(step for _, step in table)
-    print("server step  pushes ended ms after the first arrived: earliest / median / latest "
-          "(spread)   last result ended ms")
-    spreads, latest, results = [], [], []
+    origin = {}
+    for (_server, step), row in table.items():
+        if row["first_push"] is not None:
+            origin[step] = min(origin.get(step, row["first_push"]), row["first_push"])
+    print("ms from the step's first arrival at any server\n"
+          "server step  first arrival  pushes ended: earliest / median / latest (spread)"
+          "   last result ended")
+    firsts, spreads, latest, results = [], [], [], []
     for (server, step) in sorted(table, key=lambda k: (k[1], k[0])):
         if step < first_step + args.skip_steps:
             continue
         row = table[(server, step)]
         if not row["push_end"] or row["last_result"] is None:
             continue
-        ends = sorted((end - row["first_push"]) / 1000 for end in row["push_end"].values())
-        result = (row["last_result"] - row["first_push"]) / 1000
+        zero = origin[step]
+        first = (row["first_push"] - zero) / 1000
+        ends = sorted((end - zero) / 1000 for end in row["push_end"].values())
+        result = (row["last_result"] - zero) / 1000
+        firsts.append(first)
         spreads.append(ends[-1] - ends[0])
         latest.append(ends[-1])
         results.append(result)
-        print(f"{server:6d} {step:4d}  {ends[0]:7.1f} / {statistics.median(ends):7.1f} / "
-              f"{ends[-1]:7.1f} ({ends[-1] - ends[0]:6.1f})   {result:7.1f}")
+        print(f"{server:6d} {step:4d}  {first:13.1f}  {ends[0]:7.1f} / "
+              f"{statistics.median(ends):7.1f} / {ends[-1]:7.1f} ({ends[-1] - ends[0]:6.1f})"
+              f"   {result:7.1f}")
     if not spreads:
         sys.exit(f"ps_incast: no complete step after the first {args.skip_steps}")
-    print(f"\nmedian over {len(spreads)} server-steps: pushes' spread {statistics.median(spreads):.1f}"
-          f" ms (max {max(spreads):.1f}), last push {statistics.median(latest):.1f} ms, last "
-          f"result {statistics.median(results):.1f} ms after the first push arrived")
+    print(f"\nmedian over {len(spreads)} server-steps: first arrival {statistics.median(firsts):.1f}"
+          f" ms, pushes' spread {statistics.median(spreads):.1f} ms (max {max(spreads):.1f}), "
+          f"last push {statistics.median(latest):.1f} ms (max {max(latest):.1f}), last result "
+          f"{statistics.median(results):.1f} ms (max {max(results):.1f})")
 
 
 if __name__ == "__main__":

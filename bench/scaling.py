@@ -360,7 +360,7 @@ def aggregate(point, repeats):
     return point
 
 
-def add_references_and_predictions(points, links, layouts):
+def add_references_and_predictions(points, links, layouts, extra_flags=()):
     """Scaling efficiency against the group's N = 1 run, and the cost model's
     prediction from that run's compute and step times."""
     references = {}
@@ -380,7 +380,8 @@ def add_references_and_predictions(points, links, layouts):
         if link is None or layout is None or p["strategy"] == "local":
             continue
         p.update(cost_model.predict(p, link, layout["bucket_bytes"], ref["measured_compute_ms"],
-                                    ref["step_ms"], layout["last_tensor_bytes"]))
+                                    ref["step_ms"], layout["last_tensor_bytes"],
+                                    extra_flags=" ".join(extra_flags)))
 
 
 def group_key(p):
@@ -409,7 +410,8 @@ def reanalyze(out):
         run_dir = os.path.join(out, "points", label(p), "r0")
         if os.path.exists(os.path.join(run_dir, "layout.json")):
             layouts.setdefault(group_key(p), read_layout(run_dir))
-    add_references_and_predictions(sweep["points"], links, layouts)
+    add_references_and_predictions(sweep["points"], links, layouts,
+                                   sweep["manifest"]["arguments"].get("extra", []))
     write_csv(sweep["points"], os.path.join(out, "points.csv"))
     with open(os.path.join(out, "sweep.json"), "w") as f:
         json.dump(sweep, f, indent=1)
@@ -578,7 +580,7 @@ def main():
         print(f"[{i + 1}/{len(todo)}] {name}: step {spread(done, 'step_ms')} ms, exposed "
               f"{spread(done, 'exposed_ms')} ms  ({time.time() - started:.0f} s so far)", flush=True)
 
-    add_references_and_predictions(points, links, layouts)
+    add_references_and_predictions(points, links, layouts, args.extra)
     for p in points:
         p.pop("model_flags", None)
     write_csv(points, os.path.join(out, "points.csv"))

@@ -288,6 +288,19 @@ class CostModelTest(unittest.TestCase):
             prediction["predicted_comm_ms"],
             1000 * cost_model.mixed_ps_time(4, 2, 1, 1e8, self.link, last_key=1e6))
 
+    def test_predict_reads_the_chunk_from_every_jobs_flags_and_the_sweep(self):
+        point = {"strategy": "ps", "workers": 8, "servers": 8}
+        default = cost_model.predict(point, self.link, [1e8], 0, 10, last_tensor_bytes=1e6)
+        extra = cost_model.predict(point, self.link, [1e8], 0, 10, last_tensor_bytes=1e6,
+                                   extra_flags="--ps_stream_window_kb=32 --ps_chunk_kb=64")
+        # The last key shrinks from the 1 MB tensor to 64 KiB: N·b/B less tail.
+        self.assertAlmostEqual(default["predicted_comm_ms"] - extra["predicted_comm_ms"],
+                               1000 * 8 * (1e6 - 64 * 1024) / self.link.bandwidth, places=6)
+        swept = cost_model.predict(dict(point, sweep="--ps_chunk_kb=128"), self.link, [1e8], 0,
+                                   10, last_tensor_bytes=1e6, extra_flags="--ps_chunk_kb=64")
+        self.assertAlmostEqual(default["predicted_comm_ms"] - swept["predicted_comm_ms"],
+                               1000 * 8 * (1e6 - 128 * 1024) / self.link.bandwidth, places=6)
+
     def test_exposed_communication_overlaps_buckets_with_compute(self):
         # Two equal buckets, 1 s of compute, 0.3 s per bucket: the first
         # travels during the second half of compute, the second after it.
