@@ -84,6 +84,24 @@ c = N with s separate is BytePS's layout with equal instead of optimal
 shares, so (5) ≥ (4) there: at N = 4, s = 2, 1.33·S/B against 1.2·S/B.
 For c < N BytePS gives no formula; (5) is the one to compare with.
 
+Balanced shares (--ps_partition=balanced; placement_shares): the serving
+workers' servers take f_c each, the separate ones f_s, c·f_c + s·f_s = 1,
+chosen so that the two kinds of link carry the same, the busiest as little
+as it can: S + (N−2)·f_c·S = N·f_s·S = N·(1 − c·f_c)·S/s gives
+
+    f_c = (N − s) / (s(N − 2) + N·c),   f_s = (1 − c·f_c) / s      (5b)
+
+(f_c = 0 when s ≥ N: the separate servers alone then keep every link at
+S; equal shares when c = 0 or s = 0, where there is nothing to trade).
+(5) with these shares is the busiest link's S + (N−2)·f_c·S. With c = N and
+k = s ≤ N separate servers it is (N² + N² − 2N)·S / (N² + kN − 2k) — (4),
+BytePS's optimum: BytePS's layout is the c = N end of gradsync's mix. At
+N = 4: c = 4, s = 2 gives f_c = 0.1, f_s = 0.3, 1.2·S/B; c = 2, s = 2 gives
+f_c = 1/6, f_s = 1/3, 1.33·S/B against equal shares' 1.5·S/B. Keys are
+whole (at most --ps_chunk_kb), so the partitioner only approaches the
+targets: predict() takes each kind's largest share from the job's own
+partition (placed_shares models it where the job did not say).
+
 Buckets and overlap. Backward hands buckets off in reverse layer order;
 bucket b is ready after the compute spent on the layers it holds (the
 synthetic models spend time in proportion to bytes). Communication is one
@@ -185,25 +203,62 @@ def byteps_time(n, k, size, link):
 
 
 def mixed_ps_time(n, colocated, separate, size, link, last_key=None,
-                  message_bytes=PS_MESSAGE_BYTES, largest_share=None):
+                  message_bytes=PS_MESSAGE_BYTES, largest_share=None, separate_share=None):
     """(5): workers 0..colocated−1 also serve, beside `separate` servers of
     their own; every server holds `largest_share` of the bytes at most
-    (1/K balanced)."""
+    (1/K balanced). With `separate_share` (unequal shares, (5b)),
+    `largest_share` is the serving workers' servers' largest and
+    `separate_share` the separate servers' largest."""
     k = colocated + separate
     if k < 1 or colocated > n:
         raise ValueError(f"no servers or more colocated ({colocated}) than workers ({n})")
     share = 1.0 / k if largest_share is None else largest_share
+    far_share = share if separate_share is None else separate_share
     if colocated == 0:
-        return ps_time(n, size, link, share, last_key=last_key, message_bytes=message_bytes)
+        return ps_time(n, size, link, far_share, last_key=last_key,
+                       message_bytes=message_bytes)
     if n == 1 and separate == 0:
         return 0.0  # the only worker's own server: nothing crosses a link
     if last_key is None:
         last_key = min(size, PS_CHUNK_BYTES)
     serving_worker = size + (n - 2) * share * size
-    separate_server = n * share * size if separate else 0.0
+    separate_server = n * far_share * size if separate else 0.0
     busiest = max(serving_worker, separate_server, size)
     tail = (n - 1) * ps_tail_block(last_key, message_bytes)
     return (busiest + tail) / link.bandwidth + 2 * link.alpha_s
+
+
+def placement_shares(n, colocated, separate, partition="equal"):
+    """(5b): the target share of one serving worker's server and of one
+    separate server (ServerShares in ps/partitioner.h)."""
+    k = colocated + separate
+    if k < 1 or colocated > n or colocated < 0 or separate < 0:
+        raise ValueError(f"no servers or more colocated ({colocated}) than workers ({n})")
+    if partition not in ("equal", "balanced"):
+        raise ValueError(f"unknown partition {partition}")
+    if partition == "equal" or colocated == 0 or separate == 0 or n == 1:
+        return 1.0 / k, 1.0 / k
+    f_c = max(0.0, (n - separate) / (separate * (n - 2) + n * colocated))
+    return f_c, (1 - colocated * f_c) / separate
+
+
+def placed_shares(size, n, colocated, separate, partition="equal", chunk=PS_CHUNK_BYTES):
+    """The largest share the serving workers' servers and the separate
+    servers end up with when `size` bytes, cut into keys of at most `chunk`,
+    go largest first to the server least full relative to its (5b) target,
+    as ps/partitioner.h places them (tensor boundaries aside)."""
+    f_c, f_s = placement_shares(n, colocated, separate, partition)
+    targets = [f_c] * colocated + [f_s] * separate
+    keys = [chunk] * int(size // chunk)
+    if size - chunk * len(keys) > 0:
+        keys.append(size - chunk * len(keys))
+    loads = [0.0] * len(targets)
+    for key in keys:  # already largest first
+        fills = [(loads[s] + key) / t if t > 0 else math.inf for s, t in enumerate(targets)]
+        s = fills.index(min(fills))
+        loads[s] += key
+    return (max(loads[:colocated], default=0.0) / size,
+            max(loads[colocated:], default=0.0) / size)
 
 
 def balanced_share(size, k, chunk=PS_CHUNK_BYTES):
@@ -286,10 +341,24 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
         tail = comm - colocated_ps_time(n, sum(bucket_bytes), link, last_key=0)
     elif strategy == "ps-mixed":
         colocated = point["colocated"]
+        # Each kind of server's largest share: the job's own (scaling.py
+        # reads them from its summary), else the partitioner's model for
+        # the partition that ran.
+        partition = point.get("partition") or flags.get("ps_partition", "equal")
+        colocated_share = point.get("colocated_server_share")
+        separate_share = point.get("separate_server_share")
+        if colocated_share is not None or separate_share is not None:
+            colocated_share, separate_share = colocated_share or 0.0, separate_share or 0.0
+        elif partition != "equal":
+            colocated_share, separate_share = placed_shares(
+                sum(bucket_bytes), n, colocated, k - colocated, partition, chunk)
+        else:
+            colocated_share = separate_share = share
 
         def mixed(size, last):
             return mixed_ps_time(n, colocated, k - colocated, size, link, last_key=last,
-                                 message_bytes=message, largest_share=share)
+                                 message_bytes=message, largest_share=colocated_share,
+                                 separate_share=separate_share)
 
         def bucket_time(size):
             return mixed(size, 0)

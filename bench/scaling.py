@@ -291,6 +291,21 @@ def largest_server_share(summary):
     return max(shares) / sum(shares) if shares else None
 
 
+def server_shares_by_kind(summary):
+    """The partition the job ran (--ps_partition; "equal" before the flag)
+    and the largest share of the bytes held by a server inside a worker and
+    by a separate server (None where the job has no server of that kind)."""
+    sync = summary["ranks"][0].get("sync", {})
+    key_bytes = sync.get("server_key_bytes")
+    if not key_bytes:
+        return None, None, None
+    total, colocated = sum(key_bytes), colocated_servers(sync)
+    inside, separate = key_bytes[:colocated], key_bytes[colocated:]
+    return (sync.get("partition", "equal"),
+            max(inside) / total if inside else None,
+            max(separate) / total if separate else None)
+
+
 def tcp_totals(summary):
     """Retransmitted segments and RTO timeouts of the job, summed over its
     processes' network namespaces (separate servers included; a colocated
@@ -331,6 +346,8 @@ def figures(summary, point, args):
         "bytes_per_rank": summary["bytes_per_worker_per_step"],
         "busiest_link_bytes": busiest_link_bytes(summary),
         "largest_server_share": largest_server_share(summary),
+        **dict(zip(("partition", "colocated_server_share", "separate_server_share"),
+                   server_shares_by_kind(summary))),
     }
 
 
@@ -355,7 +372,10 @@ def aggregate(point, repeats):
         point[measure] = statistics.median(values)
         point[measure + "_min"] = min(values)
         point[measure + "_max"] = max(values)
-    point["largest_server_share"] = repeats[0]["largest_server_share"]
+    # The partition is computed, not measured: the same in every repeat.
+    for name in ("largest_server_share", "partition", "colocated_server_share",
+                 "separate_server_share"):
+        point[name] = repeats[0].get(name)
     point["cpu_bound"] = point["machine_busy_unniced_max"] > CPU_BOUND
     return point
 
@@ -422,7 +442,8 @@ def reanalyze(out):
 
 COLUMNS = ["strategy", "sweep", "workers", "servers", "colocated", "model", "model_bytes", "link",
            "bucket_mb", "compute_ms", "repeats"] + [m + s for m in MEASURES for s in ("", "_min", "_max")] + [
-           "efficiency", "largest_server_share", "cpu_bound", "predicted_comm_ms",
+           "efficiency", "largest_server_share", "partition", "colocated_server_share",
+           "separate_server_share", "cpu_bound", "predicted_comm_ms",
            "predicted_exposed_ms", "predicted_step_ms", "byteps_optimum_comm_ms"]
 
 

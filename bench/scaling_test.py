@@ -160,6 +160,14 @@ class SweepTest(unittest.TestCase):
         # with S = 90, f = 1/3. The separate server: 90; the other worker: 90.
         self.assertEqual(scaling.busiest_link_bytes(self.mixed_summary()), 120)
 
+    def test_shares_by_kind_of_server_come_from_the_summary(self):
+        summary = self.mixed_summary()
+        self.assertEqual(scaling.server_shares_by_kind(summary), (None, None, None))
+        summary["ranks"][0]["sync"].update(partition="balanced", server_key_bytes=[10, 30, 60])
+        self.assertEqual(scaling.server_shares_by_kind(summary), ("balanced", 0.3, 0.6))
+        del summary["ranks"][0]["sync"]["partition"]  # a job from before --ps_partition
+        self.assertEqual(scaling.server_shares_by_kind(summary)[0], "equal")
+
     def test_tcp_totals_of_a_mixed_placement_count_the_separate_server_only(self):
         # Workers 10 + 20 + 30; servers 0 and 1 share workers' namespaces;
         # the separate server 2 adds its 4.
@@ -273,6 +281,74 @@ class CostModelTest(unittest.TestCase):
         self.assertAlmostEqual(cost_model.mixed_ps_time(4, 4, 2, size, self.link, last_key=0),
                                4 / 3 + 2 * 10e-6)
         self.assertAlmostEqual(cost_model.byteps_time(4, 2, size, self.link), 1.2)
+
+    def test_balanced_shares_reach_bytePS_optimum_where_every_worker_serves(self):
+        size = 1e8
+        for n in range(2, 9):
+            for separate in range(0, n + 1):
+                f_c, f_s = cost_model.placement_shares(n, n, separate, "balanced")
+                self.assertAlmostEqual(n * f_c + separate * f_s, 1.0)
+                balanced = cost_model.mixed_ps_time(n, n, separate, size, self.link, last_key=0,
+                                                    largest_share=f_c, separate_share=f_s)
+                self.assertAlmostEqual(
+                    balanced, cost_model.byteps_time(n, separate, size, self.link) + 2 * 10e-6)
+        self.assertEqual(cost_model.placement_shares(4, 4, 2, "balanced"),
+                         cost_model.placement_shares(4, 4, 2, "balanced"))
+        f_c, f_s = cost_model.placement_shares(4, 4, 2, "balanced")
+        self.assertAlmostEqual(f_c, 0.1)
+        self.assertAlmostEqual(f_s, 0.3)
+
+    def test_balanced_shares_help_where_only_some_workers_serve(self):
+        size = 1e8
+        # N = 4, 2 serve, 2 separate: f_c = 1/6, f_s = 1/3, 1.33·S/B on every
+        # busy link against equal shares' 1.5·S/B.
+        f_c, f_s = cost_model.placement_shares(4, 2, 2, "balanced")
+        self.assertAlmostEqual(f_c, 1 / 6)
+        self.assertAlmostEqual(f_s, 1 / 3)
+        self.assertAlmostEqual(
+            cost_model.mixed_ps_time(4, 2, 2, size, self.link, last_key=0,
+                                     largest_share=f_c, separate_share=f_s),
+            4 / 3 + 2 * 10e-6)
+        # As many separate servers as workers: they take everything, S/B.
+        self.assertEqual(cost_model.placement_shares(4, 2, 4, "balanced"), (0.0, 0.25))
+        # One kind of server only, or equal: 1/K.
+        for c, s in ((0, 3), (4, 0)):
+            self.assertEqual(cost_model.placement_shares(4, c, s, "balanced"),
+                             (1 / (c + s), 1 / (c + s)))
+        with self.assertRaises(ValueError):
+            cost_model.placement_shares(4, 2, 2, "weighted")
+
+    def test_whole_keys_only_approach_the_balanced_targets(self):
+        # 2.5 MB in 64 KiB keys: close to 0.1 / 0.3; in 1 MiB keys, far.
+        fine = cost_model.placed_shares(2.5e6, 4, 4, 2, "balanced", chunk=64 * 1024)
+        self.assertAlmostEqual(fine[0], 0.1, delta=64 * 1024 * 3 / 2.5e6)
+        self.assertAlmostEqual(fine[1], 0.3, delta=64 * 1024 * 3 / 2.5e6)
+        coarse = cost_model.placed_shares(2.5e6, 4, 4, 2, "balanced", chunk=1 << 20)
+        self.assertGreater(max(coarse), 0.4)
+        self.assertEqual(cost_model.placed_shares(1e6, 4, 2, 2, "equal", chunk=250_000),
+                         (0.25, 0.25))
+
+    def test_predict_uses_the_partition_that_ran(self):
+        point = {"strategy": "ps-mixed", "workers": 4, "servers": 6, "colocated": 4,
+                 "sweep": "--ps_partition=balanced --ps_chunk_kb=64"}
+        size = 2.5e6
+        f_c, f_s = cost_model.placed_shares(size, 4, 4, 2, "balanced", chunk=64 * 1024)
+        prediction = cost_model.predict(point, self.link, [size], 0, 10, last_tensor_bytes=1e6)
+        expected = cost_model.mixed_ps_time(4, 4, 2, size, self.link, last_key=64 * 1024,
+                                            largest_share=f_c, separate_share=f_s)
+        self.assertAlmostEqual(prediction["predicted_comm_ms"], 1000 * expected)
+        # The job's own shares, where its summary gave them, win.
+        measured = dict(point, partition="balanced", colocated_server_share=0.1,
+                        separate_server_share=0.3)
+        prediction = cost_model.predict(measured, self.link, [size], 0, 10,
+                                        last_tensor_bytes=1e6)
+        self.assertAlmostEqual(
+            prediction["predicted_comm_ms"],
+            1000 * (1.2 * size / 1e8 + 3 * 64 * 1024 / 1e8 + 2 * 10e-6))
+        # BytePS's optimum, plus the tail of (3) it leaves out.
+        self.assertAlmostEqual(
+            prediction["predicted_comm_ms"] - prediction["byteps_optimum_comm_ms"],
+            1000 * 3 * 64 * 1024 / 1e8)
 
     def test_predict_covers_the_mixed_placement(self):
         point = {"strategy": "ps-mixed", "workers": 4, "servers": 6, "colocated": 4}

@@ -524,6 +524,7 @@ absl::Status PsClient::Impl::RegisterWith(int server, const float* params) {
   config->set_update_mode(options_.update_mode);
   config->set_consistency(options_.consistency);
   config->set_staleness(options_.staleness);
+  config->set_partition(options_.partition);
   *config->mutable_optimizer() = options_.optimizer;
   *config->mutable_checkpoint() = options_.checkpoint;
   for (int id : partition_.keys_of_server(server)) {

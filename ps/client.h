@@ -26,6 +26,9 @@ struct PsClientOptions {
   // When pulls are answered (ps/shard.h); SSP and ASP need server mode.
   ps::Consistency consistency = ps::CONSISTENCY_BSP;
   int32_t staleness = 0;  // SSP's bound
+  // --ps_partition's name, sent at registration so that the servers can
+  // check that every worker placed the keys the same way.
+  std::string partition = "equal";
   // The first step and the servers' checkpoints (server mode).
   ps::CheckpointConfig checkpoint;
   // Deadline of every RPC.

@@ -28,6 +28,11 @@ ABSL_FLAG(int32_t, ps_colocated_servers, 0,
           "launch --servers=K-k`): K servers in all, keys over all of them "
           "(BytePS's placement spectrum). 0: separate servers only; k = "
           "workers with no separate servers is --ps_colocate.");
+ABSL_FLAG(std::string, ps_partition, "equal",
+          "How the keys' bytes are shared among the servers: 'equal' (1/K "
+          "each) or 'balanced' (with --ps_colocated_servers, the serving "
+          "workers get less, so that a serving worker's link carries what a "
+          "separate server's does: BytePS's optimal shares, ps/README.md).");
 ABSL_FLAG(std::string, ps_bind, "0.0.0.0:0",
           "Address a parameter server listens on; port 0 picks a free one.");
 ABSL_FLAG(std::string, ps_advertise_host, "",
@@ -153,8 +158,13 @@ absl::StatusOr<int> ColocatedServersFromFlags(int num_workers) {
   return k;
 }
 
+absl::StatusOr<PartitionPolicy> PartitionPolicyFromFlags() {
+  return ParsePartitionPolicy(absl::GetFlag(FLAGS_ps_partition));
+}
+
 absl::Status CheckServerPlacement(int num_workers, int separate_servers) {
   ASSIGN_OR_RETURN(const int colocated, ColocatedServersFromFlags(num_workers));
+  RETURN_IF_ERROR(PartitionPolicyFromFlags().status());
   if (absl::GetFlag(FLAGS_ps_colocate) && separate_servers > 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--ps_colocate puts a server in every worker and no keys on separate "

@@ -9,6 +9,7 @@
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "proto/parameter_server.pb.h"
+#include "ps/partitioner.h"
 
 ABSL_DECLARE_FLAG(std::string, ps_update);
 ABSL_DECLARE_FLAG(int64_t, ps_chunk_kb);
@@ -16,6 +17,7 @@ ABSL_DECLARE_FLAG(int64_t, ps_message_kb);
 ABSL_DECLARE_FLAG(int64_t, ps_stream_window_kb);
 ABSL_DECLARE_FLAG(bool, ps_colocate);
 ABSL_DECLARE_FLAG(int32_t, ps_colocated_servers);
+ABSL_DECLARE_FLAG(std::string, ps_partition);
 ABSL_DECLARE_FLAG(std::string, ps_bind);
 ABSL_DECLARE_FLAG(std::string, ps_advertise_host);
 ABSL_DECLARE_FLAG(double, ps_idle_timeout_s);
@@ -61,7 +63,10 @@ absl::StatusOr<int> ColocatedServersFromFlags(int num_workers);
 // `separate_servers` `gradsync server` processes, checked once before
 // anything starts (by `gradsync launch`): the above, no separate servers
 // beside --ps_colocate (they would hold no keys), and at least one server.
+// It checks --ps_partition too.
 absl::Status CheckServerPlacement(int num_workers, int separate_servers);
+// --ps_partition, checked.
+absl::StatusOr<PartitionPolicy> PartitionPolicyFromFlags();
 
 // Largest payload of one message: well below gRPC's default 4 MiB receive
 // limit, leaving room for the header and framing.

@@ -3,7 +3,11 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
+#include <tuple>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace gradsync {
@@ -131,6 +135,139 @@ TEST(PartitionerTest, RejectsBadArguments) {
   EXPECT_FALSE(Partition::Create(layout, 0, 4096).ok());
   EXPECT_FALSE(Partition::Create(layout, 1, 0).ok());
   EXPECT_FALSE(Partition::Create(layout, 1, 6).ok());
+}
+
+// The bytes a link carries per step and direction for a share of S = 1
+// (ps/partitioner.h): a serving worker's and a separate server's.
+double BusiestLink(int n, int colocated, const std::vector<double>& shares) {
+  double busiest = 1.0;  // a worker that does not serve carries S
+  for (size_t s = 0; s < shares.size(); ++s) {
+    busiest = std::max(busiest, static_cast<int>(s) < colocated
+                                    ? 1.0 + (n - 2) * shares[s]
+                                    : n * shares[s]);
+  }
+  return busiest;
+}
+
+TEST(PartitionerTest, BalancedSharesEquateTheServingWorkersAndServersLinks) {
+  for (int n = 2; n <= 8; ++n) {
+    for (int c = 1; c <= n; ++c) {
+      for (int s = 1; s <= 2 * n; ++s) {
+        SCOPED_TRACE(absl::StrCat("N=", n, " c=", c, " s=", s));
+        auto balanced = ServerShares(PartitionPolicy::kBalanced, n, c, s);
+        auto equal = ServerShares(PartitionPolicy::kEqual, n, c, s);
+        ASSERT_TRUE(balanced.ok() && equal.ok());
+        ASSERT_EQ(balanced->size(), static_cast<size_t>(c + s));
+        EXPECT_NEAR(std::accumulate(balanced->begin(), balanced->end(), 0.0),
+                    1.0, 1e-12);
+        const double colocated_share = (*balanced)[0];
+        const double separate_share = (*balanced)[c];
+        EXPECT_GE(colocated_share, 0.0);
+        EXPECT_LE(colocated_share, separate_share);
+        if (colocated_share > 0) {
+          EXPECT_NEAR(1.0 + (n - 2) * colocated_share, n * separate_share,
+                      1e-12);
+        } else {
+          EXPECT_GE(s, n);  // separate servers alone keep links at S
+          EXPECT_LE(n * separate_share, 1.0 + 1e-12);
+        }
+        // Never worse than equal shares, and BytePS's optimum where every
+        // worker serves beside k <= N separate servers.
+        EXPECT_LE(BusiestLink(n, c, *balanced),
+                  BusiestLink(n, c, *equal) + 1e-12);
+        if (c == n && s <= n) {
+          EXPECT_NEAR(BusiestLink(n, c, *balanced),
+                      2.0 * n * (n - 1) / (n * n + s * n - 2.0 * s), 1e-12);
+        }
+      }
+    }
+  }
+  // N = 4 with every worker serving beside 2 separate servers: 0.1 and 0.3,
+  // 1.2 S on every link against 1.5 S with equal shares.
+  auto shares = ServerShares(PartitionPolicy::kBalanced, 4, 4, 2);
+  ASSERT_TRUE(shares.ok());
+  EXPECT_NEAR((*shares)[0], 0.1, 1e-12);
+  EXPECT_NEAR((*shares)[5], 0.3, 1e-12);
+}
+
+TEST(PartitionerTest, OneKindOfServerKeepsEqualShares) {
+  for (PartitionPolicy policy :
+       {PartitionPolicy::kEqual, PartitionPolicy::kBalanced}) {
+    for (const auto& [n, c, s] : std::vector<std::tuple<int, int, int>>{
+             {4, 0, 3}, {4, 4, 0}, {4, 2, 0}, {1, 1, 2}}) {
+      auto shares = ServerShares(policy, n, c, s);
+      ASSERT_TRUE(shares.ok());
+      for (double share : *shares) EXPECT_DOUBLE_EQ(share, 1.0 / (c + s));
+    }
+  }
+  EXPECT_FALSE(ServerShares(PartitionPolicy::kBalanced, 2, 3, 1).ok());
+  EXPECT_FALSE(ServerShares(PartitionPolicy::kBalanced, 2, 0, 0).ok());
+}
+
+TEST(PartitionerTest, EqualSharesPlaceKeysAsTheLeastLoadedRule) {
+  ParamLayout layout = MakeLayout({5000, 3, 777, 1, 2048, 999, 64, 10});
+  for (int k = 1; k <= 5; ++k) {
+    auto by_count = Partition::Create(layout, k, 1024);
+    auto by_shares =
+        Partition::Create(layout, std::vector<double>(k, 1.0 / k), 1024);
+    ASSERT_TRUE(by_count.ok() && by_shares.ok());
+    for (size_t i = 0; i < by_count->keys().size(); ++i) {
+      EXPECT_EQ(by_count->keys()[i].server, by_shares->keys()[i].server);
+    }
+  }
+}
+
+TEST(PartitionerTest, WeightedPlacementFollowsTheTargets) {
+  // 4 workers serving beside 2 separate servers: targets 0.1 x 4, 0.3 x 2.
+  ParamLayout layout = MakeLayout({40000, 1234, 9999, 17, 20000, 640});
+  auto shares = ServerShares(PartitionPolicy::kBalanced, 4, 4, 2);
+  ASSERT_TRUE(shares.ok());
+  auto a = Partition::Create(layout, *shares, 4096);
+  auto b = Partition::Create(layout, *shares, 4096);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ExpectKeysTileLayout(*a, layout);
+  int64_t largest = 0;
+  for (const PsKey& key : a->keys()) {
+    largest = std::max(largest, key.numel * 4);
+    EXPECT_EQ(key.server, b->keys()[key.id].server);  // deterministic
+  }
+  int64_t total = 0;
+  for (int s = 0; s < 6; ++s) {
+    const double target = (*shares)[s] * layout.total_bytes();
+    // The greedy rule overshoots a target by at most a key scaled by the
+    // largest over the smallest target (here 3 keys); in practice by less
+    // than one.
+    EXPECT_LE(a->server_bytes()[s], target + largest) << a->Describe();
+    EXPECT_GE(a->server_bytes()[s], target - 3 * largest) << a->Describe();
+    total += a->server_bytes()[s];
+  }
+  EXPECT_EQ(total, layout.total_bytes());
+  EXPECT_EQ(a->shares(), *shares);
+  EXPECT_NE(a->Describe().find("target shares 0.100"), std::string::npos)
+      << a->Describe();
+}
+
+TEST(PartitionerTest, AServerWithoutAShareGetsNoKeys) {
+  ParamLayout layout = MakeLayout({1000, 333, 77});
+  auto shares = ServerShares(PartitionPolicy::kBalanced, 4, 2, 4);
+  ASSERT_TRUE(shares.ok());
+  ASSERT_EQ((*shares)[0], 0.0);  // 4 separate servers carry it all at S
+  auto partition = Partition::Create(layout, *shares, 256);
+  ASSERT_TRUE(partition.ok());
+  EXPECT_TRUE(partition->keys_of_server(0).empty());
+  EXPECT_TRUE(partition->keys_of_server(1).empty());
+}
+
+TEST(PartitionerTest, RejectsBadSharesAndPolicies) {
+  ParamLayout layout = MakeLayout({10});
+  EXPECT_FALSE(Partition::Create(layout, std::vector<double>{}, 64).ok());
+  EXPECT_FALSE(Partition::Create(layout, {0.5, 0.4}, 64).ok());
+  EXPECT_FALSE(Partition::Create(layout, {1.5, -0.5}, 64).ok());
+  EXPECT_TRUE(ParsePartitionPolicy("balanced").ok());
+  auto bad = ParsePartitionPolicy("weighted");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--ps_partition=weighted"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -230,9 +230,16 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
       grad_staging_,
       CreateHostStaging(device, layout, buffers.grads, context_.timeout));
   ASSIGN_OR_RETURN(std::vector<std::string> addresses, ServerAddresses());
-  ASSIGN_OR_RETURN(partition_,
-                   Partition::Create(layout, static_cast<int>(addresses.size()),
-                                     options_.chunk_bytes));
+  // Every worker computes the same shares from the same job shape; the
+  // servers check at registration that the policy is the same everywhere.
+  const int colocated = options_.colocate ? context_.identity.world_size
+                                          : options_.colocated_servers;
+  ASSIGN_OR_RETURN(
+      std::vector<double> shares,
+      ServerShares(options_.partition, context_.identity.world_size, colocated,
+                   static_cast<int>(addresses.size()) - colocated));
+  ASSIGN_OR_RETURN(partition_, Partition::Create(layout, std::move(shares),
+                                                 options_.chunk_bytes));
   if (context_.identity.rank == 0) {
     GS_LOG(INFO) << "ps: " << partition_.Describe();
   }
@@ -244,6 +251,7 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   client_options.update_mode = options_.update_mode;
   client_options.consistency = options_.consistency.mode;
   client_options.staleness = options_.consistency.staleness;
+  client_options.partition = PartitionPolicyName(options_.partition);
   client_options.timeout = context_.timeout;
   client_options.message_bytes = options_.message_bytes;
   client_options.stream_window_bytes = options_.stream_window_bytes;
@@ -446,6 +454,8 @@ std::string PsSync::SummaryJson() const {
       {"chunk_bytes", options_.chunk_bytes},
       {"message_bytes", options_.message_bytes},
       {"stream_window_bytes", options_.stream_window_bytes},
+      {"partition", PartitionPolicyName(options_.partition)},
+      {"server_shares", partition_.shares()},
       {"server_key_bytes", partition_.server_bytes()},
       {"imbalance", partition_.imbalance()},
       {"steps", run_steps},
@@ -497,6 +507,7 @@ absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
                    ColocatedServersFromFlags(context.identity.world_size));
   // --ps_colocate is every worker; keep the two apart as in the options.
   if (options.colocate) options.colocated_servers = 0;
+  ASSIGN_OR_RETURN(options.partition, PartitionPolicyFromFlags());
   ASSIGN_OR_RETURN(options.consistency,
                    ConsistencyFromFlags(options.update_mode));
   options.optimizer = context.optimizer;

@@ -19,6 +19,7 @@
 #include "core/train/optimizer.h"
 #include "proto/parameter_server.pb.h"
 #include "ps/flags.h"
+#include "ps/partitioner.h"
 
 namespace gradsync {
 
@@ -35,6 +36,9 @@ struct PsSyncOptions {
   // every worker (colocated_servers = N), and no separate servers.
   bool colocate = false;
   int colocated_servers = 0;
+  // How the keys' bytes are shared among the servers (--ps_partition):
+  // equal, or balanced for the layout (ServerShares in ps/partitioner.h).
+  PartitionPolicy partition = PartitionPolicy::kEqual;
   // --ps_consistency / --ps_staleness (server mode only for SSP and ASP).
   ConsistencyOptions consistency;
   // The separate servers' "host:port", in order. Empty: taken from

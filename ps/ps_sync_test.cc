@@ -60,6 +60,7 @@ struct JobSpec {
   ps::UpdateMode mode = ps::UPDATE_WORKER;
   bool colocate = false;
   int colocated_servers = 0;  // beside `servers` separate ones
+  PartitionPolicy partition = PartitionPolicy::kEqual;
   int steps = 3;
   std::vector<ParamSpec> specs = TestSpecs();
   absl::Duration timeout = absl::Seconds(20);
@@ -95,6 +96,7 @@ WorkerResult RunWorker(LoopbackCluster& cluster, const JobSpec& job, int rank) {
   options.optimizer = TestOptimizer();
   options.colocate = job.colocate;
   options.colocated_servers = job.colocated_servers;
+  options.partition = job.partition;
   options.consistency = job.consistency;
   auto sync = CreatePsSync(*context, options);
   if (!sync.ok()) return fail(sync.status());
@@ -304,6 +306,40 @@ TEST(PsSyncTest, SomeWorkersServeBesideSeparateServers) {
     job.mode = ps::UPDATE_SERVER;
     CheckJob(job);
   }
+}
+
+// Balanced shares (--ps_partition=balanced) move keys between servers, not
+// their sums: the same exact results, and the serving workers hold less.
+TEST(PsSyncTest, BalancedPartitionGivesTheSameResults) {
+  JobSpec job;
+  job.workers = 4;
+  job.partition = PartitionPolicy::kBalanced;
+  for (const auto& [colocated, separate] :
+       std::vector<std::pair<int, int>>{{2, 2}, {4, 2}, {1, 3}}) {
+    SCOPED_TRACE(absl::StrCat(colocated, " colocated + ", separate,
+                              " separate servers"));
+    job.colocated_servers = colocated;
+    job.servers = separate;
+    for (ps::UpdateMode mode : {ps::UPDATE_WORKER, ps::UPDATE_SERVER}) {
+      job.mode = mode;
+      CheckJob(job);
+    }
+  }
+  job.colocated_servers = 4;
+  job.servers = 2;
+  job.mode = ps::UPDATE_WORKER;
+  absl::Status cluster_status;
+  std::vector<WorkerResult> results = RunJob(job, &cluster_status);
+  ASSERT_EQ(results.size(), 4u);
+  ASSERT_TRUE(results[0].status.ok()) << results[0].status;
+  const nlohmann::json summary = nlohmann::json::parse(results[0].summary);
+  EXPECT_EQ(summary.value("partition", ""), "balanced");
+  const std::vector<double> shares = summary["server_shares"];
+  ASSERT_EQ(shares.size(), 6u);
+  EXPECT_NEAR(shares[0], 0.1, 1e-12);
+  EXPECT_NEAR(shares[5], 0.3, 1e-12);
+  const std::vector<int64_t> bytes = summary["server_key_bytes"];
+  EXPECT_LT(bytes[0], bytes[5]);
 }
 
 TEST(PsSyncTest, RefusesMoreColocatedServersThanWorkers) {

@@ -364,6 +364,12 @@ absl::Status ServerShard::CheckAgreesWithFirst(
         " registered --ps_consistency=", ConsistencyName(config_.consistency()),
         " --ps_staleness=", config_.staleness()));
   }
+  if (config.partition() != config_.partition()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": --ps_partition=", config.partition(), " but worker ", first,
+        " registered --ps_partition=", config_.partition(),
+        "; run every worker with the same --ps_partition"));
+  }
   if (config.checkpoint().start_step() != checkpoint_.start_step()) {
     return absl::InvalidArgumentError(absl::StrCat(
         context, ": the worker starts at step ",

@@ -594,5 +594,21 @@ TEST(ServerShardTest, BadConsistencySettingsAreRefused) {
   }
 }
 
+// Workers that shared the keys differently would disagree on which server
+// holds what: the second one is refused, naming both policies.
+TEST(ServerShardTest, WorkersMustUseTheSamePartition) {
+  ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
+  ps::RegisterConfig balanced = MakeConfig(0, 2, {{0, 2}});
+  balanced.set_partition("balanced");
+  ASSERT_TRUE(shard.Register(balanced).ok());
+  ps::RegisterConfig equal = MakeConfig(1, 2, {{0, 2}});
+  equal.set_partition("equal");
+  absl::Status status = shard.Register(equal);
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(status.message(),
+              HasSubstr("--ps_partition=equal but worker 0 registered "
+                        "--ps_partition=balanced"));
+}
+
 }  // namespace
 }  // namespace gradsync

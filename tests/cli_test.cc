@@ -187,6 +187,15 @@ TEST(CliTest, ServerPlacementIsChecked) {
   ExpectCleanFailure(launch({"--workers=2", "--", "--sync=ps",
                              "--ps_colocated_servers=0", "--data=synthetic"}),
                      "--sync=ps needs parameter servers");
+  ExpectCleanFailure(launch({"--workers=2", "--servers=1", "--", "--sync=ps",
+                             "--ps_colocated_servers=2",
+                             "--ps_partition=weighted", "--data=synthetic"}),
+                     "unknown --ps_partition=weighted; choose equal");
+  ExpectCleanFailure(
+      RunGradsync({"train", "--sync=ps", "--ps_colocate",
+                   "--ps_partition=weighted", "--data=synthetic",
+                   "--synthetic_size=256", "--layers=784,16,10", "--epochs=1"}),
+      "unknown --ps_partition=weighted; choose equal");
   ExpectCleanFailure(
       RunGradsync({"train", "--sync=ps", "--ps_colocated_servers=2",
                    "--data=synthetic", "--synthetic_size=256",
