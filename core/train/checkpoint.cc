@@ -77,7 +77,9 @@ class Reader {
           absl::StrCat("an array of ", n, " floats runs past the end"));
     }
     v->resize(n);
-    std::memcpy(v->data(), data_.data() + pos_, n * sizeof(float));
+    // An empty vector's data() may be null, which memcpy must not get even
+    // for 0 bytes (a model without buffers writes an empty array).
+    if (n > 0) std::memcpy(v->data(), data_.data() + pos_, n * sizeof(float));
     pos_ += n * sizeof(float);
     return absl::OkStatus();
   }
