@@ -290,32 +290,10 @@ TEST(PsSyncTest, ColocatedServers) {
   CheckJob(job);
 }
 
-// BytePS's placement spectrum: the first k workers serve, beside K - k
-// separate servers; keys over all K, the same exact results.
-TEST(PsSyncTest, SomeWorkersServeBesideSeparateServers) {
-  JobSpec job;
-  job.workers = 4;
-  for (const auto& [colocated, separate] :
-       std::vector<std::pair<int, int>>{{2, 1}, {1, 3}, {2, 0}, {4, 2}}) {
-    SCOPED_TRACE(absl::StrCat(colocated, " colocated + ", separate,
-                              " separate servers"));
-    job.colocated_servers = colocated;
-    job.servers = separate;
-    job.mode = ps::UPDATE_WORKER;
-    CheckJob(job);
-    job.mode = ps::UPDATE_SERVER;
-    CheckJob(job);
-  }
-}
-
-// Balanced shares (--ps_partition=balanced) move keys between servers, not
-// their sums: the same exact results, and the serving workers hold less.
-TEST(PsSyncTest, BalancedPartitionGivesTheSameResults) {
-  JobSpec job;
-  job.workers = 4;
-  job.partition = PartitionPolicy::kBalanced;
-  for (const auto& [colocated, separate] :
-       std::vector<std::pair<int, int>>{{2, 2}, {4, 2}, {1, 3}}) {
+// `job` with each (colocated, separate) server layout, in both update modes.
+void CheckPlacements(JobSpec job,
+                     const std::vector<std::pair<int, int>>& layouts) {
+  for (const auto& [colocated, separate] : layouts) {
     SCOPED_TRACE(absl::StrCat(colocated, " colocated + ", separate,
                               " separate servers"));
     job.colocated_servers = colocated;
@@ -325,6 +303,23 @@ TEST(PsSyncTest, BalancedPartitionGivesTheSameResults) {
       CheckJob(job);
     }
   }
+}
+
+// BytePS's placement spectrum: the first k workers serve, beside K - k
+// separate servers; keys over all K, the same exact results.
+TEST(PsSyncTest, SomeWorkersServeBesideSeparateServers) {
+  JobSpec job;
+  job.workers = 4;
+  CheckPlacements(job, {{2, 1}, {1, 3}, {2, 0}, {4, 2}});
+}
+
+// Balanced shares (--ps_partition=balanced) move keys between servers, not
+// their sums: the same exact results, and the serving workers hold less.
+TEST(PsSyncTest, BalancedPartitionGivesTheSameResults) {
+  JobSpec job;
+  job.workers = 4;
+  job.partition = PartitionPolicy::kBalanced;
+  CheckPlacements(job, {{2, 2}, {4, 2}, {1, 3}});
   job.colocated_servers = 4;
   job.servers = 2;
   job.mode = ps::UPDATE_WORKER;
