@@ -289,6 +289,15 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   RETURN_IF_ERROR(device.CopyToHost(initial.data(), buffers.params,
                                     initial.size() * sizeof(float)));
   RETURN_IF_ERROR(client_->Register(initial.data()));
+  // Under SSP and ASP a server applies each push as it arrives, with the
+  // parameters worker 0 sent when it registered; a worker that pushed before
+  // them would be refused. BSP needs no barrier: a key's update waits for
+  // worker 0's own push, which follows its registration.
+  if (options_.consistency.mode != ps::CONSISTENCY_BSP &&
+      context_.rendezvous != nullptr) {
+    RETURN_IF_ERROR(context_.rendezvous->Barrier(
+        "ps/registered", BarrierGroup::kWorkers, context_.timeout));
+  }
   if (options_.update_mode == ps::UPDATE_SERVER) {
     ASSIGN_OR_RETURN(
         param_staging_,
