@@ -38,4 +38,30 @@ inline ProcessResult RunGradsync(
   return result->processes[0];
 }
 
+// Runs `specs` as one process group, bounded by `deadline`; with
+// `stop_on_failure` false every process runs to its own end. An empty result
+// (and a test failure) if the group could not be started.
+inline LaunchResult RunGroup(const std::vector<ProcessSpec>& specs,
+                             bool stop_on_failure,
+                             absl::Duration deadline = absl::Seconds(120)) {
+  LaunchOptions options;
+  options.echo = false;
+  options.stop_on_failure = stop_on_failure;
+  options.deadline = deadline;
+  auto result = RunProcessGroup(specs, options);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return result.ok() ? *result : LaunchResult{};
+}
+
+// Every process's output under a line naming it and its exit code, for
+// failure messages.
+inline std::string GroupOutputs(const LaunchResult& result) {
+  std::string all;
+  for (const ProcessResult& p : result.processes) {
+    all += "---- " + p.name + " (exit " + std::to_string(p.exit_code) + ")\n" +
+           p.output;
+  }
+  return all;
+}
+
 }  // namespace gradsync

@@ -93,34 +93,13 @@ class JobStartTest : public ::testing::Test {
     return spec;
   }
 
-  // Every process runs to its own end: nothing stops the others when one
-  // fails, so each must end by itself.
-  LaunchResult Run(const std::vector<ProcessSpec>& specs,
-                   bool stop_on_failure) {
-    LaunchOptions options;
-    options.echo = false;
-    options.stop_on_failure = stop_on_failure;
-    options.deadline = absl::Seconds(120);
-    auto result = RunProcessGroup(specs, options);
-    EXPECT_TRUE(result.ok()) << result.status();
-    return result.ok() ? *result : LaunchResult{};
-  }
-
-  static std::string Outputs(const LaunchResult& result) {
-    std::string all;
-    for (const ProcessResult& p : result.processes) {
-      absl::StrAppend(&all, "---- ", p.name, " (exit ", p.exit_code, ")\n",
-                      p.output);
-    }
-    return all;
-  }
-
   // Every process failed by itself, within kMaxTimeToExit of `cause` (the
   // first process to end when none is given), and its output names `why`.
   static void ExpectAllEndedNaming(const LaunchResult& result,
                                    const std::string& why,
                                    absl::Time cause = absl::InfiniteFuture()) {
-    ASSERT_NE(result.exit_code, 124) << "the job hung:\n" << Outputs(result);
+    ASSERT_NE(result.exit_code, 124) << "the job hung:\n"
+                                     << GroupOutputs(result);
     for (const ProcessResult& p : result.processes) {
       cause = std::min(cause, p.ended);
     }
@@ -146,11 +125,11 @@ TEST_F(JobStartTest, ServersGivenTheDocumentedVariablesJoinTheJob) {
   const Env servers = {{"GRADSYNC_NUM_SERVERS", "2"}};
   const Env server_env = {{"GRADSYNC_NUM_SERVERS", "2"}, {"WORLD_SIZE", "2"}};
   const LaunchResult result =
-      Run({Worker(0, 2, servers), Worker(1, 2, servers), Server(0, server_env),
-           Server(1, server_env)},
-          /*stop_on_failure=*/true);
-  ASSERT_EQ(result.exit_code, 0) << Outputs(result);
-  EXPECT_THAT(FinishedServerRanks(Outputs(result)), ElementsAre(0, 1));
+      RunGroup({Worker(0, 2, servers), Worker(1, 2, servers),
+                Server(0, server_env), Server(1, server_env)},
+               /*stop_on_failure=*/true);
+  ASSERT_EQ(result.exit_code, 0) << GroupOutputs(result);
+  EXPECT_THAT(FinishedServerRanks(GroupOutputs(result)), ElementsAre(0, 1));
   ExpectFinishedJob(dir_, dir_ + "/params", 2, 2);
 }
 
@@ -181,9 +160,9 @@ TEST_F(JobStartTest, DmlcVariablesRunAParameterServerJob) {
   server.env.push_back({"DMLC_ROLE", "server"});
   server.env.push_back({"GRADSYNC_SERVER_RANK", "0"});
   specs.push_back(std::move(server));
-  const LaunchResult result = Run(specs, /*stop_on_failure=*/true);
-  ASSERT_EQ(result.exit_code, 0) << Outputs(result);
-  EXPECT_THAT(FinishedServerRanks(Outputs(result)), ElementsAre(0));
+  const LaunchResult result = RunGroup(specs, /*stop_on_failure=*/true);
+  ASSERT_EQ(result.exit_code, 0) << GroupOutputs(result);
+  EXPECT_THAT(FinishedServerRanks(GroupOutputs(result)), ElementsAre(0));
   ExpectFinishedJob(dir_, dir_ + "/params", 2, 1);
 }
 
@@ -192,9 +171,10 @@ TEST_F(JobStartTest, DmlcVariablesRunAParameterServerJob) {
 // and every process ends with one error naming both sides.
 TEST_F(JobStartTest, ServerOfAnotherShapeEndsTheJobNamingBothSides) {
   const Env servers = {{"GRADSYNC_NUM_SERVERS", "2"}};
-  const LaunchResult result = Run({Worker(0, 2, servers), Worker(1, 2, servers),
-                                   Server(0, servers), Server(1, servers)},
-                                  /*stop_on_failure=*/false);
+  const LaunchResult result =
+      RunGroup({Worker(0, 2, servers), Worker(1, 2, servers),
+                Server(0, servers), Server(1, servers)},
+               /*stop_on_failure=*/false);
   ExpectAllEndedNaming(
       result,
       "it sees a job of 1 workers and 2 servers (1 worker (no variable: one "
@@ -211,7 +191,7 @@ TEST_F(JobStartTest, ServerOfAnotherShapeEndsTheJobNamingBothSides) {
 TEST_F(JobStartTest, WorkersUnawareOfTheServersEndTheJob) {
   const Env server_env = {{"GRADSYNC_NUM_SERVERS", "1"}, {"WORLD_SIZE", "2"}};
   const LaunchResult result =
-      Run({Worker(0, 2, {}), Server(0, server_env)}, false);
+      RunGroup({Worker(0, 2, {}), Server(0, server_env)}, false);
   ExpectAllEndedNaming(result,
                        "unknown server 0: the job has 2 workers and 0 servers");
 }
@@ -221,7 +201,7 @@ TEST_F(JobStartTest, WorkersUnawareOfTheServersEndTheJob) {
 TEST_F(JobStartTest, CoordinatorWhoseWorkersNeverArriveEndsTheJob) {
   const Env servers = {{"GRADSYNC_NUM_SERVERS", "1"}};
   const Env server_env = {{"GRADSYNC_NUM_SERVERS", "1"}, {"WORLD_SIZE", "2"}};
-  const LaunchResult result = Run(
+  const LaunchResult result = RunGroup(
       {Worker(0, 2, servers, {"--timeout_s=3"}), Server(0, server_env)}, false);
   ExpectAllEndedNaming(result, "waiting for worker 1");
   EXPECT_THAT(result.processes[1].output, HasSubstr("the job lost worker 0"));
@@ -232,7 +212,7 @@ TEST_F(JobStartTest, CoordinatorWhoseWorkersNeverArriveEndsTheJob) {
 TEST_F(JobStartTest, WorkerFailingAtStartUpEndsTheJob) {
   const Env servers = {{"GRADSYNC_NUM_SERVERS", "1"}};
   const Env server_env = {{"GRADSYNC_NUM_SERVERS", "1"}, {"WORLD_SIZE", "3"}};
-  const LaunchResult result = Run(
+  const LaunchResult result = RunGroup(
       {Worker(0, 3, servers),
        Worker(1, 3, servers,
               {"--data=fashion-mnist", "--data_dir=" + dir_ + "/no-such-dir"}),
@@ -278,11 +258,11 @@ TEST_F(JobStartTest, ServerOfAJobThatEndedWithoutItStops) {
   const Env servers = {{"GRADSYNC_NUM_SERVERS", "1"}};
   const Env server_env = {{"GRADSYNC_NUM_SERVERS", "1"}, {"WORLD_SIZE", "2"}};
   const LaunchResult result =
-      Run({Worker(0, 2, servers, {"--sync=ring"}),
-           Worker(1, 2, servers, {"--sync=ring"}), Server(0, server_env)},
-          false);
-  ASSERT_EQ(result.processes[0].exit_code, 0) << Outputs(result);
-  ASSERT_EQ(result.processes[1].exit_code, 0) << Outputs(result);
+      RunGroup({Worker(0, 2, servers, {"--sync=ring"}),
+                Worker(1, 2, servers, {"--sync=ring"}), Server(0, server_env)},
+               false);
+  ASSERT_EQ(result.processes[0].exit_code, 0) << GroupOutputs(result);
+  ASSERT_EQ(result.processes[1].exit_code, 0) << GroupOutputs(result);
   const ProcessResult& server = result.processes[2];
   EXPECT_EQ(server.exit_code, 1) << server.output;
   EXPECT_LE(server.ended - result.processes[0].ended, kMaxTimeToExit);

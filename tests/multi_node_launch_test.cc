@@ -91,22 +91,8 @@ class MultiNodeLaunchTest : public ::testing::Test {
       spec.env = {{kJobTokenEnv, token_}};
       specs.push_back(std::move(spec));
     }
-    LaunchOptions options;
-    options.echo = false;
-    options.stop_on_failure = false;  // each node must end by itself
-    options.deadline = absl::Seconds(120);
-    auto result = RunProcessGroup(specs, options);
-    EXPECT_TRUE(result.ok()) << result.status();
-    return result.ok() ? *result : LaunchResult{};
-  }
-
-  static std::string Outputs(const LaunchResult& result) {
-    std::string all;
-    for (const ProcessResult& p : result.processes) {
-      absl::StrAppend(&all, "---- ", p.name, " (exit ", p.exit_code, ")\n",
-                      p.output);
-    }
-    return all;
+    // Each node must end by itself: nothing stops one when the other fails.
+    return RunGroup(specs, /*stop_on_failure=*/false);
   }
 
   std::unique_ptr<EmulatedNetwork> network_;
@@ -116,7 +102,7 @@ class MultiNodeLaunchTest : public ::testing::Test {
 TEST_F(MultiNodeLaunchTest, RingJobOnTwoHosts) {
   const std::string dir = TestTempDir() + "/ring";
   const LaunchResult result = RunTwoNodes(dir, 2, 0, {"--sync=ring"});
-  ASSERT_EQ(result.exit_code, 0) << Outputs(result);
+  ASSERT_EQ(result.exit_code, 0) << GroupOutputs(result);
   // Node 1's workers are ranks 2 and 3, reached at node 1's address.
   EXPECT_THAT(result.processes[1].output,
               HasSubstr(absl::StrCat("node 1 of 2 (", network_->NodeAddress(1),
@@ -128,8 +114,8 @@ TEST_F(MultiNodeLaunchTest, RingJobOnTwoHosts) {
 TEST_F(MultiNodeLaunchTest, ParameterServerJobOnTwoHosts) {
   const std::string dir = TestTempDir() + "/ps";
   const LaunchResult result = RunTwoNodes(dir, 1, 1, {"--sync=ps"});
-  ASSERT_EQ(result.exit_code, 0) << Outputs(result);
-  EXPECT_THAT(FinishedServerRanks(Outputs(result)), ElementsAre(0, 1));
+  ASSERT_EQ(result.exit_code, 0) << GroupOutputs(result);
+  EXPECT_THAT(FinishedServerRanks(GroupOutputs(result)), ElementsAre(0, 1));
   // Server 1 runs on node 1 and advertises its address there.
   EXPECT_THAT(result.processes[1].output,
               HasSubstr(absl::StrCat("serving at ", network_->NodeAddress(1))));
@@ -142,9 +128,9 @@ TEST_F(MultiNodeLaunchTest, FailureOnOneNodeEndsTheOther) {
   const std::string dir = TestTempDir() + "/fail";
   const LaunchResult result = RunTwoNodes(
       dir, 2, 0, {"--sync=ring", "--fault_rank=3", "--fault_step=2"});
-  ASSERT_NE(result.exit_code, 124) << Outputs(result);
-  EXPECT_EQ(result.processes[1].exit_code, 3) << Outputs(result);
-  EXPECT_NE(result.processes[0].exit_code, 0) << Outputs(result);
+  ASSERT_NE(result.exit_code, 124) << GroupOutputs(result);
+  EXPECT_EQ(result.processes[1].exit_code, 3) << GroupOutputs(result);
+  EXPECT_NE(result.processes[0].exit_code, 0) << GroupOutputs(result);
   EXPECT_THAT(result.processes[0].output, HasSubstr("worker 3"));
 }
 

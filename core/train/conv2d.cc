@@ -83,59 +83,56 @@ int Conv2d::ImagesPerPiece(const ConvGeometry& g) const {
       std::min<int64_t>(g.batch, columns_capacity_ / per_image));
 }
 
-void Conv2d::Forward(const float* x, const ConvGeometry& g, float* y) {
+template <typename Visit>
+void Conv2d::ForEachPiece(const ConvGeometry& g, Visit visit) const {
   const int per_piece = ImagesPerPiece(g);
-  const int out = shape_.out_channels;
-  const int64_t out_pixels = int64_t{g.out_height} * g.out_width;
+  const int64_t output_per_image =
+      int64_t{g.out_height} * g.out_width * shape_.out_channels;
   for (int first = 0; first < g.batch; first += per_piece) {
-    const ConvGeometry piece = Piece(g, std::min(per_piece, g.batch - first));
-    const int64_t rows = piece.column_rows();
-    const int cols = static_cast<int>(piece.column_cols());
-    float* piece_y = y + first * out_pixels * out;
-    device_->Im2Col(x + first * g.input.batch, piece, columns_);
-    device_->Gemm(/*transpose_a=*/false, /*transpose_b=*/true,
-                  static_cast<int>(rows), out, cols, 1.0f, columns_, weight_,
-                  0.0f, piece_y);
-    if (bias_ != nullptr) {
-      device_->AddRowBias(piece_y, bias_, static_cast<int>(rows), out);
-    }
+    visit(Piece(g, std::min(per_piece, g.batch - first)), first * g.input.batch,
+          first * output_per_image);
   }
+}
+
+void Conv2d::Forward(const float* x, const ConvGeometry& g, float* y) {
+  const int out = shape_.out_channels;
+  ForEachPiece(g, [&](const ConvGeometry& piece, int64_t in, int64_t at) {
+    const int rows = static_cast<int>(piece.column_rows());
+    const int cols = static_cast<int>(piece.column_cols());
+    device_->Im2Col(x + in, piece, columns_);
+    device_->Gemm(/*transpose_a=*/false, /*transpose_b=*/true, rows, out, cols,
+                  1.0f, columns_, weight_, 0.0f, y + at);
+    if (bias_ != nullptr) device_->AddRowBias(y + at, bias_, rows, out);
+  });
 }
 
 void Conv2d::BackwardWeights(const float* x, const ConvGeometry& g,
                              const float* dy) {
-  const int per_piece = ImagesPerPiece(g);
   const int out = shape_.out_channels;
-  const int64_t out_pixels = int64_t{g.out_height} * g.out_width;
-  for (int first = 0; first < g.batch; first += per_piece) {
-    const ConvGeometry piece = Piece(g, std::min(per_piece, g.batch - first));
-    const int64_t rows = piece.column_rows();
+  ForEachPiece(g, [&](const ConvGeometry& piece, int64_t in, int64_t at) {
+    const int rows = static_cast<int>(piece.column_rows());
     const int cols = static_cast<int>(piece.column_cols());
-    device_->Im2Col(x + first * g.input.batch, piece, columns_);
-    // dW (+)= dyᵀ · C: [out × rows] · [rows × cols].
-    device_->Gemm(/*transpose_a=*/true, /*transpose_b=*/false, out, cols,
-                  static_cast<int>(rows), 1.0f, dy + first * out_pixels * out,
-                  columns_, first == 0 ? 0.0f : 1.0f, weight_grad_);
-  }
+    device_->Im2Col(x + in, piece, columns_);
+    // dW (+)= dyᵀ · C: [out × rows] · [rows × cols]; the first piece
+    // overwrites.
+    device_->Gemm(/*transpose_a=*/true, /*transpose_b=*/false, out, cols, rows,
+                  1.0f, dy + at, columns_, in == 0 ? 0.0f : 1.0f, weight_grad_);
+  });
   if (bias_grad_ != nullptr) {
     device_->SumRows(dy, bias_grad_, static_cast<int>(g.column_rows()), out);
   }
 }
 
 void Conv2d::BackwardInput(const ConvGeometry& g, const float* dy, float* dx) {
-  const int per_piece = ImagesPerPiece(g);
   const int out = shape_.out_channels;
-  const int64_t out_pixels = int64_t{g.out_height} * g.out_width;
-  for (int first = 0; first < g.batch; first += per_piece) {
-    const ConvGeometry piece = Piece(g, std::min(per_piece, g.batch - first));
-    const int64_t rows = piece.column_rows();
+  ForEachPiece(g, [&](const ConvGeometry& piece, int64_t in, int64_t at) {
+    const int rows = static_cast<int>(piece.column_rows());
     const int cols = static_cast<int>(piece.column_cols());
     // dC = dy · W: [rows × out] · [out × cols].
-    device_->Gemm(/*transpose_a=*/false, /*transpose_b=*/false,
-                  static_cast<int>(rows), cols, out, 1.0f,
-                  dy + first * out_pixels * out, weight_, 0.0f, columns_);
-    device_->Col2Im(columns_, piece, dx + first * g.input.batch);
-  }
+    device_->Gemm(/*transpose_a=*/false, /*transpose_b=*/false, rows, cols, out,
+                  1.0f, dy + at, weight_, 0.0f, columns_);
+    device_->Col2Im(columns_, piece, dx + in);
+  });
 }
 
 }  // namespace gradsync

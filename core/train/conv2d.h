@@ -67,6 +67,11 @@ class Conv2d {
  private:
   // Images per piece of the batch whose column matrix fits the scratch.
   int ImagesPerPiece(const ConvGeometry& g) const;
+  // Calls visit(piece, input_offset, output_offset) for the batch's pieces in
+  // order: each piece's geometry and where its images start in x (dx) and in
+  // y (dy), in floats.
+  template <typename Visit>
+  void ForEachPiece(const ConvGeometry& g, Visit visit) const;
 
   const std::string name_;
   const Conv2dShape shape_;

@@ -2,24 +2,15 @@
 
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "core/device/cpu_device.h"
 #include "core/device/layer_geometry.h"
 #include "core/train/gradient_check.h"
-#include "core/train/param_init.h"
 #include "gtest/gtest.h"
 
 namespace gradsync {
 namespace {
-
-std::vector<float> Random(int64_t count, uint64_t seed) {
-  std::vector<float> values(count);
-  std::mt19937_64 generator = ParamGenerator(seed, 0);
-  FillUniform(generator, 1.0f, values.data(), count);
-  return values;
-}
 
 // A convolution layer on the CPU with its parameters, gradients and scratch
 // in device (= host) memory.
@@ -31,11 +22,11 @@ struct ConvFixture {
         nchw_input ? NchwLayout(shape.in_channels, height, width)
                    : NhwcLayout(shape.in_channels, height, width);
     g = conv.Geometry(images, height, width, layout);
-    weight = Random(conv.weight_count(), 1);
-    bias = Random(shape.out_channels, 2);
+    weight = RandomValues(conv.weight_count(), 1);
+    bias = RandomValues(shape.out_channels, 2);
     weight_grad.assign(weight.size(), 0.0f);
     bias_grad.assign(bias.size(), 0.0f);
-    x = Random(g.input_count(), 3);
+    x = RandomValues(g.input_count(), 3);
     y.assign(g.column_rows() * shape.out_channels, 0.0f);
     if (columns_capacity == 0) {
       columns_capacity = g.column_rows() * g.column_cols();
@@ -106,7 +97,7 @@ TEST(Conv2dTest, ForwardIsTheConvolutionForBothInputLayouts) {
 TEST(Conv2dTest, GradientsMatchCentralDifferences) {
   for (bool nchw : {false, true}) {
     ConvFixture f({3, 4, 3, 2, 1, true}, 2, 5, 6, nchw);
-    const std::vector<float> weights = Random(f.y.size(), 7);
+    const std::vector<float> weights = RandomValues(f.y.size(), 7);
     auto loss = [&] {
       f.conv.Forward(f.x.data(), f.g, f.y.data());
       return WeightedSum(f.y.data(), weights);
@@ -130,7 +121,7 @@ TEST(Conv2dTest, PiecesOfTheBatchGiveTheWholeBatchResult) {
   const Conv2dShape shape{2, 3, 3, 1, 1, true};
   ConvFixture whole(shape, 3, 4, 4, false);
   ConvFixture pieces(shape, 3, 4, 4, false, whole.conv.ColumnsPerImage(4, 4));
-  const std::vector<float> dy = Random(whole.y.size(), 9);
+  const std::vector<float> dy = RandomValues(whole.y.size(), 9);
   std::vector<float> dx_whole(whole.x.size()), dx_pieces(pieces.x.size());
   for (ConvFixture* f : {&whole, &pieces}) {
     f->conv.Forward(f->x.data(), f->g, f->y.data());

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
+#include "core/train/param_init.h"
 #include "gtest/gtest.h"
 
 namespace gradsync {
@@ -43,6 +45,13 @@ double WeightedSum(const float* y, const std::vector<float>& weights) {
     sum += static_cast<double>(weights[i]) * y[i];
   }
   return sum;
+}
+
+std::vector<float> RandomValues(int64_t count, uint64_t seed) {
+  std::vector<float> values(count);
+  std::mt19937_64 generator = ParamGenerator(seed, 0);
+  FillUniform(generator, 1.0f, values.data(), count);
+  return values;
 }
 
 }  // namespace gradsync

@@ -26,6 +26,10 @@ void ExpectGradientMatches(const std::string& what, float* x, int64_t count,
                            const std::function<double()>& loss,
                            const GradientCheckOptions& options = {});
 
+// `count` values uniform in [-1, 1], reproducible from `seed`: the inputs and
+// upstream gradients of the layer checks.
+std::vector<float> RandomValues(int64_t count, uint64_t seed);
+
 // Σ weights[i] · y[i] in double: a loss whose gradient with respect to y is
 // `weights`, so a layer's backward can be fed dy = weights.
 double WeightedSum(const float* y, const std::vector<float>& weights);

@@ -8,18 +8,10 @@
 
 #include "core/device/cpu_device.h"
 #include "core/train/gradient_check.h"
-#include "core/train/param_init.h"
 #include "gtest/gtest.h"
 
 namespace gradsync {
 namespace {
-
-std::vector<float> Random(int64_t count, uint64_t seed) {
-  std::vector<float> values(count);
-  std::mt19937_64 generator = ParamGenerator(seed, 0);
-  FillUniform(generator, 1.0f, values.data(), count);
-  return values;
-}
 
 // Distinct values 0.1 apart, shuffled: a finite-difference step of 0.01
 // never changes which element is a window's maximum.
@@ -71,7 +63,7 @@ TEST_P(MaxPoolTest, GradientsMatchCentralDifferences) {
   std::vector<float> x = DistinctValues(g.input_count(), 2);
   std::vector<float> y(g.output_count());
   std::vector<int32_t> where(g.output_count());
-  const std::vector<float> weights = Random(y.size(), 3);
+  const std::vector<float> weights = RandomValues(y.size(), 3);
   auto loss = [&] {
     pool.Forward(device, x.data(), g, y.data(), where.data());
     return WeightedSum(y.data(), weights);
@@ -89,7 +81,7 @@ INSTANTIATE_TEST_SUITE_P(Windows, MaxPoolTest,
 TEST(GlobalAvgPoolTest, MeanOverPixelsAndItsGradient) {
   CpuDevice device(1);
   const int images = 2, pixels = 6, channels = 3;
-  std::vector<float> x = Random(int64_t{images} * pixels * channels, 4);
+  std::vector<float> x = RandomValues(int64_t{images} * pixels * channels, 4);
   std::vector<float> y(images * channels);
   GlobalAvgPoolForward(device, x.data(), images, pixels, channels, y.data());
   for (int b = 0; b < images; ++b) {
@@ -100,7 +92,7 @@ TEST(GlobalAvgPoolTest, MeanOverPixelsAndItsGradient) {
       EXPECT_NEAR(y[b * channels + c], sum / pixels, 1e-6);
     }
   }
-  const std::vector<float> weights = Random(y.size(), 5);
+  const std::vector<float> weights = RandomValues(y.size(), 5);
   auto loss = [&] {
     GlobalAvgPoolForward(device, x.data(), images, pixels, channels, y.data());
     return WeightedSum(y.data(), weights);
@@ -113,8 +105,8 @@ TEST(GlobalAvgPoolTest, MeanOverPixelsAndItsGradient) {
 
 TEST(ResidualAddTest, AddsElementwise) {
   CpuDevice device(1);
-  std::vector<float> y = Random(37, 6);
-  const std::vector<float> x = Random(37, 7);
+  std::vector<float> y = RandomValues(37, 6);
+  const std::vector<float> x = RandomValues(37, 7);
   const std::vector<float> before = y;
   device.Add(y.data(), x.data(), static_cast<int64_t>(y.size()));
   for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], before[i] + x[i]);
