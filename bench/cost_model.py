@@ -131,7 +131,7 @@ MIB = 1 << 20
 PS_CHUNK_BYTES = 4 * MIB  # --ps_chunk_kb's default: the key size
 PS_MESSAGE_BYTES = 1 * MIB  # --ps_message_kb's default: the server's block
 
-# Parameter bytes of the synthetic models (core/train/synthetic_model.h).
+# Parameter bytes of the synthetic models (core/model/synthetic_model.h).
 MODEL_BYTES = {
     "resnet50": 25_557_032 * 4,
     "bert-base": 109_482_240 * 4,

@@ -18,8 +18,8 @@
 #include "core/base/logging.h"
 #include "core/device/device.h"
 #include "core/sync/param_layout.h"
-#include "core/train/model.h"
-#include "core/train/optimizer.h"
+#include "core/model/model.h"
+#include "core/optim/optimizer.h"
 
 namespace gradsync {
 namespace {

@@ -47,8 +47,8 @@ int main() {
 #include "core/device/cuda_device.h"
 #include "core/device/device.h"
 #include "core/sync/param_layout.h"
-#include "core/train/model.h"
-#include "core/train/optimizer.h"
+#include "core/model/model.h"
+#include "core/optim/optimizer.h"
 
 namespace gradsync {
 namespace {

@@ -1,4 +1,4 @@
-// The per-step compute of ResNet-18 (CIFAR form, core/train/resnet.cc) on the
+// The per-step compute of ResNet-18 (CIFAR form, core/model/resnet.cc) on the
 // CPU device: one forward and backward pass over a CIFAR-shaped batch (3×32×32
 // images, ten classes), the work a worker does between two synchronizations,
 // at batch 32 and 64 and 1 or 2 BLAS threads.
@@ -20,7 +20,7 @@
 #include "core/base/logging.h"
 #include "core/device/device.h"
 #include "core/sync/param_layout.h"
-#include "core/train/model.h"
+#include "core/model/model.h"
 
 namespace gradsync {
 namespace {

@@ -19,7 +19,7 @@
 #include "core/device/device.h"
 #include "core/sync/gradient_sync.h"
 #include "core/sync/param_layout.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "ps/ps_sync.h"
 #include "ps/server_command.h"
 #include "tools/cluster_flags.h"

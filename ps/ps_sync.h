@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/sync/gradient_sync.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "proto/parameter_server.pb.h"
 #include "ps/flags.h"
 #include "ps/partitioner.h"

@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/device/device.h"
 #include "core/telemetry/trace.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -69,8 +69,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/device/device.h"
-#include "core/train/checkpoint.h"
-#include "core/train/optimizer.h"
+#include "core/optim/checkpoint.h"
+#include "core/optim/optimizer.h"
 #include "proto/parameter_server.pb.h"
 
 namespace gradsync {

@@ -10,8 +10,8 @@
 #include "core/data/dataset.h"
 #include "core/device/device.h"
 #include "core/sync/gradient_sync.h"
-#include "core/train/checkpoint.h"
-#include "core/train/model.h"
+#include "core/optim/checkpoint.h"
+#include "core/model/model.h"
 #include "core/train/trainer.h"
 #include "gtest/gtest.h"
 

@@ -23,7 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/train/checkpoint.h"
+#include "core/optim/checkpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/gradsync_binary.h"

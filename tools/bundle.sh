@@ -65,7 +65,7 @@ done
 TARGETS=(
   //tools:gradsync
   //core/device:cuda_device_test
-  //core/train:device_parity_test
+  //core/model:device_parity_test
   //core/sync:host_staging_test
   //allreduce:nccl_test
   //bench:mlp_gpu_benchmark

@@ -4,7 +4,7 @@
 # this build has (ps and ring; nccl where a GPU is visible) beside the
 # single-worker reference with the same global batch, and prints one table.
 # With --model=cnn it compares the strategies on the small CNN instead
-# (core/train/cnn.cc): 3 epochs of Adam at a global batch of 64 (16 per
+# (core/model/cnn.cc): 3 epochs of Adam at a global batch of 64 (16 per
 # worker); the convolutions cost far more per sample than the MLP, so expect
 # tens of minutes on a 2-core machine.
 #

@@ -114,7 +114,7 @@ else
   mode="checkout $(cd "$here/.." && pwd)"
   cd "$here/.." || exit 2
   targets=(//tools:gradsync //core/device:cuda_device_test
-           //core/train:device_parity_test //core/sync:host_staging_test
+           //core/model:device_parity_test //core/sync:host_staging_test
            //allreduce:nccl_test //bench:mlp_gpu_benchmark
            //bench:allreduce_benchmark)
   # Outputs of their own and no bazel-bin link: a default build elsewhere in

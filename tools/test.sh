@@ -37,7 +37,7 @@ stage "bazel test //..." bazel test "${BAZEL_FLAGS[@]}" --test_output=errors //.
 # adds seconds.
 CUDA_TEST_TARGETS=(
   //core/device:kernel_math_test //core/device:launch_config_test
-  //core/device:cuda_device_test //core/train:device_parity_test
+  //core/device:cuda_device_test //core/model:device_parity_test
   //core/sync:host_staging_test //allreduce:nccl_test
 )
 cuda_build_and_test() {

@@ -13,7 +13,7 @@
 #include "core/cluster/cluster_env.h"
 #include "core/cluster/coordinator.h"
 #include "core/sync/gradient_sync.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "core/train/trainer.h"
 #include "tools/cluster_flags.h"
 #include "tools/commands.h"

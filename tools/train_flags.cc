@@ -13,7 +13,7 @@
 #include "core/data/image_augmentation.h"
 #include "core/device/gpu_selection.h"
 #include "core/train/straggler.h"
-#include "core/train/synthetic_model.h"
+#include "core/model/synthetic_model.h"
 
 ABSL_FLAG(std::string, sync, "local",
           "gradient synchronization strategy: local (one worker), ps "

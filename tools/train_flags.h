@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "core/data/dataset.h"
 #include "core/device/device.h"
-#include "core/train/model.h"
+#include "core/model/model.h"
 #include "core/train/trainer.h"
 
 ABSL_DECLARE_FLAG(std::string, sync);

@@ -25,7 +25,7 @@
 #include "absl/time/time.h"
 #include "core/cluster/rendezvous.h"
 #include "core/device/device.h"
-#include "core/sync/optimizer_options.h"
+#include "core/optim/optimizer_options.h"
 #include "core/sync/param_layout.h"
 
 namespace gradsync {
@@ -48,7 +48,7 @@ struct SyncBuffers {
 };
 
 // Where training starts and when the trainer checkpoints
-// (core/train/checkpoint.h), for strategies that hold training state of their
+// (core/optim/checkpoint.h), for strategies that hold training state of their
 // own: parameter servers running the optimizer keep the parameters and
 // optimizer slots, so they write their shard at the steps worker 0 writes its
 // checkpoint and load it again on --resume.

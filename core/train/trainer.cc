@@ -23,8 +23,11 @@
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
 #include "core/telemetry/trace.h"
-#include "core/train/checkpoint.h"
+#include "core/optim/checkpoint.h"
+#include "core/train/checkpoint_fit.h"
+#include "core/train/evaluator.h"
 #include "core/train/sampler.h"
+#include "core/train/step_timeline.h"
 #include "nlohmann/json.hpp"
 #include "zlib.h"
 
@@ -47,82 +50,6 @@ std::string FormatEta(double seconds) {
   const int64_t s = static_cast<int64_t>(std::max(0.0, seconds));
   return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
 }
-
-// The --trace timeline of one step (core/telemetry/trace.h), in wall-clock
-// microseconds: data loading, each tensor's backward, compute, the exposed
-// wait in Finish, each bucket from hand-off to the step's synchronization,
-// and the optimizer. Every call does nothing when the step is not traced.
-class StepTimeline {
- public:
-  StepTimeline(TraceRecorder* trace, int num_buckets) : trace_(trace) {
-    if (trace_ == nullptr) return;
-    step_start_ = TraceRecorder::NowMicros();
-    bucket_ready_.assign(num_buckets, 0);
-  }
-
-  void DataLoaded() {
-    if (trace_ == nullptr) return;
-    compute_start_ = last_ready_ = TraceRecorder::NowMicros();
-    trace_->Complete("data", "data", kTrackStep, step_start_,
-                     compute_start_ - step_start_);
-  }
-
-  // `tensor`'s gradient is final; `completes_bucket`: it was the last one of
-  // `bucket`.
-  void GradientFinal(const std::string& tensor, int bucket,
-                     bool completes_bucket) {
-    if (trace_ == nullptr) return;
-    // The time since the previous gradient became final is this tensor's
-    // backward (the first one also holds the forward pass).
-    const int64_t now = TraceRecorder::NowMicros();
-    trace_->Complete(tensor, "backward", kTrackCompute, last_ready_,
-                     now - last_ready_);
-    last_ready_ = now;
-    if (completes_bucket) bucket_ready_[bucket] = now;
-  }
-
-  void ComputeDone() {
-    if (trace_ != nullptr) compute_end_ = TraceRecorder::NowMicros();
-  }
-  void SyncDone() {
-    if (trace_ != nullptr) finish_end_ = TraceRecorder::NowMicros();
-  }
-
-  void StepDone(int64_t step, const ParamLayout& layout, bool updated_by_sync) {
-    if (trace_ == nullptr) return;
-    const int64_t now = TraceRecorder::NowMicros();
-    trace_->Complete("forward+backward", "compute", kTrackCompute,
-                     compute_start_, compute_end_ - compute_start_);
-    trace_->Complete("Finish (exposed communication)", "wait",
-                     kTrackCommunication, compute_end_,
-                     finish_end_ - compute_end_);
-    // The trainer sees when a bucket is handed off and when the whole step
-    // is synchronized; a strategy that records its own spans (trace.h) shows
-    // when each bucket really finished.
-    for (size_t b = 0; b < bucket_ready_.size(); ++b) {
-      const Bucket& bucket = layout.buckets()[b];
-      trace_->AsyncSpan(
-          absl::StrFormat(
-              "bucket %d (%.2f MiB): handed off -> step synchronized", b,
-              bucket.numel * 4 / 1048576.0),
-          "bucket", step * 100000 + static_cast<int64_t>(b), bucket_ready_[b],
-          finish_end_);
-    }
-    trace_->Complete(updated_by_sync ? "parameters from servers" : "optimizer",
-                     "optimizer", kTrackStep, finish_end_, now - finish_end_);
-    trace_->Complete(absl::StrCat("step ", step), "step", kTrackStep,
-                     step_start_, now - step_start_);
-  }
-
- private:
-  TraceRecorder* const trace_;  // null: the step is not traced
-  int64_t step_start_ = 0;
-  int64_t compute_start_ = 0;
-  int64_t last_ready_ = 0;
-  int64_t compute_end_ = 0;
-  int64_t finish_end_ = 0;
-  std::vector<int64_t> bucket_ready_;  // when each bucket was handed off
-};
 
 class Trainer {
  public:
@@ -158,15 +85,8 @@ class Trainer {
   // After backward: every bucket was handed to the strategy; re-arms the
   // per-bucket counts for the next step.
   absl::Status CheckEveryBucketHandedOver();
-  // The test accuracy over the first `samples` test images (0: all): every
-  // rank evaluates its share and the counts are summed through the
-  // rendezvous under `round`, or, `alone`, worker 0 evaluates them all on
-  // its own parameters and the others return -1.
-  absl::StatusOr<double> Evaluate(const std::string& round, bool alone,
-                                  int64_t samples);
   // --eval_every: worker 0 alone, written as an "eval" line.
   absl::Status EvaluateEvery();
-  absl::Status TakeWorkerZerosBuffers(const std::string& round);
   // `done_in_epoch`: steps of `epoch` completed, its last one included.
   absl::Status WriteCheckpointIfAsked(int64_t epoch, int64_t done_in_epoch);
   absl::Status Finalize(double wall_seconds);
@@ -201,6 +121,7 @@ class Trainer {
   std::vector<int> bucket_pending_;  // gradients still to come, per bucket
   std::vector<int> bucket_size_;
   std::unique_ptr<TraceRecorder> trace_;  // null unless --trace
+  std::optional<Evaluator> evaluator_;
   std::optional<DistributedSampler> sampler_;
   std::optional<ImageAugmentation> augmentation_;  // of the training set
 
@@ -277,6 +198,8 @@ absl::Status Trainer::Setup() {
   host_inputs_.resize(static_cast<size_t>(max_batch_) * model_.input_dim());
   host_labels_.resize(max_batch_);
   RETURN_IF_ERROR(model_.Bind(device_, *layout_, params_, grads_, max_batch_));
+  evaluator_.emplace(model_, device_, data_.test, rendezvous_, id_,
+                     options_.timeout, inputs_, max_batch_);
 
   std::vector<float> initial(n);
   model_.InitParams(options_.seed, *layout_, initial.data());
@@ -353,88 +276,26 @@ absl::Status Trainer::Resume() {
   }
   if (!read.ok()) return Annotate(read.status(), context);
   const Checkpoint& c = *read;
-  auto mismatch = [&](const std::string& what, const auto& theirs,
-                      const auto& ours, const std::string& advice) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(context, ": checkpoint ", path, " was written with ", what,
-                     " ", theirs, " but this run has ", ours, "; ", advice));
-  };
   const int64_t n = layout_->total_numel();
-  if (c.model != model_.name()) {
-    return mismatch("model", c.model, model_.name(),
-                    "resume with the same --model and --layers");
-  }
-  if (static_cast<int64_t>(c.params.size()) != n || !c.keys.empty()) {
-    return absl::DataLossError(
-        absl::StrCat(context, ": checkpoint ", path, " holds ", c.params.size(),
-                     " parameters, the model has ", n,
-                     c.keys.empty() ? "" : " (it is a server's shard)"));
-  }
-  const std::string same_data =
-      "the data order depends on --seed, --batch_size and the number of "
-      "workers";
-  if (c.seed != options_.seed)
-    return mismatch("--seed", c.seed, options_.seed, same_data);
-  if (c.batch_size != options_.batch_size) {
-    return mismatch("--batch_size", c.batch_size, options_.batch_size,
-                    same_data);
-  }
-  if (c.world_size != id_.world_size) {
-    return mismatch("a world size of", c.world_size,
-                    absl::StrCat(id_.world_size, " workers"), same_data);
-  }
-  if (c.optimizer != options_.optimizer.kind) {
-    return mismatch("--optimizer", c.optimizer, options_.optimizer.kind,
-                    "its state does not carry over");
-  }
-  if (c.optimizer_on_servers != sync_.UpdatesParameters()) {
-    return mismatch(
-        "the optimizer on the", c.optimizer_on_servers ? "servers" : "workers",
-        sync_.UpdatesParameters() ? "it on the servers" : "it on the workers",
-        "resume with the same --sync and --ps_update");
-  }
   // With the optimizer on the servers, their shards hold its state.
   const std::vector<float*> state = sync_.UpdatesParameters()
                                         ? std::vector<float*>{}
                                         : optimizer_->StateBuffers();
-  if (c.optimizer_state.size() != state.size()) {
-    return mismatch("optimizer buffers", c.optimizer_state.size(),
-                    absl::StrCat(state.size(), " buffers"),
-                    "resume with the same --optimizer and --momentum");
-  }
-  // Batch-norm running statistics: worker 0's, which every worker would
-  // have taken before its next evaluation anyway. Without them a resumed
-  // run would evaluate with fresh statistics, so a checkpoint that lacks
-  // them is refused rather than resumed from.
   const int64_t buffer_count = model_.buffer_count();
-  if (buffer_count > 0 && c.buffers.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        context, ": checkpoint ", path, " (format version ", c.format_version,
-        ") carries no model buffers, but ", model_.name(), " keeps ",
-        buffer_count,
-        " floats of batch-norm running statistics; a resumed run would "
-        "evaluate with fresh ones. ",
-        c.format_version < 3
-            ? "The file was written before checkpoints carried them"
-            : "The file was written for a model without them",
-        ": start the run again without --resume"));
-  }
-  if (static_cast<int64_t>(c.buffers.size()) != buffer_count) {
-    return absl::DataLossError(
-        absl::StrCat(context, ": checkpoint ", path, " holds ",
-                     c.buffers.size(), " floats of model buffers, the model ",
-                     model_.name(), " has ", buffer_count));
-  }
-  if (c.step < 0 || c.epoch < 0 || c.epoch_step < 0 ||
-      c.epoch_step >= steps_per_epoch_ ||
-      c.step != c.epoch * steps_per_epoch_ + c.epoch_step) {
-    return absl::DataLossError(
-        absl::StrCat(context, ": checkpoint ", path, "'s position (step ",
-                     c.step, ", epoch ", c.epoch, ", step ", c.epoch_step,
-                     " of the epoch) does not fit ", steps_per_epoch_,
-                     " steps per epoch; was it written with another data set "
-                     "or --drop_last?"));
-  }
+  RunShape run;
+  run.context = context;
+  run.path = path;
+  run.model = model_.name();
+  run.num_params = n;
+  run.seed = options_.seed;
+  run.batch_size = options_.batch_size;
+  run.world_size = id_.world_size;
+  run.optimizer = options_.optimizer.kind;
+  run.optimizer_on_servers = sync_.UpdatesParameters();
+  run.optimizer_buffers = static_cast<int64_t>(state.size());
+  run.model_buffers = buffer_count;
+  run.steps_per_epoch = steps_per_epoch_;
+  RETURN_IF_ERROR(CheckCheckpointFits(c, run));
   RETURN_IF_ERROR(
       device_.CopyToDevice(params_, c.params.data(), n * sizeof(float)));
   for (size_t i = 0; i < state.size(); ++i) {
@@ -641,98 +502,6 @@ absl::Status Trainer::CheckEveryBucketHandedOver() {
   return absl::OkStatus();
 }
 
-// Every rank evaluates its shard of the test set (i, i + N, ...) and the
-// correct counts are summed through the rendezvous: N times less work per
-// rank than evaluating everything on worker 0, and no rank waits for another.
-absl::StatusOr<double> Trainer::Evaluate(const std::string& round, bool alone,
-                                         int64_t samples) {
-  const Dataset& test = data_.test;
-  const int dim = model_.input_dim();
-  const int classes = model_.num_classes();
-  if (alone && id_.rank != 0) return -1.0;
-  if (!alone) RETURN_IF_ERROR(TakeWorkerZerosBuffers(round));
-  const int64_t size = samples > 0 ? std::min(samples, test.size) : test.size;
-  std::vector<int64_t> shard;
-  const int stride = alone ? 1 : id_.world_size;
-  for (int64_t i = alone ? 0 : id_.rank; i < size; i += stride)
-    shard.push_back(i);
-  std::vector<float> logits(static_cast<size_t>(max_batch_) * classes);
-  int64_t correct = 0;
-  for (size_t first = 0; first < shard.size(); first += max_batch_) {
-    const int rows =
-        static_cast<int>(std::min<size_t>(max_batch_, shard.size() - first));
-    for (int i = 0; i < rows; ++i) {
-      std::copy_n(test.row(shard[first + i]), dim,
-                  host_inputs_.data() + int64_t{i} * dim);
-    }
-    RETURN_IF_ERROR(device_.CopyToDevice(inputs_, host_inputs_.data(),
-                                         sizeof(float) * rows * dim));
-    const float* device_logits = nullptr;
-    RETURN_IF_ERROR(model_.Forward(inputs_, rows, &device_logits));
-    RETURN_IF_ERROR(device_.CopyToHost(logits.data(), device_logits,
-                                       sizeof(float) * rows * classes));
-    for (int i = 0; i < rows; ++i) {
-      const float* row = logits.data() + int64_t{i} * classes;
-      const int predicted =
-          static_cast<int>(std::max_element(row, row + classes) - row);
-      if (predicted == test.labels[shard[first + i]]) ++correct;
-    }
-  }
-  if (alone || rendezvous_ == nullptr || id_.world_size == 1) {
-    return size > 0 ? static_cast<double>(correct) / size : 0.0;
-  }
-  ASSIGN_OR_RETURN(std::vector<std::string> counts,
-                   rendezvous_->AllGather(
-                       absl::StrCat("eval/", round), id_.rank, id_.world_size,
-                       absl::StrCat(correct), options_.timeout));
-  int64_t total = 0;
-  for (int r = 0; r < id_.world_size; ++r) {
-    const std::string& value = counts[r];
-    int64_t count = 0;
-    if (!absl::SimpleAtoi(value, &count)) {
-      return absl::InternalError(
-          absl::StrCat("worker ", r, " sent evaluation count '", value, "'"));
-    }
-    total += count;
-  }
-  return static_cast<double>(total) / test.size;
-}
-
-// Batch-norm running statistics are per worker (each normalises over its own
-// share of the batch, as DDP without SyncBatchNorm), so before the workers
-// evaluate their shards of the test set, every one takes worker 0's: all
-// shards are then scored by one model, worker 0's, which is also the one its
-// checkpoints and --eval_every score. DDP (broadcast_buffers=True) sends
-// rank 0's buffers before every forward; since training-mode forwards only
-// write the running statistics and never read them, sending them before
-// evaluation instead gives the same evaluated model at a fraction of the
-// traffic (38 KB for ResNet-18).
-absl::Status Trainer::TakeWorkerZerosBuffers(const std::string& round) {
-  const int64_t count = model_.buffer_count();
-  if (count == 0 || rendezvous_ == nullptr || id_.world_size == 1) {
-    return absl::OkStatus();
-  }
-  std::string bytes;
-  if (id_.rank == 0) {
-    bytes.resize(count * sizeof(float));
-    RETURN_IF_ERROR(
-        device_.CopyToHost(bytes.data(), model_.buffers(), bytes.size()));
-  }
-  ASSIGN_OR_RETURN(
-      std::string reference,
-      rendezvous_->Broadcast(absl::StrCat("buffers/", round), id_.rank,
-                             /*root=*/0, bytes, options_.timeout));
-  if (id_.rank == 0) return absl::OkStatus();
-  if (reference.size() != static_cast<size_t>(count) * sizeof(float)) {
-    return absl::InternalError(absl::StrCat(
-        "worker ", id_.rank, ": worker 0 sent ", reference.size(),
-        " bytes of model buffers before evaluation ", round, ", expected ",
-        count * sizeof(float), "; every worker needs the same --model"));
-  }
-  return device_.CopyToDevice(model_.buffers(), reference.data(),
-                              reference.size());
-}
-
 absl::Status Trainer::EvaluateEvery() {
   if (options_.eval_every <= 0 || id_.rank != 0 ||
       step_ % options_.eval_every != 0) {
@@ -740,7 +509,7 @@ absl::Status Trainer::EvaluateEvery() {
   }
   const Clock::time_point start = Clock::now();
   ASSIGN_OR_RETURN(const double accuracy,
-                   Evaluate("every", /*alone=*/true, options_.eval_samples));
+                   evaluator_->Evaluate("every", /*alone=*/true, options_.eval_samples));
   const Clock::time_point end = Clock::now();
   eval_seconds_ += std::chrono::duration<double>(end - start).count();
   EvalRecord record;
@@ -940,7 +709,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     if (options_.evaluate) {
       // Replicas that may differ have no one model to share the work on.
       ASSIGN_OR_RETURN(last_accuracy_,
-                       Evaluate(absl::StrCat(epoch), sync_.ReplicasMayDiffer(),
+                       evaluator_->Evaluate(absl::StrCat(epoch), sync_.ReplicasMayDiffer(),
                                 /*samples=*/0));
       record.test_accuracy = last_accuracy_;
     }

@@ -17,8 +17,8 @@
 #include "core/data/image_augmentation.h"
 #include "core/device/device.h"
 #include "core/sync/gradient_sync.h"
-#include "core/train/model.h"
-#include "core/train/optimizer.h"
+#include "core/model/model.h"
+#include "core/optim/optimizer.h"
 #include "core/train/straggler.h"
 
 namespace gradsync {
@@ -39,7 +39,7 @@ struct TrainerOptions {
   OptimizerOptions optimizer;
   std::string lr_scaling = "none";
   bool evaluate = true;
-  // Worker 0 writes a checkpoint (core/train/checkpoint.h) here after every
+  // Worker 0 writes a checkpoint (core/optim/checkpoint.h) here after every
   // epoch, every `checkpoint_every` steps (0: no others) and the last step.
   std::string checkpoint_path;
   int64_t checkpoint_every = 0;

@@ -15,7 +15,7 @@
 #include "core/data/dataset.h"
 #include "core/device/device.h"
 #include "core/sync/gradient_sync.h"
-#include "core/train/model.h"
+#include "core/model/model.h"
 #include "core/train/trainer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

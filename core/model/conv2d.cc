@@ -1,0 +1,138 @@
+#include "core/model/conv2d.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/logging.h"
+
+namespace gradsync {
+namespace {
+
+// A piece of `images` images of the batch as a geometry of its own; the
+// caller offsets the pointers.
+ConvGeometry Piece(const ConvGeometry& g, int images) {
+  ConvGeometry piece = g;
+  piece.batch = images;
+  return piece;
+}
+
+}  // namespace
+
+Conv2d::Conv2d(std::string name, Conv2dShape shape)
+    : name_(std::move(name)), shape_(shape) {}
+
+std::vector<ParamSpec> Conv2d::ParamSpecs() const {
+  std::vector<ParamSpec> specs;
+  specs.push_back({absl::StrCat(name_, ".weight"),
+                   {shape_.out_channels, shape_.in_channels, shape_.kernel,
+                    shape_.kernel}});
+  if (shape_.bias) {
+    specs.push_back({absl::StrCat(name_, ".bias"), {shape_.out_channels}});
+  }
+  return specs;
+}
+
+int64_t Conv2d::weight_count() const {
+  return int64_t{shape_.out_channels} * shape_.in_channels * shape_.kernel *
+         shape_.kernel;
+}
+
+ConvGeometry Conv2d::Geometry(int images, int height, int width,
+                              const ImageLayout& input) const {
+  ConvGeometry g;
+  g.batch = images;
+  g.channels = shape_.in_channels;
+  g.height = height;
+  g.width = width;
+  g.kernel = shape_.kernel;
+  g.stride = shape_.stride;
+  g.padding = shape_.padding;
+  g.out_height =
+      ConvOutputSize(height, shape_.kernel, shape_.stride, shape_.padding);
+  g.out_width =
+      ConvOutputSize(width, shape_.kernel, shape_.stride, shape_.padding);
+  g.input = input;
+  return g;
+}
+
+int64_t Conv2d::ColumnsPerImage(int height, int width) const {
+  const ConvGeometry g = Geometry(1, height, width, ImageLayout{});
+  return g.column_rows() * g.column_cols();
+}
+
+void Conv2d::Bind(Device& device, const float* weight, float* weight_grad,
+                  const float* bias, float* bias_grad, float* columns,
+                  int64_t columns_capacity) {
+  device_ = &device;
+  weight_ = weight;
+  weight_grad_ = weight_grad;
+  bias_ = bias;
+  bias_grad_ = bias_grad;
+  columns_ = columns;
+  columns_capacity_ = columns_capacity;
+}
+
+int Conv2d::ImagesPerPiece(const ConvGeometry& g) const {
+  const int64_t per_image =
+      int64_t{g.out_height} * g.out_width * g.column_cols();
+  GS_CHECK(per_image <= columns_capacity_)
+      << name_ << ": column scratch of " << columns_capacity_
+      << " floats is smaller than one image's " << per_image;
+  return static_cast<int>(
+      std::min<int64_t>(g.batch, columns_capacity_ / per_image));
+}
+
+template <typename Visit>
+void Conv2d::ForEachPiece(const ConvGeometry& g, Visit visit) const {
+  const int per_piece = ImagesPerPiece(g);
+  const int64_t output_per_image =
+      int64_t{g.out_height} * g.out_width * shape_.out_channels;
+  for (int first = 0; first < g.batch; first += per_piece) {
+    visit(Piece(g, std::min(per_piece, g.batch - first)), first * g.input.batch,
+          first * output_per_image);
+  }
+}
+
+void Conv2d::Forward(const float* x, const ConvGeometry& g, float* y) {
+  const int out = shape_.out_channels;
+  ForEachPiece(g, [&](const ConvGeometry& piece, int64_t in, int64_t at) {
+    const int rows = static_cast<int>(piece.column_rows());
+    const int cols = static_cast<int>(piece.column_cols());
+    device_->Im2Col(x + in, piece, columns_);
+    device_->Gemm(/*transpose_a=*/false, /*transpose_b=*/true, rows, out, cols,
+                  1.0f, columns_, weight_, 0.0f, y + at);
+    if (bias_ != nullptr) device_->AddRowBias(y + at, bias_, rows, out);
+  });
+}
+
+void Conv2d::BackwardWeights(const float* x, const ConvGeometry& g,
+                             const float* dy) {
+  const int out = shape_.out_channels;
+  ForEachPiece(g, [&](const ConvGeometry& piece, int64_t in, int64_t at) {
+    const int rows = static_cast<int>(piece.column_rows());
+    const int cols = static_cast<int>(piece.column_cols());
+    device_->Im2Col(x + in, piece, columns_);
+    // dW (+)= dyᵀ · C: [out × rows] · [rows × cols]; the first piece
+    // overwrites.
+    device_->Gemm(/*transpose_a=*/true, /*transpose_b=*/false, out, cols, rows,
+                  1.0f, dy + at, columns_, in == 0 ? 0.0f : 1.0f, weight_grad_);
+  });
+  if (bias_grad_ != nullptr) {
+    device_->SumRows(dy, bias_grad_, static_cast<int>(g.column_rows()), out);
+  }
+}
+
+void Conv2d::BackwardInput(const ConvGeometry& g, const float* dy, float* dx) {
+  const int out = shape_.out_channels;
+  ForEachPiece(g, [&](const ConvGeometry& piece, int64_t in, int64_t at) {
+    const int rows = static_cast<int>(piece.column_rows());
+    const int cols = static_cast<int>(piece.column_cols());
+    // dC = dy · W: [rows × out] · [out × cols].
+    device_->Gemm(/*transpose_a=*/false, /*transpose_b=*/false, rows, cols, out,
+                  1.0f, dy + at, weight_, 0.0f, columns_);
+    device_->Col2Im(columns_, piece, dx + in);
+  });
+}
+
+}  // namespace gradsync

@@ -1,0 +1,473 @@
+// One model code, two devices: the same MLP, data and optimizer on the CPU and
+// the CUDA backend agree step by step within float32 rounding. This is what
+// lets a GPU run of any strategy be compared with the CPU reference. Runs only
+// in CUDA builds with a visible GPU; skips otherwise.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/device/device.h"
+#include "core/device/layer_geometry.h"
+#include "core/sync/param_layout.h"
+#include "core/model/model.h"
+#include "core/optim/optimizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#ifdef GRADSYNC_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace gradsync {
+namespace {
+
+#ifndef GRADSYNC_CUDA
+
+TEST(DeviceParityTest, NeedsACudaBuild) {
+  GTEST_SKIP() << "CPU/CUDA parity needs --config=cuda and a GPU";
+}
+
+#else
+
+// One replica of the training state on one device.
+struct Replica {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Optimizer> optimizer;
+  float* params = nullptr;
+  float* grads = nullptr;
+  float* inputs = nullptr;
+  int32_t* labels = nullptr;
+  float* loss = nullptr;
+};
+
+constexpr int kBatch = 64;
+constexpr int kSteps = 5;
+
+class DeviceParityTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    const cudaError_t error = cudaGetDeviceCount(&count);
+    if (error != cudaSuccess) {
+      GTEST_SKIP() << "no CUDA GPU visible (cudaGetDeviceCount: "
+                   << cudaGetErrorString(error) << ")";
+    }
+    if (count == 0) {
+      GTEST_SKIP() << "no CUDA GPU visible (cudaGetDeviceCount: 0 devices)";
+    }
+    auto model = CreateMlp(MlpOptions());
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto layout = ParamLayout::Create((*model)->ParamSpecs(), 1 << 20);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    layout_ = std::make_unique<ParamLayout>(std::move(*layout));
+    initial_.resize(layout_->total_numel());
+    (*model)->InitParams(7, *layout_, initial_.data());
+
+    // Fashion-MNIST-like batches: pixels in [0, 1), ten classes.
+    std::mt19937_64 generator(11);
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<float> inputs(int64_t{kBatch} * 784);
+      for (float& x : inputs) {
+        x = static_cast<float>(static_cast<double>(generator() >> 11) *
+                               0x1.0p-53);
+      }
+      std::vector<int32_t> labels(kBatch);
+      for (int32_t& label : labels)
+        label = static_cast<int32_t>(generator() % 10);
+      inputs_.push_back(std::move(inputs));
+      labels_.push_back(std::move(labels));
+    }
+  }
+
+  void MakeReplica(DeviceType type, const OptimizerOptions& options,
+                   Replica& replica) {
+    DeviceOptions device_options;
+    device_options.type = type;
+    device_options.cpu_threads = 1;  // one BLAS summation order every run
+    auto device = CreateDevice(device_options);
+    ASSERT_TRUE(device.ok()) << device.status();
+    replica.device = std::move(*device);
+    Device& d = *replica.device;
+    auto model = CreateMlp(MlpOptions());
+    ASSERT_TRUE(model.ok()) << model.status();
+    replica.model = std::move(*model);
+    const int64_t n = layout_->total_numel();
+    replica.params = *d.Allocate<float>(n);
+    replica.grads = *d.Allocate<float>(n);
+    replica.inputs = *d.Allocate<float>(int64_t{kBatch} * 784);
+    replica.labels = *d.Allocate<int32_t>(kBatch);
+    replica.loss = *d.Allocate<float>(1);
+    ASSERT_TRUE(d.CopyToDevice(replica.params, initial_.data(), n * 4).ok());
+    ASSERT_TRUE(
+        replica.model->Bind(d, *layout_, replica.params, replica.grads, kBatch)
+            .ok());
+    auto optimizer = CreateOptimizer(options);
+    ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+    replica.optimizer = std::move(*optimizer);
+    ASSERT_TRUE(replica.optimizer->Bind(d, n).ok());
+  }
+
+  // One training step; returns the loss.
+  float Step(Replica& replica, int step, float lr) {
+    Device& d = *replica.device;
+    EXPECT_TRUE(d.CopyToDevice(replica.inputs, inputs_[step].data(),
+                               inputs_[step].size() * 4)
+                    .ok());
+    EXPECT_TRUE(d.CopyToDevice(replica.labels, labels_[step].data(),
+                               labels_[step].size() * 4)
+                    .ok());
+    std::vector<int> ready;
+    const absl::Status status = replica.model->ForwardBackward(
+        replica.inputs, replica.labels, kBatch, replica.loss,
+        [&ready](int param) { ready.push_back(param); });
+    EXPECT_TRUE(status.ok()) << status;
+    // Both backends report gradients in the same order (the trainer's buckets
+    // depend on it).
+    EXPECT_EQ(ready.size(), layout_->params().size());
+    replica.optimizer->Step(replica.params, replica.grads, lr);
+    float loss = 0;
+    const absl::Status copied = d.CopyToHost(&loss, replica.loss, 4);
+    EXPECT_TRUE(copied.ok()) << copied;
+    return loss;
+  }
+
+  std::vector<float> Read(Replica& replica, const float* buffer) {
+    std::vector<float> host(layout_->total_numel());
+    const absl::Status copied =
+        replica.device->CopyToHost(host.data(), buffer, host.size() * 4);
+    EXPECT_TRUE(copied.ok()) << copied;
+    return host;
+  }
+
+  std::unique_ptr<ParamLayout> layout_;
+  std::vector<float> initial_;
+  std::vector<std::vector<float> > inputs_;
+  std::vector<std::vector<int32_t> > labels_;
+};
+
+TEST_P(DeviceParityTest, SameModelSameStepsOnCpuAndCuda) {
+  OptimizerOptions options;
+  options.kind = GetParam();
+  options.lr = options.kind == "adam" ? 1e-3f : 0.05f;
+  options.weight_decay = 1e-4f;
+  Replica cpu, cuda;
+  MakeReplica(DeviceType::kCpu, options, cpu);
+  MakeReplica(DeviceType::kCuda, options, cuda);
+  if (HasFatalFailure()) return;
+
+  for (int step = 0; step < kSteps; ++step) {
+    const float cpu_loss = Step(cpu, step, options.lr);
+    const float cuda_loss = Step(cuda, step, options.lr);
+    EXPECT_NEAR(cpu_loss, cuda_loss, 1e-4f * std::max(1.0f, cpu_loss))
+        << "loss at step " << step;
+  }
+  // Gradients of the last step and parameters after it. SGD keeps rounding
+  // differences at rounding size. Adam divides by sqrt(v): a gradient that is
+  // ~0 with different rounding on the two devices moves its parameter by up
+  // to lr per step in either direction, so Adam is held to "nearly every
+  // parameter agrees, none by more than the steps could move it".
+  const std::vector<float> cpu_grads = Read(cpu, cpu.grads);
+  const std::vector<float> cuda_grads = Read(cuda, cuda.grads);
+  const std::vector<float> cpu_params = Read(cpu, cpu.params);
+  const std::vector<float> cuda_params = Read(cuda, cuda.params);
+  float grad_scale = 0;
+  for (float g : cpu_grads) grad_scale = std::max(grad_scale, std::fabs(g));
+  int64_t grad_mismatches = 0, param_mismatches = 0;
+  float worst_param = 0;
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    if (std::fabs(cpu_grads[i] - cuda_grads[i]) > 1e-4f * grad_scale) {
+      ++grad_mismatches;
+    }
+    const float diff = std::fabs(cpu_params[i] - cuda_params[i]);
+    worst_param = std::max(worst_param, diff);
+    if (diff > 1e-5f) ++param_mismatches;
+  }
+  if (options.kind == "adam") {
+    EXPECT_LE(grad_mismatches, static_cast<int64_t>(cpu_grads.size() / 1000));
+    EXPECT_LE(param_mismatches, static_cast<int64_t>(cpu_params.size() / 1000))
+        << "of " << cpu_params.size() << " parameters";
+    EXPECT_LE(worst_param, 2.0f * kSteps * options.lr);
+  } else {
+    EXPECT_EQ(grad_mismatches, 0);
+    EXPECT_EQ(param_mismatches, 0) << "worst difference " << worst_param;
+  }
+
+  // Evaluation's forward pass agrees too.
+  const float* cpu_logits = nullptr;
+  const float* cuda_logits = nullptr;
+  ASSERT_TRUE(cpu.model->Forward(cpu.inputs, kBatch, &cpu_logits).ok());
+  ASSERT_TRUE(cuda.model->Forward(cuda.inputs, kBatch, &cuda_logits).ok());
+  std::vector<float> a(kBatch * 10), b(kBatch * 10);
+  ASSERT_TRUE(cpu.device->CopyToHost(a.data(), cpu_logits, a.size() * 4).ok());
+  ASSERT_TRUE(
+      cuda.device->CopyToHost(b.data(), cuda_logits, b.size() * 4).ok());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i], b[i], 1e-4f * std::max(1.0f, std::fabs(a[i]))) << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, DeviceParityTest,
+                         ::testing::Values("sgd", "adam"));
+
+// --- The convolutional layers and models
+// ---------------------------------------
+
+// Empty when a GPU is visible, else why not.
+std::string NoGpuReason() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    return std::string("no CUDA GPU visible (cudaGetDeviceCount: ") +
+           cudaGetErrorString(error) + ")";
+  }
+  return count == 0 ? "no CUDA GPU visible (0 devices)" : "";
+}
+
+std::unique_ptr<Device> MakeDevice(DeviceType type) {
+  DeviceOptions options;
+  options.type = type;
+  options.cpu_threads = 1;
+  auto device = CreateDevice(options);
+  EXPECT_TRUE(device.ok()) << device.status();
+  return device.ok() ? std::move(*device) : nullptr;
+}
+
+std::vector<float> RandomValues(int64_t count, uint64_t seed) {
+  std::mt19937_64 generator(seed);
+  std::vector<float> values(count);
+  for (float& x : values) {
+    x = static_cast<float>(
+        static_cast<double>(generator() >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+  }
+  return values;
+}
+
+template <typename T>
+T* Upload(Device& device, const std::vector<T>& host) {
+  T* buffer = *device.Allocate<T>(static_cast<int64_t>(host.size()));
+  EXPECT_TRUE(
+      device.CopyToDevice(buffer, host.data(), host.size() * sizeof(T)).ok());
+  return buffer;
+}
+
+template <typename T>
+std::vector<T> Download(Device& device, const T* buffer, int64_t count) {
+  std::vector<T> host(count);
+  EXPECT_TRUE(device.CopyToHost(host.data(), buffer, count * sizeof(T)).ok());
+  return host;
+}
+
+void ExpectClose(const std::vector<float>& cpu, const std::vector<float>& cuda,
+                 float relative, const std::string& what) {
+  ASSERT_EQ(cpu.size(), cuda.size()) << what;
+  float scale = 0;
+  for (float v : cpu) scale = std::max(scale, std::fabs(v));
+  int failures = 0;
+  for (size_t i = 0; i < cpu.size() && failures < 5; ++i) {
+    if (!(std::fabs(cpu[i] - cuda[i]) <= relative * std::max(scale, 1e-3f))) {
+      ADD_FAILURE() << what << "[" << i << "]: cpu " << cpu[i] << ", cuda "
+                    << cuda[i];
+      ++failures;
+    }
+  }
+}
+
+// Each new kernel on the same inputs: im2col, col2im and max pooling move
+// values without arithmetic of their own order (col2im adds in the CPU's
+// order), so they match bit for bit; batch norm's per-channel sums are added
+// in a different order on each device.
+TEST(ConvolutionKernelParityTest, KernelsAgreeOnCpuAndCuda) {
+  const std::string no_gpu = NoGpuReason();
+  if (!no_gpu.empty()) GTEST_SKIP() << no_gpu;
+  std::unique_ptr<Device> cpu = MakeDevice(DeviceType::kCpu);
+  std::unique_ptr<Device> cuda = MakeDevice(DeviceType::kCuda);
+  ASSERT_TRUE(cpu && cuda);
+
+  ConvGeometry g;
+  g.batch = 3;
+  g.channels = 5;
+  g.height = 9;
+  g.width = 7;
+  g.kernel = 3;
+  g.stride = 2;
+  g.padding = 1;
+  g.out_height = ConvOutputSize(g.height, 3, 2, 1);
+  g.out_width = ConvOutputSize(g.width, 3, 2, 1);
+  for (bool nchw : {false, true}) {
+    g.input = nchw ? NchwLayout(g.channels, g.height, g.width)
+                   : NhwcLayout(g.channels, g.height, g.width);
+    const std::vector<float> x = RandomValues(g.input_count(), 1);
+    const int64_t columns = g.column_rows() * g.column_cols();
+    std::vector<float> results[2][2];  // [device][im2col, col2im]
+    Device* devices[2] = {cpu.get(), cuda.get()};
+    const std::vector<float> dcols = RandomValues(columns, 2);
+    for (int d = 0; d < 2; ++d) {
+      float* cols = *devices[d]->Allocate<float>(columns);
+      devices[d]->Im2Col(Upload(*devices[d], x), g, cols);
+      results[d][0] = Download(*devices[d], cols, columns);
+      float* dx = *devices[d]->Allocate<float>(g.input_count());
+      devices[d]->Col2Im(Upload(*devices[d], dcols), g, dx);
+      results[d][1] = Download(*devices[d], dx, g.input_count());
+    }
+    EXPECT_EQ(results[0][0], results[1][0]) << "im2col";
+    EXPECT_EQ(results[0][1], results[1][1]) << "col2im";
+  }
+
+  // Batch norm, training forward and backward, and inference.
+  const int64_t rows = 300;
+  const int channels = 37;
+  const std::vector<float> x = RandomValues(rows * channels, 3);
+  const std::vector<float> dy = RandomValues(rows * channels, 4);
+  const std::vector<float> gamma = RandomValues(channels, 5);
+  const std::vector<float> beta = RandomValues(channels, 6);
+  std::vector<float> out[2][5];  // y, running stats, dx, dgamma, inference
+  Device* devices[2] = {cpu.get(), cuda.get()};
+  for (int d = 0; d < 2; ++d) {
+    Device& dev = *devices[d];
+    float* y = *dev.Allocate<float>(rows * channels);
+    float* saved = *dev.Allocate<float>(2 * channels);
+    std::vector<float> running_init(2 * channels, 0.0f);
+    for (int c = 0; c < channels; ++c) running_init[channels + c] = 1.0f;
+    float* running = Upload(dev, running_init);
+    const float* device_x = Upload(dev, x);
+    const float* device_gamma = Upload(dev, gamma);
+    dev.BatchNormForwardTraining(device_x, rows, channels, device_gamma,
+                                 Upload(dev, beta), 0.1f, 1e-5f, y, saved,
+                                 saved + channels, running, running + channels);
+    out[d][0] = Download(dev, y, rows * channels);
+    out[d][1] = Download(dev, running, 2 * channels);
+    float* dx = *dev.Allocate<float>(rows * channels);
+    float* dparams = *dev.Allocate<float>(2 * channels);
+    dev.BatchNormBackward(device_x, Upload(dev, dy), rows, channels,
+                          device_gamma, saved, saved + channels, dx, dparams,
+                          dparams + channels);
+    out[d][2] = Download(dev, dx, rows * channels);
+    out[d][3] = Download(dev, dparams, 2 * channels);
+    dev.BatchNormForwardInference(device_x, rows, channels, device_gamma,
+                                  Upload(dev, beta), running,
+                                  running + channels, 1e-5f, y);
+    out[d][4] = Download(dev, y, rows * channels);
+  }
+  const char* names[5] = {"batch norm y", "running statistics", "batch norm dx",
+                          "dgamma/dbeta", "inference y"};
+  for (int k = 0; k < 5; ++k)
+    ExpectClose(out[0][k], out[1][k], 1e-5f, names[k]);
+
+  // Max pooling (3/2, overlapping windows) and global average pooling.
+  PoolGeometry p;
+  p.batch = 2;
+  p.channels = 6;
+  p.height = 9;
+  p.width = 8;
+  p.kernel = 3;
+  p.stride = 2;
+  p.out_height = ConvOutputSize(p.height, 3, 2, 0);
+  p.out_width = ConvOutputSize(p.width, 3, 2, 0);
+  const std::vector<float> px = RandomValues(p.input_count(), 7);
+  const std::vector<float> pdy = RandomValues(p.output_count(), 8);
+  std::vector<float> pooled[2][4];
+  std::vector<int32_t> where[2];
+  for (int d = 0; d < 2; ++d) {
+    Device& dev = *devices[d];
+    float* y = *dev.Allocate<float>(p.output_count());
+    int32_t* at = *dev.Allocate<int32_t>(p.output_count());
+    const float* device_x = Upload(dev, px);
+    dev.MaxPoolForward(device_x, p, y, at);
+    pooled[d][0] = Download(dev, y, p.output_count());
+    where[d] = Download(dev, at, p.output_count());
+    float* dx = *dev.Allocate<float>(p.input_count());
+    dev.MaxPoolBackward(Upload(dev, pdy), at, p, dx);
+    pooled[d][1] = Download(dev, dx, p.input_count());
+    const int pixels = p.height * p.width;
+    float* mean = *dev.Allocate<float>(p.batch * p.channels);
+    dev.GlobalAvgPoolForward(device_x, p.batch, pixels, p.channels, mean);
+    pooled[d][2] = Download(dev, mean, p.batch * p.channels);
+    dev.GlobalAvgPoolBackward(mean, p.batch, pixels, p.channels, dx);
+    pooled[d][3] = Download(dev, dx, p.input_count());
+  }
+  EXPECT_EQ(pooled[0][0], pooled[1][0]) << "max pool";
+  EXPECT_EQ(where[0], where[1]) << "max pool positions";
+  EXPECT_EQ(pooled[0][1], pooled[1][1]) << "max pool gradient";
+  EXPECT_EQ(pooled[0][2], pooled[1][2]) << "global average pool";
+  EXPECT_EQ(pooled[0][3], pooled[1][3]) << "global average pool gradient";
+}
+
+// A whole model's step: loss, every gradient, the running statistics and
+// evaluation's logits agree within float rounding.
+class ConvolutionalModelParityTest
+    : public ::testing::TestWithParam<std::string> {};
+
+std::unique_ptr<Model> MakeConvolutionalModel(const std::string& kind) {
+  absl::StatusOr<std::unique_ptr<Model> > model;
+  if (kind == "cnn") {
+    model = CreateCnn(CnnOptions{});
+  } else {
+    model = CreateResNet(ResNetOptions{});
+  }
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
+TEST_P(ConvolutionalModelParityTest, OneStepAgreesOnCpuAndCuda) {
+  const std::string no_gpu = NoGpuReason();
+  if (!no_gpu.empty()) GTEST_SKIP() << no_gpu;
+  const int batch = 16;
+  std::unique_ptr<Model> reference = MakeConvolutionalModel(GetParam());
+  ASSERT_TRUE(reference);
+  auto layout = ParamLayout::Create(reference->ParamSpecs(), 1 << 20);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const int64_t n = layout->total_numel();
+  std::vector<float> initial(n);
+  reference->InitParams(3, *layout, initial.data());
+  const std::vector<float> inputs =
+      RandomValues(int64_t{batch} * reference->input_dim(), 9);
+  std::vector<int32_t> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = (7 * i) % 10;
+
+  std::vector<float> loss(2), grads[2], buffers[2], logits[2];
+  const DeviceType types[2] = {DeviceType::kCpu, DeviceType::kCuda};
+  for (int d = 0; d < 2; ++d) {
+    std::unique_ptr<Device> device = MakeDevice(types[d]);
+    ASSERT_TRUE(device);
+    std::unique_ptr<Model> model = MakeConvolutionalModel(GetParam());
+    float* params = Upload(*device, initial);
+    float* grad = *device->Allocate<float>(n);
+    ASSERT_TRUE(model->Bind(*device, *layout, params, grad, batch).ok());
+    float* device_inputs = Upload(*device, inputs);
+    int32_t* device_labels = Upload(*device, labels);
+    float* device_loss = *device->Allocate<float>(1);
+    ASSERT_TRUE(model
+                    ->ForwardBackward(device_inputs, device_labels, batch,
+                                      device_loss, nullptr)
+                    .ok());
+    loss[d] = Download(*device, device_loss, 1)[0];
+    grads[d] = Download(*device, grad, n);
+    buffers[d] = Download(*device, model->buffers(), model->buffer_count());
+    const float* device_logits = nullptr;
+    ASSERT_TRUE(model->Forward(device_inputs, batch, &device_logits).ok());
+    logits[d] = Download(*device, device_logits, int64_t{batch} * 10);
+  }
+  EXPECT_NEAR(loss[0], loss[1], 1e-4f * std::max(1.0f, loss[0]));
+  for (const ParamInfo& info : layout->params()) {
+    ExpectClose(std::vector<float>(grads[0].begin() + info.offset,
+                                   grads[0].begin() + info.offset + info.numel),
+                std::vector<float>(grads[1].begin() + info.offset,
+                                   grads[1].begin() + info.offset + info.numel),
+                1e-3f, info.spec.name);
+  }
+  ExpectClose(buffers[0], buffers[1], 1e-4f, "running statistics");
+  ExpectClose(logits[0], logits[1], 1e-4f, "evaluation logits");
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ConvolutionalModelParityTest,
+                         ::testing::Values("cnn", "resnet18"));
+
+#endif  // GRADSYNC_CUDA
+
+}  // namespace
+}  // namespace gradsync

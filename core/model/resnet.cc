@@ -1,0 +1,478 @@
+// ResNet-18 in the form used for CIFAR-10 (--model=resnet18), on the Device
+// interface: a 3×3 stride-1 stem (no 7×7 convolution, no initial max-pool,
+// since 32×32 images have few pixels to spare), four stages of BasicBlocks
+// ([2,2,2,2] over widths [64,128,256,512], the first block of stages 2-4
+// halving the resolution with stride 2 and a 1×1 convolution + batch norm on
+// the shortcut), global average pooling and a fully connected classifier.
+// Convolutions have no bias (batch norm follows each). For 10 classes:
+// 62 tensors, 11,173,962 parameters.
+//
+// Parameters are named and ordered as torchvision's resnet18 lists them in
+// named_parameters() (conv1, bn1, layer1.0.conv1, layer1.0.bn1, ...,
+// layer2.0.downsample.0/.1, ..., fc), so the buckets follow DDP's (reverse
+// order). Backward hands every gradient to `ready` as soon as it is final,
+// classifier first, stage 4 before stage 3 and so on: buckets of the late
+// layers are on the wire while the early layers' backward still runs.
+//
+// Activations are NHWC (core/device/layer_geometry.h). The stem reads the
+// data set's CHW rows in place.
+//
+// A BasicBlock, with x its input:
+//   out = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))
+//   shortcut = x, or bn(conv1×1 stride s (x)) where the shape changes.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
+#include "core/model/batch_norm.h"
+#include "core/model/bounded_memory_model.h"
+#include "core/model/conv2d.h"
+#include "core/model/model.h"
+#include "core/model/param_init.h"
+#include "core/model/pooling.h"
+
+namespace gradsync {
+namespace {
+
+// The column scratch's cap (64 MiB): batches whose column matrix is larger
+// are convolved in pieces of whole images (conv2d.h).
+constexpr int64_t kMaxColumnFloats = int64_t{1} << 24;
+
+// A convolution and the parameter index of its weight.
+struct ConvLayer {
+  Conv2d conv;
+  int weight = -1;
+};
+
+// A batch norm and the parameter indices of its weight (γ) and bias (β).
+struct NormLayer {
+  BatchNorm norm;
+  int weight = -1;
+  int bias = -1;
+};
+
+struct Block {
+  int in_channels = 0, out_channels = 0;
+  int in_height = 0, in_width = 0, out_height = 0, out_width = 0;
+  std::unique_ptr<ConvLayer> conv1, conv2, down_conv;
+  std::unique_ptr<NormLayer> bn1, bn2, down_bn;
+  // Activations, [rows·out_height·out_width × out_channels] each.
+  float* conv1_out = nullptr;  // bn1's input
+  float* act1 = nullptr;       // relu(bn1(...)), conv2's input
+  float* conv2_out = nullptr;  // bn2's input
+  float* out = nullptr;        // the block's output, after the last ReLU
+  float* down_out = nullptr;   // the shortcut convolution's output, bn's input
+};
+
+class ResNet : public BoundedMemoryModel {
+ public:
+  explicit ResNet(const ResNetOptions& options);
+
+  std::string name() const override { return name_; }
+  std::vector<ParamSpec> ParamSpecs() const override { return specs_; }
+  void InitParams(uint64_t seed, const ParamLayout& layout,
+                  float* host_params) const override;
+
+  int64_t buffer_count() const override { return buffer_count_; }
+  float* buffers() override { return buffers_; }
+
+ private:
+  std::unique_ptr<ConvLayer> AddConv(const std::string& name,
+                                     Conv2dShape shape);
+  std::unique_ptr<NormLayer> AddNorm(const std::string& name, int channels);
+  template <typename Visit>
+  void ForEachNorm(Visit visit);
+  template <typename Visit>
+  void ForEachConv(Visit visit);
+
+  absl::Status BindLayers(Device& device) override;
+  void RunForward(const float* inputs, int images, bool training) override;
+  void RunBackward(const float* inputs, const int32_t* labels, int batch,
+                   float* device_loss, const GradReadyCallback& ready) override;
+  void Normalize(NormLayer& layer, const float* x, int64_t rows, float* y,
+                 bool training) {
+    if (training) {
+      layer.norm.ForwardTraining(x, rows, y);
+    } else {
+      layer.norm.ForwardInference(x, rows, y);
+    }
+  }
+  ConvGeometry StemGeometry(int images) const {
+    const ImageInput& in = options_.input;
+    return stem_conv_->conv.Geometry(
+        images, in.height, in.width,
+        NchwLayout(in.channels, in.height, in.width));
+  }
+
+  const ResNetOptions options_;
+  std::string name_;
+  std::vector<ParamSpec> specs_;
+  // Kaiming-normal std of each convolution weight, by parameter index (0 for
+  // the others).
+  std::vector<float> conv_std_;
+  std::unique_ptr<ConvLayer> stem_conv_;
+  std::unique_ptr<NormLayer> stem_bn_;
+  std::vector<Block> blocks_;
+  int fc_weight_ = -1, fc_bias_ = -1;
+  int features_ = 0;  // the last stage's width
+  int64_t buffer_count_ = 0;
+
+  float* buffers_ = nullptr;
+  float* stem_conv_out_ = nullptr;
+  float* stem_out_ = nullptr;
+  float* pooled_ = nullptr;  // [rows × features]
+  float* dlogits_ = nullptr;
+  float* dpooled_ = nullptr;
+  float* delta_[2] = {nullptr, nullptr};    // the gradient between blocks
+  float* scratch_[2] = {nullptr, nullptr};  // within a block
+  float* columns_ = nullptr;
+};
+
+std::unique_ptr<ConvLayer> ResNet::AddConv(const std::string& name,
+                                           Conv2dShape shape) {
+  auto layer = std::make_unique<ConvLayer>(ConvLayer{Conv2d(name, shape)});
+  layer->weight = static_cast<int>(specs_.size());
+  specs_.push_back(layer->conv.ParamSpecs()[0]);
+  // torchvision: kaiming_normal_(mode="fan_out", nonlinearity="relu").
+  conv_std_.push_back(
+      std::sqrt(2.0f / static_cast<float>(shape.out_channels * shape.kernel *
+                                          shape.kernel)));
+  return layer;
+}
+
+std::unique_ptr<NormLayer> ResNet::AddNorm(const std::string& name,
+                                           int channels) {
+  auto layer =
+      std::make_unique<NormLayer>(NormLayer{BatchNorm(name, channels)});
+  layer->weight = static_cast<int>(specs_.size());
+  layer->bias = layer->weight + 1;
+  for (const ParamSpec& spec : layer->norm.ParamSpecs()) {
+    specs_.push_back(spec);
+    conv_std_.push_back(0.0f);
+  }
+  buffer_count_ += layer->norm.buffer_count();
+  return layer;
+}
+
+ResNet::ResNet(const ResNetOptions& options)
+    : BoundedMemoryModel(options.input, options.max_rows_in_memory),
+      options_(options) {
+  const ImageInput& in = options.input;
+  const int stem_width = options.widths[0];
+  stem_conv_ = AddConv("conv1", {in.channels, stem_width, 3, 1, 1, false});
+  stem_bn_ = AddNorm("bn1", stem_width);
+  int channels = stem_width, height = in.height, width = in.width;
+  for (size_t stage = 0; stage < options.blocks.size(); ++stage) {
+    for (int index = 0; index < options.blocks[stage]; ++index) {
+      const std::string prefix = absl::StrCat("layer", stage + 1, ".", index);
+      const int stride = stage > 0 && index == 0 ? 2 : 1;
+      Block block;
+      block.in_channels = channels;
+      block.out_channels = options.widths[stage];
+      block.in_height = height;
+      block.in_width = width;
+      block.out_height = ConvOutputSize(height, 3, stride, 1);
+      block.out_width = ConvOutputSize(width, 3, stride, 1);
+      block.conv1 =
+          AddConv(absl::StrCat(prefix, ".conv1"),
+                  {channels, block.out_channels, 3, stride, 1, false});
+      block.bn1 = AddNorm(absl::StrCat(prefix, ".bn1"), block.out_channels);
+      block.conv2 =
+          AddConv(absl::StrCat(prefix, ".conv2"),
+                  {block.out_channels, block.out_channels, 3, 1, 1, false});
+      block.bn2 = AddNorm(absl::StrCat(prefix, ".bn2"), block.out_channels);
+      if (stride != 1 || channels != block.out_channels) {
+        block.down_conv =
+            AddConv(absl::StrCat(prefix, ".downsample.0"),
+                    {channels, block.out_channels, 1, stride, 0, false});
+        block.down_bn =
+            AddNorm(absl::StrCat(prefix, ".downsample.1"), block.out_channels);
+      }
+      channels = block.out_channels;
+      height = block.out_height;
+      width = block.out_width;
+      blocks_.push_back(std::move(block));
+    }
+  }
+  features_ = channels;
+  fc_weight_ = static_cast<int>(specs_.size());
+  specs_.push_back({"fc.weight", {in.num_classes, channels}});
+  fc_bias_ = fc_weight_ + 1;
+  specs_.push_back({"fc.bias", {in.num_classes}});
+  conv_std_.push_back(0.0f);
+  conv_std_.push_back(0.0f);
+  const bool resnet18 = options.blocks == std::vector<int>{2, 2, 2, 2} &&
+                        options.widths == std::vector<int>{64, 128, 256, 512};
+  name_ = resnet18 ? "resnet18"
+                   : absl::StrCat("resnet-", absl::StrJoin(options.blocks, "."),
+                                  "-", absl::StrJoin(options.widths, "."));
+  absl::StrAppend(&name_, "-", in.channels, "x", in.height, "x", in.width, "-",
+                  in.num_classes);
+}
+
+template <typename Visit>
+void ResNet::ForEachNorm(Visit visit) {
+  visit(*stem_bn_);
+  for (Block& block : blocks_) {
+    visit(*block.bn1);
+    visit(*block.bn2);
+    if (block.down_bn) visit(*block.down_bn);
+  }
+}
+
+template <typename Visit>
+void ResNet::ForEachConv(Visit visit) {
+  visit(*stem_conv_, options_.input.height, options_.input.width);
+  for (Block& block : blocks_) {
+    visit(*block.conv1, block.in_height, block.in_width);
+    visit(*block.conv2, block.out_height, block.out_width);
+    if (block.down_conv) {
+      visit(*block.down_conv, block.in_height, block.in_width);
+    }
+  }
+}
+
+absl::Status ResNet::BindLayers(Device& device) {
+  const int64_t rows = rows_in_memory();
+  const ImageInput& in = options_.input;
+  const int stem_width = options_.widths[0];
+
+  // Activations.
+  const int64_t stem_size = rows * in.height * in.width * stem_width;
+  int64_t largest = stem_size;
+  ASSIGN_OR_RETURN(stem_conv_out_, device.Allocate<float>(stem_size));
+  ASSIGN_OR_RETURN(stem_out_, device.Allocate<float>(stem_size));
+  for (Block& block : blocks_) {
+    const int64_t size =
+        rows * block.out_height * block.out_width * block.out_channels;
+    largest =
+        std::max({largest, size,
+                  rows * block.in_height * block.in_width * block.in_channels});
+    ASSIGN_OR_RETURN(block.conv1_out, device.Allocate<float>(size));
+    ASSIGN_OR_RETURN(block.act1, device.Allocate<float>(size));
+    ASSIGN_OR_RETURN(block.conv2_out, device.Allocate<float>(size));
+    ASSIGN_OR_RETURN(block.out, device.Allocate<float>(size));
+    if (block.down_conv) {
+      ASSIGN_OR_RETURN(block.down_out, device.Allocate<float>(size));
+    }
+  }
+  ASSIGN_OR_RETURN(pooled_, device.Allocate<float>(rows * features_));
+  ASSIGN_OR_RETURN(dpooled_, device.Allocate<float>(rows * features_));
+  ASSIGN_OR_RETURN(dlogits_, device.Allocate<float>(rows * in.num_classes));
+  for (float** buffer : {&delta_[0], &delta_[1], &scratch_[0], &scratch_[1]}) {
+    ASSIGN_OR_RETURN(*buffer, device.Allocate<float>(largest));
+  }
+
+  // The convolutions share one column scratch.
+  int64_t per_image = 0;
+  ForEachConv([&](ConvLayer& layer, int height, int width) {
+    per_image = std::max(per_image, layer.conv.ColumnsPerImage(height, width));
+  });
+  const int64_t capacity =
+      std::max(per_image, std::min(rows * per_image, kMaxColumnFloats));
+  ASSIGN_OR_RETURN(columns_, device.Allocate<float>(capacity));
+  ForEachConv([&](ConvLayer& layer, int, int) {
+    layer.conv.Bind(device, param(layer.weight), grad(layer.weight), nullptr,
+                    nullptr, columns_, capacity);
+  });
+
+  // Running statistics (the buffers), and each norm's saved batch statistics.
+  ASSIGN_OR_RETURN(buffers_, device.Allocate<float>(buffer_count_));
+  ASSIGN_OR_RETURN(float* saved, device.Allocate<float>(buffer_count_));
+  int64_t offset = 0;
+  ForEachNorm([&](NormLayer& layer) {
+    layer.norm.Bind(device, param(layer.weight), param(layer.bias),
+                    grad(layer.weight), grad(layer.bias), buffers_ + offset,
+                    saved + offset);
+    offset += layer.norm.buffer_count();
+  });
+  return absl::OkStatus();
+}
+
+void ResNet::InitParams(uint64_t seed, const ParamLayout& layout,
+                        float* host_params) const {
+  GS_CHECK(layout.params().size() == specs_.size())
+      << name() << ": InitParams with a layout of " << layout.params().size()
+      << " parameters";
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const ParamInfo& info = layout.params()[i];
+    float* out = host_params + info.offset;
+    const int index = static_cast<int>(i);
+    std::mt19937_64 generator = ParamGenerator(seed, index);
+    if (index == fc_weight_ || index == fc_bias_) {
+      // PyTorch's nn.Linear default.
+      FillUniform(generator, 1.0f / std::sqrt(static_cast<float>(features_)),
+                  out, info.numel);
+    } else if (conv_std_[i] > 0.0f) {
+      FillNormal(generator, conv_std_[i], out, info.numel);
+    } else {
+      // Batch norm: γ = 1, β = 0 (the weight precedes the bias).
+      const bool is_weight =
+          info.spec.name.size() >= 7 &&
+          info.spec.name.compare(info.spec.name.size() - 7, 7, ".weight") == 0;
+      FillConstant(is_weight ? 1.0f : 0.0f, out, info.numel);
+    }
+  }
+}
+
+void ResNet::RunForward(const float* inputs, int images, bool training) {
+  Device& d = device();
+  const ConvGeometry stem = StemGeometry(images);
+  const int stem_width = options_.widths[0];
+  stem_conv_->conv.Forward(inputs, stem, stem_conv_out_);
+  Normalize(*stem_bn_, stem_conv_out_, stem.column_rows(), stem_out_, training);
+  d.ReluForward(stem_out_, stem.column_rows() * stem_width);
+  const float* x = stem_out_;
+  for (Block& block : blocks_) {
+    const ConvGeometry g1 = block.conv1->conv.Geometry(
+        images, block.in_height, block.in_width,
+        NhwcLayout(block.in_channels, block.in_height, block.in_width));
+    const int64_t rows = g1.column_rows();
+    const int64_t size = rows * block.out_channels;
+    block.conv1->conv.Forward(x, g1, block.conv1_out);
+    Normalize(*block.bn1, block.conv1_out, rows, block.act1, training);
+    d.ReluForward(block.act1, size);
+    const ConvGeometry g2 = block.conv2->conv.Geometry(
+        images, block.out_height, block.out_width,
+        NhwcLayout(block.out_channels, block.out_height, block.out_width));
+    block.conv2->conv.Forward(block.act1, g2, block.conv2_out);
+    Normalize(*block.bn2, block.conv2_out, rows, block.out, training);
+    if (block.down_conv) {
+      const ConvGeometry gd = block.down_conv->conv.Geometry(
+          images, block.in_height, block.in_width, g1.input);
+      block.down_conv->conv.Forward(x, gd, block.down_out);
+      Normalize(*block.down_bn, block.down_out, rows, scratch_[0], training);
+      d.Add(block.out, scratch_[0], size);
+    } else {
+      d.Add(block.out, x, size);
+    }
+    d.ReluForward(block.out, size);
+    x = block.out;
+  }
+  const Block& last = blocks_.back();
+  const int pixels = last.out_height * last.out_width;
+  GlobalAvgPoolForward(d, x, images, pixels, features_, pooled_);
+  const int classes = options_.input.num_classes;
+  d.Gemm(false, true, images, classes, features_, 1.0f, pooled_,
+         param(fc_weight_), 0.0f, logits());
+  d.AddRowBias(logits(), param(fc_bias_), images, classes);
+}
+
+void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
+                         float* device_loss, const GradReadyCallback& report) {
+  auto report_norm = [&](const NormLayer& layer) {
+    report(layer.bias);
+    report(layer.weight);
+  };
+  Device& d = device();
+
+  // Classifier and pooling.
+  const int classes = options_.input.num_classes;
+  d.SoftmaxCrossEntropy(logits(), labels, batch, classes, dlogits_,
+                        device_loss);
+  d.SumRows(dlogits_, grad(fc_bias_), batch, classes);
+  report(fc_bias_);
+  d.Gemm(true, false, classes, features_, batch, 1.0f, dlogits_, pooled_, 0.0f,
+         grad(fc_weight_));
+  report(fc_weight_);
+  d.Gemm(false, false, batch, features_, classes, 1.0f, dlogits_,
+         param(fc_weight_), 0.0f, dpooled_);
+  const Block& last = blocks_.back();
+  int current = 0;  // delta_[current]: the gradient of the block's output
+  GlobalAvgPoolBackward(d, dpooled_, batch, last.out_height * last.out_width,
+                        features_, delta_[current]);
+
+  for (int b = static_cast<int>(blocks_.size()) - 1; b >= 0; --b) {
+    Block& block = blocks_[b];
+    const float* x = b > 0 ? blocks_[b - 1].out : stem_out_;
+    const ConvGeometry g1 = block.conv1->conv.Geometry(
+        batch, block.in_height, block.in_width,
+        NhwcLayout(block.in_channels, block.in_height, block.in_width));
+    const ConvGeometry g2 = block.conv2->conv.Geometry(
+        batch, block.out_height, block.out_width,
+        NhwcLayout(block.out_channels, block.out_height, block.out_width));
+    const int64_t rows = g1.column_rows();
+    const int64_t size = rows * block.out_channels;
+    float* grad_out = delta_[current];
+    float* grad_in = delta_[1 - current];
+    // Through the last ReLU: grad_out becomes the gradient of both branches'
+    // sum, which each branch receives whole.
+    d.ReluBackward(block.out, grad_out, size);
+    block.bn2->norm.Backward(block.conv2_out, grad_out, rows, scratch_[0]);
+    report_norm(*block.bn2);
+    block.conv2->conv.BackwardWeights(block.act1, g2, scratch_[0]);
+    report(block.conv2->weight);
+    block.conv2->conv.BackwardInput(g2, scratch_[0], scratch_[1]);
+    d.ReluBackward(block.act1, scratch_[1], size);
+    block.bn1->norm.Backward(block.conv1_out, scratch_[1], rows, scratch_[0]);
+    report_norm(*block.bn1);
+    block.conv1->conv.BackwardWeights(x, g1, scratch_[0]);
+    report(block.conv1->weight);
+    block.conv1->conv.BackwardInput(g1, scratch_[0], grad_in);
+    const int64_t in_size =
+        int64_t{batch} * block.in_height * block.in_width * block.in_channels;
+    if (block.down_conv) {
+      const ConvGeometry gd = block.down_conv->conv.Geometry(
+          batch, block.in_height, block.in_width, g1.input);
+      block.down_bn->norm.Backward(block.down_out, grad_out, rows, scratch_[1]);
+      report_norm(*block.down_bn);
+      block.down_conv->conv.BackwardWeights(x, gd, scratch_[1]);
+      report(block.down_conv->weight);
+      block.down_conv->conv.BackwardInput(gd, scratch_[1], scratch_[0]);
+      d.Add(grad_in, scratch_[0], in_size);
+    } else {
+      d.Add(grad_in, grad_out, in_size);
+    }
+    current = 1 - current;
+  }
+
+  // The stem; its input gradient is not needed.
+  const ConvGeometry stem = StemGeometry(batch);
+  const int64_t stem_rows = stem.column_rows();
+  float* grad = delta_[current];
+  d.ReluBackward(stem_out_, grad, stem_rows * options_.widths[0]);
+  stem_bn_->norm.Backward(stem_conv_out_, grad, stem_rows, scratch_[0]);
+  report_norm(*stem_bn_);
+  stem_conv_->conv.BackwardWeights(inputs, stem, scratch_[0]);
+  report(stem_conv_->weight);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> CreateResNet(
+    const ResNetOptions& options) {
+  const ImageInput& in = options.input;
+  if (in.channels < 1 || in.height < 1 || in.width < 1 || in.num_classes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model=resnet18 takes images (channels x height x width, CIFAR-10's "
+        "3x32x32); the data set gives ",
+        in.channels, "x", in.height, "x", in.width, " with ", in.num_classes,
+        " classes (an image data set sets channels, height and width)"));
+  }
+  if (options.blocks.empty() ||
+      options.blocks.size() != options.widths.size()) {
+    return absl::InvalidArgumentError(
+        "resnet: blocks per stage and stage widths must be non-empty lists of "
+        "the same length");
+  }
+  for (size_t i = 0; i < options.blocks.size(); ++i) {
+    if (options.blocks[i] < 1 || options.widths[i] < 1) {
+      return absl::InvalidArgumentError(
+          "resnet: every stage needs at least one block and one channel");
+    }
+  }
+  if (options.max_rows_in_memory < 1) {
+    return absl::InvalidArgumentError("resnet: max rows must be >= 1");
+  }
+  return std::unique_ptr<Model>(std::make_unique<ResNet>(options));
+}
+
+}  // namespace gradsync
