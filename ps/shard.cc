@@ -645,13 +645,15 @@ void ServerShard::AdvanceClock(KeyState& key, int rank, int64_t step) {
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&stats_mu_);
   auto caught_up = std::remove_if(
-      key.early.begin(), key.early.end(), [&](const KeyState::EarlyRead& read) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mu_, key.mu) {
-        if (read.step >= slowest) return false;
-        const int64_t saved = absl::ToInt64Nanoseconds(now - read.at);
-        saved_ns_[read.worker] += saved;
-        key.unreported_saved_ns[read.worker] += saved;
-        return true;
-      });
+      key.early.begin(), key.early.end(),
+      [&](const KeyState::EarlyRead& read)
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mu_, key.mu) {
+            if (read.step >= slowest) return false;
+            const int64_t saved = absl::ToInt64Nanoseconds(now - read.at);
+            saved_ns_[read.worker] += saved;
+            key.unreported_saved_ns[read.worker] += saved;
+            return true;
+          });
   key.early.erase(caught_up, key.early.end());
 }
 
