@@ -35,8 +35,12 @@ else
       while read -r f; do [[ -f "$f" ]] && echo "$f"; done)
 fi
 
-nice -n 5 bazel build --color=no --curses=no --jobs=2 //proto:all >/dev/null 2>&1 ||
-  { echo "thread_safety_check: bazel build //proto:all failed" >&2; exit 1; }
+if ! build_log=$(nice -n 5 bazel build --color=no --curses=no --jobs=2 \
+                   //proto:all 2>&1); then
+  echo "$build_log" >&2
+  echo "thread_safety_check: bazel build //proto:all failed (above)" >&2
+  exit 1
+fi
 BAZEL_BIN=$(bazel info --color=no --curses=no bazel-bin 2>/dev/null)
 
 export CLANG BAZEL_BIN
