@@ -246,6 +246,7 @@ absl::StatusOr<std::unique_ptr<ServerShard::KeyState>> ServerShard::NewKey(
     Device* optimizer_device, const OptimizerOptions& optimizer,
     bool asynchronous, const std::string& context) const {
   auto state = std::make_unique<KeyState>();
+  absl::MutexLock lock(&state->mu);  // not shared yet; satisfies the analysis
   state->id = spec.key();
   state->numel = spec.numel();
   state->shard_offset = shard_offset;
@@ -644,13 +645,15 @@ void ServerShard::AdvanceClock(KeyState& key, int rank, int64_t step) {
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&stats_mu_);
   auto caught_up = std::remove_if(
-      key.early.begin(), key.early.end(), [&](const KeyState::EarlyRead& read) {
-        if (read.step >= slowest) return false;
-        const int64_t saved = absl::ToInt64Nanoseconds(now - read.at);
-        saved_ns_[read.worker] += saved;
-        key.unreported_saved_ns[read.worker] += saved;
-        return true;
-      });
+      key.early.begin(), key.early.end(),
+      [&](const KeyState::EarlyRead& read)
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mu_, key.mu) {
+            if (read.step >= slowest) return false;
+            const int64_t saved = absl::ToInt64Nanoseconds(now - read.at);
+            saved_ns_[read.worker] += saved;
+            key.unreported_saved_ns[read.worker] += saved;
+            return true;
+          });
   key.early.erase(caught_up, key.early.end());
 }
 
@@ -903,6 +906,7 @@ absl::Status ServerShard::LoadCheckpoint(
   for (const auto& key : keys) {
     std::copy_n(c.params.begin() + key->shard_offset, key->numel,
                 key->params.begin());
+    absl::MutexLock lock(&key->mu);  // not shared yet; satisfies the analysis
     key->params_received = key->numel;
     for (size_t b = 0; b < key->optimizers.size(); ++b) {
       const int64_t begin = static_cast<int64_t>(b) * block_floats_;
