@@ -1,5 +1,6 @@
-// The `gradsync server` command (see server_command.h).
-#include "ps/server_command.h"
+// The `gradsync server` command (see commands.h): the edge where the
+// --ps_* flags and the environment become a ParameterServer's options.
+#include "tools/commands.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,5 +1,5 @@
-// One process of ps_process_test. With GRADSYNC_ROLE=server it is exactly
-// `gradsync server` (RunServerCommand). Otherwise it is a worker that trains
+// One process of //ps:ps_process_test. With GRADSYNC_ROLE=server it is
+// exactly `gradsync server` (RunServerCommand, tools/server_command.cc). Otherwise it is a worker that trains
 // nothing: it runs --steps of --sync=ps over a fixed layout with small
 // integer gradients and checks every result bit for bit against the average
 // (--ps_update=worker) or core's optimizer run on it (--ps_update=server).
@@ -21,12 +21,12 @@
 #include "core/sync/param_layout.h"
 #include "core/train/optimizer.h"
 #include "ps/ps_sync.h"
-#include "ps/server_command.h"
 #include "tools/cluster_flags.h"
+#include "tools/commands.h"
 
 ABSL_FLAG(int, steps, 3, "steps to run");
 ABSL_FLAG(double, timeout_s, 20, "deadline of every wait on a peer");
-// Read by `gradsync server` (ps/server_command.cc) as by the trainer.
+// Read by `gradsync server` (tools/server_command.cc) as by the trainer.
 ABSL_FLAG(std::string, trace, "",
           "timeline file (servers: <trace>.server<k>.json)");
 ABSL_FLAG(int64_t, trace_steps, 20, "steps recorded by --trace");

@@ -1,4 +1,4 @@
-// One rank of a multi-process ring check: reads who it is from the
+// One rank of //allreduce:ring_multiprocess_test's ring check: reads who it is from the
 // environment (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT/GRADSYNC_JOB_ID, see
 // core/cluster/cluster_env.h), hosts the coordinator if it is rank 0, builds
 // the ring and all-reduces integer-valued buffers of awkward sizes, checking
