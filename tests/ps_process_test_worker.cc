@@ -25,11 +25,8 @@
 #include "tools/commands.h"
 
 ABSL_FLAG(int, steps, 3, "steps to run");
-ABSL_FLAG(double, timeout_s, 20, "deadline of every wait on a peer");
-// Read by `gradsync server` (tools/server_command.cc) as by the trainer.
-ABSL_FLAG(std::string, trace, "",
-          "timeline file (servers: <trace>.server<k>.json)");
-ABSL_FLAG(int64_t, trace_steps, 20, "steps recorded by --trace");
+// --timeout_s (tools/cluster_flags.cc) and --trace (tools/trace_flags.cc)
+// are the command line's own, as `gradsync server` reads them.
 ABSL_FLAG(int, exit_after_setup, -1,
           "this worker rank exits with code 3 right after Setup (a worker "
           "that disappears)");
@@ -51,7 +48,7 @@ float Gradient(int rank, int step, int64_t i) {
 // before the coordinator (worker 0's) goes down and takes the others with it.
 absl::Status RunWorker(const ClusterEnv& env,
                        std::unique_ptr<CoordinatorServer>& coordinator_server) {
-  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  ASSIGN_OR_RETURN(const absl::Duration timeout, PeerTimeoutFromFlags());
   CoordinatorClientOptions client_options;
   ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());
   if (env.rank == 0) {

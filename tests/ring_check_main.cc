@@ -30,7 +30,7 @@
 #include "core/cluster/coordinator.h"
 #include "tools/cluster_flags.h"
 
-ABSL_FLAG(double, timeout_s, 60, "every wait on a peer gives up after this");
+// --timeout_s is tools/cluster_flags.cc's, as `gradsync train` reads it.
 ABSL_FLAG(int, depart_rank, -1,
           "testing: this rank leaves in the middle of the largest all-reduce");
 
@@ -55,7 +55,7 @@ absl::Status Depart(RingTransport& transport, int64_t bytes) {
 }
 
 absl::Status Check(const ClusterEnv& env) {
-  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  ASSIGN_OR_RETURN(const absl::Duration timeout, PeerTimeoutFromFlags());
   const int n = env.world_size;
   CoordinatorClientOptions client_options;
   ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());
