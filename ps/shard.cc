@@ -15,7 +15,7 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "ps/flags.h"
+#include "ps/consistency.h"
 
 namespace gradsync {
 namespace {
