@@ -35,6 +35,17 @@ const char* ConsistencyName(ps::Consistency mode) {
   }
 }
 
+std::string ConsistencyNote(ps::Consistency mode, int64_t staleness) {
+  switch (mode) {
+    case ps::CONSISTENCY_SSP:
+      return absl::StrCat(" (SSP, staleness ", staleness, ")");
+    case ps::CONSISTENCY_ASP:
+      return " (ASP)";
+    default:
+      return "";
+  }
+}
+
 absl::Status CheckConsistency(ps::Consistency mode, int32_t staleness,
                               ps::UpdateMode update_mode) {
   if (!ps::Consistency_IsValid(mode)) {

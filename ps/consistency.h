@@ -33,6 +33,9 @@ constexpr int32_t kMaxStaleness = 1000;
 absl::Status CheckConsistency(ps::Consistency mode, int32_t staleness,
                               ps::UpdateMode update_mode);
 
+// "" under BSP, else " (SSP, staleness 2)" or " (ASP)": for messages.
+std::string ConsistencyNote(ps::Consistency mode, int64_t staleness);
+
 struct ConsistencyOptions {
   ps::Consistency mode = ps::CONSISTENCY_BSP;
   int32_t staleness = 0;  // SSP only

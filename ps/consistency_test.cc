@@ -25,6 +25,12 @@ TEST(ConsistencyTest, NamesParseBack) {
   }
 }
 
+TEST(ConsistencyTest, NotesForMessages) {
+  EXPECT_EQ(ConsistencyNote(ps::CONSISTENCY_BSP, 0), "");
+  EXPECT_EQ(ConsistencyNote(ps::CONSISTENCY_SSP, 2), " (SSP, staleness 2)");
+  EXPECT_EQ(ConsistencyNote(ps::CONSISTENCY_ASP, 0), " (ASP)");
+}
+
 TEST(ConsistencyTest, UnknownNamesAreRefusedWithTheChoices) {
   EXPECT_THAT(std::string(ParseUpdateMode("both").status().message()),
               HasSubstr("choose worker or server"));
@@ -33,12 +39,11 @@ TEST(ConsistencyTest, UnknownNamesAreRefusedWithTheChoices) {
 }
 
 TEST(ConsistencyTest, StalenessBoundsAndTheServersOptimizer) {
-  EXPECT_TRUE(
-      CheckConsistency(ps::CONSISTENCY_BSP, 0, ps::UPDATE_WORKER).ok());
+  EXPECT_TRUE(CheckConsistency(ps::CONSISTENCY_BSP, 0, ps::UPDATE_WORKER).ok());
   EXPECT_TRUE(CheckConsistency(ps::CONSISTENCY_SSP, 0, ps::UPDATE_SERVER).ok());
-  EXPECT_TRUE(CheckConsistency(ps::CONSISTENCY_SSP, kMaxStaleness,
-                               ps::UPDATE_SERVER)
-                  .ok());
+  EXPECT_TRUE(
+      CheckConsistency(ps::CONSISTENCY_SSP, kMaxStaleness, ps::UPDATE_SERVER)
+          .ok());
   EXPECT_TRUE(CheckConsistency(ps::CONSISTENCY_ASP, 0, ps::UPDATE_SERVER).ok());
   for (int32_t staleness : {-1, kMaxStaleness + 1}) {
     absl::Status status =
