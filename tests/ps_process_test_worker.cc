@@ -1,8 +1,9 @@
 // One process of //ps:ps_process_test. With GRADSYNC_ROLE=server it is
-// exactly `gradsync server` (RunServerCommand, tools/server_command.cc). Otherwise it is a worker that trains
-// nothing: it runs --steps of --sync=ps over a fixed layout with small
-// integer gradients and checks every result bit for bit against the average
-// (--ps_update=worker) or core's optimizer run on it (--ps_update=server).
+// exactly `gradsync server` (RunServerCommand, tools/server_command.cc).
+// Otherwise it is a worker that trains nothing: it runs --steps of --sync=ps
+// over a fixed layout with small integer gradients and checks every result bit
+// for bit against the average (--ps_update=worker) or core's optimizer run on
+// it (--ps_update=server).
 // Exit code 0 when all checks pass.
 #include <cstdio>
 #include <memory>

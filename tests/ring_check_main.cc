@@ -1,8 +1,9 @@
-// One rank of //allreduce:ring_multiprocess_test's ring check: reads who it is from the
-// environment (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT/GRADSYNC_JOB_ID, see
-// core/cluster/cluster_env.h), hosts the coordinator if it is rank 0, builds
-// the ring and all-reduces integer-valued buffers of awkward sizes, checking
-// every element exactly. Exits 0 when all sums are exact, 1 otherwise.
+// One rank of //allreduce:ring_multiprocess_test's ring check: reads who it
+// is from the environment (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT/
+// GRADSYNC_JOB_ID, see core/cluster/cluster_env.h), hosts the coordinator if
+// it is rank 0, builds the ring and all-reduces integer-valued buffers of
+// awkward sizes, checking every element exactly. Exits 0 when all sums are
+// exact, 1 otherwise.
 //
 //   RANK=0 WORLD_SIZE=2 MASTER_PORT=29500 ring_check_main &
 //   RANK=1 WORLD_SIZE=2 MASTER_PORT=29500 ring_check_main

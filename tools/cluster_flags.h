@@ -1,10 +1,11 @@
 // The flags that say how this process finds, admits and waits for the other
 // processes of its job: --bind (where worker 0's coordinator listens),
 // --job_token_file, --tls_cert/--tls_key/--tls_ca, and --timeout_s (the
-// deadline of every wait on a peer, workers' and servers' alike). The libraries in core/cluster take these as
-// values (CoordinatorSecurity, a bind address); this is where the command line
-// reads them. A target of its own so that `gradsync server` (ps/) and test
-// mains can read the same flags without the rest of the command line.
+// deadline of every wait on a peer, workers' and servers' alike). The libraries
+// in core/cluster take these as values (CoordinatorSecurity, a bind address);
+// this is where the command line reads them. A target of its own so that
+// `gradsync server` (ps/) and test mains can read the same flags without the
+// rest of the command line.
 #pragma once
 
 #include <string>

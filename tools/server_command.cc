@@ -87,7 +87,8 @@ absl::Status Serve(const ClusterEnv& env) {
   // The workers' --trace: a server writes its own timeline beside theirs,
   // <trace>.server<k>.json. Pids 1000 + k keep servers apart from the
   // workers in the merged view.
-  ASSIGN_OR_RETURN(const TraceSettings trace_settings, TraceSettingsFromFlags());
+  ASSIGN_OR_RETURN(const TraceSettings trace_settings,
+                   TraceSettingsFromFlags());
   std::unique_ptr<TraceRecorder> trace;
   if (const std::string& path = trace_settings.path; !path.empty()) {
     trace = std::make_unique<TraceRecorder>(
