@@ -37,8 +37,10 @@ namespace gradsync {
 
 class AsyncKey : public ShardKey {
  public:
-  // Every worker's first push is for `start_step`. `consistency`: SSP (with
-  // its `staleness` bound) or ASP. `lr`: the BSP learning rate, of which each
+  // Every worker's first push is for `start_step`. `parameters` is never
+  // null: SSP and ASP run the optimizer on the servers (CheckConsistency
+  // refuses them otherwise). `consistency`: SSP (with its `staleness` bound)
+  // or ASP. `lr`: the BSP learning rate, of which each
   // push takes 1/N. `checkpoint` and `statistics` outlive the key.
   AsyncKey(const Shape& shape, const std::string& server, int64_t start_step,
            std::unique_ptr<KeyParameters> parameters, float lr,
