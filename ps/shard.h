@@ -42,7 +42,7 @@ constexpr int64_t kDefaultMaxShardBytes = int64_t{32} << 30;
 
 class ServerShard {
  public:
-  // `block_floats`: the unit in which keys are finalised (see above).
+  // `block_floats`: the unit in which keys are finalised (ps/bsp_key.h).
   // `max_floats`: the most floats of keys a registration may ask this shard
   // to hold (--ps_max_shard_mb), so that a hostile or confused worker cannot
   // make it allocate without bound.
