@@ -1,6 +1,7 @@
 // Command-line flags of the parameter-server strategy and of `gradsync server`,
 // declared once here (defined in flags.cc) and read only through the
-// functions below, so the rest of ps/ takes plain option structs.
+// functions below, so the rest of ps/ takes plain option structs. The rules
+// the flags are checked by live in ps/consistency.h, which links no flags.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "proto/parameter_server.pb.h"
+#include "ps/consistency.h"
 #include "ps/partitioner.h"
 
 ABSL_DECLARE_FLAG(std::string, ps_update);
@@ -27,28 +29,9 @@ ABSL_DECLARE_FLAG(int32_t, ps_staleness);
 
 namespace gradsync {
 
-// "worker" | "server".
-absl::StatusOr<ps::UpdateMode> ParseUpdateMode(const std::string& name);
-const char* UpdateModeName(ps::UpdateMode mode);
+// --ps_update, parsed (ps/consistency.h).
+absl::StatusOr<ps::UpdateMode> UpdateModeFromFlags();
 
-// "bsp" | "ssp" | "asp".
-absl::StatusOr<ps::Consistency> ParseConsistency(const std::string& name);
-const char* ConsistencyName(ps::Consistency mode);
-// The largest SSP bound taken: beyond it SSP is ASP in all but name, and a
-// bound that large is more likely a typo.
-constexpr int32_t kMaxStaleness = 1000;
-
-// The rules for a consistency mode, whoever states it (the flags, or a
-// worker's registration at a server): SSP's staleness within [0,
-// kMaxStaleness], the others' 0, and SSP/ASP only with the servers'
-// optimizer. Errors speak of the flags.
-absl::Status CheckConsistency(ps::Consistency mode, int32_t staleness,
-                              ps::UpdateMode update_mode);
-
-struct ConsistencyOptions {
-  ps::Consistency mode = ps::CONSISTENCY_BSP;
-  int32_t staleness = 0;  // SSP only
-};
 // --ps_consistency and --ps_staleness, checked against each other and
 // against `update_mode` (SSP and ASP need the servers' optimizer).
 absl::StatusOr<ConsistencyOptions> ConsistencyFromFlags(

@@ -129,7 +129,7 @@ absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer(
     // Its spans go into this worker's timeline (same process, as the
     // client's), every step the recorder is on.
     server_options.trace_into_current = true;
-    ASSIGN_OR_RETURN(server_options.max_shard_bytes, MaxShardBytesFromFlags());
+    server_options.max_shard_bytes = options_.max_shard_bytes;
     ASSIGN_OR_RETURN(colocated_server_, ParameterServer::Start(server_options));
     mine = absl::StrCat(context_.identity.advertise_host, ":",
                         colocated_server_->port());
@@ -506,11 +506,11 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
 absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
     const SyncContext& context) {
   PsSyncOptions options;
-  ASSIGN_OR_RETURN(options.update_mode,
-                   ParseUpdateMode(absl::GetFlag(FLAGS_ps_update)));
+  ASSIGN_OR_RETURN(options.update_mode, UpdateModeFromFlags());
   ASSIGN_OR_RETURN(options.chunk_bytes, ChunkBytesFromFlags());
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
   ASSIGN_OR_RETURN(options.stream_window_bytes, StreamWindowBytesFromFlags());
+  ASSIGN_OR_RETURN(options.max_shard_bytes, MaxShardBytesFromFlags());
   options.colocate = absl::GetFlag(FLAGS_ps_colocate);
   ASSIGN_OR_RETURN(options.colocated_servers,
                    ColocatedServersFromFlags(context.identity.world_size));

@@ -18,7 +18,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/malloc_tuning.h"
 #include "core/cluster/cluster_env.h"
-#include "ps/server_command.h"
 #include "tools/cluster_flags.h"
 #include "tools/commands.h"
 
