@@ -63,16 +63,16 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
   transport_options.timeout = context_.timeout;
   transport_options.socket_buffer_bytes = options_.socket_buffer_bytes;
   if (strategy_.peers) {
-    transport_options.peers = strategy_.peers(context_.identity.rank,
-                                              context_.identity.world_size);
+    transport_options.peers =
+        strategy_.peers(context_.identity.rank, context_.identity.world_size);
   }
   ASSIGN_OR_RETURN(transport_, RingTransport::Create(transport_options,
                                                      context_.rendezvous));
   if (strategy_.create) {
     ASSIGN_OR_RETURN(ring_, strategy_.create(transport_.get(), options_));
   } else {
-    ring_ = std::make_unique<RingAllReduce>(transport_.get(),
-                                            options_.chunk_bytes);
+    ring_ =
+        std::make_unique<RingAllReduce>(transport_.get(), options_.chunk_bytes);
   }
   // A lost member anywhere ends the job: break the ring at once, so a step
   // waiting on a neighbour cut off by a partition (whose socket never
@@ -85,14 +85,12 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
   }
   if (context_.identity.world_size > 1) {
     GS_LOG(INFO) << strategy_.name << ": rank " << context_.identity.rank
-                 << " of "
-                 << context_.identity.world_size << ", sending to "
+                 << " of " << context_.identity.world_size << ", sending to "
                  << transport_->right().peer_name() << ", receiving from "
                  << transport_->left().peer_name() << ", "
                  << transport_options.peers.size() << " other peers; "
                  << buckets_.size() << " buckets, chunk "
-                 << options_.chunk_bytes / 1024
-                 << " KiB, socket buffers "
+                 << options_.chunk_bytes / 1024 << " KiB, socket buffers "
                  << transport_->granted_send_buffer_bytes() << " bytes";
   }
   thread_ = std::thread([this] { CommunicationLoop(); });
@@ -224,8 +222,8 @@ std::string RingSync::SummaryJson() const {
       {"bytes_sent", ring_->bytes_sent()},
       {"bytes_recv", ring_->bytes_received()},
   };
-  const nlohmann::json own = nlohmann::json::parse(ring_->SummaryJson(),
-                                                   nullptr, false);
+  const nlohmann::json own =
+      nlohmann::json::parse(ring_->SummaryJson(), nullptr, false);
   if (own.is_object()) summary.update(own);
   return summary.dump();
 }

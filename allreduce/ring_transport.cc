@@ -3,9 +3,9 @@
 #include <poll.h>
 
 #include <algorithm>
-#include <set>
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -86,11 +86,11 @@ absl::StatusOr<std::map<int, std::unique_ptr<TcpConnection>>> AcceptPeers(
   while (!expected.empty()) {
     auto accepted = listener.Accept(PeerSide::kUnknown, deadline);
     if (!accepted.ok()) {
-      std::string detail = absl::StrCat(
-          "ring rank ", options.rank, ": peer rank(s) ",
-          absl::StrJoin(expected, ", "), " did not connect to ",
-          listener.address(), " within ",
-          absl::FormatDuration(options.timeout));
+      std::string detail =
+          absl::StrCat("ring rank ", options.rank, ": peer rank(s) ",
+                       absl::StrJoin(expected, ", "), " did not connect to ",
+                       listener.address(), " within ",
+                       absl::FormatDuration(options.timeout));
       if (!refused.empty()) {
         absl::StrAppend(&detail,
                         "; refused meanwhile: ", absl::StrJoin(refused, "; "));
@@ -106,14 +106,14 @@ absl::StatusOr<std::map<int, std::unique_ptr<TcpConnection>>> AcceptPeers(
     if (!hello.ok()) {
       refusal = std::string(hello.status().message());
     } else if (expected.count(hello->sender_rank) == 0) {
-      refusal = absl::StrCat("rank ", hello->sender_rank,
-                             " is not a peer that rank ", options.rank,
-                             " still waits for (", absl::StrJoin(expected, ", "),
-                             ")");
+      refusal =
+          absl::StrCat("rank ", hello->sender_rank, " is not a peer that rank ",
+                       options.rank, " still waits for (",
+                       absl::StrJoin(expected, ", "), ")");
     } else {
-      refusal = CheckRingHello(*hello, options.job_id, options.job_token,
-                               options.world_size, options.rank,
-                               hello->sender_rank);
+      refusal =
+          CheckRingHello(*hello, options.job_id, options.job_token,
+                         options.world_size, options.rank, hello->sender_rank);
     }
     if (refusal.empty()) {
       const int peer_rank = hello->sender_rank;
@@ -167,29 +167,31 @@ absl::Status RingTransport::ConnectPeers(Rendezvous& rendezvous,
   // accept the lower ones, then read the higher ones' answers.
   for (int peer : higher) {
     const std::string key = absl::StrCat(options.key_prefix, "/peer/", peer);
-    absl::StatusOr<std::string> address =
-        rendezvous.Get(key, std::max(absl::ZeroDuration(), deadline - absl::Now()));
+    absl::StatusOr<std::string> address = rendezvous.Get(
+        key, std::max(absl::ZeroDuration(), deadline - absl::Now()));
     if (!address.ok()) {
       return Annotate(address.status(),
-                      absl::StrCat(context, ": waiting for the address of peer "
-                                            "rank ",
+                      absl::StrCat(context,
+                                   ": waiting for the address of peer "
+                                   "rank ",
                                    peer, " (", key, ")"));
     }
     absl::StatusOr<std::unique_ptr<TcpConnection>> connection =
         TcpConnection::Connect(*address, PeerSide::kUnknown, peer, deadline);
     if (!connection.ok()) return Annotate(connection.status(), context);
     RETURN_IF_ERROR(Annotate(
-        SendRingHello(**connection,
-                      RingHello{options.rank, peer, options.world_size,
-                                options.job_id, listener->address(),
-                                options.job_token},
-                      deadline),
+        SendRingHello(
+            **connection,
+            RingHello{options.rank, peer, options.world_size, options.job_id,
+                      listener->address(), options.job_token},
+            deadline),
         context));
     peers_[peer] = std::move(connection).value();
   }
   ASSIGN_OR_RETURN(auto accepted,
                    AcceptPeers(*listener, options, lower, deadline));
-  for (auto& [rank, connection] : accepted) peers_[rank] = std::move(connection);
+  for (auto& [rank, connection] : accepted)
+    peers_[rank] = std::move(connection);
   for (int peer : higher) {
     RETURN_IF_ERROR(
         Annotate(ReceiveRingAnswer(*peers_[peer], deadline), context));

@@ -18,11 +18,12 @@
 // Algorithms that talk to other ranks than the ring neighbours
 // (halving_doubling_allreduce.h, tree_allreduce.h, hierarchical_allreduce.h)
 // name them in `peers`; once the ring is up, Create connects one two-way
-// connection to each of them through a second listener ("<prefix>/peer/<rank>"),
-// so a peer's hello can never be mistaken for a ring neighbour's. Every rank
-// dials its peers of higher rank and then accepts those of lower rank: the
-// dials complete from the listen backlog, so nobody waits on somebody who waits
-// on them. Same hello, job token check and deadline as the ring's.
+// connection to each of them through a second listener
+// ("<prefix>/peer/<rank>"), so a peer's hello can never be mistaken for a ring
+// neighbour's. Every rank dials its peers of higher rank and then accepts those
+// of lower rank: the dials complete from the listen backlog, so nobody waits on
+// somebody who waits on them. Same hello, job token check and deadline as the
+// ring's.
 #pragma once
 
 #include <map>
@@ -99,9 +100,10 @@ class RingTransport {
                                             bool watch_right,
                                             absl::Time deadline);
 
-  // Shuts every connection (ring and peers) down so that a thread blocked in WaitForIo wakes up
-  // and the neighbours see the ring break at once. Thread-safe (the sockets
-  // stay open until Close or destruction, so no descriptor is reused).
+  // Shuts every connection (ring and peers) down so that a thread blocked in
+  // WaitForIo wakes up and the neighbours see the ring break at once.
+  // Thread-safe (the sockets stay open until Close or destruction, so no
+  // descriptor is reused).
   void Abort();
   // Closes every connection (the peers see end-of-stream).
   void Close();
