@@ -1,0 +1,64 @@
+#!/usr/bin/python3
+"""The all-reduce family's α–β formulas in cost_model.py at the points that
+allreduce/cost_model_test.cc checks the C++ copy at, so the two agree."""
+import unittest
+
+import cost_model
+import scaling
+
+LINK = cost_model.Link(1e-3, 1.25e8)  # 1 ms, 1 Gbit/s
+
+
+class FamilyFormulas(unittest.TestCase):
+    def test_ring_point(self):
+        self.assertAlmostEqual(cost_model.ring_time(8, 65536, LINK),
+                               14e-3 + 1.75 * 65536 / 1.25e8, places=12)
+
+    def test_halving_doubling_points(self):
+        self.assertAlmostEqual(cost_model.halving_doubling_time(8, 65536, LINK),
+                               6e-3 + 1.75 * 65536 / 1.25e8, places=12)
+        self.assertAlmostEqual(cost_model.halving_doubling_time(6, 65536, LINK),
+                               4e-3 + 1.5 * 65536 / 1.25e8 + 2e-3 + 2 * 65536 / 1.25e8,
+                               places=12)
+
+    def test_tree_point_and_shape(self):
+        # N = 8: depth 3, the busiest rank has 5 edges over both trees.
+        self.assertAlmostEqual(cost_model.tree_time(8, 65536, LINK),
+                               6e-3 + 5 * 32768 / 1.25e8, places=12)
+        for n in range(2, 18):
+            for shift in (0, 1):
+                tree = cost_model.double_binary_tree(n, shift)
+                self.assertEqual(sorted(tree), list(range(n)))
+                self.assertEqual(sum(1 for p, _ in tree.values() if p < 0), 1)
+                for rank, (_, children) in tree.items():
+                    for child in children:
+                        self.assertEqual(tree[child][0], rank)
+
+    def test_hierarchical_with_one_rank_per_node_is_halving_doubling(self):
+        self.assertAlmostEqual(cost_model.hierarchical_time(8, 1, 65536, LINK),
+                               cost_model.halving_doubling_time(8, 65536, LINK), places=12)
+
+    def test_crossover(self):
+        # Latency-bound: both beat the ring by 2x; bandwidth-bound: the ring wins.
+        small, big = 65536, 64 << 20
+        ring = cost_model.ring_time(8, small, LINK)
+        self.assertLess(2 * cost_model.halving_doubling_time(8, small, LINK), ring)
+        self.assertLess(cost_model.tree_time(8, small, LINK), ring)
+        self.assertLessEqual(cost_model.ring_time(8, big, LINK),
+                             cost_model.tree_time(8, big, LINK))
+        # At 64 MiB the ring is within 1 % of the best (halving-doubling,
+        # whose bandwidth term is the ring's for a power of two).
+        best = cost_model.sync_time("allreduce", 8, 0, big, LINK)
+        self.assertEqual(best, cost_model.halving_doubling_time(8, big, LINK))
+        self.assertLess(cost_model.ring_time(8, big, LINK), 1.01 * best)
+
+    def test_scaling_accepts_the_family(self):
+        for strategy in ("halving_doubling", "tree", "allreduce"):
+            points = scaling.strategy_points({}, strategy, 4, "1")
+            self.assertEqual([p["strategy"] for p in points], [strategy])
+        self.assertEqual(scaling.strategy_points({}, "hierarchical", 4, "1")[0]["ranks_per_node"], 2)
+        self.assertEqual(scaling.strategy_points({}, "tree", 1, "1"), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
