@@ -58,8 +58,11 @@ absl::StatusOr<LinkCost> SelectingAllReduce::MeasureLink() {
     std::sort(times.begin(), times.end());
     return times[kRepeats / 2];
   };
-  RETURN_IF_ERROR(ring.Run(buffer.data(), 1, 1.0f, 0xFFFFFF00u));  // warm up
-  ASSIGN_OR_RETURN(const double small, median_seconds(1));
+  RETURN_IF_ERROR(ring.Run(buffer.data(), kLargeCount, 1.0f,
+                           0xFFFFFF00u));  // warm up (TCP's slow start too)
+  // N·16 floats: every segment non-empty, so all 2(N-1) steps wait on
+  // their predecessor (a one-float ring skips its empty steps).
+  ASSIGN_OR_RETURN(const double small, median_seconds(int64_t{n} * 16));
   ASSIGN_OR_RETURN(const double large, median_seconds(kLargeCount));
   // Averaged over the ranks, so every rank holds the same figures.
   float figures[2] = {static_cast<float>(small), static_cast<float>(large)};

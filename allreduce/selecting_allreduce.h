@@ -6,7 +6,8 @@
 //
 // α and B come from the options (a probe of the link, `gradsync netem
 // --probe`), or, when those are zero, from timing the ring itself at set-up:
-// a one-float all-reduce costs 2(N-1)·α, a 4 MiB one 2(N-1)α + 2(N-1)/N·S/B.
+// an all-reduce of 16 floats per rank costs 2(N-1)·α, a 4 MiB one
+// 2(N-1)α + 2(N-1)/N·S/B.
 // Every rank measures, then the measurements are averaged by an all-reduce,
 // so all ranks pick alike (a disagreement would fail the transfer headers,
 // not corrupt a gradient).

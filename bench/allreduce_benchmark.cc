@@ -89,6 +89,7 @@
 #ifdef GRADSYNC_CUDA
 #include "bench/nccl_allreduce.h"
 #endif
+#include "bench/delay_line.h"
 
 ABSL_FLAG(int, workers, 4, "number of ranks (one process each)");
 ABSL_FLAG(int64_t, min_bytes, 1024, "smallest all-reduce, in bytes");
@@ -109,6 +110,10 @@ ABSL_FLAG(std::string, json, "",
           "also write the results here, in Google Benchmark's JSON shape");
 ABSL_FLAG(double, timeout_s, 120,
           "a rank that waits on a peer this long fails (and so the run)");
+ABSL_FLAG(double, relay_latency_us, 0,
+          "route gradsync's connections through userspace relays that delay "
+          "every byte this long each way (bench/delay_line.h), for kernels "
+          "without sch_netem; Gloo's connections are not delayed");
 ABSL_FLAG(std::string, netem, "",
           "run every rank in its own network namespace behind an emulated "
           "link, RATE[,LATENCY] like 1gbit or 1gbit,200us (needs root and "
@@ -279,7 +284,7 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
 }
 
 absl::StatusOr<std::unique_ptr<RingTransport>> ConnectGradsyncRing(
-    const Plan& plan, int rank, CoordinatorClient* coordinator) {
+    const Plan& plan, int rank, Rendezvous* coordinator) {
   const RingSettings settings = RingSettingsFromFlags();
   RingTransportOptions options;
   options.rank = rank;
@@ -404,13 +409,22 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
   const bool want_nccl =
       std::count(plan.algorithms.begin(), plan.algorithms.end(), "nccl") > 0;
 
+  // Declared before the transport: its relays must outlive the connections.
+  std::unique_ptr<DelayedRendezvous> delayed;
+  Rendezvous* rendezvous = coordinator.get();
+  const double relay_latency_us = absl::GetFlag(FLAGS_relay_latency_us);
+  if (relay_latency_us > 0) {
+    delayed = std::make_unique<DelayedRendezvous>(
+        coordinator.get(), plan.hosts[rank],
+        absl::Microseconds(relay_latency_us));
+    rendezvous = delayed.get();
+  }
   std::unique_ptr<RingTransport> transport;
   std::unique_ptr<RingAllReduce> ring;
   std::map<std::string, std::unique_ptr<AllReduceAlgorithm>> family;
   LinkCost link{0, 0};
   if (want_ring) {
-    ASSIGN_OR_RETURN(transport,
-                     ConnectGradsyncRing(plan, rank, coordinator.get()));
+    ASSIGN_OR_RETURN(transport, ConnectGradsyncRing(plan, rank, rendezvous));
     const int64_t chunk = RingSettingsFromFlags().chunk_bytes;
     ring = std::make_unique<RingAllReduce>(transport.get(), chunk);
     const LinkCost given{absl::GetFlag(FLAGS_allreduce_alpha_us) * 1e-6,
@@ -851,6 +865,11 @@ int Main(int argc, char** argv) {
                                    " links (one network namespace per rank)");
   }
 
+  if (absl::GetFlag(FLAGS_relay_latency_us) > 0) {
+    absl::StrAppend(&plan->transport, ", gradsync's connections through ",
+                    absl::GetFlag(FLAGS_relay_latency_us),
+                    " us userspace delay relays (Gloo's not)");
+  }
   const bool ok = RunRanks(*plan, cells);
   if (network != nullptr) {
     absl::Status removed = network->Destroy();
