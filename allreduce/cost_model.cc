@@ -77,10 +77,11 @@ double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link) {
 
 // Hierarchical with R ranks per node and M = N/R nodes: the intra-node
 // reduce-scatter sends R-1 shards of S/R to the R-1 others at once (one
-// message each, all overlapping): α_intra + (R-1)/R·S/B_intra; the all-gather
-// the same; across nodes halving-doubling on S/R among M ranks, but R of them
-// share each host link, so its bandwidth is B_inter/R each:
-//   T = 2(α_i + (R-1)/R·S/B_i) + T_hd(M, S/R, α_e, B_e/R).
+// message each, all overlapping): α_i + (R-1)/R·S/B_i; the all-gather the
+// same; across nodes, halving-doubling on S/R among M ranks:
+//   T = 2(α_i + (R-1)/R·S/B_i) + T_hd(M, S/R, α_e, B_e).
+// B_e is what each rank gets across nodes: B/R when the R ranks of a node
+// share its host link (the case the scheme is for), B when each has its own.
 double HierarchicalAllReduceSeconds(int n, int ranks_per_node, double bytes,
                                     const LinkCost& intra,
                                     const LinkCost& inter) {
@@ -91,8 +92,7 @@ double HierarchicalAllReduceSeconds(int n, int ranks_per_node, double bytes,
   if (r > 1) {
     seconds += 2 * (intra.alpha_s + (r - 1.0) / r * bytes / intra.bytes_per_s);
   }
-  const LinkCost shared{inter.alpha_s, inter.bytes_per_s / r};
-  return seconds + HalvingDoublingAllReduceSeconds(nodes, bytes / r, shared);
+  return seconds + HalvingDoublingAllReduceSeconds(nodes, bytes / r, inter);
 }
 
 }  // namespace gradsync

@@ -22,7 +22,8 @@ double RingAllReduceSeconds(int n, double bytes, const LinkCost& link);
 double HalvingDoublingAllReduceSeconds(int n, double bytes,
                                        const LinkCost& link);
 double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link);
-// Nodes of `ranks_per_node`: `intra` inside a node, `inter` across.
+// Nodes of `ranks_per_node`: `intra` inside a node, `inter` across it as
+// each rank sees it (bandwidth B/R when the node's R ranks share one link).
 double HierarchicalAllReduceSeconds(int n, int ranks_per_node, double bytes,
                                     const LinkCost& intra,
                                     const LinkCost& inter);

@@ -35,6 +35,16 @@ TEST(CostModel, TreeBeatsRingWhenLatencyBoundAndLosesWhenBandwidthBound) {
             RingAllReduceSeconds(8, big, kLink));
 }
 
+TEST(CostModel, HierarchicalSharedLinkPoint) {
+  // N = 8 in 4 nodes of 2 sharing a 1 Gbit/s link: 2·(1 ms + S/2/B) inside,
+  // then halving-doubling of S/2 among 4 at B/2.
+  const LinkCost shared{1e-3, 1.25e8 / 2};
+  EXPECT_NEAR(HierarchicalAllReduceSeconds(8, 2, 65536, kLink, shared),
+              2 * (1e-3 + 0.5 * 65536 / 1.25e8) + 4e-3 +
+                  1.5 * 32768 / (1.25e8 / 2),
+              1e-12);
+}
+
 TEST(CostModel, HierarchicalWithOneRankPerNodeIsHalvingDoubling) {
   EXPECT_NEAR(HierarchicalAllReduceSeconds(8, 1, 65536, kLink, kLink),
               HalvingDoublingAllReduceSeconds(8, 65536, kLink), 1e-12);

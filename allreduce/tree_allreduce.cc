@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "allreduce/float_sum.h"
@@ -57,9 +58,26 @@ int DoubleBinaryTreeDepth(int world_size) {
 
 TreeAllReduce::TreeAllReduce(RingTransport* transport, int64_t chunk_bytes)
     : transport_(transport), exchange_(transport, chunk_bytes, "tree") {
+  const int n = transport->world_size();
   for (int tree = 0; tree < 2; ++tree) {
-    nodes_[tree] =
-        DoubleBinaryTreeNode(transport->world_size(), transport->rank(), tree);
+    nodes_[tree] = DoubleBinaryTreeNode(n, transport->rank(), tree);
+    std::vector<TreeNode> all(n);
+    for (int rank = 0; rank < n; ++rank) {
+      all[rank] = DoubleBinaryTreeNode(n, rank, tree);
+    }
+    height_[tree].assign(n, 0);
+    depth_[tree].assign(n, 0);
+    for (int rank = 0; rank < n; ++rank) {
+      int x = rank;
+      int up = 0;
+      while (all[x].parent >= 0) {
+        x = all[x].parent;
+        ++up;
+        height_[tree][x] = std::max(height_[tree][x], up);
+      }
+      depth_[tree][rank] = up;
+      root_height_[tree] = std::max(root_height_[tree], up);
+    }
   }
 }
 
@@ -86,33 +104,59 @@ absl::Status TreeAllReduce::Run(float* data, int64_t count, float scale,
   }
   if (count == 0) return absl::OkStatus();
   if (transport_->world_size() > 1) {
-    // Tree t carries half t. Both ends of every connection queue its
-    // transfers in this order — reduce of tree 0, of tree 1, broadcast of
-    // tree 0, of tree 1 — so the streams agree; a reduce never waits on a
-    // broadcast, so the order cannot deadlock.
+    // Tree t carries half t. Transfers on one connection in one direction
+    // go one after the other (a TCP stream), so both ends must queue them in
+    // the same order, and a ready transfer should not wait behind one of the
+    // other tree that is not. Every transfer is keyed by the step at which
+    // its sender can start it — a reduce from c: the height of c's subtree;
+    // a broadcast from p: the root's height plus p's depth — which both ends
+    // compute alike. Queued by key, a transfer only ever waits on transfers
+    // of smaller keys, so the order cannot deadlock.
     const int64_t half = (count + 1) / 2;
     float* halves[2] = {data, data + half};
     const int64_t sizes[2] = {half, count - half};
-    std::vector<int> reduced[2];
+    const int me = transport_->rank();
+    struct Planned {
+      int key;
+      int tree;
+      bool broadcast;
+      bool send;
+      int peer;
+    };
+    std::vector<Planned> plan;
     for (int tree = 0; tree < 2; ++tree) {
       const TreeNode& node = nodes_[tree];
+      const int down = root_height_[tree];
       for (int child : node.children) {
-        reduced[tree].push_back(
-            exchange_.Receive(child, halves[tree], sizes[tree], /*add=*/true));
+        plan.push_back({height_[tree][child], tree, false, false, child});
+        plan.push_back({down + depth_[tree][me], tree, true, true, child});
       }
       if (node.parent >= 0) {
-        exchange_.Send(node.parent, halves[tree], sizes[tree], reduced[tree]);
+        plan.push_back({height_[tree][me], tree, false, true, node.parent});
+        plan.push_back(
+            {down + depth_[tree][node.parent], tree, true, false, node.parent});
       }
     }
-    for (int tree = 0; tree < 2; ++tree) {
-      const TreeNode& node = nodes_[tree];
-      std::vector<int> final_part = reduced[tree];
-      if (node.parent >= 0) {
-        final_part = {exchange_.Receive(node.parent, halves[tree], sizes[tree],
-                                        /*add=*/false)};
-      }
-      for (int child : node.children) {
-        exchange_.Send(child, halves[tree], sizes[tree], final_part);
+    std::sort(plan.begin(), plan.end(), [](const Planned& a, const Planned& b) {
+      return std::tie(a.key, a.tree, a.broadcast, a.peer) <
+             std::tie(b.key, b.tree, b.broadcast, b.peer);
+    });
+    // What each tree's sends wait on: the reduce receives (up), or the
+    // broadcast receive from the parent (down; the root has none and sends
+    // the sums).
+    std::vector<int> reduced[2];
+    std::vector<int> landed[2];
+    for (const Planned& step : plan) {
+      const int tree = step.tree;
+      if (!step.send) {
+        const int index = exchange_.Receive(step.peer, halves[tree],
+                                            sizes[tree], !step.broadcast);
+        (step.broadcast ? landed : reduced)[tree].push_back(index);
+      } else if (!step.broadcast) {
+        exchange_.Send(step.peer, halves[tree], sizes[tree], reduced[tree]);
+      } else {
+        exchange_.Send(step.peer, halves[tree], sizes[tree],
+                       nodes_[tree].parent >= 0 ? landed[tree] : reduced[tree]);
       }
     }
     absl::Status status = exchange_.Run(

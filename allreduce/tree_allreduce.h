@@ -56,6 +56,11 @@ class TreeAllReduce : public AllReduceAlgorithm {
   RingTransport* transport_;
   PeerExchange exchange_;
   TreeNode nodes_[2];
+  // Per tree and rank: levels below it (0 for a leaf) and above it (0 for
+  // the root); the order transfers are queued in (Run).
+  std::vector<int> height_[2];
+  std::vector<int> depth_[2];
+  int root_height_[2] = {0, 0};
   uint32_t sequence_ = 0;
   absl::Status broken_;
 };

@@ -110,6 +110,10 @@ ABSL_FLAG(std::string, json, "",
           "also write the results here, in Google Benchmark's JSON shape");
 ABSL_FLAG(double, timeout_s, 120,
           "a rank that waits on a peer this long fails (and so the run)");
+ABSL_FLAG(
+    int, ranks_per_host, 1,
+    "with --netem: ranks share an emulated host (namespace and link) this "
+    "many at a time, consecutive ranks together");
 ABSL_FLAG(double, relay_latency_us, 0,
           "route gradsync's connections through userspace relays that delay "
           "every byte this long each way (bench/delay_line.h), for kernels "
@@ -155,8 +159,12 @@ double PredictedMicros(const std::string& name, int n, int64_t bytes,
   }
   if (name == "gradsync_tree") return 1e6 * TreeAllReduceSeconds(n, size, link);
   if (name == "gradsync_hierarchical") {
+    // Across nodes each rank gets its host link's share.
+    const LinkCost across{
+        link.alpha_s,
+        link.bytes_per_s / std::max(1, absl::GetFlag(FLAGS_ranks_per_host))};
     return 1e6 * HierarchicalAllReduceSeconds(n, HierarchicalRanksPerNode(n),
-                                              size, link, link);
+                                              size, link, across);
   }
   if (name == "gradsync_allreduce") {
     return 1e6 * std::min({RingAllReduceSeconds(n, size, link),
@@ -837,6 +845,7 @@ int Main(int argc, char** argv) {
   // Removed by its destructor on every way out of Main (Ctrl-C included:
   // RunRanks turns it into stopping the ranks).
   std::unique_ptr<EmulatedNetwork> network;
+  const int ranks_per_host = std::max(1, absl::GetFlag(FLAGS_ranks_per_host));
   if (!absl::GetFlag(FLAGS_netem).empty()) {
     absl::StatusOr<LinkSpec> link = ParseLinkSpec(absl::GetFlag(FLAGS_netem));
     absl::Status usable =
@@ -844,7 +853,7 @@ int Main(int argc, char** argv) {
     absl::StatusOr<std::unique_ptr<EmulatedNetwork>> created;
     if (usable.ok()) {
       EmulatedNetworkOptions options;
-      options.nodes = plan->workers;
+      options.nodes = (plan->workers + ranks_per_host - 1) / ranks_per_host;
       options.link = *link;
       created = EmulatedNetwork::Create(options);
       usable = created.status();
@@ -857,12 +866,16 @@ int Main(int argc, char** argv) {
     network = *std::move(created);
     GS_LOG(INFO) << "emulated network: " << network->Describe();
     for (int rank = 0; rank < plan->workers; ++rank) {
-      plan->hosts[rank] = network->NodeAddress(rank);
-      plan->netns.push_back(network->NodeNamespace(rank));
+      plan->hosts[rank] = network->NodeAddress(rank / ranks_per_host);
+      plan->netns.push_back(network->NodeNamespace(rank / ranks_per_host));
     }
     plan->link_bits_per_s = link->rate_bits_per_s;
-    plan->transport = absl::StrCat("TCP over emulated ", link->text,
-                                   " links (one network namespace per rank)");
+    plan->transport = absl::StrCat(
+        "TCP over emulated ", link->text, " links (",
+        ranks_per_host == 1
+            ? std::string("one network namespace per rank")
+            : absl::StrCat(ranks_per_host, " ranks per namespace and link"),
+        ")");
   }
 
   if (absl::GetFlag(FLAGS_relay_latency_us) > 0) {

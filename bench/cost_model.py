@@ -121,7 +121,7 @@ leaf in the other, up to 6 with the shift construction's leftovers):
 Hierarchical, R ranks per node, M = N/R nodes: reduce-scatter and all-gather
 inside the node (one step each, (R−1)/R·S over the fast local path), and
 halving-doubling on S/R across the nodes, with R ranks sharing each host
-link (bandwidth B/R each):
+link (bandwidth B/R each; B when every rank has a link of its own):
 
     T_hier = 2(α_i + (R−1)/R·S/B_i) + T_hd(M, S/R, α, B/R)      (8)
 
@@ -230,9 +230,10 @@ def tree_time(n, size, link):
     return 2 * levels * link.alpha_s + max(edges) * (size / 2) / link.bandwidth
 
 
-def hierarchical_time(n, ranks_per_node, size, link, intra=None):
-    """(8): R ranks per node share one host link `link`; `intra` is the path
-    inside a node (default: the same link)."""
+def hierarchical_time(n, ranks_per_node, size, link, intra=None, shared=True):
+    """(8): R ranks per node, across nodes over `link`, shared by the node's R
+    ranks (`shared`) or one each; `intra` is the path inside a node (default:
+    the same link)."""
     if n <= 1:
         return 0.0
     intra = intra or link
@@ -240,7 +241,8 @@ def hierarchical_time(n, ranks_per_node, size, link, intra=None):
     t = 0.0
     if r > 1:
         t += 2 * (intra.alpha_s + (r - 1) / r * size / intra.bandwidth)
-    return t + halving_doubling_time(n // r, size / r, Link(link.alpha_s, link.bandwidth / r))
+    across = Link(link.alpha_s, link.bandwidth / r) if shared else link
+    return t + halving_doubling_time(n // r, size / r, across)
 
 
 def ps_tail_block(last_key, message_bytes=PS_MESSAGE_BYTES):

@@ -34,6 +34,11 @@ class FamilyFormulas(unittest.TestCase):
                     for child in children:
                         self.assertEqual(tree[child][0], rank)
 
+    def test_hierarchical_shared_link_point(self):
+        self.assertAlmostEqual(cost_model.hierarchical_time(8, 2, 65536, LINK),
+                               2 * (1e-3 + 0.5 * 65536 / 1.25e8) + 4e-3
+                               + 1.5 * 32768 / (1.25e8 / 2), places=12)
+
     def test_hierarchical_with_one_rank_per_node_is_halving_doubling(self):
         self.assertAlmostEqual(cost_model.hierarchical_time(8, 1, 65536, LINK),
                                cost_model.halving_doubling_time(8, 65536, LINK), places=12)
