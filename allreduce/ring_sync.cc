@@ -74,6 +74,9 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
     ring_ =
         std::make_unique<RingAllReduce>(transport_.get(), options_.chunk_bytes);
   }
+  // What set-up moved (the selector's link calibration) is no step's.
+  last_bytes_sent_ = ring_->bytes_sent();
+  last_bytes_received_ = ring_->bytes_received();
   // A lost member anywhere ends the job: break the ring at once, so a step
   // waiting on a neighbour cut off by a partition (whose socket never
   // closes) fails now, and Finish names the loss (ExplainFailure).
