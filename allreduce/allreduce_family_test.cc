@@ -207,6 +207,17 @@ TEST(DoubleBinaryTree, EveryRankIsInBothTreesWithConsistentEdges) {
   }
 }
 
+TEST(SelectingAllReduce, KeepsTheRingUnlessAnotherIsClearlyFaster) {
+  const LinkCost link{1e-3, 1.25e8};
+  // Latency-bound: halving-doubling's 6 steps against the ring's 14.
+  EXPECT_EQ(SelectingAllReduce::Choose(8, 65536, link), "halving_doubling");
+  // Bandwidth-bound: halving-doubling is predicted a hair faster (same
+  // bandwidth term for N = 8), not 10 %: the ring.
+  EXPECT_EQ(SelectingAllReduce::Choose(8, 64 << 20, link), "ring");
+  // N = 6: halving-doubling folds; the tree is the latency pick.
+  EXPECT_EQ(SelectingAllReduce::Choose(6, 4096, link), "tree");
+}
+
 TEST(HierarchicalAllReduce, RefusesNodesThatDoNotDivideTheJob) {
   const absl::Status status = HierarchicalAllReduce::Check(6, 4);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);

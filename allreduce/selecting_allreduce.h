@@ -1,8 +1,9 @@
 // --sync=allreduce: per buffer, the all-reduce of the family with the lowest
-// α–β prediction (cost_model.h), the idea of NCCL's tuner. Holds a ring,
-// halving-doubling and a double binary tree over one transport, picks by the
-// buffer's size and records every pick (SummaryJson; the first pick for each
-// tag is logged).
+// α–β prediction (cost_model.h), the idea of NCCL's tuner; the ring unless
+// another is predicted at least 10 % faster (selecting_allreduce.cc says why).
+// Holds a ring, halving-doubling and a double binary tree over one transport,
+// picks by the buffer's size and records every pick (SummaryJson; the first
+// pick for each tag is logged).
 //
 // α and B come from the options (a probe of the link, `gradsync netem
 // --probe`), or, when those are zero, from timing the ring itself at set-up:
@@ -38,8 +39,11 @@ class SelectingAllReduce : public AllReduceAlgorithm {
       RingTransport* transport, int64_t chunk_bytes, const LinkCost& link);
   static std::vector<int> Peers(int rank, int world_size);
 
-  // The algorithm this object runs for `count` floats, and the predictions.
+  // The algorithm this object runs for `count` floats.
   std::string Pick(int64_t count) const;
+  // The choice for `bytes` over `n` ranks on `link`: "ring",
+  // "halving_doubling" or "tree".
+  static std::string Choose(int n, double bytes, const LinkCost& link);
 
   absl::Status Run(float* data, int64_t count, float scale = 1.0f,
                    uint32_t tag = 0) override;

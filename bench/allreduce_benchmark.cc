@@ -167,9 +167,9 @@ double PredictedMicros(const std::string& name, int n, int64_t bytes,
                                               size, link, across);
   }
   if (name == "gradsync_allreduce") {
-    return 1e6 * std::min({RingAllReduceSeconds(n, size, link),
-                           HalvingDoublingAllReduceSeconds(n, size, link),
-                           TreeAllReduceSeconds(n, size, link)});
+    return PredictedMicros(
+        "gradsync_" + SelectingAllReduce::Choose(n, size, link), n, bytes,
+        link);
   }
   return 0;
 }

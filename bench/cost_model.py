@@ -245,6 +245,21 @@ def hierarchical_time(n, ranks_per_node, size, link, intra=None, shared=True):
     return t + halving_doubling_time(n // r, size / r, across)
 
 
+RING_MARGIN = 0.9  # allreduce/selecting_allreduce.cc's kRingMargin
+
+
+def allreduce_pick(n, size, link):
+    """--sync=allreduce's choice and its predicted time: the ring unless
+    another is predicted at least 10 % faster (selecting_allreduce.cc)."""
+    ring = ring_time(n, size, link)
+    best, time = "ring", ring
+    for name, t in (("halving_doubling", halving_doubling_time(n, size, link)),
+                    ("tree", tree_time(n, size, link))):
+        if t < (ring * RING_MARGIN if best == "ring" else time):
+            best, time = name, t
+    return best, time
+
+
 def ps_tail_block(last_key, message_bytes=PS_MESSAGE_BYTES):
     """b of (2): the last block the server finalises."""
     return min(last_key, message_bytes)
@@ -378,8 +393,7 @@ def sync_time(strategy, n, k, size, link, largest_share=None, colocated=0, ranks
     if strategy == "hierarchical":
         return hierarchical_time(n, ranks_per_node, size, link)
     if strategy == "allreduce":
-        return min(ring_time(n, size, link), halving_doubling_time(n, size, link),
-                   tree_time(n, size, link))
+        return allreduce_pick(n, size, link)[1]
     if strategy == "ps-colocated":
         return colocated_ps_time(n, size, link)
     if strategy == "ps":
