@@ -134,12 +134,19 @@ def strategy_points(group, strategy, n, servers_spec, colocated_spec=""):
         return points
     if strategy == "ring":
         return [dict(group, strategy="ring", workers=n, servers=0)] if n > 1 else []
+    if strategy in ("halving_doubling", "tree", "allreduce"):
+        return [dict(group, strategy=strategy, workers=n, servers=0)] if n > 1 else []
+    if strategy == "hierarchical":
+        # Two ranks per emulated node (--allreduce_ranks_per_node=2).
+        return ([dict(group, strategy=strategy, workers=n, servers=0, ranks_per_node=2)]
+                if n > 2 and n % 2 == 0 else [])
     if strategy == "ps-colocated":
         return [dict(group, strategy="ps-colocated", workers=n, servers=n)]
     if strategy == "ps":
         ks = sorted({n if k == "N" else int(k) for k in servers_spec.split(",")})
         return [dict(group, strategy="ps", workers=n, servers=k) for k in ks if k >= 1]
-    sys.exit(f"scaling: unknown strategy '{strategy}' (ring, ps, ps-colocated, ps-mixed)")
+    sys.exit(f"scaling: unknown strategy '{strategy}' (ring, halving_doubling, tree, "
+             "hierarchical, allreduce, ps, ps-colocated, ps-mixed)")
 
 
 def memory_estimate_gb(point):
@@ -175,7 +182,8 @@ def run_job(point, run_dir, args):
     if point["link"] != "loopback":
         launch.append(f"--netem={point['link']}")
     sync = {"local": "local", "ring": "ring", "ps": "ps", "ps-colocated": "ps",
-            "ps-mixed": "ps"}[point["strategy"]]
+            "ps-mixed": "ps", "halving_doubling": "halving_doubling", "tree": "tree",
+            "hierarchical": "hierarchical", "allreduce": "allreduce"}[point["strategy"]]
     training = ["--", f"--sync={sync}", *point["model_flags"],
                 f"--compute_ms={point['compute_ms']:g}", f"--bucket_mb={point['bucket_mb']:g}",
                 "--data=synthetic", f"--synthetic_size={args.batch_size * 64}",
@@ -186,6 +194,8 @@ def run_job(point, run_dir, args):
         training.append("--ps_colocate")
     if point["strategy"] == "ps-mixed":
         training.append(f"--ps_colocated_servers={point['colocated']}")
+    if point["strategy"] == "hierarchical":
+        training.append(f"--allreduce_ranks_per_node={point['ranks_per_node']}")
     training += point.get("sweep", "").split() + args.extra
     with open(os.path.join(run_dir, "launch.log"), "w") as log:
         log.write(" ".join(launch + training) + "\n")
