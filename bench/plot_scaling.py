@@ -24,6 +24,7 @@ import csv
 import json
 import os
 import sys
+import textwrap
 
 import matplotlib
 
@@ -63,10 +64,13 @@ def read_provenance(csv_path):
     with open(path) as f:
         manifest = json.load(f).get("manifest", {})
     arguments = manifest.get("arguments", {})
-    commit = manifest.get("git_commit", "unknown")
-    dirty = manifest.get("git_dirty_files", 0)
+    # The jobs' own manifest names the build they ran (GRADSYNC_GIT_COMMIT or
+    # the checkout's HEAD when they started); the sweep's names the checkout
+    # when it ended, which may have moved on.
+    jobs = manifest.get("run_manifest") or {}
+    commit = jobs.get("git_commit") or manifest.get("git_commit", "unknown")
     return {
-        "build": commit[:7] + (f" (+{dirty} uncommitted files)" if dirty else ""),
+        "build": commit[:7],
         "date": manifest.get("time", "unknown")[:10],
         "command": manifest.get("command", ""),
         "extra": " ".join(arguments.get("extra", []) or []),
@@ -83,7 +87,8 @@ def provenance_text(provenance, note):
                      f"flags given to every job beyond the sweep's own: {flags}")
         command = provenance["command"]
         if command:
-            lines.append(command if len(command) < 230 else command[:227] + "...")
+            lines += textwrap.wrap(command, 200, subsequent_indent="    ",
+                                   break_on_hyphens=False)
     if note:
         lines.append(note)
     return "\n".join(lines)
@@ -262,7 +267,7 @@ def main():
         sys.exit(f"plot_scaling: no points in {args.csv}")
     footer = provenance_text(read_provenance(args.csv), args.note)
     footer_lines = footer.count("\n") + 1
-    height = 4.2 * len(groups) + 0.25 * footer_lines
+    height = 4.2 * len(groups) + 0.16 * footer_lines
     fig, axes = plt.subplots(len(groups), 3, figsize=(15, height), squeeze=False)
     for row, (key, group) in zip(axes, sorted(groups.items())):
         model, link, bucket, compute = key
@@ -277,7 +282,7 @@ def main():
     if args.title:
         fig.suptitle(args.title)
     fig.text(0.01, 0.005, footer, fontsize=7, va="bottom", ha="left", family="monospace")
-    fig.tight_layout(rect=(0, 0.25 * footer_lines / height + 0.01, 1, 1))
+    fig.tight_layout(rect=(0, 0.16 * footer_lines / height + 0.01, 1, 1))
     fig.savefig(args.output, dpi=90)
     print(f"plot: {args.output}")
 

@@ -71,7 +71,7 @@ rm -f "$OUT.build.log"
   --compute_ms=0 --steps=15 --warmup=3 --repeats="$REPEATS" --out="$OUT" \
   -- $PS_FLAGS  # word-split on purpose: several flags
 /usr/bin/python3 bench/plot_scaling.py "$OUT/points.csv" -o "$OUT/headline.png" \
-  --title "ring vs parameter server on emulated $LINK links (median of $REPEATS runs)"
+  --title "ring vs parameter server on emulated $LINK links (median of $REPEATS runs; PS flags: ${PS_FLAGS:-the defaults})"
 if [[ $PUBLISH -eq 1 ]]; then
   mkdir -p docs
   cp "$OUT/headline.png" docs/headline.png
