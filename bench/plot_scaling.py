@@ -102,8 +102,20 @@ def series_name(p):
     return p["strategy"]
 
 
+# Series without a style of their own (ps-mixed points, K other than 1 and
+# N) take these in turn, so a legend entry always matches its line.
+EXTRA_STYLES = [("tab:orange", "v", True), ("tab:brown", "<", True), ("tab:pink", ">", True),
+                ("tab:gray", "p", True), ("tab:olive", "h", True), ("tab:cyan", "*", True),
+                ("black", "P", True), ("tab:orange", "X", False), ("tab:brown", "d", False)]
+_assigned = {}
+
+
 def style(name):
-    return STYLES.get(name, (None, "o", True))
+    if name in STYLES:
+        return STYLES[name]
+    if name not in _assigned:
+        _assigned[name] = EXTRA_STYLES[len(_assigned) % len(EXTRA_STYLES)]
+    return _assigned[name]
 
 
 def predicted_busiest_bytes(p):
