@@ -19,8 +19,8 @@
 # equal receive windows give every sender into a server's port an equal share
 # of it, where congestion control alone shares it unevenly and every key's
 # results wait for its slowest push, and smaller keys shorten the tail a key's
-# last block makes leaving its server N times (ps/README.md, "Distance from
-# the bandwidth model", items 2 and 7). --ps_flags= runs the PS's defaults.
+# last block makes leaving its server N times (docs/results/ps-bandwidth-model.md,
+# items 2 and 7). --ps_flags= runs the PS's defaults.
 #
 #   tools/headline.sh [--repeats=3] [--out=runs/headline-...] [--publish]
 #                     [--link=100mbit --model=custom:2.5:32] [--ps_flags="..."]
@@ -71,7 +71,7 @@ rm -f "$OUT.build.log"
   --compute_ms=0 --steps=15 --warmup=3 --repeats="$REPEATS" --out="$OUT" \
   -- $PS_FLAGS  # word-split on purpose: several flags
 /usr/bin/python3 bench/plot_scaling.py "$OUT/points.csv" -o "$OUT/headline.png" \
-  --title "ring vs parameter server on emulated $LINK links (median of $REPEATS runs)"
+  --title "ring vs parameter server on emulated $LINK links (median of $REPEATS runs; PS flags: ${PS_FLAGS:-the defaults})"
 if [[ $PUBLISH -eq 1 ]]; then
   mkdir -p docs
   cp "$OUT/headline.png" docs/headline.png
