@@ -20,6 +20,7 @@
 #include "proto/parameter_server.pb.h"
 #include "ps/flags.h"
 #include "ps/partitioner.h"
+#include "ps/stream_window_rule.h"
 
 namespace gradsync {
 
@@ -28,6 +29,10 @@ struct PsSyncOptions {
   int64_t chunk_bytes = int64_t{4} << 20;
   int64_t message_bytes = int64_t{1} << 20;
   int64_t stream_window_bytes = int64_t{4} << 20;
+  // chunk_bytes or stream_window_bytes 0: auto, from the layout and K
+  // (ps/key_size_rule.h) or from `link` and the fan-in
+  // (ps/stream_window_rule.h), resolved in Setup (ps/tuning.h).
+  LinkFigures link;
   // Server mode: the workers' optimizer, with the learning rate already
   // scaled for the world size (SyncContext::optimizer).
   OptimizerOptions optimizer;
