@@ -25,6 +25,7 @@
 #include "ps/flags.h"
 #include "ps/partitioner.h"
 #include "ps/server.h"
+#include "ps/setting_checks.h"
 #include "ps/tuning.h"
 
 namespace gradsync {
@@ -268,6 +269,21 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
     GS_LOG(INFO) << "ps: " << partition_.Describe();
     if (std::optional<std::string> warning =
             ImbalanceWarning(partition_, key_rule)) {
+      GS_LOG(WARNING) << *warning;
+    }
+    if (std::optional<std::string> warning = AsyncMomentumWarning(
+            options_.consistency.mode, options_.optimizer)) {
+      GS_LOG(WARNING) << *warning;
+    }
+    const double largest_share =
+        *std::max_element(partition_.shares().begin(),
+                          partition_.shares().end());
+    if (std::optional<std::string> warning = TimeoutWarning(
+            context_.timeout,
+            PredictedPsStepSeconds(layout.total_bytes(),
+                                   context_.identity.world_size, largest_share,
+                                   key_size_.bytes, options_.link),
+            absl::StrCat("this PS job (K=", partition_.num_servers(), ")"))) {
       GS_LOG(WARNING) << *warning;
     }
     RecordSetting("ps_chunk_kb", key_size_.bytes / 1024.0, key_size_.source);
