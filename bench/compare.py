@@ -22,6 +22,7 @@ Training flags after `--` go to every job.
 """
 import argparse
 import collections
+import csv
 import json
 import os
 import re
@@ -199,8 +200,8 @@ def bounded_by(point, link_name, latency_part_ms=0.0):
     if predicted_step:
         error = point["step_ms"] / predicted_step - 1
         if error <= MODEL_TOLERANCE:
-            return f"link ({100 * error:+.0f}% from the α–β model)"
-        return f"link, and {100 * error:.0f}% above the α–β model (not explained by it)"
+            return f"link (within {100 * MODEL_TOLERANCE:.0f}% of the α–β model)"
+        return f"link, and {100 * error:.0f}% slower than the α–β model (not explained by it)"
     return "link (no prediction: --no_probe)"
 
 
@@ -273,6 +274,25 @@ def format_table(rows):
     return "\n".join(out)
 
 
+def plot_input(out):
+    """points.csv without the columns bench/plot_scaling.py cannot read as
+    numbers (its reader takes every column but a few as a float; "partition"
+    is text): written beside it as plot_points.csv."""
+    source, target = os.path.join(out, "points.csv"), os.path.join(out, "plot_points.csv")
+    with open(source, newline="") as f:
+        reader = csv.DictReader(f)
+        fields = [c for c in reader.fieldnames if c not in TEXT_COLUMNS]
+        rows = list(reader)
+    with open(target, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return target
+
+
+TEXT_COLUMNS = ("partition",)
+
+
 # --- Main ----------------------------------------------------------------------------------
 
 def parse_args(argv):
@@ -290,8 +310,11 @@ def parse_args(argv):
     parser.add_argument("--strategies", default="all",
                         help=f"some of {', '.join(STRATEGIES)}, or all; the single-worker "
                              "reference always runs")
-    parser.add_argument("--bucket_mb", default="25")
-    parser.add_argument("--compute_ms", default="0")
+    parser.add_argument("--bucket_mb", default="0",
+                        help="gradient bucket cap; 0 = each job's own default (a quarter of "
+                             "the model within [1, 25] MiB, core/sync/bucket_size_rule.h)")
+    parser.add_argument("--compute_ms", default="0",
+                        help="emulated compute per step, for the models that sleep")
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2)
@@ -359,7 +382,7 @@ def main(argv):
                    "git_commit": sweep["manifest"].get("git_commit")}, f, indent=1)
     png = os.path.join(out, "compare.png")
     plotted = subprocess.run([sys.executable, os.path.join(HERE, "plot_scaling.py"),
-                              os.path.join(out, "points.csv"), "-o", png, "--title",
+                              plot_input(out), "-o", png, "--title",
                               f"gradsync compare: {args.model} on {args.link}"])
     print(f"\nresults: {out}/verdict.txt, {out}/verdict.json, {out}/points.csv"
           + (f", {png}" if plotted.returncode == 0 else " (the plot failed)")

@@ -85,8 +85,8 @@ class VerdictTest(unittest.TestCase):
 
     def test_what_bounded_each_point(self):
         self.assertTrue(compare.bounded_by(point("ring", 4, 0, 330, 3.8, 314), "100mbit")
-                        .startswith("link (+5%"))
-        self.assertIn("above the α–β model",
+                        .startswith("link (within 25%"))
+        self.assertIn("59% slower than the α–β model",
                       compare.bounded_by(point("ring", 4, 0, 500, 3.8, 314), "100mbit"))
         self.assertTrue(compare.bounded_by(
             point("ps", 4, 4, 300, 2.5, 250, cpu_bound=True, machine_busy_unniced_max=0.9),
