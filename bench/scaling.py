@@ -83,7 +83,7 @@ def enumerate_points(args):
     points = []
     for model in args.models.split(","):
         label, model_bytes, model_flags = parse_model(model)
-        for link in args.links.split(","):
+        for link in split_links(args.links):
             for bucket_mb in [float(b) for b in args.bucket_mb.split(",")]:
                 compute_values = [float(c) for c in args.compute_ms.split(",")]
                 if label in REAL_MODEL_BYTES:
@@ -100,6 +100,25 @@ def enumerate_points(args):
                                               strategy_points(group, strategy, n, args.servers,
                                                               getattr(args, "colocated", "")))
     return points
+
+
+RATE_UNITS = ("bit", "kbit", "mbit", "gbit", "tbit")
+
+
+def split_links(spec):
+    """'100mbit,1ms,1gbit,loopback' -> ['100mbit,1ms', '1gbit', 'loopback']:
+    a link is a rate (or 'loopback') followed by its latency and options
+    (RATE[,LATENCY][,OPTION...], as `gradsync launch --netem` takes it)."""
+    links = []
+    for token in spec.split(","):
+        lowered = token.strip().lower()
+        starts_link = (lowered in ("loopback", "none")
+                       or (lowered[:1].isdigit() and lowered.endswith(RATE_UNITS)))
+        if starts_link or not links:
+            links.append(token.strip())
+        else:
+            links[-1] += "," + token.strip()
+    return links
 
 
 def sweep_sets(spec):
@@ -571,7 +590,7 @@ def main():
 
     links, probes = {}, {}
     if not args.no_probe:
-        for link in args.links.split(","):
+        for link in split_links(args.links):
             spec = "loopback" if link == "loopback" else link
             print(f"== probing α and B through {spec}", flush=True)
             links[link], probes[link] = cost_model.probe(spec, NETEM)
