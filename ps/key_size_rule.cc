@@ -32,7 +32,8 @@ double ImbalanceAgainstTargets(const std::vector<int64_t>& server_bytes,
 }
 
 absl::StatusOr<KeySizeChoice> ChooseKeySize(const ParamLayout& layout,
-                                            const std::vector<double>& shares) {
+                                            const std::vector<double>& shares,
+                                            int num_workers) {
   if (shares.empty()) {
     return absl::InvalidArgumentError(
         "key size rule: no parameter servers; need at least one");
@@ -44,9 +45,13 @@ absl::StatusOr<KeySizeChoice> ChooseKeySize(const ParamLayout& layout,
     }
   }
   const int64_t total = layout.total_bytes();
-  const double server_bytes = total * smallest_share;
+  // Per step, the busiest server's link carries N f S (or the S every
+  // worker sends, where f < 1/N): N times this. The last key leaves it N
+  // times after its pushes are in.
+  const double link_bytes =
+      total * std::max(smallest_share, 1.0 / std::max(num_workers, 1));
   const int64_t start = std::clamp(
-      PowerOfTwoAtMost(static_cast<int64_t>(server_bytes / kKeysPerServer)),
+      PowerOfTwoAtMost(static_cast<int64_t>(link_bytes * kTailFraction)),
       kPreferredMinKeyBytes, kMaxKeyBytes);
 
   KeySizeChoice best;
@@ -68,12 +73,13 @@ absl::StatusOr<KeySizeChoice> ChooseKeySize(const ParamLayout& layout,
   }
   const int servers = static_cast<int>(shares.size());
   best.reason = absl::StrFormat(
-      "auto: %.2f MB over K=%d servers (%.3f MB for the smallest share); "
-      "%d KiB keys: 1/%d of that as a power of two in [%d, %d] KiB, cut by "
-      "eighths (down to %d KiB) until every server is within %.0f%% of its share "
+      "auto: %.2f MB over K=%d servers, N=%d (the busiest link carries N x "
+      "%.3f MB); %d KiB keys: a tenth of that share (so the last key's tail, "
+      "N x key, is a tenth of the link's bytes) as a power of two in [%d, %d] KiB, cut by eighths (down to "
+      "%d KiB) until every server is within %.0f%% of its share "
       "(max/target %.3f%s)",
-      total / 1e6, servers, server_bytes / 1e6, best.key_bytes / 1024,
-      kKeysPerServer, kPreferredMinKeyBytes / 1024, kMaxKeyBytes / 1024,
+      total / 1e6, servers, num_workers, link_bytes / 1e6, best.key_bytes / 1024,
+      kPreferredMinKeyBytes / 1024, kMaxKeyBytes / 1024,
       kMinKeyBytes / 1024,
       100 * (kTargetImbalance - 1), best.imbalance,
       best.imbalance <= kTargetImbalance

@@ -13,11 +13,13 @@
 // bookkeeping): the same items measured 16 and 32 KiB keys CPU-bound on two
 // cores.
 //
-// The rule: start from a quarter of the smallest positive server share
-// (at least four keys per server, so the largest-first placement can even
-// servers out and a key's tail is at most a quarter of a server's work),
-// rounded down to a power of two and held within [kPreferredMinKeyBytes,
-// kMaxKeyBytes]; then cut it by eighths (in 4 KiB units), down to
+// The rule: start from a tenth of S·max(f, 1/N), for the smallest positive
+// share f and N workers — after a key's last pushes arrive its results still
+// leave the server N times, a tail of N·key/B (bench/cost_model.py's N·b),
+// which is then at most a tenth of the busiest link's max(N·f·S, S)/B, and a
+// server holds ten keys or more, so the largest-first placement can even
+// servers out — rounded down to a power of two and held
+// within [kPreferredMinKeyBytes, kMaxKeyBytes]; then cut it by eighths (in 4 KiB units), down to
 // kMinKeyBytes, until every server's
 // bytes are within kTargetImbalance of its target. On 2.5 MB in 32 tensors
 // over 8 servers it gives 64 KiB, the key size measured to reach the α–β
@@ -42,8 +44,8 @@ constexpr int64_t kPreferredMinKeyBytes = int64_t{64} << 10;
 // Smaller keys are taken only when balance needs them; below this the
 // per-key cost dominates.
 constexpr int64_t kMinKeyBytes = int64_t{16} << 10;
-// At least this many keys per server at the start.
-constexpr int kKeysPerServer = 4;
+// The last key's tail is at most this part of the busiest link's bytes.
+constexpr double kTailFraction = 0.1;
 // Every server within 10 % of its target share.
 constexpr double kTargetImbalance = 1.10;
 
@@ -58,12 +60,13 @@ struct KeySizeChoice {
 };
 
 // The key size for `layout` over servers with target `shares` (non-negative,
-// summing to 1, as Partition::Create takes them). Where no size in
+// summing to 1, as Partition::Create takes them) in a job of `num_workers`. Where no size in
 // [kMinKeyBytes, kMaxKeyBytes] reaches kTargetImbalance (a model of one huge
 // tensor and a few tiny ones on many servers), the most balanced one, and the
 // reason says so.
 absl::StatusOr<KeySizeChoice> ChooseKeySize(const ParamLayout& layout,
-                                            const std::vector<double>& shares);
+                                            const std::vector<double>& shares,
+                                            int num_workers);
 
 // max over servers with a positive target of bytes / (share × total).
 double ImbalanceAgainstTargets(const std::vector<int64_t>& server_bytes,

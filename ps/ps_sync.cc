@@ -251,9 +251,10 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
       std::vector<double> shares,
       ServerShares(options_.partition, context_.identity.world_size, colocated,
                    static_cast<int>(addresses.size()) - colocated));
-  ASSIGN_OR_RETURN(KeySizeChoice key_rule, ChooseKeySize(layout, shares));
+  const int n = context_.identity.world_size;
+  ASSIGN_OR_RETURN(KeySizeChoice key_rule, ChooseKeySize(layout, shares, n));
   ASSIGN_OR_RETURN(key_size_,
-                   ResolveKeySize(options_.chunk_bytes, layout, shares));
+                   ResolveKeySize(options_.chunk_bytes, layout, shares, n));
   pull_window_ =
       ResolveStreamWindow(options_.stream_window_bytes, options_.link,
                           static_cast<int>(addresses.size()));

@@ -14,9 +14,10 @@ ResolvedSetting ResolveStreamWindow(int64_t explicit_bytes,
 
 absl::StatusOr<ResolvedSetting> ResolveKeySize(
     int64_t explicit_bytes, const ParamLayout& layout,
-    const std::vector<double>& shares) {
+    const std::vector<double>& shares, int num_workers) {
   if (explicit_bytes > 0) return ResolvedSetting{explicit_bytes, "flag"};
-  absl::StatusOr<KeySizeChoice> choice = ChooseKeySize(layout, shares);
+  absl::StatusOr<KeySizeChoice> choice =
+      ChooseKeySize(layout, shares, num_workers);
   if (!choice.ok()) return choice.status();
   return ResolvedSetting{choice->key_bytes, choice->reason};
 }

@@ -33,7 +33,7 @@ ResolvedSetting ResolveStreamWindow(int64_t explicit_bytes,
                                     const LinkFigures& link, int fan_in);
 absl::StatusOr<ResolvedSetting> ResolveKeySize(
     int64_t explicit_bytes, const ParamLayout& layout,
-    const std::vector<double>& shares);
+    const std::vector<double>& shares, int num_workers);
 
 // Where a server holds more than kImbalanceWarning times its share: one
 // message naming the server, its load, the key size that ran and the one

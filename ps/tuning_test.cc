@@ -90,8 +90,9 @@ TEST(KeySizeRuleTest, EveryServerWithinTenPercentOnTheModelsUsersRun) {
   for (const auto& model : models) {
     const ParamLayout layout = Layout(model.specs);
     for (int k : {1, 2, 4, 8}) {
+     for (int n : {k, 8}) {
       const std::vector<double> shares(k, 1.0 / k);
-      absl::StatusOr<KeySizeChoice> choice = ChooseKeySize(layout, shares);
+      absl::StatusOr<KeySizeChoice> choice = ChooseKeySize(layout, shares, n);
       ASSERT_TRUE(choice.ok()) << choice.status();
       // The partition a worker builds with that key size, measured on its own.
       absl::StatusOr<Partition> partition =
@@ -103,18 +104,37 @@ TEST(KeySizeRuleTest, EveryServerWithinTenPercentOnTheModelsUsersRun) {
       EXPECT_GE(choice->key_bytes, kMinKeyBytes) << model.name << " K=" << k;
       EXPECT_LE(choice->key_bytes, kMaxKeyBytes) << model.name << " K=" << k;
       EXPECT_THAT(choice->reason, HasSubstr("auto: "));
+     }
     }
   }
 }
 
 TEST(KeySizeRuleTest, TheHeadlineGradientGetsTheMeasuredKeySize) {
-  // 2.5 MB over 8 servers: 312 KB a server, a quarter of it rounded down to
-  // a power of two is 64 KiB, the size measured to reach the α–β model.
+  // 2.5 MB over 8 servers, N = 8: 312 KB through each link, a tenth of it
+  // is under the 64 KiB floor, the size measured to reach the α–β model.
   const ParamLayout layout = Layout(CustomSpecs(625000, 32));
   absl::StatusOr<KeySizeChoice> choice =
-      ChooseKeySize(layout, std::vector<double>(8, 1.0 / 8));
+      ChooseKeySize(layout, std::vector<double>(8, 1.0 / 8), 8);
   ASSERT_TRUE(choice.ok());
   EXPECT_EQ(choice->key_bytes, 64 << 10);
+}
+
+TEST(KeySizeRuleTest, TheTailStaysATenthOfTheBusiestLink) {
+  // 10 MB over K = N = 8: 1.25 MB through each link; the last key leaves
+  // its server 8 times, so keys of at most 125 KB: 64 KiB (not 256).
+  const ParamLayout layout = Layout(CustomSpecs(2500000, 32));
+  absl::StatusOr<KeySizeChoice> eight =
+      ChooseKeySize(layout, std::vector<double>(8, 1.0 / 8), 8);
+  ASSERT_TRUE(eight.ok());
+  EXPECT_EQ(eight->key_bytes, 64 << 10);
+  // Tail 8 x 64 KiB against the link's 8 x 1.25 MB.
+  EXPECT_LE(8.0 * eight->key_bytes, 0.1 * 10e6);
+  // One server takes N·S = 8 x 10 MB; its tail, 8 keys, a tenth of that:
+  // 1 MB keys, rounded down to a power of two.
+  absl::StatusOr<KeySizeChoice> one =
+      ChooseKeySize(layout, std::vector<double>(1, 1.0), 8);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->key_bytes, 512 << 10);
 }
 
 TEST(KeySizeRuleTest, KeysStayAsLargeAsBalanceAllows) {
@@ -122,7 +142,7 @@ TEST(KeySizeRuleTest, KeysStayAsLargeAsBalanceAllows) {
   // so the rule goes below 32 KiB, but not by halving to 16.
   const ParamLayout layout = Layout(MlpSpecs());
   absl::StatusOr<KeySizeChoice> choice =
-      ChooseKeySize(layout, std::vector<double>(8, 1.0 / 8));
+      ChooseKeySize(layout, std::vector<double>(8, 1.0 / 8), 8);
   ASSERT_TRUE(choice.ok());
   EXPECT_GT(choice->key_bytes, 16 << 10);
   EXPECT_EQ(choice->key_bytes % 4096, 0);
@@ -143,7 +163,7 @@ TEST(KeySizeRuleTest, BalancedSharesAreMetAgainstTheirTargets) {
   absl::StatusOr<std::vector<double>> shares =
       ServerShares(PartitionPolicy::kBalanced, 4, 2, 2);
   ASSERT_TRUE(shares.ok());
-  absl::StatusOr<KeySizeChoice> choice = ChooseKeySize(layout, *shares);
+  absl::StatusOr<KeySizeChoice> choice = ChooseKeySize(layout, *shares, 4);
   ASSERT_TRUE(choice.ok());
   absl::StatusOr<Partition> partition =
       Partition::Create(layout, *shares, choice->key_bytes);
@@ -154,7 +174,7 @@ TEST(KeySizeRuleTest, BalancedSharesAreMetAgainstTheirTargets) {
 
 TEST(KeySizeRuleTest, NoServersIsRefused) {
   const ParamLayout layout = Layout(MlpSpecs());
-  EXPECT_FALSE(ChooseKeySize(layout, {}).ok());
+  EXPECT_FALSE(ChooseKeySize(layout, {}, 4).ok());
 }
 
 LinkFigures Link(double mbit, double rtt_ms) {
@@ -202,7 +222,7 @@ TEST(EmulatedLinkTest, ReadsTheLaunchersLinkSpec) {
 TEST(TuningTest, AnExplicitValueAlwaysWins) {
   const ParamLayout layout = Layout(MlpSpecs());
   absl::StatusOr<ResolvedSetting> key =
-      ResolveKeySize(4 << 20, layout, std::vector<double>(8, 1.0 / 8));
+      ResolveKeySize(4 << 20, layout, std::vector<double>(8, 1.0 / 8), 8);
   ASSERT_TRUE(key.ok());
   EXPECT_EQ(key->bytes, 4 << 20);
   EXPECT_EQ(key->source, "flag");
@@ -210,7 +230,7 @@ TEST(TuningTest, AnExplicitValueAlwaysWins) {
   EXPECT_EQ(window.bytes, 4 << 20);
   EXPECT_EQ(window.source, "flag");
   absl::StatusOr<ResolvedSetting> automatic =
-      ResolveKeySize(0, layout, std::vector<double>(8, 1.0 / 8));
+      ResolveKeySize(0, layout, std::vector<double>(8, 1.0 / 8), 8);
   ASSERT_TRUE(automatic.ok());
   EXPECT_THAT(automatic->source, HasSubstr("auto: "));
 }
@@ -218,7 +238,7 @@ TEST(TuningTest, AnExplicitValueAlwaysWins) {
 TEST(TuningTest, ImbalanceWarningNamesTheKeySizeThatFixesIt) {
   const ParamLayout layout = Layout(MlpSpecs());
   const std::vector<double> shares(8, 1.0 / 8);
-  absl::StatusOr<KeySizeChoice> rule = ChooseKeySize(layout, shares);
+  absl::StatusOr<KeySizeChoice> rule = ChooseKeySize(layout, shares, 8);
   ASSERT_TRUE(rule.ok());
   absl::StatusOr<Partition> old = Partition::Create(layout, shares, 4 << 20);
   ASSERT_TRUE(old.ok());
