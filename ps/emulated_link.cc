@@ -2,6 +2,7 @@
 #include "ps/emulated_link.h"
 
 #include <cstdlib>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -25,7 +26,14 @@ LinkFigures LinkFiguresFromNetemSpec(const std::string& spec) {
 LinkFigures LinkFiguresOfThisProcess() {
   const char* netem = std::getenv("GRADSYNC_NETEM");
   if (netem == nullptr || *netem == '\0') return LinkFigures{};
-  return LinkFiguresFromNetemSpec(netem);
+  LinkFigures link = LinkFiguresFromNetemSpec(netem);
+  const char* latency = std::getenv("GRADSYNC_NETEM_LATENCY_EMULATED");
+  if (latency != nullptr && std::string(latency) == "0" &&
+      link.round_trip_s > 0) {
+    link.round_trip_s = 0;
+    link.description += ", latency not emulated (no sch_netem)";
+  }
+  return link;
 }
 
 }  // namespace gradsync

@@ -15,7 +15,9 @@ namespace gradsync {
 // unknown link whose description says why (the launcher refused it already).
 LinkFigures LinkFiguresFromNetemSpec(const std::string& spec);
 
-// LinkFiguresFromNetemSpec($GRADSYNC_NETEM), or an unknown link.
+// LinkFiguresFromNetemSpec($GRADSYNC_NETEM), or an unknown link; without
+// the latency where the launcher says the kernel could not add it
+// (GRADSYNC_NETEM_LATENCY_EMULATED=0: no sch_netem).
 LinkFigures LinkFiguresOfThisProcess();
 
 }  // namespace gradsync

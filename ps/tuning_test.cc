@@ -3,6 +3,7 @@
 // in 32 tensors) at K = 1, 2, 4, 8, with balanced shares too; the window rule
 // gives the measured 32 KiB at 100 Mbit/s and grows with latency; explicit
 // values win; the imbalance warning names the fix.
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -217,6 +218,19 @@ TEST(EmulatedLinkTest, ReadsTheLaunchersLinkSpec) {
   EXPECT_DOUBLE_EQ(link.round_trip_s, 2e-3);
   EXPECT_EQ(LinkFiguresFromNetemSpec("fast").rate_bytes_per_s, 0);
   EXPECT_EQ(LinkFiguresFromNetemSpec("none").rate_bytes_per_s, 0);
+}
+
+TEST(EmulatedLinkTest, LatencyTheKernelCouldNotAddIsLeftOut) {
+  setenv("GRADSYNC_NETEM", "1gbit,1ms", 1);
+  EXPECT_DOUBLE_EQ(LinkFiguresOfThisProcess().round_trip_s, 2e-3);
+  setenv("GRADSYNC_NETEM_LATENCY_EMULATED", "0", 1);
+  const LinkFigures link = LinkFiguresOfThisProcess();
+  EXPECT_DOUBLE_EQ(link.round_trip_s, 0);
+  EXPECT_DOUBLE_EQ(link.rate_bytes_per_s, 125e6);
+  EXPECT_THAT(link.description, HasSubstr("latency not emulated"));
+  unsetenv("GRADSYNC_NETEM_LATENCY_EMULATED");
+  unsetenv("GRADSYNC_NETEM");
+  EXPECT_EQ(LinkFiguresOfThisProcess().rate_bytes_per_s, 0);
 }
 
 TEST(TuningTest, AnExplicitValueAlwaysWins) {
