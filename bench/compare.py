@@ -243,8 +243,10 @@ def answer(rows, link_name):
     if ratio < 1.05:
         return head + ": within 5%, a tie on this network"
     if best["bounded_by"].startswith("CPU") or other["bounded_by"].startswith("CPU"):
+        advice = ("use --netem, a slower link or fewer workers" if link_name == "loopback"
+                  else "run again on an idle machine, or with a slower link or fewer workers")
         return head + (" but the CPU bounded the run: this measures the machine's cores, not "
-                       "the network (use --netem, a slower link or fewer workers)")
+                       f"the network ({advice})")
     if best["bounded_by"].startswith("latency") or other["bounded_by"].startswith("latency"):
         return head + (" because latency dominates: the ring pays 2(N-1) latencies per bucket, "
                        "a parameter server 2")

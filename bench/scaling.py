@@ -552,7 +552,7 @@ def main():
                              "(N, N/2 allowed); points with c > K are left out")
     parser.add_argument("--models", default="custom:25:32",
                         help="resnet50, vgg16, bert-base, custom:MB[:TENSORS] (they sleep "
-                             "--compute_ms), resnet18, cnn (real forward and backward)")
+                             "--compute_ms), mlp, resnet18, cnn (real forward and backward)")
     parser.add_argument("--links", default="1gbit",
                         help="RATE[,LATENCY] per link (emulated, root) or 'loopback'")
     parser.add_argument("--bucket_mb", default="25")
