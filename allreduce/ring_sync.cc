@@ -11,8 +11,8 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/job_token.h"
-#include "core/telemetry/derived_settings.h"
 #include "core/sync/step_buckets.h"
+#include "core/telemetry/derived_settings.h"
 #include "nlohmann/json.hpp"
 
 namespace gradsync {

@@ -211,8 +211,8 @@ absl::StatusOr<int64_t> StreamWindowBytesFromFlags() {
 absl::StatusOr<int64_t> ChunkBytesFromFlags() {
   const int64_t kb = absl::GetFlag(FLAGS_ps_chunk_kb);
   if (kb < 0 || kb > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ps_chunk_kb=", kb, " must be in [1, 2^30], or 0 (auto)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ps_chunk_kb=", kb, " must be in [1, 2^30], or 0 (auto)"));
   }
   return kb * 1024;
 }

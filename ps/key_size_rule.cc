@@ -75,13 +75,13 @@ absl::StatusOr<KeySizeChoice> ChooseKeySize(const ParamLayout& layout,
   best.reason = absl::StrFormat(
       "auto: %.2f MB over K=%d servers, N=%d (the busiest link carries N x "
       "%.3f MB); %d KiB keys: a tenth of that share (so the last key's tail, "
-      "N x key, is a tenth of the link's bytes) as a power of two in [%d, %d] KiB, cut by eighths (down to "
+      "N x key, is a tenth of the link's bytes) as a power of two in [%d, %d] "
+      "KiB, cut by eighths (down to "
       "%d KiB) until every server is within %.0f%% of its share "
       "(max/target %.3f%s)",
-      total / 1e6, servers, num_workers, link_bytes / 1e6, best.key_bytes / 1024,
-      kPreferredMinKeyBytes / 1024, kMaxKeyBytes / 1024,
-      kMinKeyBytes / 1024,
-      100 * (kTargetImbalance - 1), best.imbalance,
+      total / 1e6, servers, num_workers, link_bytes / 1e6,
+      best.key_bytes / 1024, kPreferredMinKeyBytes / 1024, kMaxKeyBytes / 1024,
+      kMinKeyBytes / 1024, 100 * (kTargetImbalance - 1), best.imbalance,
       best.imbalance <= kTargetImbalance
           ? ""
           : "; not reached: a few tensors dominate the model");

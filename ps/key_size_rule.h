@@ -19,11 +19,10 @@
 // which is then at most a tenth of the busiest link's max(N·f·S, S)/B, and a
 // server holds ten keys or more, so the largest-first placement can even
 // servers out — rounded down to a power of two and held
-// within [kPreferredMinKeyBytes, kMaxKeyBytes]; then cut it by eighths (in 4 KiB units), down to
-// kMinKeyBytes, until every server's
-// bytes are within kTargetImbalance of its target. On 2.5 MB in 32 tensors
-// over 8 servers it gives 64 KiB, the key size measured to reach the α–β
-// model at 100 Mbit/s.
+// within [kPreferredMinKeyBytes, kMaxKeyBytes]; then cut it by eighths (in 4
+// KiB units), down to kMinKeyBytes, until every server's bytes are within
+// kTargetImbalance of its target. On 2.5 MB in 32 tensors over 8 servers it
+// gives 64 KiB, the key size measured to reach the α–β model at 100 Mbit/s.
 #pragma once
 
 #include <cstdint>
@@ -60,10 +59,10 @@ struct KeySizeChoice {
 };
 
 // The key size for `layout` over servers with target `shares` (non-negative,
-// summing to 1, as Partition::Create takes them) in a job of `num_workers`. Where no size in
-// [kMinKeyBytes, kMaxKeyBytes] reaches kTargetImbalance (a model of one huge
-// tensor and a few tiny ones on many servers), the most balanced one, and the
-// reason says so.
+// summing to 1, as Partition::Create takes them) in a job of `num_workers`.
+// Where no size in [kMinKeyBytes, kMaxKeyBytes] reaches kTargetImbalance (a
+// model of one huge tensor and a few tiny ones on many servers), the most
+// balanced one, and the reason says so.
 absl::StatusOr<KeySizeChoice> ChooseKeySize(const ParamLayout& layout,
                                             const std::vector<double>& shares,
                                             int num_workers);

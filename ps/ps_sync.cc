@@ -239,9 +239,9 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   ASSIGN_OR_RETURN(
       grad_staging_,
       CreateHostStaging(device, layout, buffers.grads, context_.timeout));
-  push_window_ = ResolveStreamWindow(options_.stream_window_bytes,
-                                     options_.link,
-                                     context_.identity.world_size);
+  push_window_ =
+      ResolveStreamWindow(options_.stream_window_bytes, options_.link,
+                          context_.identity.world_size);
   ASSIGN_OR_RETURN(std::vector<std::string> addresses, ServerAddresses());
   // Every worker computes the same shares from the same job shape; the
   // servers check at registration that the policy is the same everywhere.
@@ -276,9 +276,8 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
             options_.consistency.mode, options_.optimizer)) {
       GS_LOG(WARNING) << *warning;
     }
-    const double largest_share =
-        *std::max_element(partition_.shares().begin(),
-                          partition_.shares().end());
+    const double largest_share = *std::max_element(partition_.shares().begin(),
+                                                   partition_.shares().end());
     if (std::optional<std::string> warning = TimeoutWarning(
             context_.timeout,
             PredictedPsStepSeconds(layout.total_bytes(),

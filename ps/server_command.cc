@@ -93,8 +93,8 @@ absl::Status Serve(const ClusterEnv& env) {
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
   ASSIGN_OR_RETURN(const int64_t window, StreamWindowBytesFromFlags());
   // The push streams' window: N workers' streams converge on this port.
-  const ResolvedSetting push_window = ResolveStreamWindow(
-      window, LinkFiguresOfThisProcess(), env.world_size);
+  const ResolvedSetting push_window =
+      ResolveStreamWindow(window, LinkFiguresOfThisProcess(), env.world_size);
   options.stream_window_bytes = push_window.bytes;
   GS_LOG(INFO) << "push stream window " << push_window.bytes / 1024 << " KiB ("
                << push_window.source << ")";

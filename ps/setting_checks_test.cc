@@ -15,7 +15,8 @@ TEST(AsyncMomentumWarningTest, AspWithTheDefaultMomentumIsWarnedAbout) {
   const std::optional<std::string> warning =
       AsyncMomentumWarning(ps::CONSISTENCY_ASP, sgd);
   ASSERT_TRUE(warning.has_value());
-  EXPECT_THAT(*warning, HasSubstr("--ps_consistency=asp with SGD momentum 0.90"));
+  EXPECT_THAT(*warning,
+              HasSubstr("--ps_consistency=asp with SGD momentum 0.90"));
   EXPECT_THAT(*warning, HasSubstr("set --momentum=0.5"));
   EXPECT_TRUE(AsyncMomentumWarning(ps::CONSISTENCY_SSP, sgd).has_value());
 }

@@ -3,6 +3,8 @@
 // in 32 tensors) at K = 1, 2, 4, 8, with balanced shares too; the window rule
 // gives the measured 32 KiB at 100 Mbit/s and grows with latency; explicit
 // values win; the imbalance warning names the fix.
+#include "ps/tuning.h"
+
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -14,7 +16,6 @@
 #include "ps/key_size_rule.h"
 #include "ps/partitioner.h"
 #include "ps/stream_window_rule.h"
-#include "ps/tuning.h"
 
 namespace gradsync {
 namespace {
@@ -91,21 +92,22 @@ TEST(KeySizeRuleTest, EveryServerWithinTenPercentOnTheModelsUsersRun) {
   for (const auto& model : models) {
     const ParamLayout layout = Layout(model.specs);
     for (int k : {1, 2, 4, 8}) {
-     for (int n : {k, 8}) {
-      const std::vector<double> shares(k, 1.0 / k);
-      absl::StatusOr<KeySizeChoice> choice = ChooseKeySize(layout, shares, n);
-      ASSERT_TRUE(choice.ok()) << choice.status();
-      // The partition a worker builds with that key size, measured on its own.
-      absl::StatusOr<Partition> partition =
-          Partition::Create(layout, k, choice->key_bytes);
-      ASSERT_TRUE(partition.ok()) << partition.status();
-      EXPECT_LE(partition->imbalance(), 1.10)
-          << model.name << " K=" << k << ": " << partition->Describe();
-      EXPECT_NEAR(choice->imbalance, partition->imbalance(), 1e-9);
-      EXPECT_GE(choice->key_bytes, kMinKeyBytes) << model.name << " K=" << k;
-      EXPECT_LE(choice->key_bytes, kMaxKeyBytes) << model.name << " K=" << k;
-      EXPECT_THAT(choice->reason, HasSubstr("auto: "));
-     }
+      for (int n : {k, 8}) {
+        const std::vector<double> shares(k, 1.0 / k);
+        absl::StatusOr<KeySizeChoice> choice = ChooseKeySize(layout, shares, n);
+        ASSERT_TRUE(choice.ok()) << choice.status();
+        // The partition a worker builds with that key size, measured on its
+        // own.
+        absl::StatusOr<Partition> partition =
+            Partition::Create(layout, k, choice->key_bytes);
+        ASSERT_TRUE(partition.ok()) << partition.status();
+        EXPECT_LE(partition->imbalance(), 1.10)
+            << model.name << " K=" << k << ": " << partition->Describe();
+        EXPECT_NEAR(choice->imbalance, partition->imbalance(), 1e-9);
+        EXPECT_GE(choice->key_bytes, kMinKeyBytes) << model.name << " K=" << k;
+        EXPECT_LE(choice->key_bytes, kMaxKeyBytes) << model.name << " K=" << k;
+        EXPECT_THAT(choice->reason, HasSubstr("auto: "));
+      }
     }
   }
 }

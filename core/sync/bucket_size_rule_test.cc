@@ -24,8 +24,8 @@ TEST(BucketSizeRuleTest, CapsWithinTheFloorAndCeiling) {
 }
 
 TEST(BucketSizeRuleTest, TheDefaultMlpGetsMoreThanOneBucket) {
-  absl::StatusOr<ParamLayout> automatic = ParamLayout::Create(
-      Mlp(), ChooseBucketBytes(535818 * 4).bucket_bytes);
+  absl::StatusOr<ParamLayout> automatic =
+      ParamLayout::Create(Mlp(), ChooseBucketBytes(535818 * 4).bucket_bytes);
   ASSERT_TRUE(automatic.ok());
   EXPECT_GE(automatic->buckets().size(), 2u);
   EXPECT_FALSE(SingleBucketWarning(*automatic, 1.0).has_value());

@@ -19,8 +19,8 @@
 #include "core/base/files.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
-#include "core/sync/param_layout.h"
 #include "core/sync/bucket_size_rule.h"
+#include "core/sync/param_layout.h"
 #include "core/telemetry/derived_settings.h"
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
@@ -274,13 +274,14 @@ absl::Status Trainer::Setup() {
           auto_bucket ? bucket_rule.bucket_bytes
                       : static_cast<int64_t>(options_.bucket_mb * (1 << 20))));
   if (id_.rank == 0) {
-    RecordSetting("bucket_mb", auto_bucket ? bucket_rule.bucket_bytes / double(1 << 20)
-                                           : options_.bucket_mb,
+    RecordSetting("bucket_mb",
+                  auto_bucket ? bucket_rule.bucket_bytes / double(1 << 20)
+                              : options_.bucket_mb,
                   auto_bucket ? bucket_rule.reason : "flag");
     if (auto_bucket) {
       GS_LOG(INFO) << "bucket cap " << bucket_rule.bucket_bytes / 1024
-                   << " KiB (" << bucket_rule.reason << "): "
-                   << layout.buckets().size() << " buckets";
+                   << " KiB (" << bucket_rule.reason
+                   << "): " << layout.buckets().size() << " buckets";
     } else if (std::optional<std::string> warning =
                    SingleBucketWarning(layout, options_.bucket_mb)) {
       GS_LOG(WARNING) << *warning;
