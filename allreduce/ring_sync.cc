@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -12,12 +13,18 @@
 #include "core/cluster/job_token.h"
 #include "core/sync/step_buckets.h"
 #include "core/telemetry/trace.h"
+#include "core/telemetry/derived_settings.h"
 #include "nlohmann/json.hpp"
 
 namespace gradsync {
 RingSyncOptions RingSyncOptionsFromFlags() {
   RingSyncOptions options;
   options.chunk_bytes = int64_t{absl::GetFlag(FLAGS_ring_chunk_kb)} << 10;
+  // (This Abseil keeps IsSpecifiedOnCommandLine private: a value other than
+  // the default is what a flag changed.)
+  const absl::CommandLineFlag& flag =
+      absl::GetFlagReflectionHandle(FLAGS_ring_chunk_kb);
+  if (flag.CurrentValue() != flag.DefaultValue()) options.chunk_source = "flag";
   options.socket_buffer_bytes = absl::GetFlag(FLAGS_ring_socket_buffer_kb)
                                 << 10;
   return options;
@@ -85,6 +92,10 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
         [transport = transport_.get()](const absl::Status&) {
           transport->Abort();
         });
+  }
+  if (context_.identity.rank == 0) {
+    RecordSetting("ring_chunk_kb", options_.chunk_bytes / 1024.0,
+                  options_.chunk_source);
   }
   if (context_.identity.world_size > 1) {
     GS_LOG(INFO) << strategy_.name << ": rank " << context_.identity.rank

@@ -433,7 +433,10 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
     n, k, strategy = point["workers"], point["servers"], point["strategy"]
     share = point.get("largest_server_share") or (1.0 / k if k else None)
     flags = training_flags(extra_flags, point.get("sweep", ""))
-    chunk = int(flags.get("ps_chunk_kb", PS_CHUNK_BYTES // 1024)) * 1024
+    # The key size: a flag, else what the job derived (scaling.py reads it
+    # from the summary; --ps_chunk_kb=0 is auto), else the old default.
+    chunk = int(flags.get("ps_chunk_kb", 0)) * 1024 or int(
+        point.get("ps_chunk_bytes") or PS_CHUNK_BYTES)
     message = int(flags.get("ps_message_kb", PS_MESSAGE_BYTES // 1024)) * 1024
     last_key = min(chunk, last_tensor_bytes or bucket_bytes[-1])
     if strategy == "ps":

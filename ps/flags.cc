@@ -9,16 +9,21 @@ ABSL_FLAG(std::string, ps_update, "worker",
           "Where the optimizer runs with --sync=ps: 'worker' (servers return "
           "the averaged gradient, as all-reduce does) or 'server' (servers "
           "hold the parameters, run the optimizer and return new parameters).");
-ABSL_FLAG(int64_t, ps_chunk_kb, 4096,
+ABSL_FLAG(int64_t, ps_chunk_kb, 0,
           "Parameters larger than this are cut into chunks (keys) of at most "
-          "this many KiB, the unit the servers are balanced by.");
+          "this many KiB, the unit the servers are balanced by. 0 = auto: "
+          "sized from the gradient and K so every server holds its share "
+          "within 10% (ps/key_size_rule.h); the value and its reason are "
+          "logged and recorded in the run's manifest.");
 ABSL_FLAG(int64_t, ps_message_kb, 1024,
           "Largest payload of one push/pull message in KiB (at most 3072, so "
           "messages stay under gRPC's default 4 MiB limit).");
-ABSL_FLAG(int64_t, ps_stream_window_kb, 4096,
+ABSL_FLAG(int64_t, ps_stream_window_kb, 0,
           "HTTP/2 flow-control window of every push and pull stream, both "
-          "ends, in KiB, with gRPC's BDP probing off; 0 = gRPC's default (64 "
-          "KiB, grown by BDP probing), which held pulls back (ps/README.md).");
+          "ends, in KiB, with gRPC's BDP probing off. 0 = auto: from the link "
+          "(gradsync launch --netem) and the fan-in, 32 KiB at 100 Mbit/s "
+          "without added latency, 4096 where the link is not known "
+          "(ps/stream_window_rule.h); logged and recorded in the manifest.");
 ABSL_FLAG(bool, ps_colocate, false,
           "Run parameter server r inside worker r (K = number of workers) "
           "instead of as separate `gradsync server` processes.");
@@ -144,16 +149,16 @@ absl::StatusOr<int64_t> StreamWindowBytesFromFlags() {
   if (kb < 0 || kb * 1024 > kMaxStreamWindowBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("--ps_stream_window_kb=", kb, " must be in [0, ",
-                     kMaxStreamWindowBytes / 1024, "] (0: gRPC's default)"));
+                     kMaxStreamWindowBytes / 1024, "] (0: auto)"));
   }
   return kb * 1024;
 }
 
 absl::StatusOr<int64_t> ChunkBytesFromFlags() {
   const int64_t kb = absl::GetFlag(FLAGS_ps_chunk_kb);
-  if (kb < 1 || kb > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ps_chunk_kb=", kb, " must be in [1, 2^30]"));
+  if (kb < 0 || kb > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ps_chunk_kb=", kb, " must be in [1, 2^30], or 0 (auto)"));
   }
   return kb * 1024;
 }

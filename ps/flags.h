@@ -64,9 +64,9 @@ constexpr int64_t kMaxStreamWindowBytes = int64_t{1} << 30;
 // results waited for window updates: at 100 Mbit/s, N = 2, K = 2 took
 // 340 ms a step where the link allows 223 ms; with 4 MiB, 220 ms.
 constexpr int64_t kDefaultStreamWindowBytes = int64_t{4} << 20;
-// --ps_stream_window_kb in bytes (0: gRPC's default), checked.
+// --ps_stream_window_kb in bytes (0: auto, ps/stream_window_rule.h), checked.
 absl::StatusOr<int64_t> StreamWindowBytesFromFlags();
-// --ps_chunk_kb in bytes, checked.
+// --ps_chunk_kb in bytes (0: auto, ps/key_size_rule.h), checked.
 absl::StatusOr<int64_t> ChunkBytesFromFlags();
 // --ps_max_shard_mb in bytes, checked.
 absl::StatusOr<int64_t> MaxShardBytesFromFlags();

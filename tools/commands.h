@@ -12,6 +12,10 @@ int RunTrainCommand();
 // gradsync launch --workers=N [--servers=K] -- <training flags>.
 // `argv0` is how we were invoked; `training_flags` come after "--".
 int RunLaunchCommand(const std::vector<std::string>& training_flags);
+// gradsync compare [flags] [-- training flags]: every strategy on this
+// model and network (bench/compare.py, exec'd with the raw arguments after
+// "compare"; it parses its own flags). Returns only on failure.
+int RunCompareCommand(int argc, char** argv);
 // gradsync doctor: what this machine and build have.
 int RunDoctorCommand();
 // gradsync server: one parameter-server process (tools/server_command.cc).

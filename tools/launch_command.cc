@@ -377,6 +377,11 @@ absl::StatusOr<std::unique_ptr<EmulatedNetwork>> PlaceInEmulatedNetwork(
       }
     }
     specs[i].env.push_back({"GRADSYNC_NETEM", netem});
+    // Without sch_netem the latency of --netem is not there: the PS's
+    // window rule (ps/emulated_link.h) must not size windows for it.
+    if (!network->latency_emulated()) {
+      specs[i].env.push_back({"GRADSYNC_NETEM_LATENCY_EMULATED", "0"});
+    }
   }
   return network;
 }

@@ -20,8 +20,10 @@
 #include "core/cluster/local_address.h"
 #include "core/telemetry/trace.h"
 #include "nlohmann/json.hpp"
+#include "ps/emulated_link.h"
 #include "ps/flags.h"
 #include "ps/server.h"
+#include "ps/tuning.h"
 #include "tools/cluster_flags.h"
 #include "tools/trace_flags.h"
 
@@ -82,7 +84,13 @@ absl::Status Serve(const ClusterEnv& env) {
   options.num_workers = env.world_size;
   options.bind_address = absl::GetFlag(FLAGS_ps_bind);
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
-  ASSIGN_OR_RETURN(options.stream_window_bytes, StreamWindowBytesFromFlags());
+  ASSIGN_OR_RETURN(const int64_t window, StreamWindowBytesFromFlags());
+  // The push streams' window: N workers' streams converge on this port.
+  const ResolvedSetting push_window =
+      ResolveStreamWindow(window, LinkFiguresOfThisProcess(), env.world_size);
+  options.stream_window_bytes = push_window.bytes;
+  GS_LOG(INFO) << "push stream window " << push_window.bytes / 1024 << " KiB ("
+               << push_window.source << ")";
   ASSIGN_OR_RETURN(options.max_shard_bytes, MaxShardBytesFromFlags());
   // The workers' --trace: a server writes its own timeline beside theirs,
   // <trace>.server<k>.json. Pids 1000 + k keep servers apart from the

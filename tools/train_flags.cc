@@ -83,9 +83,13 @@ ABSL_FLAG(uint64_t, seed, 1, "seed of the initial parameters and data order");
 ABSL_FLAG(bool, shuffle, true, "reshuffle the data every epoch");
 ABSL_FLAG(bool, drop_last, false,
           "drop the tail of the data set that does not divide among workers");
-ABSL_FLAG(double, bucket_mb, 25,
-          "gradient bucket cap in MiB (PyTorch DDP's default); buckets are "
-          "synchronized as soon as backward has produced them");
+ABSL_FLAG(double, bucket_mb, 0,
+          "gradient bucket cap in MiB; buckets are synchronized as soon as "
+          "backward has produced them. 0 = auto: a quarter of the model, "
+          "within [1, 25] MiB (25 is PyTorch DDP's default), so backward "
+          "overlaps communication (core/sync/bucket_size_rule.h); logged and "
+          "recorded in the manifest. A cap that holds the whole model is "
+          "warned about.");
 ABSL_FLAG(std::string, optimizer, "sgd", "sgd or adam");
 ABSL_FLAG(double, lr, 0.05, "learning rate (before --lr_scaling)");
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
@@ -232,7 +236,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   }
   if (!(o.bucket_mb >= 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--bucket_mb=", o.bucket_mb, " must be >= 0"));
+        absl::StrCat("--bucket_mb=", o.bucket_mb, " must be >= 0 (0: auto)"));
   }
   return o;
 }
