@@ -152,11 +152,34 @@ absl::Status DdpBucketSync::AgreeOnLayout(const std::string& mine) {
   return absl::OkStatus();
 }
 
+void DdpBucketSync::SetReadyOrder(std::vector<int64_t> keys) {
+  if (strategy_ == nullptr) ready_order_ = std::move(keys);
+}
+
 absl::Status DdpBucketSync::SetUpFromFirstStep() {
   std::vector<DdpParam> ready_order;
+  absl::flat_hash_map<int64_t, int64_t> numel_of;
   for (const DdpBucket& bucket : step_buckets_) {
     ready_order.insert(ready_order.end(), bucket.params.rbegin(),
                        bucket.params.rend());
+    for (const DdpParam& param : bucket.params)
+      numel_of[param.key] = param.numel;
+  }
+  // The recorded order, when it names exactly DDP's parameters, once each.
+  std::vector<DdpParam> recorded;
+  absl::flat_hash_map<int64_t, bool> seen;
+  for (int64_t key : ready_order_) {
+    auto found = numel_of.find(key);
+    if (found == numel_of.end() || seen[key]) break;
+    seen[key] = true;
+    recorded.push_back(DdpParam{key, found->second});
+  }
+  if (recorded.size() == ready_order.size()) {
+    ready_order = std::move(recorded);
+  } else if (!ready_order_.empty() && job_.env().rank == 0) {
+    GS_LOG(WARNING) << "the gradients' order recorded in the first step does "
+                       "not name DDP's parameters; gradsync's buckets follow "
+                       "the reverse of DDP's parameter order instead";
   }
   const std::vector<std::vector<DdpParam>> groups =
       GroupLikeDdp(ready_order, caps_.first_bucket_bytes, caps_.bucket_bytes);

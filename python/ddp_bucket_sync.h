@@ -19,12 +19,13 @@
 // first_bucket_bytes (the first) or bucket_cap_mb (the others). A strategy
 // is set up once (a ring's transport, a parameter server's partition are
 // built for one layout), so the strategy's buckets are derived at the end of
-// the first step by DDP's own rule: the parameters in the reverse of the
-// order DDP lists them within each bucket (the order backward makes them
-// final), grouped with DDP's two caps. For a model whose backward runs its
-// layers in reverse, these are exactly DDP's rebuilt buckets, and each DDP
-// bucket hands over the strategy bucket of the same index. Otherwise DDP's
-// buckets are copied into the strategy's parameter by parameter, each
+// the first step by DDP's own rule: the parameters in the order backward
+// made their gradients final (recorded by the Python side's gradient hooks
+// as DDP's reducer records it; without a record, the reverse of the order
+// DDP lists them in each bucket), grouped with DDP's two caps. These are
+// DDP's rebuilt buckets, and each DDP bucket hands over the strategy bucket
+// of the same index. Should DDP's buckets differ all the same, they are
+// copied into the strategy's parameter by parameter, each
 // strategy bucket handed over once all of its parameters have arrived (said
 // once in the log). Every worker checks that the others derived the same
 // buckets. The first step's buckets are held until DDP's last bucket
@@ -85,6 +86,9 @@ class DdpBucketSync {
   explicit DdpBucketSync(JobConnection& job) : job_(job) {}
   // Before the first bucket; later calls are refused.
   absl::Status SetCaps(const Caps& caps);
+  // Before the first step's last bucket: the parameters' keys in the order
+  // backward made their gradients final. Later calls are ignored.
+  void SetReadyOrder(std::vector<int64_t> keys);
   ~DdpBucketSync();
 
   // Takes one bucket. True when it ended the step: every bucket handed over
@@ -117,6 +121,7 @@ class DdpBucketSync {
 
   JobConnection& job_;
   Caps caps_;
+  std::vector<int64_t> ready_order_;
   absl::Status failed_;
   std::unique_ptr<GradientSync> strategy_;
   std::optional<ParamLayout> layout_;

@@ -77,6 +77,10 @@ class TorchWorker {
     if (!set.ok()) Raise(set);
   }
 
+  void SetReadyOrder(std::vector<int64_t> keys) {
+    buckets_->SetReadyOrder(std::move(keys));
+  }
+
   py::dict LastStep() const {
     const DdpStepStats& stats = buckets_->last_step();
     py::dict step;
@@ -130,6 +134,7 @@ PYBIND11_MODULE(_gradsync, module) {
            py::arg("is_last"), py::call_guard<py::gil_scoped_release>())
       .def("set_bucket_caps", &TorchWorker::SetBucketCaps,
            py::arg("first_bucket_bytes"), py::arg("bucket_bytes"))
+      .def("set_ready_order", &TorchWorker::SetReadyOrder, py::arg("keys"))
       .def("last_step", &TorchWorker::LastStep)
       .def("fail", &TorchWorker::Fail, py::call_guard<py::gil_scoped_release>())
       .def("close", &TorchWorker::Close,

@@ -59,6 +59,8 @@ class GradsyncState:
         self._models = []
         self._closed = False
         self._caps_set = False
+        self._ready_order = []
+        self._ready_hooks = []
         self._metrics = None
         self._run_start = time.time()
         if metrics_dir:
@@ -93,6 +95,27 @@ class GradsyncState:
         self._worker.set_bucket_caps(int(dist._DEFAULT_FIRST_BUCKET_BYTES),
                                      int(bucket_bytes))
         self._caps_set = True
+
+    def _record_ready_order(self, model):
+        # The order backward makes gradients final in the first step, as
+        # DDP's reducer records it to rebuild its buckets: the strategy's
+        # buckets are derived from it (ddp_bucket_sync.h).
+        def recorder(key):
+            def hook(grad):
+                self._ready_order.append(key)
+            return hook
+
+        for param in model.parameters():
+            if param.requires_grad:
+                self._ready_hooks.append(
+                    param.register_hook(recorder(param.data_ptr())))
+
+    def _stop_recording(self):
+        if self._ready_hooks:
+            self._worker.set_ready_order(self._ready_order)
+        for handle in self._ready_hooks:
+            handle.remove()
+        self._ready_hooks = []
 
     def _end_step(self):
         if self._metrics is None:
@@ -165,6 +188,8 @@ def comm_hook(state, bucket):
     if not state._caps_set:
         # Registered without gradsync.torch.register: DDP's default cap.
         state._set_caps(DEFAULT_BUCKET_BYTES)
+    if bucket.is_last() and state._ready_hooks:
+        state._stop_recording()
     params = [(p.data_ptr(), p.numel()) for p in bucket.parameters()]
     future = torch.futures.Future()
     state._pending.append((future, buffer))
@@ -192,4 +217,5 @@ def register(model, state):
             "gradsync.torch.connect() once per DistributedDataParallel model")
     state._models.append(model)
     state._set_caps(model.bucket_bytes_cap)
+    state._record_ready_order(model)
     model.register_comm_hook(state, comm_hook)
