@@ -433,6 +433,9 @@ absl::StatusOr<std::unique_ptr<EmulatedNetwork>> PlaceInEmulatedNetwork(
       }
     }
     specs[i].env.push_back({"GRADSYNC_NETEM", netem});
+    // Gloo (a PyTorch worker's DDP process group) binds the address its
+    // host name resolves to, loopback inside a namespace: name the link.
+    specs[i].env.push_back({"GLOO_SOCKET_IFNAME", "eth0"});
     // Without sch_netem the latency of --netem is not there: the PS's
     // window rule (ps/emulated_link.h) must not size windows for it.
     if (!network->latency_emulated()) {

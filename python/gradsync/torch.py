@@ -143,6 +143,21 @@ class GradsyncState:
         self._worker.close()
 
 
+_live_states = []
+_previous_excepthook = None
+
+
+def _fail_on_uncaught_exception(kind, value, traceback):
+    # A worker dying of an exception leaves the job with it, so the others
+    # stop at once ("the job lost worker r: it failed: ...") instead of
+    # waiting in close()'s barrier or their next step until the timeout.
+    for state in _live_states:
+        if not state._closed:
+            state._closed = True
+            state._worker.fail("%s: %s" % (kind.__name__, value))
+    _previous_excepthook(kind, value, traceback)
+
+
 def connect(sync=None, timeout_s=None, flags=None, metrics_dir=None):
     """Joins the gradsync job; returns the hook's state.
 
@@ -168,6 +183,11 @@ def connect(sync=None, timeout_s=None, flags=None, metrics_dir=None):
         metrics_dir = os.environ.get("GRADSYNC_METRICS_DIR")
     worker = extension.TorchWorker(sync, float(timeout_s), list(flags))
     state = GradsyncState(worker, metrics_dir)
+    global _previous_excepthook
+    if _previous_excepthook is None:
+        _previous_excepthook = sys.excepthook
+        sys.excepthook = _fail_on_uncaught_exception
+    _live_states.append(state)
     atexit.register(state.close)
     return state
 
