@@ -4,13 +4,13 @@
 # As root it runs apt-get; otherwise it prints the one command to run.
 #
 #   tools/install_deps.sh                 # what builds and tests need
-#   tools/install_deps.sh --with-pytorch  # also Debian's PyTorch (CPU), for
-#                                         # bench/pytorch_resnet18_reference.py
+#   tools/install_deps.sh --with-pytorch  # accepted for old scripts; PyTorch
+#                                         # is now always installed
 #
-# PyTorch is optional: python3-torch 1.13.1 and its dependencies take about
-# 570 MB installed (137 MB of archives) on top of the rest, too much
-# for every CI machine when only one reference measurement uses it. It goes
-# into Debian's python3 (the script must run with that interpreter).
+# Debian's PyTorch (CPU, python3-torch 1.13.1, about 570 MB installed) goes
+# into Debian's python3: python/ builds gradsync's extension for that
+# interpreter (pybind11-dev) and its tests run DDP beside gradsync's hook.
+# libtorch-dev is only recommended by python3-torch, so it is named here.
 set -euo pipefail
 
 PACKAGES=(
@@ -22,6 +22,8 @@ PACKAGES=(
   libopenblas-dev nlohmann-json3-dev
   # data, plots, network emulation
   dataset-fashion-mnist python3 python3-matplotlib iproute2 iperf3
+  # PyTorch workers (python/): Debian's torch, its C++ headers, pybind11
+  python3-torch libtorch-dev pybind11-dev
   # fuzzing (fuzz/run.sh, from tools/test.sh): clang's libFuzzer and sanitizers
   clang-14 libclang-rt-14-dev
   # benchmark-only comparison anchor
@@ -34,7 +36,7 @@ PACKAGES=(
 
 for argument in "$@"; do
   case "$argument" in
-    --with-pytorch) PACKAGES+=(python3-torch) ;;
+    --with-pytorch) ;;
     *)
       echo "usage: $0 [--with-pytorch]" >&2
       exit 2

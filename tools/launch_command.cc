@@ -8,6 +8,12 @@
 // i*k..i*k+k-1; node 0 runs worker 0, which hosts the coordinator, and
 // gathers the summary. A failure on another node reaches this one through
 // the coordinator (every process hears of a lost member).
+//
+// `gradsync launch ... -- python3 train.py ARGS`: when the first word after
+// "--" is not a flag, it is the workers' command (any program, typically a
+// PyTorch one using gradsync.torch); servers are still `gradsync server`.
+// torch's c10d store then keeps MASTER_PORT and gradsync's coordinator moves
+// to GRADSYNC_COORDINATOR_PORT (python/job_connection.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -22,6 +28,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/base/files.h"
@@ -213,10 +220,39 @@ struct JobPlan {
   int workers = 0;  // on this node
   int servers = 0;  // on this node
   NodePlacement node;
+  // The workers' command (resolved on PATH), or empty for `gradsync train`;
+  // with a command, the coordinator's port, MASTER_PORT being torch's.
+  std::vector<std::string> command;
+  int coordinator_port = 0;
 };
 
-absl::StatusOr<JobPlan> PlanJob(int workers, int servers, NodePlacement node) {
+// A worker command's program as execve wants it: a path, or the first
+// executable of that name on PATH.
+absl::StatusOr<std::string> ResolveOnPath(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  for (absl::string_view folder :
+       absl::StrSplit(path != nullptr ? path : "", ':', absl::SkipEmpty())) {
+    const std::string candidate = absl::StrCat(folder, "/", program);
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "the workers' command '", program,
+      "' is not an executable on PATH; give its path (/usr/bin/python3)"));
+}
+
+// After "--": training flags for `gradsync train`, or a command.
+bool IsWorkerCommand(const std::vector<std::string>& after_dashes) {
+  return !after_dashes.empty() && !absl::StartsWith(after_dashes[0], "-");
+}
+
+absl::StatusOr<JobPlan> PlanJob(int workers, int servers, NodePlacement node,
+                                std::vector<std::string> command) {
   JobPlan plan;
+  plan.command = std::move(command);
+  if (!plan.command.empty()) {
+    ASSIGN_OR_RETURN(plan.command[0], ResolveOnPath(plan.command[0]));
+  }
   plan.workers = workers;
   plan.servers = servers;
   plan.node = std::move(node);
@@ -243,6 +279,13 @@ absl::StatusOr<JobPlan> PlanJob(int workers, int servers, NodePlacement node) {
   plan.port = absl::GetFlag(FLAGS_master_port);
   if (plan.port == 0) {
     ASSIGN_OR_RETURN(plan.port, PickFreePort());
+  }
+  if (!plan.command.empty()) {
+    // Nodes agree on MASTER_PORT + 1 without talking; one node picks.
+    plan.coordinator_port = plan.port + 1;
+    if (plan.node.nnodes == 1) {
+      ASSIGN_OR_RETURN(plan.coordinator_port, PickFreePort());
+    }
   }
   // Only this job's processes get in (core/cluster/job_token.h): a token from
   // --job_token_file or our environment is passed on, otherwise a job of one
@@ -287,6 +330,12 @@ std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
     spec.argv = {plan.self, "train"};
     spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
     spec.env = common;
+    if (!plan.command.empty()) {
+      spec.argv = plan.command;
+      spec.env.push_back(
+          {"GRADSYNC_COORDINATOR_PORT", absl::StrCat(plan.coordinator_port)});
+      spec.env.push_back({"GRADSYNC_METRICS_DIR", plan.run_dir});
+    }
     spec.env.push_back({"RANK", absl::StrCat(r)});
     spec.env.push_back({"LOCAL_RANK", absl::StrCat(local)});
     spec.env.push_back({"GRADSYNC_ROLE", "worker"});
@@ -303,6 +352,13 @@ std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
     spec.argv = {plan.self, "server"};
     spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
     spec.env = common;
+    if (!plan.command.empty()) {
+      spec.argv = {plan.self, "server",
+                   absl::StrCat("--metrics_dir=", plan.run_dir)};
+      for (auto& [name, value] : spec.env) {
+        if (name == "MASTER_PORT") value = absl::StrCat(plan.coordinator_port);
+      }
+    }
     // No RANK: torchrun's variables describe the workers.
     spec.env.push_back({"LOCAL_RANK", absl::StrCat(plan.workers + local)});
     spec.env.push_back({"GRADSYNC_ROLE", "server"});
@@ -377,6 +433,9 @@ absl::StatusOr<std::unique_ptr<EmulatedNetwork>> PlaceInEmulatedNetwork(
       }
     }
     specs[i].env.push_back({"GRADSYNC_NETEM", netem});
+    // Gloo (a PyTorch worker's DDP process group) binds the address its
+    // host name resolves to, loopback inside a namespace: name the link.
+    specs[i].env.push_back({"GLOO_SOCKET_IFNAME", "eth0"});
     // Without sch_netem the latency of --netem is not there: the PS's
     // window rule (ps/emulated_link.h) must not size windows for it.
     if (!network->latency_emulated()) {
@@ -392,18 +451,21 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   const int servers = absl::GetFlag(FLAGS_servers);
   ASSIGN_OR_RETURN(NodePlacement node, PlaceNode());
   RETURN_IF_ERROR(CheckJobShape(workers, servers, node.nnodes));
-  CheckTrainingFlags(training_flags);
+  const bool command = IsWorkerCommand(training_flags);
+  if (!command) CheckTrainingFlags(training_flags);
   // Where the parameter servers run, checked once here rather than by
   // every worker and server after the job has started.
-  if (absl::GetFlag(FLAGS_sync) == "ps") {
+  if (!command && absl::GetFlag(FLAGS_sync) == "ps") {
     RETURN_IF_ERROR(
         CheckServerPlacement(workers * node.nnodes, servers * node.nnodes));
   }
-  ASSIGN_OR_RETURN(const JobPlan plan,
-                   PlanJob(workers, servers, std::move(node)));
+  ASSIGN_OR_RETURN(
+      const JobPlan plan,
+      PlanJob(workers, servers, std::move(node),
+              command ? training_flags : std::vector<std::string>()));
 
   std::vector<std::string> flags = training_flags;
-  if (!HasFlag(flags, "metrics_dir"))
+  if (!command && !HasFlag(flags, "metrics_dir"))
     flags.push_back(absl::StrCat("--metrics_dir=", plan.run_dir));
   std::vector<ProcessSpec> specs = ProcessSpecs(plan, flags);
   std::string master_addr = plan.node.master_addr;

@@ -1,0 +1,241 @@
+"""gradsync.torch: DDP's gradient buckets through gradsync's strategies.
+
+    import gradsync.torch
+    state = gradsync.torch.connect()   # --sync from the argument, GRADSYNC_SYNC,
+                                       # or --sync=NAME on the command line
+    ddp = DistributedDataParallel(model)
+    gradsync.torch.register(ddp, state)   # or ddp.register_comm_hook(state,
+                                          #        gradsync.torch.comm_hook)
+
+connect() joins the gradsync job as native workers do: rank and world from
+torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, LOCAL_RANK, as `gradsync
+launch` sets them), the job token and id from gradsync's. torch's own c10d
+store, which DDP's process group needs, keeps MASTER_PORT; gradsync's
+coordinator listens on GRADSYNC_COORDINATOR_PORT (set by `gradsync launch`),
+else MASTER_PORT + 1.
+
+The hook hands each bucket to the strategy as DDP produces it, so the
+communication overlaps backward; the call for DDP's last bucket waits (GIL
+released) until the step is summed and averaged, and completes every bucket's
+future. See python/README.md.
+"""
+
+import atexit
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from gradsync import extension
+
+__all__ = ["connect", "comm_hook", "register", "GradsyncState"]
+
+DEFAULT_SYNC = "ring"
+# DistributedDataParallel's default bucket_cap_mb.
+DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
+
+
+def _sync_from_argv(argv):
+    for i, arg in enumerate(argv):
+        if arg.startswith("--sync="):
+            return arg.split("=", 1)[1]
+        if arg == "--sync" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+class GradsyncState:
+    """One worker's membership of the job and its strategy (the hook's state).
+
+    Not shared between models: each DistributedDataParallel gets its own.
+    """
+
+    def __init__(self, worker, metrics_dir):
+        self._worker = worker
+        self._pending = []
+        self._models = []
+        self._closed = False
+        self._caps_set = False
+        self._ready_order = []
+        self._ready_hooks = []
+        self._metrics = None
+        self._run_start = time.time()
+        if metrics_dir:
+            os.makedirs(metrics_dir, exist_ok=True)
+            self._metrics = open(
+                os.path.join(metrics_dir, "worker%d.jsonl" % worker.rank), "w")
+
+    @property
+    def rank(self):
+        return self._worker.rank
+
+    @property
+    def world_size(self):
+        return self._worker.world_size
+
+    @property
+    def sync(self):
+        return self._worker.sync
+
+    @property
+    def layout(self):
+        """The strategy's buckets (DDP's of the first step); '' before it."""
+        return self._worker.layout
+
+    def last_step(self):
+        """step, step_ms, sync_wait_ms, bytes_sent, bytes_recv of the last step."""
+        return self._worker.last_step()
+
+    def _set_caps(self, bucket_bytes):
+        # DDP's buckets after its first iteration: first_bucket_bytes, then
+        # bucket_cap_mb (ddp_bucket_sync.h derives the strategy's buckets).
+        self._worker.set_bucket_caps(int(dist._DEFAULT_FIRST_BUCKET_BYTES),
+                                     int(bucket_bytes))
+        self._caps_set = True
+
+    def _record_ready_order(self, model):
+        # The order backward makes gradients final in the first step, as
+        # DDP's reducer records it to rebuild its buckets: the strategy's
+        # buckets are derived from it (ddp_bucket_sync.h).
+        def recorder(key):
+            def hook(grad):
+                self._ready_order.append(key)
+            return hook
+
+        for param in model.parameters():
+            if param.requires_grad:
+                self._ready_hooks.append(
+                    param.register_hook(recorder(param.data_ptr())))
+
+    def _stop_recording(self):
+        if self._ready_hooks:
+            self._worker.set_ready_order(self._ready_order)
+        for handle in self._ready_hooks:
+            handle.remove()
+        self._ready_hooks = []
+
+    def _end_step(self):
+        if self._metrics is None:
+            return
+        step = self._worker.last_step()
+        step["rank"] = self.rank
+        step["sync"] = self.sync
+        self._metrics.write(json.dumps(step) + "\n")
+        self._metrics.flush()
+
+    def _fail_pending(self, error):
+        pending, self._pending = self._pending, []
+        for future, _ in pending:
+            future.set_exception(error)
+
+    def close(self):
+        """Ends this worker's part of the job: the strategy's shutdown, then a
+        barrier of the workers (worker 0 hosts the coordinator). Called at
+        exit if the program does not."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._metrics is not None:
+            self._metrics.close()
+        self._worker.close()
+
+
+_live_states = []
+_previous_excepthook = None
+
+
+def _fail_on_uncaught_exception(kind, value, traceback):
+    # A worker dying of an exception leaves the job with it, so the others
+    # stop at once ("the job lost worker r: it failed: ...") instead of
+    # waiting in close()'s barrier or their next step until the timeout.
+    for state in _live_states:
+        if not state._closed:
+            state._closed = True
+            state._worker.fail("%s: %s" % (kind.__name__, value))
+    _previous_excepthook(kind, value, traceback)
+
+
+def connect(sync=None, timeout_s=None, flags=None, metrics_dir=None):
+    """Joins the gradsync job; returns the hook's state.
+
+    sync: a strategy name (gradsync.extension.strategies()); default the
+      GRADSYNC_SYNC variable, else --sync=NAME in sys.argv, else "ring".
+    timeout_s: every wait on a peer gives up after this, naming the peer;
+      default GRADSYNC_TIMEOUT_S, else 60.
+    flags: the strategy's own flags, ["--ring_chunk_kb=256", ...]; default
+      GRADSYNC_FLAGS (space-separated).
+    metrics_dir: where worker<r>.jsonl gets one line per step; default
+      GRADSYNC_METRICS_DIR (set by `gradsync launch`), else none.
+    """
+    sync = (sync or os.environ.get("GRADSYNC_SYNC") or
+            _sync_from_argv(sys.argv[1:]) or DEFAULT_SYNC)
+    if sync not in extension.strategies():
+        raise ValueError("gradsync: unknown --sync=%s; this build has %s" %
+                         (sync, ", ".join(extension.strategies())))
+    if timeout_s is None:
+        timeout_s = float(os.environ.get("GRADSYNC_TIMEOUT_S", "60"))
+    if flags is None:
+        flags = os.environ.get("GRADSYNC_FLAGS", "").split()
+    if metrics_dir is None:
+        metrics_dir = os.environ.get("GRADSYNC_METRICS_DIR")
+    worker = extension.TorchWorker(sync, float(timeout_s), list(flags))
+    state = GradsyncState(worker, metrics_dir)
+    global _previous_excepthook
+    if _previous_excepthook is None:
+        _previous_excepthook = sys.excepthook
+        sys.excepthook = _fail_on_uncaught_exception
+    _live_states.append(state)
+    atexit.register(state.close)
+    return state
+
+
+def comm_hook(state, bucket):
+    """DDP communication hook: the bucket through gradsync's strategy.
+
+    Returns a future that completes with the bucket averaged over the workers.
+    """
+    buffer = bucket.buffer()
+    if (buffer.dtype != torch.float32 or buffer.device.type != "cpu" or
+            not buffer.is_contiguous()):
+        raise TypeError(
+            "gradsync's hook takes float32 gradients in CPU memory; DDP "
+            "bucket %d is %s on %s. Train in float32 on the CPU (CUDA "
+            "tensors are not supported by this build's hook)" %
+            (bucket.index(), buffer.dtype, buffer.device))
+    if not state._caps_set:
+        # Registered without gradsync.torch.register: DDP's default cap.
+        state._set_caps(DEFAULT_BUCKET_BYTES)
+    if bucket.is_last() and state._ready_hooks:
+        state._stop_recording()
+    params = [(p.data_ptr(), p.numel()) for p in bucket.parameters()]
+    future = torch.futures.Future()
+    state._pending.append((future, buffer))
+    try:
+        ended = state._worker.add_bucket(bucket.index(), buffer.data_ptr(),
+                                         buffer.numel(), params,
+                                         bucket.is_last())
+    except RuntimeError as error:
+        state._fail_pending(error)
+        raise
+    if ended:
+        pending, state._pending = state._pending, []
+        for done, averaged in pending:
+            done.set_result(averaged)
+        state._end_step()
+    return future
+
+
+def register(model, state):
+    """model.register_comm_hook(state, comm_hook), refusing a state that
+    already serves another model."""
+    if state._models:
+        raise RuntimeError(
+            "gradsync: this state is already the hook of another model; call "
+            "gradsync.torch.connect() once per DistributedDataParallel model")
+    state._models.append(model)
+    state._set_caps(model.bucket_bytes_cap)
+    state._record_ready_order(model)
+    model.register_comm_hook(state, comm_hook)

@@ -1,0 +1,102 @@
+"""One worker of python/'s tests: a few SGD steps of a small MLP under DDP.
+
+Run by `gradsync launch` (torchrun's variables). --mode=gloo is plain DDP on
+Gloo; --mode=gradsync registers gradsync's hook (--sync=ring|ps). Writes the
+final parameters to --out.rank<r>.pt. --mode=reference runs one process on
+the whole batch. Fault options make one rank die, differ or misuse the hook.
+"""
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+GLOBAL_BATCH = 16
+FEATURES = 32
+
+
+def make_model():
+    torch.manual_seed(7)
+    return nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, 64),
+                         nn.ReLU(), nn.Linear(64, 10))
+
+
+def make_data(steps):
+    generator = torch.Generator().manual_seed(11)
+    inputs = torch.randn(steps, GLOBAL_BATCH, FEATURES, generator=generator)
+    labels = torch.randint(0, 10, (steps, GLOBAL_BATCH), generator=generator)
+    return inputs, labels
+
+
+def train(model, inputs, labels, rank, world, steps, die_at=None):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    shard = GLOBAL_BATCH // world
+    for step in range(steps):
+        if die_at is not None and step == die_at:
+            print("killing myself at step %d at %.3f" % (step, time.time()),
+                  flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        x = inputs[step, rank * shard:(rank + 1) * shard]
+        y = labels[step, rank * shard:(rank + 1) * shard]
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", choices=["gloo", "gradsync", "reference"])
+    parser.add_argument("--sync", default="ring")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--out", default="")
+    parser.add_argument("--first_bucket_bytes", type=int, default=4096)
+    parser.add_argument("--bucket_cap_mb", type=float, default=0.01)
+    parser.add_argument("--rank1_bucket_cap_mb", type=float, default=None)
+    parser.add_argument("--die_rank", type=int, default=-1)
+    parser.add_argument("--die_at_step", type=int, default=2)
+    parser.add_argument("--two_models", action="store_true")
+    args = parser.parse_args()
+
+    inputs, labels = make_data(args.steps)
+    model = make_model()
+    if args.mode == "reference":
+        train(model, inputs, labels, 0, 1, args.steps)
+        torch.save([p.detach() for p in model.parameters()], args.out)
+        return 0
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    # Several buckets for a small model: DDP reads this at construction.
+    dist._DEFAULT_FIRST_BUCKET_BYTES = args.first_bucket_bytes
+    cap = args.bucket_cap_mb
+    if rank == 1 and args.rank1_bucket_cap_mb is not None:
+        cap = args.rank1_bucket_cap_mb
+    ddp = DistributedDataParallel(model, bucket_cap_mb=cap)
+    if args.mode == "gradsync":
+        import gradsync.torch
+        state = gradsync.torch.connect(sync=args.sync, timeout_s=30)
+        gradsync.torch.register(ddp, state)
+        if args.two_models:
+            other = DistributedDataParallel(make_model(), bucket_cap_mb=cap)
+            gradsync.torch.register(other, state)  # refused
+    die_at = args.die_at_step if rank == args.die_rank else None
+    train(ddp, inputs, labels, rank, world, args.steps, die_at)
+    if args.out:
+        torch.save([p.detach() for p in model.parameters()],
+                   "%s.rank%d.pt" % (args.out, rank))
+    if args.mode == "gradsync":
+        print("gradsync buckets:\n" + state.layout, flush=True)
+        state.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
