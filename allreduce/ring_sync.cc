@@ -212,9 +212,9 @@ absl::Status RingSync::Rebucket(const ParamLayout& layout) {
     return absl::FailedPreconditionError(
         absl::StrCat(strategy_.name, ": Rebucket before Setup"));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<HostStaging> staging,
-                   CreateHostStaging(*device_, layout, grads_,
-                                     context_.timeout));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<HostStaging> staging,
+      CreateHostStaging(*device_, layout, grads_, context_.timeout));
   std::lock_guard<std::mutex> lock(mu_);
   if (step_buckets_.num_ready() != 0 || !queue_.empty() || completed_ != 0) {
     return absl::FailedPreconditionError(

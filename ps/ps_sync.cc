@@ -480,9 +480,9 @@ absl::Status PsSync::Rebucket(const ParamLayout& layout) {
     return absl::FailedPreconditionError(absl::StrCat(
         self(), ": Rebucket in the middle of step ", step_buckets_.step()));
   }
-  ASSIGN_OR_RETURN(Partition regrouped,
-                   Partition::Create(layout, partition_.shares(),
-                                     key_size_.bytes));
+  ASSIGN_OR_RETURN(
+      Partition regrouped,
+      Partition::Create(layout, partition_.shares(), key_size_.bytes));
   const std::vector<PsKey>& old_keys = partition_.keys();
   const std::vector<PsKey>& new_keys = regrouped.keys();
   bool same = old_keys.size() == new_keys.size();
@@ -497,9 +497,9 @@ absl::Status PsSync::Rebucket(const ParamLayout& layout) {
     return absl::FailedPreconditionError(absl::StrCat(
         self(), ": the new bucket grouping would move keys between servers"));
   }
-  ASSIGN_OR_RETURN(grad_staging_, CreateHostStaging(*device_, layout,
-                                                    buffers_.grads,
-                                                    context_.timeout));
+  ASSIGN_OR_RETURN(
+      grad_staging_,
+      CreateHostStaging(*device_, layout, buffers_.grads, context_.timeout));
   partition_ = std::move(regrouped);  // the client reads it by reference
   RETURN_IF_ERROR(client_->RegroupBuckets());
   step_buckets_.Reset(static_cast<int>(layout.buckets().size()),

@@ -61,9 +61,8 @@ std::string AutotuneSource(const std::vector<AutotuneTrial>& trials,
                            int chosen) {
   std::vector<std::string> parts;
   for (const AutotuneTrial& trial : trials) {
-    parts.push_back(absl::StrFormat("%.3g MiB %.1f ms",
-                                    trial.bucket_bytes / 1048576.0,
-                                    trial.step_ms()));
+    parts.push_back(absl::StrFormat(
+        "%.3g MiB %.1f ms", trial.bucket_bytes / 1048576.0, trial.step_ms()));
   }
   return absl::StrCat("autotune: fastest of ", trials.size(),
                       " trials by the slowest rank's step (",
@@ -83,17 +82,17 @@ absl::StatusOr<std::vector<double>> DecodeTrialMillis(const std::string& text,
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     double ms = 0;
     if (!absl::SimpleAtod(part, &ms) || !(ms >= 0)) {
-      return absl::InternalError(absl::StrCat(
-          "--autotune: worker ", rank, " sent step time \"", part,
-          "\", not a number of milliseconds"));
+      return absl::InternalError(
+          absl::StrCat("--autotune: worker ", rank, " sent step time \"", part,
+                       "\", not a number of milliseconds"));
     }
     millis.push_back(ms);
   }
   if (millis.size() != expected) {
-    return absl::InternalError(absl::StrCat(
-        "--autotune: worker ", rank, " timed ", millis.size(),
-        " trials, worker 0 ", expected,
-        "; every worker must run the same binary and flags"));
+    return absl::InternalError(
+        absl::StrCat("--autotune: worker ", rank, " timed ", millis.size(),
+                     " trials, worker 0 ", expected,
+                     "; every worker must run the same binary and flags"));
   }
   return millis;
 }

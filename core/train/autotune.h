@@ -30,8 +30,8 @@ std::vector<int64_t> BucketCandidates(int64_t derived_bytes);
 struct AutotuneTrial {
   int64_t bucket_bytes = 0;
   int num_buckets = 0;
-  int steps = 0;            // timed steps (after one untimed)
-  int64_t samples = 0;      // per timed step, over all workers
+  int steps = 0;                     // timed steps (after one untimed)
+  int64_t samples = 0;               // per timed step, over all workers
   std::vector<double> rank_step_ms;  // each rank's mean over the timed steps
   // The job's step time: a step ends when the slowest rank's does.
   double step_ms() const;

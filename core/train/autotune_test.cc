@@ -20,9 +20,9 @@ TEST(AutotuneTest, CandidatesSurroundTheDerivedCapWithinBounds) {
   EXPECT_THAT(BucketCandidates(kMiB),
               ElementsAre(kMiB, kMinAutotuneBucketBytes, kMiB / 2, 2 * kMiB));
   // At DDP's ceiling, twice is the ceiling again: dropped.
-  EXPECT_THAT(BucketCandidates(kMaxBucketBytes),
-              ElementsAre(kMaxBucketBytes, kMaxBucketBytes / 4,
-                          kMaxBucketBytes / 2));
+  EXPECT_THAT(
+      BucketCandidates(kMaxBucketBytes),
+      ElementsAre(kMaxBucketBytes, kMaxBucketBytes / 4, kMaxBucketBytes / 2));
 }
 
 TEST(AutotuneTest, TheSlowestRankTimesATrialAndTheFastestTrialWins) {

@@ -19,14 +19,14 @@
 #include "core/base/files.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/optim/checkpoint.h"
 #include "core/sync/bucket_size_rule.h"
-#include "core/train/autotune.h"
 #include "core/sync/param_layout.h"
 #include "core/telemetry/derived_settings.h"
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
 #include "core/telemetry/trace.h"
-#include "core/optim/checkpoint.h"
+#include "core/train/autotune.h"
 #include "core/train/checkpoint_fit.h"
 #include "core/train/evaluator.h"
 #include "core/train/sampler.h"
@@ -140,8 +140,8 @@ class Trainer {
   std::vector<int32_t> host_labels_;
   std::vector<int> bucket_pending_;  // gradients still to come, per bucket
   std::vector<int> bucket_size_;
-  int64_t bucket_bytes_ = 0;       // the cap the layout was made with
-  bool bucket_from_flag_ = false;  // --bucket_mb given
+  int64_t bucket_bytes_ = 0;              // the cap the layout was made with
+  bool bucket_from_flag_ = false;         // --bucket_mb given
   std::unique_ptr<TraceRecorder> trace_;  // null unless --trace
   std::optional<Evaluator> evaluator_;
   std::optional<DistributedSampler> sampler_;
@@ -565,8 +565,8 @@ absl::Status Trainer::RestoreState(const SavedState& saved) {
 absl::StatusOr<double> Trainer::TrialStepMs(const SavedState& saved) {
   const std::vector<int64_t> indices = sampler_->Indices(start_epoch_);
   const int64_t first = start_epoch_step_ * options_.batch_size;
-  const int rows = static_cast<int>(std::min<int64_t>(
-      options_.batch_size, sampler_->num_samples() - first));
+  const int rows = static_cast<int>(
+      std::min<int64_t>(options_.batch_size, sampler_->num_samples() - first));
   const Clock::time_point start = Clock::now();
   RETURN_IF_ERROR(LoadBatch(indices, first, rows, start_epoch_));
   const std::vector<ParamInfo>& params = layout_->params();
@@ -577,9 +577,9 @@ absl::StatusOr<double> Trainer::TrialStepMs(const SavedState& saved) {
   RETURN_IF_ERROR(model_.ForwardBackward(inputs_, labels_, rows, loss_, ready));
   RETURN_IF_ERROR(CheckEveryBucketHandedOver());
   StepStats stats;
-  RETURN_IF_ERROR(Annotate(
-      sync_.Finish(stats),
-      absl::StrCat("worker ", id_.rank, " --autotune trial step")));
+  RETURN_IF_ERROR(
+      Annotate(sync_.Finish(stats),
+               absl::StrCat("worker ", id_.rank, " --autotune trial step")));
   optimizer_->Step(params_, grads_, lr_);
   float loss = 0;  // waits for the device, as a real step's loss does
   RETURN_IF_ERROR(device_.CopyToHost(&loss, loss_, sizeof(float)));
@@ -667,9 +667,9 @@ absl::Status Trainer::Autotune() {
 
   // Worker 0 decides from every rank's times and tells the others, so no
   // rank can pick differently on a near tie.
-  ASSIGN_OR_RETURN(std::vector<std::string> gathered,
-                   GatherOnWorker0("autotune/step_ms",
-                                   EncodeTrialMillis(my_ms)));
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> gathered,
+      GatherOnWorker0("autotune/step_ms", EncodeTrialMillis(my_ms)));
   std::string decision;
   if (id_.rank == 0) {
     for (int rank = 0; rank < static_cast<int>(gathered.size()); ++rank) {
@@ -681,10 +681,9 @@ absl::Status Trainer::Autotune() {
     decision = absl::StrCat(FastestTrial(trials));
   }
   if (rendezvous_ != nullptr && id_.world_size > 1) {
-    ASSIGN_OR_RETURN(decision,
-                     rendezvous_->Broadcast("autotune/choice", id_.rank,
-                                            /*root=*/0, decision,
-                                            options_.timeout));
+    ASSIGN_OR_RETURN(decision, rendezvous_->Broadcast(
+                                   "autotune/choice", id_.rank,
+                                   /*root=*/0, decision, options_.timeout));
   }
   int chosen = -1;
   if (!absl::SimpleAtoi(decision, &chosen) || chosen < 0 ||
@@ -695,6 +694,7 @@ absl::Status Trainer::Autotune() {
   }
   RETURN_IF_ERROR(UseBucketBytes(trials[chosen].bucket_bytes));
   RETURN_IF_ERROR(RestoreState(saved));
+  RETURN_IF_ERROR(WriteLayoutJson());  // the buckets that will run
   if (id_.rank != 0) return absl::OkStatus();
   const std::string source = AutotuneSource(trials, chosen);
   RecordSetting("bucket_mb", trials[chosen].bucket_bytes / double(1 << 20),

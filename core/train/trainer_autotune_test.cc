@@ -50,9 +50,9 @@ class AveragingSync : public GradientSync {
   absl::Status Finish(StepStats&) override {
     const std::string mine(reinterpret_cast<const char*>(grads_),
                            numel_ * sizeof(float));
-    absl::StatusOr<std::vector<std::string>> all = rendezvous_->AllGather(
-        absl::StrCat("average/", finishes_++), rank_, world_size_, mine,
-        absl::Seconds(10));
+    absl::StatusOr<std::vector<std::string>> all =
+        rendezvous_->AllGather(absl::StrCat("average/", finishes_++), rank_,
+                               world_size_, mine, absl::Seconds(10));
     if (!all.ok()) return all.status();
     std::vector<float> sum(numel_, 0.0f);
     for (const std::string& value : *all) {
@@ -164,8 +164,8 @@ TEST(TrainerAutotuneTest, TrialsLeaveTheSameParametersAsAnUntunedRun) {
 
   // One line per trial, both ranks' times in each, exactly one chosen.
   std::vector<std::string> lines =
-      absl::StrSplit(ReadFile(absl::StrCat(tuned_dir, "/autotune.jsonl")),
-                     '\n', absl::SkipEmpty());
+      absl::StrSplit(ReadFile(absl::StrCat(tuned_dir, "/autotune.jsonl")), '\n',
+                     absl::SkipEmpty());
   ASSERT_GE(lines.size(), 2u);
   double chosen_mb = -1;
   double fastest_ms = 1e300;
@@ -189,8 +189,8 @@ TEST(TrainerAutotuneTest, TrialsLeaveTheSameParametersAsAnUntunedRun) {
   EXPECT_EQ(chosen_ms, fastest_ms);
 
   // The manifest names the choice and where it came from.
-  const Json summary = Json::parse(
-      ReadFile(tuned[0].result->summary_path), nullptr, false);
+  const Json summary =
+      Json::parse(ReadFile(tuned[0].result->summary_path), nullptr, false);
   ASSERT_FALSE(summary.is_discarded());
   const Json& setting = summary["manifest"]["settings"]["bucket_mb"];
   EXPECT_EQ(setting["value"].get<double>(), chosen_mb);
