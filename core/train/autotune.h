@@ -32,7 +32,7 @@ struct AutotuneTrial {
   int num_buckets = 0;
   int steps = 0;                     // timed steps (after one untimed)
   int64_t samples = 0;               // per timed step, over all workers
-  std::vector<double> rank_step_ms;  // each rank's mean over the timed steps
+  std::vector<double> rank_step_ms;  // each rank's median of the timed steps
   // The job's step time: a step ends when the slowest rank's does.
   double step_ms() const;
 };
@@ -51,7 +51,7 @@ std::string TrialJsonLine(const AutotuneTrial& trial, int index, bool chosen);
 std::string AutotuneSource(const std::vector<AutotuneTrial>& trials,
                            int chosen);
 
-// A rank's per-trial means as sent through the rendezvous, and back.
+// A rank's per-trial medians as sent through the rendezvous, and back.
 std::string EncodeTrialMillis(const std::vector<double>& millis);
 absl::StatusOr<std::vector<double>> DecodeTrialMillis(const std::string& text,
                                                       int rank,

@@ -651,10 +651,10 @@ absl::Status Trainer::Autotune() {
     }
     tried_offsets.push_back(offsets);
     RETURN_IF_ERROR(TrialStepMs(saved).status());  // connections, caches
-    double total_ms = 0;
+    std::vector<double> step_ms;
     for (int i = 0; i < options_.autotune_steps; ++i) {
       ASSIGN_OR_RETURN(const double ms, TrialStepMs(saved));
-      total_ms += ms;
+      step_ms.push_back(ms);
     }
     AutotuneTrial trial;
     trial.bucket_bytes = bytes;
@@ -662,7 +662,11 @@ absl::Status Trainer::Autotune() {
     trial.steps = options_.autotune_steps;
     trial.samples = int64_t{options_.batch_size} * id_.world_size;
     trials.push_back(trial);
-    my_ms.push_back(total_ms / options_.autotune_steps);
+    // The median: one step slowed by another process on a shared machine
+    // must not decide the trial.
+    std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2,
+                     step_ms.end());
+    my_ms.push_back(step_ms[step_ms.size() / 2]);
   }
 
   // Worker 0 decides from every rank's times and tells the others, so no
