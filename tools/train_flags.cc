@@ -92,7 +92,7 @@ ABSL_FLAG(double, bucket_mb, 0,
           "warned about.");
 ABSL_FLAG(bool, autotune, false,
           "before the first step, time a few bucket caps around --bucket_mb's "
-          "auto value (x1, x1/4, x1/2, x2 within [0.25, 25] MiB) on the "
+          "auto value (x1, x1/4, x1/2, x2, x4 within [0.25, 25] MiB) on the "
           "strategy in use, keep the fastest by the slowest worker (worker 0 "
           "decides for all), and undo the trial steps so training is as if "
           "started with that cap; one JSON line per trial in "

@@ -16,7 +16,7 @@ namespace gradsync {
 
 std::vector<int64_t> BucketCandidates(int64_t derived_bytes) {
   std::vector<int64_t> candidates;
-  for (double factor : {1.0, 0.25, 0.5, 2.0}) {
+  for (double factor : {1.0, 0.25, 0.5, 2.0, 4.0}) {
     int64_t bytes = static_cast<int64_t>(std::llround(derived_bytes * factor));
     bytes = std::clamp(bytes, kMinAutotuneBucketBytes, kMaxBucketBytes);
     bytes = std::max<int64_t>(1024, bytes / 1024 * 1024);

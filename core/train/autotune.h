@@ -5,8 +5,10 @@
 // Like Horovod's autotune it measures instead of modelling, but it tries a
 // handful of caps around the derived one rather than searching: the step
 // time of a cap is a smooth, mostly U-shaped function (too small: per-bucket
-// latency; too large: no overlap with backward), so ×1/4 .. ×2 of the rule's
-// value brackets its minimum, and each trial costs real steps.
+// latency; too large: no overlap with backward), so ×1/4 .. ×4 of the rule's
+// value brackets its minimum (the rule's floor of 1 MiB makes ×4 the whole
+// model for models up to 4 MiB, the cap that wins where there is no compute
+// to overlap), and each trial costs real steps.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +25,7 @@ namespace gradsync {
 constexpr int64_t kMinAutotuneBucketBytes = int64_t{256} << 10;
 
 // The caps to try: `derived_bytes` first (the layout already set up), then
-// ×1/4, ×1/2 and ×2, each clamped to [kMinAutotuneBucketBytes,
+// ×1/4, ×1/2, ×2 and ×4, each clamped to [kMinAutotuneBucketBytes,
 // kMaxBucketBytes] and rounded to whole KiB; duplicates dropped.
 std::vector<int64_t> BucketCandidates(int64_t derived_bytes);
 

@@ -15,11 +15,12 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 
 TEST(AutotuneTest, CandidatesSurroundTheDerivedCapWithinBounds) {
   EXPECT_THAT(BucketCandidates(4 * kMiB),
-              ElementsAre(4 * kMiB, kMiB, 2 * kMiB, 8 * kMiB));
+              ElementsAre(4 * kMiB, kMiB, 2 * kMiB, 8 * kMiB, 16 * kMiB));
   // The rule's floor: a quarter of it is the smallest tried.
   EXPECT_THAT(BucketCandidates(kMiB),
-              ElementsAre(kMiB, kMinAutotuneBucketBytes, kMiB / 2, 2 * kMiB));
-  // At DDP's ceiling, twice is the ceiling again: dropped.
+              ElementsAre(kMiB, kMinAutotuneBucketBytes, kMiB / 2, 2 * kMiB,
+                          4 * kMiB));
+  // At DDP's ceiling, twice and four times are the ceiling again: dropped.
   EXPECT_THAT(
       BucketCandidates(kMaxBucketBytes),
       ElementsAre(kMaxBucketBytes, kMaxBucketBytes / 4, kMaxBucketBytes / 2));
