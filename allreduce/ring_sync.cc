@@ -54,6 +54,8 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
   // The ring reduces host memory: on a GPU each bucket goes through a pinned
   // mirror (copied as soon as backward has produced it); on the CPU the
   // staging is the gradient buffer itself and costs nothing.
+  device_ = &device;
+  grads_ = buffers.grads;
   ASSIGN_OR_RETURN(staging_, CreateHostStaging(device, layout, buffers.grads,
                                                context_.timeout));
   for (const Bucket& bucket : layout.buckets()) {
@@ -199,6 +201,32 @@ absl::Status RingSync::Finish(StepStats& stats) {
   allreduce_ms_ = 0;
   completed_ = 0;
   step_buckets_.NextStep();
+  return absl::OkStatus();
+}
+
+// The transport and the algorithm do not know buckets: only the spans, the
+// staging (one pinned mirror per bucket on a GPU) and the step's marks
+// change. Between steps the communication thread is idle on an empty queue.
+absl::Status RingSync::Rebucket(const ParamLayout& layout) {
+  if (!ring_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(strategy_.name, ": Rebucket before Setup"));
+  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<HostStaging> staging,
+      CreateHostStaging(*device_, layout, grads_, context_.timeout));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (step_buckets_.num_ready() != 0 || !queue_.empty() || completed_ != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(strategy_.name, ": Rebucket in the middle of step ",
+                     step_buckets_.step()));
+  }
+  staging_ = std::move(staging);
+  buckets_.clear();
+  for (const Bucket& bucket : layout.buckets()) {
+    buckets_.push_back(Span{bucket.offset, bucket.numel});
+  }
+  step_buckets_.Reset(static_cast<int>(buckets_.size()), step_buckets_.step());
   return absl::OkStatus();
 }
 

@@ -72,6 +72,7 @@ class RingSync : public GradientSync {
                      const SyncBuffers& buffers) override;
   void BucketReady(int bucket) override;
   absl::Status Finish(StepStats& stats) override;
+  absl::Status Rebucket(const ParamLayout& layout) override;
   absl::Status Shutdown() override;
   std::string SummaryJson() const override;
 
@@ -93,6 +94,8 @@ class RingSync : public GradientSync {
   const RingSyncOptions options_;
   const AllReduceStrategy strategy_;
   std::vector<Span> buckets_;
+  Device* device_ = nullptr;  // Setup's, for Rebucket's new staging
+  float* grads_ = nullptr;
   std::unique_ptr<HostStaging> staging_;
   std::unique_ptr<RingTransport> transport_;
   int loss_listener_ = -1;  // registered with context_.rendezvous

@@ -93,6 +93,13 @@ class PsClient::Impl {
       stubs_.push_back(ps::ParameterServer::NewStub(channel));
       generic_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
     }
+    GroupKeysByBucket();
+    bytes_to_.assign(servers_.size(), 0);
+    bytes_from_.assign(servers_.size(), 0);
+  }
+
+  // [bucket][server] -> keys, from partition_ as it is now.
+  void GroupKeysByBucket() {
     const int num_buckets = [&] {
       int n = 0;
       for (const PsKey& key : partition_.keys())
@@ -104,8 +111,6 @@ class PsClient::Impl {
     for (const PsKey& key : partition_.keys()) {
       bucket_server_keys_[key.bucket][key.server].push_back(&key);
     }
-    bytes_to_.assign(servers_.size(), 0);
-    bytes_from_.assign(servers_.size(), 0);
   }
 
   ~Impl() {
@@ -650,6 +655,19 @@ absl::Status PsClient::Shutdown(int64_t steps,
     }
   }
   for (const absl::Status& status : results) RETURN_IF_ERROR(status);
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::RegroupBuckets() {
+  {
+    absl::MutexLock lock(&impl_->mu_);
+    if (!impl_->NoneOutstanding()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", impl_->options_.rank,
+                       ": buckets regrouped while calls are in flight"));
+    }
+  }
+  impl_->GroupKeysByBucket();
   return absl::OkStatus();
 }
 

@@ -93,6 +93,12 @@ class PsClient {
   // appends each server's summary JSON to `summaries` (may be null).
   absl::Status Shutdown(int64_t steps, std::vector<std::string>* summaries);
 
+  // Between steps, after the partition given to Create was replaced by one
+  // with the same keys grouped into other buckets (a new bucket cap, for
+  // --autotune): regroups the keys per bucket. FailedPrecondition while
+  // calls are in flight.
+  absl::Status RegroupBuckets();
+
   const std::vector<std::string>& servers() const;
 
  private:

@@ -50,6 +50,7 @@ class PsSync : public GradientSync {
                      const SyncBuffers& buffers) override;
   void BucketReady(int bucket) override;
   absl::Status Finish(StepStats& stats) override;
+  absl::Status Rebucket(const ParamLayout& layout) override;
   void SetTrainingSchedule(const TrainingSchedule& schedule) override {
     schedule_ = schedule;
   }
@@ -87,6 +88,7 @@ class PsSync : public GradientSync {
   std::unique_ptr<PsClient> client_;
   int loss_listener_ = -1;  // registered with context_.rendezvous
   SyncBuffers buffers_;
+  Device* device_ = nullptr;  // Setup's, for Rebucket's new staging
   int64_t total_numel_ = 0;
   // Gradients as host memory: on a GPU a pinned mirror filled bucket by bucket
   // on a copy stream as backward produces them; on the CPU the buffer itself.
@@ -235,6 +237,7 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
         absl::StrCat(self(), ": --sync=ps needs both flat buffers"));
   }
   buffers_ = buffers;
+  device_ = &device;
   total_numel_ = layout.total_numel();
   ASSIGN_OR_RETURN(
       grad_staging_,
@@ -455,6 +458,52 @@ absl::Status PsSync::Finish(StepStats& stats) {
   push_ms_ += step_stats.push_ms;
   pull_ms_ += step_stats.pull_ms;
   step_buckets_.NextStep();
+  return absl::OkStatus();
+}
+
+// The servers know keys, not buckets: a new bucket cap only regroups the
+// registered keys on the workers, provided every key stays what and where it
+// was (the partitioner walks parameters, not buckets, so it does; checked).
+// Under --ps_update=server the pulled parameters' staging follows the
+// buckets too; --autotune does not run there (its trials would move the
+// servers' parameters), so that case is left unimplemented.
+absl::Status PsSync::Rebucket(const ParamLayout& layout) {
+  if (client_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(self(), ": Rebucket before Setup"));
+  }
+  if (options_.update_mode == ps::UPDATE_SERVER) {
+    return absl::UnimplementedError(
+        "--ps_update=server: the buckets cannot change after Setup");
+  }
+  if (step_buckets_.num_ready() != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        self(), ": Rebucket in the middle of step ", step_buckets_.step()));
+  }
+  ASSIGN_OR_RETURN(
+      Partition regrouped,
+      Partition::Create(layout, partition_.shares(), key_size_.bytes));
+  const std::vector<PsKey>& old_keys = partition_.keys();
+  const std::vector<PsKey>& new_keys = regrouped.keys();
+  bool same = old_keys.size() == new_keys.size();
+  for (size_t i = 0; same && i < old_keys.size(); ++i) {
+    same = old_keys[i].param == new_keys[i].param &&
+           old_keys[i].chunk == new_keys[i].chunk &&
+           old_keys[i].offset == new_keys[i].offset &&
+           old_keys[i].numel == new_keys[i].numel &&
+           old_keys[i].server == new_keys[i].server;
+  }
+  if (!same) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        self(), ": the new bucket grouping would move keys between servers"));
+  }
+  ASSIGN_OR_RETURN(
+      grad_staging_,
+      CreateHostStaging(*device_, layout, buffers_.grads, context_.timeout));
+  partition_ = std::move(regrouped);  // the client reads it by reference
+  RETURN_IF_ERROR(client_->RegroupBuckets());
+  step_buckets_.Reset(static_cast<int>(layout.buckets().size()),
+                      step_buckets_.step());
   return absl::OkStatus();
 }
 

@@ -67,6 +67,8 @@ struct JobSpec {
   // Worker that joins and registers but never pushes (-1: none).
   int silent_worker = -1;
   ConsistencyOptions consistency;
+  // > 0: from step 1 on, the buckets of this cap (GradientSync::Rebucket).
+  int64_t rebucket_bytes = 0;
   // Called by each worker before it starts a step and after it finished one.
   std::function<void(int rank, int step)> before_step;
   std::function<void(int rank, int step)> after_step;
@@ -114,6 +116,12 @@ WorkerResult RunWorker(LoopbackCluster& cluster, const JobSpec& job, int rank) {
   if (rank != job.silent_worker) {
     for (int step = 0; step < job.steps; ++step) {
       if (job.before_step) job.before_step(rank, step);
+      if (step == 1 && job.rebucket_bytes > 0) {
+        layout = ParamLayout::Create(job.specs, job.rebucket_bytes);
+        if (!layout.ok()) return fail(layout.status());
+        status = (*sync)->Rebucket(*layout);
+        if (!status.ok()) return fail(status);
+      }
       for (size_t i = 0; i < grads.size(); ++i)
         grads[i] = Gradient(rank, step, i);
       for (const Bucket& bucket : layout->buckets())
@@ -271,6 +279,18 @@ TEST(PsSyncTest, TraceShowsEveryPushAndEveryKeysResult) {
 
 // One one-float parameter over four servers: three servers hold no key, get
 // no push or pull, and still see every worker register and shut down.
+// --autotune's regrouping: the servers' keys stay, only the workers' buckets
+// change, and the results stay exact.
+TEST(PsSyncTest, RebucketedWorkersKeepTheExactResult) {
+  for (int64_t bytes : {int64_t{64}, int64_t{1} << 20}) {
+    JobSpec job;
+    job.workers = 3;
+    job.servers = 2;
+    job.rebucket_bytes = bytes;
+    CheckJob(job);
+  }
+}
+
 TEST(PsSyncTest, ServersWithoutKeys) {
   JobSpec job;
   job.workers = 2;

@@ -90,6 +90,17 @@ ABSL_FLAG(double, bucket_mb, 0,
           "overlaps communication (core/sync/bucket_size_rule.h); logged and "
           "recorded in the manifest. A cap that holds the whole model is "
           "warned about.");
+ABSL_FLAG(bool, autotune, false,
+          "before the first step, time a few bucket caps around --bucket_mb's "
+          "auto value (x1, x1/4, x1/2, x2, x4 within [0.25, 25] MiB) on the "
+          "strategy in use, keep the fastest by the slowest worker (worker 0 "
+          "decides for all), and undo the trial steps so training is as if "
+          "started with that cap; one JSON line per trial in "
+          "<--metrics_dir>/autotune.jsonl, the choice in the manifest. An "
+          "explicit --bucket_mb is kept. Not with --ps_update=server or "
+          "--ps_consistency=ssp|asp (docs/compare.md)");
+ABSL_FLAG(int, autotune_steps, 3,
+          "--autotune: timed steps per trial (after one untimed)");
 ABSL_FLAG(std::string, optimizer, "sgd", "sgd or adam");
 ABSL_FLAG(double, lr, 0.05, "learning rate (before --lr_scaling)");
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
@@ -197,6 +208,8 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.check_params_every = absl::GetFlag(FLAGS_check_params_every);
   o.dump_params = absl::GetFlag(FLAGS_dump_params);
   o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.autotune = absl::GetFlag(FLAGS_autotune);
+  o.autotune_steps = absl::GetFlag(FLAGS_autotune_steps);
   ASSIGN_OR_RETURN(const TraceSettings trace, TraceSettingsFromFlags());
   o.trace_path = trace.path;
   o.trace_steps = trace.steps;

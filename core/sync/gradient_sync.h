@@ -97,6 +97,16 @@ class GradientSync {
   virtual void BucketReady(int bucket) = 0;
   // Blocks until every bucket of this step is synchronized.
   virtual absl::Status Finish(StepStats& stats) = 0;
+  // Between steps (after Finish, before the next BucketReady): regroup the
+  // parameters into `layout`'s buckets. `layout` holds the same tensors at
+  // the same offsets as Setup's; only the bucket cap differs. --autotune
+  // calls it on every rank at the same step with the same layout, to time
+  // another bucket size without a second Setup (which would reconnect or
+  // re-register). Unimplemented where a strategy cannot regroup mid-run.
+  virtual absl::Status Rebucket(const ParamLayout& layout) {
+    return absl::UnimplementedError(
+        "this strategy cannot change its buckets after Setup");
+  }
   // True when Finish() leaves new parameters (server-side optimizer) rather
   // than averaged gradients; the trainer then skips its optimizer step.
   virtual bool UpdatesParameters() const { return false; }

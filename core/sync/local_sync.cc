@@ -14,6 +14,10 @@ class LocalSync : public GradientSync {
   }
   void BucketReady(int) override {}
   absl::Status Finish(StepStats&) override { return absl::OkStatus(); }
+  // Nothing depends on the buckets.
+  absl::Status Rebucket(const ParamLayout&) override {
+    return absl::OkStatus();
+  }
 };
 
 absl::StatusOr<std::unique_ptr<GradientSync>> CreateLocalSync(

@@ -19,13 +19,14 @@
 #include "core/base/files.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/optim/checkpoint.h"
 #include "core/sync/bucket_size_rule.h"
 #include "core/sync/param_layout.h"
 #include "core/telemetry/derived_settings.h"
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
 #include "core/telemetry/trace.h"
-#include "core/optim/checkpoint.h"
+#include "core/train/autotune.h"
 #include "core/train/checkpoint_fit.h"
 #include "core/train/evaluator.h"
 #include "core/train/sampler.h"
@@ -80,6 +81,23 @@ class Trainer {
   absl::Status CheckParamsAgree(const std::string& when);
   absl::Status TrainStep(const std::vector<int64_t>& indices, int64_t first,
                          int rows, int64_t epoch);
+  // --autotune (trainer.h): the trials, the verdict from worker 0, and the
+  // chosen cap in place; training state as it was before.
+  absl::Status Autotune();
+  // One trial step on the run's next batch: forward, backward, Finish and
+  // the optimizer, then the state saved in `saved` restored. Its duration.
+  struct SavedState {
+    std::vector<float> params;
+    std::vector<std::vector<float>> optimizer_state;
+    int64_t optimizer_step = 0;
+    std::vector<float> model_buffers;
+  };
+  absl::StatusOr<SavedState> SaveState();
+  absl::Status RestoreState(const SavedState& saved);
+  absl::StatusOr<double> TrialStepMs(const SavedState& saved);
+  // Regroups the parameters under a cap of `bucket_bytes`, in the strategy
+  // too (GradientSync::Rebucket).
+  absl::Status UseBucketBytes(int64_t bucket_bytes);
   // Copies the step's samples indices[first, first + rows), augmented for
   // `epoch`, to the device.
   absl::Status LoadBatch(const std::vector<int64_t>& indices, int64_t first,
@@ -122,6 +140,8 @@ class Trainer {
   std::vector<int32_t> host_labels_;
   std::vector<int> bucket_pending_;  // gradients still to come, per bucket
   std::vector<int> bucket_size_;
+  int64_t bucket_bytes_ = 0;              // the cap the layout was made with
+  bool bucket_from_flag_ = false;         // --bucket_mb given
   std::unique_ptr<TraceRecorder> trace_;  // null unless --trace
   std::optional<Evaluator> evaluator_;
   std::optional<DistributedSampler> sampler_;
@@ -209,6 +229,10 @@ absl::Status Trainer::Setup() {
     }
   }
   layout_ = std::make_unique<ParamLayout>(std::move(layout));
+  bucket_from_flag_ = !auto_bucket;
+  bucket_bytes_ = auto_bucket
+                      ? bucket_rule.bucket_bytes
+                      : static_cast<int64_t>(options_.bucket_mb * (1 << 20));
   const int64_t n = layout_->total_numel();
 
   // Evaluation runs in chunks of at least 1000 rows; training in batch_size.
@@ -497,6 +521,205 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   return absl::OkStatus();
 }
 
+absl::StatusOr<Trainer::SavedState> Trainer::SaveState() {
+  const int64_t n = layout_->total_numel();
+  SavedState saved;
+  saved.params.resize(n);
+  RETURN_IF_ERROR(
+      device_.CopyToHost(saved.params.data(), params_, n * sizeof(float)));
+  for (float* state : optimizer_->StateBuffers()) {
+    std::vector<float> host(n);
+    RETURN_IF_ERROR(device_.CopyToHost(host.data(), state, n * sizeof(float)));
+    saved.optimizer_state.push_back(std::move(host));
+  }
+  saved.optimizer_step = optimizer_->step();
+  saved.model_buffers.resize(model_.buffer_count());
+  if (!saved.model_buffers.empty()) {
+    RETURN_IF_ERROR(
+        device_.CopyToHost(saved.model_buffers.data(), model_.buffers(),
+                           saved.model_buffers.size() * sizeof(float)));
+  }
+  return saved;
+}
+
+absl::Status Trainer::RestoreState(const SavedState& saved) {
+  const int64_t n = layout_->total_numel();
+  RETURN_IF_ERROR(
+      device_.CopyToDevice(params_, saved.params.data(), n * sizeof(float)));
+  const std::vector<float*> state = optimizer_->StateBuffers();
+  for (size_t i = 0; i < state.size(); ++i) {
+    RETURN_IF_ERROR(device_.CopyToDevice(
+        state[i], saved.optimizer_state[i].data(), n * sizeof(float)));
+  }
+  optimizer_->set_step(saved.optimizer_step);
+  if (!saved.model_buffers.empty()) {
+    RETURN_IF_ERROR(
+        device_.CopyToDevice(model_.buffers(), saved.model_buffers.data(),
+                             saved.model_buffers.size() * sizeof(float)));
+  }
+  return absl::OkStatus();
+}
+
+// The run's next batch, every time: trials compare caps, not data. Only
+// what a real step does is timed (no metrics line, no straggler delay).
+absl::StatusOr<double> Trainer::TrialStepMs(const SavedState& saved) {
+  const std::vector<int64_t> indices = sampler_->Indices(start_epoch_);
+  const int64_t first = start_epoch_step_ * options_.batch_size;
+  const int rows = static_cast<int>(
+      std::min<int64_t>(options_.batch_size, sampler_->num_samples() - first));
+  const Clock::time_point start = Clock::now();
+  RETURN_IF_ERROR(LoadBatch(indices, first, rows, start_epoch_));
+  const std::vector<ParamInfo>& params = layout_->params();
+  auto ready = [&](int param) {
+    const int bucket = params[param].bucket;
+    if (--bucket_pending_[bucket] == 0) sync_.BucketReady(bucket);
+  };
+  RETURN_IF_ERROR(model_.ForwardBackward(inputs_, labels_, rows, loss_, ready));
+  RETURN_IF_ERROR(CheckEveryBucketHandedOver());
+  StepStats stats;
+  RETURN_IF_ERROR(
+      Annotate(sync_.Finish(stats),
+               absl::StrCat("worker ", id_.rank, " --autotune trial step")));
+  optimizer_->Step(params_, grads_, lr_);
+  float loss = 0;  // waits for the device, as a real step's loss does
+  RETURN_IF_ERROR(device_.CopyToHost(&loss, loss_, sizeof(float)));
+  const double ms = MillisSince(start);
+  RETURN_IF_ERROR(RestoreState(saved));
+  return ms;
+}
+
+absl::Status Trainer::UseBucketBytes(int64_t bucket_bytes) {
+  if (bucket_bytes == bucket_bytes_) return absl::OkStatus();
+  ASSIGN_OR_RETURN(ParamLayout layout,
+                   ParamLayout::Create(model_.ParamSpecs(), bucket_bytes));
+  RETURN_IF_ERROR(sync_.Rebucket(layout));
+  // In place: the model and the strategy may hold the layout by reference.
+  *layout_ = std::move(layout);
+  bucket_bytes_ = bucket_bytes;
+  bucket_size_.clear();
+  for (const Bucket& bucket : layout_->buckets()) {
+    bucket_size_.push_back(static_cast<int>(bucket.params.size()));
+  }
+  bucket_pending_ = bucket_size_;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Autotune() {
+  if (bucket_from_flag_) {
+    if (id_.rank == 0) {
+      GS_LOG(INFO) << "--autotune: --bucket_mb=" << options_.bucket_mb
+                   << " was given and wins; nothing tried";
+    }
+    return absl::OkStatus();
+  }
+  if (sync_.UpdatesParameters() || sync_.ReplicasMayDiffer()) {
+    return absl::InvalidArgumentError(
+        "--autotune undoes its trial steps on the workers, but with the "
+        "optimizer on the servers (--ps_update=server) or under "
+        "--ps_consistency=ssp|asp they move state the workers cannot restore; "
+        "leave --autotune out, or sweep --bucket_mb by hand");
+  }
+  if (options_.autotune_steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--autotune_steps=", options_.autotune_steps, " must be at least 1"));
+  }
+  const std::vector<int64_t> candidates = BucketCandidates(bucket_bytes_);
+  ASSIGN_OR_RETURN(const SavedState saved, SaveState());
+  std::vector<AutotuneTrial> trials;
+  std::vector<double> my_ms;
+  std::vector<std::vector<int64_t>> tried_offsets;
+  for (int64_t bytes : candidates) {
+    const absl::Status regrouped = UseBucketBytes(bytes);
+    if (absl::IsUnimplemented(regrouped)) {
+      // Every rank runs the same strategy, so every rank stops here.
+      if (id_.rank == 0) {
+        GS_LOG(WARNING) << "--autotune: --sync=" << options_.sync
+                        << " cannot change its buckets after set-up ("
+                        << regrouped.message() << "); the rule's cap stays";
+      }
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(regrouped);
+    // A cap that groups the parameters as an earlier one did is the same
+    // trial; it would only add noise.
+    std::vector<int64_t> offsets;
+    for (const Bucket& bucket : layout_->buckets())
+      offsets.push_back(bucket.offset);
+    if (std::find(tried_offsets.begin(), tried_offsets.end(), offsets) !=
+        tried_offsets.end()) {
+      continue;
+    }
+    tried_offsets.push_back(offsets);
+    RETURN_IF_ERROR(TrialStepMs(saved).status());  // connections, caches
+    std::vector<double> step_ms;
+    for (int i = 0; i < options_.autotune_steps; ++i) {
+      ASSIGN_OR_RETURN(const double ms, TrialStepMs(saved));
+      step_ms.push_back(ms);
+    }
+    AutotuneTrial trial;
+    trial.bucket_bytes = bytes;
+    trial.num_buckets = static_cast<int>(layout_->buckets().size());
+    trial.steps = options_.autotune_steps;
+    trial.samples = int64_t{options_.batch_size} * id_.world_size;
+    trials.push_back(trial);
+    // The median: one step slowed by another process on a shared machine
+    // must not decide the trial.
+    std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2,
+                     step_ms.end());
+    my_ms.push_back(step_ms[step_ms.size() / 2]);
+  }
+
+  // Worker 0 decides from every rank's times and tells the others, so no
+  // rank can pick differently on a near tie.
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> gathered,
+      GatherOnWorker0("autotune/step_ms", EncodeTrialMillis(my_ms)));
+  std::string decision;
+  if (id_.rank == 0) {
+    for (int rank = 0; rank < static_cast<int>(gathered.size()); ++rank) {
+      ASSIGN_OR_RETURN(std::vector<double> millis,
+                       DecodeTrialMillis(gathered[rank], rank, trials.size()));
+      for (size_t t = 0; t < trials.size(); ++t)
+        trials[t].rank_step_ms.push_back(millis[t]);
+    }
+    decision = absl::StrCat(FastestTrial(trials));
+  }
+  if (rendezvous_ != nullptr && id_.world_size > 1) {
+    ASSIGN_OR_RETURN(decision, rendezvous_->Broadcast(
+                                   "autotune/choice", id_.rank,
+                                   /*root=*/0, decision, options_.timeout));
+  }
+  int chosen = -1;
+  if (!absl::SimpleAtoi(decision, &chosen) || chosen < 0 ||
+      chosen >= static_cast<int>(trials.size())) {
+    return absl::InternalError(absl::StrCat(
+        "--autotune: worker ", id_.rank, " got choice \"", decision,
+        "\" from worker 0 for ", trials.size(), " trials"));
+  }
+  RETURN_IF_ERROR(UseBucketBytes(trials[chosen].bucket_bytes));
+  RETURN_IF_ERROR(RestoreState(saved));
+  RETURN_IF_ERROR(WriteLayoutJson());  // the buckets that will run
+  if (id_.rank != 0) return absl::OkStatus();
+  const std::string source = AutotuneSource(trials, chosen);
+  RecordSetting("bucket_mb", trials[chosen].bucket_bytes / double(1 << 20),
+                source);
+  GS_LOG(INFO) << "bucket cap " << trials[chosen].bucket_bytes / 1024
+               << " KiB (" << source << "): " << layout_->buckets().size()
+               << " buckets";
+  if (!options_.metrics_dir.empty()) {
+    std::string lines;
+    for (size_t t = 0; t < trials.size(); ++t) {
+      absl::StrAppend(&lines,
+                      TrialJsonLine(trials[t], static_cast<int>(t),
+                                    static_cast<int>(t) == chosen),
+                      "\n");
+    }
+    RETURN_IF_ERROR(WriteFileAtomically(
+        absl::StrCat(options_.metrics_dir, "/autotune.jsonl"), lines));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::LoadBatch(const std::vector<int64_t>& indices,
                                 int64_t first, int rows, int64_t epoch) {
   const int dim = model_.input_dim();
@@ -693,6 +916,7 @@ absl::Status Trainer::Finalize(double wall_seconds) {
 absl::StatusOr<TrainResult> Trainer::Run() {
   run_start_ = Clock::now();
   RETURN_IF_ERROR(Setup());
+  if (options_.autotune) RETURN_IF_ERROR(Autotune());
   const int64_t per_rank = sampler_->num_samples();
   run_start_ = Clock::now();
   last_progress_ = run_start_;

@@ -34,7 +34,15 @@ struct TrainerOptions {
   // epoch, sample index) so every strategy and number of workers sees the
   // same augmented samples. Never applied to the test set.
   AugmentationOptions augmentation;
-  double bucket_mb = 25;
+  double bucket_mb = 25;  // 0: the rule's cap (core/sync/bucket_size_rule.h)
+  // --autotune: before the first step, time each of a few bucket caps around
+  // the rule's (core/train/autotune.h) for one untimed and `autotune_steps`
+  // timed trial steps, keep the fastest by the slowest rank, and undo every
+  // trial step (parameters, optimizer and model state restored; the sampler
+  // and step count do not move), so the run trains exactly as one started
+  // with the chosen --bucket_mb. An explicit bucket_mb is kept untried.
+  bool autotune = false;
+  int autotune_steps = 3;
   std::string sync = "local";
   OptimizerOptions optimizer;
   std::string lr_scaling = "none";
