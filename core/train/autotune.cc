@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/base/status_macros.h"
 #include "core/sync/bucket_size_rule.h"
 #include "nlohmann/json.hpp"
 
@@ -95,6 +96,55 @@ absl::StatusOr<std::vector<double>> DecodeTrialMillis(const std::string& text,
                      "; every worker must run the same binary and flags"));
   }
   return millis;
+}
+
+std::string TrialLog(const std::vector<AutotuneTrial>& trials, int chosen) {
+  std::string lines;
+  for (size_t t = 0; t < trials.size(); ++t) {
+    absl::StrAppend(&lines,
+                    TrialJsonLine(trials[t], static_cast<int>(t),
+                                  static_cast<int>(t) == chosen),
+                    "\n");
+  }
+  return lines;
+}
+
+absl::StatusOr<int> AgreeOnFastestTrial(std::vector<AutotuneTrial>& trials,
+                                        const std::vector<double>& my_millis,
+                                        Rendezvous* rendezvous,
+                                        const ProcessIdentity& identity,
+                                        absl::Duration timeout) {
+  const bool alone = rendezvous == nullptr || identity.world_size == 1;
+  std::vector<std::string> gathered = {EncodeTrialMillis(my_millis)};
+  if (!alone) {
+    ASSIGN_OR_RETURN(gathered,
+                     rendezvous->Gather("autotune/step_ms", identity.rank,
+                                        identity.world_size, /*root=*/0,
+                                        gathered.front(), timeout));
+  }
+  std::string decision;
+  if (identity.rank == 0) {
+    for (int rank = 0; rank < static_cast<int>(gathered.size()); ++rank) {
+      ASSIGN_OR_RETURN(std::vector<double> millis,
+                       DecodeTrialMillis(gathered[rank], rank, trials.size()));
+      for (size_t t = 0; t < trials.size(); ++t)
+        trials[t].rank_step_ms.push_back(millis[t]);
+    }
+    decision = absl::StrCat(FastestTrial(trials));
+  }
+  if (!alone) {
+    ASSIGN_OR_RETURN(decision,
+                     rendezvous->Broadcast("autotune/choice", identity.rank,
+                                           /*root=*/0, decision, timeout));
+  }
+  int chosen = -1;
+  if (!absl::SimpleAtoi(decision, &chosen) || chosen < 0 ||
+      chosen >= static_cast<int>(trials.size())) {
+    return absl::InternalError(absl::StrCat(
+        "--autotune: worker ", identity.rank, " got choice \"", decision,
+        "\" from worker 0 for ", trials.size(), " trials"));
+  }
+  return chosen;
 }
 
 }  // namespace gradsync

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/cluster/rendezvous.h"
 
 namespace gradsync {
 
@@ -58,5 +60,19 @@ std::string EncodeTrialMillis(const std::vector<double>& millis);
 absl::StatusOr<std::vector<double>> DecodeTrialMillis(const std::string& text,
                                                       int rank,
                                                       size_t expected);
+
+// The whole file autotune.jsonl: one TrialJsonLine per trial, newline-ended.
+std::string TrialLog(const std::vector<AutotuneTrial>& trials, int chosen);
+
+// Every rank's choice of trial, the same on every rank: worker 0 gathers each
+// rank's per-trial medians `my_millis` (filling `trials`' rank_step_ms on
+// worker 0), picks the FastestTrial and broadcasts it, so no rank can pick
+// differently on a near tie. Without a rendezvous (one worker) the choice is
+// local.
+absl::StatusOr<int> AgreeOnFastestTrial(std::vector<AutotuneTrial>& trials,
+                                        const std::vector<double>& my_millis,
+                                        Rendezvous* rendezvous,
+                                        const ProcessIdentity& identity,
+                                        absl::Duration timeout);
 
 }  // namespace gradsync

@@ -29,10 +29,13 @@
 #include "core/train/autotune.h"
 #include "core/train/checkpoint_fit.h"
 #include "core/train/evaluator.h"
+#include "core/train/layout_json.h"
+#include "core/train/progress_line.h"
+#include "core/train/replica_agreement.h"
+#include "core/train/training_snapshot.h"
 #include "core/train/sampler.h"
 #include "core/train/step_timeline.h"
 #include "nlohmann/json.hpp"
-#include "zlib.h"
 
 namespace gradsync {
 namespace {
@@ -44,15 +47,6 @@ double MillisSince(Clock::time_point start) {
       .count();
 }
 
-uint32_t Crc(const std::vector<float>& values) {
-  return crc32(0L, reinterpret_cast<const Bytef*>(values.data()),
-               values.size() * sizeof(float));
-}
-
-std::string FormatEta(double seconds) {
-  const int64_t s = static_cast<int64_t>(std::max(0.0, seconds));
-  return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
-}
 
 class Trainer {
  public:
@@ -86,15 +80,7 @@ class Trainer {
   absl::Status Autotune();
   // One trial step on the run's next batch: forward, backward, Finish and
   // the optimizer, then the state saved in `saved` restored. Its duration.
-  struct SavedState {
-    std::vector<float> params;
-    std::vector<std::vector<float>> optimizer_state;
-    int64_t optimizer_step = 0;
-    std::vector<float> model_buffers;
-  };
-  absl::StatusOr<SavedState> SaveState();
-  absl::Status RestoreState(const SavedState& saved);
-  absl::StatusOr<double> TrialStepMs(const SavedState& saved);
+  absl::StatusOr<double> TrialStepMs(const TrainingSnapshot& saved);
   // Regroups the parameters under a cap of `bucket_bytes`, in the strategy
   // too (GradientSync::Rebucket).
   absl::Status UseBucketBytes(int64_t bucket_bytes);
@@ -371,49 +357,16 @@ absl::Status Trainer::Resume() {
 // parameters, this catches the rest (a rank that read an older copy of the
 // file, or one started without --resume) with a message that says so.
 absl::Status Trainer::CheckResumeAgrees() {
-  if (rendezvous_ == nullptr || id_.world_size == 1) return absl::OkStatus();
-  ASSIGN_OR_RETURN(
-      std::string reference,
-      rendezvous_->Broadcast("start_step", id_.rank, /*root=*/0,
-                             absl::StrCat(step_), options_.timeout));
-  if (reference != absl::StrCat(step_)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", id_.rank, " starts at step ", step_,
-                     " but worker 0 at step ", reference,
-                     "; with --resume every worker must read the same "
-                     "--checkpoint (shared storage)"));
-  }
-  return absl::OkStatus();
+  return ReplicaAgreement(rendezvous_, id_, options_.timeout)
+      .CheckSameStartStep(step_);
 }
 
-// Worker 0 writes <metrics_dir>/layout.json: every tensor and every bucket in
-// the order backward hands them off, so the cost model and the plots know
-// what a step sends without re-deriving the model's shapes.
+// Worker 0 writes <metrics_dir>/layout.json (layout_json.h).
 absl::Status Trainer::WriteLayoutJson() const {
   if (id_.rank != 0 || options_.metrics_dir.empty()) return absl::OkStatus();
-  nlohmann::json params = nlohmann::json::array();
-  for (const ParamInfo& info : layout_->params()) {
-    params.push_back({{"name", info.spec.name},
-                      {"numel", info.numel},
-                      {"bucket", info.bucket}});
-  }
-  nlohmann::json buckets = nlohmann::json::array();
-  for (const Bucket& bucket : layout_->buckets()) {
-    buckets.push_back({{"index", bucket.index},
-                       {"numel", bucket.numel},
-                       {"bytes", bucket.numel * 4},
-                       {"params", bucket.params}});
-  }
-  const nlohmann::json layout = {
-      {"model", model_.name()},
-      {"total_numel", layout_->total_numel()},
-      {"total_bytes", layout_->total_bytes()},
-      {"bucket_mb", options_.bucket_mb},
-      {"params", params},
-      {"buckets", buckets},
-  };
-  return WriteFileAtomically(absl::StrCat(options_.metrics_dir, "/layout.json"),
-                             layout.dump(1) + "\n");
+  return WriteFileAtomically(
+      absl::StrCat(options_.metrics_dir, "/layout.json"),
+      LayoutJson(*layout_, model_.name(), options_.bucket_mb));
 }
 
 // Every rank publishes a CRC of its parameters and compares with worker 0's:
@@ -423,22 +376,8 @@ absl::Status Trainer::CheckParamsAgree(const std::string& when) {
   std::vector<float> host(layout_->total_numel());
   RETURN_IF_ERROR(
       device_.CopyToHost(host.data(), params_, host.size() * sizeof(float)));
-  const uint32_t crc = Crc(host);
-  ASSIGN_OR_RETURN(
-      std::string reference,
-      rendezvous_->Broadcast(absl::StrCat("params_crc/", when), id_.rank,
-                             /*root=*/0, absl::StrCat(crc), options_.timeout));
-  if (reference != absl::StrCat(crc)) {
-    return absl::InternalError(absl::StrCat(
-        "worker ", id_.rank, "'s parameters ", when,
-        " differ from worker 0's "
-        "(CRC-32 ",
-        crc, " vs ", reference, ")",
-        when == "at start-up"
-            ? "; every worker needs the same --seed and --layers"
-            : "; the strategy did not give every rank the same update"));
-  }
-  return absl::OkStatus();
+  return ReplicaAgreement(rendezvous_, id_, options_.timeout)
+      .CheckSameParameters(host, when);
 }
 
 absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
@@ -521,48 +460,9 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Trainer::SavedState> Trainer::SaveState() {
-  const int64_t n = layout_->total_numel();
-  SavedState saved;
-  saved.params.resize(n);
-  RETURN_IF_ERROR(
-      device_.CopyToHost(saved.params.data(), params_, n * sizeof(float)));
-  for (float* state : optimizer_->StateBuffers()) {
-    std::vector<float> host(n);
-    RETURN_IF_ERROR(device_.CopyToHost(host.data(), state, n * sizeof(float)));
-    saved.optimizer_state.push_back(std::move(host));
-  }
-  saved.optimizer_step = optimizer_->step();
-  saved.model_buffers.resize(model_.buffer_count());
-  if (!saved.model_buffers.empty()) {
-    RETURN_IF_ERROR(
-        device_.CopyToHost(saved.model_buffers.data(), model_.buffers(),
-                           saved.model_buffers.size() * sizeof(float)));
-  }
-  return saved;
-}
-
-absl::Status Trainer::RestoreState(const SavedState& saved) {
-  const int64_t n = layout_->total_numel();
-  RETURN_IF_ERROR(
-      device_.CopyToDevice(params_, saved.params.data(), n * sizeof(float)));
-  const std::vector<float*> state = optimizer_->StateBuffers();
-  for (size_t i = 0; i < state.size(); ++i) {
-    RETURN_IF_ERROR(device_.CopyToDevice(
-        state[i], saved.optimizer_state[i].data(), n * sizeof(float)));
-  }
-  optimizer_->set_step(saved.optimizer_step);
-  if (!saved.model_buffers.empty()) {
-    RETURN_IF_ERROR(
-        device_.CopyToDevice(model_.buffers(), saved.model_buffers.data(),
-                             saved.model_buffers.size() * sizeof(float)));
-  }
-  return absl::OkStatus();
-}
-
 // The run's next batch, every time: trials compare caps, not data. Only
 // what a real step does is timed (no metrics line, no straggler delay).
-absl::StatusOr<double> Trainer::TrialStepMs(const SavedState& saved) {
+absl::StatusOr<double> Trainer::TrialStepMs(const TrainingSnapshot& saved) {
   const std::vector<int64_t> indices = sampler_->Indices(start_epoch_);
   const int64_t first = start_epoch_step_ * options_.batch_size;
   const int rows = static_cast<int>(
@@ -584,7 +484,7 @@ absl::StatusOr<double> Trainer::TrialStepMs(const SavedState& saved) {
   float loss = 0;  // waits for the device, as a real step's loss does
   RETURN_IF_ERROR(device_.CopyToHost(&loss, loss_, sizeof(float)));
   const double ms = MillisSince(start);
-  RETURN_IF_ERROR(RestoreState(saved));
+  RETURN_IF_ERROR(RestoreSnapshot(saved, device_, params_, *optimizer_, model_));
   return ms;
 }
 
@@ -624,7 +524,9 @@ absl::Status Trainer::Autotune() {
         "--autotune_steps=", options_.autotune_steps, " must be at least 1"));
   }
   const std::vector<int64_t> candidates = BucketCandidates(bucket_bytes_);
-  ASSIGN_OR_RETURN(const SavedState saved, SaveState());
+  ASSIGN_OR_RETURN(const TrainingSnapshot saved,
+                   TakeSnapshot(device_, params_, layout_->total_numel(),
+                                *optimizer_, model_));
   std::vector<AutotuneTrial> trials;
   std::vector<double> my_ms;
   std::vector<std::vector<int64_t>> tried_offsets;
@@ -669,35 +571,11 @@ absl::Status Trainer::Autotune() {
     my_ms.push_back(step_ms[step_ms.size() / 2]);
   }
 
-  // Worker 0 decides from every rank's times and tells the others, so no
-  // rank can pick differently on a near tie.
-  ASSIGN_OR_RETURN(
-      std::vector<std::string> gathered,
-      GatherOnWorker0("autotune/step_ms", EncodeTrialMillis(my_ms)));
-  std::string decision;
-  if (id_.rank == 0) {
-    for (int rank = 0; rank < static_cast<int>(gathered.size()); ++rank) {
-      ASSIGN_OR_RETURN(std::vector<double> millis,
-                       DecodeTrialMillis(gathered[rank], rank, trials.size()));
-      for (size_t t = 0; t < trials.size(); ++t)
-        trials[t].rank_step_ms.push_back(millis[t]);
-    }
-    decision = absl::StrCat(FastestTrial(trials));
-  }
-  if (rendezvous_ != nullptr && id_.world_size > 1) {
-    ASSIGN_OR_RETURN(decision, rendezvous_->Broadcast(
-                                   "autotune/choice", id_.rank,
-                                   /*root=*/0, decision, options_.timeout));
-  }
-  int chosen = -1;
-  if (!absl::SimpleAtoi(decision, &chosen) || chosen < 0 ||
-      chosen >= static_cast<int>(trials.size())) {
-    return absl::InternalError(absl::StrCat(
-        "--autotune: worker ", id_.rank, " got choice \"", decision,
-        "\" from worker 0 for ", trials.size(), " trials"));
-  }
+  ASSIGN_OR_RETURN(const int chosen,
+                   AgreeOnFastestTrial(trials, my_ms, rendezvous_, id_,
+                                       options_.timeout));
   RETURN_IF_ERROR(UseBucketBytes(trials[chosen].bucket_bytes));
-  RETURN_IF_ERROR(RestoreState(saved));
+  RETURN_IF_ERROR(RestoreSnapshot(saved, device_, params_, *optimizer_, model_));
   RETURN_IF_ERROR(WriteLayoutJson());  // the buckets that will run
   if (id_.rank != 0) return absl::OkStatus();
   const std::string source = AutotuneSource(trials, chosen);
@@ -706,18 +584,10 @@ absl::Status Trainer::Autotune() {
   GS_LOG(INFO) << "bucket cap " << trials[chosen].bucket_bytes / 1024
                << " KiB (" << source << "): " << layout_->buckets().size()
                << " buckets";
-  if (!options_.metrics_dir.empty()) {
-    std::string lines;
-    for (size_t t = 0; t < trials.size(); ++t) {
-      absl::StrAppend(&lines,
-                      TrialJsonLine(trials[t], static_cast<int>(t),
-                                    static_cast<int>(t) == chosen),
-                      "\n");
-    }
-    RETURN_IF_ERROR(WriteFileAtomically(
-        absl::StrCat(options_.metrics_dir, "/autotune.jsonl"), lines));
-  }
-  return absl::OkStatus();
+  if (options_.metrics_dir.empty()) return absl::OkStatus();
+  return WriteFileAtomically(
+      absl::StrCat(options_.metrics_dir, "/autotune.jsonl"),
+      TrialLog(trials, chosen));
 }
 
 absl::Status Trainer::LoadBatch(const std::vector<int64_t>& indices,
@@ -831,18 +701,10 @@ void Trainer::ShowProgress(int64_t epoch, bool final_line) {
       elapsed > 0 ? done * static_cast<double>(options_.batch_size) *
                         id_.world_size / elapsed
                   : 0;
-  const std::string line = absl::StrFormat(
-      "step %d/%d  epoch %d/%d  loss %.4f  %.0f samples/s  ETA %s", step_,
-      total_steps_, epoch + 1, options_.epochs, last_loss_,
-      global_samples_per_s, FormatEta(rate * (total_steps_ - step_)));
-  // In a terminal the line updates in place; through the launcher's pipes it
-  // is printed every couple of seconds.
-  if (isatty(STDERR_FILENO)) {
-    fprintf(stderr, "\r%s%s", line.c_str(), final_line ? "\n" : "");
-  } else {
-    fprintf(stderr, "%s\n", line.c_str());
-  }
-  fflush(stderr);
+  PrintProgressLine(
+      ProgressLine(step_, total_steps_, epoch + 1, options_.epochs, last_loss_,
+                   global_samples_per_s, rate * (total_steps_ - step_)),
+      final_line);
 }
 
 // Each rank writes its own file; worker 0 then merges every rank's file into
