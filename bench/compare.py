@@ -42,6 +42,9 @@ import scaling  # noqa: E402
 Strategy = collections.namedtuple("Strategy", "scaling servers label")
 STRATEGIES = collections.OrderedDict([
     ("ring", Strategy("ring", None, "ring all-reduce")),
+    ("halving_doubling", Strategy("halving_doubling", None, "halving-doubling")),
+    ("tree", Strategy("tree", None, "double binary tree")),
+    ("allreduce", Strategy("allreduce", None, "all-reduce picked by α–β")),
     ("ps-k1", Strategy("ps", "1", "PS K=1")),
     ("ps-kn", Strategy("ps", "N", "PS K=N")),
     ("ps-colocated", Strategy("ps-colocated", None, "PS colocated")),

@@ -65,7 +65,8 @@ class ParsingTest(unittest.TestCase):
     def test_scaling_command_runs_each_strategy_once(self):
         args = compare.parse_args(["--netem=100mbit", "--workers=4", "--", "--lr=0.1"])
         command = compare.scaling_command(args, args.strategy_names, args.worker_counts, "out")
-        self.assertIn("--strategies=ring,ps,ps-colocated", command)
+        self.assertIn(
+            "--strategies=ring,halving_doubling,tree,allreduce,ps,ps-colocated", command)
         self.assertIn("--servers=1,N", command)
         self.assertIn("--links=100mbit", command)
         self.assertIn("--models=mlp", command)
