@@ -82,8 +82,22 @@ absl::Status Serve(const ClusterEnv& env) {
   RETURN_IF_ERROR(CheckServerPlacement(env.world_size, env.num_servers));
   ASSIGN_OR_RETURN(const int colocated,
                    ColocatedServersFromFlags(env.world_size));
+  const absl::Duration start_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  JobEndWatch job_end;  // outlives the coordinator client, which calls it
+  CoordinatorClientOptions client_options;
+  ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());
+  client_options.num_workers = env.world_size;
+  client_options.num_servers = env.num_servers;
+  client_options.shape_source = env.shape;
+  client_options.on_job_ended = [&job_end] { job_end.JobEnded(); };
+  ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
+                   CoordinatorClient::Connect(
+                       env.coordinator_target(), env.job_id, Role::kServer,
+                       env.rank, start_timeout, client_options));
   ParameterServerOptions options;
-  options.job_id = env.job_id;
+  // The coordinator's: without a launcher's id, worker 0 named the job.
+  options.job_id = coordinator->job_id();
   options.server_rank = colocated + env.rank;
   options.num_servers = colocated + env.num_servers;
   options.num_workers = env.world_size;
@@ -117,19 +131,6 @@ absl::Status Serve(const ClusterEnv& env) {
                      LocalAddressToward(env.master_addr, env.master_port));
   }
   const std::string address = absl::StrCat(host, ":", server->port());
-  const absl::Duration start_timeout =
-      absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
-  JobEndWatch job_end;  // outlives the coordinator client, which calls it
-  CoordinatorClientOptions client_options;
-  ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());
-  client_options.num_workers = env.world_size;
-  client_options.num_servers = env.num_servers;
-  client_options.shape_source = env.shape;
-  client_options.on_job_ended = [&job_end] { job_end.JobEnded(); };
-  ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
-                   CoordinatorClient::Connect(
-                       env.coordinator_target(), env.job_id, Role::kServer,
-                       env.rank, start_timeout, client_options));
   absl::StatusOr<std::vector<Member>> members =
       coordinator->Join(address, start_timeout);
   if (!members.ok()) {

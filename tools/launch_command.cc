@@ -26,7 +26,9 @@
 #include "core/base/files.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/cluster/job_id.h"
 #include "core/cluster/job_token.h"
+#include "core/cluster/listen_port.h"
 #include "core/cluster/local_address.h"
 #include "core/launch/launcher.h"
 #include "core/launch/netem.h"
@@ -80,13 +82,6 @@ std::string SelfExecutable() {
   if (n <= 0) return "";
   path[n] = '\0';
   return path;
-}
-
-std::string NewJobId() {
-  std::random_device random;
-  return absl::StrCat(
-      absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
-      "-", absl::Hex(random() & 0xffff, absl::kZeroPad4));
 }
 
 // While the emulated network exists, SIGINT/SIGTERM must not kill us before
@@ -237,6 +232,12 @@ absl::StatusOr<JobPlan> PlanJob(int workers, int servers, NodePlacement node) {
   plan.port = absl::GetFlag(FLAGS_master_port);
   if (plan.port == 0) {
     ASSIGN_OR_RETURN(plan.port, PickFreePort());
+  } else if (plan.node.node_rank == 0) {
+    // Before any process starts: a port another job holds would otherwise
+    // be found by worker 0 only, while the others knock on that job's door.
+    RETURN_IF_ERROR(
+        CheckPortFree(absl::StrCat(plan.node.nnodes > 1 ? "0.0.0.0" : "127.0.0.1",
+                                   ":", plan.port)));
   }
   // Only this job's processes get in (core/cluster/job_token.h): a token from
   // --job_token_file or our environment is passed on, otherwise a job of one

@@ -120,6 +120,8 @@ absl::Status Train() {
                                       env.coordinator_target(), env.job_id,
                                       Role::kWorker, env.rank, options.timeout,
                                       ClientOptions(env, security)));
+    // Without a launcher's id, worker 0's coordinator named the job.
+    context.identity.job_id = coordinator->job_id();
     context.rendezvous = coordinator.get();
   }
   const absl::Status status =

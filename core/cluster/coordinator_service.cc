@@ -55,13 +55,20 @@ std::string CoordinatorService::Loss::Describe() const {
 }
 
 CoordinatorService::CoordinatorService(CoordinatorServiceOptions options)
-    : options_(std::move(options)) {}
+    : options_(std::move(options)) {
+  // Members started without a job id learn it here (CoordinatorClient).
+  store_[kJobIdKey] = options_.job_id;
+  store_bytes_ += static_cast<int64_t>(sizeof(kJobIdKey) - 1 +
+                                       options_.job_id.size());
+}
 
 grpc::Status CoordinatorService::CheckCaller(
     const grpc::ServerContextBase& context, const proto::Sender& sender) const {
   RETURN_GRPC_IF_ERROR(CheckJobToken(context, options_.job_token,
                                      "coordinator of job " + options_.job_id));
-  if (sender.job_id() != options_.job_id) {
+  // An empty id is a member that has not learnt the job's id yet (no
+  // launcher gave one): it may ask, and the token, if any, still applies.
+  if (!sender.job_id().empty() && sender.job_id() != options_.job_id) {
     return grpc::Status(
         grpc::StatusCode::PERMISSION_DENIED,
         absl::StrCat("request from job '", Shown(sender.job_id()),
