@@ -16,6 +16,7 @@
 #include <random>
 #include <system_error>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/match.h"
@@ -32,6 +33,7 @@
 #include "core/cluster/local_address.h"
 #include "core/launch/launcher.h"
 #include "core/launch/netem.h"
+#include "core/launch/process_budget.h"
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
 #include "ps/flags.h"
@@ -63,6 +65,10 @@ ABSL_FLAG(double, job_deadline_s, 0,
 ABSL_FLAG(std::string, job_id, "",
           "job id; default a fresh random one, or with --nnodes > 1 one made "
           "of --master_addr and --master_port (the same on every node)");
+ABSL_FLAG(int, max_processes, 0,
+          "the most worker and server processes this launcher may start; 0: "
+          "derived from this machine's cores (16 a core) and available "
+          "memory (each worker holds its own copy of the data set)");
 ABSL_FLAG(
     std::string, netem, "",
     "emulate a cluster network: RATE[,LATENCY][,buffer=BYTES]"
@@ -72,6 +78,11 @@ ABSL_FLAG(
     "one switch (a bridge; 1 MiB per port by default, core/launch/README.md), "
     "addresses in 10.213.0.0/16, removed when the job ends. Needs root and "
     "iproute2");
+
+// Training flags (tools/train_flags.cc), for the memory a worker needs.
+ABSL_DECLARE_FLAG(std::string, data);
+ABSL_DECLARE_FLAG(int64_t, synthetic_size);
+ABSL_DECLARE_FLAG(std::string, layers);
 
 namespace gradsync {
 namespace {
@@ -175,6 +186,43 @@ absl::Status CheckJobShape(int workers, int servers, int nnodes) {
           " but the environment says WORLD_SIZE=", world,
           "; unset WORLD_SIZE (and RANK) or make them agree"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// About what one worker holds: its float32 copy of the data set (train and
+// test) and a process's own base (gRPC, threads, the model). An estimate for
+// the bound on processes, not an accounting.
+int64_t EstimatedWorkerBytes() {
+  constexpr int64_t kProcessBase = int64_t{64} << 20;
+  const std::string data = absl::GetFlag(FLAGS_data);
+  int64_t samples = 70000, features = 28 * 28;  // Fashion-MNIST
+  if (data == "cifar10") {
+    samples = 60000;
+    features = 3 * 32 * 32;
+  } else if (data == "synthetic") {
+    samples = absl::GetFlag(FLAGS_synthetic_size);
+    samples += samples / 4;  // its test set
+    const std::string layers = absl::GetFlag(FLAGS_layers);
+    int64_t first = 0;
+    if (absl::SimpleAtoi(layers.substr(0, layers.find(',')), &first) &&
+        first > 0) {
+      features = first;
+    }
+  }
+  return kProcessBase + samples * features * static_cast<int64_t>(sizeof(float));
+}
+
+// Removes <folder>/summary.json of an earlier run, so that a folder shows a
+// summary only once this run has written its own.
+absl::Status RemoveEarlierSummary(const std::string& folder) {
+  const std::string path = absl::StrCat(folder, "/summary.json");
+  std::error_code error;
+  std::filesystem::remove(path, error);
+  if (error) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot remove the earlier run's ", path, ": ", error.message(),
+        "; pass another --run_dir"));
   }
   return absl::OkStatus();
 }
@@ -368,6 +416,20 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   ASSIGN_OR_RETURN(NodePlacement node, PlaceNode());
   RETURN_IF_ERROR(CheckJobShape(workers, servers, node.nnodes));
   CheckTrainingFlags(training_flags);
+  // Before anything forks: a typo of --workers=100000 is refused here.
+  RETURN_IF_ERROR(CheckLocalProcesses(
+      workers, servers, EstimatedWorkerBytes(), int64_t{64} << 20,
+      ThisMachine(), absl::GetFlag(FLAGS_max_processes)));
+  // Worker 0's checkpoint, checked once here rather than after start-up.
+  if (node.node_rank == 0) {
+    int shards = 0;
+    if (absl::GetFlag(FLAGS_sync) == "ps") {
+      ASSIGN_OR_RETURN(const int colocated,
+                       ColocatedServersFromFlags(workers * node.nnodes));
+      shards = colocated + servers * node.nnodes;
+    }
+    RETURN_IF_ERROR(CheckCheckpointPathFromFlags(shards));
+  }
   // Where the parameter servers run, checked once here rather than by
   // every worker and server after the job has started.
   if (absl::GetFlag(FLAGS_sync) == "ps") {
@@ -380,6 +442,15 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   std::vector<std::string> flags = training_flags;
   if (!HasFlag(flags, "metrics_dir"))
     flags.push_back(absl::StrCat("--metrics_dir=", plan.run_dir));
+  // Every process of a one-node job is on this machine: its parameter
+  // servers need no address another host can reach.
+  if (plan.node.nnodes == 1 && absl::GetFlag(FLAGS_netem).empty() &&
+      !HasFlag(flags, "ps_bind")) {
+    flags.push_back("--ps_bind=127.0.0.1:0");
+  }
+  // A reused run folder must not show an earlier run's summary beside this
+  // run's logs (worker 0 writes it again at its end).
+  RETURN_IF_ERROR(RemoveEarlierSummary(plan.run_dir));
   std::vector<ProcessSpec> specs = ProcessSpecs(plan, flags);
   std::string master_addr = plan.node.master_addr;
   std::unique_ptr<EmulatedNetwork> network;

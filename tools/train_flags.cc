@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "core/base/status_macros.h"
 #include "core/data/cifar10_reader.h"
+#include "core/optim/checkpoint_path.h"
 #include "core/data/image_augmentation.h"
 #include "core/device/gpu_selection.h"
 #include "core/train/straggler.h"
@@ -122,6 +123,11 @@ ABSL_FLAG(bool, resume, false,
           "--max_steps count from the start of the original run. Needs the "
           "same model, --seed, --batch_size and number of workers (and "
           "servers and --ps_chunk_kb for --ps_update=server)");
+ABSL_FLAG(bool, overwrite_checkpoint, false,
+          "start a new run even though --checkpoint exists, replacing it at "
+          "the first write; without it (or --resume) an existing checkpoint "
+          "refuses the run, so that saved progress is never lost by a "
+          "forgotten --resume");
 ABSL_FLAG(std::string, metrics_dir, "",
           "write per-step JSON lines and summary.json here; empty = none");
 ABSL_FLAG(bool, progress, true, "print a progress line on worker 0");
@@ -242,9 +248,16 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_steps=", o.max_steps, " must be >= 0"));
   }
-  if (!(o.bucket_mb >= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--bucket_mb=", o.bucket_mb, " must be >= 0"));
+  // The cap becomes bytes (an int64): below one float it would mean no cap
+  // at all (ParamLayout's one bucket, the opposite of a tiny cap), and above
+  // 1 TiB the cast would overflow long before any model needs it.
+  constexpr double kMaxBucketMb = 1 << 20;
+  if (!(o.bucket_mb * (1 << 20) >= 4) || !(o.bucket_mb <= kMaxBucketMb)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--bucket_mb=", o.bucket_mb,
+        " is not a bucket cap: pass at least 4 bytes (", 4.0 / (1 << 20),
+        " MiB: every parameter tensor its own bucket) and at most ",
+        kMaxBucketMb, " MiB (1 TiB: one bucket for any model)"));
   }
   return o;
 }
@@ -469,6 +482,19 @@ absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank,
   }
   options.cpu_threads = threads;
   return options;
+}
+
+absl::Status CheckCheckpointPathFromFlags(int num_servers) {
+  CheckpointPathOptions options;
+  options.resume = absl::GetFlag(FLAGS_resume);
+  options.overwrite = absl::GetFlag(FLAGS_overwrite_checkpoint);
+  options.num_servers = num_servers;
+  if (options.resume && options.overwrite) {
+    return absl::InvalidArgumentError(
+        "--resume continues --checkpoint and --overwrite_checkpoint replaces "
+        "it: pass one of them");
+  }
+  return CheckCheckpointPath(absl::GetFlag(FLAGS_checkpoint), options);
 }
 
 }  // namespace gradsync
