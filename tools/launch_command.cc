@@ -34,6 +34,7 @@
 #include "core/launch/launcher.h"
 #include "core/launch/netem.h"
 #include "core/launch/process_budget.h"
+#include "core/optim/optimizer.h"
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
 #include "ps/flags.h"
@@ -416,6 +417,24 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   ASSIGN_OR_RETURN(NodePlacement node, PlaceNode());
   RETURN_IF_ERROR(CheckJobShape(workers, servers, node.nnodes));
   CheckTrainingFlags(training_flags);
+  // The values too, once here: a mistake gives one message now rather than
+  // one per worker after each has loaded the data.
+  ASSIGN_OR_RETURN(const TrainerOptions trainer, TrainerOptionsFromFlags());
+  RETURN_IF_ERROR(ScaleLearningRate(trainer.optimizer.lr, trainer.lr_scaling,
+                                    workers * node.nnodes)
+                      .status());
+  if (servers > 0 && absl::GetFlag(FLAGS_sync) != "ps") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--servers=", servers, " starts parameter servers, but --sync=",
+        absl::GetFlag(FLAGS_sync),
+        " does not use them: drop --servers, or pass --sync=ps after --"));
+  }
+  if (const int port = absl::GetFlag(FLAGS_master_port);
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--master_port=", port,
+        " is not a TCP port: pass 1..65535, or 0 to pick a free one"));
+  }
   // Before anything forks: a typo of --workers=100000 is refused here.
   RETURN_IF_ERROR(CheckLocalProcesses(
       workers, servers, EstimatedWorkerBytes(), int64_t{64} << 20,

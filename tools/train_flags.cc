@@ -1,5 +1,6 @@
 #include "tools/train_flags.h"
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/base/status_macros.h"
 #include "core/data/cifar10_reader.h"
@@ -247,6 +249,18 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   if (o.max_steps < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_steps=", o.max_steps, " must be >= 0"));
+  }
+  // Every model by name, so that a typo is named before any data loads.
+  if (const std::string model = absl::GetFlag(FLAGS_model);
+      model != "mlp" && model != "cnn" && model != "resnet18") {
+    const std::vector<std::string> synthetic = SyntheticArchitectures();
+    if (std::find(synthetic.begin(), synthetic.end(), model) ==
+        synthetic.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model=", model, " is not a model; choose one of mlp, cnn, "
+          "resnet18 (computed for real) or ", absl::StrJoin(synthetic, ", "),
+          " (synthetic: real sizes, emulated compute)"));
+    }
   }
   // The cap becomes bytes (an int64): below one float it would mean no cap
   // at all (ParamLayout's one bucket, the opposite of a tiny cap), and above

@@ -153,6 +153,10 @@ class CoordinatorService final
   static std::string BrokenWatch(const std::string& peer);
 
   const CoordinatorServiceOptions options_;
+  // The last call refused for its job token (never the token itself);
+  // its own mutex, since CheckCaller runs before mu_ is taken.
+  mutable absl::Mutex refusal_mu_;
+  mutable std::string last_refusal_ ABSL_GUARDED_BY(refusal_mu_);
   mutable absl::Mutex mu_;
   std::map<MemberKey, Member> members_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::set<MemberKey>> barriers_ ABSL_GUARDED_BY(mu_);
