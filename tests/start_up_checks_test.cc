@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "core/cluster/local_address.h"
 #include "tests/gradsync_binary.h"
 #include "tests/job_checks.h"
 
@@ -306,6 +307,39 @@ TEST(StartUpChecksTest, JoinTimeoutNamesTheTokenRefusal) {
   const ProcessResult& first = result.processes[0];
   ExpectRefused(first, "waiting for worker 1 to join");
   EXPECT_THAT(first.output, HasSubstr("wrong job token")) << GroupOutputs(result);
+}
+
+// Defect 10: env-launched processes of a tokenless job across hosts said
+// nothing. Worker 0 listens beyond loopback; worker 1 reaches it at this
+// host's own address and warns.
+TEST(StartUpChecksTest, TokenlessJobAcrossHostsIsWarnedOfOnEveryProcess) {
+  auto host = LocalAddressToward("10.255.255.1", 9);
+  if (!host.ok() || absl::StartsWith(*host, "127.")) {
+    GTEST_SKIP() << "this machine has no address beside loopback";
+  }
+  auto port = PickFreePort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::vector<ProcessSpec> specs;
+  for (int rank = 0; rank < 2; ++rank) {
+    ProcessSpec spec;
+    spec.name = absl::StrCat("worker ", rank);
+    spec.argv = {GradsyncBinary(), "train"};
+    for (const std::string& flag : Small({"--sync=ring"})) {
+      spec.argv.push_back(flag);
+    }
+    spec.env = {{"MASTER_ADDR", *host},
+                {"MASTER_PORT", absl::StrCat(*port)},
+                {"GRADSYNC_ADVERTISE_HOST", *host},
+                {"WORLD_SIZE", "2"},
+                {"RANK", absl::StrCat(rank)}};
+    specs.push_back(spec);
+  }
+  const LaunchResult result =
+      RunGroup(specs, /*stop_on_failure=*/true, absl::Seconds(60));
+  ASSERT_EQ(result.exit_code, 0) << GroupOutputs(result);
+  EXPECT_THAT(result.processes[0].output, HasSubstr("without a job token"));
+  EXPECT_THAT(result.processes[1].output,
+              HasSubstr("worker 1: no job token"));
 }
 
 }  // namespace

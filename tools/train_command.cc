@@ -32,12 +32,9 @@ namespace {
 
 // Worker 0 listens on loopback when the job is local and on every interface
 // otherwise; other processes reach it at MASTER_ADDR.
-bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
-
 std::string CoordinatorBindAddress(const ClusterEnv& env) {
-  const bool local = IsLoopback(env.master_addr);
+  const bool local =
+      env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;
   return absl::StrCat(local ? "127.0.0.1" : "0.0.0.0", ":", env.master_port);
 }
 
@@ -163,17 +160,6 @@ absl::Status Train() {
   if (env.world_size > 1 || env.num_servers > 0) {
     ASSIGN_OR_RETURN(CoordinatorSecurity security,
                      CoordinatorSecurityFromFlags());
-    // Worker 0's coordinator warns for itself; the others say it too, so
-    // that every log of a tokenless job across hosts shows it.
-    if (security.job_token.empty() && env.rank != 0 &&
-        !IsLoopback(env.master_addr)) {
-      GS_LOG(WARNING) << "no job token (--job_token_file or "
-                         "GRADSYNC_JOB_TOKEN) in a job across hosts: any "
-                         "process that reaches "
-                      << env.coordinator_target()
-                      << " may join it or pose as one of its members; give "
-                         "every process the same token";
-    }
     if (env.rank == 0) {
       ASSIGN_OR_RETURN(
           coordinator_server,

@@ -208,6 +208,22 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
             : "",
         ")"));
   }
+  // Worker 0's coordinator warns for itself when it listens beyond this
+  // host; every other process of a tokenless job across hosts says so too,
+  // so that each log shows it (a warning, not a refusal: a private cluster
+  // network may be trusted; docs/reliability.md says when it is not).
+  const bool loopback = absl::StartsWith(target, "127.") ||
+                        absl::StartsWith(target, "localhost:") ||
+                        absl::StartsWith(target, "[::1]:");
+  if (options.security.job_token.empty() && !loopback &&
+      !(role == Role::kWorker && rank == 0)) {
+    GS_LOG(WARNING) << Name(role, rank) << ": no job token (--job_token_file "
+                    << "or GRADSYNC_JOB_TOKEN) in a job across hosts: any "
+                       "process that reaches "
+                    << target
+                    << " may join it or pose as one of its members; give "
+                       "every process the same token";
+  }
   std::unique_ptr<CoordinatorClient> client(new CoordinatorClient);
   client->stub_ = std::make_unique<Stub>(channel);
   client->target_ = target;
