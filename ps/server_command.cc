@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/declare.h"
@@ -116,8 +117,14 @@ absl::Status Serve(const ClusterEnv& env) {
     options.trace_steps = absl::GetFlag(FLAGS_trace_steps);
     options.trace_path = RankTracePath(path, "server", options.server_rank);
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<ParameterServer> server,
-                   ParameterServer::Start(options));
+  absl::StatusOr<std::unique_ptr<ParameterServer>> started =
+      ParameterServer::Start(options);
+  if (!started.ok()) {
+    // Connected already: the job hears why (a taken port) at once.
+    coordinator->Leave(started.status());
+    return started.status();
+  }
+  std::unique_ptr<ParameterServer> server = std::move(*started);
 
   // --ps_advertise_host, else GRADSYNC_ADVERTISE_HOST, else the address of
   // the route to the coordinator: unlike the host name it is right in a

@@ -3,7 +3,8 @@
 // its worker 0 from a launcher's variables, without and with a job token, or
 // a whole `gradsync launch --master_port=P` — fails at once saying the port
 // is in use, and job A then finishes untouched: its summary names its own two
-// ranks and both hold the same final parameters.
+// ranks and both hold the same final parameters. A parameter server on a
+// taken port is refused the same way.
 #include <string>
 #include <thread>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "core/launch/launcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ps/server.h"
 #include "tests/gradsync_binary.h"
 #include "tests/job_checks.h"
 
@@ -144,6 +146,23 @@ TEST_P(TwoJobsTest, SecondJobOnThePortFailsAtOnceAndTheFirstFinishes) {
   EXPECT_EQ(first_worker.processes[0].exit_code, 0)
       << first_worker.processes[0].output;
   ExpectFinishedJob(dir_ + "/a", dir_ + "/a/params", 2, 0);
+}
+
+// The parameter servers' listeners had the same flaw: a second server on a
+// taken port bound it too and shared the first one's pushes.
+TEST(TwoServersTest, SecondParameterServerOnATakenPortIsRefused) {
+  ParameterServerOptions options;
+  options.job_id = "job-a";
+  auto first = ParameterServer::Start(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int port = (*first)->port();
+  options.job_id = "job-b";
+  options.bind_address = absl::StrCat("127.0.0.1:", port);
+  auto second = ParameterServer::Start(options);
+  ASSERT_FALSE(second.ok()) << "two parameter servers listen on port " << port;
+  EXPECT_THAT(std::string(second.status().message()),
+              HasSubstr(absl::StrCat("port ", port,
+                                     " is in use (by another job?)")));
 }
 
 INSTANTIATE_TEST_SUITE_P(WithAndWithoutTokens, TwoJobsTest,

@@ -55,12 +55,7 @@ std::string CoordinatorService::Loss::Describe() const {
 }
 
 CoordinatorService::CoordinatorService(CoordinatorServiceOptions options)
-    : options_(std::move(options)) {
-  // Members started without a job id learn it here (CoordinatorClient).
-  store_[kJobIdKey] = options_.job_id;
-  store_bytes_ += static_cast<int64_t>(sizeof(kJobIdKey) - 1 +
-                                       options_.job_id.size());
-}
+    : options_(std::move(options)) {}
 
 grpc::Status CoordinatorService::CheckCaller(
     const grpc::ServerContextBase& context, const proto::Sender& sender) const {
@@ -293,6 +288,12 @@ grpc::Status CoordinatorService::Get(grpc::ServerContext* context,
   RETURN_GRPC_IF_ERROR(CheckCall(*context, request->sender()));
   if (request->key().size() > kMaxKeyBytes) {
     return TooLong("the key", request->key().size(), kMaxKeyBytes);
+  }
+  // Members started without a job id learn it here (CoordinatorClient);
+  // it is no entry of the store, which holds only what members set.
+  if (request->key() == kJobIdKey) {
+    response->set_value(options_.job_id);
+    return grpc::Status::OK;
   }
   absl::MutexLock lock(&mu_);
   grpc::Status status = WaitLocked(

@@ -57,8 +57,8 @@ class CoordinatorService final
   static constexpr size_t kMaxKeyBytes = 1024;
   static constexpr size_t kMaxAddressBytes = 1024;
   static constexpr size_t kMaxJobIdBytes = 256;
-  // The store holds the job's id under this key from the start, for members
-  // that were started without one (core/cluster/coordinator.h).
+  // Get of this key answers the job's id, for members that were started
+  // without one (core/cluster/coordinator.h); it is not in the store.
   static constexpr char kJobIdKey[] = "gradsync/job_id";
   // Longer waits are cut to this (a week): no arithmetic overflows.
   static constexpr int64_t kMaxTimeoutMs = int64_t{7} * 24 * 3600 * 1000;
