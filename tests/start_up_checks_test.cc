@@ -17,9 +17,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/cluster/local_address.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/cluster/local_address.h"
 #include "tests/gradsync_binary.h"
 #include "tests/job_checks.h"
 
@@ -88,10 +88,12 @@ void WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
 }
 
 // An IDX data set of 4x4 images in `dir`; `labels` for both splits.
-void WriteIdxDataSet(const std::string& dir, const std::vector<uint8_t>& labels) {
+void WriteIdxDataSet(const std::string& dir,
+                     const std::vector<uint8_t>& labels) {
   const uint8_t n = static_cast<uint8_t>(labels.size());
   for (const char* split : {"train", "t10k"}) {
-    std::vector<uint8_t> images = {0, 0, 8, 3, 0, 0, 0, n, 0, 0, 0, 4, 0, 0, 0, 4};
+    std::vector<uint8_t> images = {0, 0, 8, 3, 0, 0, 0, n,
+                                   0, 0, 0, 4, 0, 0, 0, 4};
     for (int i = 0; i < n * 16; ++i) images.push_back(static_cast<uint8_t>(i));
     WriteBytes(absl::StrCat(dir, "/", split, "-images-idx3-ubyte"), images);
     std::vector<uint8_t> label_file = {0, 0, 8, 1, 0, 0, 0, n};
@@ -103,7 +105,8 @@ void WriteIdxDataSet(const std::string& dir, const std::vector<uint8_t>& labels)
 // Defect 2: --workers=100000 forked thousands of workers.
 TEST(StartUpChecksTest, TooManyProcessesAreRefusedBeforeAnyStarts) {
   const ProcessResult result = RunGradsync(Launch({"--workers=100000"}));
-  ExpectRefused(result, "--workers=100000 and --servers=0 make 100000 processes");
+  ExpectRefused(result,
+                "--workers=100000 and --servers=0 make 100000 processes");
   EXPECT_THAT(result.output, HasSubstr("--max_processes"));
   EXPECT_THAT(result.output, Not(HasSubstr("[worker 0]")));
 }
@@ -116,10 +119,10 @@ TEST(StartUpChecksTest, DataLoadingHasADeadlineNamingTheFile) {
   unlink(fifo.c_str());
   ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
   const absl::Time start = absl::Now();
-  const ProcessResult result = RunGradsync(
-      {"train", "--data=fashion-mnist", "--data_dir=" + dir,
-       "--layers=16,8,10", "--epochs=1", "--timeout_s=2"},
-      {}, absl::Seconds(60));
+  const ProcessResult result =
+      RunGradsync({"train", "--data=fashion-mnist", "--data_dir=" + dir,
+                   "--layers=16,8,10", "--epochs=1", "--timeout_s=2"},
+                  {}, absl::Seconds(60));
   ExpectRefused(result, "loading the data did not finish within 2s");
   EXPECT_THAT(result.output, HasSubstr(fifo));
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
@@ -131,10 +134,10 @@ TEST(StartUpChecksTest, CheckpointThatIsADirectoryIsRefused) {
   const std::string dir = Dir("checkpoint_dir");
   ExpectRefused(RunGradsync(Train({"--checkpoint=" + dir, "--resume"})),
                 "is a directory");
-  ExpectRefused(RunGradsync(Launch({"--workers=2"},
-                                   {"--sync=ring", "--checkpoint=" + dir,
-                                    "--resume"})),
-                "is a directory");
+  ExpectRefused(
+      RunGradsync(Launch({"--workers=2"},
+                         {"--sync=ring", "--checkpoint=" + dir, "--resume"})),
+      "is a directory");
 }
 
 // Defect 4: a PS shard checkpoint path that is a directory made the job
@@ -201,8 +204,8 @@ TEST(StartUpChecksTest, StaleTemporaryCheckpointIsRemoved) {
 // later failed run's logs.
 TEST(StartUpChecksTest, ReusedRunFolderShowsNoEarlierSummary) {
   const std::string run = Dir("reused_run");
-  const ProcessResult first = RunGradsync(
-      Launch({"--workers=2", "--run_dir=" + run}, {"--sync=ring"}));
+  const ProcessResult first =
+      RunGradsync(Launch({"--workers=2", "--run_dir=" + run}, {"--sync=ring"}));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   ASSERT_TRUE(Exists(run + "/summary.json"));
   const ProcessResult failed = RunGradsync(Launch(
@@ -243,9 +246,9 @@ TEST(StartUpChecksTest, MessagesNameTheRealCauseOnce) {
   // One corrupt label byte: no advice to build a model of 201 classes.
   const std::string corrupt = Dir("corrupt_label");
   WriteIdxDataSet(corrupt, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 200});
-  result = RunGradsync({"train", "--data=fashion-mnist",
-                        "--data_dir=" + corrupt, "--layers=16,8,10",
-                        "--epochs=1"});
+  result =
+      RunGradsync({"train", "--data=fashion-mnist", "--data_dir=" + corrupt,
+                   "--layers=16,8,10", "--epochs=1"});
   ExpectRefused(result, "label 200 at item 10");
   EXPECT_THAT(result.output, HasSubstr("looks corrupt"));
   EXPECT_THAT(result.output, Not(HasSubstr("201")));
@@ -263,7 +266,8 @@ TEST(StartUpChecksTest, MessagesNameTheRealCauseOnce) {
 
   // Servers for a strategy that uses none: refused before the job runs.
   result = RunGradsync(Launch({"--workers=2", "--servers=1"}, {"--sync=ring"}));
-  ExpectRefused(result, "--servers=1 starts parameter servers, but --sync=ring");
+  ExpectRefused(result,
+                "--servers=1 starts parameter servers, but --sync=ring");
   EXPECT_THAT(result.output, Not(HasSubstr("[worker 0]")));
 
   // A port that is no port: refused by launch itself.
@@ -287,8 +291,7 @@ TEST(StartUpChecksTest, JoinTimeoutNamesTheTokenRefusal) {
     ProcessSpec spec;
     spec.name = absl::StrCat("worker ", rank);
     spec.argv = {GradsyncBinary(), "train"};
-    for (const std::string& flag :
-         Small({"--sync=ring", "--timeout_s=3"})) {
+    for (const std::string& flag : Small({"--sync=ring", "--timeout_s=3"})) {
       spec.argv.push_back(flag);
     }
     spec.env = {{"MASTER_ADDR", "127.0.0.1"},
@@ -314,7 +317,8 @@ TEST(StartUpChecksTest, JoinTimeoutNamesTheTokenRefusal) {
       timeout_line = std::string(line);
     }
   }
-  EXPECT_THAT(timeout_line, HasSubstr("wrong job token")) << GroupOutputs(result);
+  EXPECT_THAT(timeout_line, HasSubstr("wrong job token"))
+      << GroupOutputs(result);
 }
 
 // Defect 10: env-launched processes of a tokenless job across hosts said
@@ -346,8 +350,7 @@ TEST(StartUpChecksTest, TokenlessJobAcrossHostsIsWarnedOfOnEveryProcess) {
       RunGroup(specs, /*stop_on_failure=*/true, absl::Seconds(60));
   ASSERT_EQ(result.exit_code, 0) << GroupOutputs(result);
   EXPECT_THAT(result.processes[0].output, HasSubstr("without a job token"));
-  EXPECT_THAT(result.processes[1].output,
-              HasSubstr("worker 1: no job token"));
+  EXPECT_THAT(result.processes[1].output, HasSubstr("worker 1: no job token"));
 }
 
 }  // namespace

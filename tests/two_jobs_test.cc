@@ -127,9 +127,9 @@ TEST_P(TwoJobsTest, SecondJobOnThePortFailsAtOnceAndTheFirstFinishes) {
   // A second job started whole by `gradsync launch` on the same port (it
   // makes a token of its own): refused before it starts any process.
   start = absl::Now();
-  std::vector<std::string> launch = {
-      "launch", "--workers=2", absl::StrCat("--master_port=", port_),
-      "--run_dir=" + dir_ + "/launched", "--"};
+  std::vector<std::string> launch = {"launch", "--workers=2",
+                                     absl::StrCat("--master_port=", port_),
+                                     "--run_dir=" + dir_ + "/launched", "--"};
   for (const std::string& flag : Flags("launched", 0.2)) launch.push_back(flag);
   refused = RunGradsync(launch, {}, absl::Seconds(60));
   ExpectRefusedForThePort(refused, absl::Now() - start);
@@ -160,13 +160,12 @@ TEST(TwoServersTest, SecondParameterServerOnATakenPortIsRefused) {
   options.bind_address = absl::StrCat("127.0.0.1:", port);
   auto second = ParameterServer::Start(options);
   ASSERT_FALSE(second.ok()) << "two parameter servers listen on port " << port;
-  EXPECT_THAT(std::string(second.status().message()),
-              HasSubstr(absl::StrCat("port ", port,
-                                     " is in use (by another job?)")));
+  EXPECT_THAT(
+      std::string(second.status().message()),
+      HasSubstr(absl::StrCat("port ", port, " is in use (by another job?)")));
 }
 
-INSTANTIATE_TEST_SUITE_P(WithAndWithoutTokens, TwoJobsTest,
-                         ::testing::Bool(),
+INSTANTIATE_TEST_SUITE_P(WithAndWithoutTokens, TwoJobsTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "Tokens" : "NoTokens";
                          });

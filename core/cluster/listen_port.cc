@@ -36,9 +36,8 @@ absl::Status CheckPortFree(const std::string& bind_address) {
     address->sin6_family = family = AF_INET6;
     address->sin6_port = htons(static_cast<uint16_t>(port));
     if (inet_pton(AF_INET6, host.c_str(), &address->sin6_addr) != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", host, "' in ", bind_address,
-                       " is not an IPv6 address"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", host, "' in ", bind_address, " is not an IPv6 address"));
     }
     length = sizeof(sockaddr_in6);
   } else {
@@ -70,12 +69,13 @@ absl::Status CheckPortFree(const std::string& bind_address) {
   if (bound == 0) return absl::OkStatus();
   if (error == EADDRINUSE) {
     return absl::UnavailableError(absl::StrCat(
-        "port ", port, " is in use (by another job?): pick a free port "
+        "port ", port,
+        " is in use (by another job?): pick a free port "
         "(MASTER_PORT, or --master_port for gradsync launch; launch picks one "
         "itself when --master_port is not given)"));
   }
-  return absl::UnavailableError(absl::StrCat("cannot bind ", bind_address,
-                                             ": ", strerror(error)));
+  return absl::UnavailableError(
+      absl::StrCat("cannot bind ", bind_address, ": ", strerror(error)));
 }
 
 }  // namespace gradsync

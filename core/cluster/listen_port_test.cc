@@ -23,12 +23,14 @@ TEST(ListenPortTest, SecondCoordinatorOnATakenPortIsRefusedNamingThePort) {
   const int port = (*first)->port();
   const std::string address = absl::StrCat("127.0.0.1:", port);
   const absl::Status check = CheckPortFree(address);
-  EXPECT_THAT(std::string(check.message()),
-              HasSubstr(absl::StrCat("port ", port, " is in use (by another job?)")));
+  EXPECT_THAT(
+      std::string(check.message()),
+      HasSubstr(absl::StrCat("port ", port, " is in use (by another job?)")));
   auto second = CoordinatorServer::Start(address, "job-b", 1, 0);
   ASSERT_FALSE(second.ok()) << "two coordinators listen on port " << port;
-  EXPECT_THAT(std::string(second.status().message()),
-              HasSubstr(absl::StrCat("port ", port, " is in use (by another job?)")));
+  EXPECT_THAT(
+      std::string(second.status().message()),
+      HasSubstr(absl::StrCat("port ", port, " is in use (by another job?)")));
   // Every interface overlaps the loopback listener too.
   EXPECT_FALSE(
       CoordinatorServer::Start(absl::StrCat("0.0.0.0:", port), "job-c", 1, 0)

@@ -66,11 +66,12 @@ absl::Status CheckLocalProcesses(int workers, int servers,
   if (max_processes > 0) {
     if (processes <= max_processes) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(
-        "--workers=", workers, " and --servers=", servers, " make ",
-        processes, " processes, more than --max_processes=", max_processes));
+        "--workers=", workers, " and --servers=", servers, " make ", processes,
+        " processes, more than --max_processes=", max_processes));
   }
   const int64_t by_cores = int64_t{kProcessesPerCore} * machine.cores;
-  const int64_t needed = workers * bytes_per_worker + servers * bytes_per_server;
+  const int64_t needed =
+      workers * bytes_per_worker + servers * bytes_per_server;
   const int64_t usable =
       static_cast<int64_t>(kUsableMemory * machine.available_bytes);
   const bool too_many = processes > by_cores;

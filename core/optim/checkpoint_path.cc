@@ -44,10 +44,10 @@ absl::Status CheckCheckpointFile(const std::string& path) {
         "checkpoint ", path, " cannot be examined: ", std::strerror(errno)));
   }
   if (S_ISDIR(info.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", path,
-        " is a directory; --checkpoint names a file (e.g. ", path,
-        "/model.ckpt)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", path,
+                     " is a directory; --checkpoint names a file (e.g. ", path,
+                     "/model.ckpt)"));
   }
   if (!S_ISREG(info.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -96,9 +96,9 @@ absl::Status CheckCheckpointPath(const std::string& path,
         "written after --checkpoint_every steps, and that work lost)"));
   }
   if (access(folder.c_str(), W_OK | X_OK) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "checkpoint ", path, ": its folder ", folder,
-        " is not writable: ", std::strerror(errno)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("checkpoint ", path, ": its folder ", folder,
+                     " is not writable: ", std::strerror(errno)));
   }
   std::vector<std::string> files = {path};
   for (int k = 0; k < options.num_servers; ++k) {
@@ -109,10 +109,10 @@ absl::Status CheckCheckpointPath(const std::string& path,
     RETURN_IF_ERROR(CheckCheckpointFile(file));
   }
   if (Exists(path) && !options.resume && !options.overwrite) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", path,
-        " already exists: pass --resume to continue from it, or "
-        "--overwrite_checkpoint to start over and replace it"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", path,
+                     " already exists: pass --resume to continue from it, or "
+                     "--overwrite_checkpoint to start over and replace it"));
   }
   RemoveStaleTempFiles(path);
   return absl::OkStatus();
