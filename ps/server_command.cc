@@ -103,6 +103,13 @@ absl::Status Serve(const ClusterEnv& env) {
   options.num_servers = colocated + env.num_servers;
   options.num_workers = env.world_size;
   options.bind_address = absl::GetFlag(FLAGS_ps_bind);
+  // A server that advertises a loopback address is reached from this host
+  // only: by default it need not listen on every interface.
+  if (options.bind_address == "0.0.0.0:0" &&
+      absl::GetFlag(FLAGS_ps_advertise_host).empty() &&
+      env.advertise_host.rfind("127.", 0) == 0) {
+    options.bind_address = "127.0.0.1:0";
+  }
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
   ASSIGN_OR_RETURN(options.stream_window_bytes, StreamWindowBytesFromFlags());
   ASSIGN_OR_RETURN(options.max_shard_bytes, MaxShardBytesFromFlags());
@@ -144,7 +151,8 @@ absl::Status Serve(const ClusterEnv& env) {
     coordinator->Leave(members.status());
     return members.status();
   }
-  GS_LOG(INFO) << "serving at " << address << " for " << env.world_size
+  GS_LOG(INFO) << "serving at " << address << " (listening on "
+               << options.bind_address << ") for " << env.world_size
                << " workers (" << members->size() << " members joined)"
                << (colocated > 0
                        ? absl::StrCat(", as server ", options.server_rank,

@@ -236,6 +236,35 @@ TEST(StartUpChecksTest, LocalLaunchBindsServersToLoopback) {
   EXPECT_THAT(summary, Not(HasSubstr("0.0.0.0:0")));
 }
 
+// Defect 10, env-launched: a server whose job is on loopback listens there.
+TEST(StartUpChecksTest, EnvLaunchedLocalServerListensOnLoopback) {
+  auto port = PickFreePort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  const Env common = {{"MASTER_ADDR", "127.0.0.1"},
+                      {"MASTER_PORT", absl::StrCat(*port)},
+                      {"WORLD_SIZE", "1"},
+                      {"GRADSYNC_NUM_SERVERS", "1"}};
+  ProcessSpec worker;
+  worker.name = "worker 0";
+  worker.argv = {GradsyncBinary(), "train"};
+  for (const std::string& flag : Small({"--sync=ps"})) {
+    worker.argv.push_back(flag);
+  }
+  worker.env = common;
+  worker.env.push_back({"RANK", "0"});
+  ProcessSpec server;
+  server.name = "server 0";
+  server.argv = {GradsyncBinary(), "server", "--timeout_s=30"};
+  server.env = common;
+  server.env.push_back({"GRADSYNC_ROLE", "server"});
+  server.env.push_back({"GRADSYNC_SERVER_RANK", "0"});
+  const LaunchResult result =
+      RunGroup({worker, server}, /*stop_on_failure=*/true, absl::Seconds(60));
+  ASSERT_EQ(result.exit_code, 0) << GroupOutputs(result);
+  EXPECT_THAT(result.processes[1].output,
+              HasSubstr("(listening on 127.0.0.1:0)"));
+}
+
 // Defect 12, message by message.
 TEST(StartUpChecksTest, MessagesNameTheRealCauseOnce) {
   // Every model, not only the synthetic ones.
