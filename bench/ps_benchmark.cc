@@ -507,6 +507,8 @@ class BareJob {
       job->services_.push_back(std::make_unique<ProbeService>());
       int port = 0;
       grpc::ServerBuilder builder;
+      // Like every listener of a job: no SO_REUSEPORT (ps/server.cc).
+      builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
       builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                                &port);
       builder.RegisterService(job->services_.back().get());

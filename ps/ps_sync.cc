@@ -135,7 +135,10 @@ absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer(
     server_options.server_rank = rank;
     server_options.num_servers = num_servers;
     server_options.num_workers = n;
-    server_options.bind_address = "0.0.0.0:0";
+    // Reached only from this host when it advertises loopback.
+    server_options.bind_address =
+        context_.identity.advertise_host.rfind("127.", 0) == 0 ? "127.0.0.1:0"
+                                                               : "0.0.0.0:0";
     server_options.message_bytes = options_.message_bytes;
     server_options.stream_window_bytes = push_window_.bytes;
     // Its spans go into this worker's timeline (same process, as the

@@ -18,6 +18,7 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/grpc_job_token.h"
+#include "core/cluster/listen_port.h"
 #include "core/telemetry/process_counters.h"
 #include "core/telemetry/trace.h"
 #include "grpc/slice.h"
@@ -765,6 +766,9 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   KeepCallbackQueueAlive();
   auto impl = std::make_unique<Impl>(options);
   grpc::ServerBuilder builder;
+  // No SO_REUSEPORT (gRPC's default): another job's server on this port
+  // would share its pushes.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // A fixed flow-control window for the pushes (ps/flags.h says why).
   if (options.stream_window_bytes > 0) {
     builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
@@ -776,8 +780,10 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   builder.RegisterService(impl.get());
   impl->server_ = builder.BuildAndStart();
   if (impl->server_ == nullptr || impl->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat(name, ": cannot listen on ", options.bind_address));
+    const absl::Status free = CheckPortFree(options.bind_address);
+    return absl::UnavailableError(absl::StrCat(
+        name, ": cannot listen on ", options.bind_address,
+        free.ok() ? "" : absl::StrCat(": ", free.message())));
   }
   return std::unique_ptr<ParameterServer>(new ParameterServer(std::move(impl)));
 }

@@ -73,7 +73,7 @@ absl::Status Check(const ClusterEnv& env) {
   RingTransportOptions options;
   options.rank = env.rank;
   options.world_size = n;
-  options.job_id = env.job_id;
+  options.job_id = coordinator->job_id();  // worker 0's, if none was given
   options.advertise_host = "127.0.0.1";
   options.timeout = timeout;
   options.socket_buffer_bytes = absl::GetFlag(FLAGS_ring_socket_buffer_kb)

@@ -23,6 +23,7 @@
 #include <random>
 #include <system_error>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/match.h"
@@ -34,10 +35,14 @@
 #include "core/base/files.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/cluster/job_id.h"
 #include "core/cluster/job_token.h"
+#include "core/cluster/listen_port.h"
 #include "core/cluster/local_address.h"
 #include "core/launch/launcher.h"
 #include "core/launch/netem.h"
+#include "core/launch/process_budget.h"
+#include "core/optim/optimizer.h"
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
 #include "ps/flags.h"
@@ -69,6 +74,10 @@ ABSL_FLAG(double, job_deadline_s, 0,
 ABSL_FLAG(std::string, job_id, "",
           "job id; default a fresh random one, or with --nnodes > 1 one made "
           "of --master_addr and --master_port (the same on every node)");
+ABSL_FLAG(int, max_processes, 0,
+          "the most worker and server processes this launcher may start; 0: "
+          "derived from this machine's cores (16 a core) and available "
+          "memory (each worker holds its own copy of the data set)");
 ABSL_FLAG(
     std::string, netem, "",
     "emulate a cluster network: RATE[,LATENCY][,buffer=BYTES]"
@@ -84,6 +93,11 @@ ABSL_FLAG(int, ranks_per_host, 1,
           "server still on its own; they get LOCAL_RANK/LOCAL_WORLD_SIZE of "
           "that host, so --sync=hierarchical groups them as one node");
 
+// Training flags (tools/train_flags.cc), for the memory a worker needs.
+ABSL_DECLARE_FLAG(std::string, data);
+ABSL_DECLARE_FLAG(int64_t, synthetic_size);
+ABSL_DECLARE_FLAG(std::string, layers);
+
 namespace gradsync {
 namespace {
 
@@ -93,13 +107,6 @@ std::string SelfExecutable() {
   if (n <= 0) return "";
   path[n] = '\0';
   return path;
-}
-
-std::string NewJobId() {
-  std::random_device random;
-  return absl::StrCat(
-      absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
-      "-", absl::Hex(random() & 0xffff, absl::kZeroPad4));
 }
 
 // While the emulated network exists, SIGINT/SIGTERM must not kill us before
@@ -197,6 +204,43 @@ absl::Status CheckJobShape(int workers, int servers, int nnodes) {
   return absl::OkStatus();
 }
 
+// About what one worker holds: its float32 copy of the data set (train and
+// test) and a process's own base (gRPC, threads, the model). An estimate for
+// the bound on processes, not an accounting.
+int64_t EstimatedWorkerBytes() {
+  constexpr int64_t kProcessBase = int64_t{64} << 20;
+  const std::string data = absl::GetFlag(FLAGS_data);
+  int64_t samples = 70000, features = 28 * 28;  // Fashion-MNIST
+  if (data == "cifar10") {
+    samples = 60000;
+    features = 3 * 32 * 32;
+  } else if (data == "synthetic") {
+    samples = absl::GetFlag(FLAGS_synthetic_size);
+    samples += samples / 4;  // its test set
+    const std::string layers = absl::GetFlag(FLAGS_layers);
+    int64_t first = 0;
+    if (absl::SimpleAtoi(layers.substr(0, layers.find(',')), &first) &&
+        first > 0) {
+      features = first;
+    }
+  }
+  return kProcessBase + samples * features * static_cast<int64_t>(sizeof(float));
+}
+
+// Removes <folder>/summary.json of an earlier run, so that a folder shows a
+// summary only once this run has written its own.
+absl::Status RemoveEarlierSummary(const std::string& folder) {
+  const std::string path = absl::StrCat(folder, "/summary.json");
+  std::error_code error;
+  std::filesystem::remove(path, error);
+  if (error) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot remove the earlier run's ", path, ": ", error.message(),
+        "; pass another --run_dir"));
+  }
+  return absl::OkStatus();
+}
+
 // Checks the training flags once here, so a typo gives one message instead
 // of one per process (absl exits on an unknown flag). Parsing them sets this
 // process's flags, which is harmless.
@@ -279,6 +323,12 @@ absl::StatusOr<JobPlan> PlanJob(int workers, int servers, NodePlacement node,
   plan.port = absl::GetFlag(FLAGS_master_port);
   if (plan.port == 0) {
     ASSIGN_OR_RETURN(plan.port, PickFreePort());
+  } else if (plan.node.node_rank == 0) {
+    // Before any process starts: a port another job holds would otherwise
+    // be found by worker 0 only, while the others knock on that job's door.
+    RETURN_IF_ERROR(
+        CheckPortFree(absl::StrCat(plan.node.nnodes > 1 ? "0.0.0.0" : "127.0.0.1",
+                                   ":", plan.port)));
   }
   if (!plan.command.empty()) {
     // Nodes agree on MASTER_PORT + 1 without talking; one node picks.
@@ -451,8 +501,44 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   const int servers = absl::GetFlag(FLAGS_servers);
   ASSIGN_OR_RETURN(NodePlacement node, PlaceNode());
   RETURN_IF_ERROR(CheckJobShape(workers, servers, node.nnodes));
+  // A worker command (a Python program) reads its own arguments; gradsync's
+  // training flags are checked only when the workers are gradsync's.
   const bool command = IsWorkerCommand(training_flags);
-  if (!command) CheckTrainingFlags(training_flags);
+  if (!command) {
+    CheckTrainingFlags(training_flags);
+    // The values too, once here: a mistake gives one message now rather
+    // than one per worker after each has loaded the data.
+    ASSIGN_OR_RETURN(const TrainerOptions trainer, TrainerOptionsFromFlags());
+    RETURN_IF_ERROR(ScaleLearningRate(trainer.optimizer.lr,
+                                      trainer.lr_scaling, workers * node.nnodes)
+                        .status());
+    if (servers > 0 && absl::GetFlag(FLAGS_sync) != "ps") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--servers=", servers, " starts parameter servers, but --sync=",
+          absl::GetFlag(FLAGS_sync),
+          " does not use them: drop --servers, or pass --sync=ps after --"));
+    }
+  }
+  if (const int port = absl::GetFlag(FLAGS_master_port);
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--master_port=", port,
+        " is not a TCP port: pass 1..65535, or 0 to pick a free one"));
+  }
+  // Before anything forks: a typo of --workers=100000 is refused here.
+  RETURN_IF_ERROR(CheckLocalProcesses(
+      workers, servers, EstimatedWorkerBytes(), int64_t{64} << 20,
+      ThisMachine(), absl::GetFlag(FLAGS_max_processes)));
+  // Worker 0's checkpoint, checked once here rather than after start-up.
+  if (node.node_rank == 0 && !command) {
+    int shards = 0;
+    if (absl::GetFlag(FLAGS_sync) == "ps") {
+      ASSIGN_OR_RETURN(const int colocated,
+                       ColocatedServersFromFlags(workers * node.nnodes));
+      shards = colocated + servers * node.nnodes;
+    }
+    RETURN_IF_ERROR(CheckCheckpointPathFromFlags(shards));
+  }
   // Where the parameter servers run, checked once here rather than by
   // every worker and server after the job has started.
   if (!command && absl::GetFlag(FLAGS_sync) == "ps") {
@@ -467,6 +553,15 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   std::vector<std::string> flags = training_flags;
   if (!command && !HasFlag(flags, "metrics_dir"))
     flags.push_back(absl::StrCat("--metrics_dir=", plan.run_dir));
+  // Every process of a one-node job is on this machine: its parameter
+  // servers need no address another host can reach.
+  if (plan.node.nnodes == 1 && absl::GetFlag(FLAGS_netem).empty() &&
+      !HasFlag(flags, "ps_bind")) {
+    flags.push_back("--ps_bind=127.0.0.1:0");
+  }
+  // A reused run folder must not show an earlier run's summary beside this
+  // run's logs (worker 0 writes it again at its end).
+  RETURN_IF_ERROR(RemoveEarlierSummary(plan.run_dir));
   std::vector<ProcessSpec> specs = ProcessSpecs(plan, flags);
   std::string master_addr = plan.node.master_addr;
   std::unique_ptr<EmulatedNetwork> network;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -77,12 +78,31 @@ absl::Status Serve(const ClusterEnv& env) {
   RETURN_IF_ERROR(CheckServerPlacement(env.world_size, env.num_servers));
   ASSIGN_OR_RETURN(const int colocated,
                    ColocatedServersFromFlags(env.world_size));
+  JobEndWatch job_end;  // outlives the coordinator client, which calls it
+  CoordinatorClientOptions client_options;
+  ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());
+  client_options.num_workers = env.world_size;
+  client_options.num_servers = env.num_servers;
+  client_options.shape_source = env.shape;
+  client_options.on_job_ended = [&job_end] { job_end.JobEnded(); };
+  ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
+                   CoordinatorClient::Connect(
+                       env.coordinator_target(), env.job_id, Role::kServer,
+                       env.rank, start_timeout, client_options));
   ParameterServerOptions options;
-  options.job_id = env.job_id;
+  // The coordinator's: without a launcher's id, worker 0 named the job.
+  options.job_id = coordinator->job_id();
   options.server_rank = colocated + env.rank;
   options.num_servers = colocated + env.num_servers;
   options.num_workers = env.world_size;
   options.bind_address = absl::GetFlag(FLAGS_ps_bind);
+  // A server that advertises a loopback address is reached from this host
+  // only: by default it need not listen on every interface.
+  if (options.bind_address == "0.0.0.0:0" &&
+      absl::GetFlag(FLAGS_ps_advertise_host).empty() &&
+      env.advertise_host.rfind("127.", 0) == 0) {
+    options.bind_address = "127.0.0.1:0";
+  }
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
   ASSIGN_OR_RETURN(const int64_t window, StreamWindowBytesFromFlags());
   // The push streams' window: N workers' streams converge on this port.
@@ -107,8 +127,14 @@ absl::Status Serve(const ClusterEnv& env) {
     options.trace_steps = trace_settings.steps;
     options.trace_path = RankTracePath(path, "server", options.server_rank);
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<ParameterServer> server,
-                   ParameterServer::Start(options));
+  absl::StatusOr<std::unique_ptr<ParameterServer>> started =
+      ParameterServer::Start(options);
+  if (!started.ok()) {
+    // Connected already: the job hears why (a taken port) at once.
+    coordinator->Leave(started.status());
+    return started.status();
+  }
+  std::unique_ptr<ParameterServer> server = std::move(*started);
 
   // --ps_advertise_host, else GRADSYNC_ADVERTISE_HOST, else the address of
   // the route to the coordinator: unlike the host name it is right in a
@@ -122,24 +148,14 @@ absl::Status Serve(const ClusterEnv& env) {
                      LocalAddressToward(env.master_addr, env.master_port));
   }
   const std::string address = absl::StrCat(host, ":", server->port());
-  JobEndWatch job_end;  // outlives the coordinator client, which calls it
-  CoordinatorClientOptions client_options;
-  ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());
-  client_options.num_workers = env.world_size;
-  client_options.num_servers = env.num_servers;
-  client_options.shape_source = env.shape;
-  client_options.on_job_ended = [&job_end] { job_end.JobEnded(); };
-  ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
-                   CoordinatorClient::Connect(
-                       env.coordinator_target(), env.job_id, Role::kServer,
-                       env.rank, start_timeout, client_options));
   absl::StatusOr<std::vector<Member>> members =
       coordinator->Join(address, start_timeout);
   if (!members.ok()) {
     coordinator->Leave(members.status());
     return members.status();
   }
-  GS_LOG(INFO) << "serving at " << address << " for " << env.world_size
+  GS_LOG(INFO) << "serving at " << address << " (listening on "
+               << options.bind_address << ") for " << env.world_size
                << " workers (" << members->size() << " members joined)"
                << (colocated > 0
                        ? absl::StrCat(", as server ", options.server_rank,

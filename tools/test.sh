@@ -81,6 +81,7 @@ ASAN_TARGETS=(
   //tests:job_test //tests:fault_test //tests:job_token_test //tests:tls_test
   //tests:coordinator_bad_input_test //tests:ring_handshake_bad_input_test
   //tests:member_loss_test //tests:cli_test //tests:cifar10_job_test
+  //tests:two_jobs_test //tests:start_up_checks_test
 )
 if [[ "${GRADSYNC_ASAN:-1}" != 0 ]]; then
   stage "AddressSanitizer + UBSan (--config=asan)" \

@@ -1,13 +1,17 @@
 // gradsync train: one worker process. Reads who it is from the environment,
 // hosts the coordinator if it is worker 0 of a multi-process job, joins, and
 // runs the trainer under the strategy chosen by --sync.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "core/base/activity_deadline.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/cluster_env.h"
@@ -15,6 +19,7 @@
 #include "core/sync/gradient_sync.h"
 #include "core/optim/optimizer.h"
 #include "core/train/trainer.h"
+#include "ps/flags.h"
 #include "tools/cluster_flags.h"
 #include "tools/commands.h"
 #include "tools/train_flags.h"
@@ -45,6 +50,29 @@ CoordinatorClientOptions ClientOptions(const ClusterEnv& env,
   return options;
 }
 
+// Loads the data set within `timeout`. A file that blocks (a FIFO, a hung
+// network mount) blocks open(2) or read(2), which nothing can interrupt: when
+// the deadline passes, the error names the file and the process ends, after
+// telling the job so that the others stop too.
+absl::StatusOr<DatasetPair> LoadDataWithDeadline(
+    const ClusterEnv& env, absl::Duration timeout,
+    CoordinatorClient* coordinator) {
+  ActivityDeadline deadline(timeout, [&](const std::string& blocked) {
+    const absl::Status error = absl::DeadlineExceededError(absl::StrCat(
+        "worker ", env.rank, ": loading the data did not finish within ",
+        absl::FormatDuration(timeout), " (--timeout_s): still ",
+        blocked.empty() ? "loading" : blocked,
+        ". Is it a FIFO, or on a mount that does not answer? Pass a "
+        "readable regular file, or a larger --timeout_s for slow storage"));
+    GS_LOG(ERROR) << error.message();
+    if (coordinator != nullptr) coordinator->Leave(error);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  });
+  return LoadDatasetFromFlags();
+}
+
 // Everything after the coordinator is reached: an error here is reported to
 // the job (CoordinatorClient::Leave), so that the others stop at once
 // rather than wait out their deadlines on a worker that is gone.
@@ -56,7 +84,8 @@ absl::Status TrainInJob(const ClusterEnv& env, const TrainerOptions& options,
                      coordinator->Join(env.advertise_host, options.timeout));
   }
   // After Join: a worker that fails while loading ends the job at once.
-  ASSIGN_OR_RETURN(DatasetPair data, LoadDatasetFromFlags());
+  ASSIGN_OR_RETURN(DatasetPair data,
+                   LoadDataWithDeadline(env, options.timeout, coordinator));
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModelFromFlags(data));
   ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
                    GradientSyncRegistry::Create(options.sync, context));
@@ -91,6 +120,28 @@ absl::Status Train() {
   if (const char* netem = std::getenv("GRADSYNC_NETEM"))
     absl::SetFlag(&FLAGS_netem, netem);
   ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptionsFromFlags());
+  // Before any work: a checkpoint that cannot be written, or that would
+  // overwrite saved progress, is found now rather than at its first write.
+  if (env.rank == 0) {
+    int shards = 0;
+    if (options.sync == "ps") {
+      ASSIGN_OR_RETURN(const int colocated,
+                       ColocatedServersFromFlags(env.world_size));
+      shards = colocated + env.num_servers;
+    }
+    RETURN_IF_ERROR(CheckCheckpointPathFromFlags(shards));
+    // A reused metrics folder must not show an earlier run's summary
+    // beside this run's files: it is written again at the end.
+    if (!options.metrics_dir.empty()) {
+      const std::string summary =
+          absl::StrCat(options.metrics_dir, "/summary.json");
+      if (std::remove(summary.c_str()) != 0 && errno != ENOENT) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "cannot remove the earlier run's ", summary, ": ",
+            std::strerror(errno), "; pass another --metrics_dir"));
+      }
+    }
+  }
   ASSIGN_OR_RETURN(
       DeviceOptions device_options,
       DeviceOptionsFromFlags(env.local_rank, env.local_world_size));
@@ -120,6 +171,8 @@ absl::Status Train() {
                                       env.coordinator_target(), env.job_id,
                                       Role::kWorker, env.rank, options.timeout,
                                       ClientOptions(env, security)));
+    // Without a launcher's id, worker 0's coordinator named the job.
+    context.identity.job_id = coordinator->job_id();
     context.rendezvous = coordinator.get();
   }
   const absl::Status status =

@@ -1,5 +1,6 @@
 #include "tools/train_flags.h"
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -7,9 +8,11 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/base/status_macros.h"
 #include "core/data/cifar10_reader.h"
+#include "core/optim/checkpoint_path.h"
 #include "core/data/image_augmentation.h"
 #include "core/device/gpu_selection.h"
 #include "core/train/straggler.h"
@@ -139,6 +142,11 @@ ABSL_FLAG(bool, resume, false,
           "--max_steps count from the start of the original run. Needs the "
           "same model, --seed, --batch_size and number of workers (and "
           "servers and --ps_chunk_kb for --ps_update=server)");
+ABSL_FLAG(bool, overwrite_checkpoint, false,
+          "start a new run even though --checkpoint exists, replacing it at "
+          "the first write; without it (or --resume) an existing checkpoint "
+          "refuses the run, so that saved progress is never lost by a "
+          "forgotten --resume");
 ABSL_FLAG(std::string, metrics_dir, "",
           "write per-step JSON lines and summary.json here; empty = none");
 ABSL_FLAG(bool, progress, true, "print a progress line on worker 0");
@@ -247,9 +255,31 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_steps=", o.max_steps, " must be >= 0"));
   }
-  if (!(o.bucket_mb >= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--bucket_mb=", o.bucket_mb, " must be >= 0 (0: auto)"));
+  // Every model by name, so that a typo is named before any data loads.
+  if (const std::string model = absl::GetFlag(FLAGS_model);
+      model != "mlp" && model != "cnn" && model != "resnet18") {
+    const std::vector<std::string> synthetic = SyntheticArchitectures();
+    if (std::find(synthetic.begin(), synthetic.end(), model) ==
+        synthetic.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model=", model, " is not a model; choose one of mlp, cnn, "
+          "resnet18 (computed for real) or ", absl::StrJoin(synthetic, ", "),
+          " (synthetic: real sizes, emulated compute)"));
+    }
+  }
+  // The cap becomes bytes (an int64): below one float it would mean no cap
+  // at all (ParamLayout's one bucket, the opposite of a tiny cap), and above
+  // 1 TiB the cast would overflow long before any model needs it.
+  constexpr double kMaxBucketMb = 1 << 20;
+  // 0 is the default: derived from the model (core/sync/bucket_size_rule.h).
+  if (o.bucket_mb != 0 &&
+      (!(o.bucket_mb * (1 << 20) >= 4) || !(o.bucket_mb <= kMaxBucketMb))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--bucket_mb=", o.bucket_mb,
+        " is not a bucket cap: pass 0 (derived from the model), or at least "
+        "4 bytes (", 4.0 / (1 << 20),
+        " MiB: every parameter tensor its own bucket) and at most ",
+        kMaxBucketMb, " MiB (1 TiB: one bucket for any model)"));
   }
   return o;
 }
@@ -474,6 +504,19 @@ absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank,
   }
   options.cpu_threads = threads;
   return options;
+}
+
+absl::Status CheckCheckpointPathFromFlags(int num_servers) {
+  CheckpointPathOptions options;
+  options.resume = absl::GetFlag(FLAGS_resume);
+  options.overwrite = absl::GetFlag(FLAGS_overwrite_checkpoint);
+  options.num_servers = num_servers;
+  if (options.resume && options.overwrite) {
+    return absl::InvalidArgumentError(
+        "--resume continues --checkpoint and --overwrite_checkpoint replaces "
+        "it: pass one of them");
+  }
+  return CheckCheckpointPath(absl::GetFlag(FLAGS_checkpoint), options);
 }
 
 }  // namespace gradsync

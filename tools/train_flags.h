@@ -32,6 +32,11 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(
 // evaluation).
 bool IsSyntheticModelFlag();
 absl::StatusOr<DatasetPair> LoadDatasetFromFlags();
+
+// --checkpoint checked at start-up for the process that writes it (worker 0,
+// or a launcher before it starts one): core/optim/checkpoint_path.h, with
+// --resume, --overwrite_checkpoint and `num_servers` shards beside it.
+absl::Status CheckCheckpointPathFromFlags(int num_servers);
 // --device, --threads and (CUDA) --gpus for the process with `local_rank` of
 // the `local_world` on this machine.
 absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank,

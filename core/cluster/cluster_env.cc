@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/status_macros.h"
+#include "core/cluster/job_id.h"
 
 namespace gradsync {
 namespace {
@@ -300,7 +301,7 @@ absl::StatusOr<ClusterEnv> ClusterEnvFromEnvironment() {
                    FirstAgreeing({"MASTER_PORT", "DMLC_PS_ROOT_PORT"},
                                  "the coordinator's port"));
   if (!port.variable.empty()) env.master_port = port.value;
-  if (const char* job = Env("GRADSYNC_JOB_ID")) env.job_id = job;
+  env.job_id = JobIdFromEnvironment();
   if (const char* host = Env("GRADSYNC_ADVERTISE_HOST")) {
     env.advertise_host = host;
   } else if (env.master_addr != "localhost" &&

@@ -13,6 +13,9 @@
 //                 0, on the first node, where MASTER_ADDR points); else worker
 //   worker rank   RANK (torchrun), DMLC_WORKER_ID, the task index
 //   server rank   GRADSYNC_SERVER_RANK, else the task index less N
+//   job id        GRADSYNC_JOB_ID, the launcher's job (core/cluster/job_id.h),
+//                 else "": worker 0's coordinator makes one and the others
+//                 learn it when they connect
 //   coordinator   MASTER_ADDR/MASTER_PORT, DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT
 //                 (both set: they must agree), else 127.0.0.1:29500 (worker
 //                 0 hosts it)

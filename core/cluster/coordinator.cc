@@ -13,7 +13,9 @@
 #include "core/base/status_macros.h"
 #include "core/cluster/coordinator_service.h"
 #include "core/cluster/grpc_job_token.h"
+#include "core/cluster/job_id.h"
 #include "core/cluster/job_token.h"
+#include "core/cluster/listen_port.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
 
@@ -85,9 +87,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         "got ",
         num_workers, " workers, ", num_servers, " servers"));
   }
-  if (job_id.size() > CoordinatorService::kMaxJobIdBytes) {
+  // No launcher named the job: a fresh id, so that two jobs never share one;
+  // the members learn it when they connect.
+  const std::string id = job_id.empty() ? NewJobId() : job_id;
+  if (id.size() > CoordinatorService::kMaxJobIdBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the job id has ", job_id.size(), " bytes; at most ",
+        absl::StrCat("the job id has ", id.size(), " bytes; at most ",
                      CoordinatorService::kMaxJobIdBytes));
   }
   if (!security.job_token.empty()) {
@@ -99,14 +104,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer);
   server->service_ = std::make_unique<CoordinatorService>([&] {
     CoordinatorServiceOptions options;
-    options.job_id = job_id;
+    options.job_id = id;
     options.num_workers = num_workers;
     options.num_servers = num_servers;
     options.shape_source = shape_source;
     options.job_token = security.job_token;
     return options;
   }());
+  server->job_id_ = id;
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second job's coordinator would then
+  // bind the same port and the kernel would spread members over both.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(bind_address, credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -121,20 +130,23 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("coordinator could not listen on ", bind_address,
-                     " (port in use? set MASTER_PORT to a free port)"));
+    const absl::Status free = CheckPortFree(bind_address);
+    return absl::UnavailableError(absl::StrCat(
+        "coordinator could not listen on ", bind_address, ": ",
+        free.ok() ? "gRPC refused the address (set MASTER_ADDR/MASTER_PORT "
+                    "to an address of this host and a free port)"
+                  : free.message()));
   }
   const bool loopback = bind_address.rfind("127.", 0) == 0 ||
                         bind_address.rfind("localhost:", 0) == 0 ||
                         bind_address.rfind("[::1]:", 0) == 0;
   if (security.job_token.empty() && !loopback) {
-    GS_LOG(WARNING) << "coordinator of job " << job_id << " listens on "
+    GS_LOG(WARNING) << "coordinator of job " << id << " listens on "
                     << bind_address
                     << " without a job token: anyone who can reach it may "
                        "join (set GRADSYNC_JOB_TOKEN or --job_token_file)";
   }
-  GS_LOG(DEBUG) << "coordinator for job " << job_id << " on port "
+  GS_LOG(DEBUG) << "coordinator for job " << id << " on port "
                 << server->port_ << " (" << num_workers << " workers, "
                 << num_servers << " servers, " << security.tls.Describe()
                 << (security.job_token.empty() ? ", no token" : ", token")
@@ -196,6 +208,22 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
             : "",
         ")"));
   }
+  // Worker 0's coordinator warns for itself when it listens beyond this
+  // host; every other process of a tokenless job across hosts says so too,
+  // so that each log shows it (a warning, not a refusal: a private cluster
+  // network may be trusted; docs/reliability.md says when it is not).
+  const bool loopback = absl::StartsWith(target, "127.") ||
+                        absl::StartsWith(target, "localhost:") ||
+                        absl::StartsWith(target, "[::1]:");
+  if (options.security.job_token.empty() && !loopback &&
+      !(role == Role::kWorker && rank == 0)) {
+    GS_LOG(WARNING) << Name(role, rank) << ": no job token (--job_token_file "
+                    << "or GRADSYNC_JOB_TOKEN) in a job across hosts: any "
+                       "process that reaches "
+                    << target
+                    << " may join it or pose as one of its members; give "
+                       "every process the same token";
+  }
   std::unique_ptr<CoordinatorClient> client(new CoordinatorClient);
   client->stub_ = std::make_unique<Stub>(channel);
   client->target_ = target;
@@ -203,6 +231,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   client->role_ = role;
   client->rank_ = rank;
   client->options_ = options;
+  if (client->job_id_.empty()) {
+    // No launcher named the job: worker 0's coordinator did.
+    ASSIGN_OR_RETURN(client->job_id_,
+                     client->Get(CoordinatorService::kJobIdKey,
+                                 connect_timeout));
+  }
   return client;
 }
 

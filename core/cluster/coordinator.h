@@ -67,7 +67,10 @@ struct CoordinatorSecurity {
 class CoordinatorServer {
  public:
   // Listens on `bind_address` ("0.0.0.0:29500"; port 0 picks a free one),
-  // requiring `security`'s token and serving its TLS.
+  // requiring `security`'s token and serving its TLS. The port is this
+  // job's alone (no SO_REUSEPORT): one taken by another process is an error
+  // saying so. An empty `job_id` (no launcher named the job) makes a fresh
+  // one (NewJobId), which members that were given none learn on Connect.
   // `shape_source` says where worker 0 read num_workers and num_servers
   // (ClusterEnv::shape), for the error that refuses a member that believes
   // in another shape.
@@ -79,6 +82,8 @@ class CoordinatorServer {
   ~CoordinatorServer();
 
   int port() const { return port_; }
+  // The job's id: the one given to Start, or the fresh one made for it.
+  const std::string& job_id() const { return job_id_; }
   // Tells every member that the job has ended normally, then stops serving.
   void Shutdown();
   // "worker 2 (...): reason" for every member lost so far.
@@ -88,6 +93,7 @@ class CoordinatorServer {
   CoordinatorServer() = default;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::string job_id_;
   int port_ = 0;
 };
 
@@ -115,7 +121,8 @@ class CoordinatorClient final : public Rendezvous {
  public:
   // Connects to `target` ("host:port"), waiting up to `connect_timeout` for the
   // coordinator to come up (it is started by worker 0, possibly after us).
-  // Sends `options.security`'s token and speaks its TLS.
+  // Sends `options.security`'s token and speaks its TLS. With an empty
+  // `job_id` it asks the coordinator for the job's id (job_id()).
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
       const std::string& target, const std::string& job_id, Role role, int rank,
       absl::Duration connect_timeout,
@@ -125,6 +132,7 @@ class CoordinatorClient final : public Rendezvous {
 
   Role role() const { return role_; }
   int rank() const { return rank_; }
+  const std::string& job_id() const { return job_id_; }
   // "worker 3".
   std::string self() const override;
 

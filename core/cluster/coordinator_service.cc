@@ -59,9 +59,18 @@ CoordinatorService::CoordinatorService(CoordinatorServiceOptions options)
 
 grpc::Status CoordinatorService::CheckCaller(
     const grpc::ServerContextBase& context, const proto::Sender& sender) const {
-  RETURN_GRPC_IF_ERROR(CheckJobToken(context, options_.job_token,
-                                     "coordinator of job " + options_.job_id));
-  if (sender.job_id() != options_.job_id) {
+  if (grpc::Status token = CheckJobToken(context, options_.job_token,
+                                         "coordinator of job " + options_.job_id);
+      !token.ok()) {
+    // Kept for the timeout of whoever waits on the refused process: "timed
+    // out waiting for worker 1" alone would hide why it never joined.
+    absl::MutexLock lock(&refusal_mu_);
+    last_refusal_ = token.error_message();
+    return token;
+  }
+  // An empty id is a member that has not learnt the job's id yet (no
+  // launcher gave one): it may ask, and the token, if any, still applies.
+  if (!sender.job_id().empty() && sender.job_id() != options_.job_id) {
     return grpc::Status(
         grpc::StatusCode::PERMISSION_DENIED,
         absl::StrCat("request from job '", Shown(sender.job_id()),
@@ -281,6 +290,12 @@ grpc::Status CoordinatorService::Get(grpc::ServerContext* context,
   RETURN_GRPC_IF_ERROR(CheckCall(*context, request->sender()));
   if (request->key().size() > kMaxKeyBytes) {
     return TooLong("the key", request->key().size(), kMaxKeyBytes);
+  }
+  // Members started without a job id learn it here (CoordinatorClient);
+  // it is no entry of the store, which holds only what members set.
+  if (request->key() == kJobIdKey) {
+    response->set_value(options_.job_id);
+    return grpc::Status::OK;
   }
   absl::MutexLock lock(&mu_);
   grpc::Status status = WaitLocked(
@@ -611,9 +626,18 @@ grpc::Status CoordinatorService::WaitLocked(grpc::ServerContext* context,
     }
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                          absl::StrCat("timed out after ", timeout_ms / 1000.0,
-                                       " s ", describe()));
+      std::string refusal;
+      {
+        absl::MutexLock lock(&refusal_mu_);
+        refusal = last_refusal_;
+      }
+      return grpc::Status(
+          grpc::StatusCode::DEADLINE_EXCEEDED,
+          absl::StrCat("timed out after ", timeout_ms / 1000.0, " s ",
+                       describe(),
+                       refusal.empty()
+                           ? ""
+                           : absl::StrCat("; meanwhile the ", refusal)));
     }
     if (context->IsCancelled()) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");

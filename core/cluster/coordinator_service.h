@@ -57,6 +57,9 @@ class CoordinatorService final
   static constexpr size_t kMaxKeyBytes = 1024;
   static constexpr size_t kMaxAddressBytes = 1024;
   static constexpr size_t kMaxJobIdBytes = 256;
+  // Get of this key answers the job's id, for members that were started
+  // without one (core/cluster/coordinator.h); it is not in the store.
+  static constexpr char kJobIdKey[] = "gradsync/job_id";
   // Longer waits are cut to this (a week): no arithmetic overflows.
   static constexpr int64_t kMaxTimeoutMs = int64_t{7} * 24 * 3600 * 1000;
 
@@ -150,6 +153,10 @@ class CoordinatorService final
   static std::string BrokenWatch(const std::string& peer);
 
   const CoordinatorServiceOptions options_;
+  // The last call refused for its job token (never the token itself);
+  // its own mutex, since CheckCaller runs before mu_ is taken.
+  mutable absl::Mutex refusal_mu_;
+  mutable std::string last_refusal_ ABSL_GUARDED_BY(refusal_mu_);
   mutable absl::Mutex mu_;
   std::map<MemberKey, Member> members_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::set<MemberKey>> barriers_ ABSL_GUARDED_BY(mu_);

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/activity_deadline.h"
 #include "core/base/status_macros.h"
 
 namespace gradsync {
@@ -97,6 +98,7 @@ absl::StatusOr<BatchFile> CheckBatchFile(const std::string& path) {
 // normalised) and labels to `dataset`.
 absl::Status AppendBatch(const BatchFile& file, Dataset& dataset) {
   std::vector<uint8_t> bytes(file.bytes);
+  NoteBlockingOn(absl::StrCat("reading ", file.path));
   FILE* stream = std::fopen(file.path.c_str(), "rb");
   if (stream == nullptr) {
     return absl::FailedPreconditionError(

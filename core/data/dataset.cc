@@ -41,6 +41,13 @@ absl::StatusOr<std::string> FindIdxFile(const std::string& dir,
   const std::string gzipped = absl::StrCat(plain, ".gz");
   if (IsFile(gzipped)) return gzipped;
   if (IsFile(plain)) return plain;
+  for (const std::string& path : {gzipped, plain}) {
+    if (IsDirectory(path)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " is a directory, not an IDX file; --data_dir must hold the "
+                "files themselves"));
+    }
+  }
   return absl::NotFoundError(absl::StrCat("neither ", gzipped, " nor ", plain,
                                           " exists; ", kInstallHint));
 }
@@ -242,8 +249,22 @@ absl::StatusOr<DatasetPair> LoadMnistFormat(const std::string& dir) {
   }
   // The class count comes from the training labels; a test label beyond it
   // would be a class the model cannot output, so ToDataset rejects it.
-  const int num_classes =
-      1 + *std::max_element(train.labels.data.begin(), train.labels.data.end());
+  const auto largest =
+      std::max_element(train.labels.data.begin(), train.labels.data.end());
+  const int num_classes = 1 + *largest;
+  // Classes are 0..C-1, each with samples: a label far above the others
+  // (one corrupt byte) would otherwise ask for a model of 201 outputs.
+  std::vector<bool> seen(num_classes, false);
+  for (const uint8_t label : train.labels.data) seen[label] = true;
+  if (const auto gap = std::find(seen.begin(), seen.end(), false);
+      gap != seen.end()) {
+    const int missing = static_cast<int>(gap - seen.begin());
+    return absl::DataLossError(absl::StrCat(
+        train.labels_path, ": label ", *largest, " at item ",
+        largest - train.labels.data.begin(), " but no item has label ",
+        missing, ": classes must be 0..C-1, each with samples; the file looks "
+        "corrupt (download it again)"));
+  }
   if (num_classes < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat(train.labels_path,

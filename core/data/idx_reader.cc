@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/base/activity_deadline.h"
 #include "core/base/status_macros.h"
 
 namespace gradsync {
@@ -113,6 +114,9 @@ uint32_t BigEndian32(const uint8_t* bytes) {
 
 absl::StatusOr<GzFile> OpenForReading(const std::string& path) {
   // open(2) rather than gzopen so that errno reliably describes a failure.
+  // A FIFO or a hung mount blocks here or in the reads: a deadline watching
+  // the loading names the file (core/base/activity_deadline.h).
+  NoteBlockingOn(absl::StrCat("reading ", path));
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int error = errno;

@@ -231,6 +231,12 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
       children.resize(i);
       break;
     }
+    // SIGINT/SIGTERM while starting: start no more. The byte in the signal
+    // pipe makes the loop below stop the ones already running.
+    if (g_signal_seen != 0) {
+      children.resize(i + 1);
+      break;
+    }
   }
 
   LaunchResult result;

@@ -2,6 +2,8 @@
 // stopping the rest, deadlines, logs and output prefixes.
 #include "core/launch/launcher.h"
 
+#include <signal.h>
+
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -129,6 +131,25 @@ TEST(LauncherTest, DeadlineStopsEveryoneAndNamesWhoWasRunning) {
   EXPECT_EQ(result->exit_code, 124);
   EXPECT_THAT(result->failure, HasSubstr("worker 0 still running"));
   EXPECT_THAT(result->failure, ::testing::Not(HasSubstr("worker 1")));
+}
+
+// Issue 30: a launch of very many processes ignored SIGTERM until every one
+// had started. The first process asks the launcher to stop; it must start
+// no more than those already forked by the time the signal lands.
+TEST(LauncherTest, SigtermWhileStartingStopsStartingMore) {
+  constexpr int kProcesses = 500;
+  std::vector<ProcessSpec> specs = {
+      Shell("worker 0", "kill -TERM $PPID; exec sleep 60")};
+  for (int i = 1; i < kProcesses; ++i) {
+    specs.push_back(Shell(absl::StrCat("worker ", i), "exit 0"));
+  }
+  auto result = RunProcessGroup(specs, Quiet());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 128 + SIGTERM);
+  EXPECT_THAT(result->failure, HasSubstr("signal"));
+  EXPECT_LT(result->processes.size(), static_cast<size_t>(kProcesses))
+      << "every process was started although the launcher was told to stop";
+  EXPECT_TRUE(result->processes[0].stopped_by_launcher);
 }
 
 TEST(LauncherTest, MissingExecutableIsAnErrorBeforeAnythingStarts) {

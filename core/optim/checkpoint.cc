@@ -2,6 +2,8 @@
 // check a damaged file can fail named in its error.
 #include "core/optim/checkpoint.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -136,6 +138,15 @@ absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
 }
 
 absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
+  // A directory opens as a stream and then throws from its first read
+  // (std::ios_failure, uncaught in a gRPC thread or the trainer).
+  struct stat info;
+  if (stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path,
+        S_ISDIR(info.st_mode) ? " is a directory" : " is not a regular file",
+        "; --checkpoint names a file"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int error = errno;
