@@ -86,6 +86,7 @@
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "nlohmann/json.hpp"
+#include "tools/cluster_flags.h"
 #ifdef GRADSYNC_CUDA
 #include "bench/nccl_allreduce.h"
 #endif
@@ -108,8 +109,6 @@ ABSL_FLAG(std::string, algorithms,
           "gloo_halving_doubling, gloo_bcube, nccl (CUDA builds)");
 ABSL_FLAG(std::string, json, "",
           "also write the results here, in Google Benchmark's JSON shape");
-ABSL_FLAG(double, timeout_s, 120,
-          "a rank that waits on a peer this long fails (and so the run)");
 ABSL_FLAG(
     int, ranks_per_host, 1,
     "with --netem: ranks share an emulated host (namespace and link) this "
@@ -777,7 +776,8 @@ absl::StatusOr<Plan> PlanFromFlags() {
   plan.workers = absl::GetFlag(FLAGS_workers);
   plan.iters = absl::GetFlag(FLAGS_iters);
   plan.warmup = absl::GetFlag(FLAGS_warmup);
-  plan.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  // --timeout_s is gradsync's own (tools/cluster_flags): one definition.
+  ASSIGN_OR_RETURN(plan.timeout, PeerTimeoutFromFlags());
   if (plan.workers < 2 || plan.iters < 1 || plan.warmup < 0) {
     return absl::InvalidArgumentError(
         "--workers must be >= 2, --iters >= 1, --warmup >= 0");

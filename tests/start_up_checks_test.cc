@@ -217,12 +217,14 @@ TEST(StartUpChecksTest, ReusedRunFolderShowsNoEarlierSummary) {
 }
 
 // Defect 11: --bucket_mb=0 and 1e-9 meant one bucket; 1e300 overflowed.
+// 0 is now the default, a cap derived from the model (issue 25).
 TEST(StartUpChecksTest, BucketCapIsValidated) {
-  for (const char* cap : {"0", "1e-9", "1e300", "-1", "nan"}) {
+  for (const char* cap : {"1e-9", "1e300", "-1", "nan"}) {
     ExpectRefused(RunGradsync(Train({absl::StrCat("--bucket_mb=", cap)})),
                   "is not a bucket cap");
   }
   EXPECT_EQ(RunGradsync(Train({"--bucket_mb=0.0001"})).exit_code, 0);
+  EXPECT_EQ(RunGradsync(Train({"--bucket_mb=0"})).exit_code, 0);
 }
 
 // Defect 10: a local launch's parameter servers listened on every interface.
