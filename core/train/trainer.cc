@@ -30,9 +30,11 @@
 #include "core/train/checkpoint_fit.h"
 #include "core/train/evaluator.h"
 #include "core/train/layout_json.h"
+#include "core/train/model_data_fit.h"
 #include "core/train/progress_line.h"
 #include "core/train/replica_agreement.h"
 #include "core/train/training_snapshot.h"
+#include "core/train/worker_trace.h"
 #include "core/train/sampler.h"
 #include "core/train/step_timeline.h"
 #include "nlohmann/json.hpp"
@@ -161,21 +163,7 @@ absl::Status Trainer::Setup() {
     return absl::InvalidArgumentError(
         absl::StrCat("--epochs=", options_.epochs, " must be at least 1"));
   }
-  if (model_.input_dim() != data_.train.feature_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the model takes ", model_.input_dim(), " inputs but ",
-        data_.train.name, " has ", data_.train.feature_dim,
-        " features per sample (model ", model_.name(),
-        "); for --model=mlp set the first --layers width to ",
-        data_.train.feature_dim,
-        " (the convolutional models take their shape from the data set)"));
-  }
-  if (model_.num_classes() < data_.train.num_classes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the model has ", model_.num_classes(), " outputs but ",
-        data_.train.name, " has ", data_.train.num_classes,
-        " classes; set the last --layers width to ", data_.train.num_classes));
-  }
+  RETURN_IF_ERROR(CheckModelFitsData(model_, data_.train));
   ASSIGN_OR_RETURN(augmentation_,
                    ImageAugmentation::Create(options_.augmentation, data_.train,
                                              options_.seed));
@@ -250,15 +238,8 @@ absl::Status Trainer::Setup() {
   }
   bucket_pending_ = bucket_size_;
 
-  if (!options_.trace_path.empty()) {
-    trace_ = std::make_unique<TraceRecorder>(id_.rank,
-                                             absl::StrCat("worker ", id_.rank));
-    trace_->NameTrack(kTrackStep, "step");
-    trace_->NameTrack(kTrackCompute, "compute (forward, backward per tensor)");
-    trace_->NameTrack(kTrackCommunication, "communication");
-    // Published before the strategy's Setup so it can record its own spans.
-    SetCurrentTrace(trace_.get());
-  }
+  // Published before the strategy's Setup so it can record its own spans.
+  if (!options_.trace_path.empty()) trace_ = StartWorkerTrace(id_.rank);
   if (options_.resume) RETURN_IF_ERROR(Resume());
   RETURN_IF_ERROR(CheckResumeAgrees());
   RETURN_IF_ERROR(CheckSlowness(options_.slowness, id_.world_size));
@@ -712,32 +693,15 @@ void Trainer::ShowProgress(int64_t epoch, bool final_line) {
 // Perfetto view shows the whole job.
 absl::Status Trainer::FinishTrace() {
   if (trace_ == nullptr) return absl::OkStatus();
-  SetCurrentTrace(nullptr);
-  const std::string mine =
-      RankTracePath(options_.trace_path, "worker", id_.rank);
-  RETURN_IF_ERROR(
-      Annotate(trace_->WriteJson(mine), "writing the --trace timeline"));
-  if (trace_->dropped() > 0) {
-    GS_LOG(WARNING) << "trace: " << trace_->dropped()
-                    << " events dropped over the cap; lower --trace_steps";
-  }
+  ASSIGN_OR_RETURN(const std::string mine,
+                   WriteWorkerTrace(*trace_, options_.trace_path, id_.rank));
   ASSIGN_OR_RETURN(std::vector<std::string> files,
                    GatherOnWorker0("trace/worker", mine));
   if (id_.rank != 0) return absl::OkStatus();
   // The strategy's own processes (a PS's separate servers) wrote theirs
   // before the last worker's Shutdown returned, so they are complete here.
   for (const std::string& file : sync_.TraceFiles()) files.push_back(file);
-  const absl::Status merged = MergeTraceFiles(files, options_.trace_path);
-  if (merged.ok()) {
-    GS_LOG(INFO) << "timeline of " << files.size()
-                 << " process(es): " << options_.trace_path
-                 << " (open in https://ui.perfetto.dev)";
-  } else {
-    // Not fatal: on a cluster without a shared file system the per-rank
-    // files are the result.
-    GS_LOG(WARNING) << "per-rank timelines written (" << mine
-                    << ", ...) but not merged: " << merged.message();
-  }
+  MergeJobTrace(files, options_.trace_path);
   return absl::OkStatus();
 }
 
