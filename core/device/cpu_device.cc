@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
+#include "core/device/dnnl_context.h"
+#include "core/device/dnnl_convolution.h"
 #include "core/device/kernel_math.h"
 
 // Declared by OpenBLAS's cblas.h, but not by the reference CBLAS header that
@@ -85,8 +87,15 @@ inline void SgdMomentumSpan(float* __restrict p, const float* __restrict g,
 
 }  // namespace
 
-CpuDevice::CpuDevice(int cpu_threads) {
+CpuDevice::CpuDevice(int cpu_threads, bool reference_convolutions) {
   if (cpu_threads > 0) openblas_set_num_threads(cpu_threads);
+  if (!reference_convolutions) dnnl_ = std::make_unique<DnnlContext>(cpu_threads);
+}
+
+absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CpuDevice::CreateConvolution(
+    const ConvGeometry& g, int out_channels) {
+  if (dnnl_ == nullptr) return std::unique_ptr<ConvolutionKernel>();
+  return DnnlConvolution::Create(*dnnl_, g, out_channels);
 }
 
 CpuDevice::~CpuDevice() {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -23,13 +24,17 @@
 
 namespace gradsync {
 
+class DnnlContext;
+
 class CpuDevice : public Device {
  public:
   // `cpu_threads` > 0 sets OpenBLAS's thread count for the whole process (the
   // library has one global pool); 0 keeps the library default
   // (OPENBLAS_NUM_THREADS or every core). Several workers on one machine each
   // want a share of the cores, not all of them.
-  explicit CpuDevice(int cpu_threads = 0);
+  // `reference_convolutions` (tests only): CreateConvolution returns none,
+  // so layers run im2col + GEMM instead of oneDNN.
+  explicit CpuDevice(int cpu_threads = 0, bool reference_convolutions = false);
   ~CpuDevice() override;
 
   CpuDevice(const CpuDevice&) = delete;
@@ -88,6 +93,9 @@ class CpuDevice : public Device {
   void GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
                              int channels, float* dx) override;
   void Add(float* y, const float* x, int64_t count) override;
+  // oneDNN's primitives (dnnl_convolution.h).
+  absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CreateConvolution(
+      const ConvGeometry& g, int out_channels) override;
 
   void SgdUpdate(float* params, const float* grads, float* velocity,
                  int64_t count, float lr, float momentum,
@@ -102,6 +110,9 @@ class CpuDevice : public Device {
 
  private:
   static constexpr size_t kAlignment = 64;
+
+  // Null with reference convolutions.
+  std::unique_ptr<DnnlContext> dnnl_;
 
   mutable std::mutex
       mu_;  // allocation happens at set-up, possibly from threads
