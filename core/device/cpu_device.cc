@@ -1,9 +1,7 @@
-// The CPU backend: OpenBLAS for Gemm, simple contiguous loops for the rest,
-// whose per-element and per-row arithmetic is kernel_math.h's (the CUDA
-// kernels run the same functions).
+// The CPU backend: oneDNN for Gemm and the convolutions, simple contiguous
+// loops for the rest, whose per-element and per-row arithmetic is
+// kernel_math.h's (the CUDA kernels run the same functions).
 #include "core/device/cpu_device.h"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -15,11 +13,6 @@
 #include "core/device/dnnl_context.h"
 #include "core/device/dnnl_convolution.h"
 #include "core/device/kernel_math.h"
-
-// Declared by OpenBLAS's cblas.h, but not by the reference CBLAS header that
-// Debian's alternatives may put at <cblas.h>; repeating the declaration keeps
-// this file compiling with either (we link OpenBLAS in both cases).
-extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace gradsync {
 namespace {
@@ -87,14 +80,13 @@ inline void SgdMomentumSpan(float* __restrict p, const float* __restrict g,
 
 }  // namespace
 
-CpuDevice::CpuDevice(int cpu_threads, bool reference_convolutions) {
-  if (cpu_threads > 0) openblas_set_num_threads(cpu_threads);
-  if (!reference_convolutions) dnnl_ = std::make_unique<DnnlContext>(cpu_threads);
-}
+CpuDevice::CpuDevice(int cpu_threads, bool reference_convolutions)
+    : dnnl_(std::make_unique<DnnlContext>(cpu_threads)),
+      reference_convolutions_(reference_convolutions) {}
 
-absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CpuDevice::CreateConvolution(
-    const ConvGeometry& g, int out_channels) {
-  if (dnnl_ == nullptr) return std::unique_ptr<ConvolutionKernel>();
+absl::StatusOr<std::unique_ptr<ConvolutionKernel>>
+CpuDevice::CreateConvolution(const ConvGeometry& g, int out_channels) {
+  if (reference_convolutions_) return std::unique_ptr<ConvolutionKernel>();
   return DnnlConvolution::Create(*dnnl_, g, out_channels);
 }
 
@@ -170,11 +162,19 @@ void CpuDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
     return;
   }
   // Row-major: op(a) is m×k, so a is stored m×k (lda = k) or k×m (lda = m).
+  // oneDNN's sgemm (row-major, JIT-compiled for this CPU's vector width):
+  // Debian's OpenBLAS 0.3.21 takes this project's virtual machines for a
+  // Prescott and runs its SSE3 kernels, 4-5 times slower per core
+  // (core/device/README.md has the figures).
   const int lda = transpose_a ? m : k;
   const int ldb = transpose_b ? k : n;
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-              transpose_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
-              b, ldb, beta, c, n);
+  dnnl_->UseThreads();
+  const dnnl_status_t status =
+      dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k,
+                 alpha, a, lda, b, ldb, beta, c, n);
+  GS_CHECK(status == dnnl_success)
+      << "dnnl_sgemm(" << m << "x" << n << "x" << k << ") failed with status "
+      << static_cast<int>(status);
 }
 
 void CpuDevice::AddRowBias(float* y, const float* bias, int rows, int cols) {
@@ -383,14 +383,44 @@ void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
   }
 }
 
+// Max pooling runs window position by window position over a pixel's
+// channels, which lie side by side in NHWC: contiguous, division-free loops
+// instead of kernel_math.h's per-element window walk (the same comparisons in
+// the same order, so the same maxima and positions: km::MaxPoolValue's rule).
+// The backward scatters each output's gradient to its recorded maximum,
+// adding in output order, the order kernel_math.h's gather adds in, so the
+// sums have the same bits.
 void CpuDevice::MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
                                int32_t* where) {
-  int64_t out = 0;
+  const int64_t channels = g.channels;
   for (int64_t b = 0; b < g.batch; ++b) {
+    const float* image = x + b * g.height * g.width * channels;
     for (int64_t oh = 0; oh < g.out_height; ++oh) {
       for (int64_t ow = 0; ow < g.out_width; ++ow) {
-        for (int64_t c = 0; c < g.channels; ++c, ++out) {
-          y[out] = km::MaxPoolValue(x, g, b, oh, ow, c, where + out);
+        const int64_t out =
+            ((b * g.out_height + oh) * g.out_width + ow) * channels;
+        float* __restrict best = y + out;
+        int32_t* __restrict best_at = where + out;
+        for (int kh = 0; kh < g.kernel; ++kh) {
+          for (int kw = 0; kw < g.kernel; ++kw) {
+            const float* __restrict value =
+                image + ((oh * g.stride + kh) * g.width + ow * g.stride + kw) *
+                            channels;
+            const int32_t at = kh * g.kernel + kw;
+            if (at == 0) {
+              for (int64_t c = 0; c < channels; ++c) {
+                best[c] = value[c];
+                best_at[c] = 0;
+              }
+              continue;
+            }
+            for (int64_t c = 0; c < channels; ++c) {
+              // PyTorch's rule (km::MaxPoolValue): a NaN takes the place.
+              const bool better = value[c] > best[c] || value[c] != value[c];
+              best[c] = better ? value[c] : best[c];
+              best_at[c] = better ? at : best_at[c];
+            }
+          }
         }
       }
     }
@@ -399,12 +429,26 @@ void CpuDevice::MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
 
 void CpuDevice::MaxPoolBackward(const float* dy, const int32_t* where,
                                 const PoolGeometry& g, float* dx) {
-  int64_t in = 0;
+  const int64_t channels = g.channels;
+  std::memset(dx, 0, static_cast<size_t>(g.input_count()) * sizeof(float));
   for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t h = 0; h < g.height; ++h) {
-      for (int64_t w = 0; w < g.width; ++w) {
-        for (int64_t c = 0; c < g.channels; ++c, ++in) {
-          dx[in] = km::MaxPoolInputGradient(dy, where, g, b, h, w, c);
+    float* image = dx + b * g.height * g.width * channels;
+    for (int64_t oh = 0; oh < g.out_height; ++oh) {
+      for (int64_t ow = 0; ow < g.out_width; ++ow) {
+        const int64_t out =
+            ((b * g.out_height + oh) * g.out_width + ow) * channels;
+        const float* __restrict grad = dy + out;
+        const int32_t* __restrict at = where + out;
+        for (int kh = 0; kh < g.kernel; ++kh) {
+          for (int kw = 0; kw < g.kernel; ++kw) {
+            float* __restrict target =
+                image + ((oh * g.stride + kh) * g.width + ow * g.stride + kw) *
+                            channels;
+            const int32_t here = kh * g.kernel + kw;
+            for (int64_t c = 0; c < channels; ++c) {
+              if (at[c] == here) target[c] += grad[c];
+            }
+          }
         }
       }
     }
