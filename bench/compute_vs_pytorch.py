@@ -8,8 +8,9 @@ For every (model, batch, threads) the two run one after the other, each in a
 process of its own with that many threads, so both see the same moment's
 load; the 1-minute load average is printed with each pair. On a machine
 shared with other work the wall times grow with the load; the ratio of two
-neighbouring measurements is the figure to read, and cpu_ms (the CPU time of
-a step summed over its threads) is a second, load-insensitive reading.
+neighbouring measurements is the figure to read, and the CPU time of a step
+summed over its threads (gradsync_cpu, pytorch_cpu, in ms, and their ratio
+cpu_ratio) is a second reading that the load moves less.
 
     bazel build -c opt //bench:resnet_benchmark //bench:cnn_benchmark
     /usr/bin/python3 bench/compute_vs_pytorch.py
@@ -117,9 +118,10 @@ def gradsync_step_ms(bin_dir, model_name, batch, threads, repetitions,
     if not runs:
         sys.exit("%s ran no benchmark for batch %d, %d threads" %
                  (binary, batch, threads))
-    # Real time per iteration; Google Benchmark's CPU time is the main
-    # thread's only, so it is not reported here.
-    return statistics.median(b["real_time"] for b in runs)
+    # Real time and the process's CPU time (all threads: the benchmarks
+    # measure process CPU time) per iteration.
+    return (statistics.median(b["real_time"] for b in runs),
+            statistics.median(b["cpu_time"] for b in runs))
 
 
 def main():
@@ -153,26 +155,30 @@ def main():
                  "and run this script with /usr/bin/python3" % error)
     print("torch %s; gradsync binaries in %s" % (torch.__version__,
                                                   args.bin_dir))
-    print("%-9s %5s %7s %6s %12s %12s %13s %7s" % (
+    print("%-9s %5s %7s %6s %12s %12s %7s %12s %12s %9s" % (
         "model", "batch", "threads", "load", "gradsync_ms", "pytorch_ms",
-        "pytorch_cpu_ms", "ratio"))
+        "ratio", "gradsync_cpu", "pytorch_cpu", "cpu_ratio"))
     rows = []
     for model in models:
         for batch in batches:
             for threads in thread_counts:
                 load = os.getloadavg()[0]
-                ours = gradsync_step_ms(args.bin_dir, model, batch, threads,
-                                        args.repetitions, args.min_time)
+                ours, ours_cpu = gradsync_step_ms(
+                    args.bin_dir, model, batch, threads, args.repetitions,
+                    args.min_time)
                 theirs, theirs_cpu = pytorch_step_ms(model, batch, threads,
                                                      args.repetitions)
                 row = {"model": model, "batch": batch, "threads": threads,
                        "load_average_1min": load, "gradsync_ms": ours,
+                       "gradsync_cpu_ms": ours_cpu,
                        "pytorch_ms": theirs, "pytorch_cpu_ms": theirs_cpu,
-                       "ratio": theirs / ours}
+                       "ratio": theirs / ours,
+                       "cpu_ratio": theirs_cpu / ours_cpu}
                 rows.append(row)
-                print("%-9s %5d %7d %6.1f %12.1f %12.1f %13.1f %6.2fx" % (
-                    model, batch, threads, load, ours, theirs, theirs_cpu,
-                    row["ratio"]))
+                print("%-9s %5d %7d %6.1f %12.1f %12.1f %6.2fx %12.1f %12.1f "
+                      "%8.2fx" % (model, batch, threads, load, ours, theirs,
+                                  row["ratio"], ours_cpu, theirs_cpu,
+                                  row["cpu_ratio"]))
                 sys.stdout.flush()
     if args.json:
         with open(args.json, "w") as out:

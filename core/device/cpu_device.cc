@@ -3,6 +3,8 @@
 // kernel_math.h's (the CUDA kernels run the same functions).
 #include "core/device/cpu_device.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -29,13 +31,45 @@ namespace km = kernel_math;
 // model went from 1.07 ms to 0.44 ms (bench/mlp_benchmark BM_SgdUpdate).
 constexpr int kBlock = 16;
 
-// Calls span(start, n) over [0, count) in kBlock pieces and one shorter tail.
-// The span functions inline into `span`, where n is the constant kBlock.
+// Below this many elements a loop runs on the calling thread alone: waking
+// the other threads costs more than the loop (a few microseconds).
+constexpr int64_t kParallelElements = int64_t{1} << 16;
+
+// Calls body(begin, end) over [0, count), cut into one contiguous range per
+// OpenMP thread (each a multiple of `align` long but the last), or once on the
+// calling thread for short loops. Every element is computed as it would be by
+// one thread, so the results have the same bits whatever the thread count.
+// The thread count is the one DnnlContext::UseThreads set on this thread
+// (--threads), the same as oneDNN's.
+template <typename Body>
+inline void ParallelRanges(int64_t count, int64_t work_per_item, int64_t align,
+                           Body body) {
+  const int threads = omp_get_max_threads();
+  if (threads <= 1 || count * work_per_item < 2 * kParallelElements) {
+    if (count > 0) body(int64_t{0}, count);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t parts = omp_get_num_threads();
+    const int64_t per_part = (count + parts - 1) / parts;
+    const int64_t length = (per_part + align - 1) / align * align;
+    const int64_t begin = omp_get_thread_num() * length;
+    const int64_t end = std::min(count, begin + length);
+    if (begin < end) body(begin, end);
+  }
+}
+
+// Calls span(start, n) over [0, count) in kBlock pieces and one shorter tail,
+// the pieces shared among the threads. The span functions inline into
+// `span`, where n is the constant kBlock.
 template <typename Span>
 inline void ForEachBlock(int64_t count, Span span) {
-  int64_t start = 0;
-  for (; start + kBlock <= count; start += kBlock) span(start, kBlock);
-  if (start < count) span(start, static_cast<int>(count - start));
+  ParallelRanges(count, 1, kBlock, [&](int64_t first, int64_t last) {
+    int64_t start = first;
+    for (; start + kBlock <= last; start += kBlock) span(start, kBlock);
+    if (start < last) span(start, static_cast<int>(last - start));
+  });
 }
 
 // SumRows's running column sums. Not kernel_math.h's: the GPU adds a column
@@ -196,10 +230,12 @@ void CpuDevice::SumRows(const float* x, float* out, int rows, int cols) {
 }
 
 void CpuDevice::ReluForward(float* x, int64_t count) {
+  dnnl_->UseThreads();
   ForEachBlock(count, [&](int64_t i, int n) { ReluSpan(x + i, n); });
 }
 
 void CpuDevice::ReluBackward(const float* y, float* dy, int64_t count) {
+  dnnl_->UseThreads();
   ForEachBlock(count,
                [&](int64_t i, int n) { ReluBackwardSpan(y + i, dy + i, n); });
 }
@@ -292,16 +328,20 @@ void CpuDevice::BatchNormForwardTraining(
     float* saved_mean, float* saved_inv_std, float* running_mean,
     float* running_var) {
   if (rows <= 0 || channels <= 0) return;
-  // Row by row: each pass reads one contiguous row into the channels' sums.
+  dnnl_->UseThreads();
+  // Row by row: each pass reads one contiguous row into the channels' sums;
+  // threads take ranges of channels, each summed in row order as by one.
   std::vector<double> sum(channels, 0.0), sum_squares(channels, 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * channels;
-    for (int c = 0; c < channels; ++c) {
-      const double value = row[c];
-      sum[c] += value;
-      sum_squares[c] += value * value;
+  ParallelRanges(channels, rows, kBlock, [&](int64_t first, int64_t last) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = x + r * channels;
+      for (int64_t c = first; c < last; ++c) {
+        const double value = row[c];
+        sum[c] += value;
+        sum_squares[c] += value * value;
+      }
     }
-  }
+  });
   for (int c = 0; c < channels; ++c) {
     const float mean = km::BatchMean(sum[c], rows);
     const float variance = km::BatchVariance(sum[c], sum_squares[c], rows);
@@ -311,14 +351,16 @@ void CpuDevice::BatchNormForwardTraining(
     running_var[c] = km::RunningAverage(
         running_var[c], km::UnbiasedVariance(variance, rows), momentum);
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = x + r * channels;
-    float* out = y + r * channels;
-    for (int c = 0; c < channels; ++c) {
-      out[c] = km::BatchNormOutput(in[c], saved_mean[c], saved_inv_std[c],
-                                   gamma[c], beta[c]);
+  ParallelRanges(rows, channels, 1, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) {
+      const float* in = x + r * channels;
+      float* out = y + r * channels;
+      for (int c = 0; c < channels; ++c) {
+        out[c] = km::BatchNormOutput(in[c], saved_mean[c], saved_inv_std[c],
+                                     gamma[c], beta[c]);
+      }
     }
-  }
+  });
 }
 
 void CpuDevice::BatchNormForwardInference(const float* x, int64_t rows,
@@ -332,14 +374,17 @@ void CpuDevice::BatchNormForwardInference(const float* x, int64_t rows,
   for (int c = 0; c < channels; ++c) {
     inv_std[c] = km::InverseStd(running_var[c], epsilon);
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = x + r * channels;
-    float* out = y + r * channels;
-    for (int c = 0; c < channels; ++c) {
-      out[c] = km::BatchNormOutput(in[c], running_mean[c], inv_std[c], gamma[c],
-                                   beta[c]);
+  dnnl_->UseThreads();
+  ParallelRanges(rows, channels, 1, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) {
+      const float* in = x + r * channels;
+      float* out = y + r * channels;
+      for (int c = 0; c < channels; ++c) {
+        out[c] = km::BatchNormOutput(in[c], running_mean[c], inv_std[c],
+                                     gamma[c], beta[c]);
+      }
     }
-  }
+  });
 }
 
 void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
@@ -348,17 +393,20 @@ void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
                                   const float* saved_inv_std, float* dx,
                                   float* dgamma, float* dbeta) {
   if (rows <= 0 || channels <= 0) return;
+  dnnl_->UseThreads();
   std::vector<double> sum_dy(channels, 0.0), sum_dy_x_hat(channels, 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = x + r * channels;
-    const float* grad = dy + r * channels;
-    for (int c = 0; c < channels; ++c) {
-      const float x_hat =
-          km::Normalized(in[c], saved_mean[c], saved_inv_std[c]);
-      sum_dy[c] += grad[c];
-      sum_dy_x_hat[c] += static_cast<double>(grad[c]) * x_hat;
+  ParallelRanges(channels, rows, kBlock, [&](int64_t first, int64_t last) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* in = x + r * channels;
+      const float* grad = dy + r * channels;
+      for (int64_t c = first; c < last; ++c) {
+        const float x_hat =
+            km::Normalized(in[c], saved_mean[c], saved_inv_std[c]);
+        sum_dy[c] += grad[c];
+        sum_dy_x_hat[c] += static_cast<double>(grad[c]) * x_hat;
+      }
     }
-  }
+  });
   std::vector<float> gamma_inv_std(channels), mean_dy(channels),
       mean_dy_x_hat(channels);
   for (int c = 0; c < channels; ++c) {
@@ -370,17 +418,19 @@ void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
     mean_dy[c] = km::BatchMean(dbeta[c], rows);
     mean_dy_x_hat[c] = km::BatchMean(dgamma[c], rows);
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = x + r * channels;
-    const float* grad = dy + r * channels;
-    float* out = dx + r * channels;
-    for (int c = 0; c < channels; ++c) {
-      const float x_hat =
-          km::Normalized(in[c], saved_mean[c], saved_inv_std[c]);
-      out[c] = km::BatchNormInputGradient(grad[c], x_hat, gamma_inv_std[c],
-                                          mean_dy[c], mean_dy_x_hat[c]);
+  ParallelRanges(rows, channels, 1, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) {
+      const float* in = x + r * channels;
+      const float* grad = dy + r * channels;
+      float* out = dx + r * channels;
+      for (int c = 0; c < channels; ++c) {
+        const float x_hat =
+            km::Normalized(in[c], saved_mean[c], saved_inv_std[c]);
+        out[c] = km::BatchNormInputGradient(grad[c], x_hat, gamma_inv_std[c],
+                                            mean_dy[c], mean_dy_x_hat[c]);
+      }
     }
-  }
+  });
 }
 
 // Max pooling runs window position by window position over a pixel's
@@ -478,12 +528,14 @@ void CpuDevice::GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
 }
 
 void CpuDevice::Add(float* y, const float* x, int64_t count) {
+  dnnl_->UseThreads();
   ForEachBlock(count, [&](int64_t i, int n) { SumSpan(y + i, x + i, n); });
 }
 
 void CpuDevice::SgdUpdate(float* params, const float* grads, float* velocity,
                           int64_t count, float lr, float momentum,
                           float weight_decay) {
+  dnnl_->UseThreads();
   if (momentum == 0.0f) {
     ForEachBlock(count, [&](int64_t i, int n) {
       SgdSpan(params + i, grads + i, n, lr, weight_decay);
