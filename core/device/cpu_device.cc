@@ -31,9 +31,16 @@ namespace km = kernel_math;
 // model went from 1.07 ms to 0.44 ms (bench/mlp_benchmark BM_SgdUpdate).
 constexpr int kBlock = 16;
 
-// Below this many elements a loop runs on the calling thread alone: waking
-// the other threads costs more than the loop (a few microseconds).
-constexpr int64_t kParallelElements = int64_t{1} << 16;
+// Below this much work (elements touched) a loop runs on the calling thread
+// alone, and below kParallelGemmWork multiply-adds so does a matrix product:
+// on an idle machine waking the other threads costs microseconds, but on a
+// machine with more runnable threads than cores (several workers, or other
+// people's builds) each parallel region waits for its slowest thread's next
+// time slice, milliseconds. Only loops of about a millisecond or more are
+// shared (a ResNet-18 batch's early activations, ResNet's batch norms; the
+// MLP's updates and products at batch 256).
+constexpr int64_t kParallelElements = int64_t{1} << 19;
+constexpr int64_t kParallelGemmWork = int64_t{1} << 26;
 
 // Calls body(begin, end) over [0, count), cut into one contiguous range per
 // OpenMP thread (each a multiple of `align` long but the last), or once on the
@@ -202,7 +209,11 @@ void CpuDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
   // (core/device/README.md has the figures).
   const int lda = transpose_a ? m : k;
   const int ldb = transpose_b ? k : n;
-  dnnl_->UseThreads();
+  if (int64_t{m} * n * k < kParallelGemmWork) {
+    dnnl_->UseOneThread();
+  } else {
+    dnnl_->UseThreads();
+  }
   const dnnl_status_t status =
       dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k,
                  alpha, a, lda, b, ldb, beta, c, n);

@@ -9,14 +9,12 @@
 namespace gradsync {
 
 DnnlContext::DnnlContext(int threads)
-    : threads_(threads),
+    : threads_(threads > 0 ? threads : omp_get_max_threads()),
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_) {}
 
-void DnnlContext::UseThreads() const {
-  if (threads_ > 0 && omp_get_max_threads() != threads_) {
-    omp_set_num_threads(threads_);
-  }
+void DnnlContext::SetThreads(int threads) {
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
 }
 
 void DnnlContext::Reserve(Scratch kind, size_t bytes) {

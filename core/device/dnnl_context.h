@@ -34,7 +34,13 @@ class DnnlContext {
   dnnl::stream& stream() { return stream_; }
 
   // Applies the thread count to the calling thread; call before executing.
-  void UseThreads() const;
+  void UseThreads() const { SetThreads(threads_); }
+  // One thread, for work too small to share: on a machine with more runnable
+  // threads than cores, every parallel region waits for its slowest thread's
+  // next time slice (milliseconds), which a product of a few hundred
+  // microseconds cannot pay back.
+  void UseOneThread() const { SetThreads(1); }
+  int threads() const { return threads_; }
 
   // Scratch that will hold at least `bytes` (grows at creation time only).
   enum Scratch { kScratchpad, kWeights, kWeightGrad, kInput, kScratchKinds };
@@ -47,7 +53,9 @@ class DnnlContext {
     void operator()(void* block) const { std::free(block); }
   };
 
-  const int threads_;
+  static void SetThreads(int threads);
+
+  const int threads_;  // resolved: OpenMP's default where 0 was asked
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::unique_ptr<void, FreeAligned> scratch_[kScratchKinds];
