@@ -29,11 +29,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "allreduce/allreduce_algorithm.h"
 #include "allreduce/ring_transport.h"
 
 namespace gradsync {
 
-class RingAllReduce {
+class RingAllReduce : public AllReduceAlgorithm {
  public:
   // `transport` must outlive this object. `chunk_bytes` is rounded to a
   // multiple of 64 bytes and at least 4 KiB.
@@ -48,11 +49,11 @@ class RingAllReduce {
   // Every rank must call Run with the same count and `tag` (a bucket index,
   // say), in the same order; they all end with bitwise identical results.
   absl::Status Run(float* data, int64_t count, float scale = 1.0f,
-                   uint32_t tag = 0);
+                   uint32_t tag = 0) override;
 
   // Payload bytes moved so far (headers excluded), for StepStats.
-  int64_t bytes_sent() const { return bytes_sent_; }
-  int64_t bytes_received() const { return bytes_received_; }
+  int64_t bytes_sent() const override { return bytes_sent_; }
+  int64_t bytes_received() const override { return bytes_received_; }
   int64_t chunk_bytes() const { return chunk_bytes_; }
 
  private:

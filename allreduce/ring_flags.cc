@@ -17,3 +17,20 @@ ABSL_FLAG(int, ring_chunk_kb, 256,
 ABSL_FLAG(int, ring_socket_buffer_kb, 4096,
           "SO_SNDBUF/SO_RCVBUF of each ring connection in KiB; 0 keeps the "
           "kernel's TCP buffer autotuning");
+
+// 0 takes the job's own grouping: the processes that share this host
+// (LOCAL_WORLD_SIZE, set by `gradsync launch --nnodes`, torchrun, Slurm or
+// Open MPI). A positive value emulates hosts of that many consecutive ranks,
+// for a study on one machine.
+ABSL_FLAG(int, allreduce_ranks_per_node, 0,
+          "--sync=hierarchical: ranks per node (consecutive ranks form a "
+          "node); 0: the processes on each host (LOCAL_WORLD_SIZE)");
+
+// Zero measures them on the job's own ring at start-up (selecting_allreduce.h);
+// `gradsync netem --probe` prints a probed α and B to pass here instead.
+ABSL_FLAG(double, allreduce_alpha_us, 0,
+          "--sync=allreduce: link latency α in microseconds for the α–β "
+          "choice; 0: measured on the ring at start-up");
+ABSL_FLAG(double, allreduce_link_gbit, 0,
+          "--sync=allreduce: link bandwidth B in Gbit/s for the α–β choice; "
+          "0: measured on the ring at start-up");

@@ -7,3 +7,7 @@
 
 ABSL_DECLARE_FLAG(int, ring_chunk_kb);
 ABSL_DECLARE_FLAG(int, ring_socket_buffer_kb);
+// The rest of the family's knobs (allreduce_family_sync.cc).
+ABSL_DECLARE_FLAG(int, allreduce_ranks_per_node);
+ABSL_DECLARE_FLAG(double, allreduce_alpha_us);
+ABSL_DECLARE_FLAG(double, allreduce_link_gbit);

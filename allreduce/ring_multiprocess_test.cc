@@ -1,6 +1,6 @@
-// The ring across real processes: ring_check_main started N times by the
-// launcher (tools/launcher.h) with torchrun's environment variables, each rank
-// its own process with its own coordinator client, over loopback TCP.
+// The ring across real processes: tests/ring_check_main.cc started N times by
+// the launcher (core/launch/launcher.h) with torchrun's environment variables,
+// each rank its own process with its own coordinator client, over loopback TCP.
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -19,7 +19,7 @@ using ::testing::Not;
 
 std::string CheckBinary() {
   return std::string(std::getenv("TEST_SRCDIR")) +
-         "/gradsync/allreduce/ring_check_main";
+         "/gradsync/tests/ring_check_main";
 }
 
 absl::StatusOr<LaunchResult> LaunchRing(int workers,

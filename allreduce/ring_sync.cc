@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -11,19 +12,27 @@
 #include "core/base/status_macros.h"
 #include "core/cluster/job_token.h"
 #include "core/sync/step_buckets.h"
+#include "core/telemetry/trace.h"
+#include "core/telemetry/derived_settings.h"
 #include "nlohmann/json.hpp"
 
 namespace gradsync {
 RingSyncOptions RingSyncOptionsFromFlags() {
   RingSyncOptions options;
   options.chunk_bytes = int64_t{absl::GetFlag(FLAGS_ring_chunk_kb)} << 10;
+  // (This Abseil keeps IsSpecifiedOnCommandLine private: a value other than
+  // the default is what a flag changed.)
+  const absl::CommandLineFlag& flag =
+      absl::GetFlagReflectionHandle(FLAGS_ring_chunk_kb);
+  if (flag.CurrentValue() != flag.DefaultValue()) options.chunk_source = "flag";
   options.socket_buffer_bytes = absl::GetFlag(FLAGS_ring_socket_buffer_kb)
                                 << 10;
   return options;
 }
 
-RingSync::RingSync(const SyncContext& context, const RingSyncOptions& options)
-    : context_(context), options_(options) {}
+RingSync::RingSync(const SyncContext& context, const RingSyncOptions& options,
+                   AllReduceStrategy strategy)
+    : context_(context), options_(options), strategy_(std::move(strategy)) {}
 
 RingSync::~RingSync() {
   StopListening();
@@ -39,7 +48,8 @@ void RingSync::StopListening() {
 absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
                              const SyncBuffers& buffers) {
   if (buffers.grads == nullptr) {
-    return absl::InvalidArgumentError("--sync=ring: no gradient buffer");
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sync=", strategy_.name, ": no gradient buffer"));
   }
   // The ring reduces host memory: on a GPU each bucket goes through a pinned
   // mirror (copied as soon as backward has produced it); on the CPU the
@@ -59,10 +69,21 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
   transport_options.advertise_host = context_.identity.advertise_host;
   transport_options.timeout = context_.timeout;
   transport_options.socket_buffer_bytes = options_.socket_buffer_bytes;
+  if (strategy_.peers) {
+    transport_options.peers =
+        strategy_.peers(context_.identity.rank, context_.identity.world_size);
+  }
   ASSIGN_OR_RETURN(transport_, RingTransport::Create(transport_options,
                                                      context_.rendezvous));
-  ring_ =
-      std::make_unique<RingAllReduce>(transport_.get(), options_.chunk_bytes);
+  if (strategy_.create) {
+    ASSIGN_OR_RETURN(ring_, strategy_.create(transport_.get(), options_));
+  } else {
+    ring_ =
+        std::make_unique<RingAllReduce>(transport_.get(), options_.chunk_bytes);
+  }
+  // What set-up moved (the selector's link calibration) is no step's.
+  last_bytes_sent_ = ring_->bytes_sent();
+  last_bytes_received_ = ring_->bytes_received();
   // A lost member anywhere ends the job: break the ring at once, so a step
   // waiting on a neighbour cut off by a partition (whose socket never
   // closes) fails now, and Finish names the loss (ExplainFailure).
@@ -72,13 +93,18 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
           transport->Abort();
         });
   }
+  if (context_.identity.rank == 0) {
+    RecordSetting("ring_chunk_kb", options_.chunk_bytes / 1024.0,
+                  options_.chunk_source);
+  }
   if (context_.identity.world_size > 1) {
-    GS_LOG(INFO) << "ring: rank " << context_.identity.rank << " of "
-                 << context_.identity.world_size << ", sending to "
+    GS_LOG(INFO) << strategy_.name << ": rank " << context_.identity.rank
+                 << " of " << context_.identity.world_size << ", sending to "
                  << transport_->right().peer_name() << ", receiving from "
-                 << transport_->left().peer_name() << "; " << buckets_.size()
-                 << " buckets, chunk " << ring_->chunk_bytes() / 1024
-                 << " KiB, socket buffers "
+                 << transport_->left().peer_name() << ", "
+                 << transport_options.peers.size() << " other peers; "
+                 << buckets_.size() << " buckets, chunk "
+                 << options_.chunk_bytes / 1024 << " KiB, socket buffers "
                  << transport_->granted_send_buffer_bytes() << " bytes";
   }
   thread_ = std::thread([this] { CommunicationLoop(); });
@@ -121,12 +147,18 @@ void RingSync::CommunicationLoop() {
     }
     const Span& span = buckets_[bucket];
     const absl::Time start = absl::Now();
+    const int64_t trace_start = TraceRecorder::NowMicros();
     // After a failure the ring refuses work at once, so the rest of the
     // step's buckets drain quickly and Finish can report the first error.
     absl::Status status = ring_->Run(staging_->host_bucket(bucket), span.numel,
                                      scale, static_cast<uint32_t>(bucket));
     if (status.ok()) staging_->Upload(bucket);
     const double elapsed_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+    if (TraceRecorder* trace = CurrentTrace()) {
+      trace->Complete(absl::StrCat(strategy_.name, " bucket ", bucket), "comm",
+                      kTrackCommunication, trace_start,
+                      TraceRecorder::NowMicros() - trace_start);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     allreduce_ms_ += elapsed_ms;
     if (!status.ok() && error_.ok()) {
@@ -141,7 +173,10 @@ void RingSync::CommunicationLoop() {
 }
 
 absl::Status RingSync::Finish(StepStats& stats) {
-  if (!ring_) return absl::FailedPreconditionError("ring: Finish before Setup");
+  if (!ring_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(strategy_.name, ": Finish before Setup"));
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (error_.ok()) error_ = step_buckets_.CheckAllReady();
   // No deadline of its own: every all-reduce already fails when its peers
@@ -193,13 +228,17 @@ absl::Status RingSync::Shutdown() {
 
 std::string RingSync::SummaryJson() const {
   if (!ring_) return "{}";
-  const nlohmann::json summary = {
-      {"chunk_bytes", ring_->chunk_bytes()},
+  nlohmann::json summary = {
+      {"algorithm", strategy_.name},
+      {"chunk_bytes", options_.chunk_bytes},
       {"socket_buffer_bytes_requested", options_.socket_buffer_bytes},
       {"socket_buffer_bytes_granted", transport_->granted_send_buffer_bytes()},
       {"bytes_sent", ring_->bytes_sent()},
       {"bytes_recv", ring_->bytes_received()},
   };
+  const nlohmann::json own =
+      nlohmann::json::parse(ring_->SummaryJson(), nullptr, false);
+  if (own.is_object()) summary.update(own);
   return summary.dump();
 }
 

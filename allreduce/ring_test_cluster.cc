@@ -46,12 +46,15 @@ std::vector<absl::Status> RingTestCluster::RunOnEveryRank(
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<RingTransport>>>
-RingTestCluster::ConnectRing(const RingTransportOptions& overrides) {
+RingTestCluster::ConnectRing(
+    const RingTransportOptions& overrides,
+    const std::function<std::vector<int>(int rank)>& peers_of) {
   std::vector<std::unique_ptr<RingTransport>> transports(world_size_);
   std::vector<absl::Status> results = RunOnEveryRank([&](int rank) {
     RingTransportOptions options = TransportOptions(rank);
     options.key_prefix = overrides.key_prefix;
     options.socket_buffer_bytes = overrides.socket_buffer_bytes;
+    if (peers_of) options.peers = peers_of(rank);
     ASSIGN_OR_RETURN(transports[rank],
                      RingTransport::Create(options, client(rank)));
     return absl::OkStatus();

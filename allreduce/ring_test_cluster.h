@@ -41,9 +41,11 @@ class RingTestCluster {
   std::vector<absl::Status> RunOnEveryRank(
       const std::function<absl::Status(int rank)>& body);
 
-  // Creates every rank's transport concurrently (as a real job does).
+  // Creates every rank's transport concurrently (as a real job does), each
+  // with the peer connections peers_of(rank) when given.
   absl::StatusOr<std::vector<std::unique_ptr<RingTransport>>> ConnectRing(
-      const RingTransportOptions& overrides = RingTransportOptions());
+      const RingTransportOptions& overrides = RingTransportOptions(),
+      const std::function<std::vector<int>(int rank)>& peers_of = nullptr);
 
  private:
   RingTestCluster() = default;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -75,7 +76,138 @@ absl::StatusOr<std::unique_ptr<TcpConnection>> AcceptLeft(
   }
 }
 
+// Accepts connections until every rank of `expected` has connected, refusing
+// others; returns them by rank.
+absl::StatusOr<std::map<int, std::unique_ptr<TcpConnection>>> AcceptPeers(
+    TcpListener& listener, const RingTransportOptions& options,
+    std::set<int> expected, absl::Time deadline) {
+  std::map<int, std::unique_ptr<TcpConnection>> accepted_peers;
+  std::vector<std::string> refused;
+  while (!expected.empty()) {
+    auto accepted = listener.Accept(PeerSide::kUnknown, deadline);
+    if (!accepted.ok()) {
+      std::string detail =
+          absl::StrCat("ring rank ", options.rank, ": peer rank(s) ",
+                       absl::StrJoin(expected, ", "), " did not connect to ",
+                       listener.address(), " within ",
+                       absl::FormatDuration(options.timeout));
+      if (!refused.empty()) {
+        absl::StrAppend(&detail,
+                        "; refused meanwhile: ", absl::StrJoin(refused, "; "));
+      }
+      return absl::Status(
+          accepted.status().code(),
+          absl::StrCat(detail, " (", accepted.status().message(), ")"));
+    }
+    std::unique_ptr<TcpConnection> connection = std::move(accepted).value();
+    absl::StatusOr<RingHello> hello = ReceiveRingHello(
+        *connection, std::min(deadline, absl::Now() + kHelloTimeout));
+    std::string refusal;
+    if (!hello.ok()) {
+      refusal = std::string(hello.status().message());
+    } else if (expected.count(hello->sender_rank) == 0) {
+      refusal =
+          absl::StrCat("rank ", hello->sender_rank, " is not a peer that rank ",
+                       options.rank, " still waits for (",
+                       absl::StrJoin(expected, ", "), ")");
+    } else {
+      refusal =
+          CheckRingHello(*hello, options.job_id, options.job_token,
+                         options.world_size, options.rank, hello->sender_rank);
+    }
+    if (refusal.empty()) {
+      const int peer_rank = hello->sender_rank;
+      connection->set_peer(peer_rank, hello->sender_address.empty()
+                                          ? connection->peer_address()
+                                          : hello->sender_address);
+      RETURN_IF_ERROR(Annotate(SendRingAnswer(*connection, "", deadline),
+                               absl::StrCat("ring rank ", options.rank, ": ",
+                                            connection->peer_name())));
+      expected.erase(peer_rank);
+      accepted_peers[peer_rank] = std::move(connection);
+      continue;
+    }
+    const std::string what = absl::StrCat(
+        "connection from ", connection->peer_address(), ": ", refusal);
+    GS_LOG(WARNING) << "ring rank " << options.rank << " refused a peer "
+                    << what;
+    refused.push_back(what);
+    (void)SendRingAnswer(*connection, refusal,
+                         std::min(deadline, absl::Now() + absl::Seconds(1)));
+  }
+  return accepted_peers;
+}
+
 }  // namespace
+
+absl::Status RingTransport::ConnectPeers(Rendezvous& rendezvous,
+                                         absl::Time deadline) {
+  const RingTransportOptions& options = options_;
+  const std::string context = absl::StrCat("ring rank ", options.rank);
+  std::set<int> higher;
+  std::set<int> lower;
+  for (int peer : options.peers) {
+    if (peer < 0 || peer >= options.world_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(context, ": peer rank ", peer, " is outside a world of ",
+                       options.world_size));
+    }
+    if (peer > options.rank) higher.insert(peer);
+    if (peer < options.rank) lower.insert(peer);
+  }
+  if (higher.empty() && lower.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> listener,
+                   TcpListener::Listen(options.advertise_host));
+  RETURN_IF_ERROR(Annotate(
+      rendezvous.Set(absl::StrCat(options.key_prefix, "/peer/", options.rank),
+                     listener->address()),
+      absl::StrCat(context, ": publishing its peer address ",
+                   listener->address())));
+  // Dial every higher peer first (their backlog completes the connect), then
+  // accept the lower ones, then read the higher ones' answers.
+  for (int peer : higher) {
+    const std::string key = absl::StrCat(options.key_prefix, "/peer/", peer);
+    absl::StatusOr<std::string> address = rendezvous.Get(
+        key, std::max(absl::ZeroDuration(), deadline - absl::Now()));
+    if (!address.ok()) {
+      return Annotate(address.status(),
+                      absl::StrCat(context,
+                                   ": waiting for the address of peer "
+                                   "rank ",
+                                   peer, " (", key, ")"));
+    }
+    absl::StatusOr<std::unique_ptr<TcpConnection>> connection =
+        TcpConnection::Connect(*address, PeerSide::kUnknown, peer, deadline);
+    if (!connection.ok()) return Annotate(connection.status(), context);
+    RETURN_IF_ERROR(Annotate(
+        SendRingHello(
+            **connection,
+            RingHello{options.rank, peer, options.world_size, options.job_id,
+                      listener->address(), options.job_token},
+            deadline),
+        context));
+    peers_[peer] = std::move(connection).value();
+  }
+  ASSIGN_OR_RETURN(auto accepted,
+                   AcceptPeers(*listener, options, lower, deadline));
+  for (auto& [rank, connection] : accepted)
+    peers_[rank] = std::move(connection);
+  for (int peer : higher) {
+    RETURN_IF_ERROR(
+        Annotate(ReceiveRingAnswer(*peers_[peer], deadline), context));
+  }
+  listener->Close();
+  for (auto& [rank, connection] : peers_) {
+    RETURN_IF_ERROR(connection->SetBufferSizes(options.socket_buffer_bytes));
+  }
+  GS_LOG(DEBUG) << context << ": connected to " << peers_.size() << " peers";
+  return absl::OkStatus();
+}
+
+TcpConnection* RingTransport::peer(int rank) {
+  auto found = peers_.find(rank);
+  return found == peers_.end() ? nullptr : found->second.get();
+}
 
 absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
     const RingTransportOptions& options, Rendezvous* rendezvous) {
@@ -153,6 +285,7 @@ absl::StatusOr<std::unique_ptr<RingTransport>> RingTransport::Create(
   GS_LOG(DEBUG) << context << ": connected to "
                 << transport->right_->peer_name() << ", from "
                 << transport->left_->peer_name();
+  RETURN_IF_ERROR(transport->ConnectPeers(*rendezvous, deadline));
   return transport;
 }
 
@@ -205,11 +338,15 @@ absl::StatusOr<RingIoReadiness> RingTransport::WaitForIo(bool want_send,
 void RingTransport::Abort() {
   if (left_) left_->Shutdown();
   if (right_) right_->Shutdown();
+  // The map itself is only changed during Create, before any other thread
+  // can see this object.
+  for (auto& [rank, connection] : peers_) connection->Shutdown();
 }
 
 void RingTransport::Close() {
   if (left_) left_->Close();
   if (right_) right_->Close();
+  for (auto& [rank, connection] : peers_) connection->Close();
 }
 
 int RingTransport::granted_send_buffer_bytes() const {

@@ -14,10 +14,22 @@
 //
 // Algorithms (ring_allreduce.h) talk only to this class: SendSome/RecvSome on
 // right()/left() and WaitForIo to sleep until one of them can move.
+//
+// Algorithms that talk to other ranks than the ring neighbours
+// (halving_doubling_allreduce.h, tree_allreduce.h, hierarchical_allreduce.h)
+// name them in `peers`; once the ring is up, Create connects one two-way
+// connection to each of them through a second listener
+// ("<prefix>/peer/<rank>"), so a peer's hello can never be mistaken for a ring
+// neighbour's. Every rank dials its peers of higher rank and then accepts those
+// of lower rank: the dials complete from the listen backlog, so nobody waits on
+// somebody who waits on them. Same hello, job token check and deadline as the
+// ring's.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -43,6 +55,11 @@ struct RingTransportOptions {
   absl::Duration timeout = absl::Seconds(60);
   // SO_SNDBUF/SO_RCVBUF per connection; 0 keeps the kernel's autotuning.
   int socket_buffer_bytes = 4 << 20;
+  // Ranks besides the ring neighbours that this rank needs a two-way
+  // connection to. The relation must be symmetric (q in peers of p exactly
+  // when p is in peers of q) or set-up fails at its deadline naming the rank
+  // that never called. This rank and duplicates are ignored.
+  std::vector<int> peers;
 };
 
 // What WaitForIo found.
@@ -72,6 +89,10 @@ class RingTransport {
   TcpConnection& left() { return *left_; }
   TcpConnection& right() { return *right_; }
 
+  // The two-way connection to `rank`, one of options().peers; null if it is
+  // not one.
+  TcpConnection* peer(int rank);
+
   // Sleeps until the right connection can take data (want_send), the left
   // one has data (want_recv), the right one became readable, which only
   // happens when the right neighbour closed it (watch_right), or `deadline`.
@@ -79,11 +100,12 @@ class RingTransport {
                                             bool watch_right,
                                             absl::Time deadline);
 
-  // Shuts both connections down so that a thread blocked in WaitForIo wakes up
-  // and the neighbours see the ring break at once. Thread-safe (the sockets
-  // stay open until Close or destruction, so no descriptor is reused).
+  // Shuts every connection (ring and peers) down so that a thread blocked in
+  // WaitForIo wakes up and the neighbours see the ring break at once.
+  // Thread-safe (the sockets stay open until Close or destruction, so no
+  // descriptor is reused).
   void Abort();
-  // Closes both connections (the neighbours see end-of-stream).
+  // Closes every connection (the peers see end-of-stream).
   void Close();
 
   // The kernel's actual buffer sizes (the request is capped by wmem_max).
@@ -93,10 +115,13 @@ class RingTransport {
  private:
   explicit RingTransport(const RingTransportOptions& options)
       : options_(options) {}
+  // Connects options_.peers as described at the top; after the ring.
+  absl::Status ConnectPeers(Rendezvous& rendezvous, absl::Time deadline);
 
   RingTransportOptions options_;
   std::unique_ptr<TcpConnection> left_;
   std::unique_ptr<TcpConnection> right_;
+  std::map<int, std::unique_ptr<TcpConnection>> peers_;
 };
 
 }  // namespace gradsync

@@ -1,6 +1,13 @@
-// All-reduce benchmark in the style of nccl-tests: gradsync's TCP ring against
-// Gloo's allreduce_ring, allreduce_ring_chunked and allreduce_halving_doubling
-// (Gloo's TCP transport), on the same N processes, sizes and machine.
+// All-reduce benchmark in the style of nccl-tests: gradsync's TCP all-reduce
+// family (ring, halving_doubling, tree, hierarchical, and the α–β selector
+// `allreduce`) against Gloo's allreduce_ring, allreduce_ring_chunked,
+// allreduce_halving_doubling and allreduce_bcube (Gloo's TCP transport), on
+// the same N processes, sizes and machine.
+//
+// Every gradsync row also shows its α–β prediction (allreduce/cost_model.h)
+// from α and B measured on the job's own ring before the first size (or
+// given with --allreduce_alpha_us and --allreduce_link_gbit), and the
+// measured time over the prediction.
 //
 // With a --config=cuda build, --algorithms may also name `nccl`: NCCL's
 // all-reduce on device buffers (bench/nccl_allreduce.h), ranks sharing the
@@ -40,7 +47,9 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,15 +63,21 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "allreduce/cost_model.h"
+#include "allreduce/halving_doubling_allreduce.h"
+#include "allreduce/hierarchical_allreduce.h"
 #include "allreduce/ring_allreduce.h"
 #include "allreduce/ring_flags.h"
 #include "allreduce/ring_transport.h"
+#include "allreduce/selecting_allreduce.h"
+#include "allreduce/tree_allreduce.h"
 #include "core/base/logging.h"
 #include "core/base/malloc_tuning.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/coordinator.h"
 #include "core/launch/launcher.h"
 #include "core/launch/netem.h"
+#include "gloo/allreduce_bcube.h"
 #include "gloo/allreduce_halving_doubling.h"
 #include "gloo/allreduce_ring.h"
 #include "gloo/allreduce_ring_chunked.h"
@@ -74,6 +89,7 @@
 #ifdef GRADSYNC_CUDA
 #include "bench/nccl_allreduce.h"
 #endif
+#include "bench/delay_line.h"
 
 ABSL_FLAG(int, workers, 4, "number of ranks (one process each)");
 ABSL_FLAG(int64_t, min_bytes, 1024, "smallest all-reduce, in bytes");
@@ -83,13 +99,25 @@ ABSL_FLAG(int, step_factor, 4, "each size is this many times the previous");
 ABSL_FLAG(int, iters, 20, "timed all-reduces per size");
 ABSL_FLAG(int, warmup, 5, "untimed all-reduces per size before timing");
 ABSL_FLAG(std::string, algorithms,
-          "gradsync_ring,gloo_ring,gloo_ring_chunked,gloo_halving_doubling",
-          "comma-separated: gradsync_ring, gloo_ring, gloo_ring_chunked, "
-          "gloo_halving_doubling");
+          "gradsync_ring,gradsync_halving_doubling,gradsync_tree,"
+          "gloo_ring,gloo_ring_chunked,gloo_halving_doubling",
+          "comma-separated: gradsync_ring, gradsync_halving_doubling, "
+          "gradsync_tree, gradsync_hierarchical (nodes of "
+          "--allreduce_ranks_per_node ranks; 0: one node), gradsync_allreduce "
+          "(the α–β selector), gloo_ring, gloo_ring_chunked, "
+          "gloo_halving_doubling, gloo_bcube, nccl (CUDA builds)");
 ABSL_FLAG(std::string, json, "",
           "also write the results here, in Google Benchmark's JSON shape");
 ABSL_FLAG(double, timeout_s, 120,
           "a rank that waits on a peer this long fails (and so the run)");
+ABSL_FLAG(
+    int, ranks_per_host, 1,
+    "with --netem: ranks share an emulated host (namespace and link) this "
+    "many at a time, consecutive ranks together");
+ABSL_FLAG(double, relay_latency_us, 0,
+          "route gradsync's connections through userspace relays that delay "
+          "every byte this long each way (bench/delay_line.h), for kernels "
+          "without sch_netem; Gloo's connections are not delayed");
 ABSL_FLAG(std::string, netem, "",
           "run every rank in its own network namespace behind an emulated "
           "link, RATE[,LATENCY] like 1gbit or 1gbit,200us (needs root and "
@@ -98,11 +126,53 @@ ABSL_FLAG(std::string, netem, "",
 namespace gradsync {
 namespace {
 
-constexpr const char* kKnownAlgorithms[] = {"gradsync_ring", "gloo_ring",
-                                            "gloo_ring_chunked",
-                                            "gloo_halving_doubling", "nccl"};
+constexpr const char* kKnownAlgorithms[] = {
+    "gradsync_ring",      "gradsync_halving_doubling",
+    "gradsync_tree",      "gradsync_hierarchical",
+    "gradsync_allreduce", "gloo_ring",
+    "gloo_ring_chunked",  "gloo_halving_doubling",
+    "gloo_bcube",         "nccl"};
 
 bool IsGloo(const std::string& name) { return absl::StartsWith(name, "gloo_"); }
+bool IsGradsync(const std::string& name) {
+  return absl::StartsWith(name, "gradsync_");
+}
+
+// --allreduce_ranks_per_node for gradsync_hierarchical; 0: all on one node.
+int HierarchicalRanksPerNode(int workers) {
+  const int flag = absl::GetFlag(FLAGS_allreduce_ranks_per_node);
+  return flag > 0 ? flag : workers;
+}
+
+// The α–β prediction of an algorithm's time, in microseconds; 0 when the
+// model has none (bcube, NCCL).
+double PredictedMicros(const std::string& name, int n, int64_t bytes,
+                       const LinkCost& link) {
+  if (link.alpha_s <= 0 || link.bytes_per_s <= 0) return 0;
+  const double size = static_cast<double>(bytes);
+  if (name == "gradsync_ring" || name == "gloo_ring" ||
+      name == "gloo_ring_chunked") {
+    return 1e6 * RingAllReduceSeconds(n, size, link);
+  }
+  if (name == "gradsync_halving_doubling" || name == "gloo_halving_doubling") {
+    return 1e6 * HalvingDoublingAllReduceSeconds(n, size, link);
+  }
+  if (name == "gradsync_tree") return 1e6 * TreeAllReduceSeconds(n, size, link);
+  if (name == "gradsync_hierarchical") {
+    // Across nodes each rank gets its host link's share.
+    const LinkCost across{
+        link.alpha_s,
+        link.bytes_per_s / std::max(1, absl::GetFlag(FLAGS_ranks_per_host))};
+    return 1e6 * HierarchicalAllReduceSeconds(n, HierarchicalRanksPerNode(n),
+                                              size, link, across);
+  }
+  if (name == "gradsync_allreduce") {
+    return PredictedMicros(
+        "gradsync_" + SelectingAllReduce::Choose(n, size, link), n, bytes,
+        link);
+  }
+  return 0;
+}
 
 struct RingSettings {
   int64_t chunk_bytes;
@@ -138,6 +208,9 @@ struct Cell {
   double cpu_us;  // user + system time of the rank's process per all-reduce
   int64_t wrong;
   int done;
+  // The link as gradsync's ranks measured it (or the flags gave it).
+  double link_alpha_s;
+  double link_bytes_per_s;
 };
 
 Cell& CellAt(Cell* cells, const Plan& plan, int algorithm, int size, int rank) {
@@ -219,7 +292,7 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
 }
 
 absl::StatusOr<std::unique_ptr<RingTransport>> ConnectGradsyncRing(
-    const Plan& plan, int rank, CoordinatorClient* coordinator) {
+    const Plan& plan, int rank, Rendezvous* coordinator) {
   const RingSettings settings = RingSettingsFromFlags();
   RingTransportOptions options;
   options.rank = rank;
@@ -229,6 +302,26 @@ absl::StatusOr<std::unique_ptr<RingTransport>> ConnectGradsyncRing(
   options.timeout = plan.timeout;
   options.socket_buffer_bytes = settings.socket_buffer_bytes;
   options.advertise_host = plan.hosts[rank];
+  // One transport for every gradsync algorithm of the run: the ring's
+  // connections plus the peers each of the others needs.
+  std::set<int> peers;
+  for (const std::string& name : plan.algorithms) {
+    std::vector<int> more;
+    if (name == "gradsync_halving_doubling") {
+      more = HalvingDoublingAllReduce::Peers(rank, plan.workers);
+    } else if (name == "gradsync_tree") {
+      more = TreeAllReduce::Peers(rank, plan.workers);
+    } else if (name == "gradsync_hierarchical") {
+      more = HierarchicalAllReduce::Peers(
+          rank, plan.workers, HierarchicalRanksPerNode(plan.workers));
+    }
+    peers.insert(more.begin(), more.end());
+  }
+  // The selector (which also measures the link for the predictions).
+  for (int peer : SelectingAllReduce::Peers(rank, plan.workers)) {
+    peers.insert(peer);
+  }
+  options.peers.assign(peers.begin(), peers.end());
   return RingTransport::Create(options, coordinator);
 }
 
@@ -261,6 +354,8 @@ absl::Status MeasureGloo(const Plan& plan, int rank, const std::string& name,
     } else if (name == "gloo_ring_chunked") {
       instance.reset(
           new gloo::AllreduceRingChunked<float>(context, pointers, count));
+    } else if (name == "gloo_bcube") {
+      instance.reset(new gloo::AllreduceBcube<float>(context, pointers, count));
     } else {
       instance.reset(
           new gloo::AllreduceHalvingDoubling<float>(context, pointers, count));
@@ -315,20 +410,57 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
       std::unique_ptr<CoordinatorClient> coordinator,
       CoordinatorClient::Connect(coordinator_address, "allreduce-benchmark",
                                  Role::kWorker, rank, plan.timeout));
-  const bool want_ring = std::count(plan.algorithms.begin(),
-                                    plan.algorithms.end(), "gradsync_ring") > 0;
+  const bool want_ring =
+      std::any_of(plan.algorithms.begin(), plan.algorithms.end(), IsGradsync);
   const bool want_gloo =
       std::any_of(plan.algorithms.begin(), plan.algorithms.end(), IsGloo);
   const bool want_nccl =
       std::count(plan.algorithms.begin(), plan.algorithms.end(), "nccl") > 0;
 
+  // Declared before the transport: its relays must outlive the connections.
+  std::unique_ptr<DelayedRendezvous> delayed;
+  Rendezvous* rendezvous = coordinator.get();
+  const double relay_latency_us = absl::GetFlag(FLAGS_relay_latency_us);
+  if (relay_latency_us > 0) {
+    delayed = std::make_unique<DelayedRendezvous>(
+        coordinator.get(), plan.hosts[rank],
+        absl::Microseconds(relay_latency_us));
+    rendezvous = delayed.get();
+  }
   std::unique_ptr<RingTransport> transport;
   std::unique_ptr<RingAllReduce> ring;
+  std::map<std::string, std::unique_ptr<AllReduceAlgorithm>> family;
+  LinkCost link{0, 0};
   if (want_ring) {
-    ASSIGN_OR_RETURN(transport,
-                     ConnectGradsyncRing(plan, rank, coordinator.get()));
-    ring = std::make_unique<RingAllReduce>(transport.get(),
-                                           RingSettingsFromFlags().chunk_bytes);
+    ASSIGN_OR_RETURN(transport, ConnectGradsyncRing(plan, rank, rendezvous));
+    const int64_t chunk = RingSettingsFromFlags().chunk_bytes;
+    ring = std::make_unique<RingAllReduce>(transport.get(), chunk);
+    const LinkCost given{absl::GetFlag(FLAGS_allreduce_alpha_us) * 1e-6,
+                         absl::GetFlag(FLAGS_allreduce_link_gbit) * 1e9 / 8};
+    ASSIGN_OR_RETURN(std::unique_ptr<SelectingAllReduce> selector,
+                     SelectingAllReduce::Create(transport.get(), chunk, given));
+    link = selector->link();
+    if (rank == 0) {
+      GS_LOG(INFO) << "link for the predictions: alpha " << link.alpha_s * 1e6
+                   << " us, B " << link.bytes_per_s / 1e9 << " GB/s ("
+                   << (given.alpha_s > 0 && given.bytes_per_s > 0
+                           ? "given"
+                           : "measured on the ring")
+                   << ")";
+    }
+    family["gradsync_allreduce"] = std::move(selector);
+    family["gradsync_halving_doubling"] =
+        std::make_unique<HalvingDoublingAllReduce>(transport.get(), chunk);
+    family["gradsync_tree"] =
+        std::make_unique<TreeAllReduce>(transport.get(), chunk);
+    const int ranks_per_node = HierarchicalRanksPerNode(plan.workers);
+    if (std::count(plan.algorithms.begin(), plan.algorithms.end(),
+                   "gradsync_hierarchical") > 0) {
+      RETURN_IF_ERROR(
+          HierarchicalAllReduce::Check(plan.workers, ranks_per_node));
+      family["gradsync_hierarchical"] = std::make_unique<HierarchicalAllReduce>(
+          transport.get(), chunk, ranks_per_node);
+    }
   }
   std::shared_ptr<gloo::Context> gloo_context;
   if (want_gloo) {
@@ -365,8 +497,16 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
     for (size_t a = 0; a < plan.algorithms.size(); ++a) {
       const std::string& name = plan.algorithms[a];
       Cell& cell = CellAt(cells, plan, a, s, rank);
+      cell.link_alpha_s = link.alpha_s;
+      cell.link_bytes_per_s = link.bytes_per_s;
       absl::Status status;
-      if (name == "gradsync_ring") {
+      if (family.count(name) > 0) {
+        AllReduceAlgorithm& algorithm = *family[name];
+        status = Measure(
+            plan, rank, buffer.data(), count,
+            [&] { return algorithm.Run(buffer.data(), count, 1.0f, 0); },
+            [&] { return ring->Run(&token, 1); }, cell);
+      } else if (name == "gradsync_ring") {
         // A one-float all-reduce ends on a rank only once every rank has
         // contributed, so it is a barrier.
         status = Measure(
@@ -485,6 +625,7 @@ struct Row {
   double algbw;
   double busbw;
   int64_t wrong;
+  double predicted_us;  // 0: no prediction
 };
 
 std::string MachineDescription() {
@@ -526,9 +667,9 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
       ring.chunk_bytes >> 10, ring.socket_buffer_bytes >> 10);
   for (const std::string& algorithm : plan.algorithms) {
     absl::PrintF("#\n# %s\n", algorithm);
-    absl::PrintF("# %12s %12s %6s %12s %12s %12s %8s %14s%s\n", "size (B)",
-                 "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
-                 "#wrong", "cpu (us)",
+    absl::PrintF("# %12s %12s %6s %12s %12s %12s %8s %14s %12s %8s%s\n",
+                 "size (B)", "count", "type", "time (us)", "algbw (GB/s)",
+                 "busbw (GB/s)", "#wrong", "cpu (us)", "α–β (us)", "time/α–β",
                  plan.link_bits_per_s > 0 ? "     link" : "");
     for (const Row& row : rows) {
       if (row.algorithm != algorithm) continue;
@@ -537,33 +678,37 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
         link = absl::StrFormat(" %7.1f%%",
                                100 * row.busbw * 8e9 / plan.link_bits_per_s);
       }
-      absl::PrintF("  %12d %12d %6s %12.1f %12.3f %12.3f %8d %14.1f%s\n",
-                   row.bytes, row.bytes / 4, "float", row.time_us, row.algbw,
-                   row.busbw, row.wrong, row.cpu_us, link);
+      absl::PrintF(
+          "  %12d %12d %6s %12.1f %12.3f %12.3f %8d %14.1f %12.1f %8.2f%s\n",
+          row.bytes, row.bytes / 4, "float", row.time_us, row.algbw, row.busbw,
+          row.wrong, row.cpu_us, row.predicted_us,
+          row.predicted_us > 0 ? row.time_us / row.predicted_us : 0.0, link);
     }
   }
-  // Side by side, when gradsync's ring and at least one Gloo algorithm ran.
-  const bool have_ring = std::count(plan.algorithms.begin(),
-                                    plan.algorithms.end(), "gradsync_ring");
-  if (!have_ring ||
-      !std::any_of(plan.algorithms.begin(), plan.algorithms.end(), IsGloo)) {
-    return;
-  }
+  // Side by side, when at least two algorithms ran.
+  if (plan.algorithms.size() < 2) return;
   absl::PrintF(
-      "#\n# busbw (GB/s) side by side; ratio = gradsync_ring / best Gloo\n");
+      "#\n# busbw (GB/s) side by side; ratio = gradsync_ring / best Gloo; "
+      "fastest = the algorithm with the least time at that size\n");
   std::string header = absl::StrFormat("# %12s", "size (B)");
   for (const std::string& algorithm : plan.algorithms) {
     absl::StrAppend(&header, absl::StrFormat(" %22s", algorithm));
   }
-  absl::PrintF("%s %8s\n", header, "ratio");
+  absl::PrintF("%s %8s  %s\n", header, "ratio", "fastest");
   for (int64_t bytes : plan.sizes) {
     std::string line = absl::StrFormat("  %12d", bytes);
     double ring_busbw = 0;
     double best_gloo = 0;
+    double best_busbw = 0;
+    std::string fastest;
     for (const std::string& algorithm : plan.algorithms) {
       for (const Row& row : rows) {
         if (row.algorithm != algorithm || row.bytes != bytes) continue;
         absl::StrAppend(&line, absl::StrFormat(" %22.3f", row.busbw));
+        if (row.busbw > best_busbw) {
+          best_busbw = row.busbw;
+          fastest = algorithm;
+        }
         if (algorithm == "gradsync_ring") {
           ring_busbw = row.busbw;
         } else if (IsGloo(algorithm)) {
@@ -571,8 +716,8 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
         }
       }
     }
-    absl::PrintF("%s %8.2f\n", line,
-                 best_gloo > 0 ? ring_busbw / best_gloo : 0.0);
+    absl::PrintF("%s %8.2f  %s\n", line,
+                 best_gloo > 0 ? ring_busbw / best_gloo : 0.0, fastest);
   }
 }
 
@@ -597,6 +742,7 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
         {"algbw_GBps", row.algbw},
         {"busbw_GBps", row.busbw},
         {"wrong", row.wrong},
+        {"predicted_us", row.predicted_us},
         {"cpu_us_all_ranks", row.cpu_us},
     });
   }
@@ -694,11 +840,12 @@ int Main(int argc, char** argv) {
     return 1;
   }
   Cell* cells = static_cast<Cell*>(shared);
-  std::fill(cells, cells + cell_count, Cell{0, 0, 0, 0});
+  std::fill(cells, cells + cell_count, Cell{0, 0, 0, 0, 0, 0});
 
   // Removed by its destructor on every way out of Main (Ctrl-C included:
   // RunRanks turns it into stopping the ranks).
   std::unique_ptr<EmulatedNetwork> network;
+  const int ranks_per_host = std::max(1, absl::GetFlag(FLAGS_ranks_per_host));
   if (!absl::GetFlag(FLAGS_netem).empty()) {
     absl::StatusOr<LinkSpec> link = ParseLinkSpec(absl::GetFlag(FLAGS_netem));
     absl::Status usable =
@@ -706,7 +853,7 @@ int Main(int argc, char** argv) {
     absl::StatusOr<std::unique_ptr<EmulatedNetwork>> created;
     if (usable.ok()) {
       EmulatedNetworkOptions options;
-      options.nodes = plan->workers;
+      options.nodes = (plan->workers + ranks_per_host - 1) / ranks_per_host;
       options.link = *link;
       created = EmulatedNetwork::Create(options);
       usable = created.status();
@@ -719,14 +866,23 @@ int Main(int argc, char** argv) {
     network = *std::move(created);
     GS_LOG(INFO) << "emulated network: " << network->Describe();
     for (int rank = 0; rank < plan->workers; ++rank) {
-      plan->hosts[rank] = network->NodeAddress(rank);
-      plan->netns.push_back(network->NodeNamespace(rank));
+      plan->hosts[rank] = network->NodeAddress(rank / ranks_per_host);
+      plan->netns.push_back(network->NodeNamespace(rank / ranks_per_host));
     }
     plan->link_bits_per_s = link->rate_bits_per_s;
-    plan->transport = absl::StrCat("TCP over emulated ", link->text,
-                                   " links (one network namespace per rank)");
+    plan->transport = absl::StrCat(
+        "TCP over emulated ", link->text, " links (",
+        ranks_per_host == 1
+            ? std::string("one network namespace per rank")
+            : absl::StrCat(ranks_per_host, " ranks per namespace and link"),
+        ")");
   }
 
+  if (absl::GetFlag(FLAGS_relay_latency_us) > 0) {
+    absl::StrAppend(&plan->transport, ", gradsync's connections through ",
+                    absl::GetFlag(FLAGS_relay_latency_us),
+                    " us userspace delay relays (Gloo's not)");
+  }
   const bool ok = RunRanks(*plan, cells);
   if (network != nullptr) {
     absl::Status removed = network->Destroy();
@@ -742,7 +898,7 @@ int Main(int argc, char** argv) {
   const double bus_factor = 2.0 * (plan->workers - 1) / plan->workers;
   for (size_t a = 0; a < plan->algorithms.size(); ++a) {
     for (size_t s = 0; s < plan->sizes.size(); ++s) {
-      Row row{plan->algorithms[a], plan->sizes[s], 0, 0, 0, 0, 0};
+      Row row{plan->algorithms[a], plan->sizes[s], 0, 0, 0, 0, 0, 0};
       bool complete = true;
       for (int rank = 0; rank < plan->workers; ++rank) {
         const Cell& cell = CellAt(cells, *plan, a, s, rank);
@@ -752,6 +908,10 @@ int Main(int argc, char** argv) {
         row.wrong += cell.wrong;
       }
       if (!complete) continue;
+      const Cell& first = CellAt(cells, *plan, a, s, 0);
+      row.predicted_us =
+          PredictedMicros(row.algorithm, plan->workers, row.bytes,
+                          LinkCost{first.link_alpha_s, first.link_bytes_per_s});
       row.algbw = row.bytes / (row.time_us * 1e-6) / 1e9;
       row.busbw = row.algbw * bus_factor;
       rows.push_back(row);

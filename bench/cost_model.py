@@ -102,6 +102,29 @@ whole (at most --ps_chunk_kb), so the partitioner only approaches the
 targets: predict() takes each kind's largest share from the job's own
 partition (placed_shares models it where the job did not say).
 
+The rest of the all-reduce family (allreduce/cost_model.cc holds the same
+formulas in C++ for --sync=allreduce's choice; cost_model_test.py checks that
+the two agree). Halving-doubling over p = 2^⌊log2 N⌋ ranks swaps S/2, S/4, …
+with one partner per step, then the same in reverse; N > p folds the r = N − p
+extra ranks into partners first (S there and back, two more steps):
+
+    T_hd = 2·log2 p·α + 2(p−1)/p · S/B  [+ 2α + 2·S/B if N > p]   (6)
+
+Double binary tree: two trees, each carrying S/2, a node forwarding bytes as
+soon as both children's have arrived. The first byte crosses 2D links (D the
+depth), the rest follow at the busiest rank's pace: E_max tree edges over
+both trees, each carrying S/2 (E = 4 when a rank is internal in one tree and a
+leaf in the other, up to 6 with the shift construction's leftovers):
+
+    T_tree = 2D·α + E_max·(S/2)/B                              (7)
+
+Hierarchical, R ranks per node, M = N/R nodes: reduce-scatter and all-gather
+inside the node (one step each, (R−1)/R·S over the fast local path), and
+halving-doubling on S/R across the nodes, with R ranks sharing each host
+link (bandwidth B/R each; B when every rank has a link of its own):
+
+    T_hier = 2(α_i + (R−1)/R·S/B_i) + T_hd(M, S/R, α, B/R)      (8)
+
 Buckets and overlap. Backward hands buckets off in reverse layer order;
 bucket b is ready after the compute spent on the layers it holds (the
 synthetic models spend time in proportion to bytes). Communication is one
@@ -156,6 +179,85 @@ def ring_time(n, size, link):
     if n == 1:
         return 0.0
     return 2 * (n - 1) * link.alpha_s + 2 * (n - 1) / n * size / link.bandwidth
+
+
+def halving_doubling_time(n, size, link):
+    """(6): one halving-doubling all-reduce of `size` bytes among n ranks."""
+    if n <= 1:
+        return 0.0
+    p = 1 << (n.bit_length() - 1)
+    t = 2 * math.log2(p) * link.alpha_s + 2 * (p - 1) / p * size / link.bandwidth
+    if n > p:
+        t += 2 * link.alpha_s + 2 * size / link.bandwidth
+    return t
+
+
+def double_binary_tree(n, shift):
+    """{rank: (parent, [children])} of the in-order balanced tree over
+    positions 0..n−1 mapped to rank (position + shift) mod n
+    (allreduce/tree_allreduce.cc)."""
+    nodes = {}
+
+    def build(lo, hi, parent):
+        if lo >= hi:
+            return -1
+        root = lo + (hi - lo) // 2
+        left, right = build(lo, root, root), build(root + 1, hi, root)
+        nodes[root] = (parent, [c for c in (left, right) if c >= 0])
+        return root
+    build(0, n, -1)
+
+    def rank(x):
+        return -1 if x < 0 else (x + shift) % n
+    return {rank(x): (rank(p), [rank(c) for c in children])
+            for x, (p, children) in nodes.items()}
+
+
+def tree_time(n, size, link):
+    """(7): one double-binary-tree all-reduce of `size` bytes among n ranks."""
+    if n <= 1:
+        return 0.0
+    trees = [double_binary_tree(n, 0), double_binary_tree(n, 1)]
+    edges = [sum((t[r][0] >= 0) + len(t[r][1]) for t in trees) for r in range(n)]
+    first = trees[0]
+
+    def depth(r):
+        d = 0
+        while first[r][0] >= 0:
+            r, d = first[r][0], d + 1
+        return d
+    levels = max(1, max(depth(r) for r in range(n)))
+    return 2 * levels * link.alpha_s + max(edges) * (size / 2) / link.bandwidth
+
+
+def hierarchical_time(n, ranks_per_node, size, link, intra=None, shared=True):
+    """(8): R ranks per node, across nodes over `link`, shared by the node's R
+    ranks (`shared`) or one each; `intra` is the path inside a node (default:
+    the same link)."""
+    if n <= 1:
+        return 0.0
+    intra = intra or link
+    r = max(1, ranks_per_node)
+    t = 0.0
+    if r > 1:
+        t += 2 * (intra.alpha_s + (r - 1) / r * size / intra.bandwidth)
+    across = Link(link.alpha_s, link.bandwidth / r) if shared else link
+    return t + halving_doubling_time(n // r, size / r, across)
+
+
+RING_MARGIN = 0.9  # allreduce/selecting_allreduce.cc's kRingMargin
+
+
+def allreduce_pick(n, size, link):
+    """--sync=allreduce's choice and its predicted time: the ring unless
+    another is predicted at least 10 % faster (selecting_allreduce.cc)."""
+    ring = ring_time(n, size, link)
+    best, time = "ring", ring
+    for name, t in (("halving_doubling", halving_doubling_time(n, size, link)),
+                    ("tree", tree_time(n, size, link))):
+        if t < (ring * RING_MARGIN if best == "ring" else time):
+            best, time = name, t
+    return best, time
 
 
 def ps_tail_block(last_key, message_bytes=PS_MESSAGE_BYTES):
@@ -276,13 +378,22 @@ def balanced_share(size, k, chunk=PS_CHUNK_BYTES):
     return max(loads) / size
 
 
-def sync_time(strategy, n, k, size, link, largest_share=None, colocated=0):
+def sync_time(strategy, n, k, size, link, largest_share=None, colocated=0, ranks_per_node=1):
     """Time to synchronize `size` bytes with no overlap (`colocated`: the
-    servers of K that workers run, for ps-mixed)."""
+    servers of K that workers run, for ps-mixed; `ranks_per_node` for
+    hierarchical)."""
     if strategy == "local" or (n == 1 and strategy != "ps"):
         return 0.0
     if strategy == "ring":
         return ring_time(n, size, link)
+    if strategy == "halving_doubling":
+        return halving_doubling_time(n, size, link)
+    if strategy == "tree":
+        return tree_time(n, size, link)
+    if strategy == "hierarchical":
+        return hierarchical_time(n, ranks_per_node, size, link)
+    if strategy == "allreduce":
+        return allreduce_pick(n, size, link)[1]
     if strategy == "ps-colocated":
         return colocated_ps_time(n, size, link)
     if strategy == "ps":
@@ -322,7 +433,10 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
     n, k, strategy = point["workers"], point["servers"], point["strategy"]
     share = point.get("largest_server_share") or (1.0 / k if k else None)
     flags = training_flags(extra_flags, point.get("sweep", ""))
-    chunk = int(flags.get("ps_chunk_kb", PS_CHUNK_BYTES // 1024)) * 1024
+    # The key size: a flag, else what the job derived (scaling.py reads it
+    # from the summary; --ps_chunk_kb=0 is auto), else the old default.
+    chunk = int(flags.get("ps_chunk_kb", 0)) * 1024 or int(
+        point.get("ps_chunk_bytes") or PS_CHUNK_BYTES)
     message = int(flags.get("ps_message_kb", PS_MESSAGE_BYTES // 1024)) * 1024
     last_key = min(chunk, last_tensor_bytes or bucket_bytes[-1])
     if strategy == "ps":
@@ -366,7 +480,8 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
         tail = comm - mixed(sum(bucket_bytes), 0)
     else:
         def bucket_time(size):
-            return sync_time(strategy, n, k, size, link)
+            return sync_time(strategy, n, k, size, link,
+                             ranks_per_node=point.get("ranks_per_node", 1))
         comm = sum(bucket_time(size) for size in bucket_bytes)
         tail = 0.0
     _, exposed = exposed_communication(bucket_bytes, base_compute_ms / 1000, bucket_time)
@@ -462,6 +577,9 @@ def extrapolate(link, model_bytes, bucket_mb=25, chunk=PS_CHUNK_BYTES):
             "ps K=1": ps(1),
             "ps K=N/4": ps(max(1, n // 4)),
             "ps K=N": ps(n),
+            "halving_doubling": 1000 * buckets * halving_doubling_time(
+                n, model_bytes / buckets, link),
+            "tree": 1000 * buckets * tree_time(n, model_bytes / buckets, link),
             "ps colocated": 1000 * colocated_ps_time(
                 n, model_bytes, link, last_key=last_key,
                 largest_share=balanced_share(model_bytes, n, chunk)),

@@ -3,31 +3,42 @@
 
 One row of three panels per (model, link, bucket, compute) group:
   - time per step against N, measured (median, bars from min to max over
-    the repeats) and predicted by the α–β model (dashed);
+    the repeats) and predicted by the α–β model (× markers);
   - throughput (samples/s over all workers) against N, measured and
-    predicted, with the N = 1 reference's throughput scaled by N (dotted) as
-    the perfect-scaling line;
+    predicted, with the N = 1 reference's throughput scaled by N as the
+    perfect-scaling line where it fits on the axes;
   - bytes per step through the busiest link (one direction) against N,
     measured and from the formulas (bench/cost_model.py).
+
+A figure must say what produced it: the build, the date, the command and the
+flags every job got are read from sweep.json beside points.csv (scaling.py
+writes both) and printed under the panels. Nothing is put in a legend that
+cannot be seen on the figure: a reference line that would lie on the axis, a
+perfect-scaling line above the top, or a series hidden under another one is
+left out or named in the legend entry of the series it lies under.
 
 Usage: /usr/bin/python3 bench/plot_scaling.py runs/scaling-.../points.csv -o out.png
 """
 import argparse
 import csv
+import json
 import os
 import sys
+import textwrap
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
-import cost_model  # noqa: E402
-
-# One colour per series, the same in every panel.
-COLORS = {"ring": "tab:blue", "ps K=1": "tab:red", "ps K=N": "tab:green",
-          "ps-colocated": "tab:purple"}
+# One colour and marker per series, the same in every panel; the colocated PS
+# is drawn hollow and larger, so it stays visible where it lies on the ring.
+STYLES = {"ring": ("tab:blue", "o", True), "ps K=1": ("tab:red", "s", True),
+          "ps K=N": ("tab:green", "^", True), "ps-colocated": ("tab:purple", "D", False)}
+# Two curves closer than this fraction of the axis' span at every N are drawn
+# on top of each other.
+COINCIDENT = 0.015
 
 
 def read_points(path):
@@ -36,12 +47,51 @@ def read_points(path):
     numeric = lambda v: float(v) if v not in ("", None) else None  # noqa: E731
     for row in rows:
         for key, value in row.items():
-            if key not in ("strategy", "model", "link", "sweep", "cpu_bound"):
+            if key not in ("strategy", "model", "link", "sweep", "cpu_bound", "partition"):
                 row[key] = numeric(value)
         row["cpu_bound"] = row.get("cpu_bound") == "True"
         row["workers"] = int(row["workers"])
         row["servers"] = int(row["servers"])
     return rows
+
+
+def read_provenance(csv_path):
+    """Build, date, command and the flags every job got, from the sweep.json
+    bench/scaling.py wrote beside points.csv; None without one."""
+    path = os.path.join(os.path.dirname(os.path.abspath(csv_path)), "sweep.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        manifest = json.load(f).get("manifest", {})
+    arguments = manifest.get("arguments", {})
+    # The jobs' own manifest names the build they ran (GRADSYNC_GIT_COMMIT or
+    # the checkout's HEAD when they started); the sweep's names the checkout
+    # when it ended, which may have moved on.
+    jobs = manifest.get("run_manifest") or {}
+    commit = jobs.get("git_commit") or manifest.get("git_commit", "unknown")
+    return {
+        "build": commit[:7],
+        "date": manifest.get("time", "unknown")[:10],
+        "command": manifest.get("command", ""),
+        "extra": " ".join(arguments.get("extra", []) or []),
+    }
+
+
+def provenance_text(provenance, note):
+    lines = []
+    if provenance is None:
+        lines.append("build, date and flags unknown: no sweep.json beside points.csv")
+    else:
+        flags = provenance["extra"] or "none"
+        lines.append(f"gradsync {provenance['build']}, {provenance['date']};  "
+                     f"flags given to every job beyond the sweep's own: {flags}")
+        command = provenance["command"]
+        if command:
+            lines += textwrap.wrap(command, 200, subsequent_indent="    ",
+                                   break_on_hyphens=False)
+    if note:
+        lines.append(note)
+    return "\n".join(lines)
 
 
 def series_name(p):
@@ -50,6 +100,22 @@ def series_name(p):
     if p["strategy"] == "ps-mixed":
         return f"ps K={p['servers']:.0f}, {p['colocated']:.0f} in workers"
     return p["strategy"]
+
+
+# Series without a style of their own (ps-mixed points, K other than 1 and
+# N) take these in turn, so a legend entry always matches its line.
+EXTRA_STYLES = [("tab:orange", "v", True), ("tab:brown", "<", True), ("tab:pink", ">", True),
+                ("tab:gray", "p", True), ("tab:olive", "h", True), ("tab:cyan", "*", True),
+                ("black", "P", True), ("tab:orange", "X", False), ("tab:brown", "d", False)]
+_assigned = {}
+
+
+def style(name):
+    if name in STYLES:
+        return STYLES[name]
+    if name not in _assigned:
+        _assigned[name] = EXTRA_STYLES[len(_assigned) % len(EXTRA_STYLES)]
+    return _assigned[name]
 
 
 def predicted_busiest_bytes(p):
@@ -67,61 +133,134 @@ def predicted_busiest_bytes(p):
     return 0.0
 
 
+def hidden_under(curves, span):
+    """{name: the earlier-drawn series it lies on}, for series whose curve
+    is within COINCIDENT of the axis span of an earlier one at every N."""
+    hidden, names = {}, list(curves)
+    for i, name in enumerate(names):
+        xs, ys = curves[name]
+        for other in names[:i]:
+            oxs, oys = curves[other]
+            if xs == oxs and all(abs(a - b) <= COINCIDENT * span for a, b in zip(ys, oys)):
+                hidden[name] = other
+                break
+    return hidden
+
+
+def draw_panel(ax, curves, predictions, span):
+    """Measured curves (with error bars where given) and prediction markers;
+    returns the legend handles of what can be seen."""
+    hidden = hidden_under({n: (c["x"], c["y"]) for n, c in curves.items()}, span)
+    handles = []
+    for name, c in curves.items():
+        color, marker, filled = style(name)
+        label = name
+        under = [h for h, top in hidden.items() if top == name]
+        if under:
+            label += f" (= {', '.join(under)})"
+        ax.errorbar(c["x"], c["y"], yerr=c.get("err"), marker=marker, color=color, capsize=3,
+                    markersize=6 if filled else 9,
+                    markerfacecolor=color if filled else "none",
+                    linestyle="-" if filled else "--", zorder=3 if filled else 4)
+        if name in hidden:
+            continue  # named in the entry of the series it lies on
+        handles.append(Line2D([], [], color=color, marker=marker,
+                              markerfacecolor=color if filled else "none",
+                              linestyle="-" if filled else "--", label=label))
+    any_prediction = False
+    for name, (xs, ys) in predictions.items():
+        if not xs:
+            continue
+        any_prediction = True
+        ax.plot(xs, ys, linestyle="none", marker="x", markersize=11, markeredgewidth=1.6,
+                color="black", zorder=6)
+    if any_prediction:
+        handles.append(Line2D([], [], color="black", marker="x", linestyle="none",
+                              markersize=9, label="α–β prediction"))
+    return handles
+
+
 def plot_group(axes, points, reference):
     by_series = {}
     for p in points:
         by_series.setdefault(series_name(p), []).append(p)
-    for name, ps in sorted(by_series.items()):
-        ps.sort(key=lambda p: p["workers"])
-        color = COLORS.get(name)
+    order = sorted(by_series, key=lambda n: (list(STYLES).index(n) if n in STYLES else 99, n))
+    steps, throughput, traffic = {}, {}, {}
+    step_pred, throughput_pred, traffic_pred = {}, {}, {}
+    busy = []
+    for name in order:
+        ps = sorted(by_series[name], key=lambda p: p["workers"])
         n = [p["workers"] for p in ps]
-        step = [p["step_ms"] / 1000 for p in ps]
-        low = [(p["step_ms"] - p["step_ms_min"]) / 1000 for p in ps]
-        high = [(p["step_ms_max"] - p["step_ms"]) / 1000 for p in ps]
-        axes[0].errorbar(n, step, yerr=[low, high], marker="o", color=color, capsize=3,
-                         label=f"{name} measured")
-        # A point measured on a busy machine may show the CPU, not the links.
-        busy = [p for p in ps if p["cpu_bound"]]
-        if busy:
-            axes[0].scatter([p["workers"] for p in busy], [p["step_ms"] / 1000 for p in busy],
-                            s=160, facecolors="none", edgecolors="red", zorder=5,
-                            label=f"{name}: CPU-bound (machine > 70% busy)")
+        steps[name] = {"x": n, "y": [p["step_ms"] / 1000 for p in ps],
+                       "err": [[(p["step_ms"] - p["step_ms_min"]) / 1000 for p in ps],
+                               [(p["step_ms_max"] - p["step_ms"]) / 1000 for p in ps]]}
+        throughput[name] = {"x": n, "y": [p["samples_per_s"] for p in ps]}
+        traffic[name] = {"x": n, "y": [p["busiest_link_bytes"] / 1e6 for p in ps]}
         predicted = [p.get("predicted_step_ms") for p in ps]
-        if all(v is not None for v in predicted):
-            axes[0].plot(n, [v / 1000 for v in predicted], "--", color=color,
-                         label=f"{name} predicted")
-        axes[1].plot(n, [p["samples_per_s"] for p in ps], marker="o", color=color, label=name)
-        if all(v is not None for v in predicted):
-            axes[1].plot(n, [p["samples_per_s"] * p["step_ms"] / v for p, v in zip(ps, predicted)],
-                         "--", color=color)
-        axes[2].plot(n, [p["busiest_link_bytes"] / 1e6 for p in ps], marker="o", color=color,
-                     label=f"{name} measured")
-        axes[2].plot(n, [predicted_busiest_bytes(p) / 1e6 for p in ps], "--", color=color)
+        known = [(p, v) for p, v in zip(ps, predicted) if v]
+        step_pred[name] = ([p["workers"] for p, _ in known], [v / 1000 for _, v in known])
+        throughput_pred[name] = ([p["workers"] for p, _ in known],
+                                 [p["samples_per_s"] * p["step_ms"] / v for p, v in known])
+        traffic_pred[name] = (n, [predicted_busiest_bytes(p) / 1e6 for p in ps])
+        busy += [p for p in ps if p["cpu_bound"]]
+
+    def span_of(curves, predictions, floor=0.0):
+        values = [v for c in curves.values() for v in c["y"]]
+        values += [v for _, ys in predictions.values() for v in ys]
+        return max(values + [floor]) or 1.0
+
     all_n = sorted({p["workers"] for p in points})
-    # Keep the measured curves readable: perfect scaling may run far above
-    # them when communication dominates, and is then clipped.
-    top = max(max(p["samples_per_s"], p["samples_per_s"] * p["step_ms"] /
-                  (p.get("predicted_step_ms") or p["step_ms"])) for p in points)
-    axes[1].set_ylim(0, 1.3 * top)
+    notes = []
+    # Time per step.
+    top = span_of(steps, step_pred) * 1.1
+    handles = draw_panel(axes[0], steps, step_pred, top)
+    if busy:
+        axes[0].scatter([p["workers"] for p in busy], [p["step_ms"] / 1000 for p in busy],
+                        s=220, facecolors="none", edgecolors="red", zorder=7)
+        handles.append(Line2D([], [], marker="o", markersize=12, markerfacecolor="none",
+                              markeredgecolor="red", linestyle="none",
+                              label="CPU-bound (machine > 70% busy)"))
     if reference is not None:
-        axes[0].axhline(reference["step_ms"] / 1000, color="gray", linestyle=":",
-                        label="N=1, no communication")
-        axes[1].plot(all_n, [reference["samples_per_s"] * n for n in all_n], ":", color="gray",
-                     label="perfect scaling")
+        ref_s = reference["step_ms"] / 1000
+        if ref_s >= 0.03 * top:
+            axes[0].axhline(ref_s, color="gray", linestyle=":")
+            handles.append(Line2D([], [], color="gray", linestyle=":",
+                                  label="N=1, no communication"))
+        else:
+            notes.append((axes[0], f"N=1 (no communication): {reference['step_ms']:.1f} ms a step"))
+    axes[0].set_ylim(0, top)
+    axes[0].legend(handles=handles, fontsize=7, loc="upper left")
+    # Throughput.
+    top = span_of(throughput, throughput_pred) * 1.25
+    handles = draw_panel(axes[1], throughput, throughput_pred, top)
+    if reference is not None:
+        perfect = [reference["samples_per_s"] * n for n in all_n]
+        if min(perfect) <= top:
+            axes[1].plot(all_n, perfect, ":", color="gray")
+            handles.append(Line2D([], [], color="gray", linestyle=":",
+                                  label="perfect scaling (N × N=1)"))
+        else:
+            notes.append((axes[1], "perfect scaling (N × N=1's "
+                          f"{reference['samples_per_s']:.0f} samples/s) is above the axes"))
+    axes[1].set_ylim(0, top)
+    axes[1].legend(handles=handles, fontsize=7, loc="upper left")
+    # Busiest link.
+    top = span_of(traffic, traffic_pred) * 1.1
+    handles = draw_panel(axes[2], traffic, traffic_pred, top)
+    axes[2].set_ylim(0, top)
+    axes[2].legend(handles=handles, fontsize=7, loc="upper left")
+    axes[2].text(0.98, 0.03, "×: ring 2(N−1)/N·S,  ps N·S/K (≥ S),\ncolocated 2(N−1)/N·S",
+                 transform=axes[2].transAxes, fontsize=7, va="bottom", ha="right")
+    for ax, text in notes:
+        ax.text(0.98, 0.03, text, transform=ax.transAxes, fontsize=7, va="bottom", ha="right",
+                color="dimgray")
     for ax in axes:
         ax.set_xlabel("workers N")
         ax.set_xticks(all_n)
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("s per step")
-    axes[0].set_ylim(bottom=0)
     axes[1].set_ylabel("samples/s (all workers)")
     axes[2].set_ylabel("MB per step, busiest link, one way")
-    axes[2].set_ylim(bottom=0)
-    axes[2].text(0.98, 0.03, "dashed: ring 2(N−1)/N·S,  ps N·S/K (≥ S),\ncolocated 2(N−1)/N·S",
-                 transform=axes[2].transAxes, fontsize=7, va="bottom", ha="right")
-    axes[0].legend(fontsize=7)
-    axes[1].legend(fontsize=7)
-    axes[2].legend(fontsize=7)
 
 
 def main():
@@ -129,6 +268,8 @@ def main():
     parser.add_argument("csv", help="points.csv from bench/scaling.py")
     parser.add_argument("-o", "--output", required=True, help="PNG to write")
     parser.add_argument("--title", default="", help="figure title")
+    parser.add_argument("--note", default="",
+                        help="one more line under the panels (what bounded the run, say)")
     args = parser.parse_args()
     points = read_points(args.csv)
     groups = {}
@@ -136,18 +277,24 @@ def main():
         groups.setdefault((p["model"], p["link"], p["bucket_mb"], p["compute_ms"]), []).append(p)
     if not groups:
         sys.exit(f"plot_scaling: no points in {args.csv}")
-    fig, axes = plt.subplots(len(groups), 3, figsize=(15, 4.2 * len(groups)), squeeze=False)
+    footer = provenance_text(read_provenance(args.csv), args.note)
+    footer_lines = footer.count("\n") + 1
+    height = 4.2 * len(groups) + 0.16 * footer_lines
+    fig, axes = plt.subplots(len(groups), 3, figsize=(15, height), squeeze=False)
     for row, (key, group) in zip(axes, sorted(groups.items())):
         model, link, bucket, compute = key
         reference = next((p for p in group if p["strategy"] == "local"), None)
         plot_group(row, [p for p in group if p["strategy"] != "local"], reference)
         mb = group[0]["model_bytes"] / 1e6
-        row[0].set_title(f"time per step — {model} ({mb:.0f} MB), {link} links")
-        row[1].set_title(f"throughput (bucket {bucket:g} MiB, compute {compute:g} ms)")
-        row[2].set_title("traffic through the busiest link")
+        row[0].set_title(f"time per step: {model}, {mb:.3g} MB gradient, {link} links",
+                         fontsize=10)
+        row[1].set_title(f"throughput (bucket {bucket:g} MiB, compute {compute:g} ms)",
+                         fontsize=10)
+        row[2].set_title("traffic through the busiest link", fontsize=10)
     if args.title:
         fig.suptitle(args.title)
-    fig.tight_layout()
+    fig.text(0.01, 0.005, footer, fontsize=7, va="bottom", ha="left", family="monospace")
+    fig.tight_layout(rect=(0, 0.16 * footer_lines / height + 0.01, 1, 1))
     fig.savefig(args.output, dpi=90)
     print(f"plot: {args.output}")
 

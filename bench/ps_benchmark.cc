@@ -92,7 +92,9 @@ class WorkerGang {
       done_ = 0;
       start = absl::Now();
       ++generation_;
-      auto all_done = [this] { return done_ == n_; };
+      auto all_done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return done_ == n_;
+      };
       mu_.Await(absl::Condition(&all_done));
     }
     const double us = absl::ToDoubleMicroseconds(absl::Now() - start);
@@ -109,7 +111,9 @@ class WorkerGang {
       const Body* body;
       {
         absl::MutexLock lock(&mu_);
-        auto released = [this, seen] { return stop_ || generation_ > seen; };
+        auto released = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || generation_ > seen;
+        };
         mu_.Await(absl::Condition(&released));
         if (stop_) return;
         seen = generation_;
@@ -370,7 +374,9 @@ class ProbeRound {
   }
   absl::Status Wait() {
     absl::MutexLock lock(&mu_);
-    auto done = [this] { return left_ == 0; };
+    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return left_ == 0;
+    };
     mu_.Await(absl::Condition(&done));
     return status_;
   }

@@ -54,6 +54,7 @@ NETEM = "bazel-bin/tools/netem"
 # synthetic images of the model's input shape): their gradients' bytes.
 # --compute_ms does not apply to them.
 REAL_MODEL_BYTES = {
+    "mlp": 535_818 * 4,  # gradsync's default model, 784-512-256-10
     "resnet18": 11_173_962 * 4,
     "cnn": 421_642 * 4,
 }
@@ -61,7 +62,7 @@ REAL_MODEL_BYTES = {
 
 def parse_model(spec):
     """'resnet50' | 'vgg16' | 'bert-base' | 'custom:MB[:TENSORS]' (sleeping
-    models of that gradient layout) | 'resnet18' | 'cnn' (real compute)
+    models of that gradient layout) | 'mlp' | 'resnet18' | 'cnn' (real compute)
     -> (label, bytes, flags)."""
     if spec in cost_model.MODEL_BYTES:
         return spec, cost_model.MODEL_BYTES[spec], [f"--model={spec}"]
@@ -70,7 +71,7 @@ def parse_model(spec):
     parts = spec.split(":")
     if parts[0] != "custom" or len(parts) not in (2, 3):
         sys.exit(f"scaling: model '{spec}' is not resnet50, vgg16, bert-base, "
-                 "custom:MB[:TENSORS], resnet18 or cnn")
+                 "custom:MB[:TENSORS], mlp, resnet18 or cnn")
     params = int(float(parts[1]) * 1e6 / 4)
     tensors = int(parts[2]) if len(parts) == 3 else 32
     return (f"custom-{parts[1]}MB", params * 4,
@@ -82,7 +83,7 @@ def enumerate_points(args):
     points = []
     for model in args.models.split(","):
         label, model_bytes, model_flags = parse_model(model)
-        for link in args.links.split(","):
+        for link in split_links(args.links):
             for bucket_mb in [float(b) for b in args.bucket_mb.split(",")]:
                 compute_values = [float(c) for c in args.compute_ms.split(",")]
                 if label in REAL_MODEL_BYTES:
@@ -99,6 +100,25 @@ def enumerate_points(args):
                                               strategy_points(group, strategy, n, args.servers,
                                                               getattr(args, "colocated", "")))
     return points
+
+
+RATE_UNITS = ("bit", "kbit", "mbit", "gbit", "tbit")
+
+
+def split_links(spec):
+    """'100mbit,1ms,1gbit,loopback' -> ['100mbit,1ms', '1gbit', 'loopback']:
+    a link is a rate (or 'loopback') followed by its latency and options
+    (RATE[,LATENCY][,OPTION...], as `gradsync launch --netem` takes it)."""
+    links = []
+    for token in spec.split(","):
+        lowered = token.strip().lower()
+        starts_link = (lowered in ("loopback", "none")
+                       or (lowered[:1].isdigit() and lowered.endswith(RATE_UNITS)))
+        if starts_link or not links:
+            links.append(token.strip())
+        else:
+            links[-1] += "," + token.strip()
+    return links
 
 
 def sweep_sets(spec):
@@ -134,12 +154,19 @@ def strategy_points(group, strategy, n, servers_spec, colocated_spec=""):
         return points
     if strategy == "ring":
         return [dict(group, strategy="ring", workers=n, servers=0)] if n > 1 else []
+    if strategy in ("halving_doubling", "tree", "allreduce"):
+        return [dict(group, strategy=strategy, workers=n, servers=0)] if n > 1 else []
+    if strategy == "hierarchical":
+        # Two ranks per emulated node (--allreduce_ranks_per_node=2).
+        return ([dict(group, strategy=strategy, workers=n, servers=0, ranks_per_node=2)]
+                if n > 2 and n % 2 == 0 else [])
     if strategy == "ps-colocated":
         return [dict(group, strategy="ps-colocated", workers=n, servers=n)]
     if strategy == "ps":
         ks = sorted({n if k == "N" else int(k) for k in servers_spec.split(",")})
         return [dict(group, strategy="ps", workers=n, servers=k) for k in ks if k >= 1]
-    sys.exit(f"scaling: unknown strategy '{strategy}' (ring, ps, ps-colocated, ps-mixed)")
+    sys.exit(f"scaling: unknown strategy '{strategy}' (ring, halving_doubling, tree, "
+             "hierarchical, allreduce, ps, ps-colocated, ps-mixed)")
 
 
 def memory_estimate_gb(point):
@@ -175,7 +202,8 @@ def run_job(point, run_dir, args):
     if point["link"] != "loopback":
         launch.append(f"--netem={point['link']}")
     sync = {"local": "local", "ring": "ring", "ps": "ps", "ps-colocated": "ps",
-            "ps-mixed": "ps"}[point["strategy"]]
+            "ps-mixed": "ps", "halving_doubling": "halving_doubling", "tree": "tree",
+            "hierarchical": "hierarchical", "allreduce": "allreduce"}[point["strategy"]]
     training = ["--", f"--sync={sync}", *point["model_flags"],
                 f"--compute_ms={point['compute_ms']:g}", f"--bucket_mb={point['bucket_mb']:g}",
                 "--data=synthetic", f"--synthetic_size={args.batch_size * 64}",
@@ -186,6 +214,8 @@ def run_job(point, run_dir, args):
         training.append("--ps_colocate")
     if point["strategy"] == "ps-mixed":
         training.append(f"--ps_colocated_servers={point['colocated']}")
+    if point["strategy"] == "hierarchical":
+        training.append(f"--allreduce_ranks_per_node={point['ranks_per_node']}")
     training += point.get("sweep", "").split() + args.extra
     with open(os.path.join(run_dir, "launch.log"), "w") as log:
         log.write(" ".join(launch + training) + "\n")
@@ -346,6 +376,8 @@ def figures(summary, point, args):
         "bytes_per_rank": summary["bytes_per_worker_per_step"],
         "busiest_link_bytes": busiest_link_bytes(summary),
         "largest_server_share": largest_server_share(summary),
+        # The key size the job ran with (auto by default: ps/key_size_rule.h).
+        "ps_chunk_bytes": summary["ranks"][0].get("sync", {}).get("chunk_bytes"),
         **dict(zip(("partition", "colocated_server_share", "separate_server_share"),
                    server_shares_by_kind(summary))),
     }
@@ -374,7 +406,7 @@ def aggregate(point, repeats):
         point[measure + "_max"] = max(values)
     # The partition is computed, not measured: the same in every repeat.
     for name in ("largest_server_share", "partition", "colocated_server_share",
-                 "separate_server_share"):
+                 "separate_server_share", "ps_chunk_bytes"):
         point[name] = repeats[0].get(name)
     point["cpu_bound"] = point["machine_busy_unniced_max"] > CPU_BOUND
     return point
@@ -443,7 +475,7 @@ def reanalyze(out):
 COLUMNS = ["strategy", "sweep", "workers", "servers", "colocated", "model", "model_bytes", "link",
            "bucket_mb", "compute_ms", "repeats"] + [m + s for m in MEASURES for s in ("", "_min", "_max")] + [
            "efficiency", "largest_server_share", "partition", "colocated_server_share",
-           "separate_server_share", "cpu_bound", "predicted_comm_ms",
+           "separate_server_share", "ps_chunk_bytes", "cpu_bound", "predicted_comm_ms",
            "predicted_exposed_ms", "predicted_step_ms", "byteps_optimum_comm_ms"]
 
 
@@ -530,7 +562,7 @@ def main():
                              "(N, N/2 allowed); points with c > K are left out")
     parser.add_argument("--models", default="custom:25:32",
                         help="resnet50, vgg16, bert-base, custom:MB[:TENSORS] (they sleep "
-                             "--compute_ms), resnet18, cnn (real forward and backward)")
+                             "--compute_ms), mlp, resnet18, cnn (real forward and backward)")
     parser.add_argument("--links", default="1gbit",
                         help="RATE[,LATENCY] per link (emulated, root) or 'loopback'")
     parser.add_argument("--bucket_mb", default="25")
@@ -568,7 +600,7 @@ def main():
 
     links, probes = {}, {}
     if not args.no_probe:
-        for link in args.links.split(","):
+        for link in split_links(args.links):
             spec = "loopback" if link == "loopback" else link
             print(f"== probing α and B through {spec}", flush=True)
             links[link], probes[link] = cost_model.probe(spec, NETEM)

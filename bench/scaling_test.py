@@ -389,5 +389,14 @@ class CostModelTest(unittest.TestCase):
         self.assertAlmostEqual(exposed, 1.1)
 
 
+class SplitLinksTest(unittest.TestCase):
+    def test_latency_and_options_stay_with_their_rate(self):
+        self.assertEqual(scaling.split_links("100mbit,1ms,1gbit,loopback"),
+                         ["100mbit,1ms", "1gbit", "loopback"])
+        self.assertEqual(scaling.split_links("1gbit,200us,buffer=1mb,ecn"),
+                         ["1gbit,200us,buffer=1mb,ecn"])
+        self.assertEqual(scaling.split_links("1gbit"), ["1gbit"])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -207,7 +207,37 @@ def write_outputs(args, rows):
     plot(args, rows)
 
 
+def rolling_mean(evals, window=3):
+    """(time, mean of the last `window` accuracies) from the window-th
+    evaluation on: the curve time_to() reads the target from."""
+    points = []
+    for i in range(window - 1, len(evals)):
+        recent = evals[i - window + 1:i + 1]
+        points.append((evals[i]["seconds"] - evals[i]["eval_seconds"],
+                       sum(e["test_accuracy"] for e in recent) / window))
+    return points
+
+
+def provenance(args, rows):
+    """Build, date and command of the runs, from the first run's manifest and
+    the command experiment.json recorded."""
+    try:
+        with open(os.path.join(rows[0]["folder"], "summary.json")) as f:
+            manifest = json.load(f).get("manifest", {})
+        with open(os.path.join(args.out, "experiment.json")) as f:
+            argv = json.load(f).get("argv", [])
+    except (OSError, ValueError, IndexError):
+        return "build, date and command unknown"
+    return (f"gradsync {manifest.get('git_commit', 'unknown')[:7]}, "
+            f"{manifest.get('time', 'unknown')[:10]}; "
+            f"{' '.join(argv)}")
+
+
 def plot(args, rows):
+    """One panel per straggler factor, on shared axes (the same seconds and
+    accuracy everywhere, so panels compare by eye): each mode's evaluations
+    (dots, thin), the rolling mean of three that decides the time to the
+    target (thick), and where that mean first reaches it (a star)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -216,24 +246,43 @@ def plot(args, rows):
         print("(no matplotlib: no plot; apt install python3-matplotlib)")
         return
     factors = sorted({r["factor"] for r in rows})
-    fig, axes = plt.subplots(1, len(factors), figsize=(5 * len(factors), 4),
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(factors), figsize=(5 * len(factors), 4.4),
+                             sharex=True, sharey=True, squeeze=False)
+    colors = {}
     for ax, factor in zip(axes[0], factors):
         for r in (r for r in rows if r["factor"] == factor):
+            color = colors.setdefault(r["mode"], f"C{len(colors)}")
             xs = [e["seconds"] - e["eval_seconds"] for e in r["evals"]]
             ys = [100 * e["test_accuracy"] for e in r["evals"]]
-            ax.plot(xs, ys, label=r["mode"], marker=".", linewidth=1)
+            ax.plot(xs, ys, marker=".", markersize=3, linewidth=0.5,
+                    alpha=0.5, color=color)
+            mean = rolling_mean(r["evals"])
+            ax.plot([t for t, _ in mean], [100 * a for _, a in mean],
+                    linewidth=1.8, color=color, label=r["mode"])
+            reached = r["time_to_target_s"]
+            if reached is not None:
+                ax.plot([reached], [100 * args.target], marker="*",
+                        markersize=12, color=color, markeredgecolor="black",
+                        zorder=5)
         ax.axhline(100 * args.target, color="grey", linestyle=":",
                    linewidth=1)
         ax.set_title("no straggler" if factor == 1
                      else f"worker {args.workers - 1} at {factor:g}× step time")
         ax.set_xlabel("training time on worker 0 (s)")
-        ax.set_ylim(60, 90)
         ax.grid(alpha=0.3)
+    # Set once all panels are drawn: a limit set on one of the shared axes
+    # fixes them all and stops them growing to the later panels' runs.
+    axes[0][0].set_ylim(60, 90)
+    axes[0][0].set_xlim(0, 1.03 * max(
+        [e["seconds"] - e["eval_seconds"] for r in rows for e in r["evals"]] + [1]))
     axes[0][0].set_ylabel(
         f"test accuracy, first {args.eval_samples} images (%)")
-    axes[0][-1].legend(loc="lower right")
-    fig.tight_layout()
+    axes[0][-1].legend(loc="lower right", fontsize=8)
+    fig.text(0.01, 0.01,
+             f"thin: every evaluation; thick: mean of the last three, which "
+             f"decides the time to {100 * args.target:g} % (star)\n"
+             + provenance(args, rows), fontsize=7, va="bottom", ha="left")
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     path = os.path.join(args.out, "accuracy_vs_time.png")
     fig.savefig(path, dpi=110)
     print("plot:", path)

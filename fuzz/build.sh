@@ -58,7 +58,8 @@ COORDINATOR=(core/cluster/coordinator.cc core/cluster/coordinator_service.cc cor
              core/cluster/rendezvous.cc
              core/cluster/tls_config.cc
              "$OUT/gen/proto/coordinator.pb.cc" "$OUT/gen/proto/coordinator.grpc.pb.cc")
-PS_SHARD=(ps/shard.cc ps/flags.cc ps/partitioner.cc core/sync/param_layout.cc
+PS_SHARD=(ps/shard.cc ps/consistency.cc ps/shard_key.cc ps/bsp_key.cc ps/async_key.cc
+          ps/key_parameters.cc ps/shard_checkpoint.cc ps/shard_statistics.cc
           core/device/device.cc core/device/cpu_device.cc core/optim/optimizer.cc
           core/optim/checkpoint.cc core/telemetry/metrics.cc core/telemetry/process_counters.cc
           core/base/files.cc

@@ -23,7 +23,8 @@ struct PsClientOptions {
   int num_workers = 1;
   ps::UpdateMode update_mode = ps::UPDATE_WORKER;
   ps::OptimizerConfig optimizer;  // server mode only
-  // When pulls are answered (ps/shard.h); SSP and ASP need server mode.
+  // When pulls are answered (ps/bsp_key.h, ps/async_key.h); SSP and ASP
+  // need server mode.
   ps::Consistency consistency = ps::CONSISTENCY_BSP;
   int32_t staleness = 0;  // SSP's bound
   // --ps_partition's name, sent at registration so that the servers can

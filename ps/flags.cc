@@ -9,16 +9,21 @@ ABSL_FLAG(std::string, ps_update, "worker",
           "Where the optimizer runs with --sync=ps: 'worker' (servers return "
           "the averaged gradient, as all-reduce does) or 'server' (servers "
           "hold the parameters, run the optimizer and return new parameters).");
-ABSL_FLAG(int64_t, ps_chunk_kb, 4096,
+ABSL_FLAG(int64_t, ps_chunk_kb, 0,
           "Parameters larger than this are cut into chunks (keys) of at most "
-          "this many KiB, the unit the servers are balanced by.");
+          "this many KiB, the unit the servers are balanced by. 0 = auto: "
+          "sized from the gradient and K so every server holds its share "
+          "within 10% (ps/key_size_rule.h); the value and its reason are "
+          "logged and recorded in the run's manifest.");
 ABSL_FLAG(int64_t, ps_message_kb, 1024,
           "Largest payload of one push/pull message in KiB (at most 3072, so "
           "messages stay under gRPC's default 4 MiB limit).");
-ABSL_FLAG(int64_t, ps_stream_window_kb, 4096,
+ABSL_FLAG(int64_t, ps_stream_window_kb, 0,
           "HTTP/2 flow-control window of every push and pull stream, both "
-          "ends, in KiB, with gRPC's BDP probing off; 0 = gRPC's default (64 "
-          "KiB, grown by BDP probing), which held pulls back (ps/README.md).");
+          "ends, in KiB, with gRPC's BDP probing off. 0 = auto: from the link "
+          "(gradsync launch --netem) and the fan-in, 32 KiB at 100 Mbit/s "
+          "without added latency, 4096 where the link is not known "
+          "(ps/stream_window_rule.h); logged and recorded in the manifest.");
 ABSL_FLAG(bool, ps_colocate, false,
           "Run parameter server r inside worker r (K = number of workers) "
           "instead of as separate `gradsync server` processes.");
@@ -58,62 +63,8 @@ ABSL_FLAG(int32_t, ps_staleness, -1,
 
 namespace gradsync {
 
-absl::StatusOr<ps::UpdateMode> ParseUpdateMode(const std::string& name) {
-  if (name == "worker") return ps::UPDATE_WORKER;
-  if (name == "server") return ps::UPDATE_SERVER;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown --ps_update=", name, "; choose worker or server"));
-}
-
-const char* UpdateModeName(ps::UpdateMode mode) {
-  return mode == ps::UPDATE_SERVER ? "server" : "worker";
-}
-
-absl::StatusOr<ps::Consistency> ParseConsistency(const std::string& name) {
-  if (name == "bsp") return ps::CONSISTENCY_BSP;
-  if (name == "ssp") return ps::CONSISTENCY_SSP;
-  if (name == "asp") return ps::CONSISTENCY_ASP;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown --ps_consistency=", name, "; choose bsp, ssp or asp"));
-}
-
-const char* ConsistencyName(ps::Consistency mode) {
-  switch (mode) {
-    case ps::CONSISTENCY_SSP:
-      return "ssp";
-    case ps::CONSISTENCY_ASP:
-      return "asp";
-    default:
-      return "bsp";
-  }
-}
-
-absl::Status CheckConsistency(ps::Consistency mode, int32_t staleness,
-                              ps::UpdateMode update_mode) {
-  if (!ps::Consistency_IsValid(mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown consistency mode ", static_cast<int>(mode)));
-  }
-  const char* name = ConsistencyName(mode);
-  if (mode == ps::CONSISTENCY_SSP &&
-      (staleness < 0 || staleness > kMaxStaleness)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--ps_consistency=ssp needs --ps_staleness in [0, ", kMaxStaleness,
-        "] (how many steps a worker may run ahead of the slowest); got ",
-        staleness));
-  }
-  if (mode != ps::CONSISTENCY_SSP && staleness != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ps_staleness=", staleness,
-                     " is only for --ps_consistency=ssp, not ", name));
-  }
-  if (mode != ps::CONSISTENCY_BSP && update_mode != ps::UPDATE_SERVER) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--ps_consistency=", name,
-        " needs --ps_update=server: the servers apply each worker's gradient "
-        "as it arrives, which needs the parameters and the optimizer there"));
-  }
-  return absl::OkStatus();
+absl::StatusOr<ps::UpdateMode> UpdateModeFromFlags() {
+  return ParseUpdateMode(absl::GetFlag(FLAGS_ps_update));
 }
 
 absl::StatusOr<ConsistencyOptions> ConsistencyFromFlags(
@@ -198,16 +149,16 @@ absl::StatusOr<int64_t> StreamWindowBytesFromFlags() {
   if (kb < 0 || kb * 1024 > kMaxStreamWindowBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("--ps_stream_window_kb=", kb, " must be in [0, ",
-                     kMaxStreamWindowBytes / 1024, "] (0: gRPC's default)"));
+                     kMaxStreamWindowBytes / 1024, "] (0: auto)"));
   }
   return kb * 1024;
 }
 
 absl::StatusOr<int64_t> ChunkBytesFromFlags() {
   const int64_t kb = absl::GetFlag(FLAGS_ps_chunk_kb);
-  if (kb < 1 || kb > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ps_chunk_kb=", kb, " must be in [1, 2^30]"));
+  if (kb < 0 || kb > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ps_chunk_kb=", kb, " must be in [1, 2^30], or 0 (auto)"));
   }
   return kb * 1024;
 }

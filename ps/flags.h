@@ -1,6 +1,7 @@
 // Command-line flags of the parameter-server strategy and of `gradsync server`,
 // declared once here (defined in flags.cc) and read only through the
-// functions below, so the rest of ps/ takes plain option structs.
+// functions below, so the rest of ps/ takes plain option structs. The rules
+// the flags are checked by live in ps/consistency.h, which links no flags.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "proto/parameter_server.pb.h"
+#include "ps/consistency.h"
 #include "ps/partitioner.h"
 
 ABSL_DECLARE_FLAG(std::string, ps_update);
@@ -27,28 +29,9 @@ ABSL_DECLARE_FLAG(int32_t, ps_staleness);
 
 namespace gradsync {
 
-// "worker" | "server".
-absl::StatusOr<ps::UpdateMode> ParseUpdateMode(const std::string& name);
-const char* UpdateModeName(ps::UpdateMode mode);
+// --ps_update, parsed (ps/consistency.h).
+absl::StatusOr<ps::UpdateMode> UpdateModeFromFlags();
 
-// "bsp" | "ssp" | "asp".
-absl::StatusOr<ps::Consistency> ParseConsistency(const std::string& name);
-const char* ConsistencyName(ps::Consistency mode);
-// The largest SSP bound taken: beyond it SSP is ASP in all but name, and a
-// bound that large is more likely a typo.
-constexpr int32_t kMaxStaleness = 1000;
-
-// The rules for a consistency mode, whoever states it (the flags, or a
-// worker's registration at a server): SSP's staleness within [0,
-// kMaxStaleness], the others' 0, and SSP/ASP only with the servers'
-// optimizer. Errors speak of the flags.
-absl::Status CheckConsistency(ps::Consistency mode, int32_t staleness,
-                              ps::UpdateMode update_mode);
-
-struct ConsistencyOptions {
-  ps::Consistency mode = ps::CONSISTENCY_BSP;
-  int32_t staleness = 0;  // SSP only
-};
 // --ps_consistency and --ps_staleness, checked against each other and
 // against `update_mode` (SSP and ASP need the servers' optimizer).
 absl::StatusOr<ConsistencyOptions> ConsistencyFromFlags(
@@ -81,9 +64,9 @@ constexpr int64_t kMaxStreamWindowBytes = int64_t{1} << 30;
 // results waited for window updates: at 100 Mbit/s, N = 2, K = 2 took
 // 340 ms a step where the link allows 223 ms; with 4 MiB, 220 ms.
 constexpr int64_t kDefaultStreamWindowBytes = int64_t{4} << 20;
-// --ps_stream_window_kb in bytes (0: gRPC's default), checked.
+// --ps_stream_window_kb in bytes (0: auto, ps/stream_window_rule.h), checked.
 absl::StatusOr<int64_t> StreamWindowBytesFromFlags();
-// --ps_chunk_kb in bytes, checked.
+// --ps_chunk_kb in bytes (0: auto, ps/key_size_rule.h), checked.
 absl::StatusOr<int64_t> ChunkBytesFromFlags();
 // --ps_max_shard_mb in bytes, checked.
 absl::StatusOr<int64_t> MaxShardBytesFromFlags();

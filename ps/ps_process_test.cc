@@ -1,6 +1,6 @@
 // --sync=ps with real processes: K `gradsync server` processes and N worker
 // processes started by the launcher library on 127.0.0.1, each worker
-// checking its results exactly (ps_process_test_worker.cc); and a server
+// checking its results exactly (tests/ps_process_test_worker.cc); and a server
 // whose workers disappear, which must exit non-zero naming them.
 #include <string>
 #include <thread>
@@ -36,7 +36,7 @@ nlohmann::json ServerSummaryEvent(const std::string& output) {
 
 using ::testing::HasSubstr;
 
-constexpr char kBinary[] = "ps/ps_process_test_worker";
+constexpr char kBinary[] = "tests/ps_process_test_worker";
 
 struct Job {
   int workers = 2;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "absl/flags/flag.h"
@@ -17,11 +18,15 @@
 #include "core/base/status_macros.h"
 #include "core/sync/host_staging.h"
 #include "core/sync/step_buckets.h"
+#include "core/telemetry/derived_settings.h"
 #include "nlohmann/json.hpp"
 #include "ps/client.h"
+#include "ps/emulated_link.h"
 #include "ps/flags.h"
 #include "ps/partitioner.h"
 #include "ps/server.h"
+#include "ps/setting_checks.h"
+#include "ps/tuning.h"
 
 namespace gradsync {
 namespace {
@@ -71,6 +76,11 @@ class PsSync : public GradientSync {
 
   const SyncContext context_;
   const PsSyncOptions options_;
+  // The key size and windows this job runs with (ps/tuning.h): the options'
+  // explicit values, else their rules'.
+  ResolvedSetting key_size_;
+  ResolvedSetting push_window_;  // the servers' receive side (fan-in N)
+  ResolvedSetting pull_window_;  // the workers' receive side (fan-in K)
   TrainingSchedule schedule_;
   Partition partition_;
   std::unique_ptr<ParameterServer> colocated_server_;
@@ -125,11 +135,11 @@ absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer(
     server_options.num_workers = n;
     server_options.bind_address = "0.0.0.0:0";
     server_options.message_bytes = options_.message_bytes;
-    server_options.stream_window_bytes = options_.stream_window_bytes;
+    server_options.stream_window_bytes = push_window_.bytes;
     // Its spans go into this worker's timeline (same process, as the
     // client's), every step the recorder is on.
     server_options.trace_into_current = true;
-    ASSIGN_OR_RETURN(server_options.max_shard_bytes, MaxShardBytesFromFlags());
+    server_options.max_shard_bytes = options_.max_shard_bytes;
     ASSIGN_OR_RETURN(colocated_server_, ParameterServer::Start(server_options));
     mine = absl::StrCat(context_.identity.advertise_host, ":",
                         colocated_server_->port());
@@ -229,6 +239,9 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   ASSIGN_OR_RETURN(
       grad_staging_,
       CreateHostStaging(device, layout, buffers.grads, context_.timeout));
+  push_window_ =
+      ResolveStreamWindow(options_.stream_window_bytes, options_.link,
+                          context_.identity.world_size);
   ASSIGN_OR_RETURN(std::vector<std::string> addresses, ServerAddresses());
   // Every worker computes the same shares from the same job shape; the
   // servers check at registration that the policy is the same everywhere.
@@ -238,10 +251,46 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
       std::vector<double> shares,
       ServerShares(options_.partition, context_.identity.world_size, colocated,
                    static_cast<int>(addresses.size()) - colocated));
+  const int n = context_.identity.world_size;
+  ASSIGN_OR_RETURN(KeySizeChoice key_rule, ChooseKeySize(layout, shares, n));
+  ASSIGN_OR_RETURN(key_size_,
+                   ResolveKeySize(options_.chunk_bytes, layout, shares, n));
+  pull_window_ =
+      ResolveStreamWindow(options_.stream_window_bytes, options_.link,
+                          static_cast<int>(addresses.size()));
   ASSIGN_OR_RETURN(partition_, Partition::Create(layout, std::move(shares),
-                                                 options_.chunk_bytes));
+                                                 key_size_.bytes));
   if (context_.identity.rank == 0) {
+    GS_LOG(INFO) << "ps: key size " << key_size_.bytes / 1024 << " KiB ("
+                 << key_size_.source << ")";
+    GS_LOG(INFO) << "ps: push stream window " << push_window_.bytes / 1024
+                 << " KiB (" << push_window_.source << ")";
+    GS_LOG(INFO) << "ps: pull stream window " << pull_window_.bytes / 1024
+                 << " KiB (" << pull_window_.source << ")";
     GS_LOG(INFO) << "ps: " << partition_.Describe();
+    if (std::optional<std::string> warning =
+            ImbalanceWarning(partition_, key_rule)) {
+      GS_LOG(WARNING) << *warning;
+    }
+    if (std::optional<std::string> warning = AsyncMomentumWarning(
+            options_.consistency.mode, options_.optimizer)) {
+      GS_LOG(WARNING) << *warning;
+    }
+    const double largest_share = *std::max_element(partition_.shares().begin(),
+                                                   partition_.shares().end());
+    if (std::optional<std::string> warning = TimeoutWarning(
+            context_.timeout,
+            PredictedPsStepSeconds(layout.total_bytes(),
+                                   context_.identity.world_size, largest_share,
+                                   key_size_.bytes, options_.link),
+            absl::StrCat("this PS job (K=", partition_.num_servers(), ")"))) {
+      GS_LOG(WARNING) << *warning;
+    }
+    RecordSetting("ps_chunk_kb", key_size_.bytes / 1024.0, key_size_.source);
+    RecordSetting("ps_stream_window_kb.push", push_window_.bytes / 1024.0,
+                  push_window_.source);
+    RecordSetting("ps_stream_window_kb.pull", pull_window_.bytes / 1024.0,
+                  pull_window_.source);
   }
 
   PsClientOptions client_options;
@@ -254,7 +303,7 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   client_options.partition = PartitionPolicyName(options_.partition);
   client_options.timeout = context_.timeout;
   client_options.message_bytes = options_.message_bytes;
-  client_options.stream_window_bytes = options_.stream_window_bytes;
+  client_options.stream_window_bytes = pull_window_.bytes;
   ps::OptimizerConfig& optimizer = client_options.optimizer;
   optimizer.set_kind(options_.optimizer.kind);
   optimizer.set_lr(options_.optimizer.lr);
@@ -460,9 +509,12 @@ std::string PsSync::SummaryJson() const {
                                               : options_.colocated_servers},
       {"servers", partition_.num_servers()},
       {"keys", partition_.keys().size()},
-      {"chunk_bytes", options_.chunk_bytes},
+      {"chunk_bytes", key_size_.bytes},
+      {"chunk_source", key_size_.source},
       {"message_bytes", options_.message_bytes},
-      {"stream_window_bytes", options_.stream_window_bytes},
+      {"stream_window_bytes", pull_window_.bytes},
+      {"push_stream_window_bytes", push_window_.bytes},
+      {"pull_stream_window_bytes", pull_window_.bytes},
       {"partition", PartitionPolicyName(options_.partition)},
       {"server_shares", partition_.shares()},
       {"server_key_bytes", partition_.server_bytes()},
@@ -491,7 +543,8 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
       return Annotate(optimizer.status(), "--sync=ps --ps_update=server");
     }
   }
-  if (options.chunk_bytes < 4 || options.chunk_bytes % 4 != 0 ||
+  // chunk_bytes 0: auto (resolved in Setup).
+  if (options.chunk_bytes < 0 || options.chunk_bytes % 4 != 0 ||
       options.message_bytes < 4 || options.message_bytes % 4 != 0 ||
       options.message_bytes > kMaxMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -506,11 +559,12 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
 absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
     const SyncContext& context) {
   PsSyncOptions options;
-  ASSIGN_OR_RETURN(options.update_mode,
-                   ParseUpdateMode(absl::GetFlag(FLAGS_ps_update)));
+  ASSIGN_OR_RETURN(options.update_mode, UpdateModeFromFlags());
   ASSIGN_OR_RETURN(options.chunk_bytes, ChunkBytesFromFlags());
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
   ASSIGN_OR_RETURN(options.stream_window_bytes, StreamWindowBytesFromFlags());
+  ASSIGN_OR_RETURN(options.max_shard_bytes, MaxShardBytesFromFlags());
+  options.link = LinkFiguresOfThisProcess();
   options.colocate = absl::GetFlag(FLAGS_ps_colocate);
   ASSIGN_OR_RETURN(options.colocated_servers,
                    ColocatedServersFromFlags(context.identity.world_size));

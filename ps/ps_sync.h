@@ -18,8 +18,10 @@
 #include "core/sync/gradient_sync.h"
 #include "core/optim/optimizer.h"
 #include "proto/parameter_server.pb.h"
-#include "ps/flags.h"
+#include "ps/consistency.h"
 #include "ps/partitioner.h"
+#include "ps/shard.h"
+#include "ps/stream_window_rule.h"
 
 namespace gradsync {
 
@@ -28,6 +30,12 @@ struct PsSyncOptions {
   int64_t chunk_bytes = int64_t{4} << 20;
   int64_t message_bytes = int64_t{1} << 20;
   int64_t stream_window_bytes = int64_t{4} << 20;
+  // A colocated server's bound on its keys (ParameterServerOptions).
+  int64_t max_shard_bytes = kDefaultMaxShardBytes;
+  // chunk_bytes or stream_window_bytes 0: auto, from the layout and K
+  // (ps/key_size_rule.h) or from `link` and the fan-in
+  // (ps/stream_window_rule.h), resolved in Setup (ps/tuning.h).
+  LinkFigures link;
   // Server mode: the workers' optimizer, with the learning rate already
   // scaled for the world size (SyncContext::optimizer).
   OptimizerOptions optimizer;

@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "ps/flags.h"
+#include "ps/consistency.h"
 
 namespace gradsync {
 namespace {

@@ -45,7 +45,7 @@ constexpr int kFaultStep = 20;
 constexpr int64_t kMaxExtraDelayUs = 50000;
 
 struct FaultCase {
-  std::string sync;  // "ring" or "ps"
+  std::string sync;  // "ring", another all-reduce of the family, or "ps"
   int workers = 4;
   int servers = 0;
   std::string victim_role;  // "worker" or "server"
@@ -245,6 +245,9 @@ INSTANTIATE_TEST_SUITE_P(
         // Ring: a worker in the middle of the ring, and the coordinator.
         FaultCase{"ring", 4, 0, "worker", 2},
         FaultCase{"ring", 4, 0, "worker", 0},
+        // The family's peer connections: a lost rank is named the same way.
+        FaultCase{"halving_doubling", 4, 0, "worker", 2},
+        FaultCase{"tree", 4, 0, "worker", 2},
         // One parameter server: a worker, the coordinator, the server.
         FaultCase{"ps", 4, 1, "worker", 2}, FaultCase{"ps", 4, 1, "worker", 0},
         FaultCase{"ps", 4, 1, "server", 0},

@@ -107,6 +107,28 @@ TEST_F(NetemJobTest, ParameterServerJobRunsInNamespacesAndCleansUp) {
   ExpectNothingLeft(result);
 }
 
+// --ranks_per_host: two workers behind each emulated host link, which
+// --sync=hierarchical takes as its nodes (LOCAL_WORLD_SIZE of the host).
+TEST_F(NetemJobTest, RanksShareHostsAndHierarchicalUsesThem) {
+  const ProcessResult result =
+      Launch({"--workers=4", "--netem=1gbit", "--ranks_per_host=2"},
+             {"--sync=hierarchical", "--max_steps=4"});
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_THAT(result.output,
+              HasSubstr("hierarchical: 2 ranks per node, from the processes "
+                        "on this host (LOCAL_WORLD_SIZE); 2 nodes"));
+  const std::string prefix = NetworkPrefix(result.output);
+  std::ifstream in(TestTempDir() + "/run" + std::to_string(runs_ - 1) +
+                   "/network.txt");
+  const std::string map((std::istreambuf_iterator<char>(in)),
+                        std::istreambuf_iterator<char>());
+  EXPECT_THAT(map, HasSubstr(absl::StrCat("worker 1 ", prefix,
+                                          "-n0 10.213.1.1 bridge-port p0\n")));
+  EXPECT_THAT(map, HasSubstr(absl::StrCat("worker 2 ", prefix,
+                                          "-n1 10.213.1.2 bridge-port p1\n")));
+  ExpectNothingLeft(result);
+}
+
 TEST_F(NetemJobTest, FailingJobCleansUp) {
   const ProcessResult result = Launch(
       {"--workers=2", "--netem=1gbit"},

@@ -127,6 +127,16 @@ INSTANTIATE_TEST_SUITE_P(
              {"--sync=ring"},
              {"--optimizer=adam", "--lr=0.001"}},
         Case{"ring_8", 8, 0, {"--sync=ring"}},
+        // The rest of the all-reduce family, at sizes that exercise their
+        // special cases: a non-power-of-two fold, an uneven tree, two nodes
+        // of two, the selector measuring the link itself.
+        Case{"halving_doubling_6", 6, 0, {"--sync=halving_doubling"}},
+        Case{"tree_5", 5, 0, {"--sync=tree"}},
+        Case{"hierarchical_4_two_nodes",
+             4,
+             0,
+             {"--sync=hierarchical", "--allreduce_ranks_per_node=2"}},
+        Case{"allreduce_3", 3, 0, {"--sync=allreduce"}},
         Case{"ps_worker_update_4x2", 4, 2, {"--sync=ps", "--ps_update=worker"}},
         Case{"ps_server_update_2x1", 2, 1, {"--sync=ps", "--ps_update=server"}},
         Case{"ps_server_update_3x2", 3, 2, {"--sync=ps", "--ps_update=server"}},

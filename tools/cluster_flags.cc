@@ -25,8 +25,20 @@ ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA certificate of the job: processes verify the coordinator "
           "with it, and the coordinator then requires client certificates "
           "signed by it (mutual TLS)");
+ABSL_FLAG(
+    double, timeout_s, 60,
+    "seconds any wait for a peer may take before the job fails naming it");
 
 namespace gradsync {
+
+absl::StatusOr<absl::Duration> PeerTimeoutFromFlags() {
+  const double timeout = absl::GetFlag(FLAGS_timeout_s);
+  if (!(timeout > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout_s=", timeout, " must be positive"));
+  }
+  return absl::Seconds(timeout);
+}
 
 absl::StatusOr<CoordinatorSecurity> CoordinatorSecurityFromFlags() {
   CoordinatorSecurity security;

@@ -12,7 +12,21 @@ int RunTrainCommand();
 // gradsync launch --workers=N [--servers=K] -- <training flags>.
 // `argv0` is how we were invoked; `training_flags` come after "--".
 int RunLaunchCommand(const std::vector<std::string>& training_flags);
+// gradsync compare [flags] [-- training flags]: every strategy on this
+// model and network (bench/compare.py, exec'd with the raw arguments after
+// "compare"; it parses its own flags). Returns only on failure.
+int RunCompareCommand(int argc, char** argv);
 // gradsync doctor: what this machine and build have.
 int RunDoctorCommand();
+// gradsync server: one parameter-server process (tools/server_command.cc).
+// Reads the --ps_* flags and the environment (core/cluster/cluster_env.h:
+// GRADSYNC_ROLE=server, GRADSYNC_SERVER_RANK, GRADSYNC_NUM_SERVERS,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GRADSYNC_JOB_ID), serves its shard on
+// a free port, joins the coordinator with that address, and serves until
+// every worker has sent Shutdown; prints its summary as one JSON line on
+// stdout at exit. Returns 0 when every worker said the job was over; 1 with
+// an error naming the missing workers when they went away (no call for
+// --ps_idle_timeout_s), or when start-up failed.
+int RunServerCommand();
 
 }  // namespace gradsync

@@ -3,6 +3,7 @@
 //   gradsync launch --workers=N [--servers=K] -- <training flags>
 //   gradsync train  <training flags>     (one worker; rank from the
 //   environment) gradsync server <flags>              (one parameter server)
+//   gradsync compare [--netem=RATE[,LATENCY]] [--workers=N] ...
 //   gradsync doctor
 //
 // `gradsync <command> --help` lists that command's flags.
@@ -18,7 +19,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/malloc_tuning.h"
 #include "core/cluster/cluster_env.h"
-#include "ps/server_command.h"
 #include "tools/cluster_flags.h"
 #include "tools/commands.h"
 
@@ -53,6 +53,10 @@ constexpr char kUsage[] =
     "the\n"
     "                                      last GRADSYNC_NUM_SERVERS tasks "
     "serve)\n"
+    "  gradsync compare [--netem=100mbit] [--workers=4] [--model=mlp]\n"
+    "                                      every strategy on this model and "
+    "network:\n"
+    "                                      a verdict table, a plot, an answer\n"
     "  gradsync doctor                     what this build and machine have\n\n"
     "`gradsync <command> --help` lists the command's flags.";
 
@@ -66,6 +70,8 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
+  // A Python driver with its own flags (bench/compare.py): no Abseil parsing.
+  if (command == "compare") return gradsync::RunCompareCommand(argc, argv);
   if (command == "train" || command == "run") {
     // No "core/": its libraries take values, read from flags in tools/.
     HelpFolders() = {"allreduce/", "ps/", "tools/train_flags",

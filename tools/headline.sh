@@ -14,18 +14,17 @@
 # marked CPU-bound when the machine was over 70% busy. About 6 minutes.
 # Needs root (network namespaces, tc).
 #
-# The parameter servers run with 32 KiB HTTP/2 stream windows and 64 KiB
-# keys (--ps_flags, default "--ps_stream_window_kb=32 --ps_chunk_kb=64"):
-# equal receive windows give every sender into a server's port an equal share
-# of it, where congestion control alone shares it unevenly and every key's
-# results wait for its slowest push, and smaller keys shorten the tail a key's
-# last block makes leaving its server N times (ps/README.md, "Distance from
-# the bandwidth model", items 2 and 7). --ps_flags= runs the PS's defaults.
+# Every strategy runs with its own defaults: the parameter servers size their
+# keys from the gradient and K and their HTTP/2 stream windows from the link
+# (ps/key_size_rule.h, ps/stream_window_rule.h; at 100 Mbit/s and N = K = 8
+# that is 64 KiB keys and 32 KiB windows, what this script once passed by
+# hand). --ps_flags="..." adds PS flags to every job, to compare by hand.
 #
 #   tools/headline.sh [--repeats=3] [--out=runs/headline-...] [--publish]
 #                     [--link=100mbit --model=custom:2.5:32] [--ps_flags="..."]
-# Prints the table and writes points.csv, sweep.json and headline.png in the
-# run folder; --publish also copies the plot to docs/headline.png. 100 Mbit/s
+# One call of `gradsync compare` (bench/compare.py): prints the verdict table
+# and writes points.csv, sweep.json, verdict.txt and compare.png in the run
+# folder; --publish also copies the plot to docs/headline.png. 100 Mbit/s
 # and 2.5 MB give the same S/B (~0.2 s) as 1 Gbit/s and 25 MB with a tenth of
 # the CPU per second: on 2 cores the 2N processes of K = N at 1 Gbit/s ran out
 # of CPU before the links filled; at 100 Mbit/s the N = 8 job uses about a
@@ -38,7 +37,7 @@ OUT="runs/headline-$(date +%Y%m%d-%H%M%S)"
 PUBLISH=0
 LINK=100mbit
 MODEL=custom:2.5:32
-PS_FLAGS="--ps_stream_window_kb=32 --ps_chunk_kb=64"
+PS_FLAGS=""
 for arg in "$@"; do
   case "$arg" in
     --repeats=*) REPEATS="${arg#*=}" ;;
@@ -48,7 +47,7 @@ for arg in "$@"; do
     --model=*) MODEL="${arg#*=}" ;;
     --ps_flags=*) PS_FLAGS="${arg#*=}" ;;
     *) echo "usage: tools/headline.sh [--repeats=3] [--out=DIR] [--publish] [--link=100mbit]" \
-            "[--model=custom:2.5:32] [--ps_flags=\"--ps_stream_window_kb=32 --ps_chunk_kb=64\"]" >&2; exit 2 ;;
+            "[--model=custom:2.5:32] [--ps_flags=\"--ps_chunk_kb=64 ...\"]" >&2; exit 2 ;;
   esac
 done
 if [[ $(id -u) -ne 0 ]]; then
@@ -66,14 +65,12 @@ rm -f "$OUT.build.log"
 
 # The bucket cap is far above the model's size, so each step is one bucket: the
 # curves are the formulas' S, not an artefact of bucketing.
-/usr/bin/python3 bench/scaling.py --links="$LINK" --workers=2,4,8 \
-  --strategies=ring,ps,ps-colocated --servers=1,N --models="$MODEL" --bucket_mb=1000 \
-  --compute_ms=0 --steps=15 --warmup=3 --repeats="$REPEATS" --out="$OUT" \
-  -- $PS_FLAGS  # word-split on purpose: several flags
-/usr/bin/python3 bench/plot_scaling.py "$OUT/points.csv" -o "$OUT/headline.png" \
-  --title "ring vs parameter server on emulated $LINK links (median of $REPEATS runs)"
+# shellcheck disable=SC2086  # PS_FLAGS: several flags, word-split on purpose
+bazel-bin/tools/gradsync compare --netem="$LINK" --workers=2,4,8 --model="$MODEL" \
+  --bucket_mb=1000 --compute_ms=0 --steps=15 --warmup=3 --repeats="$REPEATS" --out="$OUT" \
+  -- $PS_FLAGS
 if [[ $PUBLISH -eq 1 ]]; then
   mkdir -p docs
-  cp "$OUT/headline.png" docs/headline.png
+  cp "$OUT/compare.png" docs/headline.png
   echo "published: docs/headline.png"
 fi

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -70,6 +71,11 @@ ABSL_FLAG(
     "one switch (a bridge; 1 MiB per port by default, core/launch/README.md), "
     "addresses in 10.213.0.0/16, removed when the job ends. Needs root and "
     "iproute2");
+ABSL_FLAG(int, ranks_per_host, 1,
+          "with --netem: workers share an emulated host (namespace and link) "
+          "this many at a time (workers 0..R-1 on the first host, ...), each "
+          "server still on its own; they get LOCAL_RANK/LOCAL_WORLD_SIZE of "
+          "that host, so --sync=hierarchical groups them as one node");
 
 namespace gradsync {
 namespace {
@@ -320,8 +326,16 @@ absl::StatusOr<std::unique_ptr<EmulatedNetwork>> PlaceInEmulatedNetwork(
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  // Workers share hosts R at a time; servers keep one each.
+  const int ranks_per_host = std::max(1, absl::GetFlag(FLAGS_ranks_per_host));
+  const int worker_hosts = (plan.workers + ranks_per_host - 1) / ranks_per_host;
+  auto host_of = [&](size_t i) {
+    const int process = static_cast<int>(i);
+    return process < plan.workers ? process / ranks_per_host
+                                  : worker_hosts + process - plan.workers;
+  };
   EmulatedNetworkOptions network_options;
-  network_options.nodes = static_cast<int>(specs.size());
+  network_options.nodes = worker_hosts + plan.servers;
   network_options.link = link;
   ASSIGN_OR_RETURN(std::unique_ptr<EmulatedNetwork> network,
                    EmulatedNetwork::Create(network_options));
@@ -332,10 +346,9 @@ absl::StatusOr<std::unique_ptr<EmulatedNetwork>> PlaceInEmulatedNetwork(
                                  ": ", network->Describe(), "\n", "bridge ",
                                  network->BridgeNamespace(), "\n");
   for (size_t i = 0; i < specs.size(); ++i) {
-    absl::StrAppend(&map, specs[i].name, " ",
-                    network->NodeNamespace(static_cast<int>(i)), " ",
-                    network->NodeAddress(static_cast<int>(i)), " bridge-port p",
-                    i, "\n");
+    absl::StrAppend(
+        &map, specs[i].name, " ", network->NodeNamespace(host_of(i)), " ",
+        network->NodeAddress(host_of(i)), " bridge-port p", host_of(i), "\n");
   }
   if (absl::Status written =
           WriteFileAtomically(plan.run_dir + "/network.txt", map);
@@ -345,17 +358,30 @@ absl::StatusOr<std::unique_ptr<EmulatedNetwork>> PlaceInEmulatedNetwork(
   }
   // Process i (workers, then servers) runs in namespace i and is reached
   // at its address there; worker 0 hosts the coordinator.
-  const std::string master_addr = network->NodeAddress(0);
+  const std::string master_addr = network->NodeAddress(host_of(0));
   for (size_t i = 0; i < specs.size(); ++i) {
-    std::vector<std::string> argv = network->ExecPrefix(static_cast<int>(i));
+    std::vector<std::string> argv = network->ExecPrefix(host_of(i));
     argv.insert(argv.end(), specs[i].argv.begin(), specs[i].argv.end());
     specs[i].argv = std::move(argv);
     for (auto& [name, value] : specs[i].env) {
       if (name == "MASTER_ADDR") value = master_addr;
     }
     specs[i].env.push_back(
-        {"GRADSYNC_ADVERTISE_HOST", network->NodeAddress(static_cast<int>(i))});
+        {"GRADSYNC_ADVERTISE_HOST", network->NodeAddress(host_of(i))});
+    if (ranks_per_host > 1 && static_cast<int>(i) < plan.workers) {
+      const int on_host =
+          std::min(ranks_per_host, plan.workers - host_of(i) * ranks_per_host);
+      for (auto& [name, value] : specs[i].env) {
+        if (name == "LOCAL_RANK") value = absl::StrCat(i % ranks_per_host);
+        if (name == "LOCAL_WORLD_SIZE") value = absl::StrCat(on_host);
+      }
+    }
     specs[i].env.push_back({"GRADSYNC_NETEM", netem});
+    // Without sch_netem the latency of --netem is not there: the PS's
+    // window rule (ps/emulated_link.h) must not size windows for it.
+    if (!network->latency_emulated()) {
+      specs[i].env.push_back({"GRADSYNC_NETEM_LATENCY_EMULATED", "0"});
+    }
   }
   return network;
 }
@@ -382,6 +408,12 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   std::vector<ProcessSpec> specs = ProcessSpecs(plan, flags);
   std::string master_addr = plan.node.master_addr;
   std::unique_ptr<EmulatedNetwork> network;
+  if (absl::GetFlag(FLAGS_ranks_per_host) != 1 &&
+      absl::GetFlag(FLAGS_netem).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ranks_per_host=", absl::GetFlag(FLAGS_ranks_per_host),
+        " places workers on emulated hosts: it needs --netem=RATE[,...]"));
+  }
   if (const std::string netem = absl::GetFlag(FLAGS_netem); !netem.empty()) {
     ASSIGN_OR_RETURN(network, PlaceInEmulatedNetwork(netem, plan, specs));
     master_addr = network->NodeAddress(0);

@@ -14,6 +14,8 @@
 #include "core/device/gpu_selection.h"
 #include "core/train/straggler.h"
 #include "core/model/synthetic_model.h"
+#include "tools/cluster_flags.h"
+#include "tools/trace_flags.h"
 
 ABSL_FLAG(std::string, sync, "local",
           "gradient synchronization strategy: local (one worker), ps "
@@ -81,9 +83,13 @@ ABSL_FLAG(uint64_t, seed, 1, "seed of the initial parameters and data order");
 ABSL_FLAG(bool, shuffle, true, "reshuffle the data every epoch");
 ABSL_FLAG(bool, drop_last, false,
           "drop the tail of the data set that does not divide among workers");
-ABSL_FLAG(double, bucket_mb, 25,
-          "gradient bucket cap in MiB (PyTorch DDP's default); buckets are "
-          "synchronized as soon as backward has produced them");
+ABSL_FLAG(double, bucket_mb, 0,
+          "gradient bucket cap in MiB; buckets are synchronized as soon as "
+          "backward has produced them. 0 = auto: a quarter of the model, "
+          "within [1, 25] MiB (25 is PyTorch DDP's default), so backward "
+          "overlaps communication (core/sync/bucket_size_rule.h); logged and "
+          "recorded in the manifest. A cap that holds the whole model is "
+          "warned about.");
 ABSL_FLAG(std::string, optimizer, "sgd", "sgd or adam");
 ABSL_FLAG(double, lr, 0.05, "learning rate (before --lr_scaling)");
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
@@ -131,14 +137,8 @@ ABSL_FLAG(int64_t, check_params_every, 0,
 ABSL_FLAG(std::string, dump_params, "",
           "write the final parameters (raw float32) to <path>.worker<rank>");
 ABSL_FLAG(int64_t, warmup_steps, 5, "steps left out of the summary's means");
-ABSL_FLAG(std::string, trace, "",
-          "write a Chrome-trace/Perfetto timeline (compute per tensor, bucket "
-          "hand-offs, Finish waits) of the first --trace_steps steps: "
-          "<path>.worker<r>.json per rank, merged into <path> by worker 0");
-ABSL_FLAG(int64_t, trace_steps, 20, "steps recorded by --trace");
-ABSL_FLAG(
-    double, timeout_s, 60,
-    "seconds any wait for a peer may take before the job fails naming it");
+// --trace and --trace_steps are tools/trace_flags.cc's, --timeout_s is
+// tools/cluster_flags.cc's: `gradsync server` reads them too.
 ABSL_FLAG(int, fault_rank, -1,
           "testing: this worker ends itself at --fault_step (see --fault)");
 ABSL_FLAG(int64_t, fault_step, 0,
@@ -197,12 +197,9 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.check_params_every = absl::GetFlag(FLAGS_check_params_every);
   o.dump_params = absl::GetFlag(FLAGS_dump_params);
   o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
-  o.trace_path = absl::GetFlag(FLAGS_trace);
-  o.trace_steps = absl::GetFlag(FLAGS_trace_steps);
-  if (o.trace_steps < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--trace_steps=", o.trace_steps, " must be >= 0"));
-  }
+  ASSIGN_OR_RETURN(const TraceSettings trace, TraceSettingsFromFlags());
+  o.trace_path = trace.path;
+  o.trace_steps = trace.steps;
   // A synthetic model's predictions mean nothing (synthetic_model.h).
   if (IsSyntheticModelFlag()) o.evaluate = false;
   o.fault_rank = absl::GetFlag(FLAGS_fault_rank);
@@ -223,12 +220,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--fault=", o.fault, " must be exit or kill"));
   }
-  const double timeout = absl::GetFlag(FLAGS_timeout_s);
-  if (!(timeout > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--timeout_s=", timeout, " must be positive"));
-  }
-  o.timeout = absl::Seconds(timeout);
+  ASSIGN_OR_RETURN(o.timeout, PeerTimeoutFromFlags());
   if (o.batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--batch_size=", o.batch_size,
@@ -244,7 +236,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   }
   if (!(o.bucket_mb >= 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--bucket_mb=", o.bucket_mb, " must be >= 0"));
+        absl::StrCat("--bucket_mb=", o.bucket_mb, " must be >= 0 (0: auto)"));
   }
   return o;
 }

@@ -16,7 +16,6 @@
 ABSL_DECLARE_FLAG(std::string, sync);
 ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(std::string, gpus);
-ABSL_DECLARE_FLAG(double, timeout_s);
 ABSL_DECLARE_FLAG(std::string, metrics_dir);
 ABSL_DECLARE_FLAG(int, threads);
 

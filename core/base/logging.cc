@@ -3,19 +3,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace gradsync {
 namespace {
 
-std::mutex& TagMutex() {
-  static std::mutex mu;
-  return mu;
-}
-std::string& Tag() {
+// Constant-initialized: usable from static initializers and during exit.
+ABSL_CONST_INIT absl::Mutex tag_mu(absl::kConstInit);
+std::string& Tag() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tag_mu) {
   static std::string tag;
   return tag;
 }
@@ -53,7 +52,7 @@ const char* LevelLetter(LogLevel level) {
 }  // namespace
 
 void SetLogTag(const std::string& tag) {
-  std::lock_guard<std::mutex> lock(TagMutex());
+  absl::MutexLock lock(&tag_mu);
   Tag() = tag;
 }
 
@@ -67,7 +66,7 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line)
           << absl::FormatTime("%H:%M:%E3S", absl::Now(), absl::LocalTimeZone())
           << " ";
   {
-    std::lock_guard<std::mutex> lock(TagMutex());
+    absl::MutexLock lock(&tag_mu);
     if (!Tag().empty()) stream_ << "[" << Tag() << "] ";
   }
   stream_ << (base ? base + 1 : file) << ":" << line << "] ";

@@ -187,8 +187,10 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
   const size_t expected = options_.num_workers + options_.num_servers;
   RETURN_GRPC_IF_ERROR(WaitLocked(
       context, request->timeout_ms(),
-      [&] { return members_.size() == expected; },
-      [&] {
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return members_.size() == expected;
+      },
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return absl::StrCat("waiting for ", MissingMembersLocked(), " to join");
       }));
   for (const auto& entry : members_) {
@@ -232,7 +234,7 @@ grpc::Status CoordinatorService::Barrier(grpc::ServerContext* context,
   return WaitLocked(
       context, request->timeout_ms(),
       [&] { return arrived.size() >= expected; },
-      [&] {
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return absl::StrCat("barrier '", Shown(request->name()),
                             "' waiting for ",
                             MissingLocked(arrived, request->everyone()));
@@ -283,7 +285,9 @@ grpc::Status CoordinatorService::Get(grpc::ServerContext* context,
   absl::MutexLock lock(&mu_);
   grpc::Status status = WaitLocked(
       context, request->timeout_ms(),
-      [&] { return store_.count(request->key()) > 0; },
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return store_.count(request->key()) > 0;
+      },
       [&] {
         return absl::StrCat("waiting for key '", Shown(request->key()), "'");
       });
@@ -304,13 +308,12 @@ class CoordinatorService::Watcher final
   // Writes the next event if none is in flight, or finishes.
   void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(service_->mu_) {
     if (writing_ || finished_) return;
-    CoordinatorService& s = *service_;
     event_.Clear();
     if (!registered_) {
       registered_ = true;
       event_.set_watching(true);
-    } else if (next_loss_ < s.losses_.size()) {
-      const Loss& loss = s.losses_[next_loss_++];
+    } else if (next_loss_ < service_->losses_.size()) {
+      const Loss& loss = service_->losses_[next_loss_++];
       proto::MemberInfo* lost = event_.mutable_lost();
       lost->set_role(loss.member.first == Role::kServer ? proto::ROLE_SERVER
                                                         : proto::ROLE_WORKER);
@@ -318,14 +321,14 @@ class CoordinatorService::Watcher final
       lost->set_address(loss.address);
       lost->set_host(loss.host);
       event_.set_reason(loss.reason);
-    } else if (s.left_.count(key_)) {
+    } else if (service_->left_.count(key_)) {
       // It said goodbye; its client closes the stream anyway.
       FinishLocked(grpc::Status::OK);
       return;
-    } else if (probed_ < s.probe_round_) {
-      probed_ = s.probe_round_;
+    } else if (probed_ < service_->probe_round_) {
+      probed_ = service_->probe_round_;
       event_.set_probe(probed_);
-    } else if (s.job_ended_) {
+    } else if (service_->job_ended_) {
       if (ended_sent_) {
         FinishLocked(grpc::Status::OK);
         return;
@@ -337,6 +340,12 @@ class CoordinatorService::Watcher final
     }
     writing_ = true;
     StartWrite(&event_);
+  }
+
+  // For the service's own calls, made with its mutex held: clang cannot see
+  // that service_->mu_ is the caller's mu_, so this says so (and checks it).
+  void AssertServiceLocked() const ABSL_ASSERT_EXCLUSIVE_LOCK(service_->mu_) {
+    service_->mu_.AssertHeld();
   }
 
   void OnWriteDone(bool ok) override {
@@ -434,6 +443,7 @@ grpc::ServerWriteReactor<proto::WatchEvent>* CoordinatorService::Watch(
   watched_ever_.insert(key);
   auto* watcher = new Watcher(this, key, peer);
   watching_[key] = watcher;
+  watcher->AssertServiceLocked();
   watcher->PumpLocked();  // "watching": the member may now join
   return watcher;
 }
@@ -442,7 +452,10 @@ void CoordinatorService::PumpWatchersLocked() {
   // A watcher may finish (and leave the map) while pumped.
   std::vector<Watcher*> watchers;
   for (const auto& entry : watching_) watchers.push_back(entry.second);
-  for (Watcher* watcher : watchers) watcher->PumpLocked();
+  for (Watcher* watcher : watchers) {
+    watcher->AssertServiceLocked();
+    watcher->PumpLocked();
+  }
 }
 
 grpc::Status CoordinatorService::Alive(grpc::ServerContext* context,

@@ -12,14 +12,13 @@ namespace gradsync {
 void InMemoryJob::Lose(const std::string& member, const std::string& reason) {
   absl::Status loss;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!lost_.ok()) return;  // the first loss is the one reported
     lost_ = absl::UnavailableError(
         absl::StrCat("the job lost ", member, ": ", reason));
     loss = lost_;
   }
-  changed_.notify_all();
-  std::lock_guard<std::mutex> lock(listeners_mu_);
+  absl::MutexLock lock(&listeners_mu_);
   for (auto& [id, listener] : listeners_) listener(loss);
 }
 
@@ -29,23 +28,19 @@ std::string InMemoryRendezvous::self() const {
 
 absl::Status InMemoryRendezvous::Set(const std::string& key,
                                      const std::string& value) {
-  {
-    std::lock_guard<std::mutex> lock(job_->mu_);
-    job_->store_[key] = value;
-  }
-  job_->changed_.notify_all();
+  absl::MutexLock lock(&job_->mu_);
+  job_->store_[key] = value;
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> InMemoryRendezvous::Get(const std::string& key,
                                                     absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(job_->mu_);
+  absl::MutexLock lock(&job_->mu_);
   // A loss ends the wait as the coordinator's would: the key will not come.
-  auto settled = [this, &key] {
+  auto settled = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_->mu_) {
     return job_->store_.count(key) > 0 || !job_->lost_.ok();
   };
-  if (!job_->changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
-                               settled)) {
+  if (!job_->mu_.AwaitWithTimeout(absl::Condition(&settled), timeout)) {
     return absl::DeadlineExceededError(
         absl::StrCat(self(), " waited ", absl::FormatDuration(timeout),
                      " for key '", key, "', which no rank set"));
@@ -64,15 +59,12 @@ absl::Status InMemoryRendezvous::Barrier(const std::string& name,
   const int size = group == BarrierGroup::kWorkers
                        ? job_->num_workers_
                        : job_->num_workers_ + job_->num_servers_;
-  std::unique_lock<std::mutex> lock(job_->mu_);
+  absl::MutexLock lock(&job_->mu_);
   int& arrived = job_->barriers_[name];
   ++arrived;
-  job_->changed_.notify_all();
-  auto open = [&arrived, size, this] {
-    return arrived >= size || !job_->lost_.ok();
-  };
-  if (!job_->changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
-                               open)) {
+  auto open = [&arrived, size, this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                  job_->mu_) { return arrived >= size || !job_->lost_.ok(); };
+  if (!job_->mu_.AwaitWithTimeout(absl::Condition(&open), timeout)) {
     return absl::DeadlineExceededError(absl::StrCat(
         self(), " waited ", absl::FormatDuration(timeout), " at barrier '",
         name, "': ", arrived, " of ", size, " arrived"));
@@ -82,13 +74,13 @@ absl::Status InMemoryRendezvous::Barrier(const std::string& name,
 }
 
 absl::Status InMemoryRendezvous::lost() const {
-  std::lock_guard<std::mutex> lock(job_->mu_);
+  absl::MutexLock lock(&job_->mu_);
   return job_->lost_;
 }
 
 int InMemoryRendezvous::AddLossListener(
     std::function<void(const absl::Status&)> listener) {
-  std::lock_guard<std::mutex> listeners_lock(job_->listeners_mu_);
+  absl::MutexLock listeners_lock(&job_->listeners_mu_);
   const int id = job_->next_listener_++;
   const absl::Status loss = lost();
   if (!loss.ok()) {
@@ -100,16 +92,18 @@ int InMemoryRendezvous::AddLossListener(
 }
 
 void InMemoryRendezvous::RemoveLossListener(int id) {
-  std::lock_guard<std::mutex> lock(job_->listeners_mu_);
+  absl::MutexLock lock(&job_->listeners_mu_);
   job_->listeners_.erase(id);
 }
 
 absl::Status InMemoryRendezvous::ExplainFailure(const absl::Status& symptom,
                                                 absl::Duration wait) const {
   if (symptom.ok()) return symptom;
-  std::unique_lock<std::mutex> lock(job_->mu_);
-  job_->changed_.wait_for(lock, absl::ToChronoMilliseconds(wait),
-                          [this] { return !job_->lost_.ok(); });
+  absl::MutexLock lock(&job_->mu_);
+  auto lost = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_->mu_) {
+    return !job_->lost_.ok();
+  };
+  job_->mu_.AwaitWithTimeout(absl::Condition(&lost), wait);
   if (job_->lost_.ok() ||
       absl::StrContains(symptom.message(), job_->lost_.message())) {
     return symptom;

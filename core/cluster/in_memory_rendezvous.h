@@ -11,13 +11,13 @@
 // every handle's listeners hear of it as they would from the coordinator.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "core/cluster/rendezvous.h"
 
 namespace gradsync {
@@ -35,22 +35,23 @@ class InMemoryJob {
   friend class InMemoryRendezvous;
   const int num_workers_;
   const int num_servers_;
-  // std::mutex, not absl::Mutex: ThreadSanitizer sees through the standard
-  // library's locks, but not through Debian's uninstrumented Abseil, and the
-  // ring's tests run over this under TSan (tools/test.sh).
-  mutable std::mutex mu_;
-  std::condition_variable changed_;  // a key set, a barrier arrival, a loss
-  std::map<std::string, std::string> store_;  // guarded by mu_
-  // Arrivals per barrier name (guarded by mu_); a barrier opens when its
-  // count reaches the group's size and the name is then used up.
-  std::map<std::string, int> barriers_;
-  absl::Status lost_;  // guarded by mu_
+  // Waiters (Get, Barrier, ExplainFailure) await a condition on this
+  // state: a key set, a barrier arrival, a loss. ThreadSanitizer cannot see
+  // this lock (Debian's Abseil is uninstrumented; tools/tsan_suppressions.txt).
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::string> store_ ABSL_GUARDED_BY(mu_);
+  // Arrivals per barrier name; a barrier opens when its count reaches the
+  // group's size and the name is then used up.
+  std::map<std::string, int> barriers_ ABSL_GUARDED_BY(mu_);
+  absl::Status lost_ ABSL_GUARDED_BY(mu_);
   // Loss listeners of every handle, by id. Listeners are called without mu_
   // held (they may call back into the job), under listeners_mu_ so that
-  // RemoveLossListener waits for a call in progress.
-  std::mutex listeners_mu_;
-  std::map<int, std::function<void(const absl::Status&)>> listeners_;
-  int next_listener_ = 0;  // guarded by listeners_mu_
+  // RemoveLossListener waits for a call in progress. Order: listeners_mu_
+  // before mu_.
+  absl::Mutex listeners_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::map<int, std::function<void(const absl::Status&)>> listeners_
+      ABSL_GUARDED_BY(listeners_mu_);
+  int next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 0;
 };
 
 class InMemoryRendezvous final : public Rendezvous {

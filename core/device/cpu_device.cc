@@ -151,14 +151,14 @@ absl::StatusOr<void*> CpuDevice::AllocateBytes(size_t bytes) {
         allocated_bytes(), " bytes already allocated by this device)"));
   }
   std::memset(block, 0, rounded);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   blocks_.push_back(block);
   allocated_bytes_ += rounded;
   return block;
 }
 
 size_t CpuDevice::allocated_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return allocated_bytes_;
 }
 

@@ -15,12 +15,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "core/device/device.h"
 
 namespace gradsync {
@@ -115,10 +116,10 @@ class CpuDevice : public Device {
   std::unique_ptr<DnnlContext> dnnl_;  // Gemm's threads; the convolutions
   const bool reference_convolutions_;
 
-  mutable std::mutex
-      mu_;  // allocation happens at set-up, possibly from threads
-  std::vector<void*> blocks_;
-  size_t allocated_bytes_ = 0;
+  // Allocation happens at set-up, possibly from threads.
+  mutable absl::Mutex mu_;
+  std::vector<void*> blocks_ ABSL_GUARDED_BY(mu_);
+  size_t allocated_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gradsync

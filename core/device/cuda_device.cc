@@ -156,7 +156,7 @@ absl::Status CudaDevice::Initialize() {
   CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH),
                          name_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(AddBlock(kBlockBytes));
   }
   // After cublasSetStream, which resets the workspace to cuBLAS's own pool.
@@ -231,7 +231,7 @@ absl::StatusOr<void*> CudaDevice::AllocateBytes(size_t bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat(name_, ": allocation of ", bytes, " bytes overflows"));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   // First fit: the tail of an earlier block serves small requests that
   // arrive after a large one opened a new block.
   Block* target = nullptr;
@@ -252,18 +252,18 @@ absl::StatusOr<void*> CudaDevice::AllocateBytes(size_t bytes) {
 }
 
 size_t CudaDevice::allocated_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return allocated_bytes_;
 }
 
 size_t CudaDevice::reserved_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return reserved_bytes_;
 }
 
 void CudaDevice::Record(const absl::Status& status) {
   if (status.ok()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (error_.ok()) error_ = status;
 }
 
@@ -272,7 +272,7 @@ void CudaDevice::CheckLaunch(cudaError_t error, const char* kernel) {
 }
 
 absl::Status CudaDevice::TakeError() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return std::exchange(error_, absl::OkStatus());
 }
 

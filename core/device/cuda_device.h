@@ -28,13 +28,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "core/base/status_macros.h"
 #include "core/device/device.h"
 
@@ -182,8 +183,8 @@ class CudaDevice : public Device {
 
   CudaDevice(int gpu_index, const cudaDeviceProp& properties);
   absl::Status Initialize();
-  // A new arena block of at least `bytes`, zero-filled. Requires mu_.
-  absl::Status AddBlock(size_t bytes);
+  // A new arena block of at least `bytes`, zero-filled.
+  absl::Status AddBlock(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the first error of a void math call for Synchronize to return.
   void Record(const absl::Status& status);
   void CheckLaunch(cudaError_t error, const char* kernel);
@@ -196,11 +197,11 @@ class CudaDevice : public Device {
   cublasHandle_t cublas_ = nullptr;
   double* loss_partials_ = nullptr;  // cuda_kernels::kMaxLossPartials doubles
 
-  mutable std::mutex mu_;  // guards the arena and the kept error
-  std::vector<Block> blocks_;
-  size_t allocated_bytes_ = 0;
-  size_t reserved_bytes_ = 0;
-  absl::Status error_;
+  mutable absl::Mutex mu_;  // guards the arena and the kept error
+  std::vector<Block> blocks_ ABSL_GUARDED_BY(mu_);
+  size_t allocated_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
 };
 
 // The device as a CudaDevice, or null when it is another backend; strategies

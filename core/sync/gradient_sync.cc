@@ -2,18 +2,18 @@
 
 #include <algorithm>
 #include <map>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "core/base/logging.h"
 
 namespace gradsync {
 namespace {
 
 struct Registry {
-  std::mutex mu;
-  std::map<std::string, GradientSyncFactory> factories;
+  absl::Mutex mu;
+  std::map<std::string, GradientSyncFactory> factories ABSL_GUARDED_BY(mu);
 };
 
 Registry& GetRegistry() {
@@ -26,7 +26,7 @@ Registry& GetRegistry() {
 bool GradientSyncRegistry::Register(const std::string& name,
                                     GradientSyncFactory factory) {
   Registry& registry = GetRegistry();
-  std::lock_guard<std::mutex> lock(registry.mu);
+  absl::MutexLock lock(&registry.mu);
   GS_CHECK(registry.factories.emplace(name, std::move(factory)).second)
       << "gradient sync strategy '" << name << "' registered twice";
   return true;
@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<GradientSync>> GradientSyncRegistry::Create(
   GradientSyncFactory factory;
   {
     Registry& registry = GetRegistry();
-    std::lock_guard<std::mutex> lock(registry.mu);
+    absl::MutexLock lock(&registry.mu);
     auto it = registry.factories.find(name);
     if (it != registry.factories.end()) factory = it->second;
   }
@@ -52,7 +52,7 @@ absl::StatusOr<std::unique_ptr<GradientSync>> GradientSyncRegistry::Create(
 
 std::vector<std::string> GradientSyncRegistry::Names() {
   Registry& registry = GetRegistry();
-  std::lock_guard<std::mutex> lock(registry.mu);
+  absl::MutexLock lock(&registry.mu);
   std::vector<std::string> names;
   for (const auto& entry : registry.factories) names.push_back(entry.first);
   return names;

@@ -12,11 +12,11 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
@@ -82,12 +82,12 @@ class PinnedHostStaging : public HostStaging {
 
   ~PinnedHostStaging() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       stop_ = true;
     }
-    changed_.notify_all();
     if (thread_.joinable()) thread_.join();
     cudaSetDevice(device_.gpu_index());
+    absl::MutexLock upload_lock(&upload_mu_);
     for (cudaStream_t stream : {download_stream_, upload_stream_}) {
       if (stream != nullptr) {
         cudaStreamSynchronize(stream);
@@ -112,9 +112,12 @@ class PinnedHostStaging : public HostStaging {
     CUDA_RETURN_IF_ERROR(
         cudaStreamCreateWithFlags(&download_stream_, cudaStreamNonBlocking),
         name);
-    CUDA_RETURN_IF_ERROR(
-        cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking),
-        name);
+    {
+      absl::MutexLock lock(&upload_mu_);
+      CUDA_RETURN_IF_ERROR(
+          cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking),
+          name);
+    }
     for (size_t b = 0; b < offsets_.size(); ++b) {
       ASSIGN_OR_RETURN(CudaEvent computed, CudaEvent::Create(name));
       ASSIGN_OR_RETURN(CudaEvent downloaded, CudaEvent::Create(name));
@@ -137,11 +140,8 @@ class PinnedHostStaging : public HostStaging {
       on_host(std::move(status));
       return;
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(Pending{bucket, std::move(on_host)});
-    }
-    changed_.notify_all();
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(Pending{bucket, std::move(on_host)});
   }
 
   void Upload(int bucket) override {
@@ -151,7 +151,7 @@ class PinnedHostStaging : public HostStaging {
       const size_t bytes = static_cast<size_t>(numels_[bucket]) * sizeof(float);
       // Host-side, the strategy has already seen bucket's download complete,
       // so only the stream order of uploads matters here.
-      std::lock_guard<std::mutex> lock(upload_mu_);
+      absl::MutexLock lock(&upload_mu_);
       status = CudaCallStatus(
           cudaMemcpyAsync(device_buffer_ + offsets_[bucket],
                           host_ + offsets_[bucket], bytes,
@@ -169,7 +169,7 @@ class PinnedHostStaging : public HostStaging {
     // Backward may still be reading these values on the GPU (parameters):
     // the copy waits for everything queued on the compute stream so far.
     RETURN_IF_ERROR(device_.RecordEvent(compute_done_.get()));
-    std::lock_guard<std::mutex> lock(upload_mu_);
+    absl::MutexLock lock(&upload_mu_);
     CUDA_RETURN_IF_ERROR(
         cudaStreamWaitEvent(upload_stream_, compute_done_.get(), 0), name);
     const size_t bytes = static_cast<size_t>(total_numel_) * sizeof(float);
@@ -186,13 +186,13 @@ class PinnedHostStaging : public HostStaging {
     const std::string& name = device_.name();
     RETURN_IF_ERROR(device_.MakeCurrent());
     {
-      std::lock_guard<std::mutex> lock(upload_mu_);
+      absl::MutexLock lock(&upload_mu_);
       CUDA_RETURN_IF_ERROR(cudaEventRecord(uploaded_.get(), upload_stream_),
                            name);
     }
     // On the GPU only: the host goes on queueing the optimizer step.
     RETURN_IF_ERROR(device_.WaitEvent(uploaded_.get()));
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return std::exchange(error_, absl::OkStatus());
   }
 
@@ -230,8 +230,9 @@ class PinnedHostStaging : public HostStaging {
     while (true) {
       Pending pending;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        changed_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        // Waits for work, not for a peer: the destructor's stop_ ends it.
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(this, &PinnedHostStaging::HasWorkOrStop));
         if (queue_.empty()) return;  // stopping, nothing left to deliver
         pending = std::move(queue_.front());
         queue_.pop_front();
@@ -272,9 +273,13 @@ class PinnedHostStaging : public HostStaging {
     }
   }
 
+  bool HasWorkOrStop() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || !queue_.empty();
+  }
+
   void Keep(const absl::Status& status) {
     if (status.ok()) return;
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (error_.ok()) error_ = status;
   }
 
@@ -284,18 +289,19 @@ class PinnedHostStaging : public HostStaging {
   const absl::Duration timeout_;
   float* host_ = nullptr;  // pinned
   cudaStream_t download_stream_ = nullptr;
-  cudaStream_t upload_stream_ = nullptr;
+  // Uploads come from strategies' threads; their order on the stream matters.
+  absl::Mutex upload_mu_;
+  cudaStream_t upload_stream_ ABSL_GUARDED_BY(upload_mu_) = nullptr;
   std::vector<CudaEvent> computed_;    // per bucket, on the compute stream
   std::vector<CudaEvent> downloaded_;  // per bucket, on download_stream_
   CudaEvent compute_done_;             // UploadAll's order after compute
   CudaEvent uploaded_;                 // FinishStep's, on upload_stream_
 
-  std::mutex upload_mu_;  // uploads come from strategies' threads
-  std::mutex mu_;         // guards queue_, stop_, error_
-  std::condition_variable changed_;
-  std::deque<Pending> queue_;
-  bool stop_ = false;
-  absl::Status error_;  // the step's first error, returned by FinishStep
+  absl::Mutex mu_;
+  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // The step's first error, returned by FinishStep.
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -3,13 +3,11 @@
 // stream sees uploads after FinishStep — without device-wide synchronization.
 #include "core/sync/host_staging.h"
 
-#include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/device/device.h"
 #include "core/sync/param_layout.h"
@@ -106,9 +104,8 @@ TEST_F(PinnedHostStagingTest,
   for (int step = 1; step <= 3; ++step) {
     // "Backward": queued, not finished, when Download is called.
     device_->Fill(grads, n, static_cast<float>(step));
-    std::mutex mu;
-    std::condition_variable changed;
-    int delivered = 0;
+    absl::Mutex mu;
+    int delivered = 0;  // guarded by mu
     for (int b = 0; b < buckets; ++b) {
       s.Download(b, [&, b](absl::Status status) {
         EXPECT_TRUE(status.ok()) << status;
@@ -119,15 +116,16 @@ TEST_F(PinnedHostStagingTest,
           host[i] *= 2.0f;
         }
         s.Upload(b);
-        std::lock_guard<std::mutex> lock(mu);
+        absl::MutexLock lock(&mu);
         ++delivered;
-        changed.notify_all();
       });
     }
     {
-      std::unique_lock<std::mutex> lock(mu);
-      ASSERT_TRUE(changed.wait_for(lock, std::chrono::seconds(30),
-                                   [&] { return delivered == buckets; }));
+      absl::MutexLock lock(&mu);
+      const auto all_delivered = [&] { return delivered == buckets; };
+      ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all_delivered),
+                                      absl::Seconds(30)))
+          << delivered << " of " << buckets << " buckets delivered";
     }
     ASSERT_TRUE(s.FinishStep().ok());
     // The "optimizer", queued after FinishStep on the compute stream.

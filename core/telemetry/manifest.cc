@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/telemetry/derived_settings.h"
 #include "google/protobuf/stubs/common.h"
 #include "grpcpp/grpcpp.h"
 #include "zlib.h"
@@ -78,6 +79,8 @@ std::string ManifestJson() {
   }
   for (const auto& entry : sorted) flags[entry.first] = entry.second;
   manifest["flags"] = flags;
+  // What the strategies derived or took from a flag, with the reason.
+  manifest["settings"] = nlohmann::ordered_json::parse(RecordedSettingsJson());
   manifest["git_commit"] = GitCommit();
   manifest["compiler"] = std::string("gcc ") + __VERSION__;
   manifest["versions"] = {

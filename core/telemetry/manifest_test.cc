@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "core/telemetry/derived_settings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -55,6 +56,20 @@ TEST(ManifestTest, EchoesGradsyncFlagsWithTheirCurrentValues) {
   EXPECT_EQ(ParsedManifest()["flags"]["manifest_test_knob"], "7");
   absl::SetFlag(&FLAGS_manifest_test_knob, 42);
   EXPECT_EQ(ParsedManifest()["flags"]["manifest_test_knob"], "42");
+}
+
+TEST(ManifestTest, RecordsSettingsWithTheirSource) {
+  ClearRecordedSettings();
+  EXPECT_TRUE(ParsedManifest()["settings"].empty());
+  RecordSetting("ps_chunk_kb", 64, "auto: 2.5 MB over K=8 servers");
+  RecordSetting("ring_chunk_kb", 256, "flag");
+  RecordSetting("ring_chunk_kb", 128, "flag");  // the last one counts
+  const Json settings = ParsedManifest()["settings"];
+  EXPECT_EQ(settings["ps_chunk_kb"]["value"], 64);
+  EXPECT_EQ(settings["ps_chunk_kb"]["source"], "auto: 2.5 MB over K=8 servers");
+  EXPECT_EQ(settings["ring_chunk_kb"]["value"], 128);
+  EXPECT_EQ(settings["ring_chunk_kb"]["source"], "flag");
+  ClearRecordedSettings();
 }
 
 TEST(ManifestTest, GitCommitComesFromTheEnvironmentFirst) {

@@ -94,7 +94,7 @@ void TraceRecorder::Push(const nlohmann::json& event) {
   // rather than an exception on the training thread.
   std::string text =
       event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (static_cast<int64_t>(events_.size()) >= max_events_) {
     ++dropped_;
     return;
@@ -105,7 +105,7 @@ void TraceRecorder::Push(const nlohmann::json& event) {
 std::string TraceRecorder::ToJson() const {
   nlohmann::json events = nlohmann::json::array();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (const std::string& event : events_) {
       events.push_back(nlohmann::json::parse(event));
     }
@@ -127,12 +127,12 @@ absl::Status TraceRecorder::WriteJson(const std::string& path) const {
 }
 
 int64_t TraceRecorder::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(events_.size());
 }
 
 int64_t TraceRecorder::dropped() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return dropped_;
 }
 

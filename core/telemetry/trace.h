@@ -21,12 +21,13 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace gradsync {
@@ -72,9 +73,10 @@ class TraceRecorder {
   const int process_id_;
   const std::string process_name_;
   const int64_t max_events_;
-  mutable std::mutex mu_;
-  std::vector<std::string> events_;  // serialized JSON objects, in order
-  int64_t dropped_ = 0;
+  mutable absl::Mutex mu_;
+  // Serialized JSON objects, in order.
+  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
+  int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // The recorder of this process, or null when --trace is off.

@@ -19,7 +19,9 @@
 #include "core/base/files.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/sync/bucket_size_rule.h"
 #include "core/sync/param_layout.h"
+#include "core/telemetry/derived_settings.h"
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
 #include "core/telemetry/trace.h"
@@ -180,10 +182,32 @@ absl::Status Trainer::Setup() {
   total_steps_ = steps_per_epoch_ * options_.epochs;
   if (options_.max_steps > 0)
     total_steps_ = std::min(total_steps_, options_.max_steps);
-  ASSIGN_OR_RETURN(ParamLayout layout,
-                   ParamLayout::Create(
-                       model_.ParamSpecs(),
-                       static_cast<int64_t>(options_.bucket_mb * (1 << 20))));
+  // --bucket_mb 0 is auto (core/sync/bucket_size_rule.h).
+  int64_t model_bytes = 0;
+  for (const ParamSpec& spec : model_.ParamSpecs())
+    model_bytes += spec.numel() * 4;
+  const BucketSizeChoice bucket_rule = ChooseBucketBytes(model_bytes);
+  const bool auto_bucket = !(options_.bucket_mb > 0);
+  ASSIGN_OR_RETURN(
+      ParamLayout layout,
+      ParamLayout::Create(
+          model_.ParamSpecs(),
+          auto_bucket ? bucket_rule.bucket_bytes
+                      : static_cast<int64_t>(options_.bucket_mb * (1 << 20))));
+  if (id_.rank == 0) {
+    RecordSetting("bucket_mb",
+                  auto_bucket ? bucket_rule.bucket_bytes / double(1 << 20)
+                              : options_.bucket_mb,
+                  auto_bucket ? bucket_rule.reason : "flag");
+    if (auto_bucket) {
+      GS_LOG(INFO) << "bucket cap " << bucket_rule.bucket_bytes / 1024
+                   << " KiB (" << bucket_rule.reason
+                   << "): " << layout.buckets().size() << " buckets";
+    } else if (std::optional<std::string> warning =
+                   SingleBucketWarning(layout, options_.bucket_mb)) {
+      GS_LOG(WARNING) << *warning;
+    }
+  }
   layout_ = std::make_unique<ParamLayout>(std::move(layout));
   const int64_t n = layout_->total_numel();
 

@@ -1,8 +1,9 @@
-// One process of ps_process_test. With GRADSYNC_ROLE=server it is exactly
-// `gradsync server` (RunServerCommand). Otherwise it is a worker that trains
-// nothing: it runs --steps of --sync=ps over a fixed layout with small
-// integer gradients and checks every result bit for bit against the average
-// (--ps_update=worker) or core's optimizer run on it (--ps_update=server).
+// One process of //ps:ps_process_test. With GRADSYNC_ROLE=server it is
+// exactly `gradsync server` (RunServerCommand, tools/server_command.cc).
+// Otherwise it is a worker that trains nothing: it runs --steps of --sync=ps
+// over a fixed layout with small integer gradients and checks every result bit
+// for bit against the average (--ps_update=worker) or core's optimizer run on
+// it (--ps_update=server).
 // Exit code 0 when all checks pass.
 #include <cstdio>
 #include <memory>
@@ -21,15 +22,12 @@
 #include "core/sync/param_layout.h"
 #include "core/optim/optimizer.h"
 #include "ps/ps_sync.h"
-#include "ps/server_command.h"
 #include "tools/cluster_flags.h"
+#include "tools/commands.h"
 
 ABSL_FLAG(int, steps, 3, "steps to run");
-ABSL_FLAG(double, timeout_s, 20, "deadline of every wait on a peer");
-// Read by `gradsync server` (ps/server_command.cc) as by the trainer.
-ABSL_FLAG(std::string, trace, "",
-          "timeline file (servers: <trace>.server<k>.json)");
-ABSL_FLAG(int64_t, trace_steps, 20, "steps recorded by --trace");
+// --timeout_s (tools/cluster_flags.cc) and --trace (tools/trace_flags.cc)
+// are the command line's own, as `gradsync server` reads them.
 ABSL_FLAG(int, exit_after_setup, -1,
           "this worker rank exits with code 3 right after Setup (a worker "
           "that disappears)");
@@ -51,7 +49,7 @@ float Gradient(int rank, int step, int64_t i) {
 // before the coordinator (worker 0's) goes down and takes the others with it.
 absl::Status RunWorker(const ClusterEnv& env,
                        std::unique_ptr<CoordinatorServer>& coordinator_server) {
-  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  ASSIGN_OR_RETURN(const absl::Duration timeout, PeerTimeoutFromFlags());
   CoordinatorClientOptions client_options;
   ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());
   if (env.rank == 0) {

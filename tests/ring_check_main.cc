@@ -1,8 +1,9 @@
-// One rank of a multi-process ring check: reads who it is from the
-// environment (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT/GRADSYNC_JOB_ID, see
-// core/cluster/cluster_env.h), hosts the coordinator if it is rank 0, builds
-// the ring and all-reduces integer-valued buffers of awkward sizes, checking
-// every element exactly. Exits 0 when all sums are exact, 1 otherwise.
+// One rank of //allreduce:ring_multiprocess_test's ring check: reads who it
+// is from the environment (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT/
+// GRADSYNC_JOB_ID, see core/cluster/cluster_env.h), hosts the coordinator if
+// it is rank 0, builds the ring and all-reduces integer-valued buffers of
+// awkward sizes, checking every element exactly. Exits 0 when all sums are
+// exact, 1 otherwise.
 //
 //   RANK=0 WORLD_SIZE=2 MASTER_PORT=29500 ring_check_main &
 //   RANK=1 WORLD_SIZE=2 MASTER_PORT=29500 ring_check_main
@@ -30,7 +31,7 @@
 #include "core/cluster/coordinator.h"
 #include "tools/cluster_flags.h"
 
-ABSL_FLAG(double, timeout_s, 60, "every wait on a peer gives up after this");
+// --timeout_s is tools/cluster_flags.cc's, as `gradsync train` reads it.
 ABSL_FLAG(int, depart_rank, -1,
           "testing: this rank leaves in the middle of the largest all-reduce");
 
@@ -55,7 +56,7 @@ absl::Status Depart(RingTransport& transport, int64_t bytes) {
 }
 
 absl::Status Check(const ClusterEnv& env) {
-  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  ASSIGN_OR_RETURN(const absl::Duration timeout, PeerTimeoutFromFlags());
   const int n = env.world_size;
   CoordinatorClientOptions client_options;
   ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());

@@ -1,5 +1,6 @@
-// The `gradsync server` command (see server_command.h).
-#include "ps/server_command.h"
+// The `gradsync server` command (see commands.h): the edge where the
+// --ps_* flags and the environment become a ParameterServer's options.
+#include "tools/commands.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -8,7 +9,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -20,19 +20,12 @@
 #include "core/cluster/local_address.h"
 #include "core/telemetry/trace.h"
 #include "nlohmann/json.hpp"
+#include "ps/emulated_link.h"
 #include "ps/flags.h"
 #include "ps/server.h"
+#include "ps/tuning.h"
 #include "tools/cluster_flags.h"
-
-// The deadline of every wait on a peer, the workers' --timeout_s: defined
-// by the command line (tools/train_flags.cc) or a test main. A server waits
-// that long for the coordinator and for the job to assemble, not its idle
-// timeout: a job that never starts must not keep its servers for minutes.
-ABSL_DECLARE_FLAG(double, timeout_s);
-// The workers' --trace and --trace_steps (the same definitions): a server
-// writes its own timeline beside theirs, <trace>.server<k>.json.
-ABSL_DECLARE_FLAG(std::string, trace);
-ABSL_DECLARE_FLAG(int64_t, trace_steps);
+#include "tools/trace_flags.h"
 
 namespace gradsync {
 namespace {
@@ -77,6 +70,8 @@ class JobEndWatch {
 absl::Status Serve(const ClusterEnv& env) {
   const absl::Duration idle =
       absl::Seconds(absl::GetFlag(FLAGS_ps_idle_timeout_s));
+  // The workers' --timeout_s, for start-up (see PeerTimeoutFromFlags).
+  ASSIGN_OR_RETURN(const absl::Duration start_timeout, PeerTimeoutFromFlags());
   // With --ps_colocated_servers=k workers 0..k-1 hold servers 0..k-1 and
   // this process is server k + its rank among the separate ones.
   RETURN_IF_ERROR(CheckServerPlacement(env.world_size, env.num_servers));
@@ -89,17 +84,27 @@ absl::Status Serve(const ClusterEnv& env) {
   options.num_workers = env.world_size;
   options.bind_address = absl::GetFlag(FLAGS_ps_bind);
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
-  ASSIGN_OR_RETURN(options.stream_window_bytes, StreamWindowBytesFromFlags());
+  ASSIGN_OR_RETURN(const int64_t window, StreamWindowBytesFromFlags());
+  // The push streams' window: N workers' streams converge on this port.
+  const ResolvedSetting push_window =
+      ResolveStreamWindow(window, LinkFiguresOfThisProcess(), env.world_size);
+  options.stream_window_bytes = push_window.bytes;
+  GS_LOG(INFO) << "push stream window " << push_window.bytes / 1024 << " KiB ("
+               << push_window.source << ")";
   ASSIGN_OR_RETURN(options.max_shard_bytes, MaxShardBytesFromFlags());
-  // Pids 1000 + k keep servers apart from the workers in the merged view.
+  // The workers' --trace: a server writes its own timeline beside theirs,
+  // <trace>.server<k>.json. Pids 1000 + k keep servers apart from the
+  // workers in the merged view.
+  ASSIGN_OR_RETURN(const TraceSettings trace_settings,
+                   TraceSettingsFromFlags());
   std::unique_ptr<TraceRecorder> trace;
-  if (const std::string path = absl::GetFlag(FLAGS_trace); !path.empty()) {
+  if (const std::string& path = trace_settings.path; !path.empty()) {
     trace = std::make_unique<TraceRecorder>(
         1000 + options.server_rank,
         absl::StrCat("server ", options.server_rank));
     trace->NameTrack(kTrackCommunication, "pushes in, results out");
     options.trace = trace.get();
-    options.trace_steps = absl::GetFlag(FLAGS_trace_steps);
+    options.trace_steps = trace_settings.steps;
     options.trace_path = RankTracePath(path, "server", options.server_rank);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<ParameterServer> server,
@@ -117,8 +122,6 @@ absl::Status Serve(const ClusterEnv& env) {
                      LocalAddressToward(env.master_addr, env.master_port));
   }
   const std::string address = absl::StrCat(host, ":", server->port());
-  const absl::Duration start_timeout =
-      absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   JobEndWatch job_end;  // outlives the coordinator client, which calls it
   CoordinatorClientOptions client_options;
   ASSIGN_OR_RETURN(client_options.security, CoordinatorSecurityFromFlags());

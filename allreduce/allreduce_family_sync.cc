@@ -1,0 +1,112 @@
+// The registrations of the all-reduce family besides the ring:
+// --sync=halving_doubling, tree, hierarchical and allreduce, each a RingSync
+// (ring_sync.h) running its algorithm over the ring transport with the peer
+// connections that algorithm asks for.
+#include <memory>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "allreduce/halving_doubling_allreduce.h"
+#include "allreduce/hierarchical_allreduce.h"
+#include "allreduce/ring_flags.h"
+#include "allreduce/ring_sync.h"
+#include "allreduce/selecting_allreduce.h"
+#include "allreduce/tree_allreduce.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
+#include "core/sync/gradient_sync.h"
+
+namespace gradsync {
+namespace {
+
+absl::StatusOr<std::unique_ptr<GradientSync>> MakeSync(
+    const SyncContext& context, AllReduceStrategy strategy) {
+  if (context.identity.world_size > 1 && context.rendezvous == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--sync=", strategy.name, " with ", context.identity.world_size,
+        " workers needs the coordinator to find its peers"));
+  }
+  return std::unique_ptr<GradientSync>(
+      new RingSync(context, RingSyncOptionsFromFlags(), std::move(strategy)));
+}
+
+absl::StatusOr<std::unique_ptr<GradientSync>> CreateHalvingDoublingSync(
+    const SyncContext& context) {
+  AllReduceStrategy strategy;
+  strategy.name = "halving_doubling";
+  strategy.peers = HalvingDoublingAllReduce::Peers;
+  strategy.create = [](RingTransport* transport, const RingSyncOptions& options)
+      -> absl::StatusOr<std::unique_ptr<AllReduceAlgorithm>> {
+    return std::make_unique<HalvingDoublingAllReduce>(transport,
+                                                      options.chunk_bytes);
+  };
+  return MakeSync(context, std::move(strategy));
+}
+
+absl::StatusOr<std::unique_ptr<GradientSync>> CreateTreeSync(
+    const SyncContext& context) {
+  AllReduceStrategy strategy;
+  strategy.name = "tree";
+  strategy.peers = TreeAllReduce::Peers;
+  strategy.create = [](RingTransport* transport, const RingSyncOptions& options)
+      -> absl::StatusOr<std::unique_ptr<AllReduceAlgorithm>> {
+    return std::make_unique<TreeAllReduce>(transport, options.chunk_bytes);
+  };
+  return MakeSync(context, std::move(strategy));
+}
+
+absl::StatusOr<std::unique_ptr<GradientSync>> CreateHierarchicalSync(
+    const SyncContext& context) {
+  int ranks_per_node = absl::GetFlag(FLAGS_allreduce_ranks_per_node);
+  const char* source = "--allreduce_ranks_per_node";
+  if (ranks_per_node <= 0) {
+    ranks_per_node = context.identity.local_world_size;
+    source = "the processes on this host (LOCAL_WORLD_SIZE)";
+  }
+  RETURN_IF_ERROR(Annotate(
+      HierarchicalAllReduce::Check(context.identity.world_size, ranks_per_node),
+      absl::StrCat("--sync=hierarchical with ranks per node from ", source)));
+  GS_LOG(INFO) << "hierarchical: " << ranks_per_node << " ranks per node, from "
+               << source << "; " << context.identity.world_size / ranks_per_node
+               << " nodes";
+  AllReduceStrategy strategy;
+  strategy.name = "hierarchical";
+  strategy.peers = [ranks_per_node](int rank, int world_size) {
+    return HierarchicalAllReduce::Peers(rank, world_size, ranks_per_node);
+  };
+  strategy.create = [ranks_per_node](RingTransport* transport,
+                                     const RingSyncOptions& options)
+      -> absl::StatusOr<std::unique_ptr<AllReduceAlgorithm>> {
+    return std::make_unique<HierarchicalAllReduce>(
+        transport, options.chunk_bytes, ranks_per_node);
+  };
+  return MakeSync(context, std::move(strategy));
+}
+
+absl::StatusOr<std::unique_ptr<GradientSync>> CreateSelectingSync(
+    const SyncContext& context) {
+  LinkCost link;
+  link.alpha_s = absl::GetFlag(FLAGS_allreduce_alpha_us) * 1e-6;
+  link.bytes_per_s = absl::GetFlag(FLAGS_allreduce_link_gbit) * 1e9 / 8;
+  AllReduceStrategy strategy;
+  strategy.name = "allreduce";
+  strategy.peers = SelectingAllReduce::Peers;
+  strategy.create = [link](RingTransport* transport,
+                           const RingSyncOptions& options)
+      -> absl::StatusOr<std::unique_ptr<AllReduceAlgorithm>> {
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<SelectingAllReduce> selector,
+        SelectingAllReduce::Create(transport, options.chunk_bytes, link));
+    return std::unique_ptr<AllReduceAlgorithm>(std::move(selector));
+  };
+  return MakeSync(context, std::move(strategy));
+}
+
+}  // namespace
+
+GRADSYNC_REGISTER_SYNC(halving_doubling, CreateHalvingDoublingSync);
+GRADSYNC_REGISTER_SYNC(tree, CreateTreeSync);
+GRADSYNC_REGISTER_SYNC(hierarchical, CreateHierarchicalSync);
+GRADSYNC_REGISTER_SYNC(allreduce, CreateSelectingSync);
+
+}  // namespace gradsync

@@ -1,0 +1,98 @@
+#include "allreduce/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "allreduce/tree_allreduce.h"
+
+namespace gradsync {
+namespace {
+
+int LargestPowerOfTwoAtMost(int n) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+// Ring: reduce-scatter and all-gather are N-1 steps each; in every step each
+// rank sends one segment of S/N bytes to its right neighbour while receiving
+// one from its left, so a step costs α + S/(N·B):
+//   T = 2(N-1)·α + 2(N-1)/N · S/B.
+// (The implementation pipelines steps at the byte level, which hides no
+// latency: step k+1's first byte still waits for step k's.)
+double RingAllReduceSeconds(int n, double bytes, const LinkCost& link) {
+  if (n <= 1) return 0;
+  return 2.0 * (n - 1) * link.alpha_s +
+         2.0 * (n - 1) / n * bytes / link.bytes_per_s;
+}
+
+// Halving-doubling over p = 2^⌊log2 N⌋ ranks: reduce-scatter step k (k = 1..
+// log2 p) swaps S/2^k bytes with one partner in both directions at once, so
+// the steps sum to log2 p·α + (1 - 1/p)·S/B; the all-gather mirrors it:
+//   T_p = 2·log2 p·α + 2(p-1)/p · S/B.
+// N not a power of two adds the fold (S to the partner) and the return (S
+// back), each α + S/B:
+//   T = T_p + 2α + 2·S/B   when N > p.
+double HalvingDoublingAllReduceSeconds(int n, double bytes,
+                                       const LinkCost& link) {
+  if (n <= 1) return 0;
+  const int p = LargestPowerOfTwoAtMost(n);
+  const double steps = std::log2(static_cast<double>(p));
+  double seconds =
+      2 * steps * link.alpha_s + 2.0 * (p - 1) / p * bytes / link.bytes_per_s;
+  if (n > p) seconds += 2 * link.alpha_s + 2 * bytes / link.bytes_per_s;
+  return seconds;
+}
+
+// Double binary tree, each tree carrying S/2. A node forwards bytes as soon
+// as they have arrived from both children (cut-through, not store-and-forward
+// per chunk), so the first byte climbs D levels to the root and descends D
+// levels, paying α per level, while the rest follows at the pace of the
+// busiest link. The busiest rank sends (and receives) W = E·S/2 bytes, E its
+// number of tree edges (parent and children) over both trees: E = 4 for a
+// rank that is internal in one tree and a leaf in the other (the aim of the
+// second tree), up to 6 for one internal in both (the shift construction
+// leaves a few). So
+//   T = 2D·α + E_max·(S/2)/B.
+// For large S this is E_max/2 times S/B against the ring's 2(N-1)/N·S/B: the
+// tree is for latency-bound buffers, the ring for bandwidth-bound ones.
+double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link) {
+  if (n <= 1) return 0;
+  int busiest_edges = 0;
+  for (int rank = 0; rank < n; ++rank) {
+    int edges = 0;
+    for (int tree = 0; tree < 2; ++tree) {
+      const TreeNode node = DoubleBinaryTreeNode(n, rank, tree);
+      edges +=
+          (node.parent >= 0 ? 1 : 0) + static_cast<int>(node.children.size());
+    }
+    busiest_edges = std::max(busiest_edges, edges);
+  }
+  const int depth = DoubleBinaryTreeDepth(n);
+  return 2 * depth * link.alpha_s +
+         busiest_edges * (bytes / 2) / link.bytes_per_s;
+}
+
+// Hierarchical with R ranks per node and M = N/R nodes: the intra-node
+// reduce-scatter sends R-1 shards of S/R to the R-1 others at once (one
+// message each, all overlapping): α_i + (R-1)/R·S/B_i; the all-gather the
+// same; across nodes, halving-doubling on S/R among M ranks:
+//   T = 2(α_i + (R-1)/R·S/B_i) + T_hd(M, S/R, α_e, B_e).
+// B_e is what each rank gets across nodes: B/R when the R ranks of a node
+// share its host link (the case the scheme is for), B when each has its own.
+double HierarchicalAllReduceSeconds(int n, int ranks_per_node, double bytes,
+                                    const LinkCost& intra,
+                                    const LinkCost& inter) {
+  if (n <= 1) return 0;
+  const int r = std::max(1, ranks_per_node);
+  const int nodes = n / r;
+  double seconds = 0;
+  if (r > 1) {
+    seconds += 2 * (intra.alpha_s + (r - 1.0) / r * bytes / intra.bytes_per_s);
+  }
+  return seconds + HalvingDoublingAllReduceSeconds(nodes, bytes / r, inter);
+}
+
+}  // namespace gradsync

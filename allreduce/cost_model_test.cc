@@ -1,0 +1,54 @@
+// The α–β formulas at points worked by hand; bench/cost_model_test.py checks
+// the Python copy against the same numbers.
+#include "allreduce/cost_model.h"
+
+#include "gtest/gtest.h"
+
+namespace gradsync {
+namespace {
+
+const LinkCost kLink{1e-3, 1.25e8};  // 1 ms, 1 Gbit/s
+
+TEST(CostModel, RingAtHandWorkedPoints) {
+  // 2·7·1 ms + 2·7/8·64 KiB / 125 MB/s
+  EXPECT_NEAR(RingAllReduceSeconds(8, 65536, kLink),
+              14e-3 + 1.75 * 65536 / 1.25e8, 1e-12);
+  EXPECT_EQ(RingAllReduceSeconds(1, 65536, kLink), 0);
+}
+
+TEST(CostModel, HalvingDoublingPowerOfTwoAndFold) {
+  EXPECT_NEAR(HalvingDoublingAllReduceSeconds(8, 65536, kLink),
+              6e-3 + 1.75 * 65536 / 1.25e8, 1e-12);
+  // N = 6: p = 4, plus the fold and the return.
+  EXPECT_NEAR(HalvingDoublingAllReduceSeconds(6, 65536, kLink),
+              4e-3 + 1.5 * 65536 / 1.25e8 + 2e-3 + 2 * 65536 / 1.25e8, 1e-12);
+}
+
+TEST(CostModel, TreeBeatsRingWhenLatencyBoundAndLosesWhenBandwidthBound) {
+  // N = 8: depth 3; the busiest rank has 5 tree edges.
+  EXPECT_NEAR(TreeAllReduceSeconds(8, 65536, kLink), 6e-3 + 5 * 32768 / 1.25e8,
+              1e-12);
+  EXPECT_LT(TreeAllReduceSeconds(8, 65536, kLink),
+            RingAllReduceSeconds(8, 65536, kLink));
+  const double big = 64.0 * (1 << 20);
+  EXPECT_GT(TreeAllReduceSeconds(8, big, kLink),
+            RingAllReduceSeconds(8, big, kLink));
+}
+
+TEST(CostModel, HierarchicalSharedLinkPoint) {
+  // N = 8 in 4 nodes of 2 sharing a 1 Gbit/s link: 2·(1 ms + S/2/B) inside,
+  // then halving-doubling of S/2 among 4 at B/2.
+  const LinkCost shared{1e-3, 1.25e8 / 2};
+  EXPECT_NEAR(HierarchicalAllReduceSeconds(8, 2, 65536, kLink, shared),
+              2 * (1e-3 + 0.5 * 65536 / 1.25e8) + 4e-3 +
+                  1.5 * 32768 / (1.25e8 / 2),
+              1e-12);
+}
+
+TEST(CostModel, HierarchicalWithOneRankPerNodeIsHalvingDoubling) {
+  EXPECT_NEAR(HierarchicalAllReduceSeconds(8, 1, 65536, kLink, kLink),
+              HalvingDoublingAllReduceSeconds(8, 65536, kLink), 1e-12);
+}
+
+}  // namespace
+}  // namespace gradsync

@@ -1,0 +1,121 @@
+// One round of concurrent transfers between this rank and its peers over the
+// ring transport's peer connections (ring_transport.h): the step engine of the
+// all-reduce family (halving_doubling_allreduce.h, tree_allreduce.h,
+// hierarchical_allreduce.h), as the pipelined loop in ring_allreduce.cc is the
+// ring's.
+//
+// An algorithm describes a round as sends (a float range to a peer) and
+// receives (a float range from a peer, either added into the destination or
+// landed in place), then calls Run. One thread drives every connection of the
+// round with poll(): sends and receives to different peers overlap, and a
+// receive that adds goes through a chunk-sized staging buffer reduced while
+// the kernel takes in the next chunk. A send may wait on receives (`after`):
+// it then only sends the prefix that all of them have finished, which is how
+// a tree forwards a chunk up as soon as both children's chunks are summed.
+// Transfers to the same peer in the same direction go in the order they were
+// added; both ends add them in the same order, so the byte streams agree.
+//
+// Each transfer starts with a 24-byte header (sequence, tag, round, bytes) in
+// the same stream, costing no round trip, so two ranks that disagree about
+// which buffer or which step they are in fail with a clear error instead of
+// mixing gradients. A round that makes no progress for the transport's timeout
+// fails naming the peers it waits on and what for.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "allreduce/ring_transport.h"
+
+namespace gradsync {
+
+// Which round of which all-reduce, for the headers and for errors.
+struct RoundLabel {
+  uint32_t sequence = 0;  // the all-reduce's number on this rank
+  uint32_t tag = 0;       // the caller's (a bucket index)
+  uint32_t round = 0;     // the round within the all-reduce
+  std::string what;       // "reduce-scatter step 2 of 3"
+};
+
+class PeerExchange {
+ public:
+  // `transport` must outlive this object; `algorithm` starts every error
+  // ("halving_doubling"). `chunk_bytes` is the most one call moves and the
+  // staging size per adding receive (rounded to 64 bytes, at least 4 KiB).
+  PeerExchange(RingTransport* transport, int64_t chunk_bytes,
+               std::string algorithm);
+
+  static constexpr int64_t kHeaderBytes = 24;
+
+  // Queues a send of `count` floats at `data` to `peer`. With `after`
+  // (indices returned by Receive in this round) only the prefix every one of
+  // them has finished is sent; they must cover the same floats.
+  int Send(int peer, const float* data, int64_t count,
+           std::vector<int> after = {});
+  // Queues a receive of `count` floats from `peer` into `data`, added to what
+  // is there (`add`) or replacing it.
+  int Receive(int peer, float* data, int64_t count, bool add);
+  // Moves everything queued, then forgets it.
+  absl::Status Run(const RoundLabel& label);
+
+  int rank() const { return transport_->rank(); }
+  int world_size() const { return transport_->world_size(); }
+  int64_t chunk_bytes() const { return chunk_bytes_; }
+  // Payload bytes (headers excluded), for StepStats.
+  int64_t bytes_sent() const { return bytes_sent_; }
+  int64_t bytes_received() const { return bytes_received_; }
+
+ private:
+  struct Header {
+    char magic[4];
+    uint32_t sequence;
+    uint32_t tag;
+    uint32_t round;
+    uint64_t bytes;
+  };
+  static_assert(sizeof(Header) == kHeaderBytes, "24 bytes on the wire");
+
+  struct Transfer {
+    bool send = false;
+    int peer = -1;
+    char* data = nullptr;
+    int64_t bytes = 0;
+    bool add = false;
+    std::vector<int> after;
+    Header header;
+    int64_t header_pos = 0;  // header bytes moved
+    int64_t pos = 0;         // payload bytes moved
+    int64_t done = 0;        // payload bytes final (reduced or landed)
+    int64_t staging_start = 0;
+    int64_t staged = 0;
+    int64_t reduced = 0;
+  };
+
+  int64_t SendAvailable(const Transfer& transfer) const;
+  absl::Status SendStep(Transfer& transfer, const RoundLabel& label,
+                        bool* moved);
+  absl::Status RecvStep(Transfer& transfer, const RoundLabel& label,
+                        bool* moved);
+  absl::Status CheckHeader(const Transfer& transfer,
+                           const RoundLabel& label) const;
+  absl::Status InRound(const absl::Status& status, const Transfer& transfer,
+                       const RoundLabel& label) const;
+  absl::Status Stalled(const RoundLabel& label) const;
+  TcpConnection& Connection(int peer);
+
+  RingTransport* transport_;
+  int64_t chunk_bytes_;
+  std::string algorithm_;
+  std::vector<Transfer> transfers_;
+  // Per peer, the transfers not yet finished, in the order they were queued.
+  std::map<int, std::vector<int>> send_queue_;
+  std::map<int, std::vector<int>> recv_queue_;
+  std::map<int, std::vector<char>> staging_;  // per peer: one chunk
+  int64_t bytes_sent_ = 0;
+  int64_t bytes_received_ = 0;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,177 @@
+#include "allreduce/tree_allreduce.h"
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "allreduce/float_sum.h"
+
+namespace gradsync {
+namespace {
+
+// Fills parent/children of positions [lo, hi) whose subtree hangs below
+// `parent`; returns the subtree's root position (-1 when empty).
+int BuildInOrder(int lo, int hi, int parent, std::vector<TreeNode>& nodes) {
+  if (lo >= hi) return -1;
+  const int root = lo + (hi - lo) / 2;
+  nodes[root].parent = parent;
+  const int left = BuildInOrder(lo, root, root, nodes);
+  const int right = BuildInOrder(root + 1, hi, root, nodes);
+  if (left >= 0) nodes[root].children.push_back(left);
+  if (right >= 0) nodes[root].children.push_back(right);
+  return root;
+}
+
+int Depth(const std::vector<TreeNode>& nodes, int x) {
+  int depth = 0;
+  while (nodes[x].parent >= 0) {
+    x = nodes[x].parent;
+    ++depth;
+  }
+  return depth;
+}
+
+}  // namespace
+
+TreeNode DoubleBinaryTreeNode(int world_size, int rank, int tree) {
+  std::vector<TreeNode> positions(world_size);
+  BuildInOrder(0, world_size, -1, positions);
+  const int shift = tree == 0 ? 0 : 1;
+  auto rank_of = [&](int x) { return x < 0 ? -1 : (x + shift) % world_size; };
+  const TreeNode& at = positions[(rank - shift + world_size) % world_size];
+  TreeNode node;
+  node.parent = rank_of(at.parent);
+  for (int child : at.children) node.children.push_back(rank_of(child));
+  return node;
+}
+
+int DoubleBinaryTreeDepth(int world_size) {
+  std::vector<TreeNode> positions(world_size);
+  BuildInOrder(0, world_size, -1, positions);
+  int depth = 0;
+  for (int x = 0; x < world_size; ++x) {
+    depth = std::max(depth, Depth(positions, x));
+  }
+  return std::max(depth, 1);
+}
+
+TreeAllReduce::TreeAllReduce(RingTransport* transport, int64_t chunk_bytes)
+    : transport_(transport), exchange_(transport, chunk_bytes, "tree") {
+  const int n = transport->world_size();
+  for (int tree = 0; tree < 2; ++tree) {
+    nodes_[tree] = DoubleBinaryTreeNode(n, transport->rank(), tree);
+    std::vector<TreeNode> all(n);
+    for (int rank = 0; rank < n; ++rank) {
+      all[rank] = DoubleBinaryTreeNode(n, rank, tree);
+    }
+    height_[tree].assign(n, 0);
+    depth_[tree].assign(n, 0);
+    for (int rank = 0; rank < n; ++rank) {
+      int x = rank;
+      int up = 0;
+      while (all[x].parent >= 0) {
+        x = all[x].parent;
+        ++up;
+        height_[tree][x] = std::max(height_[tree][x], up);
+      }
+      depth_[tree][rank] = up;
+      root_height_[tree] = std::max(root_height_[tree], up);
+    }
+  }
+}
+
+std::vector<int> TreeAllReduce::Peers(int rank, int world_size) {
+  std::set<int> peers;
+  for (int tree = 0; tree < 2; ++tree) {
+    const TreeNode node = DoubleBinaryTreeNode(world_size, rank, tree);
+    if (node.parent >= 0) peers.insert(node.parent);
+    peers.insert(node.children.begin(), node.children.end());
+  }
+  return {peers.begin(), peers.end()};
+}
+
+absl::Status TreeAllReduce::Run(float* data, int64_t count, float scale,
+                                uint32_t tag) {
+  if (!broken_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tree rank ", transport_->rank(),
+                     ": broken in an earlier all-reduce: ", broken_.message()));
+  }
+  if (count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tree: negative element count ", count));
+  }
+  if (count == 0) return absl::OkStatus();
+  if (transport_->world_size() > 1) {
+    // Tree t carries half t. Transfers on one connection in one direction
+    // go one after the other (a TCP stream), so both ends must queue them in
+    // the same order, and a ready transfer should not wait behind one of the
+    // other tree that is not. Every transfer is keyed by the step at which
+    // its sender can start it — a reduce from c: the height of c's subtree;
+    // a broadcast from p: the root's height plus p's depth — which both ends
+    // compute alike. Queued by key, a transfer only ever waits on transfers
+    // of smaller keys, so the order cannot deadlock.
+    const int64_t half = (count + 1) / 2;
+    float* halves[2] = {data, data + half};
+    const int64_t sizes[2] = {half, count - half};
+    const int me = transport_->rank();
+    struct Planned {
+      int key;
+      int tree;
+      bool broadcast;
+      bool send;
+      int peer;
+    };
+    std::vector<Planned> plan;
+    for (int tree = 0; tree < 2; ++tree) {
+      const TreeNode& node = nodes_[tree];
+      const int down = root_height_[tree];
+      for (int child : node.children) {
+        plan.push_back({height_[tree][child], tree, false, false, child});
+        plan.push_back({down + depth_[tree][me], tree, true, true, child});
+      }
+      if (node.parent >= 0) {
+        plan.push_back({height_[tree][me], tree, false, true, node.parent});
+        plan.push_back(
+            {down + depth_[tree][node.parent], tree, true, false, node.parent});
+      }
+    }
+    std::sort(plan.begin(), plan.end(), [](const Planned& a, const Planned& b) {
+      return std::tie(a.key, a.tree, a.broadcast, a.peer) <
+             std::tie(b.key, b.tree, b.broadcast, b.peer);
+    });
+    // What each tree's sends wait on: the reduce receives (up), or the
+    // broadcast receive from the parent (down; the root has none and sends
+    // the sums).
+    std::vector<int> reduced[2];
+    std::vector<int> landed[2];
+    for (const Planned& step : plan) {
+      const int tree = step.tree;
+      if (!step.send) {
+        const int index = exchange_.Receive(step.peer, halves[tree],
+                                            sizes[tree], !step.broadcast);
+        (step.broadcast ? landed : reduced)[tree].push_back(index);
+      } else if (!step.broadcast) {
+        exchange_.Send(step.peer, halves[tree], sizes[tree], reduced[tree]);
+      } else {
+        exchange_.Send(step.peer, halves[tree], sizes[tree],
+                       nodes_[tree].parent >= 0 ? landed[tree] : reduced[tree]);
+      }
+    }
+    absl::Status status = exchange_.Run(
+        RoundLabel{sequence_, tag, 0, "reduce and broadcast over both trees"});
+    if (!status.ok()) {
+      ++sequence_;
+      transport_->Abort();
+      broken_ = status;
+      return status;
+    }
+  }
+  ++sequence_;
+  // Every rank scales the same sums: identical bits everywhere.
+  if (scale != 1.0f) ScaleInPlace(data, count, scale);
+  return absl::OkStatus();
+}
+
+}  // namespace gradsync

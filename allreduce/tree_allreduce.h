@@ -1,0 +1,68 @@
+// Double binary tree all-reduce (the idea of NCCL's tree algorithm, Sanders,
+// Speck & Träff 2009), over the ring transport's peer connections
+// (peer_exchange.h).
+//
+// One binary tree alone makes every leaf idle on the way down and every
+// internal node send twice: half of its ranks' links would stay unused. Two
+// trees over the same ranks, the second shifted by one position, make most
+// internal nodes of one tree leaves of the other; each tree carries half of
+// the buffer. In each tree, chunks are summed up towards the root (a node
+// forwards a chunk to its parent as soon as both children's chunks are added
+// in) and broadcast back down (a node forwards a chunk to its children as soon
+// as it has landed), so for large buffers the pipeline is full and the time
+// approaches the bandwidth bound, while a small buffer crosses only 2·depth
+// ≈ 2·log2 N links: the latency of halving-doubling without its power-of-two
+// fold.
+//
+// Tree construction: an in-order balanced binary tree over positions 0..N-1
+// (the middle position is the root, each half recursively a subtree); tree 1
+// maps position x to rank x, tree 2 to rank (x + 1) mod N.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "allreduce/allreduce_algorithm.h"
+#include "allreduce/peer_exchange.h"
+#include "allreduce/ring_transport.h"
+
+namespace gradsync {
+
+// One rank's place in one tree: parent (-1 at the root) and up to two
+// children.
+struct TreeNode {
+  int parent = -1;
+  std::vector<int> children;
+};
+
+// `rank`'s place in tree `tree` (0 or 1) of `world_size` ranks.
+TreeNode DoubleBinaryTreeNode(int world_size, int rank, int tree);
+// Edges of the tree, levels from root to the deepest leaf (1 for one rank).
+int DoubleBinaryTreeDepth(int world_size);
+
+class TreeAllReduce : public AllReduceAlgorithm {
+ public:
+  // `transport` must have been created with Peers(rank, world_size).
+  TreeAllReduce(RingTransport* transport, int64_t chunk_bytes);
+  static std::vector<int> Peers(int rank, int world_size);
+
+  absl::Status Run(float* data, int64_t count, float scale = 1.0f,
+                   uint32_t tag = 0) override;
+  int64_t bytes_sent() const override { return exchange_.bytes_sent(); }
+  int64_t bytes_received() const override { return exchange_.bytes_received(); }
+
+ private:
+  RingTransport* transport_;
+  PeerExchange exchange_;
+  TreeNode nodes_[2];
+  // Per tree and rank: levels below it (0 for a leaf) and above it (0 for
+  // the root); the order transfers are queued in (Run).
+  std::vector<int> height_[2];
+  std::vector<int> depth_[2];
+  int root_height_[2] = {0, 0};
+  uint32_t sequence_ = 0;
+  absl::Status broken_;
+};
+
+}  // namespace gradsync

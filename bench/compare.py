@@ -1,0 +1,396 @@
+#!/usr/bin/python3
+"""gradsync compare: which strategy wins on this model and this network?
+
+Runs the single-worker reference and every strategy of STRATEGIES (ring,
+PS with K = 1 and K = N separate servers, PS colocated with the workers) on
+the same model with their own defaults (the PS sizes its keys and windows for
+the job: ps/tuning.h), through bench/scaling.py — one job per point and
+repeat, on an emulated cluster (--netem=RATE[,LATENCY], root) or on loopback
+— and prints one verdict table: step time (median and min–max of the
+repeats), exposed communication, bytes through the busiest link, the α–β
+prediction beside each (bench/cost_model.py, α and B probed through the same
+link) and what bounded each point (the link, the CPU, latency,
+retransmissions), then a one-line answer. Writes verdict.txt, verdict.json,
+the sweep's points.csv/sweep.json and compare.png (bench/plot_scaling.py)
+into --out.
+
+  gradsync compare --netem=100mbit --workers=4
+  gradsync compare --netem=1gbit,1ms --workers=8 --model=custom:2.5:32
+  gradsync compare --workers=4            # loopback: measures the CPU
+
+Training flags after `--` go to every job.
+"""
+import argparse
+import collections
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import cost_model  # noqa: E402  (beside this file)
+import scaling  # noqa: E402
+
+# --- The strategies compared: the one list to extend ------------------------------
+#
+# name -> (bench/scaling.py's strategy, its K: "1", "N" or None, label).
+# A strategy added to scaling.py (and cost_model.sync_time) is one line here.
+Strategy = collections.namedtuple("Strategy", "scaling servers label")
+STRATEGIES = collections.OrderedDict([
+    ("ring", Strategy("ring", None, "ring all-reduce")),
+    ("ps-k1", Strategy("ps", "1", "PS K=1")),
+    ("ps-kn", Strategy("ps", "N", "PS K=N")),
+    ("ps-colocated", Strategy("ps-colocated", None, "PS colocated")),
+])
+REFERENCE = "local"  # always run: the single-worker reference
+
+# A point is "link-bound" when it ran within this of its α–β prediction.
+MODEL_TOLERANCE = 0.25
+# ... "latency-bound" when the α terms are at least this part of the prediction.
+LATENCY_SHARE = 0.5
+# ... "retransmission-bound" above this share of segments retransmitted.
+RETRANS_PERCENT = 1.0
+
+
+class UsageError(Exception):
+    """Bad input: one message saying what, where and what to do."""
+
+
+# --- Parsing ---------------------------------------------------------------------------
+
+RATE = re.compile(r"^(\d+(\.\d+)?)(bit|kbit|mbit|gbit|tbit)$", re.IGNORECASE)
+LATENCY = re.compile(r"^(0|\d+(\.\d+)?(ns|us|ms|s))$", re.IGNORECASE)
+OPTION = re.compile(r"^(buffer|rto_min|cc)=\S+$|^ecn$", re.IGNORECASE)
+
+
+def parse_netem(spec):
+    """'' -> 'loopback'; 'RATE[,LATENCY][,OPTION...]' checked as
+    core/launch/netem.h parses it (the launcher checks again)."""
+    if not spec:
+        return "loopback"
+    parts = spec.split(",")
+    if not RATE.match(parts[0]):
+        raise UsageError(
+            f"--netem={spec}: the rate '{parts[0]}' is not like 100mbit, 1gbit, 2.5gbit or "
+            "500kbit (RATE[,LATENCY], e.g. --netem=1gbit,200us)")
+    for i, part in enumerate(parts[1:]):
+        if i == 0 and LATENCY.match(part):
+            continue
+        if not OPTION.match(part):
+            raise UsageError(
+                f"--netem={spec}: '{part}' is neither a latency (200us, 1ms) nor an option "
+                "(buffer=1mb, rto_min=5ms, cc=cubic, ecn)")
+    return spec
+
+
+def parse_strategies(spec):
+    """'ring,ps-kn' -> ['ring', 'ps-kn'], in STRATEGIES' order; 'all' is all."""
+    if spec.strip() == "all":
+        return list(STRATEGIES)
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:
+        raise UsageError("--strategies is empty; give some of " + ", ".join(STRATEGIES))
+    for name in names:
+        if name not in STRATEGIES:
+            raise UsageError(f"--strategies: unknown strategy '{name}'; choose from "
+                             f"{', '.join(STRATEGIES)} (or all)")
+    return [s for s in STRATEGIES if s in names]
+
+
+def parse_workers(spec):
+    try:
+        workers = [int(w) for w in spec.split(",")]
+    except ValueError:
+        workers = []
+    if not workers or any(w < 2 for w in workers):
+        raise UsageError(f"--workers={spec}: give numbers of workers of at least 2, "
+                         "like 4 or 2,4,8")
+    return workers
+
+
+def check_root(link):
+    if link != "loopback" and os.geteuid() != 0:
+        raise UsageError(f"--netem={link} emulates the network with namespaces and tc, which "
+                         "needs root: run `sudo gradsync compare ...`, or leave out --netem to "
+                         "compare on loopback (which measures the CPU, not a network)")
+
+
+def scaling_command(args, strategies, workers, out):
+    """bench/scaling.py's command line for this comparison."""
+    by_scaling = []
+    servers = []
+    for name in strategies:
+        strategy = STRATEGIES[name]
+        if strategy.scaling not in by_scaling:
+            by_scaling.append(strategy.scaling)
+        if strategy.servers:
+            servers.append(strategy.servers)
+    command = [sys.executable, os.path.join(HERE, "scaling.py"),
+               f"--strategies={','.join(by_scaling)}",
+               f"--workers={','.join(str(w) for w in workers)}",
+               f"--servers={','.join(servers) or '1'}",
+               f"--models={args.model}", f"--links={args.link}",
+               f"--bucket_mb={args.bucket_mb}", f"--compute_ms={args.compute_ms}",
+               f"--steps={args.steps}", f"--warmup={args.warmup}",
+               f"--repeats={args.repeats}", f"--deadline_s={args.deadline_s}",
+               f"--out={out}", f"--bin_dir={args.bin_dir}"]
+    if args.extra:
+        command += ["--", *args.extra]
+    return command
+
+
+# --- The verdict ---------------------------------------------------------------------------
+
+def strategy_name(point):
+    """The STRATEGIES name of a sweep point (None for the reference)."""
+    if point["strategy"] == REFERENCE:
+        return None
+    for name, strategy in STRATEGIES.items():
+        if strategy.scaling != point["strategy"]:
+            continue
+        if strategy.servers is None:
+            return name
+        k = point["workers"] if strategy.servers == "N" else int(strategy.servers)
+        if k == point["servers"]:
+            return name
+    return None
+
+
+def label(point):
+    name = strategy_name(point)
+    if name is None:
+        return "local (reference)" if point["strategy"] == REFERENCE else point["strategy"]
+    text = STRATEGIES[name].label
+    return text.replace("K=N", f"K={point['servers']}")
+
+
+def latency_ms(point, link, num_buckets):
+    """The α terms of the point's prediction: its time on a link of infinite
+    bandwidth, one synchronization per bucket."""
+    if link is None or point["strategy"] == REFERENCE:
+        return 0.0
+    fast = cost_model.Link(link.alpha_s, 1e30)
+    per_bucket = cost_model.sync_time(point["strategy"], point["workers"], point["servers"],
+                                      1.0, fast, largest_share=1.0)
+    return 1000 * per_bucket * max(1, num_buckets)
+
+
+def bounded_by(point, link_name, latency_part_ms=0.0):
+    """What bounded a point, in a few words."""
+    if point["strategy"] == REFERENCE:
+        return "compute (no communication)"
+    if point.get("cpu_bound"):
+        return (f"CPU (machine {100 * point.get('machine_busy_unniced_max', 0):.0f}% busy: "
+                "the network did not set this time)")
+    if link_name == "loopback":
+        return "CPU (loopback has no link limit)"
+    rtos = point.get("rto_timeouts") or 0
+    retrans = point.get("retrans_percent") or 0
+    if rtos > 0 or retrans > RETRANS_PERCENT:
+        return (f"retransmissions ({point.get('retrans_segments', 0):.0f} segments, "
+                f"{rtos:.0f} RTO timeouts)")
+    predicted = point.get("predicted_comm_ms")
+    if predicted and latency_part_ms >= LATENCY_SHARE * predicted:
+        return f"latency ({latency_part_ms:.0f} of {predicted:.0f} ms predicted are α terms)"
+    predicted_step = point.get("predicted_step_ms")
+    if predicted_step:
+        error = point["step_ms"] / predicted_step - 1
+        if error <= MODEL_TOLERANCE:
+            return f"link (within {100 * MODEL_TOLERANCE:.0f}% of the α–β model)"
+        return f"link, and {100 * error:.0f}% slower than the α–β model (not explained by it)"
+    return "link (no prediction: --no_probe)"
+
+
+def verdict_rows(points, link_name, link, num_buckets):
+    rows = []
+    for p in points:
+        rows.append({
+            "strategy": label(p), "name": strategy_name(p) or REFERENCE,
+            "workers": p["workers"], "servers": p["servers"],
+            "step_ms": p["step_ms"], "step_ms_min": p["step_ms_min"],
+            "step_ms_max": p["step_ms_max"], "exposed_ms": p["exposed_ms"],
+            "busiest_link_mb": p["busiest_link_bytes"] / 1e6,
+            "predicted_step_ms": p.get("predicted_step_ms"),
+            "error_percent": cost_model.error_percent(p["step_ms"], p.get("predicted_step_ms")),
+            "bounded_by": bounded_by(p, link_name, latency_ms(p, link, num_buckets)),
+            "ps_chunk_kb": (p.get("ps_chunk_bytes") or 0) / 1024 or None,
+        })
+    return rows
+
+
+def answer(rows, link_name):
+    """The one-line answer for the largest N: the fastest strategy against
+    the ring (or against the runner-up when the ring wins), and why."""
+    distributed = [r for r in rows if r["name"] != REFERENCE]
+    if not distributed:
+        return "nothing to compare: no distributed point ran"
+    n = max(r["workers"] for r in distributed)
+    at_n = sorted((r for r in distributed if r["workers"] == n), key=lambda r: r["step_ms"])
+    best = at_n[0]
+    ring = next((r for r in at_n if r["name"] == "ring"), None)
+    other = ring if ring is not None and ring is not best else (at_n[1] if len(at_n) > 1 else None)
+    where = f"at N={n} on {link_name}"
+    if other is None:
+        return f"{best['strategy']} is the only strategy that ran {where}"
+    ratio = other["step_ms"] / best["step_ms"]
+    opponent = "the ring" if other["name"] == "ring" else other["strategy"]
+    head = (f"{best['strategy']} is {ratio:.2f}x faster than {opponent} {where} "
+            f"({best['step_ms']:.0f} vs {other['step_ms']:.0f} ms a step)")
+    if ratio < 1.05:
+        return head + ": within 5%, a tie on this network"
+    if best["bounded_by"].startswith("CPU") or other["bounded_by"].startswith("CPU"):
+        advice = ("use --netem, a slower link or fewer workers" if link_name == "loopback"
+                  else "run again on an idle machine, or with a slower link or fewer workers")
+        return head + (" but the CPU bounded the run: this measures the machine's cores, not "
+                       f"the network ({advice})")
+    if best["bounded_by"].startswith("latency") or other["bounded_by"].startswith("latency"):
+        return head + (" because latency dominates: the ring pays 2(N-1) latencies per bucket, "
+                       "a parameter server 2")
+    if best["busiest_link_mb"] < other["busiest_link_mb"] * 0.95:
+        return head + (f" because its busiest link carries {best['busiest_link_mb']:.2f} MB a "
+                       f"step against {other['busiest_link_mb']:.2f} MB, and both are "
+                       "bound by the link")
+    return head + (f" with the same bytes through the busiest link "
+                   f"({best['busiest_link_mb']:.2f} vs {other['busiest_link_mb']:.2f} MB): "
+                   "the difference is how well each overlaps and pipelines")
+
+
+def format_table(rows):
+    header = ("strategy", "N", "K", "step ms (min–max)", "exposed comm ms",
+              "busiest link MB", "α–β step ms", "err %", "bounded by")
+    lines = []
+    for r in rows:
+        lines.append((r["strategy"], str(r["workers"]), str(r["servers"] or "-"),
+                      f"{r['step_ms']:.0f} ({r['step_ms_min']:.0f}–{r['step_ms_max']:.0f})",
+                      f"{r['exposed_ms']:.0f}", f"{r['busiest_link_mb']:.2f}",
+                      f"{r['predicted_step_ms']:.0f}" if r["predicted_step_ms"] else "-",
+                      cost_model.format_error(r["error_percent"]), r["bounded_by"]))
+    widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(header)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
+           "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(l, widths)) for l in lines]
+    return "\n".join(out)
+
+
+def plot_input(out):
+    """points.csv without the columns bench/plot_scaling.py cannot read as
+    numbers (its reader takes every column but a few as a float; "partition"
+    is text): written beside it as plot_points.csv."""
+    source, target = os.path.join(out, "points.csv"), os.path.join(out, "plot_points.csv")
+    with open(source, newline="") as f:
+        reader = csv.DictReader(f)
+        fields = [c for c in reader.fieldnames if c not in TEXT_COLUMNS]
+        rows = list(reader)
+    with open(target, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return target
+
+
+TEXT_COLUMNS = ("partition",)
+
+
+# --- Main ----------------------------------------------------------------------------------
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="gradsync compare", description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n", 2)[2])
+    parser.add_argument("--netem", default="",
+                        help="RATE[,LATENCY] of every emulated link (root); empty: loopback")
+    parser.add_argument("--workers", default="4", help="N, or several: 2,4,8")
+    parser.add_argument("--model", default="mlp",
+                        help="mlp (gradsync's default), cnn, resnet18 (they compute), "
+                             "custom:MB[:TENSORS], resnet50, vgg16, bert-base (they sleep "
+                             "--compute_ms)")
+    parser.add_argument("--strategies", default="all",
+                        help=f"some of {', '.join(STRATEGIES)}, or all; the single-worker "
+                             "reference always runs")
+    parser.add_argument("--bucket_mb", default="0",
+                        help="gradient bucket cap; 0 = each job's own default (a quarter of "
+                             "the model within [1, 25] MiB, core/sync/bucket_size_rule.h)")
+    parser.add_argument("--compute_ms", default="0",
+                        help="emulated compute per step, for the models that sleep")
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--deadline_s", type=int, default=300, help="per job")
+    parser.add_argument("--out", default=None, help="default runs/compare-<time>")
+    parser.add_argument("--bin_dir", default=os.environ.get("GRADSYNC_BIN_DIR",
+                                                            "bazel-bin/tools"),
+                        help="folder with the gradsync and netem binaries")
+    parser.add_argument("extra", nargs="*", help="after --: training flags for every job")
+    args = parser.parse_args(argv)
+    args.link = parse_netem(args.netem)
+    args.strategy_names = parse_strategies(args.strategies)
+    args.worker_counts = parse_workers(args.workers)
+    scaling.parse_model(args.model)  # exits with scaling's message when unknown
+    return args
+
+
+def main(argv):
+    try:
+        args = parse_args(argv)
+        check_root(args.link)
+    except UsageError as error:
+        print(f"gradsync compare: {error}", file=sys.stderr)
+        return 2
+    for binary in ("gradsync", "netem"):
+        if not os.access(os.path.join(args.bin_dir, binary), os.X_OK):
+            print(f"gradsync compare: {args.bin_dir}/{binary} is missing; build it with "
+                  "`bazel build //tools:gradsync //tools:netem`", file=sys.stderr)
+            return 1
+    out = args.out or time.strftime("runs/compare-%Y%m%d-%H%M%S")
+    os.makedirs(out, exist_ok=True)
+    started = time.time()
+    command = scaling_command(args, args.strategy_names, args.worker_counts, out)
+    print("== " + " ".join(command), flush=True)
+    if subprocess.run(command).returncode != 0:
+        print(f"gradsync compare: the sweep failed; see {out}", file=sys.stderr)
+        return 1
+    with open(os.path.join(out, "sweep.json")) as f:
+        sweep = json.load(f)
+    links = sweep.get("links", {})
+    link = (cost_model.Link(links[args.link]["alpha_us"] / 1e6,
+                            links[args.link]["bandwidth_bytes_per_s"])
+            if args.link in links else None)
+    points = [p for p in sweep["points"]
+              if p["strategy"] == REFERENCE or strategy_name(p) in args.strategy_names]
+    num_buckets = 1
+    for p in points:
+        layout = os.path.join(out, "points", scaling.label(p), "r0")
+        if os.path.exists(os.path.join(layout, "layout.json")):
+            num_buckets = len(scaling.read_layout(layout)["bucket_bytes"])
+            break
+    rows = verdict_rows(points, args.link, link, num_buckets)
+    line = answer(rows, args.link)
+    text = [f"gradsync compare: model {args.model}, link {args.link}"
+            + (f" ({link.describe()} probed)" if link else "")
+            + f", {args.repeats} repeats of {args.steps} steps ({args.warmup} warm-up), "
+            f"{num_buckets} bucket(s)", "", format_table(rows), "",
+            "No accuracy is shown: the jobs train on synthetic data (tools/demo.sh trains to "
+            "accuracy, with the run-to-run spread).", "", line]
+    print("\n".join(text))
+    with open(os.path.join(out, "verdict.txt"), "w") as f:
+        f.write("\n".join(text) + "\n")
+    with open(os.path.join(out, "verdict.json"), "w") as f:
+        json.dump({"rows": rows, "answer": line, "link": args.link, "model": args.model,
+                   "git_commit": sweep["manifest"].get("git_commit")}, f, indent=1)
+    png = os.path.join(out, "compare.png")
+    plotted = subprocess.run([sys.executable, os.path.join(HERE, "plot_scaling.py"),
+                              plot_input(out), "-o", png, "--title",
+                              f"gradsync compare: {args.model} on {args.link}"])
+    print(f"\nresults: {out}/verdict.txt, {out}/verdict.json, {out}/points.csv"
+          + (f", {png}" if plotted.returncode == 0 else " (the plot failed)")
+          + f"  ({time.time() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""gradsync compare's parsing, its command for bench/scaling.py, what bounded
+each point and the one-line answer, on made-up points (no jobs run)."""
+import io
+import os
+import sys
+import unittest
+from unittest import mock
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare  # noqa: E402
+import cost_model  # noqa: E402
+
+
+def point(strategy, n, k, step, busiest_mb, predicted=None, **extra):
+    p = {"strategy": strategy, "workers": n, "servers": k, "step_ms": step,
+         "step_ms_min": step - 1, "step_ms_max": step + 1, "exposed_ms": step,
+         "busiest_link_bytes": busiest_mb * 1e6, "predicted_step_ms": predicted,
+         "predicted_comm_ms": predicted, "retrans_segments": 10, "rto_timeouts": 0,
+         "retrans_percent": 0.1, "cpu_bound": False, "machine_busy_unniced_max": 0.3}
+    p.update(extra)
+    return p
+
+
+class ParsingTest(unittest.TestCase):
+    def test_netem_specs(self):
+        self.assertEqual(compare.parse_netem(""), "loopback")
+        for spec in ("100mbit", "1gbit,200us", "2.5gbit,1ms,buffer=1mb", "1gbit,ecn"):
+            self.assertEqual(compare.parse_netem(spec), spec)
+        for spec, words in (("fast", "the rate 'fast'"), ("100mb", "the rate '100mb'"),
+                            ("1gbit,soon", "'soon' is neither")):
+            with self.assertRaises(compare.UsageError) as raised:
+                compare.parse_netem(spec)
+            self.assertIn(words, str(raised.exception))
+
+    def test_strategies(self):
+        self.assertEqual(compare.parse_strategies("all"), list(compare.STRATEGIES))
+        # STRATEGIES' order, whatever the order given.
+        self.assertEqual(compare.parse_strategies("ps-kn,ring"), ["ring", "ps-kn"])
+        with self.assertRaises(compare.UsageError) as raised:
+            compare.parse_strategies("ring,butterfly")
+        self.assertIn("unknown strategy 'butterfly'", str(raised.exception))
+        self.assertIn("ps-colocated", str(raised.exception))
+
+    def test_workers(self):
+        self.assertEqual(compare.parse_workers("2,4,8"), [2, 4, 8])
+        for bad in ("1", "four", ""):
+            with self.assertRaises(compare.UsageError):
+                compare.parse_workers(bad)
+
+    def test_netem_needs_root(self):
+        with mock.patch.object(os, "geteuid", return_value=1000):
+            with self.assertRaises(compare.UsageError) as raised:
+                compare.check_root("100mbit")
+            self.assertIn("needs root", str(raised.exception))
+            compare.check_root("loopback")  # no root needed
+
+    def test_bad_input_exits_with_one_message(self):
+        stderr = io.StringIO()
+        with mock.patch.object(sys, "stderr", stderr):
+            self.assertEqual(compare.main(["--netem=fast"]), 2)
+        self.assertEqual(len(stderr.getvalue().strip().splitlines()), 1)
+        self.assertIn("gradsync compare: --netem=fast", stderr.getvalue())
+
+    def test_scaling_command_runs_each_strategy_once(self):
+        args = compare.parse_args(["--netem=100mbit", "--workers=4", "--", "--lr=0.1"])
+        command = compare.scaling_command(args, args.strategy_names, args.worker_counts, "out")
+        self.assertIn("--strategies=ring,ps,ps-colocated", command)
+        self.assertIn("--servers=1,N", command)
+        self.assertIn("--links=100mbit", command)
+        self.assertIn("--models=mlp", command)
+        self.assertEqual(command[-2:], ["--", "--lr=0.1"])
+        only = compare.scaling_command(args, ["ps-kn"], [8], "out")
+        self.assertIn("--strategies=ps", only)
+        self.assertIn("--servers=N", only)
+
+
+class VerdictTest(unittest.TestCase):
+    def test_points_map_back_to_strategies(self):
+        self.assertEqual(compare.strategy_name(point("ps", 4, 1, 1, 1)), "ps-k1")
+        self.assertEqual(compare.strategy_name(point("ps", 4, 4, 1, 1)), "ps-kn")
+        self.assertEqual(compare.strategy_name(point("ring", 4, 0, 1, 1)), "ring")
+        self.assertIsNone(compare.strategy_name(point("ps", 4, 2, 1, 1)))
+        self.assertEqual(compare.label(point("ps", 8, 8, 1, 1)), "PS K=8")
+
+    def test_what_bounded_each_point(self):
+        self.assertTrue(compare.bounded_by(point("ring", 4, 0, 330, 3.8, 314), "100mbit")
+                        .startswith("link (within 25%"))
+        self.assertIn("59% slower than the α–β model",
+                      compare.bounded_by(point("ring", 4, 0, 500, 3.8, 314), "100mbit"))
+        self.assertTrue(compare.bounded_by(
+            point("ps", 4, 4, 300, 2.5, 250, cpu_bound=True, machine_busy_unniced_max=0.9),
+            "100mbit").startswith("CPU (machine 90% busy"))
+        self.assertTrue(compare.bounded_by(point("ps", 4, 4, 300, 2.5, 250, rto_timeouts=3),
+                                           "100mbit").startswith("retransmissions"))
+        self.assertTrue(compare.bounded_by(point("ring", 4, 0, 30, 0.1, 20), "1gbit,10ms",
+                                           latency_part_ms=12).startswith("latency"))
+        self.assertTrue(compare.bounded_by(point("ring", 4, 0, 30, 0.1, 20), "loopback")
+                        .startswith("CPU"))
+        self.assertTrue(compare.bounded_by(point("local", 1, 0, 5, 0), "100mbit")
+                        .startswith("compute"))
+
+    def test_latency_part_counts_the_rings_hops(self):
+        link = cost_model.Link(1e-3, 12.5e6)
+        ring = compare.latency_ms(point("ring", 8, 0, 1, 1), link, num_buckets=2)
+        ps = compare.latency_ms(point("ps", 8, 8, 1, 1), link, num_buckets=2)
+        self.assertAlmostEqual(ring, 2 * 2 * 7 * 1.0, places=3)
+        self.assertAlmostEqual(ps, 2 * 2 * 1.0, places=3)
+
+    def rows(self, *points, link="100mbit"):
+        return compare.verdict_rows(list(points), link, None, 1)
+
+    def test_answer_names_the_winner_against_the_ring_and_why(self):
+        rows = self.rows(point("local", 1, 0, 5, 0), point("ring", 8, 0, 366, 4.4, 364),
+                         point("ps", 8, 1, 1700, 20.0, 1650), point("ps", 8, 8, 264, 2.5, 253))
+        line = compare.answer(rows, "100mbit")
+        self.assertTrue(line.startswith("PS K=8 is 1.39x faster than the ring at N=8"), line)
+        self.assertIn("busiest link carries 2.50 MB a step against 4.40 MB", line)
+
+    def test_when_the_ring_wins_it_is_compared_with_the_runner_up(self):
+        rows = self.rows(point("ring", 4, 0, 300, 3.8, 314), point("ps", 4, 1, 900, 10, 880),
+                         point("ps-colocated", 4, 4, 330, 3.8, 333))
+        line = compare.answer(rows, "100mbit")
+        self.assertTrue(line.startswith("ring all-reduce is 1.10x faster than PS colocated"),
+                        line)
+        self.assertIn("same bytes", line)
+
+    def test_a_cpu_bound_answer_says_so(self):
+        rows = self.rows(point("ring", 4, 0, 300, 3.8, 100),
+                         point("ps", 4, 4, 200, 2.5, 100, cpu_bound=True),
+                         link="loopback")
+        self.assertIn("the CPU bounded the run", compare.answer(rows, "loopback"))
+
+    def test_a_tie_is_called_a_tie(self):
+        rows = self.rows(point("ring", 4, 0, 300, 3.8, 300), point("ps", 4, 4, 295, 2.5, 290))
+        self.assertIn("a tie", compare.answer(rows, "100mbit"))
+
+    def test_table_has_a_row_per_point(self):
+        rows = self.rows(point("local", 1, 0, 5, 0), point("ring", 4, 0, 300, 3.8, 314))
+        table = compare.format_table(rows).splitlines()
+        self.assertEqual(len(table), 4)
+        self.assertIn("bounded by", table[0])
+        self.assertIn("local (reference)", table[2])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,85 @@
+// A userspace delay line, for emulating link latency where the kernel cannot:
+// this project's build machines run a kernel without sch_netem (and without
+// fq), so `--netem=RATE,LATENCY` gets the rate but not the latency there.
+//
+// DelayedRendezvous wraps a job's rendezvous: when gradsync's transport
+// publishes a listening address (keys "<prefix>/addr/<rank>" and
+// "<prefix>/peer/<rank>"), it publishes instead the address of a relay, run by
+// a thread of the same process, that forwards every byte in both directions
+// `one_way` after it arrived. Every hop between two ranks then costs the
+// latency once each way, as a netem delay on the path would; the relay's
+// copies cost CPU (a real NIC's do not), which the benchmark's cpu column
+// shows. Only for bench/allreduce_benchmark: Gloo's connections do not pass
+// through it, so Gloo rows of a delayed run have no added latency.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/cluster/rendezvous.h"
+
+namespace gradsync {
+
+// Relays connections to one address with a fixed delay, on its own thread.
+class DelayRelay {
+ public:
+  // Listens on `host` (an ephemeral port) and forwards to `target`.
+  static absl::StatusOr<std::unique_ptr<DelayRelay>> Start(
+      const std::string& host, const std::string& target,
+      absl::Duration one_way);
+  ~DelayRelay();
+  const std::string& address() const { return address_; }
+
+ private:
+  DelayRelay() = default;
+  void Loop();
+
+  int listen_fd_ = -1;
+  int wake_pipe_[2] = {-1, -1};
+  std::string address_;
+  std::string target_;
+  absl::Duration one_way_;
+  std::thread thread_;
+};
+
+class DelayedRendezvous : public Rendezvous {
+ public:
+  DelayedRendezvous(Rendezvous* inner, std::string host, absl::Duration one_way)
+      : inner_(inner), host_(std::move(host)), one_way_(one_way) {}
+
+  std::string self() const override { return inner_->self(); }
+  absl::Status Set(const std::string& key, const std::string& value) override;
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  absl::Duration timeout) override {
+    return inner_->Get(key, timeout);
+  }
+  absl::Status Barrier(const std::string& name, BarrierGroup group,
+                       absl::Duration timeout) override {
+    return inner_->Barrier(name, group, timeout);
+  }
+  absl::Status lost() const override { return inner_->lost(); }
+  bool has_lost() const override { return inner_->has_lost(); }
+  int AddLossListener(
+      std::function<void(const absl::Status&)> listener) override {
+    return inner_->AddLossListener(std::move(listener));
+  }
+  void RemoveLossListener(int id) override { inner_->RemoveLossListener(id); }
+  absl::Status ExplainFailure(const absl::Status& symptom,
+                              absl::Duration wait) const override {
+    return inner_->ExplainFailure(symptom, wait);
+  }
+
+ private:
+  Rendezvous* inner_;
+  std::string host_;
+  absl::Duration one_way_;
+  std::vector<std::unique_ptr<DelayRelay>> relays_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,38 @@
+// The parameter server's stream-window rule (see stream_window_rule.h).
+#include "ps/stream_window_rule.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+
+namespace gradsync {
+
+StreamWindowChoice ChooseStreamWindow(const LinkFigures& link, int fan_in) {
+  fan_in = std::max(fan_in, 1);
+  StreamWindowChoice choice;
+  if (!(link.rate_bytes_per_s > 0)) {
+    choice.window_bytes = kUnknownLinkStreamWindowBytes;
+    choice.reason = absl::StrFormat(
+        "auto: link rate not known (%s); %d KiB, the fixed window that keeps "
+        "results from waiting on window updates (set --ps_stream_window_kb, "
+        "or run under gradsync launch --netem, to size it to the link)",
+        link.description.empty() ? "no emulated link" : link.description,
+        kUnknownLinkStreamWindowBytes / 1024);
+    return choice;
+  }
+  const double needed =
+      2.0 * link.rate_bytes_per_s / fan_in * std::max(link.round_trip_s, 0.0);
+  int64_t window = kMinStreamWindowBytes;
+  while (window < needed && window < kMaxAutoStreamWindowBytes) window *= 2;
+  choice.window_bytes = window;
+  choice.reason = absl::StrFormat(
+      "auto: %s, %.0f Mbit/s over %d streams into a port, RTT %.2f ms: 2 x "
+      "rate/fan-in x RTT = %.1f KiB, rounded up to a power of two in [%d, %d] "
+      "KiB -> %d KiB",
+      link.description, link.rate_bytes_per_s * 8 / 1e6, fan_in,
+      link.round_trip_s * 1e3, needed / 1024, kMinStreamWindowBytes / 1024,
+      kMaxAutoStreamWindowBytes / 1024, window / 1024);
+  return choice;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,56 @@
+// The rule that chooses the HTTP/2 flow-control window of the parameter
+// server's push and pull streams (--ps_stream_window_kb's "auto") from the
+// link and the fan-in. A rule, not a flag: it links no flag library, and
+// every process derives the same value from what it knows (the link the
+// launcher emulates, N and K).
+//
+// Why (ps/README.md, "Distance from the bandwidth model", item 7, the
+// receiver-driven share ICTCP applies to incast): N streams converge on one
+// server's port (pushes) and K on one worker's (pulls). With a window larger
+// than a key each stream writes a whole key at once, a worker's streams to its
+// servers go out one after another, and TCP alone shares a port unevenly among
+// its senders; with equal small windows every stream stops after one window
+// until its receiver has read it, so the streams interleave and each sender
+// into a port keeps the same amount in flight. Too small a window caps a
+// stream at window / RTT.
+//
+// The rule: window = 2 × (rate / fan-in) × RTT, the per-stream share of the
+// bandwidth-delay product with a factor 2 of headroom (so one stream is never
+// capped below the rate it needs), rounded up to a power of two and held
+// within [kMinStreamWindowBytes, kMaxStreamWindowBytes]. The floor is
+// measured, not derived: at 100 Mbit/s, N = K = 8, sub-millisecond RTT, the
+// window swept 8/16/24/32/64 KiB gave 326/284/275/273/320 ms (8 KiB throttled
+// the link: a window's turn takes milliseconds on a loaded port, window
+// updates queue behind results), so 32 KiB. The BDP term grows it only where
+// latency is added (1 Gbit/s, 1 ms one way, fan-in 8: 64 KiB). Where the link
+// is not known (a real cluster without --netem), the fixed 4 MiB window this
+// flag had before, which keeps results from waiting on window updates.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gradsync {
+
+constexpr int64_t kMinStreamWindowBytes = int64_t{32} << 10;
+constexpr int64_t kMaxAutoStreamWindowBytes = int64_t{4} << 20;
+// Where the link is not known.
+constexpr int64_t kUnknownLinkStreamWindowBytes = int64_t{4} << 20;
+
+// What a process knows of its link.
+struct LinkFigures {
+  double rate_bytes_per_s = 0;  // 0: not known
+  double round_trip_s = 0;      // added round-trip latency
+  std::string description;      // "100mbit (gradsync launch --netem)"
+};
+
+struct StreamWindowChoice {
+  int64_t window_bytes = 0;
+  std::string reason;  // one line, for the log and the manifest
+};
+
+// `fan_in`: how many streams converge on one receiving port (N for the
+// servers' push streams, K for the workers' pull streams); at least 1.
+StreamWindowChoice ChooseStreamWindow(const LinkFigures& link, int fan_in);
+
+}  // namespace gradsync
