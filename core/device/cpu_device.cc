@@ -204,9 +204,9 @@ void CpuDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
   }
   // Row-major: op(a) is m×k, so a is stored m×k (lda = k) or k×m (lda = m).
   // oneDNN's sgemm (row-major, JIT-compiled for this CPU's vector width):
-  // Debian's OpenBLAS 0.3.21 takes this project's virtual machines for a
-  // Prescott and runs its SSE3 kernels, 4-5 times slower per core
-  // (core/device/README.md has the figures).
+  // faster than Debian's OpenBLAS 0.3.21 on these shapes, which on some of
+  // this project's virtual machines takes the CPU for a Prescott and runs
+  // SSE3 kernels, 4-5 times slower per core (core/device/README.md).
   const int lda = transpose_a ? m : k;
   const int ldb = transpose_b ? k : n;
   if (int64_t{m} * n * k < kParallelGemmWork) {
