@@ -36,8 +36,8 @@ double FlopsPerImage(const CnnOptions& options) {
   const double pixels1 = double(in.height) * in.width;
   const double pixels2 = pixels1 / 4;
   const double conv1 = 2.0 * pixels1 * options.conv1_channels * in.channels * 9;
-  const double conv2 = 2.0 * pixels2 * options.conv2_channels *
-                       options.conv1_channels * 9;
+  const double conv2 =
+      2.0 * pixels2 * options.conv2_channels * options.conv1_channels * 9;
   const double fc1 =
       2.0 * (pixels2 / 4) * options.conv2_channels * options.hidden;
   const double fc2 = 2.0 * options.hidden * in.num_classes;

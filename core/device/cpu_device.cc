@@ -125,8 +125,8 @@ CpuDevice::CpuDevice(int cpu_threads, bool reference_convolutions)
     : dnnl_(std::make_unique<DnnlContext>(cpu_threads)),
       reference_convolutions_(reference_convolutions) {}
 
-absl::StatusOr<std::unique_ptr<ConvolutionKernel>>
-CpuDevice::CreateConvolution(const ConvGeometry& g, int out_channels) {
+absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CpuDevice::CreateConvolution(
+    const ConvGeometry& g, int out_channels) {
   if (reference_convolutions_) return std::unique_ptr<ConvolutionKernel>();
   return DnnlConvolution::Create(*dnnl_, g, out_channels);
 }

@@ -280,18 +280,18 @@ absl::Status ResNet::BindLayers(Device& device) {
   // they share one column scratch.
   absl::Status prepared;
   int64_t per_image = 0;
-  ForEachConv([&](ConvLayer& layer, int height, int width,
-                  const ImageLayout& input) {
-    layer.conv.Bind(device, param(layer.weight), grad(layer.weight), nullptr,
-                    nullptr);
-    if (!prepared.ok()) return;
-    prepared = layer.conv.Prepare(layer.conv.Geometry(
-        static_cast<int>(rows), height, width, input));
-    if (layer.conv.uses_columns()) {
-      per_image =
-          std::max(per_image, layer.conv.ColumnsPerImage(height, width));
-    }
-  });
+  ForEachConv(
+      [&](ConvLayer& layer, int height, int width, const ImageLayout& input) {
+        layer.conv.Bind(device, param(layer.weight), grad(layer.weight),
+                        nullptr, nullptr);
+        if (!prepared.ok()) return;
+        prepared = layer.conv.Prepare(
+            layer.conv.Geometry(static_cast<int>(rows), height, width, input));
+        if (layer.conv.uses_columns()) {
+          per_image =
+              std::max(per_image, layer.conv.ColumnsPerImage(height, width));
+        }
+      });
   RETURN_IF_ERROR(prepared);
   if (per_image > 0) {
     const int64_t capacity =
