@@ -94,7 +94,8 @@ BENCHMARK(BM_ResNet18ForwardBackward)
     ->ArgNames({"batch", "threads"})
     ->ArgsProduct({{32, 64}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
 
 }  // namespace
 }  // namespace gradsync

@@ -19,7 +19,7 @@ PACKAGES=(
   # libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libssl-dev
-  libopenblas-dev nlohmann-json3-dev
+  libopenblas-dev libdnnl-dev nlohmann-json3-dev
   # data, plots, network emulation
   dataset-fashion-mnist python3 python3-matplotlib iproute2 iperf3
   # PyTorch workers (python/): Debian's torch, its C++ headers, pybind11

@@ -1,9 +1,9 @@
-// The CPU backend: OpenBLAS for Gemm, simple contiguous loops for the rest,
-// whose per-element and per-row arithmetic is kernel_math.h's (the CUDA
-// kernels run the same functions).
+// The CPU backend: oneDNN for Gemm and the convolutions, simple contiguous
+// loops for the rest, whose per-element and per-row arithmetic is
+// kernel_math.h's (the CUDA kernels run the same functions).
 #include "core/device/cpu_device.h"
 
-#include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -12,12 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
+#include "core/device/dnnl_context.h"
+#include "core/device/dnnl_convolution.h"
 #include "core/device/kernel_math.h"
-
-// Declared by OpenBLAS's cblas.h, but not by the reference CBLAS header that
-// Debian's alternatives may put at <cblas.h>; repeating the declaration keeps
-// this file compiling with either (we link OpenBLAS in both cases).
-extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace gradsync {
 namespace {
@@ -34,13 +31,52 @@ namespace km = kernel_math;
 // model went from 1.07 ms to 0.44 ms (bench/mlp_benchmark BM_SgdUpdate).
 constexpr int kBlock = 16;
 
-// Calls span(start, n) over [0, count) in kBlock pieces and one shorter tail.
-// The span functions inline into `span`, where n is the constant kBlock.
+// Below this much work (elements touched) a loop runs on the calling thread
+// alone, and below kParallelGemmWork multiply-adds so does a matrix product:
+// on an idle machine waking the other threads costs microseconds, but on a
+// machine with more runnable threads than cores (several workers, or other
+// people's builds) each parallel region waits for its slowest thread's next
+// time slice, milliseconds. Only loops of about a millisecond or more are
+// shared (a ResNet-18 batch's early activations, ResNet's batch norms; the
+// MLP's updates and products at batch 256).
+constexpr int64_t kParallelElements = int64_t{1} << 19;
+constexpr int64_t kParallelGemmWork = int64_t{1} << 26;
+
+// Calls body(begin, end) over [0, count), cut into one contiguous range per
+// OpenMP thread (each a multiple of `align` long but the last), or once on the
+// calling thread for short loops. Every element is computed as it would be by
+// one thread, so the results have the same bits whatever the thread count.
+// The thread count is the one DnnlContext::UseThreads set on this thread
+// (--threads), the same as oneDNN's.
+template <typename Body>
+inline void ParallelRanges(int64_t count, int64_t work_per_item, int64_t align,
+                           Body body) {
+  const int threads = omp_get_max_threads();
+  if (threads <= 1 || count * work_per_item < 2 * kParallelElements) {
+    if (count > 0) body(int64_t{0}, count);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t parts = omp_get_num_threads();
+    const int64_t per_part = (count + parts - 1) / parts;
+    const int64_t length = (per_part + align - 1) / align * align;
+    const int64_t begin = omp_get_thread_num() * length;
+    const int64_t end = std::min(count, begin + length);
+    if (begin < end) body(begin, end);
+  }
+}
+
+// Calls span(start, n) over [0, count) in kBlock pieces and one shorter tail,
+// the pieces shared among the threads. The span functions inline into
+// `span`, where n is the constant kBlock.
 template <typename Span>
 inline void ForEachBlock(int64_t count, Span span) {
-  int64_t start = 0;
-  for (; start + kBlock <= count; start += kBlock) span(start, kBlock);
-  if (start < count) span(start, static_cast<int>(count - start));
+  ParallelRanges(count, 1, kBlock, [&](int64_t first, int64_t last) {
+    int64_t start = first;
+    for (; start + kBlock <= last; start += kBlock) span(start, kBlock);
+    if (start < last) span(start, static_cast<int>(last - start));
+  });
 }
 
 // SumRows's running column sums. Not kernel_math.h's: the GPU adds a column
@@ -85,8 +121,14 @@ inline void SgdMomentumSpan(float* __restrict p, const float* __restrict g,
 
 }  // namespace
 
-CpuDevice::CpuDevice(int cpu_threads) {
-  if (cpu_threads > 0) openblas_set_num_threads(cpu_threads);
+CpuDevice::CpuDevice(int cpu_threads, bool reference_convolutions)
+    : dnnl_(std::make_unique<DnnlContext>(cpu_threads)),
+      reference_convolutions_(reference_convolutions) {}
+
+absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CpuDevice::CreateConvolution(
+    const ConvGeometry& g, int out_channels) {
+  if (reference_convolutions_) return std::unique_ptr<ConvolutionKernel>();
+  return DnnlConvolution::Create(*dnnl_, g, out_channels);
 }
 
 CpuDevice::~CpuDevice() {
@@ -161,11 +203,23 @@ void CpuDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
     return;
   }
   // Row-major: op(a) is m×k, so a is stored m×k (lda = k) or k×m (lda = m).
+  // oneDNN's sgemm (row-major, JIT-compiled for this CPU's vector width):
+  // faster than Debian's OpenBLAS 0.3.21 on these shapes, which on some of
+  // this project's virtual machines takes the CPU for a Prescott and runs
+  // SSE3 kernels, 4-5 times slower per core (core/device/README.md).
   const int lda = transpose_a ? m : k;
   const int ldb = transpose_b ? k : n;
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-              transpose_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
-              b, ldb, beta, c, n);
+  if (int64_t{m} * n * k < kParallelGemmWork) {
+    dnnl_->UseOneThread();
+  } else {
+    dnnl_->UseThreads();
+  }
+  const dnnl_status_t status =
+      dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k,
+                 alpha, a, lda, b, ldb, beta, c, n);
+  GS_CHECK(status == dnnl_success)
+      << "dnnl_sgemm(" << m << "x" << n << "x" << k << ") failed with status "
+      << static_cast<int>(status);
 }
 
 void CpuDevice::AddRowBias(float* y, const float* bias, int rows, int cols) {
@@ -187,10 +241,12 @@ void CpuDevice::SumRows(const float* x, float* out, int rows, int cols) {
 }
 
 void CpuDevice::ReluForward(float* x, int64_t count) {
+  dnnl_->UseThreads();
   ForEachBlock(count, [&](int64_t i, int n) { ReluSpan(x + i, n); });
 }
 
 void CpuDevice::ReluBackward(const float* y, float* dy, int64_t count) {
+  dnnl_->UseThreads();
   ForEachBlock(count,
                [&](int64_t i, int n) { ReluBackwardSpan(y + i, dy + i, n); });
 }
@@ -283,16 +339,20 @@ void CpuDevice::BatchNormForwardTraining(
     float* saved_mean, float* saved_inv_std, float* running_mean,
     float* running_var) {
   if (rows <= 0 || channels <= 0) return;
-  // Row by row: each pass reads one contiguous row into the channels' sums.
+  dnnl_->UseThreads();
+  // Row by row: each pass reads one contiguous row into the channels' sums;
+  // threads take ranges of channels, each summed in row order as by one.
   std::vector<double> sum(channels, 0.0), sum_squares(channels, 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * channels;
-    for (int c = 0; c < channels; ++c) {
-      const double value = row[c];
-      sum[c] += value;
-      sum_squares[c] += value * value;
+  ParallelRanges(channels, rows, kBlock, [&](int64_t first, int64_t last) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = x + r * channels;
+      for (int64_t c = first; c < last; ++c) {
+        const double value = row[c];
+        sum[c] += value;
+        sum_squares[c] += value * value;
+      }
     }
-  }
+  });
   for (int c = 0; c < channels; ++c) {
     const float mean = km::BatchMean(sum[c], rows);
     const float variance = km::BatchVariance(sum[c], sum_squares[c], rows);
@@ -302,14 +362,16 @@ void CpuDevice::BatchNormForwardTraining(
     running_var[c] = km::RunningAverage(
         running_var[c], km::UnbiasedVariance(variance, rows), momentum);
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = x + r * channels;
-    float* out = y + r * channels;
-    for (int c = 0; c < channels; ++c) {
-      out[c] = km::BatchNormOutput(in[c], saved_mean[c], saved_inv_std[c],
-                                   gamma[c], beta[c]);
+  ParallelRanges(rows, channels, 1, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) {
+      const float* in = x + r * channels;
+      float* out = y + r * channels;
+      for (int c = 0; c < channels; ++c) {
+        out[c] = km::BatchNormOutput(in[c], saved_mean[c], saved_inv_std[c],
+                                     gamma[c], beta[c]);
+      }
     }
-  }
+  });
 }
 
 void CpuDevice::BatchNormForwardInference(const float* x, int64_t rows,
@@ -323,14 +385,17 @@ void CpuDevice::BatchNormForwardInference(const float* x, int64_t rows,
   for (int c = 0; c < channels; ++c) {
     inv_std[c] = km::InverseStd(running_var[c], epsilon);
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = x + r * channels;
-    float* out = y + r * channels;
-    for (int c = 0; c < channels; ++c) {
-      out[c] = km::BatchNormOutput(in[c], running_mean[c], inv_std[c], gamma[c],
-                                   beta[c]);
+  dnnl_->UseThreads();
+  ParallelRanges(rows, channels, 1, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) {
+      const float* in = x + r * channels;
+      float* out = y + r * channels;
+      for (int c = 0; c < channels; ++c) {
+        out[c] = km::BatchNormOutput(in[c], running_mean[c], inv_std[c],
+                                     gamma[c], beta[c]);
+      }
     }
-  }
+  });
 }
 
 void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
@@ -339,17 +404,20 @@ void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
                                   const float* saved_inv_std, float* dx,
                                   float* dgamma, float* dbeta) {
   if (rows <= 0 || channels <= 0) return;
+  dnnl_->UseThreads();
   std::vector<double> sum_dy(channels, 0.0), sum_dy_x_hat(channels, 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = x + r * channels;
-    const float* grad = dy + r * channels;
-    for (int c = 0; c < channels; ++c) {
-      const float x_hat =
-          km::Normalized(in[c], saved_mean[c], saved_inv_std[c]);
-      sum_dy[c] += grad[c];
-      sum_dy_x_hat[c] += static_cast<double>(grad[c]) * x_hat;
+  ParallelRanges(channels, rows, kBlock, [&](int64_t first, int64_t last) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* in = x + r * channels;
+      const float* grad = dy + r * channels;
+      for (int64_t c = first; c < last; ++c) {
+        const float x_hat =
+            km::Normalized(in[c], saved_mean[c], saved_inv_std[c]);
+        sum_dy[c] += grad[c];
+        sum_dy_x_hat[c] += static_cast<double>(grad[c]) * x_hat;
+      }
     }
-  }
+  });
   std::vector<float> gamma_inv_std(channels), mean_dy(channels),
       mean_dy_x_hat(channels);
   for (int c = 0; c < channels; ++c) {
@@ -361,27 +429,59 @@ void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
     mean_dy[c] = km::BatchMean(dbeta[c], rows);
     mean_dy_x_hat[c] = km::BatchMean(dgamma[c], rows);
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = x + r * channels;
-    const float* grad = dy + r * channels;
-    float* out = dx + r * channels;
-    for (int c = 0; c < channels; ++c) {
-      const float x_hat =
-          km::Normalized(in[c], saved_mean[c], saved_inv_std[c]);
-      out[c] = km::BatchNormInputGradient(grad[c], x_hat, gamma_inv_std[c],
-                                          mean_dy[c], mean_dy_x_hat[c]);
+  ParallelRanges(rows, channels, 1, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) {
+      const float* in = x + r * channels;
+      const float* grad = dy + r * channels;
+      float* out = dx + r * channels;
+      for (int c = 0; c < channels; ++c) {
+        const float x_hat =
+            km::Normalized(in[c], saved_mean[c], saved_inv_std[c]);
+        out[c] = km::BatchNormInputGradient(grad[c], x_hat, gamma_inv_std[c],
+                                            mean_dy[c], mean_dy_x_hat[c]);
+      }
     }
-  }
+  });
 }
 
+// Max pooling runs window position by window position over a pixel's
+// channels, which lie side by side in NHWC: contiguous, division-free loops
+// instead of kernel_math.h's per-element window walk (the same comparisons in
+// the same order, so the same maxima and positions: km::MaxPoolValue's rule).
+// The backward scatters each output's gradient to its recorded maximum,
+// adding in output order, the order kernel_math.h's gather adds in, so the
+// sums have the same bits.
 void CpuDevice::MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
                                int32_t* where) {
-  int64_t out = 0;
+  const int64_t channels = g.channels;
   for (int64_t b = 0; b < g.batch; ++b) {
+    const float* image = x + b * g.height * g.width * channels;
     for (int64_t oh = 0; oh < g.out_height; ++oh) {
       for (int64_t ow = 0; ow < g.out_width; ++ow) {
-        for (int64_t c = 0; c < g.channels; ++c, ++out) {
-          y[out] = km::MaxPoolValue(x, g, b, oh, ow, c, where + out);
+        const int64_t out =
+            ((b * g.out_height + oh) * g.out_width + ow) * channels;
+        float* __restrict best = y + out;
+        int32_t* __restrict best_at = where + out;
+        for (int kh = 0; kh < g.kernel; ++kh) {
+          for (int kw = 0; kw < g.kernel; ++kw) {
+            const float* __restrict value =
+                image + ((oh * g.stride + kh) * g.width + ow * g.stride + kw) *
+                            channels;
+            const int32_t at = kh * g.kernel + kw;
+            if (at == 0) {
+              for (int64_t c = 0; c < channels; ++c) {
+                best[c] = value[c];
+                best_at[c] = 0;
+              }
+              continue;
+            }
+            for (int64_t c = 0; c < channels; ++c) {
+              // PyTorch's rule (km::MaxPoolValue): a NaN takes the place.
+              const bool better = value[c] > best[c] || value[c] != value[c];
+              best[c] = better ? value[c] : best[c];
+              best_at[c] = better ? at : best_at[c];
+            }
+          }
         }
       }
     }
@@ -390,12 +490,26 @@ void CpuDevice::MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
 
 void CpuDevice::MaxPoolBackward(const float* dy, const int32_t* where,
                                 const PoolGeometry& g, float* dx) {
-  int64_t in = 0;
+  const int64_t channels = g.channels;
+  std::memset(dx, 0, static_cast<size_t>(g.input_count()) * sizeof(float));
   for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t h = 0; h < g.height; ++h) {
-      for (int64_t w = 0; w < g.width; ++w) {
-        for (int64_t c = 0; c < g.channels; ++c, ++in) {
-          dx[in] = km::MaxPoolInputGradient(dy, where, g, b, h, w, c);
+    float* image = dx + b * g.height * g.width * channels;
+    for (int64_t oh = 0; oh < g.out_height; ++oh) {
+      for (int64_t ow = 0; ow < g.out_width; ++ow) {
+        const int64_t out =
+            ((b * g.out_height + oh) * g.out_width + ow) * channels;
+        const float* __restrict grad = dy + out;
+        const int32_t* __restrict at = where + out;
+        for (int kh = 0; kh < g.kernel; ++kh) {
+          for (int kw = 0; kw < g.kernel; ++kw) {
+            float* __restrict target =
+                image + ((oh * g.stride + kh) * g.width + ow * g.stride + kw) *
+                            channels;
+            const int32_t here = kh * g.kernel + kw;
+            for (int64_t c = 0; c < channels; ++c) {
+              if (at[c] == here) target[c] += grad[c];
+            }
+          }
         }
       }
     }
@@ -425,12 +539,14 @@ void CpuDevice::GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
 }
 
 void CpuDevice::Add(float* y, const float* x, int64_t count) {
+  dnnl_->UseThreads();
   ForEachBlock(count, [&](int64_t i, int n) { SumSpan(y + i, x + i, n); });
 }
 
 void CpuDevice::SgdUpdate(float* params, const float* grads, float* velocity,
                           int64_t count, float lr, float momentum,
                           float weight_decay) {
+  dnnl_->UseThreads();
   if (momentum == 0.0f) {
     ForEachBlock(count, [&](int64_t i, int n) {
       SgdSpan(params + i, grads + i, n, lr, weight_decay);

@@ -1,8 +1,9 @@
-// The CPU backend of Device: matrix products through OpenBLAS (cblas_sgemm,
-// row-major), every other kernel a plain loop over contiguous memory that the
-// compiler vectorizes. Work runs synchronously on the calling thread (and
-// OpenBLAS's own threads inside Gemm), so Synchronize() has nothing to wait
-// for.
+// The CPU backend of Device: matrix products through oneDNN's sgemm
+// (row-major), convolutions through oneDNN's primitives (dnnl_convolution.h),
+// every other kernel a plain loop over contiguous memory that the compiler
+// vectorizes. Work runs synchronously on the calling thread (and oneDNN's
+// OpenMP threads inside Gemm and the convolutions), so Synchronize() has
+// nothing to wait for.
 //
 // The buffers given to one kernel call must not overlap (other than the
 // documented in-place arguments): the loops are compiled on that promise.
@@ -13,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,13 +26,17 @@
 
 namespace gradsync {
 
+class DnnlContext;
+
 class CpuDevice : public Device {
  public:
-  // `cpu_threads` > 0 sets OpenBLAS's thread count for the whole process (the
-  // library has one global pool); 0 keeps the library default
-  // (OPENBLAS_NUM_THREADS or every core). Several workers on one machine each
-  // want a share of the cores, not all of them.
-  explicit CpuDevice(int cpu_threads = 0);
+  // `cpu_threads` > 0 sets oneDNN's thread count (OpenMP's, set on whichever
+  // thread runs the kernels); 0 keeps the library default (OMP_NUM_THREADS
+  // or every core). Several workers on one machine each want a share of the
+  // cores, not all of them.
+  // `reference_convolutions` (tests only): CreateConvolution returns none,
+  // so layers run im2col + GEMM instead of oneDNN.
+  explicit CpuDevice(int cpu_threads = 0, bool reference_convolutions = false);
   ~CpuDevice() override;
 
   CpuDevice(const CpuDevice&) = delete;
@@ -89,6 +95,9 @@ class CpuDevice : public Device {
   void GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
                              int channels, float* dx) override;
   void Add(float* y, const float* x, int64_t count) override;
+  // oneDNN's primitives (dnnl_convolution.h).
+  absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CreateConvolution(
+      const ConvGeometry& g, int out_channels) override;
 
   void SgdUpdate(float* params, const float* grads, float* velocity,
                  int64_t count, float lr, float momentum,
@@ -103,6 +112,9 @@ class CpuDevice : public Device {
 
  private:
   static constexpr size_t kAlignment = 64;
+
+  std::unique_ptr<DnnlContext> dnnl_;  // Gemm's threads; the convolutions
+  const bool reference_convolutions_;
 
   // Allocation happens at set-up, possibly from threads.
   mutable absl::Mutex mu_;

@@ -28,8 +28,8 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
             absl::StrCat("CPU thread count ", options.cpu_threads,
                          " must be >= 0 (0 = the BLAS library's default)"));
       }
-      return std::unique_ptr<Device>(
-          std::make_unique<CpuDevice>(options.cpu_threads));
+      return std::unique_ptr<Device>(std::make_unique<CpuDevice>(
+          options.cpu_threads, options.reference_convolutions));
     case DeviceType::kCuda:
 #ifdef GRADSYNC_CUDA
       if (options.gpu_index < 0) {

@@ -1,8 +1,8 @@
 // The device abstraction: memory and the handful of kernels a model, its loss
-// and its optimizer need. The CPU backend (cpu_device.cc) uses OpenBLAS for
-// matrix products; a CUDA backend (cuda_device.cc, --config=cuda) implements
-// the same interface with cuBLAS and kernels of its own, so models and
-// optimizers are written once.
+// and its optimizer need. The CPU backend (cpu_device.cc) uses oneDNN for
+// matrix products and convolutions; a CUDA backend (cuda_device.cc,
+// --config=cuda) implements the same interface with cuBLAS and kernels of its
+// own, so models and optimizers are written once.
 //
 // All pointers passed to the math functions are device memory obtained from
 // Allocate(). Work may be queued (asynchronous on CUDA); Synchronize() waits
@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/device/convolution_kernel.h"
 #include "core/device/layer_geometry.h"
 
 namespace gradsync {
@@ -131,6 +132,15 @@ class Device {
   // y += x (residual connections; gradients of two branches meeting).
   virtual void Add(float* y, const float* x, int64_t count) = 0;
 
+  // A convolution of geometry `g` with `out_channels` outputs from the
+  // device's convolution library (convolution_kernel.h), made at set-up and
+  // run every step; null where the device has none or is told to use the
+  // reference, and then the layer runs Im2Col, Gemm and Col2Im.
+  virtual absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CreateConvolution(
+      const ConvGeometry& /*g*/, int /*out_channels*/) {
+    return std::unique_ptr<ConvolutionKernel>();
+  }
+
   // --- Optimizer updates (element-wise over a flat parameter buffer) ---------
   // PyTorch's SGD: g += wd·p; v = momentum·v + g; p -= lr·v (v unused if
   // momentum == 0).
@@ -150,7 +160,11 @@ struct DeviceOptions {
   // CUDA only: the GPUs local ranks use (gpu_selection.h); empty: local rank
   // modulo the visible GPUs.
   std::vector<int> gpus;
-  int cpu_threads = 0;  // BLAS threads on the CPU backend; 0 = library default
+  // BLAS and oneDNN threads on the CPU backend; 0 = the libraries' default.
+  int cpu_threads = 0;
+  // Test-only: convolutions through Im2Col + Gemm, the reference the
+  // device's convolution library is compared against.
+  bool reference_convolutions = false;
 };
 
 // Creates the device named by `options`; CUDA is an error in a build without

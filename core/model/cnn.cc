@@ -153,18 +153,30 @@ absl::Status Cnn::BindLayers(Device& device) {
   for (float*& delta : delta_) {
     ASSIGN_OR_RETURN(delta, device.Allocate<float>(largest));
   }
-  // The whole batch's column matrix of the larger convolution, up to
-  // kMaxColumnFloats (larger batches are convolved in pieces, conv2d.h).
-  const int64_t per_image =
-      std::max(conv1_.ColumnsPerImage(in.height, in.width),
-               conv2_.ColumnsPerImage(pool1_.out_height, pool1_.out_width));
-  columns_capacity_ =
-      std::max(per_image, std::min(rows * per_image, kMaxColumnFloats));
-  ASSIGN_OR_RETURN(columns_, device.Allocate<float>(columns_capacity_));
   conv1_.Bind(device, param(kConv1Weight), grad(kConv1Weight),
-              param(kConv1Bias), grad(kConv1Bias), columns_, columns_capacity_);
+              param(kConv1Bias), grad(kConv1Bias));
   conv2_.Bind(device, param(kConv2Weight), grad(kConv2Weight),
-              param(kConv2Bias), grad(kConv2Bias), columns_, columns_capacity_);
+              param(kConv2Bias), grad(kConv2Bias));
+  RETURN_IF_ERROR(conv1_.Prepare(Conv1Geometry(static_cast<int>(rows))));
+  RETURN_IF_ERROR(conv2_.Prepare(Conv2Geometry(static_cast<int>(rows))));
+  // On the im2col path: the whole batch's column matrix of the larger
+  // convolution, up to kMaxColumnFloats (larger batches are convolved in
+  // pieces, conv2d.h).
+  int64_t per_image = 0;
+  if (conv1_.uses_columns()) {
+    per_image = conv1_.ColumnsPerImage(in.height, in.width);
+  }
+  if (conv2_.uses_columns()) {
+    per_image = std::max(
+        per_image, conv2_.ColumnsPerImage(pool1_.out_height, pool1_.out_width));
+  }
+  if (per_image > 0) {
+    columns_capacity_ =
+        std::max(per_image, std::min(rows * per_image, kMaxColumnFloats));
+    ASSIGN_OR_RETURN(columns_, device.Allocate<float>(columns_capacity_));
+    conv1_.BindColumns(columns_, columns_capacity_);
+    conv2_.BindColumns(columns_, columns_capacity_);
+  }
   return absl::OkStatus();
 }
 

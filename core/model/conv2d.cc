@@ -62,15 +62,49 @@ int64_t Conv2d::ColumnsPerImage(int height, int width) const {
 }
 
 void Conv2d::Bind(Device& device, const float* weight, float* weight_grad,
-                  const float* bias, float* bias_grad, float* columns,
-                  int64_t columns_capacity) {
+                  const float* bias, float* bias_grad) {
   device_ = &device;
   weight_ = weight;
   weight_grad_ = weight_grad;
   bias_ = bias;
   bias_grad_ = bias_grad;
+  kernels_.clear();
+  uses_columns_ = true;
+}
+
+absl::Status Conv2d::Prepare(const ConvGeometry& g) {
+  auto kernel = device_->CreateConvolution(g, shape_.out_channels);
+  if (!kernel.ok()) {
+    return absl::Status(kernel.status().code(),
+                        absl::StrCat(name_, ": ", kernel.status().message()));
+  }
+  uses_columns_ = *kernel == nullptr;
+  if (!uses_columns_) kernels_.push_back(*std::move(kernel));
+  return absl::OkStatus();
+}
+
+void Conv2d::BindColumns(float* columns, int64_t columns_capacity) {
   columns_ = columns;
   columns_capacity_ = columns_capacity;
+}
+
+ConvolutionKernel* Conv2d::KernelFor(const ConvGeometry& g) {
+  if (uses_columns_) return nullptr;
+  for (const auto& kernel : kernels_) {
+    const ConvGeometry& made = kernel->geometry();
+    if (made.batch == g.batch && made.height == g.height &&
+        made.width == g.width && made.input.batch == g.input.batch &&
+        made.input.channel == g.input.channel &&
+        made.input.row == g.input.row && made.input.column == g.input.column) {
+      return kernel.get();
+    }
+  }
+  auto kernel = device_->CreateConvolution(g, shape_.out_channels);
+  GS_CHECK(kernel.ok() && *kernel != nullptr)
+      << name_ << ": no convolution kernel for batch " << g.batch << ": "
+      << kernel.status();
+  kernels_.push_back(*std::move(kernel));
+  return kernels_.back().get();
 }
 
 int Conv2d::ImagesPerPiece(const ConvGeometry& g) const {
@@ -96,6 +130,13 @@ void Conv2d::ForEachPiece(const ConvGeometry& g, Visit visit) const {
 
 void Conv2d::Forward(const float* x, const ConvGeometry& g, float* y) {
   const int out = shape_.out_channels;
+  if (ConvolutionKernel* kernel = KernelFor(g)) {
+    kernel->Forward(x, weight_, y);
+    if (bias_ != nullptr) {
+      device_->AddRowBias(y, bias_, static_cast<int>(g.column_rows()), out);
+    }
+    return;
+  }
   ForEachPiece(g, [&](const ConvGeometry& piece, int64_t in, int64_t at) {
     const int rows = static_cast<int>(piece.column_rows());
     const int cols = static_cast<int>(piece.column_cols());
@@ -109,21 +150,30 @@ void Conv2d::Forward(const float* x, const ConvGeometry& g, float* y) {
 void Conv2d::BackwardWeights(const float* x, const ConvGeometry& g,
                              const float* dy) {
   const int out = shape_.out_channels;
-  ForEachPiece(g, [&](const ConvGeometry& piece, int64_t in, int64_t at) {
-    const int rows = static_cast<int>(piece.column_rows());
-    const int cols = static_cast<int>(piece.column_cols());
-    device_->Im2Col(x + in, piece, columns_);
-    // dW (+)= dyᵀ · C: [out × rows] · [rows × cols]; the first piece
-    // overwrites.
-    device_->Gemm(/*transpose_a=*/true, /*transpose_b=*/false, out, cols, rows,
-                  1.0f, dy + at, columns_, in == 0 ? 0.0f : 1.0f, weight_grad_);
-  });
+  if (ConvolutionKernel* kernel = KernelFor(g)) {
+    kernel->BackwardWeights(x, dy, weight_grad_);
+  } else {
+    ForEachPiece(g, [&](const ConvGeometry& piece, int64_t in, int64_t at) {
+      const int rows = static_cast<int>(piece.column_rows());
+      const int cols = static_cast<int>(piece.column_cols());
+      device_->Im2Col(x + in, piece, columns_);
+      // dW (+)= dyᵀ · C: [out × rows] · [rows × cols]; the first piece
+      // overwrites.
+      device_->Gemm(/*transpose_a=*/true, /*transpose_b=*/false, out, cols,
+                    rows, 1.0f, dy + at, columns_, in == 0 ? 0.0f : 1.0f,
+                    weight_grad_);
+    });
+  }
   if (bias_grad_ != nullptr) {
     device_->SumRows(dy, bias_grad_, static_cast<int>(g.column_rows()), out);
   }
 }
 
 void Conv2d::BackwardInput(const ConvGeometry& g, const float* dy, float* dx) {
+  if (ConvolutionKernel* kernel = KernelFor(g)) {
+    kernel->BackwardInput(dy, weight_, dx);
+    return;
+  }
   const int out = shape_.out_channels;
   ForEachPiece(g, [&](const ConvGeometry& piece, int64_t in, int64_t at) {
     const int rows = static_cast<int>(piece.column_rows());

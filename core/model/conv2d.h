@@ -1,4 +1,7 @@
-// A 2-D convolution layer as im2col + GEMM on the Device interface.
+// A 2-D convolution layer on the Device interface: through the device's
+// convolution library where it has one (Device::CreateConvolution: oneDNN on
+// the CPU), else as im2col + GEMM, which is also the reference the library is
+// tested against (DeviceOptions::reference_convolutions).
 //
 // Activations are NHWC ([images·height·width × channels] row-major,
 // core/device/layer_geometry.h); the input may be laid out otherwise (the
@@ -12,12 +15,20 @@
 // whole images, each one GEMM (the weight gradient accumulates over them).
 // The backward recomputes C rather than keep every layer's column matrix,
 // which for ResNet-18 would be several times the activations.
+//
+// A library's kernels are made for one batch size each: Prepare makes the one
+// for the batch a model binds (at Bind), and a call with another batch size
+// (a shorter last batch, an evaluation piece) makes and keeps its own on first
+// use.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "core/device/convolution_kernel.h"
 #include "core/device/device.h"
 #include "core/device/layer_geometry.h"
 #include "core/sync/param_layout.h"
@@ -50,12 +61,18 @@ class Conv2d {
   // Floats of column matrix for one image (the scratch Bind needs at least).
   int64_t ColumnsPerImage(int height, int width) const;
 
-  // `bias` and `bias_grad` are null without a bias. `columns` is scratch of
-  // `columns_capacity` floats, at least ColumnsPerImage of every input size
-  // this layer sees; layers may share it.
+  // `bias` and `bias_grad` are null without a bias.
   void Bind(Device& device, const float* weight, float* weight_grad,
-            const float* bias, float* bias_grad, float* columns,
-            int64_t columns_capacity);
+            const float* bias, float* bias_grad);
+  // Asks the device for its kernel of geometry `g` (called at Bind for the
+  // bound batch). Afterwards uses_columns() says whether the layer needs the
+  // column scratch.
+  absl::Status Prepare(const ConvGeometry& g);
+  // True where the device has no convolution library: im2col + GEMM.
+  bool uses_columns() const { return uses_columns_; }
+  // The im2col path's scratch of `columns_capacity` floats, at least
+  // ColumnsPerImage of every input size this layer sees; layers may share it.
+  void BindColumns(float* columns, int64_t columns_capacity);
 
   // y [images·oh·ow × out] (NHWC).
   void Forward(const float* x, const ConvGeometry& g, float* y);
@@ -72,6 +89,9 @@ class Conv2d {
   // y (dy), in floats.
   template <typename Visit>
   void ForEachPiece(const ConvGeometry& g, Visit visit) const;
+  // The library's kernel for g's batch size (made on first use), or null on
+  // the im2col path.
+  ConvolutionKernel* KernelFor(const ConvGeometry& g);
 
   const std::string name_;
   const Conv2dShape shape_;
@@ -82,6 +102,9 @@ class Conv2d {
   float* bias_grad_ = nullptr;
   float* columns_ = nullptr;
   int64_t columns_capacity_ = 0;
+  bool uses_columns_ = true;
+  // The library's kernels, one per batch size seen (a few at most).
+  std::vector<std::unique_ptr<ConvolutionKernel>> kernels_;
 };
 
 }  // namespace gradsync

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/base/logging.h"
 #include "core/device/cpu_device.h"
 #include "core/device/layer_geometry.h"
 #include "core/model/gradient_check.h"
@@ -17,7 +18,7 @@ namespace {
 struct ConvFixture {
   ConvFixture(Conv2dShape shape, int images, int height, int width,
               bool nchw_input, int64_t columns_capacity = 0)
-      : device(1), conv("conv", shape) {
+      : device(1, /*reference_convolutions=*/true), conv("conv", shape) {
     const ImageLayout layout =
         nchw_input ? NchwLayout(shape.in_channels, height, width)
                    : NhwcLayout(shape.in_channels, height, width);
@@ -34,8 +35,9 @@ struct ConvFixture {
     columns.assign(columns_capacity, 0.0f);
     conv.Bind(device, weight.data(), weight_grad.data(),
               shape.bias ? bias.data() : nullptr,
-              shape.bias ? bias_grad.data() : nullptr, columns.data(),
-              columns_capacity);
+              shape.bias ? bias_grad.data() : nullptr);
+    GS_CHECK(conv.Prepare(g).ok());
+    conv.BindColumns(columns.data(), columns_capacity);
   }
 
   CpuDevice device;

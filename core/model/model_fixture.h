@@ -18,8 +18,9 @@ namespace gradsync {
 struct BoundModel {
   // Binds `created` for batches up to `batch` (a failure is a test failure)
   // and fills inputs uniformly in [-1, 1] and labels 0, 1, ... round the
-  // classes.
-  BoundModel(std::unique_ptr<Model> created, int batch, uint64_t seed);
+  // classes. `reference_convolutions`: im2col + GEMM instead of oneDNN.
+  BoundModel(std::unique_ptr<Model> created, int batch, uint64_t seed,
+             bool reference_convolutions = false);
 
   // ForwardBackward on the first `batch` rows: the loss, gradients in grads.
   double Loss(int batch);

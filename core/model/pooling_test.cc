@@ -1,12 +1,14 @@
 #include "core/model/pooling.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "core/device/cpu_device.h"
+#include "core/device/kernel_math.h"
 #include "core/model/gradient_check.h"
 #include "gtest/gtest.h"
 
@@ -72,6 +74,55 @@ TEST_P(MaxPoolTest, GradientsMatchCentralDifferences) {
   std::vector<float> dx(x.size(), -1.0f);
   pool.Backward(device, weights.data(), where.data(), g, dx.data());
   ExpectGradientMatches("input", x.data(), x.size(), dx.data(), loss);
+}
+
+// The CPU device's channel-contiguous loops against kernel_math.h's
+// per-element functions (which the CUDA kernels run), bit for bit: values
+// with ties and a NaN, so the tie rule (first maximum) and the NaN rule are
+// exercised, and overlapping windows whose gradients add.
+TEST_P(MaxPoolTest, CpuLoopsMatchKernelMathBitForBit) {
+  CpuDevice device(1);
+  const MaxPool2d pool(GetParam().first, GetParam().second);
+  const PoolGeometry g = pool.Geometry(2, 5, 9, 7);
+  std::vector<float> x = RandomValues(g.input_count(), 11);
+  for (int64_t i = 0; i < g.input_count(); i += 3) x[i] = 0.5f;  // ties
+  x[17] = std::nanf("");
+  const std::vector<float> dy = RandomValues(g.output_count(), 12);
+  std::vector<float> y(g.output_count()), dx(g.input_count());
+  std::vector<int32_t> where(g.output_count());
+  pool.Forward(device, x.data(), g, y.data(), where.data());
+  pool.Backward(device, dy.data(), where.data(), g, dx.data());
+  int64_t out = 0;
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t oh = 0; oh < g.out_height; ++oh) {
+      for (int64_t ow = 0; ow < g.out_width; ++ow) {
+        for (int64_t c = 0; c < g.channels; ++c, ++out) {
+          int32_t at = -2;
+          const float value =
+              kernel_math::MaxPoolValue(x.data(), g, b, oh, ow, c, &at);
+          ASSERT_EQ(at, where[out]) << out;
+          if (std::isnan(value)) {
+            ASSERT_TRUE(std::isnan(y[out])) << out;
+          } else {
+            ASSERT_EQ(value, y[out]) << out;
+          }
+        }
+      }
+    }
+  }
+  int64_t in = 0;
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t h = 0; h < g.height; ++h) {
+      for (int64_t w = 0; w < g.width; ++w) {
+        for (int64_t c = 0; c < g.channels; ++c, ++in) {
+          ASSERT_EQ(kernel_math::MaxPoolInputGradient(dy.data(), where.data(),
+                                                      g, b, h, w, c),
+                    dx[in])
+              << in;
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Windows, MaxPoolTest,

@@ -230,12 +230,17 @@ void ResNet::ForEachNorm(Visit visit) {
 
 template <typename Visit>
 void ResNet::ForEachConv(Visit visit) {
-  visit(*stem_conv_, options_.input.height, options_.input.width);
+  const ImageInput& in = options_.input;
+  visit(*stem_conv_, in.height, in.width,
+        NchwLayout(in.channels, in.height, in.width));
   for (Block& block : blocks_) {
-    visit(*block.conv1, block.in_height, block.in_width);
-    visit(*block.conv2, block.out_height, block.out_width);
+    const ImageLayout block_input =
+        NhwcLayout(block.in_channels, block.in_height, block.in_width);
+    visit(*block.conv1, block.in_height, block.in_width, block_input);
+    visit(*block.conv2, block.out_height, block.out_width,
+          NhwcLayout(block.out_channels, block.out_height, block.out_width));
     if (block.down_conv) {
-      visit(*block.down_conv, block.in_height, block.in_width);
+      visit(*block.down_conv, block.in_height, block.in_width, block_input);
     }
   }
 }
@@ -271,18 +276,31 @@ absl::Status ResNet::BindLayers(Device& device) {
     ASSIGN_OR_RETURN(*buffer, device.Allocate<float>(largest));
   }
 
-  // The convolutions share one column scratch.
+  // The convolutions, each prepared for the bound batch; on the im2col path
+  // they share one column scratch.
+  absl::Status prepared;
   int64_t per_image = 0;
-  ForEachConv([&](ConvLayer& layer, int height, int width) {
-    per_image = std::max(per_image, layer.conv.ColumnsPerImage(height, width));
-  });
-  const int64_t capacity =
-      std::max(per_image, std::min(rows * per_image, kMaxColumnFloats));
-  ASSIGN_OR_RETURN(columns_, device.Allocate<float>(capacity));
-  ForEachConv([&](ConvLayer& layer, int, int) {
-    layer.conv.Bind(device, param(layer.weight), grad(layer.weight), nullptr,
-                    nullptr, columns_, capacity);
-  });
+  ForEachConv(
+      [&](ConvLayer& layer, int height, int width, const ImageLayout& input) {
+        layer.conv.Bind(device, param(layer.weight), grad(layer.weight),
+                        nullptr, nullptr);
+        if (!prepared.ok()) return;
+        prepared = layer.conv.Prepare(
+            layer.conv.Geometry(static_cast<int>(rows), height, width, input));
+        if (layer.conv.uses_columns()) {
+          per_image =
+              std::max(per_image, layer.conv.ColumnsPerImage(height, width));
+        }
+      });
+  RETURN_IF_ERROR(prepared);
+  if (per_image > 0) {
+    const int64_t capacity =
+        std::max(per_image, std::min(rows * per_image, kMaxColumnFloats));
+    ASSIGN_OR_RETURN(columns_, device.Allocate<float>(capacity));
+    ForEachConv([&](ConvLayer& layer, int, int, const ImageLayout&) {
+      layer.conv.BindColumns(columns_, capacity);
+    });
+  }
 
   // Running statistics (the buffers), and each norm's saved batch statistics.
   ASSIGN_OR_RETURN(buffers_, device.Allocate<float>(buffer_count_));

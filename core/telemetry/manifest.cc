@@ -13,18 +13,26 @@
 #include "absl/base/config.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/telemetry/derived_settings.h"
 #include "google/protobuf/stubs/common.h"
 #include "grpcpp/grpcpp.h"
+#include "oneapi/dnnl/dnnl.h"
 #include "zlib.h"
 
 extern "C" char* openblas_get_config(void);
 
 namespace gradsync {
 namespace {
+
+// The CPU device's convolutions and products (core/device/dnnl_context.h).
+std::string OneDnnVersion() {
+  const dnnl_version_t* version = dnnl_version();
+  return absl::StrCat(version->major, ".", version->minor, ".", version->patch);
+}
 
 std::string CommandOutput(const char* command) {
   std::string out;
@@ -90,6 +98,7 @@ std::string ManifestJson() {
       {"abseil", std::to_string(ABSL_LTS_RELEASE_VERSION)},
       {"zlib", zlibVersion()},
       {"openblas", openblas_get_config()},
+      {"onednn", OneDnnVersion()},
   };
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);

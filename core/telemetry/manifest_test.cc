@@ -36,7 +36,7 @@ TEST(ManifestTest, HasEveryPromisedField) {
   EXPECT_THAT(manifest["compiler"].get<std::string>(),
               ::testing::StartsWith("gcc "));
   for (const char* library :
-       {"grpc", "protobuf", "abseil", "zlib", "openblas"}) {
+       {"grpc", "protobuf", "abseil", "zlib", "openblas", "onednn"}) {
     ASSERT_TRUE(manifest["versions"].contains(library)) << library;
     EXPECT_TRUE(manifest["versions"][library].is_string()) << library;
     EXPECT_FALSE(manifest["versions"][library].get<std::string>().empty())

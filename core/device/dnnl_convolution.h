@@ -1,0 +1,80 @@
+// The CPU device's convolutions through oneDNN's primitives: forward, input
+// gradient and weight gradient of one geometry, created once (at a model's
+// Bind) and run every step.
+//
+// Layouts, chosen by measurement (core/device/README.md): activations stay in
+// the layers' own NHWC (oneDNN's `nhwc`), which oneDNN's AVX-512 kernels read
+// and write directly, so no activation between layers is ever reordered. An
+// input of another layout (the data set's NCHW rows at the stem) is reordered
+// into NHWC scratch first: oneDNN 2.6 has only its reference loops for an
+// NCHW input with an NHWC output, 30 times slower than the reorder and an
+// NHWC convolution together. Weights are left to oneDNN (`any`): with PyTorch's
+// plain [out][in][k][k] it falls back to its reference loops, tens of times
+// slower, so each call reorders the weight into the primitive's blocked layout
+// and the weight gradient back, into scratch the device shares between layers
+// (dnnl_context.h). That reorder touches each weight twice a step, well under
+// 1 % of a ResNet-18 step's memory traffic.
+#pragma once
+
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <unordered_map>
+
+#include "absl/status/statusor.h"
+#include "core/device/convolution_kernel.h"
+#include "core/device/dnnl_context.h"
+#include "core/device/layer_geometry.h"
+
+namespace gradsync {
+
+class DnnlConvolution : public ConvolutionKernel {
+ public:
+  // The primitives for `geometry` with `out_channels` outputs; an error names
+  // the geometry if oneDNN cannot make them.
+  static absl::StatusOr<std::unique_ptr<ConvolutionKernel>> Create(
+      DnnlContext& context, const ConvGeometry& geometry, int out_channels);
+
+  void Forward(const float* x, const float* weight, float* y) override;
+  void BackwardWeights(const float* x, const float* dy,
+                       float* weight_grad) override;
+  void BackwardInput(const float* dy, const float* weight, float* dx) override;
+
+  // oneDNN's implementation names ("brgconv:avx512_core", ...), for logs and
+  // tests that check no reference loop was picked.
+  std::string implementations() const;
+
+ private:
+  DnnlConvolution(DnnlContext& context, const ConvGeometry& geometry,
+                  int out_channels)
+      : ConvolutionKernel(geometry, out_channels), context_(context) {}
+  // Builds every primitive; throws dnnl::error.
+  void Build();
+  // `weight` in the layout `layout`: itself, or its reorder into the shared
+  // weight scratch.
+  dnnl::memory& WeightsAs(const float* weight, dnnl::reorder& to_layout,
+                          dnnl::memory& in_layout);
+  // x as NHWC: src_ on x itself or on its reorder into the input scratch.
+  dnnl::memory& SourceAsNhwc(const float* x);
+  void Execute(dnnl::primitive& primitive,
+               std::unordered_map<int, dnnl::memory> arguments);
+
+  DnnlContext& context_;
+  dnnl::convolution_forward::primitive_desc forward_desc_;
+  dnnl::convolution_backward_data::primitive_desc input_desc_;
+  dnnl::convolution_backward_weights::primitive_desc weights_desc_;
+  dnnl::convolution_forward forward_;
+  dnnl::convolution_backward_data backward_input_;
+  dnnl::convolution_backward_weights backward_weights_;
+  // Memory objects whose handles are set before each call.
+  dnnl::memory user_weight_, src_, dst_, diff_src_, diff_dst_;
+  dnnl::memory forward_weight_, input_weight_, weight_grad_, scratchpad_;
+  // Reorders of an input that is not NHWC, and of its gradient back.
+  dnnl::memory user_src_, user_diff_src_;
+  dnnl::reorder src_to_nhwc_, diff_src_to_user_;
+  // Reorders between PyTorch's weight layout and the primitives' (empty
+  // where they agree).
+  dnnl::reorder weight_to_forward_, weight_to_input_, weight_grad_to_user_;
+};
+
+}  // namespace gradsync
