@@ -12,14 +12,13 @@
 // derived from the model's own parameter list, so it follows the model.
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "bench/model_step_benchmark.h"
 #include "benchmark/benchmark.h"
 #include "core/base/logging.h"
-#include "core/device/device.h"
-#include "core/sync/param_layout.h"
 #include "core/model/model.h"
 
 namespace gradsync {
@@ -51,43 +50,9 @@ double FlopsPerImage(const std::vector<ParamSpec>& specs) {
 }
 
 void BM_ResNet18ForwardBackward(benchmark::State& state) {
-  const int batch = static_cast<int>(state.range(0));
-  DeviceOptions device_options;
-  device_options.cpu_threads = static_cast<int>(state.range(1));
-  std::unique_ptr<Device> device = Unwrap(CreateDevice(device_options));
   std::unique_ptr<Model> model = Unwrap(CreateResNet(ResNetOptions{}));
-  ParamLayout layout =
-      Unwrap(ParamLayout::Create(model->ParamSpecs(), 25 << 20));
-  const int64_t total = layout.total_numel();
-  float* params = Unwrap(device->Allocate<float>(total));
-  float* grads = Unwrap(device->Allocate<float>(total));
-  std::vector<float> host(total);
-  model->InitParams(1, layout, host.data());
-  GS_CHECK(device->CopyToDevice(params, host.data(), total * 4).ok());
-  GS_CHECK(model->Bind(*device, layout, params, grads, batch).ok());
-  std::vector<float> images(int64_t{batch} * model->input_dim());
-  std::mt19937 generator(7);
-  std::uniform_real_distribution<float> pixel(-1.0f, 1.0f);
-  for (float& x : images) x = pixel(generator);
-  std::vector<int32_t> labels(batch);
-  for (int i = 0; i < batch; ++i) labels[i] = i % 10;
-  float* inputs = Unwrap(device->Allocate<float>(images.size()));
-  int32_t* device_labels = Unwrap(device->Allocate<int32_t>(batch));
-  float* loss = Unwrap(device->Allocate<float>(1));
-  GS_CHECK(device->CopyToDevice(inputs, images.data(), images.size() * 4).ok());
-  GS_CHECK(device->CopyToDevice(device_labels, labels.data(), batch * 4).ok());
-
-  for (auto _ : state) {
-    GS_CHECK(
-        model->ForwardBackward(inputs, device_labels, batch, loss, [](int) {})
-            .ok());
-    GS_CHECK(device->Synchronize().ok());
-  }
-  const double flops = FlopsPerImage(model->ParamSpecs()) * batch;
-  state.SetItemsProcessed(state.iterations() * batch);
-  state.counters["GFLOP_per_step"] = flops / 1e9;
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      flops * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  const double flops_per_image = FlopsPerImage(model->ParamSpecs());
+  RunModelStepBenchmark(state, std::move(model), flops_per_image);
 }
 
 BENCHMARK(BM_ResNet18ForwardBackward)
