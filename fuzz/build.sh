@@ -31,7 +31,7 @@ FLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer
        -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
        -I. -I"$OUT/gen" -Wno-unused-command-line-argument)
 LIBS=($(pkg-config --libs grpc++ protobuf absl_flags absl_flags_parse absl_status \
-        absl_statusor absl_str_format absl_synchronization absl_time) -lopenblas -lz)
+        absl_statusor absl_str_format absl_synchronization absl_time) -lopenblas -ldnnl -lgomp -lz)
 
 object_of() { echo "$OUT/obj/$(echo "$1" | tr / _).o"; }
 # Recompiles when the source or any header it included (the compiler's own
@@ -55,12 +55,13 @@ compile() {
 
 COMMON=(core/base/logging.cc core/cluster/job_token.cc)
 COORDINATOR=(core/cluster/coordinator.cc core/cluster/coordinator_service.cc core/cluster/grpc_job_token.cc
-             core/cluster/rendezvous.cc
+             core/cluster/rendezvous.cc core/cluster/job_id.cc core/cluster/listen_port.cc
              core/cluster/tls_config.cc
              "$OUT/gen/proto/coordinator.pb.cc" "$OUT/gen/proto/coordinator.grpc.pb.cc")
 PS_SHARD=(ps/shard.cc ps/consistency.cc ps/shard_key.cc ps/bsp_key.cc ps/async_key.cc
           ps/key_parameters.cc ps/shard_checkpoint.cc ps/shard_statistics.cc
-          core/device/device.cc core/device/cpu_device.cc core/optim/optimizer.cc
+          core/device/device.cc core/device/cpu_device.cc core/device/dnnl_context.cc
+          core/device/dnnl_convolution.cc core/optim/optimizer.cc
           core/optim/checkpoint.cc core/telemetry/metrics.cc core/telemetry/process_counters.cc
           core/base/files.cc
           "$OUT/gen/proto/parameter_server.pb.cc")
