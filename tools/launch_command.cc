@@ -13,7 +13,9 @@
 // "--" is not a flag, it is the workers' command (any program, typically a
 // PyTorch one using gradsync.torch); servers are still `gradsync server`.
 // torch's c10d store then keeps MASTER_PORT and gradsync's coordinator moves
-// to GRADSYNC_COORDINATOR_PORT (python/job_connection.h).
+// to GRADSYNC_COORDINATOR_PORT (python/job_connection.h). `--trace=PATH`
+// before "--" reaches the workers as GRADSYNC_TRACE and the servers as
+// --trace (the program's own arguments are its own).
 #include <signal.h>
 #include <unistd.h>
 
@@ -47,6 +49,7 @@
 #include "core/telemetry/metrics.h"
 #include "ps/flags.h"
 #include "tools/commands.h"
+#include "tools/trace_flags.h"
 #include "tools/train_flags.h"
 
 ABSL_FLAG(int, workers, 1, "number of worker processes (on this node)");
@@ -268,6 +271,10 @@ struct JobPlan {
   // with a command, the coordinator's port, MASTER_PORT being torch's.
   std::vector<std::string> command;
   int coordinator_port = 0;
+  // With a command: `gradsync launch --trace=PATH` (the workers' flags are
+  // the program's own), passed to the workers as GRADSYNC_TRACE and to the
+  // servers as --trace.
+  TraceSettings trace;
 };
 
 // A worker command's program as execve wants it: a path, or the first
@@ -385,6 +392,11 @@ std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
       spec.env.push_back(
           {"GRADSYNC_COORDINATOR_PORT", absl::StrCat(plan.coordinator_port)});
       spec.env.push_back({"GRADSYNC_METRICS_DIR", plan.run_dir});
+      if (!plan.trace.path.empty()) {
+        spec.env.push_back({"GRADSYNC_TRACE", plan.trace.path});
+        spec.env.push_back(
+            {"GRADSYNC_TRACE_STEPS", absl::StrCat(plan.trace.steps)});
+      }
     }
     spec.env.push_back({"RANK", absl::StrCat(r)});
     spec.env.push_back({"LOCAL_RANK", absl::StrCat(local)});
@@ -405,6 +417,10 @@ std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
     if (!plan.command.empty()) {
       spec.argv = {plan.self, "server",
                    absl::StrCat("--metrics_dir=", plan.run_dir)};
+      if (!plan.trace.path.empty()) {
+        spec.argv.push_back(absl::StrCat("--trace=", plan.trace.path));
+        spec.argv.push_back(absl::StrCat("--trace_steps=", plan.trace.steps));
+      }
       for (auto& [name, value] : spec.env) {
         if (name == "MASTER_PORT") value = absl::StrCat(plan.coordinator_port);
       }
@@ -546,9 +562,12 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
         CheckServerPlacement(workers * node.nnodes, servers * node.nnodes));
   }
   ASSIGN_OR_RETURN(
-      const JobPlan plan,
+      JobPlan plan,
       PlanJob(workers, servers, std::move(node),
               command ? training_flags : std::vector<std::string>()));
+  if (command) {
+    ASSIGN_OR_RETURN(plan.trace, TraceSettingsFromFlags());
+  }
 
   std::vector<std::string> flags = training_flags;
   if (!command && !HasFlag(flags, "metrics_dir"))
