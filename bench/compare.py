@@ -416,7 +416,10 @@ def main(argv):
     line = answer(rows, args.link)
     text = [f"gradsync compare: model {args.model_label}, link {args.link}"
             + (f" ({link.describe()} probed)" if link else "")
-            + f", {args.repeats} repeats of {args.steps} steps ({args.warmup} warm-up), "
+            + (f", {args.repeats} repeats of the command's steps ({args.warmup} warm-up), "
+               if args.command else
+               f", {args.repeats} repeats of {args.steps} steps ({args.warmup} warm-up), ")
+            +
             f"{num_buckets} bucket(s)", "", format_table(rows), "",
             ("Steps and data are the training command's own (" + " ".join(args.command) + ")."
              if args.command else

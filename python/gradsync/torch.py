@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from gradsync import extension
+from gradsync import host_staging
 
 __all__ = ["connect", "comm_hook", "register", "GradsyncState"]
 
@@ -59,6 +60,7 @@ class GradsyncState:
         self._caps_set = False
         self._ready_order = []
         self._ready_hooks = []
+        self._staging = host_staging.HostStaging()
 
     @property
     def rank(self):
@@ -116,7 +118,7 @@ class GradsyncState:
 
     def _fail_pending(self, error):
         pending, self._pending = self._pending, []
-        for future, _ in pending:
+        for future, _, _ in pending:
             future.set_exception(error)
 
     def close(self):
@@ -217,12 +219,12 @@ def comm_hook(state, bucket):
     Returns a future that completes with the bucket averaged over the workers.
     """
     buffer = bucket.buffer()
-    if (buffer.dtype != torch.float32 or buffer.device.type != "cpu" or
+    if (buffer.dtype != torch.float32 or
+            buffer.device.type not in ("cpu", "cuda") or
             not buffer.is_contiguous()):
         raise TypeError(
-            "gradsync's hook takes float32 gradients in CPU memory; DDP "
-            "bucket %d is %s on %s. Train in float32 on the CPU (CUDA "
-            "tensors are not supported by this build's hook)" %
+            "gradsync's hook takes contiguous float32 gradients on the CPU or "
+            "a CUDA device; DDP bucket %d is %s on %s. Train in float32" %
             (bucket.index(), buffer.dtype, buffer.device))
     if not state._caps_set:
         # Registered without gradsync.torch.register: DDP's default cap.
@@ -230,18 +232,24 @@ def comm_hook(state, bucket):
     if bucket.is_last() and state._ready_hooks:
         state._stop_recording()
     params = [(p.data_ptr(), p.numel()) for p in bucket.parameters()]
+    # A GPU bucket goes through host memory (host_staging.py: never run on
+    # a GPU yet).
+    host = (state._staging.to_host(bucket.index(), buffer)
+            if host_staging.needs_staging(buffer) else buffer)
     future = torch.futures.Future()
-    state._pending.append((future, buffer))
+    state._pending.append((future, buffer, host))
     try:
-        ended = state._worker.add_bucket(bucket.index(), buffer.data_ptr(),
-                                         buffer.numel(), params,
+        ended = state._worker.add_bucket(bucket.index(), host.data_ptr(),
+                                         host.numel(), params,
                                          bucket.is_last())
     except RuntimeError as error:
         state._fail_pending(error)
         raise
     if ended:
         pending, state._pending = state._pending, []
-        for done, averaged in pending:
+        for done, averaged, host in pending:
+            if host is not averaged:
+                state._staging.back(averaged, host)
             done.set_result(averaged)
     return future
 
