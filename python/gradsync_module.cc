@@ -155,7 +155,7 @@ PYBIND11_MODULE(_gradsync, module) {
                        const std::string& metrics_dir,
                        const std::string& trace_path, int64_t trace_steps,
                        int64_t warmup_steps, int64_t batch_size,
-                       const std::string& model) {
+                       const std::string& model, int64_t total_steps) {
              gradsync::TorchRunOptions run;
              run.metrics_dir = metrics_dir;
              run.trace_path = trace_path;
@@ -163,12 +163,14 @@ PYBIND11_MODULE(_gradsync, module) {
              run.warmup_steps = warmup_steps;
              run.batch_size = batch_size;
              run.model = model;
+             run.total_steps = total_steps;
              return std::make_unique<TorchWorker>(sync, timeout_s, flags, run);
            }),
            py::arg("sync"), py::arg("timeout_s"), py::arg("flags"),
            py::arg("metrics_dir") = "", py::arg("trace_path") = "",
            py::arg("trace_steps") = 20, py::arg("warmup_steps") = 0,
            py::arg("batch_size") = 0, py::arg("model") = "pytorch",
+           py::arg("total_steps") = 0,
            py::call_guard<py::gil_scoped_release>())
       .def("set_loss", &TorchWorker::SetLoss, py::arg("loss"))
       .def("add_bucket", &TorchWorker::AddBucket, py::arg("index"),

@@ -11,6 +11,7 @@
 #include "core/base/status_macros.h"
 #include "core/telemetry/manifest.h"
 #include "core/train/layout_json.h"
+#include "core/train/progress_line.h"
 #include "core/train/worker_trace.h"
 
 namespace gradsync {
@@ -76,8 +77,33 @@ absl::Status TorchRunRecord::RecordStep(const DdpStepStats& step,
   // hook) and sets the strategy up: never measured.
   const bool measured = step.step >= std::max<int64_t>(1, options_.warmup_steps);
   totals_.Add(record, options_.batch_size, measured);
+  ShowProgress(step.step, loss_);
   loss_ = 0;
   return absl::OkStatus();
+}
+
+void TorchRunRecord::ShowProgress(int64_t step, double loss) {
+  if (options_.total_steps <= 0 || job_.env().rank != 0) return;
+  const int64_t now = absl::ToUnixMicros(absl::Now());
+  if (step == 0) {
+    first_step_end_us_ = last_progress_us_ = now;
+    return;
+  }
+  const int64_t done = step + 1;
+  const bool final_line = done >= options_.total_steps;
+  if (!final_line && now - last_progress_us_ < 2'000'000) return;
+  last_progress_us_ = now;
+  // The rate of the steps after the first (which set the strategy up).
+  const double seconds_per_step = (now - first_step_end_us_) / 1e6 / step;
+  const double samples_per_s =
+      seconds_per_step > 0 ? options_.batch_size * job_.env().world_size /
+                                 seconds_per_step
+                           : 0;
+  PrintProgressLine(
+      ProgressLine(done, options_.total_steps, /*epoch=*/1, /*epochs=*/1,
+                   loss, samples_per_s,
+                   seconds_per_step * (options_.total_steps - done)),
+      final_line);
 }
 
 absl::StatusOr<std::vector<std::string>> TorchRunRecord::GatherOnWorker0(

@@ -7,6 +7,8 @@
 //   <metrics_dir>/summary.json     every worker's figures and the manifest
 //                                  (flags, derived settings, commit), worker 0
 //   <trace>, <trace>.worker<r>.json  the --trace timeline, merged on worker 0
+// and, given the run's length, worker 0's progress line on the console
+// (core/train/progress_line.h).
 //
 // What differs from a native worker, because PyTorch owns the loop: a step
 // runs from the end of one step's synchronization to the end of the next
@@ -38,6 +40,9 @@ struct TorchRunOptions {
   int64_t warmup_steps = 0;  // left out of the summary's means
   int64_t batch_size = 0;    // per worker; 0: unknown (no samples_per_s)
   std::string model;         // the summary's "model": the program's name
+  // Steps the program will run; > 0: worker 0 prints the progress line
+  // every 2 s and at the last step, as a native worker 0 does.
+  int64_t total_steps = 0;
 };
 
 class TorchRunRecord {
@@ -65,6 +70,7 @@ class TorchRunRecord {
   TorchRunRecord(const TorchRunOptions& options, JobConnection& job);
   absl::StatusOr<std::vector<std::string>> GatherOnWorker0(
       const std::string& prefix, const std::string& value);
+  void ShowProgress(int64_t step, double loss);
 
   const TorchRunOptions options_;
   JobConnection& job_;
@@ -75,6 +81,8 @@ class TorchRunRecord {
   bool layout_written_ = false;
   bool finished_ = false;
   int64_t start_us_ = 0;
+  int64_t first_step_end_us_ = 0;  // progress: the rate from step 1 on
+  int64_t last_progress_us_ = 0;
 };
 
 }  // namespace gradsync

@@ -94,8 +94,12 @@ def main():
     model = DDP(Mlp(hidden))
     state = None
     if args.sync != "gloo":  # gradsync
+        total = args.epochs * len(loader)  # gradsync: for the progress line
+        if args.max_steps > 0:  # gradsync
+            total = min(total, args.max_steps)  # gradsync
         state = gradsync.torch.connect(sync=args.sync,  # gradsync
-                                       batch_size=args.batch_size)  # gradsync
+                                       batch_size=args.batch_size,  # gradsync
+                                       total_steps=total)  # gradsync
         gradsync.torch.register(model, state)  # gradsync
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 

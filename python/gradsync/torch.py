@@ -158,7 +158,8 @@ def _int_from_env(name, default):
 
 
 def connect(sync=None, timeout_s=None, flags=None, metrics_dir=None,
-            trace=None, trace_steps=None, warmup_steps=None, batch_size=None):
+            trace=None, trace_steps=None, warmup_steps=None, batch_size=None,
+            total_steps=None):
     """Joins the gradsync job; returns the hook's state.
 
     sync: a strategy name (gradsync.extension.strategies()); default the
@@ -179,6 +180,8 @@ def connect(sync=None, timeout_s=None, flags=None, metrics_dir=None,
       the strategy up, always is); default GRADSYNC_WARMUP_STEPS, else 1.
     batch_size: samples per worker per step, for samples_per_s; default
       unknown (0).
+    total_steps: the steps the program will run; given, worker 0 prints
+      gradsync's progress line (step, loss, samples/s, time left) every 2 s.
     """
     sync = (sync or os.environ.get("GRADSYNC_SYNC") or
             _sync_from_argv(sys.argv[1:]) or DEFAULT_SYNC)
@@ -202,7 +205,7 @@ def connect(sync=None, timeout_s=None, flags=None, metrics_dir=None,
         sync, float(timeout_s), list(flags), metrics_dir=metrics_dir,
         trace_path=trace, trace_steps=int(trace_steps),
         warmup_steps=int(warmup_steps), batch_size=int(batch_size or 0),
-        model="pytorch:" + program)
+        model="pytorch:" + program, total_steps=int(total_steps or 0))
     state = GradsyncState(worker)
     global _previous_excepthook
     if _previous_excepthook is None:

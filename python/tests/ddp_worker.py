@@ -85,7 +85,8 @@ def main():
     if args.mode == "gradsync":
         import gradsync.torch
         state = gradsync.torch.connect(sync=args.sync, timeout_s=30,
-                                       batch_size=GLOBAL_BATCH // world)
+                                       batch_size=GLOBAL_BATCH // world,
+                                       total_steps=args.steps)
         gradsync.torch.register(ddp, state)
         if args.two_models:
             other = DistributedDataParallel(make_model(), bucket_cap_mb=cap)

@@ -5,7 +5,8 @@ steps of python/tests/ddp_worker.py behind gradsync's hook: every worker's
 step lines (step time, exposed communication, bytes, the loss it recorded),
 worker 0's layout.json and summary.json (every worker's figures, the
 strategy's summary, the manifest with the settings the strategy derived) and
-the job's merged timeline with both workers' and both servers' tracks.
+the job's merged timeline with both workers' and both servers' tracks, and
+worker 0's progress line.
 """
 
 import json
@@ -73,6 +74,11 @@ class RunFolderTest(unittest.TestCase):
         self.assertIn("git_commit", manifest)
         self.assertIn("ps_chunk_kb", manifest["flags"])
         self.assertTrue(manifest["settings"], manifest)  # the PS's derived ones
+
+    def test_worker_0_prints_the_progress_line(self):
+        self.assertRegex(self.output,
+                         r"\[worker 0\] step %d/%d  epoch 1/1  loss [0-9.]+  "
+                         r"[0-9]+ samples/s" % (STEPS, STEPS))
 
     def test_layout_is_the_strategys_buckets(self):
         layout = self.read_json("layout.json")
