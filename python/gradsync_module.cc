@@ -75,7 +75,8 @@ class TorchWorker {
     absl::StatusOr<bool> ended = buckets_->Add(bucket);
     absl::Status recorded = ended.status();
     if (recorded.ok() && *ended) {
-      recorded = record_->RecordStep(buckets_->last_step(), *buckets_->layout());
+      recorded =
+          record_->RecordStep(buckets_->last_step(), *buckets_->layout());
     }
     if (!recorded.ok()) {
       // The others stop at once ("the job lost worker r: it failed: ...").
@@ -170,8 +171,7 @@ PYBIND11_MODULE(_gradsync, module) {
            py::arg("metrics_dir") = "", py::arg("trace_path") = "",
            py::arg("trace_steps") = 20, py::arg("warmup_steps") = 0,
            py::arg("batch_size") = 0, py::arg("model") = "pytorch",
-           py::arg("total_steps") = 0,
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("total_steps") = 0, py::call_guard<py::gil_scoped_release>())
       .def("set_loss", &TorchWorker::SetLoss, py::arg("loss"))
       .def("add_bucket", &TorchWorker::AddBucket, py::arg("index"),
            py::arg("address"), py::arg("numel"), py::arg("params"),

@@ -50,11 +50,11 @@ absl::Status TorchRunRecord::RecordStep(const DdpStepStats& step,
     layout_written_ = true;
     // As a native worker: worker 0 writes it, for the cost model and plots.
     if (rank == 0 && !options_.metrics_dir.empty()) {
-      RETURN_IF_ERROR(Annotate(
-          WriteFileAtomically(
-              absl::StrCat(options_.metrics_dir, "/layout.json"),
-              LayoutJson(layout, options_.model, /*bucket_mb=*/0)),
-          "worker 0 writing layout.json"));
+      RETURN_IF_ERROR(
+          Annotate(WriteFileAtomically(
+                       absl::StrCat(options_.metrics_dir, "/layout.json"),
+                       LayoutJson(layout, options_.model, /*bucket_mb=*/0)),
+                   "worker 0 writing layout.json"));
     }
   }
   StepRecord record;
@@ -62,9 +62,8 @@ absl::Status TorchRunRecord::RecordStep(const DdpStepStats& step,
   record.step = step.step;
   record.loss = loss_;
   record.step_ms = step.step_ms;
-  record.compute_ms = step.step_ms > step.sync_wait_ms
-                          ? step.step_ms - step.sync_wait_ms
-                          : 0;
+  record.compute_ms =
+      step.step_ms > step.sync_wait_ms ? step.step_ms - step.sync_wait_ms : 0;
   record.sync_wait_ms = step.sync_wait_ms;
   record.bytes_sent = step.strategy.bytes_sent;
   record.bytes_recv = step.strategy.bytes_recv;
@@ -75,7 +74,8 @@ absl::Status TorchRunRecord::RecordStep(const DdpStepStats& step,
   metrics_->WriteStep(record);
   // The first step has no step time (it starts when DDP first calls the
   // hook) and sets the strategy up: never measured.
-  const bool measured = step.step >= std::max<int64_t>(1, options_.warmup_steps);
+  const bool measured =
+      step.step >= std::max<int64_t>(1, options_.warmup_steps);
   totals_.Add(record, options_.batch_size, measured);
   ShowProgress(step.step, loss_);
   loss_ = 0;
@@ -96,12 +96,12 @@ void TorchRunRecord::ShowProgress(int64_t step, double loss) {
   // The rate of the steps after the first (which set the strategy up).
   const double seconds_per_step = (now - first_step_end_us_) / 1e6 / step;
   const double samples_per_s =
-      seconds_per_step > 0 ? options_.batch_size * job_.env().world_size /
-                                 seconds_per_step
-                           : 0;
+      seconds_per_step > 0
+          ? options_.batch_size * job_.env().world_size / seconds_per_step
+          : 0;
   PrintProgressLine(
-      ProgressLine(done, options_.total_steps, /*epoch=*/1, /*epochs=*/1,
-                   loss, samples_per_s,
+      ProgressLine(done, options_.total_steps, /*epoch=*/1, /*epochs=*/1, loss,
+                   samples_per_s,
                    seconds_per_step * (options_.total_steps - done)),
       final_line);
 }
@@ -111,8 +111,8 @@ absl::StatusOr<std::vector<std::string>> TorchRunRecord::GatherOnWorker0(
   const ClusterEnv& env = job_.env();
   Rendezvous* rendezvous = job_.rendezvous();
   if (rendezvous == nullptr) return std::vector<std::string>{value};
-  return rendezvous->Gather(prefix, env.rank, env.world_size, /*root=*/0,
-                            value, job_.options().timeout);
+  return rendezvous->Gather(prefix, env.rank, env.world_size, /*root=*/0, value,
+                            job_.options().timeout);
 }
 
 absl::Status TorchRunRecord::Finish(
@@ -122,9 +122,8 @@ absl::Status TorchRunRecord::Finish(
   finished_ = true;
   const ClusterEnv& env = job_.env();
   if (trace_ != nullptr) {
-    ASSIGN_OR_RETURN(
-        const std::string mine,
-        WriteWorkerTrace(*trace_, options_.trace_path, env.rank));
+    ASSIGN_OR_RETURN(const std::string mine,
+                     WriteWorkerTrace(*trace_, options_.trace_path, env.rank));
     ASSIGN_OR_RETURN(std::vector<std::string> files,
                      GatherOnWorker0("gradsync-torch/trace", mine));
     if (env.rank == 0) {
@@ -141,8 +140,8 @@ absl::Status TorchRunRecord::Finish(
   const double wall_seconds =
       (absl::ToUnixMicros(absl::Now()) - start_us_) / 1e6;
   const std::string summary = RunSummaryJson(
-      ManifestJson(), all, job_.options().sync, env.world_size,
-      env.num_servers, options_.model, /*final_accuracy=*/-1, wall_seconds);
+      ManifestJson(), all, job_.options().sync, env.world_size, env.num_servers,
+      options_.model, /*final_accuracy=*/-1, wall_seconds);
   return Annotate(
       WriteFileAtomically(absl::StrCat(options_.metrics_dir, "/summary.json"),
                           summary),

@@ -561,10 +561,9 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
     RETURN_IF_ERROR(
         CheckServerPlacement(workers * node.nnodes, servers * node.nnodes));
   }
-  ASSIGN_OR_RETURN(
-      JobPlan plan,
-      PlanJob(workers, servers, std::move(node),
-              command ? training_flags : std::vector<std::string>()));
+  ASSIGN_OR_RETURN(JobPlan plan, PlanJob(workers, servers, std::move(node),
+                                         command ? training_flags
+                                                 : std::vector<std::string>()));
   if (command) {
     ASSIGN_OR_RETURN(plan.trace, TraceSettingsFromFlags());
   }

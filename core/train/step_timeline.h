@@ -53,9 +53,9 @@ class StepTimeline {
   }
 
   void StepDone(int64_t step, const ParamLayout& layout, bool updated_by_sync) {
-    StepDone(step, layout,
-             std::string(updated_by_sync ? "parameters from servers"
-                                         : "optimizer"));
+    StepDone(
+        step, layout,
+        std::string(updated_by_sync ? "parameters from servers" : "optimizer"));
   }
 
   // `after_sync` names what the step does after Finish (a PyTorch worker's
