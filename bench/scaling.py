@@ -20,7 +20,8 @@ Training flags after `--` go to every job; or, when the first word after
 `--` is not a flag, a training command (a PyTorch program using
 gradsync.torch, examples/pytorch/) that every job runs as its workers: the
 strategy reaches it as GRADSYNC_SYNC, --warmup as GRADSYNC_WARMUP_STEPS,
---sweep's flags as GRADSYNC_FLAGS, and its own arguments set its model,
+--sweep's flags through the launcher (to its workers and servers alike:
+tools/launch_command.cc), and its own arguments set its model,
 batch and steps (--models, --bucket_mb, --compute_ms, --batch_size and
 --steps do not apply). Its workers write summary.json like native ones
 (python/torch_run_record.h). --sweep runs every strategy point
@@ -256,7 +257,10 @@ def run_job(point, run_dir, args):
     command = worker_command(args.extra)
     env = None
     if command:
-        training, env = command_job(command, sync, point, args)
+        # Swept flags go to the launcher, which hands them to the command's
+        # gradsync.torch and to the servers alike.
+        launch += point.get("sweep", "").split()
+        training, env = command_job(command, sync, args)
     else:
         training = training_flags(sync, point, args)
     with open(os.path.join(run_dir, "launch.log"), "w") as log:
@@ -285,13 +289,10 @@ def run_job(point, run_dir, args):
     return summary
 
 
-def command_job(command, sync, point, args):
+def command_job(command, sync, args):
     """`-- COMMAND` and the variables gradsync.torch.connect() reads."""
     env = {"GRADSYNC_SYNC": sync, "GRADSYNC_WARMUP_STEPS": str(args.warmup),
            "GRADSYNC_TIMEOUT_S": "120"}
-    flags = point.get("sweep", "").split()
-    if flags:
-        env["GRADSYNC_FLAGS"] = " ".join(flags)
     return ["--", *command], env
 
 

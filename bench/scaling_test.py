@@ -217,10 +217,12 @@ class TrainingCommandTest(unittest.TestCase):
                 json.dump({"step_ms": 1}, f)
             return mock.Mock(returncode=0)
 
-        points = scaling.enumerate_points(self.args())
+        args = self.args()
+        args.sweep = "--ps_stream_window_kb=256"
+        points = scaling.enumerate_points(args)
         with tempfile.TemporaryDirectory() as run_dir, \
                 mock.patch.object(scaling.subprocess, "run", fake_run):
-            summary = scaling.run_job(points[2], run_dir, self.args())
+            summary = scaling.run_job(points[2], run_dir, args)
             with open(os.path.join(run_dir, "launch.log")) as f:
                 logged = f.read()
         self.assertEqual(summary["step_ms"], 1)
@@ -228,6 +230,8 @@ class TrainingCommandTest(unittest.TestCase):
         self.assertIn("--servers=4", argv)
         self.assertIn("--netem=100mbit", argv)
         self.assertEqual(argv[argv.index("--") + 1:], self.COMMAND)
+        # Swept flags go to the launcher (its workers and servers), not after --.
+        self.assertLess(argv.index("--ps_stream_window_kb=256"), argv.index("--"))
         self.assertFalse([a for a in argv if a.startswith("--sync")], argv)
         self.assertEqual(ran["env"]["GRADSYNC_SYNC"], "ps")
         self.assertEqual(ran["env"]["GRADSYNC_WARMUP_STEPS"], "3")

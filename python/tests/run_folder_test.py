@@ -5,8 +5,9 @@ steps of python/tests/ddp_worker.py behind gradsync's hook: every worker's
 step lines (step time, exposed communication, bytes, the loss it recorded),
 worker 0's layout.json and summary.json (every worker's figures, the
 strategy's summary, the manifest with the settings the strategy derived) and
-the job's merged timeline with both workers' and both servers' tracks, and
-worker 0's progress line.
+the job's merged timeline with both workers' and both servers' tracks,
+worker 0's progress line, and a strategy flag given to the launcher applied
+by the workers and the servers alike.
 """
 
 import json
@@ -27,7 +28,8 @@ class RunFolderTest(unittest.TestCase):
         cls.code, cls.output, _ = launch_jobs.launch(
             "run-folder", 2,
             ["--mode=gradsync", "--sync=ps", "--steps=%d" % STEPS],
-            servers=2, launch_flags=["--trace=%s" % cls.trace])
+            servers=2, launch_flags=["--trace=%s" % cls.trace,
+                                     "--ps_stream_window_kb=128"])
 
     def setUp(self):
         self.assertEqual(self.code, 0, self.output)
@@ -72,8 +74,16 @@ class RunFolderTest(unittest.TestCase):
             self.assertEqual(len(rank["sync"]["server_summaries"]), 2)
         manifest = summary["manifest"]
         self.assertIn("git_commit", manifest)
-        self.assertIn("ps_chunk_kb", manifest["flags"])
-        self.assertTrue(manifest["settings"], manifest)  # the PS's derived ones
+        self.assertEqual(manifest["settings"]["ps_chunk_kb"]["source"][:5], "auto:")
+
+    def test_strategy_flags_given_to_the_launcher_reach_workers_and_servers(self):
+        manifest = self.read_json("summary.json")["manifest"]
+        self.assertEqual(manifest["flags"]["ps_stream_window_kb"], "128")
+        self.assertEqual(manifest["settings"]["ps_stream_window_kb.push"]["source"],
+                         "flag")
+        for k in (0, 1):
+            with open(os.path.join(self.run_dir, "logs", "server%d.log" % k)) as f:
+                self.assertIn("push stream window 128 KiB (flag)", f.read())
 
     def test_worker_0_prints_the_progress_line(self):
         self.assertRegex(self.output,
