@@ -124,9 +124,10 @@ volatile sig_atomic_t g_stop_requested = 0;
 void RecordStop(int) { g_stop_requested = 1; }
 
 // The strategies' flags (ps/, allreduce/) given to the launcher before "--"
-// with a value other than their default, as "--name=value": with a worker command, whose arguments are its own,
-// they are how the workers (GRADSYNC_FLAGS, read by gradsync.torch) and the
-// servers (their command line) get them.
+// with a value other than their default, as "--name=value": with a worker
+// command, whose arguments are its own, they are how the workers
+// (GRADSYNC_FLAGS, read by gradsync.torch) and the servers (their command line)
+// get them.
 std::vector<std::string> StrategyFlagsGivenToLauncher() {
   std::vector<std::string> flags;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
