@@ -371,8 +371,7 @@ def check_command(args):
     unsupported = [n for n in args.strategy_names if n not in runnable]
     if unsupported:
         raise UsageError(f"--strategies: {', '.join(unsupported)} cannot run a training "
-                         "command (colocated servers are `gradsync train` flags); choose from "
-                         + ", ".join(runnable))
+                         "command yet; choose from " + ", ".join(runnable))
     if "/" in args.command[0] and not os.access(args.command[0], os.X_OK):
         raise UsageError(f"the training command's program {args.command[0]} is not an "
                          "executable; give its path, like /usr/bin/python3 train.py ...")

@@ -96,12 +96,17 @@ class TrainingCommandTest(unittest.TestCase):
 
     def test_all_means_the_strategies_a_command_can_run(self):
         args = self.parse()
-        self.assertEqual(args.strategy_names,
-                         ["ring", "halving_doubling", "tree", "allreduce", "ps-k1", "ps-kn"])
+        self.assertEqual(args.strategy_names, list(compare.STRATEGIES))
+
+    def test_a_strategy_no_command_can_run_is_refused(self):
+        with mock.patch.dict(compare.STRATEGIES,
+                             {"ps-mixed": compare.Strategy("ps-mixed", None, "mixed")}):
+            with self.assertRaises(compare.UsageError) as raised:
+                self.parse("--strategies=ring,ps-mixed")
+        self.assertIn("ps-mixed cannot run a training command", str(raised.exception))
 
     def test_what_a_command_cannot_do_is_refused(self):
         for flags, command, words in (
-                (["--strategies=ring,ps-colocated"], None, "ps-colocated cannot run"),
                 ([], self.COMMAND + ["--sync=ps"], "chooses --sync itself"),
                 (["--model=resnet18"], None, "drop --model"),
                 ([], ["/nonexistent/python3", "train.py"], "is not an executable")):

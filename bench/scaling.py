@@ -87,9 +87,11 @@ def parse_model(spec):
 
 
 # The strategies a training command can run: gradsync.torch's hook takes any
-# --sync name, but colocated servers and hierarchical's ranks per node are
-# `gradsync train` flags a Python worker does not read.
-COMMAND_STRATEGIES = ("local", "ring", "halving_doubling", "tree", "allreduce", "ps")
+# --sync name, and the launcher hands --ps_colocate to its workers; a mixed
+# placement's --ps_colocated_servers and hierarchical's ranks per node are
+# not offered (untested behind the hook).
+COMMAND_STRATEGIES = ("local", "ring", "halving_doubling", "tree", "allreduce", "ps",
+                      "ps-colocated")
 
 
 def worker_command(extra):
@@ -115,7 +117,7 @@ def check_command(command, strategies):
     unsupported = [s for s in strategies if s not in COMMAND_STRATEGIES]
     if unsupported:
         return (f"strategies {', '.join(unsupported)} are not offered for a training "
-                f"command (they need `gradsync train` flags); use some of "
+                f"command (untested behind gradsync.torch's hook); use some of "
                 f"{', '.join(COMMAND_STRATEGIES[1:])}")
     return None
 
@@ -260,6 +262,8 @@ def run_job(point, run_dir, args):
         # Swept flags go to the launcher, which hands them to the command's
         # gradsync.torch and to the servers alike.
         launch += point.get("sweep", "").split()
+        if point["strategy"] == "ps-colocated":
+            launch.append("--ps_colocate")
         training, env = command_job(command, sync, args)
     else:
         training = training_flags(sync, point, args)

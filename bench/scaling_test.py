@@ -241,7 +241,23 @@ class TrainingCommandTest(unittest.TestCase):
         self.assertIsNone(scaling.check_command(self.COMMAND, ["local", "ring", "ps"]))
         self.assertIn("chooses --sync itself",
                       scaling.check_command(self.COMMAND + ["--sync=ps"], ["ring"]))
-        self.assertIn("ps-colocated", scaling.check_command(self.COMMAND, ["ps-colocated"]))
+        self.assertIsNone(scaling.check_command(self.COMMAND, ["ps-colocated"]))
+        self.assertIn("ps-mixed", scaling.check_command(self.COMMAND, ["ring", "ps-mixed"]))
+
+    def test_colocated_servers_are_the_launchers_flag(self):
+        from unittest import mock
+        args = self.args()
+        args.strategies = "ps-colocated"
+        point = scaling.enumerate_points(args)[1]
+        with mock.patch.object(scaling.subprocess, "run",
+                               side_effect=OSError("stop here")) as run:
+            with self.assertRaises(OSError):
+                import tempfile
+                with tempfile.TemporaryDirectory() as run_dir:
+                    scaling.run_job(point, run_dir, args)
+        argv = run.call_args[0][0]
+        self.assertLess(argv.index("--ps_colocate"), argv.index("--"))
+        self.assertNotIn("--servers=4", argv)
 
 
 class CostModelTest(unittest.TestCase):
