@@ -16,7 +16,15 @@ Writes <out>/points.csv (one row per point), <out>/sweep.json (the manifest —
 command line, git commit, versions, host, every flag of a run — the link
 probes, and every repeat's figures) and prints the table.
 
-Training flags after `--` go to every job. --sweep runs every strategy point
+Training flags after `--` go to every job; or, when the first word after
+`--` is not a flag, a training command (a PyTorch program using
+gradsync.torch, examples/pytorch/) that every job runs as its workers: the
+strategy reaches it as GRADSYNC_SYNC, --warmup as GRADSYNC_WARMUP_STEPS,
+--sweep's flags through the launcher (to its workers and servers alike:
+tools/launch_command.cc), and its own arguments set its model,
+batch and steps (--models, --bucket_mb, --compute_ms, --batch_size and
+--steps do not apply). Its workers write summary.json like native ones
+(python/torch_run_record.h). --sweep runs every strategy point
 once per flag set (sets separated by ';', flags in a set by spaces): the knob
 PS papers tune (--ps_chunk_kb), consistency modes, stragglers. For example
   bench/scaling.py --strategies=ps --workers=4 --servers=1 \
@@ -78,15 +86,57 @@ def parse_model(spec):
             ["--model=custom", f"--custom_params={params}", f"--custom_tensors={tensors}"])
 
 
+# The strategies a training command can run: gradsync.torch's hook takes any
+# --sync name, and the launcher hands --ps_colocate to its workers; a mixed
+# placement's --ps_colocated_servers and hierarchical's ranks per node are
+# not offered (untested behind the hook).
+COMMAND_STRATEGIES = ("local", "ring", "halving_doubling", "tree", "allreduce", "ps",
+                      "ps-colocated")
+
+
+def worker_command(extra):
+    """The training command after `--` (its first word is not a flag), or
+    None when `--` gave gradsync training flags."""
+    if extra and not extra[0].startswith("-"):
+        return list(extra)
+    return None
+
+
+def command_model(command):
+    """A training command's model label: its script's name."""
+    script = next((a for a in command[1:] if a.endswith(".py")), command[0])
+    name = os.path.splitext(os.path.basename(script))[0]
+    return "pytorch-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+
+
+def check_command(command, strategies):
+    """One message for what a training command cannot do here, else None."""
+    if any(a == "--sync" or a.startswith("--sync=") for a in command):
+        return ("the training command chooses --sync itself; leave it out: each job "
+                "sets the strategy (GRADSYNC_SYNC, which gradsync.torch.connect() reads)")
+    unsupported = [s for s in strategies if s not in COMMAND_STRATEGIES]
+    if unsupported:
+        return (f"strategies {', '.join(unsupported)} are not offered for a training "
+                f"command (untested behind gradsync.torch's hook); use some of "
+                f"{', '.join(COMMAND_STRATEGIES[1:])}")
+    return None
+
+
 def enumerate_points(args):
     """Every job of the sweep, N = 1 references first in each group."""
     points = []
+    command = worker_command(getattr(args, "extra", []))
     for model in args.models.split(","):
-        label, model_bytes, model_flags = parse_model(model)
+        if command:
+            label, model_bytes, model_flags = command_model(command), 0, []
+        else:
+            label, model_bytes, model_flags = parse_model(model)
         for link in split_links(args.links):
-            for bucket_mb in [float(b) for b in args.bucket_mb.split(",")]:
+            # A command's buckets are its DDP's (bucket_cap_mb): 0 in the label.
+            buckets = [0.0] if command else [float(b) for b in args.bucket_mb.split(",")]
+            for bucket_mb in buckets:
                 compute_values = [float(c) for c in args.compute_ms.split(",")]
-                if label in REAL_MODEL_BYTES:
+                if label in REAL_MODEL_BYTES or command:
                     compute_values = [0.0]  # they compute for real
                 for compute_ms in compute_values:
                     group = dict(model=label, model_bytes=model_bytes, model_flags=model_flags,
@@ -99,6 +149,8 @@ def enumerate_points(args):
                                 points.extend(dict(p, sweep=flags) for p in
                                               strategy_points(group, strategy, n, args.servers,
                                                               getattr(args, "colocated", "")))
+        if command:
+            break  # the command is the model: one group per link
     return points
 
 
@@ -204,25 +256,27 @@ def run_job(point, run_dir, args):
     sync = {"local": "local", "ring": "ring", "ps": "ps", "ps-colocated": "ps",
             "ps-mixed": "ps", "halving_doubling": "halving_doubling", "tree": "tree",
             "hierarchical": "hierarchical", "allreduce": "allreduce"}[point["strategy"]]
-    training = ["--", f"--sync={sync}", *point["model_flags"],
-                f"--compute_ms={point['compute_ms']:g}", f"--bucket_mb={point['bucket_mb']:g}",
-                "--data=synthetic", f"--synthetic_size={args.batch_size * 64}",
-                f"--batch_size={args.batch_size}", "--epochs=100000",
-                f"--max_steps={args.steps}", f"--warmup_steps={args.warmup}",
-                "--progress=false", "--timeout_s=120"]
-    if point["strategy"] == "ps-colocated":
-        training.append("--ps_colocate")
-    if point["strategy"] == "ps-mixed":
-        training.append(f"--ps_colocated_servers={point['colocated']}")
-    if point["strategy"] == "hierarchical":
-        training.append(f"--allreduce_ranks_per_node={point['ranks_per_node']}")
-    training += point.get("sweep", "").split() + args.extra
+    command = worker_command(args.extra)
+    env = None
+    if command:
+        # Swept flags go to the launcher, which hands them to the command's
+        # gradsync.torch and to the servers alike.
+        launch += point.get("sweep", "").split()
+        if point["strategy"] == "ps-colocated":
+            launch.append("--ps_colocate")
+        training, env = command_job(command, sync, args)
+    else:
+        training = training_flags(sync, point, args)
     with open(os.path.join(run_dir, "launch.log"), "w") as log:
+        if env:
+            log.write(" ".join(f"{k}={v}" for k, v in sorted(env.items())
+                               if k.startswith("GRADSYNC_")) + " ")
         log.write(" ".join(launch + training) + "\n")
         log.flush()
         usage = CpuUsage()
         result = subprocess.run(launch + training, stdout=log, stderr=subprocess.STDOUT,
-                                timeout=args.deadline_s + 60)
+                                timeout=args.deadline_s + 60,
+                                env=dict(os.environ, **env) if env else None)
         cpu = usage.finish()
     if result.returncode != 0:
         print(f"  FAILED (exit {result.returncode}): see {run_dir}/launch.log", flush=True)
@@ -237,6 +291,31 @@ def run_job(point, run_dir, args):
         with open(counters) as f:
             summary["network_counters"] = json.load(f)
     return summary
+
+
+def command_job(command, sync, args):
+    """`-- COMMAND` and the variables gradsync.torch.connect() reads."""
+    env = {"GRADSYNC_SYNC": sync, "GRADSYNC_WARMUP_STEPS": str(args.warmup),
+           "GRADSYNC_TIMEOUT_S": "120"}
+    return ["--", *command], env
+
+
+def training_flags(sync, point, args):
+    """`-- FLAGS` of a `gradsync train` job."""
+    training = ["--", f"--sync={sync}", *point["model_flags"],
+                f"--compute_ms={point['compute_ms']:g}", f"--bucket_mb={point['bucket_mb']:g}",
+                "--data=synthetic", f"--synthetic_size={args.batch_size * 64}",
+                f"--batch_size={args.batch_size}", "--epochs=100000",
+                f"--max_steps={args.steps}", f"--warmup_steps={args.warmup}",
+                "--progress=false", "--timeout_s=120"]
+    if point["strategy"] == "ps-colocated":
+        training.append("--ps_colocate")
+    if point["strategy"] == "ps-mixed":
+        training.append(f"--ps_colocated_servers={point['colocated']}")
+    if point["strategy"] == "hierarchical":
+        training.append(f"--allreduce_ranks_per_node={point['ranks_per_node']}")
+    training += point.get("sweep", "").split() + args.extra
+    return training
 
 
 def machine_cpu_ticks(stat_text):
@@ -462,8 +541,9 @@ def reanalyze(out):
         run_dir = os.path.join(out, "points", label(p), "r0")
         if os.path.exists(os.path.join(run_dir, "layout.json")):
             layouts.setdefault(group_key(p), read_layout(run_dir))
+    extra = sweep["manifest"]["arguments"].get("extra", [])
     add_references_and_predictions(sweep["points"], links, layouts,
-                                   sweep["manifest"]["arguments"].get("extra", []))
+                                   [] if worker_command(extra) else extra)
     write_csv(sweep["points"], os.path.join(out, "points.csv"))
     with open(os.path.join(out, "sweep.json"), "w") as f:
         json.dump(sweep, f, indent=1)
@@ -590,6 +670,11 @@ def main():
         print()
         cost_model.print_comparison(points)
         return
+    command = worker_command(args.extra)
+    if command:
+        problem = check_command(command, args.strategies.split(","))
+        if problem:
+            sys.exit(f"scaling: {problem}")
     global GRADSYNC, NETEM
     GRADSYNC = os.path.join(args.bin_dir, "gradsync")
     NETEM = os.path.join(args.bin_dir, "netem")
@@ -628,12 +713,16 @@ def main():
         if not repeats:
             continue
         done = aggregate(point, repeats)
+        if worker_command(args.extra) and group_key(point) in layouts:
+            # A command's model is known once its worker 0 wrote layout.json.
+            done["model_bytes"] = sum(layouts[group_key(point)]["bucket_bytes"])
         points.append(done)
         raw.append({"point": name, "repeats": repeats})
         print(f"[{i + 1}/{len(todo)}] {name}: step {spread(done, 'step_ms')} ms, exposed "
               f"{spread(done, 'exposed_ms')} ms  ({time.time() - started:.0f} s so far)", flush=True)
 
-    add_references_and_predictions(points, links, layouts, args.extra)
+    add_references_and_predictions(points, links, layouts,
+                                   [] if worker_command(args.extra) else args.extra)
     for p in points:
         p.pop("model_flags", None)
     write_csv(points, os.path.join(out, "points.csv"))
