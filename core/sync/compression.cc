@@ -176,6 +176,21 @@ absl::StatusOr<CompressionSpec> CompressionSpec::Parse(absl::string_view text) {
   return spec;
 }
 
+namespace {
+
+// The shortest decimal that parses back to `ratio` exactly: "0.01", not
+// "0.01000000000000000021" (what users typed, in logs and manifests).
+std::string ShortestRatio(double ratio) {
+  for (int digits = 1; digits < 17; ++digits) {
+    const std::string text = absl::StrFormat("%.*g", digits, ratio);
+    double back = 0;
+    if (absl::SimpleAtod(text, &back) && back == ratio) return text;
+  }
+  return absl::StrFormat("%.17g", ratio);
+}
+
+}  // namespace
+
 std::string CompressionSpec::ToString() const {
   switch (method) {
     case CompressionMethod::kNone:
@@ -185,9 +200,9 @@ std::string CompressionSpec::ToString() const {
     case CompressionMethod::kBf16:
       return "bf16";
     case CompressionMethod::kTopK:
-      return absl::StrCat("topk:", absl::StrFormat("%.17g", ratio));
+      return absl::StrCat("topk:", ShortestRatio(ratio));
     case CompressionMethod::kRandomK:
-      return absl::StrCat("randomk:", absl::StrFormat("%.17g", ratio));
+      return absl::StrCat("randomk:", ShortestRatio(ratio));
     case CompressionMethod::kOneBit:
       return "onebit";
   }

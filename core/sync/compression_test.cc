@@ -40,6 +40,10 @@ TEST(CompressionSpecTest, ParsesEveryFormAndRoundTrips) {
     EXPECT_EQ(*again, *spec) << text;
   }
   EXPECT_EQ(CompressionSpec::Parse("topk:0.01")->ratio, 0.01);
+  // Printed as typed, for logs and manifests.
+  EXPECT_EQ(CompressionSpec::Parse("topk:0.05")->ToString(), "topk:0.05");
+  EXPECT_EQ(CompressionSpec::Parse("randomk:0.001")->ToString(),
+            "randomk:0.001");
 }
 
 TEST(CompressionSpecTest, RefusesBadInputWithOneClearError) {
