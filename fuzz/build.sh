@@ -66,6 +66,7 @@ PS_SHARD=(ps/shard.cc ps/consistency.cc ps/shard_key.cc ps/bsp_key.cc ps/async_k
           core/base/files.cc
           "$OUT/gen/proto/parameter_server.pb.cc")
 PS_WIRE=(ps/wire.cc "$OUT/gen/proto/parameter_server.pb.cc")
+COMPRESSION=(core/sync/compression.cc)
 RING=(allreduce/ring_handshake.cc allreduce/tcp_connection.cc allreduce/socket_address.cc)
 
 # name, then its sources.
@@ -84,3 +85,4 @@ build coordinator_service_fuzzer fuzz/coordinator_service_fuzzer.cc "${COORDINAT
 build ring_handshake_fuzzer fuzz/ring_handshake_fuzzer.cc "${RING[@]}" "${COMMON[@]}"
 build ps_shard_fuzzer fuzz/ps_shard_fuzzer.cc "${PS_SHARD[@]}" "${COMMON[@]}"
 build ps_wire_fuzzer fuzz/ps_wire_fuzzer.cc "${PS_WIRE[@]}"
+build compression_fuzzer fuzz/compression_fuzzer.cc "${COMPRESSION[@]}"

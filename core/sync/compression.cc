@@ -55,6 +55,9 @@ class ByteReader {
       return false;
     }
     values->resize(count);
+    // memcpy from or to a null pointer is undefined even for 0 bytes (an
+    // empty vector's data() may be null): found by fuzz/compression_fuzzer.
+    if (count == 0) return true;
     std::memcpy(values->data(), bytes_.data(), count * sizeof(T));
     bytes_.remove_prefix(count * sizeof(T));
     return true;
@@ -72,6 +75,7 @@ void Append(const T& value, std::string* out) {
 
 template <typename T>
 void AppendArray(const std::vector<T>& values, std::string* out) {
+  if (values.empty()) return;
   out->append(reinterpret_cast<const char*>(values.data()),
               values.size() * sizeof(T));
 }
