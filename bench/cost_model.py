@@ -442,7 +442,8 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
         def compressed_bucket_time(size):
             return compressed_sync_time(
                 "ps" if strategy.startswith("ps") else strategy, n, k, size, link,
-                compression, share, pull, ranks_per_node=point.get("ranks_per_node", 1))
+                compression, share, pull, ranks_per_node=point.get("ranks_per_node", 1),
+                cores_per_rank=point.get("host_cores", n) / n)
         comm = sum(compressed_bucket_time(size) for size in bucket_bytes)
         _, exposed = exposed_communication(bucket_bytes, base_compute_ms / 1000,
                                            compressed_bucket_time)
@@ -555,19 +556,22 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
 #   T_ps = max(push, pull, N·f·push, N·f·pull)/B + 2α                   (13)
 #
 # Compute. The codec's own time, from bench/compression_benchmark (CPU time,
-# 4 MiB bucket, one core; build 3f8fe85, 2026-11-25, load average 6.6 on 2
-# shared cores, so CPU time rather than wall time), milliseconds per 10^6
-# bytes of float32 gradient: (encode, decode). A step adds one encode and
+# 4 MiB bucket, one core; build ba1d3e8+ (the faster top-k selection and
+# onebit loops), 2026-11-25, load average 8–11 on 2 shared cores, so CPU
+# time rather than wall time), milliseconds per 10^6 bytes of float32
+# gradient: (encode with error feedback, decode). A step adds one encode and
 # one decode per bucket, N decodes for the gathered methods (every rank
 # decodes every rank's encoding). The 16-bit ring's per-hop rounding is
-# counted as one encode and one decode of the bucket.
+# counted as one encode and one decode of the bucket. These assume a core
+# per rank; `cores_per_rank` < 1 (N ranks emulated on fewer cores, as
+# scaling.py's jobs on one machine are) divides the core's speed.
 CODEC_MS_PER_MB = {
     "none": (0.0, 0.0),
-    "fp16": (2.04, 0.81),
-    "bf16": (0.24, 0.29),
-    "topk": (3.70, 0.003),
-    "randomk": (0.66, 0.003),
-    "onebit": (3.70, 1.57),
+    "fp16": (2.04, 0.84),
+    "bf16": (0.24, 0.28),
+    "topk": (2.38, 0.003),
+    "randomk": (0.47, 0.003),
+    "onebit": (3.31, 1.14),
 }
 SPARSE_HEADER_BYTES = 21  # encoding, numel, row_width, rows
 ONEBIT_HEADER_BYTES = 17  # encoding, numel, two scales
@@ -611,9 +615,10 @@ def allgather_time(n, blob_bytes, link):
     return (n - 1) * link.alpha_s + (n - 1) * (blob_bytes + GATHER_FRAME_BYTES) / link.bandwidth
 
 
-def codec_time(method, n, size, gathered):
+def codec_time(method, n, size, gathered, cores_per_rank=1.0):
     encode, decode = CODEC_MS_PER_MB[method]
-    return (encode + decode * (n if gathered else 1)) * size / 1e6 / 1000
+    return ((encode + decode * (n if gathered else 1)) * size / 1e6 / 1000
+            / min(1.0, cores_per_rank))
 
 
 def ps_compressed_bytes(method, ratio, n, size, pull="union"):
@@ -654,7 +659,7 @@ def compressed_link_bytes(strategy, compression, n, size, largest_share=None, pu
 
 
 def compressed_sync_time(strategy, n, k, size, link, compression, largest_share=None,
-                         pull="union", ranks_per_node=1):
+                         pull="union", ranks_per_node=1, cores_per_rank=1.0):
     """(9)–(13) plus the codec's compute: one bucket of `size` bytes."""
     method, ratio = parse_compression(compression)
     if method == "none":
@@ -670,11 +675,11 @@ def compressed_sync_time(strategy, n, k, size, link, compression, largest_share=
                              ranks_per_node=ranks_per_node)
         else:  # fp16 / bf16: the ring only (the factories refuse the others)
             comm = ring_time(n, size / 2, link)
-        return comm + codec_time(method, n, size, gathered)
+        return comm + codec_time(method, n, size, gathered, cores_per_rank)
     share = largest_share if largest_share is not None else (1.0 / k if k else 1.0)
     comm = (compressed_link_bytes("ps", compression, n, size, share, pull) / link.bandwidth
             + 2 * link.alpha_s)
-    return comm + codec_time(method, n, size, gathered=False)
+    return comm + codec_time(method, n, size, False, cores_per_rank)
 
 
 def print_compression_table(link, n, size, k=None, pull="union",

@@ -448,6 +448,9 @@ def aggregate(point, repeats):
                  "separate_server_share", "ps_chunk_bytes"):
         point[name] = repeats[0].get(name)
     point["cpu_bound"] = point["machine_busy_unniced_max"] > CPU_BOUND
+    # Every job of a sweep runs on this one machine: its N workers share
+    # these cores (the cost model divides the codecs' compute by them).
+    point["host_cores"] = os.cpu_count()
     return point
 
 

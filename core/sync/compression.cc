@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -88,18 +89,37 @@ absl::Status Malformed(absl::string_view what) {
 }
 
 // The k largest magnitudes, ties to the lower index, returned ascending.
+// Selects the k-th largest magnitude over a contiguous copy of the
+// magnitudes (several times faster than selecting indices through a
+// comparator that reads the gradient at random), then takes, in index order,
+// every element above it and the first ties at it until k: exactly the k
+// first of the order (magnitude descending, index ascending).
 std::vector<uint32_t> TopKIndices(absl::Span<const float> dense, int64_t k) {
-  std::vector<uint32_t> order(dense.size());
-  std::iota(order.begin(), order.end(), 0u);
-  auto larger = [&dense](uint32_t a, uint32_t b) {
-    const float ma = std::fabs(dense[a]), mb = std::fabs(dense[b]);
-    return ma > mb || (ma == mb && a < b);
-  };
-  if (k < static_cast<int64_t>(order.size())) {
-    std::nth_element(order.begin(), order.begin() + k, order.end(), larger);
-    order.resize(k);
+  const int64_t numel = static_cast<int64_t>(dense.size());
+  std::vector<uint32_t> order;
+  if (k >= numel) {
+    order.resize(numel);
+    std::iota(order.begin(), order.end(), 0u);
+    return order;
   }
-  std::sort(order.begin(), order.end());
+  if (k <= 0) return order;
+  std::vector<float> magnitudes(numel);
+  for (int64_t i = 0; i < numel; ++i) magnitudes[i] = std::fabs(dense[i]);
+  std::nth_element(magnitudes.begin(), magnitudes.begin() + (k - 1),
+                   magnitudes.end(), std::greater<float>());
+  const float threshold = magnitudes[k - 1];
+  int64_t above = 0;
+  for (int64_t i = 0; i < numel; ++i) {
+    if (std::fabs(dense[i]) > threshold) ++above;
+  }
+  int64_t ties = k - above;
+  order.reserve(k);
+  for (int64_t i = 0; i < numel; ++i) {
+    const float magnitude = std::fabs(dense[i]);
+    if (magnitude > threshold || (magnitude == threshold && ties-- > 0)) {
+      order.push_back(static_cast<uint32_t>(i));
+    }
+  }
   return order;
 }
 
@@ -122,14 +142,23 @@ EncodedBucket EncodeOneBit(absl::Span<const float> dense) {
   out.signs.assign(OneBitWords(out.numel), 0);
   double positive_sum = 0, negative_sum = 0;
   int64_t positives = 0;
-  for (int64_t i = 0; i < out.numel; ++i) {
-    if (dense[i] >= 0.0f) {
-      out.signs[i / 64] |= uint64_t{1} << (i % 64);
-      positive_sum += dense[i];
-      ++positives;
-    } else {
-      negative_sum -= dense[i];
+  // A word of 64 signs at a time, without a branch per element.
+  for (int64_t word = 0; word < static_cast<int64_t>(out.signs.size());
+       ++word) {
+    const int64_t first = word * 64;
+    const int64_t count = std::min<int64_t>(64, out.numel - first);
+    uint64_t bits = 0;
+    for (int64_t j = 0; j < count; ++j) {
+      const float value = dense[first + j];
+      const bool positive = value >= 0.0f;
+      bits |= uint64_t{positive} << j;
+      // Adding 0.0 leaves a sum unchanged: the same sums as one branch
+      // per element, in the same order.
+      positive_sum += positive ? value : 0.0;
+      negative_sum -= positive ? 0.0 : value;
     }
+    out.signs[word] = bits;
+    positives += __builtin_popcountll(bits);
   }
   const int64_t negatives = out.numel - positives;
   out.positive_scale =
@@ -386,6 +415,12 @@ absl::Status Compressor::Encode(absl::Span<const float> gradient,
   }
   // residual = e - D(C(e)).
   std::copy(input.begin(), input.end(), residual.begin());
+  if (out->encoding == Encoding::kSparse) {
+    // D(C(e)) is e on the kept indices and 0 elsewhere: the same result as
+    // the general subtraction below, without two passes over the bucket.
+    for (uint32_t i : out->index) residual[i] -= input[i];
+    return absl::OkStatus();
+  }
   std::vector<float> negated(numel, 0.0f);
   absl::Status decoded = AddDecoded(*out, absl::MakeSpan(negated));
   if (!decoded.ok()) return decoded;
@@ -445,9 +480,15 @@ absl::Status AddDecoded(const EncodedBucket& encoded, absl::Span<float> dst) {
       if (static_cast<int64_t>(encoded.signs.size()) != OneBitWords(numel)) {
         return Malformed("sign words disagree with its length");
       }
-      for (int64_t i = 0; i < numel; ++i) {
-        const bool positive = (encoded.signs[i / 64] >> (i % 64)) & 1u;
-        dst[i] += positive ? encoded.positive_scale : -encoded.negative_scale;
+      const float up = encoded.positive_scale;
+      const float down = -encoded.negative_scale;
+      for (int64_t first = 0; first < numel; first += 64) {
+        const uint64_t bits = encoded.signs[first / 64];
+        const int64_t count = std::min<int64_t>(64, numel - first);
+        float* out = dst.data() + first;
+        for (int64_t j = 0; j < count; ++j) {
+          out[j] += ((bits >> j) & 1u) ? up : down;
+        }
       }
       return absl::OkStatus();
     }

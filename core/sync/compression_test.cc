@@ -1,7 +1,9 @@
 #include "core/sync/compression.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -171,6 +173,30 @@ TEST(CompressorTest, ResidualOfTheWrongSizeIsAnError) {
   std::vector<float> g(10, 1.0f), residual(9, 0.0f);
   EncodedBucket encoded;
   EXPECT_FALSE(compressor.Encode(g, absl::MakeSpan(residual), 0, 4, &encoded).ok());
+}
+
+// TopKOf against the definition: sort by (magnitude descending, index
+// ascending), keep k, return ascending; with many ties, for every k.
+TEST(TopKTest, MatchesTheDefinitionWithTies) {
+  std::vector<float> dense(300);
+  for (size_t i = 0; i < dense.size(); ++i) {
+    dense[i] = static_cast<float>(static_cast<int>((i * 37) % 11) - 5);
+  }
+  std::vector<uint32_t> order(dense.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    const float ma = std::fabs(dense[a]), mb = std::fabs(dense[b]);
+    return ma > mb || (ma == mb && a < b);
+  });
+  for (int64_t k : {1, 2, 27, 28, 150, 299, 300}) {
+    std::vector<uint32_t> want(order.begin(), order.begin() + k);
+    std::sort(want.begin(), want.end());
+    const EncodedBucket got = TopKOf(dense, k);
+    EXPECT_EQ(got.index, want) << "k = " << k;
+    for (size_t j = 0; j < got.index.size(); ++j) {
+      EXPECT_EQ(got.values[j], dense[got.index[j]]);
+    }
+  }
 }
 
 TEST(SparseRowsTest, KeepsExactlyTheTouchedRows) {
