@@ -556,9 +556,9 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
 #   T_ps = max(push, pull, N·f·push, N·f·pull)/B + 2α                   (13)
 #
 # Compute. The codec's own time, from bench/compression_benchmark (CPU time,
-# 4 MiB bucket, one core; build ba1d3e8+ (the faster top-k selection and
-# onebit loops), 2026-11-25, load average 8–11 on 2 shared cores, so CPU
-# time rather than wall time), milliseconds per 10^6 bytes of float32
+# 4 MiB bucket, one core; the codec of the commit that set these values,
+# `git log -S'"topk": (2.38'`, 2026-11-25, load average 8–11 on 2 shared
+# cores, so CPU time rather than wall time), milliseconds per 10^6 bytes of float32
 # gradient: (encode with error feedback, decode). A step adds one encode and
 # one decode per bucket, N decodes for the gathered methods (every rank
 # decodes every rank's encoding). The 16-bit ring's per-hop rounding is
