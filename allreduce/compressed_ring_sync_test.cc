@@ -272,6 +272,37 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<1>(info.param));
     });
 
+// A bucket larger than the ring's staging chunk (256 KiB): the 16-bit
+// reduce-scatter decodes, adds and re-encodes chunk by chunk, and the
+// all-gather decodes values that arrive split across reads.
+TEST(HalfPrecisionChunkTest, BucketsLargerThanAChunkAgreeEverywhere) {
+  auto layout = ParamLayout::Create({{"big", {300001}}}, /*bucket_bytes=*/0);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const int64_t total = layout->total_numel();
+  GradientFn gradient = [](int step, int rank, int64_t i) {
+    return Gradient(step, rank, i, /*fraction=*/true);
+  };
+  for (int n : {2, 3}) {
+    auto runs = RunJob("ring", n, "fp16", *layout, 1, gradient);
+    ASSERT_TRUE(runs.ok()) << runs.status();
+    const double unit = std::ldexp(1.0, -11);
+    for (int64_t i = 0; i < total; ++i) {
+      double exact = 0, magnitude = 0;
+      for (int r = 0; r < n; ++r) {
+        exact += gradient(0, r, i);
+        magnitude += std::fabs(gradient(0, r, i));
+      }
+      const float got = (*runs)[0].grads[0][i];
+      ASSERT_LE(std::fabs(got - exact / n), (n + 1) * unit * magnitude / n)
+          << "N=" << n << " element " << i;
+      for (int rank = 1; rank < n; ++rank) {
+        ASSERT_EQ((*runs)[rank].grads[0][i], got)
+            << "N=" << n << " rank " << rank << " element " << i;
+      }
+    }
+  }
+}
+
 class RandomKTest : public testing::TestWithParam<int> {};
 
 // Random-k: every rank holds the average of the (gradient + residual)
