@@ -148,7 +148,8 @@ def scaling_command(args, strategies, workers, out):
                f"--bucket_mb={args.bucket_mb}", f"--compute_ms={args.compute_ms}",
                f"--steps={args.steps}", f"--warmup={args.warmup}",
                f"--repeats={args.repeats}", f"--deadline_s={args.deadline_s}",
-               f"--out={out}", f"--bin_dir={args.bin_dir}"]
+               f"--out={out}", f"--bin_dir={args.bin_dir}",
+               f"--compressions={args.compressions}"]
     if args.extra:
         command += ["--", *args.extra]
     return command
@@ -175,8 +176,9 @@ def label(point):
     name = strategy_name(point)
     if name is None:
         return "local (reference)" if point["strategy"] == REFERENCE else point["strategy"]
-    text = STRATEGIES[name].label
-    return text.replace("K=N", f"K={point['servers']}")
+    text = STRATEGIES[name].label.replace("K=N", f"K={point['servers']}")
+    compression = point.get("compression") or "none"
+    return text if compression == "none" else f"{text}, {compression}"
 
 
 def latency_ms(point, link, num_buckets):
@@ -221,6 +223,7 @@ def verdict_rows(points, link_name, link, num_buckets):
     for p in points:
         rows.append({
             "strategy": label(p), "name": strategy_name(p) or REFERENCE,
+            "compression": p.get("compression") or "none",
             "workers": p["workers"], "servers": p["servers"],
             "step_ms": p["step_ms"], "step_ms_min": p["step_ms_min"],
             "step_ms_max": p["step_ms_max"], "exposed_ms": p["exposed_ms"],
@@ -242,7 +245,9 @@ def answer(rows, link_name):
     n = max(r["workers"] for r in distributed)
     at_n = sorted((r for r in distributed if r["workers"] == n), key=lambda r: r["step_ms"])
     best = at_n[0]
-    ring = next((r for r in at_n if r["name"] == "ring"), None)
+    # The dense ring: what compression and every other strategy are against.
+    ring = next((r for r in at_n if r["name"] == "ring" and r.get("compression", "none") == "none"),
+                None)
     other = ring if ring is not None and ring is not best else (at_n[1] if len(at_n) > 1 else None)
     where = f"at N={n} on {link_name}"
     if other is None:
@@ -328,6 +333,9 @@ def parse_args(argv):
                              "the model within [1, 25] MiB, core/sync/bucket_size_rule.h)")
     parser.add_argument("--compute_ms", default="0",
                         help="emulated compute per step, for the models that sleep")
+    parser.add_argument("--compressions", default="none",
+                        help="--compression values: every strategy with each, e.g. "
+                             "none,fp16,topk:0.01")
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2)
@@ -362,7 +370,7 @@ def check_command(args):
     if args.model is not None:
         raise UsageError(f"--model={args.model} and a training command both name the model; "
                          "the command after -- is the model: drop --model")
-    problem = scaling.check_command(args.command, [])
+    problem = scaling.check_command(args.command, [], args.compressions)
     if problem:
         raise UsageError(problem)
     runnable = [n for n in STRATEGIES if STRATEGIES[n].scaling in scaling.COMMAND_STRATEGIES]

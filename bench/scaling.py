@@ -109,8 +109,11 @@ def command_model(command):
     return "pytorch-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
-def check_command(command, strategies):
+def check_command(command, strategies, compressions="none"):
     """One message for what a training command cannot do here, else None."""
+    if any(c.strip() not in ("", "none") for c in (compressions or "none").split(",")):
+        return ("--compressions is not built behind gradsync.torch's hook: a training "
+                "command runs with float32 buckets only; leave --compressions out")
     if any(a == "--sync" or a.startswith("--sync=") for a in command):
         return ("the training command chooses --sync itself; leave it out: each job "
                 "sets the strategy (GRADSYNC_SYNC, which gradsync.torch.connect() reads)")
@@ -146,9 +149,14 @@ def enumerate_points(args):
                     for n in [int(w) for w in args.workers.split(",")]:
                         for strategy in args.strategies.split(","):
                             for flags in sweep_sets(args.sweep):
-                                points.extend(dict(p, sweep=flags) for p in
-                                              strategy_points(group, strategy, n, args.servers,
-                                                              getattr(args, "colocated", "")))
+                                for compression in compressions_of(
+                                        getattr(args, "compressions", "none")):
+                                    points.extend(
+                                        dict(p, sweep=flags, compression=compression)
+                                        for p in strategy_points(group, strategy, n,
+                                                                 args.servers,
+                                                                 getattr(args, "colocated", ""))
+                                        if compression_built(p["strategy"], compression))
         if command:
             break  # the command is the model: one group per link
     return points
@@ -171,6 +179,36 @@ def split_links(spec):
         else:
             links[-1] += "," + token.strip()
     return links
+
+
+def compressions_of(spec):
+    """'none,fp16,topk:0.01' -> ['none', 'fp16', 'topk:0.01'], each checked
+    by the cost model's parser (the trainer checks again)."""
+    values = [c.strip() for c in (spec or "none").split(",") if c.strip()] or ["none"]
+    for value in values:
+        try:
+            cost_model.parse_compression(value)
+        except ValueError as error:
+            sys.exit(f"scaling: --compressions: {error}")
+    return values
+
+
+def compression_built(strategy, compression):
+    """False where the strategy's factory refuses the method (16-bit values
+    are built into the ring and the PS only: allreduce/ring_sync.h)."""
+    method, _ = cost_model.parse_compression(compression)
+    if method in ("fp16", "bf16") and strategy in ("halving_doubling", "tree", "hierarchical",
+                                                   "allreduce"):
+        print(f"scaling: skipping {strategy} with --compression={compression} (not built "
+              "for it)", flush=True)
+        return False
+    return True
+
+
+def strategy_text(point):
+    """'ring', or 'ring topk:0.01' for a compressed point."""
+    compression = point.get("compression") or "none"
+    return point["strategy"] + ("" if compression == "none" else f" {compression}")
 
 
 def sweep_sets(spec):
@@ -234,6 +272,8 @@ def label(point):
             f"_c{point['compute_ms']:g}_{point['strategy']}_n{point['workers']}_k{point['servers']}")
     if point["strategy"] == "ps-mixed":
         name += f"_colocated{point['colocated']}"
+    if (point.get("compression") or "none") != "none":
+        name += "_" + point["compression"].replace(":", "")
     flags = point.get("sweep", "")
     if flags:
         name += "_" + "".join(c if c.isalnum() or c in "=.-" else "_"
@@ -262,6 +302,8 @@ def run_job(point, run_dir, args):
         # Swept flags go to the launcher, which hands them to the command's
         # gradsync.torch and to the servers alike.
         launch += point.get("sweep", "").split()
+        if (point.get("compression") or "none") != "none":
+            launch.append(f"--compression={point['compression']}")
         if point["strategy"] == "ps-colocated":
             launch.append("--ps_colocate")
         training, env = command_job(command, sync, args)
@@ -308,6 +350,8 @@ def training_flags(sync, point, args):
                 f"--batch_size={args.batch_size}", "--epochs=100000",
                 f"--max_steps={args.steps}", f"--warmup_steps={args.warmup}",
                 "--progress=false", "--timeout_s=120"]
+    if (point.get("compression") or "none") != "none":
+        training.append(f"--compression={point['compression']}")
     if point["strategy"] == "ps-colocated":
         training.append("--ps_colocate")
     if point["strategy"] == "ps-mixed":
@@ -488,6 +532,9 @@ def aggregate(point, repeats):
                  "separate_server_share", "ps_chunk_bytes"):
         point[name] = repeats[0].get(name)
     point["cpu_bound"] = point["machine_busy_unniced_max"] > CPU_BOUND
+    # Every job of a sweep runs on this one machine: its N workers share
+    # these cores (the cost model divides the codecs' compute by them).
+    point["host_cores"] = os.cpu_count()
     return point
 
 
@@ -552,7 +599,7 @@ def reanalyze(out):
 
 # --- Output -------------------------------------------------------------------------------
 
-COLUMNS = ["strategy", "sweep", "workers", "servers", "colocated", "model", "model_bytes", "link",
+COLUMNS = ["strategy", "compression", "sweep", "workers", "servers", "colocated", "model", "model_bytes", "link",
            "bucket_mb", "compute_ms", "repeats"] + [m + s for m in MEASURES for s in ("", "_min", "_max")] + [
            "efficiency", "largest_server_share", "partition", "colocated_server_share",
            "separate_server_share", "ps_chunk_bytes", "cpu_bound", "predicted_comm_ms",
@@ -583,7 +630,7 @@ def print_points(points):
         servers = str(p["servers"])
         if p["strategy"] == "ps-mixed":  # K (of which c in workers)
             servers += f" ({p['colocated']} in workers)"
-        rows.append((p["strategy"], p.get("sweep", "") or "-", str(p["workers"]),
+        rows.append((strategy_text(p), p.get("sweep", "") or "-", str(p["workers"]),
                      servers, p["model"], p["link"],
                      spread(p, "step_ms"), spread(p, "exposed_ms"), f"{p['samples_per_s']:.1f}",
                      f"{100 * p['efficiency']:.0f}%" if "efficiency" in p else "-",
@@ -646,6 +693,9 @@ def main():
     parser.add_argument("--links", default="1gbit",
                         help="RATE[,LATENCY] per link (emulated, root) or 'loopback'")
     parser.add_argument("--bucket_mb", default="25")
+    parser.add_argument("--compressions", default="none",
+                        help="--compression values, each strategy × method a point: "
+                             "none,fp16,topk:0.01 (none, fp16, bf16, topk:R, randomk:R, onebit)")
     parser.add_argument("--compute_ms", default="0", help="emulated compute per step")
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=12, help="steps per job")
@@ -672,7 +722,8 @@ def main():
         return
     command = worker_command(args.extra)
     if command:
-        problem = check_command(command, args.strategies.split(","))
+        problem = check_command(command, args.strategies.split(","),
+                                getattr(args, "compressions", "none"))
         if problem:
             sys.exit(f"scaling: {problem}")
     global GRADSYNC, NETEM

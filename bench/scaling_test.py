@@ -41,6 +41,31 @@ class SweepTest(unittest.TestCase):
         self.assertEqual(len(labels), len(points), "labels must be distinct")
         self.assertIn("custom-1MB_loopback_b25_c0_ps_n4_k4_ps_chunk_kb=128", labels)
 
+    def test_every_strategy_runs_with_every_compression_it_has(self):
+        class Args:
+            models = "custom:1:4"
+            links = "loopback"
+            bucket_mb = "25"
+            compute_ms = "0"
+            workers = "4"
+            strategies = "ring,tree,ps"
+            servers = "N"
+            sweep = ""
+            compressions = "none,fp16,topk:0.01"
+        points = scaling.enumerate_points(Args)[1:]
+        # ring and ps with all three; tree without fp16 (not built for it).
+        self.assertEqual(sorted(scaling.strategy_text(p) for p in points),
+                         ["ps", "ps fp16", "ps topk:0.01", "ring", "ring fp16",
+                          "ring topk:0.01", "tree", "tree topk:0.01"])
+        labels = {scaling.label(p) for p in points}
+        self.assertEqual(len(labels), len(points), "labels must be distinct")
+        self.assertIn("custom-1MB_loopback_b25_c0_ring_n4_k0_topk0.01", labels)
+
+    def test_a_bad_compression_exits_with_one_message(self):
+        with self.assertRaises(SystemExit) as raised:
+            scaling.compressions_of("none,topk:2")
+        self.assertIn("topk:2", str(raised.exception))
+
     def test_mixed_placement_points_span_c_workers_and_k_servers(self):
         class Args:
             models = "custom:1:4"
@@ -243,6 +268,9 @@ class TrainingCommandTest(unittest.TestCase):
                       scaling.check_command(self.COMMAND + ["--sync=ps"], ["ring"]))
         self.assertIsNone(scaling.check_command(self.COMMAND, ["ps-colocated"]))
         self.assertIn("ps-mixed", scaling.check_command(self.COMMAND, ["ring", "ps-mixed"]))
+        self.assertIn("--compressions",
+                      scaling.check_command(self.COMMAND, ["ring"], "none,topk:0.01"))
+        self.assertIsNone(scaling.check_command(self.COMMAND, ["ring"], "none"))
 
     def test_colocated_servers_are_the_launchers_flag(self):
         from unittest import mock

@@ -64,6 +64,23 @@ TEST(CliTest, ImpossibleConfigurations) {
       "rank 5 is outside the world of 2");
 }
 
+// --compression: a method or ratio that does not parse, and a method the
+// strategy does not build, each one clear error and a clean exit.
+TEST(CliTest, CompressionIsChecked) {
+  for (const char* bad : {"topk:0", "topk:2", "zip"}) {
+    ExpectCleanFailure(
+        RunGradsync({"train", std::string("--compression=") + bad,
+                     "--data=synthetic"}),
+        std::string("--compression=") + bad);
+  }
+  ExpectCleanFailure(
+      RunGradsync({"launch", "--workers=2", "--", "--sync=tree",
+                   "--compression=fp16", "--data=synthetic", "--max_steps=1",
+                   "--timeout_s=30"}),
+      "--compression=fp16 is not built for --sync=tree; use --sync=ring or "
+      "--sync=ps");
+}
+
 // A job of several nodes needs node 0's address and port on every node.
 TEST(CliTest, MultiNodeLaunchNeedsItsPlacement) {
   ExpectCleanFailure(RunGradsync({"launch", "--nnodes=2"}),

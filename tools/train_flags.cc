@@ -24,6 +24,12 @@ ABSL_FLAG(std::string, sync, "local",
           "gradient synchronization strategy: local (one worker), ps "
           "(parameter servers), ring (CPU ring all-reduce over TCP), nccl "
           "(CUDA builds)");
+ABSL_FLAG(std::string, compression, "none",
+          "how every bucket travels: none (float32), fp16, bf16 (16-bit "
+          "floats, summed in float32), topk:RATIO or randomk:RATIO (the "
+          "fraction RATIO in (0, 1] of each bucket's floats as (index, value) "
+          "pairs, with error feedback), onebit (scaled signs, with error "
+          "feedback)");
 ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu or cuda");
 ABSL_FLAG(std::string, gpus, "",
           "with --device=cuda: comma-separated GPU indices (among the visible "
@@ -191,6 +197,8 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   }
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
   o.sync = absl::GetFlag(FLAGS_sync);
+  ASSIGN_OR_RETURN(o.compression,
+                   CompressionSpec::Parse(absl::GetFlag(FLAGS_compression)));
   o.optimizer.kind = absl::GetFlag(FLAGS_optimizer);
   o.optimizer.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   o.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
