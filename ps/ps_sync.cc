@@ -689,6 +689,12 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
         options.message_bytes,
         " B must be multiples of 4, messages <= ", kMaxMessageBytes, " B"));
   }
+  // --ps_pull against --compression and --ps_update: refused before any
+  // connection is made.
+  RETURN_IF_ERROR(Annotate(
+      ResolvePsPull(options.pull, context.compression, options.update_mode)
+          .status(),
+      "--sync=ps"));
   return std::unique_ptr<GradientSync>(
       std::make_unique<PsSync>(context, options));
 }
@@ -711,10 +717,6 @@ absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
   ASSIGN_OR_RETURN(options.consistency,
                    ConsistencyFromFlags(options.update_mode));
   ASSIGN_OR_RETURN(options.pull, PsPullFromFlags());
-  // Checked here too, so a bad combination fails before any connection.
-  RETURN_IF_ERROR(ResolvePsPull(options.pull, context.compression,
-                                options.update_mode)
-                      .status());
   options.optimizer = context.optimizer;
   return options;
 }
