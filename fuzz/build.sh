@@ -59,6 +59,7 @@ COORDINATOR=(core/cluster/coordinator.cc core/cluster/coordinator_service.cc cor
              core/cluster/tls_config.cc
              "$OUT/gen/proto/coordinator.pb.cc" "$OUT/gen/proto/coordinator.grpc.pb.cc")
 PS_SHARD=(ps/shard.cc ps/consistency.cc ps/shard_key.cc ps/bsp_key.cc ps/async_key.cc
+          ps/encoded_key.cc ps/key_encoding.cc core/sync/compression.cc
           ps/key_parameters.cc ps/shard_checkpoint.cc ps/shard_statistics.cc
           core/device/device.cc core/device/cpu_device.cc core/device/dnnl_context.cc
           core/device/dnnl_convolution.cc core/optim/optimizer.cc
