@@ -301,13 +301,13 @@ absl::Status ServerShard::CheckAgreesWithFirst(
         " registered --ps_partition=", config_.partition(),
         "; run every worker with the same --ps_partition"));
   }
-  if (config.compression() != config_.compression() ||
-      config.pull() != config_.pull()) {
-    auto describe = [](const ps::RegisterConfig& c) {
-      return absl::StrCat(
-          "--compression=", c.compression().empty() ? "none" : c.compression(),
-          " --ps_pull=", c.pull().empty() ? "dense" : c.pull());
-    };
+  // Empty fields are the defaults (a registration from before compression).
+  auto describe = [](const ps::RegisterConfig& c) {
+    return absl::StrCat(
+        "--compression=", c.compression().empty() ? "none" : c.compression(),
+        " --ps_pull=", c.pull().empty() ? "dense" : c.pull());
+  };
+  if (describe(config) != describe(config_)) {
     return absl::InvalidArgumentError(absl::StrCat(
         context, ": ", describe(config), " but worker ", first, " registered ",
         describe(config_), "; run every worker with the same --compression "
