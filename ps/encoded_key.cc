@@ -73,6 +73,10 @@ absl::StatusOr<std::optional<std::vector<float>>> EncodedKey::AddPart(
 
 absl::StatusOr<const std::string*> EncodedKey::ResultOf(
     int64_t step, ReadFloats read_floats) {
+  if (step < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no encoded result for step ", step));
+  }
   Result& result = results_[step % 2];
   if (result.step != step) {
     absl::StatusOr<std::vector<float>> floats = read_floats();

@@ -573,7 +573,9 @@ absl::StatusOr<int64_t> ServerShard::EncodedResultBytes(int64_t key_id,
     return absl::InvalidArgumentError(absl::StrCat(
         name_, ": key ", key_id, " has no encoded result for worker ", rank));
   }
-  const int64_t final_floats = key->FinalFloats(step, rank);
+  // FinalFloats refuses a step before the first (a key that completed
+  // nothing would otherwise call step -1 complete).
+  const int64_t final_floats = FinalFloats(key_id, step, rank);
   if (final_floats < 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, ": the result of key ", key_id, " for step ", step,
@@ -590,9 +592,14 @@ absl::StatusOr<int64_t> ServerShard::ReadEncodedResult(
   ShardKey* key = KeyOrNull(key_id);
   EncodedKey* encoded = EncodedOrNull(key_id);
   if (key == nullptr || encoded == nullptr || rank < 0 ||
-      rank >= num_workers_) {
+      rank >= num_workers_ || !encoded->encoding().encoded_result()) {
     return absl::InvalidArgumentError(
         absl::StrCat(name_, ": key ", key_id, " has no encoded result"));
+  }
+  if (FinalFloats(key_id, step, rank) != key->numel()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": the result of key ", key_id, " for step ", step,
+        " is not complete, or gone"));
   }
   absl::StatusOr<int64_t> n = encoded->ReadResult(
       step, offset, max_bytes, [&] { return WholeResult(key, step, rank); },
