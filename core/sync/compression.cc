@@ -56,7 +56,11 @@ class ByteReader {
       return false;
     }
     values->resize(count);
-    std::memcpy(values->data(), bytes_.data(), count * sizeof(T));
+    // memcpy's pointers must not be null even for 0 bytes, and an empty
+    // vector's data() may be.
+    if (count > 0) {
+      std::memcpy(values->data(), bytes_.data(), count * sizeof(T));
+    }
     bytes_.remove_prefix(count * sizeof(T));
     return true;
   }
