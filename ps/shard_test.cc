@@ -835,5 +835,25 @@ TEST(ShardCompressionTest, WorkersMustAgreeOnCompression) {
               HasSubstr("--ps_update=server"));
 }
 
+// SSP/ASP apply each worker's push on its own: a compressed push is decoded
+// whole and applied as the float32 push it stands for.
+TEST(ShardCompressionTest, AspAppliesEachDecodedPush) {
+  ServerShard shard(kJob, 0, 1, 2, /*block_floats=*/2);
+  ps::RegisterConfig config = AsyncConfig(0, 2, ps::CONSISTENCY_ASP, 0, 4);
+  config.set_compression("topk:0.5");
+  config.set_pull("dense");
+  RegisterAll(shard, config, 2, {1, 1, 1, 1});
+  std::vector<float> expected = {1, 1, 1, 1};
+  const float lr = 0.5f / 2;
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> grads = {0, 2, float(-step - 3), 1};
+    const EncodedBucket top = TopKOf(grads, 2);  // elements 1 and 2
+    ASSERT_TRUE(shard.Push(EncodedPart(0, step, 0, 4, top)).ok());
+    expected[1] -= lr * grads[1];
+    expected[2] -= lr * grads[2];
+    EXPECT_EQ(Read(shard, 0, step), expected) << step;
+  }
+}
+
 }  // namespace
 }  // namespace gradsync
