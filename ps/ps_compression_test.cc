@@ -44,11 +44,14 @@ struct Job {
   PsPull pull = PsPull::kAuto;
   ps::UpdateMode mode = ps::UPDATE_WORKER;
   bool table = false;  // add a row-sparse embedding table
+  // Only the table: the layout --sync=hybrid gives the servers.
+  bool table_only = false;
 };
 
 std::vector<ParamSpec> Specs(const Job& job) {
   std::vector<ParamSpec> specs = {{"a", {37}}, {"c", {5, 7}}, {"d", {130}}};
-  if (job.table) {
+  if (job.table_only) specs.clear();
+  if (job.table || job.table_only) {
     ParamSpec table{"embedding", {40, kRowWidth}};
     table.sparse_row_width = kRowWidth;
     specs.push_back(table);
@@ -250,7 +253,8 @@ void CheckJob(const Job& job) {
   SCOPED_TRACE(absl::StrCat(job.compression, " pull ", PsPullName(job.pull),
                             " N=", job.workers, " K=", job.servers,
                             job.mode == ps::UPDATE_SERVER ? " server" : "",
-                            job.table ? " table" : ""));
+                            job.table ? " table" : "",
+                            job.table_only ? " table only" : ""));
   const std::vector<WorkerResult> results = RunJob(job);
   ASSERT_EQ(results.size(), static_cast<size_t>(job.workers));
   const Reference reference = Expected(job);
@@ -361,6 +365,17 @@ TEST_P(PsCompressionTest, RowSparseTableMovesOnlyTouchedRows) {
       EXPECT_EQ(table_bytes, table_keys * 21 + touched * (4 + 4 * kRowWidth));
       EXPECT_LT(table_bytes, 4 * 40 * kRowWidth);
     }
+  }
+}
+
+// A layout of only row-sparse tensors (what --sync=hybrid hands the PS),
+// in both update modes.
+TEST_P(PsCompressionTest, LayoutOfOnlyARowSparseTable) {
+  for (ps::UpdateMode mode : {ps::UPDATE_WORKER, ps::UPDATE_SERVER}) {
+    Job job = MakeJob("none");
+    job.table_only = true;
+    job.mode = mode;
+    CheckJob(job);
   }
 }
 
