@@ -171,6 +171,13 @@ TEST(CliTest, ConsistencyAndStragglerFlagsAreChecked) {
                      "--ps_consistency=asp needs --ps_update=server");
   ExpectCleanFailure(train({"--sync=ps", "--ps_staleness=2"}),
                      "--ps_staleness=2 is only for --ps_consistency=ssp");
+  ExpectCleanFailure(train({"--sync=ps", "--ps_pull=topk"}),
+                     "--ps_pull=topk with --compression=none");
+  ExpectCleanFailure(train({"--sync=ps", "--ps_update=server",
+                            "--compression=topk:0.01", "--ps_pull=topk"}),
+                     "and --ps_update=server: the servers run the optimizer");
+  ExpectCleanFailure(train({"--sync=ps", "--ps_pull=sparse"}),
+                     "unknown --ps_pull=sparse");
   ExpectCleanFailure(train({"--straggler=1"}), "RANK:MS[:EVERY]");
   ExpectCleanFailure(train({"--straggler=3:10"}),
                      "there is no worker 3 in a job of 1 workers");

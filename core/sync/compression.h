@@ -36,7 +36,8 @@ struct CompressionSpec {
   // k = max(1, round(ratio * numel)). 1.0 for the other methods.
   double ratio = 1.0;
 
-  // "none", "fp16", "bf16", "topk:0.01", "randomk:0.01", "onebit".
+  // "none", "fp16", "bf16", "topk:0.01", "randomk:0.01", "onebit"; a ratio
+  // of 1 keeps everything and is "none" (float32, bit-identical to it).
   // InvalidArgument naming the text and listing the accepted forms for an
   // unknown method, a ratio outside (0, 1], or a ratio on a method without
   // one.

@@ -168,6 +168,34 @@ TEST(CompressorTest, OneBitDecodesToEachSignsMeanMagnitude) {
               ElementsAre(4.0f / 3, 4.0f / 3, -3.0f, -3.0f, 4.0f / 3));
 }
 
+// TopKOf keeps what ordering by (magnitude descending, index ascending)
+// keeps, ties included: checked against that ordering on data with many
+// ties (few distinct magnitudes, both signs, zeros).
+TEST(CompressorTest, TopKMatchesTheOrderingWithTies) {
+  std::mt19937 random(5);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int n = 1 + static_cast<int>(random() % 300);
+    std::vector<float> dense(n);
+    for (float& value : dense) {
+      value = static_cast<float>(static_cast<int>(random() % 7) - 3) * 0.5f;
+    }
+    const int64_t k = static_cast<int64_t>(random() % (n + 1));
+    std::vector<uint32_t> order(n);
+    for (int i = 0; i < n; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+      const float ma = std::fabs(dense[a]), mb = std::fabs(dense[b]);
+      return ma > mb || (ma == mb && a < b);
+    });
+    order.resize(k);
+    std::sort(order.begin(), order.end());
+    const EncodedBucket top = TopKOf(dense, k);
+    EXPECT_EQ(top.index, order) << "trial " << trial;
+    for (size_t j = 0; j < top.index.size(); ++j) {
+      EXPECT_EQ(top.values[j], dense[top.index[j]]);
+    }
+  }
+}
+
 TEST(CompressorTest, ResidualOfTheWrongSizeIsAnError) {
   Compressor compressor(*CompressionSpec::Parse("topk:0.5"), 0);
   std::vector<float> g(10, 1.0f), residual(9, 0.0f);
