@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/sync/error_feedback.h"
 #include "core/sync/host_staging.h"
 #include "core/sync/step_buckets.h"
 #include "core/telemetry/derived_settings.h"
@@ -120,7 +121,11 @@ class PsSync : public GradientSync {
   std::optional<Compressor> compressor_;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<int>> bucket_keys_;
-  std::vector<float> residual_;
+  // Saved beside the trainer's checkpoints and restored on --resume
+  // (core/sync/error_feedback.h); keeps nothing when no dense bucket
+  // compresses with error feedback (a hybrid job's PS holds row-sparse
+  // buckets only, whose rows travel exactly).
+  std::optional<ErrorFeedback> error_feedback_;
   std::vector<std::string> key_encodings_;
   // Groups the partition's keys by bucket (Setup, Rebucket).
   void GroupKeysByBucket(const ParamLayout& layout);
@@ -324,8 +329,16 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   const PsPull pull = *resolved_pull;
   compressor_.emplace(context_.compression, context_.compression_seed);
   GroupKeysByBucket(layout);
-  if (context_.compression.UsesErrorFeedback()) {
-    residual_.assign(total_numel_, 0.0f);
+  {
+    bool any_dense = false;
+    for (const Bucket& bucket : layout.buckets()) {
+      any_dense |= bucket.sparse_row_width == 0;
+    }
+    error_feedback_.emplace(
+        any_dense ? context_.compression : CompressionSpec(),
+        context_.identity.rank, context_.identity.world_size);
+    RETURN_IF_ERROR(Annotate(error_feedback_->Setup(total_numel_, schedule_),
+                             self()));
   }
   key_encodings_.assign(partition_.keys().size(), std::string());
   if (context_.identity.rank == 0 &&
@@ -455,10 +468,7 @@ absl::Status PsSync::EncodeBucket(int bucket, int64_t step) {
     encoded = SparseRowsOf(floats, static_cast<int32_t>(info.sparse_row_width));
   } else {
     const absl::Span<float> residual =
-        residual_.empty()
-            ? absl::Span<float>()
-            : absl::MakeSpan(residual_.data() + info.offset,
-                             static_cast<size_t>(info.numel));
+        error_feedback_->Of(info.offset, info.numel);
     RETURN_IF_ERROR(Annotate(
         compressor_->Encode(floats, residual, step, bucket, &encoded),
         self()));
@@ -544,7 +554,8 @@ absl::Status PsSync::Finish(StepStats& stats) {
   push_ms_ += step_stats.push_ms;
   pull_ms_ += step_stats.pull_ms;
   step_buckets_.NextStep();
-  return absl::OkStatus();
+  // This step's residual, saved when the trainer checkpoints at it.
+  return Annotate(error_feedback_->AfterStep(step_buckets_.step()), self());
 }
 
 // The servers know keys, not buckets: a new bucket cap only regroups the
