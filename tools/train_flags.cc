@@ -360,6 +360,10 @@ absl::StatusOr<ImageInput> ImageInputOf(const std::string& model,
 
 }  // namespace
 
+bool UsesParameterServers(const std::string& sync) {
+  return sync == "ps" || sync == "hybrid";
+}
+
 bool IsSyntheticModelFlag() {
   const std::string model = absl::GetFlag(FLAGS_model);
   return model != "mlp" && model != "embedding" &&
