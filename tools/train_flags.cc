@@ -94,7 +94,8 @@ ABSL_FLAG(std::string, data_dir, gradsync::kDefaultFashionMnistDir,
           "with data_batch_{1..5}.bin and test_batch.bin, or the "
           "cifar-10-batches-bin folder inside it");
 ABSL_FLAG(int64_t, synthetic_size, 8192,
-          "training samples of --data=synthetic (test set: a quarter)");
+          "training samples of --data=synthetic and --data=zipf (test set: a "
+          "quarter)");
 ABSL_FLAG(std::string, synthetic_shape, "",
           "--data=synthetic: image shape CxHxW (e.g. 3x32x32) with 10 "
           "classes; empty: 3x32x32 (CIFAR-10's) for --model=resnet18, "
