@@ -227,24 +227,39 @@ TEST(EmbeddingStrategiesTest, HybridMatchesOneWorker) {
   EXPECT_EQ(stats.bytes_sent, static_cast<int64_t>(ps + ring));
 }
 
-TEST(EmbeddingStrategiesTest, HybridNeedsARowSparseTensor) {
+// --sync=hybrid's Setup on one worker of a job with a server, for `specs`.
+absl::Status HybridSetup(const std::vector<ParamSpec>& specs,
+                         const std::string& job_id) {
   LoopbackClusterOptions options;
   options.num_servers = 1;
-  options.job_id = "hybrid-mlp";
-  auto cluster = LoopbackCluster::Start(options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto context = (*cluster)->JoinWorker(0);
-  ASSERT_TRUE(context.ok());
-  auto sync = GradientSyncRegistry::Create("hybrid", *context);
-  ASSERT_TRUE(sync.ok()) << sync.status();
-  auto device = *CreateDevice(DeviceOptions{});
-  const ParamLayout layout =
-      *ParamLayout::Create({{"fc.weight", {4, 4}}, {"fc.bias", {4}}}, 0);
-  float* grads = *device->Allocate<float>(layout.total_numel());
-  float* params = *device->Allocate<float>(layout.total_numel());
-  const absl::Status status = (*sync)->Setup(layout, *device, {grads, params});
+  options.job_id = job_id;
+  ASSIGN_OR_RETURN(std::unique_ptr<LoopbackCluster> cluster,
+                   LoopbackCluster::Start(options));
+  ASSIGN_OR_RETURN(SyncContext context, cluster->JoinWorker(0));
+  ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
+                   GradientSyncRegistry::Create("hybrid", context));
+  ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
+                   CreateDevice(DeviceOptions{}));
+  ASSIGN_OR_RETURN(const ParamLayout layout, ParamLayout::Create(specs, 0));
+  ASSIGN_OR_RETURN(float* grads, device->Allocate<float>(layout.total_numel()));
+  ASSIGN_OR_RETURN(float* params,
+                   device->Allocate<float>(layout.total_numel()));
+  return sync->Setup(layout, *device, {grads, params});
+}
+
+TEST(EmbeddingStrategiesTest, HybridNeedsARowSparseTensorBesideDenseOnes) {
+  absl::Status status =
+      HybridSetup({{"fc.weight", {4, 4}}, {"fc.bias", {4}}}, "hybrid-mlp");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("no row-sparse tensor"));
+  status = HybridSetup({{"table", {10, 4}, 4}}, "hybrid-table-only");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("use --sync=ps"));
+  // A table between dense tensors would split the dense part in two.
+  status = HybridSetup(
+      {{"a", {4}}, {"table", {10, 4}, 4}, {"b", {4}}}, "hybrid-middle");
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(status.message(), HasSubstr("consecutive at the start or the end"));
 }
 
 TEST(EmbeddingStrategiesTest, HybridNeedsServers) {
