@@ -274,6 +274,14 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEmbeddingModel(
   if (options.vocabulary < 1) {
     return refuse("a table", options.vocabulary, "--embedding_rows");
   }
+  // Ids arrive as float32 features, which hold integers exactly up to 2^24.
+  constexpr int64_t kMaxRows = int64_t{1} << 24;
+  if (options.vocabulary > kMaxRows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "embedding model: a table of ", options.vocabulary,
+        " rows is more than the ", kMaxRows,
+        " ids a float32 feature holds exactly (--embedding_rows)"));
+  }
   if (options.dim < 1) return refuse("rows", options.dim, "--embedding_dim");
   if (options.bag_size < 1) {
     return refuse("bags", options.bag_size, "--bag_size");

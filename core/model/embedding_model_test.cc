@@ -135,6 +135,10 @@ TEST(EmbeddingModelOptionsTest, EmptyShapesAreRefused) {
   o = SmallOptions();
   o.bag_size = 0;
   EXPECT_FALSE(CreateEmbeddingModel(o).ok());
+  o = SmallOptions();
+  o.vocabulary = (int64_t{1} << 24) + 1;
+  EXPECT_THAT(CreateEmbeddingModel(o).status().message(),
+              HasSubstr("ids a float32 feature holds exactly"));
 }
 
 }  // namespace
