@@ -1,4 +1,4 @@
-// The embedding model under --sync=ring and --sync=hybrid: two workers (as
+// The embedding model under --sync=ring, ps and hybrid: two workers (as
 // threads, over loopback TCP and an in-process parameter server) with batch b
 // each end a few SGD steps with the parameters one worker gets with batch 2b
 // on the same samples, within float32 rounding; and --sync=hybrid refuses a
@@ -215,6 +215,10 @@ StepStats ExpectMatchesReference(const std::string& strategy, int servers) {
 
 TEST(EmbeddingStrategiesTest, RingMatchesOneWorker) {
   ExpectMatchesReference("ring", /*servers=*/0);
+}
+
+TEST(EmbeddingStrategiesTest, ParameterServerMatchesOneWorker) {
+  ExpectMatchesReference("ps", /*servers=*/1);
 }
 
 TEST(EmbeddingStrategiesTest, HybridMatchesOneWorker) {
