@@ -222,6 +222,8 @@ TEST(CliTest, EmbeddingModelAndHybridBadInput) {
       "pass --data=zipf");
   ExpectCleanFailure(RunGradsync({"train", "--data=zipf"}),
                      "--data=zipf gives bags of ids for --model=embedding");
+  ExpectCleanFailure(RunGradsync(with({"train"}, {"--device=cuda"})),
+                     "--model=embedding runs on the CPU only");
   // The launcher refuses hybrid without servers before starting anything.
   ExpectCleanFailure(
       RunGradsync(with({"launch", "--workers=2", "--"}, {"--sync=hybrid"})),

@@ -303,6 +303,15 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
           " (synthetic: real sizes, emulated compute)"));
     }
   }
+  // Refused here, before any process starts, rather than at each worker's
+  // Bind (core/model/embedding_model.cc says why it is CPU only).
+  if (absl::GetFlag(FLAGS_model) == "embedding" &&
+      absl::GetFlag(FLAGS_device) != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model=embedding runs on the CPU only (its table lookup and "
+        "gradient scatter run on the host), not --device=",
+        absl::GetFlag(FLAGS_device), ": use --device=cpu"));
+  }
   // The cap becomes bytes (an int64): below one float it would mean no cap
   // at all (ParamLayout's one bucket, the opposite of a tiny cap), and above
   // 1 TiB the cast would overflow long before any model needs it.
