@@ -88,8 +88,7 @@ absl::Status HybridSync::Split(const ParamLayout& layout) {
 absl::Status HybridSync::Setup(const ParamLayout& layout, Device& device,
                                const SyncBuffers& buffers) {
   if (buffers.grads == nullptr || buffers.params == nullptr) {
-    return absl::InvalidArgumentError(
-        "--sync=hybrid needs both flat buffers");
+    return absl::InvalidArgumentError("--sync=hybrid needs both flat buffers");
   }
   RETURN_IF_ERROR(Split(layout));
   // Every rank sets the parts up in the same order (servers, then ring), so
@@ -98,11 +97,10 @@ absl::Status HybridSync::Setup(const ParamLayout& layout, Device& device,
     absl::StatusOr<ParamLayout> slice =
         layout.Slice(part.first_param, part.end_param);
     if (!slice.ok()) {
-      return Annotate(slice.status(), absl::StrCat("--sync=hybrid, ",
-                                                   part.name, " part"));
+      return Annotate(slice.status(),
+                      absl::StrCat("--sync=hybrid, ", part.name, " part"));
     }
-    SyncBuffers span{buffers.grads + part.offset,
-                     buffers.params + part.offset};
+    SyncBuffers span{buffers.grads + part.offset, buffers.params + part.offset};
     absl::Status status = part.sync->Setup(*slice, device, span);
     if (!status.ok()) {
       return Annotate(
@@ -142,8 +140,8 @@ absl::Status HybridSync::Finish(StepStats& stats) {
     StepStats part_stats;
     absl::Status status = part.sync->Finish(part_stats);
     if (!status.ok() && first_error.ok()) {
-      first_error = Annotate(
-          status, absl::StrCat("--sync=hybrid, ", part.name, " part"));
+      first_error =
+          Annotate(status, absl::StrCat("--sync=hybrid, ", part.name, " part"));
     }
     stats.bytes_sent += part_stats.bytes_sent;
     stats.bytes_recv += part_stats.bytes_recv;
@@ -188,8 +186,8 @@ absl::Status HybridSync::Shutdown() {
   for (Part& part : parts_) {
     absl::Status status = part.sync->Shutdown();
     if (!status.ok() && first_error.ok()) {
-      first_error = Annotate(
-          status, absl::StrCat("--sync=hybrid, ", part.name, " part"));
+      first_error =
+          Annotate(status, absl::StrCat("--sync=hybrid, ", part.name, " part"));
     }
   }
   return first_error;
@@ -198,12 +196,12 @@ absl::Status HybridSync::Shutdown() {
 std::string HybridSync::SummaryJson() const {
   const Part& sparse = parts_[kSparse];
   const Part& dense = parts_[kDense];
-  return absl::StrCat(
-      "{\"sparse_strategy\":\"", sparse.name, "\",\"dense_strategy\":\"",
-      dense.name, "\",\"sparse_bytes\":", sparse.numel * 4,
-      ",\"dense_bytes\":", dense.numel * 4, ",\"sparse\":",
-      sparse.sync->SummaryJson(), ",\"dense\":", dense.sync->SummaryJson(),
-      "}");
+  return absl::StrCat("{\"sparse_strategy\":\"", sparse.name,
+                      "\",\"dense_strategy\":\"", dense.name,
+                      "\",\"sparse_bytes\":", sparse.numel * 4,
+                      ",\"dense_bytes\":", dense.numel * 4,
+                      ",\"sparse\":", sparse.sync->SummaryJson(),
+                      ",\"dense\":", dense.sync->SummaryJson(), "}");
 }
 
 std::vector<std::string> HybridSync::TraceFiles() const {

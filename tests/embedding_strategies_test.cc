@@ -95,13 +95,12 @@ struct Worker {
     for (const Bucket& bucket : layout->buckets()) {
       waiting.push_back(static_cast<int>(bucket.params.size()));
     }
-    return model->ForwardBackward(
-        inputs, labels, batch, loss, [&](int param) {
-          const int bucket = layout->params()[param].bucket;
-          if (--waiting[bucket] == 0 && sync != nullptr) {
-            sync->BucketReady(bucket);
-          }
-        });
+    return model->ForwardBackward(inputs, labels, batch, loss, [&](int param) {
+      const int bucket = layout->params()[param].bucket;
+      if (--waiting[bucket] == 0 && sync != nullptr) {
+        sync->BucketReady(bucket);
+      }
+    });
   }
 
   // Plain SGD, so that untouched rows stay untouched.
@@ -172,8 +171,8 @@ std::vector<std::vector<float>> TwoWorkerParams(const std::string& strategy,
   }
   for (std::thread& thread : threads) thread.join();
   for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_TRUE(results[rank].ok()) << "worker " << rank << ": "
-                                    << results[rank];
+    EXPECT_TRUE(results[rank].ok())
+        << "worker " << rank << ": " << results[rank];
   }
   EXPECT_TRUE((*cluster)->Finish().ok());
   return params;
@@ -199,7 +198,8 @@ StepStats ExpectMatchesReference(const std::string& strategy, int servers) {
   int64_t mismatches = 0;
   for (size_t i = 0; i < reference.size(); ++i) {
     const float tolerance = 1e-5f + 1e-5f * std::abs(reference[i]);
-    if (std::abs(workers[0][i] - reference[i]) > tolerance && ++mismatches < 5) {
+    if (std::abs(workers[0][i] - reference[i]) > tolerance &&
+        ++mismatches < 5) {
       ADD_FAILURE() << strategy << ": parameter " << i << " is "
                     << workers[0][i] << ", the single worker's "
                     << reference[i];
@@ -260,10 +260,11 @@ TEST(EmbeddingStrategiesTest, HybridNeedsARowSparseTensorBesideDenseOnes) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("use --sync=ps"));
   // A table between dense tensors would split the dense part in two.
-  status = HybridSetup(
-      {{"a", {4}}, {"table", {10, 4}, 4}, {"b", {4}}}, "hybrid-middle");
+  status = HybridSetup({{"a", {4}}, {"table", {10, 4}, 4}, {"b", {4}}},
+                       "hybrid-middle");
   EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(status.message(), HasSubstr("consecutive at the start or the end"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("consecutive at the start or the end"));
 }
 
 TEST(EmbeddingStrategiesTest, HybridNeedsServers) {
@@ -278,8 +279,8 @@ TEST(EmbeddingStrategiesTest, HybridNeedsServers) {
   ASSERT_TRUE(sync.ok()) << sync.status();
   Worker worker;
   ASSERT_TRUE(worker.Start(1).ok());
-  const absl::Status status = (*sync)->Setup(
-      *worker.layout, *worker.device, {worker.grads, worker.params});
+  const absl::Status status = (*sync)->Setup(*worker.layout, *worker.device,
+                                             {worker.grads, worker.params});
   EXPECT_FALSE(status.ok());
   EXPECT_THAT(status.message(), HasSubstr("--sync=hybrid, the row-sparse"));
   EXPECT_THAT(status.message(), HasSubstr("needs parameter servers"));

@@ -48,8 +48,8 @@ absl::Status Validate(const ZipfBagsOptions& o) {
   }
   if (o.train_size < 1 || o.test_size < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("Zipf bags: ", o.train_size, " training and ",
-                     o.test_size, " test samples; need at least 1 of each"));
+        absl::StrCat("Zipf bags: ", o.train_size, " training and ", o.test_size,
+                     " test samples; need at least 1 of each"));
   }
   return absl::OkStatus();
 }
@@ -134,8 +134,8 @@ absl::StatusOr<DatasetPair> MakeZipfBags(const ZipfBagsOptions& options) {
   RETURN_IF_ERROR(Validate(options));
   const Structure structure = MakeStructure(options);
   DatasetPair pair;
-  pair.train = MakeSplit(options, structure, options.train_size, kTrain,
-                         "train");
+  pair.train =
+      MakeSplit(options, structure, options.train_size, kTrain, "train");
   pair.test = MakeSplit(options, structure, options.test_size, kTest, "test");
   return pair;
 }

@@ -76,8 +76,9 @@ TEST(ZipfBagsTest, TopIdsFollowTheZipfLaw) {
   // in its share 1/(r^s·H) of the draws (binomial spread below 1.5 %).
   std::vector<int64_t> by_count(o.vocabulary);
   for (int64_t i = 0; i < o.vocabulary; ++i) by_count[i] = i;
-  std::partial_sort(by_count.begin(), by_count.begin() + 5, by_count.end(),
-                    [&](int64_t a, int64_t b) { return counts[a] > counts[b]; });
+  std::partial_sort(
+      by_count.begin(), by_count.begin() + 5, by_count.end(),
+      [&](int64_t a, int64_t b) { return counts[a] > counts[b]; });
   for (int r = 1; r <= 5; ++r) {
     EXPECT_EQ(by_count[r - 1], ids[r - 1]) << "rank " << r;
     const double expected =

@@ -39,8 +39,14 @@ namespace gradsync {
 namespace {
 
 // Parameter indices in ParamSpecs() order.
-enum Param { kTable = 0, kHiddenWeight, kHiddenBias, kOutputWeight,
-             kOutputBias, kParamCount };
+enum Param {
+  kTable = 0,
+  kHiddenWeight,
+  kHiddenBias,
+  kOutputWeight,
+  kOutputBias,
+  kParamCount
+};
 
 class EmbeddingModel : public Model {
  public:
@@ -101,7 +107,8 @@ absl::Status EmbeddingModel::Bind(Device& device, const ParamLayout& layout,
                                   float* params, float* grads, int max_batch) {
   if (device.type() != DeviceType::kCpu) {
     return absl::UnimplementedError(absl::StrCat(
-        name(), " runs on the CPU only (its table lookup and gradient "
+        name(),
+        " runs on the CPU only (its table lookup and gradient "
         "scatter run on the host; the Device has no gather kernel): use "
         "--device=cpu"));
   }
@@ -191,12 +198,12 @@ void EmbeddingModel::RunForward(int batch) {
     for (int k = 0; k < d; ++k) out[k] *= scale;
   }
   const int h = options_.hidden, c = options_.num_classes;
-  device_->Gemm(false, true, batch, h, d, 1.0f, pooled_,
-                params_[kHiddenWeight], 0.0f, hidden_);
+  device_->Gemm(false, true, batch, h, d, 1.0f, pooled_, params_[kHiddenWeight],
+                0.0f, hidden_);
   device_->AddRowBias(hidden_, params_[kHiddenBias], batch, h);
   device_->ReluForward(hidden_, int64_t{batch} * h);
-  device_->Gemm(false, true, batch, c, h, 1.0f, hidden_,
-                params_[kOutputWeight], 0.0f, logits_);
+  device_->Gemm(false, true, batch, c, h, 1.0f, hidden_, params_[kOutputWeight],
+                0.0f, logits_);
   device_->AddRowBias(logits_, params_[kOutputBias], batch, c);
 }
 
@@ -290,9 +297,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEmbeddingModel(
     return refuse("a hidden layer", options.hidden, "--embedding_hidden");
   }
   if (options.num_classes < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("embedding model: ", options.num_classes,
-                     " classes; need at least 2"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "embedding model: ", options.num_classes, " classes; need at least 2"));
   }
   return std::unique_ptr<Model>(std::make_unique<EmbeddingModel>(options));
 }

@@ -83,9 +83,9 @@ TEST_F(EmbeddingModelTest, GradientsMatchCentralDifferences) {
   GradientCheckOptions options;
   options.step = 1e-2f;
   for (const ParamInfo& info : layout_->params()) {
-    ExpectGradientMatches(info.spec.name, params_ + info.offset, info.numel,
-                          analytic.data() + info.offset,
-                          [&] { return Loss(); }, options);
+    ExpectGradientMatches(
+        info.spec.name, params_ + info.offset, info.numel,
+        analytic.data() + info.offset, [&] { return Loss(); }, options);
   }
 }
 
