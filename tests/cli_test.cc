@@ -205,7 +205,7 @@ TEST(CliTest, ServerPlacementIsChecked) {
 
 TEST(CliTest, EmbeddingModelAndHybridBadInput) {
   const std::vector<std::string> embedding = {
-      "--model=embedding", "--data=zipf", "--synthetic_size=64",
+      "--model=embedding",     "--data=zipf",       "--synthetic_size=64",
       "--embedding_rows=1000", "--embedding_dim=4", "--epochs=1"};
   auto with = [&](std::vector<std::string> args,
                   const std::vector<std::string>& more) {
@@ -229,11 +229,12 @@ TEST(CliTest, EmbeddingModelAndHybridBadInput) {
       RunGradsync(with({"launch", "--workers=2", "--"}, {"--sync=hybrid"})),
       "--sync=hybrid sends the row-sparse tensors");
   // And starts servers for it.
-  ProcessResult hybrid = RunGradsync(
-      with({"launch", "--workers=2", "--servers=1", "--"},
-           {"--sync=hybrid", "--max_steps=2", "--momentum=0"}));
+  ProcessResult hybrid =
+      RunGradsync(with({"launch", "--workers=2", "--servers=1", "--"},
+                       {"--sync=hybrid", "--max_steps=2", "--momentum=0"}));
   EXPECT_EQ(hybrid.exit_code, 0) << hybrid.output;
-  EXPECT_THAT(hybrid.output, HasSubstr("--sync=hybrid, 2 worker(s), 1 server(s)"));
+  EXPECT_THAT(hybrid.output,
+              HasSubstr("--sync=hybrid, 2 worker(s), 1 server(s)"));
 }
 
 TEST(CliTest, DoctorListsTheStrategies) {

@@ -10,15 +10,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/data/cifar10_reader.h"
-#include "core/optim/checkpoint_path.h"
 #include "core/data/image_augmentation.h"
 #include "core/data/zipf_bags.h"
-#include "core/base/logging.h"
 #include "core/device/gpu_selection.h"
-#include "core/train/straggler.h"
 #include "core/model/synthetic_model.h"
+#include "core/optim/checkpoint_path.h"
+#include "core/train/straggler.h"
 #include "tools/cluster_flags.h"
 #include "tools/trace_flags.h"
 
@@ -60,8 +60,7 @@ ABSL_FLAG(std::string, model, "mlp",
 ABSL_FLAG(int64_t, embedding_rows, 100000,
           "--model=embedding and --data=zipf: rows of the embedding table "
           "(the ids' vocabulary)");
-ABSL_FLAG(int, embedding_dim, 32,
-          "--model=embedding: floats per table row");
+ABSL_FLAG(int, embedding_dim, 32, "--model=embedding: floats per table row");
 ABSL_FLAG(int, embedding_hidden, 64,
           "--model=embedding: width of the MLP head's hidden layer");
 ABSL_FLAG(int, bag_size, 16,
@@ -297,10 +296,12 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
     const std::vector<std::string> synthetic = SyntheticArchitectures();
     if (std::find(synthetic.begin(), synthetic.end(), model) ==
         synthetic.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--model=", model, " is not a model; choose one of mlp, cnn, "
-          "resnet18, embedding (computed for real) or ", absl::StrJoin(synthetic, ", "),
-          " (synthetic: real sizes, emulated compute)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--model=", model,
+                       " is not a model; choose one of mlp, cnn, "
+                       "resnet18, embedding (computed for real) or ",
+                       absl::StrJoin(synthetic, ", "),
+                       " (synthetic: real sizes, emulated compute)"));
     }
   }
   // Refused here, before any process starts, rather than at each worker's
@@ -376,8 +377,7 @@ bool UsesParameterServers(const std::string& sync) {
 
 bool IsSyntheticModelFlag() {
   const std::string model = absl::GetFlag(FLAGS_model);
-  return model != "mlp" && model != "embedding" &&
-         !IsConvolutionalModel(model);
+  return model != "mlp" && model != "embedding" && !IsConvolutionalModel(model);
 }
 
 namespace {
@@ -399,8 +399,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEmbeddingModelFromFlags(
   options.hidden = absl::GetFlag(FLAGS_embedding_hidden);
   options.bag_size = data.train.feature_dim;
   options.num_classes = data.train.num_classes;
-  ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                   CreateEmbeddingModel(options));
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateEmbeddingModel(options));
   const double momentum = absl::GetFlag(FLAGS_momentum);
   const double weight_decay = absl::GetFlag(FLAGS_weight_decay);
   const std::string optimizer = absl::GetFlag(FLAGS_optimizer);
@@ -561,7 +560,8 @@ absl::StatusOr<DatasetPair> LoadDatasetFromFlags() {
     if (absl::GetFlag(FLAGS_model) != "embedding") {
       return absl::InvalidArgumentError(absl::StrCat(
           "--data=zipf gives bags of ids for --model=embedding, not features "
-          "for --model=", absl::GetFlag(FLAGS_model)));
+          "for --model=",
+          absl::GetFlag(FLAGS_model)));
     }
     ZipfBagsOptions options;
     options.train_size = absl::GetFlag(FLAGS_synthetic_size);

@@ -128,9 +128,9 @@ absl::StatusOr<ParamLayout> ParamLayout::Slice(int first_param,
                                                int end_param) const {
   const int count = static_cast<int>(params_.size());
   if (first_param < 0 || end_param > count || first_param >= end_param) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parameter layout: cannot slice parameters [", first_param, ", ",
-        end_param, ") out of ", count));
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter layout: cannot slice parameters [", first_param,
+                     ", ", end_param, ") out of ", count));
   }
   ParamLayout slice;
   const int64_t base = params_[first_param].offset;
@@ -147,10 +147,10 @@ absl::StatusOr<ParamLayout> ParamLayout::Slice(int first_param,
     for (int p : bucket.params) inside += p >= first_param && p < end_param;
     if (inside == 0) continue;
     if (inside != static_cast<int>(bucket.params.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameter layout: bucket ", bucket.index,
-          " holds parameters on both sides of the slice [", first_param, ", ",
-          end_param, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter layout: bucket ", bucket.index,
+                       " holds parameters on both sides of the slice [",
+                       first_param, ", ", end_param, ")"));
     }
     Bucket sliced = bucket;
     sliced.index = static_cast<int>(slice.buckets_.size());

@@ -115,8 +115,7 @@ TEST(ParamLayoutTest, RowSparseParametersGetBucketsOfTheirOwn) {
 TEST(ParamLayoutTest, SliceKeepsWholeBucketsWithOffsetsFromItsStart) {
   // The embedding table first, as --sync=hybrid splits it off.
   const ParamLayout layout = MustCreate(
-      {{"embedding", {100, 8}, 8}, {"fc.weight", {4, 8}}, {"fc.bias", {4}}},
-      0);
+      {{"embedding", {100, 8}, 8}, {"fc.weight", {4, 8}}, {"fc.bias", {4}}}, 0);
   ASSERT_EQ(layout.buckets().size(), 2u);
   const absl::StatusOr<ParamLayout> table = layout.Slice(0, 1);
   ASSERT_TRUE(table.ok()) << table.status();
