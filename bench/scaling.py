@@ -565,7 +565,8 @@ def main():
                                      epilog=__doc__.split("\n", 2)[2])
     parser.add_argument("--strategies", default="ring,ps",
                         help="ring, ps, ps-colocated, ps-mixed (c workers serve beside K − c "
-                             "separate servers; K from --servers, c from --colocated)")
+                             "separate servers; K from --servers, c from --colocated), hybrid "
+                             "(embedding tables on K servers, the rest on the ring)")
     parser.add_argument("--workers", default="2,4", help="values of N")
     parser.add_argument("--servers", default="1,N",
                         help="values of K for ps; N means as many as workers")
@@ -574,7 +575,8 @@ def main():
                              "(N, N/2 allowed); points with c > K are left out")
     parser.add_argument("--models", default="custom:25:32",
                         help="resnet50, vgg16, bert-base, custom:MB[:TENSORS] (they sleep "
-                             "--compute_ms), mlp, resnet18, cnn (real forward and backward)")
+                             "--compute_ms), mlp, resnet18, cnn, embedding:ROWS:DIM (real "
+                             "forward and backward; the last on --data=zipf)")
     parser.add_argument("--links", default="1gbit",
                         help="RATE[,LATENCY] per link (emulated, root) or 'loopback'")
     parser.add_argument("--bucket_mb", default="25")
