@@ -56,6 +56,7 @@ STRATEGIES = collections.OrderedDict([
     ("ps-k1", Strategy("ps", "1", "PS K=1")),
     ("ps-kn", Strategy("ps", "N", "PS K=N")),
     ("ps-colocated", Strategy("ps-colocated", None, "PS colocated")),
+    ("hybrid-kn", Strategy("hybrid", "N", "hybrid: row-sparse to PS K=N, dense ring")),
 ])
 REFERENCE = "local"  # always run: the single-worker reference
 
@@ -98,9 +99,12 @@ def parse_netem(spec):
     return spec
 
 
-def parse_strategies(spec):
-    """'ring,ps-kn' -> ['ring', 'ps-kn'], in STRATEGIES' order; 'all' is all."""
+def parse_strategies(spec, model=None):
+    """'ring,ps-kn' -> ['ring', 'ps-kn'], in STRATEGIES' order; 'all' is all
+    that apply to `model`: hybrid only to a model with an embedding table."""
     if spec.strip() == "all":
+        if model is not None and not model.startswith("embedding"):
+            return [s for s in STRATEGIES if STRATEGIES[s].scaling != "hybrid"]
         return list(STRATEGIES)
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
@@ -184,7 +188,8 @@ def label(point):
 def latency_ms(point, link, num_buckets):
     """The α terms of the point's prediction: its time on a link of infinite
     bandwidth, one synchronization per bucket."""
-    if link is None or point["strategy"] == REFERENCE:
+    # hybrid has no α–β formula yet (bench/cost_model.py).
+    if link is None or point["strategy"] in (REFERENCE, "hybrid"):
         return 0.0
     fast = cost_model.Link(link.alpha_s, 1e30)
     per_bucket = cost_model.sync_time(point["strategy"], point["workers"], point["servers"],
@@ -348,7 +353,7 @@ def parse_args(argv):
                         help="after --: training flags for every job, or a training command")
     args = parser.parse_args(argv)
     args.link = parse_netem(args.netem)
-    args.strategy_names = parse_strategies(args.strategies)
+    args.strategy_names = parse_strategies(args.strategies, args.model)
     args.worker_counts = parse_workers(args.workers)
     args.command = scaling.worker_command(args.extra)
     if args.command:

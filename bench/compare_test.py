@@ -35,6 +35,9 @@ class ParsingTest(unittest.TestCase):
 
     def test_strategies(self):
         self.assertEqual(compare.parse_strategies("all"), list(compare.STRATEGIES))
+        # hybrid needs a row-sparse tensor: 'all' leaves it out for other models.
+        self.assertNotIn("hybrid-kn", compare.parse_strategies("all", "custom:25:32"))
+        self.assertIn("hybrid-kn", compare.parse_strategies("all", "embedding:100000:32"))
         # STRATEGIES' order, whatever the order given.
         self.assertEqual(compare.parse_strategies("ps-kn,ring"), ["ring", "ps-kn"])
         with self.assertRaises(compare.UsageError) as raised:

@@ -77,9 +77,16 @@ def parse_model(spec):
     if spec in REAL_MODEL_BYTES:
         return spec, REAL_MODEL_BYTES[spec], [f"--model={spec}"]
     parts = spec.split(":")
+    if parts[0] == "embedding" and len(parts) == 3:
+        # The embedding model over Zipf bags (real compute): a V x D table
+        # with a row-sparse gradient, and its 64-wide two-class head.
+        rows, dim = int(parts[1]), int(parts[2])
+        params = rows * dim + 64 * dim + 64 + 2 * 64 + 2
+        return (f"embedding-{rows}x{dim}", params * 4,
+                ["--model=embedding", f"--embedding_rows={rows}", f"--embedding_dim={dim}"])
     if parts[0] != "custom" or len(parts) not in (2, 3):
         sys.exit(f"scaling: model '{spec}' is not resnet50, vgg16, bert-base, "
-                 "custom:MB[:TENSORS], mlp, resnet18 or cnn")
+                 "custom:MB[:TENSORS], mlp, resnet18, cnn or embedding:ROWS:DIM")
     params = int(float(parts[1]) * 1e6 / 4)
     tensors = int(parts[2]) if len(parts) == 3 else 32
     return (f"custom-{parts[1]}MB", params * 4,
@@ -139,7 +146,7 @@ def enumerate_points(args):
             buckets = [0.0] if command else [float(b) for b in args.bucket_mb.split(",")]
             for bucket_mb in buckets:
                 compute_values = [float(c) for c in args.compute_ms.split(",")]
-                if label in REAL_MODEL_BYTES or command:
+                if label in REAL_MODEL_BYTES or command or label.startswith("embedding-"):
                     compute_values = [0.0]  # they compute for real
                 for compute_ms in compute_values:
                     group = dict(model=label, model_bytes=model_bytes, model_flags=model_flags,
@@ -252,11 +259,12 @@ def strategy_points(group, strategy, n, servers_spec, colocated_spec=""):
                 if n > 2 and n % 2 == 0 else [])
     if strategy == "ps-colocated":
         return [dict(group, strategy="ps-colocated", workers=n, servers=n)]
-    if strategy == "ps":
+    if strategy in ("ps", "hybrid"):
+        # hybrid: the row-sparse tensors on K servers, the rest on the ring.
         ks = sorted({n if k == "N" else int(k) for k in servers_spec.split(",")})
-        return [dict(group, strategy="ps", workers=n, servers=k) for k in ks if k >= 1]
+        return [dict(group, strategy=strategy, workers=n, servers=k) for k in ks if k >= 1]
     sys.exit(f"scaling: unknown strategy '{strategy}' (ring, halving_doubling, tree, "
-             "hierarchical, allreduce, ps, ps-colocated, ps-mixed)")
+             "hierarchical, allreduce, ps, ps-colocated, ps-mixed, hybrid)")
 
 
 def memory_estimate_gb(point):
@@ -287,7 +295,7 @@ def run_job(point, run_dir, args):
     """Runs one repeat; returns its summary.json (dict) or None on failure."""
     launch = [GRADSYNC, "launch", f"--workers={point['workers']}", f"--run_dir={run_dir}",
               f"--job_deadline_s={args.deadline_s}"]
-    if point["strategy"] == "ps":
+    if point["strategy"] in ("ps", "hybrid"):
         launch.append(f"--servers={point['servers']}")
     if point["strategy"] == "ps-mixed" and point["servers"] > point["colocated"]:
         launch.append(f"--servers={point['servers'] - point['colocated']}")
@@ -295,7 +303,8 @@ def run_job(point, run_dir, args):
         launch.append(f"--netem={point['link']}")
     sync = {"local": "local", "ring": "ring", "ps": "ps", "ps-colocated": "ps",
             "ps-mixed": "ps", "halving_doubling": "halving_doubling", "tree": "tree",
-            "hierarchical": "hierarchical", "allreduce": "allreduce"}[point["strategy"]]
+            "hierarchical": "hierarchical", "allreduce": "allreduce",
+            "hybrid": "hybrid"}[point["strategy"]]
     command = worker_command(args.extra)
     env = None
     if command:
@@ -344,9 +353,11 @@ def command_job(command, sync, args):
 
 def training_flags(sync, point, args):
     """`-- FLAGS` of a `gradsync train` job."""
+    # The embedding model reads bags of ids (--data=zipf), not features.
+    data = "--data=zipf" if point["model"].startswith("embedding-") else "--data=synthetic"
     training = ["--", f"--sync={sync}", *point["model_flags"],
                 f"--compute_ms={point['compute_ms']:g}", f"--bucket_mb={point['bucket_mb']:g}",
-                "--data=synthetic", f"--synthetic_size={args.batch_size * 64}",
+                data, f"--synthetic_size={args.batch_size * 64}",
                 f"--batch_size={args.batch_size}", "--epochs=100000",
                 f"--max_steps={args.steps}", f"--warmup_steps={args.warmup}",
                 "--progress=false", "--timeout_s=120"]
@@ -555,7 +566,8 @@ def add_references_and_predictions(points, links, layouts, extra_flags=()):
             p["efficiency"] = ref["step_ms"] / p["step_ms"]
         link = links.get(p["link"])
         layout = layouts.get(group_key(p))
-        if link is None or layout is None or p["strategy"] == "local":
+        # hybrid has no α–β formula yet (bench/cost_model.py): no prediction.
+        if link is None or layout is None or p["strategy"] in ("local", "hybrid"):
             continue
         p.update(cost_model.predict(p, link, layout["bucket_bytes"], ref["measured_compute_ms"],
                                     ref["step_ms"], layout["last_tensor_bytes"],
@@ -680,7 +692,8 @@ def main():
                                      epilog=__doc__.split("\n", 2)[2])
     parser.add_argument("--strategies", default="ring,ps",
                         help="ring, ps, ps-colocated, ps-mixed (c workers serve beside K − c "
-                             "separate servers; K from --servers, c from --colocated)")
+                             "separate servers; K from --servers, c from --colocated), hybrid "
+                             "(embedding tables on K servers, the rest on the ring)")
     parser.add_argument("--workers", default="2,4", help="values of N")
     parser.add_argument("--servers", default="1,N",
                         help="values of K for ps; N means as many as workers")
@@ -689,7 +702,8 @@ def main():
                              "(N, N/2 allowed); points with c > K are left out")
     parser.add_argument("--models", default="custom:25:32",
                         help="resnet50, vgg16, bert-base, custom:MB[:TENSORS] (they sleep "
-                             "--compute_ms), mlp, resnet18, cnn (real forward and backward)")
+                             "--compute_ms), mlp, resnet18, cnn, embedding:ROWS:DIM (real "
+                             "forward and backward; the last on --data=zipf)")
     parser.add_argument("--links", default="1gbit",
                         help="RATE[,LATENCY] per link (emulated, root) or 'loopback'")
     parser.add_argument("--bucket_mb", default="25")

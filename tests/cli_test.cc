@@ -227,6 +227,40 @@ TEST(CliTest, ServerPlacementIsChecked) {
       "--ps_colocated_servers=2 must be in [0, 1]");
 }
 
+TEST(CliTest, EmbeddingModelAndHybridBadInput) {
+  const std::vector<std::string> embedding = {
+      "--model=embedding",     "--data=zipf",       "--synthetic_size=64",
+      "--embedding_rows=1000", "--embedding_dim=4", "--epochs=1"};
+  auto with = [&](std::vector<std::string> args,
+                  const std::vector<std::string>& more) {
+    args.insert(args.end(), embedding.begin(), embedding.end());
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  ExpectCleanFailure(RunGradsync(with({"train"}, {"--embedding_rows=0"})),
+                     "vocabulary of 0 ids");
+  ExpectCleanFailure(RunGradsync(with({"train"}, {"--embedding_dim=0"})),
+                     "must be at least 1 (--embedding_dim)");
+  ExpectCleanFailure(
+      RunGradsync({"train", "--model=embedding", "--data=synthetic"}),
+      "pass --data=zipf");
+  ExpectCleanFailure(RunGradsync({"train", "--data=zipf"}),
+                     "--data=zipf gives bags of ids for --model=embedding");
+  ExpectCleanFailure(RunGradsync(with({"train"}, {"--device=cuda"})),
+                     "--model=embedding runs on the CPU only");
+  // The launcher refuses hybrid without servers before starting anything.
+  ExpectCleanFailure(
+      RunGradsync(with({"launch", "--workers=2", "--"}, {"--sync=hybrid"})),
+      "--sync=hybrid sends the row-sparse tensors");
+  // And starts servers for it.
+  ProcessResult hybrid =
+      RunGradsync(with({"launch", "--workers=2", "--servers=1", "--"},
+                       {"--sync=hybrid", "--max_steps=2", "--momentum=0"}));
+  EXPECT_EQ(hybrid.exit_code, 0) << hybrid.output;
+  EXPECT_THAT(hybrid.output,
+              HasSubstr("--sync=hybrid, 2 worker(s), 1 server(s)"));
+}
+
 TEST(CliTest, DoctorListsTheStrategies) {
   ProcessResult result = RunGradsync({"doctor"});
   EXPECT_THAT(result.output, HasSubstr("strategies"));

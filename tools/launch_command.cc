@@ -565,11 +565,23 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
     RETURN_IF_ERROR(ScaleLearningRate(trainer.optimizer.lr,
                                       trainer.lr_scaling, workers * node.nnodes)
                         .status());
-    if (servers > 0 && absl::GetFlag(FLAGS_sync) != "ps") {
+    if (servers > 0 && !UsesParameterServers(absl::GetFlag(FLAGS_sync))) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--servers=", servers, " starts parameter servers, but --sync=",
           absl::GetFlag(FLAGS_sync),
-          " does not use them: drop --servers, or pass --sync=ps after --"));
+          " does not use them: drop --servers, or pass --sync=ps (or "
+          "--sync=hybrid) after --"));
+    }
+    if (absl::GetFlag(FLAGS_sync) == "hybrid" && servers == 0) {
+      ASSIGN_OR_RETURN(const int colocated,
+                       ColocatedServersFromFlags(workers * node.nnodes));
+      if (colocated == 0) {
+        return absl::InvalidArgumentError(
+            "--sync=hybrid sends the row-sparse tensors (embedding tables) "
+            "to parameter servers, but this job has none: pass "
+            "--servers=K to gradsync launch, or --ps_colocate (or "
+            "--ps_colocated_servers=k) after --");
+      }
     }
   }
   if (const int port = absl::GetFlag(FLAGS_master_port);
@@ -594,7 +606,7 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   }
   // Where the parameter servers run, checked once here rather than by
   // every worker and server after the job has started.
-  if (!command && absl::GetFlag(FLAGS_sync) == "ps") {
+  if (!command && UsesParameterServers(absl::GetFlag(FLAGS_sync))) {
     RETURN_IF_ERROR(
         CheckServerPlacement(workers * node.nnodes, servers * node.nnodes));
   }

@@ -124,6 +124,46 @@ absl::StatusOr<ParamLayout> ParamLayout::Create(std::vector<ParamSpec> specs,
   return layout;
 }
 
+absl::StatusOr<ParamLayout> ParamLayout::Slice(int first_param,
+                                               int end_param) const {
+  const int count = static_cast<int>(params_.size());
+  if (first_param < 0 || end_param > count || first_param >= end_param) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter layout: cannot slice parameters [", first_param,
+                     ", ", end_param, ") out of ", count));
+  }
+  ParamLayout slice;
+  const int64_t base = params_[first_param].offset;
+  for (int p = first_param; p < end_param; ++p) {
+    ParamInfo info = params_[p];
+    info.offset -= base;
+    info.bucket = -1;
+    slice.params_.push_back(std::move(info));
+  }
+  slice.total_numel_ =
+      params_[end_param - 1].offset + params_[end_param - 1].numel - base;
+  for (const Bucket& bucket : buckets_) {
+    int inside = 0;
+    for (int p : bucket.params) inside += p >= first_param && p < end_param;
+    if (inside == 0) continue;
+    if (inside != static_cast<int>(bucket.params.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter layout: bucket ", bucket.index,
+                       " holds parameters on both sides of the slice [",
+                       first_param, ", ", end_param, ")"));
+    }
+    Bucket sliced = bucket;
+    sliced.index = static_cast<int>(slice.buckets_.size());
+    sliced.offset -= base;
+    for (int& p : sliced.params) {
+      p -= first_param;
+      slice.params_[p].bucket = sliced.index;
+    }
+    slice.buckets_.push_back(std::move(sliced));
+  }
+  return slice;
+}
+
 std::string ParamLayout::Describe() const {
   std::vector<std::string> lines;
   lines.reserve(buckets_.size());

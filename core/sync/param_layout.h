@@ -59,6 +59,13 @@ class ParamLayout {
   int64_t total_numel() const { return total_numel_; }
   int64_t total_bytes() const { return total_numel_ * 4; }
 
+  // The parameters [first_param, end_param) as a layout of their own, for a
+  // strategy that moves only part of the model (--sync=hybrid): offsets
+  // counted from the first one's, and the buckets that lie wholly inside the
+  // range, in the same order and renumbered from 0. An empty range, or a
+  // bucket that holds parameters on both sides of an edge, is an error.
+  absl::StatusOr<ParamLayout> Slice(int first_param, int end_param) const;
+
   // One line per bucket, for logs: "bucket 0: 2 params, 10.0 KiB [fc3.bias
   // fc3.weight]".
   std::string Describe() const;

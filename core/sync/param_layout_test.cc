@@ -112,6 +112,32 @@ TEST(ParamLayoutTest, RowSparseParametersGetBucketsOfTheirOwn) {
   EXPECT_FALSE(ParamLayout::Create({{"bad", {10, 3}, 4}}, 0).ok());
 }
 
+TEST(ParamLayoutTest, SliceKeepsWholeBucketsWithOffsetsFromItsStart) {
+  // The embedding table first, as --sync=hybrid splits it off.
+  const ParamLayout layout = MustCreate(
+      {{"embedding", {100, 8}, 8}, {"fc.weight", {4, 8}}, {"fc.bias", {4}}}, 0);
+  ASSERT_EQ(layout.buckets().size(), 2u);
+  const absl::StatusOr<ParamLayout> table = layout.Slice(0, 1);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->total_numel(), 800);
+  ASSERT_EQ(table->buckets().size(), 1u);
+  EXPECT_EQ(table->buckets()[0].index, 0);
+  EXPECT_EQ(table->buckets()[0].sparse_row_width, 8);
+  EXPECT_EQ(table->params()[0].bucket, 0);
+  const absl::StatusOr<ParamLayout> head = layout.Slice(1, 3);
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->total_numel(), 36);
+  EXPECT_EQ(head->params()[0].offset, 0);
+  EXPECT_EQ(head->params()[1].offset, 32);
+  ASSERT_EQ(head->buckets().size(), 1u);
+  EXPECT_EQ(head->buckets()[0].offset, 0);
+  EXPECT_EQ(head->buckets()[0].params, Indices({1, 0}));
+  // A bucket cut in two, and empty or outside ranges, are refused.
+  EXPECT_FALSE(layout.Slice(1, 2).ok());
+  EXPECT_FALSE(layout.Slice(1, 1).ok());
+  EXPECT_FALSE(layout.Slice(0, 4).ok());
+}
+
 // The invariants every strategy relies on, over a range of caps.
 TEST(ParamLayoutTest, BucketsTileTheBufferContiguouslyFromTheEnd) {
   std::vector<ParamSpec> specs;
