@@ -353,9 +353,12 @@ def parse_args(argv):
                         help="after --: training flags for every job, or a training command")
     args = parser.parse_args(argv)
     args.link = parse_netem(args.netem)
-    args.strategy_names = parse_strategies(args.strategies, args.model)
-    args.worker_counts = parse_workers(args.workers)
     args.command = scaling.worker_command(args.extra)
+    # Without a command the model is --model or the default; a command's
+    # strategies are narrowed by check_command below.
+    args.strategy_names = parse_strategies(
+        args.strategies, args.model if args.command else (args.model or DEFAULT_MODEL))
+    args.worker_counts = parse_workers(args.workers)
     if args.command:
         check_command(args)
         args.model_label = scaling.command_model(args.command)
