@@ -7,7 +7,10 @@
 // Gradients are small integers, so the sums are exact whatever order the
 // pushes arrive in, and results are compared bit for bit (onebit's scales
 // are means, so its sums are compared within float rounding).
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -18,6 +21,7 @@
 #include "core/device/device.h"
 #include "core/optim/optimizer.h"
 #include "core/sync/compression.h"
+#include "core/sync/error_feedback.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/key_encoding.h"
@@ -46,6 +50,12 @@ struct Job {
   bool table = false;  // add a row-sparse embedding table
   // Only the table: the layout --sync=hybrid gives the servers.
   bool table_only = false;
+  // Steps to run, numbered from schedule.start_step (a resumed run).
+  int steps = kSteps;
+  TrainingSchedule schedule;
+  absl::Duration timeout = absl::Seconds(20);
+  // A worker is meant to fail: the servers then never hear every Shutdown.
+  bool fails = false;
 };
 
 std::vector<ParamSpec> Specs(const Job& job) {
@@ -113,12 +123,14 @@ WorkerResult RunWorker(LoopbackCluster& cluster, const Job& job, int rank) {
   if (!device.ok()) return {device.status()};
   std::vector<float> params(layout->total_numel(), 0.5f);
   std::vector<float> grads(layout->total_numel());
+  (*sync)->SetTrainingSchedule(job.schedule);
   absl::Status status =
       (*sync)->Setup(*layout, **device, {grads.data(), params.data()});
   if (!status.ok()) return {status};
-  for (int step = 0; step < kSteps && status.ok(); ++step) {
+  for (int step = 0; step < job.steps && status.ok(); ++step) {
     // Into the buffer Setup was given (assigning would replace it).
-    const std::vector<float> step_grads = Gradients(*layout, rank, step);
+    const std::vector<float> step_grads = Gradients(
+        *layout, rank, static_cast<int>(job.schedule.start_step) + step);
     std::copy(step_grads.begin(), step_grads.end(), grads.begin());
     for (const Bucket& bucket : layout->buckets()) {
       (*sync)->BucketReady(bucket.index);
@@ -140,6 +152,7 @@ std::vector<WorkerResult> RunJob(const Job& job) {
   options.num_workers = job.workers;
   options.num_servers = job.servers;
   options.job_id = "ps-compression-test";
+  options.timeout = job.timeout;
   options.message_bytes = kMessageBytes;
   absl::StatusOr<std::unique_ptr<LoopbackCluster>> cluster =
       LoopbackCluster::Start(options);
@@ -151,7 +164,8 @@ std::vector<WorkerResult> RunJob(const Job& job) {
     threads.emplace_back([&, r] { results[r] = RunWorker(**cluster, job, r); });
   }
   for (std::thread& thread : threads) thread.join();
-  EXPECT_TRUE((*cluster)->Finish().ok());
+  const absl::Status finished = (*cluster)->Finish();
+  if (!job.fails) EXPECT_TRUE(finished.ok()) << finished;
   return results;
 }
 
@@ -384,6 +398,55 @@ INSTANTIATE_TEST_SUITE_P(WorkersServers, PsCompressionTest,
                                            std::make_tuple(2, 2),
                                            std::make_tuple(3, 1),
                                            std::make_tuple(3, 2)));
+
+// The error-feedback residual is saved beside the trainer's checkpoints by
+// every worker and restored on --resume: two steps, a resume, two more give
+// the gradients of four straight steps; a lost residual file is refused.
+TEST(PsCompressionResumeTest, ResidualSurvivesACheckpointOnEveryWorker) {
+  Job straight;
+  straight.workers = 2;
+  straight.servers = 2;
+  straight.compression = "topk:0.2";
+  straight.steps = 4;
+  const std::vector<WorkerResult> whole = RunJob(straight);
+  ASSERT_EQ(whole.size(), 2u);
+  ASSERT_TRUE(whole[0].status.ok()) << whole[0].status;
+
+  const std::string path = absl::StrCat(testing::TempDir(), "/ps_resume_",
+                                        ::getpid(), ".ckpt");
+  Job first = straight;
+  first.steps = 2;
+  first.schedule.checkpoint_path = path;
+  first.schedule.checkpoint_every = 2;
+  first.schedule.steps_per_epoch = 100;
+  first.schedule.total_steps = 4;
+  for (const WorkerResult& result : RunJob(first)) {
+    ASSERT_TRUE(result.status.ok()) << result.status;
+  }
+  Job second = first;
+  second.schedule.resume = true;
+  second.schedule.start_step = 2;
+  const std::vector<WorkerResult> resumed = RunJob(second);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status;
+    ASSERT_EQ(resumed[r].per_step.size(), 2u);
+    EXPECT_EQ(resumed[r].per_step[0], whole[r].per_step[2]) << "worker " << r;
+    EXPECT_EQ(resumed[r].per_step[1], whole[r].per_step[3]) << "worker " << r;
+  }
+  const std::string lost = ErrorFeedback::PathFor(path, 1);
+  ASSERT_EQ(std::remove(lost.c_str()), 0);
+  std::remove((lost + ".previous").c_str());
+  second.timeout = absl::Seconds(3);  // worker 0 waits for worker 1 in vain
+  second.fails = true;
+  const std::vector<WorkerResult> refused = RunJob(second);
+  ASSERT_EQ(refused.size(), 2u);
+  ASSERT_FALSE(refused[1].status.ok());
+  EXPECT_THAT(std::string(refused[1].status.message()), HasSubstr(lost));
+  for (int r = 0; r < 2; ++r) {
+    std::remove(ErrorFeedback::PathFor(path, r).c_str());
+    std::remove((ErrorFeedback::PathFor(path, r) + ".previous").c_str());
+  }
+}
 
 TEST(PsCompressionRefusalTest, TopKPullNeedsSparseCompressionAndWorkerMode) {
   SyncContext context;
