@@ -14,6 +14,7 @@
 #include "allreduce/tree_allreduce.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/base/status_macros.h"
 #include "core/sync/gradient_sync.h"
 
 namespace gradsync {
@@ -37,8 +38,9 @@ absl::StatusOr<std::unique_ptr<GradientSync>> MakeSync(
         " is not built for --sync=", strategy.name,
         "; use --sync=ring or --sync=ps"));
   }
+  ASSIGN_OR_RETURN(RingSyncOptions options, RingSyncOptionsFromFlags());
   return std::unique_ptr<GradientSync>(
-      new RingSync(context, RingSyncOptionsFromFlags(), std::move(strategy)));
+      new RingSync(context, options, std::move(strategy)));
 }
 
 absl::StatusOr<std::unique_ptr<GradientSync>> CreateHalvingDoublingSync(

@@ -11,7 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
+#include "allreduce/ring_flags.h"
 #include "allreduce/ring_sync.h"
 #include "allreduce/ring_test_cluster.h"
 #include "core/base/status_macros.h"
@@ -401,6 +404,28 @@ TEST(RowSparseTest, FewRowsAreGatheredAndManyGoThroughTheDenseRing) {
     EXPECT_LT((*runs)[0].stats[0].bytes_sent * 4,
               (*runs)[0].stats[1].bytes_sent);
   }
+  // --ring_row_sparse pins one route for both steps, with the same sums.
+  for (const auto& [route, gathered] :
+       {std::pair<std::string, int>{"dense", 0}, {"gather", 2}}) {
+    absl::FlagSaver saver;
+    absl::SetFlag(&FLAGS_ring_row_sparse, route);
+    auto runs = RunJob("ring", 2, "none", *layout, 2, gradient);
+    ASSERT_TRUE(runs.ok()) << runs.status();
+    nlohmann::json summary = nlohmann::json::parse((*runs)[0].summary);
+    EXPECT_EQ(summary["row_sparse_buckets_gathered"], gathered) << route;
+    EXPECT_EQ(summary["row_sparse_buckets_dense"], 2 - gathered) << route;
+    for (int64_t i = 0; i < layout->total_numel(); ++i) {
+      const float sum = gradient(0, 0, i) + gradient(0, 1, i);
+      ASSERT_EQ((*runs)[1].grads[0][i], sum * 0.5f) << route << " " << i;
+    }
+  }
+  absl::FlagSaver saver;
+  absl::SetFlag(&FLAGS_ring_row_sparse, "sometimes");
+  SyncContext context;
+  auto refused = GradientSyncRegistry::Create("ring", context);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("--ring_row_sparse=sometimes: use auto, gather or dense"));
 }
 
 // A run resumed from a checkpoint continues the error feedback exactly: the

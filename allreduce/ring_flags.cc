@@ -18,6 +18,15 @@ ABSL_FLAG(int, ring_socket_buffer_kb, 4096,
           "SO_SNDBUF/SO_RCVBUF of each ring connection in KiB; 0 keeps the "
           "kernel's TCP buffer autotuning");
 
+// auto is the fewer bytes on the busiest link, which is what the ring should
+// do; gather and dense pin one route, for a study that compares them.
+ABSL_FLAG(std::string, ring_row_sparse, "auto",
+          "row-sparse buckets (an embedding table's gradient) on the ring "
+          "family: auto (all-gather the touched rows when that puts fewer "
+          "bytes on the busiest link than the dense all-reduce, decided from "
+          "every rank's row count), gather (always), dense (always: the "
+          "table densified, as a plain all-reduce does)");
+
 // 0 takes the job's own grouping: the processes that share this host
 // (LOCAL_WORLD_SIZE, set by `gradsync launch --nnodes`, torchrun, Slurm or
 // Open MPI). A positive value emulates hosts of that many consecutive ranks,

@@ -20,8 +20,19 @@
 #include "nlohmann/json.hpp"
 
 namespace gradsync {
-RingSyncOptions RingSyncOptionsFromFlags() {
+absl::StatusOr<RingSyncOptions> RingSyncOptionsFromFlags() {
   RingSyncOptions options;
+  const std::string route = absl::GetFlag(FLAGS_ring_row_sparse);
+  if (route == "auto") {
+    options.row_sparse = RingSyncOptions::RowSparseRoute::kAuto;
+  } else if (route == "gather") {
+    options.row_sparse = RingSyncOptions::RowSparseRoute::kGather;
+  } else if (route == "dense") {
+    options.row_sparse = RingSyncOptions::RowSparseRoute::kDense;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ring_row_sparse=", route, ": use auto, gather or dense"));
+  }
   options.chunk_bytes = int64_t{absl::GetFlag(FLAGS_ring_chunk_kb)} << 10;
   // (This Abseil keeps IsSpecifiedOnCommandLine private: a value other than
   // the default is what a flag changed.)
@@ -115,7 +126,12 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
         });
   }
   if (context_.identity.rank == 0) {
-    RecordSetting("ring_chunk_kb", options_.chunk_bytes / 1024.0,
+    // The chunk the ring runs with: RingAllReduce rounds the option to
+    // whole floats per rank.
+    const int64_t chunk_bytes = plain_ring_ != nullptr
+                                    ? plain_ring_->chunk_bytes()
+                                    : options_.chunk_bytes;
+    RecordSetting("ring_chunk_kb", chunk_bytes / 1024.0,
                   options_.chunk_source);
   }
   if (context_.identity.world_size > 1) {
@@ -368,7 +384,12 @@ absl::Status RingSync::ReduceRowSparse(int bucket, const Span& span,
   // dense ring 2(N-1)/N of the bucket's float32 bytes.
   const double gather_link_bytes = static_cast<double>(total - smallest);
   const double dense_link_bytes = 2.0 * (n - 1) / n * 4.0 * span.numel;
-  if (gather_link_bytes < dense_link_bytes) {
+  using Route = RingSyncOptions::RowSparseRoute;
+  const bool gather =
+      options_.row_sparse == Route::kGather ||
+      (options_.row_sparse == Route::kAuto &&
+       gather_link_bytes < dense_link_bytes);
+  if (gather) {
     bucket_row_sparse_ = 1;
     return GatherAndSum(rows, Encoding::kSparse, bucket, span, data, scale);
   }
@@ -455,8 +476,8 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreateRingSync(
         " workers needs the coordinator to find the ring neighbours"));
   }
   // Every method is built on the ring (ring_sync.h).
-  return std::unique_ptr<GradientSync>(
-      new RingSync(context, RingSyncOptionsFromFlags()));
+  ASSIGN_OR_RETURN(RingSyncOptions options, RingSyncOptionsFromFlags());
+  return std::unique_ptr<GradientSync>(new RingSync(context, options));
 }
 
 }  // namespace

@@ -68,10 +68,14 @@ struct RingSyncOptions {
   std::string chunk_source =
       "default: 256 KiB, a system call's and L2's size, measured within 2% "
       "of the best chunk at 100 Mbit/s and 1 Gbit/s (docs/compare.md)";
+  // Row-sparse buckets: all-gather the touched rows or all-reduce densely.
+  enum class RowSparseRoute { kAuto, kGather, kDense };
+  RowSparseRoute row_sparse = RowSparseRoute::kAuto;
 };
 
-// From --ring_chunk_kb and --ring_socket_buffer_kb.
-RingSyncOptions RingSyncOptionsFromFlags();
+// From --ring_chunk_kb, --ring_socket_buffer_kb and --ring_row_sparse
+// (InvalidArgument naming the flag for a value it does not know).
+absl::StatusOr<RingSyncOptions> RingSyncOptionsFromFlags();
 
 // Which all-reduce of the family a RingSync runs.
 struct AllReduceStrategy {
