@@ -23,7 +23,7 @@ namespace gradsync {
 
 // One of cuDNN's answers for one algorithm of one direction.
 struct ConvolutionAlgorithmResult {
-  int algorithm = 0;     // cuDNN's enum value (cudnnConvolution*Algo_t)
+  int algorithm = 0;       // cuDNN's enum value (cudnnConvolution*Algo_t)
   bool supported = false;  // cuDNN reported CUDNN_STATUS_SUCCESS for it
   float time_ms = -1.0f;   // measured time; negative where only ranked
   size_t workspace_bytes = 0;

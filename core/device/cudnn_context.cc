@@ -55,12 +55,11 @@ absl::StatusOr<std::unique_ptr<CudnnContext>> CudnnContext::Create(
   CUDNN_RETURN_IF_ERROR(cudnnCreate(&handle), where);
   std::unique_ptr<CudnnContext> context;
   size_t free_bytes = 0, total_bytes = 0;
-  const absl::Status memory_status =
-      CudaCallStatus(cudaMemGetInfo(&free_bytes, &total_bytes),
-                     "cudaMemGetInfo", where);
+  const absl::Status memory_status = CudaCallStatus(
+      cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo", where);
   // Owned from here on, so that an error below destroys the handle.
-  context.reset(new CudnnContext(device, handle,
-                                 ConvolutionWorkspaceLimit(free_bytes)));
+  context.reset(
+      new CudnnContext(device, handle, ConvolutionWorkspaceLimit(free_bytes)));
   RETURN_IF_ERROR(memory_status);
   CUDNN_RETURN_IF_ERROR(cudnnSetStream(handle, device.stream()), where);
   GS_LOG(INFO) << where << ": cuDNN " << cudnnGetVersion()

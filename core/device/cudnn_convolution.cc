@@ -19,9 +19,9 @@ constexpr cudnnMathType_t kMath = CUDNN_FMA_MATH;
 cudnnStatus_t SetTensor(cudnnTensorDescriptor_t descriptor,
                         const CudnnTensorShape& shape) {
   return cudnnSetTensor4dDescriptorEx(
-      descriptor, CUDNN_DATA_FLOAT, shape.dims[0], shape.dims[1],
-      shape.dims[2], shape.dims[3], shape.strides[0], shape.strides[1],
-      shape.strides[2], shape.strides[3]);
+      descriptor, CUDNN_DATA_FLOAT, shape.dims[0], shape.dims[1], shape.dims[2],
+      shape.dims[3], shape.strides[0], shape.strides[1], shape.strides[2],
+      shape.strides[3]);
 }
 
 // cuDNN's perf results of any direction as the picker's plain structs; the
@@ -45,12 +45,13 @@ absl::StatusOr<std::vector<ConvolutionAlgorithmResult>> ToResults(
     if (result.supported) {
       size_t bytes = 0;
       const cudnnStatus_t status = workspace(perf[i].algo, &bytes);
-      if (static_cast<int>(status) / 1000 == 3) {  // CUDNN_STATUS_NOT_SUPPORTED*
+      if (static_cast<int>(status) / 1000 ==
+          3) {  // CUDNN_STATUS_NOT_SUPPORTED*
         result.supported = false;
       } else {
         RETURN_IF_ERROR(CudnnCallStatus(
-            status, absl::StrCat(query_name, "(algorithm ", result.algorithm,
-                                 ")"),
+            status,
+            absl::StrCat(query_name, "(algorithm ", result.algorithm, ")"),
             where));
         result.workspace_bytes = bytes;
       }
@@ -126,11 +127,10 @@ absl::Status CudnnConvolution::Build() {
   // cuDNN's idea of the output must be the layer's (the plan's test checks
   // the formulas agree; this checks cuDNN does).
   std::array<int, 4> dims{};
-  CUDNN_RETURN_IF_ERROR(
-      cudnnGetConvolution2dForwardOutputDim(convolution_, input_, filter_,
-                                            &dims[0], &dims[1], &dims[2],
-                                            &dims[3]),
-      where_);
+  CUDNN_RETURN_IF_ERROR(cudnnGetConvolution2dForwardOutputDim(
+                            convolution_, input_, filter_, &dims[0], &dims[1],
+                            &dims[2], &dims[3]),
+                        where_);
   if (dims != plan_.output.dims) {
     return absl::InternalError(absl::StrCat(
         where_, ": cuDNN computes an output of ", dims[0], "x", dims[1], "x",
@@ -147,8 +147,8 @@ absl::Status CudnnConvolution::Build() {
   RETURN_IF_ERROR(context_.Reserve(CudnnContext::kWeights, weight_bytes));
   RETURN_IF_ERROR(context_.Reserve(CudnnContext::kWeightGrad, weight_bytes));
   if (plan_.input_needs_copy()) {
-    RETURN_IF_ERROR(context_.Reserve(
-        CudnnContext::kInput, static_cast<size_t>(plan_.input_bytes())));
+    RETURN_IF_ERROR(context_.Reserve(CudnnContext::kInput,
+                                     static_cast<size_t>(plan_.input_bytes())));
   }
   return absl::OkStatus();
 }
@@ -161,20 +161,19 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
   {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int count = 0;
-    CUDNN_RETURN_IF_ERROR(
-        cudnnGetConvolutionForwardAlgorithm_v7(
-            handle, input_, filter_, convolution_, output_,
-            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf),
-        where_);
-    ASSIGN_OR_RETURN(
-        std::vector<ConvolutionAlgorithmResult> results,
-        ToResults(
-            perf, count,
-            [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
-              return cudnnGetConvolutionForwardWorkspaceSize(
-                  handle, input_, filter_, convolution_, output_, algo, bytes);
-            },
-            "cudnnGetConvolutionForwardWorkspaceSize", where_));
+    CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
+                              handle, input_, filter_, convolution_, output_,
+                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf),
+                          where_);
+    ASSIGN_OR_RETURN(std::vector<ConvolutionAlgorithmResult> results,
+                     ToResults(
+                         perf, count,
+                         [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+                           return cudnnGetConvolutionForwardWorkspaceSize(
+                               handle, input_, filter_, convolution_, output_,
+                               algo, bytes);
+                         },
+                         "cudnnGetConvolutionForwardWorkspaceSize", where_));
     ASSIGN_OR_RETURN(ConvolutionAlgorithmResult picked,
                      PickConvolutionAlgorithm(
                          results, policy, absl::StrCat("forward, ", where_)));
@@ -253,10 +252,10 @@ absl::StatusOr<const float*> CudnnConvolution::InputAsNhwc(const float* x) {
   if (!plan_.input_needs_copy()) return x;
   float* copy = static_cast<float*>(context_.scratch(CudnnContext::kInput));
   const float one = 1.0f, zero = 0.0f;
-  CUDNN_RETURN_IF_ERROR(cudnnTransformTensor(context_.handle(), &one,
-                                             user_input_, x, &zero, input_,
-                                             copy),
-                        where_);
+  CUDNN_RETURN_IF_ERROR(
+      cudnnTransformTensor(context_.handle(), &one, user_input_, x, &zero,
+                           input_, copy),
+      where_);
   return copy;
 }
 
@@ -264,10 +263,10 @@ absl::StatusOr<const float*> CudnnConvolution::WeightAsKrsc(
     const float* weight) {
   float* copy = static_cast<float*>(context_.scratch(CudnnContext::kWeights));
   const float one = 1.0f, zero = 0.0f;
-  CUDNN_RETURN_IF_ERROR(cudnnTransformTensor(context_.handle(), &one,
-                                             user_weight_, weight, &zero,
-                                             krsc_weight_, copy),
-                        where_);
+  CUDNN_RETURN_IF_ERROR(
+      cudnnTransformTensor(context_.handle(), &one, user_weight_, weight, &zero,
+                           krsc_weight_, copy),
+      where_);
   return copy;
 }
 
@@ -278,11 +277,10 @@ absl::Status CudnnConvolution::RunForward(const float* x, const float* weight,
   ASSIGN_OR_RETURN(const float* filter, WeightAsKrsc(weight));
   const float one = 1.0f, zero = 0.0f;
   CUDNN_RETURN_IF_ERROR(
-      cudnnConvolutionForward(
-          context_.handle(), &one, input_, input, filter_, filter,
-          convolution_, forward_algorithm_,
-          context_.scratch(CudnnContext::kWorkspace), forward_workspace_,
-          &zero, output_, y),
+      cudnnConvolutionForward(context_.handle(), &one, input_, input, filter_,
+                              filter, convolution_, forward_algorithm_,
+                              context_.scratch(CudnnContext::kWorkspace),
+                              forward_workspace_, &zero, output_, y),
       where_);
   return absl::OkStatus();
 }
@@ -319,16 +317,15 @@ absl::Status CudnnConvolution::RunBackwardInput(const float* dy,
           : dx;
   const float one = 1.0f, zero = 0.0f;
   CUDNN_RETURN_IF_ERROR(
-      cudnnConvolutionBackwardData(
-          context_.handle(), &one, filter_, filter, output_, dy, convolution_,
-          input_algorithm_, context_.scratch(CudnnContext::kWorkspace),
-          input_workspace_, &zero, input_, nhwc_dx),
+      cudnnConvolutionBackwardData(context_.handle(), &one, filter_, filter,
+                                   output_, dy, convolution_, input_algorithm_,
+                                   context_.scratch(CudnnContext::kWorkspace),
+                                   input_workspace_, &zero, input_, nhwc_dx),
       where_);
   if (plan_.input_needs_copy()) {
-    CUDNN_RETURN_IF_ERROR(
-        cudnnTransformTensor(context_.handle(), &one, input_, nhwc_dx, &zero,
-                             user_input_, dx),
-        where_);
+    CUDNN_RETURN_IF_ERROR(cudnnTransformTensor(context_.handle(), &one, input_,
+                                               nhwc_dx, &zero, user_input_, dx),
+                          where_);
   }
   return absl::OkStatus();
 }

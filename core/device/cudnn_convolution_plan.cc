@@ -63,19 +63,19 @@ std::string DescribeConvolution(const ConvGeometry& g, int out_channels) {
            a.column == b.column;
   };
   const std::string layout =
-      same(g.input, nhwc)   ? "NHWC"
-      : same(g.input, nchw) ? "NCHW"
-                            : absl::StrCat("strides ", g.input.batch, ",",
-                                           g.input.channel, ",", g.input.row,
-                                           ",", g.input.column);
+      same(g.input, nhwc) ? "NHWC"
+      : same(g.input, nchw)
+          ? "NCHW"
+          : absl::StrCat("strides ", g.input.batch, ",", g.input.channel, ",",
+                         g.input.row, ",", g.input.column);
   return absl::StrCat(g.batch, "x", g.channels, "x", g.height, "x", g.width,
                       " (", layout, ") -> ", out_channels, " channels ",
                       g.out_height, "x", g.out_width, ", kernel ", g.kernel,
                       " stride ", g.stride, " padding ", g.padding);
 }
 
-absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(
-    const ConvGeometry& g, int out_channels) {
+absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(const ConvGeometry& g,
+                                                          int out_channels) {
   auto invalid = [&](const std::string& why) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuDNN convolution of ",
@@ -88,8 +88,8 @@ absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(
   if (g.kernel < 1 || g.stride < 1 || g.padding < 0) {
     return invalid("kernel and stride must be >= 1 and padding >= 0");
   }
-  const int out_height = ConvOutputSize(g.height, g.kernel, g.stride,
-                                        g.padding);
+  const int out_height =
+      ConvOutputSize(g.height, g.kernel, g.stride, g.padding);
   const int out_width = ConvOutputSize(g.width, g.kernel, g.stride, g.padding);
   if (out_height < 1 || out_width < 1) {
     return invalid("the kernel does not fit the padded input");
@@ -116,8 +116,7 @@ absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(
   }
   // int64 before the int conversion so that the size check below sees the
   // true counts; the shapes are only used once it has passed.
-  const int64_t nhwc_batch =
-      int64_t{g.height} * g.width * g.channels;
+  const int64_t nhwc_batch = int64_t{g.height} * g.width * g.channels;
   const int64_t out_batch = int64_t{out_height} * out_width * out_channels;
   const int64_t filter_count =
       int64_t{out_channels} * g.channels * g.kernel * g.kernel;
@@ -137,8 +136,8 @@ absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(
   plan.stride = {g.stride, g.stride};
   plan.dilation = {1, 1};
   // The user's input may be strided beyond its element count (a view).
-  const absl::Status fits = CheckFits(plan.user_input, "input", g,
-                                      out_channels);
+  const absl::Status fits =
+      CheckFits(plan.user_input, "input", g, out_channels);
   if (!fits.ok()) return fits;
   return plan;
 }

@@ -77,8 +77,8 @@ struct CudnnConvolutionPlan {
 // shape when cuDNN could not take it: a dimension below 1, negative padding,
 // an output size that is not ConvOutputSize's, an input layout whose elements
 // overlap, or a tensor of 2³¹ elements or more.
-absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(
-    const ConvGeometry& g, int out_channels);
+absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(const ConvGeometry& g,
+                                                          int out_channels);
 
 // The output dims (n, k, oh, ow) cuDNN's cudnnGetConvolution2dForwardOutputDim
 // documents for the plan's input, filter and convolution: 1 + (in + 2·pad −

@@ -59,7 +59,8 @@ TEST(CudnnConvolutionPlanTest, NchwInputIsCopiedToNhwc) {
       PlanCudnnConvolution(Geometry(2, 3, 32, 32, 3, 1, 1, true), 64);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->input_needs_copy());
-  EXPECT_THAT(plan->user_input.strides, ElementsAre(3 * 32 * 32, 32 * 32, 32, 1));
+  EXPECT_THAT(plan->user_input.strides,
+              ElementsAre(3 * 32 * 32, 32 * 32, 32, 1));
   EXPECT_EQ(plan->user_input.dims, plan->input.dims);
   EXPECT_EQ(plan->user_input.span(), plan->input.span());
 }
@@ -108,8 +109,8 @@ TEST(CudnnConvolutionPlanTest, OutputDimsAgreeWithConvOutputSize) {
           ASSERT_TRUE(plan.ok()) << plan.status();
           EXPECT_THAT(CudnnForwardOutputDims(*plan),
                       ElementsAre(2, 4, g.out_height, g.out_width))
-              << "size " << size << " kernel " << kernel << " stride "
-              << stride << " padding " << padding;
+              << "size " << size << " kernel " << kernel << " stride " << stride
+              << " padding " << padding;
           EXPECT_EQ(CudnnForwardOutputDims(*plan), plan->output.dims);
           ++planned;
         }
@@ -124,12 +125,12 @@ TEST(CudnnConvolutionPlanTest, RefusesWhatCudnnCouldNotTake) {
   EXPECT_THAT(plan.status().message(), HasSubstr("ConvOutputSize"));
   EXPECT_THAT(plan.status().message(), HasSubstr("3x5x9x7 (NHWC) -> 4"));
 
-  EXPECT_FALSE(PlanCudnnConvolution(Geometry(0, 5, 9, 7, 3, 1, 1, false), 4)
-                   .ok());
-  EXPECT_FALSE(PlanCudnnConvolution(Geometry(1, 5, 9, 7, 3, 1, 1, false), 0)
-                   .ok());
-  EXPECT_FALSE(PlanCudnnConvolution(Geometry(1, 5, 2, 2, 5, 1, 0, false), 4)
-                   .ok());
+  EXPECT_FALSE(
+      PlanCudnnConvolution(Geometry(0, 5, 9, 7, 3, 1, 1, false), 4).ok());
+  EXPECT_FALSE(
+      PlanCudnnConvolution(Geometry(1, 5, 9, 7, 3, 1, 1, false), 0).ok());
+  EXPECT_FALSE(
+      PlanCudnnConvolution(Geometry(1, 5, 2, 2, 5, 1, 0, false), 4).ok());
 
   // A zero stride, then columns stepping onto the next pixel's channels.
   g = Geometry(2, 3, 4, 4, 3, 1, 1, false);
