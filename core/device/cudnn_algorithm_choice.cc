@@ -17,7 +17,10 @@ absl::StatusOr<ConvolutionAlgorithmResult> PickConvolutionAlgorithm(
   for (const ConvolutionAlgorithmResult& result : results) {
     std::string why;
     if (!result.supported) {
-      why = "not supported";
+      why = result.unsupported_because.empty()
+                ? "not supported"
+                : absl::StrCat("not supported (", result.unsupported_because,
+                               ")");
     } else if (result.tensor_core_math) {
       why = "tensor-core math";
     } else if (result.workspace_bytes > policy.workspace_limit) {

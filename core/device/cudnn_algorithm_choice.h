@@ -25,7 +25,10 @@ namespace gradsync {
 struct ConvolutionAlgorithmResult {
   int algorithm = 0;       // cuDNN's enum value (cudnnConvolution*Algo_t)
   bool supported = false;  // cuDNN reported CUDNN_STATUS_SUCCESS for it
-  float time_ms = -1.0f;   // measured time; negative where only ranked
+  // Why not, where cuDNN said more than its result's status (the workspace
+  // query's error), for the error message when nothing qualifies.
+  std::string unsupported_because;
+  float time_ms = -1.0f;  // measured time; negative where only ranked
   size_t workspace_bytes = 0;
   bool deterministic = false;
   // Whether the algorithm uses tensor-core math (TF32 for FP32 data), which

@@ -63,13 +63,19 @@ TEST(PickConvolutionAlgorithmTest, RefusesUnsupportedTensorCoreAndRandom) {
 TEST(PickConvolutionAlgorithmTest, NoneQualifiesNamesEachReason) {
   ConvolutionAlgorithmResult unsupported = Result(7, 0);
   unsupported.supported = false;
-  const std::vector<ConvolutionAlgorithmResult> results = {unsupported,
-                                                           Result(4, 4096)};
+  ConvolutionAlgorithmResult refused_query = Result(2, 0);
+  refused_query.supported = false;
+  refused_query.unsupported_because = "workspace query: CUDNN_STATUS_BAD_PARAM";
+  const std::vector<ConvolutionAlgorithmResult> results = {
+      unsupported, refused_query, Result(4, 4096)};
   const auto picked =
       PickConvolutionAlgorithm(results, Limit(1024), "forward of 1x2x3x4");
   EXPECT_EQ(picked.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(picked.status().message(), HasSubstr("forward of 1x2x3x4"));
-  EXPECT_THAT(picked.status().message(), HasSubstr("7: not supported"));
+  EXPECT_THAT(picked.status().message(), HasSubstr("7: not supported;"));
+  EXPECT_THAT(picked.status().message(),
+              HasSubstr("2: not supported (workspace query: "
+                        "CUDNN_STATUS_BAD_PARAM)"));
   EXPECT_THAT(picked.status().message(), HasSubstr("4: workspace 4096 bytes"));
   EXPECT_THAT(PickConvolutionAlgorithm({}, Limit(1), "y").status().message(),
               HasSubstr("offered none"));

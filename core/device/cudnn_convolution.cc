@@ -24,36 +24,37 @@ cudnnStatus_t SetTensor(cudnnTensorDescriptor_t descriptor,
       shape.strides[3]);
 }
 
-// cuDNN's perf results of any direction as the picker's plain structs; the
-// workspace of each supported algorithm is asked of cuDNN by `workspace`
-// (heuristics' results need not carry it), and an algorithm whose workspace
-// query says "not supported" counts as unsupported.
+// cuDNN's heuristic results of any direction as the picker's plain structs.
+// The workspace of each supported algorithm is asked of cuDNN by `workspace`
+// (heuristics' results need not carry it); an algorithm whose query fails is
+// refused with the query's error, which the picker's message names if no
+// algorithm is left (one odd candidate should not cost the layer its others).
+// Heuristics measure nothing, so no time is taken from them: the picker keeps
+// cuDNN's order.
 template <typename Perf, typename WorkspaceQuery>
-absl::StatusOr<std::vector<ConvolutionAlgorithmResult>> ToResults(
-    const Perf* perf, int count, WorkspaceQuery workspace,
-    absl::string_view query_name, absl::string_view where) {
+std::vector<ConvolutionAlgorithmResult> ToResults(const Perf* perf, int count,
+                                                  WorkspaceQuery workspace,
+                                                  absl::string_view query_name,
+                                                  absl::string_view where) {
   std::vector<ConvolutionAlgorithmResult> results;
   for (int i = 0; i < count; ++i) {
     ConvolutionAlgorithmResult result;
     result.algorithm = static_cast<int>(perf[i].algo);
     result.supported = perf[i].status == CUDNN_STATUS_SUCCESS;
-    result.time_ms = perf[i].time;
+    result.time_ms = -1.0f;
     result.deterministic = perf[i].determinism == CUDNN_DETERMINISTIC;
     result.tensor_core_math =
         perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
         perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
     if (result.supported) {
       size_t bytes = 0;
-      const cudnnStatus_t status = workspace(perf[i].algo, &bytes);
-      if (static_cast<int>(status) / 1000 ==
-          3) {  // CUDNN_STATUS_NOT_SUPPORTED*
-        result.supported = false;
-      } else {
-        RETURN_IF_ERROR(CudnnCallStatus(
-            status,
-            absl::StrCat(query_name, "(algorithm ", result.algorithm, ")"),
-            where));
+      const absl::Status status =
+          CudnnCallStatus(workspace(perf[i].algo, &bytes), query_name, where);
+      if (status.ok()) {
         result.workspace_bytes = bytes;
+      } else {
+        result.supported = false;
+        result.unsupported_because = std::string(status.message());
       }
     }
     results.push_back(result);
@@ -165,15 +166,13 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
                               handle, input_, filter_, convolution_, output_,
                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf),
                           where_);
-    ASSIGN_OR_RETURN(std::vector<ConvolutionAlgorithmResult> results,
-                     ToResults(
-                         perf, count,
-                         [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
-                           return cudnnGetConvolutionForwardWorkspaceSize(
-                               handle, input_, filter_, convolution_, output_,
-                               algo, bytes);
-                         },
-                         "cudnnGetConvolutionForwardWorkspaceSize", where_));
+    const std::vector<ConvolutionAlgorithmResult> results = ToResults(
+        perf, count,
+        [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+          return cudnnGetConvolutionForwardWorkspaceSize(
+              handle, input_, filter_, convolution_, output_, algo, bytes);
+        },
+        "cudnnGetConvolutionForwardWorkspaceSize", where_);
     ASSIGN_OR_RETURN(ConvolutionAlgorithmResult picked,
                      PickConvolutionAlgorithm(
                          results, policy, absl::StrCat("forward, ", where_)));
@@ -190,15 +189,13 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
             handle, filter_, output_, convolution_, input_,
             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf),
         where_);
-    ASSIGN_OR_RETURN(
-        std::vector<ConvolutionAlgorithmResult> results,
-        ToResults(
-            perf, count,
-            [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
-              return cudnnGetConvolutionBackwardDataWorkspaceSize(
-                  handle, filter_, output_, convolution_, input_, algo, bytes);
-            },
-            "cudnnGetConvolutionBackwardDataWorkspaceSize", where_));
+    const std::vector<ConvolutionAlgorithmResult> results = ToResults(
+        perf, count,
+        [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(
+              handle, filter_, output_, convolution_, input_, algo, bytes);
+        },
+        "cudnnGetConvolutionBackwardDataWorkspaceSize", where_);
     ASSIGN_OR_RETURN(
         ConvolutionAlgorithmResult picked,
         PickConvolutionAlgorithm(results, policy,
@@ -216,15 +213,13 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
             handle, input_, output_, convolution_, filter_,
             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf),
         where_);
-    ASSIGN_OR_RETURN(
-        std::vector<ConvolutionAlgorithmResult> results,
-        ToResults(
-            perf, count,
-            [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
-              return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                  handle, input_, output_, convolution_, filter_, algo, bytes);
-            },
-            "cudnnGetConvolutionBackwardFilterWorkspaceSize", where_));
+    const std::vector<ConvolutionAlgorithmResult> results = ToResults(
+        perf, count,
+        [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+              handle, input_, output_, convolution_, filter_, algo, bytes);
+        },
+        "cudnnGetConvolutionBackwardFilterWorkspaceSize", where_);
     ASSIGN_OR_RETURN(
         ConvolutionAlgorithmResult picked,
         PickConvolutionAlgorithm(results, policy,

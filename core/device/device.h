@@ -1,8 +1,9 @@
 // The device abstraction: memory and the handful of kernels a model, its loss
 // and its optimizer need. The CPU backend (cpu_device.cc) uses oneDNN for
 // matrix products and convolutions; a CUDA backend (cuda_device.cc,
-// --config=cuda) implements the same interface with cuBLAS and kernels of its
-// own, so models and optimizers are written once.
+// --config=cuda) implements the same interface with cuBLAS, cuDNN
+// convolutions and kernels of its own, so models and optimizers are written
+// once.
 //
 // All pointers passed to the math functions are device memory obtained from
 // Allocate(). Work may be queued (asynchronous on CUDA); Synchronize() waits

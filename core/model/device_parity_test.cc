@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -407,6 +408,9 @@ struct ConvCase {
   int batch, channels, height, width, kernel, stride, padding, out;
   bool nchw;
 };
+
+// Test names and failure messages show the case's name, not its bytes.
+void PrintTo(const ConvCase& c, std::ostream* out) { *out << c.name; }
 
 ConvGeometry MakeGeometry(const ConvCase& c) {
   ConvGeometry g;
