@@ -377,7 +377,7 @@ and sm_90 (H100/H200), plus compute_90 PTX, made $(date -u +%Y-%m-%dT%H:%MZ) on
 $(. /etc/os-release && echo "$PRETTY_NAME").
 
   bin/gpu_check.sh                     run first: every GPU check below, one report
-  bin/gradsync doctor                  GPUs, driver, CUDA, NCCL, cuBLAS, a GEMM check
+  bin/gradsync doctor                  GPUs, driver, CUDA, NCCL, cuBLAS, cuDNN, a GEMM check
   bin/cuda_device_test                 CUDA backend vs the CPU backend, kernel by kernel
   bin/device_parity_test               cuDNN convolutions, the MLP, CNN and ResNet-18
                                        on CPU and GPU agree
