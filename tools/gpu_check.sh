@@ -11,8 +11,8 @@
 #
 # In order, each bounded by `timeout`:
 #   versions      nvidia-smi, nvcc (checkout), glibc, `gradsync doctor`
-#                 (driver, CUDA runtime, NCCL, cuBLAS, cuDNN, a GEMM per GPU). With no
-#                 GPU visible it stops here: "no GPU visible", exit 3.
+#                 (driver, CUDA runtime, NCCL, cuBLAS, cuDNN, a GEMM per GPU).
+#                 With no GPU visible it stops here: "no GPU visible", exit 3.
 #   unit          cuda_device_test: every kernel against the CPU backend
 #   nccl_1gpu     nccl_test: --sync=nccl on one GPU
 #   cudnn         device_parity_test's convolution cases: cuDNN's forward and
