@@ -166,6 +166,9 @@ struct DeviceOptions {
   // Test-only: convolutions through Im2Col + Gemm, the reference the
   // device's convolution library is compared against.
   bool reference_convolutions = false;
+  // Test-only, CPU: batch normalisation through the loops over kernel_math.h
+  // (the CUDA kernels' arithmetic) instead of oneDNN's primitives.
+  bool reference_batch_norm = false;
 };
 
 // Creates the device named by `options`; CUDA is an error in a build without
