@@ -61,7 +61,8 @@ COORDINATOR=(core/cluster/coordinator.cc core/cluster/coordinator_service.cc cor
 PS_SHARD=(ps/shard.cc ps/consistency.cc ps/shard_key.cc ps/bsp_key.cc ps/async_key.cc
           ps/key_parameters.cc ps/shard_checkpoint.cc ps/shard_statistics.cc
           core/device/device.cc core/device/cpu_device.cc core/device/dnnl_context.cc
-          core/device/dnnl_convolution.cc core/optim/optimizer.cc
+          core/device/dnnl_convolution.cc core/device/dnnl_batch_norm.cc
+          core/optim/optimizer.cc
           core/optim/checkpoint.cc core/telemetry/metrics.cc core/telemetry/process_counters.cc
           core/base/files.cc
           "$OUT/gen/proto/parameter_server.pb.cc")
