@@ -32,6 +32,7 @@ a checkout of its own), alternately per (batch, threads), with the ratio
 baseline/this (above 1.0: this build is faster). The issue's bar is "no
 slower than before"; PyTorch has no part in it.
 
+    bazel build -c opt //bench:mlp_benchmark
     git worktree add ../gradsync-baseline 2e3b0c6
     (cd ../gradsync-baseline && bazel build -c opt //bench:mlp_benchmark)
     /usr/bin/python3 bench/compute_vs_pytorch.py \
