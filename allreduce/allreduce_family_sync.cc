@@ -26,6 +26,17 @@ absl::StatusOr<std::unique_ptr<GradientSync>> MakeSync(
         "--sync=", strategy.name, " with ", context.identity.world_size,
         " workers needs the coordinator to find its peers"));
   }
+  // 16-bit values on the wire are built into the ring only; the all-gather
+  // (topk, onebit, row-sparse) and random-k's dense all-reduce of k floats
+  // work with every algorithm (ring_sync.h).
+  const CompressionMethod method = context.compression.method;
+  if (method == CompressionMethod::kFp16 ||
+      method == CompressionMethod::kBf16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--compression=", context.compression.ToString(),
+        " is not built for --sync=", strategy.name,
+        "; use --sync=ring or --sync=ps"));
+  }
   return std::unique_ptr<GradientSync>(
       new RingSync(context, RingSyncOptionsFromFlags(), std::move(strategy)));
 }

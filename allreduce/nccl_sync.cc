@@ -234,6 +234,15 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreateNcclSync(
         absl::StrCat("--sync=nccl with ", context.identity.world_size,
                      " workers needs a rendezvous to share NCCL's unique id"));
   }
+  // ncclHalf/ncclBfloat16 with float32 staging would need a conversion
+  // kernel and a second buffer per bucket, which no GPU here could check; a
+  // refusal is honest where a silent float32 all-reduce would not be.
+  if (context.compression.method != CompressionMethod::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--compression=", context.compression.ToString(),
+        " is not built for --sync=nccl; use --sync=ring or --sync=ps, or "
+        "--compression=none with NCCL"));
+  }
   return std::unique_ptr<GradientSync>(new NcclSync(context));
 }
 

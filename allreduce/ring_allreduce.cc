@@ -21,11 +21,19 @@ struct Header {
   char magic[4];
   uint32_t sequence;
   uint32_t tag;
-  uint32_t reserved;
+  uint32_t encoding;  // Encoding: what the payload's values are
   uint64_t count;
 };
 static_assert(sizeof(Header) == kHeaderBytes,
               "the header is 24 bytes on the wire");
+
+float DecodeHalf(Encoding wire, uint16_t bits) {
+  return wire == Encoding::kFp16 ? HalfToFloat(bits) : Bfloat16ToFloat(bits);
+}
+
+uint16_t EncodeHalf(Encoding wire, float value) {
+  return wire == Encoding::kFp16 ? FloatToHalf(value) : FloatToBfloat16(value);
+}
 
 }  // namespace
 
@@ -36,10 +44,13 @@ static_assert(sizeof(Header) == kHeaderBytes,
 class RingAllReduce::Pass {
  public:
   Pass(RingAllReduce& owner, float* data, int64_t count, float scale,
-       uint32_t tag)
+       uint32_t tag, Encoding wire)
       : owner_(owner),
         transport_(*owner.transport_),
         data_(data),
+        wire_encoding_(wire),
+        element_bytes_(wire == Encoding::kFloat32 ? 4 : 2),
+        wire_(owner.wire_.data()),
         scale_(scale),
         n_(transport_.world_size()),
         rank_(transport_.rank()),
@@ -58,9 +69,14 @@ class RingAllReduce::Pass {
         {kHeaderMagic[0], kHeaderMagic[1], kHeaderMagic[2], kHeaderMagic[3]},
         owner.sequence_,
         tag,
-        0,
+        static_cast<uint32_t>(wire),
         static_cast<uint64_t>(count)};
     std::memset(&recv_header_, 0, sizeof(recv_header_));
+    // 16-bit runs send from wire_: the first reduce-scatter step sends this
+    // rank's own segment, rounded; later steps send what they reduced.
+    if (element_bytes_ == 2) {
+      EncodeRange(segment_offset_[rank_], segment_count_[rank_]);
+    }
   }
 
   absl::Status Run() {
@@ -104,10 +120,25 @@ class RingAllReduce::Pass {
     return k < n_ - 1 ? Mod(rank_ - k - 1) : Mod(rank_ - (k - (n_ - 1)));
   }
   int64_t SendPhaseBytes(int k) const {
-    return k < 0 ? kHeaderBytes : segment_count_[SendSegment(k)] * 4;
+    return k < 0 ? kHeaderBytes
+                 : segment_count_[SendSegment(k)] * element_bytes_;
   }
   int64_t RecvPhaseBytes(int k) const {
-    return k < 0 ? kHeaderBytes : segment_count_[RecvSegment(k)] * 4;
+    return k < 0 ? kHeaderBytes
+                 : segment_count_[RecvSegment(k)] * element_bytes_;
+  }
+
+  // wire_[first, first + count) = the 16-bit rounding of data_ there.
+  void EncodeRange(int64_t first, int64_t count) {
+    for (int64_t i = first; i < first + count; ++i) {
+      wire_[i] = EncodeHalf(wire_encoding_, data_[i]);
+    }
+  }
+  // data_[first, first + count) = the values wire_ holds there.
+  void DecodeRange(int64_t first, int64_t count) {
+    for (int64_t i = first; i < first + count; ++i) {
+      data_[i] = DecodeHalf(wire_encoding_, wire_[i]);
+    }
   }
 
   // How far into the current send phase we may go.
@@ -146,6 +177,9 @@ class RingAllReduce::Pass {
     const char* source =
         send_phase_ < 0
             ? reinterpret_cast<const char*>(&send_header_)
+        : element_bytes_ == 2
+            ? reinterpret_cast<const char*>(
+                  wire_ + segment_offset_[SendSegment(send_phase_)])
             : reinterpret_cast<const char*>(
                   data_ + segment_offset_[SendSegment(send_phase_)]);
     absl::StatusOr<size_t> sent = transport_.right().SendSome(
@@ -182,7 +216,26 @@ class RingAllReduce::Pass {
       if (recv_pos_ == phase_bytes) RETURN_IF_ERROR(CheckHeader());
       return absl::OkStatus();
     }
-    float* segment = data_ + segment_offset_[RecvSegment(k)];
+    const int64_t segment_first = segment_offset_[RecvSegment(k)];
+    float* segment = data_ + segment_first;
+    if (k >= n_ - 1 && element_bytes_ == 2) {
+      // All-gather of 16-bit values: they land in wire_ (forwarded from
+      // there as they are) and every whole value is decoded into data_.
+      char* landing = reinterpret_cast<char*>(wire_ + segment_first);
+      absl::StatusOr<size_t> received = transport_.left().RecvSome(
+          landing + recv_pos_,
+          static_cast<size_t>(
+              std::min(phase_bytes - recv_pos_, owner_.chunk_bytes_)));
+      if (!received.ok()) return InPhase(received.status(), k);
+      if (*received == 0) return absl::OkStatus();
+      *moved = true;
+      const int64_t decoded = recv_pos_ / 2;
+      recv_pos_ += *received;
+      recv_ready_ = recv_pos_;
+      owner_.bytes_received_ += *received;
+      DecodeRange(segment_first + decoded, recv_pos_ / 2 - decoded);
+      return absl::OkStatus();
+    }
     if (k >= n_ - 1) {
       // All-gather: the bytes are final, so they land in place.
       absl::StatusOr<size_t> received = transport_.left().RecvSome(
@@ -209,8 +262,27 @@ class RingAllReduce::Pass {
     staged_ += *received;
     recv_pos_ += *received;
     owner_.bytes_received_ += *received;
-    const int64_t whole = staged_ / 4 * 4;
-    if (whole > reduced_) {
+    const int64_t whole = staged_ / element_bytes_ * element_bytes_;
+    if (whole > reduced_ && element_bytes_ == 2) {
+      // Decode, accumulate in float32, round again for the next hop. The
+      // last step finishes this rank's segment: scale it, and keep the
+      // rounded value here too, as every other rank will decode it.
+      const int64_t first = segment_first + (staging_start_ + reduced_) / 2;
+      const int64_t values = (whole - reduced_) / 2;
+      const uint16_t* source =
+          reinterpret_cast<const uint16_t*>(staging_ + reduced_);
+      const bool last = k == n_ - 2;
+      for (int64_t i = 0; i < values; ++i) {
+        float sum = data_[first + i] + DecodeHalf(wire_encoding_, source[i]);
+        if (last) sum *= scale_;
+        const uint16_t rounded = EncodeHalf(wire_encoding_, sum);
+        wire_[first + i] = rounded;
+        data_[first + i] =
+            last ? DecodeHalf(wire_encoding_, rounded) : sum;
+      }
+      reduced_ = whole;
+      recv_ready_ = staging_start_ + whole;
+    } else if (whole > reduced_) {
       float* destination = segment + (staging_start_ + reduced_) / 4;
       const float* source = reinterpret_cast<const float*>(staging_ + reduced_);
       const int64_t floats = (whole - reduced_) / 4;
@@ -241,6 +313,14 @@ class RingAllReduce::Pass {
           "ring: ", left.peer_name(),
           " sent bytes that are not an all-reduce header at all-reduce #",
           send_header_.sequence, " (the streams are out of step)"));
+    }
+    if (recv_header_.encoding != send_header_.encoding) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ring: ", left.peer_name(), " sends all-reduce #",
+          recv_header_.sequence, " (tag ", recv_header_.tag,
+          ") with wire encoding ", recv_header_.encoding, " while rank ", rank_,
+          " uses ", send_header_.encoding,
+          " (every rank must run with the same --compression)"));
     }
     if (recv_header_.sequence != send_header_.sequence ||
         recv_header_.tag != send_header_.tag ||
@@ -298,6 +378,9 @@ class RingAllReduce::Pass {
   RingAllReduce& owner_;
   RingTransport& transport_;
   float* data_;
+  const Encoding wire_encoding_;
+  const int64_t element_bytes_;  // on the wire: 4 (float32) or 2
+  uint16_t* wire_;               // 16-bit runs: the values as sent
   const float scale_;
   const int n_;
   const int rank_;
@@ -333,6 +416,22 @@ absl::Status RingAllReduce::Fail(absl::Status status) {
 
 absl::Status RingAllReduce::Run(float* data, int64_t count, float scale,
                                 uint32_t tag) {
+  return RunWith(data, count, scale, tag, Encoding::kFloat32);
+}
+
+absl::Status RingAllReduce::RunHalfPrecision(float* data, int64_t count,
+                                             float scale, uint32_t tag,
+                                             Encoding wire) {
+  if (wire != Encoding::kFp16 && wire != Encoding::kBf16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ring: RunHalfPrecision takes fp16 or bf16, not encoding ",
+        static_cast<int>(wire)));
+  }
+  return RunWith(data, count, scale, tag, wire);
+}
+
+absl::Status RingAllReduce::RunWith(float* data, int64_t count, float scale,
+                                    uint32_t tag, Encoding wire) {
   if (!broken_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "ring rank ", transport_->rank(),
@@ -347,9 +446,19 @@ absl::Status RingAllReduce::Run(float* data, int64_t count, float scale,
     if (scale != 1.0f) {
       ScaleInPlace(data, count, scale);
     }
+    // One rank rounds as N would, so it stays the reference of the method.
+    if (wire != Encoding::kFloat32) {
+      for (int64_t i = 0; i < count; ++i) {
+        data[i] = DecodeHalf(wire, EncodeHalf(wire, data[i]));
+      }
+    }
     return absl::OkStatus();
   }
-  Pass pass(*this, data, count, scale, tag);
+  if (wire != Encoding::kFloat32 &&
+      static_cast<int64_t>(wire_.size()) < count) {
+    wire_.resize(count);
+  }
+  Pass pass(*this, data, count, scale, tag, wire);
   absl::Status status = pass.Run();
   ++sequence_;
   if (!status.ok()) return Fail(status);

@@ -17,8 +17,15 @@
 // chunk. All-gather receives straight into the destination: no copy in user
 // space beyond what the reduction needs.
 //
-// Each all-reduce starts with a 24-byte header (sequence number, tag, element
-// count) in the same stream, costing no round trip, so two ranks that disagree
+// With --compression=fp16|bf16 (RunHalfPrecision) both phases carry 16-bit
+// values on the wire: each reduce-scatter hop decodes the arriving values to
+// float32, adds its own float32 contribution and rounds the partial sum to 16
+// bits again before forwarding it (accumulation is in float32; rounding
+// happens once per hop and once more on the finished segment, which its
+// owner also rounds in place, so every rank ends with the same values).
+//
+// Each all-reduce starts with a 24-byte header (sequence number, tag, wire
+// encoding, element count) in the same stream, costing no round trip, so two ranks that disagree
 // about which buffer they reduce fail with a clear error instead of mixing
 // gradients. After any error the ring is shut down (the neighbours notice at
 // once) and this object refuses further work.
@@ -31,6 +38,7 @@
 #include "absl/status/status.h"
 #include "allreduce/allreduce_algorithm.h"
 #include "allreduce/ring_transport.h"
+#include "core/sync/compression.h"
 
 namespace gradsync {
 
@@ -51,6 +59,12 @@ class RingAllReduce : public AllReduceAlgorithm {
   absl::Status Run(float* data, int64_t count, float scale = 1.0f,
                    uint32_t tag = 0) override;
 
+  // Run with 16-bit values on the wire (`wire` is Encoding::kFp16 or kBf16;
+  // see the top of this file for where rounding happens). Every rank must
+  // use the same encoding for the same all-reduce: the header carries it.
+  absl::Status RunHalfPrecision(float* data, int64_t count, float scale,
+                                uint32_t tag, Encoding wire);
+
   // Payload bytes moved so far (headers excluded), for StepStats.
   int64_t bytes_sent() const override { return bytes_sent_; }
   int64_t bytes_received() const override { return bytes_received_; }
@@ -60,10 +74,13 @@ class RingAllReduce : public AllReduceAlgorithm {
   class Pass;  // the state of one Run
 
   absl::Status Fail(absl::Status status);
+  absl::Status RunWith(float* data, int64_t count, float scale, uint32_t tag,
+                       Encoding wire);
 
   RingTransport* transport_;
   int64_t chunk_bytes_;
   std::vector<float> staging_;  // one chunk: where reduce-scatter receives
+  std::vector<uint16_t> wire_;  // 16-bit runs: the buffer as it is sent
   uint32_t sequence_ = 0;
   int64_t bytes_sent_ = 0;
   int64_t bytes_received_ = 0;

@@ -13,6 +13,26 @@
 // host mirror (core/sync/host_staging.h) on a copy stream, overlapping the rest
 // of backward, and copied back after its all-reduce; on the CPU the gradient
 // buffer is reduced in place.
+//
+// --compression (core/sync/compression.h), per bucket on the communication
+// thread:
+// - fp16/bf16: the ring all-reduce carries 16-bit values (ring_allreduce.h
+//   says where it rounds); the other algorithms refuse it in their factories.
+// - topk/onebit: each rank encodes its bucket with error feedback, the ring
+//   all-gathers the serialized encodings (ring_allgather.h, whatever the
+//   reduction algorithm), and every rank decodes all N in rank order into a
+//   zeroed bucket, then averages: the same sum, bit for bit, on every rank.
+// - randomk: every rank picks the same indices (shared seed), so the k values
+//   are summed by the algorithm itself as a dense all-reduce of k floats and
+//   scattered back; no indices travel.
+// - none, on a row-sparse bucket (an embedding table, Bucket::
+//   sparse_row_width): the ranks first all-gather the sizes of their exact
+//   touched-row encodings (8 bytes each), then all-gather the rows when the
+//   busiest link would carry fewer bytes than the dense ring's 2(N-1)/N of
+//   the bucket, and run the dense ring otherwise; every rank decides from
+//   the same sizes.
+// The error-feedback residual is this worker's, saved beside each checkpoint
+// (core/sync/error_feedback.h).
 #pragma once
 
 #include <condition_variable>
@@ -28,8 +48,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "allreduce/allreduce_algorithm.h"
+#include "allreduce/ring_allgather.h"
 #include "allreduce/ring_allreduce.h"
 #include "allreduce/ring_transport.h"
+#include "core/sync/compression.h"
+#include "core/sync/error_feedback.h"
 #include "core/sync/gradient_sync.h"
 #include "core/sync/host_staging.h"
 #include "core/sync/step_buckets.h"
@@ -68,6 +91,9 @@ class RingSync : public GradientSync {
            AllReduceStrategy strategy = AllReduceStrategy());
   ~RingSync() override;
 
+  void SetTrainingSchedule(const TrainingSchedule& schedule) override {
+    schedule_ = schedule;
+  }
   absl::Status Setup(const ParamLayout& layout, Device& device,
                      const SyncBuffers& buffers) override;
   void BucketReady(int bucket) override;
@@ -82,7 +108,21 @@ class RingSync : public GradientSync {
   struct Span {
     int64_t offset = 0;  // floats
     int64_t numel = 0;
+    int64_t sparse_row_width = 0;  // Bucket's: > 0 for a row-sparse tensor
   };
+  void SetSpans(const ParamLayout& layout);
+
+  // Sums bucket `bucket` (at `data`, host memory) over the ranks as
+  // --compression says (top of this file), then scales it.
+  absl::Status ReduceBucket(int bucket, int64_t step, const Span& span,
+                            float* data, float scale);
+  // All-gathers `own` (this rank's encoding of the bucket) and leaves the
+  // scaled sum of every rank's decoded encoding, in rank order, at `data`.
+  absl::Status GatherAndSum(const EncodedBucket& own, Encoding expected,
+                            int bucket, const Span& span, float* data,
+                            float scale);
+  absl::Status ReduceRowSparse(int bucket, const Span& span, float* data,
+                               float scale);
 
   void CommunicationLoop();
   void StopThread();
@@ -100,6 +140,11 @@ class RingSync : public GradientSync {
   std::unique_ptr<RingTransport> transport_;
   int loss_listener_ = -1;  // registered with context_.rendezvous
   std::unique_ptr<AllReduceAlgorithm> ring_;
+  RingAllReduce* plain_ring_ = nullptr;  // ring_ when it is the ring itself
+  std::unique_ptr<RingAllGather> gather_;
+  const Compressor compressor_;
+  ErrorFeedback error_feedback_;  // the communication thread's during a step
+  TrainingSchedule schedule_;
   std::thread thread_;
 
   // Shared with the communication thread.
@@ -109,12 +154,23 @@ class RingSync : public GradientSync {
   StepBuckets step_buckets_{"ring"};  // this step: BucketReady seen
   int completed_ = 0;                 // this step
   double allreduce_ms_ = 0;           // this step, on the communication thread
+  double codec_ms_ = 0;               // this step: encoding and decoding
+  int64_t steps_done_ = 0;            // global steps finished
+  int64_t row_sparse_gathered_ = 0;   // row-sparse buckets sent as rows
+  int64_t row_sparse_dense_ = 0;      // and through the dense all-reduce
+
+  // The communication thread's own, moved into the above under mu_ after
+  // each bucket.
+  double bucket_codec_ms_ = 0;
+  int bucket_row_sparse_ = 0;  // +1 gathered, -1 dense, 0 not row-sparse
   absl::Status error_;                // first error; sticky
   bool stop_ = false;
 
   // Owned by the caller's thread.
   int64_t last_bytes_sent_ = 0;
   int64_t last_bytes_received_ = 0;
+  int64_t last_gather_sent_ = 0;
+  int64_t last_gather_received_ = 0;
 };
 
 }  // namespace gradsync

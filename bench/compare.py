@@ -17,8 +17,16 @@ into --out.
   gradsync compare --netem=100mbit --workers=4
   gradsync compare --netem=1gbit,1ms --workers=8 --model=custom:2.5:32
   gradsync compare --workers=4            # loopback: measures the CPU
+  gradsync compare --netem=100mbit --workers=4 --strategies=ring,ps-kn -- \
+      /usr/bin/python3 examples/pytorch/resnet18_cifar10.py --random_data --steps=12
 
-Training flags after `--` go to every job.
+Training flags after `--` go to every job; or a training command, a PyTorch
+program using gradsync.torch (its first word is not a flag): every job runs it
+as its workers, with the strategy in GRADSYNC_SYNC (the command must not pass
+--sync) and --warmup in GRADSYNC_WARMUP_STEPS. Its own arguments then set the
+model, batch and steps (--model, --bucket_mb, --compute_ms and --steps do not
+apply), and its workers' summary.json is read like a native job's. Set
+PYTHONPATH so that the program finds gradsync (python/ in a checkout).
 """
 import argparse
 import collections
@@ -48,6 +56,7 @@ STRATEGIES = collections.OrderedDict([
     ("ps-k1", Strategy("ps", "1", "PS K=1")),
     ("ps-kn", Strategy("ps", "N", "PS K=N")),
     ("ps-colocated", Strategy("ps-colocated", None, "PS colocated")),
+    ("hybrid-kn", Strategy("hybrid", "N", "hybrid: row-sparse to PS K=N, dense ring")),
 ])
 REFERENCE = "local"  # always run: the single-worker reference
 
@@ -90,9 +99,12 @@ def parse_netem(spec):
     return spec
 
 
-def parse_strategies(spec):
-    """'ring,ps-kn' -> ['ring', 'ps-kn'], in STRATEGIES' order; 'all' is all."""
+def parse_strategies(spec, model=None):
+    """'ring,ps-kn' -> ['ring', 'ps-kn'], in STRATEGIES' order; 'all' is all
+    that apply to `model`: hybrid only to a model with an embedding table."""
     if spec.strip() == "all":
+        if model is not None and not model.startswith("embedding"):
+            return [s for s in STRATEGIES if STRATEGIES[s].scaling != "hybrid"]
         return list(STRATEGIES)
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
@@ -136,11 +148,12 @@ def scaling_command(args, strategies, workers, out):
                f"--strategies={','.join(by_scaling)}",
                f"--workers={','.join(str(w) for w in workers)}",
                f"--servers={','.join(servers) or '1'}",
-               f"--models={args.model}", f"--links={args.link}",
+               f"--models={args.model or DEFAULT_MODEL}", f"--links={args.link}",
                f"--bucket_mb={args.bucket_mb}", f"--compute_ms={args.compute_ms}",
                f"--steps={args.steps}", f"--warmup={args.warmup}",
                f"--repeats={args.repeats}", f"--deadline_s={args.deadline_s}",
-               f"--out={out}", f"--bin_dir={args.bin_dir}"]
+               f"--out={out}", f"--bin_dir={args.bin_dir}",
+               f"--compressions={args.compressions}"]
     if args.extra:
         command += ["--", *args.extra]
     return command
@@ -167,14 +180,16 @@ def label(point):
     name = strategy_name(point)
     if name is None:
         return "local (reference)" if point["strategy"] == REFERENCE else point["strategy"]
-    text = STRATEGIES[name].label
-    return text.replace("K=N", f"K={point['servers']}")
+    text = STRATEGIES[name].label.replace("K=N", f"K={point['servers']}")
+    compression = point.get("compression") or "none"
+    return text if compression == "none" else f"{text}, {compression}"
 
 
 def latency_ms(point, link, num_buckets):
     """The α terms of the point's prediction: its time on a link of infinite
     bandwidth, one synchronization per bucket."""
-    if link is None or point["strategy"] == REFERENCE:
+    # hybrid has no α–β formula yet (bench/cost_model.py).
+    if link is None or point["strategy"] in (REFERENCE, "hybrid"):
         return 0.0
     fast = cost_model.Link(link.alpha_s, 1e30)
     per_bucket = cost_model.sync_time(point["strategy"], point["workers"], point["servers"],
@@ -213,6 +228,7 @@ def verdict_rows(points, link_name, link, num_buckets):
     for p in points:
         rows.append({
             "strategy": label(p), "name": strategy_name(p) or REFERENCE,
+            "compression": p.get("compression") or "none",
             "workers": p["workers"], "servers": p["servers"],
             "step_ms": p["step_ms"], "step_ms_min": p["step_ms_min"],
             "step_ms_max": p["step_ms_max"], "exposed_ms": p["exposed_ms"],
@@ -234,7 +250,9 @@ def answer(rows, link_name):
     n = max(r["workers"] for r in distributed)
     at_n = sorted((r for r in distributed if r["workers"] == n), key=lambda r: r["step_ms"])
     best = at_n[0]
-    ring = next((r for r in at_n if r["name"] == "ring"), None)
+    # The dense ring: what compression and every other strategy are against.
+    ring = next((r for r in at_n if r["name"] == "ring" and r.get("compression", "none") == "none"),
+                None)
     other = ring if ring is not None and ring is not best else (at_n[1] if len(at_n) > 1 else None)
     where = f"at N={n} on {link_name}"
     if other is None:
@@ -308,10 +326,10 @@ def parse_args(argv):
     parser.add_argument("--netem", default="",
                         help="RATE[,LATENCY] of every emulated link (root); empty: loopback")
     parser.add_argument("--workers", default="4", help="N, or several: 2,4,8")
-    parser.add_argument("--model", default="mlp",
-                        help="mlp (gradsync's default), cnn, resnet18 (they compute), "
+    parser.add_argument("--model", default=None,
+                        help="mlp (the default), cnn, resnet18 (they compute), "
                              "custom:MB[:TENSORS], resnet50, vgg16, bert-base (they sleep "
-                             "--compute_ms)")
+                             "--compute_ms); not with a training command")
     parser.add_argument("--strategies", default="all",
                         help=f"some of {', '.join(STRATEGIES)}, or all; the single-worker "
                              "reference always runs")
@@ -320,6 +338,9 @@ def parse_args(argv):
                              "the model within [1, 25] MiB, core/sync/bucket_size_rule.h)")
     parser.add_argument("--compute_ms", default="0",
                         help="emulated compute per step, for the models that sleep")
+    parser.add_argument("--compressions", default="none",
+                        help="--compression values: every strategy with each, e.g. "
+                             "none,fp16,topk:0.01")
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2)
@@ -328,13 +349,45 @@ def parse_args(argv):
     parser.add_argument("--bin_dir", default=os.environ.get("GRADSYNC_BIN_DIR",
                                                             "bazel-bin/tools"),
                         help="folder with the gradsync and netem binaries")
-    parser.add_argument("extra", nargs="*", help="after --: training flags for every job")
+    parser.add_argument("extra", nargs="*",
+                        help="after --: training flags for every job, or a training command")
     args = parser.parse_args(argv)
     args.link = parse_netem(args.netem)
-    args.strategy_names = parse_strategies(args.strategies)
+    args.strategy_names = parse_strategies(args.strategies, args.model)
     args.worker_counts = parse_workers(args.workers)
-    scaling.parse_model(args.model)  # exits with scaling's message when unknown
+    args.command = scaling.worker_command(args.extra)
+    if args.command:
+        check_command(args)
+        args.model_label = scaling.command_model(args.command)
+    else:
+        args.model = args.model or DEFAULT_MODEL
+        scaling.parse_model(args.model)  # exits with scaling's message when unknown
+        args.model_label = args.model
     return args
+
+
+DEFAULT_MODEL = "mlp"
+
+
+def check_command(args):
+    """A training command after `--`: what compare cannot do with one. With
+    --strategies=all, the strategies a command can run."""
+    if args.model is not None:
+        raise UsageError(f"--model={args.model} and a training command both name the model; "
+                         "the command after -- is the model: drop --model")
+    problem = scaling.check_command(args.command, [], args.compressions)
+    if problem:
+        raise UsageError(problem)
+    runnable = [n for n in STRATEGIES if STRATEGIES[n].scaling in scaling.COMMAND_STRATEGIES]
+    if args.strategies.strip() == "all":
+        args.strategy_names = [n for n in args.strategy_names if n in runnable]
+    unsupported = [n for n in args.strategy_names if n not in runnable]
+    if unsupported:
+        raise UsageError(f"--strategies: {', '.join(unsupported)} cannot run a training "
+                         "command yet; choose from " + ", ".join(runnable))
+    if "/" in args.command[0] and not os.access(args.command[0], os.X_OK):
+        raise UsageError(f"the training command's program {args.command[0]} is not an "
+                         "executable; give its path, like /usr/bin/python3 train.py ...")
 
 
 def main(argv):
@@ -373,22 +426,28 @@ def main(argv):
             break
     rows = verdict_rows(points, args.link, link, num_buckets)
     line = answer(rows, args.link)
-    text = [f"gradsync compare: model {args.model}, link {args.link}"
+    text = [f"gradsync compare: model {args.model_label}, link {args.link}"
             + (f" ({link.describe()} probed)" if link else "")
-            + f", {args.repeats} repeats of {args.steps} steps ({args.warmup} warm-up), "
+            + (f", {args.repeats} repeats of the command's steps ({args.warmup} warm-up), "
+               if args.command else
+               f", {args.repeats} repeats of {args.steps} steps ({args.warmup} warm-up), ")
+            +
             f"{num_buckets} bucket(s)", "", format_table(rows), "",
-            "No accuracy is shown: the jobs train on synthetic data (tools/demo.sh trains to "
-            "accuracy, with the run-to-run spread).", "", line]
+            ("Steps and data are the training command's own (" + " ".join(args.command) + ")."
+             if args.command else
+             "No accuracy is shown: the jobs train on synthetic data (tools/demo.sh trains to "
+             "accuracy, with the run-to-run spread)."), "", line]
     print("\n".join(text))
     with open(os.path.join(out, "verdict.txt"), "w") as f:
         f.write("\n".join(text) + "\n")
     with open(os.path.join(out, "verdict.json"), "w") as f:
-        json.dump({"rows": rows, "answer": line, "link": args.link, "model": args.model,
+        json.dump({"rows": rows, "answer": line, "link": args.link, "model": args.model_label,
+                   "command": args.command,
                    "git_commit": sweep["manifest"].get("git_commit")}, f, indent=1)
     png = os.path.join(out, "compare.png")
     plotted = subprocess.run([sys.executable, os.path.join(HERE, "plot_scaling.py"),
                               plot_input(out), "-o", png, "--title",
-                              f"gradsync compare: {args.model} on {args.link}"])
+                              f"gradsync compare: {args.model_label} on {args.link}"])
     print(f"\nresults: {out}/verdict.txt, {out}/verdict.json, {out}/points.csv"
           + (f", {png}" if plotted.returncode == 0 else " (the plot failed)")
           + f"  ({time.time() - started:.0f} s)")

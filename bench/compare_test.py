@@ -35,6 +35,9 @@ class ParsingTest(unittest.TestCase):
 
     def test_strategies(self):
         self.assertEqual(compare.parse_strategies("all"), list(compare.STRATEGIES))
+        # hybrid needs a row-sparse tensor: 'all' leaves it out for other models.
+        self.assertNotIn("hybrid-kn", compare.parse_strategies("all", "custom:25:32"))
+        self.assertIn("hybrid-kn", compare.parse_strategies("all", "embedding:100000:32"))
         # STRATEGIES' order, whatever the order given.
         self.assertEqual(compare.parse_strategies("ps-kn,ring"), ["ring", "ps-kn"])
         with self.assertRaises(compare.UsageError) as raised:
@@ -74,6 +77,50 @@ class ParsingTest(unittest.TestCase):
         only = compare.scaling_command(args, ["ps-kn"], [8], "out")
         self.assertIn("--strategies=ps", only)
         self.assertIn("--servers=N", only)
+
+
+class TrainingCommandTest(unittest.TestCase):
+    """`gradsync compare ... -- /usr/bin/python3 train.py ARGS`."""
+    COMMAND = ["/usr/bin/python3", "examples/pytorch/resnet18_cifar10.py", "--random_data",
+               "--steps=12"]
+
+    def parse(self, *flags, command=None):
+        return compare.parse_args(["--netem=100mbit", "--workers=4", *flags, "--",
+                                   *(command or self.COMMAND)])
+
+    def test_the_command_goes_to_the_sweep_whole(self):
+        args = self.parse("--strategies=ring,ps-kn")
+        self.assertEqual(args.command, self.COMMAND)
+        self.assertEqual(args.model_label, "pytorch-resnet18_cifar10")
+        command = compare.scaling_command(args, args.strategy_names, args.worker_counts, "out")
+        self.assertEqual(command[command.index("--") + 1:], self.COMMAND)
+        self.assertIn("--strategies=ring,ps", command)
+        self.assertIn("--servers=N", command)
+
+    def test_all_means_the_strategies_a_command_can_run(self):
+        args = self.parse()
+        self.assertEqual(args.strategy_names, list(compare.STRATEGIES))
+
+    def test_a_strategy_no_command_can_run_is_refused(self):
+        with mock.patch.dict(compare.STRATEGIES,
+                             {"ps-mixed": compare.Strategy("ps-mixed", None, "mixed")}):
+            with self.assertRaises(compare.UsageError) as raised:
+                self.parse("--strategies=ring,ps-mixed")
+        self.assertIn("ps-mixed cannot run a training command", str(raised.exception))
+
+    def test_what_a_command_cannot_do_is_refused(self):
+        for flags, command, words in (
+                ([], self.COMMAND + ["--sync=ps"], "chooses --sync itself"),
+                (["--model=resnet18"], None, "drop --model"),
+                ([], ["/nonexistent/python3", "train.py"], "is not an executable")):
+            with self.assertRaises(compare.UsageError, msg=words) as raised:
+                self.parse(*flags, command=command)
+            self.assertIn(words, str(raised.exception))
+
+    def test_training_flags_are_not_a_command(self):
+        args = compare.parse_args(["--workers=4", "--", "--lr=0.1"])
+        self.assertIsNone(args.command)
+        self.assertEqual(args.model_label, "mlp")
 
 
 class VerdictTest(unittest.TestCase):

@@ -140,6 +140,7 @@ Usage:
   cost_model.py probe --link=1gbit              measure α and B (root)
   cost_model.py compare SWEEP_DIR               measured points vs predictions
   cost_model.py extrapolate [--alpha_us=25 --gbit=1 | --sweep=DIR] [--plot=x.png]
+  cost_model.py compression [--workers=8 --model_mb=10 --gbit=0.1 --alpha_us=100]
 """
 import argparse
 import dataclasses
@@ -433,6 +434,24 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
     n, k, strategy = point["workers"], point["servers"], point["strategy"]
     share = point.get("largest_server_share") or (1.0 / k if k else None)
     flags = training_flags(extra_flags, point.get("sweep", ""))
+    compression = point.get("compression") or flags.get("compression", "none")
+    if compression != "none":
+        # (9)–(13): small compressed buckets, no PS tail worth modelling.
+        pull = flags.get("ps_pull", "union")
+
+        def compressed_bucket_time(size):
+            return compressed_sync_time(
+                "ps" if strategy.startswith("ps") else strategy, n, k, size, link,
+                compression, share, pull, ranks_per_node=point.get("ranks_per_node", 1),
+                cores_per_rank=point.get("host_cores", n) / n)
+        comm = sum(compressed_bucket_time(size) for size in bucket_bytes)
+        _, exposed = exposed_communication(bucket_bytes, base_compute_ms / 1000,
+                                           compressed_bucket_time)
+        return {
+            "predicted_comm_ms": 1000 * comm,
+            "predicted_exposed_ms": 1000 * exposed,
+            "predicted_step_ms": base_step_ms + 1000 * exposed,
+        }
     # The key size: a flag, else what the job derived (scaling.py reads it
     # from the summary; --ps_chunk_kb=0 is auto), else the old default.
     chunk = int(flags.get("ps_chunk_kb", 0)) * 1024 or int(
@@ -499,6 +518,189 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
     return prediction
 
 
+# --- Compression (--compression) ----------------------------------------------
+#
+# A bucket of S bytes is numel = S/4 floats; top-k and random-k keep
+# k = max(1, round(ratio·numel)) of them. What each method puts on the busiest
+# link, one direction, per bucket (core/sync/compression.h's byte format: a
+# 9-byte header, +12 for (index, value) pairs, +8 for onebit's two scales):
+#
+#   none             dense all-reduce of S                    (1), (6), (7)...
+#   fp16 / bf16      the ring on 16-bit values: 2(N−1)/N·S/2            (9)
+#   topk / onebit    ring all-gather of every rank's encoding E:
+#                    each link carries all N encodings but one,
+#                    (N−1)·E, E = 21 + 8k (top-k) or 17 + 8·⌈numel/64⌉
+#                    (onebit, ≈ S/32), in N−1 steps:
+#                    T = (N−1)·α + (N−1)·E/B                           (10)
+#   randomk          the same k indices on every rank (one seed): the
+#                    algorithm's own dense all-reduce of 4k bytes      (11)
+#   row-sparse       (an embedding table, under none) the size exchange,
+#   (none)           (N−1)·α, then min((10) with E the touched rows'
+#                    encoding, the dense ring)                          (12)
+#
+# The all-gather's (N−1)·E grows with N, the ring's 2(N−1)/N·S does not: at
+# top-k 1 % (E ≈ 2 % of S) the gather moves less than the ring only while
+# N − 1 < 2(N−1)/N / 0.02, i.e. for N below ~100.
+#
+# Parameter server (formulas for ps/; K servers, the busiest holding a share
+# f of the keys; push and pull use opposite directions of every link):
+#
+#   push per worker  none S, fp16/bf16 S/2, topk/randomk 8k (pairs),
+#                    onebit S/32 + 8
+#   pull per worker  --ps_pull=union: the union of the pushed indices,
+#                    8·min(u, numel/2) with k ≤ u ≤ N·k (u = k for
+#                    random-k: shared indices; N·k, the bound, for top-k),
+#                    dense 4·numel once the union passes half the bucket;
+#                    --ps_pull=topk: 8k; --ps_pull=dense (and onebit): S;
+#                    fp16/bf16: S/2
+#   T_ps = max(push, pull, N·f·push, N·f·pull)/B + 2α                   (13)
+#
+# Compute. The codec's own time, from bench/compression_benchmark (CPU time,
+# 4 MiB bucket, one core; the codec of the commit that set these values,
+# `git log -S'"topk": (2.38'`, 2026-11-25, load average 8–11 on 2 shared
+# cores, so CPU time rather than wall time), milliseconds per 10^6 bytes of float32
+# gradient: (encode with error feedback, decode). A step adds one encode and
+# one decode per bucket, N decodes for the gathered methods (every rank
+# decodes every rank's encoding). The 16-bit ring's per-hop rounding is
+# counted as one encode and one decode of the bucket. These assume a core
+# per rank; `cores_per_rank` < 1 (N ranks emulated on fewer cores, as
+# scaling.py's jobs on one machine are) divides the core's speed.
+CODEC_MS_PER_MB = {
+    "none": (0.0, 0.0),
+    "fp16": (2.04, 0.84),
+    "bf16": (0.24, 0.28),
+    "topk": (2.38, 0.003),
+    "randomk": (0.47, 0.003),
+    "onebit": (3.31, 1.14),
+}
+SPARSE_HEADER_BYTES = 21  # encoding, numel, row_width, rows
+ONEBIT_HEADER_BYTES = 17  # encoding, numel, two scales
+GATHER_FRAME_BYTES = 24  # allreduce/ring_allgather.h's frame header
+ALLREDUCE_FAMILY = ("ring", "halving_doubling", "tree", "hierarchical", "allreduce")
+
+
+def parse_compression(spec):
+    """'topk:0.01' -> ('topk', 0.01); 'fp16' -> ('fp16', 1.0)."""
+    method, _, ratio = (spec or "none").partition(":")
+    if method not in CODEC_MS_PER_MB:
+        raise ValueError(f"unknown compression '{spec}' (none, fp16, bf16, topk:R, "
+                         "randomk:R, onebit)")
+    value = float(ratio) if ratio else 1.0
+    if (method in ("topk", "randomk")) != bool(ratio) or not 0 < value <= 1:
+        raise ValueError(f"compression '{spec}': topk and randomk take a ratio in (0, 1], "
+                         "the others none")
+    return method, value
+
+
+def kept_elements(numel, ratio):
+    return max(1, min(numel, round(ratio * numel)))
+
+
+def encoding_bytes(method, ratio, size):
+    """E: bytes of one rank's encoding of a `size`-byte bucket."""
+    numel = max(1, int(size // 4))
+    if method in ("topk", "randomk"):
+        return SPARSE_HEADER_BYTES + 8 * kept_elements(numel, ratio)
+    if method == "onebit":
+        return ONEBIT_HEADER_BYTES + 8 * math.ceil(numel / 64)
+    if method in ("fp16", "bf16"):
+        return 9 + 2 * numel
+    return 9 + 4 * numel
+
+
+def allgather_time(n, blob_bytes, link):
+    """(10): ring all-gather of one blob per rank."""
+    if n <= 1:
+        return 0.0
+    return (n - 1) * link.alpha_s + (n - 1) * (blob_bytes + GATHER_FRAME_BYTES) / link.bandwidth
+
+
+def codec_time(method, n, size, gathered, cores_per_rank=1.0):
+    encode, decode = CODEC_MS_PER_MB[method]
+    return ((encode + decode * (n if gathered else 1)) * size / 1e6 / 1000
+            / min(1.0, cores_per_rank))
+
+
+def ps_compressed_bytes(method, ratio, n, size, pull="union"):
+    """(13)'s (push, pull) bytes per worker for one `size`-byte bucket."""
+    numel = max(1, int(size // 4))
+    if method == "none":
+        return size, size
+    if method in ("fp16", "bf16"):
+        return size / 2, size / 2
+    if method == "onebit":
+        return encoding_bytes("onebit", 1.0, size), size
+    k = kept_elements(numel, ratio)
+    push = 8 * k
+    if pull == "dense":
+        return push, size
+    if pull == "topk":
+        return push, 8 * k
+    union = k if method == "randomk" else min(numel, n * k)
+    return push, (8 * union if union <= numel / 2 else 4 * numel)
+
+
+def compressed_link_bytes(strategy, compression, n, size, largest_share=None, pull="union"):
+    """Bytes on the busiest link, one direction, for one `size`-byte bucket."""
+    method, ratio = parse_compression(compression)
+    if strategy in ALLREDUCE_FAMILY:
+        if n <= 1:
+            return 0.0
+        if method in ("topk", "onebit"):
+            return (n - 1) * encoding_bytes(method, ratio, size)
+        if method == "randomk":
+            return 2 * (n - 1) / n * 4 * kept_elements(max(1, int(size // 4)), ratio)
+        if method in ("fp16", "bf16"):
+            return 2 * (n - 1) / n * size / 2
+        return 2 * (n - 1) / n * size
+    push, pulled = ps_compressed_bytes(method, ratio, n, size, pull)
+    share = largest_share if largest_share is not None else 1.0
+    return max(push, pulled, n * share * push, n * share * pulled)
+
+
+def compressed_sync_time(strategy, n, k, size, link, compression, largest_share=None,
+                         pull="union", ranks_per_node=1, cores_per_rank=1.0):
+    """(9)–(13) plus the codec's compute: one bucket of `size` bytes."""
+    method, ratio = parse_compression(compression)
+    if method == "none":
+        return sync_time(strategy, n, k, size, link, largest_share,
+                         ranks_per_node=ranks_per_node)
+    numel = max(1, int(size // 4))
+    if strategy in ALLREDUCE_FAMILY:
+        gathered = method in ("topk", "onebit")
+        if gathered:
+            comm = allgather_time(n, encoding_bytes(method, ratio, size), link)
+        elif method == "randomk":
+            comm = sync_time(strategy, n, k, 4 * kept_elements(numel, ratio), link,
+                             ranks_per_node=ranks_per_node)
+        else:  # fp16 / bf16: the ring only (the factories refuse the others)
+            comm = ring_time(n, size / 2, link)
+        return comm + codec_time(method, n, size, gathered, cores_per_rank)
+    share = largest_share if largest_share is not None else (1.0 / k if k else 1.0)
+    comm = (compressed_link_bytes("ps", compression, n, size, share, pull) / link.bandwidth
+            + 2 * link.alpha_s)
+    return comm + codec_time(method, n, size, False, cores_per_rank)
+
+
+def print_compression_table(link, n, size, k=None, pull="union",
+                            methods=("none", "fp16", "bf16", "topk:0.01", "randomk:0.01",
+                                     "onebit")):
+    """Bytes on the busiest link and predicted time of one bucket of `size`
+    bytes, ring vs PS with K servers (K = N by default), per method."""
+    k = k or n
+    print(f"One {size / 1e6:.1f} MB bucket, N = {n}, PS K = {k} (--ps_pull={pull}); "
+          f"{link.describe()}")
+    rows = []
+    for method in methods:
+        ring_bytes = compressed_link_bytes("ring", method, n, size)
+        ps_bytes = compressed_link_bytes("ps", method, n, size, 1.0 / k, pull)
+        rows.append((method, f"{ring_bytes / 1e6:.3f}",
+                     f"{1000 * compressed_sync_time('ring', n, 0, size, link, method):.1f}",
+                     f"{ps_bytes / 1e6:.3f}",
+                     f"{1000 * compressed_sync_time('ps', n, k, size, link, method, 1.0 / k, pull):.1f}"))
+    print_table(("compression", "ring MB/link", "ring ms", "PS MB/link", "PS ms"), rows)
+
+
 # --- Measuring α and B ----------------------------------------------------------
 
 def probe(link_spec, netem_binary="bazel-bin/tools/netem"):
@@ -530,7 +732,9 @@ def print_comparison(points):
         servers = str(p["servers"])
         if p["strategy"] == "ps-mixed":
             servers += f" ({p['colocated']} in workers)"
-        rows.append((p["strategy"], str(p["workers"]), servers,
+        compression = p.get("compression") or "none"
+        strategy = p["strategy"] + ("" if compression == "none" else f" {compression}")
+        rows.append((strategy, str(p["workers"]), servers,
                      f"{p['model_bytes'] / 1e6:.1f}", p["link"], f"{p['bucket_mb']:g}",
                      f"{p['compute_ms']:g}", f"{p['step_ms']:.1f}", f"{p['predicted_step_ms']:.1f}",
                      format_error(error_percent(p["step_ms"], p["predicted_step_ms"])),
@@ -637,7 +841,19 @@ def main():
     e.add_argument("--model_mb", type=float, action="append",
                    help="also a custom model of this many MB")
     e.add_argument("--plot", help="write a PNG here")
+    z = sub.add_parser("compression", help="bytes per link and time of each --compression")
+    z.add_argument("--alpha_us", type=float, default=100.0)
+    z.add_argument("--gbit", type=float, default=0.1)
+    z.add_argument("--workers", type=int, default=8)
+    z.add_argument("--servers", type=int, default=0, help="PS K; 0: N")
+    z.add_argument("--model_mb", type=float, default=10.0, help="one bucket of this many MB")
+    z.add_argument("--ps_pull", default="union", choices=("union", "topk", "dense"))
     args = parser.parse_args()
+
+    if args.command == "compression":
+        print_compression_table(Link(args.alpha_us / 1e6, args.gbit * 1e9 / 8), args.workers,
+                                args.model_mb * 1e6, args.servers or None, args.ps_pull)
+        return
 
     if args.command == "probe":
         link, measured = probe(args.link)

@@ -67,5 +67,60 @@ class FamilyFormulas(unittest.TestCase):
         self.assertEqual(scaling.strategy_points({}, "tree", 1, "1"), [])
 
 
+class CompressionFormulas(unittest.TestCase):
+    """(9)–(13) at hand-computed points: 10 MB buckets, N = 8."""
+    S = 10_000_000  # bytes: 2.5 M floats
+    N = 8
+
+    def test_ring_family_bytes_per_link(self):
+        bytes_of = cost_model.compressed_link_bytes
+        self.assertAlmostEqual(bytes_of("ring", "none", self.N, self.S), 1.75 * self.S)
+        self.assertAlmostEqual(bytes_of("ring", "fp16", self.N, self.S), 1.75 * self.S / 2)
+        # top-k 1 %: k = 25 000 pairs of 8 bytes (+21) from each of N−1 ranks.
+        self.assertEqual(bytes_of("ring", "topk:0.01", self.N, self.S), 7 * (21 + 8 * 25_000))
+        # randomk: a dense ring of k floats.
+        self.assertAlmostEqual(bytes_of("ring", "randomk:0.01", self.N, self.S),
+                               1.75 * 4 * 25_000)
+        # onebit: S/32 (+17) per rank.
+        self.assertEqual(bytes_of("ring", "onebit", self.N, self.S),
+                         7 * (17 + 8 * 39_063))
+
+    def test_all_gather_grows_with_n_and_the_ring_does_not(self):
+        gathered = [cost_model.compressed_link_bytes("ring", "topk:0.01", n, self.S)
+                    for n in (2, 4, 8)]
+        self.assertEqual([g / gathered[0] for g in gathered], [1, 3, 7])
+        dense = [cost_model.compressed_link_bytes("ring", "none", n, self.S) for n in (2, 4, 8)]
+        self.assertLess(dense[2] / dense[0], 2)
+
+    def test_ps_push_and_pull(self):
+        pairs = cost_model.ps_compressed_bytes
+        k = 25_000
+        self.assertEqual(pairs("topk", 0.01, self.N, self.S, "union"), (8 * k, 8 * self.N * k))
+        self.assertEqual(pairs("topk", 0.01, self.N, self.S, "topk"), (8 * k, 8 * k))
+        self.assertEqual(pairs("topk", 0.01, self.N, self.S, "dense"), (8 * k, self.S))
+        self.assertEqual(pairs("randomk", 0.01, self.N, self.S, "union"), (8 * k, 8 * k))
+        # A union past half the bucket is pulled dense (4 bytes a float).
+        self.assertEqual(pairs("topk", 0.2, self.N, self.S, "union"), (8 * 500_000, self.S))
+        self.assertEqual(pairs("fp16", 1.0, self.N, self.S), (self.S / 2, self.S / 2))
+        # K = N balanced: the busiest link is a worker's pull of N·k pairs.
+        self.assertEqual(cost_model.compressed_link_bytes("ps", "topk:0.01", self.N, self.S,
+                                                          1 / self.N), 8 * self.N * k)
+
+    def test_time_is_alpha_beta_plus_the_codec(self):
+        link = cost_model.Link(1e-4, 1.25e7)  # 100 us, 100 Mbit/s
+        encode, decode = cost_model.CODEC_MS_PER_MB["topk"]
+        want = (7 * 1e-4 + 7 * (21 + 8 * 25_000 + 24) / 1.25e7
+                + (encode + 8 * decode) * 10 / 1000)
+        self.assertAlmostEqual(cost_model.compressed_sync_time(
+            "ring", self.N, 0, self.S, link, "topk:0.01"), want, places=12)
+        self.assertEqual(cost_model.compressed_sync_time("ring", self.N, 0, self.S, link, "none"),
+                         cost_model.ring_time(self.N, self.S, link))
+
+    def test_bad_compression_is_refused(self):
+        for bad in ("topk:0", "topk:2", "topk", "fp16:0.5", "zip"):
+            with self.assertRaises(ValueError):
+                cost_model.parse_compression(bad)
+
+
 if __name__ == "__main__":
     unittest.main()

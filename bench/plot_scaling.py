@@ -32,6 +32,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cost_model  # noqa: E402  (beside this file: compressed points' bytes)
+
 # One colour and marker per series, the same in every panel; the colocated PS
 # is drawn hollow and larger, so it stays visible where it lies on the ring.
 STYLES = {"ring": ("tab:blue", "o", True), "ps K=1": ("tab:red", "s", True),
@@ -47,7 +50,8 @@ def read_points(path):
     numeric = lambda v: float(v) if v not in ("", None) else None  # noqa: E731
     for row in rows:
         for key, value in row.items():
-            if key not in ("strategy", "model", "link", "sweep", "cpu_bound", "partition"):
+            if key not in ("strategy", "compression", "model", "link", "sweep", "cpu_bound",
+                           "partition"):
                 row[key] = numeric(value)
         row["cpu_bound"] = row.get("cpu_bound") == "True"
         row["workers"] = int(row["workers"])
@@ -95,6 +99,9 @@ def provenance_text(provenance, note):
 
 
 def series_name(p):
+    compression = p.get("compression") or "none"
+    if compression != "none":
+        return f"{series_name(dict(p, compression='none'))} {compression}"
     if p["strategy"] == "ps":
         return "ps K=N" if p["servers"] == p["workers"] else f"ps K={p['servers']}"
     if p["strategy"] == "ps-mixed":
@@ -121,6 +128,9 @@ def style(name):
 def predicted_busiest_bytes(p):
     """The busiest link's bytes per step, one direction, by the formulas."""
     s, n, k = p["model_bytes"], p["workers"], p["servers"]
+    if (p.get("compression") or "none") != "none":  # (9)–(13), one bucket of S
+        share = p.get("largest_server_share") or (1.0 / k if k else None)
+        return cost_model.compressed_link_bytes(p["strategy"], p["compression"], n, s, share)
     if p["strategy"] in ("ring", "ps-colocated"):
         return 2 * (n - 1) / n * s
     if p["strategy"] == "ps":

@@ -16,7 +16,15 @@ Writes <out>/points.csv (one row per point), <out>/sweep.json (the manifest —
 command line, git commit, versions, host, every flag of a run — the link
 probes, and every repeat's figures) and prints the table.
 
-Training flags after `--` go to every job. --sweep runs every strategy point
+Training flags after `--` go to every job; or, when the first word after
+`--` is not a flag, a training command (a PyTorch program using
+gradsync.torch, examples/pytorch/) that every job runs as its workers: the
+strategy reaches it as GRADSYNC_SYNC, --warmup as GRADSYNC_WARMUP_STEPS,
+--sweep's flags through the launcher (to its workers and servers alike:
+tools/launch_command.cc), and its own arguments set its model,
+batch and steps (--models, --bucket_mb, --compute_ms, --batch_size and
+--steps do not apply). Its workers write summary.json like native ones
+(python/torch_run_record.h). --sweep runs every strategy point
 once per flag set (sets separated by ';', flags in a set by spaces): the knob
 PS papers tune (--ps_chunk_kb), consistency modes, stragglers. For example
   bench/scaling.py --strategies=ps --workers=4 --servers=1 \
@@ -69,24 +77,76 @@ def parse_model(spec):
     if spec in REAL_MODEL_BYTES:
         return spec, REAL_MODEL_BYTES[spec], [f"--model={spec}"]
     parts = spec.split(":")
+    if parts[0] == "embedding" and len(parts) == 3:
+        # The embedding model over Zipf bags (real compute): a V x D table
+        # with a row-sparse gradient, and its 64-wide two-class head.
+        rows, dim = int(parts[1]), int(parts[2])
+        params = rows * dim + 64 * dim + 64 + 2 * 64 + 2
+        return (f"embedding-{rows}x{dim}", params * 4,
+                ["--model=embedding", f"--embedding_rows={rows}", f"--embedding_dim={dim}"])
     if parts[0] != "custom" or len(parts) not in (2, 3):
         sys.exit(f"scaling: model '{spec}' is not resnet50, vgg16, bert-base, "
-                 "custom:MB[:TENSORS], mlp, resnet18 or cnn")
+                 "custom:MB[:TENSORS], mlp, resnet18, cnn or embedding:ROWS:DIM")
     params = int(float(parts[1]) * 1e6 / 4)
     tensors = int(parts[2]) if len(parts) == 3 else 32
     return (f"custom-{parts[1]}MB", params * 4,
             ["--model=custom", f"--custom_params={params}", f"--custom_tensors={tensors}"])
 
 
+# The strategies a training command can run: gradsync.torch's hook takes any
+# --sync name, and the launcher hands --ps_colocate to its workers; a mixed
+# placement's --ps_colocated_servers and hierarchical's ranks per node are
+# not offered (untested behind the hook).
+COMMAND_STRATEGIES = ("local", "ring", "halving_doubling", "tree", "allreduce", "ps",
+                      "ps-colocated")
+
+
+def worker_command(extra):
+    """The training command after `--` (its first word is not a flag), or
+    None when `--` gave gradsync training flags."""
+    if extra and not extra[0].startswith("-"):
+        return list(extra)
+    return None
+
+
+def command_model(command):
+    """A training command's model label: its script's name."""
+    script = next((a for a in command[1:] if a.endswith(".py")), command[0])
+    name = os.path.splitext(os.path.basename(script))[0]
+    return "pytorch-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+
+
+def check_command(command, strategies, compressions="none"):
+    """One message for what a training command cannot do here, else None."""
+    if any(c.strip() not in ("", "none") for c in (compressions or "none").split(",")):
+        return ("--compressions is not built behind gradsync.torch's hook: a training "
+                "command runs with float32 buckets only; leave --compressions out")
+    if any(a == "--sync" or a.startswith("--sync=") for a in command):
+        return ("the training command chooses --sync itself; leave it out: each job "
+                "sets the strategy (GRADSYNC_SYNC, which gradsync.torch.connect() reads)")
+    unsupported = [s for s in strategies if s not in COMMAND_STRATEGIES]
+    if unsupported:
+        return (f"strategies {', '.join(unsupported)} are not offered for a training "
+                f"command (untested behind gradsync.torch's hook); use some of "
+                f"{', '.join(COMMAND_STRATEGIES[1:])}")
+    return None
+
+
 def enumerate_points(args):
     """Every job of the sweep, N = 1 references first in each group."""
     points = []
+    command = worker_command(getattr(args, "extra", []))
     for model in args.models.split(","):
-        label, model_bytes, model_flags = parse_model(model)
+        if command:
+            label, model_bytes, model_flags = command_model(command), 0, []
+        else:
+            label, model_bytes, model_flags = parse_model(model)
         for link in split_links(args.links):
-            for bucket_mb in [float(b) for b in args.bucket_mb.split(",")]:
+            # A command's buckets are its DDP's (bucket_cap_mb): 0 in the label.
+            buckets = [0.0] if command else [float(b) for b in args.bucket_mb.split(",")]
+            for bucket_mb in buckets:
                 compute_values = [float(c) for c in args.compute_ms.split(",")]
-                if label in REAL_MODEL_BYTES:
+                if label in REAL_MODEL_BYTES or command or label.startswith("embedding-"):
                     compute_values = [0.0]  # they compute for real
                 for compute_ms in compute_values:
                     group = dict(model=label, model_bytes=model_bytes, model_flags=model_flags,
@@ -96,9 +156,16 @@ def enumerate_points(args):
                     for n in [int(w) for w in args.workers.split(",")]:
                         for strategy in args.strategies.split(","):
                             for flags in sweep_sets(args.sweep):
-                                points.extend(dict(p, sweep=flags) for p in
-                                              strategy_points(group, strategy, n, args.servers,
-                                                              getattr(args, "colocated", "")))
+                                for compression in compressions_of(
+                                        getattr(args, "compressions", "none")):
+                                    points.extend(
+                                        dict(p, sweep=flags, compression=compression)
+                                        for p in strategy_points(group, strategy, n,
+                                                                 args.servers,
+                                                                 getattr(args, "colocated", ""))
+                                        if compression_built(p["strategy"], compression))
+        if command:
+            break  # the command is the model: one group per link
     return points
 
 
@@ -119,6 +186,36 @@ def split_links(spec):
         else:
             links[-1] += "," + token.strip()
     return links
+
+
+def compressions_of(spec):
+    """'none,fp16,topk:0.01' -> ['none', 'fp16', 'topk:0.01'], each checked
+    by the cost model's parser (the trainer checks again)."""
+    values = [c.strip() for c in (spec or "none").split(",") if c.strip()] or ["none"]
+    for value in values:
+        try:
+            cost_model.parse_compression(value)
+        except ValueError as error:
+            sys.exit(f"scaling: --compressions: {error}")
+    return values
+
+
+def compression_built(strategy, compression):
+    """False where the strategy's factory refuses the method (16-bit values
+    are built into the ring and the PS only: allreduce/ring_sync.h)."""
+    method, _ = cost_model.parse_compression(compression)
+    if method in ("fp16", "bf16") and strategy in ("halving_doubling", "tree", "hierarchical",
+                                                   "allreduce"):
+        print(f"scaling: skipping {strategy} with --compression={compression} (not built "
+              "for it)", flush=True)
+        return False
+    return True
+
+
+def strategy_text(point):
+    """'ring', or 'ring topk:0.01' for a compressed point."""
+    compression = point.get("compression") or "none"
+    return point["strategy"] + ("" if compression == "none" else f" {compression}")
 
 
 def sweep_sets(spec):
@@ -162,11 +259,12 @@ def strategy_points(group, strategy, n, servers_spec, colocated_spec=""):
                 if n > 2 and n % 2 == 0 else [])
     if strategy == "ps-colocated":
         return [dict(group, strategy="ps-colocated", workers=n, servers=n)]
-    if strategy == "ps":
+    if strategy in ("ps", "hybrid"):
+        # hybrid: the row-sparse tensors on K servers, the rest on the ring.
         ks = sorted({n if k == "N" else int(k) for k in servers_spec.split(",")})
-        return [dict(group, strategy="ps", workers=n, servers=k) for k in ks if k >= 1]
+        return [dict(group, strategy=strategy, workers=n, servers=k) for k in ks if k >= 1]
     sys.exit(f"scaling: unknown strategy '{strategy}' (ring, halving_doubling, tree, "
-             "hierarchical, allreduce, ps, ps-colocated, ps-mixed)")
+             "hierarchical, allreduce, ps, ps-colocated, ps-mixed, hybrid)")
 
 
 def memory_estimate_gb(point):
@@ -182,6 +280,8 @@ def label(point):
             f"_c{point['compute_ms']:g}_{point['strategy']}_n{point['workers']}_k{point['servers']}")
     if point["strategy"] == "ps-mixed":
         name += f"_colocated{point['colocated']}"
+    if (point.get("compression") or "none") != "none":
+        name += "_" + point["compression"].replace(":", "")
     flags = point.get("sweep", "")
     if flags:
         name += "_" + "".join(c if c.isalnum() or c in "=.-" else "_"
@@ -195,7 +295,7 @@ def run_job(point, run_dir, args):
     """Runs one repeat; returns its summary.json (dict) or None on failure."""
     launch = [GRADSYNC, "launch", f"--workers={point['workers']}", f"--run_dir={run_dir}",
               f"--job_deadline_s={args.deadline_s}"]
-    if point["strategy"] == "ps":
+    if point["strategy"] in ("ps", "hybrid"):
         launch.append(f"--servers={point['servers']}")
     if point["strategy"] == "ps-mixed" and point["servers"] > point["colocated"]:
         launch.append(f"--servers={point['servers'] - point['colocated']}")
@@ -203,26 +303,31 @@ def run_job(point, run_dir, args):
         launch.append(f"--netem={point['link']}")
     sync = {"local": "local", "ring": "ring", "ps": "ps", "ps-colocated": "ps",
             "ps-mixed": "ps", "halving_doubling": "halving_doubling", "tree": "tree",
-            "hierarchical": "hierarchical", "allreduce": "allreduce"}[point["strategy"]]
-    training = ["--", f"--sync={sync}", *point["model_flags"],
-                f"--compute_ms={point['compute_ms']:g}", f"--bucket_mb={point['bucket_mb']:g}",
-                "--data=synthetic", f"--synthetic_size={args.batch_size * 64}",
-                f"--batch_size={args.batch_size}", "--epochs=100000",
-                f"--max_steps={args.steps}", f"--warmup_steps={args.warmup}",
-                "--progress=false", "--timeout_s=120"]
-    if point["strategy"] == "ps-colocated":
-        training.append("--ps_colocate")
-    if point["strategy"] == "ps-mixed":
-        training.append(f"--ps_colocated_servers={point['colocated']}")
-    if point["strategy"] == "hierarchical":
-        training.append(f"--allreduce_ranks_per_node={point['ranks_per_node']}")
-    training += point.get("sweep", "").split() + args.extra
+            "hierarchical": "hierarchical", "allreduce": "allreduce",
+            "hybrid": "hybrid"}[point["strategy"]]
+    command = worker_command(args.extra)
+    env = None
+    if command:
+        # Swept flags go to the launcher, which hands them to the command's
+        # gradsync.torch and to the servers alike.
+        launch += point.get("sweep", "").split()
+        if (point.get("compression") or "none") != "none":
+            launch.append(f"--compression={point['compression']}")
+        if point["strategy"] == "ps-colocated":
+            launch.append("--ps_colocate")
+        training, env = command_job(command, sync, args)
+    else:
+        training = training_flags(sync, point, args)
     with open(os.path.join(run_dir, "launch.log"), "w") as log:
+        if env:
+            log.write(" ".join(f"{k}={v}" for k, v in sorted(env.items())
+                               if k.startswith("GRADSYNC_")) + " ")
         log.write(" ".join(launch + training) + "\n")
         log.flush()
         usage = CpuUsage()
         result = subprocess.run(launch + training, stdout=log, stderr=subprocess.STDOUT,
-                                timeout=args.deadline_s + 60)
+                                timeout=args.deadline_s + 60,
+                                env=dict(os.environ, **env) if env else None)
         cpu = usage.finish()
     if result.returncode != 0:
         print(f"  FAILED (exit {result.returncode}): see {run_dir}/launch.log", flush=True)
@@ -237,6 +342,35 @@ def run_job(point, run_dir, args):
         with open(counters) as f:
             summary["network_counters"] = json.load(f)
     return summary
+
+
+def command_job(command, sync, args):
+    """`-- COMMAND` and the variables gradsync.torch.connect() reads."""
+    env = {"GRADSYNC_SYNC": sync, "GRADSYNC_WARMUP_STEPS": str(args.warmup),
+           "GRADSYNC_TIMEOUT_S": "120"}
+    return ["--", *command], env
+
+
+def training_flags(sync, point, args):
+    """`-- FLAGS` of a `gradsync train` job."""
+    # The embedding model reads bags of ids (--data=zipf), not features.
+    data = "--data=zipf" if point["model"].startswith("embedding-") else "--data=synthetic"
+    training = ["--", f"--sync={sync}", *point["model_flags"],
+                f"--compute_ms={point['compute_ms']:g}", f"--bucket_mb={point['bucket_mb']:g}",
+                data, f"--synthetic_size={args.batch_size * 64}",
+                f"--batch_size={args.batch_size}", "--epochs=100000",
+                f"--max_steps={args.steps}", f"--warmup_steps={args.warmup}",
+                "--progress=false", "--timeout_s=120"]
+    if (point.get("compression") or "none") != "none":
+        training.append(f"--compression={point['compression']}")
+    if point["strategy"] == "ps-colocated":
+        training.append("--ps_colocate")
+    if point["strategy"] == "ps-mixed":
+        training.append(f"--ps_colocated_servers={point['colocated']}")
+    if point["strategy"] == "hierarchical":
+        training.append(f"--allreduce_ranks_per_node={point['ranks_per_node']}")
+    training += point.get("sweep", "").split() + args.extra
+    return training
 
 
 def machine_cpu_ticks(stat_text):
@@ -409,6 +543,9 @@ def aggregate(point, repeats):
                  "separate_server_share", "ps_chunk_bytes"):
         point[name] = repeats[0].get(name)
     point["cpu_bound"] = point["machine_busy_unniced_max"] > CPU_BOUND
+    # Every job of a sweep runs on this one machine: its N workers share
+    # these cores (the cost model divides the codecs' compute by them).
+    point["host_cores"] = os.cpu_count()
     return point
 
 
@@ -429,7 +566,8 @@ def add_references_and_predictions(points, links, layouts, extra_flags=()):
             p["efficiency"] = ref["step_ms"] / p["step_ms"]
         link = links.get(p["link"])
         layout = layouts.get(group_key(p))
-        if link is None or layout is None or p["strategy"] == "local":
+        # hybrid has no α–β formula yet (bench/cost_model.py): no prediction.
+        if link is None or layout is None or p["strategy"] in ("local", "hybrid"):
             continue
         p.update(cost_model.predict(p, link, layout["bucket_bytes"], ref["measured_compute_ms"],
                                     ref["step_ms"], layout["last_tensor_bytes"],
@@ -462,8 +600,9 @@ def reanalyze(out):
         run_dir = os.path.join(out, "points", label(p), "r0")
         if os.path.exists(os.path.join(run_dir, "layout.json")):
             layouts.setdefault(group_key(p), read_layout(run_dir))
+    extra = sweep["manifest"]["arguments"].get("extra", [])
     add_references_and_predictions(sweep["points"], links, layouts,
-                                   sweep["manifest"]["arguments"].get("extra", []))
+                                   [] if worker_command(extra) else extra)
     write_csv(sweep["points"], os.path.join(out, "points.csv"))
     with open(os.path.join(out, "sweep.json"), "w") as f:
         json.dump(sweep, f, indent=1)
@@ -472,7 +611,7 @@ def reanalyze(out):
 
 # --- Output -------------------------------------------------------------------------------
 
-COLUMNS = ["strategy", "sweep", "workers", "servers", "colocated", "model", "model_bytes", "link",
+COLUMNS = ["strategy", "compression", "sweep", "workers", "servers", "colocated", "model", "model_bytes", "link",
            "bucket_mb", "compute_ms", "repeats"] + [m + s for m in MEASURES for s in ("", "_min", "_max")] + [
            "efficiency", "largest_server_share", "partition", "colocated_server_share",
            "separate_server_share", "ps_chunk_bytes", "cpu_bound", "predicted_comm_ms",
@@ -503,7 +642,7 @@ def print_points(points):
         servers = str(p["servers"])
         if p["strategy"] == "ps-mixed":  # K (of which c in workers)
             servers += f" ({p['colocated']} in workers)"
-        rows.append((p["strategy"], p.get("sweep", "") or "-", str(p["workers"]),
+        rows.append((strategy_text(p), p.get("sweep", "") or "-", str(p["workers"]),
                      servers, p["model"], p["link"],
                      spread(p, "step_ms"), spread(p, "exposed_ms"), f"{p['samples_per_s']:.1f}",
                      f"{100 * p['efficiency']:.0f}%" if "efficiency" in p else "-",
@@ -553,7 +692,8 @@ def main():
                                      epilog=__doc__.split("\n", 2)[2])
     parser.add_argument("--strategies", default="ring,ps",
                         help="ring, ps, ps-colocated, ps-mixed (c workers serve beside K − c "
-                             "separate servers; K from --servers, c from --colocated)")
+                             "separate servers; K from --servers, c from --colocated), hybrid "
+                             "(embedding tables on K servers, the rest on the ring)")
     parser.add_argument("--workers", default="2,4", help="values of N")
     parser.add_argument("--servers", default="1,N",
                         help="values of K for ps; N means as many as workers")
@@ -562,10 +702,14 @@ def main():
                              "(N, N/2 allowed); points with c > K are left out")
     parser.add_argument("--models", default="custom:25:32",
                         help="resnet50, vgg16, bert-base, custom:MB[:TENSORS] (they sleep "
-                             "--compute_ms), mlp, resnet18, cnn (real forward and backward)")
+                             "--compute_ms), mlp, resnet18, cnn, embedding:ROWS:DIM (real "
+                             "forward and backward; the last on --data=zipf)")
     parser.add_argument("--links", default="1gbit",
                         help="RATE[,LATENCY] per link (emulated, root) or 'loopback'")
     parser.add_argument("--bucket_mb", default="25")
+    parser.add_argument("--compressions", default="none",
+                        help="--compression values, each strategy × method a point: "
+                             "none,fp16,topk:0.01 (none, fp16, bf16, topk:R, randomk:R, onebit)")
     parser.add_argument("--compute_ms", default="0", help="emulated compute per step")
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=12, help="steps per job")
@@ -590,6 +734,12 @@ def main():
         print()
         cost_model.print_comparison(points)
         return
+    command = worker_command(args.extra)
+    if command:
+        problem = check_command(command, args.strategies.split(","),
+                                getattr(args, "compressions", "none"))
+        if problem:
+            sys.exit(f"scaling: {problem}")
     global GRADSYNC, NETEM
     GRADSYNC = os.path.join(args.bin_dir, "gradsync")
     NETEM = os.path.join(args.bin_dir, "netem")
@@ -628,12 +778,16 @@ def main():
         if not repeats:
             continue
         done = aggregate(point, repeats)
+        if worker_command(args.extra) and group_key(point) in layouts:
+            # A command's model is known once its worker 0 wrote layout.json.
+            done["model_bytes"] = sum(layouts[group_key(point)]["bucket_bytes"])
         points.append(done)
         raw.append({"point": name, "repeats": repeats})
         print(f"[{i + 1}/{len(todo)}] {name}: step {spread(done, 'step_ms')} ms, exposed "
               f"{spread(done, 'exposed_ms')} ms  ({time.time() - started:.0f} s so far)", flush=True)
 
-    add_references_and_predictions(points, links, layouts, args.extra)
+    add_references_and_predictions(points, links, layouts,
+                                   [] if worker_command(args.extra) else args.extra)
     for p in points:
         p.pop("model_flags", None)
     write_csv(points, os.path.join(out, "points.csv"))

@@ -41,6 +41,31 @@ class SweepTest(unittest.TestCase):
         self.assertEqual(len(labels), len(points), "labels must be distinct")
         self.assertIn("custom-1MB_loopback_b25_c0_ps_n4_k4_ps_chunk_kb=128", labels)
 
+    def test_every_strategy_runs_with_every_compression_it_has(self):
+        class Args:
+            models = "custom:1:4"
+            links = "loopback"
+            bucket_mb = "25"
+            compute_ms = "0"
+            workers = "4"
+            strategies = "ring,tree,ps"
+            servers = "N"
+            sweep = ""
+            compressions = "none,fp16,topk:0.01"
+        points = scaling.enumerate_points(Args)[1:]
+        # ring and ps with all three; tree without fp16 (not built for it).
+        self.assertEqual(sorted(scaling.strategy_text(p) for p in points),
+                         ["ps", "ps fp16", "ps topk:0.01", "ring", "ring fp16",
+                          "ring topk:0.01", "tree", "tree topk:0.01"])
+        labels = {scaling.label(p) for p in points}
+        self.assertEqual(len(labels), len(points), "labels must be distinct")
+        self.assertIn("custom-1MB_loopback_b25_c0_ring_n4_k0_topk0.01", labels)
+
+    def test_a_bad_compression_exits_with_one_message(self):
+        with self.assertRaises(SystemExit) as raised:
+            scaling.compressions_of("none,topk:2")
+        self.assertIn("topk:2", str(raised.exception))
+
     def test_mixed_placement_points_span_c_workers_and_k_servers(self):
         class Args:
             models = "custom:1:4"
@@ -172,6 +197,95 @@ class SweepTest(unittest.TestCase):
         # Workers 10 + 20 + 30; servers 0 and 1 share workers' namespaces;
         # the separate server 2 adds its 4.
         self.assertEqual(scaling.tcp_totals(self.mixed_summary()), (64, 3, 3100))
+
+
+class TrainingCommandTest(unittest.TestCase):
+    """A PyTorch program after `--` as the jobs' workers (no job runs)."""
+    COMMAND = ["/usr/bin/python3", "examples/pytorch/resnet18_cifar10.py", "--random_data",
+               "--steps=12"]
+
+    class Args:
+        models = "mlp,cnn"  # not used: the command is the model
+        links = "100mbit"
+        bucket_mb = "25,5"
+        compute_ms = "0,50"
+        workers = "4"
+        strategies = "ring,ps"
+        servers = "N"
+        sweep = ""
+        extra = None
+        warmup = 3
+        deadline_s = 60
+
+    def args(self):
+        args = self.Args()
+        args.extra = list(self.COMMAND)
+        return args
+
+    def test_the_command_is_the_model_one_group_per_link(self):
+        points = scaling.enumerate_points(self.args())
+        self.assertEqual([(p["strategy"], p["workers"], p["servers"]) for p in points],
+                         [("local", 1, 0), ("ring", 4, 0), ("ps", 4, 4)])
+        self.assertEqual({p["model"] for p in points}, {"pytorch-resnet18_cifar10"})
+        self.assertEqual({tuple(p["model_flags"]) for p in points}, {()})
+        self.assertIsNone(scaling.worker_command(["--lr=0.1", "x.py"]))
+
+    def test_a_job_runs_the_command_with_the_strategy_in_its_environment(self):
+        import json
+        import tempfile
+        from unittest import mock
+        ran = {}
+
+        def fake_run(argv, stdout, stderr, timeout, env):
+            ran["argv"], ran["env"] = argv, env
+            with open(os.path.join(run_dir, "summary.json"), "w") as f:
+                json.dump({"step_ms": 1}, f)
+            return mock.Mock(returncode=0)
+
+        args = self.args()
+        args.sweep = "--ps_stream_window_kb=256"
+        points = scaling.enumerate_points(args)
+        with tempfile.TemporaryDirectory() as run_dir, \
+                mock.patch.object(scaling.subprocess, "run", fake_run):
+            summary = scaling.run_job(points[2], run_dir, args)
+            with open(os.path.join(run_dir, "launch.log")) as f:
+                logged = f.read()
+        self.assertEqual(summary["step_ms"], 1)
+        argv = ran["argv"]
+        self.assertIn("--servers=4", argv)
+        self.assertIn("--netem=100mbit", argv)
+        self.assertEqual(argv[argv.index("--") + 1:], self.COMMAND)
+        # Swept flags go to the launcher (its workers and servers), not after --.
+        self.assertLess(argv.index("--ps_stream_window_kb=256"), argv.index("--"))
+        self.assertFalse([a for a in argv if a.startswith("--sync")], argv)
+        self.assertEqual(ran["env"]["GRADSYNC_SYNC"], "ps")
+        self.assertEqual(ran["env"]["GRADSYNC_WARMUP_STEPS"], "3")
+        self.assertIn("GRADSYNC_SYNC=ps", logged)
+
+    def test_what_a_command_cannot_do_is_one_message(self):
+        self.assertIsNone(scaling.check_command(self.COMMAND, ["local", "ring", "ps"]))
+        self.assertIn("chooses --sync itself",
+                      scaling.check_command(self.COMMAND + ["--sync=ps"], ["ring"]))
+        self.assertIsNone(scaling.check_command(self.COMMAND, ["ps-colocated"]))
+        self.assertIn("ps-mixed", scaling.check_command(self.COMMAND, ["ring", "ps-mixed"]))
+        self.assertIn("--compressions",
+                      scaling.check_command(self.COMMAND, ["ring"], "none,topk:0.01"))
+        self.assertIsNone(scaling.check_command(self.COMMAND, ["ring"], "none"))
+
+    def test_colocated_servers_are_the_launchers_flag(self):
+        from unittest import mock
+        args = self.args()
+        args.strategies = "ps-colocated"
+        point = scaling.enumerate_points(args)[1]
+        with mock.patch.object(scaling.subprocess, "run",
+                               side_effect=OSError("stop here")) as run:
+            with self.assertRaises(OSError):
+                import tempfile
+                with tempfile.TemporaryDirectory() as run_dir:
+                    scaling.run_job(point, run_dir, args)
+        argv = run.call_args[0][0]
+        self.assertLess(argv.index("--ps_colocate"), argv.index("--"))
+        self.assertNotIn("--servers=4", argv)
 
 
 class CostModelTest(unittest.TestCase):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined)
-# straight from the sources, into $GRADSYNC_FUZZ_OUT (default
+# straight from the sources Bazel lists for them, into $GRADSYNC_FUZZ_OUT (default
 # /tmp/gradsync-fuzz/bin). Not through Bazel: pointing Bazel 4's C++
 # toolchain at clang (CC=clang) re-configures @local_config_cc, which would
 # rebuild every target of the shared output base for everyone on every
@@ -20,7 +20,7 @@ CXX=${CXX_FUZZ:-clang++-14}
 rm -rf "$OUT/gen.new" && mkdir -p "$OUT/gen.new"
 protoc -Iproto --cpp_out="$OUT/gen.new" --grpc_out="$OUT/gen.new" \
   --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" \
-  proto/coordinator.proto proto/parameter_server.proto
+  proto/*.proto
 for generated in "$OUT"/gen.new/*; do
   target="$OUT/gen/proto/$(basename "$generated")"
   cmp -s "$generated" "$target" || cp "$generated" "$target"
@@ -53,21 +53,28 @@ compile() {
   fi
 }
 
-COMMON=(core/base/logging.cc core/cluster/job_token.cc)
-COORDINATOR=(core/cluster/coordinator.cc core/cluster/coordinator_service.cc core/cluster/grpc_job_token.cc
-             core/cluster/rendezvous.cc core/cluster/job_id.cc core/cluster/listen_port.cc
-             core/cluster/tls_config.cc
-             "$OUT/gen/proto/coordinator.pb.cc" "$OUT/gen/proto/coordinator.grpc.pb.cc")
-PS_SHARD=(ps/shard.cc ps/consistency.cc ps/shard_key.cc ps/bsp_key.cc ps/async_key.cc
-          ps/key_parameters.cc ps/shard_checkpoint.cc ps/shard_statistics.cc
-          core/device/device.cc core/device/cpu_device.cc core/device/dnnl_context.cc
-          core/device/dnnl_convolution.cc core/device/dnnl_batch_norm.cc
-          core/optim/optimizer.cc
-          core/optim/checkpoint.cc core/telemetry/metrics.cc core/telemetry/process_counters.cc
-          core/base/files.cc
-          "$OUT/gen/proto/parameter_server.pb.cc")
-PS_WIRE=(ps/wire.cc "$OUT/gen/proto/parameter_server.pb.cc")
-RING=(allreduce/ring_handshake.cc allreduce/tcp_connection.cc allreduce/socket_address.cc)
+# Each target's sources are those of its replay test in fuzz/BUILD
+# (`<target>_replay`), as Bazel resolves them in the default configuration:
+# the project's .cc files, and a proto's generated code for each .proto.
+# So a file a library gains is linked here without editing this script.
+BAZEL_FLAGS=(--color=no --curses=no)
+sources_of() {  # fuzz target name
+  local label path
+  bazel cquery "${BAZEL_FLAGS[@]}" \
+      "kind('source file', deps(//fuzz:$1_replay))" 2>/dev/null |
+    sed -n 's/^\(\/\/[^ ]*\) .*/\1/p' | sort | while read -r label; do
+      path=${label#//}
+      path=${path/://}
+      path=${path#/}
+      case "$path" in
+        fuzz/replay_main.cc) ;;
+        *.cc) echo "$path" ;;
+        proto/*.proto)
+          echo "$OUT/gen/proto/$(basename "$path" .proto).pb.cc"
+          echo "$OUT/gen/proto/$(basename "$path" .proto).grpc.pb.cc" ;;
+      esac
+    done
+}
 
 # name, then its sources.
 build() {
@@ -81,7 +88,19 @@ build() {
   "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer "${objects[@]}" "${LIBS[@]}" -o "$OUT/bin/$name"
 }
 
-build coordinator_service_fuzzer fuzz/coordinator_service_fuzzer.cc "${COORDINATOR[@]}" "${COMMON[@]}"
-build ring_handshake_fuzzer fuzz/ring_handshake_fuzzer.cc "${RING[@]}" "${COMMON[@]}"
-build ps_shard_fuzzer fuzz/ps_shard_fuzzer.cc "${PS_SHARD[@]}" "${COMMON[@]}"
-build ps_wire_fuzzer fuzz/ps_wire_fuzzer.cc "${PS_WIRE[@]}"
+# Every target with a replay test; run.sh reads the list.
+TARGETS=($(sed -n 's/^ *name = "\(.*_fuzzer\)_replay",$/\1/p' fuzz/BUILD))
+if (( ${#TARGETS[@]} == 0 )); then
+  echo "fuzz/build.sh: no <target>_replay tests found in fuzz/BUILD" >&2
+  exit 1
+fi
+for target in "${TARGETS[@]}"; do
+  sources=($(sources_of "$target"))
+  if (( ${#sources[@]} < 2 )); then
+    echo "fuzz/build.sh: bazel cquery found no sources for //fuzz:${target}_replay;" \
+         "run it by hand to see why" >&2
+    exit 1
+  fi
+  build "$target" "${sources[@]}"
+done
+printf '%s\n' "${TARGETS[@]}" >"$OUT/targets"

@@ -7,9 +7,16 @@
 // messages between the wire and the shard (after its job-token check), so
 // this is the boundary a hostile or confused peer reaches.
 //
+// Compression (ps/key_encoding.h): each run registers one --compression and
+// --ps_pull (sometimes garbage) and row-sparse keys; pushes are then mostly
+// encodings of the key (core/sync/compression.h's byte format, with fuzzed
+// indices, lengths and encodings, cut into parts), sometimes float32 or raw
+// bytes, and encoded results are read as the pull writer reads them.
+//
 // Checks, besides ASan/UBSan's: no refusal is long; a key never reports more
-// final floats than it has; a huge declared size is refused, not allocated
-// (libFuzzer's -rss_limit_mb catches the allocation).
+// final floats than it has, nor an encoded read more bytes than the result
+// has; a huge declared size is refused, not allocated (libFuzzer's
+// -rss_limit_mb catches the allocation).
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -21,6 +28,7 @@
 #include "fuzz/fuzz_input.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/parameter_server.pb.h"
+#include "core/sync/compression.h"
 #include "ps/shard.h"
 
 namespace gradsync {
@@ -91,10 +99,100 @@ void FillPart(FuzzInput& in, int64_t step, ps::KeyPart* part) {
   part->set_data(bytes);
 }
 
+// The run's --compression and --ps_pull, as real workers agree on them.
+struct Codec {
+  std::string compression;
+  std::string pull;
+};
+
+Codec PickCodec(FuzzInput& in) {
+  static const char* const kCompressions[] = {
+      "", "none", "fp16", "bf16", "topk:0.25", "randomk:0.5", "onebit"};
+  static const char* const kPulls[] = {"", "dense", "union", "topk", "same"};
+  Codec codec;
+  codec.compression = in.InRange(0, 15) == 0
+                          ? in.String(20)
+                          : kCompressions[in.InRange(0, 6)];
+  codec.pull = in.InRange(0, 15) == 0 ? in.String(10) : kPulls[in.InRange(0, 4)];
+  return codec;
+}
+
+// Key 0 (40 floats) is mostly a row-sparse table of rows of 4.
+int32_t RowWidth(int64_t key) { return key == 0 ? 4 : 0; }
+
+// An encoding of a key of `numel` floats: mostly well formed (sparse rows of
+// `row_width`, 16-bit values, signs), with fuzzed values, indices and
+// lengths now and then.
+std::string FuzzedEncoding(FuzzInput& in, int64_t numel, int32_t row_width) {
+  EncodedBucket encoded;
+  encoded.numel = in.InRange(0, 15) == 0 ? in.InRange(0, 64) : numel;
+  switch (in.InRange(0, 4)) {
+    case 0:
+      encoded.encoding = Encoding::kFloat32;
+      encoded.values.assign(encoded.numel, 1.0f);
+      break;
+    case 1:
+    case 2:
+      encoded.encoding = in.Bool() ? Encoding::kFp16 : Encoding::kBf16;
+      for (int64_t i = 0; i < encoded.numel; ++i) {
+        encoded.halves.push_back(static_cast<uint16_t>(in.Integral<uint16_t>()));
+      }
+      break;
+    case 3: {
+      encoded.encoding = Encoding::kSparse;
+      encoded.row_width = in.InRange(0, 7) == 0 ? in.InRange(0, 8)
+                          : row_width > 0      ? row_width
+                                               : 1;
+      const int64_t rows =
+          encoded.row_width > 0 ? encoded.numel / encoded.row_width : 0;
+      int64_t row = -1;
+      for (int k = in.InRange(0, 6); k > 0; --k) {
+        row = in.InRange(0, 7) == 0 ? in.InRange(0, rows + 2)
+                                    : row + 1 + in.InRange(0, 3);
+        if (row < 0) continue;
+        encoded.index.push_back(static_cast<uint32_t>(row));
+        for (int32_t j = 0; j < encoded.row_width; ++j) {
+          encoded.values.push_back(static_cast<float>(in.InRange(-8, 8)));
+        }
+      }
+      break;
+    }
+    default:
+      encoded.encoding = Encoding::kOneBit;
+      encoded.positive_scale = static_cast<float>(in.InRange(0, 4));
+      encoded.negative_scale = static_cast<float>(in.InRange(0, 4));
+      encoded.signs.assign((encoded.numel + 63) / 64, in.Integral<uint64_t>());
+      break;
+  }
+  std::string bytes;
+  AppendSerialized(encoded, &bytes);
+  if (in.InRange(0, 15) == 0) bytes.resize(in.InRange(0, bytes.size()));
+  return bytes;
+}
+
+// An encoded part of `key` for `step`: a piece of a fuzzed encoding.
+void FillEncodedPart(FuzzInput& in, int64_t step, ps::KeyPart* part) {
+  const int64_t key = in.InRange(0, kKeys);
+  FillHeader(in, step, key, part->mutable_header());
+  const int64_t numel = KeySize(key);
+  part->set_key_numel(in.InRange(0, 7) == 0 ? in.Integral<int64_t>() : numel);
+  const std::string encoding = FuzzedEncoding(in, numel, RowWidth(key));
+  const int64_t size = static_cast<int64_t>(encoding.size());
+  // Mostly the whole encoding or its first piece, sometimes anything.
+  const int64_t offset = in.InRange(0, 3) == 0 ? in.InRange(0, size) : 0;
+  const int64_t length = in.Bool() ? size - offset : in.InRange(0, size - offset);
+  part->set_offset(in.InRange(0, 15) == 0 ? in.Integral<int64_t>() : offset);
+  part->set_data(encoding.substr(offset, length));
+  part->set_encoded_bytes(in.InRange(0, 15) == 0 ? in.Integral<int64_t>()
+                                                 : size);
+}
+
 // `consistency`: 0 BSP, 1 SSP, 2 ASP (for the whole run, as real workers
 // agree on it; SSP's staleness is 1).
 void FillRegister(FuzzInput& in, bool server_mode, int consistency,
-                  ps::RegisterConfig* config) {
+                  const Codec& codec, ps::RegisterConfig* config) {
+  config->set_compression(codec.compression);
+  config->set_pull(codec.pull);
   FillHeader(in, -1, -1, config->mutable_header());
   config->set_num_workers(in.InRange(0, 7) == 0 ? in.Integral<int32_t>()
                                                 : kWorkers);
@@ -119,6 +217,8 @@ void FillRegister(FuzzInput& in, bool server_mode, int consistency,
     spec->set_key(in.InRange(0, 15) == 0 ? in.Integral<int64_t>() : key);
     spec->set_numel(in.InRange(0, 15) == 0 ? in.Integral<int64_t>()
                                            : kKeySizes[key]);
+    spec->set_row_width(in.InRange(0, 15) == 0 ? in.Integral<int32_t>()
+                                               : RowWidth(key));
   }
 }
 
@@ -143,6 +243,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     kMaxFloats);
   const bool server_mode = in.Bool();
   const int consistency = server_mode ? in.InRange(0, 2) : 0;
+  const Codec codec = PickCodec(in);
   auto waiter = std::make_shared<CountingWaiter>();
   // The step a well-behaved worker would be at: pushes and pulls mostly aim
   // at it, so that steps complete and the next ones are exercised too.
@@ -156,7 +257,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (raw) {
           if (!config.ParseFromString(in.String(2000))) continue;
         } else {
-          FillRegister(in, server_mode, consistency, &config);
+          FillRegister(in, server_mode, consistency, codec, &config);
         }
         status = shard.Register(config);
         break;
@@ -177,6 +278,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         ps::KeyPart part;
         if (raw) {
           if (!part.ParseFromString(in.String(2000))) continue;
+        } else if (in.Bool()) {
+          FillEncodedPart(in, step, &part);
         } else {
           FillPart(in, step, &part);
         }
@@ -221,6 +324,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           std::abort();  // read past the key's end
         }
         shard.MissingWorkers(key, at, rank);
+        if (shard.EncodedResult(key)) {
+          absl::StatusOr<int64_t> size = shard.EncodedResultBytes(key, at, rank);
+          Check(size.status());
+          if (size.ok() && *size > 0) {
+            std::string bytes(static_cast<size_t>(*size), '\0');
+            const int64_t from = in.InRange(0, 3) == 0
+                                     ? in.Integral<int64_t>()
+                                     : in.InRange(0, *size);
+            absl::StatusOr<int64_t> n = shard.ReadEncodedResult(
+                key, at, rank, from, in.InRange(0, 64), [&](int64_t count) {
+                  if (from < 0 || count > *size - from) std::abort();
+                  return bytes.data() + from;
+                });
+            Check(n.status());
+          }
+        }
         if (in.InRange(0, 3) == 0) ++step;  // the workers move on
         break;
       }

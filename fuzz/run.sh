@@ -13,7 +13,7 @@ OUT=${GRADSYNC_FUZZ_OUT:-/tmp/gradsync-fuzz}
 fuzz/build.sh
 mkdir -p "$OUT/artifacts"
 status=0
-for target in coordinator_service_fuzzer ps_shard_fuzzer ps_wire_fuzzer ring_handshake_fuzzer; do
+for target in $(cat "$OUT/targets"); do
   corpus="$OUT/corpus/$target"
   mkdir -p "$corpus"
   seeds=()

@@ -25,6 +25,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/callback_queue.h"
+#include "ps/key_encoding.h"
 #include "ps/wire.h"
 
 namespace gradsync {
@@ -133,7 +134,8 @@ class PsClient::Impl {
 
   absl::Status RegisterWith(int server, const float* params);
   absl::Status ShutdownWith(int server, int64_t steps, std::string* summary);
-  void StartBucket(int bucket, int64_t step, const float* src, float* dst);
+  void StartBucket(int bucket, int64_t step, const float* src, float* dst,
+                   const std::vector<std::string>* encoded);
   absl::Status WaitAll(PsStepStats* stats);
 
   // Step bookkeeping, called by the calls.
@@ -245,7 +247,8 @@ class PsClient::Impl::PushCall
       public Call {
  public:
   PushCall(Impl* client, int server, int bucket, int64_t step,
-           std::vector<const PsKey*> keys, const float* src)
+           std::vector<const PsKey*> keys, const float* src,
+           const std::vector<std::string>* encoded)
       : Call(
             client, server,
             absl::StrCat("push of bucket ", bucket, " (keys ", KeyList(keys),
@@ -253,6 +256,7 @@ class PsClient::Impl::PushCall
         step_(step),
         keys_(std::move(keys)),
         src_(src),
+        encoded_(encoded),
         message_floats_(client->options_.message_bytes / 4) {}
 
   void Start() {
@@ -292,15 +296,35 @@ class PsClient::Impl::PushCall
  private:
   void WriteNext() {
     const PsKey& key = *keys_[index_];
-    const int64_t n = std::min(message_floats_, key.numel - offset_);
     KeyPartHead head;
     head.header = client_->MakeHeader(step_, key.id);
     head.key_numel = key.numel;
     head.offset = offset_;
-    part_ = EncodeKeyPart(head, src_ + key.offset + offset_, n);
-    part_bytes_ = n * static_cast<int64_t>(sizeof(float));
-    offset_ += n;
-    if (offset_ == key.numel) {
+    const std::string* encoding =
+        encoded_ != nullptr && !(*encoded_)[key.id].empty()
+            ? &(*encoded_)[key.id]
+            : nullptr;
+    // How far into the key (floats, or an encoding's bytes) this part ends.
+    int64_t whole = key.numel;
+    if (encoding != nullptr) {
+      // The encoding's bytes in parts of at most the message size, sent
+      // from the encoding itself (it lives until WaitAll).
+      whole = static_cast<int64_t>(encoding->size());
+      const int64_t n =
+          std::min(client_->options_.message_bytes, whole - offset_);
+      head.encoded_bytes = whole;
+      part_ = EncodeKeyPart(
+          head, grpc::Slice(encoding->data() + offset_, static_cast<size_t>(n),
+                            grpc::Slice::STATIC_SLICE));
+      part_bytes_ = n;
+      offset_ += n;
+    } else {
+      const int64_t n = std::min(message_floats_, key.numel - offset_);
+      part_ = EncodeKeyPart(head, src_ + key.offset + offset_, n);
+      part_bytes_ = n * static_cast<int64_t>(sizeof(float));
+      offset_ += n;
+    }
+    if (offset_ == whole) {
       ++index_;
       offset_ = 0;
     }
@@ -315,10 +339,11 @@ class PsClient::Impl::PushCall
   const int64_t step_;
   const std::vector<const PsKey*> keys_;
   const float* const src_;
+  const std::vector<std::string>* const encoded_;  // by key id; may be null
   const int64_t message_floats_;
   int64_t start_us_ = 0;    // for --trace
   size_t index_ = 0;        // key being sent
-  int64_t offset_ = 0;      // next float of that key
+  int64_t offset_ = 0;      // next float (or encoding byte) of that key
   grpc::ByteBuffer part_;   // the message being written
   int64_t part_bytes_ = 0;  // its floats' bytes
   grpc::ByteBuffer reply_;
@@ -340,7 +365,9 @@ class PsClient::Impl::PullCall
         step_(step),
         keys_(std::move(keys)),
         dst_(dst),
-        received_(keys_.size(), 0) {
+        received_(keys_.size(), 0),
+        encodings_(keys_.size()),
+        encoded_size_(keys_.size(), 0) {
     ps::PullRequest request;
     *request.mutable_header() = client->MakeHeader(step, -1);
     for (size_t i = 0; i < keys_.size(); ++i) {
@@ -376,7 +403,8 @@ class PsClient::Impl::PullCall
     absl::Status status = error_.ok() ? FromGrpc(grpc_status) : error_;
     if (status.ok()) {
       for (size_t i = 0; i < keys_.size(); ++i) {
-        if (received_[i] != keys_[i]->numel) {
+        if (encoded_size_[i] > 0 && received_[i] == encoded_size_[i]) continue;
+        if (encoded_size_[i] > 0 || received_[i] != keys_[i]->numel) {
           status = absl::DataLossError(absl::StrCat(
               "the server ended the stream with ", received_[i], " of ",
               keys_[i]->numel, " floats of key ", keys_[i]->id));
@@ -407,6 +435,27 @@ class PsClient::Impl::PullCall
           }
           i = it->second;
           const PsKey& key = *keys_[i];
+          if (head.encoded_bytes != 0 || encoded_size_[i] != 0) {
+            // A piece of the key's encoded result, collected whole and
+            // decoded into place once its last byte is in.
+            n = static_cast<int64_t>(bytes);
+            if ((encoded_size_[i] != 0 &&
+                 head.encoded_bytes != encoded_size_[i]) ||
+                head.encoded_bytes < 1 ||
+                head.encoded_bytes > MaxEncodedBytes(key.numel) ||
+                head.offset != received_[i] ||
+                n > head.encoded_bytes - head.offset) {
+              return absl::InternalError(absl::StrCat(
+                  "bad encoded part of key ", key.id, ": ", bytes,
+                  " bytes at byte ", head.offset, " after ", received_[i],
+                  " of ", head.encoded_bytes));
+            }
+            if (encoded_size_[i] == 0) {
+              encoded_size_[i] = head.encoded_bytes;
+              encodings_[i].resize(static_cast<size_t>(head.encoded_bytes));
+            }
+            return encodings_[i].data() + head.offset;
+          }
           n = static_cast<int64_t>(bytes / 4);
           if (bytes % 4 != 0 || head.offset != received_[i] ||
               head.offset + n > key.numel) {
@@ -420,23 +469,42 @@ class PsClient::Impl::PullCall
     if (!status.ok()) return status;
     client_->NoteClock(decoded.header);
     received_[i] += n;
+    const bool encoded = encoded_size_[i] > 0;
+    if (encoded && received_[i] == encoded_size_[i]) {
+      const PsKey& key = *keys_[i];
+      absl::Status decoded_result = DecodeKeyResult(
+          encodings_[i],
+          absl::MakeSpan(dst_ + key.offset, static_cast<size_t>(key.numel)));
+      std::string().swap(encodings_[i]);
+      if (!decoded_result.ok()) {
+        return absl::InternalError(
+            absl::StrCat("the result of key ", key.id, " does not decode: ",
+                         decoded_result.message()));
+      }
+    }
     // Each key's result from the pull's start to its last float: which key
     // of which server this worker waited for, and how long.
     if (TraceRecorder* trace = CurrentTrace();
-        trace != nullptr && start_us_ > 0 && received_[i] == keys_[i]->numel) {
+        trace != nullptr && start_us_ > 0 &&
+        received_[i] == (encoded ? encoded_size_[i] : keys_[i]->numel)) {
       trace->AsyncSpan(absl::StrCat("key ", keys_[i]->id, " from server ",
                                     server_, ", step ", step_),
                        "ps pull", NextTraceId(), start_us_,
                        TraceRecorder::NowMicros());
     }
-    client_->CountBytes(server_, 0, n * static_cast<int64_t>(sizeof(float)));
+    client_->CountBytes(server_, 0,
+                        encoded ? n : n * static_cast<int64_t>(sizeof(float)));
     return absl::OkStatus();
   }
 
   const int64_t step_;
   const std::vector<const PsKey*> keys_;
   float* const dst_;
-  std::vector<int64_t> received_;
+  std::vector<int64_t> received_;  // floats, or an encoding's bytes
+  // Keys whose result comes encoded: the bytes so far and the size (0: a
+  // float32 result).
+  std::vector<std::string> encodings_;
+  std::vector<int64_t> encoded_size_;
   absl::flat_hash_map<int64_t, size_t> index_;
   int64_t start_us_ = 0;  // for --trace
   grpc::ByteBuffer request_;
@@ -445,7 +513,8 @@ class PsClient::Impl::PullCall
 };
 
 void PsClient::Impl::StartBucket(int bucket, int64_t step, const float* src,
-                                 float* dst) {
+                                 float* dst,
+                                 const std::vector<std::string>* encoded) {
   if (bucket < 0 || bucket >= static_cast<int>(bucket_server_keys_.size())) {
     absl::MutexLock lock(&mu_);
     if (first_error_.ok()) {
@@ -459,7 +528,7 @@ void PsClient::Impl::StartBucket(int bucket, int64_t step, const float* src,
   for (int server = 0; server < static_cast<int>(servers_.size()); ++server) {
     const std::vector<const PsKey*>& keys = bucket_server_keys_[bucket][server];
     if (keys.empty()) continue;
-    (new PushCall(this, server, bucket, step, keys, src))->Start();
+    (new PushCall(this, server, bucket, step, keys, src, encoded))->Start();
     (new PullCall(this, server, bucket, step, keys, dst))->Start();
   }
 }
@@ -530,12 +599,15 @@ absl::Status PsClient::Impl::RegisterWith(int server, const float* params) {
   config->set_consistency(options_.consistency);
   config->set_staleness(options_.staleness);
   config->set_partition(options_.partition);
+  config->set_compression(options_.compression);
+  config->set_pull(options_.pull);
   *config->mutable_optimizer() = options_.optimizer;
   *config->mutable_checkpoint() = options_.checkpoint;
   for (int id : partition_.keys_of_server(server)) {
     ps::KeySpec* spec = config->add_keys();
     spec->set_key(id);
     spec->set_numel(partition_.keys()[id].numel);
+    spec->set_row_width(partition_.keys()[id].row_width);
   }
   // A key table too large for one message would need a stream of its own;
   // refuse clearly instead (it takes ~10^5 keys: raise --ps_chunk_kb).
@@ -627,8 +699,9 @@ absl::Status PsClient::Register(const float* params) {
 }
 
 void PsClient::StartBucket(int bucket, int64_t step, const float* src,
-                           float* dst) {
-  impl_->StartBucket(bucket, step, src, dst);
+                           float* dst,
+                           const std::vector<std::string>* encoded) {
+  impl_->StartBucket(bucket, step, src, dst, encoded);
 }
 
 absl::Status PsClient::WaitAll(PsStepStats* stats) {

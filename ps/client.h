@@ -32,6 +32,11 @@ struct PsClientOptions {
   std::string partition = "equal";
   // The first step and the servers' checkpoints (server mode).
   ps::CheckpointConfig checkpoint;
+  // --compression (CompressionSpec::ToString) and --ps_pull resolved
+  // (ps/key_encoding.h), sent at registration: they fix what each key's
+  // pushes and results carry, and every worker must give the same.
+  std::string compression = "none";
+  std::string pull = "dense";
   // Deadline of every RPC.
   absl::Duration timeout = absl::Seconds(60);
   // Largest payload of one message (--ps_message_kb).
@@ -45,8 +50,9 @@ struct PsClientOptions {
 struct PsStepStats {
   double push_ms = 0;  // first push started .. last push acknowledged
   double pull_ms = 0;  // first pull started .. last pull received
-  std::vector<int64_t> bytes_to_server;    // payload, by server rank
-  std::vector<int64_t> bytes_from_server;  // payload, by server rank
+  // Payload by server rank: float32 data, or an encoding's bytes as sent.
+  std::vector<int64_t> bytes_to_server;
+  std::vector<int64_t> bytes_from_server;
   // SSP/ASP: the lowest key clock the step's pulled parameters were read at
   // (Header.slowest_clock): they hold every worker's steps before it. -1
   // under BSP (always the step's own + 1) or when nothing was pulled.
@@ -77,7 +83,12 @@ class PsClient {
   // floats from `src` for `step`, and a pull of their results for `step`
   // into `dst` (both flat buffers, indexed by the layout's offsets). Returns
   // at once; `src` must stay unchanged and `dst` untouched until WaitAll.
-  void StartBucket(int bucket, int64_t step, const float* src, float* dst);
+  // `encoded` (may be null): per key id, the key's encoding
+  // (ps/key_encoding.h) pushed instead of its floats where it is not empty;
+  // it too must stay unchanged until WaitAll. Results that come back encoded
+  // are decoded into `dst`.
+  void StartBucket(int bucket, int64_t step, const float* src, float* dst,
+                   const std::vector<std::string>* encoded = nullptr);
 
   // Waits for every call started since the last WaitAll. Returns the first
   // error, naming the server, bucket, key and step; once one call fails the

@@ -61,7 +61,29 @@ ABSL_FLAG(int32_t, ps_staleness, -1,
           "With --ps_consistency=ssp: how many steps a worker may run ahead "
           "of the slowest (0 to 1000; required with ssp, refused otherwise).");
 
+ABSL_FLAG(std::string, ps_pull, "auto",
+          "With --sync=ps, --ps_update=worker and --compression: what the "
+          "servers send back. 'union': the averaged sum over the union of "
+          "the pushed indices (exact; float32 once that is smaller); 'topk': "
+          "its k largest (gTop-k; the rest is dropped, not fed back); "
+          "'dense': the float32 average. 'auto': union for topk:R and "
+          "randomk:R, the push's 16-bit format for fp16 and bf16 (rounded "
+          "once on the server), dense otherwise. Row-sparse tensors are "
+          "always pulled as their touched rows; with --ps_update=server "
+          "pulls are parameters in float32.");
+
 namespace gradsync {
+
+absl::StatusOr<PsPull> PsPullFromFlags() {
+  const std::string name = absl::GetFlag(FLAGS_ps_pull);
+  // "same" is what a registration carries, not a user's choice.
+  if (name == "same" || name == "") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown --ps_pull=", name,
+                     "; choose auto (the default), union, topk or dense"));
+  }
+  return ParsePsPull(name);
+}
 
 absl::StatusOr<ps::UpdateMode> UpdateModeFromFlags() {
   return ParseUpdateMode(absl::GetFlag(FLAGS_ps_update));

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "proto/parameter_server.pb.h"
 #include "ps/consistency.h"
+#include "ps/key_encoding.h"
 #include "ps/partitioner.h"
 
 ABSL_DECLARE_FLAG(std::string, ps_update);
@@ -26,6 +27,7 @@ ABSL_DECLARE_FLAG(double, ps_idle_timeout_s);
 ABSL_DECLARE_FLAG(int64_t, ps_max_shard_mb);
 ABSL_DECLARE_FLAG(std::string, ps_consistency);
 ABSL_DECLARE_FLAG(int32_t, ps_staleness);
+ABSL_DECLARE_FLAG(std::string, ps_pull);
 
 namespace gradsync {
 
@@ -50,6 +52,10 @@ absl::StatusOr<int> ColocatedServersFromFlags(int num_workers);
 absl::Status CheckServerPlacement(int num_workers, int separate_servers);
 // --ps_partition, checked.
 absl::StatusOr<PartitionPolicy> PartitionPolicyFromFlags();
+
+// --ps_pull (ps/key_encoding.h); combinations with --compression and
+// --ps_update are checked by ResolvePsPull.
+absl::StatusOr<PsPull> PsPullFromFlags();
 
 // Largest payload of one message: well below gRPC's default 4 MiB receive
 // limit, leaving room for the header and framing.

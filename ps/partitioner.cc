@@ -99,9 +99,19 @@ absl::StatusOr<Partition> Partition::Create(const ParamLayout& layout,
   // small remainder: equal pieces balance better and no message is tiny.
   for (int p = 0; p < static_cast<int>(layout.params().size()); ++p) {
     const ParamInfo& param = layout.params()[p];
-    const int64_t pieces = (param.numel + chunk_numel - 1) / chunk_numel;
-    const int64_t base = param.numel / pieces;
-    const int64_t extra = param.numel % pieces;
+    // A row-sparse tensor (an embedding table) is cut on row boundaries, so
+    // a key holds whole rows and its pushes are (row, values) pairs of its
+    // own; the same rule in units of rows (1 float for dense tensors).
+    const int64_t unit =
+        param.spec.sparse_row_width > 0 &&
+                param.numel % param.spec.sparse_row_width == 0
+            ? param.spec.sparse_row_width
+            : 1;
+    const int64_t units = param.numel / unit;
+    const int64_t chunk_units = std::max<int64_t>(1, chunk_numel / unit);
+    const int64_t pieces = (units + chunk_units - 1) / chunk_units;
+    const int64_t base = units / pieces;
+    const int64_t extra = units % pieces;
     int64_t offset = param.offset;
     for (int64_t c = 0; c < pieces; ++c) {
       PsKey key;
@@ -110,7 +120,8 @@ absl::StatusOr<Partition> Partition::Create(const ParamLayout& layout,
       key.chunk = static_cast<int>(c);
       key.bucket = param.bucket;
       key.offset = offset;
-      key.numel = base + (c < extra ? 1 : 0);
+      key.numel = (base + (c < extra ? 1 : 0)) * unit;
+      key.row_width = unit > 1 ? static_cast<int32_t>(unit) : 0;
       offset += key.numel;
       partition.keys_.push_back(key);
     }

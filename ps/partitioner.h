@@ -34,6 +34,9 @@ struct PsKey {
   int64_t offset = 0;  // in floats, within the flat buffer
   int64_t numel = 0;
   int server = 0;  // the server rank holding this key
+  // A row-sparse tensor's row length (ParamInfo::sparse_row_width): the key
+  // holds whole rows of it. 0 for a dense tensor's key.
+  int32_t row_width = 0;
 };
 
 // How the servers' shares of the bytes are chosen (--ps_partition).

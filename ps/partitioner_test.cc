@@ -270,5 +270,32 @@ TEST(PartitionerTest, RejectsBadSharesAndPolicies) {
             std::string::npos);
 }
 
+// A row-sparse tensor (an embedding table) is cut on row boundaries, so each
+// key holds whole rows and its pushes are rows of its own; dense tensors
+// beside it are cut as before.
+TEST(PartitionerTest, RowSparseTensorsSplitOnRows) {
+  ParamSpec table{"embedding", {1000, 12}};
+  table.sparse_row_width = 12;
+  auto layout = ParamLayout::Create({{"w", {100}}, table}, 0);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  // 400-byte chunks: 100 floats, not a multiple of 12.
+  auto partition = Partition::Create(*layout, 3, 400);
+  ASSERT_TRUE(partition.ok()) << partition.status();
+  const ParamInfo& info = layout->params()[1];
+  int64_t table_keys = 0;
+  for (const PsKey& key : partition->keys()) {
+    if (key.param != 1) {
+      EXPECT_EQ(key.row_width, 0);
+      continue;
+    }
+    ++table_keys;
+    EXPECT_EQ(key.row_width, 12);
+    EXPECT_EQ((key.offset - info.offset) % 12, 0);
+    EXPECT_EQ(key.numel % 12, 0);
+    EXPECT_LE(key.numel, 100);  // 8 rows of 12: within the chunk
+  }
+  EXPECT_EQ(table_keys, 125);  // 1000 rows, 8 a key
+}
+
 }  // namespace
 }  // namespace gradsync

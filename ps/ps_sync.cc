@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
+#include "core/sync/error_feedback.h"
 #include "core/sync/host_staging.h"
 #include "core/sync/step_buckets.h"
 #include "core/telemetry/derived_settings.h"
@@ -112,6 +113,29 @@ class PsSync : public GradientSync {
   int num_started_ = 0;
   // This step's handed-over buckets and the global step (from the schedule).
   StepBuckets step_buckets_;
+  // Compression: the codec, the buckets (offsets, row-sparse widths), each
+  // bucket's keys with their ranges in it, the error-feedback residual of
+  // every float of the gradient (empty unless the method uses one), and
+  // this step's encodings by key id (written by each bucket's own callback,
+  // read by the client until WaitAll).
+  std::optional<Compressor> compressor_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::vector<int>> bucket_keys_;
+  // Saved beside the trainer's checkpoints and restored on --resume
+  // (core/sync/error_feedback.h); keeps nothing when no dense bucket
+  // compresses with error feedback (a hybrid job's PS holds row-sparse
+  // buckets only, whose rows travel exactly).
+  std::optional<ErrorFeedback> error_feedback_;
+  std::vector<std::string> key_encodings_;
+  // Groups the partition's keys by bucket (Setup, Rebucket).
+  void GroupKeysByBucket(const ParamLayout& layout);
+  // Whether `bucket` travels encoded.
+  bool Encodes(int bucket) const {
+    return context_.compression.method != CompressionMethod::kNone ||
+           buckets_[bucket].sparse_row_width > 0;
+  }
+  // Encodes `bucket` from the host gradients into key_encodings_.
+  absl::Status EncodeBucket(int bucket, int64_t step);
   absl::Status bucket_error_;
 
   // Run totals.
@@ -299,7 +323,33 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
                   pull_window_.source);
   }
 
+  absl::StatusOr<PsPull> resolved_pull = ResolvePsPull(
+      options_.pull, context_.compression, options_.update_mode);
+  RETURN_IF_ERROR(Annotate(resolved_pull.status(), self()));
+  const PsPull pull = *resolved_pull;
+  compressor_.emplace(context_.compression, context_.compression_seed);
+  GroupKeysByBucket(layout);
+  {
+    bool any_dense = false;
+    for (const Bucket& bucket : layout.buckets()) {
+      any_dense |= bucket.sparse_row_width == 0;
+    }
+    error_feedback_.emplace(
+        any_dense ? context_.compression : CompressionSpec(),
+        context_.identity.rank, context_.identity.world_size);
+    RETURN_IF_ERROR(Annotate(error_feedback_->Setup(total_numel_, schedule_),
+                             self()));
+  }
+  key_encodings_.assign(partition_.keys().size(), std::string());
+  if (context_.identity.rank == 0 &&
+      context_.compression.method != CompressionMethod::kNone) {
+    GS_LOG(INFO) << "ps: --compression=" << context_.compression.ToString()
+                 << ", results pulled as " << PsPullName(pull);
+  }
+
   PsClientOptions client_options;
+  client_options.compression = context_.compression.ToString();
+  client_options.pull = PsPullName(pull);
   client_options.job_id = context_.identity.job_id;
   client_options.rank = context_.identity.rank;
   client_options.num_workers = context_.identity.world_size;
@@ -385,14 +435,57 @@ void PsSync::BucketReady(int bucket) {
   // On the CPU this runs inline; on a GPU once the bucket's copy has landed.
   grad_staging_->Download(
       bucket, [this, bucket, step, dst](absl::Status status) {
+        const bool encodes = Encodes(bucket);
+        if (status.ok() && encodes) status = EncodeBucket(bucket, step);
         if (status.ok()) {
-          client_->StartBucket(bucket, step, grad_staging_->host_buffer(), dst);
+          client_->StartBucket(bucket, step, grad_staging_->host_buffer(), dst,
+                               encodes ? &key_encodings_ : nullptr);
         }
         std::lock_guard<std::mutex> lock(started_mu_);
         if (!status.ok() && bucket_error_.ok()) bucket_error_ = status;
         ++num_started_;
         started_changed_.notify_all();
       });
+}
+
+void PsSync::GroupKeysByBucket(const ParamLayout& layout) {
+  buckets_ = layout.buckets();
+  bucket_keys_.assign(buckets_.size(), {});
+  for (const PsKey& key : partition_.keys()) {
+    bucket_keys_[key.bucket].push_back(key.id);
+  }
+}
+
+absl::Status PsSync::EncodeBucket(int bucket, int64_t step) {
+  const Bucket& info = buckets_[bucket];
+  const float* gradient = grad_staging_->host_buffer() + info.offset;
+  const absl::Span<const float> floats(gradient,
+                                       static_cast<size_t>(info.numel));
+  EncodedBucket encoded;
+  if (info.sparse_row_width > 0) {
+    // An embedding table's gradient: its touched rows, exactly, whatever
+    // --compression does to the dense buckets.
+    encoded = SparseRowsOf(floats, static_cast<int32_t>(info.sparse_row_width));
+  } else {
+    const absl::Span<float> residual =
+        error_feedback_->Of(info.offset, info.numel);
+    RETURN_IF_ERROR(Annotate(
+        compressor_->Encode(floats, residual, step, bucket, &encoded),
+        self()));
+  }
+  std::vector<KeyRange> ranges;
+  for (int id : bucket_keys_[bucket]) {
+    const PsKey& key = partition_.keys()[id];
+    ranges.push_back({key.offset - info.offset, key.numel});
+  }
+  absl::StatusOr<std::vector<std::string>> pieces =
+      SplitIntoKeys(encoded, ranges);
+  RETURN_IF_ERROR(Annotate(pieces.status(),
+                           absl::StrCat(self(), ": bucket ", bucket)));
+  for (size_t i = 0; i < pieces->size(); ++i) {
+    key_encodings_[bucket_keys_[bucket][i]] = std::move((*pieces)[i]);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PsSync::Finish(StepStats& stats) {
@@ -461,7 +554,8 @@ absl::Status PsSync::Finish(StepStats& stats) {
   push_ms_ += step_stats.push_ms;
   pull_ms_ += step_stats.pull_ms;
   step_buckets_.NextStep();
-  return absl::OkStatus();
+  // This step's residual, saved when the trainer checkpoints at it.
+  return Annotate(error_feedback_->AfterStep(step_buckets_.step()), self());
 }
 
 // The servers know keys, not buckets: a new bucket cap only regroups the
@@ -505,6 +599,8 @@ absl::Status PsSync::Rebucket(const ParamLayout& layout) {
       CreateHostStaging(*device_, layout, buffers_.grads, context_.timeout));
   partition_ = std::move(regrouped);  // the client reads it by reference
   RETURN_IF_ERROR(client_->RegroupBuckets());
+  // The residual is per float of the gradient, so it survives a regrouping.
+  GroupKeysByBucket(layout);
   step_buckets_.Reset(static_cast<int>(layout.buckets().size()),
                       step_buckets_.step());
   return absl::OkStatus();
@@ -604,6 +700,12 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
         options.message_bytes,
         " B must be multiples of 4, messages <= ", kMaxMessageBytes, " B"));
   }
+  // --ps_pull against --compression and --ps_update: refused before any
+  // connection is made.
+  RETURN_IF_ERROR(Annotate(
+      ResolvePsPull(options.pull, context.compression, options.update_mode)
+          .status(),
+      "--sync=ps"));
   return std::unique_ptr<GradientSync>(
       std::make_unique<PsSync>(context, options));
 }
@@ -625,6 +727,7 @@ absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
   ASSIGN_OR_RETURN(options.partition, PartitionPolicyFromFlags());
   ASSIGN_OR_RETURN(options.consistency,
                    ConsistencyFromFlags(options.update_mode));
+  ASSIGN_OR_RETURN(options.pull, PsPullFromFlags());
   options.optimizer = context.optimizer;
   return options;
 }

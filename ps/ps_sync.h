@@ -7,6 +7,13 @@
 // parameter buffer (--ps_update=server). With --ps_colocate, worker r also
 // runs server r in-process (K = N); with --ps_colocated_servers=k, workers
 // 0..k-1 do, beside the job's separate servers (K = k + separate).
+//
+// Compression (SyncContext::compression, ps/key_encoding.h): each ready
+// bucket is encoded once (error feedback: one residual per float of the
+// gradient, kept here across steps) and cut into its keys' encodings; a
+// row-sparse bucket (Bucket::sparse_row_width, an embedding table) always
+// pushes only its touched rows. The layout may hold only some of a model's
+// tensors (--sync=hybrid gives the servers its row-sparse buckets).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +26,7 @@
 #include "core/optim/optimizer.h"
 #include "proto/parameter_server.pb.h"
 #include "ps/consistency.h"
+#include "ps/key_encoding.h"
 #include "ps/partitioner.h"
 #include "ps/shard.h"
 #include "ps/stream_window_rule.h"
@@ -49,6 +57,9 @@ struct PsSyncOptions {
   PartitionPolicy partition = PartitionPolicy::kEqual;
   // --ps_consistency / --ps_staleness (server mode only for SSP and ASP).
   ConsistencyOptions consistency;
+  // --ps_pull: what results travel as under --compression
+  // (ps/key_encoding.h); auto resolves from SyncContext::compression.
+  PsPull pull = PsPull::kAuto;
   // The separate servers' "host:port", in order. Empty: taken from
   // SyncContext::members (role kServer). Colocated ones come from the
   // rendezvous.

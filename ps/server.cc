@@ -206,12 +206,16 @@ class PushCall : public grpc::ServerReadReactor<ps::KeyPart> {
       Finish(ToGrpc(status));
       return;
     }
-    const int64_t floats = static_cast<int64_t>(part_.data().size() / 4);
-    floats_ += floats;
+    // An encoded part counts bytes of the key's encoding, not floats.
+    const bool encoded = part_.encoded_bytes() != 0;
+    const int64_t units = static_cast<int64_t>(
+        encoded ? part_.data().size() : part_.data().size() / 4);
+    if (!encoded) floats_ += units;
     if (traced) {
       // A worker sends a key's parts in order, on one stream.
       if (part_.offset() == 0) key_start_us_ = arrived;
-      if (part_.offset() + floats == part_.key_numel()) {
+      if (part_.offset() + units ==
+          (encoded ? part_.encoded_bytes() : part_.key_numel())) {
         trace_->Push(part_.header().rank(), part_.header().key(),
                      part_.header().step(), key_start_us_, arrived);
       }
@@ -309,7 +313,14 @@ class PullState : public KeyWaiter,
         start_(absl::Now()) {
     for (int64_t key : request.keys()) {
       index_[key] = cursors_.size();
-      cursors_.push_back(Cursor{key, shard->KeyNumel(key), 0, false, 0});
+      Cursor cursor{key, shard->KeyNumel(key), 0, false, 0};
+      cursor.key_numel = cursor.numel;
+      if (shard->EncodedResult(key)) {
+        // Sent in bytes of its encoding, whose size is known once final.
+        cursor.encoded = true;
+        cursor.numel = -1;
+      }
+      cursors_.push_back(cursor);
     }
   }
 
@@ -409,10 +420,12 @@ class PullState : public KeyWaiter,
  private:
   struct Cursor {
     int64_t key;
-    int64_t numel;
-    int64_t sent;            // floats written so far
+    int64_t numel;           // floats; an encoded result's bytes (-1: unknown)
+    int64_t sent;            // floats (encoded: bytes) written so far
     bool queued;             // in queue_
     int64_t first_write_us;  // --trace: when the key's first write started
+    bool encoded = false;    // the result travels as an encoding
+    int64_t key_numel = 0;   // the key's floats
   };
 
   // --trace: the write that just ended was a key's last, so its result span
@@ -437,8 +450,20 @@ class PullState : public KeyWaiter,
     const int64_t step = request_.header().step();
     while (!queue_.empty()) {
       Cursor& cursor = cursors_[queue_.front()];
-      const int64_t final_floats =
-          shard_->FinalFloats(cursor.key, step, request_.header().rank());
+      int64_t final_floats = 0;
+      if (cursor.encoded) {
+        absl::StatusOr<int64_t> bytes = shard_->EncodedResultBytes(
+            cursor.key, step, request_.header().rank());
+        if (!bytes.ok()) {
+          FinishLocked(bytes.status());
+          return;
+        }
+        final_floats = *bytes;
+        if (final_floats > 0) cursor.numel = final_floats;
+      } else {
+        final_floats =
+            shard_->FinalFloats(cursor.key, step, request_.header().rank());
+      }
       if (final_floats < 0) {
         FinishLocked(absl::FailedPreconditionError(absl::StrCat(
             shard_->name(), ": the result of key ", cursor.key, " for step ",
@@ -461,8 +486,9 @@ class PullState : public KeyWaiter,
     head.header.set_rank(request_.header().rank());
     head.header.set_step(step);
     head.header.set_key(cursor.key);
-    head.key_numel = cursor.numel;
+    head.key_numel = cursor.key_numel;
     head.offset = cursor.sent;
+    if (cursor.encoded) head.encoded_bytes = cursor.numel;
     if (traced_ && cursor.sent == 0) {
       cursor.first_write_us = TraceRecorder::NowMicros();
     }
@@ -470,19 +496,28 @@ class PullState : public KeyWaiter,
     // message then owns: the result may change as soon as the lock is
     // released (the next step's sums, the optimizer's update).
     grpc::Slice data;
-    absl::StatusOr<int64_t> n = shard_->ReadResult(
-        cursor.key, step, request_.header().rank(), cursor.sent,
-        message_floats_,
-        [&data](int64_t floats) {
-          // Never inlined, so the bytes stay where the pointer says when the
-          // slice is moved.
-          grpc_slice raw = grpc_slice_malloc_large(static_cast<size_t>(floats) *
-                                                   sizeof(float));
-          char* bytes = reinterpret_cast<char*>(GRPC_SLICE_START_PTR(raw));
-          data = grpc::Slice(raw, grpc::Slice::STEAL_REF);
-          return bytes;
-        },
-        &head.header);
+    // Never inlined, so the bytes stay where the pointer says when the
+    // slice is moved.
+    auto place_bytes = [&data](int64_t bytes) {
+      grpc_slice raw = grpc_slice_malloc_large(static_cast<size_t>(bytes));
+      char* start = reinterpret_cast<char*>(GRPC_SLICE_START_PTR(raw));
+      data = grpc::Slice(raw, grpc::Slice::STEAL_REF);
+      return start;
+    };
+    absl::StatusOr<int64_t> n =
+        cursor.encoded
+            ? shard_->ReadEncodedResult(
+                  cursor.key, step, request_.header().rank(), cursor.sent,
+                  message_floats_ * static_cast<int64_t>(sizeof(float)),
+                  place_bytes)
+            : shard_->ReadResult(
+                  cursor.key, step, request_.header().rank(), cursor.sent,
+                  message_floats_,
+                  [&place_bytes](int64_t floats) {
+                    return place_bytes(floats *
+                                       static_cast<int64_t>(sizeof(float)));
+                  },
+                  &head.header);
     if (!n.ok()) {
       FinishLocked(n.status());
       return;
@@ -497,7 +532,9 @@ class PullState : public KeyWaiter,
       // Maybe more is final already; if not, the next progress requeues it.
       queue_.push_back(index);
     }
-    shard_->CountBytesOut(*n * static_cast<int64_t>(sizeof(float)));
+    shard_->CountBytesOut(cursor.encoded
+                              ? *n
+                              : *n * static_cast<int64_t>(sizeof(float)));
     writing_ = true;
     if (keys_done_ == cursors_.size()) {
       finished_ = true;

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/parameter_server.grpc.pb.h"
+#include "core/sync/compression.h"
 #include "ps/client.h"
 #include "ps/partitioner.h"
 
@@ -223,6 +224,57 @@ TEST_F(ServerTest, WaitForShutdownNamesWorkersThatWentAway) {
   // Once worker 1 says so too, the wait ends at once.
   ASSERT_TRUE(MakeClient(1)->Shutdown(0, nullptr).ok());
   EXPECT_TRUE(server_->WaitForShutdown(absl::Seconds(10)).ok());
+}
+
+// Under --compression a bad encoding is refused over gRPC with one error
+// naming the server, the worker, the step and the key.
+TEST_F(ServerTest, BadEncodedPushesOverGrpcAreRefused) {
+  std::vector<std::unique_ptr<PsClient>> workers;
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    PsClientOptions options;
+    options.job_id = kJob;
+    options.rank = rank;
+    options.num_workers = kWorkers;
+    options.timeout = absl::Seconds(10);
+    options.message_bytes = 8;
+    options.compression = "topk:0.4";
+    options.pull = "union";
+    auto client = PsClient::Create(options, partition_, {address_});
+    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_TRUE((*client)->Register(nullptr).ok());
+    workers.push_back(std::move(*client));
+  }
+  auto encoded_push = [&](const EncodedBucket& encoded) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    ps::PushReply reply;
+    auto writer = stub_->Push(&context, &reply);
+    ps::KeyPart part;
+    part.mutable_header()->set_job_id(kJob);
+    part.mutable_header()->set_rank(1);
+    part.mutable_header()->set_step(0);
+    part.mutable_header()->set_key(0);
+    part.set_key_numel(5);
+    AppendSerialized(encoded, part.mutable_data());
+    part.set_encoded_bytes(static_cast<int64_t>(part.data().size()));
+    writer->Write(part);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  EncodedBucket pairs = TopKOf(std::vector<float>{1, 2, 3, 4, 5}, 2);
+  pairs.index.back() = 7;  // past the key's 5 floats
+  grpc::Status status = encoded_push(pairs);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("server 0: push from worker 1, step 0, key 0: "));
+  EXPECT_THAT(status.error_message(), HasSubstr("out of order or range"));
+  // Float32 from a worker that forgot --compression.
+  grpc::Status plain = RawPush(1, 0, 0, 5, {1, 2, 3, 4, 5});
+  EXPECT_EQ(plain.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(plain.error_message(),
+              HasSubstr("pushed float32 data but this key takes (index, "
+                        "value) pairs"));
 }
 
 }  // namespace

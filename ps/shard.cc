@@ -12,6 +12,7 @@
 #include "ps/async_key.h"
 #include "ps/bsp_key.h"
 #include "ps/consistency.h"
+#include "ps/key_encoding.h"
 #include "ps/key_parameters.h"
 
 namespace gradsync {
@@ -181,6 +182,25 @@ absl::Status ServerShard::BuildFromFirst(const ps::RegisterConfig& config,
                                 config.update_mode()),
                context));
   RETURN_IF_ERROR(CheckKeySizes(config, max_floats_, context));
+  // What the keys' pushes and results carry (ps/key_encoding.h).
+  CompressionSpec compression;
+  if (!config.compression().empty()) {
+    absl::StatusOr<CompressionSpec> parsed =
+        CompressionSpec::Parse(config.compression());
+    if (!parsed.ok()) return Annotate(parsed.status(), context);
+    compression = *parsed;
+  }
+  absl::StatusOr<PsPull> pull = ParsePsPull(config.pull());
+  if (pull.ok()) pull = ResolvePsPull(*pull, compression, config.update_mode());
+  if (!pull.ok()) return Annotate(pull.status(), context);
+  for (const ps::KeySpec& spec : config.keys()) {
+    if (spec.row_width() < 0 ||
+        (spec.row_width() > 0 && spec.numel() % spec.row_width() != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          context, ": key ", spec.key(), " of ", spec.numel(),
+          " floats has rows of ", spec.row_width()));
+    }
+  }
   // Server mode: each key's parameters and optimizers, before the keys, so
   // that a resume can fill them from the checkpoint.
   std::vector<CheckpointKey> table;
@@ -212,6 +232,8 @@ absl::Status ServerShard::BuildFromFirst(const ps::RegisterConfig& config,
   }
   std::vector<std::unique_ptr<ShardKey>> keys;
   absl::flat_hash_map<int64_t, ShardKey*> key_index;
+  std::vector<std::unique_ptr<EncodedKey>> encoded_keys;
+  absl::flat_hash_map<int64_t, EncodedKey*> encoded_index;
   for (size_t i = 0; i < table.size(); ++i) {
     ShardKey::Shape shape;
     shape.id = table[i].key;
@@ -232,11 +254,22 @@ absl::Status ServerShard::BuildFromFirst(const ps::RegisterConfig& config,
           config.consistency(), config.staleness(), *checkpoint, statistics_));
     }
     key_index.emplace(shape.id, keys.back().get());
+    const ps::KeySpec& spec = config.keys(static_cast<int>(i));
+    const KeyEncoding encoding =
+        KeyEncodingOf(compression, *pull, config.update_mode(),
+                      spec.row_width(), spec.numel());
+    if (encoding.encoded_push || encoding.encoded_result()) {
+      encoded_keys.push_back(
+          std::make_unique<EncodedKey>(spec.numel(), encoding, num_workers_));
+      encoded_index.emplace(shape.id, encoded_keys.back().get());
+    }
   }
   device_ = std::move(device);
   checkpoint_ = std::move(checkpoint);
   keys_ = std::move(keys);
   key_index_ = std::move(key_index);
+  encoded_keys_ = std::move(encoded_keys);
+  encoded_index_ = std::move(encoded_index);
   mode_ = config.update_mode();
   consistency_ = config.consistency();
   staleness_ = config.staleness();
@@ -268,6 +301,18 @@ absl::Status ServerShard::CheckAgreesWithFirst(
         " registered --ps_partition=", config_.partition(),
         "; run every worker with the same --ps_partition"));
   }
+  // Empty fields are the defaults (a registration from before compression).
+  auto describe = [](const ps::RegisterConfig& c) {
+    return absl::StrCat(
+        "--compression=", c.compression().empty() ? "none" : c.compression(),
+        " --ps_pull=", c.pull().empty() ? "dense" : c.pull());
+  };
+  if (describe(config) != describe(config_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": ", describe(config), " but worker ", first, " registered ",
+        describe(config_), "; run every worker with the same --compression "
+        "and --ps_pull"));
+  }
   if (config.checkpoint().start_step() != config_.checkpoint().start_step()) {
     return absl::InvalidArgumentError(absl::StrCat(
         context, ": the worker starts at step ",
@@ -296,12 +341,17 @@ absl::Status ServerShard::CheckAgreesWithFirst(
     const bool mine = i < config.keys_size();
     const bool theirs = i < config_.keys_size();
     if (mine && theirs && config.keys(i).key() == config_.keys(i).key() &&
-        config.keys(i).numel() == config_.keys(i).numel()) {
+        config.keys(i).numel() == config_.keys(i).numel() &&
+        config.keys(i).row_width() == config_.keys(i).row_width()) {
       continue;
     }
     auto describe = [](bool present, const ps::KeySpec& spec) {
       return present ? absl::StrCat("key ", spec.key(), " with ", spec.numel(),
-                                    " floats")
+                                    " floats",
+                                    spec.row_width() > 0
+                                        ? absl::StrCat(" in rows of ",
+                                                       spec.row_width())
+                                        : "")
                      : std::string("no key");
     };
     return absl::InvalidArgumentError(absl::StrCat(
@@ -353,14 +403,46 @@ absl::Status ServerShard::Push(const ps::KeyPart& part) {
                      part.key_numel(), " floats but this server's has ",
                      key->numel(), " (a different model or --ps_chunk_kb?)"));
   }
-  if (part.data().size() % 4 != 0 || part.data().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Context(header, "push"), ": ", part.data().size(),
-                     " bytes are not a whole, non-zero number of floats"));
+  // Compressed and row-sparse keys take encodings, the others float32; a
+  // worker with another --compression (or another build) is refused here.
+  EncodedKey* encoded = EncodedOrNull(header.key());
+  const bool takes_encoding =
+      encoded != nullptr && encoded->encoding().encoded_push;
+  if (takes_encoding != (part.encoded_bytes() != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Context(header, "push"), ": the worker pushed ",
+        part.encoded_bytes() != 0 ? "an encoding" : "float32 data",
+        " but this key takes ",
+        takes_encoding ? DescribePush(encoded->encoding())
+                       : std::string("float32 data"),
+        "; run every worker with the same --compression as the first to "
+        "register"));
   }
   Waiters ready;
-  RETURN_IF_ERROR(key->Push(part, &ready));
-  statistics_.CountPushPart(static_cast<int64_t>(part.data().size()));
+  if (takes_encoding) {
+    ASSIGN_OR_RETURN(std::optional<std::vector<float>> decoded,
+                     encoded->AddPart(part, Context(header, "push")));
+    statistics_.CountPushPart(static_cast<int64_t>(part.data().size()));
+    if (!decoded.has_value()) return absl::OkStatus();
+    // The whole push, decoded: one float32 part for the key, which sums (or
+    // applies) it as it would an uncompressed push.
+    ps::KeyPart floats;
+    *floats.mutable_header() = header;
+    floats.set_key_numel(part.key_numel());
+    floats.set_offset(0);
+    floats.mutable_data()->assign(
+        reinterpret_cast<const char*>(decoded->data()),
+        decoded->size() * sizeof(float));
+    RETURN_IF_ERROR(key->Push(floats, &ready));
+  } else {
+    if (part.data().size() % 4 != 0 || part.data().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Context(header, "push"), ": ", part.data().size(),
+                       " bytes are not a whole, non-zero number of floats"));
+    }
+    RETURN_IF_ERROR(key->Push(part, &ready));
+    statistics_.CountPushPart(static_cast<int64_t>(part.data().size()));
+  }
   for (const auto& weak : ready) {
     if (auto waiter = weak.lock()) waiter->KeyProgress(key->id());
   }
@@ -451,6 +533,79 @@ int64_t ServerShard::FinalFloats(int64_t key_id, int64_t step, int rank) const {
 int64_t ServerShard::KeyNumel(int64_t key_id) const {
   const ShardKey* key = KeyOrNull(key_id);
   return key == nullptr ? 0 : key->numel();
+}
+
+EncodedKey* ServerShard::EncodedOrNull(int64_t key) const {
+  if (!configured_.load(std::memory_order_acquire)) return nullptr;
+  auto it = encoded_index_.find(key);
+  return it == encoded_index_.end() ? nullptr : it->second;
+}
+
+bool ServerShard::EncodedResult(int64_t key) const {
+  const EncodedKey* encoded = EncodedOrNull(key);
+  return encoded != nullptr && encoded->encoding().encoded_result();
+}
+
+absl::StatusOr<std::vector<float>> ServerShard::WholeResult(ShardKey* key,
+                                                            int64_t step,
+                                                            int rank) {
+  std::vector<float> floats(key->numel());
+  ASSIGN_OR_RETURN(
+      int64_t n,
+      key->Read(step, rank, 0, key->numel(),
+                [&floats](int64_t) { return reinterpret_cast<char*>(floats.data()); },
+                nullptr));
+  if (n != key->numel()) {
+    return absl::InternalError(absl::StrCat(name_, ": read ", n, " of ",
+                                            key->numel(), " floats of key ",
+                                            key->id(), " for its encoding"));
+  }
+  return floats;
+}
+
+absl::StatusOr<int64_t> ServerShard::EncodedResultBytes(int64_t key_id,
+                                                        int64_t step,
+                                                        int rank) {
+  ShardKey* key = KeyOrNull(key_id);
+  EncodedKey* encoded = EncodedOrNull(key_id);
+  if (key == nullptr || encoded == nullptr || rank < 0 ||
+      rank >= num_workers_ || !encoded->encoding().encoded_result()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, ": key ", key_id, " has no encoded result for worker ", rank));
+  }
+  // FinalFloats refuses a step before the first (a key that completed
+  // nothing would otherwise call step -1 complete).
+  const int64_t final_floats = FinalFloats(key_id, step, rank);
+  if (final_floats < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": the result of key ", key_id, " for step ", step,
+        " is gone: a later step completed before it was pulled"));
+  }
+  if (final_floats < key->numel()) return 0;
+  return encoded->ResultBytes(step,
+                              [&] { return WholeResult(key, step, rank); });
+}
+
+absl::StatusOr<int64_t> ServerShard::ReadEncodedResult(
+    int64_t key_id, int64_t step, int rank, int64_t offset, int64_t max_bytes,
+    absl::FunctionRef<char*(int64_t bytes)> place) {
+  ShardKey* key = KeyOrNull(key_id);
+  EncodedKey* encoded = EncodedOrNull(key_id);
+  if (key == nullptr || encoded == nullptr || rank < 0 ||
+      rank >= num_workers_ || !encoded->encoding().encoded_result()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": key ", key_id, " has no encoded result"));
+  }
+  if (FinalFloats(key_id, step, rank) != key->numel()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": the result of key ", key_id, " for step ", step,
+        " is not complete, or gone"));
+  }
+  absl::StatusOr<int64_t> n = encoded->ReadResult(
+      step, offset, max_bytes, [&] { return WholeResult(key, step, rank); },
+      place);
+  if (!n.ok()) return Annotate(n.status(), absl::StrCat(name_, ": key ", key_id));
+  return n;
 }
 
 std::vector<ServerShard::MissingPush> ServerShard::MissingWorkers(

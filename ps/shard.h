@@ -11,8 +11,9 @@
 //   ps/key_parameters.h     a key's parameters and optimizer (server mode)
 //   ps/shard_checkpoint.h   the checkpoint schedule, snapshot and file
 //   ps/shard_statistics.h   the counters of the summary
-// Lock order: the shard's registration lock, then a key's, then the
-// checkpoint's or the statistics'.
+//   ps/encoded_key.h        a key's compressed pushes and results
+// Lock order: the shard's registration lock, then a key's encodings', then
+// the key's, then the checkpoint's or the statistics'.
 #pragma once
 
 #include <atomic>
@@ -29,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/device/device.h"
 #include "proto/parameter_server.pb.h"
+#include "ps/encoded_key.h"
 #include "ps/shard_checkpoint.h"
 #include "ps/shard_key.h"
 #include "ps/shard_statistics.h"
@@ -100,6 +102,20 @@ class ServerShard {
                           int64_t max_floats, ps::KeyPart* part);
   // The key's size in floats (0 for an unknown key).
   int64_t KeyNumel(int64_t key) const;
+
+  // Worker mode under --compression (ps/key_encoding.h): whether `key`'s
+  // results travel as an encoding rather than float32.
+  bool EncodedResult(int64_t key) const;
+  // The size in bytes of `key`'s encoded result for `step` as worker `rank`
+  // pulls it once the step is complete, 0 before; an error when the result
+  // is gone or the key has no encoded result.
+  absl::StatusOr<int64_t> EncodedResultBytes(int64_t key, int64_t step,
+                                             int rank);
+  // Copies up to `max_bytes` of that encoding from byte `offset` into the
+  // memory `place` returns for their count, and returns the count.
+  absl::StatusOr<int64_t> ReadEncodedResult(
+      int64_t key, int64_t step, int rank, int64_t offset, int64_t max_bytes,
+      absl::FunctionRef<char*(int64_t bytes)> place);
   // A push that worker `rank`'s pull of `step` still waits for.
   using MissingPush = ::gradsync::MissingPush;
   // The pushes of `key` that worker `rank`'s pull of `step` waits for: every
@@ -127,6 +143,11 @@ class ServerShard {
   // The key `key` once registration published the keys; null before, or
   // for an unknown key.
   ShardKey* KeyOrNull(int64_t key) const;
+  // The key's encodings (null: float32 both ways, or an unknown key).
+  EncodedKey* EncodedOrNull(int64_t key) const;
+  // `key`'s float32 result for `step`, all of it (for its encoding).
+  absl::StatusOr<std::vector<float>> WholeResult(ShardKey* key, int64_t step,
+                                                 int rank);
   // "server 0: push from worker 2, step 5, key 3: ".
   std::string Context(const ps::Header& header, const char* what) const {
     return MessageContext(name_, header, what);
@@ -171,6 +192,9 @@ class ServerShard {
   std::unique_ptr<ShardCheckpoint> checkpoint_;  // before the keys too
   std::vector<std::unique_ptr<ShardKey>> keys_;
   absl::flat_hash_map<int64_t, ShardKey*> key_index_;
+  // Keys pushed or pulled as encodings (--compression, row-sparse keys).
+  std::vector<std::unique_ptr<EncodedKey>> encoded_keys_;
+  absl::flat_hash_map<int64_t, EncodedKey*> encoded_index_;
 };
 
 }  // namespace gradsync

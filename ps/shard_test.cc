@@ -2,6 +2,7 @@
 // SSP and ASP, and refusal of bad input without changing any state.
 #include "ps/shard.h"
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -12,6 +13,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ps/consistency.h"
+#include "ps/key_encoding.h"
+#include "core/sync/compression.h"
 
 namespace gradsync {
 namespace {
@@ -608,6 +611,248 @@ TEST(ServerShardTest, WorkersMustUseTheSamePartition) {
   EXPECT_THAT(status.message(),
               HasSubstr("--ps_partition=equal but worker 0 registered "
                         "--ps_partition=balanced"));
+}
+
+// --- Compressed and row-sparse pushes (ps/key_encoding.h) ---
+
+ps::KeyPart EncodedPart(int rank, int64_t step, int64_t key, int64_t key_numel,
+                        const EncodedBucket& encoded) {
+  ps::KeyPart part;
+  *part.mutable_header() = MakeHeader(rank, step, key);
+  part.set_key_numel(key_numel);
+  part.set_offset(0);
+  AppendSerialized(encoded, part.mutable_data());
+  part.set_encoded_bytes(static_cast<int64_t>(part.data().size()));
+  return part;
+}
+
+ps::RegisterConfig CompressedConfig(int rank, int num_workers, int64_t numel,
+                                    const std::string& compression,
+                                    const std::string& pull,
+                                    int32_t row_width = 0) {
+  ps::RegisterConfig config = MakeConfig(rank, num_workers, {{0, numel}});
+  config.set_compression(compression);
+  config.set_pull(pull);
+  config.mutable_keys(0)->set_row_width(row_width);
+  return config;
+}
+
+std::vector<float> ReadEncoded(ServerShard& shard, int64_t key, int64_t step,
+                               int64_t numel) {
+  absl::StatusOr<int64_t> size = shard.EncodedResultBytes(key, step, 0);
+  EXPECT_TRUE(size.ok()) << size.status();
+  std::string bytes(static_cast<size_t>(size.value_or(0)), '\0');
+  // In small pieces, as the pull stream reads it.
+  for (int64_t offset = 0; offset < *size;) {
+    absl::StatusOr<int64_t> n = shard.ReadEncodedResult(
+        key, step, 0, offset, 7,
+        [&](int64_t) { return bytes.data() + offset; });
+    EXPECT_TRUE(n.ok()) << n.status();
+    if (!n.ok()) break;
+    offset += *n;
+  }
+  std::vector<float> values(numel, -1.0f);
+  EXPECT_TRUE(DecodeKeyResult(bytes, absl::MakeSpan(values)).ok());
+  return values;
+}
+
+TEST(ShardCompressionTest, UnionOfTopKPushesIsTheExactAverage) {
+  ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(
+        shard.Register(CompressedConfig(r, 2, 10, "topk:0.2", "union")).ok());
+  }
+  std::vector<float> a(10, 0.0f), b(10, 0.0f);
+  a[1] = 4.0f;
+  a[7] = -2.0f;
+  b[7] = 6.0f;
+  b[9] = 1.0f;
+  ASSERT_TRUE(shard.Push(EncodedPart(0, 0, 0, 10, TopKOf(a, 2))).ok());
+  // Not final until every worker pushed.
+  EXPECT_EQ(*shard.EncodedResultBytes(0, 0, 0), 0);
+  ASSERT_TRUE(shard.Push(EncodedPart(1, 0, 0, 10, TopKOf(b, 2))).ok());
+  std::vector<float> expected(10, 0.0f);
+  expected[1] = 2.0f;
+  expected[7] = 2.0f;
+  expected[9] = 0.5f;
+  EXPECT_EQ(ReadEncoded(shard, 0, 0, 10), expected);
+  // Three pairs of (index, value): the union, not the dense key.
+  EXPECT_EQ(*shard.EncodedResultBytes(0, 0, 0), 9 + 12 + 3 * 8);
+}
+
+TEST(ShardCompressionTest, TopKPullKeepsTheLargestOfTheAverage) {
+  ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(
+        shard.Register(CompressedConfig(r, 2, 10, "topk:0.2", "topk")).ok());
+  }
+  std::vector<float> a(10, 0.0f), b(10, 0.0f);
+  a[1] = 4.0f;
+  a[7] = -2.0f;
+  b[7] = -6.0f;
+  b[9] = 1.0f;
+  ASSERT_TRUE(shard.Push(EncodedPart(0, 0, 0, 10, TopKOf(a, 2))).ok());
+  ASSERT_TRUE(shard.Push(EncodedPart(1, 0, 0, 10, TopKOf(b, 2))).ok());
+  std::vector<float> average(10, 0.0f);
+  average[1] = 2.0f;
+  average[7] = -4.0f;
+  average[9] = 0.5f;
+  std::vector<float> expected(10, 0.0f);
+  ASSERT_TRUE(AddDecoded(TopKOf(average, 2), absl::MakeSpan(expected)).ok());
+  EXPECT_EQ(ReadEncoded(shard, 0, 0, 10), expected);
+  EXPECT_EQ(expected[9], 0.0f);  // dropped by the pull
+}
+
+TEST(ShardCompressionTest, Fp16PullRoundsTheFloat32AverageOnce) {
+  ServerShard shard(kJob, 0, 1, 3, kWholeKeys);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(shard.Register(CompressedConfig(r, 3, 4, "fp16", "same")).ok());
+  }
+  const std::vector<float> pushed = {1.0f, 0.1f, -3.0f, 1000.0f};
+  EncodedBucket half;
+  Compressor compressor(*CompressionSpec::Parse("fp16"), 0);
+  ASSERT_TRUE(compressor.Encode(pushed, {}, 0, 0, &half).ok());
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(shard.Push(EncodedPart(r, 0, 0, 4, half)).ok());
+  }
+  const std::vector<float> result = ReadEncoded(shard, 0, 0, 4);
+  for (int i = 0; i < 4; ++i) {
+    const float sum = HalfToFloat(half.halves[i]) * 3.0f;
+    EXPECT_EQ(result[i], HalfToFloat(FloatToHalf(sum / 3.0f)));
+    EXPECT_NEAR(result[i], pushed[i], std::fabs(pushed[i]) * 0x1p-10f);
+  }
+}
+
+TEST(ShardCompressionTest, RowSparsePushesAreSummedRowByRow) {
+  ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(
+        shard.Register(CompressedConfig(r, 2, 12, "none", "dense", 3)).ok());
+  }
+  std::vector<float> a(12, 0.0f), b(12, 0.0f);
+  for (int j = 0; j < 3; ++j) {
+    a[3 + j] = 2.0f;  // row 1
+    b[3 + j] = 4.0f;  // row 1
+    b[9 + j] = 6.0f;  // row 3
+  }
+  ASSERT_TRUE(shard.Push(EncodedPart(0, 0, 0, 12, SparseRowsOf(a, 3))).ok());
+  ASSERT_TRUE(shard.Push(EncodedPart(1, 0, 0, 12, SparseRowsOf(b, 3))).ok());
+  std::vector<float> expected(12, 0.0f);
+  for (int j = 0; j < 3; ++j) {
+    expected[3 + j] = 3.0f;
+    expected[9 + j] = 3.0f;
+  }
+  EXPECT_EQ(ReadEncoded(shard, 0, 0, 12), expected);
+  EXPECT_EQ(*shard.EncodedResultBytes(0, 0, 0), 9 + 12 + 2 * 4 + 6 * 4);
+}
+
+TEST(ShardCompressionTest, EncodingInPartsIsAssembled) {
+  ServerShard shard(kJob, 0, 1, 1, kWholeKeys);
+  ASSERT_TRUE(
+      shard.Register(CompressedConfig(0, 1, 8, "bf16", "dense")).ok());
+  EncodedBucket half;
+  Compressor compressor(*CompressionSpec::Parse("bf16"), 0);
+  const std::vector<float> pushed = {1, 2, 3, 4, 5, 6, 7, 8};
+  ASSERT_TRUE(compressor.Encode(pushed, {}, 0, 0, &half).ok());
+  const ps::KeyPart whole = EncodedPart(0, 0, 0, 8, half);
+  for (size_t offset = 0; offset < whole.data().size(); offset += 5) {
+    ps::KeyPart part = whole;
+    part.set_offset(static_cast<int64_t>(offset));
+    part.set_data(whole.data().substr(offset, 5));
+    ASSERT_TRUE(shard.Push(part).ok()) << offset;
+  }
+  EXPECT_FALSE(shard.EncodedResult(0));  // --ps_pull=dense: float32 back
+  EXPECT_EQ(Read(shard, 0, 0), pushed);
+}
+
+TEST(ShardCompressionTest, BadEncodedPushesAreRefusedNamingWorkerAndKey) {
+  ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(
+        shard.Register(CompressedConfig(r, 2, 10, "topk:0.2", "union")).ok());
+  }
+  // An index past the key.
+  EncodedBucket pairs = TopKOf(std::vector<float>(10, 1.0f), 2);
+  pairs.index[1] = 10;
+  absl::Status status = shard.Push(EncodedPart(1, 0, 0, 10, pairs));
+  EXPECT_TRUE(absl::IsInvalidArgument(status));
+  EXPECT_THAT(status.message(), HasSubstr("push from worker 1, step 0, key 0"));
+  EXPECT_THAT(status.message(), HasSubstr("out of order or range"));
+  // Another key's length.
+  pairs = TopKOf(std::vector<float>(12, 1.0f), 2);
+  EXPECT_THAT(shard.Push(EncodedPart(1, 0, 0, 10, pairs)).message(),
+              HasSubstr("of 12 floats but the key has 10"));
+  // The wrong encoding (a worker with --compression=fp16).
+  EncodedBucket half;
+  Compressor compressor(*CompressionSpec::Parse("fp16"), 0);
+  ASSERT_TRUE(compressor.Encode(std::vector<float>(10, 1.0f), {}, 0, 0, &half)
+                  .ok());
+  EXPECT_THAT(shard.Push(EncodedPart(1, 0, 0, 10, half)).message(),
+              HasSubstr("encoded as fp16 but this key takes (index, value)"));
+  // Float32 data where an encoding is expected.
+  EXPECT_THAT(
+      shard.Push(MakePart(1, 0, 0, 10, 0, std::vector<float>(10, 1.0f)))
+          .message(),
+      HasSubstr("pushed float32 data but this key takes (index, value)"));
+  // A size beyond any encoding of the key, refused before buffering.
+  ps::KeyPart huge = EncodedPart(1, 0, 0, 10, TopKOf(std::vector<float>(10, 1.0f), 2));
+  huge.set_encoded_bytes(int64_t{1} << 40);
+  EXPECT_THAT(shard.Push(huge).message(), HasSubstr("at most"));
+  // Garbage bytes.
+  ps::KeyPart garbage = EncodedPart(1, 0, 0, 10, pairs);
+  garbage.set_data(std::string("\x07", 1) + std::string(8, '\0'));
+  garbage.set_encoded_bytes(9);
+  EXPECT_THAT(std::string(shard.Push(garbage).message()),
+              HasSubstr("unknown encoding 7"));
+  // None of it counted: worker 0 and then 1 push properly and the step
+  // completes with their average alone.
+  std::vector<float> a(10, 0.0f);
+  a[3] = 2.0f;
+  ASSERT_TRUE(shard.Push(EncodedPart(0, 0, 0, 10, TopKOf(a, 2))).ok());
+  ASSERT_TRUE(shard.Push(EncodedPart(1, 0, 0, 10, TopKOf(a, 2))).ok());
+  std::vector<float> expected(10, 0.0f);
+  expected[3] = 2.0f;
+  EXPECT_EQ(ReadEncoded(shard, 0, 0, 10), expected);
+}
+
+TEST(ShardCompressionTest, WorkersMustAgreeOnCompression) {
+  ServerShard shard(kJob, 0, 1, 2, kWholeKeys);
+  ASSERT_TRUE(
+      shard.Register(CompressedConfig(0, 2, 10, "topk:0.2", "union")).ok());
+  absl::Status status =
+      shard.Register(CompressedConfig(1, 2, 10, "fp16", "same"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("--compression=fp16 --ps_pull=same but worker 0 "
+                        "registered --compression=topk:0.2 --ps_pull=union"));
+  ServerShard other(kJob, 0, 1, 1, kWholeKeys);
+  EXPECT_THAT(
+      other.Register(CompressedConfig(0, 1, 10, "none", "topk")).message(),
+      HasSubstr("--ps_pull=topk with --compression=none"));
+  ps::RegisterConfig server_mode =
+      CompressedConfig(0, 1, 10, "topk:0.1", "topk");
+  server_mode.set_update_mode(ps::UPDATE_SERVER);
+  EXPECT_THAT(other.Register(server_mode).message(),
+              HasSubstr("--ps_update=server"));
+}
+
+// SSP/ASP apply each worker's push on its own: a compressed push is decoded
+// whole and applied as the float32 push it stands for.
+TEST(ShardCompressionTest, AspAppliesEachDecodedPush) {
+  ServerShard shard(kJob, 0, 1, 2, /*block_floats=*/2);
+  ps::RegisterConfig config = AsyncConfig(0, 2, ps::CONSISTENCY_ASP, 0, 4);
+  config.set_compression("topk:0.5");
+  config.set_pull("dense");
+  RegisterAll(shard, config, 2, {1, 1, 1, 1});
+  std::vector<float> expected = {1, 1, 1, 1};
+  const float lr = 0.5f / 2;
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> grads = {0, 2, float(-step - 3), 1};
+    const EncodedBucket top = TopKOf(grads, 2);  // elements 1 and 2
+    ASSERT_TRUE(shard.Push(EncodedPart(0, step, 0, 4, top)).ok());
+    expected[1] -= lr * grads[1];
+    expected[2] -= lr * grads[2];
+    EXPECT_EQ(Read(shard, 0, step), expected) << step;
+  }
 }
 
 }  // namespace

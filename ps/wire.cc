@@ -95,6 +95,13 @@ grpc::ByteBuffer EncodeKeyPart(const KeyPartHead& head, grpc::Slice data) {
     out.WriteVarint64(static_cast<uint64_t>(head.key_numel));
     out.WriteTag(Tag(ps::KeyPart::kOffsetFieldNumber, kVarint));
     out.WriteVarint64(static_cast<uint64_t>(head.offset));
+    // Before the data although its number is higher, so the data stays the
+    // last field and is read straight into place; proto3 leaves it out when
+    // 0, so float32 parts are what they were before encodings existed.
+    if (head.encoded_bytes != 0) {
+      out.WriteTag(Tag(ps::KeyPart::kEncodedBytesFieldNumber, kVarint));
+      out.WriteVarint64(static_cast<uint64_t>(head.encoded_bytes));
+    }
     out.WriteTag(Tag(ps::KeyPart::kDataFieldNumber, kLengthDelimited));
     out.WriteVarint32(static_cast<uint32_t>(data_bytes));
   }
@@ -150,11 +157,13 @@ absl::Status DecodeKeyPart(grpc::ByteBuffer* buffer, KeyPartHead* head,
         return Malformed("bad header");
       }
     } else if (tag == Tag(ps::KeyPart::kKeyNumelFieldNumber, kVarint) ||
-               tag == Tag(ps::KeyPart::kOffsetFieldNumber, kVarint)) {
+               tag == Tag(ps::KeyPart::kOffsetFieldNumber, kVarint) ||
+               tag == Tag(ps::KeyPart::kEncodedBytesFieldNumber, kVarint)) {
       uint64_t value;
       if (!in.ReadVarint64(&value)) return Malformed("bad varint");
       (field == ps::KeyPart::kKeyNumelFieldNumber ? head->key_numel
-                                                  : head->offset) =
+       : field == ps::KeyPart::kOffsetFieldNumber ? head->offset
+                                                  : head->encoded_bytes) =
           static_cast<int64_t>(value);
     } else if (tag == Tag(ps::KeyPart::kDataFieldNumber, kLengthDelimited)) {
       uint32_t length;
@@ -178,6 +187,7 @@ absl::Status DecodeKeyPart(grpc::ByteBuffer* buffer, KeyPartHead* head,
     } else if (field == ps::KeyPart::kHeaderFieldNumber ||
                field == ps::KeyPart::kKeyNumelFieldNumber ||
                field == ps::KeyPart::kOffsetFieldNumber ||
+               field == ps::KeyPart::kEncodedBytesFieldNumber ||
                field == ps::KeyPart::kDataFieldNumber) {
       return Malformed(
           absl::StrCat("field ", field, " has wire type ", tag & 7));

@@ -35,6 +35,9 @@ struct KeyPartHead {
   ps::Header header;
   int64_t key_numel = 0;
   int64_t offset = 0;
+  // Non-zero: the data is a piece of the key's encoding of this many bytes
+  // and `offset` counts bytes (KeyPart.encoded_bytes).
+  int64_t encoded_bytes = 0;
 };
 
 // Encodes a KeyPart whose data is the `n` floats at `data`. The buffer

@@ -54,6 +54,43 @@ TEST(WireTest, EncodesTheProtobufWireFormat) {
   EXPECT_EQ(Bytes(&buffer), expected.SerializeAsString());
 }
 
+// An encoded part (--compression) carries encoded_bytes before its data,
+// so the data stays last and is still read straight into place; protobuf's
+// own parser reads the same message, and the decoder reads it back.
+TEST(WireTest, EncodedPartsCarryTheirEncodingsSize) {
+  const std::string encoding = "\x03 nine bytes of an encoding";
+  KeyPartHead head = Head(5, 4000, 9);
+  head.encoded_bytes = 9 + static_cast<int64_t>(encoding.size());
+  grpc::ByteBuffer buffer = EncodeKeyPart(
+      head, grpc::Slice(encoding.data(), encoding.size()));
+  ps::KeyPart parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Bytes(&buffer)));
+  EXPECT_EQ(parsed.encoded_bytes(), head.encoded_bytes);
+  EXPECT_EQ(parsed.offset(), 9);
+  EXPECT_EQ(parsed.data(), encoding);
+  std::string placed(encoding.size(), '\0');
+  KeyPartHead decoded;
+  ASSERT_TRUE(DecodeKeyPart(&buffer, &decoded,
+                            [&](const KeyPartHead&, size_t bytes)
+                                -> absl::StatusOr<char*> {
+                              EXPECT_EQ(bytes, encoding.size());
+                              return placed.data();
+                            })
+                  .ok());
+  EXPECT_EQ(decoded.encoded_bytes, head.encoded_bytes);
+  EXPECT_EQ(placed, encoding);
+  // A float32 part (encoded_bytes 0) has no such field: the same bytes as
+  // before compression existed.
+  const float one = 1.0f;
+  grpc::ByteBuffer plain = EncodeKeyPart(Head(5, 2, 1), &one, 1);
+  ps::KeyPart expected;
+  *expected.mutable_header() = Head(5, 2, 1).header;
+  expected.set_key_numel(2);
+  expected.set_offset(1);
+  expected.set_data(reinterpret_cast<const char*>(&one), 4);
+  EXPECT_EQ(Bytes(&plain), expected.SerializeAsString());
+}
+
 // The floats are referred to, not copied: the buffer sees a later change.
 TEST(WireTest, DataIsNotCopied) {
   std::vector<float> data = {1, 2, 3};

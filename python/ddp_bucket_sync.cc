@@ -284,7 +284,15 @@ absl::Status DdpBucketSync::CopyIn(const DdpBucket& bucket) {
     std::memcpy(grads_.data() + slot.offset, bucket.data + offset,
                 param.numel * sizeof(float));
     offset += param.numel;
-    if (--missing_[slot.bucket] == 0) strategy_->BucketReady(slot.bucket);
+    if (--missing_[slot.bucket] == 0) {
+      if (timeline_ != nullptr) {
+        // The span since the previous hand-over: for the first bucket the
+        // previous step's optimizer, data and forward too (PyTorch's loop).
+        timeline_->GradientFinal(absl::StrCat("DDP bucket ", slot.bucket),
+                                 slot.bucket, /*completes_bucket=*/true);
+      }
+      strategy_->BucketReady(slot.bucket);
+    }
   }
   return absl::OkStatus();
 }
@@ -299,10 +307,12 @@ absl::Status DdpBucketSync::EndStep() {
           "find_unused_parameters=True is not supported behind gradsync)"));
     }
   }
+  if (timeline_ != nullptr) timeline_->ComputeDone();
   const absl::Time wait_start = absl::Now();
   StepStats stats;
   RETURN_IF_ERROR(strategy_->Finish(stats));
   const absl::Time wait_end = absl::Now();
+  if (timeline_ != nullptr) timeline_->SyncDone();
   for (const DdpBucket& bucket : step_buckets_) {
     int64_t offset = 0;
     for (const DdpParam& param : bucket.params) {
@@ -320,8 +330,29 @@ absl::Status DdpBucketSync::EndStep() {
   last_step_end_us_ = now;
   step_buckets_.clear();
   missing_ = params_per_bucket_;
+  if (timeline_ != nullptr) {
+    timeline_->StepDone(step_, *layout_,
+                        std::string("averages copied back to DDP"));
+    timeline_.reset();
+  }
   ++step_;
+  if (trace_ != nullptr && step_ <= trace_steps_) {
+    // From here: PyTorch's optimizer step, the next batch, forward, backward.
+    timeline_ = std::make_unique<StepTimeline>(
+        trace_, static_cast<int>(params_per_bucket_.size()));
+    timeline_->DataLoaded();
+  }
   return absl::OkStatus();
+}
+
+void DdpBucketSync::SetTrace(TraceRecorder* trace, int64_t steps) {
+  trace_ = trace;
+  trace_steps_ = steps;
+}
+
+std::vector<std::string> DdpBucketSync::TraceFiles() const {
+  return strategy_ != nullptr ? strategy_->TraceFiles()
+                              : std::vector<std::string>();
 }
 
 std::string DdpBucketSync::DescribeLayout() const {

@@ -47,6 +47,8 @@
 #include "absl/status/statusor.h"
 #include "core/sync/gradient_sync.h"
 #include "core/sync/param_layout.h"
+#include "core/telemetry/trace.h"
+#include "core/train/step_timeline.h"
 #include "python/job_connection.h"
 
 namespace gradsync {
@@ -89,6 +91,10 @@ class DdpBucketSync {
   // Before the first step's last bucket: the parameters' keys in the order
   // backward made their gradients final. Later calls are ignored.
   void SetReadyOrder(std::vector<int64_t> keys);
+  // --trace: the step timeline (core/train/step_timeline.h) of steps
+  // 1..`steps` goes to `trace`. Step 0 sets the strategy up and is not
+  // traced. Before the first bucket.
+  void SetTrace(TraceRecorder* trace, int64_t steps);
   ~DdpBucketSync();
 
   // Takes one bucket. True when it ended the step: every bucket handed over
@@ -96,6 +102,12 @@ class DdpBucketSync {
   absl::StatusOr<bool> Add(const DdpBucket& bucket);
 
   const DdpStepStats& last_step() const { return last_step_; }
+  // The strategy's buckets; null before the first step ended.
+  const ParamLayout* layout() const {
+    return layout_.has_value() ? &*layout_ : nullptr;
+  }
+  // The timelines the strategy's own processes wrote (a PS's servers).
+  std::vector<std::string> TraceFiles() const;
   // The strategy's buckets (empty before the first step ended).
   std::string DescribeLayout() const;
   std::string SummaryJson() const;
@@ -141,6 +153,9 @@ class DdpBucketSync {
   int64_t last_step_end_us_ = 0;
   DdpStepStats last_step_;
   bool shut_down_ = false;
+  TraceRecorder* trace_ = nullptr;
+  int64_t trace_steps_ = 0;
+  std::unique_ptr<StepTimeline> timeline_;  // null: this step not traced
 };
 
 }  // namespace gradsync

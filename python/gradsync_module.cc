@@ -20,6 +20,7 @@
 #include "core/sync/gradient_sync.h"
 #include "python/ddp_bucket_sync.h"
 #include "python/job_connection.h"
+#include "python/torch_run_record.h"
 
 namespace py = pybind11;
 
@@ -34,7 +35,8 @@ namespace {
 class TorchWorker {
  public:
   TorchWorker(const std::string& sync, double timeout_s,
-              const std::vector<std::string>& flags) {
+              const std::vector<std::string>& flags,
+              const TorchRunOptions& run) {
     JobConnectionOptions options;
     options.sync = sync;
     options.timeout = absl::Seconds(timeout_s);
@@ -43,7 +45,15 @@ class TorchWorker {
         JobConnection::Join(options);
     if (!job.ok()) Raise(job.status());
     job_ = *std::move(job);
+    absl::StatusOr<std::unique_ptr<TorchRunRecord>> record =
+        TorchRunRecord::Start(run, *job_);
+    if (!record.ok()) {
+      job_->Fail(record.status());
+      Raise(record.status());
+    }
+    record_ = *std::move(record);
     buckets_ = std::make_unique<DdpBucketSync>(*job_);
+    buckets_->SetTrace(record_->trace(), record_->trace_steps());
   }
 
   ~TorchWorker() {
@@ -63,10 +73,15 @@ class TorchWorker {
     for (const auto& [key, param_numel] : params)
       bucket.params.push_back(DdpParam{key, param_numel});
     absl::StatusOr<bool> ended = buckets_->Add(bucket);
-    if (!ended.ok()) {
+    absl::Status recorded = ended.status();
+    if (recorded.ok() && *ended) {
+      recorded =
+          record_->RecordStep(buckets_->last_step(), *buckets_->layout());
+    }
+    if (!recorded.ok()) {
       // The others stop at once ("the job lost worker r: it failed: ...").
-      job_->Fail(ended.status());
-      Raise(ended.status());
+      job_->Fail(recorded);
+      Raise(recorded);
     }
     return *ended;
   }
@@ -97,10 +112,20 @@ class TorchWorker {
     job_->Fail(absl::AbortedError(message));
   }
 
+  void SetLoss(double loss) { record_->SetLoss(loss); }
+
+  // The strategy's end, this worker's trace and summary (gathered on worker
+  // 0, which writes summary.json), then the job's: as a native worker ends.
   void Close() {
     absl::Status status = buckets_->Shutdown();
-    const absl::Status closed = job_->Close();
-    if (status.ok()) status = closed;
+    if (status.ok()) {
+      status = record_->Finish(buckets_->SummaryJson(), buckets_->TraceFiles());
+    }
+    if (!status.ok()) {
+      job_->Fail(status);
+      Raise(status);
+    }
+    status = job_->Close();
     if (!status.ok()) Raise(status);
   }
 
@@ -113,6 +138,7 @@ class TorchWorker {
 
  private:
   std::unique_ptr<JobConnection> job_;
+  std::unique_ptr<TorchRunRecord> record_;
   std::unique_ptr<DdpBucketSync> buckets_;
 };
 
@@ -125,10 +151,28 @@ PYBIND11_MODULE(_gradsync, module) {
   module.def("strategies", &gradsync::GradientSyncRegistry::Names,
              "the --sync names this build has");
   py::class_<TorchWorker>(module, "TorchWorker")
-      .def(py::init<const std::string&, double,
-                    const std::vector<std::string>&>(),
+      .def(py::init([](const std::string& sync, double timeout_s,
+                       const std::vector<std::string>& flags,
+                       const std::string& metrics_dir,
+                       const std::string& trace_path, int64_t trace_steps,
+                       int64_t warmup_steps, int64_t batch_size,
+                       const std::string& model, int64_t total_steps) {
+             gradsync::TorchRunOptions run;
+             run.metrics_dir = metrics_dir;
+             run.trace_path = trace_path;
+             run.trace_steps = trace_steps;
+             run.warmup_steps = warmup_steps;
+             run.batch_size = batch_size;
+             run.model = model;
+             run.total_steps = total_steps;
+             return std::make_unique<TorchWorker>(sync, timeout_s, flags, run);
+           }),
            py::arg("sync"), py::arg("timeout_s"), py::arg("flags"),
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("metrics_dir") = "", py::arg("trace_path") = "",
+           py::arg("trace_steps") = 20, py::arg("warmup_steps") = 0,
+           py::arg("batch_size") = 0, py::arg("model") = "pytorch",
+           py::arg("total_steps") = 0, py::call_guard<py::gil_scoped_release>())
+      .def("set_loss", &TorchWorker::SetLoss, py::arg("loss"))
       .def("add_bucket", &TorchWorker::AddBucket, py::arg("index"),
            py::arg("address"), py::arg("numel"), py::arg("params"),
            py::arg("is_last"), py::call_guard<py::gil_scoped_release>())

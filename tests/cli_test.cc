@@ -64,6 +64,23 @@ TEST(CliTest, ImpossibleConfigurations) {
       "rank 5 is outside the world of 2");
 }
 
+// --compression: a method or ratio that does not parse, and a method the
+// strategy does not build, each one clear error and a clean exit.
+TEST(CliTest, CompressionIsChecked) {
+  for (const char* bad : {"topk:0", "topk:2", "zip"}) {
+    ExpectCleanFailure(
+        RunGradsync({"train", std::string("--compression=") + bad,
+                     "--data=synthetic"}),
+        std::string("--compression=") + bad);
+  }
+  ExpectCleanFailure(
+      RunGradsync({"launch", "--workers=2", "--", "--sync=tree",
+                   "--compression=fp16", "--data=synthetic", "--max_steps=1",
+                   "--timeout_s=30"}),
+      "--compression=fp16 is not built for --sync=tree; use --sync=ring or "
+      "--sync=ps");
+}
+
 // A job of several nodes needs node 0's address and port on every node.
 TEST(CliTest, MultiNodeLaunchNeedsItsPlacement) {
   ExpectCleanFailure(RunGradsync({"launch", "--nnodes=2"}),
@@ -154,6 +171,13 @@ TEST(CliTest, ConsistencyAndStragglerFlagsAreChecked) {
                      "--ps_consistency=asp needs --ps_update=server");
   ExpectCleanFailure(train({"--sync=ps", "--ps_staleness=2"}),
                      "--ps_staleness=2 is only for --ps_consistency=ssp");
+  ExpectCleanFailure(train({"--sync=ps", "--ps_pull=topk"}),
+                     "--ps_pull=topk with --compression=none");
+  ExpectCleanFailure(train({"--sync=ps", "--ps_update=server",
+                            "--compression=topk:0.01", "--ps_pull=topk"}),
+                     "and --ps_update=server: the servers run the optimizer");
+  ExpectCleanFailure(train({"--sync=ps", "--ps_pull=sparse"}),
+                     "unknown --ps_pull=sparse");
   ExpectCleanFailure(train({"--straggler=1"}), "RANK:MS[:EVERY]");
   ExpectCleanFailure(train({"--straggler=3:10"}),
                      "there is no worker 3 in a job of 1 workers");
@@ -201,6 +225,40 @@ TEST(CliTest, ServerPlacementIsChecked) {
                    "--data=synthetic", "--synthetic_size=256",
                    "--layers=784,16,10", "--epochs=1"}),
       "--ps_colocated_servers=2 must be in [0, 1]");
+}
+
+TEST(CliTest, EmbeddingModelAndHybridBadInput) {
+  const std::vector<std::string> embedding = {
+      "--model=embedding",     "--data=zipf",       "--synthetic_size=64",
+      "--embedding_rows=1000", "--embedding_dim=4", "--epochs=1"};
+  auto with = [&](std::vector<std::string> args,
+                  const std::vector<std::string>& more) {
+    args.insert(args.end(), embedding.begin(), embedding.end());
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  ExpectCleanFailure(RunGradsync(with({"train"}, {"--embedding_rows=0"})),
+                     "vocabulary of 0 ids");
+  ExpectCleanFailure(RunGradsync(with({"train"}, {"--embedding_dim=0"})),
+                     "must be at least 1 (--embedding_dim)");
+  ExpectCleanFailure(
+      RunGradsync({"train", "--model=embedding", "--data=synthetic"}),
+      "pass --data=zipf");
+  ExpectCleanFailure(RunGradsync({"train", "--data=zipf"}),
+                     "--data=zipf gives bags of ids for --model=embedding");
+  ExpectCleanFailure(RunGradsync(with({"train"}, {"--device=cuda"})),
+                     "--model=embedding runs on the CPU only");
+  // The launcher refuses hybrid without servers before starting anything.
+  ExpectCleanFailure(
+      RunGradsync(with({"launch", "--workers=2", "--"}, {"--sync=hybrid"})),
+      "--sync=hybrid sends the row-sparse tensors");
+  // And starts servers for it.
+  ProcessResult hybrid =
+      RunGradsync(with({"launch", "--workers=2", "--servers=1", "--"},
+                       {"--sync=hybrid", "--max_steps=2", "--momentum=0"}));
+  EXPECT_EQ(hybrid.exit_code, 0) << hybrid.output;
+  EXPECT_THAT(hybrid.output,
+              HasSubstr("--sync=hybrid, 2 worker(s), 1 server(s)"));
 }
 
 TEST(CliTest, DoctorListsTheStrategies) {

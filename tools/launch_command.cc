@@ -13,7 +13,10 @@
 // "--" is not a flag, it is the workers' command (any program, typically a
 // PyTorch one using gradsync.torch); servers are still `gradsync server`.
 // torch's c10d store then keeps MASTER_PORT and gradsync's coordinator moves
-// to GRADSYNC_COORDINATOR_PORT (python/job_connection.h).
+// to GRADSYNC_COORDINATOR_PORT (python/job_connection.h). `--trace=PATH`
+// and the strategies' flags (--ps_*, --ring_*, ...) before "--" reach the
+// workers as GRADSYNC_TRACE and GRADSYNC_FLAGS and the servers on their
+// command line (the program's own arguments are its own).
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,9 +26,11 @@
 #include <random>
 #include <system_error>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -47,6 +52,7 @@
 #include "core/telemetry/metrics.h"
 #include "ps/flags.h"
 #include "tools/commands.h"
+#include "tools/trace_flags.h"
 #include "tools/train_flags.h"
 
 ABSL_FLAG(int, workers, 1, "number of worker processes (on this node)");
@@ -116,6 +122,28 @@ std::string SelfExecutable() {
 volatile sig_atomic_t g_stop_requested = 0;
 
 void RecordStop(int) { g_stop_requested = 1; }
+
+// The strategies' flags (ps/, allreduce/) given to the launcher before "--"
+// with a value other than their default, as "--name=value": with a worker
+// command, whose arguments are its own, they are how the workers
+// (GRADSYNC_FLAGS, read by gradsync.torch) and the servers (their command line)
+// get them.
+std::vector<std::string> StrategyFlagsGivenToLauncher() {
+  std::vector<std::string> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    const std::string file = flag->Filename();
+    // (Debian's Abseil keeps IsSpecifiedOnCommandLine private: a value other
+    // than the default is what was given.)
+    if (flag->CurrentValue() == flag->DefaultValue() ||
+        !(absl::StrContains(file, "ps/") ||
+          absl::StrContains(file, "allreduce/"))) {
+      continue;
+    }
+    flags.push_back(absl::StrCat("--", name, "=", flag->CurrentValue()));
+  }
+  std::sort(flags.begin(), flags.end());
+  return flags;
+}
 
 bool HasFlag(const std::vector<std::string>& flags, absl::string_view name) {
   for (const std::string& flag : flags) {
@@ -268,6 +296,11 @@ struct JobPlan {
   // with a command, the coordinator's port, MASTER_PORT being torch's.
   std::vector<std::string> command;
   int coordinator_port = 0;
+  // With a command: `gradsync launch --trace=PATH` (the workers' flags are
+  // the program's own), passed to the workers as GRADSYNC_TRACE and to the
+  // servers as --trace; and the strategies' flags given to the launcher.
+  TraceSettings trace;
+  std::vector<std::string> strategy_flags;
 };
 
 // A worker command's program as execve wants it: a path, or the first
@@ -385,6 +418,20 @@ std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
       spec.env.push_back(
           {"GRADSYNC_COORDINATOR_PORT", absl::StrCat(plan.coordinator_port)});
       spec.env.push_back({"GRADSYNC_METRICS_DIR", plan.run_dir});
+      if (!plan.trace.path.empty()) {
+        spec.env.push_back({"GRADSYNC_TRACE", plan.trace.path});
+        spec.env.push_back(
+            {"GRADSYNC_TRACE_STEPS", absl::StrCat(plan.trace.steps)});
+      }
+      if (!plan.strategy_flags.empty()) {
+        // After the ones already in our environment, so the launcher's win
+        // (the last value of a flag is the one applied).
+        const char* given = std::getenv("GRADSYNC_FLAGS");
+        std::string all = given != nullptr ? given : "";
+        for (const std::string& flag : plan.strategy_flags)
+          absl::StrAppend(&all, all.empty() ? "" : " ", flag);
+        spec.env.push_back({"GRADSYNC_FLAGS", all});
+      }
     }
     spec.env.push_back({"RANK", absl::StrCat(r)});
     spec.env.push_back({"LOCAL_RANK", absl::StrCat(local)});
@@ -405,6 +452,12 @@ std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
     if (!plan.command.empty()) {
       spec.argv = {plan.self, "server",
                    absl::StrCat("--metrics_dir=", plan.run_dir)};
+      if (!plan.trace.path.empty()) {
+        spec.argv.push_back(absl::StrCat("--trace=", plan.trace.path));
+        spec.argv.push_back(absl::StrCat("--trace_steps=", plan.trace.steps));
+      }
+      spec.argv.insert(spec.argv.end(), plan.strategy_flags.begin(),
+                       plan.strategy_flags.end());
       for (auto& [name, value] : spec.env) {
         if (name == "MASTER_PORT") value = absl::StrCat(plan.coordinator_port);
       }
@@ -512,11 +565,23 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
     RETURN_IF_ERROR(ScaleLearningRate(trainer.optimizer.lr,
                                       trainer.lr_scaling, workers * node.nnodes)
                         .status());
-    if (servers > 0 && absl::GetFlag(FLAGS_sync) != "ps") {
+    if (servers > 0 && !UsesParameterServers(absl::GetFlag(FLAGS_sync))) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--servers=", servers, " starts parameter servers, but --sync=",
           absl::GetFlag(FLAGS_sync),
-          " does not use them: drop --servers, or pass --sync=ps after --"));
+          " does not use them: drop --servers, or pass --sync=ps (or "
+          "--sync=hybrid) after --"));
+    }
+    if (absl::GetFlag(FLAGS_sync) == "hybrid" && servers == 0) {
+      ASSIGN_OR_RETURN(const int colocated,
+                       ColocatedServersFromFlags(workers * node.nnodes));
+      if (colocated == 0) {
+        return absl::InvalidArgumentError(
+            "--sync=hybrid sends the row-sparse tensors (embedding tables) "
+            "to parameter servers, but this job has none: pass "
+            "--servers=K to gradsync launch, or --ps_colocate (or "
+            "--ps_colocated_servers=k) after --");
+      }
     }
   }
   if (const int port = absl::GetFlag(FLAGS_master_port);
@@ -541,14 +606,17 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   }
   // Where the parameter servers run, checked once here rather than by
   // every worker and server after the job has started.
-  if (!command && absl::GetFlag(FLAGS_sync) == "ps") {
+  if (!command && UsesParameterServers(absl::GetFlag(FLAGS_sync))) {
     RETURN_IF_ERROR(
         CheckServerPlacement(workers * node.nnodes, servers * node.nnodes));
   }
-  ASSIGN_OR_RETURN(
-      const JobPlan plan,
-      PlanJob(workers, servers, std::move(node),
-              command ? training_flags : std::vector<std::string>()));
+  ASSIGN_OR_RETURN(JobPlan plan, PlanJob(workers, servers, std::move(node),
+                                         command ? training_flags
+                                                 : std::vector<std::string>()));
+  if (command) {
+    ASSIGN_OR_RETURN(plan.trace, TraceSettingsFromFlags());
+    plan.strategy_flags = StrategyFlagsGivenToLauncher();
+  }
 
   std::vector<std::string> flags = training_flags;
   if (!command && !HasFlag(flags, "metrics_dir"))

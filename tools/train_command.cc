@@ -154,6 +154,8 @@ absl::Status Train() {
   context.identity = env;
   context.timeout = options.timeout;
   context.optimizer = options.optimizer;
+  context.compression = options.compression;
+  context.compression_seed = options.seed;
   ASSIGN_OR_RETURN(context.optimizer.lr,
                    ScaleLearningRate(options.optimizer.lr, options.lr_scaling,
                                      env.world_size));

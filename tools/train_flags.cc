@@ -10,20 +10,29 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/data/cifar10_reader.h"
-#include "core/optim/checkpoint_path.h"
 #include "core/data/image_augmentation.h"
+#include "core/data/zipf_bags.h"
 #include "core/device/gpu_selection.h"
-#include "core/train/straggler.h"
 #include "core/model/synthetic_model.h"
+#include "core/optim/checkpoint_path.h"
+#include "core/train/straggler.h"
 #include "tools/cluster_flags.h"
 #include "tools/trace_flags.h"
 
 ABSL_FLAG(std::string, sync, "local",
           "gradient synchronization strategy: local (one worker), ps "
-          "(parameter servers), ring (CPU ring all-reduce over TCP), nccl "
-          "(CUDA builds)");
+          "(parameter servers), ring (CPU ring all-reduce over TCP), hybrid "
+          "(row-sparse tensors such as embedding tables to the parameter "
+          "servers, the rest through the ring), nccl (CUDA builds)");
+ABSL_FLAG(std::string, compression, "none",
+          "how every bucket travels: none (float32), fp16, bf16 (16-bit "
+          "floats, summed in float32), topk:RATIO or randomk:RATIO (the "
+          "fraction RATIO in (0, 1] of each bucket's floats as (index, value) "
+          "pairs, with error feedback), onebit (scaled signs, with error "
+          "feedback)");
 ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu or cuda");
 ABSL_FLAG(std::string, gpus, "",
           "with --device=cuda: comma-separated GPU indices (among the visible "
@@ -37,13 +46,32 @@ ABSL_FLAG(std::string, model, "mlp",
           "mlp (trains for real, shaped by --layers); cnn (a small CNN, "
           "trains for real on an image data set such as Fashion-MNIST) or "
           "resnet18 (ResNet-18 for CIFAR-10-shaped images, 11.2 M parameters, "
-          "trains for real; batch norm statistics per worker); or a synthetic "
+          "trains for real; batch norm statistics per worker); embedding (a "
+          "bag-of-embeddings classifier over --data=zipf: a table of "
+          "--embedding_rows x --embedding_dim floats whose gradient is "
+          "row-sparse, mean-pooled, then an MLP head; CPU only); or a "
+          "synthetic "
           "model for "
           "communication studies with the tensors of resnet50 (25.6 M "
           "parameters), vgg16 (138 M), bert-base (110 M) or custom "
           "(--custom_params in --custom_tensors): it sleeps --compute_ms per "
           "step and writes deterministic gradients; use it with "
           "--data=synthetic and a small --synthetic_size");
+ABSL_FLAG(int64_t, embedding_rows, 100000,
+          "--model=embedding and --data=zipf: rows of the embedding table "
+          "(the ids' vocabulary)");
+ABSL_FLAG(int, embedding_dim, 32, "--model=embedding: floats per table row");
+ABSL_FLAG(int, embedding_hidden, 64,
+          "--model=embedding: width of the MLP head's hidden layer");
+ABSL_FLAG(int, bag_size, 16,
+          "--data=zipf: ids per sample, mean-pooled by --model=embedding");
+ABSL_FLAG(double, zipf_exponent, 1.1,
+          "--data=zipf: ids follow P(rank r) ~ 1/r^exponent (click logs and "
+          "word counts: about 1.0-1.2)");
+ABSL_FLAG(double, zipf_label_noise, 0.5,
+          "--data=zipf: noise added to each class's summed hidden id scores, "
+          "in units of that sum's spread; 0.5 caps a model that knew every "
+          "id's score near 85%");
 ABSL_FLAG(int64_t, custom_params, 25000000,
           "--model=custom: total parameters (float32)");
 ABSL_FLAG(int, custom_tensors, 50,
@@ -55,14 +83,18 @@ ABSL_FLAG(std::string, layers, "784,512,256,10",
           "MLP layer widths: input, hidden..., classes");
 ABSL_FLAG(std::string, data, "fashion-mnist",
           "data set: fashion-mnist (IDX files in --data_dir), cifar10 (the "
-          "binary version's files in --data_dir) or synthetic");
+          "binary version's files in --data_dir), synthetic, or zipf (bags "
+          "of --bag_size ids from a Zipf law over --embedding_rows ids, "
+          "--synthetic_size training samples, two classes, for "
+          "--model=embedding)");
 ABSL_FLAG(std::string, data_dir, gradsync::kDefaultFashionMnistDir,
           "fashion-mnist: folder with "
           "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]; cifar10: folder "
           "with data_batch_{1..5}.bin and test_batch.bin, or the "
           "cifar-10-batches-bin folder inside it");
 ABSL_FLAG(int64_t, synthetic_size, 8192,
-          "training samples of --data=synthetic (test set: a quarter)");
+          "training samples of --data=synthetic and --data=zipf (test set: a "
+          "quarter)");
 ABSL_FLAG(std::string, synthetic_shape, "",
           "--data=synthetic: image shape CxHxW (e.g. 3x32x32) with 10 "
           "classes; empty: 3x32x32 (CIFAR-10's) for --model=resnet18, "
@@ -191,6 +223,8 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   }
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
   o.sync = absl::GetFlag(FLAGS_sync);
+  ASSIGN_OR_RETURN(o.compression,
+                   CompressionSpec::Parse(absl::GetFlag(FLAGS_compression)));
   o.optimizer.kind = absl::GetFlag(FLAGS_optimizer);
   o.optimizer.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   o.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
@@ -257,15 +291,27 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   }
   // Every model by name, so that a typo is named before any data loads.
   if (const std::string model = absl::GetFlag(FLAGS_model);
-      model != "mlp" && model != "cnn" && model != "resnet18") {
+      model != "mlp" && model != "cnn" && model != "resnet18" &&
+      model != "embedding") {
     const std::vector<std::string> synthetic = SyntheticArchitectures();
     if (std::find(synthetic.begin(), synthetic.end(), model) ==
         synthetic.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--model=", model, " is not a model; choose one of mlp, cnn, "
-          "resnet18 (computed for real) or ", absl::StrJoin(synthetic, ", "),
-          " (synthetic: real sizes, emulated compute)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--model=", model,
+                       " is not a model; choose one of mlp, cnn, "
+                       "resnet18, embedding (computed for real) or ",
+                       absl::StrJoin(synthetic, ", "),
+                       " (synthetic: real sizes, emulated compute)"));
     }
+  }
+  // Refused here, before any process starts, rather than at each worker's
+  // Bind (core/model/embedding_model.cc says why it is CPU only).
+  if (absl::GetFlag(FLAGS_model) == "embedding" &&
+      absl::GetFlag(FLAGS_device) != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model=embedding runs on the CPU only (its table lookup and "
+        "gradient scatter run on the host), not --device=",
+        absl::GetFlag(FLAGS_device), ": use --device=cpu"));
   }
   // The cap becomes bytes (an int64): below one float it would mean no cap
   // at all (ParamLayout's one bucket, the opposite of a tiny cap), and above
@@ -325,10 +371,58 @@ absl::StatusOr<ImageInput> ImageInputOf(const std::string& model,
 
 }  // namespace
 
+bool UsesParameterServers(const std::string& sync) {
+  return sync == "ps" || sync == "hybrid";
+}
+
 bool IsSyntheticModelFlag() {
   const std::string model = absl::GetFlag(FLAGS_model);
-  return model != "mlp" && !IsConvolutionalModel(model);
+  return model != "mlp" && model != "embedding" && !IsConvolutionalModel(model);
 }
+
+namespace {
+
+// --model=embedding over --data=zipf's bags. The optimizer's slots make the
+// table's update dense: said once here, where the model and the optimizer
+// meet.
+absl::StatusOr<std::unique_ptr<Model>> CreateEmbeddingModelFromFlags(
+    const DatasetPair& data) {
+  if (absl::GetFlag(FLAGS_data) != "zipf") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model=embedding reads bags of ids, but --data=",
+        absl::GetFlag(FLAGS_data), " gives ", data.train.feature_dim,
+        " features per sample: pass --data=zipf"));
+  }
+  EmbeddingModelOptions options;
+  options.vocabulary = absl::GetFlag(FLAGS_embedding_rows);
+  options.dim = absl::GetFlag(FLAGS_embedding_dim);
+  options.hidden = absl::GetFlag(FLAGS_embedding_hidden);
+  options.bag_size = data.train.feature_dim;
+  options.num_classes = data.train.num_classes;
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateEmbeddingModel(options));
+  const double momentum = absl::GetFlag(FLAGS_momentum);
+  const double weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  const std::string optimizer = absl::GetFlag(FLAGS_optimizer);
+  if (optimizer != "sgd" || momentum != 0 || weight_decay != 0) {
+    GS_LOG(WARNING)
+        << "--model=embedding with --optimizer=" << optimizer
+        << " --momentum=" << momentum << " --weight_decay=" << weight_decay
+        << ": the optimizer's state (velocity, Adam's moments, decay) moves "
+           "every row of the "
+        << options.vocabulary * options.dim * 4 / (1 << 20)
+        << " MiB table every step, not only the rows a step touched (the "
+           "math of PyTorch's optimizers on a dense embedding gradient). "
+           "The gradient that strategies move stays row-sparse. On the CPU "
+           "the state of rows left untouched for some 800 steps also decays "
+           "into denormal floats, which x86 computes several times slower "
+           "(the optimizer's step slows down after that). "
+           "--optimizer=sgd --momentum=0 --weight_decay=0 leaves untouched "
+           "rows untouched";
+  }
+  return model;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(
     const DatasetPair& data) {
@@ -343,6 +437,17 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(
     }
     ASSIGN_OR_RETURN(MlpOptions mlp, MlpOptionsFromFlags());
     return CreateMlp(mlp);
+  }
+  if (model == "embedding") {
+    if (compute_ms != 0) {
+      return absl::InvalidArgumentError(
+          "--compute_ms applies to the synthetic models; --model=embedding "
+          "computes for real");
+    }
+    absl::StatusOr<std::unique_ptr<Model>> created =
+        CreateEmbeddingModelFromFlags(data);
+    if (!created.ok()) return Annotate(created.status(), "--model=embedding");
+    return created;
   }
   if (IsConvolutionalModel(model)) {
     if (compute_ms != 0) {
@@ -451,6 +556,29 @@ absl::StatusOr<DatasetPair> LoadDatasetFromFlags() {
     options.num_classes = widths.back();
     return MakeSynthetic(options);
   }
+  if (data == "zipf") {
+    if (absl::GetFlag(FLAGS_model) != "embedding") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--data=zipf gives bags of ids for --model=embedding, not features "
+          "for --model=",
+          absl::GetFlag(FLAGS_model)));
+    }
+    ZipfBagsOptions options;
+    options.train_size = absl::GetFlag(FLAGS_synthetic_size);
+    options.test_size = std::max<int64_t>(1, options.train_size / 4);
+    options.vocabulary = absl::GetFlag(FLAGS_embedding_rows);
+    options.bag_size = absl::GetFlag(FLAGS_bag_size);
+    options.exponent = absl::GetFlag(FLAGS_zipf_exponent);
+    options.label_noise = absl::GetFlag(FLAGS_zipf_label_noise);
+    options.seed = absl::GetFlag(FLAGS_seed);
+    absl::StatusOr<DatasetPair> made = MakeZipfBags(options);
+    if (!made.ok()) {
+      return Annotate(made.status(),
+                      "--data=zipf (--embedding_rows, --bag_size, "
+                      "--zipf_exponent, --zipf_label_noise, --synthetic_size)");
+    }
+    return made;
+  }
   if (data == "fashion-mnist" || data == "mnist") {
     return LoadMnistFormat(data_dir);
   }
@@ -473,7 +601,7 @@ absl::StatusOr<DatasetPair> LoadDatasetFromFlags() {
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown --data=", data,
       "; choose fashion-mnist (IDX files in --data_dir), cifar10 (binary "
-      "files in --data_dir) or synthetic"));
+      "files in --data_dir), synthetic or zipf (for --model=embedding)"));
 }
 
 absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank,

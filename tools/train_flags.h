@@ -28,6 +28,9 @@ absl::StatusOr<MlpOptions> MlpOptionsFromFlags();
 // (synthetic_model.h) shaped to accept `data`'s samples.
 absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(
     const DatasetPair& data);
+// True for the strategies whose job has parameter servers: ps, and hybrid
+// (its row-sparse tensors go to them).
+bool UsesParameterServers(const std::string& sync);
 // True when --model names a synthetic model (no real predictions, so no
 // evaluation).
 bool IsSyntheticModelFlag();

@@ -112,6 +112,24 @@ struct MlpOptions {
 // the logits. Parameters: fc{i}.weight [out × in], fc{i}.bias [out].
 absl::StatusOr<std::unique_ptr<Model>> CreateMlp(const MlpOptions& options);
 
+struct EmbeddingModelOptions {
+  // The table: `vocabulary` rows of `dim` floats (row-sparse gradient).
+  int64_t vocabulary = 100000;
+  int dim = 32;
+  // Ids per sample: the model's input_dim().
+  int bag_size = 16;
+  // The MLP head: dim -> hidden -> num_classes.
+  int hidden = 64;
+  int num_classes = 2;
+};
+
+// A bag-of-embeddings classifier (`--model=embedding`),
+// core/model/embedding_model.cc. Parameters: embedding.weight [vocabulary ×
+// dim] (ParamSpec::sparse_row_width = dim), fc1.{weight,bias},
+// fc2.{weight,bias}. CPU device only.
+absl::StatusOr<std::unique_ptr<Model>> CreateEmbeddingModel(
+    const EmbeddingModelOptions& options);
+
 // Parses "784,512,256,10"; every width must be >= 1 and there must be at
 // least two (input and classes).
 absl::StatusOr<std::vector<int>> ParseLayerWidths(const std::string& text);

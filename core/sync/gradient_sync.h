@@ -26,6 +26,7 @@
 #include "core/cluster/rendezvous.h"
 #include "core/device/device.h"
 #include "core/optim/optimizer_options.h"
+#include "core/sync/compression.h"
 #include "core/sync/param_layout.h"
 
 namespace gradsync {
@@ -80,6 +81,13 @@ struct SyncContext {
   // The workers' optimizer, its learning rate already scaled for the number
   // of workers (--lr_scaling): what --ps_update=server runs on the servers.
   OptimizerOptions optimizer;
+  // --compression: how each bucket is encoded after it is ready (none: float32
+  // exactly as before). A strategy that cannot carry a method refuses it in
+  // its factory with InvalidArgument naming the method and the strategy.
+  CompressionSpec compression;
+  // Shared by every worker of the job (--seed): random-k draws its indices
+  // from it, so all workers pick the same ones.
+  uint64_t compression_seed = 0;
 };
 
 class GradientSync {

@@ -4,11 +4,13 @@
 #include "core/sync/gradient_sync.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/device/device.h"
+#include "core/sync/compression.h"
 #include "core/sync/param_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -134,6 +136,53 @@ TEST(LocalSyncTest, LeavesGradientsAndParametersUnchanged) {
   EXPECT_EQ(grads, grads_before);
   EXPECT_EQ(params, params_before);
   EXPECT_TRUE((*sync)->Shutdown().ok());
+}
+
+// With --compression one worker is the compressed reference: each bucket
+// becomes D(C(g + e)) with the worker's residual carried to the next step.
+TEST(LocalSyncTest, CompressionEncodesAndDecodesWithErrorFeedback) {
+  auto layout = ParamLayout::Create({{"fc1.weight", {40, 3}}, {"fc1.bias", {40}}},
+                                    /*bucket_bytes=*/256);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  auto device = CreateDevice(DeviceOptions{});
+  ASSERT_TRUE(device.ok()) << device.status();
+  const int64_t n = layout->total_numel();
+  SyncContext context;
+  context.compression = CompressionSpec::Parse("topk:0.1").value();
+  context.compression_seed = 3;
+  auto sync = GradientSyncRegistry::Create("local", context);
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  std::vector<float> grads(n), params(n);
+  ASSERT_TRUE(
+      (*sync)
+          ->Setup(*layout, **device, SyncBuffers{grads.data(), params.data()})
+          .ok());
+  Compressor reference(context.compression, 3);
+  std::vector<float> residual(n, 0.0f);
+  for (int step = 0; step < 3; ++step) {
+    for (int64_t i = 0; i < n; ++i) grads[i] = std::sin(0.7f * i + step);
+    std::vector<float> want(n, 0.0f);
+    for (const Bucket& bucket : layout->buckets()) {
+      EncodedBucket encoded;
+      ASSERT_TRUE(reference
+                      .Encode(absl::MakeConstSpan(grads).subspan(bucket.offset,
+                                                                 bucket.numel),
+                              absl::MakeSpan(residual).subspan(bucket.offset,
+                                                               bucket.numel),
+                              step, bucket.index, &encoded)
+                      .ok());
+      ASSERT_TRUE(AddDecoded(encoded, absl::MakeSpan(want).subspan(
+                                          bucket.offset, bucket.numel))
+                      .ok());
+    }
+    for (const Bucket& bucket : layout->buckets()) {
+      (*sync)->BucketReady(bucket.index);
+    }
+    StepStats stats;
+    ASSERT_TRUE((*sync)->Finish(stats).ok());
+    ASSERT_EQ(grads, want) << "step " << step;
+  }
+  EXPECT_THAT((*sync)->SummaryJson(), HasSubstr("topk:0.1"));
 }
 
 }  // namespace

@@ -76,6 +76,13 @@ absl::StatusOr<ParamLayout> ParamLayout::Create(std::vector<ParamSpec> specs,
       }
       numel *= dim;
     }
+    if (spec.sparse_row_width < 0 ||
+        (spec.sparse_row_width > 0 && numel % spec.sparse_row_width != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter layout: parameter '", spec.name, "' with shape ",
+          ShapeString(spec.shape), " cannot be row-sparse with rows of ",
+          spec.sparse_row_width, " floats"));
+    }
     ParamInfo info;
     info.numel = numel;
     info.offset = offset;
@@ -101,15 +108,60 @@ absl::StatusOr<ParamLayout> ParamLayout::Create(std::vector<ParamSpec> specs,
   };
   for (int p = static_cast<int>(layout.params_.size()) - 1; p >= 0; --p) {
     const int64_t numel = layout.params_[p].numel;
-    if (bucket_bytes > 0 && !current.params.empty() &&
-        (current.numel + numel) * 4 > bucket_bytes) {
+    const int64_t row_width = layout.params_[p].spec.sparse_row_width;
+    // A row-sparse tensor closes the bucket before it and is closed alone.
+    if (!current.params.empty() &&
+        (row_width > 0 ||
+         (bucket_bytes > 0 && (current.numel + numel) * 4 > bucket_bytes))) {
       close_bucket();
     }
     current.params.push_back(p);
     current.numel += numel;
+    current.sparse_row_width = row_width;
+    if (row_width > 0 && p > 0) close_bucket();
   }
   close_bucket();
   return layout;
+}
+
+absl::StatusOr<ParamLayout> ParamLayout::Slice(int first_param,
+                                               int end_param) const {
+  const int count = static_cast<int>(params_.size());
+  if (first_param < 0 || end_param > count || first_param >= end_param) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter layout: cannot slice parameters [", first_param,
+                     ", ", end_param, ") out of ", count));
+  }
+  ParamLayout slice;
+  const int64_t base = params_[first_param].offset;
+  for (int p = first_param; p < end_param; ++p) {
+    ParamInfo info = params_[p];
+    info.offset -= base;
+    info.bucket = -1;
+    slice.params_.push_back(std::move(info));
+  }
+  slice.total_numel_ =
+      params_[end_param - 1].offset + params_[end_param - 1].numel - base;
+  for (const Bucket& bucket : buckets_) {
+    int inside = 0;
+    for (int p : bucket.params) inside += p >= first_param && p < end_param;
+    if (inside == 0) continue;
+    if (inside != static_cast<int>(bucket.params.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter layout: bucket ", bucket.index,
+                       " holds parameters on both sides of the slice [",
+                       first_param, ", ", end_param, ")"));
+    }
+    Bucket sliced = bucket;
+    sliced.index = static_cast<int>(slice.buckets_.size());
+    sliced.offset -= base;
+    for (int& p : sliced.params) {
+      p -= first_param;
+      slice.params_[p].bucket = sliced.index;
+    }
+    slice.buckets_.push_back(std::move(sliced));
+  }
+  return slice;
 }
 
 std::string ParamLayout::Describe() const {
@@ -122,7 +174,12 @@ std::string ParamLayout::Describe() const {
     lines.push_back(absl::StrCat(
         "bucket ", bucket.index, ": ", bucket.params.size(),
         bucket.params.size() == 1 ? " param, " : " params, ",
-        FormatBytes(bucket.numel * 4), " [", absl::StrJoin(names, " "), "]"));
+        FormatBytes(bucket.numel * 4),
+        bucket.sparse_row_width > 0
+            ? absl::StrCat(", row-sparse (rows of ", bucket.sparse_row_width,
+                           ")")
+            : "",
+        " [", absl::StrJoin(names, " "), "]"));
   }
   return absl::StrJoin(lines, "\n");
 }

@@ -87,6 +87,57 @@ TEST(ParamLayoutTest, OversizeParametersGetBucketsOfTheirOwn) {
   EXPECT_EQ(MustCreate(FourParams(), 1).buckets().size(), 4u);
 }
 
+TEST(ParamLayoutTest, RowSparseParametersGetBucketsOfTheirOwn) {
+  // An embedding table [100x8] between dense tensors, one bucket for all.
+  std::vector<ParamSpec> specs = {
+      {"embedding", {100, 8}, 8}, {"fc.weight", {4, 8}}, {"fc.bias", {4}}};
+  specs.insert(specs.begin(), ParamSpec{"first", {3}});
+  const ParamLayout layout = MustCreate(specs, 0);
+  ASSERT_EQ(layout.buckets().size(), 3u);
+  EXPECT_EQ(layout.buckets()[0].params, Indices({3, 2}));
+  EXPECT_EQ(layout.buckets()[0].sparse_row_width, 0);
+  EXPECT_EQ(layout.buckets()[1].params, Indices({1}));
+  EXPECT_EQ(layout.buckets()[1].sparse_row_width, 8);
+  EXPECT_EQ(layout.buckets()[2].params, Indices({0}));
+  EXPECT_EQ(layout.buckets()[2].sparse_row_width, 0);
+  EXPECT_TRUE(Contains(layout.Describe(), "row-sparse (rows of 8)"));
+  // The table first in forward order (last to become final) is closed by
+  // the loop's end.
+  EXPECT_EQ(MustCreate({{"embedding", {10, 2}, 2}, {"w", {2}}}, 0)
+                .buckets()
+                .back()
+                .sparse_row_width,
+            2);
+  // A row length that does not divide the tensor is refused.
+  EXPECT_FALSE(ParamLayout::Create({{"bad", {10, 3}, 4}}, 0).ok());
+}
+
+TEST(ParamLayoutTest, SliceKeepsWholeBucketsWithOffsetsFromItsStart) {
+  // The embedding table first, as --sync=hybrid splits it off.
+  const ParamLayout layout = MustCreate(
+      {{"embedding", {100, 8}, 8}, {"fc.weight", {4, 8}}, {"fc.bias", {4}}}, 0);
+  ASSERT_EQ(layout.buckets().size(), 2u);
+  const absl::StatusOr<ParamLayout> table = layout.Slice(0, 1);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->total_numel(), 800);
+  ASSERT_EQ(table->buckets().size(), 1u);
+  EXPECT_EQ(table->buckets()[0].index, 0);
+  EXPECT_EQ(table->buckets()[0].sparse_row_width, 8);
+  EXPECT_EQ(table->params()[0].bucket, 0);
+  const absl::StatusOr<ParamLayout> head = layout.Slice(1, 3);
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->total_numel(), 36);
+  EXPECT_EQ(head->params()[0].offset, 0);
+  EXPECT_EQ(head->params()[1].offset, 32);
+  ASSERT_EQ(head->buckets().size(), 1u);
+  EXPECT_EQ(head->buckets()[0].offset, 0);
+  EXPECT_EQ(head->buckets()[0].params, Indices({1, 0}));
+  // A bucket cut in two, and empty or outside ranges, are refused.
+  EXPECT_FALSE(layout.Slice(1, 2).ok());
+  EXPECT_FALSE(layout.Slice(1, 1).ok());
+  EXPECT_FALSE(layout.Slice(0, 4).ok());
+}
+
 // The invariants every strategy relies on, over a range of caps.
 TEST(ParamLayoutTest, BucketsTileTheBufferContiguouslyFromTheEnd) {
   std::vector<ParamSpec> specs;

@@ -53,6 +53,16 @@ class StepTimeline {
   }
 
   void StepDone(int64_t step, const ParamLayout& layout, bool updated_by_sync) {
+    StepDone(
+        step, layout,
+        std::string(updated_by_sync ? "parameters from servers" : "optimizer"));
+  }
+
+  // `after_sync` names what the step does after Finish (a PyTorch worker's
+  // hook copies the averages back to DDP; its optimizer runs in the next
+  // step's first span).
+  void StepDone(int64_t step, const ParamLayout& layout,
+                const std::string& after_sync) {
     if (trace_ == nullptr) return;
     const int64_t now = TraceRecorder::NowMicros();
     trace_->Complete("forward+backward", "compute", kTrackCompute,
@@ -72,8 +82,8 @@ class StepTimeline {
           "bucket", step * 100000 + static_cast<int64_t>(b), bucket_ready_[b],
           finish_end_);
     }
-    trace_->Complete(updated_by_sync ? "parameters from servers" : "optimizer",
-                     "optimizer", kTrackStep, finish_end_, now - finish_end_);
+    trace_->Complete(after_sync, "optimizer", kTrackStep, finish_end_,
+                     now - finish_end_);
     trace_->Complete(absl::StrCat("step ", step), "step", kTrackStep,
                      step_start_, now - step_start_);
   }

@@ -16,6 +16,7 @@
 #include "core/data/dataset.h"
 #include "core/data/image_augmentation.h"
 #include "core/device/device.h"
+#include "core/sync/compression.h"
 #include "core/sync/gradient_sync.h"
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
@@ -44,6 +45,8 @@ struct TrainerOptions {
   bool autotune = false;
   int autotune_steps = 3;
   std::string sync = "local";
+  // --compression: every bucket's encoding on the wire (core/sync/compression.h).
+  CompressionSpec compression;
   OptimizerOptions optimizer;
   std::string lr_scaling = "none";
   bool evaluate = true;

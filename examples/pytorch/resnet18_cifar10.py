@@ -84,7 +84,7 @@ def cifar10(data_dir):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sync", default="ring",
+    parser.add_argument("--sync", default=os.environ.get("GRADSYNC_SYNC", "ring"),
                         help="gradsync strategy (ring, ps, ...), gloo for "
                         "plain DDP, none for no synchronization")
     parser.add_argument("--batch_size", type=int, default=32,
@@ -107,7 +107,8 @@ def main():
         model = DDP(model)
     state = None
     if args.sync not in ("gloo", "none"):  # gradsync
-        state = gradsync.torch.connect(sync=args.sync)  # gradsync
+        state = gradsync.torch.connect(sync=args.sync,  # gradsync
+                                       batch_size=args.batch_size)  # gradsync
         gradsync.torch.register(model, state)  # gradsync
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
@@ -128,6 +129,8 @@ def main():
         y = labels[first:first + args.batch_size]
         start = time.perf_counter()
         loss = F.cross_entropy(model(x), y)
+        if state is not None:  # gradsync
+            state.record_loss(loss.item())  # gradsync
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

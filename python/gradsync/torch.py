@@ -21,15 +21,14 @@ future. See python/README.md.
 """
 
 import atexit
-import json
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 
 from gradsync import extension
+from gradsync import host_staging
 
 __all__ = ["connect", "comm_hook", "register", "GradsyncState"]
 
@@ -53,7 +52,7 @@ class GradsyncState:
     Not shared between models: each DistributedDataParallel gets its own.
     """
 
-    def __init__(self, worker, metrics_dir):
+    def __init__(self, worker):
         self._worker = worker
         self._pending = []
         self._models = []
@@ -61,12 +60,7 @@ class GradsyncState:
         self._caps_set = False
         self._ready_order = []
         self._ready_hooks = []
-        self._metrics = None
-        self._run_start = time.time()
-        if metrics_dir:
-            os.makedirs(metrics_dir, exist_ok=True)
-            self._metrics = open(
-                os.path.join(metrics_dir, "worker%d.jsonl" % worker.rank), "w")
+        self._staging = host_staging.HostStaging()
 
     @property
     def rank(self):
@@ -88,6 +82,11 @@ class GradsyncState:
     def last_step(self):
         """step, step_ms, sync_wait_ms, bytes_sent, bytes_recv of the last step."""
         return self._worker.last_step()
+
+    def record_loss(self, loss):
+        """The loss of the step in progress, for its line in
+        worker<r>.jsonl (optional: without it the line says 0)."""
+        self._worker.set_loss(float(loss))
 
     def _set_caps(self, bucket_bytes):
         # DDP's buckets after its first iteration: first_bucket_bytes, then
@@ -117,29 +116,19 @@ class GradsyncState:
             handle.remove()
         self._ready_hooks = []
 
-    def _end_step(self):
-        if self._metrics is None:
-            return
-        step = self._worker.last_step()
-        step["rank"] = self.rank
-        step["sync"] = self.sync
-        self._metrics.write(json.dumps(step) + "\n")
-        self._metrics.flush()
-
     def _fail_pending(self, error):
         pending, self._pending = self._pending, []
-        for future, _ in pending:
+        for future, _, _ in pending:
             future.set_exception(error)
 
     def close(self):
-        """Ends this worker's part of the job: the strategy's shutdown, then a
-        barrier of the workers (worker 0 hosts the coordinator). Called at
-        exit if the program does not."""
+        """Ends this worker's part of the job: the strategy's shutdown, this
+        worker's timeline and summary (worker 0 writes summary.json and the
+        merged --trace), then a barrier of the workers (worker 0 hosts the
+        coordinator). Called at exit if the program does not."""
         if self._closed:
             return
         self._closed = True
-        if self._metrics is not None:
-            self._metrics.close()
         self._worker.close()
 
 
@@ -158,7 +147,19 @@ def _fail_on_uncaught_exception(kind, value, traceback):
     _previous_excepthook(kind, value, traceback)
 
 
-def connect(sync=None, timeout_s=None, flags=None, metrics_dir=None):
+def _int_from_env(name, default):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError("gradsync: %s=%r is not a whole number" % (name, value))
+
+
+def connect(sync=None, timeout_s=None, flags=None, metrics_dir=None,
+            trace=None, trace_steps=None, warmup_steps=None, batch_size=None,
+            total_steps=None):
     """Joins the gradsync job; returns the hook's state.
 
     sync: a strategy name (gradsync.extension.strategies()); default the
@@ -167,8 +168,20 @@ def connect(sync=None, timeout_s=None, flags=None, metrics_dir=None):
       default GRADSYNC_TIMEOUT_S, else 60.
     flags: the strategy's own flags, ["--ring_chunk_kb=256", ...]; default
       GRADSYNC_FLAGS (space-separated).
-    metrics_dir: where worker<r>.jsonl gets one line per step; default
+    metrics_dir: the run folder, as a native worker's --metrics_dir:
+      worker<r>.jsonl (one line per step), and from worker 0 layout.json and
+      summary.json (every worker's figures and the manifest); default
       GRADSYNC_METRICS_DIR (set by `gradsync launch`), else none.
+    trace: a Perfetto timeline of steps 1..trace_steps, as --trace (worker 0
+      merges every process's); default GRADSYNC_TRACE (set by `gradsync
+      launch --trace=PATH`), else none. trace_steps: default
+      GRADSYNC_TRACE_STEPS, else 20.
+    warmup_steps: steps left out of the summary's means (step 0, which sets
+      the strategy up, always is); default GRADSYNC_WARMUP_STEPS, else 1.
+    batch_size: samples per worker per step, for samples_per_s; default
+      unknown (0).
+    total_steps: the steps the program will run; given, worker 0 prints
+      gradsync's progress line (step, loss, samples/s, time left) every 2 s.
     """
     sync = (sync or os.environ.get("GRADSYNC_SYNC") or
             _sync_from_argv(sys.argv[1:]) or DEFAULT_SYNC)
@@ -180,9 +193,20 @@ def connect(sync=None, timeout_s=None, flags=None, metrics_dir=None):
     if flags is None:
         flags = os.environ.get("GRADSYNC_FLAGS", "").split()
     if metrics_dir is None:
-        metrics_dir = os.environ.get("GRADSYNC_METRICS_DIR")
-    worker = extension.TorchWorker(sync, float(timeout_s), list(flags))
-    state = GradsyncState(worker, metrics_dir)
+        metrics_dir = os.environ.get("GRADSYNC_METRICS_DIR", "")
+    if trace is None:
+        trace = os.environ.get("GRADSYNC_TRACE", "")
+    if trace_steps is None:
+        trace_steps = _int_from_env("GRADSYNC_TRACE_STEPS", 20)
+    if warmup_steps is None:
+        warmup_steps = _int_from_env("GRADSYNC_WARMUP_STEPS", 1)
+    program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    worker = extension.TorchWorker(
+        sync, float(timeout_s), list(flags), metrics_dir=metrics_dir,
+        trace_path=trace, trace_steps=int(trace_steps),
+        warmup_steps=int(warmup_steps), batch_size=int(batch_size or 0),
+        model="pytorch:" + program, total_steps=int(total_steps or 0))
+    state = GradsyncState(worker)
     global _previous_excepthook
     if _previous_excepthook is None:
         _previous_excepthook = sys.excepthook
@@ -198,12 +222,12 @@ def comm_hook(state, bucket):
     Returns a future that completes with the bucket averaged over the workers.
     """
     buffer = bucket.buffer()
-    if (buffer.dtype != torch.float32 or buffer.device.type != "cpu" or
+    if (buffer.dtype != torch.float32 or
+            buffer.device.type not in ("cpu", "cuda") or
             not buffer.is_contiguous()):
         raise TypeError(
-            "gradsync's hook takes float32 gradients in CPU memory; DDP "
-            "bucket %d is %s on %s. Train in float32 on the CPU (CUDA "
-            "tensors are not supported by this build's hook)" %
+            "gradsync's hook takes contiguous float32 gradients on the CPU or "
+            "a CUDA device; DDP bucket %d is %s on %s. Train in float32" %
             (bucket.index(), buffer.dtype, buffer.device))
     if not state._caps_set:
         # Registered without gradsync.torch.register: DDP's default cap.
@@ -211,20 +235,28 @@ def comm_hook(state, bucket):
     if bucket.is_last() and state._ready_hooks:
         state._stop_recording()
     params = [(p.data_ptr(), p.numel()) for p in bucket.parameters()]
-    future = torch.futures.Future()
-    state._pending.append((future, buffer))
+    # A GPU bucket goes through host memory (host_staging.py: never run on
+    # a GPU yet).
+    host = (state._staging.to_host(bucket.index(), buffer)
+            if host_staging.needs_staging(buffer) else buffer)
+    # A future holding a CUDA tensor must name its device, so that whoever
+    # waits on it is ordered after the copy back on that device's stream.
+    future = (torch.futures.Future(devices=[buffer.device]) if host is not buffer
+              else torch.futures.Future())
+    state._pending.append((future, buffer, host))
     try:
-        ended = state._worker.add_bucket(bucket.index(), buffer.data_ptr(),
-                                         buffer.numel(), params,
+        ended = state._worker.add_bucket(bucket.index(), host.data_ptr(),
+                                         host.numel(), params,
                                          bucket.is_last())
     except RuntimeError as error:
         state._fail_pending(error)
         raise
     if ended:
         pending, state._pending = state._pending, []
-        for done, averaged in pending:
+        for done, averaged, host in pending:
+            if host is not averaged:
+                state._staging.back(averaged, host)
             done.set_result(averaged)
-        state._end_step()
     return future
 
 

@@ -2,7 +2,8 @@
 
 For N workers (argv: --workers=N): a few SGD steps of a small MLP with
 several DDP buckets, under `gradsync launch`, as plain DDP on Gloo, with
-gradsync's ring, and with gradsync's PS (K = N servers). Every rank's final
+gradsync's ring, with gradsync's PS (K = N servers) and with the PS
+colocated with the workers (`gradsync launch --ps_colocate`). Every rank's final
 parameters must equal the others', DDP's on Gloo and one process's trained on
 the whole batch, within 1e-5.
 """
@@ -40,13 +41,14 @@ class DdpEquivalenceTest(unittest.TestCase):
         cls.gloo = cls.run_job("gloo", ["--mode=gloo"])
 
     @classmethod
-    def run_job(cls, name, args, servers=0):
+    def run_job(cls, name, args, servers=0, launch_flags=()):
         folder = launch_jobs.scratch("%s-%d" % (name, WORKERS))
         prefix = os.path.join(folder, "params")
         code, output, _ = launch_jobs.launch("%s-%d-run" % (name, WORKERS),
                                              WORKERS,
                                              args + ["--out=%s" % prefix],
-                                             servers=servers)
+                                             servers=servers,
+                                             launch_flags=launch_flags)
         if code != 0:
             raise AssertionError("%s job failed (%d):\n%s" %
                                  (name, code, output))
@@ -82,6 +84,13 @@ class DdpEquivalenceTest(unittest.TestCase):
     def test_ps(self):
         ranks, output = self.run_job("ps", ["--mode=gradsync", "--sync=ps"],
                                      servers=WORKERS)
+        self.check(ranks)
+
+    def test_ps_colocated(self):
+        # The launcher hands --ps_colocate to the workers' gradsync.torch.
+        ranks, output = self.run_job("ps-colocated",
+                                     ["--mode=gradsync", "--sync=ps"],
+                                     launch_flags=["--ps_colocate"])
         self.check(ranks)
 
 

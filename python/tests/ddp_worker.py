@@ -34,7 +34,7 @@ def make_data(steps):
     return inputs, labels
 
 
-def train(model, inputs, labels, rank, world, steps, die_at=None):
+def train(model, inputs, labels, rank, world, steps, die_at=None, state=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     shard = GLOBAL_BATCH // world
     for step in range(steps):
@@ -45,6 +45,8 @@ def train(model, inputs, labels, rank, world, steps, die_at=None):
         x = inputs[step, rank * shard:(rank + 1) * shard]
         y = labels[step, rank * shard:(rank + 1) * shard]
         loss = nn.functional.cross_entropy(model(x), y)
+        if state is not None:
+            state.record_loss(loss.item())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -79,15 +81,18 @@ def main():
     if rank == 1 and args.rank1_bucket_cap_mb is not None:
         cap = args.rank1_bucket_cap_mb
     ddp = DistributedDataParallel(model, bucket_cap_mb=cap)
+    state = None
     if args.mode == "gradsync":
         import gradsync.torch
-        state = gradsync.torch.connect(sync=args.sync, timeout_s=30)
+        state = gradsync.torch.connect(sync=args.sync, timeout_s=30,
+                                       batch_size=GLOBAL_BATCH // world,
+                                       total_steps=args.steps)
         gradsync.torch.register(ddp, state)
         if args.two_models:
             other = DistributedDataParallel(make_model(), bucket_cap_mb=cap)
             gradsync.torch.register(other, state)  # refused
     die_at = args.die_at_step if rank == args.die_rank else None
-    train(ddp, inputs, labels, rank, world, args.steps, die_at)
+    train(ddp, inputs, labels, rank, world, args.steps, die_at, state)
     if args.out:
         torch.save([p.detach() for p in model.parameters()],
                    "%s.rank%d.pt" % (args.out, rank))

@@ -25,14 +25,16 @@ def scratch(name):
     return path
 
 
-def launch(name, workers, worker_args, servers=0, deadline_s=120):
-    """Runs one job; returns (exit code, console output, seconds)."""
+def launch(name, workers, worker_args, servers=0, deadline_s=120,
+           launch_flags=()):
+    """Runs one job in scratch(name); returns (exit code, console output,
+    seconds)."""
     run_dir = scratch(name)
     command = [
         gradsync_binary(), "launch",
         "--workers=%d" % workers, "--servers=%d" % servers,
-        "--run_dir=%s" % run_dir, "--job_deadline_s=%d" % deadline_s, "--",
-        sys.executable, WORKER
+        "--run_dir=%s" % run_dir, "--job_deadline_s=%d" % deadline_s,
+        *launch_flags, "--", sys.executable, WORKER
     ] + worker_args
     start = time.time()
     done = subprocess.run(command, stdout=subprocess.PIPE,
