@@ -26,6 +26,23 @@ after one warm-up). PyTorch's step thus includes an optimizer step that
 gradsync's does not (an element-wise pass over the parameters: about 1 % of
 ResNet-18's step): the comparison leans towards PyTorch.
 
+The MLP (--mlp_baseline_bin_dir=DIR): bench/mlp_benchmark's training step of
+this build beside the same benchmark of another build (the baseline, built in
+a checkout of its own), alternately per (batch, threads), with the ratio
+baseline/this (above 1.0: this build is faster). The issue's bar is "no
+slower than before"; PyTorch has no part in it.
+
+    bazel build -c opt //bench:mlp_benchmark
+    git worktree add ../gradsync-baseline 2e3b0c6
+    (cd ../gradsync-baseline && bazel build -c opt //bench:mlp_benchmark)
+    /usr/bin/python3 bench/compute_vs_pytorch.py \
+        --mlp_baseline_bin_dir=../gradsync-baseline/bazel-bin/bench
+
+A point that fails (a benchmark that crashes or is missing) is printed as
+FAILED with its error and the run goes on to the next; the exit status is 1
+if any failed. --json is rewritten after every point, so an interrupted run
+keeps what it measured.
+
 Needs Debian's python3-torch (tools/install_deps.sh --with-pytorch); run it
 with /usr/bin/python3, the interpreter that package installs into.
 """
@@ -41,7 +58,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 BINARIES = {"resnet18": ("resnet_benchmark", "BM_ResNet18ForwardBackward"),
-            "cnn": ("cnn_benchmark", "BM_CnnForwardBackward")}
+            "cnn": ("cnn_benchmark", "BM_CnnForwardBackward"),
+            "mlp": ("mlp_benchmark", "BM_MlpTrainingStep")}
+# The MLP points: the batches and threads mlp_benchmark registers.
+MLP_BATCHES = (32, 64, 128, 256)
+
+
+class PointFailed(Exception):
+    """One measurement could not be taken; the run goes on without it."""
 
 
 def build_cnn(torch):
@@ -92,10 +116,20 @@ print(json.dumps({"ms": statistics.median(times) * 1e3,
                   "cpu_ms": statistics.median(cpu) * 1e3}))
 """ % {"here": HERE, "threads": threads, "model": model_name, "batch": batch,
        "steps": repetitions}
-    out = subprocess.run([sys.executable, "-c", code], check=True,
-                         capture_output=True, text=True).stdout
+    out = run_child([sys.executable, "-c", code], "PyTorch %s" % model_name)
     result = json.loads(out.strip().splitlines()[-1])
     return result["ms"], result["cpu_ms"]
+
+
+def run_child(command, what):
+    """stdout of `command`, or PointFailed naming `what` and the end of its
+    stderr."""
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = " | ".join(result.stderr.strip().splitlines()[-3:])
+        raise PointFailed("%s exited with status %d: %s" %
+                          (what, result.returncode, tail or "no stderr"))
+    return result.stdout
 
 
 def gradsync_step_ms(bin_dir, model_name, batch, threads, repetitions,
@@ -103,25 +137,28 @@ def gradsync_step_ms(bin_dir, model_name, batch, threads, repetitions,
     binary, name = BINARIES[model_name]
     path = os.path.join(bin_dir, binary)
     if not os.access(path, os.X_OK):
-        sys.exit("%s is missing: build it first (bazel build -c opt "
-                 "//bench:%s) or point --bin_dir at it" % (path, binary))
+        raise PointFailed("%s is missing: build it first (bazel build -c opt "
+                          "//bench:%s) or point --bin_dir at it" %
+                          (path, binary))
     command = [path,
                "--benchmark_filter=%s/batch:%d/threads:%d/" % (name, batch,
                                                                 threads),
                "--benchmark_repetitions=%d" % repetitions,
                "--benchmark_min_time=%g" % min_time,
                "--benchmark_format=json"]
-    out = subprocess.run(command, check=True, capture_output=True,
-                         text=True).stdout
+    out = run_child(command, path)
     runs = [b for b in json.loads(out)["benchmarks"]
-            if b.get("run_type") == "iteration"]
+            if b.get("run_type") == "iteration" and not b.get("error_occurred")]
     if not runs:
-        sys.exit("%s ran no benchmark for batch %d, %d threads" %
-                 (binary, batch, threads))
-    # Real time and the process's CPU time (all threads: the benchmarks
-    # measure process CPU time) per iteration.
-    return (statistics.median(b["real_time"] for b in runs),
-            statistics.median(b["cpu_time"] for b in runs))
+        raise PointFailed("%s ran no benchmark for batch %d, %d threads" %
+                          (path, batch, threads))
+    # Real time and the process's CPU time (all threads: the model
+    # benchmarks measure process CPU time) per iteration, in ms whatever unit
+    # the benchmark reports in (mlp_benchmark's is microseconds).
+    to_ms = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+    scale = to_ms[runs[0].get("time_unit", "ns")]
+    return (statistics.median(b["real_time"] for b in runs) * scale,
+            statistics.median(b["cpu_time"] for b in runs) * scale)
 
 
 def main():
@@ -137,6 +174,10 @@ def main():
     parser.add_argument("--bin_dir",
                         default=os.path.join(HERE, "..", "bazel-bin", "bench"))
     parser.add_argument("--json", default="", help="also write results here")
+    parser.add_argument("--mlp_baseline_bin_dir", default="",
+                        help="also time bench/mlp_benchmark of this build "
+                             "beside the one in this folder (another build's "
+                             "bazel-bin/bench)")
     args = parser.parse_args()
     models = args.models.split(",")
     if any(m not in BINARIES for m in models):
@@ -159,15 +200,35 @@ def main():
         "model", "batch", "threads", "load", "gradsync_ms", "pytorch_ms",
         "ratio", "gradsync_cpu", "pytorch_cpu", "cpu_ratio"))
     rows = []
+    failures = 0
+
+    def save():
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump({"torch": torch.__version__, "results": rows}, out,
+                          indent=1)
+                out.write("\n")
+
     for model in models:
         for batch in batches:
             for threads in thread_counts:
                 load = os.getloadavg()[0]
-                ours, ours_cpu = gradsync_step_ms(
-                    args.bin_dir, model, batch, threads, args.repetitions,
-                    args.min_time)
-                theirs, theirs_cpu = pytorch_step_ms(model, batch, threads,
-                                                     args.repetitions)
+                try:
+                    ours, ours_cpu = gradsync_step_ms(
+                        args.bin_dir, model, batch, threads, args.repetitions,
+                        args.min_time)
+                    theirs, theirs_cpu = pytorch_step_ms(
+                        model, batch, threads, args.repetitions)
+                except PointFailed as error:
+                    failures += 1
+                    rows.append({"model": model, "batch": batch,
+                                 "threads": threads,
+                                 "load_average_1min": load,
+                                 "error": str(error)})
+                    print("%-9s %5d %7d %6.1f FAILED: %s" %
+                          (model, batch, threads, load, error))
+                    save()
+                    continue
                 row = {"model": model, "batch": batch, "threads": threads,
                        "load_average_1min": load, "gradsync_ms": ours,
                        "gradsync_cpu_ms": ours_cpu,
@@ -180,11 +241,43 @@ def main():
                                   row["ratio"], ours_cpu, theirs_cpu,
                                   row["cpu_ratio"]))
                 sys.stdout.flush()
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"torch": torch.__version__, "results": rows}, out,
-                      indent=1)
-            out.write("\n")
+                save()
+    if args.mlp_baseline_bin_dir:
+        print()
+        print("%-9s %5s %7s %6s %12s %12s %7s" % (
+            "mlp", "batch", "threads", "load", "this_ms", "baseline_ms",
+            "ratio"))
+        for batch in MLP_BATCHES:
+            for threads in thread_counts:
+                load = os.getloadavg()[0]
+                try:
+                    ours, _ = gradsync_step_ms(args.bin_dir, "mlp", batch,
+                                               threads, args.repetitions,
+                                               args.min_time)
+                    base, _ = gradsync_step_ms(args.mlp_baseline_bin_dir,
+                                               "mlp", batch, threads,
+                                               args.repetitions,
+                                               args.min_time)
+                except PointFailed as error:
+                    failures += 1
+                    rows.append({"model": "mlp", "batch": batch,
+                                 "threads": threads,
+                                 "load_average_1min": load,
+                                 "error": str(error)})
+                    print("%-9s %5d %7d %6.1f FAILED: %s" %
+                          ("mlp", batch, threads, load, error))
+                    save()
+                    continue
+                rows.append({"model": "mlp", "batch": batch,
+                             "threads": threads, "load_average_1min": load,
+                             "gradsync_ms": ours, "baseline_ms": base,
+                             "baseline_ratio": base / ours})
+                print("%-9s %5d %7d %6.1f %12.3f %12.3f %6.2fx" %
+                      ("mlp", batch, threads, load, ours, base, base / ours))
+                sys.stdout.flush()
+                save()
+    if failures:
+        sys.exit("%d point(s) failed (rows marked FAILED above)" % failures)
 
 
 if __name__ == "__main__":

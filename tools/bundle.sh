@@ -28,7 +28,7 @@
 #     libcuda the wrapper loads from $GRADSYNC_CUDA_COMPAT, $CUDA_HOME/compat,
 #     /usr/local/cuda/compat, /usr/local/cuda-13*/compat or
 #     $CONDA_PREFIX/cuda-compat when the driver is too old.
-#   - CUDA 13's libcudart, libcublas/libcublasLt and NCCL 2 (below).
+#   - CUDA 13's libcudart, libcublas/libcublasLt, cuDNN 9 and NCCL 2 (below).
 #   - A GPU of compute capability 8.0 (A100) or 9.0 (H100/H200), for which the
 #     kernels carry machine code; newer GPUs JIT the compute_90 PTX.
 #
@@ -39,7 +39,8 @@
 # tools/pytorch_compare.py. What stays out: glibc's own libraries (libc, libm,
 # libpthread, libdl, librt, ld-linux: they must match the node's kernel
 # interface and loader) and CUDA's (libcuda is the node's driver; libcudart,
-# cuBLAS and NCCL are hundreds of MB, and the node has them in
+# cuBLAS, cuDNN and NCCL are hundreds of MB, and libcudnn.so.9 loads its
+# sub-libraries from its own folder at run time; the node has them in
 # /usr/local/cuda or in a Python environment's nvidia/*/lib folders, where the
 # wrapper looks). The wrapper checks glibc and the driver, sets LD_LIBRARY_PATH
 # to lib/ plus the CUDA folders it found, and points gradsync at the bundled
@@ -143,7 +144,7 @@ is_system() {
 }
 is_cuda() {
   case "$1" in
-    libcuda.so*|libcudart.so*|libcublas.so*|libcublasLt.so*|libnccl.so*|libnvrtc*|libnvJitLink*) return 0 ;;
+    libcuda.so*|libcudart.so*|libcublas.so*|libcublasLt.so*|libcudnn*|libnccl.so*|libnvrtc*|libnvJitLink*) return 0 ;;
   esac
   return 1
 }
@@ -305,7 +306,7 @@ if ((${#missing[@]})); then
     echo "gradsync bundle: this node lacks ${missing[*]} (the build used CUDA $cuda_version, NCCL 2.x)."
     echo "  looked in: ${candidates[*]}"
     echo "  fix: install CUDA 13 in /usr/local/cuda, or"
-    echo "       pip install nvidia-cuda-runtime nvidia-cublas nvidia-nccl-cu13  (13.x wheels),"
+    echo "       pip install nvidia-cuda-runtime nvidia-cublas nvidia-cudnn-cu13 nvidia-nccl-cu13  (13.x wheels),"
     echo "       or point GRADSYNC_CUDA_LIBS at folders that hold them."
   } >&2
   exit 127
@@ -363,7 +364,8 @@ Needs on the node (the wrapper checks the first two before every program):
     compatibility: /usr/local/cuda/compat or GRADSYNC_CUDA_COMPAT=dir).
   - CUDA ${cuda_version%%.*}'s $(paste -s -d ' ' "$stage/libexec/cuda-sonames" | sed 's/ /, /g')
     in /usr/local/cuda/lib64 or python3's nvidia/*/lib (pip's
-    nvidia-cuda-runtime, nvidia-cublas, nvidia-nccl-cu${cuda_version%%.*}).
+    nvidia-cuda-runtime, nvidia-cublas, nvidia-cudnn-cu${cuda_version%%.*},
+    nvidia-nccl-cu${cuda_version%%.*}).
   - A GPU of compute capability 8.0 or 9.0 (A100, H100, H200; newer ones JIT
     the compute_90 PTX).
 NEEDS
@@ -375,9 +377,10 @@ and sm_90 (H100/H200), plus compute_90 PTX, made $(date -u +%Y-%m-%dT%H:%MZ) on
 $(. /etc/os-release && echo "$PRETTY_NAME").
 
   bin/gpu_check.sh                     run first: every GPU check below, one report
-  bin/gradsync doctor                  GPUs, driver, CUDA, NCCL, cuBLAS, a GEMM check
+  bin/gradsync doctor                  GPUs, driver, CUDA, NCCL, cuBLAS, cuDNN, a GEMM check
   bin/cuda_device_test                 CUDA backend vs the CPU backend, kernel by kernel
-  bin/device_parity_test               the MLP trained on CPU and GPU agrees
+  bin/device_parity_test               cuDNN convolutions, the MLP, CNN and ResNet-18
+                                       on CPU and GPU agree
   bin/host_staging_test                pinned staging for the ring and ps strategies
   bin/nccl_test                        --sync=nccl on one GPU
   bin/mlp_gpu_benchmark                step time and GEMM efficiency, batch 64..4096

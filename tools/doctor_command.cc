@@ -29,6 +29,7 @@
 #ifdef GRADSYNC_CUDA
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 #include <nccl.h>
 
 #include <algorithm>
@@ -156,9 +157,10 @@ std::string SmokeTest(int gpu, int* missing) {
 int CudaSection() {
   int missing = 0;
   printf(
-      "CUDA (built with --config=cuda, CUDA %s, NCCL %d.%d.%d, kernels for "
-      "sm_80 and sm_90, PTX for compute_90)\n",
-      VersionText(CUDART_VERSION).c_str(), NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+      "CUDA (built with --config=cuda, CUDA %s, NCCL %d.%d.%d, cuDNN %d, "
+      "kernels for sm_80 and sm_90, PTX for compute_90)\n",
+      VersionText(CUDART_VERSION).c_str(), NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
+      CUDNN_MAJOR);
   int runtime = 0;
   cudaRuntimeGetVersion(&runtime);
   Row("cuda runtime", VersionText(runtime));
@@ -193,6 +195,21 @@ int CudaSection() {
   cublasGetProperty(PATCH_LEVEL, &cublas_patch);
   Row("cublas",
       absl::StrCat(cublas_major, ".", cublas_minor, ".", cublas_patch));
+  // cuDNN 9 encodes major*10000 + minor*100 + patch. The convolutions were
+  // compiled against CUDNN_MAJOR's API; another major's library would not
+  // have loaded at all, but a build may be run with a cuDNN 9 older than its
+  // own headers, which cuDNN does not promise to support.
+  const size_t cudnn = cudnnGetVersion();
+  const size_t cudnn_major = cudnn / 10000, cudnn_minor = cudnn / 100 % 100;
+  std::string cudnn_text =
+      absl::StrCat(cudnn_major, ".", cudnn_minor, ".", cudnn % 100,
+                   " (built with ", CUDNN_MAJOR, ".", CUDNN_MINOR, ")");
+  if (cudnn_major != CUDNN_MAJOR || cudnn_minor < CUDNN_MINOR) {
+    absl::StrAppend(&cudnn_text, " — TOO OLD: install cuDNN ", CUDNN_MAJOR, ".",
+                    CUDNN_MINOR, " or a newer ", CUDNN_MAJOR, ".x");
+    ++missing;
+  }
+  Row("cudnn", cudnn_text);
 
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
@@ -237,8 +254,8 @@ int CudaSection() {
   for (const Library& library :
        {Library{"cuda runtime", "libcudart.so"},
         Library{"cublas", "libcublas.so"},
-        Library{"cublasLt", "libcublasLt.so"}, Library{"nccl", "libnccl.so"},
-        Library{"driver", "libcuda.so"}}) {
+        Library{"cublasLt", "libcublasLt.so"}, Library{"cudnn", "libcudnn.so"},
+        Library{"nccl", "libnccl.so"}, Library{"driver", "libcuda.so"}}) {
     const std::vector<std::string> paths = LoadedFrom(library.prefix);
     Row(absl::StrCat("    ", library.label),
         paths.empty() ? absl::StrCat("not loaded (no ", library.prefix, "*)")

@@ -11,11 +11,16 @@
 #
 # In order, each bounded by `timeout`:
 #   versions      nvidia-smi, nvcc (checkout), glibc, `gradsync doctor`
-#                 (driver, CUDA runtime, NCCL, cuBLAS, a GEMM per GPU). With no
-#                 GPU visible it stops here: "no GPU visible", exit 3.
+#                 (driver, CUDA runtime, NCCL, cuBLAS, cuDNN, a GEMM per GPU).
+#                 With no GPU visible it stops here: "no GPU visible", exit 3.
 #   unit          cuda_device_test: every kernel against the CPU backend
 #   nccl_1gpu     nccl_test: --sync=nccl on one GPU
-#   parity        device_parity_test: the MLP on CPU and GPU, step by step
+#   cudnn         device_parity_test's convolution cases: cuDNN's forward and
+#                 both gradients against a direct convolution (odd shapes,
+#                 strides, padding, batch 1, NCHW input), whole CNN and
+#                 ResNet-18 steps against the CPU's oneDNN
+#   parity        device_parity_test's other cases: the MLP on CPU and GPU,
+#                 step by step, and the convolutional layers' other kernels
 #   staging       host_staging_test: pinned host staging (ring, ps on GPU)
 #   nccl_2rank    `gradsync launch --workers=2 -- --sync=nccl --device=cuda`,
 #                 parameters checked identical across ranks (2+ GPUs only)
@@ -24,9 +29,10 @@
 #   bench_mlp     mlp_gpu_benchmark (step time, GEMM efficiency)
 #   bench_nccl    allreduce_benchmark --algorithms=nccl, one rank per GPU,
 #                 every element checked (2+ GPUs only)
-#   sanitizer_*   compute-sanitizer memcheck over cuda_device_test, racecheck
-#                 and synccheck over its kernel tests (where compute-sanitizer
-#                 is installed)
+#   sanitizer_*   compute-sanitizer memcheck over cuda_device_test and the
+#                 cuDNN convolution cases, racecheck and synccheck over
+#                 cuda_device_test's kernel tests (where compute-sanitizer is
+#                 installed)
 # The report has one line per check, PASS, FAIL or SKIP with the reason, the
 # version output, and the end of every failing check's log; full logs are in
 # the folder beside it. Its path is printed at the end.
@@ -132,7 +138,7 @@ else
     case "$1" in
       gradsync) echo "$bin/tools/gradsync" ;;
       cuda_device_test) echo "$bin/core/device/cuda_device_test" ;;
-      device_parity_test) echo "$bin/core/train/device_parity_test" ;;
+      device_parity_test) echo "$bin/core/model/device_parity_test" ;;
       host_staging_test) echo "$bin/core/sync/host_staging_test" ;;
       nccl_test) echo "$bin/allreduce/nccl_test" ;;
       mlp_gpu_benchmark) echo "$bin/bench/mlp_gpu_benchmark" ;;
@@ -193,7 +199,7 @@ else
 fi
 if ((gpus == 0)); then
   log "gpu_check: no GPU visible; stopping after the versions (exit 3)."
-  for name in unit nccl_1gpu parity staging nccl_2rank mlp_cuda bench_mlp \
+  for name in unit nccl_1gpu cudnn parity staging nccl_2rank mlp_cuda bench_mlp \
               bench_nccl sanitizer; do
     record SKIP "$name" "no GPU visible"
   done
@@ -226,7 +232,10 @@ check_gtest() {
 
 check_gtest unit 900 cuda_device_test
 check_gtest nccl_1gpu 600 nccl_test
-check_gtest parity 900 device_parity_test
+# The cuDNN convolutions first: they are the newest code never run on a GPU.
+cudnn_cases='*Cudnn*:*ConvolutionalModelParity*'
+check_gtest cudnn 900 device_parity_test "--gtest_filter=$cudnn_cases"
+check_gtest parity 900 device_parity_test "--gtest_filter=-$cudnn_cases"
 check_gtest staging 600 host_staging_test
 
 # --- a 2-rank NCCL job -----------------------------------------------------------
@@ -330,6 +339,18 @@ else
       record FAIL "sanitizer_$tool" "$(why_failed 1800 "sanitizer_$tool")"
     fi
   done
+  # memcheck over the cuDNN convolutions' own calls (scratch, copies, the
+  # workspace given to cuDNN).
+  run sanitizer_memcheck_cudnn 1800 "$sanitizer" --tool memcheck \
+    --error-exitcode 86 --target-processes all \
+    "$(program device_parity_test)" '--gtest_filter=*Cudnn*'
+  if ((rc == 0)); then
+    record PASS sanitizer_memcheck_cudnn "device_parity_test --gtest_filter=*Cudnn*: no errors"
+  elif ((rc == 86)); then
+    record FAIL sanitizer_memcheck_cudnn "$(grep -m 1 'ERROR SUMMARY' "$logs/sanitizer_memcheck_cudnn.log")"
+  else
+    record FAIL sanitizer_memcheck_cudnn "$(why_failed 1800 sanitizer_memcheck_cudnn)"
+  fi
 fi
 
 finish "$failed"

@@ -44,6 +44,8 @@ stage "thread-safety annotations (clang -Wthread-safety)" \
 # adds seconds.
 CUDA_TEST_TARGETS=(
   //core/device:kernel_math_test //core/device:launch_config_test
+  //core/device:cudnn_convolution_plan_test
+  //core/device:cudnn_algorithm_choice_test
   //core/device:cuda_device_test //core/model:device_parity_test
   //core/sync:host_staging_test //allreduce:nccl_test
 )

@@ -1,5 +1,5 @@
 // A 2-D convolution prepared once for one geometry by a device's convolution
-// library (oneDNN on the CPU), then run every step. Models reach it through
+// library (oneDNN on the CPU, cuDNN on CUDA), then run every step. Models reach it through
 // Device::CreateConvolution; a device without such a library returns none and
 // the layer (core/model/conv2d.h) runs im2col + Gemm, the reference the
 // library is tested against.

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
+#include "core/device/dnnl_batch_norm.h"
 #include "core/device/dnnl_context.h"
 #include "core/device/dnnl_convolution.h"
 #include "core/device/kernel_math.h"
@@ -121,9 +122,40 @@ inline void SgdMomentumSpan(float* __restrict p, const float* __restrict g,
 
 }  // namespace
 
-CpuDevice::CpuDevice(int cpu_threads, bool reference_convolutions)
+CpuDevice::CpuDevice(int cpu_threads, bool reference_convolutions,
+                     bool reference_batch_norm)
     : dnnl_(std::make_unique<DnnlContext>(cpu_threads)),
-      reference_convolutions_(reference_convolutions) {}
+      reference_convolutions_(reference_convolutions),
+      reference_batch_norm_(reference_batch_norm) {}
+
+DnnlBatchNorm* CpuDevice::BatchNormFor(int64_t rows, int channels,
+                                       float epsilon) {
+  if (reference_batch_norm_) return nullptr;
+  for (const auto& kernel : batch_norms_) {
+    if (kernel->rows() == rows && kernel->channels() == channels &&
+        (epsilon < 0 || kernel->epsilon() == epsilon)) {
+      return kernel.get();
+    }
+  }
+  for (const auto& [failed_rows, failed_channels] : batch_norm_failures_) {
+    if (failed_rows == rows && failed_channels == channels) return nullptr;
+  }
+  // Shared among threads only where the loops would be (kParallelElements).
+  const bool parallel = rows * channels >= 2 * kParallelElements;
+  try {
+    batch_norms_.push_back(std::make_unique<DnnlBatchNorm>(
+        *dnnl_, rows, channels, epsilon < 0 ? 0.0f : epsilon, parallel));
+  } catch (const dnnl::error& error) {
+    // Not expected (oneDNN makes these for every shape on x86-64); the loops
+    // are right, only slower, so training goes on.
+    GS_LOG(WARNING) << "cpu: oneDNN could not make batch normalisation of "
+                    << rows << " x " << channels << " (" << error.what()
+                    << "); using the reference loops for it";
+    batch_norm_failures_.emplace_back(rows, channels);
+    return nullptr;
+  }
+  return batch_norms_.back().get();
+}
 
 absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CpuDevice::CreateConvolution(
     const ConvGeometry& g, int out_channels) {
@@ -339,6 +371,11 @@ void CpuDevice::BatchNormForwardTraining(
     float* saved_mean, float* saved_inv_std, float* running_mean,
     float* running_var) {
   if (rows <= 0 || channels <= 0) return;
+  if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, epsilon)) {
+    kernel->ForwardTraining(x, gamma, beta, momentum, y, saved_mean,
+                            saved_inv_std, running_mean, running_var);
+    return;
+  }
   dnnl_->UseThreads();
   // Row by row: each pass reads one contiguous row into the channels' sums;
   // threads take ranges of channels, each summed in row order as by one.
@@ -381,6 +418,10 @@ void CpuDevice::BatchNormForwardInference(const float* x, int64_t rows,
                                           const float* running_var,
                                           float epsilon, float* y) {
   if (rows <= 0 || channels <= 0) return;
+  if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, epsilon)) {
+    kernel->ForwardInference(x, gamma, beta, running_mean, running_var, y);
+    return;
+  }
   std::vector<float> inv_std(channels);
   for (int c = 0; c < channels; ++c) {
     inv_std[c] = km::InverseStd(running_var[c], epsilon);
@@ -404,6 +445,11 @@ void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
                                   const float* saved_inv_std, float* dx,
                                   float* dgamma, float* dbeta) {
   if (rows <= 0 || channels <= 0) return;
+  if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, -1.0f)) {
+    kernel->Backward(x, dy, gamma, saved_mean, saved_inv_std, dx, dgamma,
+                     dbeta);
+    return;
+  }
   dnnl_->UseThreads();
   std::vector<double> sum_dy(channels, 0.0), sum_dy_x_hat(channels, 0.0);
   ParallelRanges(channels, rows, kBlock, [&](int64_t first, int64_t last) {

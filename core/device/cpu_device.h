@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -26,6 +27,7 @@
 
 namespace gradsync {
 
+class DnnlBatchNorm;
 class DnnlContext;
 
 class CpuDevice : public Device {
@@ -35,8 +37,11 @@ class CpuDevice : public Device {
   // or every core). Several workers on one machine each want a share of the
   // cores, not all of them.
   // `reference_convolutions` (tests only): CreateConvolution returns none,
-  // so layers run im2col + GEMM instead of oneDNN.
-  explicit CpuDevice(int cpu_threads = 0, bool reference_convolutions = false);
+  // so layers run im2col + GEMM instead of oneDNN. `reference_batch_norm`
+  // (tests only): batch normalisation runs the loops over kernel_math.h (the
+  // CUDA kernels' arithmetic) instead of oneDNN's primitives.
+  explicit CpuDevice(int cpu_threads = 0, bool reference_convolutions = false,
+                     bool reference_batch_norm = false);
   ~CpuDevice() override;
 
   CpuDevice(const CpuDevice&) = delete;
@@ -109,12 +114,24 @@ class CpuDevice : public Device {
   // Bytes handed out by AllocateBytes so far (after rounding up to the
   // alignment), for memory reports.
   size_t allocated_bytes() const;
+  // oneDNN batch normalisations made so far (one per shape), for tests that
+  // check the library, not the reference loops, ran.
+  size_t onednn_batch_norms() const { return batch_norms_.size(); }
 
  private:
   static constexpr size_t kAlignment = 64;
 
+  // oneDNN's batch normalisation for this shape (made at its first call;
+  // `epsilon` < 0: any, for the backward, which does not depend on it), or
+  // null where oneDNN could not make one and the loops run instead.
+  DnnlBatchNorm* BatchNormFor(int64_t rows, int channels, float epsilon);
+
   std::unique_ptr<DnnlContext> dnnl_;  // Gemm's threads; the convolutions
   const bool reference_convolutions_;
+  const bool reference_batch_norm_;
+  // Kernels run on one thread at a time (the step loop's), so no lock.
+  std::vector<std::unique_ptr<DnnlBatchNorm>> batch_norms_;
+  std::vector<std::pair<int64_t, int>> batch_norm_failures_;
 
   // Allocation happens at set-up, possibly from threads.
   mutable absl::Mutex mu_;

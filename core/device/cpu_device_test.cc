@@ -2,6 +2,7 @@
 // values, and of device creation.
 #include "core/device/cpu_device.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -284,6 +285,131 @@ TEST_F(CpuDeviceTest, AdamAddsWeightDecayToTheGradient) {
   EXPECT_NEAR(got[0], 1.9f, 1e-6);
   EXPECT_NEAR(got[1], -1.9f, 1e-6);
   EXPECT_NEAR(Download(m, 2)[0], 0.1f, 1e-7);  // (1 - 0.9)·1
+}
+
+// oneDNN's batch normalisation against the reference loops (kernel_math.h's
+// arithmetic, which the CUDA kernels share): training forward with its saved
+// and running statistics, backward, inference, over odd channel counts, two
+// rows, and a shape large enough to be shared among threads. Tolerances:
+// oneDNN sums in float where the loops sum in double. The normalised outputs
+// and statistics differ by 2e-5 of their largest value at most. dgamma and
+// dbeta are sums over up to 16384 rows whose terms' magnitudes add up to far
+// more than the result: float rounding of ~sqrt(rows)·2⁻²⁴ of that sum is up
+// to 1e-4 of the largest result. dx is measured against the size of its
+// terms, dy·gamma·inv_std: with two rows it is nearly zero by cancellation,
+// so its own size would make any rounding look wrong.
+struct BatchNormOutputs {
+  std::vector<float> y, saved, running, dx, dparams, inference;
+  float dx_term_scale = 0;  // max |dy| · max |gamma · inv_std|
+};
+
+BatchNormOutputs RunBatchNorm(bool reference, int64_t rows, int channels,
+                              int threads) {
+  DeviceOptions options;
+  options.cpu_threads = threads;
+  options.reference_batch_norm = reference;
+  auto created = CreateDevice(options);
+  EXPECT_TRUE(created.ok()) << created.status();
+  Device& device = **created;
+  const int64_t n = rows * channels;
+  auto upload = [&](const std::vector<float>& host) {
+    float* buffer = *device.Allocate<float>(static_cast<int64_t>(host.size()));
+    EXPECT_TRUE(device.CopyToDevice(buffer, host.data(), host.size() * 4).ok());
+    return buffer;
+  };
+  auto download = [&](const float* buffer, int64_t count) {
+    std::vector<float> host(count);
+    EXPECT_TRUE(device.CopyToHost(host.data(), buffer, count * 4).ok());
+    return host;
+  };
+  // Offsets and scales per channel, as activations have.
+  std::vector<float> x = RandomVector(n, 31);
+  for (int64_t i = 0; i < n; ++i) x[i] = 3.0f * x[i] + 0.5f * (i % channels);
+  const float* device_x = upload(x);
+  const std::vector<float> host_dy = RandomVector(n, 32);
+  const std::vector<float> host_gamma = RandomVector(channels, 33);
+  const float* dy = upload(host_dy);
+  const float* gamma = upload(host_gamma);
+  const float* beta = upload(RandomVector(channels, 34));
+  std::vector<float> running_init(2 * channels, 0.0f);
+  for (int c = 0; c < channels; ++c) running_init[channels + c] = 1.0f;
+  float* running = upload(running_init);
+  float* y = *device.Allocate<float>(n);
+  float* saved = *device.Allocate<float>(2 * channels);
+  float* dx = *device.Allocate<float>(n);
+  float* dparams = *device.Allocate<float>(2 * channels);
+  BatchNormOutputs out;
+  // Two steps, so that the running statistics move twice.
+  for (int step = 0; step < 2; ++step) {
+    device.BatchNormForwardTraining(device_x, rows, channels, gamma, beta, 0.1f,
+                                    1e-5f, y, saved, saved + channels, running,
+                                    running + channels);
+  }
+  device.BatchNormBackward(device_x, dy, rows, channels, gamma, saved,
+                           saved + channels, dx, dparams, dparams + channels);
+  out.y = download(y, n);
+  out.saved = download(saved, 2 * channels);
+  out.running = download(running, 2 * channels);
+  out.dx = download(dx, n);
+  out.dparams = download(dparams, 2 * channels);
+  device.BatchNormForwardInference(device_x, rows, channels, gamma, beta,
+                                   running, running + channels, 1e-5f, y);
+  out.inference = download(y, n);
+  // Backward and both forwards of this one shape: one oneDNN kernel, none
+  // for the reference.
+  EXPECT_EQ(dynamic_cast<CpuDevice&>(device).onednn_batch_norms(),
+            reference ? 0u : 1u);
+  float max_dy = 0, max_gain = 0;
+  for (float v : host_dy) max_dy = std::max(max_dy, std::fabs(v));
+  for (int c = 0; c < channels; ++c) {
+    max_gain =
+        std::max(max_gain, std::fabs(host_gamma[c] * out.saved[channels + c]));
+  }
+  out.dx_term_scale = max_dy * max_gain;
+  return out;
+}
+
+// Within relative·scale, scale being the largest reference value unless
+// given.
+void ExpectWithin(const std::vector<float>& reference,
+                  const std::vector<float>& actual, float relative,
+                  const char* what, float scale = 0.0f) {
+  ASSERT_EQ(reference.size(), actual.size()) << what;
+  if (scale == 0.0f) {
+    scale = 1e-6f;
+    for (float v : reference) scale = std::max(scale, std::fabs(v));
+  }
+  int failures = 0;
+  for (size_t i = 0; i < reference.size() && failures < 5; ++i) {
+    if (!(std::fabs(reference[i] - actual[i]) <= relative * scale)) {
+      ADD_FAILURE() << what << "[" << i << "]: reference " << reference[i]
+                    << ", oneDNN " << actual[i] << " (scale " << scale << ")";
+      ++failures;
+    }
+  }
+}
+
+TEST(CpuBatchNormTest, OneDnnMatchesTheReferenceLoops) {
+  struct Shape {
+    int64_t rows;
+    int channels;
+    int threads;
+  };
+  for (const Shape& shape : {Shape{300, 37, 1}, Shape{2, 5, 1},
+                             Shape{16384, 64, 2}, Shape{33, 512, 2}}) {
+    SCOPED_TRACE(testing::Message() << shape.rows << " x " << shape.channels
+                                    << ", " << shape.threads << " threads");
+    const BatchNormOutputs reference =
+        RunBatchNorm(true, shape.rows, shape.channels, shape.threads);
+    const BatchNormOutputs onednn =
+        RunBatchNorm(false, shape.rows, shape.channels, shape.threads);
+    ExpectWithin(reference.y, onednn.y, 2e-5f, "y");
+    ExpectWithin(reference.saved, onednn.saved, 2e-5f, "mean, inv_std");
+    ExpectWithin(reference.running, onednn.running, 2e-5f, "running");
+    ExpectWithin(reference.dx, onednn.dx, 2e-5f, "dx", reference.dx_term_scale);
+    ExpectWithin(reference.dparams, onednn.dparams, 1e-4f, "dgamma, dbeta");
+    ExpectWithin(reference.inference, onednn.inference, 2e-5f, "inference");
+  }
 }
 
 TEST(CreateDeviceTest, CpuThreadsAndErrors) {

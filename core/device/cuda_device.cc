@@ -1,5 +1,6 @@
-// The CUDA backend: cuBLAS for Gemm, cuda_kernels.cu for the rest, one
-// non-blocking compute stream, one arena of device memory (see cuda_device.h).
+// The CUDA backend: cuBLAS for Gemm, cuDNN for convolutions, cuda_kernels.cu
+// for the rest, one non-blocking compute stream, one arena of device memory
+// (see cuda_device.h).
 #include "core/device/cuda_device.h"
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "core/base/logging.h"
 #include "core/device/cuda_kernels.h"
+#include "core/device/cudnn_context.h"
+#include "core/device/cudnn_convolution.h"
 #include "core/device/gpu_selection.h"
 
 namespace gradsync {
@@ -111,7 +114,8 @@ CudaEvent::~CudaEvent() {
 // --- CudaDevice
 // ---------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int gpu_index) {
+absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(
+    int gpu_index, bool reference_convolutions) {
   const std::string name = absl::StrCat("cuda:", gpu_index);
   int count = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count), name);
@@ -133,15 +137,18 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int gpu_index) {
         "; this build's kernels need 9.0 or newer (H100/H200): add a "
         "-gencode for it in core/BUILD"));
   }
-  std::unique_ptr<CudaDevice> device(new CudaDevice(gpu_index, properties));
+  std::unique_ptr<CudaDevice> device(
+      new CudaDevice(gpu_index, properties, reference_convolutions));
   RETURN_IF_ERROR(device->Initialize());
   return device;
 }
 
-CudaDevice::CudaDevice(int gpu_index, const cudaDeviceProp& properties)
+CudaDevice::CudaDevice(int gpu_index, const cudaDeviceProp& properties,
+                       bool reference_convolutions)
     : gpu_index_(gpu_index),
       properties_(properties),
-      name_(absl::StrCat("cuda:", gpu_index)) {}
+      name_(absl::StrCat("cuda:", gpu_index)),
+      reference_convolutions_(reference_convolutions) {}
 
 absl::Status CudaDevice::Initialize() {
   // Non-blocking: the stream never waits for the legacy default stream (which
@@ -178,6 +185,7 @@ CudaDevice::~CudaDevice() {
   // Errors here have nowhere to go; the process is usually ending.
   cudaSetDevice(gpu_index_);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  cudnn_.reset();  // its handle is bound to stream_
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   for (const Block& block : blocks_) cudaFree(block.base);
@@ -495,6 +503,15 @@ void CudaDevice::MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
               "MaxPoolForward kernel launch");
 }
 
+absl::StatusOr<std::unique_ptr<ConvolutionKernel>>
+CudaDevice::CreateConvolution(const ConvGeometry& g, int out_channels) {
+  if (reference_convolutions_) return std::unique_ptr<ConvolutionKernel>();
+  if (cudnn_ == nullptr) {
+    ASSIGN_OR_RETURN(cudnn_, CudnnContext::Create(*this));
+  }
+  return CudnnConvolution::Create(*cudnn_, g, out_channels);
+}
+
 void CudaDevice::MaxPoolBackward(const float* dy, const int32_t* where,
                                  const PoolGeometry& g, float* dx) {
   Record(MakeCurrent());
@@ -573,7 +590,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(
                     absl::StrCat("--device=cuda, local rank ", local_rank));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
-                   CudaDevice::Create(*gpu));
+                   CudaDevice::Create(*gpu, options.reference_convolutions));
   GS_LOG(INFO) << "local rank " << local_rank << " computes on "
                << device->name() << " (" << visible << " GPU(s) visible)";
   return std::unique_ptr<Device>(std::move(device));

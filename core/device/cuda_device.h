@@ -1,13 +1,14 @@
 // The CUDA backend of Device (built only with --config=cuda): cuBLAS for the
-// matrix products, the kernels of cuda_kernels.cu for the rest, everything
-// queued on one non-blocking compute stream per device.
+// matrix products, cuDNN for the convolutions (cudnn_convolution.h), the
+// kernels of cuda_kernels.cu for the rest, everything queued on one
+// non-blocking compute stream per device.
 //
 // Memory: one arena of large cudaMalloc blocks. AllocateBytes carves
 // 256-byte-aligned, zero-filled pieces from it and asks CUDA for a new block
 // only when the current ones are full; set-up allocates, the step loop does
 // not, so no cudaMalloc (which synchronizes the device) ever lands between
-// kernels. cuBLAS's workspace comes from the arena too, so cuBLAS never
-// allocates behind our back either.
+// kernels. cuBLAS's and cuDNN's workspaces come from the arena too, so neither
+// library allocates behind our back.
 //
 // Errors: fallible calls return absl::Status naming the CUDA/cuBLAS call and
 // the device ("cudaMalloc(1048576) on cuda:0: out of memory"). The math
@@ -77,12 +78,17 @@ class CudaEvent {
   cudaEvent_t event_ = nullptr;
 };
 
+class CudnnContext;
+
 class CudaDevice : public Device {
  public:
   // Opens GPU `gpu_index` (an index among the visible GPUs): makes it current
   // on the calling thread, creates the compute stream, the cuBLAS handle and
-  // the first arena block.
-  static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(int gpu_index);
+  // the first arena block. `reference_convolutions` (test-only, as
+  // DeviceOptions's): CreateConvolution returns none, so layers run im2col +
+  // cuBLAS instead of cuDNN.
+  static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(
+      int gpu_index, bool reference_convolutions = false);
   ~CudaDevice() override;
 
   CudaDevice(const CudaDevice&) = delete;
@@ -139,6 +145,10 @@ class CudaDevice : public Device {
                       int32_t* where) override;
   void MaxPoolBackward(const float* dy, const int32_t* where,
                        const PoolGeometry& g, float* dx) override;
+  // cuDNN's convolution for `g` (cudnn_convolution.h); the first call loads
+  // cuDNN and creates its handle. Set-up only: it allocates scratch.
+  absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CreateConvolution(
+      const ConvGeometry& g, int out_channels) override;
   void GlobalAvgPoolForward(const float* x, int batch, int spatial,
                             int channels, float* y) override;
   void GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
@@ -171,6 +181,9 @@ class CudaDevice : public Device {
 
   // Bytes handed out by AllocateBytes, and bytes reserved from CUDA.
   size_t allocated_bytes() const;
+  // Keeps the first error of a void math call for Synchronize to return
+  // (public for the kernels this device makes, such as cuDNN's convolutions).
+  void Record(const absl::Status& status);
   size_t reserved_bytes() const;
   const cudaDeviceProp& properties() const { return properties_; }
 
@@ -181,12 +194,11 @@ class CudaDevice : public Device {
     size_t used = 0;
   };
 
-  CudaDevice(int gpu_index, const cudaDeviceProp& properties);
+  CudaDevice(int gpu_index, const cudaDeviceProp& properties,
+             bool reference_convolutions);
   absl::Status Initialize();
   // A new arena block of at least `bytes`, zero-filled.
   absl::Status AddBlock(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Keeps the first error of a void math call for Synchronize to return.
-  void Record(const absl::Status& status);
   void CheckLaunch(cudaError_t error, const char* kernel);
   absl::Status TakeError();
 
@@ -196,6 +208,9 @@ class CudaDevice : public Device {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   double* loss_partials_ = nullptr;  // cuda_kernels::kMaxLossPartials doubles
+  const bool reference_convolutions_;
+  // Made at the first CreateConvolution (set-up, one thread).
+  std::unique_ptr<CudnnContext> cudnn_;
 
   mutable absl::Mutex mu_;  // guards the arena and the kept error
   std::vector<Block> blocks_ ABSL_GUARDED_BY(mu_);

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include "core/device/cuda_device.h"
+#include "core/device/cudnn_context.h"
 #endif
 
 namespace gradsync {
@@ -93,6 +94,42 @@ TEST(CudaErrorTest, MacroReturnsTheStatusOfTheCall) {
   EXPECT_TRUE(MacroUser(cudaSuccess).ok());
   const absl::Status status = MacroUser(cudaErrorInvalidValue);
   EXPECT_THAT(std::string(status.message()), HasSubstr("error on cuda:3: "));
+}
+
+// cuDNN's error strings need no GPU: the check every cuDNN call goes through
+// runs here.
+TEST(CudaErrorTest, CudnnCallStatusNamesCallShapeAndReason) {
+  EXPECT_TRUE(CudnnCallStatus(CUDNN_STATUS_SUCCESS, "x", "cuda:0").ok());
+  const absl::Status unsupported = CudnnCallStatus(
+      CUDNN_STATUS_NOT_SUPPORTED,
+      "cudnnConvolutionForward( context_.handle(), &one, input_)",
+      "cuda:0, convolution 2x3x8x8 (NHWC) -> 4 channels");
+  EXPECT_EQ(unsupported.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(unsupported.message()),
+              ::testing::StartsWith("cudnnConvolutionForward on cuda:0, "
+                                    "convolution 2x3x8x8 (NHWC) -> 4 "
+                                    "channels: CUDNN_STATUS_NOT_SUPPORTED"));
+  EXPECT_EQ(CudnnCallStatus(CUDNN_STATUS_BAD_PARAM, "f", "cuda:0").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      CudnnCallStatus(CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED, "f",
+                      "cuda:0")
+          .code(),
+      absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(
+      CudnnCallStatus(CUDNN_STATUS_EXECUTION_FAILED, "f", "cuda:0").code(),
+      absl::StatusCode::kInternal);
+}
+
+absl::Status CudnnMacroUser(cudnnStatus_t status) {
+  CUDNN_RETURN_IF_ERROR(status, "cuda:2, convolution s");
+  return absl::OkStatus();
+}
+
+TEST(CudaErrorTest, CudnnMacroReturnsTheStatusOfTheCall) {
+  EXPECT_TRUE(CudnnMacroUser(CUDNN_STATUS_SUCCESS).ok());
+  EXPECT_THAT(std::string(CudnnMacroUser(CUDNN_STATUS_BAD_PARAM).message()),
+              HasSubstr("status on cuda:2, convolution s: "));
 }
 
 TEST(CudaDeviceNoGpuTest, CreateDeviceExplainsAMissingGpu) {

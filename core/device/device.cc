@@ -29,7 +29,8 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
                          " must be >= 0 (0 = the BLAS library's default)"));
       }
       return std::unique_ptr<Device>(std::make_unique<CpuDevice>(
-          options.cpu_threads, options.reference_convolutions));
+          options.cpu_threads, options.reference_convolutions,
+          options.reference_batch_norm));
     case DeviceType::kCuda:
 #ifdef GRADSYNC_CUDA
       if (options.gpu_index < 0) {

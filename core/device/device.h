@@ -1,8 +1,9 @@
 // The device abstraction: memory and the handful of kernels a model, its loss
 // and its optimizer need. The CPU backend (cpu_device.cc) uses oneDNN for
 // matrix products and convolutions; a CUDA backend (cuda_device.cc,
-// --config=cuda) implements the same interface with cuBLAS and kernels of its
-// own, so models and optimizers are written once.
+// --config=cuda) implements the same interface with cuBLAS, cuDNN
+// convolutions and kernels of its own, so models and optimizers are written
+// once.
 //
 // All pointers passed to the math functions are device memory obtained from
 // Allocate(). Work may be queued (asynchronous on CUDA); Synchronize() waits
@@ -165,6 +166,9 @@ struct DeviceOptions {
   // Test-only: convolutions through Im2Col + Gemm, the reference the
   // device's convolution library is compared against.
   bool reference_convolutions = false;
+  // Test-only, CPU: batch normalisation through the loops over kernel_math.h
+  // (the CUDA kernels' arithmetic) instead of oneDNN's primitives.
+  bool reference_batch_norm = false;
 };
 
 // Creates the device named by `options`; CUDA is an error in a build without

@@ -1,7 +1,7 @@
 // A 2-D convolution layer on the Device interface: through the device's
 // convolution library where it has one (Device::CreateConvolution: oneDNN on
-// the CPU), else as im2col + GEMM, which is also the reference the library is
-// tested against (DeviceOptions::reference_convolutions).
+// the CPU, cuDNN on CUDA), else as im2col + GEMM, which is also the reference
+// the library is tested against (DeviceOptions::reference_convolutions).
 //
 // Activations are NHWC ([images·height·width × channels] row-major,
 // core/device/layer_geometry.h); the input may be laid out otherwise (the

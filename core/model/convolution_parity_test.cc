@@ -3,7 +3,10 @@
 // shapes, strides, paddings, kernels, batch 1 and an NCHW input, forward and
 // both gradients; then whole training steps of a small ResNet and of the CNN,
 // every parameter's gradient, the loss and batch norm's running statistics,
-// and an evaluation batch of another size than the bound one.
+// and an evaluation batch of another size than the bound one. In the whole
+// steps the reference also runs batch norm as its loops
+// (DeviceOptions::reference_batch_norm), so oneDNN's batch norm is checked
+// there too.
 //
 // Tolerance: the two paths add the same products in different orders, so a
 // value summed from n products of numbers in [-1, 1] may differ by float32

@@ -1,15 +1,19 @@
 // One model code, two devices: the same MLP, data and optimizer on the CPU and
-// the CUDA backend agree step by step within float32 rounding. This is what
+// the CUDA backend agree step by step within float32 rounding; the CUDA
+// device's cuDNN convolutions agree with a direct convolution, layer by layer,
+// and whole CNN and ResNet-18 steps with the CPU's oneDNN ones. This is what
 // lets a GPU run of any strategy be compared with the CPU reference. Runs only
 // in CUDA builds with a visible GPU; skips otherwise.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/device/convolution_kernel.h"
 #include "core/device/device.h"
 #include "core/device/layer_geometry.h"
 #include "core/sync/param_layout.h"
@@ -228,10 +232,14 @@ std::string NoGpuReason() {
   return count == 0 ? "no CUDA GPU visible (0 devices)" : "";
 }
 
-std::unique_ptr<Device> MakeDevice(DeviceType type) {
+// `reference_batch_norm`: the CPU's batch norm through kernel_math.h's loops
+// (the arithmetic the CUDA kernels share) rather than oneDNN.
+std::unique_ptr<Device> MakeDevice(DeviceType type,
+                                   bool reference_batch_norm = false) {
   DeviceOptions options;
   options.type = type;
   options.cpu_threads = 1;
+  options.reference_batch_norm = reference_batch_norm;
   auto device = CreateDevice(options);
   EXPECT_TRUE(device.ok()) << device.status();
   return device.ok() ? std::move(*device) : nullptr;
@@ -280,11 +288,14 @@ void ExpectClose(const std::vector<float>& cpu, const std::vector<float>& cuda,
 // Each new kernel on the same inputs: im2col, col2im and max pooling move
 // values without arithmetic of their own order (col2im adds in the CPU's
 // order), so they match bit for bit; batch norm's per-channel sums are added
-// in a different order on each device.
+// in a different order on each device. The CPU runs its reference batch norm
+// here (kernel_math.h's arithmetic, which the CUDA kernels share; its oneDNN
+// batch norm is held to the reference in core/device:cpu_device_test).
 TEST(ConvolutionKernelParityTest, KernelsAgreeOnCpuAndCuda) {
   const std::string no_gpu = NoGpuReason();
   if (!no_gpu.empty()) GTEST_SKIP() << no_gpu;
-  std::unique_ptr<Device> cpu = MakeDevice(DeviceType::kCpu);
+  std::unique_ptr<Device> cpu =
+      MakeDevice(DeviceType::kCpu, /*reference_batch_norm=*/true);
   std::unique_ptr<Device> cuda = MakeDevice(DeviceType::kCuda);
   ASSERT_TRUE(cpu && cuda);
 
@@ -395,6 +406,163 @@ TEST(ConvolutionKernelParityTest, KernelsAgreeOnCpuAndCuda) {
   EXPECT_EQ(pooled[0][1], pooled[1][1]) << "max pool gradient";
   EXPECT_EQ(pooled[0][2], pooled[1][2]) << "global average pool";
   EXPECT_EQ(pooled[0][3], pooled[1][3]) << "global average pool gradient";
+}
+
+// --- One convolution layer: cuDNN against a direct convolution in double ---
+
+struct ConvCase {
+  const char* name;
+  int batch, channels, height, width, kernel, stride, padding, out;
+  bool nchw;
+};
+
+// Test names and failure messages show the case's name, not its bytes.
+void PrintTo(const ConvCase& c, std::ostream* out) { *out << c.name; }
+
+ConvGeometry MakeGeometry(const ConvCase& c) {
+  ConvGeometry g;
+  g.batch = c.batch;
+  g.channels = c.channels;
+  g.height = c.height;
+  g.width = c.width;
+  g.kernel = c.kernel;
+  g.stride = c.stride;
+  g.padding = c.padding;
+  g.out_height = ConvOutputSize(c.height, c.kernel, c.stride, c.padding);
+  g.out_width = ConvOutputSize(c.width, c.kernel, c.stride, c.padding);
+  g.input = c.nchw ? NchwLayout(c.channels, c.height, c.width)
+                   : NhwcLayout(c.channels, c.height, c.width);
+  return g;
+}
+
+// y, dweight and dx of PyTorch's Conv2d (cross-correlation, zero padding) in
+// double: x laid out as g.input, y and dy NHWC, weight [out][in][k][k].
+void DirectConvolution(const ConvGeometry& g, int out,
+                       const std::vector<float>& x,
+                       const std::vector<float>& weight,
+                       const std::vector<float>& dy, std::vector<double>& y,
+                       std::vector<double>& dweight, std::vector<double>& dx) {
+  const int k = g.kernel;
+  y.assign(g.column_rows() * out, 0.0);
+  dweight.assign(weight.size(), 0.0);
+  dx.assign(x.size(), 0.0);
+  for (int b = 0; b < g.batch; ++b)
+    for (int oh = 0; oh < g.out_height; ++oh)
+      for (int ow = 0; ow < g.out_width; ++ow) {
+        const int64_t row = (int64_t{b} * g.out_height + oh) * g.out_width + ow;
+        for (int o = 0; o < out; ++o)
+          for (int c = 0; c < g.channels; ++c)
+            for (int kh = 0; kh < k; ++kh)
+              for (int kw = 0; kw < k; ++kw) {
+                const int h = oh * g.stride - g.padding + kh;
+                const int w = ow * g.stride - g.padding + kw;
+                if (h < 0 || h >= g.height || w < 0 || w >= g.width) continue;
+                const int64_t xi = b * g.input.batch + c * g.input.channel +
+                                   h * g.input.row + w * g.input.column;
+                const int64_t wi =
+                    ((int64_t{o} * g.channels + c) * k + kh) * k + kw;
+                const double grad = dy[row * out + o];
+                y[row * out + o] += double{x[xi]} * weight[wi];
+                dweight[wi] += grad * x[xi];
+                dx[xi] += grad * weight[wi];
+              }
+      }
+}
+
+// Within `relative` of the largest expected magnitude, element by element.
+void ExpectNearDouble(const std::vector<float>& actual,
+                      const std::vector<double>& expected, double relative,
+                      const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  double scale = 1e-6;
+  for (double v : expected) scale = std::max(scale, std::fabs(v));
+  int failures = 0;
+  for (size_t i = 0; i < actual.size() && failures < 5; ++i) {
+    if (!(std::fabs(actual[i] - expected[i]) <= relative * scale)) {
+      ADD_FAILURE() << what << "[" << i << "]: " << actual[i] << ", expected "
+                    << expected[i];
+      ++failures;
+    }
+  }
+}
+
+class CudnnConvolutionParityTest : public ::testing::TestWithParam<ConvCase> {};
+
+// The CUDA device's convolutions are cuDNN's (not im2col's fallback) and agree
+// with the direct convolution: forward and both gradients, NHWC and NCHW
+// inputs, odd sizes, strides, padding, batch 1, 1×1 and 7×7 kernels. 1e-4 of
+// the largest value: FP32 sums of up to 576 terms, through cuDNN's Winograd
+// or FFT transforms where its heuristics pick them, round to about 1e-5 of
+// it; a wrong index or layout is off by the values themselves.
+TEST_P(CudnnConvolutionParityTest, AgreesWithDirectConvolution) {
+  const std::string no_gpu = NoGpuReason();
+  if (!no_gpu.empty()) GTEST_SKIP() << no_gpu;
+  const ConvCase& c = GetParam();
+  const ConvGeometry g = MakeGeometry(c);
+  std::unique_ptr<Device> cuda = MakeDevice(DeviceType::kCuda);
+  ASSERT_TRUE(cuda);
+  auto kernel = cuda->CreateConvolution(g, c.out);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  ASSERT_NE(*kernel, nullptr) << "the CUDA device made no cuDNN convolution";
+
+  const int64_t x_count = g.input_count();
+  const int64_t w_count = int64_t{c.out} * c.channels * c.kernel * c.kernel;
+  const int64_t y_count = g.column_rows() * c.out;
+  const std::vector<float> x = RandomValues(x_count, 21);
+  const std::vector<float> weight = RandomValues(w_count, 22);
+  const std::vector<float> dy = RandomValues(y_count, 23);
+  std::vector<double> y, dweight, dx;
+  DirectConvolution(g, c.out, x, weight, dy, y, dweight, dx);
+
+  float* device_y = *cuda->Allocate<float>(y_count);
+  float* device_dweight = *cuda->Allocate<float>(w_count);
+  float* device_dx = *cuda->Allocate<float>(x_count);
+  const float* device_x = Upload(*cuda, x);
+  const float* device_weight = Upload(*cuda, weight);
+  const float* device_dy = Upload(*cuda, dy);
+  // Twice: the second run must not depend on what the first left in the
+  // shared scratch.
+  for (int run = 0; run < 2; ++run) {
+    (*kernel)->Forward(device_x, device_weight, device_y);
+    (*kernel)->BackwardWeights(device_x, device_dy, device_dweight);
+    (*kernel)->BackwardInput(device_dy, device_weight, device_dx);
+    const absl::Status synced = cuda->Synchronize();
+    ASSERT_TRUE(synced.ok()) << synced;
+    const std::string at = std::string(c.name) + " run " + std::to_string(run);
+    ExpectNearDouble(Download(*cuda, device_y, y_count), y, 1e-4, at + " y");
+    ExpectNearDouble(Download(*cuda, device_dweight, w_count), dweight, 1e-4,
+                     at + " dweight");
+    ExpectNearDouble(Download(*cuda, device_dx, x_count), dx, 1e-4, at + " dx");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudnnConvolutionParityTest,
+    ::testing::Values(
+        ConvCase{"odd_stride2_nhwc", 3, 5, 9, 7, 3, 2, 1, 4, false},
+        ConvCase{"odd_stride2_nchw", 3, 5, 9, 7, 3, 2, 1, 4, true},
+        ConvCase{"batch1_1x1_downsample", 1, 8, 8, 8, 1, 2, 0, 16, false},
+        ConvCase{"stem_7x7_nchw", 2, 3, 19, 17, 7, 2, 3, 8, true},
+        ConvCase{"cnn_5x5_no_padding", 2, 4, 11, 13, 5, 1, 0, 6, false},
+        ConvCase{"stride3_padding2", 2, 6, 10, 10, 3, 3, 2, 5, false},
+        ConvCase{"resnet_3x3_64", 2, 64, 8, 8, 3, 1, 1, 64, false}),
+    [](const ::testing::TestParamInfo<ConvCase>& info) {
+      return std::string(info.param.name);
+    });
+
+// Errors of a convolution name the shape: a geometry whose output size is not
+// ConvOutputSize's is refused before cuDNN sees it.
+TEST(CudnnConvolutionErrorTest, BadGeometryNamesTheShape) {
+  const std::string no_gpu = NoGpuReason();
+  if (!no_gpu.empty()) GTEST_SKIP() << no_gpu;
+  std::unique_ptr<Device> cuda = MakeDevice(DeviceType::kCuda);
+  ASSERT_TRUE(cuda);
+  ConvGeometry g = MakeGeometry({"bad", 2, 3, 8, 8, 3, 1, 1, 4, false});
+  g.out_height = 9;
+  auto kernel = cuda->CreateConvolution(g, 4);
+  EXPECT_EQ(kernel.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(kernel.status().message()),
+              ::testing::HasSubstr("2x3x8x8 (NHWC) -> 4"));
 }
 
 // A whole model's step: loss, every gradient, the running statistics and

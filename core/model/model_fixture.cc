@@ -9,8 +9,10 @@
 namespace gradsync {
 
 BoundModel::BoundModel(std::unique_ptr<Model> created, int batch, uint64_t seed,
-                       bool reference_convolutions)
-    : device(1, reference_convolutions), model(std::move(created)) {
+                       bool reference)
+    : device(1, /*reference_convolutions=*/reference,
+             /*reference_batch_norm=*/reference),
+      model(std::move(created)) {
   layout = std::make_unique<ParamLayout>(
       *ParamLayout::Create(model->ParamSpecs(), 1 << 20));
   params = *device.Allocate<float>(layout->total_numel());

@@ -18,9 +18,10 @@ namespace gradsync {
 struct BoundModel {
   // Binds `created` for batches up to `batch` (a failure is a test failure)
   // and fills inputs uniformly in [-1, 1] and labels 0, 1, ... round the
-  // classes. `reference_convolutions`: im2col + GEMM instead of oneDNN.
+  // classes. `reference`: the device's reference paths instead of oneDNN
+  // (im2col + GEMM for convolutions, kernel_math.h's loops for batch norm).
   BoundModel(std::unique_ptr<Model> created, int batch, uint64_t seed,
-             bool reference_convolutions = false);
+             bool reference = false);
 
   // ForwardBackward on the first `batch` rows: the loss, gradients in grads.
   double Loss(int batch);

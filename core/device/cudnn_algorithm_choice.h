@@ -1,0 +1,75 @@
+// How a cuDNN convolution picks its algorithms and how much scratch memory it
+// may use, as plain host code tested without a GPU: cudnn_convolution.cc turns
+// cuDNN's answers (cudnnGetConvolution*Algorithm_v7's perf results, each
+// algorithm's cudnnGetConvolution*WorkspaceSize) into the structs below and
+// calls these functions; no cuDNN type appears here.
+//
+// Why heuristics and not cudnnFind: Find times every algorithm on the GPU at
+// set-up, allocates its own memory for that behind the device's arena, and
+// can pick different algorithms on different ranks from timing noise; cuDNN's
+// heuristics rank the algorithms without running them, the same way on every
+// rank of a job. The picker still prefers measured times where a caller has
+// them (a result with time_ms >= 0).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace gradsync {
+
+// One of cuDNN's answers for one algorithm of one direction.
+struct ConvolutionAlgorithmResult {
+  int algorithm = 0;       // cuDNN's enum value (cudnnConvolution*Algo_t)
+  bool supported = false;  // cuDNN reported CUDNN_STATUS_SUCCESS for it
+  // Why not, where cuDNN said more than its result's status (the workspace
+  // query's error), for the error message when nothing qualifies.
+  std::string unsupported_because;
+  float time_ms = -1.0f;  // measured time; negative where only ranked
+  size_t workspace_bytes = 0;
+  bool deterministic = false;
+  // Whether the algorithm uses tensor-core math (TF32 for FP32 data), which
+  // rounds products to 10 mantissa bits and so breaks parity with the CPU.
+  bool tensor_core_math = false;
+};
+
+struct ConvolutionAlgorithmPolicy {
+  // The most scratch memory one convolution call may use.
+  size_t workspace_limit = 0;
+  // Only algorithms that give the same bits every run (cuDNN's weight
+  // gradient algorithms 0 and 3 add with atomics). Off by default, as in
+  // PyTorch (torch.backends.cudnn.deterministic = False).
+  bool require_deterministic = false;
+};
+
+// The algorithm to run: among the supported results without tensor-core
+// math, within the workspace limit (and deterministic if required), the
+// fastest measured one if any was measured, else the first in the given order
+// (cuDNN's heuristics list the expected-fastest first). FailedPrecondition
+// naming `what` (the direction and shape) and why each result was refused
+// when none qualifies.
+absl::StatusOr<ConvolutionAlgorithmResult> PickConvolutionAlgorithm(
+    const std::vector<ConvolutionAlgorithmResult>& results,
+    const ConvolutionAlgorithmPolicy& policy, absl::string_view what);
+
+// The workspace limit for one convolution call on a GPU with `free_bytes` of
+// its memory free at set-up: an eighth of it, at most 1 GiB. An eighth leaves
+// the activations of the model being set up room (a ResNet-18 worker at batch
+// 64 needs about 1 GB of GPU memory); 1 GiB is more than the algorithms
+// worth having ask for on ResNet-sized layers (the FFT algorithms that ask for
+// several GiB are rarely the fastest), and keeps memory per worker
+// predictable.
+size_t ConvolutionWorkspaceLimit(size_t free_bytes);
+
+// The size the device's one shared workspace grows to when a convolution
+// needs `needed` bytes and it holds `current` (the arena never frees, so each
+// growth leaves the old piece unused): `current` when it suffices, else at
+// least double it, capped at `limit` but never below `needed`. Each piece
+// left behind is at most half the next, so together they stay under twice
+// the final size.
+size_t GrowConvolutionWorkspace(size_t current, size_t needed, size_t limit);
+
+}  // namespace gradsync

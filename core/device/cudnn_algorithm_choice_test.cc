@@ -1,0 +1,111 @@
+// The cuDNN algorithm picker and workspace sizing, on any machine.
+#include "core/device/cudnn_algorithm_choice.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gradsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+ConvolutionAlgorithmResult Result(int algorithm, size_t workspace,
+                                  float time_ms = -1.0f,
+                                  bool deterministic = true) {
+  ConvolutionAlgorithmResult r;
+  r.algorithm = algorithm;
+  r.supported = true;
+  r.time_ms = time_ms;
+  r.workspace_bytes = workspace;
+  r.deterministic = deterministic;
+  return r;
+}
+
+ConvolutionAlgorithmPolicy Limit(size_t bytes, bool deterministic = false) {
+  ConvolutionAlgorithmPolicy policy;
+  policy.workspace_limit = bytes;
+  policy.require_deterministic = deterministic;
+  return policy;
+}
+
+TEST(PickConvolutionAlgorithmTest, TakesHeuristicsOrderWithinTheLimit) {
+  const std::vector<ConvolutionAlgorithmResult> ranked = {
+      Result(6, 5000), Result(1, 300), Result(0, 0)};
+  EXPECT_EQ(PickConvolutionAlgorithm(ranked, Limit(10000), "x")->algorithm, 6);
+  EXPECT_EQ(PickConvolutionAlgorithm(ranked, Limit(4999), "x")->algorithm, 1);
+  EXPECT_EQ(PickConvolutionAlgorithm(ranked, Limit(0), "x")->algorithm, 0);
+}
+
+TEST(PickConvolutionAlgorithmTest, TakesTheFastestMeasured) {
+  const std::vector<ConvolutionAlgorithmResult> measured = {
+      Result(0, 0, 3.0f), Result(2, 100, 1.5f), Result(5, 1 << 20, 0.5f)};
+  EXPECT_EQ(PickConvolutionAlgorithm(measured, Limit(1 << 20), "x")->algorithm,
+            5);
+  EXPECT_EQ(PickConvolutionAlgorithm(measured, Limit(1000), "x")->algorithm, 2);
+}
+
+TEST(PickConvolutionAlgorithmTest, RefusesUnsupportedTensorCoreAndRandom) {
+  ConvolutionAlgorithmResult unsupported = Result(7, 0, 0.1f);
+  unsupported.supported = false;
+  ConvolutionAlgorithmResult tf32 = Result(1, 0, 0.2f);
+  tf32.tensor_core_math = true;
+  const ConvolutionAlgorithmResult atomic = Result(0, 0, 0.3f, false);
+  const ConvolutionAlgorithmResult plain = Result(3, 0, 0.9f);
+  const std::vector<ConvolutionAlgorithmResult> results = {unsupported, tf32,
+                                                           atomic, plain};
+  EXPECT_EQ(PickConvolutionAlgorithm(results, Limit(0), "x")->algorithm, 0);
+  EXPECT_EQ(PickConvolutionAlgorithm(results, Limit(0, true), "x")->algorithm,
+            3);
+}
+
+TEST(PickConvolutionAlgorithmTest, NoneQualifiesNamesEachReason) {
+  ConvolutionAlgorithmResult unsupported = Result(7, 0);
+  unsupported.supported = false;
+  ConvolutionAlgorithmResult refused_query = Result(2, 0);
+  refused_query.supported = false;
+  refused_query.unsupported_because = "workspace query: CUDNN_STATUS_BAD_PARAM";
+  const std::vector<ConvolutionAlgorithmResult> results = {
+      unsupported, refused_query, Result(4, 4096)};
+  const auto picked =
+      PickConvolutionAlgorithm(results, Limit(1024), "forward of 1x2x3x4");
+  EXPECT_EQ(picked.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(picked.status().message(), HasSubstr("forward of 1x2x3x4"));
+  EXPECT_THAT(picked.status().message(), HasSubstr("7: not supported;"));
+  EXPECT_THAT(picked.status().message(),
+              HasSubstr("2: not supported (workspace query: "
+                        "CUDNN_STATUS_BAD_PARAM)"));
+  EXPECT_THAT(picked.status().message(), HasSubstr("4: workspace 4096 bytes"));
+  EXPECT_THAT(PickConvolutionAlgorithm({}, Limit(1), "y").status().message(),
+              HasSubstr("offered none"));
+}
+
+TEST(ConvolutionWorkspaceLimitTest, AnEighthOfFreeMemoryAtMostOneGiB) {
+  constexpr size_t kGiB = size_t{1} << 30;
+  EXPECT_EQ(ConvolutionWorkspaceLimit(80 * kGiB), kGiB);
+  EXPECT_EQ(ConvolutionWorkspaceLimit(4 * kGiB), kGiB / 2);
+  EXPECT_EQ(ConvolutionWorkspaceLimit(0), 0u);
+}
+
+TEST(GrowConvolutionWorkspaceTest, DoublesUpToTheLimit) {
+  EXPECT_EQ(GrowConvolutionWorkspace(0, 100, 1000), 100u);
+  EXPECT_EQ(GrowConvolutionWorkspace(100, 80, 1000), 100u);
+  EXPECT_EQ(GrowConvolutionWorkspace(100, 150, 1000), 200u);
+  EXPECT_EQ(GrowConvolutionWorkspace(100, 450, 1000), 450u);
+  EXPECT_EQ(GrowConvolutionWorkspace(600, 700, 1000), 1000u);
+  // Whatever the sequence of needs, the pieces left behind (every size but
+  // the last) sum to less than twice the last, and every need is met.
+  size_t current = 0, left_behind = 0;
+  for (size_t need : {10, 11, 30, 31, 200, 201, 202, 900, 950, 999}) {
+    const size_t grown = GrowConvolutionWorkspace(current, need, 1000);
+    EXPECT_GE(grown, need);
+    EXPECT_LE(grown, size_t{1000});
+    if (grown != current) left_behind += current;
+    current = grown;
+  }
+  EXPECT_LT(left_behind, 2 * current);
+}
+
+}  // namespace
+}  // namespace gradsync

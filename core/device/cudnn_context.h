@@ -1,0 +1,85 @@
+// What a CUDA device's cuDNN convolutions share (CUDA builds only): the cuDNN
+// handle on the device's compute stream, the workspace limit, and one scratch
+// buffer of each kind (algorithm workspace, NHWC copies of inputs, KRSC copies
+// of weights and their gradients), as large as the largest layer asked for,
+// since one device's kernels run one after another on one stream. Made by the
+// device at its first convolution, so that a model without convolutions never
+// loads cuDNN; the scratch comes from the device's arena at set-up, never in
+// the step loop.
+//
+// Errors: CudnnCallStatus names the cuDNN call, the device and the layer's
+// shape, with cuDNN's own last-error text ("cudnnConvolutionForward on cuda:0,
+// convolution 32x64x32x32 (NHWC) -> 64 channels ...: CUDNN_STATUS_...").
+#pragma once
+
+#include <cudnn.h>
+
+#include <array>
+#include <cstddef>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/base/status_macros.h"
+
+namespace gradsync {
+
+class CudaDevice;
+
+// OK for CUDNN_STATUS_SUCCESS; else "<call> on <where>: <cuDNN's name>
+// (<cuDNN's last error message>)" with a code that tells out-of-memory (
+// ResourceExhausted) and unsupported configurations (FailedPrecondition) from
+// bugs (Internal, InvalidArgument). `call` may be a whole call's text: only
+// the function's name, up to the first '(', is kept.
+absl::Status CudnnCallStatus(cudnnStatus_t status, absl::string_view call,
+                             absl::string_view where);
+
+// Returns from the enclosing function when a cuDNN call fails; `where` names
+// the device and the layer's shape.
+#define CUDNN_RETURN_IF_ERROR(call, where) \
+  RETURN_IF_ERROR(::gradsync::CudnnCallStatus((call), #call, (where)))
+
+class CudnnContext {
+ public:
+  enum Scratch {
+    kWorkspace,   // the algorithms' workspace
+    kInput,       // an input that is not NHWC, copied to NHWC
+    kWeights,     // a weight in KRSC
+    kWeightGrad,  // a weight gradient in KRSC, before its copy back
+    kScratchKinds,
+  };
+
+  // Creates the handle on `device`'s stream and sets the workspace limit from
+  // the GPU's free memory (cudnn_algorithm_choice.h).
+  static absl::StatusOr<std::unique_ptr<CudnnContext>> Create(
+      CudaDevice& device);
+  ~CudnnContext();
+  CudnnContext(const CudnnContext&) = delete;
+  CudnnContext& operator=(const CudnnContext&) = delete;
+
+  CudaDevice& device() const { return device_; }
+  cudnnHandle_t handle() const { return handle_; }
+  size_t workspace_limit() const { return workspace_limit_; }
+
+  // Grows scratch `kind` to at least `bytes` (set-up only: it allocates from
+  // the device's arena). The workspace doubles as it grows, up to the limit
+  // (GrowConvolutionWorkspace); the copies grow to exactly the need.
+  absl::Status Reserve(Scratch kind, size_t bytes);
+  // The current buffer of `kind` and its size; a kernel asks at each call,
+  // since a later layer's Reserve may have replaced it.
+  void* scratch(Scratch kind) const { return scratch_[kind]; }
+  size_t scratch_bytes(Scratch kind) const { return scratch_bytes_[kind]; }
+
+ private:
+  CudnnContext(CudaDevice& device, cudnnHandle_t handle, size_t limit)
+      : device_(device), handle_(handle), workspace_limit_(limit) {}
+
+  CudaDevice& device_;
+  cudnnHandle_t handle_;
+  const size_t workspace_limit_;
+  std::array<void*, kScratchKinds> scratch_{};
+  std::array<size_t, kScratchKinds> scratch_bytes_{};
+};
+
+}  // namespace gradsync

@@ -1,0 +1,342 @@
+// cuDNN convolutions of one geometry on a CUDA device (see the header).
+#include "core/device/cudnn_convolution.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/logging.h"
+#include "core/device/cuda_device.h"
+#include "core/device/cudnn_algorithm_choice.h"
+
+namespace gradsync {
+namespace {
+
+// Plain products: no TF32 (see the header).
+constexpr cudnnMathType_t kMath = CUDNN_FMA_MATH;
+
+cudnnStatus_t SetTensor(cudnnTensorDescriptor_t descriptor,
+                        const CudnnTensorShape& shape) {
+  return cudnnSetTensor4dDescriptorEx(
+      descriptor, CUDNN_DATA_FLOAT, shape.dims[0], shape.dims[1], shape.dims[2],
+      shape.dims[3], shape.strides[0], shape.strides[1], shape.strides[2],
+      shape.strides[3]);
+}
+
+// cuDNN's heuristic results of any direction as the picker's plain structs.
+// The workspace of each supported algorithm is asked of cuDNN by `workspace`
+// (heuristics' results need not carry it); an algorithm whose query fails is
+// refused with the query's error, which the picker's message names if no
+// algorithm is left (one odd candidate should not cost the layer its others).
+// Heuristics measure nothing, so no time is taken from them: the picker keeps
+// cuDNN's order.
+template <typename Perf, typename WorkspaceQuery>
+std::vector<ConvolutionAlgorithmResult> ToResults(const Perf* perf, int count,
+                                                  WorkspaceQuery workspace,
+                                                  absl::string_view query_name,
+                                                  absl::string_view where) {
+  std::vector<ConvolutionAlgorithmResult> results;
+  for (int i = 0; i < count; ++i) {
+    ConvolutionAlgorithmResult result;
+    result.algorithm = static_cast<int>(perf[i].algo);
+    result.supported = perf[i].status == CUDNN_STATUS_SUCCESS;
+    result.time_ms = -1.0f;
+    result.deterministic = perf[i].determinism == CUDNN_DETERMINISTIC;
+    result.tensor_core_math =
+        perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+        perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    if (result.supported) {
+      size_t bytes = 0;
+      const absl::Status status =
+          CudnnCallStatus(workspace(perf[i].algo, &bytes), query_name, where);
+      if (status.ok()) {
+        result.workspace_bytes = bytes;
+      } else {
+        result.supported = false;
+        result.unsupported_because = std::string(status.message());
+      }
+    }
+    results.push_back(result);
+  }
+  return results;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CudnnConvolution::Create(
+    CudnnContext& context, const ConvGeometry& geometry, int out_channels) {
+  ASSIGN_OR_RETURN(CudnnConvolutionPlan plan,
+                   PlanCudnnConvolution(geometry, out_channels));
+  std::unique_ptr<CudnnConvolution> kernel(
+      new CudnnConvolution(context, geometry, out_channels, plan));
+  RETURN_IF_ERROR(kernel->Build());
+  GS_LOG(DEBUG) << kernel->where_ << ": " << kernel->algorithms();
+  return std::unique_ptr<ConvolutionKernel>(std::move(kernel));
+}
+
+CudnnConvolution::CudnnConvolution(CudnnContext& context,
+                                   const ConvGeometry& geometry,
+                                   int out_channels,
+                                   const CudnnConvolutionPlan& plan)
+    : ConvolutionKernel(geometry, out_channels),
+      context_(context),
+      plan_(plan),
+      where_(absl::StrCat(context.device().name(), ", convolution ",
+                          DescribeConvolution(geometry, out_channels))) {}
+
+CudnnConvolution::~CudnnConvolution() {
+  // Destroying a null descriptor is not an error; nothing here can fail in a
+  // way a destructor could report.
+  for (cudnnTensorDescriptor_t tensor :
+       {user_input_, input_, output_, user_weight_, krsc_weight_}) {
+    if (tensor != nullptr) cudnnDestroyTensorDescriptor(tensor);
+  }
+  if (filter_ != nullptr) cudnnDestroyFilterDescriptor(filter_);
+  if (convolution_ != nullptr) cudnnDestroyConvolutionDescriptor(convolution_);
+}
+
+absl::Status CudnnConvolution::Build() {
+  RETURN_IF_ERROR(context_.device().MakeCurrent());
+  for (cudnnTensorDescriptor_t* tensor :
+       {&user_input_, &input_, &output_, &user_weight_, &krsc_weight_}) {
+    CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(tensor), where_);
+  }
+  CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&filter_), where_);
+  CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&convolution_),
+                        where_);
+  CUDNN_RETURN_IF_ERROR(SetTensor(user_input_, plan_.user_input), where_);
+  CUDNN_RETURN_IF_ERROR(SetTensor(input_, plan_.input), where_);
+  CUDNN_RETURN_IF_ERROR(SetTensor(output_, plan_.output), where_);
+  CUDNN_RETURN_IF_ERROR(SetTensor(user_weight_, plan_.user_weight), where_);
+  CUDNN_RETURN_IF_ERROR(SetTensor(krsc_weight_, plan_.nhwc_weight), where_);
+  const std::array<int, 4>& f = plan_.filter_dims;
+  CUDNN_RETURN_IF_ERROR(
+      cudnnSetFilter4dDescriptor(filter_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
+                                 f[0], f[1], f[2], f[3]),
+      where_);
+  // Cross-correlation, as PyTorch's Conv2d (and im2col) compute.
+  CUDNN_RETURN_IF_ERROR(
+      cudnnSetConvolution2dDescriptor(
+          convolution_, plan_.padding[0], plan_.padding[1], plan_.stride[0],
+          plan_.stride[1], plan_.dilation[0], plan_.dilation[1],
+          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+      where_);
+  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, kMath),
+                        where_);
+
+  // cuDNN's idea of the output must be the layer's (the plan's test checks
+  // the formulas agree; this checks cuDNN does).
+  std::array<int, 4> dims{};
+  CUDNN_RETURN_IF_ERROR(cudnnGetConvolution2dForwardOutputDim(
+                            convolution_, input_, filter_, &dims[0], &dims[1],
+                            &dims[2], &dims[3]),
+                        where_);
+  if (dims != plan_.output.dims) {
+    return absl::InternalError(absl::StrCat(
+        where_, ": cuDNN computes an output of ", dims[0], "x", dims[1], "x",
+        dims[2], "x", dims[3], " where the layer expects ",
+        plan_.output.dims[0], "x", plan_.output.dims[1], "x",
+        plan_.output.dims[2], "x", plan_.output.dims[3]));
+  }
+  RETURN_IF_ERROR(ChooseAlgorithms());
+
+  const size_t workspace =
+      std::max({forward_workspace_, input_workspace_, weight_workspace_});
+  RETURN_IF_ERROR(context_.Reserve(CudnnContext::kWorkspace, workspace));
+  const size_t weight_bytes = static_cast<size_t>(plan_.weight_bytes());
+  RETURN_IF_ERROR(context_.Reserve(CudnnContext::kWeights, weight_bytes));
+  RETURN_IF_ERROR(context_.Reserve(CudnnContext::kWeightGrad, weight_bytes));
+  if (plan_.input_needs_copy()) {
+    RETURN_IF_ERROR(context_.Reserve(CudnnContext::kInput,
+                                     static_cast<size_t>(plan_.input_bytes())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudnnConvolution::ChooseAlgorithms() {
+  const cudnnHandle_t handle = context_.handle();
+  ConvolutionAlgorithmPolicy policy;
+  policy.workspace_limit = context_.workspace_limit();
+
+  {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int count = 0;
+    CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
+                              handle, input_, filter_, convolution_, output_,
+                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf),
+                          where_);
+    const std::vector<ConvolutionAlgorithmResult> results = ToResults(
+        perf, count,
+        [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+          return cudnnGetConvolutionForwardWorkspaceSize(
+              handle, input_, filter_, convolution_, output_, algo, bytes);
+        },
+        "cudnnGetConvolutionForwardWorkspaceSize", where_);
+    ASSIGN_OR_RETURN(ConvolutionAlgorithmResult picked,
+                     PickConvolutionAlgorithm(
+                         results, policy, absl::StrCat("forward, ", where_)));
+    forward_algorithm_ =
+        static_cast<cudnnConvolutionFwdAlgo_t>(picked.algorithm);
+    forward_workspace_ = picked.workspace_bytes;
+  }
+  {
+    cudnnConvolutionBwdDataAlgoPerf_t
+        perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int count = 0;
+    CUDNN_RETURN_IF_ERROR(
+        cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            handle, filter_, output_, convolution_, input_,
+            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf),
+        where_);
+    const std::vector<ConvolutionAlgorithmResult> results = ToResults(
+        perf, count,
+        [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(
+              handle, filter_, output_, convolution_, input_, algo, bytes);
+        },
+        "cudnnGetConvolutionBackwardDataWorkspaceSize", where_);
+    ASSIGN_OR_RETURN(
+        ConvolutionAlgorithmResult picked,
+        PickConvolutionAlgorithm(results, policy,
+                                 absl::StrCat("input gradient, ", where_)));
+    input_algorithm_ =
+        static_cast<cudnnConvolutionBwdDataAlgo_t>(picked.algorithm);
+    input_workspace_ = picked.workspace_bytes;
+  }
+  {
+    cudnnConvolutionBwdFilterAlgoPerf_t
+        perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int count = 0;
+    CUDNN_RETURN_IF_ERROR(
+        cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            handle, input_, output_, convolution_, filter_,
+            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf),
+        where_);
+    const std::vector<ConvolutionAlgorithmResult> results = ToResults(
+        perf, count,
+        [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+              handle, input_, output_, convolution_, filter_, algo, bytes);
+        },
+        "cudnnGetConvolutionBackwardFilterWorkspaceSize", where_);
+    ASSIGN_OR_RETURN(
+        ConvolutionAlgorithmResult picked,
+        PickConvolutionAlgorithm(results, policy,
+                                 absl::StrCat("weight gradient, ", where_)));
+    weight_algorithm_ =
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(picked.algorithm);
+    weight_workspace_ = picked.workspace_bytes;
+  }
+  return absl::OkStatus();
+}
+
+std::string CudnnConvolution::algorithms() const {
+  return absl::StrCat("forward algorithm ", forward_algorithm_, " (",
+                      forward_workspace_, " bytes), input gradient ",
+                      input_algorithm_, " (", input_workspace_,
+                      " bytes), weight gradient ", weight_algorithm_, " (",
+                      weight_workspace_, " bytes)");
+}
+
+void CudnnConvolution::Keep(const absl::Status& status) {
+  context_.device().Record(status);
+}
+
+absl::StatusOr<const float*> CudnnConvolution::InputAsNhwc(const float* x) {
+  if (!plan_.input_needs_copy()) return x;
+  float* copy = static_cast<float*>(context_.scratch(CudnnContext::kInput));
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_RETURN_IF_ERROR(
+      cudnnTransformTensor(context_.handle(), &one, user_input_, x, &zero,
+                           input_, copy),
+      where_);
+  return copy;
+}
+
+absl::StatusOr<const float*> CudnnConvolution::WeightAsKrsc(
+    const float* weight) {
+  float* copy = static_cast<float*>(context_.scratch(CudnnContext::kWeights));
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_RETURN_IF_ERROR(
+      cudnnTransformTensor(context_.handle(), &one, user_weight_, weight, &zero,
+                           krsc_weight_, copy),
+      where_);
+  return copy;
+}
+
+absl::Status CudnnConvolution::RunForward(const float* x, const float* weight,
+                                          float* y) {
+  RETURN_IF_ERROR(context_.device().MakeCurrent());
+  ASSIGN_OR_RETURN(const float* input, InputAsNhwc(x));
+  ASSIGN_OR_RETURN(const float* filter, WeightAsKrsc(weight));
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_RETURN_IF_ERROR(
+      cudnnConvolutionForward(context_.handle(), &one, input_, input, filter_,
+                              filter, convolution_, forward_algorithm_,
+                              context_.scratch(CudnnContext::kWorkspace),
+                              forward_workspace_, &zero, output_, y),
+      where_);
+  return absl::OkStatus();
+}
+
+absl::Status CudnnConvolution::RunBackwardWeights(const float* x,
+                                                  const float* dy,
+                                                  float* weight_grad) {
+  RETURN_IF_ERROR(context_.device().MakeCurrent());
+  ASSIGN_OR_RETURN(const float* input, InputAsNhwc(x));
+  float* krsc_grad =
+      static_cast<float*>(context_.scratch(CudnnContext::kWeightGrad));
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_RETURN_IF_ERROR(
+      cudnnConvolutionBackwardFilter(
+          context_.handle(), &one, input_, input, output_, dy, convolution_,
+          weight_algorithm_, context_.scratch(CudnnContext::kWorkspace),
+          weight_workspace_, &zero, filter_, krsc_grad),
+      where_);
+  CUDNN_RETURN_IF_ERROR(
+      cudnnTransformTensor(context_.handle(), &one, krsc_weight_, krsc_grad,
+                           &zero, user_weight_, weight_grad),
+      where_);
+  return absl::OkStatus();
+}
+
+absl::Status CudnnConvolution::RunBackwardInput(const float* dy,
+                                                const float* weight,
+                                                float* dx) {
+  RETURN_IF_ERROR(context_.device().MakeCurrent());
+  ASSIGN_OR_RETURN(const float* filter, WeightAsKrsc(weight));
+  float* nhwc_dx =
+      plan_.input_needs_copy()
+          ? static_cast<float*>(context_.scratch(CudnnContext::kInput))
+          : dx;
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_RETURN_IF_ERROR(
+      cudnnConvolutionBackwardData(context_.handle(), &one, filter_, filter,
+                                   output_, dy, convolution_, input_algorithm_,
+                                   context_.scratch(CudnnContext::kWorkspace),
+                                   input_workspace_, &zero, input_, nhwc_dx),
+      where_);
+  if (plan_.input_needs_copy()) {
+    CUDNN_RETURN_IF_ERROR(cudnnTransformTensor(context_.handle(), &one, input_,
+                                               nhwc_dx, &zero, user_input_, dx),
+                          where_);
+  }
+  return absl::OkStatus();
+}
+
+void CudnnConvolution::Forward(const float* x, const float* weight, float* y) {
+  Keep(RunForward(x, weight, y));
+}
+
+void CudnnConvolution::BackwardWeights(const float* x, const float* dy,
+                                       float* weight_grad) {
+  Keep(RunBackwardWeights(x, dy, weight_grad));
+}
+
+void CudnnConvolution::BackwardInput(const float* dy, const float* weight,
+                                     float* dx) {
+  Keep(RunBackwardInput(dy, weight, dx));
+}
+
+}  // namespace gradsync

@@ -1,0 +1,90 @@
+// The CUDA device's convolutions through cuDNN 9's convolution API (CUDA
+// builds only): forward, input gradient and weight gradient of one geometry,
+// with descriptors made and algorithms chosen once (at a model's Bind) and run
+// every step on the device's stream.
+//
+// Layouts (cudnn_convolution_plan.h): cuDNN sees NHWC tensors and a KRSC
+// (NHWC-format) filter. The layers' activations are NHWC already; an input of
+// another layout is copied to NHWC scratch with cudnnTransformTensor, the
+// weight to KRSC before the forward and input gradient, and the weight
+// gradient back to PyTorch's [out][in][k][k] after it.
+//
+// Algorithms (cudnn_algorithm_choice.h): cuDNN's heuristics
+// (cudnnGetConvolution*Algorithm_v7), each candidate's workspace asked of
+// cuDNN, FP32 math only (CUDNN_FMA_MATH: no TF32, as cuBLAS here and PyTorch's
+// default for convolutions with allow_tf32 off), the workspace bounded by the
+// context's limit and shared between layers.
+//
+// Errors: making the kernel returns a status naming the shape; a failed call
+// while running is kept by the device (CudaDevice::Record) and returned by its
+// next Synchronize or copy, as for every other kernel.
+//
+// Never run on a GPU in this project: tools/gpu_check.sh's unit and parity
+// checks are its first test.
+#pragma once
+
+#include <cudnn.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/device/convolution_kernel.h"
+#include "core/device/cudnn_context.h"
+#include "core/device/cudnn_convolution_plan.h"
+#include "core/device/layer_geometry.h"
+
+namespace gradsync {
+
+class CudnnConvolution : public ConvolutionKernel {
+ public:
+  // Descriptors, algorithms and scratch for `geometry` with `out_channels`
+  // outputs; an error names the shape and the cuDNN call.
+  static absl::StatusOr<std::unique_ptr<ConvolutionKernel>> Create(
+      CudnnContext& context, const ConvGeometry& geometry, int out_channels);
+  ~CudnnConvolution() override;
+
+  void Forward(const float* x, const float* weight, float* y) override;
+  void BackwardWeights(const float* x, const float* dy,
+                       float* weight_grad) override;
+  void BackwardInput(const float* dy, const float* weight, float* dx) override;
+
+  // The chosen algorithms and their workspaces, for logs and gpu_check.
+  std::string algorithms() const;
+
+ private:
+  CudnnConvolution(CudnnContext& context, const ConvGeometry& geometry,
+                   int out_channels, const CudnnConvolutionPlan& plan);
+  absl::Status Build();
+  absl::Status ChooseAlgorithms();
+  absl::Status RunForward(const float* x, const float* weight, float* y);
+  absl::Status RunBackwardWeights(const float* x, const float* dy,
+                                  float* weight_grad);
+  absl::Status RunBackwardInput(const float* dy, const float* weight,
+                                float* dx);
+  // x itself when it is NHWC, else its copy in the input scratch.
+  absl::StatusOr<const float*> InputAsNhwc(const float* x);
+  // The weight copied to KRSC in the weight scratch.
+  absl::StatusOr<const float*> WeightAsKrsc(const float* weight);
+  // Keeps a failure for the device's next Synchronize.
+  void Keep(const absl::Status& status);
+
+  CudnnContext& context_;
+  const CudnnConvolutionPlan plan_;
+  const std::string where_;  // "cuda:0, convolution <shape>"
+  cudnnTensorDescriptor_t user_input_ = nullptr;
+  cudnnTensorDescriptor_t input_ = nullptr;
+  cudnnTensorDescriptor_t output_ = nullptr;
+  cudnnTensorDescriptor_t user_weight_ = nullptr;
+  cudnnTensorDescriptor_t krsc_weight_ = nullptr;
+  cudnnFilterDescriptor_t filter_ = nullptr;
+  cudnnConvolutionDescriptor_t convolution_ = nullptr;
+  cudnnConvolutionFwdAlgo_t forward_algorithm_{};
+  cudnnConvolutionBwdDataAlgo_t input_algorithm_{};
+  cudnnConvolutionBwdFilterAlgo_t weight_algorithm_{};
+  size_t forward_workspace_ = 0;
+  size_t input_workspace_ = 0;
+  size_t weight_workspace_ = 0;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,93 @@
+// The arithmetic of a cuDNN convolution's descriptors, as plain host code so
+// that it is tested on machines without a GPU (or cuDNN): the dimensions and
+// strides of every tensor and filter cudnn_convolution.cc describes to cuDNN,
+// the padding, stride and dilation, the output shape cuDNN will compute (and
+// its agreement with layer_geometry.h's ConvOutputSize), and the sizes of the
+// copies the kernel makes.
+//
+// What cuDNN sees: every tensor NHWC. The layers' activations are NHWC
+// already; an input of another layout (the data set's NCHW rows at the stem)
+// is first copied into NHWC scratch, and its gradient back. The weight, stored
+// in PyTorch's [out][in][k][k] (cuDNN's NCHW filter order, "KCRS"), is copied
+// to KRSC (cuDNN's NHWC filter format) for each call, and the weight gradient
+// back. All-NHWC with an NHWC filter is the configuration PyTorch's
+// channels_last tensors use, so every cuDNN algorithm family supports it;
+// mixing an NHWC tensor with an NCHW filter is not a configuration cuDNN
+// documents for FP32. The copies touch each weight twice a step, as on the
+// CPU (dnnl_convolution.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/device/layer_geometry.h"
+
+namespace gradsync {
+
+// A 4-D tensor as cuDNN's descriptors take it: dims (n, c, h, w) and strides
+// in elements, both int (cuDNN's 4-D descriptors have no 64-bit form).
+struct CudnnTensorShape {
+  std::array<int, 4> dims{};
+  std::array<int, 4> strides{};
+
+  // n·c·h·w.
+  int64_t elements() const;
+  // 1 + Σ (dim−1)·stride: how many elements from the first to the last
+  // addressed, so that a buffer of this many floats holds the tensor.
+  int64_t span() const;
+  bool operator==(const CudnnTensorShape& other) const {
+    return dims == other.dims && strides == other.strides;
+  }
+  bool operator!=(const CudnnTensorShape& other) const {
+    return !(*this == other);
+  }
+};
+
+// Row-major NHWC strides for dims (n, c, h, w).
+CudnnTensorShape NhwcTensorShape(int n, int c, int h, int w);
+
+struct CudnnConvolutionPlan {
+  // The input as the layer lays it out (the geometry's ImageLayout).
+  CudnnTensorShape user_input;
+  // The input as cuDNN reads it: NHWC.
+  CudnnTensorShape input;
+  // The output (and its gradient): NHWC [batch·oh·ow × out].
+  CudnnTensorShape output;
+  // The weight as the model stores it, described as a tensor: dims
+  // (k, c, r, s), KCRS strides.
+  CudnnTensorShape user_weight;
+  // The same weight in KRSC order (cuDNN's CUDNN_TENSOR_NHWC filter format):
+  // dims (k, c, r, s), strides (r·s·c, 1, s·c, c).
+  CudnnTensorShape nhwc_weight;
+  // cuDNN's filter descriptor: (k, c, r, s) whatever the format.
+  std::array<int, 4> filter_dims{};
+  std::array<int, 2> padding{};   // (h, w)
+  std::array<int, 2> stride{};    // (h, w)
+  std::array<int, 2> dilation{};  // (h, w): always 1, as the layers have none
+
+  // Whether the input must be copied to NHWC scratch (and its gradient back).
+  bool input_needs_copy() const { return user_input != input; }
+  int64_t input_bytes() const { return input.elements() * 4; }
+  int64_t weight_bytes() const { return user_weight.elements() * 4; }
+};
+
+// The plan for `g` with `out_channels` outputs, or InvalidArgument naming the
+// shape when cuDNN could not take it: a dimension below 1, negative padding,
+// an output size that is not ConvOutputSize's, an input layout whose elements
+// overlap, or a tensor of 2³¹ elements or more.
+absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(const ConvGeometry& g,
+                                                          int out_channels);
+
+// The output dims (n, k, oh, ow) cuDNN's cudnnGetConvolution2dForwardOutputDim
+// documents for the plan's input, filter and convolution: 1 + (in + 2·pad −
+// ((kernel − 1)·dilation + 1)) / stride, rounded down. The kernel compares
+// cuDNN's own answer with plan.output on the GPU; this is its twin for tests.
+std::array<int, 4> CudnnForwardOutputDims(const CudnnConvolutionPlan& plan);
+
+// "3x5x9x7 (NCHW) -> 4 channels, kernel 3 stride 2 padding 1": the shape named
+// in every error of a convolution.
+std::string DescribeConvolution(const ConvGeometry& g, int out_channels);
+
+}  // namespace gradsync

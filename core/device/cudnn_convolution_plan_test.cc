@@ -1,0 +1,162 @@
+// The cuDNN convolution's descriptor arithmetic, on any machine: what
+// cudnn_convolution.cc describes to cuDNN must be the layers' own layouts and
+// ConvOutputSize's shapes.
+#include "core/device/cudnn_convolution_plan.h"
+
+#include <set>
+#include <tuple>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gradsync {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+ConvGeometry Geometry(int batch, int channels, int height, int width,
+                      int kernel, int stride, int padding, bool nchw) {
+  ConvGeometry g;
+  g.batch = batch;
+  g.channels = channels;
+  g.height = height;
+  g.width = width;
+  g.kernel = kernel;
+  g.stride = stride;
+  g.padding = padding;
+  g.out_height = ConvOutputSize(height, kernel, stride, padding);
+  g.out_width = ConvOutputSize(width, kernel, stride, padding);
+  g.input = nchw ? NchwLayout(channels, height, width)
+                 : NhwcLayout(channels, height, width);
+  return g;
+}
+
+TEST(CudnnConvolutionPlanTest, NhwcLayerIsDescribedAsItIsStored) {
+  const auto plan =
+      PlanCudnnConvolution(Geometry(3, 5, 9, 7, 3, 2, 1, false), 4);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->input_needs_copy());
+  EXPECT_THAT(plan->input.dims, ElementsAre(3, 5, 9, 7));
+  // Element (b, c, h, w) of an NHWC batch: b·H·W·C + h·W·C + w·C + c.
+  EXPECT_THAT(plan->input.strides, ElementsAre(9 * 7 * 5, 1, 7 * 5, 5));
+  EXPECT_THAT(plan->output.dims, ElementsAre(3, 4, 5, 4));
+  EXPECT_THAT(plan->output.strides, ElementsAre(5 * 4 * 4, 1, 4 * 4, 4));
+  // The output is the layer's [batch·oh·ow × out] matrix, densely.
+  EXPECT_EQ(plan->output.span(), 3 * 5 * 4 * 4);
+  EXPECT_THAT(plan->filter_dims, ElementsAre(4, 5, 3, 3));
+  EXPECT_THAT(plan->user_weight.strides, ElementsAre(45, 9, 3, 1));
+  EXPECT_THAT(plan->nhwc_weight.strides, ElementsAre(45, 1, 15, 5));
+  EXPECT_THAT(plan->padding, ElementsAre(1, 1));
+  EXPECT_THAT(plan->stride, ElementsAre(2, 2));
+  EXPECT_THAT(plan->dilation, ElementsAre(1, 1));
+  EXPECT_EQ(plan->input_bytes(), 3 * 5 * 9 * 7 * 4);
+  EXPECT_EQ(plan->weight_bytes(), 4 * 5 * 3 * 3 * 4);
+}
+
+TEST(CudnnConvolutionPlanTest, NchwInputIsCopiedToNhwc) {
+  const auto plan =
+      PlanCudnnConvolution(Geometry(2, 3, 32, 32, 3, 1, 1, true), 64);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->input_needs_copy());
+  EXPECT_THAT(plan->user_input.strides,
+              ElementsAre(3 * 32 * 32, 32 * 32, 32, 1));
+  EXPECT_EQ(plan->user_input.dims, plan->input.dims);
+  EXPECT_EQ(plan->user_input.span(), plan->input.span());
+}
+
+// Both weight descriptions are permutations of one dense block: every
+// (k, c, r, s) has its own offset in [0, k·c·r·s).
+TEST(CudnnConvolutionPlanTest, WeightLayoutsArePermutationsOfOneBlock) {
+  const auto plan =
+      PlanCudnnConvolution(Geometry(1, 3, 8, 8, 3, 1, 0, false), 2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const CudnnTensorShape* shape :
+       {&plan->user_weight, &plan->nhwc_weight}) {
+    std::set<int64_t> offsets;
+    for (int k = 0; k < 2; ++k)
+      for (int c = 0; c < 3; ++c)
+        for (int r = 0; r < 3; ++r)
+          for (int s = 0; s < 3; ++s)
+            offsets.insert(int64_t{k} * shape->strides[0] +
+                           c * shape->strides[1] + r * shape->strides[2] +
+                           s * shape->strides[3]);
+    EXPECT_EQ(offsets.size(), 54u);
+    EXPECT_EQ(*offsets.begin(), 0);
+    EXPECT_EQ(*offsets.rbegin(), 53);
+  }
+  // KRSC: channel fastest, then the kernel column, row, output channel.
+  EXPECT_EQ(plan->nhwc_weight.strides[1], 1);
+  EXPECT_LT(plan->nhwc_weight.strides[3], plan->nhwc_weight.strides[2]);
+  EXPECT_LT(plan->nhwc_weight.strides[2], plan->nhwc_weight.strides[0]);
+}
+
+// cuDNN's documented output formula and PyTorch's (ConvOutputSize) agree on
+// every shape a layer can have, odd sizes, strides and padding included.
+TEST(CudnnConvolutionPlanTest, OutputDimsAgreeWithConvOutputSize) {
+  int planned = 0;
+  for (int size : {1, 2, 3, 5, 7, 8, 17, 32, 224})
+    for (int kernel : {1, 2, 3, 5, 7})
+      for (int stride : {1, 2, 3})
+        for (int padding : {0, 1, 2, 3}) {
+          const ConvGeometry g =
+              Geometry(2, 3, size, size + 1, kernel, stride, padding, false);
+          if (g.out_height < 1 || g.out_width < 1) {
+            EXPECT_FALSE(PlanCudnnConvolution(g, 4).ok());
+            continue;
+          }
+          const auto plan = PlanCudnnConvolution(g, 4);
+          ASSERT_TRUE(plan.ok()) << plan.status();
+          EXPECT_THAT(CudnnForwardOutputDims(*plan),
+                      ElementsAre(2, 4, g.out_height, g.out_width))
+              << "size " << size << " kernel " << kernel << " stride " << stride
+              << " padding " << padding;
+          EXPECT_EQ(CudnnForwardOutputDims(*plan), plan->output.dims);
+          ++planned;
+        }
+  EXPECT_GT(planned, 300);
+}
+
+TEST(CudnnConvolutionPlanTest, RefusesWhatCudnnCouldNotTake) {
+  ConvGeometry g = Geometry(3, 5, 9, 7, 3, 2, 1, false);
+  g.out_height += 1;
+  auto plan = PlanCudnnConvolution(g, 4);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("ConvOutputSize"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("3x5x9x7 (NHWC) -> 4"));
+
+  EXPECT_FALSE(
+      PlanCudnnConvolution(Geometry(0, 5, 9, 7, 3, 1, 1, false), 4).ok());
+  EXPECT_FALSE(
+      PlanCudnnConvolution(Geometry(1, 5, 9, 7, 3, 1, 1, false), 0).ok());
+  EXPECT_FALSE(
+      PlanCudnnConvolution(Geometry(1, 5, 2, 2, 5, 1, 0, false), 4).ok());
+
+  // A zero stride, then columns stepping onto the next pixel's channels.
+  g = Geometry(2, 3, 4, 4, 3, 1, 1, false);
+  g.input.channel = 0;
+  EXPECT_THAT(PlanCudnnConvolution(g, 4).status().message(),
+              HasSubstr("strides"));
+  g.input.channel = 1;
+  g.input.column = 1;
+  plan = PlanCudnnConvolution(g, 4);
+  EXPECT_THAT(plan.status().message(), HasSubstr("two elements"));
+  g.input = ImageLayout{48, 1, 3, 3};  // rows overlap columns
+  EXPECT_FALSE(PlanCudnnConvolution(g, 4).ok());
+
+  // 2^31 elements: beyond cuDNN's int descriptors.
+  plan = PlanCudnnConvolution(Geometry(65536, 64, 32, 32, 3, 1, 1, false), 64);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("2^31"));
+}
+
+TEST(CudnnConvolutionPlanTest, DescribesOtherLayoutsByStrides) {
+  ConvGeometry g = Geometry(1, 2, 3, 3, 1, 1, 0, false);
+  g.input = ImageLayout{100, 1, 20, 2};
+  EXPECT_THAT(DescribeConvolution(g, 1), HasSubstr("strides 100,1,20,2"));
+  // A strided view (gaps between rows) is still a valid input.
+  EXPECT_TRUE(PlanCudnnConvolution(g, 1).ok());
+}
+
+}  // namespace
+}  // namespace gradsync
