@@ -38,10 +38,18 @@ constexpr int kPollMillis = 50;
 int g_signal_pipe[2] = {-1, -1};
 volatile sig_atomic_t g_signal_seen = 0;
 
-void OnSignal(int signo) {
+// Each signal writes one record: the exited child's pid for SIGCHLD, 0 for
+// the others. SIGCHLDs that arrive while one is pending merge into it, and
+// the kernel keeps the first one's siginfo: so the first pid read is the
+// first child that exited even when the launcher ran too late to see the
+// others exit apart (a loaded machine), and it is reaped first.
+void OnSignal(int signo, siginfo_t* info, void*) {
   if (signo != SIGCHLD) g_signal_seen = signo;
-  const char byte = 1;
-  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);
+  const int32_t record =
+      signo == SIGCHLD && info != nullptr ? static_cast<int32_t>(info->si_pid)
+                                          : 0;
+  [[maybe_unused]] ssize_t n =
+      write(g_signal_pipe[1], &record, sizeof(record));
 }
 
 struct Child {
@@ -214,11 +222,12 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
   }
   g_signal_seen = 0;
   struct sigaction action = {}, old_int = {}, old_term = {}, old_chld = {};
-  action.sa_handler = OnSignal;
+  action.sa_sigaction = OnSignal;
+  action.sa_flags = SA_SIGINFO;
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, &old_int);
   sigaction(SIGTERM, &action, &old_term);
-  action.sa_flags = SA_NOCLDSTOP | SA_RESTART;
+  action.sa_flags = SA_SIGINFO | SA_NOCLDSTOP | SA_RESTART;
   sigaction(SIGCHLD, &action, &old_chld);
 
   std::vector<Child> children(specs.size());
@@ -281,9 +290,16 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
     for (size_t i = 0; i < owners.size(); ++i) {
       if (fds[i].revents != 0) DrainOutput(*owners[i], options.echo);
     }
+    // The children the signal records name, in the order they exited.
+    std::vector<pid_t> exited_first;
     if (fds.back().revents != 0) {
-      char drain[64];
-      while (read(g_signal_pipe[0], drain, sizeof(drain)) > 0) {
+      int32_t records[64];
+      ssize_t got;
+      while ((got = read(g_signal_pipe[0], records, sizeof(records))) > 0) {
+        for (ssize_t i = 0; i < got / static_cast<ssize_t>(sizeof(int32_t));
+             ++i) {
+          if (records[i] > 0) exited_first.push_back(records[i]);
+        }
       }
       const int signo = g_signal_seen;
       if (signo != 0) {
@@ -291,8 +307,17 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
                                            "; stopping every process"));
       }
     }
-    // Reap whoever has exited.
-    for (Child& child : children) {
+    // Reap whoever has exited: those the signals named first, in their
+    // order, so the job's exit code and message name the first failure.
+    std::vector<Child*> reap_order;
+    for (pid_t pid : exited_first) {
+      for (Child& child : children) {
+        if (child.pid == pid) reap_order.push_back(&child);
+      }
+    }
+    for (Child& child : children) reap_order.push_back(&child);
+    for (Child* reaped : reap_order) {
+      Child& child = *reaped;
       if (!child.running || !ReapIfExited(child)) continue;
       --running;
       if (child.result.exit_code != 0 && !child.result.stopped_by_launcher &&
