@@ -207,15 +207,19 @@ TEST(DoubleBinaryTree, EveryRankIsInBothTreesWithConsistentEdges) {
   }
 }
 
-TEST(SelectingAllReduce, KeepsTheRingUnlessAnotherIsClearlyFaster) {
+TEST(SelectingAllReduce, PicksTheLowestPrediction) {
   const LinkCost link{1e-3, 1.25e8};
-  // Latency-bound: halving-doubling's 6 steps against the ring's 14.
+  // Latency-bound: halving-doubling's 6 latencies against the ring's 14.
   EXPECT_EQ(SelectingAllReduce::Choose(8, 65536, link), "halving_doubling");
-  // Bandwidth-bound: halving-doubling is predicted a hair faster (same
-  // bandwidth term for N = 8), not 10 %: the ring.
+  // 1 MiB: the ring's segments (131 KiB, 1.05 ms) outlast α, so it streams
+  // (15.7 ms) where halving-doubling pays 6 latencies and the same bytes.
+  EXPECT_EQ(SelectingAllReduce::Choose(8, 1 << 20, link), "ring");
   EXPECT_EQ(SelectingAllReduce::Choose(8, 64 << 20, link), "ring");
   // N = 6: halving-doubling folds; the tree is the latency pick.
   EXPECT_EQ(SelectingAllReduce::Choose(6, 4096, link), "tree");
+  // A tie goes to the ring: N = 2, where all three send S both ways once.
+  EXPECT_EQ(SelectingAllReduce::Choose(2, 64 << 20, LinkCost{0, 1.25e8}),
+            "ring");
 }
 
 TEST(HierarchicalAllReduce, RefusesNodesThatDoNotDivideTheJob) {

@@ -16,16 +16,27 @@ int LargestPowerOfTwoAtMost(int n) {
 
 }  // namespace
 
-// Ring: reduce-scatter and all-gather are N-1 steps each; in every step each
-// rank sends one segment of S/N bytes to its right neighbour while receiving
-// one from its left, so a step costs α + S/(N·B):
-//   T = 2(N-1)·α + 2(N-1)/N · S/B.
-// (The implementation pipelines steps at the byte level, which hides no
-// latency: step k+1's first byte still waits for step k's.)
+// Ring: reduce-scatter and all-gather are K = 2(N-1) steps; in each, every
+// rank sends one segment of s = S/N bytes to its right neighbour while it
+// receives one from its left. Step k+1's bytes are step k's bytes reduced, and
+// the implementation forwards every byte as soon as it has arrived and been
+// added (ring_allreduce.cc), so the steps overlap instead of running one after
+// another. Two things bound the time:
+//  - the link: each carries K·s bytes, back to back when the data keep up,
+//    and the last of them reaches the neighbour α after it left: K·s/B + α;
+//  - the first byte: it crosses K hops, α each, and the last segment follows
+//    it: K·α + s/B.
+//   T = max(2(N-1)/N · S/B + α,  2(N-1)·α + S/(N·B)).
+// Bandwidth-bound buffers (s/B ≥ α) pay one latency, not 2(N-1): the store-
+// and-forward figure 2(N-1)·α + 2(N-1)/N·S/B overstates them by (2N-3)·α,
+// which made the selector give 1 MiB buffers on 1 ms links to halving-doubling
+// while the ring was 1.3x faster (docs/results/allreduce_family.md).
 double RingAllReduceSeconds(int n, double bytes, const LinkCost& link) {
   if (n <= 1) return 0;
-  return 2.0 * (n - 1) * link.alpha_s +
-         2.0 * (n - 1) / n * bytes / link.bytes_per_s;
+  const double steps = 2.0 * (n - 1);
+  const double segment_seconds = bytes / n / link.bytes_per_s;
+  return std::max(steps * segment_seconds + link.alpha_s,
+                  steps * link.alpha_s + segment_seconds);
 }
 
 // Halving-doubling over p = 2^⌊log2 N⌋ ranks: reduce-scatter step k (k = 1..

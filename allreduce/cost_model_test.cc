@@ -10,9 +10,22 @@ namespace {
 const LinkCost kLink{1e-3, 1.25e8};  // 1 ms, 1 Gbit/s
 
 TEST(CostModel, RingAtHandWorkedPoints) {
-  // 2·7·1 ms + 2·7/8·64 KiB / 125 MB/s
-  EXPECT_NEAR(RingAllReduceSeconds(8, 65536, kLink),
-              14e-3 + 1.75 * 65536 / 1.25e8, 1e-12);
+  // Latency-bound: 64 KiB over 8 ranks, s = 8 KiB takes 65.5 us < α, so the
+  // first byte's 14 hops and one segment: 14·1 ms + 8 KiB / 125 MB/s.
+  EXPECT_NEAR(RingAllReduceSeconds(8, 65536, kLink), 14e-3 + 8192 / 1.25e8,
+              1e-12);
+  // Bandwidth-bound: 64 MiB, s = 8 MiB takes 67 ms > α, so the link's
+  // 14 segments and one latency.
+  const double big = 64.0 * (1 << 20);
+  EXPECT_NEAR(RingAllReduceSeconds(8, big, kLink), 14 * big / 8 / 1.25e8 + 1e-3,
+              1e-12);
+  // Never below either bound alone, never above store-and-forward.
+  for (double bytes : {4096.0, 1048576.0, big}) {
+    const double t = RingAllReduceSeconds(8, bytes, kLink);
+    EXPECT_GE(t, 14 * kLink.alpha_s);
+    EXPECT_GE(t, 1.75 * bytes / kLink.bytes_per_s);
+    EXPECT_LE(t, 14 * kLink.alpha_s + 1.75 * bytes / kLink.bytes_per_s);
+  }
   EXPECT_EQ(RingAllReduceSeconds(1, 65536, kLink), 0);
 }
 

@@ -35,11 +35,12 @@ ABSL_FLAG(int, allreduce_ranks_per_node, 0,
           "--sync=hierarchical: ranks per node (consecutive ranks form a "
           "node); 0: the processes on each host (LOCAL_WORLD_SIZE)");
 
-// Zero measures them on the job's own ring at start-up (selecting_allreduce.h);
+// Zero probes them on the job's own connections at start-up
+// (peer_link_probe.h);
 // `gradsync netem --probe` prints a probed α and B to pass here instead.
 ABSL_FLAG(double, allreduce_alpha_us, 0,
           "--sync=allreduce: link latency α in microseconds for the α–β "
-          "choice; 0: measured on the ring at start-up");
+          "choice; 0: probed on the job's connections at start-up");
 ABSL_FLAG(double, allreduce_link_gbit, 0,
           "--sync=allreduce: link bandwidth B in Gbit/s for the α–β choice; "
-          "0: measured on the ring at start-up");
+          "0: probed on the job's connections at start-up");

@@ -10,12 +10,6 @@
 #include "nlohmann/json.hpp"
 
 namespace gradsync {
-namespace {
-
-constexpr double kRingMargin = 0.9;
-
-}  // namespace
-
 SelectingAllReduce::SelectingAllReduce(RingTransport* transport,
                                        int64_t chunk_bytes)
     : transport_(transport), chunk_bytes_(chunk_bytes) {
@@ -31,6 +25,8 @@ std::vector<int> SelectingAllReduce::Peers(int rank, int world_size) {
     peers.insert(peer);
   }
   for (int peer : TreeAllReduce::Peers(rank, world_size)) peers.insert(peer);
+  const int partner = ProbePartner(rank, world_size);
+  if (partner >= 0) peers.insert(partner);
   return {peers.begin(), peers.end()};
 }
 
@@ -41,42 +37,12 @@ absl::StatusOr<std::unique_ptr<SelectingAllReduce>> SelectingAllReduce::Create(
   selector->link_ = link;
   if ((link.alpha_s <= 0 || link.bytes_per_s <= 0) &&
       transport->world_size() > 1) {
-    ASSIGN_OR_RETURN(selector->link_, selector->MeasureLink());
-    selector->measured_ = true;
+    ASSIGN_OR_RETURN(selector->probe_,
+                     ProbePeerLink(transport, chunk_bytes,
+                                   *selector->algorithms_["ring"]));
+    selector->link_ = selector->probe_.link;
   }
   return selector;
-}
-
-absl::StatusOr<LinkCost> SelectingAllReduce::MeasureLink() {
-  RingAllReduce& ring = static_cast<RingAllReduce&>(*algorithms_["ring"]);
-  const int n = transport_->world_size();
-  constexpr int64_t kLargeCount = (4 << 20) / 4;
-  constexpr int kRepeats = 5;
-  std::vector<float> buffer(kLargeCount, 0.0f);
-  auto median_seconds = [&](int64_t count) -> absl::StatusOr<double> {
-    std::vector<double> times;
-    for (int i = 0; i < kRepeats; ++i) {
-      const absl::Time start = absl::Now();
-      RETURN_IF_ERROR(ring.Run(buffer.data(), count, 1.0f, 0xFFFFFF00u));
-      times.push_back(absl::ToDoubleSeconds(absl::Now() - start));
-    }
-    std::sort(times.begin(), times.end());
-    return times[kRepeats / 2];
-  };
-  RETURN_IF_ERROR(ring.Run(buffer.data(), kLargeCount, 1.0f,
-                           0xFFFFFF00u));  // warm up (TCP's slow start too)
-  // N·16 floats: every segment non-empty, so all 2(N-1) steps wait on
-  // their predecessor (a one-float ring skips its empty steps).
-  ASSIGN_OR_RETURN(const double small, median_seconds(int64_t{n} * 16));
-  ASSIGN_OR_RETURN(const double large, median_seconds(kLargeCount));
-  // Averaged over the ranks, so every rank holds the same figures.
-  float figures[2] = {static_cast<float>(small), static_cast<float>(large)};
-  RETURN_IF_ERROR(ring.Run(figures, 2, 1.0f / n, 0xFFFFFF01u));
-  LinkCost link;
-  link.alpha_s = std::max(1e-6, figures[0] / (2.0 * (n - 1)));
-  const double transfer = std::max(1e-6, double{figures[1]} - figures[0]);
-  link.bytes_per_s = 2.0 * (n - 1) / n * kLargeCount * 4 / transfer;
-  return link;
 }
 
 std::string SelectingAllReduce::Choose(int n, double bytes,
@@ -86,18 +52,10 @@ std::string SelectingAllReduce::Choose(int n, double bytes,
       HalvingDoublingAllReduceSeconds(n, bytes, link),
       TreeAllReduceSeconds(n, bytes, link)};
   const char* names[3] = {"ring", "halving_doubling", "tree"};
-  // Another algorithm must beat the ring by kRingMargin to be picked. The
-  // ring streams one pipelined pass whose α–β figure holds to a few per cent;
-  // the others run in rounds (halving-doubling) or through store-and-forward
-  // trees whose start-up and reduction the model leaves out — at 64 MiB on
-  // 1 Gbit/s and N = 8 halving-doubling's prediction is 0.03 % under the
-  // ring's while it measures 43 % over (docs/results/allreduce_family.md).
-  // Where latency rules, the others win by 2x, far beyond the margin.
+  // Strictly lower to replace: the ring on a tie.
   int best = 0;
   for (int i = 1; i < 3; ++i) {
-    const double bar =
-        best == 0 ? predictions[0] * kRingMargin : predictions[best];
-    if (predictions[i] < bar) best = i;
+    if (predictions[i] < predictions[best]) best = i;
   }
   return names[best];
 }
@@ -150,7 +108,9 @@ std::string SelectingAllReduce::SummaryJson() const {
   nlohmann::json summary = {
       {"alpha_us", link_.alpha_s * 1e6},
       {"bandwidth_GBps", link_.bytes_per_s / 1e9},
-      {"link_measured_on_the_ring", measured_},
+      {"link_source", probed() ? "probed on the job's connections" : "given"},
+      {"probe_round_trip_us", probe_.round_trip_us},
+      {"probe_pairs", probe_.pairs},
       {"pick_by_bucket", picks},
       {"runs_by_algorithm", pick_counts_},
   };

@@ -1,17 +1,17 @@
 // --sync=allreduce: per buffer, the all-reduce of the family with the lowest
-// α–β prediction (cost_model.h), the idea of NCCL's tuner; the ring unless
-// another is predicted at least 10 % faster (selecting_allreduce.cc says why).
-// Holds a ring, halving-doubling and a double binary tree over one transport,
-// picks by the buffer's size and records every pick (SummaryJson; the first
-// pick for each tag is logged).
+// α–β prediction (cost_model.h), the idea of NCCL's tuner. Holds a ring,
+// halving-doubling and a double binary tree over one transport, picks by the
+// buffer's size (the ring on a tie) and records every pick (SummaryJson; the
+// first pick for each tag is logged).
 //
-// α and B come from the options (a probe of the link, `gradsync netem
-// --probe`), or, when those are zero, from timing the ring itself at set-up:
-// an all-reduce of 16 floats per rank costs 2(N-1)·α, a 4 MiB one
-// 2(N-1)α + 2(N-1)/N·S/B.
-// Every rank measures, then the measurements are averaged by an all-reduce,
-// so all ranks pick alike (a disagreement would fail the transfer headers,
-// not corrupt a gradient).
+// α and B come from the options (given by the user, e.g. from `gradsync netem
+// --probe`), or, when those are zero, from probing the job's own peer
+// connections at set-up (peer_link_probe.h: round trips for α, two-way
+// exchanges for B, averaged over the ranks so all ranks pick alike; a
+// disagreement would fail the transfer headers, not corrupt a gradient).
+//
+// Hierarchical is not a candidate: its prediction needs the link inside a
+// node and the one across, which one probe pair cannot tell apart.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,7 @@
 #include "allreduce/allreduce_algorithm.h"
 #include "allreduce/cost_model.h"
 #include "allreduce/halving_doubling_allreduce.h"
+#include "allreduce/peer_link_probe.h"
 #include "allreduce/ring_allreduce.h"
 #include "allreduce/ring_transport.h"
 #include "allreduce/tree_allreduce.h"
@@ -34,7 +35,7 @@ namespace gradsync {
 class SelectingAllReduce : public AllReduceAlgorithm {
  public:
   // `transport` must have been created with Peers(rank, world_size).
-  // `link` with zero entries is measured (above).
+  // `link` with zero entries is probed (above).
   static absl::StatusOr<std::unique_ptr<SelectingAllReduce>> Create(
       RingTransport* transport, int64_t chunk_bytes, const LinkCost& link);
   static std::vector<int> Peers(int rank, int world_size);
@@ -51,15 +52,16 @@ class SelectingAllReduce : public AllReduceAlgorithm {
   int64_t bytes_received() const override;
   std::string SummaryJson() const override;
   const LinkCost& link() const { return link_; }
+  // Whether link() was probed (else given).
+  bool probed() const { return probe_.pairs > 0; }
 
  private:
   SelectingAllReduce(RingTransport* transport, int64_t chunk_bytes);
-  absl::StatusOr<LinkCost> MeasureLink();
 
   RingTransport* transport_;
   int64_t chunk_bytes_;
   LinkCost link_;
-  bool measured_ = false;
+  PeerLinkProbeResult probe_;  // pairs == 0: not probed
   std::map<std::string, std::unique_ptr<AllReduceAlgorithm>> algorithms_;
   std::map<uint32_t, std::string> picks_;       // tag -> algorithm
   std::map<std::string, int64_t> pick_counts_;  // algorithm -> runs

@@ -5,9 +5,9 @@
 // the same N processes, sizes and machine.
 //
 // Every gradsync row also shows its α–β prediction (allreduce/cost_model.h)
-// from α and B measured on the job's own ring before the first size (or
-// given with --allreduce_alpha_us and --allreduce_link_gbit), and the
-// measured time over the prediction.
+// from α and B probed on the job's own connections before the first size
+// (allreduce/peer_link_probe.h), or given with --allreduce_alpha_us and
+// --allreduce_link_gbit, and the measured time over the prediction.
 //
 // With a --config=cuda build, --algorithms may also name `nccl`: NCCL's
 // all-reduce on device buffers (bench/nccl_allreduce.h), ranks sharing the
@@ -444,7 +444,7 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
                    << " us, B " << link.bytes_per_s / 1e9 << " GB/s ("
                    << (given.alpha_s > 0 && given.bytes_per_s > 0
                            ? "given"
-                           : "measured on the ring")
+                           : "probed on the job's connections")
                    << ")";
     }
     family["gradsync_allreduce"] = std::move(selector);

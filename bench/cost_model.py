@@ -8,12 +8,17 @@ workers, K the number of parameter servers.
 
 Ring all-reduce (reduce-scatter, then all-gather). The gradient is cut into
 N pieces of S/N. In each of the 2(N−1) rounds every rank sends one piece to
-its right neighbour and receives one from its left, all at once, so each
-round costs α + (S/N)/B on every link:
+its right neighbour and receives one from its left, all at once. A rank
+forwards each byte as soon as it has arrived and been added, so the rounds
+overlap: either every link stays busy (its 2(N−1) pieces back to back, the
+last arriving α after it left) or the first byte's 2(N−1) hops rule (and the
+last piece follows it):
 
-    T_ring = 2(N−1)·α + 2(N−1)/N · S/B                       (1)
+    T_ring = max(2(N−1)/N · S/B + α,  2(N−1)·α + S/(N·B))     (1)
 
-The bandwidth term tends to 2·S/B whatever N is: the ring's selling point.
+Store-and-forward rounds would cost 2(N−1)·α + 2(N−1)/N·S/B, (2N−3)·α more
+for bandwidth-bound buffers. The bandwidth term tends to 2·S/B whatever N
+is: the ring's selling point.
 
 Parameter server, K separate servers. Every worker pushes its whole gradient
 (S bytes out of its link) and pulls the whole average (S bytes in). Server k
@@ -179,7 +184,9 @@ def ring_time(n, size, link):
     """(1): one ring all-reduce of `size` bytes among n ranks."""
     if n == 1:
         return 0.0
-    return 2 * (n - 1) * link.alpha_s + 2 * (n - 1) / n * size / link.bandwidth
+    segment = size / n / link.bandwidth
+    return max(2 * (n - 1) * segment + link.alpha_s,
+               2 * (n - 1) * link.alpha_s + segment)
 
 
 def halving_doubling_time(n, size, link):
@@ -246,17 +253,13 @@ def hierarchical_time(n, ranks_per_node, size, link, intra=None, shared=True):
     return t + halving_doubling_time(n // r, size / r, across)
 
 
-RING_MARGIN = 0.9  # allreduce/selecting_allreduce.cc's kRingMargin
-
-
 def allreduce_pick(n, size, link):
-    """--sync=allreduce's choice and its predicted time: the ring unless
-    another is predicted at least 10 % faster (selecting_allreduce.cc)."""
-    ring = ring_time(n, size, link)
-    best, time = "ring", ring
+    """--sync=allreduce's choice and its predicted time: the lowest of (1),
+    (6) and (7), the ring on a tie (selecting_allreduce.cc)."""
+    best, time = "ring", ring_time(n, size, link)
     for name, t in (("halving_doubling", halving_doubling_time(n, size, link)),
                     ("tree", tree_time(n, size, link))):
-        if t < (ring * RING_MARGIN if best == "ring" else time):
+        if t < time:
             best, time = name, t
     return best, time
 

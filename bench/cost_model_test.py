@@ -11,8 +11,13 @@ LINK = cost_model.Link(1e-3, 1.25e8)  # 1 ms, 1 Gbit/s
 
 class FamilyFormulas(unittest.TestCase):
     def test_ring_point(self):
+        # Latency-bound: 14 hops and one 8 KiB segment.
         self.assertAlmostEqual(cost_model.ring_time(8, 65536, LINK),
-                               14e-3 + 1.75 * 65536 / 1.25e8, places=12)
+                               14e-3 + 8192 / 1.25e8, places=12)
+        # Bandwidth-bound: 14 segments of 8 MiB and one latency.
+        big = 64 << 20
+        self.assertAlmostEqual(cost_model.ring_time(8, big, LINK),
+                               14 * big / 8 / 1.25e8 + 1e-3, places=12)
 
     def test_halving_doubling_points(self):
         self.assertAlmostEqual(cost_model.halving_doubling_time(8, 65536, LINK),
@@ -51,11 +56,11 @@ class FamilyFormulas(unittest.TestCase):
         self.assertLess(cost_model.tree_time(8, small, LINK), ring)
         self.assertLessEqual(cost_model.ring_time(8, big, LINK),
                              cost_model.tree_time(8, big, LINK))
-        # At 64 MiB halving-doubling's prediction is a hair under the ring's
-        # (same bandwidth term for a power of two): the selector keeps the
-        # ring; at 64 KiB it takes halving-doubling (as selecting_allreduce.cc).
-        self.assertLess(cost_model.halving_doubling_time(8, big, LINK),
-                        cost_model.ring_time(8, big, LINK))
+        # At 64 MiB halving-doubling has the ring's bandwidth term (a power
+        # of two) and 6 latencies to the ring's one: the ring; at 64 KiB
+        # halving-doubling (as selecting_allreduce.cc).
+        self.assertGreater(cost_model.halving_doubling_time(8, big, LINK),
+                           cost_model.ring_time(8, big, LINK))
         self.assertEqual(cost_model.allreduce_pick(8, big, LINK)[0], "ring")
         self.assertEqual(cost_model.allreduce_pick(8, small, LINK)[0], "halving_doubling")
 

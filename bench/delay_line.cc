@@ -37,6 +37,8 @@ struct Direction {
   int to = -1;
   std::deque<Packet> queue;
   size_t queued = 0;
+  bool eof = false;   // `from` ended its stream
+  bool shut = false;  // ...and everything before the end was delivered
 };
 
 struct Pair {
@@ -66,11 +68,14 @@ void NoDelay(int fd) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-// Reads what `d.from` has; false on end of stream or error.
+// Reads what `d.from` has; false on error.
 bool Pull(Direction& d, absl::Duration one_way) {
   char buffer[65536];
   const ssize_t got = recv(d.from, buffer, sizeof(buffer), 0);
-  if (got == 0) return false;
+  if (got == 0) {
+    d.eof = true;
+    return true;
+  }
   if (got < 0) return errno == EAGAIN || errno == EINTR;
   d.queue.push_back(Packet{absl::Now() + one_way,
                            std::string(buffer, static_cast<size_t>(got)), 0});
@@ -153,7 +158,7 @@ void DelayRelay::Loop() {
     for (Pair& pair : pairs) {
       if (pair.dead) continue;
       for (Direction* d : {&pair.forward, &pair.backward}) {
-        if (d->queued < kMaxQueued) {
+        if (!d->eof && d->queued < kMaxQueued) {
           entries.push_back(pollfd{d->from, POLLIN, 0});
         }
         if (!d->queue.empty()) {
@@ -198,16 +203,22 @@ void DelayRelay::Loop() {
         if (upstream >= 0) close(upstream);
       }
     }
-    // Move whatever can move; a closed side closes the pair (both ends then
-    // see end-of-stream, as they would without the relay).
+    // Move whatever can move. A side that ends its stream gets the end
+    // passed on once the bytes it sent before have been delivered (a rank
+    // that finishes and closes must not lose its last bytes in the relay);
+    // the pair closes when both directions have ended, or on an error.
     for (Pair& pair : pairs) {
       if (pair.dead) continue;
       bool ok = true;
       for (Direction* d : {&pair.forward, &pair.backward}) {
-        if (d->queued < kMaxQueued) ok = ok && Pull(*d, one_way_);
+        if (!d->eof && d->queued < kMaxQueued) ok = ok && Pull(*d, one_way_);
         ok = ok && Push(*d);
+        if (ok && d->eof && d->queue.empty() && !d->shut) {
+          shutdown(d->to, SHUT_WR);
+          d->shut = true;
+        }
       }
-      if (!ok) {
+      if (!ok || (pair.forward.shut && pair.backward.shut)) {
         pair.dead = true;
         close(pair.forward.from);
         close(pair.forward.to);
