@@ -227,17 +227,36 @@ void DelayRelay::Loop() {
   }
 }
 
+bool DelayedRendezvous::IsDelayedAddressKey(const std::string& key) {
+  return absl::StrContains(key, "/addr/") || absl::StrContains(key, "/peer/") ||
+         absl::StrContains(key, "ps/colocated/");
+}
+
 absl::Status DelayedRendezvous::Set(const std::string& key,
                                     const std::string& value) {
-  if (!absl::StrContains(key, "/addr/") && !absl::StrContains(key, "/peer/")) {
-    return inner_->Set(key, value);
-  }
+  if (!IsDelayedAddressKey(key)) return inner_->Set(key, value);
   absl::StatusOr<std::unique_ptr<DelayRelay>> relay =
       DelayRelay::Start(host_, value, one_way_);
   if (!relay.ok()) return relay.status();
   const std::string address = (*relay)->address();
-  relays_.push_back(*std::move(relay));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    relays_.push_back(*std::move(relay));
+  }
   return inner_->Set(key, address);
+}
+
+absl::StatusOr<std::string> DelayedRendezvous::Get(const std::string& key,
+                                                   absl::Duration timeout) {
+  absl::StatusOr<std::string> value = inner_->Get(key, timeout);
+  if (!value.ok() || !IsDelayedAddressKey(key)) return value;
+  // One of this process's own relays: the connection would not cross a
+  // link, so it goes straight to the target.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::unique_ptr<DelayRelay>& relay : relays_) {
+    if (relay->address() == *value) return relay->target();
+  }
+  return value;
 }
 
 }  // namespace gradsync

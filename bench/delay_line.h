@@ -2,19 +2,24 @@
 // this project's build machines run a kernel without sch_netem (and without
 // fq), so `--netem=RATE,LATENCY` gets the rate but not the latency there.
 //
-// DelayedRendezvous wraps a job's rendezvous: when gradsync's transport
+// DelayedRendezvous wraps a job's rendezvous: when gradsync's ring transport
 // publishes a listening address (keys "<prefix>/addr/<rank>" and
-// "<prefix>/peer/<rank>"), it publishes instead the address of a relay, run by
-// a thread of the same process, that forwards every byte in both directions
-// `one_way` after it arrived. Every hop between two ranks then costs the
-// latency once each way, as a netem delay on the path would; the relay's
-// copies cost CPU (a real NIC's do not), which the benchmark's cpu column
-// shows. Only for bench/allreduce_benchmark: Gloo's connections do not pass
-// through it, so Gloo rows of a delayed run have no added latency.
+// "<prefix>/peer/<rank>") or a colocated parameter server publishes its gRPC
+// address ("ps/colocated/<k>", ps/ps_sync.cc, under any prefix), it publishes
+// instead the address of a relay, run by a thread of the same process, that
+// forwards every byte in both directions `one_way` after it arrived. Every hop
+// between two ranks then costs the latency once each way, as a netem delay on
+// the path would. A process that reads back an address it published itself
+// gets the real one: a worker's connection to its own colocated server stays
+// inside the host, as it would on a cluster. The relay's copies cost CPU (a
+// real NIC's do not), which the benchmark's cpu column shows. Only for
+// bench/allreduce_benchmark: Gloo's connections do not pass through it, so
+// Gloo rows of a delayed run have no added latency.
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +40,7 @@ class DelayRelay {
       absl::Duration one_way);
   ~DelayRelay();
   const std::string& address() const { return address_; }
+  const std::string& target() const { return target_; }
 
  private:
   DelayRelay() = default;
@@ -56,9 +62,7 @@ class DelayedRendezvous : public Rendezvous {
   std::string self() const override { return inner_->self(); }
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key,
-                                  absl::Duration timeout) override {
-    return inner_->Get(key, timeout);
-  }
+                                  absl::Duration timeout) override;
   absl::Status Barrier(const std::string& name, BarrierGroup group,
                        absl::Duration timeout) override {
     return inner_->Barrier(name, group, timeout);
@@ -75,10 +79,16 @@ class DelayedRendezvous : public Rendezvous {
     return inner_->ExplainFailure(symptom, wait);
   }
 
+  // Whether a key holds an address whose connections are to be delayed.
+  static bool IsDelayedAddressKey(const std::string& key);
+
  private:
   Rendezvous* inner_;
   std::string host_;
   absl::Duration one_way_;
+  // Guards relays_: a PsSync may publish from one thread while another
+  // reads.
+  mutable std::mutex mu_;
   std::vector<std::unique_ptr<DelayRelay>> relays_;
 };
 

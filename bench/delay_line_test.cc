@@ -1,5 +1,7 @@
 // The delay line forwards every byte unchanged, in both directions, and no
-// byte arrives before its delay has passed.
+// byte arrives before its delay has passed; DelayedRendezvous puts a relay in
+// front of every address a peer reads (the ring's and the colocated
+// parameter servers'), but not in front of a process's own.
 #include "bench/delay_line.h"
 
 #include <arpa/inet.h>
@@ -11,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/cluster/in_memory_rendezvous.h"
 #include "gtest/gtest.h"
 
 namespace gradsync {
@@ -81,6 +84,48 @@ TEST(DelayRelay, ForwardsBothWaysAfterTheDelay) {
   close(client);
   char byte;
   EXPECT_EQ(read(accepted, &byte, 1), 0);
+  close(accepted);
+  close(server);
+}
+
+TEST(DelayedRendezvous, RelaysPeersAddressesButNotOwnOnes) {
+  auto job = std::make_shared<InMemoryJob>(/*num_workers=*/2,
+                                           /*num_servers=*/0);
+  InMemoryRendezvous inner0(job, Role::kWorker, 0);
+  InMemoryRendezvous inner1(job, Role::kWorker, 1);
+  DelayedRendezvous rank0(&inner0, "127.0.0.1", absl::Milliseconds(1));
+  DelayedRendezvous rank1(&inner1, "127.0.0.1", absl::Milliseconds(1));
+  int port = 0;
+  const int server = ListenOnLoopback(&port);
+  const std::string real = absl::StrCat("127.0.0.1:", port);
+  const absl::Duration timeout = absl::Seconds(10);
+  // The ring transport's keys and a colocated server's (under the prefix
+  // the benchmark gives each size), and one that is not an address.
+  for (const std::string key :
+       {"bench-ring/addr/0", "bench-ring/peer/0", "ps/colocated/0",
+        "bench-ps/4096/ps/colocated/0"}) {
+    ASSERT_TRUE(rank0.Set(key, real).ok()) << key;
+    auto published = inner0.Get(key, timeout);
+    ASSERT_TRUE(published.ok()) << key;
+    EXPECT_NE(*published, real) << key;
+    auto seen_by_peer = rank1.Get(key, timeout);
+    ASSERT_TRUE(seen_by_peer.ok()) << key;
+    EXPECT_EQ(*seen_by_peer, *published) << key;
+    auto seen_by_self = rank0.Get(key, timeout);
+    ASSERT_TRUE(seen_by_self.ok()) << key;
+    EXPECT_EQ(*seen_by_self, real) << key;
+  }
+  ASSERT_TRUE(rank0.Set("checksum/0", "1234").ok());
+  EXPECT_EQ(*rank1.Get("checksum/0", timeout), "1234");
+
+  // The peer's connection to the published colocated-server address reaches
+  // the server through a relay.
+  const int client = Dial(*rank1.Get("ps/colocated/0", timeout));
+  const int accepted = accept(server, nullptr, nullptr);
+  ASSERT_GE(accepted, 0);
+  ASSERT_EQ(write(client, "ping", 4), 4);
+  EXPECT_EQ(ReadExactly(accepted, 4), "ping");
+  close(client);
   close(accepted);
   close(server);
 }
