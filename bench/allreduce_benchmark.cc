@@ -4,10 +4,28 @@
 // allreduce_halving_doubling and allreduce_bcube (Gloo's TCP transport), on
 // the same N processes, sizes and machine.
 //
-// Every gradsync row also shows its α–β prediction (allreduce/cost_model.h)
-// from α and B probed on the job's own connections before the first size
-// (allreduce/peer_link_probe.h), or given with --allreduce_alpha_us and
-// --allreduce_link_gbit, and the measured time over the prediction.
+// Every gradsync all-reduce row also shows its α–β prediction
+// (allreduce/cost_model.h) from α and B probed on the job's own connections
+// before the first size (allreduce/peer_link_probe.h), or given with
+// --allreduce_alpha_us and --allreduce_link_gbit, and the measured time over
+// the prediction.
+//
+// `gradsync_ps` puts the parameter server on the same map: --sync=ps as a
+// training job runs it with colocated servers (--ps_colocate, K = N: every
+// rank process also runs one server shard, BytePS's colocated setting),
+// through the same GradientSync seam, client, server and tuning rules
+// (ps/tuning.h) as training. One "all-reduce" of S bytes is one training
+// step of a model whose gradient is one S-byte tensor in one bucket: every
+// rank pushes its S bytes, split into keys across the N shards as the
+// partitioner splits them, and pulls the average back (--ps_update=worker;
+// the row is checked against sum / N in float, the servers' arithmetic).
+// Each size is a new job (new servers, new registration), so its key size
+// and stream windows are the ones the strategy derives for S, N and the
+// emulated link; --ps_chunk_kb, --ps_stream_window_kb and --ps_message_kb
+// override them as in training. The table and the JSON record them; the
+// α–β column is left empty for this row (bench/cost_model.py's
+// colocated_ps_time takes N, S, the key size and the largest server share
+// from the JSON).
 //
 // With a --config=cuda build, --algorithms may also name `nccl`: NCCL's
 // all-reduce on device buffers (bench/nccl_allreduce.h), ranks sharing the
@@ -18,6 +36,9 @@
 // For every algorithm and size: --warmup untimed runs, a barrier, --iters
 // timed runs back to back, then a fresh input and one checked run. Inputs are
 // small integers, so the sum is exact and every element is checked (#wrong).
+// A run under --relay_latency_us sends every gradsync connection (the ring
+// transport's, and the PS's gRPC connections between ranks) through
+// userspace relays that delay each byte (bench/delay_line.h).
 //
 //   bazel run //bench:allreduce_benchmark -- --workers=4 --max_bytes=67108864
 //
@@ -75,8 +96,11 @@
 #include "core/base/malloc_tuning.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/coordinator.h"
+#include "core/device/device.h"
 #include "core/launch/launcher.h"
 #include "core/launch/netem.h"
+#include "core/sync/gradient_sync.h"
+#include "core/sync/param_layout.h"
 #include "gloo/allreduce_bcube.h"
 #include "gloo/allreduce_halving_doubling.h"
 #include "gloo/allreduce_ring.h"
@@ -86,6 +110,8 @@
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "nlohmann/json.hpp"
+#include "ps/flags.h"
+#include "ps/ps_sync.h"
 #include "tools/cluster_flags.h"
 #ifdef GRADSYNC_CUDA
 #include "bench/nccl_allreduce.h"
@@ -105,7 +131,8 @@ ABSL_FLAG(std::string, algorithms,
           "comma-separated: gradsync_ring, gradsync_halving_doubling, "
           "gradsync_tree, gradsync_hierarchical (nodes of "
           "--allreduce_ranks_per_node ranks; 0: one node), gradsync_allreduce "
-          "(the α–β selector), gloo_ring, gloo_ring_chunked, "
+          "(the α–β selector), gradsync_ps (--sync=ps, one colocated server "
+          "per rank), gloo_ring, gloo_ring_chunked, "
           "gloo_halving_doubling, gloo_bcube, nccl (CUDA builds)");
 ABSL_FLAG(std::string, json, "",
           "also write the results here, in Google Benchmark's JSON shape");
@@ -114,9 +141,10 @@ ABSL_FLAG(
     "with --netem: ranks share an emulated host (namespace and link) this "
     "many at a time, consecutive ranks together");
 ABSL_FLAG(double, relay_latency_us, 0,
-          "route gradsync's connections through userspace relays that delay "
-          "every byte this long each way (bench/delay_line.h), for kernels "
-          "without sch_netem; Gloo's connections are not delayed");
+          "route gradsync's connections (the ring transport's and the "
+          "parameter servers') through userspace relays that delay every "
+          "byte this long each way (bench/delay_line.h), for kernels without "
+          "sch_netem; Gloo's connections are not delayed");
 ABSL_FLAG(std::string, netem, "",
           "run every rank in its own network namespace behind an emulated "
           "link, RATE[,LATENCY] like 1gbit or 1gbit,200us (needs root and "
@@ -128,13 +156,19 @@ namespace {
 constexpr const char* kKnownAlgorithms[] = {
     "gradsync_ring",      "gradsync_halving_doubling",
     "gradsync_tree",      "gradsync_hierarchical",
-    "gradsync_allreduce", "gloo_ring",
-    "gloo_ring_chunked",  "gloo_halving_doubling",
-    "gloo_bcube",         "nccl"};
+    "gradsync_allreduce", "gradsync_ps",
+    "gloo_ring",          "gloo_ring_chunked",
+    "gloo_halving_doubling", "gloo_bcube",
+    "nccl"};
 
 bool IsGloo(const std::string& name) { return absl::StartsWith(name, "gloo_"); }
 bool IsGradsync(const std::string& name) {
   return absl::StartsWith(name, "gradsync_");
+}
+bool IsPs(const std::string& name) { return name == "gradsync_ps"; }
+// The rows that run over gradsync's ring transport.
+bool UsesRingTransport(const std::string& name) {
+  return IsGradsync(name) && !IsPs(name);
 }
 
 // --allreduce_ranks_per_node for gradsync_hierarchical; 0: all on one node.
@@ -197,6 +231,9 @@ struct Plan {
   std::vector<std::string> hosts;
   std::vector<std::string> netns;
   int64_t link_bits_per_s = 0;  // 0: loopback
+  // The emulated link's added round trip (netem's where the kernel added it,
+  // plus the relays'): the PS's stream-window rule takes it.
+  double link_round_trip_s = 0;
   std::string transport = "loopback TCP";
 };
 
@@ -210,6 +247,16 @@ struct Cell {
   // The link as gradsync's ranks measured it (or the flags gave it).
   double link_alpha_s;
   double link_bytes_per_s;
+  // gradsync_ps only: what the strategy derived for this size (or the
+  // --ps_* flags gave), from the job's PsSync::SummaryJson.
+  int ps_servers;
+  int ps_keys;
+  int64_t ps_key_bytes;
+  int64_t ps_largest_server_bytes;  // the busiest server's keys, in bytes
+  int64_t ps_message_bytes;
+  int64_t ps_push_window_bytes;
+  int64_t ps_pull_window_bytes;
+  int ps_key_bytes_from_flag;  // 1: --ps_chunk_kb, 0: the rule's
 };
 
 Cell& CellAt(Cell* cells, const Plan& plan, int algorithm, int size, int rank) {
@@ -233,12 +280,21 @@ void FillInput(float* data, int64_t count, int rank) {
   }
 }
 
-int64_t CountWrong(const float* data, int64_t count, int workers) {
+// What a row leaves in the buffer: the all-reduces the sum, the parameter
+// server (--ps_update=worker) the average, sum / N in float as its servers
+// compute it (ps/bsp_key.cc); both exact functions of the integer sum.
+enum class Reduction { kSum, kAverage };
+
+int64_t CountWrong(const float* data, int64_t count, int workers,
+                   Reduction reduction) {
   float expected[kPeriod];
   for (int j = 0; j < kPeriod; ++j) {
     int sum = 0;
     for (int r = 0; r < workers; ++r) sum += static_cast<int>(InputValue(r, j));
     expected[j] = static_cast<float>(sum);
+    if (reduction == Reduction::kAverage) {
+      expected[j] = expected[j] / static_cast<float>(workers);
+    }
   }
   int64_t wrong = 0;
   for (int64_t i = 0; i < count; i += kPeriod) {
@@ -267,7 +323,8 @@ struct DeviceCopies {
 absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
                      const std::function<absl::Status()>& run,
                      const std::function<absl::Status()>& barrier, Cell& cell,
-                     const DeviceCopies& copies = {}) {
+                     const DeviceCopies& copies = {},
+                     Reduction reduction = Reduction::kSum) {
   FillInput(data, count, rank);
   if (copies.upload) RETURN_IF_ERROR(copies.upload());
   for (int i = 0; i < plan.warmup; ++i) RETURN_IF_ERROR(run());
@@ -285,7 +342,7 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
   RETURN_IF_ERROR(barrier());
   RETURN_IF_ERROR(run());
   if (copies.download) RETURN_IF_ERROR(copies.download());
-  cell.wrong = CountWrong(data, count, plan.workers);
+  cell.wrong = CountWrong(data, count, plan.workers, reduction);
   cell.done = 1;
   return absl::OkStatus();
 }
@@ -375,6 +432,128 @@ absl::Status MeasureGloo(const Plan& plan, int rank, const std::string& name,
   }
 }
 
+// The rendezvous of one gradsync_ps size. Every size is a job of its own
+// (new colocated servers, registered anew for that size's keys), so its keys
+// ("ps/colocated/<k>") and barriers carry a prefix of their own and never
+// meet another size's.
+class ScopedRendezvous : public Rendezvous {
+ public:
+  ScopedRendezvous(Rendezvous* inner, std::string prefix)
+      : inner_(inner), prefix_(std::move(prefix)) {}
+
+  std::string self() const override { return inner_->self(); }
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    return inner_->Set(prefix_ + key, value);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  absl::Duration timeout) override {
+    return inner_->Get(prefix_ + key, timeout);
+  }
+  absl::Status Barrier(const std::string& name, BarrierGroup group,
+                       absl::Duration timeout) override {
+    return inner_->Barrier(prefix_ + name, group, timeout);
+  }
+  absl::Status lost() const override { return inner_->lost(); }
+  bool has_lost() const override { return inner_->has_lost(); }
+  int AddLossListener(
+      std::function<void(const absl::Status&)> listener) override {
+    return inner_->AddLossListener(std::move(listener));
+  }
+  void RemoveLossListener(int id) override { inner_->RemoveLossListener(id); }
+  absl::Status ExplainFailure(const absl::Status& symptom,
+                              absl::Duration wait) const override {
+    return inner_->ExplainFailure(symptom, wait);
+  }
+
+ private:
+  Rendezvous* inner_;
+  std::string prefix_;
+};
+
+// The options a training job's --sync=ps --ps_colocate takes from the same
+// --ps_* flags (their defaults unless given), with the link this benchmark
+// emulates in place of the one `gradsync launch --netem` would announce.
+absl::StatusOr<PsSyncOptions> PsOptions(const Plan& plan,
+                                        const SyncContext& context) {
+  ASSIGN_OR_RETURN(PsSyncOptions options, PsSyncOptionsFromFlags(context));
+  options.colocate = true;  // K = N (PlanFromFlags refused anything else)
+  options.colocated_servers = 0;
+  if (plan.link_bits_per_s > 0) {
+    options.link.rate_bytes_per_s = plan.link_bits_per_s / 8.0;
+    options.link.round_trip_s = plan.link_round_trip_s;
+    options.link.description =
+        absl::StrCat(absl::GetFlag(FLAGS_netem), " (allreduce_benchmark)");
+  }
+  return options;
+}
+
+// Measures gradsync_ps on `count` floats: one job of N workers with a
+// colocated server each, whose model is one tensor of `count` floats in one
+// bucket; one run is one training step's BucketReady + Finish, leaving the
+// average in `data`.
+absl::Status MeasurePs(const Plan& plan, int rank, Rendezvous* rendezvous,
+                       Device& device, float* data, int64_t count,
+                       Cell& cell) {
+  // Outlives the strategy, which listens to it for lost peers.
+  ScopedRendezvous scoped(rendezvous,
+                          absl::StrCat("bench-ps/", count * 4, "/"));
+  SyncContext context;
+  context.identity.rank = rank;
+  context.identity.world_size = plan.workers;
+  context.identity.job_id = absl::StrCat("allreduce-benchmark-ps-", count * 4);
+  context.identity.advertise_host = plan.hosts[rank];
+  context.rendezvous = &scoped;
+  context.timeout = plan.timeout;
+  ASSIGN_OR_RETURN(const PsSyncOptions options, PsOptions(plan, context));
+  ASSIGN_OR_RETURN(const ParamLayout layout,
+                   ParamLayout::Create({ParamSpec{"gradient", {count}}},
+                                       /*bucket_bytes=*/0));
+  ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
+                   CreatePsSync(context, options));
+  // Worker mode never touches the parameters; Setup wants the buffer.
+  std::vector<float> params(count, 0.0f);
+  RETURN_IF_ERROR(sync->Setup(layout, device, SyncBuffers{data, params.data()}));
+  int barriers = 0;
+  RETURN_IF_ERROR(Measure(
+      plan, rank, data, count,
+      [&] {
+        sync->BucketReady(0);
+        StepStats stats;
+        return sync->Finish(stats);
+      },
+      [&] {
+        return scoped.Barrier(absl::StrCat("barrier/", barriers++),
+                              BarrierGroup::kWorkers, plan.timeout);
+      },
+      cell, {}, Reduction::kAverage));
+  // What this size ran with, as the strategy reports it to a training run's
+  // summary.
+  const nlohmann::json summary = nlohmann::json::parse(
+      sync->SummaryJson(), nullptr, /*allow_exceptions=*/false);
+  if (!summary.is_object()) {
+    return absl::InternalError("the PS strategy's summary is not JSON");
+  }
+  cell.ps_servers = summary.value("servers", 0);
+  cell.ps_keys = summary.value("keys", 0);
+  cell.ps_key_bytes = summary.value("chunk_bytes", int64_t{0});
+  cell.ps_key_bytes_from_flag = summary.value("chunk_source", "") == "flag";
+  cell.ps_message_bytes = summary.value("message_bytes", int64_t{0});
+  cell.ps_push_window_bytes =
+      summary.value("push_stream_window_bytes", int64_t{0});
+  cell.ps_pull_window_bytes =
+      summary.value("pull_stream_window_bytes", int64_t{0});
+  cell.ps_largest_server_bytes = 0;
+  if (summary.contains("server_key_bytes")) {
+    for (const nlohmann::json& bytes : summary["server_key_bytes"]) {
+      cell.ps_largest_server_bytes =
+          std::max(cell.ps_largest_server_bytes, bytes.get<int64_t>());
+    }
+  }
+  // Tells the servers this worker is done and waits (deadline: --timeout_s)
+  // until every worker has told this rank's server, then stops it.
+  return sync->Shutdown();
+}
+
 // Moves this (single-threaded, just forked) process into the named network
 // namespace, as `ip netns exec` would.
 absl::Status EnterNamespace(const std::string& name) {
@@ -409,8 +588,10 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
       std::unique_ptr<CoordinatorClient> coordinator,
       CoordinatorClient::Connect(coordinator_address, "allreduce-benchmark",
                                  Role::kWorker, rank, plan.timeout));
-  const bool want_ring =
-      std::any_of(plan.algorithms.begin(), plan.algorithms.end(), IsGradsync);
+  const bool want_ring = std::any_of(plan.algorithms.begin(),
+                                     plan.algorithms.end(), UsesRingTransport);
+  const bool want_ps =
+      std::any_of(plan.algorithms.begin(), plan.algorithms.end(), IsPs);
   const bool want_gloo =
       std::any_of(plan.algorithms.begin(), plan.algorithms.end(), IsGloo);
   const bool want_nccl =
@@ -486,6 +667,11 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
   }
 #endif
 
+  std::unique_ptr<Device> device;
+  if (want_ps) {
+    ASSIGN_OR_RETURN(device, CreateDevice(DeviceOptions()));
+  }
+
   std::vector<float> buffer(plan.sizes.back() / 4);
   float token = 1.0f;
   // Sizes outside, algorithms inside: the algorithms compared on one size run
@@ -512,6 +698,9 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
             plan, rank, buffer.data(), count,
             [&] { return ring->Run(buffer.data(), count); },
             [&] { return ring->Run(&token, 1); }, cell);
+      } else if (IsPs(name)) {
+        status = MeasurePs(plan, rank, rendezvous, *device, buffer.data(),
+                           count, cell);
       } else if (name == "nccl") {
 #ifdef GRADSYNC_CUDA
         status = Measure(
@@ -625,6 +814,7 @@ struct Row {
   double busbw;
   int64_t wrong;
   double predicted_us;  // 0: no prediction
+  Cell rank0;           // rank 0's cell: the link, gradsync_ps's settings
 };
 
 std::string MachineDescription() {
@@ -638,6 +828,29 @@ std::string MachineDescription() {
     }
   }
   return absl::StrCat(model, ", ", sysconf(_SC_NPROCESSORS_ONLN), " cores");
+}
+
+// What each gradsync_ps size ran with: the inputs of its α–β prediction
+// (bench/cost_model.py colocated_ps_time: N, S, the key size, the busiest
+// server's share) and the streams' windows.
+void PrintPsSettings(const std::vector<Row>& rows) {
+  absl::PrintF(
+      "# gradsync_ps settings per size (--sync=ps --ps_colocate "
+      "--ps_update=worker; key: --ps_chunk_kb's rule unless (flag)):\n");
+  absl::PrintF("# %12s %4s %6s %14s %14s %10s %12s %12s\n", "size (B)", "K",
+               "keys", "key (B)", "busiest (B)", "share", "push win (B)",
+               "pull win (B)");
+  for (const Row& row : rows) {
+    if (!IsPs(row.algorithm)) continue;
+    const Cell& ps = row.rank0;
+    absl::PrintF("  %12d %4d %6d %14s %14d %10.3f %12d %12d\n", row.bytes,
+                 ps.ps_servers, ps.ps_keys,
+                 absl::StrCat(ps.ps_key_bytes,
+                              ps.ps_key_bytes_from_flag ? " (flag)" : ""),
+                 ps.ps_largest_server_bytes,
+                 static_cast<double>(ps.ps_largest_server_bytes) / row.bytes,
+                 ps.ps_push_window_bytes, ps.ps_pull_window_bytes);
+  }
 }
 
 void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
@@ -661,9 +874,12 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
   absl::PrintF(
       "# cpu: user+system time per all-reduce, summed over the ranks' "
       "processes (on a CPU-bound machine, the cost that matters)\n");
-  absl::PrintF(
-      "# gradsync_ring: --ring_chunk_kb=%d --ring_socket_buffer_kb=%d\n",
-      ring.chunk_bytes >> 10, ring.socket_buffer_bytes >> 10);
+  if (std::any_of(plan.algorithms.begin(), plan.algorithms.end(),
+                  UsesRingTransport)) {
+    absl::PrintF(
+        "# gradsync_ring: --ring_chunk_kb=%d --ring_socket_buffer_kb=%d\n",
+        ring.chunk_bytes >> 10, ring.socket_buffer_bytes >> 10);
+  }
   for (const std::string& algorithm : plan.algorithms) {
     absl::PrintF("#\n# %s\n", algorithm);
     absl::PrintF("# %12s %12s %6s %12s %12s %12s %8s %14s %12s %8s%s\n",
@@ -683,6 +899,7 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
           row.wrong, row.cpu_us, row.predicted_us,
           row.predicted_us > 0 ? row.time_us / row.predicted_us : 0.0, link);
     }
+    if (IsPs(algorithm)) PrintPsSettings(rows);
   }
   // Side by side, when at least two algorithms ran.
   if (plan.algorithms.size() < 2) return;
@@ -725,6 +942,10 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
   const RingSettings ring = RingSettingsFromFlags();
   // Google Benchmark's JSON layout, so its compare tools read it.
   nlohmann::json benchmarks = nlohmann::json::array();
+  // The link the gradsync rows' predictions used (measured on the ring or
+  // given); 0 where no ring row ran.
+  double link_alpha_us = 0;
+  double link_bytes_per_s = 0;
   for (const Row& row : rows) {
     const std::string name = absl::StrCat(row.algorithm, "/", row.bytes);
     benchmarks.push_back({
@@ -744,6 +965,28 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
         {"predicted_us", row.predicted_us},
         {"cpu_us_all_ranks", row.cpu_us},
     });
+    if (IsPs(row.algorithm)) {
+      // The inputs of bench/cost_model.py's colocated_ps_time.
+      const Cell& ps = row.rank0;
+      nlohmann::json& entry = benchmarks.back();
+      entry["ps_update"] = "worker";
+      entry["ps_placement"] = "colocated";
+      entry["ps_workers"] = plan.workers;
+      entry["ps_servers"] = ps.ps_servers;
+      entry["ps_keys"] = ps.ps_keys;
+      entry["ps_key_bytes"] = ps.ps_key_bytes;
+      entry["ps_key_bytes_source"] = ps.ps_key_bytes_from_flag ? "flag" : "auto";
+      entry["ps_largest_server_bytes"] = ps.ps_largest_server_bytes;
+      entry["ps_largest_share"] =
+          static_cast<double>(ps.ps_largest_server_bytes) / row.bytes;
+      entry["ps_message_bytes"] = ps.ps_message_bytes;
+      entry["ps_push_stream_window_bytes"] = ps.ps_push_window_bytes;
+      entry["ps_pull_stream_window_bytes"] = ps.ps_pull_window_bytes;
+    }
+    if (row.rank0.link_alpha_s > 0) {
+      link_alpha_us = row.rank0.link_alpha_s * 1e6;
+      link_bytes_per_s = row.rank0.link_bytes_per_s;
+    }
   }
   const nlohmann::json document = {
       {"context",
@@ -757,7 +1000,11 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
         {"ring_chunk_kb", ring.chunk_bytes >> 10},
         {"ring_socket_buffer_kb", ring.socket_buffer_bytes >> 10},
         {"transport", plan.transport},
-        {"link_bits_per_s", plan.link_bits_per_s}}},
+        {"link_bits_per_s", plan.link_bits_per_s},
+        {"link_round_trip_us", plan.link_round_trip_s * 1e6},
+        {"relay_latency_us", absl::GetFlag(FLAGS_relay_latency_us)},
+        {"prediction_link_alpha_us", link_alpha_us},
+        {"prediction_link_bytes_per_s", link_bytes_per_s}}},
       {"benchmarks", benchmarks},
   };
   const std::string json =
@@ -809,6 +1056,23 @@ absl::StatusOr<Plan> PlanFromFlags() {
   if (plan.algorithms.empty()) {
     return absl::InvalidArgumentError("--algorithms is empty");
   }
+  if (std::any_of(plan.algorithms.begin(), plan.algorithms.end(), IsPs)) {
+    // The row checks the average the servers return and always puts one
+    // server in every rank.
+    ASSIGN_OR_RETURN(const ps::UpdateMode update, UpdateModeFromFlags());
+    if (update != ps::UPDATE_WORKER) {
+      return absl::InvalidArgumentError(
+          "gradsync_ps measures --ps_update=worker (the servers return the "
+          "averaged gradient, like an all-reduce); drop --ps_update=server");
+    }
+    ASSIGN_OR_RETURN(const int colocated,
+                     ColocatedServersFromFlags(plan.workers));
+    if (colocated != 0 && colocated != plan.workers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradsync_ps runs one colocated server in every rank (K = N = ",
+          plan.workers, "); drop --ps_colocated_servers=", colocated));
+    }
+  }
   ASSIGN_OR_RETURN(plan.coordinator_port, PickFreePort());
   char store_template[] = "/tmp/gradsync-allreduce-benchmark-XXXXXX";
   if (mkdtemp(store_template) == nullptr) {
@@ -840,7 +1104,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   Cell* cells = static_cast<Cell*>(shared);
-  std::fill(cells, cells + cell_count, Cell{0, 0, 0, 0, 0, 0});
+  std::fill(cells, cells + cell_count, Cell{});
 
   // Removed by its destructor on every way out of Main (Ctrl-C included:
   // RunRanks turns it into stopping the ranks).
@@ -870,6 +1134,9 @@ int Main(int argc, char** argv) {
       plan->netns.push_back(network->NodeNamespace(rank / ranks_per_host));
     }
     plan->link_bits_per_s = link->rate_bits_per_s;
+    if (network->latency_emulated()) {
+      plan->link_round_trip_s = 2 * absl::ToDoubleSeconds(link->latency);
+    }
     plan->transport = absl::StrCat(
         "TCP over emulated ", link->text, " links (",
         ranks_per_host == 1
@@ -879,6 +1146,7 @@ int Main(int argc, char** argv) {
   }
 
   if (absl::GetFlag(FLAGS_relay_latency_us) > 0) {
+    plan->link_round_trip_s += 2e-6 * absl::GetFlag(FLAGS_relay_latency_us);
     absl::StrAppend(&plan->transport, ", gradsync's connections through ",
                     absl::GetFlag(FLAGS_relay_latency_us),
                     " us userspace delay relays (Gloo's not)");
@@ -909,6 +1177,7 @@ int Main(int argc, char** argv) {
       }
       if (!complete) continue;
       const Cell& first = CellAt(cells, *plan, a, s, 0);
+      row.rank0 = first;
       row.predicted_us =
           PredictedMicros(row.algorithm, plan->workers, row.bytes,
                           LinkCost{first.link_alpha_s, first.link_bytes_per_s});
