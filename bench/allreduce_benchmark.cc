@@ -153,13 +153,17 @@ ABSL_FLAG(std::string, netem, "",
 namespace gradsync {
 namespace {
 
-constexpr const char* kKnownAlgorithms[] = {
-    "gradsync_ring",      "gradsync_halving_doubling",
-    "gradsync_tree",      "gradsync_hierarchical",
-    "gradsync_allreduce", "gradsync_ps",
-    "gloo_ring",          "gloo_ring_chunked",
-    "gloo_halving_doubling", "gloo_bcube",
-    "nccl"};
+constexpr const char* kKnownAlgorithms[] = {"gradsync_ring",
+                                            "gradsync_halving_doubling",
+                                            "gradsync_tree",
+                                            "gradsync_hierarchical",
+                                            "gradsync_allreduce",
+                                            "gradsync_ps",
+                                            "gloo_ring",
+                                            "gloo_ring_chunked",
+                                            "gloo_halving_doubling",
+                                            "gloo_bcube",
+                                            "nccl"};
 
 bool IsGloo(const std::string& name) { return absl::StartsWith(name, "gloo_"); }
 bool IsGradsync(const std::string& name) {
@@ -492,8 +496,7 @@ absl::StatusOr<PsSyncOptions> PsOptions(const Plan& plan,
 // bucket; one run is one training step's BucketReady + Finish, leaving the
 // average in `data`.
 absl::Status MeasurePs(const Plan& plan, int rank, Rendezvous* rendezvous,
-                       Device& device, float* data, int64_t count,
-                       Cell& cell) {
+                       Device& device, float* data, int64_t count, Cell& cell) {
   // Outlives the strategy, which listens to it for lost peers.
   ScopedRendezvous scoped(rendezvous,
                           absl::StrCat("bench-ps/", count * 4, "/"));
@@ -512,7 +515,8 @@ absl::Status MeasurePs(const Plan& plan, int rank, Rendezvous* rendezvous,
                    CreatePsSync(context, options));
   // Worker mode never touches the parameters; Setup wants the buffer.
   std::vector<float> params(count, 0.0f);
-  RETURN_IF_ERROR(sync->Setup(layout, device, SyncBuffers{data, params.data()}));
+  RETURN_IF_ERROR(
+      sync->Setup(layout, device, SyncBuffers{data, params.data()}));
   int barriers = 0;
   RETURN_IF_ERROR(Measure(
       plan, rank, data, count,
@@ -975,7 +979,8 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
       entry["ps_servers"] = ps.ps_servers;
       entry["ps_keys"] = ps.ps_keys;
       entry["ps_key_bytes"] = ps.ps_key_bytes;
-      entry["ps_key_bytes_source"] = ps.ps_key_bytes_from_flag ? "flag" : "auto";
+      entry["ps_key_bytes_source"] =
+          ps.ps_key_bytes_from_flag ? "flag" : "auto";
       entry["ps_largest_server_bytes"] = ps.ps_largest_server_bytes;
       entry["ps_largest_share"] =
           static_cast<double>(ps.ps_largest_server_bytes) / row.bytes;
