@@ -946,8 +946,8 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
   const RingSettings ring = RingSettingsFromFlags();
   // Google Benchmark's JSON layout, so its compare tools read it.
   nlohmann::json benchmarks = nlohmann::json::array();
-  // The link the gradsync rows' predictions used (measured on the ring or
-  // given); 0 where no ring row ran.
+  // The link the gradsync rows' predictions used (probed on the job's
+  // connections, or given); 0 where no all-reduce row ran.
   double link_alpha_us = 0;
   double link_bytes_per_s = 0;
   for (const Row& row : rows) {
