@@ -209,10 +209,12 @@ TEST(DoubleBinaryTree, EveryRankIsInBothTreesWithConsistentEdges) {
 
 TEST(SelectingAllReduce, PicksTheLowestPrediction) {
   const LinkCost link{1e-3, 1.25e8};
-  // Latency-bound: halving-doubling's 6 latencies against the ring's 14.
-  EXPECT_EQ(SelectingAllReduce::Choose(8, 65536, link), "halving_doubling");
+  // Latency-bound: the tree's and halving-doubling's 6 latencies against
+  // the ring's 14; the tree's last byte follows 32 KiB, halving-doubling
+  // moves 1.75·64 KiB.
+  EXPECT_EQ(SelectingAllReduce::Choose(8, 65536, link), "tree");
   // 1 MiB: the ring's segments (131 KiB, 1.05 ms) outlast α, so it streams
-  // (15.7 ms) where halving-doubling pays 6 latencies and the same bytes.
+  // (15.7 ms) where the others pay their latencies and more bytes.
   EXPECT_EQ(SelectingAllReduce::Choose(8, 1 << 20, link), "ring");
   EXPECT_EQ(SelectingAllReduce::Choose(8, 64 << 20, link), "ring");
   // N = 6: halving-doubling folds; the tree is the latency pick.
@@ -220,6 +222,14 @@ TEST(SelectingAllReduce, PicksTheLowestPrediction) {
   // A tie goes to the ring: N = 2, where all three send S both ways once.
   EXPECT_EQ(SelectingAllReduce::Choose(2, 64 << 20, LinkCost{0, 1.25e8}),
             "ring");
+  // Each candidate with its own α: a tree whose hops cost 1.5 ms loses the
+  // latency-bound buffer to halving-doubling's 1 ms rounds.
+  CandidateLinks slow_tree = CandidateLinks::Uniform(link);
+  slow_tree.tree.alpha_s = 1.5e-3;
+  EXPECT_EQ(SelectingAllReduce::Choose(8, 65536, slow_tree),
+            "halving_doubling");
+  EXPECT_NEAR(SelectingAllReduce::Predict("tree", 8, 65536, slow_tree.tree),
+              9e-3 + 32768 / 1.25e8, 1e-12);
 }
 
 TEST(HierarchicalAllReduce, RefusesNodesThatDoNotDivideTheJob) {

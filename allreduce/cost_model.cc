@@ -58,15 +58,20 @@ double HalvingDoublingAllReduceSeconds(int n, double bytes,
 }
 
 // Double binary tree, each tree carrying S/2. A node forwards bytes as soon
-// as they have arrived from both children (cut-through, not store-and-forward
-// per chunk), so the first byte climbs D levels to the root and descends D
-// levels, paying α per level, while the rest follows at the pace of the
-// busiest link. The busiest rank sends (and receives) W = E·S/2 bytes, E its
-// number of tree edges (parent and children) over both trees: E = 4 for a
-// rank that is internal in one tree and a leaf in the other (the aim of the
-// second tree), up to 6 for one internal in both (the shift construction
-// leaves a few). So
-//   T = 2D·α + E_max·(S/2)/B.
+// as they have arrived from both children and been added (cut-through, not
+// store-and-forward per chunk). The busiest rank sends (and receives)
+// W = E·S/2 bytes, E its number of tree edges (parent and children) over both
+// trees: E = 4 for a rank that is internal in one tree and a leaf in the other
+// (the aim of the second tree), up to 6 for one internal in both (the shift
+// construction leaves a few). As for the ring, two things bound the time:
+//  - the last byte: it leaves a leaf once that leaf's S/2 is out, climbs D
+//    levels to the root and descends D, α each: 2D·α + (S/2)/B;
+//  - the busiest link: its W bytes, and its sends down a tree cannot begin
+//    before the first byte has been to the root and back, two latencies for
+//    the shallowest such node: E·(S/2)/B + 2α.
+//   T = max(2D·α + (S/2)/B,  E_max·(S/2)/B + 2α).
+// (The sum of the two, a store-and-forward figure, was 1.2x the measured
+// time at 64 KiB–1 MiB on 1 ms links, docs/results/allreduce_family.md.)
 // For large S this is E_max/2 times S/B against the ring's 2(N-1)/N·S/B: the
 // tree is for latency-bound buffers, the ring for bandwidth-bound ones.
 double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link) {
@@ -82,8 +87,9 @@ double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link) {
     busiest_edges = std::max(busiest_edges, edges);
   }
   const int depth = DoubleBinaryTreeDepth(n);
-  return 2 * depth * link.alpha_s +
-         busiest_edges * (bytes / 2) / link.bytes_per_s;
+  const double half_seconds = bytes / 2 / link.bytes_per_s;
+  return std::max(2 * depth * link.alpha_s + half_seconds,
+                  busiest_edges * half_seconds + 2 * link.alpha_s);
 }
 
 // Hierarchical with R ranks per node and M = N/R nodes: the intra-node

@@ -10,6 +10,13 @@
 #include "nlohmann/json.hpp"
 
 namespace gradsync {
+
+const LinkCost& CandidateLinks::For(const std::string& algorithm) const {
+  if (algorithm == "halving_doubling") return halving_doubling;
+  if (algorithm == "tree") return tree;
+  return ring;
+}
+
 SelectingAllReduce::SelectingAllReduce(RingTransport* transport,
                                        int64_t chunk_bytes)
     : transport_(transport), chunk_bytes_(chunk_bytes) {
@@ -35,33 +42,96 @@ absl::StatusOr<std::unique_ptr<SelectingAllReduce>> SelectingAllReduce::Create(
   std::unique_ptr<SelectingAllReduce> selector(
       new SelectingAllReduce(transport, chunk_bytes));
   selector->link_ = link;
+  selector->links_ = CandidateLinks::Uniform(link);
   if ((link.alpha_s <= 0 || link.bytes_per_s <= 0) &&
       transport->world_size() > 1) {
     ASSIGN_OR_RETURN(selector->probe_,
                      ProbePeerLink(transport, chunk_bytes,
                                    *selector->algorithms_["ring"]));
     selector->link_ = selector->probe_.link;
+    RETURN_IF_ERROR(selector->CalibrateLatencies());
   }
   return selector;
 }
 
+absl::Status SelectingAllReduce::CalibrateLatencies() {
+  const int n = transport_->world_size();
+  constexpr int kWarmup = 2;
+  constexpr int kRuns = 8;
+  // N·16 floats: every ring segment is non-empty, so all 2(N-1) steps wait
+  // on their predecessor (a one-float ring skips its empty steps).
+  const int64_t count = int64_t{n} * 16;
+  std::vector<float> buffer(count, 0.0f);
+  // Every rank's figure in its own slot, zeros elsewhere: a sum all-reduce
+  // then gives every rank all of them, and each candidate is charged its
+  // slowest rank's time, the one a step waits for.
+  std::vector<float> by_rank(3 * n, 0.0f);
+  const int rank = transport_->rank();
+  float token = 1.0f;
+  for (int i = 0; i < 3; ++i) {
+    AllReduceAlgorithm& algorithm = *algorithms_[kCandidates[i]];
+    for (int r = 0; r < kWarmup; ++r) {
+      RETURN_IF_ERROR(algorithm.Run(buffer.data(), count, 1.0f, 0xFFFFFF10u));
+    }
+    // Enter the timed runs as a job enters a bucket's all-reduce: together
+    // up to the skew an all-reduce leaves (a one-float ring), not in the lock
+    // step the warm-up runs may have settled into.
+    RETURN_IF_ERROR(algorithms_["ring"]->Run(&token, 1, 1.0f, 0xFFFFFF12u));
+    const absl::Time start = absl::Now();
+    for (int r = 0; r < kRuns; ++r) {
+      RETURN_IF_ERROR(algorithm.Run(buffer.data(), count, 1.0f, 0xFFFFFF10u));
+    }
+    by_rank[i * n + rank] =
+        static_cast<float>(absl::ToDoubleSeconds(absl::Now() - start) / kRuns);
+  }
+  RETURN_IF_ERROR(
+      algorithms_["ring"]->Run(by_rank.data(), 3 * n, 1.0f, 0xFFFFFF11u));
+  double seconds[3];
+  for (int i = 0; i < 3; ++i) {
+    seconds[i] = *std::max_element(by_rank.begin() + i * n,
+                                   by_rank.begin() + (i + 1) * n);
+  }
+  LinkCost* targets[3] = {&links_.ring, &links_.halving_doubling, &links_.tree};
+  for (int i = 0; i < 3; ++i) {
+    // The formula at zero bytes with α = 1 counts the latencies it charges.
+    const double latencies =
+        Predict(kCandidates[i], n, 0, LinkCost{1.0, link_.bytes_per_s});
+    targets[i]->bytes_per_s = link_.bytes_per_s;
+    // A tiny buffer's bytes take a few microseconds at any B this runs on;
+    // never below the wire's own α (a run faster than the probe).
+    targets[i]->alpha_s =
+        std::max(link_.alpha_s, seconds[i] / latencies);
+  }
+  return absl::OkStatus();
+}
+
+double SelectingAllReduce::Predict(const std::string& algorithm, int n,
+                                   double bytes, const LinkCost& link) {
+  if (algorithm == "halving_doubling") {
+    return HalvingDoublingAllReduceSeconds(n, bytes, link);
+  }
+  if (algorithm == "tree") return TreeAllReduceSeconds(n, bytes, link);
+  return RingAllReduceSeconds(n, bytes, link);
+}
+
 std::string SelectingAllReduce::Choose(int n, double bytes,
-                                       const LinkCost& link) {
-  const double predictions[3] = {
-      RingAllReduceSeconds(n, bytes, link),
-      HalvingDoublingAllReduceSeconds(n, bytes, link),
-      TreeAllReduceSeconds(n, bytes, link)};
-  const char* names[3] = {"ring", "halving_doubling", "tree"};
+                                       const CandidateLinks& links) {
   // Strictly lower to replace: the ring on a tie.
   int best = 0;
+  double best_seconds = Predict(kCandidates[0], n, bytes, links.ring);
   for (int i = 1; i < 3; ++i) {
-    if (predictions[i] < predictions[best]) best = i;
+    const double seconds =
+        Predict(kCandidates[i], n, bytes, links.For(kCandidates[i]));
+    if (seconds < best_seconds) {
+      best = i;
+      best_seconds = seconds;
+    }
   }
-  return names[best];
+  return kCandidates[best];
 }
 
 std::string SelectingAllReduce::Pick(int64_t count) const {
-  return Choose(transport_->world_size(), count * 4.0, link_);
+  return Choose(transport_->world_size(), count * 4.0, links_);
 }
 
 absl::Status SelectingAllReduce::Run(float* data, int64_t count, float scale,
@@ -72,12 +142,16 @@ absl::Status SelectingAllReduce::Run(float* data, int64_t count, float scale,
     const int n = transport_->world_size();
     GS_LOG(INFO) << "allreduce: tag " << tag << " (" << count * 4
                  << " bytes) -> " << pick << "; predicted ring "
-                 << RingAllReduceSeconds(n, count * 4.0, link_) * 1e6
+                 << Predict("ring", n, count * 4.0, links_.ring) * 1e6
                  << " us, halving_doubling "
-                 << HalvingDoublingAllReduceSeconds(n, count * 4.0, link_) * 1e6
+                 << Predict("halving_doubling", n, count * 4.0,
+                            links_.halving_doubling) *
+                        1e6
                  << " us, tree "
-                 << TreeAllReduceSeconds(n, count * 4.0, link_) * 1e6
-                 << " us (alpha " << link_.alpha_s * 1e6 << " us, B "
+                 << Predict("tree", n, count * 4.0, links_.tree) * 1e6
+                 << " us (alpha ring/hd/tree " << links_.ring.alpha_s * 1e6
+                 << "/" << links_.halving_doubling.alpha_s * 1e6 << "/"
+                 << links_.tree.alpha_s * 1e6 << " us, B "
                  << link_.bytes_per_s / 1e9 << " GB/s)";
   } else {
     it->second = pick;
@@ -107,6 +181,10 @@ std::string SelectingAllReduce::SummaryJson() const {
   for (const auto& [tag, name] : picks_) picks[std::to_string(tag)] = name;
   nlohmann::json summary = {
       {"alpha_us", link_.alpha_s * 1e6},
+      {"alpha_us_by_algorithm",
+       {{"ring", links_.ring.alpha_s * 1e6},
+        {"halving_doubling", links_.halving_doubling.alpha_s * 1e6},
+        {"tree", links_.tree.alpha_s * 1e6}}},
       {"bandwidth_GBps", link_.bytes_per_s / 1e9},
       {"link_source", probed() ? "probed on the job's connections" : "given"},
       {"probe_round_trip_us", probe_.round_trip_us},

@@ -5,10 +5,19 @@
 // first pick for each tag is logged).
 //
 // α and B come from the options (given by the user, e.g. from `gradsync netem
-// --probe`), or, when those are zero, from probing the job's own peer
-// connections at set-up (peer_link_probe.h: round trips for α, two-way
-// exchanges for B, averaged over the ranks so all ranks pick alike; a
-// disagreement would fail the transfer headers, not corrupt a gradient).
+// --probe`), or, when those are zero, are measured at set-up:
+//  - B and the link's α by probing the job's own peer connections
+//    (peer_link_probe.h: round trips, two-way exchanges);
+//  - then each candidate's own α: the time it takes for a tiny buffer (N·16
+//    floats; the slowest rank's mean of 6 runs less the slowest run) over
+//    the latencies its formula counts (2(N-1) for the ring, 2·log2 N for halving-doubling, 2·depth for
+//    the tree). Wire latency is the same for all three, but the software
+//    around it is not (a halving-doubling round costs ~0.15 ms more than a
+//    tree hop on a loaded 2-core host, docs/results/allreduce_family.md);
+//    NCCL's tuner likewise keeps a base latency per algorithm.
+// Every figure is shared among the ranks by an all-reduce, so all ranks pick
+// alike (a disagreement would fail the transfer headers, not corrupt a
+// gradient).
 //
 // Hierarchical is not a candidate: its prediction needs the link inside a
 // node and the one across, which one probe pair cannot tell apart.
@@ -32,8 +41,24 @@
 
 namespace gradsync {
 
+// The link each candidate is predicted with: one B, an α per algorithm.
+struct CandidateLinks {
+  LinkCost ring;
+  LinkCost halving_doubling;
+  LinkCost tree;
+
+  static CandidateLinks Uniform(const LinkCost& link) {
+    return {link, link, link};
+  }
+  // "ring", "halving_doubling" or "tree".
+  const LinkCost& For(const std::string& algorithm) const;
+};
+
 class SelectingAllReduce : public AllReduceAlgorithm {
  public:
+  static constexpr const char* kCandidates[3] = {"ring", "halving_doubling",
+                                                 "tree"};
+
   // `transport` must have been created with Peers(rank, world_size).
   // `link` with zero entries is probed (above).
   static absl::StatusOr<std::unique_ptr<SelectingAllReduce>> Create(
@@ -42,25 +67,36 @@ class SelectingAllReduce : public AllReduceAlgorithm {
 
   // The algorithm this object runs for `count` floats.
   std::string Pick(int64_t count) const;
-  // The choice for `bytes` over `n` ranks on `link`: "ring",
-  // "halving_doubling" or "tree".
-  static std::string Choose(int n, double bytes, const LinkCost& link);
+  // The α–β prediction of candidate `algorithm` (cost_model.h).
+  static double Predict(const std::string& algorithm, int n, double bytes,
+                        const LinkCost& link);
+  // The choice for `bytes` over `n` ranks: "ring", "halving_doubling" or
+  // "tree", whichever is predicted lowest (the ring on a tie).
+  static std::string Choose(int n, double bytes, const CandidateLinks& links);
+  static std::string Choose(int n, double bytes, const LinkCost& link) {
+    return Choose(n, bytes, CandidateLinks::Uniform(link));
+  }
 
   absl::Status Run(float* data, int64_t count, float scale = 1.0f,
                    uint32_t tag = 0) override;
   int64_t bytes_sent() const override;
   int64_t bytes_received() const override;
   std::string SummaryJson() const override;
+  // The probed (or given) link, and what each candidate is predicted with.
   const LinkCost& link() const { return link_; }
+  const CandidateLinks& links() const { return links_; }
   // Whether link() was probed (else given).
   bool probed() const { return probe_.pairs > 0; }
 
  private:
   SelectingAllReduce(RingTransport* transport, int64_t chunk_bytes);
+  // Sets links_ from each candidate's time on a tiny buffer (above).
+  absl::Status CalibrateLatencies();
 
   RingTransport* transport_;
   int64_t chunk_bytes_;
   LinkCost link_;
+  CandidateLinks links_;
   PeerLinkProbeResult probe_;  // pairs == 0: not probed
   std::map<std::string, std::unique_ptr<AllReduceAlgorithm>> algorithms_;
   std::map<uint32_t, std::string> picks_;       // tag -> algorithm

@@ -181,34 +181,53 @@ int HierarchicalRanksPerNode(int workers) {
   return flag > 0 ? flag : workers;
 }
 
-// The α–β prediction of an algorithm's time, in microseconds; 0 when the
-// model has none (bcube, NCCL).
-double PredictedMicros(const std::string& name, int n, int64_t bytes,
-                       const LinkCost& link) {
-  if (link.alpha_s <= 0 || link.bytes_per_s <= 0) return 0;
+// The α–β prediction of an algorithm's time, in microseconds, and the α it
+// used; 0 when the model has none (bcube, NCCL, the PS: bench/cost_model.py
+// has the PS's). Each of the family is predicted with the α the selector
+// measured for it (selecting_allreduce.h); Gloo's rows with the probed link.
+struct Prediction {
+  double micros = 0;
+  double alpha_s = 0;
+};
+
+Prediction PredictedMicros(const std::string& name, int n, int64_t bytes,
+                           const LinkCost& probed,
+                           const CandidateLinks& links) {
+  if (probed.alpha_s <= 0 || probed.bytes_per_s <= 0) return {};
   const double size = static_cast<double>(bytes);
-  if (name == "gradsync_ring" || name == "gloo_ring" ||
-      name == "gloo_ring_chunked") {
-    return 1e6 * RingAllReduceSeconds(n, size, link);
+  auto predict = [&](const std::string& algorithm, const LinkCost& link) {
+    return Prediction{
+        1e6 * SelectingAllReduce::Predict(algorithm, n, size, link),
+        link.alpha_s};
+  };
+  if (name == "gradsync_ring") return predict("ring", links.ring);
+  if (name == "gloo_ring" || name == "gloo_ring_chunked") {
+    return predict("ring", probed);
   }
-  if (name == "gradsync_halving_doubling" || name == "gloo_halving_doubling") {
-    return 1e6 * HalvingDoublingAllReduceSeconds(n, size, link);
+  if (name == "gradsync_halving_doubling") {
+    return predict("halving_doubling", links.halving_doubling);
   }
-  if (name == "gradsync_tree") return 1e6 * TreeAllReduceSeconds(n, size, link);
+  if (name == "gloo_halving_doubling") {
+    return predict("halving_doubling", probed);
+  }
+  if (name == "gradsync_tree") return predict("tree", links.tree);
   if (name == "gradsync_hierarchical") {
-    // Across nodes each rank gets its host link's share.
+    // Halving-doubling's rounds; across nodes each rank gets its host link's
+    // share.
+    const LinkCost& link = links.halving_doubling;
     const LinkCost across{
         link.alpha_s,
         link.bytes_per_s / std::max(1, absl::GetFlag(FLAGS_ranks_per_host))};
-    return 1e6 * HierarchicalAllReduceSeconds(n, HierarchicalRanksPerNode(n),
-                                              size, link, across);
+    return Prediction{
+        1e6 * HierarchicalAllReduceSeconds(n, HierarchicalRanksPerNode(n), size,
+                                           link, across),
+        link.alpha_s};
   }
   if (name == "gradsync_allreduce") {
-    return PredictedMicros(
-        "gradsync_" + SelectingAllReduce::Choose(n, size, link), n, bytes,
-        link);
+    const std::string pick = SelectingAllReduce::Choose(n, size, links);
+    return predict(pick, links.For(pick));
   }
-  return 0;
+  return {};
 }
 
 struct RingSettings {
@@ -251,6 +270,9 @@ struct Cell {
   // The link as gradsync's ranks measured it (or the flags gave it).
   double link_alpha_s;
   double link_bytes_per_s;
+  // The α–β prediction of this cell, and the α it was made with.
+  double predicted_us;
+  double predicted_alpha_s;
   // gradsync_ps only: what the strategy derived for this size (or the
   // --ps_* flags gave), from the job's PsSync::SummaryJson.
   int ps_servers;
@@ -615,6 +637,7 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
   std::unique_ptr<RingAllReduce> ring;
   std::map<std::string, std::unique_ptr<AllReduceAlgorithm>> family;
   LinkCost link{0, 0};
+  CandidateLinks links = CandidateLinks::Uniform(link);
   if (want_ring) {
     ASSIGN_OR_RETURN(transport, ConnectGradsyncRing(plan, rank, rendezvous));
     const int64_t chunk = RingSettingsFromFlags().chunk_bytes;
@@ -624,6 +647,7 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
     ASSIGN_OR_RETURN(std::unique_ptr<SelectingAllReduce> selector,
                      SelectingAllReduce::Create(transport.get(), chunk, given));
     link = selector->link();
+    links = selector->links();
     if (rank == 0) {
       GS_LOG(INFO) << "link for the predictions: alpha " << link.alpha_s * 1e6
                    << " us, B " << link.bytes_per_s / 1e9 << " GB/s ("
@@ -688,6 +712,10 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
       Cell& cell = CellAt(cells, plan, a, s, rank);
       cell.link_alpha_s = link.alpha_s;
       cell.link_bytes_per_s = link.bytes_per_s;
+      const Prediction prediction =
+          PredictedMicros(name, plan.workers, count * 4, link, links);
+      cell.predicted_us = prediction.micros;
+      cell.predicted_alpha_s = prediction.alpha_s;
       absl::Status status;
       if (family.count(name) > 0) {
         AllReduceAlgorithm& algorithm = *family[name];
@@ -967,6 +995,7 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
         {"busbw_GBps", row.busbw},
         {"wrong", row.wrong},
         {"predicted_us", row.predicted_us},
+        {"predicted_alpha_us", row.rank0.predicted_alpha_s * 1e6},
         {"cpu_us_all_ranks", row.cpu_us},
     });
     if (IsPs(row.algorithm)) {
@@ -1183,9 +1212,7 @@ int Main(int argc, char** argv) {
       if (!complete) continue;
       const Cell& first = CellAt(cells, *plan, a, s, 0);
       row.rank0 = first;
-      row.predicted_us =
-          PredictedMicros(row.algorithm, plan->workers, row.bytes,
-                          LinkCost{first.link_alpha_s, first.link_bytes_per_s});
+      row.predicted_us = first.predicted_us;
       row.algbw = row.bytes / (row.time_us * 1e-6) / 1e9;
       row.busbw = row.algbw * bus_factor;
       rows.push_back(row);

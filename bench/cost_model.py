@@ -116,12 +116,14 @@ extra ranks into partners first (S there and back, two more steps):
     T_hd = 2·log2 p·α + 2(p−1)/p · S/B  [+ 2α + 2·S/B if N > p]   (6)
 
 Double binary tree: two trees, each carrying S/2, a node forwarding bytes as
-soon as both children's have arrived. The first byte crosses 2D links (D the
-depth), the rest follow at the busiest rank's pace: E_max tree edges over
-both trees, each carrying S/2 (E = 4 when a rank is internal in one tree and a
-leaf in the other, up to 6 with the shift construction's leftovers):
+soon as both children's have arrived. Either the last byte rules (it leaves a
+leaf after that leaf's S/2 and crosses 2D links, D the depth) or the busiest
+rank's link does: E_max tree edges over both trees, each carrying S/2 (E = 4
+when a rank is internal in one tree and a leaf in the other, up to 6 with the
+shift construction's leftovers), its sends down a tree starting no sooner
+than the first byte's trip to the root and back (2α at least):
 
-    T_tree = 2D·α + E_max·(S/2)/B                              (7)
+    T_tree = max(2D·α + (S/2)/B,  E_max·(S/2)/B + 2α)          (7)
 
 Hierarchical, R ranks per node, M = N/R nodes: reduce-scatter and all-gather
 inside the node (one step each, (R−1)/R·S over the fast local path), and
@@ -235,7 +237,8 @@ def tree_time(n, size, link):
             r, d = first[r][0], d + 1
         return d
     levels = max(1, max(depth(r) for r in range(n)))
-    return 2 * levels * link.alpha_s + max(edges) * (size / 2) / link.bandwidth
+    half = size / 2 / link.bandwidth
+    return max(2 * levels * link.alpha_s + half, max(edges) * half + 2 * link.alpha_s)
 
 
 def hierarchical_time(n, ranks_per_node, size, link, intra=None, shared=True):

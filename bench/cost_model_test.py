@@ -29,7 +29,9 @@ class FamilyFormulas(unittest.TestCase):
     def test_tree_point_and_shape(self):
         # N = 8: depth 3, the busiest rank has 5 edges over both trees.
         self.assertAlmostEqual(cost_model.tree_time(8, 65536, LINK),
-                               6e-3 + 5 * 32768 / 1.25e8, places=12)
+                               6e-3 + 32768 / 1.25e8, places=12)
+        self.assertAlmostEqual(cost_model.tree_time(8, 16 << 20, LINK),
+                               5 * (8 << 20) / 1.25e8 + 2e-3, places=12)
         for n in range(2, 18):
             for shift in (0, 1):
                 tree = cost_model.double_binary_tree(n, shift)
@@ -49,7 +51,9 @@ class FamilyFormulas(unittest.TestCase):
                                cost_model.halving_doubling_time(8, 65536, LINK), places=12)
 
     def test_crossover(self):
-        # Latency-bound: both beat the ring by 2x; bandwidth-bound: the ring wins.
+        # Latency-bound: both beat the ring by 2x, the tree by a little more
+        # (its last byte follows S/2, halving-doubling moves 1.75·S);
+        # bandwidth-bound: the ring wins.
         small, big = 65536, 64 << 20
         ring = cost_model.ring_time(8, small, LINK)
         self.assertLess(2 * cost_model.halving_doubling_time(8, small, LINK), ring)
@@ -57,12 +61,13 @@ class FamilyFormulas(unittest.TestCase):
         self.assertLessEqual(cost_model.ring_time(8, big, LINK),
                              cost_model.tree_time(8, big, LINK))
         # At 64 MiB halving-doubling has the ring's bandwidth term (a power
-        # of two) and 6 latencies to the ring's one: the ring; at 64 KiB
-        # halving-doubling (as selecting_allreduce.cc).
+        # of two) and 6 latencies to the ring's one: the ring; at 64 KiB the
+        # tree (as selecting_allreduce.cc with one link for all three).
         self.assertGreater(cost_model.halving_doubling_time(8, big, LINK),
                            cost_model.ring_time(8, big, LINK))
         self.assertEqual(cost_model.allreduce_pick(8, big, LINK)[0], "ring")
-        self.assertEqual(cost_model.allreduce_pick(8, small, LINK)[0], "halving_doubling")
+        self.assertEqual(cost_model.allreduce_pick(8, small, LINK)[0], "tree")
+        self.assertEqual(cost_model.allreduce_pick(8, 1 << 20, LINK)[0], "ring")
 
     def test_scaling_accepts_the_family(self):
         for strategy in ("halving_doubling", "tree", "allreduce"):

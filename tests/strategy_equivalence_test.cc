@@ -129,7 +129,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"ring_8", 8, 0, {"--sync=ring"}},
         // The rest of the all-reduce family, at sizes that exercise their
         // special cases: a non-power-of-two fold, an uneven tree, two nodes
-        // of two, the selector measuring the link itself.
+        // of two, the selector probing the link itself.
         Case{"halving_doubling_6", 6, 0, {"--sync=halving_doubling"}},
         Case{"tree_5", 5, 0, {"--sync=tree"}},
         Case{"hierarchical_4_two_nodes",
