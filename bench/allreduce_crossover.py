@@ -161,6 +161,8 @@ def markdown(points, algorithms, cpu_bound_share, header):
             text = f"{p['time_us'] / 1000:.2f}"
             if p["predicted_us"]:
                 text += f" ({p['time_us'] / p['predicted_us']:.2f})"
+            if p["cpu_share"] >= cpu_bound_share:
+                text += "†"
             if p["wrong"]:
                 text += f" {p['wrong']} wrong"
             entries.append(("**" + text + "**") if a == fastest else text)
@@ -170,14 +172,15 @@ def markdown(points, algorithms, cpu_bound_share, header):
             f"| {latency_label(latency)} | {n} | {size_label(size)} | " + " | ".join(entries)
             + f" | {NAMES.get(fastest, fastest)} | "
             + (f"{ratio:.2f}" if ratio else "–")
-            + f" | {share:.0%}{' CPU-bound' if cpu_bound else ''}"
+            + f" | {share:.0%}"
             + f" | {any_point['alpha_us']:.0f}, {any_point['bandwidth_GBps']:.3f} |")
     lines.append("")
     lines.append("Cells: milliseconds per all-reduce, the slowest rank's mean; in brackets the "
                  "measured time over the α–β prediction from the α and B probed in the same run "
-                 "(allreduce/cost_model.cc, bench/cost_model.py). CPU share: user+system time of "
-                 "all ranks (relays included) over the wall time and the machine's cores, the "
-                 "highest of the cell's algorithms.")
+                 "(allreduce/cost_model.cc, bench/cost_model.py); † CPU-bound. Bold: the fastest. "
+                 "CPU share: user+system time of all ranks (relays included) over the wall time "
+                 "and the machine's cores, the highest of the cell's strategies. A failed run's "
+                 "points are missing (–).")
     return "\n".join(lines) + "\n"
 
 
@@ -245,8 +248,10 @@ def run_benchmark(args, latency_us, n, min_bytes, max_bytes, json_path):
     completed = subprocess.run(command, timeout=args.timeout_s, capture_output=True, text=True)
     if completed.returncode != 0:
         sys.stderr.write(completed.stdout[-4000:] + completed.stderr[-4000:])
-        raise SystemExit(f"allreduce_crossover: the benchmark failed at latency {latency_us} us, "
-                         f"N = {n} (exit {completed.returncode}); its output is above")
+        sys.stderr.write(f"allreduce_crossover: the benchmark failed at latency {latency_us} us, "
+                         f"N = {n} (exit {completed.returncode}); its output is above; "
+                         "going on without this run\n")
+        return None
     with open(json_path) as f:
         document = json.load(f)
     document["context"]["load_before"] = float(load)
@@ -272,6 +277,8 @@ def main():
     parser.add_argument("--timeout_s", type=int, default=900)
     parser.add_argument("--replot", action="store_true",
                         help="only redraw crossover.md/png from --out/points.json")
+    parser.add_argument("--append", action="store_true",
+                        help="add these runs to --out/points.json instead of starting over")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     points_path = os.path.join(args.out, "points.json")
@@ -282,25 +289,39 @@ def main():
         points, runs = saved["points"], saved["runs"]
     else:
         points, runs = [], []
+        if args.append and os.path.exists(points_path):
+            with open(points_path) as f:
+                saved = json.load(f)
+            points, runs = saved["points"], saved["runs"]
         for latency in parse_list(args.latencies_us, float):
             for n in parse_list(args.workers):
-                spans = [(args.min_bytes, min(args.max_bytes, GRID_LARGEST))]
+                spans = []
+                if args.min_bytes <= GRID_LARGEST:
+                    spans.append((args.min_bytes, min(args.max_bytes, GRID_LARGEST)))
                 if args.max_bytes > GRID_LARGEST and n <= args.large_workers_max:
                     spans.append((args.max_bytes, args.max_bytes))
                 for low, high in spans:
                     json_path = os.path.join(args.out, f"run_{latency:g}us_n{n}_{low}.json")
                     document = run_benchmark(args, latency, n, low, high, json_path)
+                    if document is None:
+                        runs.append({"latency_us": latency, "workers": n, "failed": True,
+                                     "context": {"min_bytes": low, "max_bytes": high}})
+                        continue
                     runs.append({"latency_us": latency, "workers": n,
                                  "context": document["context"]})
                     points += points_from_run(document, latency, cores)
                     with open(points_path, "w") as f:
                         json.dump({"points": points, "runs": runs}, f, indent=1)
     algorithms = args.algorithms.split(",")
+    failed = [r for r in runs if r.get("failed")]
     header = (f"Links: {args.rate} per rank (tbf, one namespace per rank); latency: userspace "
               f"relays; {args.iters} timed all-reduces per point after {args.warmup}; "
               f"CPU-bound: ranks used ≥ {args.cpu_bound_share:.0%} of {cores} cores. "
               f"Load average before each run: "
-              + ", ".join(f"{r['context'].get('load_before', float('nan')):.1f}" for r in runs))
+              + ", ".join(f"{r['context'].get('load_before', float('nan')):.1f}" for r in runs
+                          if not r.get("failed"))
+              + "".join(f"; the run at {latency_label(r['latency_us'])}, N = {r['workers']} "
+                        f"failed" for r in failed))
     with open(os.path.join(args.out, "crossover.md"), "w") as f:
         f.write(markdown(points, algorithms, args.cpu_bound_share, header))
     plot(points, args.cpu_bound_share, os.path.join(args.out, "crossover.png"))
