@@ -106,9 +106,25 @@ def cells(points):
     return grid
 
 
+def selector_pick(row):
+    """The candidate --sync=allreduce ran: the one whose prediction its own
+    equals (the benchmark predicts each with the selector's figures)."""
+    selector = row.get("gradsync_allreduce")
+    if not selector or not selector["predicted_us"]:
+        return None
+    for algorithm in ("gradsync_ring", "gradsync_halving_doubling", "gradsync_tree"):
+        p = row.get(algorithm)
+        if p and p["predicted_us"] and abs(p["predicted_us"] - selector["predicted_us"]) \
+                <= 1e-6 * selector["predicted_us"]:
+            return algorithm
+    return None
+
+
 def verdict(row, cpu_bound_share):
-    """Fastest strategy of one cell, the selector's ratio to the fastest
-    single algorithm, and whether the cell was CPU-bound."""
+    """Fastest strategy of one cell; the selector's time over the fastest
+    single all-reduce's; its pick's own row over the fastest's (a wrong pick
+    shows here, the noise of running the same algorithm twice does not); and
+    whether the cell was CPU-bound."""
     singles = {a: p for a, p in row.items() if a != "gradsync_allreduce"}
     fastest = min(singles, key=lambda a: singles[a]["time_us"])
     best_allreduce = min((a for a in singles if a != "gradsync_ps"),
@@ -116,8 +132,11 @@ def verdict(row, cpu_bound_share):
     selector = row.get("gradsync_allreduce")
     ratio = (selector["time_us"] / singles[best_allreduce]["time_us"]
              if selector and best_allreduce else None)
+    pick = selector_pick(row)
+    pick_ratio = (row[pick]["time_us"] / singles[best_allreduce]["time_us"]
+                  if pick and best_allreduce else None)
     cpu_bound = max(p["cpu_share"] for p in row.values()) >= cpu_bound_share
-    return fastest, ratio, cpu_bound
+    return fastest, ratio, pick, pick_ratio, cpu_bound
 
 
 def markdown(points, algorithms, cpu_bound_share, header):
@@ -138,7 +157,7 @@ def markdown(points, algorithms, cpu_bound_share, header):
                 if not cell:
                     row.append("–")
                     continue
-                fastest, _, cpu_bound = verdict(cell, cpu_bound_share)
+                fastest, _, _, _, cpu_bound = verdict(cell, cpu_bound_share)
                 row.append(NAMES.get(fastest, fastest) + ("*" if cpu_bound else ""))
             lines.append(f"| {latency_label(latency)} | {n} | " + " | ".join(row) + " |")
     lines.append("")
@@ -146,12 +165,14 @@ def markdown(points, algorithms, cpu_bound_share, header):
     lines.append("")
     shown = [a for a in algorithms if any(p["algorithm"] == a for p in points)]
     lines.append("| latency | N | size | " + " | ".join(NAMES.get(a, a) for a in shown)
-                 + " | fastest | allreduce / best all-reduce | CPU share | α (µs), B (GB/s) |")
-    lines.append("| --- | --- | --- |" + " ---: |" * len(shown) + " --- | ---: | ---: | --- |")
+                 + " | fastest | allreduce / best all-reduce | its pick (that row / best) "
+                 "| CPU share | α (µs), B (GB/s) |")
+    lines.append("| --- | --- | --- |" + " ---: |" * len(shown)
+                 + " --- | ---: | --- | ---: | --- |")
     for key in sorted(grid):
         latency, n, size = key
         cell = grid[key]
-        fastest, ratio, cpu_bound = verdict(cell, cpu_bound_share)
+        fastest, ratio, pick, pick_ratio, cpu_bound = verdict(cell, cpu_bound_share)
         entries = []
         for a in shown:
             p = cell.get(a)
@@ -172,13 +193,17 @@ def markdown(points, algorithms, cpu_bound_share, header):
             f"| {latency_label(latency)} | {n} | {size_label(size)} | " + " | ".join(entries)
             + f" | {NAMES.get(fastest, fastest)} | "
             + (f"{ratio:.2f}" if ratio else "–")
+            + f" | {NAMES.get(pick, '–')}"
+            + (f" ({pick_ratio:.2f})" if pick_ratio else "")
             + f" | {share:.0%}"
             + f" | {any_point['alpha_us']:.0f}, {any_point['bandwidth_GBps']:.3f} |")
     lines.append("")
     lines.append("Cells: milliseconds per all-reduce, the slowest rank's mean; in brackets the "
                  "measured time over the α–β prediction from the α and B probed in the same run "
                  "(allreduce/cost_model.cc, bench/cost_model.py); † CPU-bound. Bold: the fastest. "
-                 "CPU share: user+system time of all ranks (relays included) over the wall time "
+                 "The selector's pick is the candidate whose prediction its own equals; the "
+                 "pick's own row over the best all-reduce's separates a wrong pick from the "
+                 "noise of timing the same algorithm twice. CPU share: user+system time of all ranks (relays included) over the wall time "
                  "and the machine's cores, the highest of the cell's strategies. A failed run's "
                  "points are missing (–).")
     return "\n".join(lines) + "\n"
@@ -204,7 +229,7 @@ def plot(points, cpu_bound_share, path):
                 cell = grid.get((latency, n, size))
                 if not cell:
                     continue
-                fastest, _, cpu_bound = verdict(cell, cpu_bound_share)
+                fastest, _, _, _, cpu_bound = verdict(cell, cpu_bound_share)
                 ring = cell.get("gradsync_ring")
                 ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1,
                                            color=colours.get(fastest, "#bbbbbb"),
