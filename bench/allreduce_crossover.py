@@ -340,7 +340,10 @@ def main():
     algorithms = args.algorithms.split(",")
     failed = [r for r in runs if r.get("failed")]
     header = (f"Links: {args.rate} per rank (tbf, one namespace per rank); latency: userspace "
-              f"relays; {args.iters} timed all-reduces per point after {args.warmup}; "
+              f"relays; timed all-reduces per point after untimed ones: "
+              + ", ".join(sorted({f"{r['context']['iters']} after {r['context']['warmup']}"
+                                  for r in runs if not r.get("failed")}))
+              + "; "
               f"CPU-bound: ranks used ≥ {args.cpu_bound_share:.0%} of {cores} cores. "
               f"Load average before each run: "
               + ", ".join(f"{r['context'].get('load_before', float('nan')):.1f}" for r in runs
