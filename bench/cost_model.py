@@ -770,8 +770,8 @@ EXTRAPOLATION_N = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
 def extrapolate(link, model_bytes, bucket_mb=25, chunk=PS_CHUNK_BYTES):
     """Predicted synchronization time (ms, no overlap) of each strategy for
-    every N in EXTRAPOLATION_N. Buckets matter only for the ring's latency
-    term: each bucket is its own all-reduce. The PS's servers hold whole
+    every N in EXTRAPOLATION_N. Buckets matter only for the all-reduces'
+    latency terms: each bucket is its own all-reduce. The PS's servers hold whole
     keys of at most `chunk` bytes (balanced_share): past S/chunk servers
     more of them do not help, and the busiest still sends N copies."""
     buckets = max(1, math.ceil(model_bytes / (bucket_mb * MIB)))
@@ -782,8 +782,7 @@ def extrapolate(link, model_bytes, bucket_mb=25, chunk=PS_CHUNK_BYTES):
             return 1000 * ps_time(n, model_bytes, link, balanced_share(model_bytes, k, chunk),
                                   last_key=last_key)
         rows[n] = {
-            "ring": 1000 * (buckets * 2 * (n - 1) * link.alpha_s
-                            + 2 * (n - 1) / n * model_bytes / link.bandwidth),
+            "ring": 1000 * buckets * ring_time(n, model_bytes / buckets, link),
             "ps K=1": ps(1),
             "ps K=N/4": ps(max(1, n // 4)),
             "ps K=N": ps(n),
