@@ -26,18 +26,16 @@ StreamWindowChoice ChooseStreamWindow(const LinkFigures& link, int fan_in) {
   int64_t window = kMinStreamWindowBytes;
   while (window < needed && window < kMaxAutoStreamWindowBytes) window *= 2;
   choice.window_bytes = window;
-  // What the whole link holds in flight, against one connection's window.
-  const double link_in_flight =
-      link.rate_bytes_per_s * std::max(link.round_trip_s, 0.0);
-  choice.bdp_probe = link_in_flight > kFixedConnectionWindowBytes;
+  // A stream's share needs more than its connection's fixed window lets
+  // through: no stream window can deliver it, so let the probe size both.
+  choice.bdp_probe = needed > kFixedConnectionWindowBytes;
   choice.reason = absl::StrFormat(
       "auto: %s, %.0f Mbit/s over %d streams into a port, RTT %.2f ms: 2 x "
       "rate/fan-in x RTT = %.1f KiB, rounded up to a power of two in [%d, %d] "
-      "KiB -> %d KiB; rate x RTT = %.1f KiB %s gRPC's fixed %.0f KiB "
-      "connection window -> %s",
+      "KiB -> %d KiB; that %s gRPC's fixed %.0f KiB connection window -> %s",
       link.description, link.rate_bytes_per_s * 8 / 1e6, fan_in,
       link.round_trip_s * 1e3, needed / 1024, kMinStreamWindowBytes / 1024,
-      kMaxAutoStreamWindowBytes / 1024, window / 1024, link_in_flight / 1024,
+      kMaxAutoStreamWindowBytes / 1024, window / 1024,
       choice.bdp_probe ? "exceeds" : "fits in",
       kFixedConnectionWindowBytes / 1024.0,
       choice.bdp_probe

@@ -35,11 +35,14 @@
 // 5 ms one way, N = K = 2 colocated (each worker's one remote server gets
 // its whole rate) a 1 MiB all-reduce took 104 ms (ring: 14 ms) with 64 KiB,
 // 512 KiB or 8 MiB stream windows alike; with probing on, 17 ms. So where
-// the link's bandwidth-delay product exceeds that window the rule keeps
+// the share above (2 x rate/fan-in x RTT) exceeds that window the rule keeps
 // gRPC's BDP probing on: the probe grows the connection's window to the
 // link, and its estimate replaces the stream window (which is then only the
-// streams' start). Where it fits (sub-millisecond round trips, the measured
-// 32 KiB case above) the fixed windows stay, probing off.
+// streams' start), giving up the equal windows. Where it fits (the measured
+// 32 KiB case above, 1 Gbit/s 1 ms fan-in 8) the fixed windows stay,
+// probing off. The cost measured at the boundary: N = K = 4, 1 Gbit/s, 1 ms
+// one way, probing made 1 MiB faster (21 -> 14 ms) and 16 MiB slower
+// (230 -> 250..264 ms); at 5 ms both faster (67 -> 22, 307 -> 253 ms).
 #pragma once
 
 #include <cstdint>
@@ -64,8 +67,9 @@ struct LinkFigures {
 
 struct StreamWindowChoice {
   int64_t window_bytes = 0;
-  // Keep gRPC's BDP probing on: the link's bandwidth-delay product exceeds
-  // kFixedConnectionWindowBytes, which would cap every connection.
+  // Keep gRPC's BDP probing on: a stream's share of the bandwidth-delay
+  // product (2 x rate/fan-in x RTT) exceeds kFixedConnectionWindowBytes,
+  // which would cap its connection.
   bool bdp_probe = false;
   std::string reason;  // one line, for the log and the manifest
 };

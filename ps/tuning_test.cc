@@ -215,22 +215,24 @@ TEST(StreamWindowRuleTest, AnUnknownLinkKeepsTheFixedWindow) {
   EXPECT_THAT(choice.reason, HasSubstr("not known"));
 }
 
-TEST(StreamWindowRuleTest, ProbesWhereTheLinkOutgrowsTheConnectionWindow) {
-  // Sub-millisecond round trips: the whole link's bytes in flight fit in a
-  // connection's fixed 65535-byte window, the fixed windows stay.
-  EXPECT_FALSE(ChooseStreamWindow(Link(100, 0), 8).bdp_probe);
-  EXPECT_FALSE(ChooseStreamWindow(Link(1000, 0.4), 8).bdp_probe);  // 50 KB
-  // 1 Gbit/s, 10 ms round trip: 1.25 MB in flight, twenty times the fixed
-  // window, whatever the fan-in (the measured 104 ms -> 17 ms case).
+TEST(StreamWindowRuleTest, ProbesWhereAStreamOutgrowsTheConnectionWindow) {
+  // A stream's share (2 x rate/fan-in x RTT) fits in a connection's fixed
+  // 65535-byte window: the fixed, equal windows stay.
+  const StreamWindowChoice near = ChooseStreamWindow(Link(100, 0), 8);
+  EXPECT_FALSE(near.bdp_probe);
+  EXPECT_THAT(near.reason, HasSubstr("BDP probing off"));
+  EXPECT_FALSE(ChooseStreamWindow(Link(1000, 0.4), 8).bdp_probe);  // 12.5 KB
+  EXPECT_FALSE(ChooseStreamWindow(Link(1000, 2), 8).bdp_probe);    // 62.5 KB
+  // 1 Gbit/s, 10 ms round trip, fan-in 2: 1.25 MB, twenty times the fixed
+  // window (the measured 104 ms -> 17 ms case).
   const StreamWindowChoice far = ChooseStreamWindow(Link(1000, 10), 2);
   EXPECT_TRUE(far.bdp_probe);
   EXPECT_THAT(far.reason, HasSubstr("BDP probing on"));
-  EXPECT_TRUE(ChooseStreamWindow(Link(1000, 10), 8).bdp_probe);
-  // 1 Gbit/s, 2 ms round trip: 250 KB.
-  EXPECT_TRUE(ChooseStreamWindow(Link(1000, 2), 8).bdp_probe);
-  // The boundary: rate x RTT just over and just under the window.
-  EXPECT_TRUE(ChooseStreamWindow(Link(1000, 0.53), 1).bdp_probe);   // 66 KB
-  EXPECT_FALSE(ChooseStreamWindow(Link(1000, 0.52), 1).bdp_probe);  // 65 KB
+  EXPECT_TRUE(ChooseStreamWindow(Link(1000, 10), 8).bdp_probe);  // 312 KB
+  EXPECT_TRUE(ChooseStreamWindow(Link(1000, 2), 4).bdp_probe);   // 125 KB
+  // The boundary, one stream: 2 x rate x RTT just over and just under.
+  EXPECT_TRUE(ChooseStreamWindow(Link(1000, 0.27), 1).bdp_probe);   // 67.5 KB
+  EXPECT_FALSE(ChooseStreamWindow(Link(1000, 0.26), 1).bdp_probe);  // 65 KB
 }
 
 TEST(EmulatedLinkTest, ReadsTheLaunchersLinkSpec) {
