@@ -44,6 +44,10 @@ struct PsClientOptions {
   // HTTP/2 window of the pull streams (--ps_stream_window_kb); 0: gRPC's
   // default with BDP probing.
   int64_t stream_window_bytes = int64_t{4} << 20;
+  // With a window: keep gRPC's BDP probing on anyway (the rule's choice where
+  // the link's bandwidth-delay product exceeds the connection's fixed 64 KiB
+  // window, ps/stream_window_rule.h); the window is then only the start.
+  bool bdp_probe = false;
 };
 
 // What one step's calls moved and how long they took.

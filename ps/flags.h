@@ -68,7 +68,10 @@ constexpr int64_t kMaxStreamWindowBytes = int64_t{1} << 30;
 // The push and pull streams' flow-control window: a fixed window instead of
 // gRPC's 64 KiB start grown by BDP probing. With the default the server's
 // results waited for window updates: at 100 Mbit/s, N = 2, K = 2 took
-// 340 ms a step where the link allows 223 ms; with 4 MiB, 220 ms.
+// 340 ms a step where the link allows 223 ms; with 4 MiB, 220 ms. (The
+// auto window keeps the probing on where a stream's share of the link's
+// bandwidth-delay product outgrows a connection's fixed window:
+// ps/stream_window_rule.h.)
 constexpr int64_t kDefaultStreamWindowBytes = int64_t{4} << 20;
 // --ps_stream_window_kb in bytes (0: auto, ps/stream_window_rule.h), checked.
 absl::StatusOr<int64_t> StreamWindowBytesFromFlags();

@@ -81,8 +81,8 @@ class PsSync : public GradientSync {
   // The key size and windows this job runs with (ps/tuning.h): the options'
   // explicit values, else their rules'.
   ResolvedSetting key_size_;
-  ResolvedSetting push_window_;  // the servers' receive side (fan-in N)
-  ResolvedSetting pull_window_;  // the workers' receive side (fan-in K)
+  ResolvedStreamWindow push_window_;  // the servers' receive side (fan-in N)
+  ResolvedStreamWindow pull_window_;  // the workers' receive side (fan-in K)
   TrainingSchedule schedule_;
   Partition partition_;
   std::unique_ptr<ParameterServer> colocated_server_;
@@ -165,6 +165,7 @@ absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer(
                                                                : "0.0.0.0:0";
     server_options.message_bytes = options_.message_bytes;
     server_options.stream_window_bytes = push_window_.bytes;
+    server_options.bdp_probe = push_window_.bdp_probe;
     // Its spans go into this worker's timeline (same process, as the
     // client's), every step the recorder is on.
     server_options.trace_into_current = true;
@@ -360,6 +361,7 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   client_options.timeout = context_.timeout;
   client_options.message_bytes = options_.message_bytes;
   client_options.stream_window_bytes = pull_window_.bytes;
+  client_options.bdp_probe = pull_window_.bdp_probe;
   ps::OptimizerConfig& optimizer = client_options.optimizer;
   optimizer.set_kind(options_.optimizer.kind);
   optimizer.set_lr(options_.optimizer.lr);
@@ -663,6 +665,8 @@ std::string PsSync::SummaryJson() const {
       {"stream_window_bytes", pull_window_.bytes},
       {"push_stream_window_bytes", push_window_.bytes},
       {"pull_stream_window_bytes", pull_window_.bytes},
+      {"push_bdp_probe", push_window_.bdp_probe},
+      {"pull_bdp_probe", pull_window_.bdp_probe},
       {"partition", PartitionPolicyName(options_.partition)},
       {"server_shares", partition_.shares()},
       {"server_key_bytes", partition_.server_bytes()},

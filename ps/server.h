@@ -33,6 +33,10 @@ struct ParameterServerOptions {
   // HTTP/2 window of the push streams (--ps_stream_window_kb); 0: gRPC's
   // default with BDP probing.
   int64_t stream_window_bytes = int64_t{4} << 20;
+  // With a window: keep gRPC's BDP probing on anyway (the rule's choice where
+  // the link's bandwidth-delay product exceeds the connection's fixed 64 KiB
+  // window, ps/stream_window_rule.h); the window is then only the start.
+  bool bdp_probe = false;
   // The most bytes of keys workers may register here (--ps_max_shard_mb).
   int64_t max_shard_bytes = kDefaultMaxShardBytes;
   // A pull whose caller set no deadline waits at most this long.

@@ -14,8 +14,9 @@ StreamWindowChoice ChooseStreamWindow(const LinkFigures& link, int fan_in) {
     choice.window_bytes = kUnknownLinkStreamWindowBytes;
     choice.reason = absl::StrFormat(
         "auto: link rate not known (%s); %d KiB, the fixed window that keeps "
-        "results from waiting on window updates (set --ps_stream_window_kb, "
-        "or run under gradsync launch --netem, to size it to the link)",
+        "results from waiting on window updates, BDP probing off (set "
+        "--ps_stream_window_kb, or run under gradsync launch --netem, to size "
+        "it to the link)",
         link.description.empty() ? "no emulated link" : link.description,
         kUnknownLinkStreamWindowBytes / 1024);
     return choice;
@@ -25,13 +26,21 @@ StreamWindowChoice ChooseStreamWindow(const LinkFigures& link, int fan_in) {
   int64_t window = kMinStreamWindowBytes;
   while (window < needed && window < kMaxAutoStreamWindowBytes) window *= 2;
   choice.window_bytes = window;
+  // A stream's share needs more than its connection's fixed window lets
+  // through: no stream window can deliver it, so let the probe size both.
+  choice.bdp_probe = needed > kFixedConnectionWindowBytes;
   choice.reason = absl::StrFormat(
       "auto: %s, %.0f Mbit/s over %d streams into a port, RTT %.2f ms: 2 x "
       "rate/fan-in x RTT = %.1f KiB, rounded up to a power of two in [%d, %d] "
-      "KiB -> %d KiB",
+      "KiB -> %d KiB; that %s gRPC's fixed %.0f KiB connection window -> %s",
       link.description, link.rate_bytes_per_s * 8 / 1e6, fan_in,
       link.round_trip_s * 1e3, needed / 1024, kMinStreamWindowBytes / 1024,
-      kMaxAutoStreamWindowBytes / 1024, window / 1024);
+      kMaxAutoStreamWindowBytes / 1024, window / 1024,
+      choice.bdp_probe ? "exceeds" : "fits in",
+      kFixedConnectionWindowBytes / 1024.0,
+      choice.bdp_probe
+          ? "BDP probing on (its estimate replaces this start window)"
+          : "BDP probing off");
   return choice;
 }
 

@@ -25,6 +25,24 @@
 // latency is added (1 Gbit/s, 1 ms one way, fan-in 8: 64 KiB). Where the link
 // is not known (a real cluster without --netem), the fixed 4 MiB window this
 // flag had before, which keeps results from waiting on window updates.
+//
+// The connection's window is a second cap the stream windows cannot lift: in
+// gRPC 1.51 the lookahead argument sets only the streams' window
+// (SETTINGS_INITIAL_WINDOW_SIZE); with BDP probing off, every connection's
+// transport-wide window stays at HTTP/2's 65535 bytes (plus the unread part
+// of the messages its readers wait for), so one connection carries at most
+// about that much per round trip whatever the stream window. At 1 Gbit/s,
+// 5 ms one way, N = K = 2 colocated (each worker's one remote server gets
+// its whole rate) a 1 MiB all-reduce took 104 ms (ring: 14 ms) with 64 KiB,
+// 512 KiB or 8 MiB stream windows alike; with probing on, 17 ms. So where
+// the share above (2 x rate/fan-in x RTT) exceeds that window the rule keeps
+// gRPC's BDP probing on: the probe grows the connection's window to the
+// link, and its estimate replaces the stream window (which is then only the
+// streams' start), giving up the equal windows. Where it fits (the measured
+// 32 KiB case above, 1 Gbit/s 1 ms fan-in 8) the fixed windows stay,
+// probing off. The cost measured at the boundary: N = K = 4, 1 Gbit/s, 1 ms
+// one way, probing made 1 MiB faster (21 -> 14 ms) and 16 MiB slower
+// (230 -> 250..264 ms); at 5 ms both faster (67 -> 22, 307 -> 253 ms).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +54,9 @@ constexpr int64_t kMinStreamWindowBytes = int64_t{32} << 10;
 constexpr int64_t kMaxAutoStreamWindowBytes = int64_t{4} << 20;
 // Where the link is not known.
 constexpr int64_t kUnknownLinkStreamWindowBytes = int64_t{4} << 20;
+// A gRPC 1.51 connection's transport-wide receive window with BDP probing off
+// (HTTP/2's initial window; no channel argument changes it).
+constexpr int64_t kFixedConnectionWindowBytes = 65535;
 
 // What a process knows of its link.
 struct LinkFigures {
@@ -46,6 +67,10 @@ struct LinkFigures {
 
 struct StreamWindowChoice {
   int64_t window_bytes = 0;
+  // Keep gRPC's BDP probing on: a stream's share of the bandwidth-delay
+  // product (2 x rate/fan-in x RTT) exceeds kFixedConnectionWindowBytes,
+  // which would cap its connection.
+  bool bdp_probe = false;
   std::string reason;  // one line, for the log and the manifest
 };
 

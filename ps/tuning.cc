@@ -5,11 +5,11 @@
 
 namespace gradsync {
 
-ResolvedSetting ResolveStreamWindow(int64_t explicit_bytes,
-                                    const LinkFigures& link, int fan_in) {
-  if (explicit_bytes > 0) return {explicit_bytes, "flag"};
+ResolvedStreamWindow ResolveStreamWindow(int64_t explicit_bytes,
+                                         const LinkFigures& link, int fan_in) {
+  if (explicit_bytes > 0) return {explicit_bytes, false, "flag"};
   StreamWindowChoice choice = ChooseStreamWindow(link, fan_in);
-  return {choice.window_bytes, choice.reason};
+  return {choice.window_bytes, choice.bdp_probe, choice.reason};
 }
 
 absl::StatusOr<ResolvedSetting> ResolveKeySize(

@@ -4,7 +4,8 @@
 // windows from the link and the fan-in (stream_window_rule.h) — with the
 // reason, for the start-up log and the run's manifest. Every worker and server
 // derives the same values from the same layout, N, K and link, so nothing is
-// broadcast. Links no flag library.
+// broadcast. The window's rule also says whether gRPC's BDP probing stays on.
+// Links no flag library.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +29,18 @@ struct ResolvedSetting {
   std::string source;  // "flag" or "auto: ..."
 };
 
-// `explicit_bytes` > 0 wins (source "flag"); 0 asks the rule.
-ResolvedSetting ResolveStreamWindow(int64_t explicit_bytes,
-                                    const LinkFigures& link, int fan_in);
+// A stream window and whether gRPC's BDP probing stays on beside it.
+struct ResolvedStreamWindow {
+  int64_t bytes = 0;
+  bool bdp_probe = false;
+  std::string source;  // "flag" or "auto: ..."
+};
+
+// `explicit_bytes` > 0 wins (source "flag": that fixed window, BDP probing
+// off, as --ps_stream_window_kb says); 0 asks the rule, which also decides
+// the probing from the link (stream_window_rule.h).
+ResolvedStreamWindow ResolveStreamWindow(int64_t explicit_bytes,
+                                         const LinkFigures& link, int fan_in);
 absl::StatusOr<ResolvedSetting> ResolveKeySize(
     int64_t explicit_bytes, const ParamLayout& layout,
     const std::vector<double>& shares, int num_workers);

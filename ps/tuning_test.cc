@@ -211,7 +211,28 @@ TEST(StreamWindowRuleTest, LatencyGrowsTheWindowSoNoStreamIsCapped) {
 TEST(StreamWindowRuleTest, AnUnknownLinkKeepsTheFixedWindow) {
   const StreamWindowChoice choice = ChooseStreamWindow(LinkFigures{}, 8);
   EXPECT_EQ(choice.window_bytes, kUnknownLinkStreamWindowBytes);
+  EXPECT_FALSE(choice.bdp_probe);
   EXPECT_THAT(choice.reason, HasSubstr("not known"));
+}
+
+TEST(StreamWindowRuleTest, ProbesWhereAStreamOutgrowsTheConnectionWindow) {
+  // A stream's share (2 x rate/fan-in x RTT) fits in a connection's fixed
+  // 65535-byte window: the fixed, equal windows stay.
+  const StreamWindowChoice near = ChooseStreamWindow(Link(100, 0), 8);
+  EXPECT_FALSE(near.bdp_probe);
+  EXPECT_THAT(near.reason, HasSubstr("BDP probing off"));
+  EXPECT_FALSE(ChooseStreamWindow(Link(1000, 0.4), 8).bdp_probe);  // 12.5 KB
+  EXPECT_FALSE(ChooseStreamWindow(Link(1000, 2), 8).bdp_probe);    // 62.5 KB
+  // 1 Gbit/s, 10 ms round trip, fan-in 2: 1.25 MB, twenty times the fixed
+  // window (the measured 104 ms -> 17 ms case).
+  const StreamWindowChoice far = ChooseStreamWindow(Link(1000, 10), 2);
+  EXPECT_TRUE(far.bdp_probe);
+  EXPECT_THAT(far.reason, HasSubstr("BDP probing on"));
+  EXPECT_TRUE(ChooseStreamWindow(Link(1000, 10), 8).bdp_probe);  // 312 KB
+  EXPECT_TRUE(ChooseStreamWindow(Link(1000, 2), 4).bdp_probe);   // 125 KB
+  // The boundary, one stream: 2 x rate x RTT just over and just under.
+  EXPECT_TRUE(ChooseStreamWindow(Link(1000, 0.27), 1).bdp_probe);   // 67.5 KB
+  EXPECT_FALSE(ChooseStreamWindow(Link(1000, 0.26), 1).bdp_probe);  // 65 KB
 }
 
 TEST(EmulatedLinkTest, ReadsTheLaunchersLinkSpec) {
@@ -242,9 +263,15 @@ TEST(TuningTest, AnExplicitValueAlwaysWins) {
   ASSERT_TRUE(key.ok());
   EXPECT_EQ(key->bytes, 4 << 20);
   EXPECT_EQ(key->source, "flag");
-  const ResolvedSetting window = ResolveStreamWindow(4 << 20, Link(100, 0), 8);
+  const ResolvedStreamWindow window =
+      ResolveStreamWindow(4 << 20, Link(100, 0), 8);
   EXPECT_EQ(window.bytes, 4 << 20);
   EXPECT_EQ(window.source, "flag");
+  // An explicit window is a fixed window, even where the rule would probe.
+  const ResolvedStreamWindow far =
+      ResolveStreamWindow(4 << 20, Link(1000, 10), 2);
+  EXPECT_FALSE(far.bdp_probe);
+  EXPECT_TRUE(ResolveStreamWindow(0, Link(1000, 10), 2).bdp_probe);
   absl::StatusOr<ResolvedSetting> automatic =
       ResolveKeySize(0, layout, std::vector<double>(8, 1.0 / 8), 8);
   ASSERT_TRUE(automatic.ok());

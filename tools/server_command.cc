@@ -106,9 +106,10 @@ absl::Status Serve(const ClusterEnv& env) {
   ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
   ASSIGN_OR_RETURN(const int64_t window, StreamWindowBytesFromFlags());
   // The push streams' window: N workers' streams converge on this port.
-  const ResolvedSetting push_window =
+  const ResolvedStreamWindow push_window =
       ResolveStreamWindow(window, LinkFiguresOfThisProcess(), env.world_size);
   options.stream_window_bytes = push_window.bytes;
+  options.bdp_probe = push_window.bdp_probe;
   GS_LOG(INFO) << "push stream window " << push_window.bytes / 1024 << " KiB ("
                << push_window.source << ")";
   ASSIGN_OR_RETURN(options.max_shard_bytes, MaxShardBytesFromFlags());
