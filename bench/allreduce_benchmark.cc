@@ -462,37 +462,24 @@ absl::Status MeasureGloo(const Plan& plan, int rank, const std::string& name,
 // (new colocated servers, registered anew for that size's keys), so its keys
 // ("ps/colocated/<k>") and barriers carry a prefix of their own and never
 // meet another size's.
-class ScopedRendezvous : public Rendezvous {
+class ScopedRendezvous : public ForwardingRendezvous {
  public:
   ScopedRendezvous(Rendezvous* inner, std::string prefix)
-      : inner_(inner), prefix_(std::move(prefix)) {}
+      : ForwardingRendezvous(inner), prefix_(std::move(prefix)) {}
 
-  std::string self() const override { return inner_->self(); }
   absl::Status Set(const std::string& key, const std::string& value) override {
-    return inner_->Set(prefix_ + key, value);
+    return inner()->Set(prefix_ + key, value);
   }
   absl::StatusOr<std::string> Get(const std::string& key,
                                   absl::Duration timeout) override {
-    return inner_->Get(prefix_ + key, timeout);
+    return inner()->Get(prefix_ + key, timeout);
   }
   absl::Status Barrier(const std::string& name, BarrierGroup group,
                        absl::Duration timeout) override {
-    return inner_->Barrier(prefix_ + name, group, timeout);
-  }
-  absl::Status lost() const override { return inner_->lost(); }
-  bool has_lost() const override { return inner_->has_lost(); }
-  int AddLossListener(
-      std::function<void(const absl::Status&)> listener) override {
-    return inner_->AddLossListener(std::move(listener));
-  }
-  void RemoveLossListener(int id) override { inner_->RemoveLossListener(id); }
-  absl::Status ExplainFailure(const absl::Status& symptom,
-                              absl::Duration wait) const override {
-    return inner_->ExplainFailure(symptom, wait);
+    return inner()->Barrier(prefix_ + name, group, timeout);
   }
 
  private:
-  Rendezvous* inner_;
   std::string prefix_;
 };
 

@@ -234,7 +234,7 @@ bool DelayedRendezvous::IsDelayedAddressKey(const std::string& key) {
 
 absl::Status DelayedRendezvous::Set(const std::string& key,
                                     const std::string& value) {
-  if (!IsDelayedAddressKey(key)) return inner_->Set(key, value);
+  if (!IsDelayedAddressKey(key)) return inner()->Set(key, value);
   absl::StatusOr<std::unique_ptr<DelayRelay>> relay =
       DelayRelay::Start(host_, value, one_way_);
   if (!relay.ok()) return relay.status();
@@ -243,12 +243,12 @@ absl::Status DelayedRendezvous::Set(const std::string& key,
     std::lock_guard<std::mutex> lock(mu_);
     relays_.push_back(*std::move(relay));
   }
-  return inner_->Set(key, address);
+  return inner()->Set(key, address);
 }
 
 absl::StatusOr<std::string> DelayedRendezvous::Get(const std::string& key,
                                                    absl::Duration timeout) {
-  absl::StatusOr<std::string> value = inner_->Get(key, timeout);
+  absl::StatusOr<std::string> value = inner()->Get(key, timeout);
   if (!value.ok() || !IsDelayedAddressKey(key)) return value;
   // One of this process's own relays: the connection would not cross a
   // link, so it goes straight to the target.

@@ -54,36 +54,21 @@ class DelayRelay {
   std::thread thread_;
 };
 
-class DelayedRendezvous : public Rendezvous {
+class DelayedRendezvous : public ForwardingRendezvous {
  public:
   DelayedRendezvous(Rendezvous* inner, std::string host, absl::Duration one_way)
-      : inner_(inner), host_(std::move(host)), one_way_(one_way) {}
+      : ForwardingRendezvous(inner),
+        host_(std::move(host)),
+        one_way_(one_way) {}
 
-  std::string self() const override { return inner_->self(); }
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key,
                                   absl::Duration timeout) override;
-  absl::Status Barrier(const std::string& name, BarrierGroup group,
-                       absl::Duration timeout) override {
-    return inner_->Barrier(name, group, timeout);
-  }
-  absl::Status lost() const override { return inner_->lost(); }
-  bool has_lost() const override { return inner_->has_lost(); }
-  int AddLossListener(
-      std::function<void(const absl::Status&)> listener) override {
-    return inner_->AddLossListener(std::move(listener));
-  }
-  void RemoveLossListener(int id) override { inner_->RemoveLossListener(id); }
-  absl::Status ExplainFailure(const absl::Status& symptom,
-                              absl::Duration wait) const override {
-    return inner_->ExplainFailure(symptom, wait);
-  }
 
   // Whether a key holds an address whose connections are to be delayed.
   static bool IsDelayedAddressKey(const std::string& key);
 
  private:
-  Rendezvous* inner_;
   std::string host_;
   absl::Duration one_way_;
   // Guards relays_: a PsSync may publish from one thread while another

@@ -22,6 +22,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -109,6 +110,44 @@ class Rendezvous {
                                                      int rank, int count,
                                                      const std::string& value,
                                                      absl::Duration timeout);
+};
+
+// A Rendezvous that passes every call on to `inner`, for decorators that
+// change one or two of them (a key prefix, relayed addresses) and must keep
+// the rest, the loss reporting above all, exactly as the inner one has it.
+class ForwardingRendezvous : public Rendezvous {
+ public:
+  explicit ForwardingRendezvous(Rendezvous* inner) : inner_(inner) {}
+
+  std::string self() const override { return inner_->self(); }
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    return inner_->Set(key, value);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  absl::Duration timeout) override {
+    return inner_->Get(key, timeout);
+  }
+  absl::Status Barrier(const std::string& name, BarrierGroup group,
+                       absl::Duration timeout) override {
+    return inner_->Barrier(name, group, timeout);
+  }
+  absl::Status lost() const override { return inner_->lost(); }
+  bool has_lost() const override { return inner_->has_lost(); }
+  int AddLossListener(
+      std::function<void(const absl::Status&)> listener) override {
+    return inner_->AddLossListener(std::move(listener));
+  }
+  void RemoveLossListener(int id) override { inner_->RemoveLossListener(id); }
+  absl::Status ExplainFailure(const absl::Status& symptom,
+                              absl::Duration wait) const override {
+    return inner_->ExplainFailure(symptom, wait);
+  }
+
+ protected:
+  Rendezvous* inner() const { return inner_; }
+
+ private:
+  Rendezvous* inner_;
 };
 
 }  // namespace gradsync
