@@ -25,6 +25,10 @@ class AllReduceAlgorithm {
   // Payload bytes moved so far (headers excluded), for StepStats.
   virtual int64_t bytes_sent() const = 0;
   virtual int64_t bytes_received() const = 0;
+  // The most a send moves before the receiving peer has entered the same
+  // round (peer_exchange.h's clear to send); 0: never wait. The ring, which
+  // keeps its two neighbours for good, ignores it.
+  virtual void SetEagerBytes(int64_t bytes) {}
   // Run-level figures for the run summary, a JSON object.
   virtual std::string SummaryJson() const { return "{}"; }
 };

@@ -47,6 +47,7 @@ struct Algorithm {
 };
 
 constexpr int64_t kChunk = 64 << 10;
+constexpr int64_t kTestEagerBytes = 8 << 10;
 
 Algorithm ByName(const std::string& name, int n) {
   if (name == "ring") {
@@ -118,6 +119,10 @@ TEST_P(AllReduceFamily, SumIsExactAndIdenticalOnEveryRank) {
       (*cluster)->RunOnEveryRank([&](int rank) {
         std::unique_ptr<AllReduceAlgorithm> instance =
             algorithm.create((*transports)[rank].get());
+        // An eager prefix far below the default, so that the clear to send
+        // (peer_exchange.h) gates every step above a few thousand floats at
+        // every N, folds and trees included.
+        instance->SetEagerBytes(kTestEagerBytes);
         uint32_t tag = 0;
         for (int64_t count : counts) {
           std::vector<float> data(count);

@@ -46,14 +46,28 @@ double RingAllReduceSeconds(int n, double bytes, const LinkCost& link) {
 // N not a power of two adds the fold (S to the partner) and the return (S
 // back), each α + S/B:
 //   T = T_p + 2α + 2·S/B   when N > p.
+// With a clear to send (peer_exchange.h, eager prefix E > 0), a step of
+// s_k > E bytes sends its rest only once the partner's header has arrived,
+// α after the partner entered the step; partners that enter together wait
+// α − E/B where that is positive, once in each phase's such steps:
+//   T += 2 · Σ_{k: S/2^k > E} max(0, α − E/B).
 double HalvingDoublingAllReduceSeconds(int n, double bytes,
-                                       const LinkCost& link) {
+                                       const LinkCost& link,
+                                       double eager_bytes) {
   if (n <= 1) return 0;
   const int p = LargestPowerOfTwoAtMost(n);
   const double steps = std::log2(static_cast<double>(p));
   double seconds =
       2 * steps * link.alpha_s + 2.0 * (p - 1) / p * bytes / link.bytes_per_s;
   if (n > p) seconds += 2 * link.alpha_s + 2 * bytes / link.bytes_per_s;
+  const double wait = link.alpha_s - eager_bytes / link.bytes_per_s;
+  if (eager_bytes > 0 && wait > 0) {
+    for (double step_bytes = bytes / 2; step_bytes > eager_bytes &&
+                                        step_bytes * p >= bytes;
+         step_bytes /= 2) {
+      seconds += 2 * wait;
+    }
+  }
   return seconds;
 }
 
@@ -101,7 +115,8 @@ double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link) {
 // share its host link (the case the scheme is for), B when each has its own.
 double HierarchicalAllReduceSeconds(int n, int ranks_per_node, double bytes,
                                     const LinkCost& intra,
-                                    const LinkCost& inter) {
+                                    const LinkCost& inter,
+                                    double eager_bytes) {
   if (n <= 1) return 0;
   const int r = std::max(1, ranks_per_node);
   const int nodes = n / r;
@@ -109,7 +124,8 @@ double HierarchicalAllReduceSeconds(int n, int ranks_per_node, double bytes,
   if (r > 1) {
     seconds += 2 * (intra.alpha_s + (r - 1.0) / r * bytes / intra.bytes_per_s);
   }
-  return seconds + HalvingDoublingAllReduceSeconds(nodes, bytes / r, inter);
+  return seconds +
+         HalvingDoublingAllReduceSeconds(nodes, bytes / r, inter, eager_bytes);
 }
 
 }  // namespace gradsync

@@ -19,13 +19,17 @@ struct LinkCost {
 };
 
 double RingAllReduceSeconds(int n, double bytes, const LinkCost& link);
+// `eager_bytes`: the clear to send's eager prefix (peer_exchange.h), 0 for
+// an implementation without one.
 double HalvingDoublingAllReduceSeconds(int n, double bytes,
-                                       const LinkCost& link);
+                                       const LinkCost& link,
+                                       double eager_bytes = 0);
 double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link);
 // Nodes of `ranks_per_node`: `intra` inside a node, `inter` across it as
 // each rank sees it (bandwidth B/R when the node's R ranks share one link).
 double HierarchicalAllReduceSeconds(int n, int ranks_per_node, double bytes,
                                     const LinkCost& intra,
-                                    const LinkCost& inter);
+                                    const LinkCost& inter,
+                                    double eager_bytes = 0);
 
 }  // namespace gradsync

@@ -37,6 +37,24 @@ TEST(CostModel, HalvingDoublingPowerOfTwoAndFold) {
               4e-3 + 1.5 * 65536 / 1.25e8 + 2e-3 + 2 * 65536 / 1.25e8, 1e-12);
 }
 
+TEST(CostModel, HalvingDoublingWaitsForClearsToSendAboveTheEagerPrefix) {
+  // 5 ms, 1 Gbit/s, N = 8, 4 MiB: steps of 2, 1 and 0.5 MiB, all above the
+  // 256 KiB prefix, each waiting 5 ms − 256 KiB/B in both phases.
+  const LinkCost slow{5e-3, 1.25e8};
+  const double eager = 256 << 10;
+  const double wait = 5e-3 - eager / 1.25e8;
+  EXPECT_NEAR(HalvingDoublingAllReduceSeconds(8, 4 << 20, slow, eager),
+              HalvingDoublingAllReduceSeconds(8, 4 << 20, slow) + 6 * wait,
+              1e-12);
+  // Only the steps above the prefix: 1 MiB has one (512 KiB).
+  EXPECT_NEAR(HalvingDoublingAllReduceSeconds(8, 1 << 20, slow, eager),
+              HalvingDoublingAllReduceSeconds(8, 1 << 20, slow) + 2 * wait,
+              1e-12);
+  // Where the prefix covers the header's flight (1 ms), nothing.
+  EXPECT_EQ(HalvingDoublingAllReduceSeconds(8, 4 << 20, kLink, eager),
+            HalvingDoublingAllReduceSeconds(8, 4 << 20, kLink));
+}
+
 TEST(CostModel, TreeBeatsRingWhenLatencyBoundAndLosesWhenBandwidthBound) {
   // N = 8: depth 3; the busiest rank has 5 tree edges. Latency-bound: the
   // last byte's 6 hops after its leaf's 32 KiB.

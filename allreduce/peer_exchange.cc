@@ -60,8 +60,14 @@ TcpConnection& PeerExchange::Connection(int peer) {
   return *connection;
 }
 
+bool PeerExchange::Cleared(int peer) const {
+  const auto it = cleared_.find(peer);
+  return it == cleared_.end() || it->second;
+}
+
 int64_t PeerExchange::SendAvailable(const Transfer& transfer) const {
   int64_t available = transfer.bytes;
+  if (!Cleared(transfer.peer)) available = std::min(available, eager_bytes_);
   for (int index : transfer.after) {
     available = std::min(available, transfers_[index].done);
   }
@@ -143,6 +149,8 @@ absl::Status PeerExchange::RecvStep(Transfer& transfer, const RoundLabel& label,
     transfer.header_pos += *received;
     if (transfer.header_pos < kHeaderBytes) return absl::OkStatus();
     RETURN_IF_ERROR(CheckHeader(transfer, label));
+    // The peer is in this round: its link is clear for the rest of ours.
+    cleared_[transfer.peer] = true;
   }
   const int64_t left = transfer.bytes - transfer.pos;
   if (left == 0) return absl::OkStatus();
@@ -221,6 +229,14 @@ absl::Status PeerExchange::Run(const RoundLabel& label) {
                              label.round,
                              static_cast<uint64_t>(transfer.bytes)};
     if (!transfer.send) std::memset(&transfer.header, 0, kHeaderBytes);
+  }
+  // Sends to a peer that sends to us this round wait for its clear to send
+  // beyond the eager prefix; sends to a peer that only receives never wait.
+  cleared_.clear();
+  if (eager_bytes_ > 0) {
+    for (const auto& [peer, queue] : send_queue_) {
+      if (recv_queue_.count(peer) > 0) cleared_[peer] = false;
+    }
   }
   auto finished = [this](const Transfer& transfer) {
     return transfer.header_pos == kHeaderBytes &&
@@ -316,6 +332,7 @@ absl::Status PeerExchange::Run(const RoundLabel& label) {
   transfers_.clear();
   send_queue_.clear();
   recv_queue_.clear();
+  cleared_.clear();
   return status;
 }
 

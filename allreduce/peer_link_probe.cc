@@ -65,6 +65,8 @@ absl::StatusOr<PeerLinkProbeResult> ProbePeerLink(
   float figures[4] = {0, 0, 0, 0};
   if (partner >= 0) {
     PeerExchange exchange(transport, chunk_bytes, "link probe");
+    // The probe measures the link itself: one partner, nothing to wait for.
+    exchange.set_eager_bytes(0);
     RoundLabel label{0, kProbeTag, 0, ""};
     const bool pinger = rank < partner;
 

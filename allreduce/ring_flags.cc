@@ -44,3 +44,13 @@ ABSL_FLAG(double, allreduce_alpha_us, 0,
 ABSL_FLAG(double, allreduce_link_gbit, 0,
           "--sync=allreduce: link bandwidth B in Gbit/s for the α–β choice; "
           "0: probed on the job's connections at start-up");
+
+// peer_exchange.h: the eager prefix before a peer's clear to send. 256 KiB
+// covers the clear's one-way flight on 1 Gbit/s links up to 2 ms (so no
+// latency-bound buffer ever waits) and stops the incast that cost
+// halving-doubling up to 2x its prediction on large buffers.
+ABSL_FLAG(int, allreduce_eager_kb, 256,
+          "halving_doubling, tree, hierarchical, allreduce: KiB a send to a "
+          "peer moves before that peer has entered the same step (its clear "
+          "to send), so a rank that finishes a step early does not flood a "
+          "link still busy with the step before (incast); 0: never wait");

@@ -14,3 +14,4 @@ ABSL_DECLARE_FLAG(std::string, ring_row_sparse);
 ABSL_DECLARE_FLAG(int, allreduce_ranks_per_node);
 ABSL_DECLARE_FLAG(double, allreduce_alpha_us);
 ABSL_DECLARE_FLAG(double, allreduce_link_gbit);
+ABSL_DECLARE_FLAG(int, allreduce_eager_kb);

@@ -41,6 +41,14 @@ absl::StatusOr<RingSyncOptions> RingSyncOptionsFromFlags() {
   if (flag.CurrentValue() != flag.DefaultValue()) options.chunk_source = "flag";
   options.socket_buffer_bytes = absl::GetFlag(FLAGS_ring_socket_buffer_kb)
                                 << 10;
+  const int eager_kb = absl::GetFlag(FLAGS_allreduce_eager_kb);
+  if (eager_kb < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--allreduce_eager_kb=", eager_kb,
+        ": give the KiB a send may move before its peer's clear to send, "
+        "or 0 to never wait"));
+  }
+  options.eager_bytes = int64_t{eager_kb} << 10;
   return options;
 }
 
@@ -106,6 +114,7 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
                                                      context_.rendezvous));
   if (strategy_.create) {
     ASSIGN_OR_RETURN(ring_, strategy_.create(transport_.get(), options_));
+    ring_->SetEagerBytes(options_.eager_bytes);
   } else {
     auto ring =
         std::make_unique<RingAllReduce>(transport_.get(), options_.chunk_bytes);
@@ -133,6 +142,14 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
                                     : options_.chunk_bytes;
     RecordSetting("ring_chunk_kb", chunk_bytes / 1024.0,
                   options_.chunk_source);
+    if (plain_ring_ == nullptr) {
+      RecordSetting("allreduce_eager_kb", options_.eager_bytes / 1024.0,
+                    options_.eager_bytes == PeerExchange::kDefaultEagerBytes
+                        ? "default: covers the clear to send's flight on "
+                          "1 Gbit/s links up to 2 ms one way "
+                          "(allreduce/peer_exchange.h)"
+                        : "flag");
+    }
   }
   if (context_.identity.world_size > 1) {
     GS_LOG(INFO) << strategy_.name << ": rank " << context_.identity.rank

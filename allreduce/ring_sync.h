@@ -48,6 +48,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "allreduce/allreduce_algorithm.h"
+#include "allreduce/peer_exchange.h"
 #include "allreduce/ring_allgather.h"
 #include "allreduce/ring_allreduce.h"
 #include "allreduce/ring_transport.h"
@@ -68,6 +69,9 @@ struct RingSyncOptions {
   std::string chunk_source =
       "default: 256 KiB, a system call's and L2's size, measured within 2% "
       "of the best chunk at 100 Mbit/s and 1 Gbit/s (docs/compare.md)";
+  // The family's eager prefix before a peer's clear to send
+  // (peer_exchange.h); 0: never wait. The ring ignores it.
+  int64_t eager_bytes = PeerExchange::kDefaultEagerBytes;
   // Row-sparse buckets: all-gather the touched rows or all-reduce densely.
   enum class RowSparseRoute { kAuto, kGather, kDense };
   RowSparseRoute row_sparse = RowSparseRoute::kAuto;

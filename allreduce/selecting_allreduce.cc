@@ -106,22 +106,24 @@ absl::Status SelectingAllReduce::CalibrateLatencies() {
 }
 
 double SelectingAllReduce::Predict(const std::string& algorithm, int n,
-                                   double bytes, const LinkCost& link) {
+                                   double bytes, const LinkCost& link,
+                                   double eager_bytes) {
   if (algorithm == "halving_doubling") {
-    return HalvingDoublingAllReduceSeconds(n, bytes, link);
+    return HalvingDoublingAllReduceSeconds(n, bytes, link, eager_bytes);
   }
   if (algorithm == "tree") return TreeAllReduceSeconds(n, bytes, link);
   return RingAllReduceSeconds(n, bytes, link);
 }
 
 std::string SelectingAllReduce::Choose(int n, double bytes,
-                                       const CandidateLinks& links) {
+                                       const CandidateLinks& links,
+                                       double eager_bytes) {
   // Strictly lower to replace: the ring on a tie.
   int best = 0;
   double best_seconds = Predict(kCandidates[0], n, bytes, links.ring);
   for (int i = 1; i < 3; ++i) {
-    const double seconds =
-        Predict(kCandidates[i], n, bytes, links.For(kCandidates[i]));
+    const double seconds = Predict(kCandidates[i], n, bytes,
+                                   links.For(kCandidates[i]), eager_bytes);
     if (seconds < best_seconds) {
       best = i;
       best_seconds = seconds;
@@ -131,7 +133,8 @@ std::string SelectingAllReduce::Choose(int n, double bytes,
 }
 
 std::string SelectingAllReduce::Pick(int64_t count) const {
-  return Choose(transport_->world_size(), count * 4.0, links_);
+  return Choose(transport_->world_size(), count * 4.0, links_,
+                static_cast<double>(eager_bytes_));
 }
 
 absl::Status SelectingAllReduce::Run(float* data, int64_t count, float scale,
@@ -145,7 +148,7 @@ absl::Status SelectingAllReduce::Run(float* data, int64_t count, float scale,
                  << Predict("ring", n, count * 4.0, links_.ring) * 1e6
                  << " us, halving_doubling "
                  << Predict("halving_doubling", n, count * 4.0,
-                            links_.halving_doubling) *
+                            links_.halving_doubling, eager_bytes_) *
                         1e6
                  << " us, tree "
                  << Predict("tree", n, count * 4.0, links_.tree) * 1e6
@@ -158,6 +161,11 @@ absl::Status SelectingAllReduce::Run(float* data, int64_t count, float scale,
   }
   ++pick_counts_[pick];
   return algorithms_[pick]->Run(data, count, scale, tag);
+}
+
+void SelectingAllReduce::SetEagerBytes(int64_t bytes) {
+  eager_bytes_ = bytes;
+  for (auto& [name, algorithm] : algorithms_) algorithm->SetEagerBytes(bytes);
 }
 
 int64_t SelectingAllReduce::bytes_sent() const {

@@ -34,6 +34,7 @@
 #include "allreduce/allreduce_algorithm.h"
 #include "allreduce/cost_model.h"
 #include "allreduce/halving_doubling_allreduce.h"
+#include "allreduce/peer_exchange.h"
 #include "allreduce/peer_link_probe.h"
 #include "allreduce/ring_allreduce.h"
 #include "allreduce/ring_transport.h"
@@ -67,18 +68,21 @@ class SelectingAllReduce : public AllReduceAlgorithm {
 
   // The algorithm this object runs for `count` floats.
   std::string Pick(int64_t count) const;
-  // The α–β prediction of candidate `algorithm` (cost_model.h).
+  // The α–β prediction of candidate `algorithm` (cost_model.h), with the
+  // family's eager prefix before a clear to send (peer_exchange.h; 0: none).
   static double Predict(const std::string& algorithm, int n, double bytes,
-                        const LinkCost& link);
+                        const LinkCost& link, double eager_bytes = 0);
   // The choice for `bytes` over `n` ranks: "ring", "halving_doubling" or
   // "tree", whichever is predicted lowest (the ring on a tie).
-  static std::string Choose(int n, double bytes, const CandidateLinks& links);
+  static std::string Choose(int n, double bytes, const CandidateLinks& links,
+                            double eager_bytes = 0);
   static std::string Choose(int n, double bytes, const LinkCost& link) {
     return Choose(n, bytes, CandidateLinks::Uniform(link));
   }
 
   absl::Status Run(float* data, int64_t count, float scale = 1.0f,
                    uint32_t tag = 0) override;
+  void SetEagerBytes(int64_t bytes) override;
   int64_t bytes_sent() const override;
   int64_t bytes_received() const override;
   std::string SummaryJson() const override;
@@ -101,6 +105,7 @@ class SelectingAllReduce : public AllReduceAlgorithm {
   std::map<std::string, std::unique_ptr<AllReduceAlgorithm>> algorithms_;
   std::map<uint32_t, std::string> picks_;       // tag -> algorithm
   std::map<std::string, int64_t> pick_counts_;  // algorithm -> runs
+  int64_t eager_bytes_ = PeerExchange::kDefaultEagerBytes;
 };
 
 }  // namespace gradsync

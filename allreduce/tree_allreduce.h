@@ -49,6 +49,9 @@ class TreeAllReduce : public AllReduceAlgorithm {
 
   absl::Status Run(float* data, int64_t count, float scale = 1.0f,
                    uint32_t tag = 0) override;
+  void SetEagerBytes(int64_t bytes) override {
+    exchange_.set_eager_bytes(bytes);
+  }
   int64_t bytes_sent() const override { return exchange_.bytes_sent(); }
   int64_t bytes_received() const override { return exchange_.bytes_received(); }
 

@@ -101,6 +101,7 @@
 #include "core/launch/netem.h"
 #include "core/sync/gradient_sync.h"
 #include "core/sync/param_layout.h"
+#include "core/telemetry/process_counters.h"
 #include "gloo/allreduce_bcube.h"
 #include "gloo/allreduce_halving_doubling.h"
 #include "gloo/allreduce_ring.h"
@@ -195,9 +196,14 @@ Prediction PredictedMicros(const std::string& name, int n, int64_t bytes,
                            const CandidateLinks& links) {
   if (probed.alpha_s <= 0 || probed.bytes_per_s <= 0) return {};
   const double size = static_cast<double>(bytes);
-  auto predict = [&](const std::string& algorithm, const LinkCost& link) {
+  // gradsync's halving-doubling waits for clears to send; Gloo's does not.
+  const double eager_bytes =
+      static_cast<double>(int64_t{absl::GetFlag(FLAGS_allreduce_eager_kb)}
+                          << 10);
+  auto predict = [&](const std::string& algorithm, const LinkCost& link,
+                     double eager = 0) {
     return Prediction{
-        1e6 * SelectingAllReduce::Predict(algorithm, n, size, link),
+        1e6 * SelectingAllReduce::Predict(algorithm, n, size, link, eager),
         link.alpha_s};
   };
   if (name == "gradsync_ring") return predict("ring", links.ring);
@@ -205,7 +211,7 @@ Prediction PredictedMicros(const std::string& name, int n, int64_t bytes,
     return predict("ring", probed);
   }
   if (name == "gradsync_halving_doubling") {
-    return predict("halving_doubling", links.halving_doubling);
+    return predict("halving_doubling", links.halving_doubling, eager_bytes);
   }
   if (name == "gloo_halving_doubling") {
     return predict("halving_doubling", probed);
@@ -220,12 +226,13 @@ Prediction PredictedMicros(const std::string& name, int n, int64_t bytes,
         link.bytes_per_s / std::max(1, absl::GetFlag(FLAGS_ranks_per_host))};
     return Prediction{
         1e6 * HierarchicalAllReduceSeconds(n, HierarchicalRanksPerNode(n), size,
-                                           link, across),
+                                           link, across, eager_bytes),
         link.alpha_s};
   }
   if (name == "gradsync_allreduce") {
-    const std::string pick = SelectingAllReduce::Choose(n, size, links);
-    return predict(pick, links.For(pick));
+    const std::string pick =
+        SelectingAllReduce::Choose(n, size, links, eager_bytes);
+    return predict(pick, links.For(pick), eager_bytes);
   }
   return {};
 }
@@ -265,6 +272,9 @@ struct Plan {
 struct Cell {
   double time_us;
   double cpu_us;  // user + system time of the rank's process per all-reduce
+  // TCP segments retransmitted in the rank's network namespace during the
+  // timed runs (all of them, not per all-reduce); -1: unreadable.
+  int64_t retrans_segments;
   int64_t wrong;
   int done;
   // The link as gradsync's ranks measured it (or the flags gave it).
@@ -355,11 +365,17 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
   if (copies.upload) RETURN_IF_ERROR(copies.upload());
   for (int i = 0; i < plan.warmup; ++i) RETURN_IF_ERROR(run());
   RETURN_IF_ERROR(barrier());
+  const absl::StatusOr<TcpCounters> tcp_start = ReadNamespaceTcpCounters();
   const double cpu_start = ProcessCpuMicros();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < plan.iters; ++i) RETURN_IF_ERROR(run());
   const auto end = std::chrono::steady_clock::now();
   cell.cpu_us = (ProcessCpuMicros() - cpu_start) / plan.iters;
+  const absl::StatusOr<TcpCounters> tcp_end = ReadNamespaceTcpCounters();
+  cell.retrans_segments =
+      tcp_start.ok() && tcp_end.ok()
+          ? tcp_end->retrans_segments - tcp_start->retrans_segments
+          : -1;
   cell.time_us =
       std::chrono::duration<double, std::micro>(end - start).count() /
       plan.iters;
@@ -648,6 +664,9 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
         std::make_unique<HalvingDoublingAllReduce>(transport.get(), chunk);
     family["gradsync_tree"] =
         std::make_unique<TreeAllReduce>(transport.get(), chunk);
+    // peer_exchange.h's clear to send, as --sync= runs it.
+    const int64_t eager_bytes =
+        int64_t{absl::GetFlag(FLAGS_allreduce_eager_kb)} << 10;
     const int ranks_per_node = HierarchicalRanksPerNode(plan.workers);
     if (std::count(plan.algorithms.begin(), plan.algorithms.end(),
                    "gradsync_hierarchical") > 0) {
@@ -655,6 +674,9 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
           HierarchicalAllReduce::Check(plan.workers, ranks_per_node));
       family["gradsync_hierarchical"] = std::make_unique<HierarchicalAllReduce>(
           transport.get(), chunk, ranks_per_node);
+    }
+    for (auto& [name, algorithm] : family) {
+      algorithm->SetEagerBytes(eager_bytes);
     }
   }
   std::shared_ptr<gloo::Context> gloo_context;
@@ -833,6 +855,9 @@ struct Row {
   double busbw;
   int64_t wrong;
   double predicted_us;  // 0: no prediction
+  // Retransmitted TCP segments over the timed runs, summed over the network
+  // namespaces (each counted once); -1: unreadable.
+  int64_t retrans_segments;
   Cell rank0;           // rank 0's cell: the link, gradsync_ps's settings
 };
 
@@ -893,6 +918,13 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
   absl::PrintF(
       "# cpu: user+system time per all-reduce, summed over the ranks' "
       "processes (on a CPU-bound machine, the cost that matters)\n");
+  absl::PrintF(
+      "# retx: TCP segments retransmitted during the %d timed runs, over "
+      "all the ranks' network namespaces%s\n",
+      plan.iters,
+      plan.netns.empty() ? " (loopback: the whole host's, other traffic "
+                           "included)"
+                         : "");
   if (std::any_of(plan.algorithms.begin(), plan.algorithms.end(),
                   UsesRingTransport)) {
     absl::PrintF(
@@ -901,10 +933,10 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
   }
   for (const std::string& algorithm : plan.algorithms) {
     absl::PrintF("#\n# %s\n", algorithm);
-    absl::PrintF("# %12s %12s %6s %12s %12s %12s %8s %14s %12s %8s%s\n",
+    absl::PrintF("# %12s %12s %6s %12s %12s %12s %8s %14s %12s %8s %8s%s\n",
                  "size (B)", "count", "type", "time (us)", "algbw (GB/s)",
                  "busbw (GB/s)", "#wrong", "cpu (us)", "α–β (us)", "time/α–β",
-                 plan.link_bits_per_s > 0 ? "     link" : "");
+                 "retx", plan.link_bits_per_s > 0 ? "     link" : "");
     for (const Row& row : rows) {
       if (row.algorithm != algorithm) continue;
       std::string link;
@@ -913,10 +945,11 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
                                100 * row.busbw * 8e9 / plan.link_bits_per_s);
       }
       absl::PrintF(
-          "  %12d %12d %6s %12.1f %12.3f %12.3f %8d %14.1f %12.1f %8.2f%s\n",
+          "  %12d %12d %6s %12.1f %12.3f %12.3f %8d %14.1f %12.1f %8.2f %8d%s\n",
           row.bytes, row.bytes / 4, "float", row.time_us, row.algbw, row.busbw,
           row.wrong, row.cpu_us, row.predicted_us,
-          row.predicted_us > 0 ? row.time_us / row.predicted_us : 0.0, link);
+          row.predicted_us > 0 ? row.time_us / row.predicted_us : 0.0,
+          row.retrans_segments, link);
     }
     if (IsPs(algorithm)) PrintPsSettings(rows);
   }
@@ -984,6 +1017,7 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
         {"predicted_us", row.predicted_us},
         {"predicted_alpha_us", row.rank0.predicted_alpha_s * 1e6},
         {"cpu_us_all_ranks", row.cpu_us},
+        {"retrans_segments", row.retrans_segments},
     });
     if (IsPs(row.algorithm)) {
       // The inputs of bench/cost_model.py's colocated_ps_time.
@@ -1020,6 +1054,7 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
         {"warmup", plan.warmup},
         {"ring_chunk_kb", ring.chunk_bytes >> 10},
         {"ring_socket_buffer_kb", ring.socket_buffer_bytes >> 10},
+        {"allreduce_eager_kb", absl::GetFlag(FLAGS_allreduce_eager_kb)},
         {"transport", plan.transport},
         {"link_bits_per_s", plan.link_bits_per_s},
         {"link_round_trip_us", plan.link_round_trip_s * 1e6},
@@ -1187,7 +1222,7 @@ int Main(int argc, char** argv) {
   const double bus_factor = 2.0 * (plan->workers - 1) / plan->workers;
   for (size_t a = 0; a < plan->algorithms.size(); ++a) {
     for (size_t s = 0; s < plan->sizes.size(); ++s) {
-      Row row{plan->algorithms[a], plan->sizes[s], 0, 0, 0, 0, 0, 0};
+      Row row{plan->algorithms[a], plan->sizes[s], 0, 0, 0, 0, 0, 0, 0};
       bool complete = true;
       for (int rank = 0; rank < plan->workers; ++rank) {
         const Cell& cell = CellAt(cells, *plan, a, s, rank);
@@ -1195,6 +1230,20 @@ int Main(int argc, char** argv) {
         row.time_us = std::max(row.time_us, cell.time_us);
         row.cpu_us += cell.cpu_us;
         row.wrong += cell.wrong;
+        // The first rank of each namespace reads for all of it (loopback:
+        // rank 0 for the whole host).
+        const bool first_in_namespace =
+            plan->netns.empty()
+                ? rank == 0
+                : std::find(plan->netns.begin(), plan->netns.end(),
+                            plan->netns[rank]) -
+                          plan->netns.begin() ==
+                      rank;
+        if (!first_in_namespace || row.retrans_segments < 0) continue;
+        row.retrans_segments = cell.retrans_segments < 0
+                                   ? -1
+                                   : row.retrans_segments +
+                                         cell.retrans_segments;
       }
       if (!complete) continue;
       const Cell& first = CellAt(cells, *plan, a, s, 0);

@@ -191,14 +191,28 @@ def ring_time(n, size, link):
                2 * (n - 1) * link.alpha_s + segment)
 
 
-def halving_doubling_time(n, size, link):
-    """(6): one halving-doubling all-reduce of `size` bytes among n ranks."""
+# gradsync's eager prefix before a peer's clear to send (allreduce/
+# peer_exchange.h, --allreduce_eager_kb).
+EAGER_BYTES = 256 << 10
+
+
+def halving_doubling_time(n, size, link, eager_bytes=0):
+    """(6): one halving-doubling all-reduce of `size` bytes among n ranks.
+    With a clear to send (eager prefix E > 0, gradsync's), every step of
+    more than E bytes also waits max(0, α − E/B): the partner's header
+    crossing the link (allreduce/cost_model.cc)."""
     if n <= 1:
         return 0.0
     p = 1 << (n.bit_length() - 1)
     t = 2 * math.log2(p) * link.alpha_s + 2 * (p - 1) / p * size / link.bandwidth
     if n > p:
         t += 2 * link.alpha_s + 2 * size / link.bandwidth
+    wait = link.alpha_s - eager_bytes / link.bandwidth
+    if eager_bytes > 0 and wait > 0:
+        step = size / 2
+        while step > eager_bytes and step * p >= size:
+            t += 2 * wait
+            step /= 2
     return t
 
 
@@ -241,7 +255,8 @@ def tree_time(n, size, link):
     return max(2 * levels * link.alpha_s + half, max(edges) * half + 2 * link.alpha_s)
 
 
-def hierarchical_time(n, ranks_per_node, size, link, intra=None, shared=True):
+def hierarchical_time(n, ranks_per_node, size, link, intra=None, shared=True,
+                      eager_bytes=0):
     """(8): R ranks per node, across nodes over `link`, shared by the node's R
     ranks (`shared`) or one each; `intra` is the path inside a node (default:
     the same link)."""
@@ -253,14 +268,14 @@ def hierarchical_time(n, ranks_per_node, size, link, intra=None, shared=True):
     if r > 1:
         t += 2 * (intra.alpha_s + (r - 1) / r * size / intra.bandwidth)
     across = Link(link.alpha_s, link.bandwidth / r) if shared else link
-    return t + halving_doubling_time(n // r, size / r, across)
+    return t + halving_doubling_time(n // r, size / r, across, eager_bytes)
 
 
-def allreduce_pick(n, size, link):
+def allreduce_pick(n, size, link, eager_bytes=EAGER_BYTES):
     """--sync=allreduce's choice and its predicted time: the lowest of (1),
     (6) and (7), the ring on a tie (selecting_allreduce.cc)."""
     best, time = "ring", ring_time(n, size, link)
-    for name, t in (("halving_doubling", halving_doubling_time(n, size, link)),
+    for name, t in (("halving_doubling", halving_doubling_time(n, size, link, eager_bytes)),
                     ("tree", tree_time(n, size, link))):
         if t < time:
             best, time = name, t
@@ -394,11 +409,12 @@ def sync_time(strategy, n, k, size, link, largest_share=None, colocated=0, ranks
     if strategy == "ring":
         return ring_time(n, size, link)
     if strategy == "halving_doubling":
-        return halving_doubling_time(n, size, link)
+        return halving_doubling_time(n, size, link, EAGER_BYTES)
     if strategy == "tree":
         return tree_time(n, size, link)
     if strategy == "hierarchical":
-        return hierarchical_time(n, ranks_per_node, size, link)
+        return hierarchical_time(n, ranks_per_node, size, link,
+                                 eager_bytes=EAGER_BYTES)
     if strategy == "allreduce":
         return allreduce_pick(n, size, link)[1]
     if strategy == "ps-colocated":
@@ -787,7 +803,7 @@ def extrapolate(link, model_bytes, bucket_mb=25, chunk=PS_CHUNK_BYTES):
             "ps K=N/4": ps(max(1, n // 4)),
             "ps K=N": ps(n),
             "halving_doubling": 1000 * buckets * halving_doubling_time(
-                n, model_bytes / buckets, link),
+                n, model_bytes / buckets, link, EAGER_BYTES),
             "tree": 1000 * buckets * tree_time(n, model_bytes / buckets, link),
             "ps colocated": 1000 * colocated_ps_time(
                 n, model_bytes, link, last_key=last_key,
