@@ -16,7 +16,7 @@ def row(algorithm, size, time_us, cpu_us=100.0, predicted_us=0.0, **extra):
 
 DOCUMENT = {
     "context": {"workers": 4, "prediction_link_alpha_us": 1000.0,
-                "prediction_link_bytes_per_s": 1.25e8},
+                "prediction_link_bytes_per_s": 1.25e8, "link_bits_per_s": 1e9},
     "benchmarks": [
         row("gradsync_ring", 4096, 6000, predicted_us=6000),
         row("gradsync_tree", 4096, 4000, predicted_us=4400),
@@ -24,7 +24,7 @@ DOCUMENT = {
         row("gradsync_ps", 4096, 3000, cpu_us=3500, ps_key_bytes=4096,
             ps_largest_share=1.0),
         row("gradsync_ring", 1 << 20, 14000, predicted_us=14000),
-        row("gradsync_tree", 1 << 20, 20000, predicted_us=21000),
+        row("gradsync_tree", 1 << 20, 26000, predicted_us=21000, retrans_segments=1234),
         row("gradsync_allreduce", 1 << 20, 14500, predicted_us=14000),
     ],
 }
@@ -70,6 +70,26 @@ class Crossover(unittest.TestCase):
         self.assertIn("**3.00", text)      # the fastest in bold
         self.assertIn("4.00 (0.91)", text)  # measured over predicted
         self.assertIn("| ring | 1.04 | ring (1.00) |", text)  # selector, its pick
+
+    def test_bars_leave_out_cpu_bound_points_and_count_the_token_bucket_apart(self):
+        model, model_burst, selector = crossover.bar_counts(self.points, 0.75)
+        # 1 MiB: the ring at 1.00, the tree at 1.24 (outside 15 %).
+        self.assertEqual(model["gradsync_ring"], [1, 1])
+        self.assertEqual(model["gradsync_tree"], [0, 1])
+        # 4 KiB fits the 128 KiB bucket of a 1 Gbit/s link: counted apart.
+        self.assertEqual(model_burst["gradsync_tree"], [1, 1])
+        # The selector: its pick (the tree, then the ring) within 5 % at
+        # both points, and its own row too (1.025 and 1.036 of the best).
+        self.assertEqual(selector, [2, 2, 2])
+        text = crossover.markdown(self.points, crossover.DEFAULT_ALGORITHMS.split(","),
+                                  0.75, "header")
+        self.assertIn("| tree | 0 of 1 | 1 of 1 |", text)
+        self.assertIn("4.00 (0.91)‡", text)
+        self.assertIn("| tree 1234 |", text)
+
+    def test_token_bucket(self):
+        self.assertEqual(crossover.token_bucket_bytes(1e9), 128 << 10)
+        self.assertEqual(crossover.token_bucket_bytes(10e9), 1250000)
 
     def test_labels(self):
         self.assertEqual(crossover.size_label(64 << 20), "64 MiB")
