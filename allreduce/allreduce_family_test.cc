@@ -237,6 +237,17 @@ TEST(SelectingAllReduce, PicksTheLowestPrediction) {
               9e-3 + 32768 / 1.25e8, 1e-12);
 }
 
+TEST(SelectingAllReduce, CalibrationTakesTheMedianRun) {
+  // Eight runs of a tiny buffer at 1 ms hops, one stalled by 70 ms: the
+  // mean would charge 9.75 ms, twice the others.
+  std::vector<double> runs(7, 1.0e-3 * 6);
+  runs.push_back(70e-3);
+  EXPECT_DOUBLE_EQ(CalibrationSeconds(runs), 6e-3);
+  EXPECT_DOUBLE_EQ(CalibrationSeconds({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(CalibrationSeconds({4, 1, 3, 2}), 2.5);
+  EXPECT_EQ(CalibrationSeconds({}), 0);
+}
+
 TEST(HierarchicalAllReduce, RefusesNodesThatDoNotDivideTheJob) {
   const absl::Status status = HierarchicalAllReduce::Check(6, 4);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);

@@ -49,8 +49,9 @@ double RingAllReduceSeconds(int n, double bytes, const LinkCost& link) {
 // With a clear to send (peer_exchange.h, eager prefix E > 0), a step of
 // s_k > E bytes sends its rest only once the partner's header has arrived,
 // α after the partner entered the step; partners that enter together wait
-// α − E/B where that is positive, once in each phase's such steps:
-//   T += 2 · Σ_{k: S/2^k > E} max(0, α − E/B).
+// w = α − E/B where that is positive, once in each phase's such steps but
+// the first all-gather step (the same partner as the step before):
+//   T += (2 · #{k: S/2^k > E} − [S/p > E]) · max(0, w).
 double HalvingDoublingAllReduceSeconds(int n, double bytes,
                                        const LinkCost& link,
                                        double eager_bytes) {
@@ -67,6 +68,7 @@ double HalvingDoublingAllReduceSeconds(int n, double bytes,
          step_bytes /= 2) {
       seconds += 2 * wait;
     }
+    if (bytes / p > eager_bytes) seconds -= wait;
   }
   return seconds;
 }

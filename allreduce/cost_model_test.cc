@@ -39,17 +39,21 @@ TEST(CostModel, HalvingDoublingPowerOfTwoAndFold) {
 
 TEST(CostModel, HalvingDoublingWaitsForClearsToSendAboveTheEagerPrefix) {
   // 5 ms, 1 Gbit/s, N = 8, 4 MiB: steps of 2, 1 and 0.5 MiB, all above the
-  // 256 KiB prefix, each waiting 5 ms − 256 KiB/B in both phases.
+  // 256 KiB prefix, each waiting 5 ms − 256 KiB/B in both phases but the
+  // first all-gather step (its partner is the last reduce-scatter step's).
   const LinkCost slow{5e-3, 1.25e8};
   const double eager = 256 << 10;
   const double wait = 5e-3 - eager / 1.25e8;
   EXPECT_NEAR(HalvingDoublingAllReduceSeconds(8, 4 << 20, slow, eager),
-              HalvingDoublingAllReduceSeconds(8, 4 << 20, slow) + 6 * wait,
+              HalvingDoublingAllReduceSeconds(8, 4 << 20, slow) + 5 * wait,
               1e-12);
-  // Only the steps above the prefix: 1 MiB has one (512 KiB).
+  // Only the steps above the prefix: 1 MiB has one (512 KiB) per phase;
+  // N = 2 one step per phase, the all-gather's with the same partner.
   EXPECT_NEAR(HalvingDoublingAllReduceSeconds(8, 1 << 20, slow, eager),
               HalvingDoublingAllReduceSeconds(8, 1 << 20, slow) + 2 * wait,
               1e-12);
+  EXPECT_NEAR(HalvingDoublingAllReduceSeconds(2, 1 << 20, slow, eager),
+              HalvingDoublingAllReduceSeconds(2, 1 << 20, slow) + wait, 1e-12);
   // Where the prefix covers the header's flight (1 ms), nothing.
   EXPECT_EQ(HalvingDoublingAllReduceSeconds(8, 4 << 20, kLink, eager),
             HalvingDoublingAllReduceSeconds(8, 4 << 20, kLink));

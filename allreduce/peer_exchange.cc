@@ -231,9 +231,15 @@ absl::Status PeerExchange::Run(const RoundLabel& label) {
     if (!transfer.send) std::memset(&transfer.header, 0, kHeaderBytes);
   }
   // Sends to a peer that sends to us this round wait for its clear to send
-  // beyond the eager prefix; sends to a peer that only receives never wait.
+  // beyond the eager prefix; sends to a peer that only receives never wait,
+  // nor do sends to the one peer this all-reduce's previous round had.
+  std::set<int> peers;
+  for (const auto& [peer, queue] : send_queue_) peers.insert(peer);
+  for (const auto& [peer, queue] : recv_queue_) peers.insert(peer);
+  const bool same_partner = has_last_ && last_sequence_ == label.sequence &&
+                            last_peers_.size() == 1 && peers == last_peers_;
   cleared_.clear();
-  if (eager_bytes_ > 0) {
+  if (eager_bytes_ > 0 && !same_partner) {
     for (const auto& [peer, queue] : send_queue_) {
       if (recv_queue_.count(peer) > 0) cleared_[peer] = false;
     }
@@ -333,6 +339,9 @@ absl::Status PeerExchange::Run(const RoundLabel& label) {
   send_queue_.clear();
   recv_queue_.clear();
   cleared_.clear();
+  has_last_ = status.ok();
+  last_peers_ = std::move(peers);
+  last_sequence_ = label.sequence;
   return status;
 }
 

@@ -34,11 +34,15 @@
 // own, and the eager prefix covers the header's flight wherever the link's
 // one-way bandwidth-delay product is below it, so transfers within the
 // prefix (the latency-bound buffers) never wait. MPI's rendezvous protocol
-// above its eager limit, without the extra round trip.
+// above its eager limit, without the extra round trip. A round with the same
+// single peer as the previous round of the same all-reduce does not wait:
+// that peer's link carries only this rank's flow (halving-doubling's last
+// reduce-scatter and first all-gather step, and N = 2).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -143,6 +147,10 @@ class PeerExchange {
   // Per peer this round sends to and receives from: whether the peer's
   // first header of the round has arrived (its clear to send).
   std::map<int, bool> cleared_;
+  // The previous round's peers and all-reduce, when it succeeded.
+  std::set<int> last_peers_;
+  uint32_t last_sequence_ = 0;
+  bool has_last_ = false;
   int64_t bytes_sent_ = 0;
   int64_t bytes_received_ = 0;
 };

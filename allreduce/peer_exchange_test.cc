@@ -9,7 +9,9 @@
 #include <sys/ioctl.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -43,122 +45,114 @@ int64_t WaitForQueued(int fd, int64_t bytes, absl::Time deadline) {
   return queued;
 }
 
-struct Pair {
-  std::unique_ptr<RingTestCluster> cluster;
-  std::vector<std::unique_ptr<RingTransport>> transports;
-};
-
-Pair ConnectPair() {
-  Pair pair;
-  auto cluster = RingTestCluster::Start(2, "peer-exchange-test");
-  EXPECT_TRUE(cluster.ok()) << cluster.status();
-  pair.cluster = *std::move(cluster);
-  auto transports = pair.cluster->ConnectRing(
-      RingTransportOptions(), [](int rank) { return std::vector<int>{1 - rank}; });
-  EXPECT_TRUE(transports.ok()) << transports.status();
-  pair.transports = *std::move(transports);
-  return pair;
-}
-
 std::vector<float> Input(int rank) {
   std::vector<float> data(kCount);
   for (int64_t i = 0; i < kCount; ++i) data[i] = (i % 97) + 1000.0f * rank;
   return data;
 }
 
+struct Round {
+  std::vector<absl::Status> statuses;
+  std::vector<std::vector<float>> received;  // per rank
+};
+
+// One round between two ranks with `eager_bytes`: rank 0 sends kCount floats
+// to rank 1 and, when `two_way`, rank 1 sends kCount back. Rank 1 first runs
+// `before_entering` on its connection from rank 0, then enters the round.
+// With `after_exchange`, both ranks first swap one float in an earlier round
+// of the same all-reduce (sequence 0).
+Round RunRound(int64_t eager_bytes, bool two_way,
+               const std::function<void(int fd)>& before_entering,
+               bool after_exchange = false) {
+  Round round;
+  auto cluster = RingTestCluster::Start(2, "peer-exchange-test");
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  if (!cluster.ok()) return round;
+  auto transports = (*cluster)->ConnectRing(
+      RingTransportOptions(),
+      [](int rank) { return std::vector<int>{1 - rank}; });
+  EXPECT_TRUE(transports.ok()) << transports.status();
+  if (!transports.ok()) return round;
+  round.received.assign(2, std::vector<float>(kCount));
+  round.statuses = (*cluster)->RunOnEveryRank([&](int rank) {
+    RingTransport* transport = (*transports)[rank].get();
+    PeerExchange exchange(transport, kChunk, "test");
+    exchange.set_eager_bytes(eager_bytes);
+    const std::vector<float> out = Input(rank);
+    RoundLabel label{0, 0, 0, "a step"};
+    if (after_exchange) {
+      float token = 1.0f;
+      float other = 0.0f;
+      exchange.Send(1 - rank, &token, 1);
+      exchange.Receive(1 - rank, &other, 1, /*add=*/false);
+      absl::Status status = exchange.Run(label);
+      if (!status.ok()) return status;
+      ++label.round;
+    }
+    if (rank == 1) before_entering(transport->peer(0)->fd());
+    if (rank == 0 || two_way) exchange.Send(1 - rank, out.data(), kCount);
+    if (rank == 1 || two_way) {
+      exchange.Receive(1 - rank, round.received[rank].data(), kCount,
+                       /*add=*/false);
+    }
+    return exchange.Run(label);
+  });
+  return round;
+}
+
+constexpr int64_t kWhole = PeerExchange::kHeaderBytes + kCount * 4;
+
 // Rank 0 enters an exchange round first; rank 1 holds back. Only the
 // header and the eager prefix may reach rank 1 before it enters.
 TEST(PeerExchange, TwoWaySendStopsAtTheEagerPrefixUntilThePeerEnters) {
-  Pair pair = ConnectPair();
-  ASSERT_EQ(pair.transports.size(), 2u);
   const int64_t prefix = PeerExchange::kHeaderBytes + kEager;
   int64_t before_entering = -1;
   int64_t after_window = -1;
-  std::vector<std::vector<float>> received(2, std::vector<float>(kCount));
-  std::vector<absl::Status> statuses =
-      pair.cluster->RunOnEveryRank([&](int rank) {
-        RingTransport* transport = pair.transports[rank].get();
-        PeerExchange exchange(transport, kChunk, "test");
-        exchange.set_eager_bytes(kEager);
-        const std::vector<float> out = Input(rank);
-        if (rank == 1) {
-          const int fd = transport->peer(0)->fd();
-          before_entering =
-              WaitForQueued(fd, prefix, absl::Now() + absl::Seconds(20));
-          // A sender that ignored the gate would pass the prefix within
-          // microseconds; give it far longer before entering.
-          WaitForQueued(fd, prefix + 1, absl::Now() + absl::Milliseconds(300));
-          after_window = Queued(fd);
-        }
-        exchange.Send(1 - rank, out.data(), kCount);
-        exchange.Receive(1 - rank, received[rank].data(), kCount,
-                         /*add=*/false);
-        return exchange.Run(RoundLabel{0, 0, 0, "a two-way step"});
-      });
-  ASSERT_TRUE(statuses[0].ok()) << statuses[0];
-  ASSERT_TRUE(statuses[1].ok()) << statuses[1];
+  const Round round = RunRound(kEager, /*two_way=*/true, [&](int fd) {
+    before_entering = WaitForQueued(fd, prefix, absl::Now() + absl::Seconds(20));
+    // A sender that ignored the gate would pass the prefix within
+    // microseconds; give it far longer before entering.
+    WaitForQueued(fd, prefix + 1, absl::Now() + absl::Milliseconds(300));
+    after_window = Queued(fd);
+  });
+  ASSERT_EQ(round.statuses.size(), 2u);
+  ASSERT_TRUE(round.statuses[0].ok()) << round.statuses[0];
+  ASSERT_TRUE(round.statuses[1].ok()) << round.statuses[1];
   EXPECT_EQ(before_entering, prefix);
   EXPECT_EQ(after_window, prefix)
       << "rank 0 sent past its eager prefix before rank 1 entered the round";
-  EXPECT_EQ(received[1], Input(0));
-  EXPECT_EQ(received[0], Input(1));
+  EXPECT_EQ(round.received[1], Input(0));
+  EXPECT_EQ(round.received[0], Input(1));
 }
 
 // A one-way send (halving-doubling's fold of an extra rank) has no clear to
-// wait for: all of it reaches the peer before the peer enters.
-TEST(PeerExchange, OneWaySendDoesNotWait) {
-  Pair pair = ConnectPair();
-  ASSERT_EQ(pair.transports.size(), 2u);
-  const int64_t whole = PeerExchange::kHeaderBytes + kCount * 4;
-  int64_t before_entering = -1;
-  std::vector<float> received(kCount);
-  std::vector<absl::Status> statuses =
-      pair.cluster->RunOnEveryRank([&](int rank) {
-        RingTransport* transport = pair.transports[rank].get();
-        PeerExchange exchange(transport, kChunk, "test");
-        exchange.set_eager_bytes(kEager);
-        const std::vector<float> out = Input(rank);
-        if (rank == 0) {
-          exchange.Send(1, out.data(), kCount);
-        } else {
-          before_entering = WaitForQueued(transport->peer(0)->fd(), whole,
-                                          absl::Now() + absl::Seconds(20));
-          exchange.Receive(0, received.data(), kCount, /*add=*/false);
-        }
-        return exchange.Run(RoundLabel{0, 0, 0, "a fold"});
-      });
-  ASSERT_TRUE(statuses[0].ok()) << statuses[0];
-  ASSERT_TRUE(statuses[1].ok()) << statuses[1];
-  EXPECT_EQ(before_entering, whole);
-  EXPECT_EQ(received, Input(0));
-}
-
-// With the gate off, a two-way send does not wait either.
-TEST(PeerExchange, ZeroEagerBytesTurnsTheGateOff) {
-  Pair pair = ConnectPair();
-  ASSERT_EQ(pair.transports.size(), 2u);
-  const int64_t whole = PeerExchange::kHeaderBytes + kCount * 4;
-  int64_t before_entering = -1;
-  std::vector<std::vector<float>> received(2, std::vector<float>(kCount));
-  std::vector<absl::Status> statuses =
-      pair.cluster->RunOnEveryRank([&](int rank) {
-        RingTransport* transport = pair.transports[rank].get();
-        PeerExchange exchange(transport, kChunk, "test");
-        exchange.set_eager_bytes(0);
-        const std::vector<float> out = Input(rank);
-        if (rank == 1) {
-          before_entering = WaitForQueued(transport->peer(0)->fd(), whole,
-                                          absl::Now() + absl::Seconds(20));
-        }
-        exchange.Send(1 - rank, out.data(), kCount);
-        exchange.Receive(1 - rank, received[rank].data(), kCount,
-                         /*add=*/false);
-        return exchange.Run(RoundLabel{0, 0, 0, "a two-way step"});
-      });
-  ASSERT_TRUE(statuses[0].ok()) << statuses[0];
-  ASSERT_TRUE(statuses[1].ok()) << statuses[1];
-  EXPECT_EQ(before_entering, whole);
-  EXPECT_EQ(received[1], Input(0));
+// wait for; nor has a round whose one peer was the previous round's only
+// peer in the same all-reduce (nobody else sends into its link); and with
+// the gate off, nothing waits: all of it reaches the peer before the peer
+// enters.
+TEST(PeerExchange, OneWaySendsTheSamePartnerAndAZeroPrefixDoNotWait) {
+  struct Case {
+    int64_t eager;
+    bool two_way;
+    bool after_exchange;
+  };
+  for (const Case& c : {Case{kEager, false, false}, Case{kEager, true, true},
+                        Case{0, true, false}}) {
+    int64_t before_entering = -1;
+    const Round round = RunRound(
+        c.eager, c.two_way,
+        [&](int fd) {
+          before_entering =
+              WaitForQueued(fd, kWhole, absl::Now() + absl::Seconds(20));
+        },
+        c.after_exchange);
+    ASSERT_EQ(round.statuses.size(), 2u);
+    ASSERT_TRUE(round.statuses[0].ok()) << round.statuses[0];
+    ASSERT_TRUE(round.statuses[1].ok()) << round.statuses[1];
+    EXPECT_EQ(before_entering, kWhole)
+        << "eager " << c.eager << ", two-way " << c.two_way;
+    EXPECT_EQ(round.received[1], Input(0)) << "eager " << c.eager;
+  }
 }
 
 }  // namespace

@@ -26,6 +26,14 @@ SelectingAllReduce::SelectingAllReduce(RingTransport* transport,
   algorithms_["tree"] = std::make_unique<TreeAllReduce>(transport, chunk_bytes);
 }
 
+double CalibrationSeconds(std::vector<double> runs) {
+  if (runs.empty()) return 0;
+  std::sort(runs.begin(), runs.end());
+  const size_t middle = runs.size() / 2;
+  return runs.size() % 2 == 1 ? runs[middle]
+                              : (runs[middle - 1] + runs[middle]) / 2;
+}
+
 std::vector<int> SelectingAllReduce::Peers(int rank, int world_size) {
   std::set<int> peers;
   for (int peer : HalvingDoublingAllReduce::Peers(rank, world_size)) {
@@ -77,12 +85,15 @@ absl::Status SelectingAllReduce::CalibrateLatencies() {
     // up to the skew an all-reduce leaves (a one-float ring), not in the lock
     // step the warm-up runs may have settled into.
     RETURN_IF_ERROR(algorithms_["ring"]->Run(&token, 1, 1.0f, 0xFFFFFF12u));
-    const absl::Time start = absl::Now();
+    std::vector<double> runs;
+    absl::Time start = absl::Now();
     for (int r = 0; r < kRuns; ++r) {
       RETURN_IF_ERROR(algorithm.Run(buffer.data(), count, 1.0f, 0xFFFFFF10u));
+      const absl::Time end = absl::Now();
+      runs.push_back(absl::ToDoubleSeconds(end - start));
+      start = end;
     }
-    by_rank[i * n + rank] =
-        static_cast<float>(absl::ToDoubleSeconds(absl::Now() - start) / kRuns);
+    by_rank[i * n + rank] = static_cast<float>(CalibrationSeconds(runs));
   }
   RETURN_IF_ERROR(
       algorithms_["ring"]->Run(by_rank.data(), 3 * n, 1.0f, 0xFFFFFF11u));

@@ -9,9 +9,11 @@
 //  - B and the link's α by probing the job's own peer connections
 //    (peer_link_probe.h: round trips, two-way exchanges);
 //  - then each candidate's own α: the time it takes for a tiny buffer (N·16
-//    floats; the slowest rank's mean of 6 runs less the slowest run) over
-//    the latencies its formula counts (2(N-1) for the ring, 2·log2 N for halving-doubling, 2·depth for
-//    the tree). Wire latency is the same for all three, but the software
+//    floats; the slowest rank's median of 8 back-to-back runs) over the
+//    latencies its formula counts (2(N-1) for the ring, 2·log2 N for
+//    halving-doubling, 2·depth for the tree). The median, not the mean: one
+//    stalled run once doubled the tree's α at N = 8 on 1 ms links and gave
+//    its buffers to halving-doubling, 5% slower. Wire latency is the same for all three, but the software
 //    around it is not (a halving-doubling round costs ~0.15 ms more than a
 //    tree hop on a loaded 2-core host, docs/results/allreduce_family.md);
 //    NCCL's tuner likewise keeps a base latency per algorithm.
@@ -41,6 +43,10 @@
 #include "allreduce/tree_allreduce.h"
 
 namespace gradsync {
+
+// What a candidate is charged from one rank's timed runs of the tiny buffer:
+// their median, which one stalled run does not move.
+double CalibrationSeconds(std::vector<double> runs);
 
 // The link each candidate is predicted with: one B, an α per algorithm.
 struct CandidateLinks {

@@ -199,8 +199,9 @@ EAGER_BYTES = 256 << 10
 def halving_doubling_time(n, size, link, eager_bytes=0):
     """(6): one halving-doubling all-reduce of `size` bytes among n ranks.
     With a clear to send (eager prefix E > 0, gradsync's), every step of
-    more than E bytes also waits max(0, α − E/B): the partner's header
-    crossing the link (allreduce/cost_model.cc)."""
+    more than E bytes also waits max(0, α − E/B), the partner's header
+    crossing the link, but the first all-gather step, whose partner is the
+    last reduce-scatter step's (allreduce/cost_model.cc)."""
     if n <= 1:
         return 0.0
     p = 1 << (n.bit_length() - 1)
@@ -213,6 +214,8 @@ def halving_doubling_time(n, size, link, eager_bytes=0):
         while step > eager_bytes and step * p >= size:
             t += 2 * wait
             step /= 2
+        if size / p > eager_bytes:
+            t -= wait
     return t
 
 

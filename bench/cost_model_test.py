@@ -28,17 +28,21 @@ class FamilyFormulas(unittest.TestCase):
 
     def test_halving_doubling_waits_for_clears_to_send(self):
         # 5 ms, 1 Gbit/s, N = 8, 4 MiB: steps of 2, 1 and 0.5 MiB, all above
-        # the 256 KiB prefix, each waiting 5 ms − 256 KiB/B in both phases.
+        # the 256 KiB prefix, each waiting 5 ms − 256 KiB/B in both phases
+        # but the first all-gather step (the same partner as the step before).
         slow = cost_model.Link(5e-3, 1.25e8)
         size = 4 << 20
         wait = 5e-3 - (256 << 10) / 1.25e8
         self.assertAlmostEqual(
             cost_model.halving_doubling_time(8, size, slow, 256 << 10),
-            cost_model.halving_doubling_time(8, size, slow) + 6 * wait, places=12)
+            cost_model.halving_doubling_time(8, size, slow) + 5 * wait, places=12)
         # Only the steps above the prefix: 1 MiB has one (512 KiB).
         self.assertAlmostEqual(
             cost_model.halving_doubling_time(8, 1 << 20, slow, 256 << 10),
             cost_model.halving_doubling_time(8, 1 << 20, slow) + 2 * wait, places=12)
+        self.assertAlmostEqual(
+            cost_model.halving_doubling_time(2, 1 << 20, slow, 256 << 10),
+            cost_model.halving_doubling_time(2, 1 << 20, slow) + wait, places=12)
         # Where the prefix covers the header's flight (1 ms), nothing.
         self.assertEqual(cost_model.halving_doubling_time(8, size, LINK, 256 << 10),
                          cost_model.halving_doubling_time(8, size, LINK))
