@@ -63,9 +63,8 @@ double HalvingDoublingAllReduceSeconds(int n, double bytes,
   if (n > p) seconds += 2 * link.alpha_s + 2 * bytes / link.bytes_per_s;
   const double wait = link.alpha_s - eager_bytes / link.bytes_per_s;
   if (eager_bytes > 0 && wait > 0) {
-    for (double step_bytes = bytes / 2; step_bytes > eager_bytes &&
-                                        step_bytes * p >= bytes;
-         step_bytes /= 2) {
+    for (double step_bytes = bytes / 2;
+         step_bytes > eager_bytes && step_bytes * p >= bytes; step_bytes /= 2) {
       seconds += 2 * wait;
     }
     if (bytes / p > eager_bytes) seconds -= wait;
@@ -117,8 +116,7 @@ double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link) {
 // share its host link (the case the scheme is for), B when each has its own.
 double HierarchicalAllReduceSeconds(int n, int ranks_per_node, double bytes,
                                     const LinkCost& intra,
-                                    const LinkCost& inter,
-                                    double eager_bytes) {
+                                    const LinkCost& inter, double eager_bytes) {
   if (n <= 1) return 0;
   const int r = std::max(1, ranks_per_node);
   const int nodes = n / r;

@@ -28,16 +28,17 @@
 // rest of a large transfer never shares the peer's incoming link with the
 // tail of its previous partner's: without this, a rank that finishes a
 // halving-doubling step early starts its next step into a link still full of
-// another's, and on a shallow switch queue both flows lose packets (incast;
-// docs/results/allreduce_family.md measured 25 000 retransmitted segments in
-// eleven 16 MiB all-reduces at N = 8). The header costs no message of its
-// own, and the eager prefix covers the header's flight wherever the link's
-// one-way bandwidth-delay product is below it, so transfers within the
-// prefix (the latency-bound buffers) never wait. MPI's rendezvous protocol
-// above its eager limit, without the extra round trip. A round with the same
-// single peer as the previous round of the same all-reduce does not wait:
-// that peer's link carries only this rank's flow (halving-doubling's last
-// reduce-scatter and first all-gather step, and N = 2).
+// another's, and on a shallow switch queue both flows lose packets (incast:
+// 13 058 retransmitted segments in ten 16 MiB all-reduces at N = 8 on
+// 1 Gbit/s, 45 with the gate; docs/results/allreduce_family.md). The header
+// costs no message of its own, and the eager prefix covers the header's
+// flight wherever the link's one-way bandwidth-delay product is below it, so
+// transfers within the prefix (the latency-bound buffers) never wait. MPI's
+// rendezvous protocol above its eager limit, without the extra round trip.
+// A round with the same single peer as the previous round of the same
+// all-reduce does not wait: that peer's link carries only this rank's flow
+// (halving-doubling's last reduce-scatter and first all-gather step, and
+// N = 2).
 #pragma once
 
 #include <cstdint>

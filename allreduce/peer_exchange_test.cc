@@ -109,7 +109,8 @@ TEST(PeerExchange, TwoWaySendStopsAtTheEagerPrefixUntilThePeerEnters) {
   int64_t before_entering = -1;
   int64_t after_window = -1;
   const Round round = RunRound(kEager, /*two_way=*/true, [&](int fd) {
-    before_entering = WaitForQueued(fd, prefix, absl::Now() + absl::Seconds(20));
+    before_entering =
+        WaitForQueued(fd, prefix, absl::Now() + absl::Seconds(20));
     // A sender that ignored the gate would pass the prefix within
     // microseconds; give it far longer before entering.
     WaitForQueued(fd, prefix + 1, absl::Now() + absl::Milliseconds(300));

@@ -197,9 +197,8 @@ Prediction PredictedMicros(const std::string& name, int n, int64_t bytes,
   if (probed.alpha_s <= 0 || probed.bytes_per_s <= 0) return {};
   const double size = static_cast<double>(bytes);
   // gradsync's halving-doubling waits for clears to send; Gloo's does not.
-  const double eager_bytes =
-      static_cast<double>(int64_t{absl::GetFlag(FLAGS_allreduce_eager_kb)}
-                          << 10);
+  const double eager_bytes = static_cast<double>(
+      int64_t{absl::GetFlag(FLAGS_allreduce_eager_kb)} << 10);
   auto predict = [&](const std::string& algorithm, const LinkCost& link,
                      double eager = 0) {
     return Prediction{
@@ -665,8 +664,8 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
     family["gradsync_tree"] =
         std::make_unique<TreeAllReduce>(transport.get(), chunk);
     // peer_exchange.h's clear to send, as --sync= runs it.
-    const int64_t eager_bytes =
-        int64_t{absl::GetFlag(FLAGS_allreduce_eager_kb)} << 10;
+    const int64_t eager_bytes = int64_t{absl::GetFlag(FLAGS_allreduce_eager_kb)}
+                                << 10;
     const int ranks_per_node = HierarchicalRanksPerNode(plan.workers);
     if (std::count(plan.algorithms.begin(), plan.algorithms.end(),
                    "gradsync_hierarchical") > 0) {
@@ -858,7 +857,7 @@ struct Row {
   // Retransmitted TCP segments over the timed runs, summed over the network
   // namespaces (each counted once); -1: unreadable.
   int64_t retrans_segments;
-  Cell rank0;           // rank 0's cell: the link, gradsync_ps's settings
+  Cell rank0;  // rank 0's cell: the link, gradsync_ps's settings
 };
 
 std::string MachineDescription() {
@@ -945,7 +944,8 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
                                100 * row.busbw * 8e9 / plan.link_bits_per_s);
       }
       absl::PrintF(
-          "  %12d %12d %6s %12.1f %12.3f %12.3f %8d %14.1f %12.1f %8.2f %8d%s\n",
+          "  %12d %12d %6s %12.1f %12.3f %12.3f %8d %14.1f %12.1f %8.2f "
+          "%8d%s\n",
           row.bytes, row.bytes / 4, "float", row.time_us, row.algbw, row.busbw,
           row.wrong, row.cpu_us, row.predicted_us,
           row.predicted_us > 0 ? row.time_us / row.predicted_us : 0.0,
@@ -1240,10 +1240,10 @@ int Main(int argc, char** argv) {
                           plan->netns.begin() ==
                       rank;
         if (!first_in_namespace || row.retrans_segments < 0) continue;
-        row.retrans_segments = cell.retrans_segments < 0
-                                   ? -1
-                                   : row.retrans_segments +
-                                         cell.retrans_segments;
+        row.retrans_segments =
+            cell.retrans_segments < 0
+                ? -1
+                : row.retrans_segments + cell.retrans_segments;
       }
       if (!complete) continue;
       const Cell& first = CellAt(cells, *plan, a, s, 0);
