@@ -102,6 +102,7 @@ TSAN_TARGETS=(
   //allreduce:ring_allreduce_test //allreduce:ring_transport_test
   //allreduce:ring_sync_test //allreduce:ring_multiprocess_test
   //allreduce:allreduce_family_test //allreduce:compressed_ring_sync_test
+  //allreduce:peer_exchange_test
   //core/launch:launcher_test //tests:job_test //tests:coordinator_bad_input_test
   //tests:member_loss_test //fuzz:all
 )
