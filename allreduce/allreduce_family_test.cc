@@ -212,6 +212,15 @@ TEST(DoubleBinaryTree, EveryRankIsInBothTreesWithConsistentEdges) {
   }
 }
 
+TEST(DoubleBinaryTree, SlicesOnePerChunkUpToTheCap) {
+  EXPECT_EQ(TreeSlices(4096, 256 << 10), 1);
+  EXPECT_EQ(TreeSlices(512 << 10, 256 << 10), 2);
+  EXPECT_EQ(TreeSlices(8 << 20, 256 << 10), kMaxTreeSlices);
+  // The family test's sizes: 70001 floats in 2 slices, 3 MiB in 16.
+  EXPECT_EQ(TreeSlices(35001 * 4, kChunk), 2);
+  EXPECT_EQ(TreeSlices((3 << 20) / 2, kChunk), kMaxTreeSlices);
+}
+
 TEST(SelectingAllReduce, PicksTheLowestPrediction) {
   const LinkCost link{1e-3, 1.25e8};
   // Latency-bound: the tree's and halving-doubling's 6 latencies against

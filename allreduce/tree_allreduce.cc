@@ -34,6 +34,11 @@ int Depth(const std::vector<TreeNode>& nodes, int x) {
 
 }  // namespace
 
+int TreeSlices(int64_t half_bytes, int64_t chunk_bytes) {
+  const int64_t wanted = half_bytes / std::max<int64_t>(1, chunk_bytes);
+  return static_cast<int>(std::clamp<int64_t>(wanted, 1, kMaxTreeSlices));
+}
+
 TreeNode DoubleBinaryTreeNode(int world_size, int rank, int tree) {
   std::vector<TreeNode> positions(world_size);
   BuildInOrder(0, world_size, -1, positions);
@@ -115,48 +120,69 @@ absl::Status TreeAllReduce::Run(float* data, int64_t count, float scale,
     const int64_t half = (count + 1) / 2;
     float* halves[2] = {data, data + half};
     const int64_t sizes[2] = {half, count - half};
+    // Each half in `slices` consecutive slices, slice s's transfers keyed
+    // s later: on a connection that carries both a reduce of one tree and
+    // a broadcast of the other, the broadcast's first slices go as soon as
+    // they are ready instead of behind the whole reduce.
+    const int slices = TreeSlices(half * 4, exchange_.chunk_bytes());
+    auto slice_begin = [&](int tree, int slice) {
+      return sizes[tree] * slice / slices;
+    };
     const int me = transport_->rank();
     struct Planned {
       int key;
       int tree;
       bool broadcast;
+      int slice;
       bool send;
       int peer;
     };
     std::vector<Planned> plan;
-    for (int tree = 0; tree < 2; ++tree) {
-      const TreeNode& node = nodes_[tree];
-      const int down = root_height_[tree];
-      for (int child : node.children) {
-        plan.push_back({height_[tree][child], tree, false, false, child});
-        plan.push_back({down + depth_[tree][me], tree, true, true, child});
-      }
-      if (node.parent >= 0) {
-        plan.push_back({height_[tree][me], tree, false, true, node.parent});
-        plan.push_back(
-            {down + depth_[tree][node.parent], tree, true, false, node.parent});
+    for (int slice = 0; slice < slices; ++slice) {
+      for (int tree = 0; tree < 2; ++tree) {
+        const TreeNode& node = nodes_[tree];
+        const int down = root_height_[tree];
+        for (int child : node.children) {
+          plan.push_back(
+              {height_[tree][child] + slice, tree, false, slice, false, child});
+          plan.push_back({down + depth_[tree][me] + slice, tree, true, slice,
+                          true, child});
+        }
+        if (node.parent >= 0) {
+          plan.push_back({height_[tree][me] + slice, tree, false, slice, true,
+                          node.parent});
+          plan.push_back({down + depth_[tree][node.parent] + slice, tree, true,
+                          slice, false, node.parent});
+        }
       }
     }
     std::sort(plan.begin(), plan.end(), [](const Planned& a, const Planned& b) {
-      return std::tie(a.key, a.tree, a.broadcast, a.peer) <
-             std::tie(b.key, b.tree, b.broadcast, b.peer);
+      return std::tie(a.key, a.tree, a.broadcast, a.slice, a.peer) <
+             std::tie(b.key, b.tree, b.broadcast, b.slice, b.peer);
     });
-    // What each tree's sends wait on: the reduce receives (up), or the
+    // What each slice's sends wait on: the reduce receives (up), or the
     // broadcast receive from the parent (down; the root has none and sends
     // the sums).
-    std::vector<int> reduced[2];
-    std::vector<int> landed[2];
+    std::vector<std::vector<int>> reduced[2];
+    std::vector<std::vector<int>> landed[2];
+    for (int tree = 0; tree < 2; ++tree) {
+      reduced[tree].resize(slices);
+      landed[tree].resize(slices);
+    }
     for (const Planned& step : plan) {
       const int tree = step.tree;
+      const int64_t begin = slice_begin(tree, step.slice);
+      float* at = halves[tree] + begin;
+      const int64_t n = slice_begin(tree, step.slice + 1) - begin;
       if (!step.send) {
-        const int index = exchange_.Receive(step.peer, halves[tree],
-                                            sizes[tree], !step.broadcast);
-        (step.broadcast ? landed : reduced)[tree].push_back(index);
+        const int index = exchange_.Receive(step.peer, at, n, !step.broadcast);
+        (step.broadcast ? landed : reduced)[tree][step.slice].push_back(index);
       } else if (!step.broadcast) {
-        exchange_.Send(step.peer, halves[tree], sizes[tree], reduced[tree]);
+        exchange_.Send(step.peer, at, n, reduced[tree][step.slice]);
       } else {
-        exchange_.Send(step.peer, halves[tree], sizes[tree],
-                       nodes_[tree].parent >= 0 ? landed[tree] : reduced[tree]);
+        exchange_.Send(step.peer, at, n,
+                       nodes_[tree].parent >= 0 ? landed[tree][step.slice]
+                                                : reduced[tree][step.slice]);
       }
     }
     absl::Status status = exchange_.Run(
