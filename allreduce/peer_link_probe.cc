@@ -61,7 +61,8 @@ absl::StatusOr<PeerLinkProbeResult> ProbePeerLink(
         partner, " (create the transport with ProbePartner among its peers)"));
   }
 
-  // Per rank: {α·weight, weight, B·weight, weight}, summed over the ranks.
+  // Per rank: {α·weight, weight, seconds per GB·weight, weight}, summed over
+  // the ranks.
   float figures[4] = {0, 0, 0, 0};
   if (partner >= 0) {
     PeerExchange exchange(transport, chunk_bytes, "link probe");
@@ -122,9 +123,13 @@ absl::StatusOr<PeerLinkProbeResult> ProbePeerLink(
     // rate, latency included, a lower bound of B.
     const double large_s = Median(large_times);
     const double slope_s = large_s - Median(small_times);
+    // Seconds per GB, not GB/s: the mean of times is what the ranks' rates
+    // combine to (their harmonic mean), and one pair whose slope came out
+    // near zero cannot inflate it (it once gave 1.0 GB/s on 0.125 GB/s
+    // links, two ranks per host).
     figures[2] = static_cast<float>(
-        slope_s > 0 ? (large_count - small_count) * 4.0 / slope_s / 1e9
-                    : large_count * 4.0 / large_s / 1e9);  // GB/s
+        slope_s > 0 ? slope_s / ((large_count - small_count) * 4.0 / 1e9)
+                    : large_s / (large_count * 4.0 / 1e9));
     figures[3] = 1;
   }
   RETURN_IF_ERROR(average.Run(figures, 4, 1.0f, kProbeTag + 1));
@@ -136,7 +141,7 @@ absl::StatusOr<PeerLinkProbeResult> ProbePeerLink(
   result.pairs = static_cast<int>(figures[1]);
   result.link.alpha_s = figures[0] / figures[1];
   result.round_trip_us = 2e6 * result.link.alpha_s;
-  result.link.bytes_per_s = 1e9 * figures[2] / figures[3];
+  result.link.bytes_per_s = 1e9 * figures[3] / figures[2];
   return result;
 }
 

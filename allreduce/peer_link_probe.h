@@ -14,7 +14,8 @@
 //       the latency out, as link_probe (core/launch) does for one link (where
 //       noise makes the slope meaningless, the large exchange's own rate).
 // Every rank then holds the mean over the ranks that measured (an all-reduce
-// on `average`), so all ranks pick alike.
+// on `average`; for B the mean time per byte, so the rates' harmonic mean),
+// so all ranks pick alike.
 //
 // Cost: 17 round trips and seven two-way exchanges, four of them of
 // `large_bytes`: about 0.2 s at 1 Gbit/s and 1 ms, 1.5 s at 100 Mbit/s.

@@ -80,7 +80,8 @@ class Crossover(unittest.TestCase):
         self.assertEqual(model_burst["gradsync_tree"], [1, 1])
         # The selector: its pick (the tree, then the ring) within 5 % at
         # both points, and its own row too (1.025 and 1.036 of the best).
-        self.assertEqual(selector, [2, 2, 2])
+        self.assertEqual(selector["all"], [2, 2, 2])
+        self.assertEqual(selector["outside"], [1, 1, 1])  # 1 MiB only
         text = crossover.markdown(self.points, crossover.DEFAULT_ALGORITHMS.split(","),
                                   0.75, "header")
         self.assertIn("| tree | 0 of 1 | 1 of 1 |", text)
