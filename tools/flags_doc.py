@@ -49,7 +49,7 @@ COMPARISON = {
     "ps_partition": "balanced with --ps_colocated_servers: serving workers get smaller shares.",
     "ps_update": "worker does the all-reduce's arithmetic (comparable bit for bit); server is needed for ssp and asp.",
     "ps_consistency": "bsp to compare with an all-reduce; ssp and asp only in straggler studies.",
-    "allreduce_eager_kb": "Leave the default; 0 brings back the incast it prevents (halving-doubling 1.3-1.8x slower on 16 MiB, docs/results/allreduce_family.md).",
+    "allreduce_eager_kb": "Leave the default; 0 brings back the incast it prevents (halving-doubling 1.25-1.53x slower on 16 MiB, docs/results/allreduce_family.md).",
     "ring_chunk_kb": "The ring's pipeline chunk: leave the default unless the ring itself is tuned, and say so.",
     "max_steps": "Short runs for timing (15 in the headline, with --warmup_steps=3).",
     "warmup_steps": "Steps left out of the means: keep equal across strategies.",
