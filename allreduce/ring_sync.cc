@@ -159,7 +159,12 @@ absl::Status RingSync::Setup(const ParamLayout& layout, Device& device,
                  << transport_options.peers.size() << " other peers; "
                  << buckets_.size() << " buckets, chunk "
                  << options_.chunk_bytes / 1024 << " KiB, socket buffers "
-                 << transport_->granted_send_buffer_bytes() << " bytes";
+                 << transport_->granted_send_buffer_bytes() << " bytes"
+                 << (plain_ring_ != nullptr
+                         ? std::string()
+                         : absl::StrCat(
+                               ", eager prefix before a clear to send ",
+                               options_.eager_bytes / 1024, " KiB"));
   }
   thread_ = std::thread([this] { CommunicationLoop(); });
   return absl::OkStatus();
