@@ -1,6 +1,7 @@
 #include "allreduce/ring_flags.h"
 
 #include "absl/flags/flag.h"
+#include "allreduce/peer_exchange.h"
 
 // 256 KiB keeps the staging chunk (and the destination slice it is added into)
 // in L2 while the kernel receives the next one, and still makes each send or
@@ -49,7 +50,8 @@ ABSL_FLAG(double, allreduce_link_gbit, 0,
 // covers the clear's one-way flight on 1 Gbit/s links up to 2 ms (so no
 // latency-bound buffer ever waits) and stops the incast that cost
 // halving-doubling up to 2x its prediction on large buffers.
-ABSL_FLAG(int, allreduce_eager_kb, 256,
+ABSL_FLAG(int, allreduce_eager_kb,
+          static_cast<int>(gradsync::PeerExchange::kDefaultEagerBytes >> 10),
           "halving_doubling, tree, hierarchical, allreduce: KiB a send to a "
           "peer moves before that peer has entered the same step (its clear "
           "to send), so a rank that finishes a step early does not flood a "

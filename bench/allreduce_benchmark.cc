@@ -191,14 +191,13 @@ struct Prediction {
   double alpha_s = 0;
 };
 
+// `eager_bytes`: the family's prefix before a clear to send (peer_exchange.h);
+// gradsync's halving-doubling waits for them, Gloo's does not.
 Prediction PredictedMicros(const std::string& name, int n, int64_t bytes,
-                           const LinkCost& probed,
-                           const CandidateLinks& links) {
+                           const LinkCost& probed, const CandidateLinks& links,
+                           double eager_bytes) {
   if (probed.alpha_s <= 0 || probed.bytes_per_s <= 0) return {};
   const double size = static_cast<double>(bytes);
-  // gradsync's halving-doubling waits for clears to send; Gloo's does not.
-  const double eager_bytes = static_cast<double>(
-      int64_t{absl::GetFlag(FLAGS_allreduce_eager_kb)} << 10);
   auto predict = [&](const std::string& algorithm, const LinkCost& link,
                      double eager = 0) {
     return Prediction{
@@ -248,6 +247,7 @@ RingSettings RingSettingsFromFlags() {
 
 struct Plan {
   int workers = 4;
+  int64_t eager_bytes = 0;     // --allreduce_eager_kb, in bytes
   std::vector<int64_t> sizes;  // bytes, multiples of 4
   std::vector<std::string> algorithms;
   int iters = 20;
@@ -663,9 +663,6 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
         std::make_unique<HalvingDoublingAllReduce>(transport.get(), chunk);
     family["gradsync_tree"] =
         std::make_unique<TreeAllReduce>(transport.get(), chunk);
-    // peer_exchange.h's clear to send, as --sync= runs it.
-    const int64_t eager_bytes = int64_t{absl::GetFlag(FLAGS_allreduce_eager_kb)}
-                                << 10;
     const int ranks_per_node = HierarchicalRanksPerNode(plan.workers);
     if (std::count(plan.algorithms.begin(), plan.algorithms.end(),
                    "gradsync_hierarchical") > 0) {
@@ -675,7 +672,8 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
           transport.get(), chunk, ranks_per_node);
     }
     for (auto& [name, algorithm] : family) {
-      algorithm->SetEagerBytes(eager_bytes);
+      // peer_exchange.h's clear to send, as --sync= runs it.
+      algorithm->SetEagerBytes(plan.eager_bytes);
     }
   }
   std::shared_ptr<gloo::Context> gloo_context;
@@ -721,7 +719,8 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
       cell.link_alpha_s = link.alpha_s;
       cell.link_bytes_per_s = link.bytes_per_s;
       const Prediction prediction =
-          PredictedMicros(name, plan.workers, count * 4, link, links);
+          PredictedMicros(name, plan.workers, count * 4, link, links,
+                          static_cast<double>(plan.eager_bytes));
       cell.predicted_us = prediction.micros;
       cell.predicted_alpha_s = prediction.alpha_s;
       absl::Status status;
@@ -1054,7 +1053,7 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
         {"warmup", plan.warmup},
         {"ring_chunk_kb", ring.chunk_bytes >> 10},
         {"ring_socket_buffer_kb", ring.socket_buffer_bytes >> 10},
-        {"allreduce_eager_kb", absl::GetFlag(FLAGS_allreduce_eager_kb)},
+        {"allreduce_eager_kb", plan.eager_bytes >> 10},
         {"transport", plan.transport},
         {"link_bits_per_s", plan.link_bits_per_s},
         {"link_round_trip_us", plan.link_round_trip_s * 1e6},
@@ -1085,6 +1084,12 @@ absl::StatusOr<Plan> PlanFromFlags() {
     return absl::InvalidArgumentError(
         "--workers must be >= 2, --iters >= 1, --warmup >= 0");
   }
+  if (absl::GetFlag(FLAGS_allreduce_eager_kb) < 0) {
+    return absl::InvalidArgumentError(
+        "--allreduce_eager_kb must be >= 0 (0: sends never wait for a clear "
+        "to send)");
+  }
+  plan.eager_bytes = int64_t{absl::GetFlag(FLAGS_allreduce_eager_kb)} << 10;
   const int64_t min_bytes = absl::GetFlag(FLAGS_min_bytes);
   const int64_t max_bytes = absl::GetFlag(FLAGS_max_bytes);
   const int factor = absl::GetFlag(FLAGS_step_factor);
