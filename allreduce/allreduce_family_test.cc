@@ -212,6 +212,36 @@ TEST(DoubleBinaryTree, EveryRankIsInBothTreesWithConsistentEdges) {
   }
 }
 
+TEST(DoubleBinaryTree, AtMostFourEdgesARankAndLogDepth) {
+  for (int n = 2; n <= 17; ++n) {
+    int depth = 0;
+    while ((2 << depth) <= n) ++depth;  // floor(log2 n)
+    EXPECT_EQ(DoubleBinaryTreeDepth(n), depth) << "N=" << n;
+    for (int rank = 0; rank < n; ++rank) {
+      int edges = 0;
+      for (int tree = 0; tree < 2; ++tree) {
+        const TreeNode node = DoubleBinaryTreeNode(n, rank, tree);
+        edges += (node.parent >= 0) + static_cast<int>(node.children.size());
+        int up = 0;
+        for (int x = rank; DoubleBinaryTreeNode(n, x, tree).parent >= 0;
+             x = DoubleBinaryTreeNode(n, x, tree).parent) {
+          ++up;
+        }
+        EXPECT_LE(up, depth) << "N=" << n << " rank " << rank;
+      }
+      // Internal in one tree (3 edges), a leaf in the other (1).
+      EXPECT_LE(edges, 4) << "N=" << n << " rank " << rank;
+    }
+  }
+  // N = 8 by hand: tree 0 is the bit tree over positions 1..8 at rank p-1
+  // (root 8 -> 4 -> {2, 6}, ...), tree 1 its mirror.
+  EXPECT_EQ(DoubleBinaryTreeNode(8, 7, 0).parent, -1);
+  EXPECT_EQ(DoubleBinaryTreeNode(8, 7, 0).children, std::vector<int>({3}));
+  EXPECT_EQ(DoubleBinaryTreeNode(8, 3, 0).children, std::vector<int>({1, 5}));
+  EXPECT_EQ(DoubleBinaryTreeNode(8, 0, 1).parent, -1);
+  EXPECT_EQ(DoubleBinaryTreeNode(8, 4, 1).children, std::vector<int>({6, 2}));
+}
+
 TEST(DoubleBinaryTree, SlicesOnePerChunkUpToTheCap) {
   EXPECT_EQ(TreeSlices(4096, 256 << 10), 1);
   EXPECT_EQ(TreeSlices(512 << 10, 256 << 10), 2);

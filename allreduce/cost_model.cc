@@ -76,9 +76,9 @@ double HalvingDoublingAllReduceSeconds(int n, double bytes,
 // as they have arrived from both children and been added (cut-through, not
 // store-and-forward per chunk). The busiest rank sends (and receives)
 // W = E·S/2 bytes, E its number of tree edges (parent and children) over both
-// trees: E = 4 for a rank that is internal in one tree and a leaf in the other
-// (the aim of the second tree), up to 6 for one internal in both (the shift
-// construction leaves a few). As for the ring, two things bound the time:
+// trees: 4 for a rank internal in one tree and a leaf in the other, the most
+// any rank has in tree_allreduce.h's construction. As for the ring, two things
+// bound the time:
 //  - the last byte: it leaves a leaf once that leaf's S/2 is out, climbs D
 //    levels to the root and descends D, α each: 2D·α + (S/2)/B;
 //  - the busiest link: its W bytes, and its sends down a tree cannot begin

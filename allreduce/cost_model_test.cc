@@ -60,13 +60,13 @@ TEST(CostModel, HalvingDoublingWaitsForClearsToSendAboveTheEagerPrefix) {
 }
 
 TEST(CostModel, TreeBeatsRingWhenLatencyBoundAndLosesWhenBandwidthBound) {
-  // N = 8: depth 3; the busiest rank has 5 tree edges. Latency-bound: the
+  // N = 8: depth 3; the busiest rank has 4 tree edges. Latency-bound: the
   // last byte's 6 hops after its leaf's 32 KiB.
   EXPECT_NEAR(TreeAllReduceSeconds(8, 65536, kLink), 6e-3 + 32768 / 1.25e8,
               1e-12);
-  // Bandwidth-bound: the busiest link's 5 halves and two latencies.
+  // Bandwidth-bound: the busiest link's 4 halves and two latencies.
   EXPECT_NEAR(TreeAllReduceSeconds(8, 16 << 20, kLink),
-              5 * (8 << 20) / 1.25e8 + 2e-3, 1e-12);
+              4 * (8 << 20) / 1.25e8 + 2e-3, 1e-12);
   EXPECT_LT(TreeAllReduceSeconds(8, 65536, kLink),
             RingAllReduceSeconds(8, 65536, kLink));
   const double big = 64.0 * (1 << 20);

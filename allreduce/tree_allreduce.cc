@@ -10,26 +10,18 @@
 namespace gradsync {
 namespace {
 
-// Fills parent/children of positions [lo, hi) whose subtree hangs below
-// `parent`; returns the subtree's root position (-1 when empty).
-int BuildInOrder(int lo, int hi, int parent, std::vector<TreeNode>& nodes) {
-  if (lo >= hi) return -1;
-  const int root = lo + (hi - lo) / 2;
-  nodes[root].parent = parent;
-  const int left = BuildInOrder(lo, root, root, nodes);
-  const int right = BuildInOrder(root + 1, hi, root, nodes);
-  if (left >= 0) nodes[root].children.push_back(left);
-  if (right >= 0) nodes[root].children.push_back(right);
-  return root;
-}
-
-int Depth(const std::vector<TreeNode>& nodes, int x) {
-  int depth = 0;
-  while (nodes[x].parent >= 0) {
-    x = nodes[x].parent;
-    ++depth;
-  }
-  return depth;
+// Parent and children of position p (1-based) of the bit tree over 1..n
+// (tree_allreduce.h); 0 is "none".
+TreeNode BitTreeNode(int n, int p) {
+  const int bit = p & -p;
+  TreeNode node;
+  node.parent = (p ^ bit) | (bit << 1);
+  if (node.parent > n) node.parent = p ^ bit;
+  int low = bit >> 1;
+  if (low > 0) node.children.push_back(p - low);
+  while (low > 0 && p + low > n) low >>= 1;
+  if (low > 0) node.children.push_back(p + low);
+  return node;
 }
 
 }  // namespace
@@ -40,11 +32,18 @@ int TreeSlices(int64_t half_bytes, int64_t chunk_bytes) {
 }
 
 TreeNode DoubleBinaryTreeNode(int world_size, int rank, int tree) {
-  std::vector<TreeNode> positions(world_size);
-  BuildInOrder(0, world_size, -1, positions);
-  const int shift = tree == 0 ? 0 : 1;
-  auto rank_of = [&](int x) { return x < 0 ? -1 : (x + shift) % world_size; };
-  const TreeNode& at = positions[(rank - shift + world_size) % world_size];
+  const int n = world_size;
+  // Rank -> 1-based position and back; 0 (no such node) -> -1.
+  auto position = [&](int r) {
+    if (tree == 0) return r + 1;
+    return n % 2 == 0 ? n - r : (r == 0 ? n : r);
+  };
+  auto rank_of = [&](int p) {
+    if (p == 0) return -1;
+    if (tree == 0) return p - 1;
+    return n % 2 == 0 ? n - p : p % n;
+  };
+  const TreeNode at = BitTreeNode(n, position(rank));
   TreeNode node;
   node.parent = rank_of(at.parent);
   for (int child : at.children) node.children.push_back(rank_of(child));
@@ -52,12 +51,8 @@ TreeNode DoubleBinaryTreeNode(int world_size, int rank, int tree) {
 }
 
 int DoubleBinaryTreeDepth(int world_size) {
-  std::vector<TreeNode> positions(world_size);
-  BuildInOrder(0, world_size, -1, positions);
   int depth = 0;
-  for (int x = 0; x < world_size; ++x) {
-    depth = std::max(depth, Depth(positions, x));
-  }
+  while ((2 << depth) <= world_size) ++depth;
   return std::max(depth, 1);
 }
 

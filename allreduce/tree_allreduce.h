@@ -4,22 +4,32 @@
 //
 // One binary tree alone makes every leaf idle on the way down and every
 // internal node send twice: half of its ranks' links would stay unused. Two
-// trees over the same ranks, the second shifted by one position, make most
-// internal nodes of one tree leaves of the other; each tree carries half of
-// the buffer. In each tree, chunks are summed up towards the root (a node
-// forwards a chunk to its parent as soon as both children's chunks are added
-// in) and broadcast back down (a node forwards a chunk to its children as soon
-// as it has landed). Each half goes in slices of about a chunk (at most 16),
-// slice s keyed s steps later, so a connection that carries one tree's reduce
-// and the other's broadcast interleaves them by slice instead of sending the
-// whole reduce first (1.19x -> 1.14x the α–β figure at N = 4, 16 MiB, 1
-// Gbit/s). So for large buffers the pipeline is full and the time approaches
-// the bandwidth bound, while a small buffer crosses only 2·depth ≈ 2·log2 N
-// links: the latency of halving-doubling without its power-of-two fold.
+// trees over the same ranks, the leaves of one the internal nodes of the
+// other, use every link; each tree carries half of the buffer. In each tree,
+// chunks are summed up towards the root (a node forwards a chunk to its
+// parent as soon as both children's chunks are added in) and broadcast back
+// down (a node forwards a chunk to its children as soon as it has landed).
+// Each half goes in slices of about a chunk (at most 16), slice s keyed s
+// steps later, so a connection that carries one tree's reduce and the other's
+// broadcast interleaves them by slice instead of sending the whole reduce
+// first (1.19x -> 1.14x the α–β figure at N = 4, 16 MiB, 1 Gbit/s). So for
+// large buffers the pipeline is full and the time approaches the bandwidth
+// bound, while a small buffer crosses only 2·depth = 2·floor(log2 N) links:
+// the latency of halving-doubling without its power-of-two fold.
 //
-// Tree construction: an in-order balanced binary tree over positions 0..N-1
-// (the middle position is the root, each half recursively a subtree); tree 1
-// maps position x to rank x, tree 2 to rank (x + 1) mod N.
+// Tree construction: positions 1..N, position p with lowest set bit b has
+// children p − b/2 and p + b/2 (the latter halved until it is at most N) and
+// its parent where its own bit pair meets: (p − b) + 2b, or p − b when that
+// is past N (the in-order "bit" tree NCCL builds, counted from 1 so that the
+// root has two children and the depth is floor(log2 N)). The leaves are the
+// odd positions. Rank r sits at position r + 1 in tree 1 and at the mirror
+// position N − r in tree 2 for even N (odd and even positions swap, so every
+// leaf of one tree is internal in the other), and at position r (rank 0 at N)
+// for odd N: a shift by one, which swaps all but one. Every rank then has at
+// most 4 edges over both trees, the fewest a busiest rank can have; an
+// in-order midpoint tree shifted by one had 5 at N = 8–12 and 16, and so
+// moved 5·S/2 bytes through its busiest link instead of 4·S/2.
+
 #pragma once
 
 #include <cstdint>
@@ -46,7 +56,8 @@ int TreeSlices(int64_t half_bytes, int64_t chunk_bytes);
 
 // `rank`'s place in tree `tree` (0 or 1) of `world_size` ranks.
 TreeNode DoubleBinaryTreeNode(int world_size, int rank, int tree);
-// Edges of the tree, levels from root to the deepest leaf (1 for one rank).
+// Edges of the tree from the root to the deepest leaf: floor(log2 N), and 1
+// for one rank.
 int DoubleBinaryTreeDepth(int world_size);
 
 class TreeAllReduce : public AllReduceAlgorithm {

@@ -118,9 +118,8 @@ extra ranks into partners first (S there and back, two more steps):
 Double binary tree: two trees, each carrying S/2, a node forwarding bytes as
 soon as both children's have arrived. Either the last byte rules (it leaves a
 leaf after that leaf's S/2 and crosses 2D links, D the depth) or the busiest
-rank's link does: E_max tree edges over both trees, each carrying S/2 (E = 4
-when a rank is internal in one tree and a leaf in the other, up to 6 with the
-shift construction's leftovers), its sends down a tree starting no sooner
+rank's link does: E_max tree edges over both trees, each carrying S/2 (E_max = 4
+for N ≥ 4: every rank is internal in at most one tree), its sends down a tree starting no sooner
 than the first byte's trip to the root and back (2α at least):
 
     T_tree = max(2D·α + (S/2)/B,  E_max·(S/2)/B + 2α)          (7)
@@ -219,25 +218,36 @@ def halving_doubling_time(n, size, link, eager_bytes=0):
     return t
 
 
-def double_binary_tree(n, shift):
-    """{rank: (parent, [children])} of the in-order balanced tree over
-    positions 0..n−1 mapped to rank (position + shift) mod n
-    (allreduce/tree_allreduce.cc)."""
-    nodes = {}
+def double_binary_tree(n, tree):
+    """{rank: (parent, [children])} of tree `tree` (0 or 1): the bit tree over
+    positions 1..n, rank r at position r + 1 in tree 0 and at the mirror n − r
+    (even n) or shifted r, rank 0 at n (odd n) in tree 1
+    (allreduce/tree_allreduce.h)."""
+    def node(p):
+        bit = p & -p
+        parent = (p ^ bit) | (bit << 1)
+        if parent > n:
+            parent = p ^ bit
+        children, low = [], bit >> 1
+        if low:
+            children.append(p - low)
+        while low and p + low > n:
+            low >>= 1
+        if low:
+            children.append(p + low)
+        return parent, children
 
-    def build(lo, hi, parent):
-        if lo >= hi:
-            return -1
-        root = lo + (hi - lo) // 2
-        left, right = build(lo, root, root), build(root + 1, hi, root)
-        nodes[root] = (parent, [c for c in (left, right) if c >= 0])
-        return root
-    build(0, n, -1)
-
-    def rank(x):
-        return -1 if x < 0 else (x + shift) % n
-    return {rank(x): (rank(p), [rank(c) for c in children])
-            for x, (p, children) in nodes.items()}
+    if tree == 0:
+        rank = lambda p: p - 1
+    elif n % 2 == 0:
+        rank = lambda p: n - p
+    else:
+        rank = lambda p: p % n
+    out = {}
+    for p in range(1, n + 1):
+        parent, children = node(p)
+        out[rank(p)] = (rank(parent) if parent else -1, [rank(c) for c in children])
+    return out
 
 
 def tree_time(n, size, link):

@@ -48,19 +48,31 @@ class FamilyFormulas(unittest.TestCase):
                          cost_model.halving_doubling_time(8, size, LINK))
 
     def test_tree_point_and_shape(self):
-        # N = 8: depth 3, the busiest rank has 5 edges over both trees.
+        # N = 8: depth 3, the busiest rank has 4 edges over both trees.
         self.assertAlmostEqual(cost_model.tree_time(8, 65536, LINK),
                                6e-3 + 32768 / 1.25e8, places=12)
         self.assertAlmostEqual(cost_model.tree_time(8, 16 << 20, LINK),
-                               5 * (8 << 20) / 1.25e8 + 2e-3, places=12)
+                               4 * (8 << 20) / 1.25e8 + 2e-3, places=12)
         for n in range(2, 18):
-            for shift in (0, 1):
-                tree = cost_model.double_binary_tree(n, shift)
+            trees = [cost_model.double_binary_tree(n, t) for t in (0, 1)]
+            for tree in trees:
                 self.assertEqual(sorted(tree), list(range(n)))
                 self.assertEqual(sum(1 for p, _ in tree.values() if p < 0), 1)
                 for rank, (_, children) in tree.items():
                     for child in children:
                         self.assertEqual(tree[child][0], rank)
+            # The same trees as the C++ (allreduce_family_test): at most 4
+            # edges a rank over both trees, depth floor(log2 n).
+            edges = [sum((t[r][0] >= 0) + len(t[r][1]) for t in trees) for r in range(n)]
+            self.assertLessEqual(max(edges), 4, n)
+            for tree in trees:
+                deepest = 0
+                for rank in range(n):
+                    depth = 0
+                    while tree[rank][0] >= 0:
+                        rank, depth = tree[rank][0], depth + 1
+                    deepest = max(deepest, depth)
+                self.assertEqual(deepest, n.bit_length() - 1, n)
 
     def test_hierarchical_shared_link_point(self):
         self.assertAlmostEqual(cost_model.hierarchical_time(8, 2, 65536, LINK),
