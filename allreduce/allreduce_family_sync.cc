@@ -58,6 +58,10 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreateHalvingDoublingSync(
 
 absl::StatusOr<std::unique_ptr<GradientSync>> CreateTreeSync(
     const SyncContext& context) {
+  GS_LOG(INFO) << "tree: "
+               << BuildDoubleBinaryTrees(context.identity.world_size).shape
+               << " trees over " << context.identity.world_size
+               << " ranks (tree_allreduce.h)";
   AllReduceStrategy strategy;
   strategy.name = "tree";
   strategy.peers = TreeAllReduce::Peers;

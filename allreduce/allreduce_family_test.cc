@@ -233,6 +233,16 @@ TEST(DoubleBinaryTree, AtMostFourEdgesARankAndLogDepth) {
       EXPECT_LE(edges, 4) << "N=" << n << " rank " << rank;
     }
   }
+  // Which construction: N = 4, 5 the midpoint trees (one rank with 4 edges
+  // against the bit trees' two), N = 8 the bit trees (the midpoint's busiest
+  // rank has 5), N = 6 a tie (the same degrees): the bit trees.
+  EXPECT_STREQ(BuildDoubleBinaryTrees(4).shape, "midpoint");
+  EXPECT_STREQ(BuildDoubleBinaryTrees(5).shape, "midpoint");
+  EXPECT_STREQ(BuildDoubleBinaryTrees(6).shape, "bit");
+  EXPECT_STREQ(BuildDoubleBinaryTrees(8).shape, "bit");
+  EXPECT_STREQ(BuildDoubleBinaryTrees(16).shape, "bit");
+  EXPECT_EQ(DoubleBinaryTreeNode(4, 2, 0).children, std::vector<int>({1, 3}));
+  EXPECT_EQ(DoubleBinaryTreeNode(4, 3, 1).children, std::vector<int>({2, 0}));
   // N = 8 by hand: tree 0 is the bit tree over positions 1..8 at rank p-1
   // (root 8 -> 4 -> {2, 6}, ...), tree 1 its mirror.
   EXPECT_EQ(DoubleBinaryTreeNode(8, 7, 0).parent, -1);

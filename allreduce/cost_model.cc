@@ -91,13 +91,13 @@ double HalvingDoublingAllReduceSeconds(int n, double bytes,
 // tree is for latency-bound buffers, the ring for bandwidth-bound ones.
 double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link) {
   if (n <= 1) return 0;
+  const DoubleBinaryTrees trees = BuildDoubleBinaryTrees(n);
   int busiest_edges = 0;
   for (int rank = 0; rank < n; ++rank) {
     int edges = 0;
-    for (int tree = 0; tree < 2; ++tree) {
-      const TreeNode node = DoubleBinaryTreeNode(n, rank, tree);
-      edges +=
-          (node.parent >= 0 ? 1 : 0) + static_cast<int>(node.children.size());
+    for (const std::vector<TreeNode>& tree : trees.nodes) {
+      edges += (tree[rank].parent >= 0 ? 1 : 0) +
+               static_cast<int>(tree[rank].children.size());
     }
     busiest_edges = std::max(busiest_edges, edges);
   }

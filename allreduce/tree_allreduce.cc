@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "allreduce/float_sum.h"
@@ -24,6 +25,77 @@ TreeNode BitTreeNode(int n, int p) {
   return node;
 }
 
+DoubleBinaryTrees BitTrees(int n) {
+  // Rank -> 1-based position in tree 1 and back; 0 (no such node) -> -1.
+  auto rank_of = [n](int tree, int p) {
+    if (p == 0) return -1;
+    if (tree == 0) return p - 1;
+    return n % 2 == 0 ? n - p : p % n;
+  };
+  DoubleBinaryTrees trees;
+  for (int tree = 0; tree < 2; ++tree) {
+    trees.nodes[tree].resize(n);
+    for (int p = 1; p <= n; ++p) {
+      const TreeNode at = BitTreeNode(n, p);
+      TreeNode& node = trees.nodes[tree][rank_of(tree, p)];
+      node.parent = rank_of(tree, at.parent);
+      for (int child : at.children) node.children.push_back(rank_of(tree, child));
+    }
+  }
+  return trees;
+}
+
+// Fills parent/children of positions [lo, hi) whose subtree hangs below
+// `parent`; returns the subtree's root position (-1 when empty).
+int BuildMidpoint(int lo, int hi, int parent, std::vector<TreeNode>& nodes) {
+  if (lo >= hi) return -1;
+  const int root = lo + (hi - lo) / 2;
+  nodes[root].parent = parent;
+  const int left = BuildMidpoint(lo, root, root, nodes);
+  const int right = BuildMidpoint(root + 1, hi, root, nodes);
+  if (left >= 0) nodes[root].children.push_back(left);
+  if (right >= 0) nodes[root].children.push_back(right);
+  return root;
+}
+
+DoubleBinaryTrees MidpointTrees(int n) {
+  std::vector<TreeNode> positions(n);
+  BuildMidpoint(0, n, -1, positions);
+  DoubleBinaryTrees trees;
+  for (int tree = 0; tree < 2; ++tree) {
+    auto rank_of = [&](int x) { return x < 0 ? -1 : (x + tree) % n; };
+    trees.nodes[tree].resize(n);
+    for (int x = 0; x < n; ++x) {
+      TreeNode& node = trees.nodes[tree][rank_of(x)];
+      node.parent = rank_of(positions[x].parent);
+      for (int child : positions[x].children) {
+        node.children.push_back(rank_of(child));
+      }
+    }
+  }
+  return trees;
+}
+
+// The most edges a rank has over both trees, and how many ranks have it.
+std::pair<int, int> Busiest(const DoubleBinaryTrees& trees) {
+  const int n = static_cast<int>(trees.nodes[0].size());
+  int most = 0;
+  int count = 0;
+  for (int rank = 0; rank < n; ++rank) {
+    int edges = 0;
+    for (const std::vector<TreeNode>& tree : trees.nodes) {
+      edges += (tree[rank].parent >= 0) +
+               static_cast<int>(tree[rank].children.size());
+    }
+    if (edges > most) {
+      most = edges;
+      count = 0;
+    }
+    if (edges == most) ++count;
+  }
+  return {most, count};
+}
+
 }  // namespace
 
 int TreeSlices(int64_t half_bytes, int64_t chunk_bytes) {
@@ -31,23 +103,21 @@ int TreeSlices(int64_t half_bytes, int64_t chunk_bytes) {
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, kMaxTreeSlices));
 }
 
+DoubleBinaryTrees BuildDoubleBinaryTrees(int world_size) {
+  DoubleBinaryTrees bit = BitTrees(world_size);
+  DoubleBinaryTrees midpoint = MidpointTrees(world_size);
+  // Fewer edges on the busiest rank, then fewer such ranks; the bit trees
+  // on a tie.
+  if (Busiest(midpoint) < Busiest(bit)) {
+    midpoint.shape = "midpoint";
+    return midpoint;
+  }
+  bit.shape = "bit";
+  return bit;
+}
+
 TreeNode DoubleBinaryTreeNode(int world_size, int rank, int tree) {
-  const int n = world_size;
-  // Rank -> 1-based position and back; 0 (no such node) -> -1.
-  auto position = [&](int r) {
-    if (tree == 0) return r + 1;
-    return n % 2 == 0 ? n - r : (r == 0 ? n : r);
-  };
-  auto rank_of = [&](int p) {
-    if (p == 0) return -1;
-    if (tree == 0) return p - 1;
-    return n % 2 == 0 ? n - p : p % n;
-  };
-  const TreeNode at = BitTreeNode(n, position(rank));
-  TreeNode node;
-  node.parent = rank_of(at.parent);
-  for (int child : at.children) node.children.push_back(rank_of(child));
-  return node;
+  return BuildDoubleBinaryTrees(world_size).nodes[tree][rank];
 }
 
 int DoubleBinaryTreeDepth(int world_size) {
@@ -59,12 +129,10 @@ int DoubleBinaryTreeDepth(int world_size) {
 TreeAllReduce::TreeAllReduce(RingTransport* transport, int64_t chunk_bytes)
     : transport_(transport), exchange_(transport, chunk_bytes, "tree") {
   const int n = transport->world_size();
+  const DoubleBinaryTrees trees = BuildDoubleBinaryTrees(n);
   for (int tree = 0; tree < 2; ++tree) {
-    nodes_[tree] = DoubleBinaryTreeNode(n, transport->rank(), tree);
-    std::vector<TreeNode> all(n);
-    for (int rank = 0; rank < n; ++rank) {
-      all[rank] = DoubleBinaryTreeNode(n, rank, tree);
-    }
+    const std::vector<TreeNode>& all = trees.nodes[tree];
+    nodes_[tree] = all[transport->rank()];
     height_[tree].assign(n, 0);
     depth_[tree].assign(n, 0);
     for (int rank = 0; rank < n; ++rank) {
@@ -83,8 +151,9 @@ TreeAllReduce::TreeAllReduce(RingTransport* transport, int64_t chunk_bytes)
 
 std::vector<int> TreeAllReduce::Peers(int rank, int world_size) {
   std::set<int> peers;
+  const DoubleBinaryTrees trees = BuildDoubleBinaryTrees(world_size);
   for (int tree = 0; tree < 2; ++tree) {
-    const TreeNode node = DoubleBinaryTreeNode(world_size, rank, tree);
+    const TreeNode& node = trees.nodes[tree][rank];
     if (node.parent >= 0) peers.insert(node.parent);
     peers.insert(node.children.begin(), node.children.end());
   }

@@ -17,19 +17,27 @@
 // bound, while a small buffer crosses only 2·depth = 2·floor(log2 N) links:
 // the latency of halving-doubling without its power-of-two fold.
 //
-// Tree construction: positions 1..N, position p with lowest set bit b has
-// children p − b/2 and p + b/2 (the latter halved until it is at most N) and
-// its parent where its own bit pair meets: (p − b) + 2b, or p − b when that
-// is past N (the in-order "bit" tree NCCL builds, counted from 1 so that the
-// root has two children and the depth is floor(log2 N)). The leaves are the
-// odd positions. Rank r sits at position r + 1 in tree 1 and at the mirror
-// position N − r in tree 2 for even N (odd and even positions swap, so every
-// leaf of one tree is internal in the other), and at position r (rank 0 at N)
-// for odd N: a shift by one, which swaps all but one. Every rank then has at
-// most 4 edges over both trees, the fewest a busiest rank can have; an
-// in-order midpoint tree shifted by one had 5 at N = 8–12 and 16, and so
-// moved 5·S/2 bytes through its busiest link instead of 4·S/2.
-
+// Tree construction. What bounds a large buffer is the busiest rank: it moves
+// S/2 per tree edge it has over both trees, so the trees should give every
+// rank at most 4 edges (internal in one tree, a leaf in the other) and as few
+// ranks as possible 4. Two constructions, the one with the fewer edges on the
+// busiest rank, then the fewer such ranks, is used (the bit trees on a tie):
+//  - bit trees (NCCL's): positions 1..N, position p with lowest set bit b has
+//    children p − b/2 and p + b/2 (the latter halved until it is at most N)
+//    and its parent at (p − b) + 2b, or p − b when that is past N; counted
+//    from 1 so that the depth is floor(log2 N). The leaves are the odd
+//    positions. Rank r sits at position r + 1 in tree 1 and at N − r in tree
+//    2 for even N (odd and even positions swap: every leaf of one tree is
+//    internal in the other), at r (rank 0 at N) for odd N. At most 4 edges a
+//    rank for every N.
+//  - midpoint trees: the middle position is the root, each half recursively
+//    a subtree; rank x at position x in tree 1, x − 1 in tree 2. 5 edges on
+//    one or two ranks at N = 8–12 and 16–17, but where both have 4, fewer
+//    ranks with 4 (one at N = 4, 5; the bit trees have two).
+// Same build, same run, 16 MiB at 1 Gbit/s, 1 ms (allreduce_family.md): at
+// N = 8 the bit trees took 329 ms against the midpoint's 390, at N = 4 the
+// midpoint 293 against 337; at N = 6, where the two give the same degrees,
+// 311 and 312.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +62,12 @@ struct TreeNode {
 constexpr int kMaxTreeSlices = 16;
 int TreeSlices(int64_t half_bytes, int64_t chunk_bytes);
 
+// Both trees over `world_size` ranks (above): nodes[tree][rank].
+struct DoubleBinaryTrees {
+  std::vector<TreeNode> nodes[2];
+  const char* shape = "";  // "bit" or "midpoint"
+};
+DoubleBinaryTrees BuildDoubleBinaryTrees(int world_size);
 // `rank`'s place in tree `tree` (0 or 1) of `world_size` ranks.
 TreeNode DoubleBinaryTreeNode(int world_size, int rank, int tree);
 // Edges of the tree from the root to the deepest leaf: floor(log2 N), and 1

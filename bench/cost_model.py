@@ -218,11 +218,9 @@ def halving_doubling_time(n, size, link, eager_bytes=0):
     return t
 
 
-def double_binary_tree(n, tree):
-    """{rank: (parent, [children])} of tree `tree` (0 or 1): the bit tree over
-    positions 1..n, rank r at position r + 1 in tree 0 and at the mirror n − r
-    (even n) or shifted r, rank 0 at n (odd n) in tree 1
-    (allreduce/tree_allreduce.h)."""
+def _bit_trees(n):
+    """NCCL's bit trees over positions 1..n: rank r at r + 1 in tree 0, at the
+    mirror n − r (even n) or shifted r, rank 0 at n (odd n) in tree 1."""
     def node(p):
         bit = p & -p
         parent = (p ^ bit) | (bit << 1)
@@ -237,17 +235,52 @@ def double_binary_tree(n, tree):
             children.append(p + low)
         return parent, children
 
-    if tree == 0:
-        rank = lambda p: p - 1
-    elif n % 2 == 0:
-        rank = lambda p: n - p
-    else:
-        rank = lambda p: p % n
-    out = {}
-    for p in range(1, n + 1):
-        parent, children = node(p)
-        out[rank(p)] = (rank(parent) if parent else -1, [rank(c) for c in children])
-    return out
+    trees = []
+    for rank in (lambda p: p - 1, (lambda p: n - p) if n % 2 == 0 else (lambda p: p % n)):
+        tree = {}
+        for p in range(1, n + 1):
+            parent, children = node(p)
+            tree[rank(p)] = (rank(parent) if parent else -1, [rank(c) for c in children])
+        trees.append(tree)
+    return trees
+
+
+def _midpoint_trees(n):
+    """In-order balanced trees over positions 0..n−1, the middle one the root;
+    rank (x + t) mod n at position x in tree t."""
+    nodes = {}
+
+    def build(lo, hi, parent):
+        if lo >= hi:
+            return -1
+        root = lo + (hi - lo) // 2
+        left, right = build(lo, root, root), build(root + 1, hi, root)
+        nodes[root] = (parent, [c for c in (left, right) if c >= 0])
+        return root
+    build(0, n, -1)
+    trees = []
+    for t in (0, 1):
+        def rank(x):
+            return -1 if x < 0 else (x + t) % n
+        trees.append({rank(x): (rank(p), [rank(c) for c in children])
+                      for x, (p, children) in nodes.items()})
+    return trees
+
+
+def tree_edges(trees, n):
+    """Per rank, its edges (parent and children) over both trees."""
+    return [sum((t[r][0] >= 0) + len(t[r][1]) for t in trees) for r in range(n)]
+
+
+def double_binary_tree(n, tree):
+    """{rank: (parent, [children])} of tree `tree` (0 or 1): of the bit and the
+    midpoint constructions, the one with fewer edges on the busiest rank, then
+    fewer such ranks, the bit trees on a tie (allreduce/tree_allreduce.h)."""
+    def busiest(trees):
+        edges = tree_edges(trees, n)
+        return max(edges), edges.count(max(edges))
+    bit, midpoint = _bit_trees(n), _midpoint_trees(n)
+    return (midpoint if busiest(midpoint) < busiest(bit) else bit)[tree]
 
 
 def tree_time(n, size, link):
@@ -255,7 +288,7 @@ def tree_time(n, size, link):
     if n <= 1:
         return 0.0
     trees = [double_binary_tree(n, 0), double_binary_tree(n, 1)]
-    edges = [sum((t[r][0] >= 0) + len(t[r][1]) for t in trees) for r in range(n)]
+    edges = tree_edges(trees, n)
     first = trees[0]
 
     def depth(r):

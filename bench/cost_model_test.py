@@ -63,7 +63,7 @@ class FamilyFormulas(unittest.TestCase):
                         self.assertEqual(tree[child][0], rank)
             # The same trees as the C++ (allreduce_family_test): at most 4
             # edges a rank over both trees, depth floor(log2 n).
-            edges = [sum((t[r][0] >= 0) + len(t[r][1]) for t in trees) for r in range(n)]
+            edges = cost_model.tree_edges(trees, n)
             self.assertLessEqual(max(edges), 4, n)
             for tree in trees:
                 deepest = 0
@@ -73,6 +73,11 @@ class FamilyFormulas(unittest.TestCase):
                         rank, depth = tree[rank][0], depth + 1
                     deepest = max(deepest, depth)
                 self.assertEqual(deepest, n.bit_length() - 1, n)
+        # N = 4: the midpoint trees (one rank with 4 edges, the bit trees two);
+        # N = 8: the bit trees (the midpoint's busiest rank has 5).
+        self.assertEqual(sorted(cost_model.tree_edges(
+            [cost_model.double_binary_tree(4, t) for t in (0, 1)], 4)), [2, 3, 3, 4])
+        self.assertEqual(cost_model.double_binary_tree(8, 0)[7], (-1, [3]))
 
     def test_hierarchical_shared_link_point(self):
         self.assertAlmostEqual(cost_model.hierarchical_time(8, 2, 65536, LINK),
