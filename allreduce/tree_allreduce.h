@@ -34,10 +34,10 @@
 //    a subtree; rank x at position x in tree 1, x − 1 in tree 2. 5 edges on
 //    one or two ranks at N = 8–12 and 16–17, but where both have 4, fewer
 //    ranks with 4 (one at N = 4, 5; the bit trees have two).
-// Same build, same run, 16 MiB at 1 Gbit/s, 1 ms (allreduce_family.md): at
-// N = 8 the bit trees took 329 ms against the midpoint's 390, at N = 4 the
-// midpoint 293 against 337; at N = 6, where the two give the same degrees,
-// 311 and 312.
+// Back-to-back runs, 16 MiB at 1 Gbit/s, 1 ms (allreduce_family.md): at
+// N = 8 the bit trees took 326 ms against the midpoint's 413, at N = 4 the
+// midpoint 321 against 343; at N = 6, where the two give the same degrees,
+// 316 both.
 #pragma once
 
 #include <cstdint>
