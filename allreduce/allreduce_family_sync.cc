@@ -14,7 +14,6 @@
 #include "allreduce/tree_allreduce.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
-#include "core/base/status_macros.h"
 #include "core/sync/gradient_sync.h"
 
 namespace gradsync {
@@ -33,10 +32,10 @@ absl::StatusOr<std::unique_ptr<GradientSync>> MakeSync(
   const CompressionMethod method = context.compression.method;
   if (method == CompressionMethod::kFp16 ||
       method == CompressionMethod::kBf16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--compression=", context.compression.ToString(),
-        " is not built for --sync=", strategy.name,
-        "; use --sync=ring or --sync=ps"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--compression=", context.compression.ToString(),
+                     " is not built for --sync=", strategy.name,
+                     "; use --sync=ring or --sync=ps"));
   }
   ASSIGN_OR_RETURN(RingSyncOptions options, RingSyncOptionsFromFlags());
   return std::unique_ptr<GradientSync>(

@@ -26,7 +26,7 @@ TreeNode BitTreeNode(int n, int p) {
 }
 
 DoubleBinaryTrees BitTrees(int n) {
-  // Rank -> 1-based position in tree 1 and back; 0 (no such node) -> -1.
+  // Position (1-based) -> rank in tree `tree`; 0 (no such node) -> -1.
   auto rank_of = [n](int tree, int p) {
     if (p == 0) return -1;
     if (tree == 0) return p - 1;
@@ -39,7 +39,9 @@ DoubleBinaryTrees BitTrees(int n) {
       const TreeNode at = BitTreeNode(n, p);
       TreeNode& node = trees.nodes[tree][rank_of(tree, p)];
       node.parent = rank_of(tree, at.parent);
-      for (int child : at.children) node.children.push_back(rank_of(tree, child));
+      for (int child : at.children) {
+        node.children.push_back(rank_of(tree, child));
+      }
     }
   }
   return trees;

@@ -654,14 +654,13 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
       ASSIGN_OR_RETURN(transports[name],
                        ConnectGradsync(plan, rank, rendezvous, name));
     }
-    ring = std::make_unique<RingAllReduce>(
-        transports["gradsync_ring"].get(), chunk);
+    ring = std::make_unique<RingAllReduce>(transports["gradsync_ring"].get(),
+                                           chunk);
     const LinkCost given{absl::GetFlag(FLAGS_allreduce_alpha_us) * 1e-6,
                          absl::GetFlag(FLAGS_allreduce_link_gbit) * 1e9 / 8};
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<SelectingAllReduce> selector,
-        SelectingAllReduce::Create(transports["gradsync_allreduce"].get(),
-                                   chunk, given));
+    ASSIGN_OR_RETURN(std::unique_ptr<SelectingAllReduce> selector,
+                     SelectingAllReduce::Create(
+                         transports["gradsync_allreduce"].get(), chunk, given));
     link = selector->link();
     links = selector->links();
     if (rank == 0) {
