@@ -274,6 +274,11 @@ struct Cell {
   // TCP segments retransmitted in the rank's network namespace during the
   // timed runs (all of them, not per all-reduce); -1: unreadable.
   int64_t retrans_segments;
+  // Bytes the namespace's link (eth0) received and sent during the timed
+  // runs, and how long they took; -1: not an emulated link, or unreadable.
+  int64_t link_rx_bytes;
+  int64_t link_tx_bytes;
+  double timed_s;
   int64_t wrong;
   int done;
   // The link as gradsync's ranks measured it (or the flags gave it).
@@ -365,6 +370,11 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
   for (int i = 0; i < plan.warmup; ++i) RETURN_IF_ERROR(run());
   RETURN_IF_ERROR(barrier());
   const absl::StatusOr<TcpCounters> tcp_start = ReadNamespaceTcpCounters();
+  const bool emulated = !plan.netns.empty();
+  const absl::StatusOr<InterfaceBytes> link_start =
+      emulated
+          ? ReadNamespaceInterfaceBytes("eth0")
+          : absl::StatusOr<InterfaceBytes>(absl::UnavailableError("loopback"));
   const double cpu_start = ProcessCpuMicros();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < plan.iters; ++i) RETURN_IF_ERROR(run());
@@ -375,9 +385,15 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
       tcp_start.ok() && tcp_end.ok()
           ? tcp_end->retrans_segments - tcp_start->retrans_segments
           : -1;
-  cell.time_us =
-      std::chrono::duration<double, std::micro>(end - start).count() /
-      plan.iters;
+  cell.timed_s = std::chrono::duration<double>(end - start).count();
+  cell.time_us = cell.timed_s * 1e6 / plan.iters;
+  const absl::StatusOr<InterfaceBytes> link_end =
+      emulated ? ReadNamespaceInterfaceBytes("eth0") : link_start;
+  const bool link_read = link_start.ok() && link_end.ok();
+  cell.link_rx_bytes =
+      link_read ? link_end->rx_bytes - link_start->rx_bytes : -1;
+  cell.link_tx_bytes =
+      link_read ? link_end->tx_bytes - link_start->tx_bytes : -1;
   FillInput(data, count, rank);
   if (copies.upload) RETURN_IF_ERROR(copies.upload());
   RETURN_IF_ERROR(barrier());
@@ -873,6 +889,10 @@ struct Row {
   // Retransmitted TCP segments over the timed runs, summed over the network
   // namespaces (each counted once); -1: unreadable.
   int64_t retrans_segments;
+  // The busiest emulated link's bytes in its busier direction over the timed
+  // runs, as a fraction of what the line rate carries in that time (frames
+  // as the device counts them); -1: loopback or unreadable.
+  double busiest_link;
   Cell rank0;  // rank 0's cell: the link, gradsync_ps's settings
 };
 
@@ -924,6 +944,11 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
         "goodput is at most 95.6%% of it (1448 payload bytes in each "
         "1514-byte frame the shaper counts)\n",
         plan.link_bits_per_s / 8e9);
+    absl::PrintF(
+        "# busiest: the busiest rank link's frames in its busier direction "
+        "over the timed runs, as a fraction of what the line rate carries "
+        "in that time (measured on the link, headers and retransmissions "
+        "included)\n");
   }
   absl::PrintF(
       "# time: mean per all-reduce of the slowest rank over %d runs "
@@ -951,13 +976,17 @@ void PrintTables(const Plan& plan, const std::vector<Row>& rows) {
     absl::PrintF("# %12s %12s %6s %12s %12s %12s %8s %14s %12s %8s %8s%s\n",
                  "size (B)", "count", "type", "time (us)", "algbw (GB/s)",
                  "busbw (GB/s)", "#wrong", "cpu (us)", "α–β (us)", "time/α–β",
-                 "retx", plan.link_bits_per_s > 0 ? "     link" : "");
+                 "retx", plan.link_bits_per_s > 0 ? "     link  busiest" : "");
     for (const Row& row : rows) {
       if (row.algorithm != algorithm) continue;
       std::string link;
       if (plan.link_bits_per_s > 0) {
         link = absl::StrFormat(" %7.1f%%",
                                100 * row.busbw * 8e9 / plan.link_bits_per_s);
+        absl::StrAppend(
+            &link, row.busiest_link < 0
+                       ? absl::StrFormat(" %8s", "-")
+                       : absl::StrFormat(" %7.1f%%", 100 * row.busiest_link));
       }
       absl::PrintF(
           "  %12d %12d %6s %12.1f %12.3f %12.3f %8d %14.1f %12.1f %8.2f "
@@ -1035,6 +1064,9 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
         {"cpu_us_all_ranks", row.cpu_us},
         {"retrans_segments", row.retrans_segments},
     });
+    if (row.busiest_link >= 0) {
+      benchmarks.back()["busiest_link_share"] = row.busiest_link;
+    }
     if (IsPs(row.algorithm)) {
       // The inputs of bench/cost_model.py's colocated_ps_time.
       const Cell& ps = row.rank0;
@@ -1244,7 +1276,7 @@ int Main(int argc, char** argv) {
   const double bus_factor = 2.0 * (plan->workers - 1) / plan->workers;
   for (size_t a = 0; a < plan->algorithms.size(); ++a) {
     for (size_t s = 0; s < plan->sizes.size(); ++s) {
-      Row row{plan->algorithms[a], plan->sizes[s], 0, 0, 0, 0, 0, 0, 0};
+      Row row{plan->algorithms[a], plan->sizes[s], 0, 0, 0, 0, 0, 0, 0, -1};
       bool complete = true;
       for (int rank = 0; rank < plan->workers; ++rank) {
         const Cell& cell = CellAt(cells, *plan, a, s, rank);
@@ -1261,6 +1293,13 @@ int Main(int argc, char** argv) {
                             plan->netns[rank]) -
                           plan->netns.begin() ==
                       rank;
+        if (first_in_namespace && cell.link_rx_bytes >= 0 && cell.timed_s > 0 &&
+            plan->link_bits_per_s > 0) {
+          const double line_bytes = cell.timed_s * plan->link_bits_per_s / 8;
+          row.busiest_link = std::max(
+              row.busiest_link,
+              std::max(cell.link_rx_bytes, cell.link_tx_bytes) / line_bytes);
+        }
         if (!first_in_namespace || row.retrans_segments < 0) continue;
         row.retrans_segments =
             cell.retrans_segments < 0

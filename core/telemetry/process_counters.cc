@@ -7,9 +7,11 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 
 namespace gradsync {
@@ -87,6 +89,36 @@ absl::StatusOr<TcpCounters> ReadNamespaceTcpCounters() {
   absl::StatusOr<std::string> netstat = ReadText("/proc/self/net/netstat");
   if (!netstat.ok()) return netstat.status();
   return ParseTcpCounters(*snmp, *netstat);
+}
+
+absl::StatusOr<InterfaceBytes> ParseInterfaceBytes(
+    const std::string& net_dev, const std::string& interface) {
+  for (absl::string_view line : absl::StrSplit(net_dev, '\n')) {
+    const size_t colon = line.find(':');
+    if (colon == absl::string_view::npos) continue;
+    if (absl::StripAsciiWhitespace(line.substr(0, colon)) != interface) {
+      continue;
+    }
+    const std::vector<std::string> fields =
+        absl::StrSplit(line.substr(colon + 1), ' ', absl::SkipEmpty());
+    InterfaceBytes bytes;
+    if (fields.size() < 9 || !absl::SimpleAtoi(fields[0], &bytes.rx_bytes) ||
+        !absl::SimpleAtoi(fields[8], &bytes.tx_bytes)) {
+      return absl::DataLossError(
+          absl::StrCat("net/dev: the line of ", interface, " ('", line,
+                       "') does not have the receive and transmit bytes"));
+    }
+    return bytes;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("net/dev: no interface ", interface));
+}
+
+absl::StatusOr<InterfaceBytes> ReadNamespaceInterfaceBytes(
+    const std::string& interface) {
+  absl::StatusOr<std::string> net_dev = ReadText("/proc/self/net/dev");
+  if (!net_dev.ok()) return net_dev.status();
+  return ParseInterfaceBytes(*net_dev, interface);
 }
 
 double ProcessCpuSeconds() {

@@ -32,6 +32,22 @@ absl::StatusOr<TcpCounters> ParseTcpCounters(const std::string& snmp,
 // The counters of this process's network namespace.
 absl::StatusOr<TcpCounters> ReadNamespaceTcpCounters();
 
+// Bytes an interface has received and sent (/proc/net/dev's first and ninth
+// columns: frames as the device counts them, link-layer headers included).
+struct InterfaceBytes {
+  int64_t rx_bytes = 0;
+  int64_t tx_bytes = 0;
+};
+
+// `interface`'s line of /proc/net/dev's contents; an error names the
+// interface when it is missing or its line is not numbers.
+absl::StatusOr<InterfaceBytes> ParseInterfaceBytes(const std::string& net_dev,
+                                                   const std::string& interface);
+
+// `interface` in this process's network namespace.
+absl::StatusOr<InterfaceBytes> ReadNamespaceInterfaceBytes(
+    const std::string& interface);
+
 // User + system CPU seconds of this process so far (all its threads).
 double ProcessCpuSeconds();
 

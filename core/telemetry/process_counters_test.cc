@@ -44,6 +44,36 @@ TEST(ParseTcpCountersTest, RefusesMismatchedLines) {
   EXPECT_THAT(counters.status().message(), HasSubstr("no values line"));
 }
 
+TEST(ParseInterfaceBytesTest, ReadsReceiveAndTransmitBytes) {
+  constexpr char kNetDev[] =
+      "Inter-|   Receive                                                |  "
+      "Transmit\n"
+      " face |bytes    packets errs drop fifo frame compressed multicast|bytes"
+      "    packets errs drop fifo colls carrier compressed\n"
+      "    lo:    1200      10    0    0    0     0          0         0     "
+      "1200      10    0    0    0     0       0          0\n"
+      "  eth0: 987654321 650000    0    0    0     0          0         0 "
+      "123456789 81000    0    0    0     0       0          0\n";
+  auto eth0 = ParseInterfaceBytes(kNetDev, "eth0");
+  ASSERT_TRUE(eth0.ok()) << eth0.status();
+  EXPECT_EQ(eth0->rx_bytes, 987654321);
+  EXPECT_EQ(eth0->tx_bytes, 123456789);
+  auto missing = ParseInterfaceBytes(kNetDev, "eth1");
+  EXPECT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("no interface eth1"));
+  auto cut = ParseInterfaceBytes("  eth0: 12 3 0\n", "eth0");
+  EXPECT_FALSE(cut.ok());
+  EXPECT_THAT(cut.status().message(), HasSubstr("eth0"));
+}
+
+TEST(ProcessCountersTest, ReadsThisNamespacesLoopback) {
+  // Every network namespace has lo.
+  auto lo = ReadNamespaceInterfaceBytes("lo");
+  ASSERT_TRUE(lo.ok()) << lo.status();
+  EXPECT_GE(lo->rx_bytes, 0);
+  EXPECT_GE(lo->tx_bytes, 0);
+}
+
 TEST(ProcessCountersTest, ReportsThisProcess) {
   // Burn a little CPU so the figure is above zero.
   volatile double x = 0;
