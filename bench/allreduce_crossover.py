@@ -108,6 +108,9 @@ def points_from_run(document, latency_us, cores):
             "alpha_us": alpha * 1e6, "bandwidth_GBps": bandwidth / 1e9,
             "predicted_alpha_us": row.get("predicted_alpha_us"),
             "retrans_segments": row.get("retrans_segments"),
+            # The busiest link's measured share of its line rate (None
+            # before the benchmark measured it).
+            "busiest_link_share": row.get("busiest_link_share"),
             "burst_bytes": burst,
         })
     return points

@@ -24,7 +24,8 @@ DOCUMENT = {
         row("gradsync_ps", 4096, 3000, cpu_us=3500, ps_key_bytes=4096,
             ps_largest_share=1.0),
         row("gradsync_ring", 1 << 20, 14000, predicted_us=14000),
-        row("gradsync_tree", 1 << 20, 26000, predicted_us=21000, retrans_segments=1234),
+        row("gradsync_tree", 1 << 20, 26000, predicted_us=21000, retrans_segments=1234,
+            busiest_link_share=0.83),
         row("gradsync_allreduce", 1 << 20, 14500, predicted_us=14000),
     ],
 }
@@ -42,6 +43,11 @@ class Crossover(unittest.TestCase):
             by_key[("gradsync_ps", 4096)]["predicted_us"],
             1e6 * cost_model.colocated_ps_time(4, 4096, link, last_key=4096,
                                                largest_share=1.0))
+
+    def test_the_measured_busiest_link_is_kept_where_the_benchmark_gave_it(self):
+        by_key = {(p["algorithm"], p["bytes"]): p for p in self.points}
+        self.assertEqual(by_key[("gradsync_tree", 1 << 20)]["busiest_link_share"], 0.83)
+        self.assertIsNone(by_key[("gradsync_ring", 1 << 20)]["busiest_link_share"])
 
     def test_cpu_share_is_over_the_machine(self):
         ps = next(p for p in self.points if p["algorithm"] == "gradsync_ps")
