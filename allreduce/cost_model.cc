@@ -91,15 +91,12 @@ double HalvingDoublingAllReduceSeconds(int n, double bytes,
 // tree is for latency-bound buffers, the ring for bandwidth-bound ones.
 double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link) {
   if (n <= 1) return 0;
-  const DoubleBinaryTrees trees = BuildDoubleBinaryTrees(n);
-  int busiest_edges = 0;
-  for (int rank = 0; rank < n; ++rank) {
-    int edges = 0;
-    for (const std::vector<TreeNode>& tree : trees.nodes) {
-      edges += (tree[rank].parent >= 0 ? 1 : 0) +
-               static_cast<int>(tree[rank].children.size());
-    }
-    busiest_edges = std::max(busiest_edges, edges);
+  // The selector predicts every bucket it runs: build the trees once per N.
+  thread_local int cached_n = -1;
+  thread_local int busiest_edges = 0;
+  if (cached_n != n) {
+    busiest_edges = BusiestRank(BuildDoubleBinaryTrees(n)).first;
+    cached_n = n;
   }
   const int depth = DoubleBinaryTreeDepth(n);
   const double half_seconds = bytes / 2 / link.bytes_per_s;

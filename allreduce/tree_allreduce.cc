@@ -78,8 +78,14 @@ DoubleBinaryTrees MidpointTrees(int n) {
   return trees;
 }
 
-// The most edges a rank has over both trees, and how many ranks have it.
-std::pair<int, int> Busiest(const DoubleBinaryTrees& trees) {
+}  // namespace
+
+int TreeSlices(int64_t half_bytes, int64_t chunk_bytes) {
+  const int64_t wanted = half_bytes / std::max<int64_t>(1, chunk_bytes);
+  return static_cast<int>(std::clamp<int64_t>(wanted, 1, kMaxTreeSlices));
+}
+
+std::pair<int, int> BusiestRank(const DoubleBinaryTrees& trees) {
   const int n = static_cast<int>(trees.nodes[0].size());
   int most = 0;
   int count = 0;
@@ -98,19 +104,12 @@ std::pair<int, int> Busiest(const DoubleBinaryTrees& trees) {
   return {most, count};
 }
 
-}  // namespace
-
-int TreeSlices(int64_t half_bytes, int64_t chunk_bytes) {
-  const int64_t wanted = half_bytes / std::max<int64_t>(1, chunk_bytes);
-  return static_cast<int>(std::clamp<int64_t>(wanted, 1, kMaxTreeSlices));
-}
-
 DoubleBinaryTrees BuildDoubleBinaryTrees(int world_size) {
   DoubleBinaryTrees bit = BitTrees(world_size);
   DoubleBinaryTrees midpoint = MidpointTrees(world_size);
   // Fewer edges on the busiest rank, then fewer such ranks; the bit trees
   // on a tie.
-  if (Busiest(midpoint) < Busiest(bit)) {
+  if (BusiestRank(midpoint) < BusiestRank(bit)) {
     midpoint.shape = "midpoint";
     return midpoint;
   }

@@ -41,6 +41,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -68,6 +69,9 @@ struct DoubleBinaryTrees {
   const char* shape = "";  // "bit" or "midpoint"
 };
 DoubleBinaryTrees BuildDoubleBinaryTrees(int world_size);
+// The most tree edges (parent and children, over both trees) a rank has, and
+// how many ranks have that many.
+std::pair<int, int> BusiestRank(const DoubleBinaryTrees& trees);
 // `rank`'s place in tree `tree` (0 or 1) of `world_size` ranks.
 TreeNode DoubleBinaryTreeNode(int world_size, int rank, int tree);
 // Edges of the tree from the root to the deepest leaf: floor(log2 N), and 1

@@ -70,7 +70,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -370,11 +369,12 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
   for (int i = 0; i < plan.warmup; ++i) RETURN_IF_ERROR(run());
   RETURN_IF_ERROR(barrier());
   const absl::StatusOr<TcpCounters> tcp_start = ReadNamespaceTcpCounters();
-  const bool emulated = !plan.netns.empty();
-  const absl::StatusOr<InterfaceBytes> link_start =
-      emulated
-          ? ReadNamespaceInterfaceBytes("eth0")
-          : absl::StatusOr<InterfaceBytes>(absl::UnavailableError("loopback"));
+  // The rank's emulated link (loopback has none).
+  auto read_link = [&]() -> absl::StatusOr<InterfaceBytes> {
+    if (plan.netns.empty()) return absl::UnavailableError("loopback");
+    return ReadNamespaceInterfaceBytes(EmulatedNetwork::kNodeInterface);
+  };
+  const absl::StatusOr<InterfaceBytes> link_start = read_link();
   const double cpu_start = ProcessCpuMicros();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < plan.iters; ++i) RETURN_IF_ERROR(run());
@@ -387,8 +387,7 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
           : -1;
   cell.timed_s = std::chrono::duration<double>(end - start).count();
   cell.time_us = cell.timed_s * 1e6 / plan.iters;
-  const absl::StatusOr<InterfaceBytes> link_end =
-      emulated ? ReadNamespaceInterfaceBytes("eth0") : link_start;
+  const absl::StatusOr<InterfaceBytes> link_end = read_link();
   const bool link_read = link_start.ok() && link_end.ok();
   cell.link_rx_bytes =
       link_read ? link_end->rx_bytes - link_start->rx_bytes : -1;

@@ -504,10 +504,11 @@ absl::Status EmulatedNetwork::ConfigureTcp(int node) {
   }
   RETURN_IF_ERROR(set("net.ipv4.tcp_ecn", link.ecn ? "1" : "0"));
   if (link.rto_min > absl::ZeroDuration()) {
-    RETURN_IF_ERROR(Ip(
-        {"-n", ns, "route", "replace", "10.213.0.0/16", "dev", "eth0", "proto",
-         "kernel", "scope", "link", "src", NodeAddress(node), "rto_min",
-         absl::StrCat(absl::ToInt64Milliseconds(link.rto_min), "ms")}));
+    RETURN_IF_ERROR(
+        Ip({"-n", ns, "route", "replace", "10.213.0.0/16", "dev",
+            kNodeInterface, "proto", "kernel", "scope", "link", "src",
+            NodeAddress(node), "rto_min",
+            absl::StrCat(absl::ToInt64Milliseconds(link.rto_min), "ms")}));
   }
   return absl::OkStatus();
 }
@@ -527,16 +528,16 @@ absl::Status EmulatedNetwork::Build() {
     // Both ends are created directly inside our namespaces, so no name ever
     // appears (or can collide) in the host's namespace.
     RETURN_IF_ERROR(Ip({"-n", bridge_ns, "link", "add", port, "type", "veth",
-                        "peer", "name", "eth0", "netns", ns}));
+                        "peer", "name", kNodeInterface, "netns", ns}));
     RETURN_IF_ERROR(
         Ip({"-n", bridge_ns, "link", "set", port, "master", "br0", "up"}));
     // Loopback matters: a process reaches its own address through it (a
     // colocated parameter server, the coordinator on worker 0).
     RETURN_IF_ERROR(Ip({"-n", ns, "link", "set", "lo", "up"}));
-    RETURN_IF_ERROR(Ip(
-        {"-n", ns, "addr", "add", NodeAddress(node) + "/16", "dev", "eth0"}));
-    RETURN_IF_ERROR(Ip({"-n", ns, "link", "set", "eth0", "up"}));
-    RETURN_IF_ERROR(Shape(ns, "eth0", /*uplink=*/true));
+    RETURN_IF_ERROR(Ip({"-n", ns, "addr", "add", NodeAddress(node) + "/16",
+                        "dev", kNodeInterface}));
+    RETURN_IF_ERROR(Ip({"-n", ns, "link", "set", kNodeInterface, "up"}));
+    RETURN_IF_ERROR(Shape(ns, kNodeInterface, /*uplink=*/true));
     RETURN_IF_ERROR(Shape(bridge_ns, port, /*uplink=*/false));
     RETURN_IF_ERROR(ConfigureTcp(node));
   }
@@ -568,7 +569,8 @@ absl::StatusOr<std::string> EmulatedNetwork::QueueCountersJson() {
                         {"port_marks", nlohmann::json::array()}};
   for (int node = 0; node < options_.nodes; ++node) {
     int64_t drops = 0, marks = 0;
-    RETURN_IF_ERROR(counters(NodeNamespace(node), "eth0", &drops, &marks));
+    RETURN_IF_ERROR(
+        counters(NodeNamespace(node), kNodeInterface, &drops, &marks));
     out["uplink_drops"].push_back(drops);
     RETURN_IF_ERROR(
         counters(BridgeNamespace(), absl::StrCat("p", node), &drops, &marks));

@@ -98,6 +98,8 @@ class EmulatedNetwork {
   int nodes() const { return options_.nodes; }
   const std::string& prefix() const { return options_.prefix; }
   std::string NodeNamespace(int node) const;
+  // The node's interface to its link, inside its namespace.
+  static constexpr char kNodeInterface[] = "eth0";
   std::string BridgeNamespace() const;
   // The node's IPv4 address inside its namespace ("10.213.1.1").
   std::string NodeAddress(int node) const;
