@@ -3,11 +3,15 @@
 // (ring_sync.h) running its algorithm over the ring transport with the peer
 // connections that algorithm asks for.
 #include <memory>
+#include <set>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "allreduce/halving_doubling_allreduce.h"
 #include "allreduce/hierarchical_allreduce.h"
+#include "allreduce/peer_link_probe.h"
+#include "allreduce/ring_allreduce.h"
 #include "allreduce/ring_flags.h"
 #include "allreduce/ring_sync.h"
 #include "allreduce/selecting_allreduce.h"
@@ -18,6 +22,15 @@
 
 namespace gradsync {
 namespace {
+
+// --allreduce_alpha_us and --allreduce_link_gbit; zeros (the defaults) ask
+// for a probe.
+LinkCost GivenLink() {
+  LinkCost link;
+  link.alpha_s = absl::GetFlag(FLAGS_allreduce_alpha_us) * 1e-6;
+  link.bytes_per_s = absl::GetFlag(FLAGS_allreduce_link_gbit) * 1e9 / 8;
+  return link;
+}
 
 absl::StatusOr<std::unique_ptr<GradientSync>> MakeSync(
     const SyncContext& context, AllReduceStrategy strategy) {
@@ -61,12 +74,32 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreateTreeSync(
                << BuildDoubleBinaryTrees(context.identity.world_size).shape
                << " trees over " << context.identity.world_size
                << " ranks (tree_allreduce.h)";
+  // The tree's lead is sized by the link (tree_allreduce.h): the given one,
+  // or probed as --sync=allreduce probes it, over one more connection.
+  const LinkCost given = GivenLink();
   AllReduceStrategy strategy;
   strategy.name = "tree";
-  strategy.peers = TreeAllReduce::Peers;
-  strategy.create = [](RingTransport* transport, const RingSyncOptions& options)
+  strategy.peers = [](int rank, int world_size) {
+    std::set<int> peers;
+    for (int peer : TreeAllReduce::Peers(rank, world_size)) peers.insert(peer);
+    const int partner = ProbePartner(rank, world_size);
+    if (partner >= 0) peers.insert(partner);
+    return std::vector<int>(peers.begin(), peers.end());
+  };
+  strategy.create = [given](RingTransport* transport,
+                            const RingSyncOptions& options)
       -> absl::StatusOr<std::unique_ptr<AllReduceAlgorithm>> {
-    return std::make_unique<TreeAllReduce>(transport, options.chunk_bytes);
+    auto tree = std::make_unique<TreeAllReduce>(transport, options.chunk_bytes);
+    LinkCost link = given;
+    if ((link.alpha_s <= 0 || link.bytes_per_s <= 0) &&
+        transport->world_size() > 1) {
+      RingAllReduce ring(transport, options.chunk_bytes);
+      ASSIGN_OR_RETURN(PeerLinkProbeResult probe,
+                       ProbePeerLink(transport, options.chunk_bytes, ring));
+      link = probe.link;
+    }
+    tree->SetLink(link);
+    return std::unique_ptr<AllReduceAlgorithm>(std::move(tree));
   };
   return MakeSync(context, std::move(strategy));
 }
@@ -101,9 +134,7 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreateHierarchicalSync(
 
 absl::StatusOr<std::unique_ptr<GradientSync>> CreateSelectingSync(
     const SyncContext& context) {
-  LinkCost link;
-  link.alpha_s = absl::GetFlag(FLAGS_allreduce_alpha_us) * 1e-6;
-  link.bytes_per_s = absl::GetFlag(FLAGS_allreduce_link_gbit) * 1e9 / 8;
+  const LinkCost link = GivenLink();
   AllReduceStrategy strategy;
   strategy.name = "allreduce";
   strategy.peers = SelectingAllReduce::Peers;

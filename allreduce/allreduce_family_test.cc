@@ -65,6 +65,16 @@ Algorithm ByName(const std::string& name, int n) {
               return std::make_unique<TreeAllReduce>(t, kChunk);
             }};
   }
+  if (name == "tree_gated") {
+    // Told a link, the tree gates each reduce slice on a broadcast slice
+    // (tree_allreduce.h); 4 KiB slices put tens of them in every buffer from
+    // 70001 floats up, so the gates hold at every N.
+    return {name, TreeAllReduce::Peers, [](RingTransport* t) {
+              auto tree = std::make_unique<TreeAllReduce>(t, 4096);
+              tree->SetLink(LinkCost{1e-6, 1.25e8});
+              return tree;
+            }};
+  }
   if (name == "hierarchical") {
     const int r = RanksPerNode(n);
     return {name,
@@ -165,7 +175,8 @@ TEST_P(AllReduceFamily, SumIsExactAndIdenticalOnEveryRank) {
 std::vector<FamilyCase> AllCases() {
   std::vector<FamilyCase> cases;
   for (const char* name :
-       {"halving_doubling", "tree", "hierarchical", "allreduce"}) {
+       {"halving_doubling", "tree", "tree_gated", "hierarchical",
+        "allreduce"}) {
     for (int n = 2; n <= 9; ++n) cases.push_back({name, n});
   }
   return cases;
@@ -177,7 +188,8 @@ INSTANTIATE_TEST_SUITE_P(AlgorithmsByWorldSize, AllReduceFamily,
 TEST(AllReduceFamilyPeers, PeerSetsAreSymmetric) {
   for (int n = 1; n <= 17; ++n) {
     for (const std::string name :
-         {"halving_doubling", "tree", "hierarchical", "allreduce"}) {
+         {"halving_doubling", "tree", "tree_gated", "hierarchical",
+        "allreduce"}) {
       const Algorithm algorithm = ByName(name, n);
       std::vector<std::set<int>> peers(n);
       for (int rank = 0; rank < n; ++rank) {
@@ -255,10 +267,25 @@ TEST(DoubleBinaryTree, AtMostFourEdgesARankAndLogDepth) {
 TEST(DoubleBinaryTree, SlicesOnePerChunkUpToTheCap) {
   EXPECT_EQ(TreeSlices(4096, 256 << 10), 1);
   EXPECT_EQ(TreeSlices(512 << 10, 256 << 10), 2);
-  EXPECT_EQ(TreeSlices(8 << 20, 256 << 10), kMaxTreeSlices);
-  // The family test's sizes: 70001 floats in 2 slices, 3 MiB in 16.
+  EXPECT_EQ(TreeSlices(8 << 20, 256 << 10), 32);
+  EXPECT_EQ(TreeSlices(int64_t{1} << 30, 256 << 10), kMaxTreeSlices);
+  // The family test's sizes: 70001 floats in 2 slices, 3 MiB in 24; the
+  // gated tree's 4 KiB slices: 34, and the cap.
   EXPECT_EQ(TreeSlices(35001 * 4, kChunk), 2);
-  EXPECT_EQ(TreeSlices((3 << 20) / 2, kChunk), kMaxTreeSlices);
+  EXPECT_EQ(TreeSlices((3 << 20) / 2, kChunk), 24);
+  EXPECT_EQ(TreeSlices(35001 * 4, 4096), 34);
+  EXPECT_EQ(TreeSlices((3 << 20) / 2, 4096), kMaxTreeSlices);
+}
+
+// A slice covers twice a hop's bandwidth-delay product at the busiest
+// rank's share of the link: 2·α·B/E.
+TEST(DoubleBinaryTree, StepBytesAreTwiceTheShareOfAHopsBandwidthDelay) {
+  // 1 ms, 1 Gbit/s, 4 edges: 2 · 1e-3 · 1.25e8 / 4.
+  EXPECT_EQ(TreeStepBytes(LinkCost{1e-3, 1.25e8}, 4), 62500);
+  // 5 ms, N = 2 (2 edges): 625 000 bytes, more than a 256 KiB chunk.
+  EXPECT_EQ(TreeStepBytes(LinkCost{5e-3, 1.25e8}, 2), 625000);
+  EXPECT_EQ(TreeStepBytes(LinkCost{0, 1.25e8}, 4), 0);
+  EXPECT_EQ(TreeStepBytes(LinkCost{1e-3, 0}, 4), 0);
 }
 
 TEST(SelectingAllReduce, PicksTheLowestPrediction) {

@@ -11,12 +11,9 @@
 #include <string>
 #include <vector>
 
-namespace gradsync {
+#include "allreduce/link_cost.h"
 
-struct LinkCost {
-  double alpha_s = 50e-6;
-  double bytes_per_s = 1.25e9;
-};
+namespace gradsync {
 
 double RingAllReduceSeconds(int n, double bytes, const LinkCost& link);
 // `eager_bytes`: the clear to send's eager prefix (peer_exchange.h), 0 for

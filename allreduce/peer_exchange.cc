@@ -27,7 +27,7 @@ PeerExchange::PeerExchange(RingTransport* transport, int64_t chunk_bytes,
       algorithm_(std::move(algorithm)) {}
 
 int PeerExchange::Send(int peer, const float* data, int64_t count,
-                       std::vector<int> after) {
+                       std::vector<int> after, std::vector<int> gates) {
   Transfer transfer;
   transfer.send = true;
   transfer.peer = peer;
@@ -35,6 +35,7 @@ int PeerExchange::Send(int peer, const float* data, int64_t count,
   transfer.data = reinterpret_cast<char*>(const_cast<float*>(data));
   transfer.bytes = count * 4;
   transfer.after = std::move(after);
+  transfer.gates = std::move(gates);
   transfers_.push_back(std::move(transfer));
   send_queue_[peer].push_back(static_cast<int>(transfers_.size()) - 1);
   return static_cast<int>(transfers_.size()) - 1;
@@ -66,6 +67,9 @@ bool PeerExchange::Cleared(int peer) const {
 }
 
 int64_t PeerExchange::SendAvailable(const Transfer& transfer) const {
+  for (int index : transfer.gates) {
+    if (transfers_[index].done < transfers_[index].bytes) return 0;
+  }
   int64_t available = transfer.bytes;
   if (!Cleared(transfer.peer)) available = std::min(available, eager_bytes_);
   for (int index : transfer.after) {

@@ -12,6 +12,9 @@
 // the kernel takes in the next chunk. A send may wait on receives (`after`):
 // it then only sends the prefix that all of them have finished, which is how
 // a tree forwards a chunk up as soon as both children's chunks are summed.
+// It may also wait for receives to finish altogether before its first byte
+// (`gates`): how a tree keeps a subtree from running ahead of the sums the
+// root sends back (tree_allreduce.h).
 // Transfers to the same peer in the same direction go in the order they were
 // added; both ends add them in the same order, so the byte streams agree.
 //
@@ -81,9 +84,11 @@ class PeerExchange {
 
   // Queues a send of `count` floats at `data` to `peer`. With `after`
   // (indices returned by Receive in this round) only the prefix every one of
-  // them has finished is sent; they must cover the same floats.
+  // them has finished is sent; they must cover the same floats. With `gates`
+  // (also Receive indices, any floats) nothing past the header is sent until
+  // every one of them has finished.
   int Send(int peer, const float* data, int64_t count,
-           std::vector<int> after = {});
+           std::vector<int> after = {}, std::vector<int> gates = {});
   // Queues a receive of `count` floats from `peer` into `data`, added to what
   // is there (`add`) or replacing it.
   int Receive(int peer, float* data, int64_t count, bool add);
@@ -114,6 +119,7 @@ class PeerExchange {
     int64_t bytes = 0;
     bool add = false;
     std::vector<int> after;
+    std::vector<int> gates;
     Header header;
     int64_t header_pos = 0;  // header bytes moved
     int64_t pos = 0;         // payload bytes moved

@@ -156,5 +156,50 @@ TEST(PeerExchange, OneWaySendsTheSamePartnerAndAZeroPrefixDoNotWait) {
   }
 }
 
+// A gated send (Send's `gates`) moves its header but no payload until the
+// receive it waits on has finished: rank 0 sends to rank 1 gated on a float
+// from rank 1, which rank 1 sends only once it enters the round.
+TEST(PeerExchange, GatedSendWaitsForItsGateToFinish) {
+  auto cluster = RingTestCluster::Start(2, "peer-exchange-gate-test");
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto transports = (*cluster)->ConnectRing(
+      RingTransportOptions(),
+      [](int rank) { return std::vector<int>{1 - rank}; });
+  ASSERT_TRUE(transports.ok()) << transports.status();
+  int64_t before_entering = -1;
+  std::vector<float> received(kCount);
+  float token = 0.0f;
+  const std::vector<absl::Status> statuses =
+      (*cluster)->RunOnEveryRank([&](int rank) {
+        RingTransport* transport = (*transports)[rank].get();
+        PeerExchange exchange(transport, kChunk, "test");
+        exchange.set_eager_bytes(0);  // only the gate holds the send back
+        const std::vector<float> out = Input(rank);
+        const float one = 1.0f;
+        if (rank == 0) {
+          const int gate = exchange.Receive(1, &token, 1, /*add=*/false);
+          exchange.Send(1, out.data(), kCount, {}, {gate});
+        } else {
+          const int fd = transport->peer(0)->fd();
+          WaitForQueued(fd, PeerExchange::kHeaderBytes,
+                        absl::Now() + absl::Seconds(20));
+          // An ungated sender would pass the header within microseconds.
+          WaitForQueued(fd, PeerExchange::kHeaderBytes + 1,
+                        absl::Now() + absl::Milliseconds(300));
+          before_entering = Queued(fd);
+          exchange.Send(0, &one, 1);
+          exchange.Receive(0, received.data(), kCount, /*add=*/false);
+        }
+        return exchange.Run(RoundLabel{0, 0, 0, "a gated step"});
+      });
+  ASSERT_EQ(statuses.size(), 2u);
+  ASSERT_TRUE(statuses[0].ok()) << statuses[0];
+  ASSERT_TRUE(statuses[1].ok()) << statuses[1];
+  EXPECT_EQ(before_entering, PeerExchange::kHeaderBytes)
+      << "rank 0 sent payload before its gate (rank 1's float) arrived";
+  EXPECT_EQ(token, 1.0f);
+  EXPECT_EQ(received, Input(0));
+}
+
 }  // namespace
 }  // namespace gradsync

@@ -23,7 +23,9 @@ SelectingAllReduce::SelectingAllReduce(RingTransport* transport,
   algorithms_["ring"] = std::make_unique<RingAllReduce>(transport, chunk_bytes);
   algorithms_["halving_doubling"] =
       std::make_unique<HalvingDoublingAllReduce>(transport, chunk_bytes);
-  algorithms_["tree"] = std::make_unique<TreeAllReduce>(transport, chunk_bytes);
+  auto tree = std::make_unique<TreeAllReduce>(transport, chunk_bytes);
+  tree_ = tree.get();
+  algorithms_["tree"] = std::move(tree);
 }
 
 double CalibrationSeconds(std::vector<double> runs) {
@@ -59,6 +61,7 @@ absl::StatusOr<std::unique_ptr<SelectingAllReduce>> SelectingAllReduce::Create(
     selector->link_ = selector->probe_.link;
     RETURN_IF_ERROR(selector->CalibrateLatencies());
   }
+  selector->tree_->SetLink(selector->link_);
   return selector;
 }
 

@@ -109,6 +109,7 @@ class SelectingAllReduce : public AllReduceAlgorithm {
   CandidateLinks links_;
   PeerLinkProbeResult probe_;  // pairs == 0: not probed
   std::map<std::string, std::unique_ptr<AllReduceAlgorithm>> algorithms_;
+  TreeAllReduce* tree_ = nullptr;  // algorithms_["tree"], told the link
   std::map<uint32_t, std::string> picks_;       // tag -> algorithm
   std::map<std::string, int64_t> pick_counts_;  // algorithm -> runs
   int64_t eager_bytes_ = PeerExchange::kDefaultEagerBytes;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "allreduce/float_sum.h"
+#include "core/base/logging.h"
 
 namespace gradsync {
 namespace {
@@ -85,6 +86,12 @@ int TreeSlices(int64_t half_bytes, int64_t chunk_bytes) {
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, kMaxTreeSlices));
 }
 
+int64_t TreeStepBytes(const LinkCost& link, int busiest_edges) {
+  if (link.alpha_s <= 0 || link.bytes_per_s <= 0) return 0;
+  return static_cast<int64_t>(2 * link.alpha_s * link.bytes_per_s /
+                              std::max(1, busiest_edges));
+}
+
 std::pair<int, int> BusiestRank(const DoubleBinaryTrees& trees) {
   const int n = static_cast<int>(trees.nodes[0].size());
   int most = 0;
@@ -148,6 +155,21 @@ TreeAllReduce::TreeAllReduce(RingTransport* transport, int64_t chunk_bytes)
       root_height_[tree] = std::max(root_height_[tree], up);
     }
   }
+  busiest_edges_ = BusiestRank(trees).first;
+}
+
+void TreeAllReduce::SetLink(const LinkCost& link) {
+  has_link_ = link.alpha_s > 0 && link.bytes_per_s > 0;
+  step_bytes_ = TreeStepBytes(link, busiest_edges_);
+  if (transport_->rank() == 0 && has_link_) {
+    GS_LOG(INFO) << "tree: slices of at least "
+                 << std::max(exchange_.chunk_bytes(), step_bytes_) / 1024
+                 << " KiB (a chunk, or 2·α·B/E = " << step_bytes_ / 1024
+                 << " KiB: α " << link.alpha_s * 1e6 << " us, B "
+                 << link.bytes_per_s / 1e9 << " GB/s, E " << busiest_edges_
+                 << "); a rank's reduce leads the sums coming back by its "
+                    "round trip in slices";
+  }
 }
 
 std::vector<int> TreeAllReduce::Peers(int rank, int world_size) {
@@ -189,7 +211,10 @@ absl::Status TreeAllReduce::Run(float* data, int64_t count, float scale,
     // s later: on a connection that carries both a reduce of one tree and
     // a broadcast of the other, the broadcast's first slices go as soon as
     // they are ready instead of behind the whole reduce.
-    const int slices = TreeSlices(half * 4, exchange_.chunk_bytes());
+    // Slices of a chunk, or of a step's bandwidth-delay product where that
+    // is more (tree_allreduce.h).
+    const int slices = TreeSlices(
+        half * 4, std::max(exchange_.chunk_bytes(), step_bytes_));
     auto slice_begin = [&](int tree, int slice) {
       return sizes[tree] * slice / slices;
     };
@@ -243,7 +268,15 @@ absl::Status TreeAllReduce::Run(float* data, int64_t count, float scale,
         const int index = exchange_.Receive(step.peer, at, n, !step.broadcast);
         (step.broadcast ? landed : reduced)[tree][step.slice].push_back(index);
       } else if (!step.broadcast) {
-        exchange_.Send(step.peer, at, n, reduced[tree][step.slice]);
+        // Up to the parent, once slice `slice - lead` is back down.
+        const int lead =
+            root_height_[tree] + depth_[tree][me] - height_[tree][me];
+        std::vector<int> gates;
+        if (has_link_ && step.slice >= lead) {
+          gates = landed[tree][step.slice - lead];
+        }
+        exchange_.Send(step.peer, at, n, reduced[tree][step.slice],
+                       std::move(gates));
       } else {
         exchange_.Send(step.peer, at, n,
                        nodes_[tree].parent >= 0 ? landed[tree][step.slice]

@@ -693,8 +693,10 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
               transports["gradsync_halving_doubling"].get(), chunk);
     }
     if (transports.count("gradsync_tree") > 0) {
-      family["gradsync_tree"] = std::make_unique<TreeAllReduce>(
+      auto tree = std::make_unique<TreeAllReduce>(
           transports["gradsync_tree"].get(), chunk);
+      tree->SetLink(link);  // as --sync=tree sizes its lead: by the link
+      family["gradsync_tree"] = std::move(tree);
     }
     const int ranks_per_node = HierarchicalRanksPerNode(plan.workers);
     if (transports.count("gradsync_hierarchical") > 0) {
