@@ -290,27 +290,28 @@ TEST(DoubleBinaryTree, StepBytesAreTwiceTheShareOfAHopsBandwidthDelay) {
 
 TEST(SelectingAllReduce, PicksTheLowestPrediction) {
   const LinkCost link{1e-3, 1.25e8};
-  // Latency-bound: the tree's and halving-doubling's 6 latencies against
-  // the ring's 14; the tree's last byte follows 32 KiB, halving-doubling
-  // moves 1.75·64 KiB.
-  EXPECT_EQ(SelectingAllReduce::Choose(8, 65536, link), "tree");
+  // Latency-bound at N = 8: the tree's and halving-doubling's 6 latencies
+  // against the ring's 14; halving-doubling moves 1.75·64 KiB, the tree's
+  // busiest rank 4 halves (2·64 KiB) before its last byte's 6 hops.
+  EXPECT_EQ(SelectingAllReduce::Choose(8, 65536, link), "halving_doubling");
   // 1 MiB: the ring's segments (131 KiB, 1.05 ms) outlast α, so it streams
   // (15.7 ms) where the others pay their latencies and more bytes.
   EXPECT_EQ(SelectingAllReduce::Choose(8, 1 << 20, link), "ring");
   EXPECT_EQ(SelectingAllReduce::Choose(8, 64 << 20, link), "ring");
-  // N = 6: halving-doubling folds; the tree is the latency pick.
+  // N = 6: halving-doubling folds (two more latencies); the tree's 4 hops
+  // make it the latency pick.
   EXPECT_EQ(SelectingAllReduce::Choose(6, 4096, link), "tree");
   // A tie goes to the ring: N = 2, where all three send S both ways once.
   EXPECT_EQ(SelectingAllReduce::Choose(2, 64 << 20, LinkCost{0, 1.25e8}),
             "ring");
-  // Each candidate with its own α: a tree whose hops cost 1.5 ms loses the
+  // Each candidate with its own α: a tree whose hops cost 2 ms loses the
   // latency-bound buffer to halving-doubling's 1 ms rounds.
   CandidateLinks slow_tree = CandidateLinks::Uniform(link);
-  slow_tree.tree.alpha_s = 1.5e-3;
-  EXPECT_EQ(SelectingAllReduce::Choose(8, 65536, slow_tree),
+  slow_tree.tree.alpha_s = 2e-3;
+  EXPECT_EQ(SelectingAllReduce::Choose(6, 4096, slow_tree),
             "halving_doubling");
-  EXPECT_NEAR(SelectingAllReduce::Predict("tree", 8, 65536, slow_tree.tree),
-              9e-3 + 32768 / 1.25e8, 1e-12);
+  EXPECT_NEAR(SelectingAllReduce::Predict("tree", 6, 4096, slow_tree.tree),
+              4 * 2048 / 1.25e8 + 8e-3, 1e-12);
 }
 
 TEST(SelectingAllReduce, CalibrationTakesTheMedianRun) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "allreduce/tree_allreduce.h"
 
@@ -12,6 +14,43 @@ int LargestPowerOfTwoAtMost(int n) {
   int p = 1;
   while (p * 2 <= n) p *= 2;
   return p;
+}
+
+// Per rank of the double binary trees over n ranks, (E_r, H_r) of
+// TreeAllReduceSeconds below; each distinct pair once.
+std::vector<std::pair<int, int>> TreeRankCosts(int n) {
+  const DoubleBinaryTrees trees = BuildDoubleBinaryTrees(n);
+  std::vector<std::pair<int, int>> costs;
+  for (int rank = 0; rank < n; ++rank) {
+    int edges = 0;
+    int hops = 0;
+    for (const std::vector<TreeNode>& tree : trees.nodes) {
+      // Depth of every rank, the tree's depth D and this rank's height.
+      std::vector<int> depth(n, 0);
+      int tree_depth = 0;
+      for (int r = 0; r < n; ++r) {
+        for (int x = r; tree[x].parent >= 0; x = tree[x].parent) ++depth[r];
+        tree_depth = std::max(tree_depth, depth[r]);
+      }
+      int height = 0;
+      for (int r = 0; r < n; ++r) {
+        int up = 0;
+        for (int x = r; tree[x].parent >= 0; x = tree[x].parent) {
+          ++up;
+          if (tree[x].parent == rank) height = std::max(height, up);
+        }
+      }
+      const TreeNode& node = tree[rank];
+      edges += (node.parent >= 0) + static_cast<int>(node.children.size());
+      if (node.parent >= 0) hops = std::max(hops, depth[rank] + tree_depth);
+      if (!node.children.empty()) hops = std::max(hops, height);
+    }
+    if (std::find(costs.begin(), costs.end(), std::make_pair(edges, hops)) ==
+        costs.end()) {
+      costs.emplace_back(edges, hops);
+    }
+  }
+  return costs;
 }
 
 }  // namespace
@@ -74,34 +113,41 @@ double HalvingDoublingAllReduceSeconds(int n, double bytes,
 
 // Double binary tree, each tree carrying S/2. A node forwards bytes as soon
 // as they have arrived from both children and been added (cut-through, not
-// store-and-forward per chunk). The busiest rank sends (and receives)
-// W = E·S/2 bytes, E its number of tree edges (parent and children) over both
-// trees: 4 for a rank internal in one tree and a leaf in the other, the most
-// any rank has in tree_allreduce.h's construction. As for the ring, two things
-// bound the time:
-//  - the last byte: it leaves a leaf once that leaf's S/2 is out, climbs D
-//    levels to the root and descends D, α each: 2D·α + (S/2)/B;
-//  - the busiest link: its W bytes, and its sends down a tree cannot begin
-//    before the first byte has been to the root and back, two latencies for
-//    the shallowest such node: E·(S/2)/B + 2α.
-//   T = max(2D·α + (S/2)/B,  E_max·(S/2)/B + 2α).
-// (The sum of the two, a store-and-forward figure, was 1.2x the measured
-// time at 64 KiB–1 MiB on 1 ms links, docs/results/allreduce_family.md.)
+// store-and-forward per chunk). Rank r sends (and receives) W_r = E_r·S/2
+// bytes, E_r its tree edges (parent and children) over both trees: at most 4
+// in tree_allreduce.h's construction. Its connections share its link as TCP
+// shares it, evenly, with nothing sent first (the lead only keeps a reduce
+// from running ahead, tree_allreduce.h), so all of them end together, at
+// W_r/B; then the last byte still travels:
+//  - sent up (r below the root in a tree): its d_r levels to the root, and
+//    the root's sum back down D levels to the deepest leaf, d_r + D hops;
+//  - sent down: to r's deepest descendant, its height h_r hops.
+// H_r the most of these over both trees, and the latency-bound path of the
+// first slice as a floor:
+//   T = max(2D·α + (S/2)/B,  max_r (E_r·(S/2)/B + H_r·α)).
+// At N = 8 every rank with 4 edges is a leaf of depth 3 in one tree: T =
+// 4·(S/2)/B + 6α, the bandwidth time and the round trip added, as NCCL's
+// tuner adds its latency to size/bandwidth. (An earlier max of the two, as
+// if the busiest link's work hid the latency, ran 1.18–1.30x below the
+// measured time at 1 MiB at N = 8 and 16, docs/results/allreduce_family.md.)
 // For large S this is E_max/2 times S/B against the ring's 2(N-1)/N·S/B: the
 // tree is for latency-bound buffers, the ring for bandwidth-bound ones.
 double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link) {
   if (n <= 1) return 0;
-  // The selector predicts every bucket it runs: build the trees once per N.
+  // The selector predicts every bucket it runs: (E_r, H_r) once per N.
   thread_local int cached_n = -1;
-  thread_local int busiest_edges = 0;
+  thread_local std::vector<std::pair<int, int>> ranks;
   if (cached_n != n) {
-    busiest_edges = BusiestRank(BuildDoubleBinaryTrees(n)).first;
+    ranks = TreeRankCosts(n);
     cached_n = n;
   }
-  const int depth = DoubleBinaryTreeDepth(n);
   const double half_seconds = bytes / 2 / link.bytes_per_s;
-  return std::max(2 * depth * link.alpha_s + half_seconds,
-                  busiest_edges * half_seconds + 2 * link.alpha_s);
+  double seconds =
+      2 * DoubleBinaryTreeDepth(n) * link.alpha_s + half_seconds;
+  for (const auto& [edges, hops] : ranks) {
+    seconds = std::max(seconds, edges * half_seconds + hops * link.alpha_s);
+  }
+  return seconds;
 }
 
 // Hierarchical with R ranks per node and M = N/R nodes: the intra-node

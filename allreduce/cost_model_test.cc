@@ -60,13 +60,22 @@ TEST(CostModel, HalvingDoublingWaitsForClearsToSendAboveTheEagerPrefix) {
 }
 
 TEST(CostModel, TreeBeatsRingWhenLatencyBoundAndLosesWhenBandwidthBound) {
-  // N = 8: depth 3; the busiest rank has 4 tree edges. Latency-bound: the
-  // last byte's 6 hops after its leaf's 32 KiB.
-  EXPECT_NEAR(TreeAllReduceSeconds(8, 65536, kLink), 6e-3 + 32768 / 1.25e8,
-              1e-12);
-  // Bandwidth-bound: the busiest link's 4 halves and two latencies.
+  // N = 8: depth 3; every rank with 4 tree edges is a leaf of depth 3 in one
+  // tree: its 4 halves, then its last byte's 3 hops up and 3 down.
+  EXPECT_NEAR(TreeAllReduceSeconds(8, 65536, kLink),
+              4 * 32768 / 1.25e8 + 6e-3, 1e-12);
   EXPECT_NEAR(TreeAllReduceSeconds(8, 16 << 20, kLink),
-              4 * (8 << 20) / 1.25e8 + 2e-3, 1e-12);
+              4 * (8 << 20) / 1.25e8 + 6e-3, 1e-12);
+  // N = 4 (midpoint trees, depth 2): the root of tree 1 has 4 edges and is
+  // a child of the root in tree 2 (1 + 2 hops); a rank with 3 edges is a
+  // leaf of depth 2 (2 + 2 hops). 1 MiB: 4 halves + 3α; 64 KiB: 3 + 4α.
+  EXPECT_NEAR(TreeAllReduceSeconds(4, 1 << 20, kLink),
+              4 * (1 << 19) / 1.25e8 + 3e-3, 1e-12);
+  EXPECT_NEAR(TreeAllReduceSeconds(4, 65536, kLink),
+              3 * 32768 / 1.25e8 + 4e-3, 1e-12);
+  // N = 2: one edge each way in each tree: S/B and a round trip.
+  EXPECT_NEAR(TreeAllReduceSeconds(2, 1 << 20, kLink),
+              2 * (1 << 19) / 1.25e8 + 2e-3, 1e-12);
   EXPECT_LT(TreeAllReduceSeconds(8, 65536, kLink),
             RingAllReduceSeconds(8, 65536, kLink));
   const double big = 64.0 * (1 << 20);

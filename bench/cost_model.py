@@ -116,13 +116,14 @@ extra ranks into partners first (S there and back, two more steps):
     T_hd = 2·log2 p·α + 2(p−1)/p · S/B  [+ 2α + 2·S/B if N > p]   (6)
 
 Double binary tree: two trees, each carrying S/2, a node forwarding bytes as
-soon as both children's have arrived. Either the last byte rules (it leaves a
-leaf after that leaf's S/2 and crosses 2D links, D the depth) or the busiest
-rank's link does: E_max tree edges over both trees, each carrying S/2 (E_max = 4
-for N ≥ 4: every rank is internal in at most one tree), its sends down a tree starting no sooner
-than the first byte's trip to the root and back (2α at least):
+soon as both children's have arrived. Rank r has E_r tree edges over both
+trees (at most 4), each carrying S/2 each way; its connections share its link
+evenly (TCP, nothing sent first), so all of them end at E_r·(S/2)/B, and its
+last byte then travels H_r hops: up to the root and down to the deepest leaf
+(d_r + D) where it sends up, to its deepest descendant (h_r) where it sends
+down. The first slice's 2D hops are the floor:
 
-    T_tree = max(2D·α + (S/2)/B,  E_max·(S/2)/B + 2α)          (7)
+    T_tree = max(2D·α + (S/2)/B,  max_r E_r·(S/2)/B + H_r·α)   (7)
 
 Hierarchical, R ranks per node, M = N/R nodes: reduce-scatter and all-gather
 inside the node (one step each, (R−1)/R·S over the fast local path), and
@@ -283,22 +284,47 @@ def double_binary_tree(n, tree):
     return (midpoint if busiest(midpoint) < busiest(bit) else bit)[tree]
 
 
-def tree_time(n, size, link):
-    """(7): one double-binary-tree all-reduce of `size` bytes among n ranks."""
-    if n <= 1:
-        return 0.0
+def tree_rank_costs(n):
+    """Per rank of the double binary trees, (E_r, H_r) of (7): its tree edges
+    over both trees, and the hops its link's last byte still travels: up to
+    the root and down to the deepest leaf (d_r + D) where it sends up, down to
+    its deepest descendant (h_r) where it sends down. Each pair once."""
     trees = [double_binary_tree(n, 0), double_binary_tree(n, 1)]
     edges = tree_edges(trees, n)
-    first = trees[0]
+    costs = set()
+    for r in range(n):
+        hops = 0
+        for tree in trees:
+            def depth(x):
+                d = 0
+                while tree[x][0] >= 0:
+                    x, d = tree[x][0], d + 1
+                return d
 
-    def depth(r):
-        d = 0
-        while first[r][0] >= 0:
-            r, d = first[r][0], d + 1
-        return d
-    levels = max(1, max(depth(r) for r in range(n)))
+            def height(x):
+                children = tree[x][1]
+                return 1 + max(height(c) for c in children) if children else 0
+            if tree[r][0] >= 0:
+                hops = max(hops, depth(r) + max(depth(x) for x in range(n)))
+            if tree[r][1]:
+                hops = max(hops, height(r))
+        costs.add((edges[r], hops))
+    return sorted(costs)
+
+
+def tree_time(n, size, link):
+    """(7): one double-binary-tree all-reduce of `size` bytes among n ranks.
+    A rank's connections share its link evenly, so all of them end at
+    E_r·(S/2)/B; its last byte then travels H_r more hops
+    (allreduce/cost_model.cc). The first slice's 2D hops are the floor."""
+    if n <= 1:
+        return 0.0
     half = size / 2 / link.bandwidth
-    return max(2 * levels * link.alpha_s + half, max(edges) * half + 2 * link.alpha_s)
+    levels = max(1, (n).bit_length() - 1)
+    t = 2 * levels * link.alpha_s + half
+    for edges, hops in tree_rank_costs(n):
+        t = max(t, edges * half + hops * link.alpha_s)
+    return t
 
 
 def hierarchical_time(n, ranks_per_node, size, link, intra=None, shared=True,

@@ -48,11 +48,20 @@ class FamilyFormulas(unittest.TestCase):
                          cost_model.halving_doubling_time(8, size, LINK))
 
     def test_tree_point_and_shape(self):
-        # N = 8: depth 3, the busiest rank has 4 edges over both trees.
+        # N = 8: depth 3; every rank with 4 edges is a leaf of depth 3 in one
+        # tree: 4 halves, then 3 hops up and 3 down.
         self.assertAlmostEqual(cost_model.tree_time(8, 65536, LINK),
-                               6e-3 + 32768 / 1.25e8, places=12)
+                               4 * 32768 / 1.25e8 + 6e-3, places=12)
         self.assertAlmostEqual(cost_model.tree_time(8, 16 << 20, LINK),
-                               4 * (8 << 20) / 1.25e8 + 2e-3, places=12)
+                               4 * (8 << 20) / 1.25e8 + 6e-3, places=12)
+        # N = 4 (midpoint trees): (4 edges, 3 hops) and (3 edges, 4 hops).
+        self.assertEqual(cost_model.tree_rank_costs(4), [(2, 4), (3, 3), (3, 4), (4, 3)])
+        self.assertAlmostEqual(cost_model.tree_time(4, 1 << 20, LINK),
+                               4 * (1 << 19) / 1.25e8 + 3e-3, places=12)
+        self.assertAlmostEqual(cost_model.tree_time(4, 65536, LINK),
+                               3 * 32768 / 1.25e8 + 4e-3, places=12)
+        self.assertAlmostEqual(cost_model.tree_time(2, 1 << 20, LINK),
+                               2 * (1 << 19) / 1.25e8 + 2e-3, places=12)
         for n in range(2, 18):
             trees = [cost_model.double_binary_tree(n, t) for t in (0, 1)]
             for tree in trees:
@@ -89,9 +98,9 @@ class FamilyFormulas(unittest.TestCase):
                                cost_model.halving_doubling_time(8, 65536, LINK), places=12)
 
     def test_crossover(self):
-        # Latency-bound: both beat the ring by 2x, the tree by a little more
-        # (its last byte follows S/2, halving-doubling moves 1.75·S);
-        # bandwidth-bound: the ring wins.
+        # Latency-bound: both beat the ring by 2x, halving-doubling by a
+        # little more (it moves 1.75·S, the tree's busiest rank 2·S before
+        # its last byte's 6 hops); bandwidth-bound: the ring wins.
         small, big = 65536, 64 << 20
         ring = cost_model.ring_time(8, small, LINK)
         self.assertLess(2 * cost_model.halving_doubling_time(8, small, LINK), ring)
@@ -99,12 +108,15 @@ class FamilyFormulas(unittest.TestCase):
         self.assertLessEqual(cost_model.ring_time(8, big, LINK),
                              cost_model.tree_time(8, big, LINK))
         # At 64 MiB halving-doubling has the ring's bandwidth term (a power
-        # of two) and 6 latencies to the ring's one: the ring; at 64 KiB the
-        # tree (as selecting_allreduce.cc with one link for all three).
+        # of two) and 6 latencies to the ring's one: the ring; at 64 KiB
+        # halving-doubling, at N = 6 (a fold) the tree (as
+        # allreduce_family_test.cc's selector with one link for all three).
         self.assertGreater(cost_model.halving_doubling_time(8, big, LINK),
                            cost_model.ring_time(8, big, LINK))
         self.assertEqual(cost_model.allreduce_pick(8, big, LINK)[0], "ring")
-        self.assertEqual(cost_model.allreduce_pick(8, small, LINK)[0], "tree")
+        self.assertEqual(cost_model.allreduce_pick(8, small, LINK, 0)[0],
+                         "halving_doubling")
+        self.assertEqual(cost_model.allreduce_pick(6, 4096, LINK)[0], "tree")
         self.assertEqual(cost_model.allreduce_pick(8, 1 << 20, LINK)[0], "ring")
 
     def test_scaling_accepts_the_family(self):
