@@ -277,6 +277,23 @@ TEST(DoubleBinaryTree, SlicesOnePerChunkUpToTheCap) {
   EXPECT_EQ(TreeSlices((3 << 20) / 2, 4096), kMaxTreeSlices);
 }
 
+// The run summary names the trees and what the lead was sized by.
+TEST(DoubleBinaryTree, SummaryRecordsTheShapeAndTheLeadsLink) {
+  RingTransportOptions options;
+  options.world_size = 1;
+  auto transport = RingTransport::Create(options, nullptr);
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  TreeAllReduce tree(transport->get(), 256 << 10);
+  EXPECT_EQ(tree.SummaryJson(),
+            "{\"tree_shape\":\"bit\",\"tree_busiest_edges\":0,"
+            "\"tree_slice_min_bytes\":262144,\"tree_lead\":\"none\"}");
+  tree.SetLink(LinkCost{5e-3, 1.25e8});
+  EXPECT_EQ(tree.SummaryJson(),
+            "{\"tree_shape\":\"bit\",\"tree_busiest_edges\":0,"
+            "\"tree_slice_min_bytes\":1250000,\"tree_lead\":\"round trip\","
+            "\"tree_link_alpha_us\":5000,\"tree_link_GBps\":0.125}");
+}
+
 // A slice covers twice a hop's bandwidth-delay product at the busiest
 // rank's share of the link: 2·α·B/E.
 TEST(DoubleBinaryTree, StepBytesAreTwiceTheShareOfAHopsBandwidthDelay) {

@@ -155,10 +155,12 @@ TreeAllReduce::TreeAllReduce(RingTransport* transport, int64_t chunk_bytes)
       root_height_[tree] = std::max(root_height_[tree], up);
     }
   }
+  shape_ = trees.shape;
   busiest_edges_ = BusiestRank(trees).first;
 }
 
 void TreeAllReduce::SetLink(const LinkCost& link) {
+  link_ = link;
   has_link_ = link.alpha_s > 0 && link.bytes_per_s > 0;
   step_bytes_ = TreeStepBytes(link, busiest_edges_);
   if (transport_->rank() == 0 && has_link_) {
@@ -170,6 +172,17 @@ void TreeAllReduce::SetLink(const LinkCost& link) {
                  << "); a rank's reduce leads the sums coming back by its "
                     "round trip in slices";
   }
+}
+
+std::string TreeAllReduce::SummaryJson() const {
+  std::string json = absl::StrCat(
+      "{\"tree_shape\":\"", shape_, "\",\"tree_busiest_edges\":",
+      busiest_edges_, ",\"tree_slice_min_bytes\":",
+      std::max(exchange_.chunk_bytes(), step_bytes_), ",\"tree_lead\":");
+  if (!has_link_) return absl::StrCat(json, "\"none\"}");
+  return absl::StrCat(json, "\"round trip\",\"tree_link_alpha_us\":",
+                      link_.alpha_s * 1e6, ",\"tree_link_GBps\":",
+                      link_.bytes_per_s / 1e9, "}");
 }
 
 std::vector<int> TreeAllReduce::Peers(int rank, int world_size) {

@@ -56,6 +56,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -114,6 +115,8 @@ class TreeAllReduce : public AllReduceAlgorithm {
   void SetLink(const LinkCost& link);
   int64_t bytes_sent() const override { return exchange_.bytes_sent(); }
   int64_t bytes_received() const override { return exchange_.bytes_received(); }
+  // The trees' shape and the lead's link and slice size, for the summary.
+  std::string SummaryJson() const override;
 
  private:
   RingTransport* transport_;
@@ -124,7 +127,9 @@ class TreeAllReduce : public AllReduceAlgorithm {
   std::vector<int> height_[2];
   std::vector<int> depth_[2];
   int root_height_[2] = {0, 0};
+  const char* shape_ = "";
   int busiest_edges_ = 0;
+  LinkCost link_;
   bool has_link_ = false;
   int64_t step_bytes_ = 0;  // TreeStepBytes of the link; 0: none
   uint32_t sequence_ = 0;
