@@ -40,11 +40,13 @@ ABSL_FLAG(int, allreduce_ranks_per_node, 0,
 // (peer_link_probe.h);
 // `gradsync netem --probe` prints a probed α and B to pass here instead.
 ABSL_FLAG(double, allreduce_alpha_us, 0,
-          "--sync=allreduce: link latency α in microseconds for the α–β "
-          "choice; 0: probed on the job's connections at start-up");
+          "--sync=allreduce and tree: link latency α in microseconds for the "
+          "α–β choice and the tree's slices; 0: probed on the job's "
+          "connections at start-up");
 ABSL_FLAG(double, allreduce_link_gbit, 0,
-          "--sync=allreduce: link bandwidth B in Gbit/s for the α–β choice; "
-          "0: probed on the job's connections at start-up");
+          "--sync=allreduce and tree: link bandwidth B in Gbit/s for the α–β "
+          "choice and the tree's slices; 0: probed on the job's connections "
+          "at start-up");
 
 // peer_exchange.h: the eager prefix before a peer's clear to send. 256 KiB
 // covers the clear's one-way flight on 1 Gbit/s links up to 2 ms (so no
