@@ -81,8 +81,8 @@ DoubleBinaryTrees MidpointTrees(int n) {
 
 }  // namespace
 
-int TreeSlices(int64_t half_bytes, int64_t chunk_bytes) {
-  const int64_t wanted = half_bytes / std::max<int64_t>(1, chunk_bytes);
+int TreeSlices(int64_t half_bytes, int64_t slice_bytes) {
+  const int64_t wanted = half_bytes / std::max<int64_t>(1, slice_bytes);
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, kMaxTreeSlices));
 }
 

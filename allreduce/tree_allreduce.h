@@ -9,28 +9,30 @@
 // chunks are summed up towards the root (a node forwards a chunk to its
 // parent as soon as both children's chunks are added in) and broadcast back
 // down (a node forwards a chunk to its children as soon as it has landed).
-// Each half goes in slices of a chunk (at most kMaxTreeSlices), slice s keyed
-// s steps later, so a connection that carries one tree's reduce and the
-// other's broadcast interleaves them by slice instead of sending the whole
-// reduce first (1.19x -> 1.14x the α–β figure at N = 4, 16 MiB, 1 Gbit/s). So
-// for large buffers the pipeline is full and the time approaches the
-// bandwidth bound, while a small buffer crosses only 2·depth = 2·floor(log2 N)
-// links: the latency of halving-doubling without its power-of-two fold.
+// Each half goes in slices (below), slice s keyed s steps later, so a
+// connection that carries one tree's reduce and the other's broadcast
+// interleaves them by slice instead of sending the whole reduce first
+// (1.19x -> 1.14x the α–β figure at N = 4, 16 MiB, 1 Gbit/s). So for large
+// buffers the pipeline is full and the time approaches the bandwidth bound,
+// while a small buffer crosses only 2·depth = 2·floor(log2 N) links: the
+// latency of halving-doubling without its power-of-two fold.
 //
 // The lead. A leaf has all of its half from the start; left alone it pours
 // it into its socket at once (7 MiB queued at N = 8, 16 MiB) and takes its
 // parent's incoming link from the forwarded sums and broadcasts the pipeline
 // waits on: the busiest links carried frames 82 % of the time. So, as NCCL's
 // fixed FIFO slots do hop by hop, a rank sends slice s up only once slice
-// s − g has come back down from the root: g = c·(D + d − h) for a rank at
-// depth d, height h in a tree of depth D — the steps a slice takes from this
-// rank up to the root's sum and back, each step c slices, c the slices in
-// twice a hop's bandwidth-delay product at the busiest rank's share of the
-// link, 2·α·B/E (SetLink; 1 on fast links). A gate waits on a transfer of a
-// smaller key, so the order still cannot deadlock. Measured, 16 MiB at
-// N = 8, 1 Gbit/s, 1 ms: 330–340 ms ungated, 296–303 gated, the busiest link
-// 89–92 % busy (docs/results/allreduce_family.md). Without SetLink nothing
-// is gated.
+// s − (D + d − h) has come back down from the root, for a rank at depth d,
+// height h in a tree of depth D: the steps a slice takes from this rank up
+// to the root's sum and back. For the gate not to throttle a long link, a
+// slice must cover a step's flight: slices are a chunk, or twice a hop's
+// bandwidth-delay product at the busiest rank's share of the link, 2·α·B/E
+// (TreeStepBytes, from SetLink's link), whichever is more, at most
+// kMaxTreeSlices of them. A gate waits on a transfer of a smaller key, so the
+// order still cannot deadlock. Measured, 16 MiB at N = 8, 1 Gbit/s, 1 ms:
+// 330–340 ms ungated, 297–303 gated, the busiest link 90–92 % busy
+// (docs/results/allreduce_family.md). Without SetLink slices are a chunk and
+// nothing is gated.
 //
 // Tree construction. What bounds a large buffer is the busiest rank: it moves
 // S/2 per tree edge it has over both trees, so the trees should give every
@@ -76,9 +78,10 @@ struct TreeNode {
 };
 
 // How many slices each tree's half of `half_bytes` is pipelined in: one per
-// `chunk_bytes`, at most kMaxTreeSlices.
+// `slice_bytes` (a chunk, or TreeStepBytes where that is more), at most
+// kMaxTreeSlices.
 constexpr int kMaxTreeSlices = 256;
-int TreeSlices(int64_t half_bytes, int64_t chunk_bytes);
+int TreeSlices(int64_t half_bytes, int64_t slice_bytes);
 // The bytes a slice needs to cover one step of the lead (above): twice a
 // hop's bandwidth-delay product at the busiest rank's share of the link,
 // 2·α·B/E with E its tree edges; 0 for an unknown link.
