@@ -328,7 +328,7 @@ TEST(SelectingAllReduce, PicksTheLowestPrediction) {
   EXPECT_EQ(SelectingAllReduce::Choose(6, 4096, slow_tree),
             "halving_doubling");
   EXPECT_NEAR(SelectingAllReduce::Predict("tree", 6, 4096, slow_tree.tree),
-              4 * 2048 / 1.25e8 + 8e-3, 1e-12);
+              3 * 2048 / 1.25e8 + 8e-3, 1e-12);
 }
 
 TEST(SelectingAllReduce, CalibrationTakesTheMedianRun) {

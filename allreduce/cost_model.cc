@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -20,31 +22,53 @@ int LargestPowerOfTwoAtMost(int n) {
 // TreeAllReduceSeconds below; each distinct pair once.
 std::vector<std::pair<int, int>> TreeRankCosts(int n) {
   const DoubleBinaryTrees trees = BuildDoubleBinaryTrees(n);
+  // Per tree: every rank's depth and height, and the tree's depth D.
+  std::vector<int> depth[2];
+  std::vector<int> height[2];
+  int tree_depth[2] = {0, 0};
+  for (int t = 0; t < 2; ++t) {
+    const std::vector<TreeNode>& tree = trees.nodes[t];
+    depth[t].assign(n, 0);
+    height[t].assign(n, 0);
+    for (int r = 0; r < n; ++r) {
+      int up = 0;
+      for (int x = r; tree[x].parent >= 0; x = tree[x].parent) {
+        ++up;
+        height[t][tree[x].parent] = std::max(height[t][tree[x].parent], up);
+      }
+      depth[t][r] = up;
+      tree_depth[t] = std::max(tree_depth[t], up);
+    }
+  }
   std::vector<std::pair<int, int>> costs;
   for (int rank = 0; rank < n; ++rank) {
+    // Per peer, the last transfer rank sends it (tree_allreduce.cc's order:
+    // key, then tree, then reduce before broadcast) and its last byte's
+    // hops: a reduce's up to the root and down to the deepest leaf, a
+    // broadcast's down to rank's deepest descendant.
+    struct Last {
+      std::tuple<int, int, int> order{-1, -1, -1};
+      int hops = 0;
+    };
+    std::map<int, Last> last;
     int edges = 0;
-    int hops = 0;
-    for (const std::vector<TreeNode>& tree : trees.nodes) {
-      // Depth of every rank, the tree's depth D and this rank's height.
-      std::vector<int> depth(n, 0);
-      int tree_depth = 0;
-      for (int r = 0; r < n; ++r) {
-        for (int x = r; tree[x].parent >= 0; x = tree[x].parent) ++depth[r];
-        tree_depth = std::max(tree_depth, depth[r]);
+    auto add = [&](int peer, int key, int t, int broadcast, int hops) {
+      Last& entry = last[peer];
+      const std::tuple<int, int, int> order{key, t, broadcast};
+      if (order > entry.order) entry = Last{order, hops};
+      ++edges;
+    };
+    for (int t = 0; t < 2; ++t) {
+      const TreeNode& node = trees.nodes[t][rank];
+      if (node.parent >= 0) {
+        add(node.parent, height[t][rank], t, 0, depth[t][rank] + tree_depth[t]);
       }
-      int height = 0;
-      for (int r = 0; r < n; ++r) {
-        int up = 0;
-        for (int x = r; tree[x].parent >= 0; x = tree[x].parent) {
-          ++up;
-          if (tree[x].parent == rank) height = std::max(height, up);
-        }
+      for (int child : node.children) {
+        add(child, tree_depth[t] + depth[t][rank], t, 1, height[t][rank]);
       }
-      const TreeNode& node = tree[rank];
-      edges += (node.parent >= 0) + static_cast<int>(node.children.size());
-      if (node.parent >= 0) hops = std::max(hops, depth[rank] + tree_depth);
-      if (!node.children.empty()) hops = std::max(hops, height);
     }
+    int hops = 0;
+    for (const auto& [peer, entry] : last) hops = std::max(hops, entry.hops);
     if (std::find(costs.begin(), costs.end(), std::make_pair(edges, hops)) ==
         costs.end()) {
       costs.emplace_back(edges, hops);
@@ -118,21 +142,29 @@ double HalvingDoublingAllReduceSeconds(int n, double bytes,
 // in tree_allreduce.h's construction. Its connections share its link as TCP
 // shares it, evenly, with nothing sent first (the lead only keeps a reduce
 // from running ahead, tree_allreduce.h), so all of them end together, at
-// W_r/B; then the last byte still travels:
+// W_r/B. On a connection that carries two transfers (a reduce of one tree
+// and a broadcast of the other), the one queued last (tree_allreduce.cc's
+// keys) ends last. Then its last byte still travels:
 //  - sent up (r below the root in a tree): its d_r levels to the root, and
 //    the root's sum back down D levels to the deepest leaf, d_r + D hops;
 //  - sent down: to r's deepest descendant, its height h_r hops.
-// H_r the most of these over both trees, and the latency-bound path of the
-// first slice as a floor:
-//   T = max(2D·α + (S/2)/B,  max_r (E_r·(S/2)/B + H_r·α)).
+// H_r the most of these over r's connections. Every tree edge carries data
+// both ways, so a rank's first send to a peer stops at the clear to send's
+// eager prefix E until that peer's first header has crossed the link
+// (peer_exchange.h): a half larger than E waits w = max(0, α − E/B) once, as
+// a halving-doubling step does. With the first slice's 2D hops as a floor:
+//   T = max(2D·α + (S/2)/B,  max_r (E_r·(S/2)/B + H_r·α) + w).
 // At N = 8 every rank with 4 edges is a leaf of depth 3 in one tree: T =
-// 4·(S/2)/B + 6α, the bandwidth time and the round trip added, as NCCL's
-// tuner adds its latency to size/bandwidth. (An earlier max of the two, as
-// if the busiest link's work hid the latency, ran 1.18–1.30x below the
-// measured time at 1 MiB at N = 8 and 16, docs/results/allreduce_family.md.)
-// For large S this is E_max/2 times S/B against the ring's 2(N-1)/N·S/B: the
-// tree is for latency-bound buffers, the ring for bandwidth-bound ones.
-double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link) {
+// 4·(S/2)/B + 6α (+ w), the bandwidth time and the round trip added, as
+// NCCL's tuner adds its latency to size over bandwidth. At N = 2 the root
+// turns each half round on the connection it came in on: S/B + α (+ w).
+// (An earlier max of the two terms, as if the busiest link's work hid the
+// latency, ran 1.18–1.30x below the measured time at 1 MiB at N = 8 and 16,
+// docs/results/allreduce_family.md.) For large S this is E_max/2 times S/B
+// against the ring's 2(N-1)/N·S/B: the tree is for latency-bound buffers,
+// the ring for bandwidth-bound ones.
+double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link,
+                            double eager_bytes) {
   if (n <= 1) return 0;
   // The selector predicts every bucket it runs: (E_r, H_r) once per N.
   thread_local int cached_n = -1;
@@ -142,10 +174,15 @@ double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link) {
     cached_n = n;
   }
   const double half_seconds = bytes / 2 / link.bytes_per_s;
+  double wait = 0;
+  if (eager_bytes > 0 && bytes / 2 > eager_bytes) {
+    wait = std::max(0.0, link.alpha_s - eager_bytes / link.bytes_per_s);
+  }
   double seconds =
       2 * DoubleBinaryTreeDepth(n) * link.alpha_s + half_seconds;
   for (const auto& [edges, hops] : ranks) {
-    seconds = std::max(seconds, edges * half_seconds + hops * link.alpha_s);
+    seconds =
+        std::max(seconds, edges * half_seconds + hops * link.alpha_s + wait);
   }
   return seconds;
 }

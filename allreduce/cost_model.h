@@ -21,7 +21,10 @@ double RingAllReduceSeconds(int n, double bytes, const LinkCost& link);
 double HalvingDoublingAllReduceSeconds(int n, double bytes,
                                        const LinkCost& link,
                                        double eager_bytes = 0);
-double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link);
+// `eager_bytes` as for halving-doubling: every tree edge carries data both
+// ways, so a half above the prefix waits for the peer's clear once.
+double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link,
+                            double eager_bytes = 0);
 // Nodes of `ranks_per_node`: `intra` inside a node, `inter` across it as
 // each rank sees it (bandwidth B/R when the node's R ranks share one link).
 double HierarchicalAllReduceSeconds(int n, int ranks_per_node, double bytes,

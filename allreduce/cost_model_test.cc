@@ -66,16 +66,29 @@ TEST(CostModel, TreeBeatsRingWhenLatencyBoundAndLosesWhenBandwidthBound) {
               4 * 32768 / 1.25e8 + 6e-3, 1e-12);
   EXPECT_NEAR(TreeAllReduceSeconds(8, 16 << 20, kLink),
               4 * (8 << 20) / 1.25e8 + 6e-3, 1e-12);
-  // N = 4 (midpoint trees, depth 2): the root of tree 1 has 4 edges and is
-  // a child of the root in tree 2 (1 + 2 hops); a rank with 3 edges is a
-  // leaf of depth 2 (2 + 2 hops). 1 MiB: 4 halves + 3α; 64 KiB: 3 + 4α.
+  // N = 4 (midpoint trees, depth 2): the root of tree 1, 4 edges, ends on
+  // its broadcast down 2 levels; the ranks with 3 edges end on a reduce
+  // from depth 1 (1 + 2 hops) or on a broadcast; a leaf of both trees (2
+  // edges) on its reduce from depth 2 (2 + 2). 1 MiB: 4 halves + 2α;
+  // 64 KiB: 2 halves + 4α.
   EXPECT_NEAR(TreeAllReduceSeconds(4, 1 << 20, kLink),
-              4 * (1 << 19) / 1.25e8 + 3e-3, 1e-12);
+              4 * (1 << 19) / 1.25e8 + 2e-3, 1e-12);
   EXPECT_NEAR(TreeAllReduceSeconds(4, 65536, kLink),
-              3 * 32768 / 1.25e8 + 4e-3, 1e-12);
-  // N = 2: one edge each way in each tree: S/B and a round trip.
+              2 * 32768 / 1.25e8 + 4e-3, 1e-12);
+  // N = 2: each rank's one connection carries its reduce and then its
+  // broadcast back, one hop: S/B + α.
   EXPECT_NEAR(TreeAllReduceSeconds(2, 1 << 20, kLink),
-              2 * (1 << 19) / 1.25e8 + 2e-3, 1e-12);
+              2 * (1 << 19) / 1.25e8 + 1e-3, 1e-12);
+  // With the clear to send's 256 KiB prefix on a 5 ms link, the half waits
+  // 5 ms − 256 KiB/B once; within the prefix, or on a 1 ms link, nothing.
+  const LinkCost slow{5e-3, 1.25e8};
+  const double eager = 256 << 10;
+  EXPECT_NEAR(TreeAllReduceSeconds(2, 1 << 20, slow, eager),
+              2 * (1 << 19) / 1.25e8 + 5e-3 + (5e-3 - eager / 1.25e8), 1e-12);
+  EXPECT_EQ(TreeAllReduceSeconds(2, 1 << 19, slow, eager),
+            TreeAllReduceSeconds(2, 1 << 19, slow));
+  EXPECT_EQ(TreeAllReduceSeconds(8, 16 << 20, kLink, eager),
+            TreeAllReduceSeconds(8, 16 << 20, kLink));
   EXPECT_LT(TreeAllReduceSeconds(8, 65536, kLink),
             RingAllReduceSeconds(8, 65536, kLink));
   const double big = 64.0 * (1 << 20);

@@ -125,7 +125,9 @@ double SelectingAllReduce::Predict(const std::string& algorithm, int n,
   if (algorithm == "halving_doubling") {
     return HalvingDoublingAllReduceSeconds(n, bytes, link, eager_bytes);
   }
-  if (algorithm == "tree") return TreeAllReduceSeconds(n, bytes, link);
+  if (algorithm == "tree") {
+    return TreeAllReduceSeconds(n, bytes, link, eager_bytes);
+  }
   return RingAllReduceSeconds(n, bytes, link);
 }
 

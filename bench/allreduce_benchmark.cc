@@ -191,7 +191,7 @@ struct Prediction {
 };
 
 // `eager_bytes`: the family's prefix before a clear to send (peer_exchange.h);
-// gradsync's halving-doubling waits for them, Gloo's does not.
+// gradsync's halving-doubling and tree wait for them, Gloo's do not.
 Prediction PredictedMicros(const std::string& name, int n, int64_t bytes,
                            const LinkCost& probed, const CandidateLinks& links,
                            double eager_bytes) {
@@ -213,7 +213,9 @@ Prediction PredictedMicros(const std::string& name, int n, int64_t bytes,
   if (name == "gloo_halving_doubling") {
     return predict("halving_doubling", probed);
   }
-  if (name == "gradsync_tree") return predict("tree", links.tree);
+  if (name == "gradsync_tree") {
+    return predict("tree", links.tree, eager_bytes);
+  }
   if (name == "gradsync_hierarchical") {
     // Halving-doubling's rounds; across nodes each rank gets its host link's
     // share.

@@ -118,12 +118,14 @@ extra ranks into partners first (S there and back, two more steps):
 Double binary tree: two trees, each carrying S/2, a node forwarding bytes as
 soon as both children's have arrived. Rank r has E_r tree edges over both
 trees (at most 4), each carrying S/2 each way; its connections share its link
-evenly (TCP, nothing sent first), so all of them end at E_r·(S/2)/B, and its
-last byte then travels H_r hops: up to the root and down to the deepest leaf
-(d_r + D) where it sends up, to its deepest descendant (h_r) where it sends
-down. The first slice's 2D hops are the floor:
+evenly (TCP, nothing sent first), so all of them end at E_r·(S/2)/B, and the
+last byte of each connection (the transfer queued last on it) then travels
+its hops: up to the root and down to the deepest leaf (d_r + D) for a
+reduce, to the rank's deepest descendant (h_r) for a broadcast; H_r the most.
+A half above the clear to send's prefix E waits w = max(0, α − E/B) once.
+The first slice's 2D hops are the floor:
 
-    T_tree = max(2D·α + (S/2)/B,  max_r E_r·(S/2)/B + H_r·α)   (7)
+    T_tree = max(2D·α + (S/2)/B,  max_r E_r·(S/2)/B + H_r·α + w)   (7)
 
 Hierarchical, R ranks per node, M = N/R nodes: reduce-scatter and all-gather
 inside the node (one step each, (R−1)/R·S over the fast local path), and
@@ -286,44 +288,57 @@ def double_binary_tree(n, tree):
 
 def tree_rank_costs(n):
     """Per rank of the double binary trees, (E_r, H_r) of (7): its tree edges
-    over both trees, and the hops its link's last byte still travels: up to
-    the root and down to the deepest leaf (d_r + D) where it sends up, down to
-    its deepest descendant (h_r) where it sends down. Each pair once."""
+    over both trees, and the hops its link's last byte still travels. On each
+    of its connections the transfer queued last (key, then tree, then reduce
+    before broadcast, as tree_allreduce.cc queues them) ends last: a reduce's
+    byte goes up to the root and down to the deepest leaf (d_r + D), a
+    broadcast's down to the rank's deepest descendant (h_r). Each pair once."""
     trees = [double_binary_tree(n, 0), double_binary_tree(n, 1)]
-    edges = tree_edges(trees, n)
+
+    def depth(tree, x):
+        d = 0
+        while tree[x][0] >= 0:
+            x, d = tree[x][0], d + 1
+        return d
+
+    def height(tree, x):
+        children = tree[x][1]
+        return 1 + max(height(tree, c) for c in children) if children else 0
+
+    tree_depth = [max(depth(tree, x) for x in range(n)) for tree in trees]
     costs = set()
     for r in range(n):
-        hops = 0
-        for tree in trees:
-            def depth(x):
-                d = 0
-                while tree[x][0] >= 0:
-                    x, d = tree[x][0], d + 1
-                return d
-
-            def height(x):
-                children = tree[x][1]
-                return 1 + max(height(c) for c in children) if children else 0
-            if tree[r][0] >= 0:
-                hops = max(hops, depth(r) + max(depth(x) for x in range(n)))
-            if tree[r][1]:
-                hops = max(hops, height(r))
-        costs.add((edges[r], hops))
+        last, edges = {}, 0
+        for t, tree in enumerate(trees):
+            parent, children = tree[r]
+            sends = ([(parent, (height(tree, r), t, 0), depth(tree, r) + tree_depth[t])]
+                     if parent >= 0 else [])
+            sends += [(c, (tree_depth[t] + depth(tree, r), t, 1), height(tree, r))
+                      for c in children]
+            for peer, order, hops in sends:
+                edges += 1
+                if peer not in last or order > last[peer][0]:
+                    last[peer] = (order, hops)
+        costs.add((edges, max(hops for _, hops in last.values())))
     return sorted(costs)
 
 
-def tree_time(n, size, link):
+def tree_time(n, size, link, eager_bytes=0):
     """(7): one double-binary-tree all-reduce of `size` bytes among n ranks.
     A rank's connections share its link evenly, so all of them end at
-    E_r·(S/2)/B; its last byte then travels H_r more hops
-    (allreduce/cost_model.cc). The first slice's 2D hops are the floor."""
+    E_r·(S/2)/B; its last byte then travels H_r more hops, and a half above
+    the clear to send's prefix waits for it once, as a halving-doubling step
+    does (allreduce/cost_model.cc). The first slice's 2D hops are the floor."""
     if n <= 1:
         return 0.0
     half = size / 2 / link.bandwidth
+    wait = 0.0
+    if eager_bytes > 0 and size / 2 > eager_bytes:
+        wait = max(0.0, link.alpha_s - eager_bytes / link.bandwidth)
     levels = max(1, (n).bit_length() - 1)
     t = 2 * levels * link.alpha_s + half
     for edges, hops in tree_rank_costs(n):
-        t = max(t, edges * half + hops * link.alpha_s)
+        t = max(t, edges * half + hops * link.alpha_s + wait)
     return t
 
 
@@ -348,7 +363,7 @@ def allreduce_pick(n, size, link, eager_bytes=EAGER_BYTES):
     (6) and (7), the ring on a tie (selecting_allreduce.cc)."""
     best, time = "ring", ring_time(n, size, link)
     for name, t in (("halving_doubling", halving_doubling_time(n, size, link, eager_bytes)),
-                    ("tree", tree_time(n, size, link))):
+                    ("tree", tree_time(n, size, link, eager_bytes))):
         if t < time:
             best, time = name, t
     return best, time
@@ -483,7 +498,7 @@ def sync_time(strategy, n, k, size, link, largest_share=None, colocated=0, ranks
     if strategy == "halving_doubling":
         return halving_doubling_time(n, size, link, EAGER_BYTES)
     if strategy == "tree":
-        return tree_time(n, size, link)
+        return tree_time(n, size, link, EAGER_BYTES)
     if strategy == "hierarchical":
         return hierarchical_time(n, ranks_per_node, size, link,
                                  eager_bytes=EAGER_BYTES)
@@ -876,7 +891,8 @@ def extrapolate(link, model_bytes, bucket_mb=25, chunk=PS_CHUNK_BYTES):
             "ps K=N": ps(n),
             "halving_doubling": 1000 * buckets * halving_doubling_time(
                 n, model_bytes / buckets, link, EAGER_BYTES),
-            "tree": 1000 * buckets * tree_time(n, model_bytes / buckets, link),
+            "tree": 1000 * buckets * tree_time(n, model_bytes / buckets, link,
+                                               EAGER_BYTES),
             "ps colocated": 1000 * colocated_ps_time(
                 n, model_bytes, link, last_key=last_key,
                 largest_share=balanced_share(model_bytes, n, chunk)),

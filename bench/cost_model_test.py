@@ -54,14 +54,20 @@ class FamilyFormulas(unittest.TestCase):
                                4 * 32768 / 1.25e8 + 6e-3, places=12)
         self.assertAlmostEqual(cost_model.tree_time(8, 16 << 20, LINK),
                                4 * (8 << 20) / 1.25e8 + 6e-3, places=12)
-        # N = 4 (midpoint trees): (4 edges, 3 hops) and (3 edges, 4 hops).
-        self.assertEqual(cost_model.tree_rank_costs(4), [(2, 4), (3, 3), (3, 4), (4, 3)])
+        # N = 4 (midpoint trees): the pairs allreduce/cost_model_test.cc names.
+        self.assertEqual(cost_model.tree_rank_costs(4), [(2, 4), (3, 2), (3, 3), (4, 2)])
         self.assertAlmostEqual(cost_model.tree_time(4, 1 << 20, LINK),
-                               4 * (1 << 19) / 1.25e8 + 3e-3, places=12)
+                               4 * (1 << 19) / 1.25e8 + 2e-3, places=12)
         self.assertAlmostEqual(cost_model.tree_time(4, 65536, LINK),
-                               3 * 32768 / 1.25e8 + 4e-3, places=12)
+                               2 * 32768 / 1.25e8 + 4e-3, places=12)
         self.assertAlmostEqual(cost_model.tree_time(2, 1 << 20, LINK),
-                               2 * (1 << 19) / 1.25e8 + 2e-3, places=12)
+                               2 * (1 << 19) / 1.25e8 + 1e-3, places=12)
+        slow, eager = cost_model.Link(5e-3, 1.25e8), 256 << 10
+        self.assertAlmostEqual(cost_model.tree_time(2, 1 << 20, slow, eager),
+                               2 * (1 << 19) / 1.25e8 + 5e-3 + (5e-3 - eager / 1.25e8),
+                               places=12)
+        self.assertEqual(cost_model.tree_time(8, 16 << 20, LINK, eager),
+                         cost_model.tree_time(8, 16 << 20, LINK))
         for n in range(2, 18):
             trees = [cost_model.double_binary_tree(n, t) for t in (0, 1)]
             for tree in trees:
