@@ -154,10 +154,11 @@ double HalvingDoublingAllReduceSeconds(int n, double bytes,
 // (peer_exchange.h): a half larger than E waits w = max(0, α − E/B) once, as
 // a halving-doubling step does. With the first slice's 2D hops as a floor:
 //   T = max(2D·α + (S/2)/B,  max_r (E_r·(S/2)/B + H_r·α) + w).
-// At N = 8 every rank with 4 edges is a leaf of depth 3 in one tree: T =
-// 4·(S/2)/B + 6α (+ w), the bandwidth time and the round trip added, as
-// NCCL's tuner adds its latency to size over bandwidth. At N = 2 the root
-// turns each half round on the connection it came in on: S/B + α (+ w).
+// At N = 8 a rank with 4 edges whose reduce as a leaf of depth 3 has a
+// connection of its own ends on it: T = 4·(S/2)/B + 6α (+ w), the bandwidth
+// time and the round trip added, as NCCL's tuner adds its latency to size
+// over bandwidth. At N = 2 the root turns each half round on the connection
+// it came in on: S/B + α (+ w).
 // (An earlier max of the two terms, as if the busiest link's work hid the
 // latency, ran 1.18–1.30x below the measured time at 1 MiB at N = 8 and 16,
 // docs/results/allreduce_family.md.) For large S this is E_max/2 times S/B
