@@ -22,24 +22,10 @@ int LargestPowerOfTwoAtMost(int n) {
 // TreeAllReduceSeconds below; each distinct pair once.
 std::vector<std::pair<int, int>> TreeRankCosts(int n) {
   const DoubleBinaryTrees trees = BuildDoubleBinaryTrees(n);
-  // Per tree: every rank's depth and height, and the tree's depth D.
-  std::vector<int> depth[2];
-  std::vector<int> height[2];
-  int tree_depth[2] = {0, 0};
-  for (int t = 0; t < 2; ++t) {
-    const std::vector<TreeNode>& tree = trees.nodes[t];
-    depth[t].assign(n, 0);
-    height[t].assign(n, 0);
-    for (int r = 0; r < n; ++r) {
-      int up = 0;
-      for (int x = r; tree[x].parent >= 0; x = tree[x].parent) {
-        ++up;
-        height[t][tree[x].parent] = std::max(height[t][tree[x].parent], up);
-      }
-      depth[t][r] = up;
-      tree_depth[t] = std::max(tree_depth[t], up);
-    }
-  }
+  const TreeLevels levels = MeasureTreeLevels(trees);
+  const auto& depth = levels.depth;
+  const auto& height = levels.height;
+  const auto& tree_depth = levels.tree_depth;
   std::vector<std::pair<int, int>> costs;
   for (int rank = 0; rank < n; ++rank) {
     // Per peer, the last transfer rank sends it (tree_allreduce.cc's order:
@@ -179,8 +165,7 @@ double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link,
   if (eager_bytes > 0 && bytes / 2 > eager_bytes) {
     wait = std::max(0.0, link.alpha_s - eager_bytes / link.bytes_per_s);
   }
-  double seconds =
-      2 * DoubleBinaryTreeDepth(n) * link.alpha_s + half_seconds;
+  double seconds = 2 * DoubleBinaryTreeDepth(n) * link.alpha_s + half_seconds;
   for (const auto& [edges, hops] : ranks) {
     seconds =
         std::max(seconds, edges * half_seconds + hops * link.alpha_s + wait);

@@ -124,6 +124,27 @@ DoubleBinaryTrees BuildDoubleBinaryTrees(int world_size) {
   return bit;
 }
 
+TreeLevels MeasureTreeLevels(const DoubleBinaryTrees& trees) {
+  TreeLevels levels;
+  for (int t = 0; t < 2; ++t) {
+    const std::vector<TreeNode>& tree = trees.nodes[t];
+    const int n = static_cast<int>(tree.size());
+    levels.depth[t].assign(n, 0);
+    levels.height[t].assign(n, 0);
+    for (int rank = 0; rank < n; ++rank) {
+      int up = 0;
+      for (int x = rank; tree[x].parent >= 0; x = tree[x].parent) {
+        ++up;
+        int& height = levels.height[t][tree[x].parent];
+        height = std::max(height, up);
+      }
+      levels.depth[t][rank] = up;
+      levels.tree_depth[t] = std::max(levels.tree_depth[t], up);
+    }
+  }
+  return levels;
+}
+
 TreeNode DoubleBinaryTreeNode(int world_size, int rank, int tree) {
   return BuildDoubleBinaryTrees(world_size).nodes[tree][rank];
 }
@@ -139,22 +160,9 @@ TreeAllReduce::TreeAllReduce(RingTransport* transport, int64_t chunk_bytes)
   const int n = transport->world_size();
   const DoubleBinaryTrees trees = BuildDoubleBinaryTrees(n);
   for (int tree = 0; tree < 2; ++tree) {
-    const std::vector<TreeNode>& all = trees.nodes[tree];
-    nodes_[tree] = all[transport->rank()];
-    height_[tree].assign(n, 0);
-    depth_[tree].assign(n, 0);
-    for (int rank = 0; rank < n; ++rank) {
-      int x = rank;
-      int up = 0;
-      while (all[x].parent >= 0) {
-        x = all[x].parent;
-        ++up;
-        height_[tree][x] = std::max(height_[tree][x], up);
-      }
-      depth_[tree][rank] = up;
-      root_height_[tree] = std::max(root_height_[tree], up);
-    }
+    nodes_[tree] = trees.nodes[tree][transport->rank()];
   }
+  levels_ = MeasureTreeLevels(trees);
   shape_ = trees.shape;
   busiest_edges_ = BusiestRank(trees).first;
 }
@@ -176,13 +184,14 @@ void TreeAllReduce::SetLink(const LinkCost& link) {
 
 std::string TreeAllReduce::SummaryJson() const {
   std::string json = absl::StrCat(
-      "{\"tree_shape\":\"", shape_, "\",\"tree_busiest_edges\":",
-      busiest_edges_, ",\"tree_slice_min_bytes\":",
+      "{\"tree_shape\":\"", shape_,
+      "\",\"tree_busiest_edges\":", busiest_edges_,
+      ",\"tree_slice_min_bytes\":",
       std::max(exchange_.chunk_bytes(), step_bytes_), ",\"tree_lead\":");
   if (!has_link_) return absl::StrCat(json, "\"none\"}");
-  return absl::StrCat(json, "\"round trip\",\"tree_link_alpha_us\":",
-                      link_.alpha_s * 1e6, ",\"tree_link_GBps\":",
-                      link_.bytes_per_s / 1e9, "}");
+  return absl::StrCat(
+      json, "\"round trip\",\"tree_link_alpha_us\":", link_.alpha_s * 1e6,
+      ",\"tree_link_GBps\":", link_.bytes_per_s / 1e9, "}");
 }
 
 std::vector<int> TreeAllReduce::Peers(int rank, int world_size) {
@@ -226,8 +235,8 @@ absl::Status TreeAllReduce::Run(float* data, int64_t count, float scale,
     // they are ready instead of behind the whole reduce.
     // Slices of a chunk, or of a step's bandwidth-delay product where that
     // is more (tree_allreduce.h).
-    const int slices = TreeSlices(
-        half * 4, std::max(exchange_.chunk_bytes(), step_bytes_));
+    const int slices =
+        TreeSlices(half * 4, std::max(exchange_.chunk_bytes(), step_bytes_));
     auto slice_begin = [&](int tree, int slice) {
       return sizes[tree] * slice / slices;
     };
@@ -244,18 +253,18 @@ absl::Status TreeAllReduce::Run(float* data, int64_t count, float scale,
     for (int slice = 0; slice < slices; ++slice) {
       for (int tree = 0; tree < 2; ++tree) {
         const TreeNode& node = nodes_[tree];
-        const int down = root_height_[tree];
+        const int down = levels_.tree_depth[tree];
         for (int child : node.children) {
-          plan.push_back(
-              {height_[tree][child] + slice, tree, false, slice, false, child});
-          plan.push_back({down + depth_[tree][me] + slice, tree, true, slice,
-                          true, child});
+          plan.push_back({levels_.height[tree][child] + slice, tree, false,
+                          slice, false, child});
+          plan.push_back({down + levels_.depth[tree][me] + slice, tree, true,
+                          slice, true, child});
         }
         if (node.parent >= 0) {
-          plan.push_back({height_[tree][me] + slice, tree, false, slice, true,
-                          node.parent});
-          plan.push_back({down + depth_[tree][node.parent] + slice, tree, true,
-                          slice, false, node.parent});
+          plan.push_back({levels_.height[tree][me] + slice, tree, false, slice,
+                          true, node.parent});
+          plan.push_back({down + levels_.depth[tree][node.parent] + slice, tree,
+                          true, slice, false, node.parent});
         }
       }
     }
@@ -282,8 +291,8 @@ absl::Status TreeAllReduce::Run(float* data, int64_t count, float scale,
         (step.broadcast ? landed : reduced)[tree][step.slice].push_back(index);
       } else if (!step.broadcast) {
         // Up to the parent, once slice `slice - lead` is back down.
-        const int lead =
-            root_height_[tree] + depth_[tree][me] - height_[tree][me];
+        const int lead = levels_.tree_depth[tree] + levels_.depth[tree][me] -
+                         levels_.height[tree][me];
         std::vector<int> gates;
         if (has_link_ && step.slice >= lead) {
           gates = landed[tree][step.slice - lead];

@@ -96,6 +96,15 @@ DoubleBinaryTrees BuildDoubleBinaryTrees(int world_size);
 // The most tree edges (parent and children, over both trees) a rank has, and
 // how many ranks have that many.
 std::pair<int, int> BusiestRank(const DoubleBinaryTrees& trees);
+// Per tree: every rank's depth (levels above it) and height (levels below
+// it), and the tree's depth D; what the keys of the tree's transfers and
+// the cost model's hops count in.
+struct TreeLevels {
+  std::vector<int> depth[2];
+  std::vector<int> height[2];
+  int tree_depth[2] = {0, 0};
+};
+TreeLevels MeasureTreeLevels(const DoubleBinaryTrees& trees);
 // `rank`'s place in tree `tree` (0 or 1) of `world_size` ranks.
 TreeNode DoubleBinaryTreeNode(int world_size, int rank, int tree);
 // Edges of the tree from the root to the deepest leaf: floor(log2 N), and 1
@@ -125,11 +134,9 @@ class TreeAllReduce : public AllReduceAlgorithm {
   RingTransport* transport_;
   PeerExchange exchange_;
   TreeNode nodes_[2];
-  // Per tree and rank: levels below it (0 for a leaf) and above it (0 for
-  // the root); the order transfers are queued in (Run).
-  std::vector<int> height_[2];
-  std::vector<int> depth_[2];
-  int root_height_[2] = {0, 0};
+  // The order transfers are queued in (Run) and the lead are counted in
+  // these levels.
+  TreeLevels levels_;
   const char* shape_ = "";
   int busiest_edges_ = 0;
   LinkCost link_;
