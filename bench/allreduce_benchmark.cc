@@ -20,7 +20,7 @@
 // partitioner splits them, and pulls the average back (--ps_update=worker;
 // the row is checked against sum / N in float, the servers' arithmetic).
 // Each size is a new job (new servers, new registration), so its key size
-// and stream windows are the ones the strategy derives for S, N and the
+// stream windows and messages are the ones the strategy derives for S, N and the
 // emulated link; --ps_chunk_kb, --ps_stream_window_kb and --ps_message_kb
 // override them as in training. The table and the JSON record them; the
 // α–β column is left empty for this row (bench/cost_model.py's
@@ -294,7 +294,8 @@ struct Cell {
   int ps_keys;
   int64_t ps_key_bytes;
   int64_t ps_largest_server_bytes;  // the busiest server's keys, in bytes
-  int64_t ps_message_bytes;
+  int64_t ps_message_bytes;  // the results' messages: the server's block
+  int64_t ps_push_message_bytes;
   int64_t ps_push_window_bytes;
   int64_t ps_pull_window_bytes;
   int ps_key_bytes_from_flag;  // 1: --ps_chunk_kb, 0: the rule's
@@ -581,7 +582,9 @@ absl::Status MeasurePs(const Plan& plan, int rank, Rendezvous* rendezvous,
   cell.ps_keys = summary.value("keys", 0);
   cell.ps_key_bytes = summary.value("chunk_bytes", int64_t{0});
   cell.ps_key_bytes_from_flag = summary.value("chunk_source", "") == "flag";
-  cell.ps_message_bytes = summary.value("message_bytes", int64_t{0});
+  cell.ps_message_bytes = summary.value("pull_message_bytes", int64_t{0});
+  cell.ps_push_message_bytes =
+      summary.value("push_message_bytes", int64_t{0});
   cell.ps_push_window_bytes =
       summary.value("push_stream_window_bytes", int64_t{0});
   cell.ps_pull_window_bytes =
@@ -914,24 +917,27 @@ std::string MachineDescription() {
 
 // What each gradsync_ps size ran with: the inputs of its α–β prediction
 // (bench/cost_model.py colocated_ps_time: N, S, the key size, the busiest
-// server's share) and the streams' windows.
+// server's share, the server's block: its result messages) and the
+// streams' windows and push messages.
 void PrintPsSettings(const std::vector<Row>& rows) {
   absl::PrintF(
       "# gradsync_ps settings per size (--sync=ps --ps_colocate "
       "--ps_update=worker; key: --ps_chunk_kb's rule unless (flag)):\n");
-  absl::PrintF("# %12s %4s %6s %14s %14s %10s %12s %12s\n", "size (B)", "K",
-               "keys", "key (B)", "busiest (B)", "share", "push win (B)",
-               "pull win (B)");
+  absl::PrintF("# %12s %4s %6s %14s %14s %10s %12s %12s %12s %12s\n",
+               "size (B)", "K", "keys", "key (B)", "busiest (B)", "share",
+               "push win (B)", "pull win (B)", "push msg (B)", "pull msg (B)");
   for (const Row& row : rows) {
     if (!IsPs(row.algorithm)) continue;
     const Cell& ps = row.rank0;
-    absl::PrintF("  %12d %4d %6d %14s %14d %10.3f %12d %12d\n", row.bytes,
+    absl::PrintF("  %12d %4d %6d %14s %14d %10.3f %12d %12d %12d %12d\n",
+                 row.bytes,
                  ps.ps_servers, ps.ps_keys,
                  absl::StrCat(ps.ps_key_bytes,
                               ps.ps_key_bytes_from_flag ? " (flag)" : ""),
                  ps.ps_largest_server_bytes,
                  static_cast<double>(ps.ps_largest_server_bytes) / row.bytes,
-                 ps.ps_push_window_bytes, ps.ps_pull_window_bytes);
+                 ps.ps_push_window_bytes, ps.ps_pull_window_bytes,
+                 ps.ps_push_message_bytes, ps.ps_message_bytes);
   }
 }
 
@@ -1086,6 +1092,7 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
       entry["ps_largest_share"] =
           static_cast<double>(ps.ps_largest_server_bytes) / row.bytes;
       entry["ps_message_bytes"] = ps.ps_message_bytes;
+      entry["ps_push_message_bytes"] = ps.ps_push_message_bytes;
       entry["ps_push_stream_window_bytes"] = ps.ps_push_window_bytes;
       entry["ps_pull_stream_window_bytes"] = ps.ps_pull_window_bytes;
     }

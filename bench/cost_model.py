@@ -54,12 +54,20 @@ servers the busiest link carries S each way: T ≈ S/B, half the ring's
 Parameter server colocated with the workers (K = N, server r inside worker
 r). A node's link now carries its own pushes to the N−1 other servers and
 its server's answers to the N−1 other workers' pulls, in the same direction:
-(N−1)/N·S + (N−1)/N·S out, and as much in:
+(N−1)/N·S + (N−1)/N·S out, and as much in. The answers follow the pushes
+as they arrive, so, as in (1), either the link stays busy with both (the
+push's latency hidden behind the answers to earlier keys, the last answer
+arriving α after it left) or the answers wait out a push's latency after
+the node's own pushes left:
 
-    T_colocated = 2(N−1)/N · S/B + (N−1)·b/B + 2α             (3)
+    T_colocated = max(2(N−1)/N·S/B + α, 2α + (N−1)/N·S/B) + (N−1)·b/B   (3)
 
 the ring's bandwidth term with 2 latencies instead of 2(N−1), and the tail
-of (2) less the copy that stays inside the node. With fewer keys than
+of (2) less the copy that stays inside the node. (An earlier form charged
+2α on top of the bandwidth term; at 1 Gbit/s, 5 ms one way, N = 2, 1 MiB it
+ran 0.81× the measured time: allreduce_family.md.) Separate servers (2)
+keep both latencies: a worker's pushes and its results use opposite
+directions of its link, so nothing is sent while a push is in flight. With fewer keys than
 nodes the busiest node's share f_max exceeds 1/N and its link carries
 S + (N−2)·f_max·S (colocated_ps_time's largest_share).
 
@@ -79,12 +87,17 @@ partitioner gives every server the same share f (balanced: 1/K). Per step
 and direction, a serving worker's link carries its pushes to the other
 servers and its server's results to the other workers, S(1 − f) + (N−1)·f·S
 = S + (N−2)·f·S; a worker that does not serve, S; a separate server, N·f·S.
-For K ≥ 2 the first is the largest (1 + (N−2)/K ≥ N/K), so
+For K ≥ 2 the first is the largest (1 + (N−2)/K ≥ N/K). A serving
+worker's answers hide its pushes' latency as in (3); a separate server's
+link and a non-serving worker's carry one kind each way and pay both
+latencies as in (2):
 
-    T_mixed = max(S + (N−2)·f·S, N·f·S)/B + (N−1)·b/B + 2α     (5)
+    T_mixed = max(max((S + (N−2)·f·S)/B + α, 2α + (1 − f)·S/B),
+                  max(N·f·S, S)/B + 2α) + (N−1)·b/B              (5)
 
-with (3)'s tail: the busiest link belongs to a serving worker, whose own
-copy of its last block stays inside. c = N, s = 0 is (3); c = 0 is (2).
+(the second term only where there are separate servers or workers that do
+not serve) with (3)'s tail: the busiest link belongs to a serving worker,
+whose own copy of its last block stays inside. c = N, s = 0 is (3); c = 0 is (2).
 c = N with s separate is BytePS's layout with equal instead of optimal
 shares, so (5) ≥ (4) there: at N = 4, s = 2, 1.33·S/B against 1.2·S/B.
 For c < N BytePS gives no formula; (5) is the one to compare with.
@@ -162,7 +175,7 @@ import sys
 
 MIB = 1 << 20
 PS_CHUNK_BYTES = 4 * MIB  # --ps_chunk_kb's default: the key size
-PS_MESSAGE_BYTES = 1 * MIB  # --ps_message_kb's default: the server's block
+PS_MESSAGE_BYTES = 1 * MIB  # the server's block where the link is not known
 
 # Parameter bytes of the synthetic models (core/model/synthetic_model.h).
 MODEL_BYTES = {
@@ -402,7 +415,16 @@ def colocated_ps_time(n, size, link, last_key=None, message_bytes=PS_MESSAGE_BYT
         last_key = min(size, PS_CHUNK_BYTES)
     share = 1.0 / n if largest_share is None else largest_share
     tail = (n - 1) * ps_tail_block(last_key, message_bytes)
-    return (size + (n - 2) * share * size + tail) / link.bandwidth + 2 * link.alpha_s
+    return _serving_worker_time(n, size, share, link) + tail / link.bandwidth
+
+
+def _serving_worker_time(n, size, share, link):
+    """(3) and (5) without the tail: a worker that also serves `share` of the
+    bytes sends its pushes, S·(1 − f), and its server's answers, (n − 1)·f·S,
+    one way; the answers hide a push's latency or wait it out."""
+    busy = (size + (n - 2) * share * size) / link.bandwidth
+    pushes = (1 - share) * size / link.bandwidth
+    return max(busy + link.alpha_s, 2 * link.alpha_s + pushes)
 
 
 def byteps_time(n, k, size, link):
@@ -432,11 +454,14 @@ def mixed_ps_time(n, colocated, separate, size, link, last_key=None,
         return 0.0  # the only worker's own server: nothing crosses a link
     if last_key is None:
         last_key = min(size, PS_CHUNK_BYTES)
-    serving_worker = size + (n - 2) * share * size
-    separate_server = n * far_share * size if separate else 0.0
-    busiest = max(serving_worker, separate_server, size)
+    time = _serving_worker_time(n, size, share, link)
+    if separate or colocated < n:
+        # A separate server's link or a worker that does not serve: one
+        # kind of traffic each way, both latencies paid, as in (2).
+        one_way = max(n * far_share * size if separate else 0.0, size)
+        time = max(time, one_way / link.bandwidth + 2 * link.alpha_s)
     tail = (n - 1) * ps_tail_block(last_key, message_bytes)
-    return (busiest + tail) / link.bandwidth + 2 * link.alpha_s
+    return time + tail / link.bandwidth
 
 
 def placement_shares(n, colocated, separate, partition="equal"):
@@ -565,7 +590,9 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
     # from the summary; --ps_chunk_kb=0 is auto), else the old default.
     chunk = int(flags.get("ps_chunk_kb", 0)) * 1024 or int(
         point.get("ps_chunk_bytes") or PS_CHUNK_BYTES)
-    message = int(flags.get("ps_message_kb", PS_MESSAGE_BYTES // 1024)) * 1024
+    # The servers' block likewise (--ps_message_kb=0 is auto).
+    message = int(flags.get("ps_message_kb", 0)) * 1024 or int(
+        point.get("ps_message_bytes") or PS_MESSAGE_BYTES)
     last_key = min(chunk, last_tensor_bytes or bucket_bytes[-1])
     if strategy == "ps":
         # Each bucket's keys go to the servers in the partitioner's

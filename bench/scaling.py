@@ -512,6 +512,9 @@ def figures(summary, point, args):
         "largest_server_share": largest_server_share(summary),
         # The key size the job ran with (auto by default: ps/key_size_rule.h).
         "ps_chunk_bytes": summary["ranks"][0].get("sync", {}).get("chunk_bytes"),
+        # The servers' block, their result messages (auto by default:
+        # ps/stream_window_rule.h).
+        "ps_message_bytes": summary["ranks"][0].get("sync", {}).get("pull_message_bytes"),
         **dict(zip(("partition", "colocated_server_share", "separate_server_share"),
                    server_shares_by_kind(summary))),
     }
@@ -540,7 +543,7 @@ def aggregate(point, repeats):
         point[measure + "_max"] = max(values)
     # The partition is computed, not measured: the same in every repeat.
     for name in ("largest_server_share", "partition", "colocated_server_share",
-                 "separate_server_share", "ps_chunk_bytes"):
+                 "separate_server_share", "ps_chunk_bytes", "ps_message_bytes"):
         point[name] = repeats[0].get(name)
     point["cpu_bound"] = point["machine_busy_unniced_max"] > CPU_BOUND
     # Every job of a sweep runs on this one machine: its N workers share
@@ -614,7 +617,8 @@ def reanalyze(out):
 COLUMNS = ["strategy", "compression", "sweep", "workers", "servers", "colocated", "model", "model_bytes", "link",
            "bucket_mb", "compute_ms", "repeats"] + [m + s for m in MEASURES for s in ("", "_min", "_max")] + [
            "efficiency", "largest_server_share", "partition", "colocated_server_share",
-           "separate_server_share", "ps_chunk_bytes", "cpu_bound", "predicted_comm_ms",
+           "separate_server_share", "ps_chunk_bytes", "ps_message_bytes", "cpu_bound",
+           "predicted_comm_ms",
            "predicted_exposed_ms", "predicted_step_ms", "byteps_optimum_comm_ms"]
 
 

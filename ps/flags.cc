@@ -15,9 +15,13 @@ ABSL_FLAG(int64_t, ps_chunk_kb, 0,
           "sized from the gradient and K so every server holds its share "
           "within 10% (ps/key_size_rule.h); the value and its reason are "
           "logged and recorded in the run's manifest.");
-ABSL_FLAG(int64_t, ps_message_kb, 1024,
+ABSL_FLAG(int64_t, ps_message_kb, 0,
           "Largest payload of one push/pull message in KiB (at most 3072, so "
-          "messages stay under gRPC's default 4 MiB limit).");
+          "messages stay under gRPC's default 4 MiB limit). 0 = auto: the "
+          "stream window of the streams the messages travel on, held within "
+          "[128, 1024] KiB (a gRPC stream has max(window, message) in flight; "
+          "ps/stream_window_rule.h); 1024 where the link is not known; logged "
+          "and recorded in the manifest.");
 ABSL_FLAG(int64_t, ps_stream_window_kb, 0,
           "HTTP/2 flow-control window of every push and pull stream, both "
           "ends, in KiB, with gRPC's BDP probing off. 0 = auto: from the link "
@@ -158,10 +162,10 @@ absl::Status CheckServerPlacement(int num_workers, int separate_servers) {
 
 absl::StatusOr<int64_t> MessageBytesFromFlags() {
   const int64_t kb = absl::GetFlag(FLAGS_ps_message_kb);
-  if (kb < 1 || kb * 1024 > kMaxMessageBytes) {
+  if (kb < 0 || kb * 1024 > kMaxMessageBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--ps_message_kb=", kb, " must be in [1, ",
-                     kMaxMessageBytes / 1024, "]"));
+        absl::StrCat("--ps_message_kb=", kb, " must be in [0, ",
+                     kMaxMessageBytes / 1024, "] (0: auto)"));
   }
   return kb * 1024;
 }

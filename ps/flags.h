@@ -61,7 +61,8 @@ absl::StatusOr<PsPull> PsPullFromFlags();
 // limit, leaving room for the header and framing.
 constexpr int64_t kMaxMessageBytes = int64_t{3} << 20;
 
-// --ps_message_kb in bytes, checked against kMaxMessageBytes.
+// --ps_message_kb in bytes, checked against kMaxMessageBytes; 0: auto
+// (ResolveMessageSize, ps/tuning.h).
 absl::StatusOr<int64_t> MessageBytesFromFlags();
 // HTTP/2's window is a signed 31-bit count of bytes.
 constexpr int64_t kMaxStreamWindowBytes = int64_t{1} << 30;

@@ -83,6 +83,8 @@ class PsSync : public GradientSync {
   ResolvedSetting key_size_;
   ResolvedStreamWindow push_window_;  // the servers' receive side (fan-in N)
   ResolvedStreamWindow pull_window_;  // the workers' receive side (fan-in K)
+  ResolvedSetting push_message_;      // the pushes' largest message
+  ResolvedSetting pull_message_;      // the results' (and the server's block)
   TrainingSchedule schedule_;
   Partition partition_;
   std::unique_ptr<ParameterServer> colocated_server_;
@@ -163,7 +165,13 @@ absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer(
     server_options.bind_address =
         context_.identity.advertise_host.rfind("127.", 0) == 0 ? "127.0.0.1:0"
                                                                : "0.0.0.0:0";
-    server_options.message_bytes = options_.message_bytes;
+    // Its results travel on the pull streams, num_servers of which converge
+    // on each worker's port.
+    server_options.message_bytes =
+        ResolveMessageSize(options_.message_bytes,
+                           ResolveStreamWindow(options_.stream_window_bytes,
+                                               options_.link, num_servers))
+            .bytes;
     server_options.stream_window_bytes = push_window_.bytes;
     server_options.bdp_probe = push_window_.bdp_probe;
     // Its spans go into this worker's timeline (same process, as the
@@ -289,6 +297,8 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   pull_window_ =
       ResolveStreamWindow(options_.stream_window_bytes, options_.link,
                           static_cast<int>(addresses.size()));
+  push_message_ = ResolveMessageSize(options_.message_bytes, push_window_);
+  pull_message_ = ResolveMessageSize(options_.message_bytes, pull_window_);
   ASSIGN_OR_RETURN(partition_, Partition::Create(layout, std::move(shares),
                                                  key_size_.bytes));
   if (context_.identity.rank == 0) {
@@ -298,6 +308,12 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
                  << " KiB (" << push_window_.source << ")";
     GS_LOG(INFO) << "ps: pull stream window " << pull_window_.bytes / 1024
                  << " KiB (" << pull_window_.source << ")";
+    GS_LOG(INFO) << "ps: push messages of at most "
+                 << push_message_.bytes / 1024 << " KiB ("
+                 << push_message_.source << ")";
+    GS_LOG(INFO) << "ps: result messages of at most "
+                 << pull_message_.bytes / 1024 << " KiB ("
+                 << pull_message_.source << ")";
     GS_LOG(INFO) << "ps: " << partition_.Describe();
     if (std::optional<std::string> warning =
             ImbalanceWarning(partition_, key_rule)) {
@@ -322,6 +338,10 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
                   push_window_.source);
     RecordSetting("ps_stream_window_kb.pull", pull_window_.bytes / 1024.0,
                   pull_window_.source);
+    RecordSetting("ps_message_kb.push", push_message_.bytes / 1024.0,
+                  push_message_.source);
+    RecordSetting("ps_message_kb.pull", pull_message_.bytes / 1024.0,
+                  pull_message_.source);
   }
 
   absl::StatusOr<PsPull> resolved_pull = ResolvePsPull(
@@ -359,7 +379,7 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   client_options.staleness = options_.consistency.staleness;
   client_options.partition = PartitionPolicyName(options_.partition);
   client_options.timeout = context_.timeout;
-  client_options.message_bytes = options_.message_bytes;
+  client_options.message_bytes = push_message_.bytes;
   client_options.stream_window_bytes = pull_window_.bytes;
   client_options.bdp_probe = pull_window_.bdp_probe;
   ps::OptimizerConfig& optimizer = client_options.optimizer;
@@ -661,7 +681,8 @@ std::string PsSync::SummaryJson() const {
       {"keys", partition_.keys().size()},
       {"chunk_bytes", key_size_.bytes},
       {"chunk_source", key_size_.source},
-      {"message_bytes", options_.message_bytes},
+      {"push_message_bytes", push_message_.bytes},
+      {"pull_message_bytes", pull_message_.bytes},
       {"stream_window_bytes", pull_window_.bytes},
       {"push_stream_window_bytes", push_window_.bytes},
       {"pull_stream_window_bytes", pull_window_.bytes},
@@ -695,9 +716,9 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
       return Annotate(optimizer.status(), "--sync=ps --ps_update=server");
     }
   }
-  // chunk_bytes 0: auto (resolved in Setup).
+  // chunk_bytes and message_bytes 0: auto (resolved in Setup).
   if (options.chunk_bytes < 0 || options.chunk_bytes % 4 != 0 ||
-      options.message_bytes < 4 || options.message_bytes % 4 != 0 ||
+      options.message_bytes < 0 || options.message_bytes % 4 != 0 ||
       options.message_bytes > kMaxMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--sync=ps: chunk ", options.chunk_bytes, " B and message ",

@@ -36,7 +36,7 @@ namespace gradsync {
 struct PsSyncOptions {
   ps::UpdateMode update_mode = ps::UPDATE_WORKER;
   int64_t chunk_bytes = int64_t{4} << 20;
-  int64_t message_bytes = int64_t{1} << 20;
+  int64_t message_bytes = int64_t{1} << 20;  // 0: auto, from the windows
   int64_t stream_window_bytes = int64_t{4} << 20;
   // A colocated server's bound on its keys (ParameterServerOptions).
   int64_t max_shard_bytes = kDefaultMaxShardBytes;

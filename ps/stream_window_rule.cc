@@ -44,4 +44,16 @@ StreamWindowChoice ChooseStreamWindow(const LinkFigures& link, int fan_in) {
   return choice;
 }
 
+MessageSizeChoice ChooseMessageSize(int64_t stream_window_bytes) {
+  MessageSizeChoice choice;
+  choice.message_bytes = std::clamp(stream_window_bytes, kMinAutoMessageBytes,
+                                    kMaxAutoMessageBytes);
+  choice.reason = absl::StrFormat(
+      "auto: the stream window (%d KiB) held within [%d, %d] KiB -> %d KiB "
+      "(a gRPC stream has max(window, message) in flight)",
+      stream_window_bytes / 1024, kMinAutoMessageBytes / 1024,
+      kMaxAutoMessageBytes / 1024, choice.message_bytes / 1024);
+  return choice;
+}
+
 }  // namespace gradsync

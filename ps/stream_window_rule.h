@@ -78,4 +78,38 @@ struct StreamWindowChoice {
 // servers' push streams, K for the workers' pull streams); at least 1.
 StreamWindowChoice ChooseStreamWindow(const LinkFigures& link, int fan_in);
 
+// The largest message of a stream (--ps_message_kb's "auto"): its window,
+// held within [kMinAutoMessageBytes, kMaxAutoMessageBytes].
+//
+// Why: a gRPC 1.51 receiver announces, beside its stream window, the unread
+// rest of the message its reader waits for (chttp2's min progress size), so
+// a stream has max(window, message) in flight, and 1 MiB messages made the
+// window rule's small equal windows moot. At 1 Gbit/s, 20 us one way, N = K
+// = 4 colocated (2(N-1) = 6 streams into every port, 32 KiB windows), a
+// 64 MiB all-reduce took 1074 ms with 2672 retransmitted segments (the
+// switch ports' 1 MiB buffers dropped) with 1 MiB messages, 1021 ms / 1358
+// with 512 KiB, 925-944 ms / 21-48 with 256 KiB and 927-978 ms / 32-34
+// with 128 KiB (bench/allreduce_benchmark --workers=4 --netem=1gbit
+// --relay_latency_us=20 --algorithms=gradsync_ps --ps_message_kb=M, 3 runs
+// each, 2026-11-27).
+//
+// The floor is measured, not derived: at 16 MiB, N = 4 and 8, 64 KiB
+// messages cost 22-24 % more CPU per all-reduce than 128 KiB (430 against
+// 351 ms of CPU at N = 4, 844 against 682 at N = 8); 256 KiB saved nothing
+// (371 and 732 ms; at 64 MiB, N = 4, 1.43-1.45 s against 1.44-1.55), and
+// the smaller message keeps less in flight where more streams converge. The ceiling is the old fixed default: larger messages only delay the
+// server's first block. Where the link is not known the window is 4 MiB, so
+// the message stays 1 MiB, as before.
+constexpr int64_t kMinAutoMessageBytes = int64_t{128} << 10;
+constexpr int64_t kMaxAutoMessageBytes = int64_t{1} << 20;
+
+struct MessageSizeChoice {
+  int64_t message_bytes = 0;
+  std::string reason;  // one line, for the log and the manifest
+};
+
+// `stream_window_bytes`: the window of the streams the messages travel on
+// (the push streams' for pushes, the pull streams' for results).
+MessageSizeChoice ChooseMessageSize(int64_t stream_window_bytes);
+
 }  // namespace gradsync

@@ -12,6 +12,13 @@ ResolvedStreamWindow ResolveStreamWindow(int64_t explicit_bytes,
   return {choice.window_bytes, choice.bdp_probe, choice.reason};
 }
 
+ResolvedSetting ResolveMessageSize(int64_t explicit_bytes,
+                                   const ResolvedStreamWindow& window) {
+  if (explicit_bytes > 0) return {explicit_bytes, "flag"};
+  MessageSizeChoice choice = ChooseMessageSize(window.bytes);
+  return {choice.message_bytes, choice.reason};
+}
+
 absl::StatusOr<ResolvedSetting> ResolveKeySize(
     int64_t explicit_bytes, const ParamLayout& layout,
     const std::vector<double>& shares, int num_workers) {

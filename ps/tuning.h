@@ -2,7 +2,8 @@
 // kept, each "auto" value (0) comes from its rule — the key size from the
 // layout and the servers' shares (key_size_rule.h), the push and pull streams'
 // windows from the link and the fan-in (stream_window_rule.h) — with the
-// reason, for the start-up log and the run's manifest. Every worker and server
+// reason, for the start-up log and the run's manifest; the largest message
+// of a stream from its window. Every worker and server
 // derives the same values from the same layout, N, K and link, so nothing is
 // broadcast. The window's rule also says whether gRPC's BDP probing stays on.
 // Links no flag library.
@@ -41,6 +42,10 @@ struct ResolvedStreamWindow {
 // the probing from the link (stream_window_rule.h).
 ResolvedStreamWindow ResolveStreamWindow(int64_t explicit_bytes,
                                          const LinkFigures& link, int fan_in);
+// The largest message on streams with `window`: `explicit_bytes` > 0 wins
+// (--ps_message_kb), 0 asks the rule (stream_window_rule.h).
+ResolvedSetting ResolveMessageSize(int64_t explicit_bytes,
+                                   const ResolvedStreamWindow& window);
 absl::StatusOr<ResolvedSetting> ResolveKeySize(
     int64_t explicit_bytes, const ParamLayout& layout,
     const std::vector<double>& shares, int num_workers);

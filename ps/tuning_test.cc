@@ -235,6 +235,27 @@ TEST(StreamWindowRuleTest, ProbesWhereAStreamOutgrowsTheConnectionWindow) {
   EXPECT_FALSE(ChooseStreamWindow(Link(1000, 0.26), 1).bdp_probe);  // 65 KB
 }
 
+// A stream has max(window, message) in flight (gRPC announces the unread
+// rest of a message its reader waits for), so messages follow the window:
+// the fixed small windows of short round trips get the measured floor, an
+// unknown link (4 MiB windows) the old 1 MiB.
+TEST(MessageSizeRuleTest, MessagesFollowTheWindowWithinTheMeasuredBounds) {
+  EXPECT_EQ(ChooseMessageSize(32 << 10).message_bytes, kMinAutoMessageBytes);
+  EXPECT_EQ(ChooseMessageSize(256 << 10).message_bytes, 256 << 10);
+  EXPECT_EQ(ChooseMessageSize(kUnknownLinkStreamWindowBytes).message_bytes,
+            1 << 20);
+  // 1 Gbit/s, 20 us one way, fan-in 4: the 32 KiB window, 128 KiB messages.
+  const ResolvedStreamWindow near =
+      ResolveStreamWindow(0, Link(1000, 0.04), 4);
+  ASSERT_EQ(near.bytes, 32 << 10);
+  const ResolvedSetting message = ResolveMessageSize(0, near);
+  EXPECT_EQ(message.bytes, 128 << 10);
+  EXPECT_THAT(message.source, HasSubstr("auto: "));
+  // An explicit size wins whatever the window.
+  EXPECT_EQ(ResolveMessageSize(64 << 10, near).bytes, 64 << 10);
+  EXPECT_EQ(ResolveMessageSize(64 << 10, near).source, "flag");
+}
+
 TEST(EmulatedLinkTest, ReadsTheLaunchersLinkSpec) {
   const LinkFigures link = LinkFiguresFromNetemSpec("1gbit,1ms");
   EXPECT_DOUBLE_EQ(link.rate_bytes_per_s, 125e6);

@@ -103,7 +103,7 @@ absl::Status Serve(const ClusterEnv& env) {
       env.advertise_host.rfind("127.", 0) == 0) {
     options.bind_address = "127.0.0.1:0";
   }
-  ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
+  ASSIGN_OR_RETURN(const int64_t message, MessageBytesFromFlags());
   ASSIGN_OR_RETURN(const int64_t window, StreamWindowBytesFromFlags());
   // The push streams' window: N workers' streams converge on this port.
   const ResolvedStreamWindow push_window =
@@ -112,6 +112,14 @@ absl::Status Serve(const ClusterEnv& env) {
   options.bdp_probe = push_window.bdp_probe;
   GS_LOG(INFO) << "push stream window " << push_window.bytes / 1024 << " KiB ("
                << push_window.source << ")";
+  // Results travel on the pull streams: K servers' converge on a worker's
+  // port, so their messages follow that window (as the workers derive it).
+  const ResolvedSetting result_message = ResolveMessageSize(
+      message, ResolveStreamWindow(window, LinkFiguresOfThisProcess(),
+                                   options.num_servers));
+  options.message_bytes = result_message.bytes;
+  GS_LOG(INFO) << "result messages of at most " << result_message.bytes / 1024
+               << " KiB (" << result_message.source << ")";
   ASSIGN_OR_RETURN(options.max_shard_bytes, MaxShardBytesFromFlags());
   // The workers' --trace: a server writes its own timeline beside theirs,
   // <trace>.server<k>.json. Pids 1000 + k keep servers apart from the
