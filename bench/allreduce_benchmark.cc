@@ -19,9 +19,9 @@
 // rank pushes its S bytes, split into keys across the N shards as the
 // partitioner splits them, and pulls the average back (--ps_update=worker;
 // the row is checked against sum / N in float, the servers' arithmetic).
-// Each size is a new job (new servers, new registration), so its key size
-// stream windows and messages are the ones the strategy derives for S, N and the
-// emulated link; --ps_chunk_kb, --ps_stream_window_kb and --ps_message_kb
+// Each size is a new job (new servers, new registration), so its key size,
+// stream windows and messages are the ones the strategy derives for S, N and
+// the emulated link; --ps_chunk_kb, --ps_stream_window_kb and --ps_message_kb
 // override them as in training. The table and the JSON record them; the
 // α–β column is left empty for this row (bench/cost_model.py's
 // colocated_ps_time takes N, S, the key size and the largest server share

@@ -75,6 +75,12 @@ class PsSync : public GradientSync {
   // and returns every colocated server's address (from the rendezvous).
   absl::StatusOr<std::vector<std::string>> StartColocatedServer(
       int colocated, int num_servers);
+  // The pull streams' window: `num_servers` servers' answers converge on a
+  // worker's port. Also what the colocated server's result messages follow.
+  ResolvedStreamWindow PullWindow(int num_servers) const {
+    return ResolveStreamWindow(options_.stream_window_bytes, options_.link,
+                               num_servers);
+  }
 
   const SyncContext context_;
   const PsSyncOptions options_;
@@ -165,12 +171,9 @@ absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer(
     server_options.bind_address =
         context_.identity.advertise_host.rfind("127.", 0) == 0 ? "127.0.0.1:0"
                                                                : "0.0.0.0:0";
-    // Its results travel on the pull streams, num_servers of which converge
-    // on each worker's port.
+    // Its results travel on the pull streams.
     server_options.message_bytes =
-        ResolveMessageSize(options_.message_bytes,
-                           ResolveStreamWindow(options_.stream_window_bytes,
-                                               options_.link, num_servers))
+        ResolveMessageSize(options_.message_bytes, PullWindow(num_servers))
             .bytes;
     server_options.stream_window_bytes = push_window_.bytes;
     server_options.bdp_probe = push_window_.bdp_probe;
@@ -294,9 +297,7 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   ASSIGN_OR_RETURN(KeySizeChoice key_rule, ChooseKeySize(layout, shares, n));
   ASSIGN_OR_RETURN(key_size_,
                    ResolveKeySize(options_.chunk_bytes, layout, shares, n));
-  pull_window_ =
-      ResolveStreamWindow(options_.stream_window_bytes, options_.link,
-                          static_cast<int>(addresses.size()));
+  pull_window_ = PullWindow(static_cast<int>(addresses.size()));
   push_message_ = ResolveMessageSize(options_.message_bytes, push_window_);
   pull_message_ = ResolveMessageSize(options_.message_bytes, pull_window_);
   ASSIGN_OR_RETURN(partition_, Partition::Create(layout, std::move(shares),

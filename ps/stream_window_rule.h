@@ -97,8 +97,9 @@ StreamWindowChoice ChooseStreamWindow(const LinkFigures& link, int fan_in);
 // messages cost 22-24 % more CPU per all-reduce than 128 KiB (430 against
 // 351 ms of CPU at N = 4, 844 against 682 at N = 8); 256 KiB saved nothing
 // (371 and 732 ms; at 64 MiB, N = 4, 1.43-1.45 s against 1.44-1.55), and
-// the smaller message keeps less in flight where more streams converge. The ceiling is the old fixed default: larger messages only delay the
-// server's first block. Where the link is not known the window is 4 MiB, so
+// the smaller message keeps less in flight where more streams converge. The
+// ceiling is the old fixed default: larger messages only delay the server's
+// first block. Where the link is not known the window is 4 MiB, so
 // the message stays 1 MiB, as before.
 constexpr int64_t kMinAutoMessageBytes = int64_t{128} << 10;
 constexpr int64_t kMaxAutoMessageBytes = int64_t{1} << 20;
