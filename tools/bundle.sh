@@ -97,11 +97,10 @@ case "${cuda_version%%.*}" in
   *) echo "bundle.sh: no minimum driver known for CUDA '$cuda_version'; add it here" >&2
      exit 1 ;;
 esac
-# Both configurations would otherwise build into bazel-out/k8-opt, where a
-# default build (someone else's, or CI's) replaces the CUDA binaries: a suffix
-# of their own keeps them apart, and --symlink_prefix=/ leaves the bazel-bin
-# link to whoever else is using it.
-BAZEL_CUDA=(--config=cuda --platform_suffix=cuda --symlink_prefix=/)
+# --config=cuda shares bazel-out/k8-opt with the default build (.bazelrc), so
+# only what it changes is recompiled; the programs are copied out right after
+# the build, and --symlink_prefix=/ leaves the bazel-bin link as it was.
+BAZEL_CUDA=(--config=cuda --symlink_prefix=/)
 if ((build)); then
   echo "== bazel build ${BAZEL_CUDA[*]} ${TARGETS[*]}"
   bazel build --color=no --curses=no "${BAZEL_CUDA[@]}" "${TARGETS[@]}"

@@ -1,59 +1,115 @@
 #!/usr/bin/env bash
-# Installs what is missing, then runs every test: `bazel test //...`.
-# Where nvcc is present, the CUDA parts are also compiled and linked
-# (--config=cuda) and the CUDA-facing tests run in that configuration; GPU
-# cases skip with a message where no GPU is visible.
+# Installs what is missing, then runs every test, in stages that each compile
+# only what they need:
 #
-# Then the lock annotations are enforced: tools/thread_safety_check.sh parses
-# every file that uses absl::Mutex with clang's -Wthread-safety as an error
-# (gcc ignores ABSL_GUARDED_BY and friends); under a minute on 2 cores.
+#   default      `bazel test //...`: every unit, integration, multi-process and
+#                PyTorch test in the normal (-O2) build.
+#   thread-safety  tools/thread_safety_check.sh: clang -Wthread-safety as an
+#                error over every file that uses absl::Mutex (gcc ignores
+#                ABSL_GUARDED_BY and friends); parses, compiles nothing.
+#   cuda         where nvcc is present: only what --config=cuda changes (the
+#                CUDA device and kernels, NCCL, the programs tools/bundle.sh
+#                carries) and the CUDA-facing tests. --config=cuda shares the
+#                default build's output tree, so every object it does not
+#                change is the default stage's; GPU cases skip with a
+#                message where no GPU is visible.
+#   asan         AddressSanitizer + UBSan over the code that parses bytes from
+#                peers and files or indexes buffers by what it was sent: the
+#                transports and the step engine, the all-reduce algorithms, the
+#                PS shard, server and wire, the coordinator, the codecs, the
+#                data and checkpoint readers, the launcher.
+#   tsan         ThreadSanitizer over the code with threads of its own: the
+#                peer transport and step engine, the all-reduce sync layer and
+#                its multi-process check, the coordinator and its loss
+#                listeners, the launcher.
+#   fuzz         libFuzzer (clang, ASan + UBSan) on the wire formats,
+#                GRADSYNC_FUZZ_SECONDS (default 30) per target.
 #
-# Then, unless turned off, the reliability steps (each prints its time):
-#   AddressSanitizer + UBSan over the unit, fault, security and multi-process
-#     tests (GRADSYNC_ASAN=0 skips);
-#   ThreadSanitizer over the targets it can check with Debian's uninstrumented
-#     Abseil and gRPC (tools/tsan_suppressions.txt says why; GRADSYNC_TSAN=0
-#     skips);
-#   libFuzzer, GRADSYNC_FUZZ_SECONDS (default 60) per target (0 skips).
-# Arguments go to the first `bazel test` only.
+# What the sanitizer stages no longer run (the models' long trainings, the
+# whole `gradsync` binary in multi-process jobs) runs in the default stage;
+# docs/design.md ("Tests") lists where each test runs and why.
+#
+# Every stage runs even when an earlier one failed; the end prints one table:
+# per stage its compile and test seconds and its result, then the slowest
+# tests. Exit status: 0 when every stage passed.
+#
+# Environment:
+#   GRADSYNC_ASAN=0, GRADSYNC_TSAN=0, GRADSYNC_CUDA=0 skip a stage;
+#   GRADSYNC_FUZZ_SECONDS=0 skips fuzzing;
+#   GRADSYNC_BAZEL_DISK_CACHE  Bazel's --disk_cache (default .cache/bazel-disk
+#                in the checkout, ignored by git and Bazel): a second run, or a
+#                switch between configurations, fetches what it compiled.
+# Arguments go to the default stage's `bazel build` and `bazel test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh
 
 export GRADSYNC_GIT_COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-BAZEL_FLAGS=(--color=no --curses=no)
+disk_cache=${GRADSYNC_BAZEL_DISK_CACHE:-$PWD/.cache/bazel-disk}
+mkdir -p "$disk_cache"
+BAZEL_FLAGS=(--color=no --curses=no --disk_cache="$disk_cache")
 
-stage() {  # name, command...
-  local name=$1 start=$SECONDS
-  shift
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+table=()    # one "name|compile s|test s|result" line per stage
+failed=0
+
+# Runs one Bazel stage: `bazel build` of the targets (compile time), then
+# `bazel test` of the same targets (test time; the build is then a no-op).
+# name, log file, then Bazel options and targets as one list.
+bazel_stage() {
+  local name=$1 log=$2
+  shift 2
   echo "== $name"
-  "$@"
-  echo "== $name: $((SECONDS - start)) s"
+  local start=$SECONDS result=passed build_s test_s=0
+  if bazel build "${BAZEL_FLAGS[@]}" "$@" 2>&1 | tee "$logs/$log.build"; then
+    build_s=$((SECONDS - start))
+    start=$SECONDS
+    bazel test "${BAZEL_FLAGS[@]}" --test_output=errors "$@" 2>&1 |
+      tee "$logs/$log.test" || result=FAILED
+    test_s=$((SECONDS - start))
+  else
+    build_s=$((SECONDS - start))
+    result="FAILED (build)"
+  fi
+  [[ $result == passed ]] || failed=1
+  table+=("$name|$build_s|$test_s|$result")
+  echo "== $name: compile $build_s s, tests $test_s s, $result"
 }
 
-stage "bazel test //..." bazel test "${BAZEL_FLAGS[@]}" --test_output=errors //... "$@"
+# Runs a stage that is one command: name, command...
+command_stage() {
+  local name=$1 start=$SECONDS result=passed
+  shift
+  echo "== $name"
+  "$@" || result=FAILED
+  [[ $result == passed ]] || failed=1
+  table+=("$name|-|$((SECONDS - start))|$result")
+  echo "== $name: $((SECONDS - start)) s, $result"
+}
 
-stage "thread-safety annotations (clang -Wthread-safety)" \
-  tools/thread_safety_check.sh
+bazel_stage "default: bazel test //..." default //... "$@"
 
-# The CUDA configuration is built, then its CUDA-facing tests run: the
-# kernels' shared math and launch shapes, and the CUDA programs' error paths,
-# run here; their GPU cases skip where no GPU is visible, and the table below
-# shows each target's skips and why (a target whose cases all skip passes, so
-# the count is the check). The build above made these binaries: running them
-# adds seconds.
+command_stage "thread-safety annotations (clang)" tools/thread_safety_check.sh
+
+# What --config=cuda changes: the targets below select CUDA sources or
+# GRADSYNC_CUDA (grep '//:cuda_enabled' in the BUILD files), and the programs
+# tools/bundle.sh carries to a GPU node, so the bundle is known to link.
 CUDA_TEST_TARGETS=(
   //core/device:kernel_math_test //core/device:launch_config_test
   //core/device:cudnn_convolution_plan_test
   //core/device:cudnn_algorithm_choice_test
-  //core/device:cuda_device_test //core/model:device_parity_test
-  //core/sync:host_staging_test //allreduce:nccl_test
+  //core/device:cpu_device_test //core/device:cuda_device_test
+  //core/model:device_parity_test //core/sync:host_staging_test
+  //allreduce:nccl_test
 )
-cuda_build_and_test() {
-  bazel build "${BAZEL_FLAGS[@]}" --config=cuda //...
-  local rc=0
-  bazel test "${BAZEL_FLAGS[@]}" --config=cuda --test_output=errors \
-    "${CUDA_TEST_TARGETS[@]}" || rc=$?
+CUDA_PROGRAMS=(
+  //tools:gradsync //bench:mlp_gpu_benchmark //bench:mlp_benchmark
+  //bench:allreduce_benchmark
+)
+# Each CUDA-facing test's cases and skips: a target whose cases all skip
+# passes, so the count is the check.
+cuda_skips() {
   local testlogs target xml total skipped reason
   testlogs=$(bazel info "${BAZEL_FLAGS[@]}" --config=cuda bazel-testlogs)
   echo "   CUDA-facing tests: cases, skipped (first reason)"
@@ -65,55 +121,85 @@ cuda_build_and_test() {
     skipped=$(grep -o 'result="skipped"' "$xml" 2>/dev/null | wc -l || true)
     reason=$(grep -o -m 1 '<skipped message="[^"]*"' "$xml" 2>/dev/null |
              sed 's/.*&#x0A;//; s/"$//' || true)
-    printf '   %-34s %3d cases, %3d skipped%s\n' "$target" "$total" \
+    printf '   %-40s %3d cases, %3d skipped%s\n' "$target" "$total" \
       "$skipped" "${reason:+ ($reason)}"
   done
-  return "$rc"
 }
-if [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  stage "building the CUDA parts (--config=cuda) and running their tests" \
-    cuda_build_and_test
+if [[ -x /usr/local/cuda/bin/nvcc && "${GRADSYNC_CUDA:-1}" != 0 ]]; then
+  # The programs are built, not tested: `bazel test` skips non-test targets.
+  bazel_stage "cuda: what --config=cuda changes" cuda --config=cuda \
+    "${CUDA_TEST_TARGETS[@]}" "${CUDA_PROGRAMS[@]}"
+  cuda_skips
 fi
 
-# Everything but the long training runs (Fashion-MNIST accuracy, strategy
-# equivalence, synthetic models) and the network-namespace job, which
-# exercise no code these do not, at a few times the cost under ASan.
 ASAN_TARGETS=(
-  //core/... //allreduce:all //ps:all //fuzz:all //core/launch:launcher_test
-  //tests:job_test //tests:fault_test //tests:job_token_test //tests:tls_test
-  //tests:coordinator_bad_input_test //tests:ring_handshake_bad_input_test
-  //tests:member_loss_test //tests:cli_test //tests:cifar10_job_test
-  //tests:two_jobs_test //tests:start_up_checks_test
+  # transports, the step engine, the algorithms and the sync layer
+  //allreduce:ring_transport_test //allreduce:peer_exchange_test
+  //allreduce:ring_allreduce_test //allreduce:allreduce_family_test
+  //allreduce:ring_sync_test //allreduce:compressed_ring_sync_test
+  //allreduce:peer_link_probe_test //tests:ring_handshake_bad_input_test
+  # the parameter server: wire, keys, shard, server, client
+  //ps:all
+  # the coordinator, rendezvous, job tokens, TLS, a member's loss
+  //core/cluster:all //tests:coordinator_bad_input_test //tests:tls_test
+  //tests:member_loss_test
+  # codecs, buckets and layouts; readers of files; the launcher
+  //core/sync:all //core/data:all //core/optim:all //core/base:all
+  //core/launch:all
 )
 if [[ "${GRADSYNC_ASAN:-1}" != 0 ]]; then
-  stage "AddressSanitizer + UBSan (--config=asan)" \
-    bazel test "${BAZEL_FLAGS[@]}" --config=asan \
-      --test_env=LSAN_OPTIONS=suppressions=$PWD/tools/lsan_suppressions.txt \
-      "${ASAN_TARGETS[@]}"
+  bazel_stage "asan: AddressSanitizer + UBSan" asan --config=asan \
+    --test_env=LSAN_OPTIONS=suppressions=$PWD/tools/lsan_suppressions.txt \
+    "${ASAN_TARGETS[@]}"
 fi
 
 # What absl::Mutex guards is invisible to TSan here (Debian's Abseil is not
-# instrumented; tools/tsan_suppressions.txt): the thread-safety stage above
-# checks those locks statically. TSan checks the rest:
-# the ring (its communication thread against the trainer's, std::mutex),
-# the trainer and launcher in real multi-process jobs, the coordinator's loss
-# listeners (called from its watch thread), and the fuzz targets.
+# instrumented; tools/tsan_suppressions.txt): the thread-safety stage checks
+# those locks statically. TSan checks the rest: the ring and the step engine
+# (their communication threads against the trainer's, std::mutex), the
+# multi-process ring, the coordinator's loss listeners (called from its watch
+# thread), the launcher's process threads.
 TSAN_TARGETS=(
-  //allreduce:ring_allreduce_test //allreduce:ring_transport_test
-  //allreduce:ring_sync_test //allreduce:ring_multiprocess_test
-  //allreduce:allreduce_family_test //allreduce:compressed_ring_sync_test
-  //allreduce:peer_exchange_test
-  //core/launch:launcher_test //tests:job_test //tests:coordinator_bad_input_test
-  //tests:member_loss_test //fuzz:all
+  //allreduce:ring_transport_test //allreduce:peer_exchange_test
+  //allreduce:ring_allreduce_test //allreduce:allreduce_family_test
+  //allreduce:ring_sync_test //allreduce:compressed_ring_sync_test
+  //allreduce:ring_multiprocess_test
+  //core/launch:launcher_test //tests:coordinator_bad_input_test
+  //tests:member_loss_test
 )
 if [[ "${GRADSYNC_TSAN:-1}" != 0 ]]; then
-  stage "ThreadSanitizer (--config=tsan)" \
-    bazel test "${BAZEL_FLAGS[@]}" --config=tsan \
-      --test_env=TSAN_OPTIONS=halt_on_error=1:suppressions=$PWD/tools/tsan_suppressions.txt \
-      "${TSAN_TARGETS[@]}"
+  bazel_stage "tsan: ThreadSanitizer" tsan --config=tsan \
+    --test_env=TSAN_OPTIONS=halt_on_error=1:suppressions=$PWD/tools/tsan_suppressions.txt \
+    "${TSAN_TARGETS[@]}"
 fi
 
-if [[ "${GRADSYNC_FUZZ_SECONDS:-60}" != 0 ]]; then
-  stage "libFuzzer, ${GRADSYNC_FUZZ_SECONDS:-60} s per target" \
-    fuzz/run.sh "${GRADSYNC_FUZZ_SECONDS:-60}"
+fuzz_seconds=${GRADSYNC_FUZZ_SECONDS:-30}
+if [[ "$fuzz_seconds" != 0 ]]; then
+  command_stage "fuzz: libFuzzer, $fuzz_seconds s per target" \
+    fuzz/run.sh "$fuzz_seconds"
 fi
+
+echo
+echo "== where the time went (compile: bazel build; tests: bazel test, or the"
+echo "   whole command for a stage that is not Bazel's)"
+printf '   %-44s %8s %8s  %s\n' stage compile tests result
+total=0
+for row in "${table[@]}"; do
+  IFS='|' read -r name build_s test_s result <<<"$row"
+  printf '   %-44s %8s %8s  %s\n' "$name" "$build_s" "$test_s" "$result"
+  total=$((total + ${build_s/-/0} + test_s))
+done
+printf '   %-44s %17s s\n' "all stages" "$total"
+echo "== the slowest tests (seconds, stage; results Bazel had cached left out)"
+# Bazel's summary line per test: "//pkg:target   PASSED in 12.3s", with
+# "(cached)" before the status for a result it did not run again.
+for log in "$logs"/*.test; do
+  [[ -f "$log" ]] || continue
+  stage_name=$(basename "$log" .test)
+  sed -n 's/^\(\/\/[^ ]*\) \+\(PASSED\|FAILED\|TIMEOUT\|FLAKY\) in \([0-9.]*\)s$/\3 \1 \2/p' \
+    "$log" | sed "s/\$/ $stage_name/"
+done | sort -rn | head -n 15 |
+  while read -r seconds target status stage_name; do
+    printf '   %8s  %-6s %s %s\n' "$seconds" "$stage_name" "$target" "$status"
+  done
+exit $failed
