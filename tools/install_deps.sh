@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages gradsync builds, tests and runs with.
-# Idempotent and quick when everything is there (one dpkg query, no network).
-# As root it runs apt-get; otherwise it prints the one command to run.
+# Installs the Debian 12 packages gradsync builds, runs, benchmarks and tests
+# with. Idempotent and quick when everything is there (one dpkg query, no
+# network). As root it runs apt-get; otherwise it prints the one command to run.
 #
-#   tools/install_deps.sh                 # what builds and tests need
-#   tools/install_deps.sh --with-pytorch  # accepted for old scripts; PyTorch
-#                                         # is now always installed
+#   tools/install_deps.sh                 # build and run: tools/demo.sh,
+#                                         # `gradsync compare`, the emulated
+#                                         # cluster
+#   tools/install_deps.sh --bench         # also the benchmarks' libraries
+#                                         # (Google Benchmark, Gloo)
+#   tools/install_deps.sh --with-pytorch  # also Debian's PyTorch (python/,
+#                                         # the PyTorch comparisons)
+#   tools/install_deps.sh --test          # everything tools/test.sh needs:
+#                                         # all of the above, GoogleTest,
+#                                         # clang (fuzzing, thread-safety),
+#                                         # Open MPI and Slurm
 #
 # Debian's PyTorch (CPU, python3-torch 1.13.1, about 570 MB installed) goes
 # into Debian's python3: python/ builds gradsync's extension for that
 # interpreter (pybind11-dev) and its tests run DDP beside gradsync's hook.
 # libtorch-dev is only recommended by python3-torch, so it is named here.
+# The demo needs none of the test-only packages, which are most of the
+# download.
 set -euo pipefail
 
 PACKAGES=(
@@ -18,16 +28,25 @@ PACKAGES=(
   bazel-bootstrap bazel-rules-java bazel-platforms pkg-config git
   # libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libssl-dev
-  libopenblas-dev libdnnl-dev nlohmann-json3-dev
+  libabsl-dev zlib1g-dev libssl-dev libopenblas-dev libdnnl-dev
+  nlohmann-json3-dev
   # data, plots, network emulation
   dataset-fashion-mnist python3 python3-matplotlib iproute2 iperf3
-  # PyTorch workers (python/): Debian's torch, its C++ headers, pybind11
-  python3-torch libtorch-dev pybind11-dev
-  # fuzzing (fuzz/run.sh, from tools/test.sh): clang's libFuzzer and sanitizers
-  clang-14 libclang-rt-14-dev
+)
+BENCH_PACKAGES=(
+  libbenchmark-dev
   # benchmark-only comparison anchor
   libgloo-dev
+)
+PYTORCH_PACKAGES=(
+  # PyTorch workers (python/): Debian's torch, its C++ headers, pybind11
+  python3-torch libtorch-dev pybind11-dev
+)
+TEST_PACKAGES=(
+  libgtest-dev libgmock-dev
+  # fuzzing (fuzz/run.sh) and the thread-safety check: clang, its libFuzzer
+  # and sanitizers
+  clang-14 libclang-rt-14-dev
   # real cluster launchers for tests/mpirun_job_test and tests/slurm_job_test
   # (tools/cluster/): Open MPI's mpirun; Slurm's slurmctld, slurmd, srun and
   # sbatch (slurm-wlm), with munge, the authentication Debian's Slurm uses
@@ -36,9 +55,13 @@ PACKAGES=(
 
 for argument in "$@"; do
   case "$argument" in
-    --with-pytorch) ;;
+    --bench) PACKAGES+=("${BENCH_PACKAGES[@]}") ;;
+    --with-pytorch) PACKAGES+=("${PYTORCH_PACKAGES[@]}") ;;
+    --test)
+      PACKAGES+=("${BENCH_PACKAGES[@]}" "${PYTORCH_PACKAGES[@]}"
+                 "${TEST_PACKAGES[@]}") ;;
     *)
-      echo "usage: $0 [--with-pytorch]" >&2
+      echo "usage: $0 [--bench] [--with-pytorch] [--test]" >&2
       exit 2
       ;;
   esac

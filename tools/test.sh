@@ -42,7 +42,7 @@
 # Arguments go to the default stage's `bazel build` and `bazel test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/install_deps.sh
+tools/install_deps.sh --test
 
 export GRADSYNC_GIT_COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 disk_cache=${GRADSYNC_BAZEL_DISK_CACHE:-$PWD/.cache/bazel-disk}
