@@ -319,7 +319,7 @@ TEXT_COLUMNS = ("partition",)
 # --- Main ----------------------------------------------------------------------------------
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gradsync compare", description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n", 2)[2])
@@ -341,10 +341,11 @@ def parse_args(argv):
     parser.add_argument("--compressions", default="none",
                         help="--compression values: every strategy with each, e.g. "
                              "none,fp16,topk:0.01")
-    parser.add_argument("--steps", type=int, default=15)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--deadline_s", type=int, default=300, help="per job")
+    parser.add_argument("--steps", type=counted(1), default=15)
+    parser.add_argument("--warmup", type=counted(0), default=3)
+    parser.add_argument("--repeats", type=counted(1), default=2)
+    parser.add_argument("--deadline_s", type=counted(1), default=300,
+                        help="per job")
     parser.add_argument("--out", default=None, help="default runs/compare-<time>")
     parser.add_argument("--bin_dir", default=os.environ.get("GRADSYNC_BIN_DIR",
                                                             "bazel-bin/tools"),
@@ -359,14 +360,91 @@ def parse_args(argv):
     args.strategy_names = parse_strategies(
         args.strategies, args.model if args.command else (args.model or DEFAULT_MODEL))
     args.worker_counts = parse_workers(args.workers)
+    args.compression_list = parse_compressions(args.compressions)
     if args.command:
         check_command(args)
         args.model_label = scaling.command_model(args.command)
     else:
         args.model = args.model or DEFAULT_MODEL
-        scaling.parse_model(args.model)  # exits with scaling's message when unknown
+        check_model(args.model)
         args.model_label = args.model
+    args.skipped = plan(args)
     return args
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's refusals as one line (UsageError), not usage and a line."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+def counted(least):
+    """An argparse type: an integer of at least `least`, else one line."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < least:
+            raise argparse.ArgumentTypeError(
+                f"give a whole number of at least {least}, not '{text}'")
+        return value
+    return parse
+
+
+def parse_compressions(spec):
+    """'none,fp16,topk:0.01' -> its list, each checked as the trainer checks
+    it, before anything runs."""
+    values = [c.strip() for c in (spec or "none").split(",") if c.strip()] or ["none"]
+    for value in values:
+        try:
+            cost_model.parse_compression(value)
+        except ValueError as error:
+            raise UsageError(f"--compressions: {error}") from None
+    return values
+
+
+def check_model(model):
+    """scaling.parse_model's refusal as one line, not an exit or a traceback."""
+    try:
+        scaling.parse_model(model)
+    except SystemExit as refusal:
+        raise UsageError(str(refusal.code).replace("scaling: ", "--")) from None
+    except ValueError:
+        raise UsageError(f"--model={model}: embedding takes whole numbers, "
+                         "embedding:ROWS:DIM, and custom a size in MB, custom:MB[:TENSORS]"
+                         ) from None
+
+
+def plan(args):
+    """Which of the asked strategy x compression points can run, decided
+    before the jobs start: drops the others from args.strategy_names and
+    returns (point, reason) for each dropped one. Refuses the comparison
+    when no distributed point is left."""
+    embedding = bool(args.model) and args.model.startswith("embedding")
+    skipped, kept = [], []
+    for name in args.strategy_names:
+        strategy = STRATEGIES[name]
+        if strategy.scaling == "hybrid" and not embedding:
+            skipped.append((name, "needs a model with an embedding table "
+                                  "(--model=embedding:ROWS:DIM)"))
+            continue
+        runnable = [c for c in args.compression_list
+                    if not scaling.compression_refused(strategy.scaling, c)]
+        for c in args.compression_list:
+            if c not in runnable:
+                skipped.append((f"{name} with --compression={c}",
+                                scaling.compression_refused(strategy.scaling, c)))
+        if runnable:
+            kept.append(name)
+    if not kept:
+        raise UsageError("nothing to compare: " + "; ".join(
+            f"{point} {reason}" for point, reason in skipped) + "; choose other "
+            "--strategies or --compressions")
+    args.strategy_names = kept
+    return skipped
+
 
 
 DEFAULT_MODEL = "mlp"
@@ -405,6 +483,8 @@ def main(argv):
             print(f"gradsync compare: {args.bin_dir}/{binary} is missing; build it with "
                   "`bazel build //tools:gradsync //tools:netem`", file=sys.stderr)
             return 1
+    for point, reason in args.skipped:
+        print(f"gradsync compare: skipping {point}: it {reason}", flush=True)
     out = args.out or time.strftime("runs/compare-%Y%m%d-%H%M%S")
     os.makedirs(out, exist_ok=True)
     started = time.time()
@@ -428,6 +508,10 @@ def main(argv):
             num_buckets = len(scaling.read_layout(layout)["bucket_bytes"])
             break
     rows = verdict_rows(points, args.link, link, num_buckets)
+    if not any(r["name"] != REFERENCE for r in rows):
+        print(f"gradsync compare: no distributed point ran, so there is nothing to compare; "
+              f"each job's log is under {out}/points", file=sys.stderr)
+        return 1
     line = answer(rows, args.link)
     text = [f"gradsync compare: model {args.model_label}, link {args.link}"
             + (f" ({link.describe()} probed)" if link else "")
@@ -438,8 +522,8 @@ def main(argv):
             f"{num_buckets} bucket(s)", "", format_table(rows), "",
             ("Steps and data are the training command's own (" + " ".join(args.command) + ")."
              if args.command else
-             "No accuracy is shown: the jobs train on synthetic data (tools/demo.sh trains to "
-             "accuracy, with the run-to-run spread)."), "", line]
+             "No accuracy is shown: the jobs train on synthetic data (`tools/demo.sh "
+             "--loopback` trains to accuracy, with the run-to-run spread)."), "", line]
     print("\n".join(text))
     with open(os.path.join(out, "verdict.txt"), "w") as f:
         f.write("\n".join(text) + "\n")

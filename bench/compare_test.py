@@ -2,6 +2,7 @@
 """gradsync compare's parsing, its command for bench/scaling.py, what bounded
 each point and the one-line answer, on made-up points (no jobs run)."""
 import io
+import json
 import os
 import sys
 import unittest
@@ -64,6 +65,50 @@ class ParsingTest(unittest.TestCase):
             self.assertEqual(compare.main(["--netem=fast"]), 2)
         self.assertEqual(len(stderr.getvalue().strip().splitlines()), 1)
         self.assertIn("gradsync compare: --netem=fast", stderr.getvalue())
+
+    def test_impossible_input_is_refused_before_anything_runs(self):
+        # Each exits 2 with one line, before the link probe or any job.
+        cases = (
+            (["--strategies=hybrid-kn"], "hybrid-kn needs a model with an embedding table"),
+            (["--workers=2", "--strategies=tree", "--compressions=fp16"],
+             "tree with --compression=fp16 is not built"),
+            (["--repeats=0"], "--repeats: give a whole number of at least 1, not '0'"),
+            (["--steps=-1"], "--steps: give a whole number of at least 1, not '-1'"),
+            (["--warmup=x"], "--warmup: give a whole number of at least 0, not 'x'"),
+            (["--compressions=topk:abc"], "the ratio 'abc' is not a number"),
+            (["--model=embedding:abc:3"], "--model=embedding:abc:3: embedding takes whole"),
+            (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
+        )
+        for argv, words in cases:
+            stderr = io.StringIO()
+            with mock.patch.object(sys, "stderr", stderr), \
+                    mock.patch.object(compare.subprocess, "run") as run:
+                self.assertEqual(compare.main(argv), 2, argv)
+            run.assert_not_called()
+            self.assertEqual(len(stderr.getvalue().strip().splitlines()), 1, argv)
+            self.assertIn(words, stderr.getvalue(), argv)
+
+    def test_points_that_cannot_run_are_named_and_left_out(self):
+        args = compare.parse_args(["--workers=2", "--strategies=tree,ring",
+                                   "--compressions=none,fp16"])
+        self.assertEqual(args.strategy_names, ["ring", "tree"])
+        self.assertEqual([point for point, _ in args.skipped],
+                         ["tree with --compression=fp16"])
+
+    def test_no_distributed_point_is_a_failure(self):
+        # Every distributed job failed: only the reference is in the sweep.
+        sweep = {"links": {}, "manifest": {}, "points": [point(
+            "local", 1, 0, 50, 0, model="mlp", link="loopback", bucket_mb=0, compute_ms=0)]}
+        stderr = io.StringIO()
+        with mock.patch.object(sys, "stderr", stderr), \
+                mock.patch.object(compare.subprocess, "run") as run, \
+                mock.patch.object(compare.os, "access", return_value=True), \
+                mock.patch("builtins.open", mock.mock_open(read_data=json.dumps(sweep))), \
+                mock.patch.object(compare.os, "makedirs"):
+            run.return_value.returncode = 0
+            self.assertEqual(compare.main(["--workers=2", "--out=somewhere"]), 1)
+        self.assertEqual(run.call_count, 1)  # the sweep, and no plot
+        self.assertIn("no distributed point ran", stderr.getvalue())
 
     def test_scaling_command_runs_each_strategy_once(self):
         args = compare.parse_args(["--netem=100mbit", "--workers=4", "--", "--lr=0.1"])

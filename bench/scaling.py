@@ -200,14 +200,23 @@ def compressions_of(spec):
     return values
 
 
-def compression_built(strategy, compression):
-    """False where the strategy's factory refuses the method (16-bit values
-    are built into the ring and the PS only: allreduce/ring_sync.h)."""
+def compression_refused(strategy, compression):
+    """Why `strategy` cannot run with `compression`, or None when it can: its
+    factory refuses 16-bit values outside the ring and the PS
+    (allreduce/ring_sync.h). gradsync compare decides its points with it."""
     method, _ = cost_model.parse_compression(compression)
     if method in ("fp16", "bf16") and strategy in ("halving_doubling", "tree", "hierarchical",
                                                    "allreduce"):
-        print(f"scaling: skipping {strategy} with --compression={compression} (not built "
-              "for it)", flush=True)
+        return f"is not built ({method} values are summed by the ring and the PS only)"
+    return None
+
+
+def compression_built(strategy, compression):
+    """False, saying so, where the strategy cannot run the compression."""
+    reason = compression_refused(strategy, compression)
+    if reason:
+        print(f"scaling: skipping {strategy} with --compression={compression}: it {reason}",
+              flush=True)
         return False
     return True
 
