@@ -280,13 +280,19 @@ def answer(rows, link_name):
                    "the difference is how well each overlaps and pipelines")
 
 
+def ms(value):
+    """Milliseconds with the digits that matter: a step of a model that only
+    sleeps --compute_ms=0 takes a fraction of one, which "0" would hide."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}" if value >= 1 else f"{value:.2f}"
+
+
 def format_table(rows):
     header = ("strategy", "N", "K", "step ms (min–max)", "exposed comm ms",
               "busiest link MB", "α–β step ms", "err %", "bounded by")
     lines = []
     for r in rows:
         lines.append((r["strategy"], str(r["workers"]), str(r["servers"] or "-"),
-                      f"{r['step_ms']:.0f} ({r['step_ms_min']:.0f}–{r['step_ms_max']:.0f})",
+                      f"{ms(r['step_ms'])} ({ms(r['step_ms_min'])}–{ms(r['step_ms_max'])})",
                       f"{r['exposed_ms']:.0f}", f"{r['busiest_link_mb']:.2f}",
                       f"{r['predicted_step_ms']:.0f}" if r["predicted_step_ms"] else "-",
                       cost_model.format_error(r["error_percent"]), r["bounded_by"]))
@@ -534,7 +540,8 @@ def main(argv):
     png = os.path.join(out, "compare.png")
     plotted = subprocess.run([sys.executable, os.path.join(HERE, "plot_scaling.py"),
                               plot_input(out), "-o", png, "--title",
-                              f"gradsync compare: {args.model_label} on {args.link}"])
+                              f"gradsync compare: {args.model_label} on {args.link}",
+                              "--command", " ".join(["gradsync compare", *argv])])
     print(f"\nresults: {out}/verdict.txt, {out}/verdict.json, {out}/points.csv"
           + (f", {png}" if plotted.returncode == 0 else " (the plot failed)")
           + f"  ({time.time() - started:.0f} s)")

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Plots the scaling curves of a sweep (bench/scaling.py's points.csv).
 
-One row of three panels per (model, link, bucket, compute) group:
+One row of three panels per (model, link, bucket, compute) group (with a
+single N, bars per strategy with the prediction marked on each, instead of
+curves against N):
   - time per step against N, measured (median, bars from min to max over
     the repeats) and predicted by the α–β model (× markers);
   - throughput (samples/s over all workers) against N, measured and
@@ -190,7 +192,45 @@ def draw_panel(ax, curves, predictions, span):
     return handles
 
 
+def draw_bars(ax, curves, predictions):
+    """One N: a bar per series (min–max of the repeats as an error bar) with
+    its prediction marked on it; returns the legend handles."""
+    names = list(curves)
+    for i, name in enumerate(names):
+        color, _, filled = style(name)
+        c = curves[name]
+        err = None
+        if c.get("err"):
+            err = [[c["err"][0][0]], [c["err"][1][0]]]
+        ax.bar(i, c["y"][0], yerr=err, color=color if filled else "white", edgecolor=color,
+               hatch=None if filled else "//", capsize=4, width=0.7, zorder=3)
+    any_prediction = False
+    for i, name in enumerate(names):
+        xs, ys = predictions.get(name, ([], []))
+        if ys:
+            any_prediction = True
+            ax.plot([i], [ys[0]], linestyle="none", marker="_", markersize=28,
+                    markeredgewidth=2.2, color="black", zorder=6)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=20, ha="right", fontsize=8)
+    # Headroom above the tallest bar for the legend and the notes.
+    tallest = max([c["y"][0] for c in curves.values()] +
+                  [ys[0] for _, ys in predictions.values() if ys] + [0])
+    ax.set_ylim(0, 1.3 * tallest or 1.0)
+    handles = []
+    if any_prediction:
+        handles.append(Line2D([], [], color="black", marker="_", linestyle="none",
+                              markersize=14, markeredgewidth=2.2, label="α–β prediction"))
+    return handles
+
+
 def plot_group(axes, points, reference):
+    """Three panels against N; with a single N, bars per strategy instead
+    (curves of one point each would stack on one x position)."""
+    if len({p["workers"] for p in points}) == 1:
+        plot_group_at_one_n(axes, points, reference)
+        return
+
     by_series = {}
     for p in points:
         by_series.setdefault(series_name(p), []).append(p)
@@ -273,6 +313,72 @@ def plot_group(axes, points, reference):
     axes[2].set_ylabel("MB per step, busiest link, one way")
 
 
+def series_of(points):
+    """{series name: its points sorted by N}, in STYLES' order."""
+    by_series = {}
+    for p in points:
+        by_series.setdefault(series_name(p), []).append(p)
+    order = sorted(by_series, key=lambda n: (list(STYLES).index(n) if n in STYLES else 99, n))
+    return {name: sorted(by_series[name], key=lambda p: p["workers"]) for name in order}
+
+
+def plot_group_at_one_n(axes, points, reference):
+    series = series_of(points)
+    n = points[0]["workers"]
+    steps, throughput, traffic, step_pred, throughput_pred, traffic_pred = {}, {}, {}, {}, {}, {}
+    for name, (p, *_) in series.items():
+        steps[name] = {"x": [n], "y": [p["step_ms"] / 1000],
+                       "err": [[(p["step_ms"] - p["step_ms_min"]) / 1000],
+                               [(p["step_ms_max"] - p["step_ms"]) / 1000]]}
+        throughput[name] = {"x": [n], "y": [p["samples_per_s"]]}
+        traffic[name] = {"x": [n], "y": [p["busiest_link_bytes"] / 1e6]}
+        predicted = p.get("predicted_step_ms")
+        step_pred[name] = ([n], [predicted / 1000]) if predicted else ([], [])
+        throughput_pred[name] = (([n], [p["samples_per_s"] * p["step_ms"] / predicted])
+                                 if predicted else ([], []))
+        traffic_pred[name] = ([n], [predicted_busiest_bytes(p) / 1e6])
+    handles = draw_bars(axes[0], steps, step_pred)
+    busy = [i for i, (name, (p, *_)) in enumerate(series.items()) if p["cpu_bound"]]
+    for i in busy:
+        axes[0].text(i, 0, "CPU-bound", rotation=90, ha="center", va="bottom", fontsize=7,
+                     color="red", zorder=7)
+    notes = []
+    # As on the curves: a reference line that would lie on the axis or above
+    # the top is a note instead.
+    top = max(v for c in steps.values() for v in c["y"])
+    if reference is not None:
+        if reference["step_ms"] / 1000 >= 0.03 * top:
+            axes[0].axhline(reference["step_ms"] / 1000, color="gray", linestyle=":")
+            handles.append(Line2D([], [], color="gray", linestyle=":",
+                                  label="N=1, no communication"))
+        else:
+            notes.append((axes[0], f"N=1 (no communication): {reference['step_ms']:.1f} ms a step"))
+    axes[0].legend(handles=handles, fontsize=7, loc="upper left")
+    handles = draw_bars(axes[1], throughput, throughput_pred)
+    top = max(v for c in throughput.values() for v in c["y"])
+    if reference is not None:
+        perfect = reference["samples_per_s"] * n
+        if perfect <= 1.25 * top:
+            axes[1].axhline(perfect, color="gray", linestyle=":")
+            handles.append(Line2D([], [], color="gray", linestyle=":",
+                                  label=f"perfect scaling ({n} × N=1)"))
+        else:
+            notes.append((axes[1], f"perfect scaling ({n} × N=1's "
+                          f"{reference['samples_per_s']:.0f} samples/s) is above the axes"))
+    axes[1].legend(handles=handles, fontsize=7, loc="upper left")
+    for ax, text in notes:
+        ax.text(0.98, 0.97, "\n".join(textwrap.wrap(text, 34)), transform=ax.transAxes,
+                fontsize=7, va="top", ha="right", color="dimgray")
+    handles = draw_bars(axes[2], traffic, traffic_pred)
+    axes[2].legend(handles=handles, fontsize=7, loc="upper left")
+    for ax in axes:
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.set_xlabel(f"strategy, N = {n}")
+    axes[0].set_ylabel("s per step")
+    axes[1].set_ylabel("samples/s (all workers)")
+    axes[2].set_ylabel("MB per step, busiest link, one way")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv", help="points.csv from bench/scaling.py")
@@ -280,6 +386,9 @@ def main():
     parser.add_argument("--title", default="", help="figure title")
     parser.add_argument("--note", default="",
                         help="one more line under the panels (what bounded the run, say)")
+    parser.add_argument("--command", default="",
+                        help="the command to show under the panels instead of the sweep's "
+                             "own (gradsync compare gives the one its user typed)")
     args = parser.parse_args()
     points = read_points(args.csv)
     groups = {}
@@ -287,7 +396,10 @@ def main():
         groups.setdefault((p["model"], p["link"], p["bucket_mb"], p["compute_ms"]), []).append(p)
     if not groups:
         sys.exit(f"plot_scaling: no points in {args.csv}")
-    footer = provenance_text(read_provenance(args.csv), args.note)
+    provenance = read_provenance(args.csv)
+    if provenance is not None and args.command:
+        provenance["command"] = args.command
+    footer = provenance_text(provenance, args.note)
     footer_lines = footer.count("\n") + 1
     height = 4.2 * len(groups) + 0.16 * footer_lines
     fig, axes = plt.subplots(len(groups), 3, figsize=(15, height), squeeze=False)
