@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "absl/strings/ascii.h"
@@ -278,6 +280,101 @@ absl::StatusOr<int> RemoveNamespaces(const std::string& prefix) {
   return removed;
 }
 
+namespace {
+
+// The bridge's alias: "gradsync-owner pid=P start=T pidns=pid:[N]" while a
+// process owns the network, "gradsync-kept" once `netem up` released it.
+constexpr char kOwnerTag[] = "gradsync-owner";
+constexpr char kKeptTag[] = "gradsync-kept";
+
+// Field 22 of /proc/PID/stat, the process's start time in clock ticks since
+// boot: with the PID it names one process, whatever reuses the PID later.
+// Empty when there is no such process.
+std::string ProcessStartTicks(int64_t pid) {
+  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(file)),
+                   std::istreambuf_iterator<char>());
+  // The command name (field 2) may hold spaces; fields after it do not.
+  const size_t end_of_name = stat.rfind(')');
+  if (end_of_name == std::string::npos) return "";
+  const std::vector<absl::string_view> fields = absl::StrSplit(
+      absl::string_view(stat).substr(end_of_name + 1), ' ', absl::SkipEmpty());
+  // fields[0] is field 3 (the state), so field 22 is fields[19].
+  return fields.size() > 19 ? std::string(fields[19]) : "";
+}
+
+std::string PidNamespace() {
+  char target[128];
+  const ssize_t n = readlink("/proc/self/ns/pid", target, sizeof(target) - 1);
+  return n > 0 ? std::string(target, n) : "";
+}
+
+std::string OwnerAlias() {
+  return absl::StrCat(kOwnerTag, " pid=", getpid(),
+                      " start=", ProcessStartTicks(getpid()),
+                      " pidns=", PidNamespace());
+}
+
+// The value of `key=` in an alias, empty when absent.
+std::string AliasField(absl::string_view alias, absl::string_view key) {
+  for (absl::string_view word : absl::StrSplit(alias, ' ')) {
+    if (absl::ConsumePrefix(&word, absl::StrCat(key, "="))) {
+      return std::string(word);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<LeftoverNetwork>> RemoveLeftoverNetworks() {
+  const std::string ip = FindTool("ip");
+  ASSIGN_OR_RETURN(std::vector<std::string> names, ListNamespaces(""));
+  std::vector<LeftoverNetwork> found;
+  for (const std::string& name : names) {
+    if (!absl::EndsWith(name, "-br")) continue;
+    auto shown = RunCommand({ip, "-n", name, "-o", "link", "show", "dev", "br0"});
+    // No br0: a namespace that is not one of ours.
+    if (!shown.ok()) continue;
+    const size_t at = shown->find(" alias ");
+    const std::string alias =
+        at == std::string::npos
+            ? ""
+            : std::string(absl::StripAsciiWhitespace(shown->substr(at + 7)));
+    LeftoverNetwork network;
+    network.prefix = name.substr(0, name.size() - 3);
+    if (absl::StartsWith(alias, kKeptTag)) continue;
+    if (!absl::StartsWith(alias, kOwnerTag)) {
+      network.owner = "no owner recorded (a build before the record, or a "
+                      "network being built now)";
+      found.push_back(network);
+      continue;
+    }
+    const std::string pid = AliasField(alias, "pid");
+    int64_t pid_value = 0;
+    if (!absl::SimpleAtoi(pid, &pid_value) || pid_value <= 0) continue;
+    // Another PID namespace's PIDs cannot be looked up from here.
+    if (AliasField(alias, "pidns") != PidNamespace()) continue;
+    if (ProcessStartTicks(pid_value) == AliasField(alias, "start")) continue;
+    network.owner = absl::StrCat("launcher PID ", pid, ", which is gone");
+    ASSIGN_OR_RETURN(const int removed, RemoveNamespaces(network.prefix));
+    network.removed = removed > 0;
+    found.push_back(network);
+  }
+  return found;
+}
+
+void EmulatedNetwork::Release() {
+  const absl::Status marked = Ip(
+      {"-n", BridgeNamespace(), "link", "set", "br0", "alias", kKeptTag});
+  if (!marked.ok()) {
+    GS_LOG(WARNING) << "the emulated network " << options_.prefix
+                    << " stays, but could not be marked as kept: "
+                    << marked.message();
+  }
+  namespaces_.clear();
+}
+
 absl::StatusOr<std::unique_ptr<EmulatedNetwork>> EmulatedNetwork::Create(
     const EmulatedNetworkOptions& options) {
   RETURN_IF_ERROR(CheckEmulationPrerequisites());
@@ -299,6 +396,20 @@ absl::StatusOr<std::unique_ptr<EmulatedNetwork>> EmulatedNetwork::Create(
       return absl::InvalidArgumentError(
           absl::StrCat("network prefix '", resolved.prefix,
                        "' must be at most 16 letters or digits"));
+    }
+  }
+  ASSIGN_OR_RETURN(const std::vector<LeftoverNetwork> leftovers,
+                   RemoveLeftoverNetworks());
+  for (const LeftoverNetwork& leftover : leftovers) {
+    if (leftover.removed) {
+      GS_LOG(WARNING) << "removed the emulated network " << leftover.prefix
+                      << " that a killed job left (" << leftover.owner << ")";
+    } else {
+      GS_LOG(WARNING) << "the emulated network " << leftover.prefix
+                      << " is on this machine with " << leftover.owner
+                      << "; if no job uses it, remove it with "
+                         "`netem down --prefix="
+                      << leftover.prefix << "` (the netem program beside gradsync)";
     }
   }
   std::unique_ptr<EmulatedNetwork> network(new EmulatedNetwork(resolved));
@@ -519,6 +630,9 @@ absl::Status EmulatedNetwork::Build() {
   namespaces_.push_back(bridge_ns);
   RETURN_IF_ERROR(
       Ip({"-n", bridge_ns, "link", "add", "br0", "type", "bridge"}));
+  // Who made the network, for RemoveLeftoverNetworks after a kill.
+  RETURN_IF_ERROR(
+      Ip({"-n", bridge_ns, "link", "set", "br0", "alias", OwnerAlias()}));
   RETURN_IF_ERROR(Ip({"-n", bridge_ns, "link", "set", "br0", "up"}));
   for (int node = 0; node < options_.nodes; ++node) {
     const std::string ns = NodeNamespace(node);

@@ -92,8 +92,10 @@ class EmulatedNetwork {
   // Removes everything Create made. Idempotent; reports the first failure
   // but tries every namespace.
   absl::Status Destroy();
-  // Forgets the network without removing it (`netem up`: it outlives us).
-  void Release() { namespaces_.clear(); }
+  // Forgets the network without removing it (`netem up`: it outlives us),
+  // and marks it as kept on purpose, so that RemoveLeftoverNetworks leaves
+  // it to `netem down`.
+  void Release();
 
   int nodes() const { return options_.nodes; }
   const std::string& prefix() const { return options_.prefix; }
@@ -151,5 +153,23 @@ absl::StatusOr<std::vector<std::string>> ListNamespaces(
 // `<prefix>-br`), for a network `netem up` left or a killed job leaked.
 // Returns how many were removed.
 absl::StatusOr<int> RemoveNamespaces(const std::string& prefix);
+
+// An emulated network another process left on this machine.
+struct LeftoverNetwork {
+  std::string prefix;
+  std::string owner;  // "launcher PID 1234", or why there is none
+  bool removed = false;
+};
+
+// Every network records its maker on its bridge (the alias of br0 in
+// `<prefix>-br`: PID, the process's start time and PID namespace), so the
+// record lives and dies with the network. A network whose maker is provably
+// gone (same PID namespace, and no process with that PID and start time: a
+// launcher killed before its teardown, by SIGKILL or the OOM killer) is
+// removed here. Networks kept on purpose (`netem up`) and networks of live
+// makers are left alone; a network with no record (from a build before the
+// record, or one being built this instant) is reported with removed = false
+// and never touched. EmulatedNetwork::Create calls this first.
+absl::StatusOr<std::vector<LeftoverNetwork>> RemoveLeftoverNetworks();
 
 }  // namespace gradsync

@@ -79,7 +79,11 @@ class EmulatedNetworkTest : public ::testing::Test {
     prefix_ = absl::StrCat("gst", getpid() % 100000);
   }
   void TearDown() override {
-    if (!prefix_.empty()) (void)RemoveNamespaces(prefix_);
+    if (prefix_.empty()) return;
+    // The test's own networks, and those of RemovesTheNetworkOfAGoneMakerOnly.
+    for (const char* suffix : {"", "g", "l", "k"}) {
+      (void)RemoveNamespaces(prefix_ + suffix);
+    }
   }
 
   std::vector<std::string> Left() {
@@ -197,6 +201,54 @@ TEST_F(EmulatedNetworkTest, RefusesNamesThatAreTakenAndTouchesNothing) {
   EXPECT_THAT(std::string(network.status().message()),
               HasSubstr(prefix_ + "-n1"));
   EXPECT_THAT(Left(), ::testing::ElementsAre(prefix_ + "-n1"));
+}
+
+// A job killed before its teardown leaves its network; the next Create
+// removes it when its maker is provably gone, and touches neither a live
+// job's network nor one `netem up` keeps.
+TEST_F(EmulatedNetworkTest, RemovesTheNetworkOfAGoneMakerOnly) {
+  const std::string gone = prefix_ + "g", live = prefix_ + "l",
+                    kept = prefix_ + "k";
+  auto count = [](const std::string& prefix) {
+    auto names = ListNamespaces(prefix + "-");
+    return names.ok() ? names->size() : size_t{0};
+  };
+  auto create = [](const std::string& prefix) {
+    EmulatedNetworkOptions options;
+    options.nodes = 2;
+    options.prefix = prefix;
+    return EmulatedNetwork::Create(options);
+  };
+  auto gone_network = create(gone);
+  ASSERT_TRUE(gone_network.ok()) << gone_network.status();
+  (*gone_network)->Release();
+  // Its maker's record names this process's PID with another start time:
+  // the PID was reused, the maker is gone.
+  char pidns[128];
+  const ssize_t n = readlink("/proc/self/ns/pid", pidns, sizeof(pidns) - 1);
+  ASSERT_GT(n, 0);
+  ASSERT_TRUE(RunCommand({"/usr/sbin/ip", "-n", gone + "-br", "link", "set",
+                          "br0", "alias",
+                          absl::StrCat("gradsync-owner pid=", getpid(),
+                                       " start=1 pidns=", std::string(pidns, n))})
+                  .ok());
+  auto live_network = create(live);
+  ASSERT_TRUE(live_network.ok()) << live_network.status();
+  auto kept_network = create(kept);
+  ASSERT_TRUE(kept_network.ok()) << kept_network.status();
+  (*kept_network)->Release();
+
+  auto leftovers = RemoveLeftoverNetworks();
+  ASSERT_TRUE(leftovers.ok()) << leftovers.status();
+  EXPECT_EQ(count(gone), 0u);
+  EXPECT_EQ(count(live), 3u);
+  EXPECT_EQ(count(kept), 3u);
+  for (const LeftoverNetwork& leftover : *leftovers) {
+    EXPECT_NE(leftover.prefix, live);
+    EXPECT_NE(leftover.prefix, kept);
+  }
+  (void)RemoveNamespaces(kept);
+  (void)RemoveNamespaces(gone);
 }
 
 }  // namespace
