@@ -7,6 +7,8 @@
 #   thread-safety  tools/thread_safety_check.sh: clang -Wthread-safety as an
 #                error over every file that uses absl::Mutex (gcc ignores
 #                ABSL_GUARDED_BY and friends); parses, compiles nothing.
+#   results      tools/render_results.py --check: the generated parts of
+#                docs/results/ against their data folders.
 #   cuda         where nvcc is present: only what --config=cuda changes (the
 #                CUDA device and kernels, NCCL, the programs tools/bundle.sh
 #                carries) and the CUDA-facing tests. --config=cuda shares the
@@ -91,6 +93,11 @@ command_stage() {
 bazel_stage "default: bazel test //..." default //... "$@"
 
 command_stage "thread-safety annotations (clang)" tools/thread_safety_check.sh
+
+# Every generated table and number in docs/results/ against its data
+# (tools/render_results.py: a page cannot say what its data does not).
+command_stage "results pages match their data" /usr/bin/python3 \
+  tools/render_results.py --check
 
 # What --config=cuda changes: the targets below select CUDA sources or
 # GRADSYNC_CUDA (grep '//:cuda_enabled' in the BUILD files), and the programs
