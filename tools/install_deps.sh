@@ -10,6 +10,7 @@
 #                                         # (Google Benchmark, Gloo)
 #   tools/install_deps.sh --with-pytorch  # also Debian's PyTorch (python/,
 #                                         # the PyTorch comparisons)
+#   tools/install_deps.sh --sim           # also SimGrid (sim/, the simulator)
 #   tools/install_deps.sh --test          # everything tools/test.sh needs:
 #                                         # all of the above, GoogleTest,
 #                                         # clang (fuzzing, thread-safety),
@@ -42,6 +43,10 @@ PYTORCH_PACKAGES=(
   # PyTorch workers (python/): Debian's torch, its C++ headers, pybind11
   python3-torch libtorch-dev pybind11-dev
 )
+SIM_PACKAGES=(
+  # the simulator's network engine (sim/)
+  libsimgrid-dev
+)
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev
   # fuzzing (fuzz/run.sh) and the thread-safety check: clang, its libFuzzer
@@ -57,11 +62,12 @@ for argument in "$@"; do
   case "$argument" in
     --bench) PACKAGES+=("${BENCH_PACKAGES[@]}") ;;
     --with-pytorch) PACKAGES+=("${PYTORCH_PACKAGES[@]}") ;;
+    --sim) PACKAGES+=("${SIM_PACKAGES[@]}") ;;
     --test)
       PACKAGES+=("${BENCH_PACKAGES[@]}" "${PYTORCH_PACKAGES[@]}"
-                 "${TEST_PACKAGES[@]}") ;;
+                 "${SIM_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
     *)
-      echo "usage: $0 [--bench] [--with-pytorch] [--test]" >&2
+      echo "usage: $0 [--bench] [--with-pytorch] [--sim] [--test]" >&2
       exit 2
       ;;
   esac

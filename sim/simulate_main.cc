@@ -1,0 +1,168 @@
+// gradsync-simulate: one training step of N workers under a strategy,
+// simulated on SimGrid (sim/simulation.h), beside its alpha-beta figure.
+//
+//   gradsync-simulate --strategy=ring --workers=64 --link=25gbit,5us \
+//       --profile=sim/profiles/resnet50-b128-fp32.json
+//   gradsync-simulate --strategy=ps --workers=64 --servers=64 \
+//       --link=100gbit,5us --model=custom:100
+//
+// Prints one line of JSON (the step, exposed communication, the busiest
+// link's bytes, the alpha-beta time of the same buckets synchronized one
+// after another from the first one's ready time, and the simulator's own
+// run time), or one error line and exit 2 for bad input.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "core/launch/netem.h"
+#include "nlohmann/json.hpp"
+#include "sim/profile.h"
+#include "sim/simulation.h"
+
+ABSL_FLAG(std::string, strategy, "ring", "ring or ps");
+ABSL_FLAG(int, workers, 8, "N, the data-parallel workers (one per host)");
+ABSL_FLAG(int, servers, 0, "ps: K servers (default N)");
+ABSL_FLAG(std::string, placement, "separate",
+          "ps: separate (servers on hosts of their own) or colocated (one on "
+          "each worker's host, K = N)");
+ABSL_FLAG(std::string, link, "25gbit,5us",
+          "every host's link to the switch: RATE[,LATENCY], as --netem takes "
+          "it; the latency is one way, host to host");
+ABSL_FLAG(std::string, profile, "",
+          "a step profile (sim/profiles/*.json: per-tensor gradient-ready "
+          "times); or --model");
+ABSL_FLAG(std::string, model, "",
+          "custom:MB[:TENSORS]: a gradient of that size and no compute");
+ABSL_FLAG(double, bucket_mb, 25, "bucket cap in MiB (DDP's default)");
+ABSL_FLAG(std::string, network_model, "CM02",
+          "SimGrid's network model: CM02 (alpha-beta sharing) or LV08 (its "
+          "TCP corrections)");
+
+namespace {
+
+using gradsync::sim::StepProfile;
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "gradsync-simulate: %s\n", message.c_str());
+  return 2;
+}
+
+absl::StatusOr<StepProfile> LoadProfile(int64_t bucket_bytes) {
+  const std::string path = absl::GetFlag(FLAGS_profile);
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (path.empty() == model.empty()) {
+    return absl::InvalidArgumentError(
+        "give one of --profile=FILE (sim/profiles/) and --model=custom:MB");
+  }
+  if (!path.empty()) {
+    std::ifstream file(path);
+    if (!file) {
+      return absl::NotFoundError("cannot read the profile " + path);
+    }
+    std::stringstream text;
+    text << file.rdbuf();
+    return gradsync::sim::ParseProfile(text.str(), bucket_bytes, path);
+  }
+  const std::vector<std::string> parts = absl::StrSplit(model, ':');
+  double mb = 0;
+  int tensors = 32;
+  if (parts.size() < 2 || parts.size() > 3 || parts[0] != "custom" ||
+      !absl::SimpleAtod(parts[1], &mb) || !(mb > 0) ||
+      (parts.size() == 3 && (!absl::SimpleAtoi(parts[2], &tensors) ||
+                             tensors < 1))) {
+    return absl::InvalidArgumentError(
+        "--model=" + model +
+        ": give custom:MB[:TENSORS], like custom:100 or custom:2.5:32");
+  }
+  return gradsync::sim::CustomProfile(static_cast<int64_t>(mb * 1e6), tensors,
+                                      bucket_bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "one training step of N workers under ring or ps, simulated on SimGrid");
+  absl::ParseCommandLine(argc, argv);
+  const auto started = std::chrono::steady_clock::now();
+
+  gradsync::sim::SimulationOptions options;
+  const std::string strategy = absl::GetFlag(FLAGS_strategy);
+  if (strategy == "ring") {
+    options.strategy = gradsync::sim::Strategy::kRing;
+  } else if (strategy == "ps") {
+    options.strategy = gradsync::sim::Strategy::kParameterServer;
+  } else {
+    return Fail("--strategy=" + strategy + ": ring or ps");
+  }
+  const std::string placement = absl::GetFlag(FLAGS_placement);
+  if (placement != "separate" && placement != "colocated") {
+    return Fail("--placement=" + placement + ": separate or colocated");
+  }
+  auto link = gradsync::ParseLinkSpec(absl::GetFlag(FLAGS_link));
+  if (!link.ok()) {
+    return Fail("--link=" + absl::GetFlag(FLAGS_link) + ": " +
+                std::string(link.status().message()));
+  }
+  if (link->rate_bits_per_s <= 0) {
+    return Fail("--link=" + absl::GetFlag(FLAGS_link) +
+                ": give the link a rate, like 25gbit");
+  }
+  const double bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  if (!(bucket_mb > 0)) return Fail("--bucket_mb must be above 0");
+  auto profile = LoadProfile(static_cast<int64_t>(bucket_mb * (1 << 20)));
+  if (!profile.ok()) return Fail(std::string(profile.status().message()));
+
+  options.profile = *profile;
+  options.network_model = absl::GetFlag(FLAGS_network_model);
+  options.cluster.workers = absl::GetFlag(FLAGS_workers);
+  options.cluster.colocated = placement == "colocated";
+  options.cluster.servers =
+      options.strategy == gradsync::sim::Strategy::kRing
+          ? 0
+          : (absl::GetFlag(FLAGS_servers) > 0 ? absl::GetFlag(FLAGS_servers)
+                                              : options.cluster.workers);
+  options.cluster.link_bytes_per_s = link->rate_bits_per_s / 8.0;
+  options.cluster.latency_s = absl::ToDoubleSeconds(link->latency);
+
+  auto result = gradsync::sim::SimulateStep(options);
+  if (!result.ok()) return Fail(std::string(result.status().message()));
+
+  double alpha_beta_s = 0;
+  for (const auto& bucket : options.profile.buckets) {
+    alpha_beta_s += gradsync::sim::AlphaBetaBucketSeconds(
+        options.strategy, options.cluster, bucket.bytes);
+  }
+  nlohmann::ordered_json out = {
+      {"strategy", strategy},
+      {"workers", options.cluster.workers},
+      {"servers", options.cluster.servers},
+      {"placement", options.strategy == gradsync::sim::Strategy::kRing
+                        ? "-"
+                        : placement},
+      {"link", absl::GetFlag(FLAGS_link)},
+      {"network_model", options.network_model},
+      {"profile", options.profile.name},
+      {"gradient_bytes", options.profile.gradient_bytes},
+      {"buckets", options.profile.buckets.size()},
+      {"step_ms", result->step_ms},
+      {"compute_ms", result->compute_ms},
+      {"exposed_ms", result->exposed_ms},
+      {"sync_ms", result->sync_ms},
+      {"alpha_beta_sync_ms", 1e3 * alpha_beta_s},
+      {"busiest_link_bytes", result->busiest_link_bytes},
+      {"messages", result->messages},
+      {"simulator_s", std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - started)
+                          .count()},
+  };
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
