@@ -112,11 +112,11 @@ absl::StatusOr<std::unique_ptr<JobConnection>> JobConnection::Join(
     security.job_token = JobTokenOfThisProcess();
     const WorkerSettings settings = SettingsOf(options);
     if (env.rank == 0) {
-      ASSIGN_OR_RETURN(job->coordinator_server_,
-                       CoordinatorServer::Start(CoordinatorBindAddress(env),
-                                                env.job_id, env.world_size,
-                                                env.num_servers, security,
-                                                env.shape, settings));
+      ASSIGN_OR_RETURN(
+          job->coordinator_server_,
+          CoordinatorServer::Start(CoordinatorBindAddress(env), env.job_id,
+                                   env.world_size, env.num_servers, security,
+                                   env.shape, settings));
     }
     CoordinatorClientOptions client_options;
     client_options.security = security;

@@ -214,11 +214,11 @@ TEST_F(JobStartTest, CoordinatorWhoseWorkersNeverArriveEndsTheJob) {
 TEST_F(JobStartTest, WorkerFailingAtStartUpEndsTheJob) {
   const Env servers = {{"GRADSYNC_NUM_SERVERS", "1"}};
   const Env server_env = {{"GRADSYNC_NUM_SERVERS", "1"}, {"WORLD_SIZE", "3"}};
-  const LaunchResult result = RunGroup(
-      {Worker(0, 3, servers),
-       Worker(1, 3, servers, {"--metrics_dir=/dev/null/metrics"}),
-       Worker(2, 3, servers), Server(0, server_env)},
-      false);
+  const LaunchResult result =
+      RunGroup({Worker(0, 3, servers),
+                Worker(1, 3, servers, {"--metrics_dir=/dev/null/metrics"}),
+                Worker(2, 3, servers), Server(0, server_env)},
+               false);
   ExpectAllEndedNaming(result, "worker 1");
   for (const ProcessResult& p : result.processes) {
     if (p.name == "worker 1") continue;
@@ -250,12 +250,12 @@ TEST_F(JobStartTest, WorkersWithDifferentTrainingFlagsFailAtStartUp) {
 
 // Per-process flags (paths, the wait deadline) may differ: the job runs.
 TEST_F(JobStartTest, WorkersWithDifferentPerProcessFlagsRun) {
-  const LaunchResult result = RunGroup(
-      {Worker(0, 2, {}, {"--sync=ring", "--timeout_s=40"}),
-       Worker(1, 2, {},
-              {"--sync=ring", "--metrics_dir=" + dir_ + "/worker1",
-               "--data_dir=" + dir_ + "/elsewhere"})},
-      /*stop_on_failure=*/true);
+  const LaunchResult result =
+      RunGroup({Worker(0, 2, {}, {"--sync=ring", "--timeout_s=40"}),
+                Worker(1, 2, {},
+                       {"--sync=ring", "--metrics_dir=" + dir_ + "/worker1",
+                        "--data_dir=" + dir_ + "/elsewhere"})},
+               /*stop_on_failure=*/true);
   ASSERT_EQ(result.exit_code, 0) << GroupOutputs(result);
 }
 

@@ -8,9 +8,9 @@
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
+#include "core/telemetry/manifest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/telemetry/manifest.h"
 
 namespace gradsync {
 namespace {

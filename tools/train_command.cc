@@ -175,11 +175,10 @@ absl::Status Train() {
                                    env.job_id, env.world_size, env.num_servers,
                                    security, env.shape, settings));
     }
-    ASSIGN_OR_RETURN(coordinator,
-                     CoordinatorClient::Connect(
-                         env.coordinator_target(), env.job_id, Role::kWorker,
-                         env.rank, options.timeout,
-                         ClientOptions(env, security, settings)));
+    ASSIGN_OR_RETURN(coordinator, CoordinatorClient::Connect(
+                                      env.coordinator_target(), env.job_id,
+                                      Role::kWorker, env.rank, options.timeout,
+                                      ClientOptions(env, security, settings)));
     // Without a launcher's id, worker 0's coordinator named the job.
     context.identity.job_id = coordinator->job_id();
     context.rendezvous = coordinator.get();

@@ -38,6 +38,17 @@ std::string Shown(absl::string_view text, size_t shown = 64) {
                       text.size(), " bytes)");
 }
 
+// A setting's name or value in an error: escaped, and cut at 128 characters
+// of the escaped text, so that a real flag's value is shown whole and a
+// hostile one cannot blow up the message (4 times its bytes when escaped).
+std::string ShownSetting(absl::string_view text) {
+  constexpr size_t kShown = 128;
+  const std::string escaped = absl::CHexEscape(text);
+  if (escaped.size() <= kShown) return escaped;
+  return absl::StrCat(escaped.substr(0, kShown), "...(", text.size(),
+                      " bytes)");
+}
+
 grpc::Status TooLong(absl::string_view what, size_t size, size_t limit) {
   return grpc::Status(
       grpc::StatusCode::INVALID_ARGUMENT,
@@ -106,22 +117,22 @@ std::string CoordinatorService::SettingsDifference(
   while (mine != ours.end() || other != theirs.end()) {
     if (other == theirs.end() ||
         (mine != ours.end() && mine->first < other->first)) {
-      return absl::StrCat("it does not state ", Shown(mine->first, 256),
+      return absl::StrCat("it does not state ", ShownSetting(mine->first),
                           ", which worker 0 sets to ",
-                          Shown(mine->second, 256),
+                          ShownSetting(mine->second),
                           " (another version of gradsync?)");
     }
     if (mine == ours.end() || other->first < mine->first) {
-      return absl::StrCat("its ", Shown(other->first, 256), "=",
-                          Shown(other->second, 256),
+      return absl::StrCat("its ", ShownSetting(other->first), "=",
+                          ShownSetting(other->second),
                           " is unknown to worker 0 (another version of "
                           "gradsync?)");
     }
     if (mine->second != other->second) {
-      return absl::StrCat("its ", Shown(other->first, 256), "=",
-                          Shown(other->second, 256), " differs from worker 0's ",
-                          Shown(mine->first, 256), "=",
-                          Shown(mine->second, 256));
+      return absl::StrCat(
+          "its ", ShownSetting(other->first), "=", ShownSetting(other->second),
+          " differs from worker 0's ", ShownSetting(mine->first), "=",
+          ShownSetting(mine->second));
     }
     ++mine;
     ++other;

@@ -152,9 +152,9 @@ WorkerSettings Settings(const std::string& lr) {
 class SettingsAgreementTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto server = CoordinatorServer::Start("127.0.0.1:0", "job-s", 2, 0,
-                                           CoordinatorSecurity(), "",
-                                           Settings("0.05"));
+    auto server =
+        CoordinatorServer::Start("127.0.0.1:0", "job-s", 2, 0,
+                                 CoordinatorSecurity(), "", Settings("0.05"));
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
   }
