@@ -35,6 +35,9 @@ CoordinatorServiceOptions Options() {
   options.max_store_bytes = 64 << 10;
   options.max_store_keys = 64;
   options.max_barriers = 64;
+  // Worker 0's settings, so that settings in a Join (raw requests) are
+  // compared and their refusal quoted.
+  options.worker_settings.values = {{"--lr", "0.05"}, {"--sync", "ring"}};
   return options;
 }
 

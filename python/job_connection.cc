@@ -11,6 +11,7 @@
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/job_token.h"
+#include "tools/job_settings.h"
 
 namespace gradsync {
 namespace {
@@ -44,6 +45,21 @@ std::string CoordinatorBindAddress(const ClusterEnv& env) {
   const bool local =
       env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;
   return absl::StrCat(local ? "127.0.0.1" : "0.0.0.0", ":", env.master_port);
+}
+
+// What every PyTorch worker of the job must agree on, compared by worker 0's
+// coordinator at Join (core/cluster/coordinator.h): the strategy, and its
+// flags as applied (the same per-process exceptions as a native worker's,
+// tools/job_settings.h). A worker given another strategy fails the job at
+// Join, naming both workers, instead of waiting for peers that will never
+// connect to it.
+WorkerSettings SettingsOf(const JobConnectionOptions& options) {
+  WorkerSettings settings = WorkerSettingsFromFlags();
+  settings.values["--sync"] = options.sync;
+  settings.advice =
+      "give every worker the same gradsync.torch.connect(sync=...) and "
+      "strategy flags (GRADSYNC_FLAGS)";
+  return settings;
 }
 
 }  // namespace
@@ -94,18 +110,20 @@ absl::StatusOr<std::unique_ptr<JobConnection>> JobConnection::Join(
   if (env.world_size > 1 || env.num_servers > 0) {
     CoordinatorSecurity security;
     security.job_token = JobTokenOfThisProcess();
+    const WorkerSettings settings = SettingsOf(options);
     if (env.rank == 0) {
-      ASSIGN_OR_RETURN(job->coordinator_server_,
-                       CoordinatorServer::Start(CoordinatorBindAddress(env),
-                                                env.job_id, env.world_size,
-                                                env.num_servers, security,
-                                                env.shape));
+      ASSIGN_OR_RETURN(
+          job->coordinator_server_,
+          CoordinatorServer::Start(CoordinatorBindAddress(env), env.job_id,
+                                   env.world_size, env.num_servers, security,
+                                   env.shape, settings));
     }
     CoordinatorClientOptions client_options;
     client_options.security = security;
     client_options.num_workers = env.world_size;
     client_options.num_servers = env.num_servers;
     client_options.shape_source = env.shape;
+    client_options.settings = settings;
     ASSIGN_OR_RETURN(job->coordinator_,
                      CoordinatorClient::Connect(
                          env.coordinator_target(), env.job_id, Role::kWorker,

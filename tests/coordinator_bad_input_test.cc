@@ -7,6 +7,7 @@
 #include <climits>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -40,7 +41,24 @@ CoordinatorServiceOptions SmallService() {
   options.max_store_bytes = 1 << 20;
   options.max_store_keys = 100;
   options.max_barriers = 100;
+  options.worker_settings.values = {{"--lr", "0.05"}, {"--sync", "ring"}};
   return options;
+}
+
+// Worker 0's settings with `name` set to `value` (added when new).
+std::vector<std::pair<std::string, std::string>> SettingsWith(
+    const std::string& name, const std::string& value) {
+  std::vector<std::pair<std::string, std::string>> settings = {
+      {"--lr", "0.05"}, {"--sync", "ring"}};
+  bool found = false;
+  for (auto& setting : settings) {
+    if (setting.first == name) {
+      setting.second = value;
+      found = true;
+    }
+  }
+  if (!found) settings.push_back({name, value});
+  return settings;
 }
 
 proto::Sender Sender(int rank, proto::Role role = proto::ROLE_WORKER,
@@ -75,13 +93,20 @@ struct Call {
     proto::GetResponse response;
     return service.Get(&context, &request, &response);
   }
-  grpc::Status Join(const proto::Sender& sender, const std::string& address,
-                    const std::string& host, int64_t timeout_ms) {
+  grpc::Status Join(
+      const proto::Sender& sender, const std::string& address,
+      const std::string& host, int64_t timeout_ms,
+      const std::vector<std::pair<std::string, std::string>>& settings = {}) {
     proto::JoinRequest request;
     *request.mutable_sender() = sender;
     request.set_address(address);
     request.set_host(host);
     request.set_timeout_ms(timeout_ms);
+    for (const auto& [name, value] : settings) {
+      proto::Setting* setting = request.add_settings();
+      setting->set_name(name);
+      setting->set_value(value);
+    }
     proto::JoinResponse response;
     return service.Join(&context, &request, &response);
   }
@@ -245,6 +270,36 @@ std::vector<HostileCase> Cases() {
       {"HugeHostName", kToken, nullptr,
        [&](Call& c) { return c.Join(Sender(0), "a", kMiB, 1000); },
        grpc::StatusCode::INVALID_ARGUMENT, "host name has 1048576 bytes"},
+      {"HugeSetting", kToken, nullptr,
+       [&](Call& c) {
+         return c.Join(Sender(1), "a", "h", 1000, SettingsWith("--lr", kMiB));
+       },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "setting --lr has 1048580 bytes; the coordinator accepts at most "
+       "16384"},
+      {"TooManySettings", kToken, nullptr,
+       [&](Call& c) {
+         std::vector<std::pair<std::string, std::string>> many;
+         for (int i = 0; i < 5000; ++i) many.push_back({absl::StrCat(i), ""});
+         return c.Join(Sender(1), "a", "h", 1000, many);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "states 5000 settings"},
+      {"SettingStatedTwice", kToken, nullptr,
+       [&](Call& c) {
+         auto twice = SettingsWith("--lr", "0.05");
+         twice.push_back({"--lr", "0.5"});
+         return c.Join(Sender(1), "a", "h", 1000, twice);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "states setting --lr twice"},
+      // A refusal for another value quotes it escaped and cut short.
+      {"SettingWithTerminalEscapes", kToken, nullptr,
+       [&](Call& c) {
+         return c.Join(
+             Sender(1), "a", "h", 1000,
+             SettingsWith("--lr", "\x1b[2J" + std::string(2000, 'x')));
+       },
+       grpc::StatusCode::FAILED_PRECONDITION,
+       "worker 1 was refused at Join: its --lr=\\x1b[2Jxxx"},
       {"JoinTwice", kToken,
        [&](Call& c) {
          ASSERT_EQ(c.Join(Sender(1), "first:1", "h1", 0).error_code(),

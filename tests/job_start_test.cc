@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -207,23 +208,55 @@ TEST_F(JobStartTest, CoordinatorWhoseWorkersNeverArriveEndsTheJob) {
   EXPECT_THAT(result.processes[1].output, HasSubstr("the job lost worker 0"));
 }
 
-// Worker 1 fails after joining, before the first step (its data set is
-// missing): everyone ends naming it, long before any deadline.
+// Worker 1 fails after joining, before the first step (its metrics folder
+// cannot be made: a per-process flag, so its Join is accepted): everyone
+// ends naming it, long before any deadline.
 TEST_F(JobStartTest, WorkerFailingAtStartUpEndsTheJob) {
   const Env servers = {{"GRADSYNC_NUM_SERVERS", "1"}};
   const Env server_env = {{"GRADSYNC_NUM_SERVERS", "1"}, {"WORLD_SIZE", "3"}};
-  const LaunchResult result = RunGroup(
-      {Worker(0, 3, servers),
-       Worker(1, 3, servers,
-              {"--data=fashion-mnist", "--data_dir=" + dir_ + "/no-such-dir"}),
-       Worker(2, 3, servers), Server(0, server_env)},
-      false);
+  const LaunchResult result =
+      RunGroup({Worker(0, 3, servers),
+                Worker(1, 3, servers, {"--metrics_dir=/dev/null/metrics"}),
+                Worker(2, 3, servers), Server(0, server_env)},
+               false);
   ExpectAllEndedNaming(result, "worker 1");
   for (const ProcessResult& p : result.processes) {
     if (p.name == "worker 1") continue;
     EXPECT_THAT(p.output, HasSubstr("the job lost worker 1")) << p.name;
     EXPECT_THAT(p.output, HasSubstr("it failed: ")) << p.name;
   }
+}
+
+// Issue 42's job started by hand: the workers differ in one training flag.
+// Worker 0's coordinator refuses worker 1 at Join, and both end before any
+// step, naming the flag with both values; no parameters are written (they
+// used to end with exit 0 and different parameters).
+TEST_F(JobStartTest, WorkersWithDifferentTrainingFlagsFailAtStartUp) {
+  const LaunchResult result =
+      RunGroup({Worker(0, 2, {}, {"--sync=ring", "--lr=0.05"}),
+                Worker(1, 2, {}, {"--sync=ring", "--lr=0.5"})},
+               false);
+  ExpectAllEndedNaming(result,
+                       "its --lr=0.5 differs from worker 0's --lr=0.05; give "
+                       "every worker the same training flags");
+  EXPECT_THAT(result.processes[0].output, HasSubstr("the job lost worker 1"));
+  EXPECT_THAT(result.processes[1].output,
+              HasSubstr("worker 1 was refused at Join"));
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_FALSE(std::ifstream(absl::StrCat(dir_, "/params.worker", rank)))
+        << "worker " << rank << " trained";
+  }
+}
+
+// Per-process flags (paths, the wait deadline) may differ: the job runs.
+TEST_F(JobStartTest, WorkersWithDifferentPerProcessFlagsRun) {
+  const LaunchResult result =
+      RunGroup({Worker(0, 2, {}, {"--sync=ring", "--timeout_s=40"}),
+                Worker(1, 2, {},
+                       {"--sync=ring", "--metrics_dir=" + dir_ + "/worker1",
+                        "--data_dir=" + dir_ + "/elsewhere"})},
+               /*stop_on_failure=*/true);
+  ASSERT_EQ(result.exit_code, 0) << GroupOutputs(result);
 }
 
 // Worker 0 is killed while the job assembles (worker 1 never comes): the

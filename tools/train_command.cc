@@ -22,6 +22,7 @@
 #include "ps/flags.h"
 #include "tools/cluster_flags.h"
 #include "tools/commands.h"
+#include "tools/job_settings.h"
 #include "tools/train_flags.h"
 
 // Defined by `gradsync launch` (launch_command.cc), in this same binary.
@@ -38,15 +39,18 @@ std::string CoordinatorBindAddress(const ClusterEnv& env) {
   return absl::StrCat(local ? "127.0.0.1" : "0.0.0.0", ":", env.master_port);
 }
 
-// The job's shape as this process sees it travels with every Join, so that
-// worker 0's coordinator refuses a member that believes in another job.
+// The job's shape as this process sees it, and its training flags, travel
+// with every Join, so that worker 0's coordinator refuses a member that
+// believes in another job or would train another model.
 CoordinatorClientOptions ClientOptions(const ClusterEnv& env,
-                                       const CoordinatorSecurity& security) {
+                                       const CoordinatorSecurity& security,
+                                       const WorkerSettings& settings) {
   CoordinatorClientOptions options;
   options.security = security;
   options.num_workers = env.world_size;
   options.num_servers = env.num_servers;
   options.shape_source = env.shape;
+  options.settings = settings;
   return options;
 }
 
@@ -162,17 +166,19 @@ absl::Status Train() {
   if (env.world_size > 1 || env.num_servers > 0) {
     ASSIGN_OR_RETURN(CoordinatorSecurity security,
                      CoordinatorSecurityFromFlags());
+    // After every flag is final (--netem above, derived defaults).
+    const WorkerSettings settings = WorkerSettingsFromFlags();
     if (env.rank == 0) {
       ASSIGN_OR_RETURN(
           coordinator_server,
           CoordinatorServer::Start(ApplyBindFlag(CoordinatorBindAddress(env)),
                                    env.job_id, env.world_size, env.num_servers,
-                                   security, env.shape));
+                                   security, env.shape, settings));
     }
     ASSIGN_OR_RETURN(coordinator, CoordinatorClient::Connect(
                                       env.coordinator_target(), env.job_id,
                                       Role::kWorker, env.rank, options.timeout,
-                                      ClientOptions(env, security)));
+                                      ClientOptions(env, security, settings)));
     // Without a launcher's id, worker 0's coordinator named the job.
     context.identity.job_id = coordinator->job_id();
     context.rendezvous = coordinator.get();

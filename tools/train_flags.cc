@@ -184,7 +184,9 @@ ABSL_FLAG(std::string, metrics_dir, "",
 ABSL_FLAG(bool, progress, true, "print a progress line on worker 0");
 ABSL_FLAG(int64_t, check_params_every, 0,
           "every this many steps, check that all workers hold identical "
-          "parameters (CRC-32 through the coordinator); 0 = only at start-up");
+          "parameters (CRC-32 through the coordinator); 0 = only at start-up "
+          "and after the last step (always compared then, except under "
+          "--ps_consistency=ssp|asp, where replicas may differ)");
 ABSL_FLAG(std::string, dump_params, "",
           "write the final parameters (raw float32) to <path>.worker<rank>");
 ABSL_FLAG(int64_t, warmup_steps, 5, "steps left out of the summary's means");

@@ -80,7 +80,7 @@ std::string Hostname() {
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const std::string& bind_address, const std::string& job_id, int num_workers,
     int num_servers, const CoordinatorSecurity& security,
-    const std::string& shape_source) {
+    const std::string& shape_source, const WorkerSettings& worker_settings) {
   if (num_workers < 1 || num_servers < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "coordinator needs at least one worker and no negative server count; "
@@ -108,6 +108,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     options.num_workers = num_workers;
     options.num_servers = num_servers;
     options.shape_source = shape_source;
+    options.worker_settings = worker_settings;
     options.job_token = security.job_token;
     return options;
   }());
@@ -513,13 +514,23 @@ absl::StatusOr<std::vector<Member>> CoordinatorClient::Join(
     request.set_num_servers(options_.num_servers);
     request.set_shape_source(options_.shape_source);
   }
+  if (role_ == Role::kWorker) {
+    for (const auto& [name, value] : options_.settings.values) {
+      proto::Setting* setting = request.add_settings();
+      setting->set_name(name);
+      setting->set_value(value);
+    }
+  }
   proto::JoinResponse response;
   grpc::ClientContext context;
   PrepareWaitingCall(context, timeout);
   const absl::Status joined =
       WaitedCallStatus(stub_->stub_->Join(&context, request, &response),
                        absl::StrCat(self(), " joining job at ", target_));
-  // A closed connection is the symptom; the watch says what happened.
+  // A closed connection is the symptom; the watch says what happened. A
+  // refusal of this member (another shape, other settings) is the cause
+  // itself, already naming both sides.
+  if (absl::IsFailedPrecondition(joined)) return joined;
   if (!joined.ok()) return ExplainFailure(joined, absl::Seconds(2));
   std::vector<Member> members;
   for (const auto& info : response.members()) {

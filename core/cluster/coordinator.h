@@ -57,6 +57,20 @@ namespace gradsync {
 
 class CoordinatorService;  // core/coordinator_service.h
 
+// A worker's training-relevant settings, sent with its Join and compared by
+// the coordinator with worker 0's: a worker whose settings differ would train
+// another model, so it is refused and the whole job fails at once, naming both
+// workers and the first setting that differs. The library reads no flags:
+// the command line makes them (tools/job_settings.h), the PyTorch hook from
+// its connect() arguments.
+struct WorkerSettings {
+  // By name as the user writes them ("--lr" -> "0.05"). Empty: none stated,
+  // nothing compared.
+  std::map<std::string, std::string> values;
+  // Worker 0's only: what a refused worker is told to do.
+  std::string advice = "give every worker the same training flags";
+};
+
 // Who may talk to the coordinator, and how. The default, no token and
 // plaintext, is for tests and single-machine benchmarks.
 struct CoordinatorSecurity {
@@ -73,12 +87,14 @@ class CoordinatorServer {
   // one (NewJobId), which members that were given none learn on Connect.
   // `shape_source` says where worker 0 read num_workers and num_servers
   // (ClusterEnv::shape), for the error that refuses a member that believes
-  // in another shape.
+  // in another shape. `worker_settings` are worker 0's, which every worker
+  // that states its settings at Join must have (none: nothing compared).
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const std::string& bind_address, const std::string& job_id,
       int num_workers, int num_servers,
       const CoordinatorSecurity& security = CoordinatorSecurity(),
-      const std::string& shape_source = "");
+      const std::string& shape_source = "",
+      const WorkerSettings& worker_settings = WorkerSettings());
   ~CoordinatorServer();
 
   int port() const { return port_; }
@@ -110,6 +126,9 @@ struct CoordinatorClientOptions {
   int num_workers = 0;
   int num_servers = 0;
   std::string shape_source;  // ClusterEnv::shape
+  // This worker's training-relevant settings, sent with Join (a worker's
+  // only; see WorkerSettings).
+  WorkerSettings settings;
   // Called once, from the thread that watches the job, when the coordinator
   // says the job has ended (worker 0 has finished) while this member is
   // still in it: a parameter server then knows no worker will come back.

@@ -1,6 +1,9 @@
 #include "core/cluster/coordinator_service.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -33,6 +36,17 @@ std::string Shown(absl::string_view text, size_t shown = 64) {
   if (text.size() <= shown) return absl::CHexEscape(text);
   return absl::StrCat(absl::CHexEscape(text.substr(0, shown)), "...(",
                       text.size(), " bytes)");
+}
+
+// A setting's name or value in an error: escaped, and cut at 128 characters
+// of the escaped text, so that a real flag's value is shown whole and a
+// hostile one cannot blow up the message (4 times its bytes when escaped).
+std::string ShownSetting(absl::string_view text) {
+  constexpr size_t kShown = 128;
+  const std::string escaped = absl::CHexEscape(text);
+  if (escaped.size() <= kShown) return escaped;
+  return absl::StrCat(escaped.substr(0, kShown), "...(", text.size(),
+                      " bytes)");
 }
 
 grpc::Status TooLong(absl::string_view what, size_t size, size_t limit) {
@@ -85,6 +99,45 @@ std::string CoordinatorService::ShapeLocked() const {
              ? absl::StrCat(options_.num_workers, " workers and ",
                             options_.num_servers, " servers")
              : options_.shape_source;
+}
+
+std::string CoordinatorService::SettingsDifference(
+    const proto::JoinRequest& request) const {
+  const std::map<std::string, std::string>& ours =
+      options_.worker_settings.values;
+  if (ours.empty() || request.settings().empty()) return "";
+  std::map<std::string, std::string> theirs;
+  for (const proto::Setting& setting : request.settings()) {
+    theirs[setting.name()] = setting.value();
+  }
+  // Both sorted by name: the first difference is the same whichever side
+  // is walked, and the same on every run.
+  auto mine = ours.begin();
+  auto other = theirs.begin();
+  while (mine != ours.end() || other != theirs.end()) {
+    if (other == theirs.end() ||
+        (mine != ours.end() && mine->first < other->first)) {
+      return absl::StrCat("it does not state ", ShownSetting(mine->first),
+                          ", which worker 0 sets to ",
+                          ShownSetting(mine->second),
+                          " (another version of gradsync?)");
+    }
+    if (mine == ours.end() || other->first < mine->first) {
+      return absl::StrCat("its ", ShownSetting(other->first), "=",
+                          ShownSetting(other->second),
+                          " is unknown to worker 0 (another version of "
+                          "gradsync?)");
+    }
+    if (mine->second != other->second) {
+      return absl::StrCat(
+          "its ", ShownSetting(other->first), "=", ShownSetting(other->second),
+          " differs from worker 0's ", ShownSetting(mine->first), "=",
+          ShownSetting(mine->second));
+    }
+    ++mine;
+    ++other;
+  }
+  return "";
 }
 
 grpc::Status CoordinatorService::CheckCall(
@@ -163,6 +216,26 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
     return TooLong("the joining member's host name", request->host().size(),
                    kMaxAddressBytes);
   }
+  if (request->settings_size() > kMaxSettings) {
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("the joining member states ", request->settings_size(),
+                     " settings; the coordinator accepts at most ",
+                     kMaxSettings));
+  }
+  std::set<std::string> named;
+  for (const proto::Setting& setting : request->settings()) {
+    if (setting.name().size() + setting.value().size() > kMaxSettingBytes) {
+      return TooLong(absl::StrCat("setting ", Shown(setting.name())),
+                     setting.name().size() + setting.value().size(),
+                     kMaxSettingBytes);
+    }
+    if (!named.insert(setting.name()).second) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("the joining member states setting ",
+                                       Shown(setting.name()), " twice"));
+    }
+  }
   const Role role = RoleOf(request->sender());
   const int rank = request->sender().rank();
   absl::MutexLock lock(&mu_);
@@ -181,6 +254,22 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
         "); give every process the same number of workers and servers");
     RecordLossLocked(key, request->address(), request->host(), reason);
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, reason);
+  }
+  // A worker whose settings differ from worker 0's would train another
+  // model beside it (and end "successfully" with other parameters): the job
+  // fails now, as for another shape, naming both and the setting.
+  if (role == Role::kWorker) {
+    if (const std::string difference = SettingsDifference(*request);
+        !difference.empty()) {
+      const std::string reason =
+          absl::StrCat("it was refused at Join: ", difference, "; ",
+                       options_.worker_settings.advice);
+      RecordLossLocked(key, request->address(), request->host(), reason);
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat(Name(role, rank), " was refused at Join: ", difference,
+                       "; ", options_.worker_settings.advice));
+    }
   }
   auto it = members_.find(key);
   if (it != members_.end()) {

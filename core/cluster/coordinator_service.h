@@ -36,6 +36,9 @@ struct CoordinatorServiceOptions {
   // Where the coordinator's host read N and K ("8 workers (WORLD_SIZE), ..."),
   // for the error that refuses a member believing in another shape.
   std::string shape_source;
+  // Worker 0's settings: a worker whose Join states others is refused, and
+  // the job fails (CoordinatorServer::Start).
+  WorkerSettings worker_settings;
   // Required from every caller when not empty (core/cluster/job_token.h).
   std::string job_token;
   // Bounds on the key-value store (tests lower them).
@@ -57,6 +60,10 @@ class CoordinatorService final
   static constexpr size_t kMaxKeyBytes = 1024;
   static constexpr size_t kMaxAddressBytes = 1024;
   static constexpr size_t kMaxJobIdBytes = 256;
+  // A worker's settings at Join: far more than gradsync has flags, and
+  // values far longer than any flag's.
+  static constexpr int kMaxSettings = 4096;
+  static constexpr size_t kMaxSettingBytes = 16384;
   // Get of this key answers the job's id, for members that were started
   // without one (core/cluster/coordinator.h); it is not in the store.
   static constexpr char kJobIdKey[] = "gradsync/job_id";
@@ -136,6 +143,10 @@ class CoordinatorService final
                            const proto::Sender& sender,
                            const std::string& peer);
   std::string ShapeLocked() const;
+  // Why a joining worker's settings cannot be taken: "" when they agree
+  // with worker 0's (or either side states none); otherwise the first
+  // setting by name that differs, naming both values.
+  std::string SettingsDifference(const proto::JoinRequest& request) const;
   template <typename Done, typename Describe>
   grpc::Status WaitLocked(grpc::ServerContext* context, int64_t timeout_ms,
                           Done done, Describe describe)

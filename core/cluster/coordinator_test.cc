@@ -142,6 +142,97 @@ TEST_F(CoordinatorTest, StrangersAreRefused) {
   EXPECT_THAT(std::string(bad_server.message()), HasSubstr("unknown server 1"));
 }
 
+// Worker 0's settings, as the command line gives them to its coordinator.
+WorkerSettings Settings(const std::string& lr) {
+  WorkerSettings settings;
+  settings.values = {{"--lr", lr}, {"--model", "mlp"}, {"--sync", "ring"}};
+  return settings;
+}
+
+class SettingsAgreementTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server =
+        CoordinatorServer::Start("127.0.0.1:0", "job-s", 2, 0,
+                                 CoordinatorSecurity(), "", Settings("0.05"));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+  // A worker that states `settings` at Join. Refusals fail the job, which
+  // must not end this test's process.
+  std::unique_ptr<CoordinatorClient> Worker(int rank,
+                                            const WorkerSettings& settings) {
+    CoordinatorClientOptions options;
+    options.exit_when_member_lost = false;
+    options.settings = settings;
+    auto client = CoordinatorClient::Connect(
+        absl::StrCat("127.0.0.1:", server_->port()), "job-s", Role::kWorker,
+        rank, absl::Seconds(10), options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+  std::unique_ptr<CoordinatorServer> server_;
+};
+
+TEST_F(SettingsAgreementTest, WorkersWithWorker0sSettingsJoin) {
+  auto worker0 = Worker(0, Settings("0.05"));
+  auto worker1 = Worker(1, Settings("0.05"));
+  absl::StatusOr<std::vector<Member>> joined0;
+  std::thread join0([&] { joined0 = worker0->Join("a:1", absl::Seconds(20)); });
+  auto joined1 = worker1->Join("b:2", absl::Seconds(20));
+  join0.join();
+  ASSERT_TRUE(joined0.ok()) << joined0.status();
+  ASSERT_TRUE(joined1.ok()) << joined1.status();
+  EXPECT_EQ(joined1->size(), 2u);
+  EXPECT_TRUE(server_->LostMembers().empty());
+}
+
+// The refused worker, worker 0 (already waiting in Join) and the job's record
+// all name both workers and the first setting that differs, with both values.
+TEST_F(SettingsAgreementTest, WorkerWithOtherSettingsFailsTheJobNamingBoth) {
+  auto worker0 = Worker(0, Settings("0.05"));
+  auto worker1 = Worker(1, Settings("0.5"));
+  absl::StatusOr<std::vector<Member>> joined0;
+  std::thread join0([&] { joined0 = worker0->Join("a:1", absl::Seconds(30)); });
+  auto refused = worker1->Join("b:2", absl::Seconds(30));
+  join0.join();
+  const std::string difference =
+      "was refused at Join: its --lr=0.5 differs from worker 0's --lr=0.05; "
+      "give every worker the same training flags";
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("worker 1 " + difference));
+  ASSERT_FALSE(joined0.ok());
+  EXPECT_THAT(std::string(joined0.status().message()),
+              HasSubstr("the job lost worker 1 (b:2"));
+  EXPECT_THAT(std::string(joined0.status().message()),
+              HasSubstr("its --lr=0.5 differs from worker 0's --lr=0.05"));
+  const std::vector<std::string> lost = server_->LostMembers();
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_THAT(lost[0], HasSubstr("worker 1 (b:2"));
+  EXPECT_THAT(lost[0], HasSubstr("its --lr=0.5 differs"));
+}
+
+// A setting only one side has (another build) is a difference too.
+TEST_F(SettingsAgreementTest, SettingWorker0DoesNotHaveIsRefused) {
+  WorkerSettings more = Settings("0.05");
+  more.values["--new_knob"] = "7";
+  auto refused = Worker(1, more)->Join("b:2", absl::Seconds(30));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("its --new_knob=7 is unknown to worker 0"));
+}
+
+TEST_F(SettingsAgreementTest, MissingSettingIsRefused) {
+  WorkerSettings fewer = Settings("0.05");
+  fewer.values.erase("--model");
+  auto refused = Worker(1, fewer)->Join("b:2", absl::Seconds(30));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("it does not state --model, which worker 0 sets to "
+                        "mlp"));
+}
+
 // A call made while the coordinator cannot be reached waits for it until its
 // deadline (instead of failing at once with whatever the last connection
 // attempt met), says there was no connection, and the same client goes on

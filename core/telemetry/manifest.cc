@@ -58,6 +58,8 @@ std::string CpuModel() {
   return "unknown";
 }
 
+}  // namespace
+
 // gradsync's own flags live in these folders; Abseil's and gRPC's are left out.
 bool IsGradsyncFlagFile(absl::string_view file) {
   for (const char* folder :
@@ -66,8 +68,6 @@ bool IsGradsyncFlagFile(absl::string_view file) {
   }
   return false;
 }
-
-}  // namespace
 
 std::string GitCommit() {
   if (const char* env = std::getenv("GRADSYNC_GIT_COMMIT"); env && *env)

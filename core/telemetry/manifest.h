@@ -5,7 +5,13 @@
 
 #include <string>
 
+#include "absl/strings/string_view.h"
+
 namespace gradsync {
+
+// Whether a flag defined in `file` (CommandLineFlag::Filename) is one of
+// gradsync's own, which the manifest records; Abseil's and gRPC's are not.
+bool IsGradsyncFlagFile(absl::string_view file);
 
 // A JSON object (text). Flags are those defined in gradsync's own sources.
 std::string ManifestJson();

@@ -801,6 +801,16 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     // The epoch's end, or the run's last step inside it.
     RETURN_IF_ERROR(WriteCheckpointIfAsked(epoch, done_in_epoch));
   }
+  // The run's end: replicas that should be identical are compared once more
+  // (one CRC each), so that workers which diverged silently (another flag,
+  // a strategy's fault) cannot end in success. Not where replicas may
+  // legitimately differ (SSP, ASP), nor twice when --check_params_every
+  // has just compared them.
+  if (!sync_.ReplicasMayDiffer() &&
+      !(options_.check_params_every > 0 &&
+        step_ % options_.check_params_every == 0)) {
+    RETURN_IF_ERROR(CheckParamsAgree("after the last step"));
+  }
   const double wall =
       std::chrono::duration<double>(Clock::now() - run_start_).count();
   RETURN_IF_ERROR(Finalize(wall));

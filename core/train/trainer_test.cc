@@ -57,6 +57,7 @@ class FakeSync : public GradientSync {
     return absl::OkStatus();
   }
   bool UpdatesParameters() const override { return updates_parameters; }
+  bool ReplicasMayDiffer() const override { return replicas_may_differ; }
 
   int num_buckets() const { return num_buckets_; }
 
@@ -65,6 +66,7 @@ class FakeSync : public GradientSync {
   std::vector<float> params_seen, grads_seen;
   int fail_at_step = -1;
   bool updates_parameters = false;
+  bool replicas_may_differ = false;  // as SSP and ASP say
 
  private:
   int num_buckets_ = 0;
@@ -226,6 +228,52 @@ TEST(TrainerTest, RanksThatDivergeAreCaughtNamingTheStep) {
   EXPECT_THAT(
       std::string(results[1].message()),
       HasSubstr("worker 1's parameters after step 1 differ from worker 0's"));
+}
+
+// Two workers whose "strategy" does not synchronize, with no per-step check
+// asked for; the status of each.
+std::vector<absl::Status> TrainTwoUnsynchronizedRanks(
+    bool replicas_may_differ) {
+  auto rendezvous_job = std::make_shared<InMemoryJob>(2, 0);
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      Job job = SmallJob();
+      FakeSync sync;
+      sync.replicas_may_differ = replicas_may_differ;
+      InMemoryRendezvous rendezvous(rendezvous_job, Role::kWorker, rank);
+      ProcessIdentity identity;
+      identity.rank = rank;
+      identity.world_size = 2;
+      TrainerOptions options = SmallOptions(2);
+      options.timeout = absl::Seconds(2);
+      results[rank] = RunTraining(options, identity, *job.model, job.data,
+                                  *job.device, sync, &rendezvous)
+                          .status();
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  return results;
+}
+
+// Without --check_params_every the replicas are still compared once, after
+// the last step: a silent divergence cannot end in success.
+TEST(TrainerTest, RanksThatDivergeAreCaughtAfterTheLastStepByDefault) {
+  const std::vector<absl::Status> results =
+      TrainTwoUnsynchronizedRanks(/*replicas_may_differ=*/false);
+  ASSERT_FALSE(results[1].ok());
+  EXPECT_THAT(std::string(results[1].message()),
+              HasSubstr("worker 1's parameters after the last step differ "
+                        "from worker 0's"));
+}
+
+// Where replicas may legitimately differ (SSP, ASP), they are not compared.
+TEST(TrainerTest, ReplicasThatMayDifferAreNotComparedAtTheEnd) {
+  const std::vector<absl::Status> results =
+      TrainTwoUnsynchronizedRanks(/*replicas_may_differ=*/true);
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
 }
 
 // A test-sized ResNet (batch norm, a downsampling block) on 2x2x2 images.

@@ -1,7 +1,9 @@
 // Two workers as threads over the in-memory rendezvous with a strategy that
-// communicates nothing: the trainer's own cross-rank steps (the start-up
-// parameter check, the summary gathered on worker 0) work on their own, and
+// communicates nothing: the trainer's own cross-rank steps (the parameter
+// checks at start-up and after the last step, the summary gathered on worker
+// 0) work on their own, and
 // the start-up check refuses ranks that begin from different parameters.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -27,19 +29,31 @@ namespace {
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
 
-// Synchronizes nothing; counts what it was handed.
+// Synchronizes nothing; counts what it was handed. Every rank's gradient
+// becomes zero, the same on all ranks, so that the replicas stay identical
+// as a real strategy keeps them (the trainer compares them after the last
+// step) while each worker still sees its own shard.
 class SilentSync : public GradientSync {
  public:
-  absl::Status Setup(const ParamLayout&, Device&, const SyncBuffers&) override {
+  absl::Status Setup(const ParamLayout& layout, Device&,
+                     const SyncBuffers& buffers) override {
+    grads_ = buffers.grads;
+    numel_ = layout.total_numel();
     return absl::OkStatus();
   }
   void BucketReady(int) override { ++buckets_handed_over; }
   absl::Status Finish(StepStats&) override {
     ++finishes;
+    // The CPU device's buffers are host memory.
+    std::fill(grads_, grads_ + numel_, 0.0f);
     return absl::OkStatus();
   }
   int buckets_handed_over = 0;
   int finishes = 0;
+
+ private:
+  float* grads_ = nullptr;
+  int64_t numel_ = 0;
 };
 
 struct WorkerOutcome {

@@ -2,8 +2,8 @@
 
 Two workers under `gradsync launch`: a worker killed mid-training ends the
 job within 15 s, naming it; one gradsync state given to two models, DDP
-buckets that differ across workers, and --sync=ps without servers each fail
-with one message saying what to do.
+buckets or strategies that differ across workers, and --sync=ps without
+servers each fail with one message saying what to do.
 """
 
 import re
@@ -41,6 +41,20 @@ class DdpErrorsTest(unittest.TestCase):
         self.assertNotEqual(code, 0, output)
         self.assertIn("DDP's buckets differ across workers", output)
         self.assertIn("same bucket_cap_mb", output)
+
+    def test_strategies_that_differ_across_workers(self):
+        # Refused at Join by worker 0's coordinator, naming both workers and
+        # both strategies, rather than each waiting out its timeout for
+        # peers that never connect to it.
+        code, output, _ = launch_jobs.launch("sync-differs", 2, [
+            "--mode=gradsync", "--sync=ring",
+            "--rank1_sync=halving_doubling"
+        ])
+        self.assertNotEqual(code, 0, output)
+        self.assertIn(
+            "worker 1 was refused at Join: its --sync=halving_doubling "
+            "differs from worker 0's --sync=ring", output)
+        self.assertNotIn("did not connect", output)
 
     def test_parameter_server_missing(self):
         code, output, _ = launch_jobs.launch(

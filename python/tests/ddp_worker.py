@@ -61,6 +61,7 @@ def main():
     parser.add_argument("--first_bucket_bytes", type=int, default=4096)
     parser.add_argument("--bucket_cap_mb", type=float, default=0.01)
     parser.add_argument("--rank1_bucket_cap_mb", type=float, default=None)
+    parser.add_argument("--rank1_sync", default=None)
     parser.add_argument("--die_rank", type=int, default=-1)
     parser.add_argument("--die_at_step", type=int, default=2)
     parser.add_argument("--two_models", action="store_true")
@@ -84,7 +85,10 @@ def main():
     state = None
     if args.mode == "gradsync":
         import gradsync.torch
-        state = gradsync.torch.connect(sync=args.sync, timeout_s=30,
+        sync = args.sync
+        if rank == 1 and args.rank1_sync is not None:
+            sync = args.rank1_sync
+        state = gradsync.torch.connect(sync=sync, timeout_s=30,
                                        batch_size=GLOBAL_BATCH // world,
                                        total_steps=args.steps)
         gradsync.torch.register(ddp, state)

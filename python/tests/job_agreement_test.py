@@ -1,0 +1,68 @@
+"""PyTorch workers agree on their strategy at Join, or the job does not start.
+
+Two workers under `gradsync launch`, each creating the hook's C++ half
+(gradsync.extension.TorchWorker, what gradsync.torch.connect() creates)
+directly, so no torch is needed: given the same strategy they join; given
+"ring" and "halving_doubling" the job fails at Join naming both workers and
+both values, instead of each waiting out its timeout for peers that never
+connect.
+"""
+
+import os
+import subprocess
+import sys
+import unittest
+
+import launch_jobs
+
+
+def run_worker(sync0, sync1):
+    from gradsync import extension
+    rank = int(os.environ["RANK"])
+    sync = sync0 if rank == 0 else sync1
+    try:
+        worker = extension.TorchWorker(sync, 30.0, [])
+    except RuntimeError as error:
+        print("worker %d: %s" % (rank, error), flush=True)
+        return 1
+    worker.close()
+    print("worker %d joined and closed" % rank, flush=True)
+    return 0
+
+
+def launch(name, sync0, sync1):
+    command = [
+        launch_jobs.gradsync_binary(), "launch", "--workers=2",
+        "--run_dir=%s" % launch_jobs.scratch(name), "--job_deadline_s=120",
+        "--", sys.executable, os.path.abspath(__file__), "--worker", sync0,
+        sync1
+    ]
+    done = subprocess.run(command, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=150)
+    return done.returncode, done.stdout
+
+
+class JobAgreementTest(unittest.TestCase):
+
+    def test_same_strategy_joins(self):
+        code, output = launch("same", "ring", "ring")
+        self.assertEqual(code, 0, output)
+        self.assertIn("worker 0 joined and closed", output)
+        self.assertIn("worker 1 joined and closed", output)
+
+    def test_different_strategies_fail_at_join_naming_both(self):
+        code, output = launch("differ", "ring", "halving_doubling")
+        self.assertNotEqual(code, 0, output)
+        refusal = ("its --sync=halving_doubling differs from worker 0's "
+                   "--sync=ring")
+        self.assertIn("worker 1: worker 1 joining job", output)
+        self.assertIn("worker 1 was refused at Join: " + refusal, output)
+        self.assertIn("worker 0: worker 0 joining job", output)
+        self.assertIn("the job lost worker 1", output)
+        self.assertNotIn("did not connect", output)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        sys.exit(run_worker(sys.argv[2], sys.argv[3]))
+    unittest.main()

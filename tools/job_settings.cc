@@ -1,0 +1,78 @@
+// A worker's training-relevant settings (see job_settings.h).
+#include "tools/job_settings.h"
+
+#include <string>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "core/telemetry/manifest.h"
+
+namespace gradsync {
+namespace {
+
+// The flags that may differ between the workers of one job. Everything else
+// gradsync defines decides what is trained and how, so two workers that
+// differ in it would train different models side by side. A flag added to
+// gradsync is compared unless it is listed here.
+constexpr absl::string_view kPerProcessFlags[] = {
+    // Paths on this process's host: the same data set, checkpoint or token
+    // may be mounted elsewhere on another host, and outputs are this
+    // process's own (worker 0 alone writes the summary and the checkpoint).
+    "data_dir",        // the data set's folder on this host
+    "checkpoint",      // shared storage, mounted where this host mounts it
+    "metrics_dir",     // this process's metrics folder
+    "dump_params",     // this process's <path>.worker<rank>
+    "trace",           // this process's <path>.worker<rank>.json
+    "job_token_file",  // the token itself is checked by the coordinator
+    "tls_cert",        // this process's certificate,
+    "tls_key",         // its key,
+    "tls_ca",          // and the CA file as stored on this host
+    // This host's hardware and addresses.
+    "gpus",               // GPU indices among this host's GPUs
+    "threads",            // BLAS threads: this host's cores
+    "bind",               // where worker 0's coordinator listens
+    "ps_bind",            // where this process's parameter server listens
+    "ps_advertise_host",  // this host's address as its peers reach it
+    // Limits of this process's own waits and memory: they change no result,
+    // and a host on slow storage or with less memory may need others.
+    "timeout_s",
+    "ps_idle_timeout_s",
+    "ps_max_shard_mb",
+    // Console only: worker 0 alone prints the progress line.
+    "progress",
+    // `gradsync launch`'s own flags (the same binary), which differ from
+    // node to node by design; a worker is never given them.
+    "node_rank",
+    "master_addr",
+    "advertise_host",
+    "master_port",
+    "run_dir",
+    "max_processes",
+};
+
+}  // namespace
+
+absl::Span<const absl::string_view> PerProcessFlags() {
+  return kPerProcessFlags;
+}
+
+bool IsPerProcessFlag(absl::string_view name) {
+  for (absl::string_view flag : kPerProcessFlags) {
+    if (flag == name) return true;
+  }
+  return false;
+}
+
+WorkerSettings WorkerSettingsFromFlags() {
+  WorkerSettings settings;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (!IsGradsyncFlagFile(flag->Filename()) || IsPerProcessFlag(name)) {
+      continue;
+    }
+    settings.values[absl::StrCat("--", name)] = flag->CurrentValue();
+  }
+  return settings;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,61 @@
+// The settings a worker states at Join: gradsync's training flags with their
+// values, without the per-process ones, and every per-process name a real
+// flag (a renamed flag would otherwise silently become compared).
+#include "tools/job_settings.h"
+
+#include <string>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "core/telemetry/manifest.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gradsync {
+namespace {
+
+using ::testing::Contains;
+using ::testing::Key;
+using ::testing::Not;
+using ::testing::Pair;
+
+TEST(JobSettingsTest, EveryPerProcessFlagIsAFlagOfGradsync) {
+  for (absl::string_view name : PerProcessFlags()) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    ASSERT_NE(flag, nullptr) << "--" << name << " is listed as per-process "
+                             << "but gradsync defines no such flag";
+    EXPECT_TRUE(IsGradsyncFlagFile(flag->Filename())) << name;
+  }
+}
+
+TEST(JobSettingsTest, TrainingFlagsAreStatedWithTheirValues) {
+  absl::CommandLineFlag* lr = absl::FindCommandLineFlag("lr");
+  ASSERT_NE(lr, nullptr);
+  std::string error;
+  ASSERT_TRUE(lr->ParseFrom("0.5", &error)) << error;
+  const WorkerSettings settings = WorkerSettingsFromFlags();
+  EXPECT_THAT(settings.values, Contains(Pair("--lr", "0.5")));
+  EXPECT_THAT(settings.values, Contains(Key("--sync")));
+  EXPECT_THAT(settings.values, Contains(Key("--compression")));
+  EXPECT_THAT(settings.values, Contains(Key("--ps_consistency")));
+  EXPECT_THAT(settings.values, Contains(Key("--ring_chunk_kb")));
+  EXPECT_THAT(settings.values, Contains(Key("--seed")));
+}
+
+TEST(JobSettingsTest, PerProcessAndForeignFlagsAreLeftOut) {
+  const WorkerSettings settings = WorkerSettingsFromFlags();
+  for (const char* name : {"--metrics_dir", "--gpus", "--data_dir",
+                           "--timeout_s", "--bind", "--ps_bind"}) {
+    EXPECT_THAT(settings.values, Not(Contains(Key(name))));
+  }
+  for (const auto& [name, value] : settings.values) {
+    const absl::CommandLineFlag* flag =
+        absl::FindCommandLineFlag(absl::string_view(name).substr(2));
+    ASSERT_NE(flag, nullptr) << name;
+    EXPECT_TRUE(IsGradsyncFlagFile(flag->Filename())) << name;
+  }
+}
+
+}  // namespace
+}  // namespace gradsync
