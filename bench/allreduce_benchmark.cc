@@ -5,8 +5,8 @@
 // the same N processes, sizes and machine.
 //
 // Every gradsync all-reduce row also shows its α–β prediction
-// (allreduce/cost_model.h) from α and B probed on the job's own connections
-// before the first size (allreduce/peer_link_probe.h), or given with
+// (allreduce/algorithms/cost_model.h) from α and B probed on the job's own connections
+// before the first size (allreduce/algorithms/peer_link_probe.h), or given with
 // --allreduce_alpha_us and --allreduce_link_gbit, and the measured time over
 // the prediction.
 //
@@ -83,14 +83,14 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "allreduce/cost_model.h"
-#include "allreduce/halving_doubling_allreduce.h"
-#include "allreduce/hierarchical_allreduce.h"
-#include "allreduce/ring_allreduce.h"
-#include "allreduce/ring_flags.h"
-#include "allreduce/ring_transport.h"
-#include "allreduce/selecting_allreduce.h"
-#include "allreduce/tree_allreduce.h"
+#include "allreduce/algorithms/cost_model.h"
+#include "allreduce/algorithms/halving_doubling_allreduce.h"
+#include "allreduce/algorithms/hierarchical_allreduce.h"
+#include "allreduce/algorithms/ring_allreduce.h"
+#include "allreduce/allreduce_flags.h"
+#include "allreduce/transport/peer_transport.h"
+#include "allreduce/algorithms/selecting_allreduce.h"
+#include "allreduce/algorithms/tree_allreduce.h"
 #include "core/base/logging.h"
 #include "core/base/malloc_tuning.h"
 #include "core/base/status_macros.h"
@@ -413,11 +413,11 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
 // row took 397-410 ms instead of 276-280 at N = 8, 1 ms, on one shared
 // transport). Sizes of one algorithm share its connections, as the buckets
 // of a training job do.
-absl::StatusOr<std::unique_ptr<RingTransport>> ConnectGradsync(
+absl::StatusOr<std::unique_ptr<PeerTransport>> ConnectGradsync(
     const Plan& plan, int rank, Rendezvous* coordinator,
     const std::string& name) {
   const RingSettings settings = RingSettingsFromFlags();
-  RingTransportOptions options;
+  PeerTransportOptions options;
   options.rank = rank;
   options.world_size = plan.workers;
   options.job_id = "allreduce-benchmark";
@@ -436,7 +436,7 @@ absl::StatusOr<std::unique_ptr<RingTransport>> ConnectGradsync(
   } else if (name == "gradsync_allreduce") {
     options.peers = SelectingAllReduce::Peers(rank, plan.workers);
   }
-  return RingTransport::Create(options, coordinator);
+  return PeerTransport::Create(options, coordinator);
 }
 
 std::shared_ptr<gloo::Context> ConnectGloo(const Plan& plan, int rank) {
@@ -657,7 +657,7 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
   // Per gradsync algorithm its transport (ConnectGradsync); the ring's also
   // carries the barriers, the selector's probes the link for every row's
   // prediction.
-  std::map<std::string, std::unique_ptr<RingTransport>> transports;
+  std::map<std::string, std::unique_ptr<PeerTransport>> transports;
   std::unique_ptr<RingAllReduce> ring;
   std::map<std::string, std::unique_ptr<AllReduceAlgorithm>> family;
   LinkCost link{0, 0};

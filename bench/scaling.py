@@ -202,7 +202,7 @@ def compressions_of(spec):
 
 def compression_built(strategy, compression):
     """False where the strategy's factory refuses the method (16-bit values
-    are built into the ring and the PS only: allreduce/ring_sync.h)."""
+    are built into the ring and the PS only: allreduce/allreduce_sync.h)."""
     method, _ = cost_model.parse_compression(compression)
     if method in ("fp16", "bf16") and strategy in ("halving_doubling", "tree", "hierarchical",
                                                    "allreduce"):

@@ -29,7 +29,7 @@ COMMANDS_BY_FILE = {
     "tools/train_flags.cc": "train, run (and launch, after `--`)",
     "tools/cluster_flags.cc": "train, server, run",
     "ps/flags.cc": "train, server, run",
-    "allreduce/ring_flags.cc": "train, run",
+    "allreduce/allreduce_flags.cc": "train, run",
 }
 
 # What to set when comparing strategies, by flag name.

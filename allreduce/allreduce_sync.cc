@@ -1,0 +1,509 @@
+#include "allreduce/allreduce_sync.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "allreduce/algorithms/float_sum.h"
+#include "allreduce/allreduce_flags.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
+#include "core/cluster/job_token.h"
+#include "core/sync/step_buckets.h"
+#include "core/telemetry/trace.h"
+#include "core/telemetry/derived_settings.h"
+#include "nlohmann/json.hpp"
+
+namespace gradsync {
+absl::StatusOr<AllReduceSyncOptions> AllReduceSyncOptionsFromFlags() {
+  AllReduceSyncOptions options;
+  const std::string route = absl::GetFlag(FLAGS_ring_row_sparse);
+  if (route == "auto") {
+    options.row_sparse = AllReduceSyncOptions::RowSparseRoute::kAuto;
+  } else if (route == "gather") {
+    options.row_sparse = AllReduceSyncOptions::RowSparseRoute::kGather;
+  } else if (route == "dense") {
+    options.row_sparse = AllReduceSyncOptions::RowSparseRoute::kDense;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ring_row_sparse=", route, ": use auto, gather or dense"));
+  }
+  options.chunk_bytes = int64_t{absl::GetFlag(FLAGS_ring_chunk_kb)} << 10;
+  // (This Abseil keeps IsSpecifiedOnCommandLine private: a value other than
+  // the default is what a flag changed.)
+  const absl::CommandLineFlag& flag =
+      absl::GetFlagReflectionHandle(FLAGS_ring_chunk_kb);
+  if (flag.CurrentValue() != flag.DefaultValue()) options.chunk_source = "flag";
+  options.socket_buffer_bytes = absl::GetFlag(FLAGS_ring_socket_buffer_kb)
+                                << 10;
+  const int eager_kb = absl::GetFlag(FLAGS_allreduce_eager_kb);
+  if (eager_kb < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--allreduce_eager_kb=", eager_kb,
+        ": give the KiB a send may move before its peer's clear to send, "
+        "or 0 to never wait"));
+  }
+  options.eager_bytes = int64_t{eager_kb} << 10;
+  return options;
+}
+
+AllReduceSync::AllReduceSync(const SyncContext& context, const AllReduceSyncOptions& options,
+                   AllReduceStrategy strategy)
+    : context_(context),
+      options_(options),
+      strategy_(std::move(strategy)),
+      compressor_(context.compression, context.compression_seed),
+      error_feedback_(context.compression, context.identity.rank,
+                      context.identity.world_size) {}
+
+void AllReduceSync::SetSpans(const ParamLayout& layout) {
+  buckets_.clear();
+  for (const Bucket& bucket : layout.buckets()) {
+    buckets_.push_back(
+        Span{bucket.offset, bucket.numel, bucket.sparse_row_width});
+  }
+}
+
+AllReduceSync::~AllReduceSync() {
+  StopListening();
+  StopThread();
+}
+
+void AllReduceSync::StopListening() {
+  if (loss_listener_ < 0) return;
+  context_.rendezvous->RemoveLossListener(loss_listener_);
+  loss_listener_ = -1;
+}
+
+absl::Status AllReduceSync::Setup(const ParamLayout& layout, Device& device,
+                             const SyncBuffers& buffers) {
+  if (buffers.grads == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sync=", strategy_.name, ": no gradient buffer"));
+  }
+  // The ring reduces host memory: on a GPU each bucket goes through a pinned
+  // mirror (copied as soon as backward has produced it); on the CPU the
+  // staging is the gradient buffer itself and costs nothing.
+  device_ = &device;
+  grads_ = buffers.grads;
+  ASSIGN_OR_RETURN(staging_, CreateHostStaging(device, layout, buffers.grads,
+                                               context_.timeout));
+  SetSpans(layout);
+  step_buckets_.Reset(static_cast<int>(buckets_.size()));
+  RETURN_IF_ERROR(error_feedback_.Setup(layout.total_numel(), schedule_));
+  steps_done_ = schedule_.start_step;
+
+  PeerTransportOptions transport_options;
+  transport_options.rank = context_.identity.rank;
+  transport_options.world_size = context_.identity.world_size;
+  transport_options.job_id = context_.identity.job_id;
+  transport_options.job_token = JobTokenOfThisProcess();
+  transport_options.advertise_host = context_.identity.advertise_host;
+  transport_options.timeout = context_.timeout;
+  transport_options.socket_buffer_bytes = options_.socket_buffer_bytes;
+  if (strategy_.peers) {
+    transport_options.peers =
+        strategy_.peers(context_.identity.rank, context_.identity.world_size);
+  }
+  ASSIGN_OR_RETURN(transport_, PeerTransport::Create(transport_options,
+                                                     context_.rendezvous));
+  if (strategy_.create) {
+    ASSIGN_OR_RETURN(ring_, strategy_.create(transport_.get(), options_));
+    ring_->SetEagerBytes(options_.eager_bytes);
+  } else {
+    auto ring =
+        std::make_unique<RingAllReduce>(transport_.get(), options_.chunk_bytes);
+    plain_ring_ = ring.get();
+    ring_ = std::move(ring);
+  }
+  gather_ = std::make_unique<RingAllGather>(transport_.get());
+  // What set-up moved (the selector's link calibration) is no step's.
+  last_bytes_sent_ = ring_->bytes_sent();
+  last_bytes_received_ = ring_->bytes_received();
+  // A lost member anywhere ends the job: break the ring at once, so a step
+  // waiting on a neighbour cut off by a partition (whose socket never
+  // closes) fails now, and Finish names the loss (ExplainFailure).
+  if (context_.rendezvous != nullptr) {
+    loss_listener_ = context_.rendezvous->AddLossListener(
+        [transport = transport_.get()](const absl::Status&) {
+          transport->Abort();
+        });
+  }
+  if (context_.identity.rank == 0) {
+    // The chunk the ring runs with: RingAllReduce rounds the option to
+    // whole floats per rank.
+    const int64_t chunk_bytes = plain_ring_ != nullptr
+                                    ? plain_ring_->chunk_bytes()
+                                    : options_.chunk_bytes;
+    RecordSetting("ring_chunk_kb", chunk_bytes / 1024.0,
+                  options_.chunk_source);
+    if (plain_ring_ == nullptr) {
+      RecordSetting("allreduce_eager_kb", options_.eager_bytes / 1024.0,
+                    options_.eager_bytes == PeerExchange::kDefaultEagerBytes
+                        ? "default: covers the clear to send's flight on "
+                          "1 Gbit/s links up to 2 ms one way "
+                          "(allreduce/algorithms/peer_exchange.h)"
+                        : "flag");
+    }
+  }
+  if (context_.identity.world_size > 1) {
+    GS_LOG(INFO) << strategy_.name << ": rank " << context_.identity.rank
+                 << " of " << context_.identity.world_size << ", sending to "
+                 << transport_->right().peer_name() << ", receiving from "
+                 << transport_->left().peer_name() << ", "
+                 << transport_options.peers.size() << " other peers; "
+                 << buckets_.size() << " buckets, chunk "
+                 << options_.chunk_bytes / 1024 << " KiB, socket buffers "
+                 << transport_->granted_send_buffer_bytes() << " bytes"
+                 << (plain_ring_ != nullptr
+                         ? std::string()
+                         : absl::StrCat(
+                               ", eager prefix before a clear to send ",
+                               options_.eager_bytes / 1024, " KiB"));
+  }
+  thread_ = std::thread([this] { CommunicationLoop(); });
+  return absl::OkStatus();
+}
+
+bool AllReduceSync::MarkReady(int bucket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const absl::Status marked = step_buckets_.MarkReady(bucket);
+  // A trainer bug; reported by Finish, since BucketReady cannot fail.
+  if (!marked.ok() && error_.ok()) error_ = marked;
+  return marked.ok();
+}
+
+void AllReduceSync::BucketReady(int bucket) {
+  if (!MarkReady(bucket)) return;
+  // Without mu_ held: on the CPU the callback runs inline and takes it.
+  staging_->Download(bucket, [this, bucket](absl::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status.ok()) {
+      queue_.push_back(bucket);
+    } else {
+      if (error_.ok()) error_ = status;
+      ++completed_;  // nothing to all-reduce; Finish reports the error
+    }
+    changed_.notify_all();
+  });
+}
+
+void AllReduceSync::CommunicationLoop() {
+  const float scale = 1.0f / static_cast<float>(context_.identity.world_size);
+  while (true) {
+    int bucket;
+    int64_t step;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping with nothing left to do
+      bucket = queue_.front();
+      queue_.pop_front();
+      step = steps_done_;
+    }
+    const Span& span = buckets_[bucket];
+    const absl::Time start = absl::Now();
+    const int64_t trace_start = TraceRecorder::NowMicros();
+    // After a failure the ring refuses work at once, so the rest of the
+    // step's buckets drain quickly and Finish can report the first error.
+    bucket_codec_ms_ = 0;
+    bucket_row_sparse_ = 0;
+    absl::Status status = ReduceBucket(bucket, step, span,
+                                       staging_->host_bucket(bucket), scale);
+    if (status.ok()) staging_->Upload(bucket);
+    const double elapsed_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+    if (TraceRecorder* trace = CurrentTrace()) {
+      trace->Complete(absl::StrCat(strategy_.name, " bucket ", bucket), "comm",
+                      kTrackCommunication, trace_start,
+                      TraceRecorder::NowMicros() - trace_start);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    allreduce_ms_ += elapsed_ms;
+    codec_ms_ += bucket_codec_ms_;
+    if (bucket_row_sparse_ > 0) ++row_sparse_gathered_;
+    if (bucket_row_sparse_ < 0) ++row_sparse_dense_;
+    if (!status.ok() && error_.ok()) {
+      error_ = Annotate(
+          status, absl::StrCat("worker ", context_.identity.rank, ", step ",
+                               step_buckets_.step(), ", bucket ", bucket, " (",
+                               span.numel * 4, " bytes)"));
+    }
+    ++completed_;
+    changed_.notify_all();
+  }
+}
+
+absl::Status AllReduceSync::Finish(StepStats& stats) {
+  if (!ring_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(strategy_.name, ": Finish before Setup"));
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (error_.ok()) error_ = step_buckets_.CheckAllReady();
+  // No deadline of its own: every all-reduce already fails when its peers
+  // stall for --timeout_s, so this wait ends.
+  changed_.wait(lock,
+                [this] { return completed_ == step_buckets_.num_ready(); });
+  if (!error_.ok()) {
+    const absl::Status error = error_;
+    lock.unlock();
+    // A neighbour that closed its socket is often only the messenger.
+    return ExplainStepFailure(context_.rendezvous, error);
+  }
+  RETURN_IF_ERROR(staging_->FinishStep());
+
+  // Counted by the algorithm and the all-gather as the bytes were sent.
+  stats.bytes_sent += ring_->bytes_sent() - last_bytes_sent_ +
+                      gather_->bytes_sent() - last_gather_sent_;
+  stats.bytes_recv += ring_->bytes_received() - last_bytes_received_ +
+                      gather_->bytes_received() - last_gather_received_;
+  stats.extra.emplace_back("allreduce_ms", allreduce_ms_);
+  if (compressor_.spec().method != CompressionMethod::kNone) {
+    stats.extra.emplace_back("codec_ms", codec_ms_);
+  }
+  last_bytes_sent_ = ring_->bytes_sent();
+  last_bytes_received_ = ring_->bytes_received();
+  last_gather_sent_ = gather_->bytes_sent();
+  last_gather_received_ = gather_->bytes_received();
+  allreduce_ms_ = 0;
+  codec_ms_ = 0;
+  completed_ = 0;
+  step_buckets_.NextStep();
+  const int64_t steps_done = ++steps_done_;
+  lock.unlock();
+  // The residual the communication thread left for this step, saved when
+  // the trainer checkpoints at it (error_feedback.h).
+  return error_feedback_.AfterStep(steps_done);
+}
+
+absl::Status AllReduceSync::ReduceBucket(int bucket, int64_t step,
+                                    const Span& span, float* data,
+                                    float scale) {
+  const uint32_t tag = static_cast<uint32_t>(bucket);
+  const CompressionSpec& spec = compressor_.spec();
+  switch (spec.method) {
+    case CompressionMethod::kNone:
+      if (span.sparse_row_width > 0 && context_.identity.world_size > 1) {
+        return ReduceRowSparse(bucket, span, data, scale);
+      }
+      return ring_->Run(data, span.numel, scale, tag);
+    case CompressionMethod::kFp16:
+    case CompressionMethod::kBf16:
+      if (plain_ring_ == nullptr) {
+        return absl::InternalError(absl::StrCat(
+            "--compression=", spec.ToString(), " reached --sync=",
+            strategy_.name, ", which its factory should have refused"));
+      }
+      return plain_ring_->RunHalfPrecision(
+          data, span.numel, scale, tag,
+          spec.method == CompressionMethod::kFp16 ? Encoding::kFp16
+                                                  : Encoding::kBf16);
+    default:
+      break;
+  }
+  absl::Time start = absl::Now();
+  EncodedBucket encoded;
+  RETURN_IF_ERROR(compressor_.Encode(
+      absl::MakeConstSpan(data, span.numel),
+      error_feedback_.Of(span.offset, span.numel), step, bucket, &encoded));
+  bucket_codec_ms_ += absl::ToDoubleMilliseconds(absl::Now() - start);
+  if (spec.method == CompressionMethod::kRandomK) {
+    // The same indices on every rank (one seed): sum the k values with the
+    // algorithm itself, as a dense all-reduce of k floats.
+    RETURN_IF_ERROR(ring_->Run(encoded.values.data(),
+                               static_cast<int64_t>(encoded.values.size()),
+                               scale, tag));
+    start = absl::Now();
+    std::fill(data, data + span.numel, 0.0f);
+    for (size_t i = 0; i < encoded.index.size(); ++i) {
+      data[encoded.index[i]] = encoded.values[i];
+    }
+    bucket_codec_ms_ += absl::ToDoubleMilliseconds(absl::Now() - start);
+    return absl::OkStatus();
+  }
+  return GatherAndSum(encoded,
+                      spec.method == CompressionMethod::kTopK
+                          ? Encoding::kSparse
+                          : Encoding::kOneBit,
+                      bucket, span, data, scale);
+}
+
+absl::Status AllReduceSync::GatherAndSum(const EncodedBucket& own,
+                                    Encoding expected, int bucket,
+                                    const Span& span, float* data,
+                                    float scale) {
+  std::string blob;
+  AppendSerialized(own, &blob);
+  // No honest encoding of this bucket is larger: every row as (index, row).
+  const int64_t max_blob_bytes = 64 + 8 * span.numel;
+  ASSIGN_OR_RETURN(std::vector<std::string> blobs,
+                   gather_->Run(std::move(blob), static_cast<uint32_t>(bucket),
+                                max_blob_bytes));
+  const absl::Time start = absl::Now();
+  absl::Span<float> sum = absl::MakeSpan(data, span.numel);
+  std::fill(sum.begin(), sum.end(), 0.0f);
+  // Rank order on every rank: the same additions in the same order, so the
+  // same sum bit for bit.
+  for (size_t r = 0; r < blobs.size(); ++r) {
+    absl::StatusOr<EncodedBucket> decoded = ParseEncodedBucket(blobs[r]);
+    if (!decoded.ok()) {
+      return Annotate(decoded.status(),
+                      absl::StrCat("rank ", r, "'s encoding of bucket ",
+                                   bucket));
+    }
+    if (decoded->encoding != expected || decoded->numel != span.numel) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", r, " sent bucket ", bucket, " as encoding ",
+          static_cast<int>(decoded->encoding), " of ", decoded->numel,
+          " floats; this rank expects encoding ", static_cast<int>(expected),
+          " of ", span.numel,
+          " (every worker must run with the same --compression and model)"));
+    }
+    RETURN_IF_ERROR(AddDecoded(*decoded, sum));
+  }
+  if (scale != 1.0f) ScaleInPlace(data, span.numel, scale);
+  bucket_codec_ms_ += absl::ToDoubleMilliseconds(absl::Now() - start);
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceSync::ReduceRowSparse(int bucket, const Span& span,
+                                       float* data, float scale) {
+  const int n = context_.identity.world_size;
+  const absl::Time start = absl::Now();
+  const EncodedBucket rows = SparseRowsOf(
+      absl::MakeConstSpan(data, span.numel),
+      static_cast<int32_t>(span.sparse_row_width));
+  bucket_codec_ms_ += absl::ToDoubleMilliseconds(absl::Now() - start);
+  // Nobody knows the others' row counts: exchange the encodings' sizes
+  // first (8 bytes per rank, N-1 latencies), so every rank takes the same
+  // decision from the same numbers.
+  const uint64_t own_bytes = static_cast<uint64_t>(SerializedBytes(rows));
+  std::string size_blob(sizeof(own_bytes), '\0');
+  std::memcpy(&size_blob[0], &own_bytes, sizeof(own_bytes));
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> sizes,
+      gather_->Run(std::move(size_blob), static_cast<uint32_t>(bucket),
+                   sizeof(own_bytes)));
+  uint64_t total = 0;
+  uint64_t smallest = UINT64_MAX;
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    uint64_t bytes = 0;
+    if (sizes[r].size() != sizeof(bytes)) {
+      return absl::DataLossError(absl::StrCat(
+          "rank ", r, " sent a size of ", sizes[r].size(),
+          " bytes for row-sparse bucket ", bucket, " (want 8)"));
+    }
+    std::memcpy(&bytes, sizes[r].data(), sizeof(bytes));
+    total += bytes;
+    smallest = std::min(smallest, bytes);
+  }
+  // A link of the all-gather carries every encoding but one; a link of the
+  // dense ring 2(N-1)/N of the bucket's float32 bytes.
+  const double gather_link_bytes = static_cast<double>(total - smallest);
+  const double dense_link_bytes = 2.0 * (n - 1) / n * 4.0 * span.numel;
+  using Route = AllReduceSyncOptions::RowSparseRoute;
+  const bool gather =
+      options_.row_sparse == Route::kGather ||
+      (options_.row_sparse == Route::kAuto &&
+       gather_link_bytes < dense_link_bytes);
+  if (gather) {
+    bucket_row_sparse_ = 1;
+    return GatherAndSum(rows, Encoding::kSparse, bucket, span, data, scale);
+  }
+  bucket_row_sparse_ = -1;
+  return ring_->Run(data, span.numel, scale, static_cast<uint32_t>(bucket));
+}
+
+// The transport and the algorithm do not know buckets: only the spans, the
+// staging (one pinned mirror per bucket on a GPU) and the step's marks
+// change. Between steps the communication thread is idle on an empty queue.
+absl::Status AllReduceSync::Rebucket(const ParamLayout& layout) {
+  if (!ring_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(strategy_.name, ": Rebucket before Setup"));
+  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<HostStaging> staging,
+      CreateHostStaging(*device_, layout, grads_, context_.timeout));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (step_buckets_.num_ready() != 0 || !queue_.empty() || completed_ != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(strategy_.name, ": Rebucket in the middle of step ",
+                     step_buckets_.step()));
+  }
+  staging_ = std::move(staging);
+  SetSpans(layout);
+  step_buckets_.Reset(static_cast<int>(buckets_.size()), step_buckets_.step());
+  return absl::OkStatus();
+}
+
+void AllReduceSync::StopThread() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status AllReduceSync::Shutdown() {
+  bool in_flight = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight = completed_ != step_buckets_.num_ready();
+  }
+  // A step abandoned halfway (the trainer is bailing out): break the ring so
+  // the communication thread stops now rather than at its deadline.
+  if (in_flight && transport_) transport_->Abort();
+  StopThread();
+  StopListening();
+  if (transport_) transport_->Close();
+  return absl::OkStatus();
+}
+
+std::string AllReduceSync::SummaryJson() const {
+  if (!ring_) return "{}";
+  nlohmann::json summary = {
+      {"algorithm", strategy_.name},
+      {"chunk_bytes", options_.chunk_bytes},
+      {"socket_buffer_bytes_requested", options_.socket_buffer_bytes},
+      {"socket_buffer_bytes_granted", transport_->granted_send_buffer_bytes()},
+      {"bytes_sent", ring_->bytes_sent() + gather_->bytes_sent()},
+      {"bytes_recv", ring_->bytes_received() + gather_->bytes_received()},
+      {"compression", compressor_.spec().ToString()},
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    summary["row_sparse_buckets_gathered"] = row_sparse_gathered_;
+    summary["row_sparse_buckets_dense"] = row_sparse_dense_;
+  }
+  const nlohmann::json own =
+      nlohmann::json::parse(ring_->SummaryJson(), nullptr, false);
+  if (own.is_object()) summary.update(own);
+  return summary.dump();
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<GradientSync>> CreateRingSync(
+    const SyncContext& context) {
+  if (context.identity.world_size > 1 && context.rendezvous == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--sync=ring with ", context.identity.world_size,
+        " workers needs the coordinator to find the ring neighbours"));
+  }
+  // Every method is built on the ring (ring_sync.h).
+  ASSIGN_OR_RETURN(AllReduceSyncOptions options, AllReduceSyncOptionsFromFlags());
+  return std::unique_ptr<GradientSync>(new AllReduceSync(context, options));
+}
+
+}  // namespace
+
+GRADSYNC_REGISTER_SYNC(ring, CreateRingSync);
+
+}  // namespace gradsync

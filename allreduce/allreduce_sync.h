@@ -1,0 +1,184 @@
+// --sync=ring: GradientSync over the CPU ring all-reduce (ring_allreduce.h),
+// and over every other CPU all-reduce of the family (allreduce_algorithm.h):
+// --sync=halving_doubling, tree, hierarchical and allreduce register this same
+// class with their own AllReduceStrategy (allreduce_family_sync.cc), so they
+// share the buckets, overlap, metrics, trace spans and failure handling.
+//
+// BucketReady(b) only queues bucket b for a communication thread; that thread
+// all-reduces the buckets in the order they became ready, which is the same on
+// every rank because backward is deterministic (each all-reduce's header
+// carries the bucket index, so a rank that disagrees fails loudly), and
+// averages them (the 1/N is folded into the reduction). Finish waits for the
+// step's buckets. On a CUDA device each bucket is first copied to a pinned
+// host mirror (core/sync/host_staging.h) on a copy stream, overlapping the rest
+// of backward, and copied back after its all-reduce; on the CPU the gradient
+// buffer is reduced in place.
+//
+// --compression (core/sync/compression.h), per bucket on the communication
+// thread:
+// - fp16/bf16: the ring all-reduce carries 16-bit values (ring_allreduce.h
+//   says where it rounds); the other algorithms refuse it in their factories.
+// - topk/onebit: each rank encodes its bucket with error feedback, the ring
+//   all-gathers the serialized encodings (ring_allgather.h, whatever the
+//   reduction algorithm), and every rank decodes all N in rank order into a
+//   zeroed bucket, then averages: the same sum, bit for bit, on every rank.
+// - randomk: every rank picks the same indices (shared seed), so the k values
+//   are summed by the algorithm itself as a dense all-reduce of k floats and
+//   scattered back; no indices travel.
+// - none, on a row-sparse bucket (an embedding table, Bucket::
+//   sparse_row_width): the ranks first all-gather the sizes of their exact
+//   touched-row encodings (8 bytes each), then all-gather the rows when the
+//   busiest link would carry fewer bytes than the dense ring's 2(N-1)/N of
+//   the bucket, and run the dense ring otherwise; every rank decides from
+//   the same sizes.
+// The error-feedback residual is this worker's, saved beside each checkpoint
+// (core/sync/error_feedback.h).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "allreduce/algorithms/allreduce_algorithm.h"
+#include "allreduce/algorithms/peer_exchange.h"
+#include "allreduce/algorithms/ring_allgather.h"
+#include "allreduce/algorithms/ring_allreduce.h"
+#include "allreduce/transport/peer_transport.h"
+#include "core/sync/compression.h"
+#include "core/sync/error_feedback.h"
+#include "core/sync/gradient_sync.h"
+#include "core/sync/host_staging.h"
+#include "core/sync/step_buckets.h"
+
+namespace gradsync {
+
+struct AllReduceSyncOptions {
+  int64_t chunk_bytes = 256 << 10;
+  int socket_buffer_bytes = 4 << 20;
+  // Why chunk_bytes has its value, for the manifest: "flag", or the reason
+  // the fixed default needs no deriving (it sizes system calls and the L2
+  // staging, not the link: docs/compare.md has the sweep across link rates).
+  std::string chunk_source =
+      "default: 256 KiB, a system call's and L2's size, measured within 2% "
+      "of the best chunk at 100 Mbit/s and 1 Gbit/s (docs/compare.md)";
+  // The family's eager prefix before a peer's clear to send
+  // (peer_exchange.h); 0: never wait. The ring ignores it.
+  int64_t eager_bytes = PeerExchange::kDefaultEagerBytes;
+  // Row-sparse buckets: all-gather the touched rows or all-reduce densely.
+  enum class RowSparseRoute { kAuto, kGather, kDense };
+  RowSparseRoute row_sparse = RowSparseRoute::kAuto;
+};
+
+// From --ring_chunk_kb, --ring_socket_buffer_kb and --ring_row_sparse
+// (InvalidArgument naming the flag for a value it does not know).
+absl::StatusOr<AllReduceSyncOptions> AllReduceSyncOptionsFromFlags();
+
+// Which all-reduce of the family a AllReduceSync runs.
+struct AllReduceStrategy {
+  std::string name = "ring";  // the --sync= name, starts errors and logs
+  // The ranks besides the ring neighbours this rank needs connections to
+  // (PeerTransportOptions::peers); null for none.
+  std::function<std::vector<int>(int rank, int world_size)> peers;
+  // Makes the algorithm over the connected transport; null for the ring.
+  std::function<absl::StatusOr<std::unique_ptr<AllReduceAlgorithm>>(
+      PeerTransport* transport, const AllReduceSyncOptions& options)>
+      create;
+};
+
+class AllReduceSync : public GradientSync {
+ public:
+  AllReduceSync(const SyncContext& context, const AllReduceSyncOptions& options,
+           AllReduceStrategy strategy = AllReduceStrategy());
+  ~AllReduceSync() override;
+
+  void SetTrainingSchedule(const TrainingSchedule& schedule) override {
+    schedule_ = schedule;
+  }
+  absl::Status Setup(const ParamLayout& layout, Device& device,
+                     const SyncBuffers& buffers) override;
+  void BucketReady(int bucket) override;
+  absl::Status Finish(StepStats& stats) override;
+  absl::Status Rebucket(const ParamLayout& layout) override;
+  absl::Status Shutdown() override;
+  std::string SummaryJson() const override;
+
+ private:
+  // Validates and records bucket b as handed over; false if it is an error.
+  bool MarkReady(int bucket);
+  struct Span {
+    int64_t offset = 0;  // floats
+    int64_t numel = 0;
+    int64_t sparse_row_width = 0;  // Bucket's: > 0 for a row-sparse tensor
+  };
+  void SetSpans(const ParamLayout& layout);
+
+  // Sums bucket `bucket` (at `data`, host memory) over the ranks as
+  // --compression says (top of this file), then scales it.
+  absl::Status ReduceBucket(int bucket, int64_t step, const Span& span,
+                            float* data, float scale);
+  // All-gathers `own` (this rank's encoding of the bucket) and leaves the
+  // scaled sum of every rank's decoded encoding, in rank order, at `data`.
+  absl::Status GatherAndSum(const EncodedBucket& own, Encoding expected,
+                            int bucket, const Span& span, float* data,
+                            float scale);
+  absl::Status ReduceRowSparse(int bucket, const Span& span, float* data,
+                               float scale);
+
+  void CommunicationLoop();
+  void StopThread();
+  // Unregisters the loss listener; after it nothing touches transport_ from
+  // the coordinator's thread.
+  void StopListening();
+
+  const SyncContext context_;
+  const AllReduceSyncOptions options_;
+  const AllReduceStrategy strategy_;
+  std::vector<Span> buckets_;
+  Device* device_ = nullptr;  // Setup's, for Rebucket's new staging
+  float* grads_ = nullptr;
+  std::unique_ptr<HostStaging> staging_;
+  std::unique_ptr<PeerTransport> transport_;
+  int loss_listener_ = -1;  // registered with context_.rendezvous
+  std::unique_ptr<AllReduceAlgorithm> ring_;
+  RingAllReduce* plain_ring_ = nullptr;  // ring_ when it is the ring itself
+  std::unique_ptr<RingAllGather> gather_;
+  const Compressor compressor_;
+  ErrorFeedback error_feedback_;  // the communication thread's during a step
+  TrainingSchedule schedule_;
+  std::thread thread_;
+
+  // Shared with the communication thread.
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::deque<int> queue_;
+  StepBuckets step_buckets_{"ring"};  // this step: BucketReady seen
+  int completed_ = 0;                 // this step
+  double allreduce_ms_ = 0;           // this step, on the communication thread
+  double codec_ms_ = 0;               // this step: encoding and decoding
+  int64_t steps_done_ = 0;            // global steps finished
+  int64_t row_sparse_gathered_ = 0;   // row-sparse buckets sent as rows
+  int64_t row_sparse_dense_ = 0;      // and through the dense all-reduce
+
+  // The communication thread's own, moved into the above under mu_ after
+  // each bucket.
+  double bucket_codec_ms_ = 0;
+  int bucket_row_sparse_ = 0;  // +1 gathered, -1 dense, 0 not row-sparse
+  absl::Status error_;                // first error; sticky
+  bool stop_ = false;
+
+  // Owned by the caller's thread.
+  int64_t last_bytes_sent_ = 0;
+  int64_t last_bytes_received_ = 0;
+  int64_t last_gather_sent_ = 0;
+  int64_t last_gather_received_ = 0;
+};
+
+}  // namespace gradsync
