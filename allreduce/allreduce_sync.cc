@@ -4,59 +4,26 @@
 #include <cstring>
 #include <utility>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "allreduce/algorithms/float_sum.h"
-#include "allreduce/allreduce_flags.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/job_token.h"
 #include "core/sync/step_buckets.h"
-#include "core/telemetry/trace.h"
 #include "core/telemetry/derived_settings.h"
+#include "core/telemetry/trace.h"
 #include "nlohmann/json.hpp"
 
 namespace gradsync {
-absl::StatusOr<AllReduceSyncOptions> AllReduceSyncOptionsFromFlags() {
-  AllReduceSyncOptions options;
-  const std::string route = absl::GetFlag(FLAGS_ring_row_sparse);
-  if (route == "auto") {
-    options.row_sparse = AllReduceSyncOptions::RowSparseRoute::kAuto;
-  } else if (route == "gather") {
-    options.row_sparse = AllReduceSyncOptions::RowSparseRoute::kGather;
-  } else if (route == "dense") {
-    options.row_sparse = AllReduceSyncOptions::RowSparseRoute::kDense;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--ring_row_sparse=", route, ": use auto, gather or dense"));
-  }
-  options.chunk_bytes = int64_t{absl::GetFlag(FLAGS_ring_chunk_kb)} << 10;
-  // (This Abseil keeps IsSpecifiedOnCommandLine private: a value other than
-  // the default is what a flag changed.)
-  const absl::CommandLineFlag& flag =
-      absl::GetFlagReflectionHandle(FLAGS_ring_chunk_kb);
-  if (flag.CurrentValue() != flag.DefaultValue()) options.chunk_source = "flag";
-  options.socket_buffer_bytes = absl::GetFlag(FLAGS_ring_socket_buffer_kb)
-                                << 10;
-  const int eager_kb = absl::GetFlag(FLAGS_allreduce_eager_kb);
-  if (eager_kb < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--allreduce_eager_kb=", eager_kb,
-        ": give the KiB a send may move before its peer's clear to send, "
-        "or 0 to never wait"));
-  }
-  options.eager_bytes = int64_t{eager_kb} << 10;
-  return options;
-}
 
-AllReduceSync::AllReduceSync(const SyncContext& context, const AllReduceSyncOptions& options,
-                   AllReduceStrategy strategy)
+AllReduceSync::AllReduceSync(const SyncContext& context,
+                             const AllReduceEntry& algorithm,
+                             const AllReduceSyncOptions& options)
     : context_(context),
+      entry_(algorithm),
       options_(options),
-      strategy_(std::move(strategy)),
       compressor_(context.compression, context.compression_seed),
       error_feedback_(context.compression, context.identity.rank,
                       context.identity.world_size) {}
@@ -81,10 +48,10 @@ void AllReduceSync::StopListening() {
 }
 
 absl::Status AllReduceSync::Setup(const ParamLayout& layout, Device& device,
-                             const SyncBuffers& buffers) {
+                                  const SyncBuffers& buffers) {
   if (buffers.grads == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--sync=", strategy_.name, ": no gradient buffer"));
+        absl::StrCat("--sync=", entry_.name, ": no gradient buffer"));
   }
   // The ring reduces host memory: on a GPU each bucket goes through a pinned
   // mirror (copied as soon as backward has produced it); on the CPU the
@@ -106,25 +73,22 @@ absl::Status AllReduceSync::Setup(const ParamLayout& layout, Device& device,
   transport_options.advertise_host = context_.identity.advertise_host;
   transport_options.timeout = context_.timeout;
   transport_options.socket_buffer_bytes = options_.socket_buffer_bytes;
-  if (strategy_.peers) {
-    transport_options.peers =
-        strategy_.peers(context_.identity.rank, context_.identity.world_size);
-  }
+  transport_options.peers = entry_.peers(
+      context_.identity.rank, context_.identity.world_size, options_.algorithm);
   ASSIGN_OR_RETURN(transport_, PeerTransport::Create(transport_options,
                                                      context_.rendezvous));
-  if (strategy_.create) {
-    ASSIGN_OR_RETURN(ring_, strategy_.create(transport_.get(), options_));
-    ring_->SetEagerBytes(options_.eager_bytes);
+  ASSIGN_OR_RETURN(algorithm_,
+                   entry_.create(transport_.get(), options_.algorithm));
+  if (entry_.kind == AllReduceKind::kRing) {
+    // The ring alone carries 16-bit values (RunHalfPrecision).
+    plain_ring_ = static_cast<RingAllReduce*>(algorithm_.get());
   } else {
-    auto ring =
-        std::make_unique<RingAllReduce>(transport_.get(), options_.chunk_bytes);
-    plain_ring_ = ring.get();
-    ring_ = std::move(ring);
+    algorithm_->SetEagerBytes(options_.eager_bytes);
   }
   gather_ = std::make_unique<RingAllGather>(transport_.get());
   // What set-up moved (the selector's link calibration) is no step's.
-  last_bytes_sent_ = ring_->bytes_sent();
-  last_bytes_received_ = ring_->bytes_received();
+  last_bytes_sent_ = algorithm_->bytes_sent();
+  last_bytes_received_ = algorithm_->bytes_received();
   // A lost member anywhere ends the job: break the ring at once, so a step
   // waiting on a neighbour cut off by a partition (whose socket never
   // closes) fails now, and Finish names the loss (ExplainFailure).
@@ -139,9 +103,8 @@ absl::Status AllReduceSync::Setup(const ParamLayout& layout, Device& device,
     // whole floats per rank.
     const int64_t chunk_bytes = plain_ring_ != nullptr
                                     ? plain_ring_->chunk_bytes()
-                                    : options_.chunk_bytes;
-    RecordSetting("ring_chunk_kb", chunk_bytes / 1024.0,
-                  options_.chunk_source);
+                                    : options_.algorithm.chunk_bytes;
+    RecordSetting("ring_chunk_kb", chunk_bytes / 1024.0, options_.chunk_source);
     if (plain_ring_ == nullptr) {
       RecordSetting("allreduce_eager_kb", options_.eager_bytes / 1024.0,
                     options_.eager_bytes == PeerExchange::kDefaultEagerBytes
@@ -152,13 +115,14 @@ absl::Status AllReduceSync::Setup(const ParamLayout& layout, Device& device,
     }
   }
   if (context_.identity.world_size > 1) {
-    GS_LOG(INFO) << strategy_.name << ": rank " << context_.identity.rank
-                 << " of " << context_.identity.world_size << ", sending to "
+    GS_LOG(INFO) << entry_.name << ": rank " << context_.identity.rank << " of "
+                 << context_.identity.world_size << ", sending to "
                  << transport_->right().peer_name() << ", receiving from "
                  << transport_->left().peer_name() << ", "
                  << transport_options.peers.size() << " other peers; "
                  << buckets_.size() << " buckets, chunk "
-                 << options_.chunk_bytes / 1024 << " KiB, socket buffers "
+                 << options_.algorithm.chunk_bytes / 1024
+                 << " KiB, socket buffers "
                  << transport_->granted_send_buffer_bytes() << " bytes"
                  << (plain_ring_ != nullptr
                          ? std::string()
@@ -213,12 +177,12 @@ void AllReduceSync::CommunicationLoop() {
     // step's buckets drain quickly and Finish can report the first error.
     bucket_codec_ms_ = 0;
     bucket_row_sparse_ = 0;
-    absl::Status status = ReduceBucket(bucket, step, span,
-                                       staging_->host_bucket(bucket), scale);
+    absl::Status status =
+        ReduceBucket(bucket, step, span, staging_->host_bucket(bucket), scale);
     if (status.ok()) staging_->Upload(bucket);
     const double elapsed_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
     if (TraceRecorder* trace = CurrentTrace()) {
-      trace->Complete(absl::StrCat(strategy_.name, " bucket ", bucket), "comm",
+      trace->Complete(absl::StrCat(entry_.name, " bucket ", bucket), "comm",
                       kTrackCommunication, trace_start,
                       TraceRecorder::NowMicros() - trace_start);
     }
@@ -239,9 +203,9 @@ void AllReduceSync::CommunicationLoop() {
 }
 
 absl::Status AllReduceSync::Finish(StepStats& stats) {
-  if (!ring_) {
+  if (!algorithm_) {
     return absl::FailedPreconditionError(
-        absl::StrCat(strategy_.name, ": Finish before Setup"));
+        absl::StrCat(entry_.name, ": Finish before Setup"));
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (error_.ok()) error_ = step_buckets_.CheckAllReady();
@@ -258,16 +222,16 @@ absl::Status AllReduceSync::Finish(StepStats& stats) {
   RETURN_IF_ERROR(staging_->FinishStep());
 
   // Counted by the algorithm and the all-gather as the bytes were sent.
-  stats.bytes_sent += ring_->bytes_sent() - last_bytes_sent_ +
+  stats.bytes_sent += algorithm_->bytes_sent() - last_bytes_sent_ +
                       gather_->bytes_sent() - last_gather_sent_;
-  stats.bytes_recv += ring_->bytes_received() - last_bytes_received_ +
+  stats.bytes_recv += algorithm_->bytes_received() - last_bytes_received_ +
                       gather_->bytes_received() - last_gather_received_;
   stats.extra.emplace_back("allreduce_ms", allreduce_ms_);
   if (compressor_.spec().method != CompressionMethod::kNone) {
     stats.extra.emplace_back("codec_ms", codec_ms_);
   }
-  last_bytes_sent_ = ring_->bytes_sent();
-  last_bytes_received_ = ring_->bytes_received();
+  last_bytes_sent_ = algorithm_->bytes_sent();
+  last_bytes_received_ = algorithm_->bytes_received();
   last_gather_sent_ = gather_->bytes_sent();
   last_gather_received_ = gather_->bytes_received();
   allreduce_ms_ = 0;
@@ -282,8 +246,8 @@ absl::Status AllReduceSync::Finish(StepStats& stats) {
 }
 
 absl::Status AllReduceSync::ReduceBucket(int bucket, int64_t step,
-                                    const Span& span, float* data,
-                                    float scale) {
+                                         const Span& span, float* data,
+                                         float scale) {
   const uint32_t tag = static_cast<uint32_t>(bucket);
   const CompressionSpec& spec = compressor_.spec();
   switch (spec.method) {
@@ -291,13 +255,13 @@ absl::Status AllReduceSync::ReduceBucket(int bucket, int64_t step,
       if (span.sparse_row_width > 0 && context_.identity.world_size > 1) {
         return ReduceRowSparse(bucket, span, data, scale);
       }
-      return ring_->Run(data, span.numel, scale, tag);
+      return algorithm_->Run(data, span.numel, scale, tag);
     case CompressionMethod::kFp16:
     case CompressionMethod::kBf16:
       if (plain_ring_ == nullptr) {
         return absl::InternalError(absl::StrCat(
-            "--compression=", spec.ToString(), " reached --sync=",
-            strategy_.name, ", which its factory should have refused"));
+            "--compression=", spec.ToString(), " reached --sync=", entry_.name,
+            ", which its factory should have refused"));
       }
       return plain_ring_->RunHalfPrecision(
           data, span.numel, scale, tag,
@@ -315,9 +279,9 @@ absl::Status AllReduceSync::ReduceBucket(int bucket, int64_t step,
   if (spec.method == CompressionMethod::kRandomK) {
     // The same indices on every rank (one seed): sum the k values with the
     // algorithm itself, as a dense all-reduce of k floats.
-    RETURN_IF_ERROR(ring_->Run(encoded.values.data(),
-                               static_cast<int64_t>(encoded.values.size()),
-                               scale, tag));
+    RETURN_IF_ERROR(algorithm_->Run(encoded.values.data(),
+                                    static_cast<int64_t>(encoded.values.size()),
+                                    scale, tag));
     start = absl::Now();
     std::fill(data, data + span.numel, 0.0f);
     for (size_t i = 0; i < encoded.index.size(); ++i) {
@@ -334,9 +298,9 @@ absl::Status AllReduceSync::ReduceBucket(int bucket, int64_t step,
 }
 
 absl::Status AllReduceSync::GatherAndSum(const EncodedBucket& own,
-                                    Encoding expected, int bucket,
-                                    const Span& span, float* data,
-                                    float scale) {
+                                         Encoding expected, int bucket,
+                                         const Span& span, float* data,
+                                         float scale) {
   std::string blob;
   AppendSerialized(own, &blob);
   // No honest encoding of this bucket is larger: every row as (index, row).
@@ -352,9 +316,9 @@ absl::Status AllReduceSync::GatherAndSum(const EncodedBucket& own,
   for (size_t r = 0; r < blobs.size(); ++r) {
     absl::StatusOr<EncodedBucket> decoded = ParseEncodedBucket(blobs[r]);
     if (!decoded.ok()) {
-      return Annotate(decoded.status(),
-                      absl::StrCat("rank ", r, "'s encoding of bucket ",
-                                   bucket));
+      return Annotate(
+          decoded.status(),
+          absl::StrCat("rank ", r, "'s encoding of bucket ", bucket));
     }
     if (decoded->encoding != expected || decoded->numel != span.numel) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -372,12 +336,12 @@ absl::Status AllReduceSync::GatherAndSum(const EncodedBucket& own,
 }
 
 absl::Status AllReduceSync::ReduceRowSparse(int bucket, const Span& span,
-                                       float* data, float scale) {
+                                            float* data, float scale) {
   const int n = context_.identity.world_size;
   const absl::Time start = absl::Now();
-  const EncodedBucket rows = SparseRowsOf(
-      absl::MakeConstSpan(data, span.numel),
-      static_cast<int32_t>(span.sparse_row_width));
+  const EncodedBucket rows =
+      SparseRowsOf(absl::MakeConstSpan(data, span.numel),
+                   static_cast<int32_t>(span.sparse_row_width));
   bucket_codec_ms_ += absl::ToDoubleMilliseconds(absl::Now() - start);
   // Nobody knows the others' row counts: exchange the encodings' sizes
   // first (8 bytes per rank, N-1 latencies), so every rank takes the same
@@ -394,9 +358,9 @@ absl::Status AllReduceSync::ReduceRowSparse(int bucket, const Span& span,
   for (size_t r = 0; r < sizes.size(); ++r) {
     uint64_t bytes = 0;
     if (sizes[r].size() != sizeof(bytes)) {
-      return absl::DataLossError(absl::StrCat(
-          "rank ", r, " sent a size of ", sizes[r].size(),
-          " bytes for row-sparse bucket ", bucket, " (want 8)"));
+      return absl::DataLossError(
+          absl::StrCat("rank ", r, " sent a size of ", sizes[r].size(),
+                       " bytes for row-sparse bucket ", bucket, " (want 8)"));
     }
     std::memcpy(&bytes, sizes[r].data(), sizeof(bytes));
     total += bytes;
@@ -407,25 +371,25 @@ absl::Status AllReduceSync::ReduceRowSparse(int bucket, const Span& span,
   const double gather_link_bytes = static_cast<double>(total - smallest);
   const double dense_link_bytes = 2.0 * (n - 1) / n * 4.0 * span.numel;
   using Route = AllReduceSyncOptions::RowSparseRoute;
-  const bool gather =
-      options_.row_sparse == Route::kGather ||
-      (options_.row_sparse == Route::kAuto &&
-       gather_link_bytes < dense_link_bytes);
+  const bool gather = options_.row_sparse == Route::kGather ||
+                      (options_.row_sparse == Route::kAuto &&
+                       gather_link_bytes < dense_link_bytes);
   if (gather) {
     bucket_row_sparse_ = 1;
     return GatherAndSum(rows, Encoding::kSparse, bucket, span, data, scale);
   }
   bucket_row_sparse_ = -1;
-  return ring_->Run(data, span.numel, scale, static_cast<uint32_t>(bucket));
+  return algorithm_->Run(data, span.numel, scale,
+                         static_cast<uint32_t>(bucket));
 }
 
 // The transport and the algorithm do not know buckets: only the spans, the
 // staging (one pinned mirror per bucket on a GPU) and the step's marks
 // change. Between steps the communication thread is idle on an empty queue.
 absl::Status AllReduceSync::Rebucket(const ParamLayout& layout) {
-  if (!ring_) {
+  if (!algorithm_) {
     return absl::FailedPreconditionError(
-        absl::StrCat(strategy_.name, ": Rebucket before Setup"));
+        absl::StrCat(entry_.name, ": Rebucket before Setup"));
   }
   ASSIGN_OR_RETURN(
       std::unique_ptr<HostStaging> staging,
@@ -433,7 +397,7 @@ absl::Status AllReduceSync::Rebucket(const ParamLayout& layout) {
   std::lock_guard<std::mutex> lock(mu_);
   if (step_buckets_.num_ready() != 0 || !queue_.empty() || completed_ != 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat(strategy_.name, ": Rebucket in the middle of step ",
+        absl::StrCat(entry_.name, ": Rebucket in the middle of step ",
                      step_buckets_.step()));
   }
   staging_ = std::move(staging);
@@ -467,14 +431,14 @@ absl::Status AllReduceSync::Shutdown() {
 }
 
 std::string AllReduceSync::SummaryJson() const {
-  if (!ring_) return "{}";
+  if (!algorithm_) return "{}";
   nlohmann::json summary = {
-      {"algorithm", strategy_.name},
-      {"chunk_bytes", options_.chunk_bytes},
+      {"algorithm", entry_.name},
+      {"chunk_bytes", options_.algorithm.chunk_bytes},
       {"socket_buffer_bytes_requested", options_.socket_buffer_bytes},
       {"socket_buffer_bytes_granted", transport_->granted_send_buffer_bytes()},
-      {"bytes_sent", ring_->bytes_sent() + gather_->bytes_sent()},
-      {"bytes_recv", ring_->bytes_received() + gather_->bytes_received()},
+      {"bytes_sent", algorithm_->bytes_sent() + gather_->bytes_sent()},
+      {"bytes_recv", algorithm_->bytes_received() + gather_->bytes_received()},
       {"compression", compressor_.spec().ToString()},
   };
   {
@@ -483,27 +447,9 @@ std::string AllReduceSync::SummaryJson() const {
     summary["row_sparse_buckets_dense"] = row_sparse_dense_;
   }
   const nlohmann::json own =
-      nlohmann::json::parse(ring_->SummaryJson(), nullptr, false);
+      nlohmann::json::parse(algorithm_->SummaryJson(), nullptr, false);
   if (own.is_object()) summary.update(own);
   return summary.dump();
 }
-
-namespace {
-
-absl::StatusOr<std::unique_ptr<GradientSync>> CreateRingSync(
-    const SyncContext& context) {
-  if (context.identity.world_size > 1 && context.rendezvous == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--sync=ring with ", context.identity.world_size,
-        " workers needs the coordinator to find the ring neighbours"));
-  }
-  // Every method is built on the ring (ring_sync.h).
-  ASSIGN_OR_RETURN(AllReduceSyncOptions options, AllReduceSyncOptionsFromFlags());
-  return std::unique_ptr<GradientSync>(new AllReduceSync(context, options));
-}
-
-}  // namespace
-
-GRADSYNC_REGISTER_SYNC(ring, CreateRingSync);
 
 }  // namespace gradsync

@@ -1,8 +1,15 @@
-// --sync=ring: GradientSync over the CPU ring all-reduce (ring_allreduce.h),
-// and over every other CPU all-reduce of the family (allreduce_algorithm.h):
-// --sync=halving_doubling, tree, hierarchical and allreduce register this same
-// class with their own AllReduceStrategy (allreduce_family_sync.cc), so they
-// share the buckets, overlap, metrics, trace spans and failure handling.
+// The GradientSync of every CPU all-reduce: --sync=ring, halving_doubling,
+// tree, hierarchical and allreduce are this one class running their row of
+// the table (allreduce_table.h; registered in allreduce_strategies.cc), so
+// they share the buckets, overlap, metrics, trace spans and failure handling.
+// It reads no flag: the factories turn flags into AllReduceSyncOptions.
+//
+//   trainer ── BucketReady(b) ──> queue ──> communication thread
+//                                             │ host staging (GPU only)
+//                                             │ ReduceBucket: algorithm, or
+//                                             │   all-gather + sum (codecs,
+//                                             │   row-sparse)
+//   trainer <── Finish() waits ── completed ──┘
 //
 // BucketReady(b) only queues bucket b for a communication thread; that thread
 // all-reduces the buckets in the order they became ready, which is the same on
@@ -38,7 +45,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,6 +54,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "allreduce/algorithms/allreduce_algorithm.h"
+#include "allreduce/algorithms/allreduce_kind.h"
 #include "allreduce/algorithms/peer_exchange.h"
 #include "allreduce/algorithms/ring_allgather.h"
 #include "allreduce/algorithms/ring_allreduce.h"
@@ -61,9 +68,10 @@
 namespace gradsync {
 
 struct AllReduceSyncOptions {
-  int64_t chunk_bytes = 256 << 10;
+  // What the algorithm is made with: chunk, link, ranks per node.
+  AlgorithmOptions algorithm;
   int socket_buffer_bytes = 4 << 20;
-  // Why chunk_bytes has its value, for the manifest: "flag", or the reason
+  // Why the chunk has its value, for the manifest: "flag", or the reason
   // the fixed default needs no deriving (it sizes system calls and the L2
   // staging, not the link: docs/compare.md has the sweep across link rates).
   std::string chunk_source =
@@ -77,26 +85,12 @@ struct AllReduceSyncOptions {
   RowSparseRoute row_sparse = RowSparseRoute::kAuto;
 };
 
-// From --ring_chunk_kb, --ring_socket_buffer_kb and --ring_row_sparse
-// (InvalidArgument naming the flag for a value it does not know).
-absl::StatusOr<AllReduceSyncOptions> AllReduceSyncOptionsFromFlags();
-
-// Which all-reduce of the family a AllReduceSync runs.
-struct AllReduceStrategy {
-  std::string name = "ring";  // the --sync= name, starts errors and logs
-  // The ranks besides the ring neighbours this rank needs connections to
-  // (PeerTransportOptions::peers); null for none.
-  std::function<std::vector<int>(int rank, int world_size)> peers;
-  // Makes the algorithm over the connected transport; null for the ring.
-  std::function<absl::StatusOr<std::unique_ptr<AllReduceAlgorithm>>(
-      PeerTransport* transport, const AllReduceSyncOptions& options)>
-      create;
-};
-
 class AllReduceSync : public GradientSync {
  public:
-  AllReduceSync(const SyncContext& context, const AllReduceSyncOptions& options,
-           AllReduceStrategy strategy = AllReduceStrategy());
+  // Runs `algorithm`'s row of the table (allreduce_table.h), which must
+  // outlive this object.
+  AllReduceSync(const SyncContext& context, const AllReduceEntry& algorithm,
+                const AllReduceSyncOptions& options);
   ~AllReduceSync() override;
 
   void SetTrainingSchedule(const TrainingSchedule& schedule) override {
@@ -139,16 +133,16 @@ class AllReduceSync : public GradientSync {
   void StopListening();
 
   const SyncContext context_;
+  const AllReduceEntry& entry_;
   const AllReduceSyncOptions options_;
-  const AllReduceStrategy strategy_;
   std::vector<Span> buckets_;
   Device* device_ = nullptr;  // Setup's, for Rebucket's new staging
   float* grads_ = nullptr;
   std::unique_ptr<HostStaging> staging_;
   std::unique_ptr<PeerTransport> transport_;
   int loss_listener_ = -1;  // registered with context_.rendezvous
-  std::unique_ptr<AllReduceAlgorithm> ring_;
-  RingAllReduce* plain_ring_ = nullptr;  // ring_ when it is the ring itself
+  std::unique_ptr<AllReduceAlgorithm> algorithm_;
+  RingAllReduce* plain_ring_ = nullptr;  // algorithm_ when it is the ring
   std::unique_ptr<RingAllGather> gather_;
   const Compressor compressor_;
   ErrorFeedback error_feedback_;  // the communication thread's during a step
@@ -171,7 +165,7 @@ class AllReduceSync : public GradientSync {
   // each bucket.
   double bucket_codec_ms_ = 0;
   int bucket_row_sparse_ = 0;  // +1 gathered, -1 dense, 0 not row-sparse
-  absl::Status error_;                // first error; sticky
+  absl::Status error_;         // first error; sticky
   bool stop_ = false;
 
   // Owned by the caller's thread.

@@ -48,9 +48,9 @@ SyncContext ContextFor(TransportTestCluster& cluster, int rank) {
   return context;
 }
 
-class RingSyncTest : public testing::TestWithParam<int> {};
+class AllReduceSyncTest : public testing::TestWithParam<int> {};
 
-TEST_P(RingSyncTest, EveryWorkerGetsTheExactAverageEveryStep) {
+TEST_P(AllReduceSyncTest, EveryWorkerGetsTheExactAverageEveryStep) {
   const int n = GetParam();
   const int steps = 3;
   auto layout = TestLayout();
@@ -125,7 +125,7 @@ TEST_P(RingSyncTest, EveryWorkerGetsTheExactAverageEveryStep) {
 
 // --autotune regroups the buckets between steps; the averages stay exact
 // and the new buckets are the ones that must be handed over.
-TEST(RingSyncRebucketTest, AfterRebucketTheNewBucketsAreAveraged) {
+TEST(AllReduceSyncRebucketTest, AfterRebucketTheNewBucketsAreAveraged) {
   const int n = 2;
   auto fine = TestLayout();
   ASSERT_TRUE(fine.ok()) << fine.status();
@@ -183,12 +183,13 @@ TEST(RingSyncRebucketTest, AfterRebucketTheNewBucketsAreAveraged) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Workers, RingSyncTest, testing::Values(1, 2, 3, 4),
+INSTANTIATE_TEST_SUITE_P(Workers, AllReduceSyncTest,
+                         testing::Values(1, 2, 3, 4),
                          [](const testing::TestParamInfo<int>& info) {
                            return absl::StrCat("N", info.param);
                          });
 
-TEST(RingSyncErrorsTest, FinishBeforeEveryBucketIsReadyIsAnError) {
+TEST(AllReduceSyncErrorsTest, FinishBeforeEveryBucketIsReadyIsAnError) {
   auto layout = TestLayout();
   ASSERT_TRUE(layout.ok()) << layout.status();
   auto device = CreateDevice(DeviceOptions{});
@@ -210,7 +211,7 @@ TEST(RingSyncErrorsTest, FinishBeforeEveryBucketIsReadyIsAnError) {
 
 // A device that claims to be CUDA but is not gradsync's CudaDevice cannot be
 // staged; the error names it rather than touching its memory.
-TEST(RingSyncErrorsTest, ForeignGpuDeviceIsRefused) {
+TEST(AllReduceSyncErrorsTest, ForeignGpuDeviceIsRefused) {
   auto layout = TestLayout();
   ASSERT_TRUE(layout.ok()) << layout.status();
   NullDevice device(DeviceType::kCuda, "cuda:0");
@@ -223,7 +224,7 @@ TEST(RingSyncErrorsTest, ForeignGpuDeviceIsRefused) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("cuda:0"));
 }
 
-TEST(RingSyncErrorsTest, SeveralWorkersNeedACoordinator) {
+TEST(AllReduceSyncErrorsTest, SeveralWorkersNeedACoordinator) {
   SyncContext context;
   context.identity.world_size = 2;
   auto sync = GradientSyncRegistry::Create("ring", context);

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
-#include "allreduce/allreduce_flags.h"
 #include "allreduce/allreduce_sync.h"
 #include "allreduce/transport/test_cluster.h"
 #include "core/base/status_macros.h"
@@ -27,6 +27,9 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
+// The factories' flag (allreduce/allreduce_flags.cc), set here as a user would.
+ABSL_DECLARE_FLAG(std::string, ring_row_sparse);
+
 namespace gradsync {
 namespace {
 
@@ -37,8 +40,7 @@ using ::testing::HasSubstr;
 float Gradient(int step, int rank, int64_t i, bool fraction = false) {
   const float whole =
       static_cast<float>((i * 7 + rank * 13 + step * 5) % 23 - 11);
-  return fraction ? whole * 0.37f + 0.001f * static_cast<float>(i % 97)
-                  : whole;
+  return fraction ? whole * 0.37f + 0.001f * static_cast<float>(i % 97) : whole;
 }
 
 absl::StatusOr<ParamLayout> DenseLayout() {
@@ -50,8 +52,7 @@ absl::StatusOr<ParamLayout> DenseLayout() {
 }
 
 SyncContext ContextFor(TransportTestCluster& cluster, int rank,
-                       const std::string& compression,
-                       absl::Duration timeout) {
+                       const std::string& compression, absl::Duration timeout) {
   SyncContext context;
   context.identity.rank = rank;
   context.identity.world_size = cluster.world_size();
@@ -81,7 +82,8 @@ absl::StatusOr<std::vector<RankRun>> RunJob(
     const ParamLayout& layout, int steps, const GradientFn& gradient,
     TrainingSchedule schedule = TrainingSchedule(),
     absl::Duration timeout = absl::Seconds(30)) {
-  ASSIGN_OR_RETURN(auto cluster, TransportTestCluster::Start(n, "ring-test", timeout));
+  ASSIGN_OR_RETURN(auto cluster,
+                   TransportTestCluster::Start(n, "ring-test", timeout));
   const int64_t total = layout.total_numel();
   std::vector<RankRun> runs(n);
   std::vector<absl::Status> results = cluster->RunOnEveryRank([&](int rank) {
@@ -89,10 +91,10 @@ absl::StatusOr<std::vector<RankRun>> RunJob(
                      CreateDevice(DeviceOptions{}));
     ASSIGN_OR_RETURN(float* grads, device->Allocate<float>(total));
     ASSIGN_OR_RETURN(float* params, device->Allocate<float>(total));
-    ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
-                     GradientSyncRegistry::Create(
-                         sync_name,
-                         ContextFor(*cluster, rank, compression, timeout)));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<GradientSync> sync,
+        GradientSyncRegistry::Create(
+            sync_name, ContextFor(*cluster, rank, compression, timeout)));
     sync->SetTrainingSchedule(schedule);
     RETURN_IF_ERROR(sync->Setup(layout, *device, SyncBuffers{grads, params}));
     for (int step = 0; step < steps; ++step) {
@@ -190,9 +192,8 @@ TEST_P(GatheredMethodTest, EveryRankGetsTheRankOrderSumOfTheDecodedEncodings) {
     for (int rank = 0; rank < n; ++rank) {
       const std::vector<float>& got = (*runs)[rank].grads[step];
       for (int64_t i = 0; i < total; ++i) {
-        ASSERT_EQ(got[i], want[i])
-            << method << " N=" << n << " rank " << rank << " step " << step
-            << " element " << i;
+        ASSERT_EQ(got[i], want[i]) << method << " N=" << n << " rank " << rank
+                                   << " step " << step << " element " << i;
       }
       // Rank r forwards every blob but its right neighbour's.
       const int64_t want_sent = blob_bytes_total - blob_bytes[(rank + 1) % n];
@@ -334,9 +335,9 @@ TEST_P(RandomKTest, AverageOnTheSharedIndicesOnly) {
       std::vector<EncodedBucket> sent = workers[r].Encode(*layout, g, step);
       for (const Bucket& bucket : layout->buckets()) {
         const EncodedBucket& e = sent[bucket.index];
-        ASSERT_EQ(e.index, RandomKIndices(bucket.numel,
-                                          spec.KeptElements(bucket.numel),
-                                          1234, step, bucket.index));
+        ASSERT_EQ(e.index,
+                  RandomKIndices(bucket.numel, spec.KeptElements(bucket.numel),
+                                 1234, step, bucket.index));
         for (size_t j = 0; j < e.index.size(); ++j) {
           sum[bucket.offset + e.index[j]] += e.values[j];
           chosen[bucket.offset + e.index[j]] = true;
@@ -349,8 +350,7 @@ TEST_P(RandomKTest, AverageOnTheSharedIndicesOnly) {
         // the only inexact step.
         const float want =
             chosen[i] ? static_cast<float>(sum[i]) * (1.0f / n) : 0.0f;
-        ASSERT_NEAR((*runs)[rank].grads[step][i], want,
-                    std::fabs(want) * 1e-6)
+        ASSERT_NEAR((*runs)[rank].grads[step][i], want, std::fabs(want) * 1e-6)
             << "rank " << rank << " step " << step << " element " << i;
         ASSERT_EQ((*runs)[rank].grads[step][i], (*runs)[0].grads[step][i]);
       }
@@ -424,8 +424,9 @@ TEST(RowSparseTest, FewRowsAreGatheredAndManyGoThroughTheDenseRing) {
   SyncContext context;
   auto refused = GradientSyncRegistry::Create("ring", context);
   ASSERT_FALSE(refused.ok());
-  EXPECT_THAT(std::string(refused.status().message()),
-              HasSubstr("--ring_row_sparse=sometimes: use auto, gather or dense"));
+  EXPECT_THAT(
+      std::string(refused.status().message()),
+      HasSubstr("--ring_row_sparse=sometimes: use auto, gather or dense"));
 }
 
 // A run resumed from a checkpoint continues the error feedback exactly: the
@@ -441,8 +442,8 @@ TEST(ResumeTest, ResidualSurvivesACheckpointOnEveryRank) {
   auto straight = RunJob("ring", n, method, *layout, 4, gradient);
   ASSERT_TRUE(straight.ok()) << straight.status();
 
-  const std::string path = absl::StrCat(
-      testing::TempDir(), "/resume_", ::getpid(), ".ckpt");
+  const std::string path =
+      absl::StrCat(testing::TempDir(), "/resume_", ::getpid(), ".ckpt");
   TrainingSchedule first;
   first.checkpoint_path = path;
   first.checkpoint_every = 2;
@@ -463,8 +464,8 @@ TEST(ResumeTest, ResidualSurvivesACheckpointOnEveryRank) {
   const std::string lost = ErrorFeedback::PathFor(path, 2);
   ASSERT_EQ(std::remove(lost.c_str()), 0);
   std::remove((lost + ".previous").c_str());
-  auto refused = RunJob("ring", n, method, *layout, 1, gradient, second,
-                        absl::Seconds(2));
+  auto refused =
+      RunJob("ring", n, method, *layout, 1, gradient, second, absl::Seconds(2));
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr(lost));
   for (int rank = 0; rank < n; ++rank) {
@@ -477,11 +478,10 @@ TEST(ResumeTest, ResidualSurvivesACheckpointOnEveryRank) {
 TEST(FactoryTest, MethodsAnAlgorithmDoesNotCarryAreRefused) {
   SyncContext context;
   context.compression = CompressionSpec::Parse("fp16").value();
-  for (const std::string& name : {"tree", "halving_doubling", "hierarchical",
-                                  "allreduce"}) {
+  for (const std::string& name :
+       {"tree", "halving_doubling", "hierarchical", "allreduce"}) {
     auto sync = GradientSyncRegistry::Create(name, context);
-    ASSERT_EQ(sync.status().code(), absl::StatusCode::kInvalidArgument)
-        << name;
+    ASSERT_EQ(sync.status().code(), absl::StatusCode::kInvalidArgument) << name;
     EXPECT_EQ(std::string(sync.status().message()),
               absl::StrCat("--compression=fp16 is not built for --sync=", name,
                            "; use --sync=ring or --sync=ps"));

@@ -712,6 +712,9 @@ CODEC_MS_PER_MB = {
 SPARSE_HEADER_BYTES = 21  # encoding, numel, row_width, rows
 ONEBIT_HEADER_BYTES = 17  # encoding, numel, two scales
 GATHER_FRAME_BYTES = 24  # allreduce/algorithms/ring_allgather.h's frame header
+# The CPU all-reduce family's --sync= names, in allreduce/allreduce_table.cc's
+# order: the one list Python reads them from (scaling.py, compare.py);
+# //allreduce:allreduce_table_test fails when the two differ.
 ALLREDUCE_FAMILY = ("ring", "halving_doubling", "tree", "hierarchical", "allreduce")
 
 

@@ -204,8 +204,8 @@ def compression_built(strategy, compression):
     """False where the strategy's factory refuses the method (16-bit values
     are built into the ring and the PS only: allreduce/allreduce_sync.h)."""
     method, _ = cost_model.parse_compression(compression)
-    if method in ("fp16", "bf16") and strategy in ("halving_doubling", "tree", "hierarchical",
-                                                   "allreduce"):
+    if (method in ("fp16", "bf16") and strategy in cost_model.ALLREDUCE_FAMILY
+            and strategy != "ring"):
         print(f"scaling: skipping {strategy} with --compression={compression} (not built "
               "for it)", flush=True)
         return False
@@ -263,8 +263,8 @@ def strategy_points(group, strategy, n, servers_spec, colocated_spec=""):
         # hybrid: the row-sparse tensors on K servers, the rest on the ring.
         ks = sorted({n if k == "N" else int(k) for k in servers_spec.split(",")})
         return [dict(group, strategy=strategy, workers=n, servers=k) for k in ks if k >= 1]
-    sys.exit(f"scaling: unknown strategy '{strategy}' (ring, halving_doubling, tree, "
-             "hierarchical, allreduce, ps, ps-colocated, ps-mixed, hybrid)")
+    sys.exit(f"scaling: unknown strategy '{strategy}' "
+             f"({', '.join(cost_model.ALLREDUCE_FAMILY)}, ps, ps-colocated, ps-mixed, hybrid)")
 
 
 def memory_estimate_gb(point):
@@ -301,10 +301,9 @@ def run_job(point, run_dir, args):
         launch.append(f"--servers={point['servers'] - point['colocated']}")
     if point["link"] != "loopback":
         launch.append(f"--netem={point['link']}")
-    sync = {"local": "local", "ring": "ring", "ps": "ps", "ps-colocated": "ps",
-            "ps-mixed": "ps", "halving_doubling": "halving_doubling", "tree": "tree",
-            "hierarchical": "hierarchical", "allreduce": "allreduce",
-            "hybrid": "hybrid"}[point["strategy"]]
+    sync = {"local": "local", "ps": "ps", "ps-colocated": "ps", "ps-mixed": "ps",
+            "hybrid": "hybrid", **{name: name for name in cost_model.ALLREDUCE_FAMILY}
+            }[point["strategy"]]
     command = worker_command(args.extra)
     env = None
     if command:

@@ -76,12 +76,11 @@ absl::Status Check(const ClusterEnv& env) {
   options.job_id = coordinator->job_id();  // worker 0's, if none was given
   options.advertise_host = "127.0.0.1";
   options.timeout = timeout;
-  options.socket_buffer_bytes = absl::GetFlag(FLAGS_ring_socket_buffer_kb)
-                                << 10;
+  const AllReduceFlagValues flags = ReadAllReduceFlags();
+  options.socket_buffer_bytes = flags.socket_buffer_bytes;
   ASSIGN_OR_RETURN(std::unique_ptr<PeerTransport> transport,
                    PeerTransport::Create(options, coordinator.get()));
-  RingAllReduce ring(transport.get(),
-                     int64_t{absl::GetFlag(FLAGS_ring_chunk_kb)} << 10);
+  RingAllReduce ring(transport.get(), flags.chunk_bytes);
 
   const std::vector<int64_t> counts = {0, 1, n - 1, n + 1, kLargeCount};
   for (int64_t count : counts) {

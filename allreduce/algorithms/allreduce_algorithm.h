@@ -1,9 +1,9 @@
 // What every CPU all-reduce of the family offers the strategy that runs it
-// (allreduce_sync.h): sum a float buffer in place over all ranks, then scale
-// it. The ring (ring_allreduce.h), halving-doubling, the double binary tree,
-// the hierarchical scheme and the α–β selector all implement it, so one
-// GradientSync runs any of them with the same buckets, overlap, metrics and
-// failure handling.
+// (allreduce/allreduce_sync.h): sum a float buffer in place over all ranks,
+// then scale it. The ring (ring_allreduce.h), halving-doubling, the double
+// binary tree, the hierarchical scheme and the α–β selector all implement it,
+// so one GradientSync runs any of them with the same buckets, overlap, metrics
+// and failure handling.
 #pragma once
 
 #include <cstdint>

@@ -15,9 +15,10 @@
 #include "allreduce/algorithms/halving_doubling_allreduce.h"
 #include "allreduce/algorithms/hierarchical_allreduce.h"
 #include "allreduce/algorithms/ring_allreduce.h"
-#include "allreduce/transport/test_cluster.h"
 #include "allreduce/algorithms/selecting_allreduce.h"
 #include "allreduce/algorithms/tree_allreduce.h"
+#include "allreduce/allreduce_table.h"
+#include "allreduce/transport/test_cluster.h"
 #include "core/base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -88,9 +89,17 @@ Algorithm ByName(const std::string& name, int n) {
   // The selector with a fixed link, so that both small (latency-bound) and
   // large (bandwidth-bound) buffers pick different algorithms in one run.
   return {
-      name, SelectingAllReduce::Peers, [](PeerTransport* t) {
-        LinkCost link{100e-6, 1.25e8};
-        auto selector = SelectingAllReduce::Create(t, kChunk, link);
+      name,
+      [](int rank, int world) {
+        return AllReduceEntryOf(AllReduceKind::kSelecting)
+            .peers(rank, world, AlgorithmOptions());
+      },
+      [](PeerTransport* t) {
+        AlgorithmOptions options;
+        options.chunk_bytes = kChunk;
+        options.link = LinkCost{100e-6, 1.25e8};
+        auto selector =
+            SelectingAllReduce::Create(t, options, SelectorCandidates());
         return std::unique_ptr<AllReduceAlgorithm>(std::move(selector).value());
       }};
 }
@@ -174,9 +183,8 @@ TEST_P(AllReduceFamily, SumIsExactAndIdenticalOnEveryRank) {
 
 std::vector<FamilyCase> AllCases() {
   std::vector<FamilyCase> cases;
-  for (const char* name :
-       {"halving_doubling", "tree", "tree_gated", "hierarchical",
-        "allreduce"}) {
+  for (const char* name : {"halving_doubling", "tree", "tree_gated",
+                           "hierarchical", "allreduce"}) {
     for (int n = 2; n <= 9; ++n) cases.push_back({name, n});
   }
   return cases;
@@ -187,9 +195,8 @@ INSTANTIATE_TEST_SUITE_P(AlgorithmsByWorldSize, AllReduceFamily,
 
 TEST(AllReduceFamilyPeers, PeerSetsAreSymmetric) {
   for (int n = 1; n <= 17; ++n) {
-    for (const std::string name :
-         {"halving_doubling", "tree", "tree_gated", "hierarchical",
-        "allreduce"}) {
+    for (const std::string name : {"halving_doubling", "tree", "tree_gated",
+                                   "hierarchical", "allreduce"}) {
       const Algorithm algorithm = ByName(name, n);
       std::vector<std::set<int>> peers(n);
       for (int rank = 0; rank < n; ++rank) {
@@ -310,24 +317,25 @@ TEST(SelectingAllReduce, PicksTheLowestPrediction) {
   // Latency-bound at N = 8: the tree's and halving-doubling's 6 latencies
   // against the ring's 14; halving-doubling moves 1.75·64 KiB, the tree's
   // busiest rank 4 halves (2·64 KiB) before its last byte's 6 hops.
-  EXPECT_EQ(SelectingAllReduce::Choose(8, 65536, link), "halving_doubling");
+  EXPECT_EQ(ChooseAllReduce(8, 65536, link), AllReduceKind::kHalvingDoubling);
   // 1 MiB: the ring's segments (131 KiB, 1.05 ms) outlast α, so it streams
   // (15.7 ms) where the others pay their latencies and more bytes.
-  EXPECT_EQ(SelectingAllReduce::Choose(8, 1 << 20, link), "ring");
-  EXPECT_EQ(SelectingAllReduce::Choose(8, 64 << 20, link), "ring");
+  EXPECT_EQ(ChooseAllReduce(8, 1 << 20, link), AllReduceKind::kRing);
+  EXPECT_EQ(ChooseAllReduce(8, 64 << 20, link), AllReduceKind::kRing);
   // N = 6: halving-doubling folds (two more latencies); the tree's 4 hops
   // make it the latency pick.
-  EXPECT_EQ(SelectingAllReduce::Choose(6, 4096, link), "tree");
+  EXPECT_EQ(ChooseAllReduce(6, 4096, link), AllReduceKind::kTree);
   // A tie goes to the ring: N = 2, where all three send S both ways once.
-  EXPECT_EQ(SelectingAllReduce::Choose(2, 64 << 20, LinkCost{0, 1.25e8}),
-            "ring");
+  EXPECT_EQ(ChooseAllReduce(2, 64 << 20, LinkCost{0, 1.25e8}),
+            AllReduceKind::kRing);
   // Each candidate with its own α: a tree whose hops cost 2 ms loses the
   // latency-bound buffer to halving-doubling's 1 ms rounds.
   CandidateLinks slow_tree = CandidateLinks::Uniform(link);
-  slow_tree.tree.alpha_s = 2e-3;
-  EXPECT_EQ(SelectingAllReduce::Choose(6, 4096, slow_tree),
-            "halving_doubling");
-  EXPECT_NEAR(SelectingAllReduce::Predict("tree", 6, 4096, slow_tree.tree),
+  slow_tree[AllReduceKind::kTree].alpha_s = 2e-3;
+  EXPECT_EQ(ChooseAllReduce(6, 4096, slow_tree),
+            AllReduceKind::kHalvingDoubling);
+  EXPECT_NEAR(PredictAllReduce(AllReduceKind::kTree, 6, 4096,
+                               slow_tree.For(AllReduceKind::kTree)),
               3 * 2048 / 1.25e8 + 8e-3, 1e-12);
 }
 
@@ -356,7 +364,8 @@ TEST(AllReduceFamilyFailure, LostRankIsNamed) {
     const int n = 5;
     const int lost = 3;
     const Algorithm algorithm = ByName(name, n);
-    auto cluster = TransportTestCluster::Start(n, "family-loss", absl::Seconds(20));
+    auto cluster =
+        TransportTestCluster::Start(n, "family-loss", absl::Seconds(20));
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     auto transports = (*cluster)->ConnectPeers(
         PeerTransportOptions(),

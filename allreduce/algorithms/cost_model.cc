@@ -73,8 +73,8 @@ std::vector<std::pair<int, int>> TreeRankCosts(int n) {
 //   T = max(2(N-1)/N · S/B + α,  2(N-1)·α + S/(N·B)).
 // Bandwidth-bound buffers (s/B ≥ α) pay one latency, not 2(N-1): the store-
 // and-forward figure 2(N-1)·α + 2(N-1)/N·S/B overstates them by (2N-3)·α,
-// which made the selector give 1 MiB buffers on 1 ms links to halving-doubling
-// while the ring was 1.3x faster (docs/results/allreduce_family.md).
+// which once handed bandwidth-bound buffers to halving-doubling
+// (docs/results/allreduce_family.md, "Notes from the code").
 double RingAllReduceSeconds(int n, double bytes, const LinkCost& link) {
   if (n <= 1) return 0;
   const double steps = 2.0 * (n - 1);
@@ -141,8 +141,8 @@ double HalvingDoublingAllReduceSeconds(int n, double bytes,
 // over bandwidth. At N = 2 the root turns each half round on the connection
 // it came in on: S/B + α (+ w).
 // (An earlier max of the two terms, as if the busiest link's work hid the
-// latency, ran 1.18–1.30x below the measured time at 1 MiB at N = 8 and 16,
-// docs/results/allreduce_family.md.) For large S this is E_max/2 times S/B
+// latency, ran below the measured times: docs/results/allreduce_family.md,
+// "Notes from the code".) For large S this is E_max/2 times S/B
 // against the ring's 2(N-1)/N·S/B: the tree is for latency-bound buffers,
 // the ring for bandwidth-bound ones.
 double TreeAllReduceSeconds(int n, double bytes, const LinkCost& link,

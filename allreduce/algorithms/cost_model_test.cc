@@ -62,8 +62,8 @@ TEST(CostModel, HalvingDoublingWaitsForClearsToSendAboveTheEagerPrefix) {
 TEST(CostModel, TreeBeatsRingWhenLatencyBoundAndLosesWhenBandwidthBound) {
   // N = 8: depth 3; every rank with 4 tree edges is a leaf of depth 3 in one
   // tree: its 4 halves, then its last byte's 3 hops up and 3 down.
-  EXPECT_NEAR(TreeAllReduceSeconds(8, 65536, kLink),
-              4 * 32768 / 1.25e8 + 6e-3, 1e-12);
+  EXPECT_NEAR(TreeAllReduceSeconds(8, 65536, kLink), 4 * 32768 / 1.25e8 + 6e-3,
+              1e-12);
   EXPECT_NEAR(TreeAllReduceSeconds(8, 16 << 20, kLink),
               4 * (8 << 20) / 1.25e8 + 6e-3, 1e-12);
   // N = 4 (midpoint trees, depth 2): the root of tree 1, 4 edges, ends on
@@ -73,8 +73,8 @@ TEST(CostModel, TreeBeatsRingWhenLatencyBoundAndLosesWhenBandwidthBound) {
   // 64 KiB: 2 halves + 4α.
   EXPECT_NEAR(TreeAllReduceSeconds(4, 1 << 20, kLink),
               4 * (1 << 19) / 1.25e8 + 2e-3, 1e-12);
-  EXPECT_NEAR(TreeAllReduceSeconds(4, 65536, kLink),
-              2 * 32768 / 1.25e8 + 4e-3, 1e-12);
+  EXPECT_NEAR(TreeAllReduceSeconds(4, 65536, kLink), 2 * 32768 / 1.25e8 + 4e-3,
+              1e-12);
   // N = 2: each rank's one connection carries its reduce and then its
   // broadcast back, one hop: S/B + α.
   EXPECT_NEAR(TreeAllReduceSeconds(2, 1 << 20, kLink),
@@ -100,10 +100,10 @@ TEST(CostModel, HierarchicalSharedLinkPoint) {
   // N = 8 in 4 nodes of 2 sharing a 1 Gbit/s link: 2·(1 ms + S/2/B) inside,
   // then halving-doubling of S/2 among 4 at B/2.
   const LinkCost shared{1e-3, 1.25e8 / 2};
-  EXPECT_NEAR(HierarchicalAllReduceSeconds(8, 2, 65536, kLink, shared),
-              2 * (1e-3 + 0.5 * 65536 / 1.25e8) + 4e-3 +
-                  1.5 * 32768 / (1.25e8 / 2),
-              1e-12);
+  EXPECT_NEAR(
+      HierarchicalAllReduceSeconds(8, 2, 65536, kLink, shared),
+      2 * (1e-3 + 0.5 * 65536 / 1.25e8) + 4e-3 + 1.5 * 32768 / (1.25e8 / 2),
+      1e-12);
 }
 
 TEST(CostModel, HierarchicalWithOneRankPerNodeIsHalvingDoubling) {

@@ -1,5 +1,5 @@
 // Halving-doubling all-reduce (Rabenseifner; Thakur, Rabenseifner & Gropp
-// 2005), over the ring transport's peer connections (peer_exchange.h).
+// 2005), over the peer transport's connections (peer_exchange.h).
 //
 // With p = N a power of two: reduce-scatter by recursive halving — in step k
 // every rank swaps half of its current range with the rank whose index

@@ -1,4 +1,4 @@
-// Hierarchical (two-level) all-reduce, over the ring transport's peer
+// Hierarchical (two-level) all-reduce, over the peer transport's
 // connections (peer_exchange.h): the scheme of Horovod's hierarchical
 // all-reduce and of the large-scale records (Jia et al. 2018; Mikami et al.
 // 2018), for jobs whose ranks share a few host links.

@@ -1,6 +1,6 @@
 // One round of concurrent transfers between this rank and its peers over the
-// ring transport's peer connections (ring_transport.h): the step engine of the
-// all-reduce family (halving_doubling_allreduce.h, tree_allreduce.h,
+// peer transport's connections (transport/peer_transport.h): the step engine of
+// the all-reduce family (halving_doubling_allreduce.h, tree_allreduce.h,
 // hierarchical_allreduce.h), as the pipelined loop in ring_allreduce.cc is the
 // ring's.
 //
@@ -31,9 +31,8 @@
 // rest of a large transfer never shares the peer's incoming link with the
 // tail of its previous partner's: without this, a rank that finishes a
 // halving-doubling step early starts its next step into a link still full of
-// another's, and on a shallow switch queue both flows lose packets (incast:
-// 13 058 retransmitted segments in ten 16 MiB all-reduces at N = 8 on
-// 1 Gbit/s, 45 with the gate; docs/results/allreduce_family.md). The header
+// another's, and on a shallow switch queue both flows lose packets (incast;
+// docs/results/allreduce_family.md, "Notes from the code"). The header
 // costs no message of its own, and the eager prefix covers the header's
 // flight wherever the link's one-way bandwidth-delay product is below it, so
 // transfers within the prefix (the latency-bound buffers) never wait. MPI's

@@ -120,8 +120,8 @@ absl::StatusOr<PeerLinkProbeResult> ProbePeerLink(
     const double slope_s = large_s - Median(small_times);
     // Seconds per GB, not GB/s: the mean of times is what the ranks' rates
     // combine to (their harmonic mean), and one pair whose slope came out
-    // near zero cannot inflate it (it once gave 1.0 GB/s on 0.125 GB/s
-    // links, two ranks per host).
+    // near zero cannot inflate it (docs/results/allreduce_family.md, "Notes
+    // from the code").
     figures[2] = static_cast<float>(
         slope_s > 0 ? slope_s / ((large_count - small_count) * 4.0 / 1e9)
                     : large_s / (large_count * 4.0 / 1e9));

@@ -18,7 +18,8 @@
 // so all ranks pick alike.
 //
 // Cost: 17 round trips and seven two-way exchanges, four of them of
-// `large_bytes`: about 0.2 s at 1 Gbit/s and 1 ms, 1.5 s at 100 Mbit/s.
+// `large_bytes` (what that takes on the emulated links:
+// docs/results/allreduce_family.md, "Notes from the code").
 #pragma once
 
 #include <cstdint>
@@ -32,8 +33,8 @@
 namespace gradsync {
 
 struct PeerLinkProbeOptions {
-  int round_trips = 15;            // timed; the median is kept
-  int repeats = 3;                 // per exchange size; the median is kept
+  int round_trips = 15;  // timed; the median is kept
+  int repeats = 3;       // per exchange size; the median is kept
   int64_t small_bytes = 256 << 10;
   int64_t large_bytes = 4 << 20;
 };

@@ -44,7 +44,8 @@ TEST(ProbePartner, PairsAcrossTheJobAndIsSymmetric) {
 // line of `one_way` (none when zero); returns every rank's result.
 std::vector<absl::StatusOr<PeerLinkProbeResult>> ProbeJob(
     int n, absl::Duration one_way) {
-  auto cluster = TransportTestCluster::Start(n, "probe-test", absl::Seconds(30));
+  auto cluster =
+      TransportTestCluster::Start(n, "probe-test", absl::Seconds(30));
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   std::vector<absl::StatusOr<PeerLinkProbeResult>> results(
       n, absl::UnknownError("not run"));

@@ -59,9 +59,9 @@ absl::StatusOr<std::vector<std::string>> RingAllGather::Run(
                                max_blob_bytes, &blobs[in_rank]);
     if (!status.ok()) {
       ++sequence_;
-      return Fail(Annotate(status, absl::StrCat("ring all-gather #", sequence_ - 1,
-                                                " (tag ", tag, "), step ", s + 1,
-                                                " of ", n - 1)));
+      return Fail(Annotate(
+          status, absl::StrCat("ring all-gather #", sequence_ - 1, " (tag ",
+                               tag, "), step ", s + 1, " of ", n - 1)));
     }
   }
   ++sequence_;
@@ -73,12 +73,12 @@ absl::Status RingAllGather::Step(const std::string& out, int out_rank,
                                  int64_t max_blob_bytes, std::string* in) {
   TcpConnection& right = transport_->right();
   TcpConnection& left = transport_->left();
-  Frame send_frame{{kFrameMagic[0], kFrameMagic[1], kFrameMagic[2],
-                    kFrameMagic[3]},
-                   sequence_,
-                   tag,
-                   static_cast<uint32_t>(out_rank),
-                   static_cast<uint64_t>(out.size())};
+  Frame send_frame{
+      {kFrameMagic[0], kFrameMagic[1], kFrameMagic[2], kFrameMagic[3]},
+      sequence_,
+      tag,
+      static_cast<uint32_t>(out_rank),
+      static_cast<uint64_t>(out.size())};
   Frame recv_frame;
   std::memset(&recv_frame, 0, sizeof(recv_frame));
   const int64_t send_total = kHeaderBytes + static_cast<int64_t>(out.size());
@@ -91,11 +91,12 @@ absl::Status RingAllGather::Step(const std::string& out, int out_rank,
     bool moved = false;
     if (sent < send_total) {
       const char* source =
-          sent < kHeaderBytes ? reinterpret_cast<const char*>(&send_frame) + sent
-                              : out.data() + (sent - kHeaderBytes);
-      const int64_t piece =
-          sent < kHeaderBytes ? kHeaderBytes - sent
-                              : std::min(send_total - sent, kMaxTransfer);
+          sent < kHeaderBytes
+              ? reinterpret_cast<const char*>(&send_frame) + sent
+              : out.data() + (sent - kHeaderBytes);
+      const int64_t piece = sent < kHeaderBytes
+                                ? kHeaderBytes - sent
+                                : std::min(send_total - sent, kMaxTransfer);
       ASSIGN_OR_RETURN(size_t n, right.SendSome(source, piece));
       if (n > 0) {
         moved = true;
@@ -111,9 +112,9 @@ absl::Status RingAllGather::Step(const std::string& out, int out_rank,
       char* target = received < kHeaderBytes
                          ? reinterpret_cast<char*>(&recv_frame) + received
                          : &(*in)[received - kHeaderBytes];
-      const int64_t piece =
-          received < kHeaderBytes ? kHeaderBytes - received
-                                  : std::min(recv_total - received, kMaxTransfer);
+      const int64_t piece = received < kHeaderBytes
+                                ? kHeaderBytes - received
+                                : std::min(recv_total - received, kMaxTransfer);
       ASSIGN_OR_RETURN(size_t n, left.RecvSome(target, piece));
       if (n > 0) {
         moved = true;
@@ -157,16 +158,17 @@ absl::Status RingAllGather::Step(const std::string& out, int out_rank,
     const bool want_send = sent < send_total;
     const bool want_recv = received < recv_total;
     const absl::Time deadline = last_progress + timeout;
-    ASSIGN_OR_RETURN(RingIoReadiness ready,
-                     transport_->WaitForIo(want_send, want_recv,
-                                           /*watch_right=*/want_send, deadline));
+    ASSIGN_OR_RETURN(
+        RingIoReadiness ready,
+        transport_->WaitForIo(want_send, want_recv,
+                              /*watch_right=*/want_send, deadline));
     if (!ready.can_send && !ready.can_recv && !ready.right_readable &&
         absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
-          want_recv ? absl::StrCat("no data from ", left.peer_name(), " (",
-                                   received, " of ", recv_total,
-                                   " bytes received)")
-                    : "",
+          want_recv
+              ? absl::StrCat("no data from ", left.peer_name(), " (", received,
+                             " of ", recv_total, " bytes received)")
+              : "",
           want_recv && want_send ? "; " : "",
           want_send ? absl::StrCat(right.peer_name(), " took no data (", sent,
                                    " of ", send_total, " bytes sent)")

@@ -6,10 +6,10 @@
 // Horovod's all-gather of sparse or compressed gradients, whose encodings
 // differ in length from rank to rank.
 //
-// It is shared by every algorithm of the family (ring_sync.h): all of them
-// keep the ring neighbours connected, and an all-gather is the same whatever
-// the reduction algorithm is. Within a step the send and the receive run
-// concurrently (poll), so blobs larger than the socket buffers cannot
+// It is shared by every algorithm of the family (allreduce/allreduce_sync.h):
+// all of them keep the ring neighbours connected, and an all-gather is the same
+// whatever the reduction algorithm is. Within a step the send and the receive
+// run concurrently (poll), so blobs larger than the socket buffers cannot
 // deadlock; steps are not pipelined into each other (a step forwards a blob
 // once it has arrived whole, so it can be checked first).
 //

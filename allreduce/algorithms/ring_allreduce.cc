@@ -175,8 +175,7 @@ class RingAllReduce::Pass {
     const int64_t available = SendAvailable() - send_pos_;
     if (available <= 0) return absl::OkStatus();
     const char* source =
-        send_phase_ < 0
-            ? reinterpret_cast<const char*>(&send_header_)
+        send_phase_ < 0 ? reinterpret_cast<const char*>(&send_header_)
         : element_bytes_ == 2
             ? reinterpret_cast<const char*>(
                   wire_ + segment_offset_[SendSegment(send_phase_)])
@@ -277,8 +276,7 @@ class RingAllReduce::Pass {
         if (last) sum *= scale_;
         const uint16_t rounded = EncodeHalf(wire_encoding_, sum);
         wire_[first + i] = rounded;
-        data_[first + i] =
-            last ? DecodeHalf(wire_encoding_, rounded) : sum;
+        data_[first + i] = last ? DecodeHalf(wire_encoding_, rounded) : sum;
       }
       reduced_ = whole;
       recv_ready_ = staging_start_ + whole;
@@ -315,12 +313,12 @@ class RingAllReduce::Pass {
           send_header_.sequence, " (the streams are out of step)"));
     }
     if (recv_header_.encoding != send_header_.encoding) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "ring: ", left.peer_name(), " sends all-reduce #",
-          recv_header_.sequence, " (tag ", recv_header_.tag,
-          ") with wire encoding ", recv_header_.encoding, " while rank ", rank_,
-          " uses ", send_header_.encoding,
-          " (every rank must run with the same --compression)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("ring: ", left.peer_name(), " sends all-reduce #",
+                       recv_header_.sequence, " (tag ", recv_header_.tag,
+                       ") with wire encoding ", recv_header_.encoding,
+                       " while rank ", rank_, " uses ", send_header_.encoding,
+                       " (every rank must run with the same --compression)"));
     }
     if (recv_header_.sequence != send_header_.sequence ||
         recv_header_.tag != send_header_.tag ||
@@ -423,9 +421,9 @@ absl::Status RingAllReduce::RunHalfPrecision(float* data, int64_t count,
                                              float scale, uint32_t tag,
                                              Encoding wire) {
   if (wire != Encoding::kFp16 && wire != Encoding::kBf16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ring: RunHalfPrecision takes fp16 or bf16, not encoding ",
-        static_cast<int>(wire)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ring: RunHalfPrecision takes fp16 or bf16, not encoding ",
+                     static_cast<int>(wire)));
   }
   return RunWith(data, count, scale, tag, wire);
 }

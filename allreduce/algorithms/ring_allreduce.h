@@ -1,4 +1,5 @@
-// Ring all-reduce (sum) of a float buffer in place, over a PeerTransport.
+// Ring all-reduce (sum) of a float buffer in place, over a PeerTransport's
+// two ring neighbours.
 //
 // The buffer is cut into N segments. Reduce-scatter: in N-1 steps every rank
 // sends one segment to its right neighbour and adds the segment arriving from
@@ -7,15 +8,30 @@
 // once around the ring. Every link carries 2(N-1)/N of the buffer, whatever N
 // is (Patarasuk & Yuan 2009; Baidu 2017; Horovod; NCCL's ring).
 //
+//   Reduce-scatter, N = 4 (rank r starts with segment r; each receiver adds
+//   the arriving segment into its own copy of it):
+//
+//     step 1:  r0 ─seg 0─> r1 ─seg 1─> r2 ─seg 2─> r3 ─seg 3─> r0
+//     step 2:  r0 ─seg 3─> r1 ─seg 0─> r2 ─seg 1─> r3 ─seg 2─> r0
+//     step 3:  r0 ─seg 2─> r1 ─seg 3─> r2 ─seg 0─> r3 ─seg 1─> r0
+//     after:   r0 holds the sum of seg 1, r1 of seg 2, r2 of seg 3, r3 of seg 0
+//
+//   All-gather: the same three steps again, each rank forwarding the
+//   finished segment it last received instead of adding it.
+//
 // The steps are pipelined at the byte level rather than run one after the
 // other: the bytes that step s+1 sends are exactly the ones step s received,
 // so as soon as a piece of step s has arrived and been reduced it can go out
 // again. One thread drives both connections with poll(): it keeps the right
 // neighbour's socket full while draining the left one, receiving at most a
-// chunk (--ring_chunk_kb) at a time into a cache-sized staging buffer that is
-// reduced into the destination while the kernel already takes in the next
-// chunk. All-gather receives straight into the destination: no copy in user
-// space beyond what the reduction needs.
+// chunk (--allreduce_chunk_kb) at a time into a cache-sized staging buffer
+// that is reduced into the destination while the kernel already takes in the
+// next chunk. All-gather receives straight into the destination: no copy in
+// user space beyond what the reduction needs.
+//
+//   one segment:   | chunk 0 | chunk 1 | chunk 2 | ... |
+//   left ──> staging (chunk k) ──add──> destination ──> right
+//            while the kernel takes in chunk k+1
 //
 // With --compression=fp16|bf16 (RunHalfPrecision) both phases carry 16-bit
 // values on the wire: each reduce-scatter hop decodes the arriving values to
@@ -25,10 +41,10 @@
 // owner also rounds in place, so every rank ends with the same values).
 //
 // Each all-reduce starts with a 24-byte header (sequence number, tag, wire
-// encoding, element count) in the same stream, costing no round trip, so two ranks that disagree
-// about which buffer they reduce fail with a clear error instead of mixing
-// gradients. After any error the ring is shut down (the neighbours notice at
-// once) and this object refuses further work.
+// encoding, element count) in the same stream, costing no round trip, so two
+// ranks that disagree about which buffer they reduce fail with a clear error
+// instead of mixing gradients. After any error the ring is shut down (the
+// neighbours notice at once) and this object refuses further work.
 #pragma once
 
 #include <cstdint>

@@ -1,60 +1,73 @@
 // Double binary tree all-reduce (the idea of NCCL's tree algorithm, Sanders,
-// Speck & Träff 2009), over the ring transport's peer connections
+// Speck & Träff 2009), over the peer transport's connections
 // (peer_exchange.h).
 //
-// One binary tree alone makes every leaf idle on the way down and every
-// internal node send twice: half of its ranks' links would stay unused. Two
-// trees over the same ranks, the leaves of one the internal nodes of the
-// other, use every link; each tree carries half of the buffer. In each tree,
-// chunks are summed up towards the root (a node forwards a chunk to its
+// Why two trees. One binary tree alone makes every leaf idle on the way down
+// and every internal node send twice: half of its ranks' links would stay
+// unused. Two trees over the same ranks, the leaves of one the internal nodes
+// of the other, use every link; each tree carries half of the buffer. In each
+// tree, chunks are summed up towards the root (a node forwards a chunk to its
 // parent as soon as both children's chunks are added in) and broadcast back
 // down (a node forwards a chunk to its children as soon as it has landed).
 // Each half goes in slices (below), slice s keyed s steps later, so a
 // connection that carries one tree's reduce and the other's broadcast
-// interleaves them by slice instead of sending the whole reduce first
-// (1.19x -> 1.14x the α–β figure at N = 4, 16 MiB, 1 Gbit/s). So for large
-// buffers the pipeline is full and the time approaches the bandwidth bound,
-// while a small buffer crosses only 2·depth = 2·floor(log2 N) links: the
-// latency of halving-doubling without its power-of-two fold.
+// interleaves them by slice instead of sending the whole reduce first. So for
+// large buffers the pipeline is full and the time approaches the bandwidth
+// bound, while a small buffer crosses only 2·depth = 2·floor(log2 N) links:
+// the latency of halving-doubling without its power-of-two fold.
+//
+// The bit trees, N = 8 (as NCCL's src/graph/trees.cc draws them). Positions
+// 1..N; position p with lowest set bit b has children p − b/2 and p + b/2
+// (the latter halved until it is at most N) and its parent at (p − b) + 2b,
+// or p − b when that is past N; counted from 1 so that the depth is
+// floor(log2 N). The leaves are the odd positions. Rank r sits at position
+// r + 1 in tree 1 and at N − r in tree 2 for even N (odd and even positions
+// swap: every leaf of one tree is internal in the other), at r (rank 0 at N)
+// for odd N. By rank:
+//
+//        tree 1 (position r + 1)          tree 2 (position N − r)    depth
+//                 7                                0                 0
+//                /                                /                  |
+//               3                                4                   1
+//            /     \                          /     \                |
+//           1       5                        6       2               2
+//          / \     / \                      / \     / \              |
+//         0   2   4   6                    7   5   3   1             3
+//
+//   Rank 3 is internal in tree 1 (three edges) and a leaf in tree 2 (one):
+//   four edges, the most any rank has, for every N.
 //
 // The lead. A leaf has all of its half from the start; left alone it pours
-// it into its socket at once (7 MiB queued at N = 8, 16 MiB) and takes its
-// parent's incoming link from the forwarded sums and broadcasts the pipeline
-// waits on: the busiest links carried frames 82 % of the time. So, as NCCL's
-// fixed FIFO slots do hop by hop, a rank sends slice s up only once slice
+// it into its socket at once and takes its parent's incoming link from the
+// forwarded sums and broadcasts the pipeline waits on. So, as NCCL's fixed
+// FIFO slots do hop by hop, a rank sends slice s up only once slice
 // s − (D + d − h) has come back down from the root, for a rank at depth d,
 // height h in a tree of depth D: the steps a slice takes from this rank up
-// to the root's sum and back. For the gate not to throttle a long link, a
-// slice must cover a step's flight: slices are a chunk, or twice a hop's
-// bandwidth-delay product at the busiest rank's share of the link, 2·α·B/E
-// (TreeStepBytes, from SetLink's link), whichever is more, at most
-// kMaxTreeSlices of them. A gate waits on a transfer of a smaller key, so the
-// order still cannot deadlock. Measured, 16 MiB at N = 8, 1 Gbit/s, 1 ms:
-// 330–340 ms ungated, 297–303 gated, the busiest link 90–92 % busy
-// (docs/results/allreduce_family.md). Without SetLink slices are a chunk and
-// nothing is gated.
+// to the root's sum and back.
+//
+//   slices of one half:  | 0 | 1 | 2 | 3 | ... |        (2·α·B/E or a chunk)
+//   leaf (d = D, h = 0):  up 0, 1, .., 2D−1 at once; then up s only after
+//                         s − 2D has come down again
+//
+// For the gate not to throttle a long link, a slice must cover a step's
+// flight: slices are a chunk, or twice a hop's bandwidth-delay product at the
+// busiest rank's share of the link, 2·α·B/E (TreeStepBytes, from SetLink's
+// link), whichever is more, at most kMaxTreeSlices of them. A gate waits on a
+// transfer of a smaller key, so the order still cannot deadlock. Without
+// SetLink slices are a chunk and nothing is gated.
 //
 // Tree construction. What bounds a large buffer is the busiest rank: it moves
 // S/2 per tree edge it has over both trees, so the trees should give every
 // rank at most 4 edges (internal in one tree, a leaf in the other) and as few
 // ranks as possible 4. Two constructions, the one with the fewer edges on the
 // busiest rank, then the fewer such ranks, is used (the bit trees on a tie):
-//  - bit trees (NCCL's): positions 1..N, position p with lowest set bit b has
-//    children p − b/2 and p + b/2 (the latter halved until it is at most N)
-//    and its parent at (p − b) + 2b, or p − b when that is past N; counted
-//    from 1 so that the depth is floor(log2 N). The leaves are the odd
-//    positions. Rank r sits at position r + 1 in tree 1 and at N − r in tree
-//    2 for even N (odd and even positions swap: every leaf of one tree is
-//    internal in the other), at r (rank 0 at N) for odd N. At most 4 edges a
-//    rank for every N.
+//  - bit trees (NCCL's, drawn above): at most 4 edges a rank for every N.
 //  - midpoint trees: the middle position is the root, each half recursively
 //    a subtree; rank x at position x in tree 1, x − 1 in tree 2. 5 edges on
 //    one or two ranks at N = 8–12 and 16–17, but where both have 4, fewer
 //    ranks with 4 (one at N = 4, 5; the bit trees have two).
-// Back-to-back runs, 16 MiB at 1 Gbit/s, 1 ms (allreduce_family.md): at
-// N = 8 the bit trees took 326 ms against the midpoint's 413, at N = 4 the
-// midpoint 321 against 343; at N = 6, where the two give the same degrees,
-// 316 both.
+// What each choice measured (interleaving, the gate, bit against midpoint
+// trees): docs/results/allreduce_family.md, "Notes from the code".
 #pragma once
 
 #include <cstdint>

@@ -1,29 +1,34 @@
-// The ring's transport: this rank's two TCP connections, to its right
-// neighbour (rank + 1, which we only send to) and from its left neighbour
-// (rank - 1, which we only receive from), set up through the rendezvous
-// (core/cluster/rendezvous.h).
+// The peer transport: this rank's TCP connections to the other ranks of one
+// job, set up through the rendezvous (core/cluster/rendezvous.h). Two of them
+// always exist, the ring's: to the right neighbour (rank + 1, which we only
+// send to) and from the left neighbour (rank - 1, which we only receive
+// from). The ring's neighbours are two of its peers; any other ranks an
+// algorithm names in `peers` get one two-way connection each.
+//
+//      left neighbour ──> [ this rank ] ──> right neighbour     (one way each)
+//                          ▲    ▲    ▲
+//                          ▼    ▼    ▼
+//                       peers named in PeerTransportOptions::peers  (two-way)
 //
 // Set-up, the same on every rank so that nobody waits on somebody who waits on
 // them: listen on an ephemeral port, publish "host:port" under
 // "<prefix>/addr/<rank>", read the right neighbour's address, connect to it and
-// send a hello (magic, job id, sender and receiver rank, world size, job
-// token), then
-// accept the left neighbour and check its hello. A connection from another job,
-// or from a rank that is not our left neighbour, is refused with an answer that
-// says why, and we keep waiting for the real one until the deadline.
+// send a hello (handshake.h: magic, job id, sender and receiver rank, world
+// size, job token), then accept the left neighbour and check its hello. A
+// connection from another job, or from a rank that is not our left neighbour,
+// is refused with an answer that says why, and we keep waiting for the real
+// one until the deadline.
 //
-// Algorithms (ring_allreduce.h) talk only to this class: SendSome/RecvSome on
-// right()/left() and WaitForIo to sleep until one of them can move.
-//
-// Algorithms that talk to other ranks than the ring neighbours
-// (halving_doubling_allreduce.h, tree_allreduce.h, hierarchical_allreduce.h)
-// name them in `peers`; once the ring is up, Create connects one two-way
-// connection to each of them through a second listener
+// Once the ring is up, Create connects the peers through a second listener
 // ("<prefix>/peer/<rank>"), so a peer's hello can never be mistaken for a ring
 // neighbour's. Every rank dials its peers of higher rank and then accepts those
 // of lower rank: the dials complete from the listen backlog, so nobody waits on
 // somebody who waits on them. Same hello, job token check and deadline as the
 // ring's.
+//
+// Algorithms (allreduce/algorithms/) talk only to this class: SendSome/RecvSome
+// on right()/left() or peer(rank), and WaitForIo to sleep until one of the
+// ring's connections can move.
 #pragma once
 
 #include <map>

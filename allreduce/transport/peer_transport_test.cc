@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "allreduce/transport/handshake.h"
-#include "allreduce/transport/test_cluster.h"
 #include "allreduce/transport/tcp_connection.h"
 #include "allreduce/transport/tcp_listener.h"
+#include "allreduce/transport/test_cluster.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

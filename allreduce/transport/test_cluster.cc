@@ -7,8 +7,9 @@
 
 namespace gradsync {
 
-absl::StatusOr<std::unique_ptr<TransportTestCluster>> TransportTestCluster::Start(
-    int world_size, const std::string& job_id, absl::Duration timeout) {
+absl::StatusOr<std::unique_ptr<TransportTestCluster>>
+TransportTestCluster::Start(int world_size, const std::string& job_id,
+                            absl::Duration timeout) {
   std::unique_ptr<TransportTestCluster> cluster(new TransportTestCluster());
   cluster->world_size_ = world_size;
   cluster->job_id_ = job_id;
