@@ -1,3 +1,5 @@
+// The all-reduce family's flags, each defined once with the reason for its
+// default; allreduce_flags.h says who reads them.
 #include "allreduce/allreduce_flags.h"
 
 #include "absl/flags/flag.h"

@@ -1,13 +1,11 @@
 #include "allreduce/allreduce_sync.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "allreduce/algorithms/float_sum.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/job_token.h"
@@ -32,7 +30,7 @@ void AllReduceSync::SetSpans(const ParamLayout& layout) {
   buckets_.clear();
   for (const Bucket& bucket : layout.buckets()) {
     buckets_.push_back(
-        Span{bucket.offset, bucket.numel, bucket.sparse_row_width});
+        BucketSpan{bucket.offset, bucket.numel, bucket.sparse_row_width});
   }
 }
 
@@ -79,13 +77,11 @@ absl::Status AllReduceSync::Setup(const ParamLayout& layout, Device& device,
                                                      context_.rendezvous));
   ASSIGN_OR_RETURN(algorithm_,
                    entry_.create(transport_.get(), options_.algorithm));
-  if (entry_.kind == AllReduceKind::kRing) {
-    // The ring alone carries 16-bit values (RunHalfPrecision).
-    plain_ring_ = static_cast<RingAllReduce*>(algorithm_.get());
-  } else {
-    algorithm_->SetEagerBytes(options_.eager_bytes);
-  }
-  gather_ = std::make_unique<RingAllGather>(transport_.get());
+  const bool ring = entry_.kind == AllReduceKind::kRing;
+  if (!ring) algorithm_->SetEagerBytes(options_.eager_bytes);
+  reducer_ = std::make_unique<BucketReducer>(
+      entry_.name, context_.identity.world_size, algorithm_.get(),
+      transport_.get(), compressor_, error_feedback_, options_.row_sparse);
   // What set-up moved (the selector's link calibration) is no step's.
   last_bytes_sent_ = algorithm_->bytes_sent();
   last_bytes_received_ = algorithm_->bytes_received();
@@ -101,11 +97,11 @@ absl::Status AllReduceSync::Setup(const ParamLayout& layout, Device& device,
   if (context_.identity.rank == 0) {
     // The chunk the ring runs with: RingAllReduce rounds the option to
     // whole floats per rank.
-    const int64_t chunk_bytes = plain_ring_ != nullptr
-                                    ? plain_ring_->chunk_bytes()
-                                    : options_.algorithm.chunk_bytes;
+    const int64_t chunk_bytes =
+        ring ? static_cast<RingAllReduce*>(algorithm_.get())->chunk_bytes()
+             : options_.algorithm.chunk_bytes;
     RecordSetting("ring_chunk_kb", chunk_bytes / 1024.0, options_.chunk_source);
-    if (plain_ring_ == nullptr) {
+    if (!ring) {
       RecordSetting("allreduce_eager_kb", options_.eager_bytes / 1024.0,
                     options_.eager_bytes == PeerExchange::kDefaultEagerBytes
                         ? "default: covers the clear to send's flight on "
@@ -124,11 +120,10 @@ absl::Status AllReduceSync::Setup(const ParamLayout& layout, Device& device,
                  << options_.algorithm.chunk_bytes / 1024
                  << " KiB, socket buffers "
                  << transport_->granted_send_buffer_bytes() << " bytes"
-                 << (plain_ring_ != nullptr
-                         ? std::string()
-                         : absl::StrCat(
-                               ", eager prefix before a clear to send ",
-                               options_.eager_bytes / 1024, " KiB"));
+                 << (ring ? std::string()
+                          : absl::StrCat(
+                                ", eager prefix before a clear to send ",
+                                options_.eager_bytes / 1024, " KiB"));
   }
   thread_ = std::thread([this] { CommunicationLoop(); });
   return absl::OkStatus();
@@ -170,15 +165,13 @@ void AllReduceSync::CommunicationLoop() {
       queue_.pop_front();
       step = steps_done_;
     }
-    const Span& span = buckets_[bucket];
+    const BucketSpan& span = buckets_[bucket];
     const absl::Time start = absl::Now();
     const int64_t trace_start = TraceRecorder::NowMicros();
     // After a failure the ring refuses work at once, so the rest of the
     // step's buckets drain quickly and Finish can report the first error.
-    bucket_codec_ms_ = 0;
-    bucket_row_sparse_ = 0;
-    absl::Status status =
-        ReduceBucket(bucket, step, span, staging_->host_bucket(bucket), scale);
+    absl::Status status = reducer_->Reduce(
+        bucket, step, span, staging_->host_bucket(bucket), scale);
     if (status.ok()) staging_->Upload(bucket);
     const double elapsed_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
     if (TraceRecorder* trace = CurrentTrace()) {
@@ -188,9 +181,9 @@ void AllReduceSync::CommunicationLoop() {
     }
     std::lock_guard<std::mutex> lock(mu_);
     allreduce_ms_ += elapsed_ms;
-    codec_ms_ += bucket_codec_ms_;
-    if (bucket_row_sparse_ > 0) ++row_sparse_gathered_;
-    if (bucket_row_sparse_ < 0) ++row_sparse_dense_;
+    codec_ms_ += reducer_->codec_ms();
+    if (reducer_->row_sparse() > 0) ++row_sparse_gathered_;
+    if (reducer_->row_sparse() < 0) ++row_sparse_dense_;
     if (!status.ok() && error_.ok()) {
       error_ = Annotate(
           status, absl::StrCat("worker ", context_.identity.rank, ", step ",
@@ -223,17 +216,17 @@ absl::Status AllReduceSync::Finish(StepStats& stats) {
 
   // Counted by the algorithm and the all-gather as the bytes were sent.
   stats.bytes_sent += algorithm_->bytes_sent() - last_bytes_sent_ +
-                      gather_->bytes_sent() - last_gather_sent_;
+                      reducer_->gather_bytes_sent() - last_gather_sent_;
   stats.bytes_recv += algorithm_->bytes_received() - last_bytes_received_ +
-                      gather_->bytes_received() - last_gather_received_;
+                      reducer_->gather_bytes_received() - last_gather_received_;
   stats.extra.emplace_back("allreduce_ms", allreduce_ms_);
   if (compressor_.spec().method != CompressionMethod::kNone) {
     stats.extra.emplace_back("codec_ms", codec_ms_);
   }
   last_bytes_sent_ = algorithm_->bytes_sent();
   last_bytes_received_ = algorithm_->bytes_received();
-  last_gather_sent_ = gather_->bytes_sent();
-  last_gather_received_ = gather_->bytes_received();
+  last_gather_sent_ = reducer_->gather_bytes_sent();
+  last_gather_received_ = reducer_->gather_bytes_received();
   allreduce_ms_ = 0;
   codec_ms_ = 0;
   completed_ = 0;
@@ -243,144 +236,6 @@ absl::Status AllReduceSync::Finish(StepStats& stats) {
   // The residual the communication thread left for this step, saved when
   // the trainer checkpoints at it (error_feedback.h).
   return error_feedback_.AfterStep(steps_done);
-}
-
-absl::Status AllReduceSync::ReduceBucket(int bucket, int64_t step,
-                                         const Span& span, float* data,
-                                         float scale) {
-  const uint32_t tag = static_cast<uint32_t>(bucket);
-  const CompressionSpec& spec = compressor_.spec();
-  switch (spec.method) {
-    case CompressionMethod::kNone:
-      if (span.sparse_row_width > 0 && context_.identity.world_size > 1) {
-        return ReduceRowSparse(bucket, span, data, scale);
-      }
-      return algorithm_->Run(data, span.numel, scale, tag);
-    case CompressionMethod::kFp16:
-    case CompressionMethod::kBf16:
-      if (plain_ring_ == nullptr) {
-        return absl::InternalError(absl::StrCat(
-            "--compression=", spec.ToString(), " reached --sync=", entry_.name,
-            ", which its factory should have refused"));
-      }
-      return plain_ring_->RunHalfPrecision(
-          data, span.numel, scale, tag,
-          spec.method == CompressionMethod::kFp16 ? Encoding::kFp16
-                                                  : Encoding::kBf16);
-    default:
-      break;
-  }
-  absl::Time start = absl::Now();
-  EncodedBucket encoded;
-  RETURN_IF_ERROR(compressor_.Encode(
-      absl::MakeConstSpan(data, span.numel),
-      error_feedback_.Of(span.offset, span.numel), step, bucket, &encoded));
-  bucket_codec_ms_ += absl::ToDoubleMilliseconds(absl::Now() - start);
-  if (spec.method == CompressionMethod::kRandomK) {
-    // The same indices on every rank (one seed): sum the k values with the
-    // algorithm itself, as a dense all-reduce of k floats.
-    RETURN_IF_ERROR(algorithm_->Run(encoded.values.data(),
-                                    static_cast<int64_t>(encoded.values.size()),
-                                    scale, tag));
-    start = absl::Now();
-    std::fill(data, data + span.numel, 0.0f);
-    for (size_t i = 0; i < encoded.index.size(); ++i) {
-      data[encoded.index[i]] = encoded.values[i];
-    }
-    bucket_codec_ms_ += absl::ToDoubleMilliseconds(absl::Now() - start);
-    return absl::OkStatus();
-  }
-  return GatherAndSum(encoded,
-                      spec.method == CompressionMethod::kTopK
-                          ? Encoding::kSparse
-                          : Encoding::kOneBit,
-                      bucket, span, data, scale);
-}
-
-absl::Status AllReduceSync::GatherAndSum(const EncodedBucket& own,
-                                         Encoding expected, int bucket,
-                                         const Span& span, float* data,
-                                         float scale) {
-  std::string blob;
-  AppendSerialized(own, &blob);
-  // No honest encoding of this bucket is larger: every row as (index, row).
-  const int64_t max_blob_bytes = 64 + 8 * span.numel;
-  ASSIGN_OR_RETURN(std::vector<std::string> blobs,
-                   gather_->Run(std::move(blob), static_cast<uint32_t>(bucket),
-                                max_blob_bytes));
-  const absl::Time start = absl::Now();
-  absl::Span<float> sum = absl::MakeSpan(data, span.numel);
-  std::fill(sum.begin(), sum.end(), 0.0f);
-  // Rank order on every rank: the same additions in the same order, so the
-  // same sum bit for bit.
-  for (size_t r = 0; r < blobs.size(); ++r) {
-    absl::StatusOr<EncodedBucket> decoded = ParseEncodedBucket(blobs[r]);
-    if (!decoded.ok()) {
-      return Annotate(
-          decoded.status(),
-          absl::StrCat("rank ", r, "'s encoding of bucket ", bucket));
-    }
-    if (decoded->encoding != expected || decoded->numel != span.numel) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", r, " sent bucket ", bucket, " as encoding ",
-          static_cast<int>(decoded->encoding), " of ", decoded->numel,
-          " floats; this rank expects encoding ", static_cast<int>(expected),
-          " of ", span.numel,
-          " (every worker must run with the same --compression and model)"));
-    }
-    RETURN_IF_ERROR(AddDecoded(*decoded, sum));
-  }
-  if (scale != 1.0f) ScaleInPlace(data, span.numel, scale);
-  bucket_codec_ms_ += absl::ToDoubleMilliseconds(absl::Now() - start);
-  return absl::OkStatus();
-}
-
-absl::Status AllReduceSync::ReduceRowSparse(int bucket, const Span& span,
-                                            float* data, float scale) {
-  const int n = context_.identity.world_size;
-  const absl::Time start = absl::Now();
-  const EncodedBucket rows =
-      SparseRowsOf(absl::MakeConstSpan(data, span.numel),
-                   static_cast<int32_t>(span.sparse_row_width));
-  bucket_codec_ms_ += absl::ToDoubleMilliseconds(absl::Now() - start);
-  // Nobody knows the others' row counts: exchange the encodings' sizes
-  // first (8 bytes per rank, N-1 latencies), so every rank takes the same
-  // decision from the same numbers.
-  const uint64_t own_bytes = static_cast<uint64_t>(SerializedBytes(rows));
-  std::string size_blob(sizeof(own_bytes), '\0');
-  std::memcpy(&size_blob[0], &own_bytes, sizeof(own_bytes));
-  ASSIGN_OR_RETURN(
-      std::vector<std::string> sizes,
-      gather_->Run(std::move(size_blob), static_cast<uint32_t>(bucket),
-                   sizeof(own_bytes)));
-  uint64_t total = 0;
-  uint64_t smallest = UINT64_MAX;
-  for (size_t r = 0; r < sizes.size(); ++r) {
-    uint64_t bytes = 0;
-    if (sizes[r].size() != sizeof(bytes)) {
-      return absl::DataLossError(
-          absl::StrCat("rank ", r, " sent a size of ", sizes[r].size(),
-                       " bytes for row-sparse bucket ", bucket, " (want 8)"));
-    }
-    std::memcpy(&bytes, sizes[r].data(), sizeof(bytes));
-    total += bytes;
-    smallest = std::min(smallest, bytes);
-  }
-  // A link of the all-gather carries every encoding but one; a link of the
-  // dense ring 2(N-1)/N of the bucket's float32 bytes.
-  const double gather_link_bytes = static_cast<double>(total - smallest);
-  const double dense_link_bytes = 2.0 * (n - 1) / n * 4.0 * span.numel;
-  using Route = AllReduceSyncOptions::RowSparseRoute;
-  const bool gather = options_.row_sparse == Route::kGather ||
-                      (options_.row_sparse == Route::kAuto &&
-                       gather_link_bytes < dense_link_bytes);
-  if (gather) {
-    bucket_row_sparse_ = 1;
-    return GatherAndSum(rows, Encoding::kSparse, bucket, span, data, scale);
-  }
-  bucket_row_sparse_ = -1;
-  return algorithm_->Run(data, span.numel, scale,
-                         static_cast<uint32_t>(bucket));
 }
 
 // The transport and the algorithm do not know buckets: only the spans, the
@@ -437,8 +292,9 @@ std::string AllReduceSync::SummaryJson() const {
       {"chunk_bytes", options_.algorithm.chunk_bytes},
       {"socket_buffer_bytes_requested", options_.socket_buffer_bytes},
       {"socket_buffer_bytes_granted", transport_->granted_send_buffer_bytes()},
-      {"bytes_sent", algorithm_->bytes_sent() + gather_->bytes_sent()},
-      {"bytes_recv", algorithm_->bytes_received() + gather_->bytes_received()},
+      {"bytes_sent", algorithm_->bytes_sent() + reducer_->gather_bytes_sent()},
+      {"bytes_recv",
+       algorithm_->bytes_received() + reducer_->gather_bytes_received()},
       {"compression", compressor_.spec().ToString()},
   };
   {

@@ -6,9 +6,9 @@
 //
 //   trainer ── BucketReady(b) ──> queue ──> communication thread
 //                                             │ host staging (GPU only)
-//                                             │ ReduceBucket: algorithm, or
-//                                             │   all-gather + sum (codecs,
-//                                             │   row-sparse)
+//                                             │ BucketReducer::Reduce: the
+//                                             │   algorithm, or all-gather
+//                                             │   and sum (codecs, rows)
 //   trainer <── Finish() waits ── completed ──┘
 //
 // BucketReady(b) only queues bucket b for a communication thread; that thread
@@ -21,23 +21,8 @@
 // of backward, and copied back after its all-reduce; on the CPU the gradient
 // buffer is reduced in place.
 //
-// --compression (core/sync/compression.h), per bucket on the communication
-// thread:
-// - fp16/bf16: the ring all-reduce carries 16-bit values (ring_allreduce.h
-//   says where it rounds); the other algorithms refuse it in their factories.
-// - topk/onebit: each rank encodes its bucket with error feedback, the ring
-//   all-gathers the serialized encodings (ring_allgather.h, whatever the
-//   reduction algorithm), and every rank decodes all N in rank order into a
-//   zeroed bucket, then averages: the same sum, bit for bit, on every rank.
-// - randomk: every rank picks the same indices (shared seed), so the k values
-//   are summed by the algorithm itself as a dense all-reduce of k floats and
-//   scattered back; no indices travel.
-// - none, on a row-sparse bucket (an embedding table, Bucket::
-//   sparse_row_width): the ranks first all-gather the sizes of their exact
-//   touched-row encodings (8 bytes each), then all-gather the rows when the
-//   busiest link would carry fewer bytes than the dense ring's 2(N-1)/N of
-//   the bucket, and run the dense ring otherwise; every rank decides from
-//   the same sizes.
+// --compression and row-sparse buckets are BucketReducer's
+// (bucket_reducer.h): it sums each bucket on the communication thread.
 // The error-feedback residual is this worker's, saved beside each checkpoint
 // (core/sync/error_feedback.h).
 #pragma once
@@ -56,8 +41,8 @@
 #include "allreduce/algorithms/allreduce_algorithm.h"
 #include "allreduce/algorithms/allreduce_kind.h"
 #include "allreduce/algorithms/peer_exchange.h"
-#include "allreduce/algorithms/ring_allgather.h"
 #include "allreduce/algorithms/ring_allreduce.h"
+#include "allreduce/bucket_reducer.h"
 #include "allreduce/transport/peer_transport.h"
 #include "core/sync/compression.h"
 #include "core/sync/error_feedback.h"
@@ -81,7 +66,7 @@ struct AllReduceSyncOptions {
   // (peer_exchange.h); 0: never wait. The ring ignores it.
   int64_t eager_bytes = PeerExchange::kDefaultEagerBytes;
   // Row-sparse buckets: all-gather the touched rows or all-reduce densely.
-  enum class RowSparseRoute { kAuto, kGather, kDense };
+  using RowSparseRoute = ::gradsync::RowSparseRoute;
   RowSparseRoute row_sparse = RowSparseRoute::kAuto;
 };
 
@@ -107,24 +92,7 @@ class AllReduceSync : public GradientSync {
  private:
   // Validates and records bucket b as handed over; false if it is an error.
   bool MarkReady(int bucket);
-  struct Span {
-    int64_t offset = 0;  // floats
-    int64_t numel = 0;
-    int64_t sparse_row_width = 0;  // Bucket's: > 0 for a row-sparse tensor
-  };
   void SetSpans(const ParamLayout& layout);
-
-  // Sums bucket `bucket` (at `data`, host memory) over the ranks as
-  // --compression says (top of this file), then scales it.
-  absl::Status ReduceBucket(int bucket, int64_t step, const Span& span,
-                            float* data, float scale);
-  // All-gathers `own` (this rank's encoding of the bucket) and leaves the
-  // scaled sum of every rank's decoded encoding, in rank order, at `data`.
-  absl::Status GatherAndSum(const EncodedBucket& own, Encoding expected,
-                            int bucket, const Span& span, float* data,
-                            float scale);
-  absl::Status ReduceRowSparse(int bucket, const Span& span, float* data,
-                               float scale);
 
   void CommunicationLoop();
   void StopThread();
@@ -135,15 +103,14 @@ class AllReduceSync : public GradientSync {
   const SyncContext context_;
   const AllReduceEntry& entry_;
   const AllReduceSyncOptions options_;
-  std::vector<Span> buckets_;
+  std::vector<BucketSpan> buckets_;
   Device* device_ = nullptr;  // Setup's, for Rebucket's new staging
   float* grads_ = nullptr;
   std::unique_ptr<HostStaging> staging_;
   std::unique_ptr<PeerTransport> transport_;
   int loss_listener_ = -1;  // registered with context_.rendezvous
   std::unique_ptr<AllReduceAlgorithm> algorithm_;
-  RingAllReduce* plain_ring_ = nullptr;  // algorithm_ when it is the ring
-  std::unique_ptr<RingAllGather> gather_;
+  std::unique_ptr<BucketReducer> reducer_;  // over algorithm_
   const Compressor compressor_;
   ErrorFeedback error_feedback_;  // the communication thread's during a step
   TrainingSchedule schedule_;
@@ -161,11 +128,7 @@ class AllReduceSync : public GradientSync {
   int64_t row_sparse_gathered_ = 0;   // row-sparse buckets sent as rows
   int64_t row_sparse_dense_ = 0;      // and through the dense all-reduce
 
-  // The communication thread's own, moved into the above under mu_ after
-  // each bucket.
-  double bucket_codec_ms_ = 0;
-  int bucket_row_sparse_ = 0;  // +1 gathered, -1 dense, 0 not row-sparse
-  absl::Status error_;         // first error; sticky
+  absl::Status error_;  // first error; sticky
   bool stop_ = false;
 
   // Owned by the caller's thread.
