@@ -5,10 +5,10 @@
 // the same N processes, sizes and machine.
 //
 // Every gradsync all-reduce row also shows its α–β prediction
-// (allreduce/cost_model.h) from α and B probed on the job's own connections
-// before the first size (allreduce/peer_link_probe.h), or given with
-// --allreduce_alpha_us and --allreduce_link_gbit, and the measured time over
-// the prediction.
+// (allreduce/algorithms/cost_model.h) from α and B probed on the job's own
+// connections before the first size (allreduce/algorithms/peer_link_probe.h),
+// or given with --allreduce_alpha_us and --allreduce_link_gbit, and the
+// measured time over the prediction.
 //
 // `gradsync_ps` puts the parameter server on the same map: --sync=ps as a
 // training job runs it with colocated servers (--ps_colocate, K = N: every
@@ -83,14 +83,15 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "allreduce/cost_model.h"
-#include "allreduce/halving_doubling_allreduce.h"
-#include "allreduce/hierarchical_allreduce.h"
-#include "allreduce/ring_allreduce.h"
-#include "allreduce/ring_flags.h"
-#include "allreduce/ring_transport.h"
-#include "allreduce/selecting_allreduce.h"
-#include "allreduce/tree_allreduce.h"
+#include "allreduce/algorithms/cost_model.h"
+#include "allreduce/algorithms/halving_doubling_allreduce.h"
+#include "allreduce/algorithms/hierarchical_allreduce.h"
+#include "allreduce/algorithms/ring_allreduce.h"
+#include "allreduce/algorithms/selecting_allreduce.h"
+#include "allreduce/algorithms/tree_allreduce.h"
+#include "allreduce/allreduce_flags.h"
+#include "allreduce/allreduce_table.h"
+#include "allreduce/transport/peer_transport.h"
 #include "core/base/logging.h"
 #include "core/base/malloc_tuning.h"
 #include "core/base/status_macros.h"
@@ -177,7 +178,7 @@ bool UsesRingTransport(const std::string& name) {
 
 // --allreduce_ranks_per_node for gradsync_hierarchical; 0: all on one node.
 int HierarchicalRanksPerNode(int workers) {
-  const int flag = absl::GetFlag(FLAGS_allreduce_ranks_per_node);
+  const int flag = ReadAllReduceFlags().ranks_per_node;
   return flag > 0 ? flag : workers;
 }
 
@@ -197,29 +198,32 @@ Prediction PredictedMicros(const std::string& name, int n, int64_t bytes,
                            double eager_bytes) {
   if (probed.alpha_s <= 0 || probed.bytes_per_s <= 0) return {};
   const double size = static_cast<double>(bytes);
-  auto predict = [&](const std::string& algorithm, const LinkCost& link,
+  auto predict = [&](AllReduceKind kind, const LinkCost& link,
                      double eager = 0) {
-    return Prediction{
-        1e6 * SelectingAllReduce::Predict(algorithm, n, size, link, eager),
-        link.alpha_s};
+    return Prediction{1e6 * PredictAllReduce(kind, n, size, link, eager),
+                      link.alpha_s};
   };
-  if (name == "gradsync_ring") return predict("ring", links.ring);
+  using Kind = AllReduceKind;
+  if (name == "gradsync_ring") {
+    return predict(Kind::kRing, links.For(Kind::kRing));
+  }
   if (name == "gloo_ring" || name == "gloo_ring_chunked") {
-    return predict("ring", probed);
+    return predict(Kind::kRing, probed);
   }
   if (name == "gradsync_halving_doubling") {
-    return predict("halving_doubling", links.halving_doubling, eager_bytes);
+    return predict(Kind::kHalvingDoubling, links.For(Kind::kHalvingDoubling),
+                   eager_bytes);
   }
   if (name == "gloo_halving_doubling") {
-    return predict("halving_doubling", probed);
+    return predict(Kind::kHalvingDoubling, probed);
   }
   if (name == "gradsync_tree") {
-    return predict("tree", links.tree, eager_bytes);
+    return predict(Kind::kTree, links.For(Kind::kTree), eager_bytes);
   }
   if (name == "gradsync_hierarchical") {
     // Halving-doubling's rounds; across nodes each rank gets its host link's
     // share.
-    const LinkCost& link = links.halving_doubling;
+    const LinkCost& link = links.For(Kind::kHalvingDoubling);
     const LinkCost across{
         link.alpha_s,
         link.bytes_per_s / std::max(1, absl::GetFlag(FLAGS_ranks_per_host))};
@@ -229,8 +233,7 @@ Prediction PredictedMicros(const std::string& name, int n, int64_t bytes,
         link.alpha_s};
   }
   if (name == "gradsync_allreduce") {
-    const std::string pick =
-        SelectingAllReduce::Choose(n, size, links, eager_bytes);
+    const Kind pick = ChooseAllReduce(n, size, links, eager_bytes);
     return predict(pick, links.For(pick), eager_bytes);
   }
   return {};
@@ -242,8 +245,8 @@ struct RingSettings {
 };
 
 RingSettings RingSettingsFromFlags() {
-  return RingSettings{int64_t{absl::GetFlag(FLAGS_ring_chunk_kb)} << 10,
-                      absl::GetFlag(FLAGS_ring_socket_buffer_kb) << 10};
+  const AllReduceFlagValues flags = ReadAllReduceFlags();
+  return RingSettings{flags.chunk_bytes, flags.socket_buffer_bytes};
 }
 
 struct Plan {
@@ -294,7 +297,7 @@ struct Cell {
   int ps_keys;
   int64_t ps_key_bytes;
   int64_t ps_largest_server_bytes;  // the busiest server's keys, in bytes
-  int64_t ps_message_bytes;  // the results' messages: the server's block
+  int64_t ps_message_bytes;         // the results' messages: the server's block
   int64_t ps_push_message_bytes;
   int64_t ps_push_window_bytes;
   int64_t ps_pull_window_bytes;
@@ -413,11 +416,11 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
 // row took 397-410 ms instead of 276-280 at N = 8, 1 ms, on one shared
 // transport). Sizes of one algorithm share its connections, as the buckets
 // of a training job do.
-absl::StatusOr<std::unique_ptr<RingTransport>> ConnectGradsync(
+absl::StatusOr<std::unique_ptr<PeerTransport>> ConnectGradsync(
     const Plan& plan, int rank, Rendezvous* coordinator,
     const std::string& name) {
   const RingSettings settings = RingSettingsFromFlags();
-  RingTransportOptions options;
+  PeerTransportOptions options;
   options.rank = rank;
   options.world_size = plan.workers;
   options.job_id = "allreduce-benchmark";
@@ -434,9 +437,10 @@ absl::StatusOr<std::unique_ptr<RingTransport>> ConnectGradsync(
     options.peers = HierarchicalAllReduce::Peers(
         rank, plan.workers, HierarchicalRanksPerNode(plan.workers));
   } else if (name == "gradsync_allreduce") {
-    options.peers = SelectingAllReduce::Peers(rank, plan.workers);
+    options.peers = AllReduceEntryOf(AllReduceKind::kSelecting)
+                        .peers(rank, plan.workers, AlgorithmOptions());
   }
-  return RingTransport::Create(options, coordinator);
+  return PeerTransport::Create(options, coordinator);
 }
 
 std::shared_ptr<gloo::Context> ConnectGloo(const Plan& plan, int rank) {
@@ -583,8 +587,7 @@ absl::Status MeasurePs(const Plan& plan, int rank, Rendezvous* rendezvous,
   cell.ps_key_bytes = summary.value("chunk_bytes", int64_t{0});
   cell.ps_key_bytes_from_flag = summary.value("chunk_source", "") == "flag";
   cell.ps_message_bytes = summary.value("pull_message_bytes", int64_t{0});
-  cell.ps_push_message_bytes =
-      summary.value("push_message_bytes", int64_t{0});
+  cell.ps_push_message_bytes = summary.value("push_message_bytes", int64_t{0});
   cell.ps_push_window_bytes =
       summary.value("push_stream_window_bytes", int64_t{0});
   cell.ps_pull_window_bytes =
@@ -657,7 +660,7 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
   // Per gradsync algorithm its transport (ConnectGradsync); the ring's also
   // carries the barriers, the selector's probes the link for every row's
   // prediction.
-  std::map<std::string, std::unique_ptr<RingTransport>> transports;
+  std::map<std::string, std::unique_ptr<PeerTransport>> transports;
   std::unique_ptr<RingAllReduce> ring;
   std::map<std::string, std::unique_ptr<AllReduceAlgorithm>> family;
   LinkCost link{0, 0};
@@ -676,11 +679,14 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
     }
     ring = std::make_unique<RingAllReduce>(transports["gradsync_ring"].get(),
                                            chunk);
-    const LinkCost given{absl::GetFlag(FLAGS_allreduce_alpha_us) * 1e-6,
-                         absl::GetFlag(FLAGS_allreduce_link_gbit) * 1e9 / 8};
-    ASSIGN_OR_RETURN(std::unique_ptr<SelectingAllReduce> selector,
-                     SelectingAllReduce::Create(
-                         transports["gradsync_allreduce"].get(), chunk, given));
+    const LinkCost given = ReadAllReduceFlags().link;
+    AlgorithmOptions selector_options;
+    selector_options.chunk_bytes = chunk;
+    selector_options.link = given;
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<SelectingAllReduce> selector,
+        SelectingAllReduce::Create(transports["gradsync_allreduce"].get(),
+                                   selector_options, SelectorCandidates()));
     link = selector->link();
     links = selector->links();
     if (rank == 0) {
@@ -930,8 +936,7 @@ void PrintPsSettings(const std::vector<Row>& rows) {
     if (!IsPs(row.algorithm)) continue;
     const Cell& ps = row.rank0;
     absl::PrintF("  %12d %4d %6d %14s %14d %10.3f %12d %12d %12d %12d\n",
-                 row.bytes,
-                 ps.ps_servers, ps.ps_keys,
+                 row.bytes, ps.ps_servers, ps.ps_keys,
                  absl::StrCat(ps.ps_key_bytes,
                               ps.ps_key_bytes_from_flag ? " (flag)" : ""),
                  ps.ps_largest_server_bytes,
@@ -1143,12 +1148,13 @@ absl::StatusOr<Plan> PlanFromFlags() {
     return absl::InvalidArgumentError(
         "--workers must be >= 2, --iters >= 1, --warmup >= 0");
   }
-  if (absl::GetFlag(FLAGS_allreduce_eager_kb) < 0) {
+  const int eager_kb = ReadAllReduceFlags().eager_kb;
+  if (eager_kb < 0) {
     return absl::InvalidArgumentError(
         "--allreduce_eager_kb must be >= 0 (0: sends never wait for a clear "
         "to send)");
   }
-  plan.eager_bytes = int64_t{absl::GetFlag(FLAGS_allreduce_eager_kb)} << 10;
+  plan.eager_bytes = int64_t{eager_kb} << 10;
   const int64_t min_bytes = absl::GetFlag(FLAGS_min_bytes);
   const int64_t max_bytes = absl::GetFlag(FLAGS_max_bytes);
   const int factor = absl::GetFlag(FLAGS_step_factor);

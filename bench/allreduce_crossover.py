@@ -8,7 +8,7 @@ For every latency L and every N it runs bench/allreduce_benchmark once with
 rate) and, when L > 0, --relay_latency_us=L (userspace relays: the kernels
 this was built on lack sch_netem, see bench/delay_line.h), and once more
 for sizes above 16 MiB. The benchmark probes α and B on the job's own
-connections (allreduce/peer_link_probe.h); the predictions here use the
+connections (allreduce/algorithms/peer_link_probe.h); the predictions here use the
 same figures, so they are what --sync=allreduce decides by.
 
 A point is CPU-bound when the ranks' processes (relays included) used at
@@ -275,7 +275,7 @@ def markdown(points, algorithms, cpu_bound_share, header):
     lines.append("")
     lines.append("Cells: milliseconds per all-reduce, the slowest rank's mean; in brackets the "
                  "measured time over the α–β prediction from the α and B probed in the same run "
-                 "(allreduce/cost_model.cc, bench/cost_model.py); † CPU-bound; ‡ the buffer fits "
+                 "(allreduce/algorithms/cost_model.cc, bench/cost_model.py); † CPU-bound; ‡ the buffer fits "
                  "the emulated link's token bucket (it may leave at the veth's speed, faster than "
                  "the rate the model charges; a real NIC does not burst). Bold: the fastest. "
                  "Retransmitted segments: over the timed runs, summed over the ranks' "

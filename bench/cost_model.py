@@ -120,7 +120,7 @@ whole (at most --ps_chunk_kb), so the partitioner only approaches the
 targets: predict() takes each kind's largest share from the job's own
 partition (placed_shares models it where the job did not say).
 
-The rest of the all-reduce family (allreduce/cost_model.cc holds the same
+The rest of the all-reduce family (allreduce/algorithms/cost_model.cc holds the same
 formulas in C++ for --sync=allreduce's choice; cost_model_test.py checks that
 the two agree). Halving-doubling over p = 2^⌊log2 N⌋ ranks swaps S/2, S/4, …
 with one partner per step, then the same in reverse; N > p folds the r = N − p
@@ -216,7 +216,7 @@ def halving_doubling_time(n, size, link, eager_bytes=0):
     With a clear to send (eager prefix E > 0, gradsync's), every step of
     more than E bytes also waits max(0, α − E/B), the partner's header
     crossing the link, but the first all-gather step, whose partner is the
-    last reduce-scatter step's (allreduce/cost_model.cc)."""
+    last reduce-scatter step's (allreduce/algorithms/cost_model.cc)."""
     if n <= 1:
         return 0.0
     p = 1 << (n.bit_length() - 1)
@@ -291,7 +291,7 @@ def tree_edges(trees, n):
 def double_binary_tree(n, tree):
     """{rank: (parent, [children])} of tree `tree` (0 or 1): of the bit and the
     midpoint constructions, the one with fewer edges on the busiest rank, then
-    fewer such ranks, the bit trees on a tie (allreduce/tree_allreduce.h)."""
+    fewer such ranks, the bit trees on a tie (allreduce/algorithms/tree_allreduce.h)."""
     def busiest(trees):
         edges = tree_edges(trees, n)
         return max(edges), edges.count(max(edges))
@@ -341,7 +341,7 @@ def tree_time(n, size, link, eager_bytes=0):
     A rank's connections share its link evenly, so all of them end at
     E_r·(S/2)/B; its last byte then travels H_r more hops, and a half above
     the clear to send's prefix waits for it once, as a halving-doubling step
-    does (allreduce/cost_model.cc). The first slice's 2D hops are the floor."""
+    does (allreduce/algorithms/cost_model.cc). The first slice's 2D hops are the floor."""
     if n <= 1:
         return 0.0
     half = size / 2 / link.bandwidth
@@ -711,7 +711,10 @@ CODEC_MS_PER_MB = {
 }
 SPARSE_HEADER_BYTES = 21  # encoding, numel, row_width, rows
 ONEBIT_HEADER_BYTES = 17  # encoding, numel, two scales
-GATHER_FRAME_BYTES = 24  # allreduce/ring_allgather.h's frame header
+GATHER_FRAME_BYTES = 24  # allreduce/algorithms/ring_allgather.h's frame header
+# The CPU all-reduce family's --sync= names, in allreduce/allreduce_table.cc's
+# order: the one list Python reads them from (scaling.py, compare.py);
+# //allreduce:allreduce_table_test fails when the two differ.
 ALLREDUCE_FAMILY = ("ring", "halving_doubling", "tree", "hierarchical", "allreduce")
 
 

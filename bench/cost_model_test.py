@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The all-reduce family's α–β formulas in cost_model.py at the points that
-allreduce/cost_model_test.cc checks the C++ copy at, so the two agree."""
+allreduce/algorithms/cost_model_test.cc checks the C++ copy at, so the two agree."""
 import unittest
 
 import cost_model
@@ -54,7 +54,7 @@ class FamilyFormulas(unittest.TestCase):
                                4 * 32768 / 1.25e8 + 6e-3, places=12)
         self.assertAlmostEqual(cost_model.tree_time(8, 16 << 20, LINK),
                                4 * (8 << 20) / 1.25e8 + 6e-3, places=12)
-        # N = 4 (midpoint trees): the pairs allreduce/cost_model_test.cc names.
+        # N = 4 (midpoint trees): the pairs allreduce/algorithms/cost_model_test.cc names.
         self.assertEqual(cost_model.tree_rank_costs(4), [(2, 4), (3, 2), (3, 3), (4, 2)])
         self.assertAlmostEqual(cost_model.tree_time(4, 1 << 20, LINK),
                                4 * (1 << 19) / 1.25e8 + 2e-3, places=12)

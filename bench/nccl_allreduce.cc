@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "allreduce/nccl_communicator.h"
+#include "allreduce/nccl/nccl_communicator.h"
 #include "core/base/status_macros.h"
 #include "core/device/cuda_device.h"
 #include "core/device/gpu_selection.h"

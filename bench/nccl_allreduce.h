@@ -2,7 +2,7 @@
 // the `nccl` algorithm, measured as nccl-tests measures it — device buffers,
 // time from the first enqueue to the stream's completion, no host copies in
 // the timed loop. One communicator per rank process, set up through the
-// rendezvous by allreduce/nccl_communicator.h (shared with --sync=nccl); rank
+// rendezvous by allreduce/nccl/nccl_communicator.h (shared with --sync=nccl); rank
 // r uses GPU r, one GPU per rank (NCCL does not support several ranks on one
 // GPU: ranks beyond the visible GPUs are refused).
 #pragma once

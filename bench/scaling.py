@@ -203,10 +203,10 @@ def compressions_of(spec):
 def compression_refused(strategy, compression):
     """Why `strategy` cannot run with `compression`, or None when it can: its
     factory refuses 16-bit values outside the ring and the PS
-    (allreduce/ring_sync.h). gradsync compare decides its points with it."""
+    (allreduce/allreduce_sync.h). gradsync compare decides its points with it."""
     method, _ = cost_model.parse_compression(compression)
-    if method in ("fp16", "bf16") and strategy in ("halving_doubling", "tree", "hierarchical",
-                                                   "allreduce"):
+    if (method in ("fp16", "bf16") and strategy in cost_model.ALLREDUCE_FAMILY
+            and strategy != "ring"):
         return f"is not built ({method} values are summed by the ring and the PS only)"
     return None
 
@@ -272,8 +272,8 @@ def strategy_points(group, strategy, n, servers_spec, colocated_spec=""):
         # hybrid: the row-sparse tensors on K servers, the rest on the ring.
         ks = sorted({n if k == "N" else int(k) for k in servers_spec.split(",")})
         return [dict(group, strategy=strategy, workers=n, servers=k) for k in ks if k >= 1]
-    sys.exit(f"scaling: unknown strategy '{strategy}' (ring, halving_doubling, tree, "
-             "hierarchical, allreduce, ps, ps-colocated, ps-mixed, hybrid)")
+    sys.exit(f"scaling: unknown strategy '{strategy}' "
+             f"({', '.join(cost_model.ALLREDUCE_FAMILY)}, ps, ps-colocated, ps-mixed, hybrid)")
 
 
 def memory_estimate_gb(point):
@@ -310,10 +310,9 @@ def run_job(point, run_dir, args):
         launch.append(f"--servers={point['servers'] - point['colocated']}")
     if point["link"] != "loopback":
         launch.append(f"--netem={point['link']}")
-    sync = {"local": "local", "ring": "ring", "ps": "ps", "ps-colocated": "ps",
-            "ps-mixed": "ps", "halving_doubling": "halving_doubling", "tree": "tree",
-            "hierarchical": "hierarchical", "allreduce": "allreduce",
-            "hybrid": "hybrid"}[point["strategy"]]
+    sync = {"local": "local", "ps": "ps", "ps-colocated": "ps", "ps-mixed": "ps",
+            "hybrid": "hybrid", **{name: name for name in cost_model.ALLREDUCE_FAMILY}
+            }[point["strategy"]]
     command = worker_command(args.extra)
     env = None
     if command:

@@ -1,4 +1,4 @@
-// libFuzzer target: the ring handshake's parsers (allreduce/ring_handshake.h)
+// libFuzzer target: the ring handshake's parsers (allreduce/transport/handshake.h)
 // on arbitrary bytes. Checks, besides ASan/UBSan's: the parser never asks
 // for more than the format's limit in one read (a declared length is
 // checked before it is read or allocated), a hello it accepts re-encodes to
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "allreduce/ring_handshake.h"
+#include "allreduce/transport/handshake.h"
 
 namespace {
 
@@ -18,7 +18,7 @@ class Buffer {
   Buffer(const uint8_t* data, size_t size) : data_(data), size_(size) {}
   gradsync::ReadExactly reader() {
     return [this](void* out, size_t n) {
-      if (n > gradsync::kMaxRingTextBytes + 64) std::abort();
+      if (n > gradsync::kMaxHelloTextBytes + 64) std::abort();
       if (n > size_ - offset_) {
         offset_ = size_;
         return absl::OutOfRangeError("end of stream");
@@ -41,23 +41,23 @@ class Buffer {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace gradsync;
   Buffer hello_bytes(data, size);
-  absl::StatusOr<RingHello> hello = ReadRingHello(hello_bytes.reader());
+  absl::StatusOr<PeerHello> hello = ReadPeerHello(hello_bytes.reader());
   if (hello.ok()) {
-    const std::string again = EncodeRingHello(*hello);
+    const std::string again = EncodePeerHello(*hello);
     if (again.size() != hello_bytes.consumed() ||
         std::memcmp(again.data(), data, again.size()) != 0) {
       std::abort();
     }
     const std::string why =
-        CheckRingHello(*hello, "job", "0123456789abcdef0123", 4, 1, 0);
-    if (why.size() > 4 * kMaxRingTextBytes) std::abort();
+        CheckPeerHello(*hello, "job", "0123456789abcdef0123", 4, 1, 0);
+    if (why.size() > 4 * kMaxHelloTextBytes) std::abort();
   } else if (hello.status().code() != absl::StatusCode::kInvalidArgument &&
              hello.status().code() != absl::StatusCode::kOutOfRange) {
     std::abort();
   }
   Buffer answer_bytes(data, size);
   const absl::Status answer =
-      ReadRingAnswer(answer_bytes.reader(), "right neighbour rank 1");
+      ReadPeerAnswer(answer_bytes.reader(), "right neighbour rank 1");
   if (!answer.ok() && answer.code() != absl::StatusCode::kFailedPrecondition &&
       answer.code() != absl::StatusCode::kOutOfRange) {
     std::abort();

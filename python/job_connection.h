@@ -30,7 +30,7 @@ struct JobConnectionOptions {
   // Every wait on a peer (coordinator, ring neighbour, server) gives up after
   // this and names the peer: --timeout_s of a native worker.
   absl::Duration timeout = absl::Seconds(60);
-  // Strategy flags ("--ring_chunk_kb=256", "--ps_partition=..."), applied
+  // Strategy flags ("--allreduce_chunk_kb=256", "--ps_partition=..."), applied
   // before the strategy is created, as a native worker's command line would.
   std::vector<std::string> flags;
 };

@@ -12,10 +12,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "allreduce/ring_handshake.h"
-#include "allreduce/ring_test_cluster.h"
-#include "allreduce/ring_transport.h"
-#include "allreduce/tcp_connection.h"
+#include "allreduce/transport/handshake.h"
+#include "allreduce/transport/peer_transport.h"
+#include "allreduce/transport/tcp_connection.h"
+#include "allreduce/transport/test_cluster.h"
 #include "core/cluster/coordinator.h"
 #include "core/cluster/grpc_job_token.h"
 #include "core/launch/launcher.h"
@@ -206,18 +206,18 @@ TEST_F(CoordinatorTokenTest, MembersWithTheTokenJoin) {
 
 // A stranger reaches rank 1 of a two-rank ring before rank 0 does and says
 // `hello`; returns the answer it got, after checking the real ring formed.
-absl::Status StrangerSaysHello(const RingHello& hello) {
-  auto cluster = RingTestCluster::Start(2, "ring-t");
+absl::Status StrangerSaysHello(const PeerHello& hello) {
+  auto cluster = TransportTestCluster::Start(2, "ring-t");
   if (!cluster.ok()) return cluster.status();
   auto options = [&](int rank) {
-    RingTransportOptions o = (*cluster)->TransportOptions(rank);
+    PeerTransportOptions o = (*cluster)->TransportOptions(rank);
     o.job_token = kToken;
     return o;
   };
-  std::unique_ptr<RingTransport> transports[2];
+  std::unique_ptr<PeerTransport> transports[2];
   absl::Status created[2];
   std::thread rank1([&] {
-    auto t = RingTransport::Create(options(1), (*cluster)->client(1));
+    auto t = PeerTransport::Create(options(1), (*cluster)->client(1));
     created[1] = t.status();
     if (t.ok()) transports[1] = *std::move(t);
   });
@@ -232,13 +232,13 @@ absl::Status StrangerSaysHello(const RingHello& hello) {
     if (!stranger.ok()) {
       answer = stranger.status();
     } else {
-      answer = SendRingHello(**stranger, hello, deadline);
+      answer = SendPeerHello(**stranger, hello, deadline);
       std::thread rank0([&] {
-        auto t = RingTransport::Create(options(0), (*cluster)->client(0));
+        auto t = PeerTransport::Create(options(0), (*cluster)->client(0));
         created[0] = t.status();
         if (t.ok()) transports[0] = *std::move(t);
       });
-      if (answer.ok()) answer = ReceiveRingAnswer(**stranger, deadline);
+      if (answer.ok()) answer = ReceivePeerAnswer(**stranger, deadline);
       rank0.join();
     }
   }
@@ -250,7 +250,7 @@ absl::Status StrangerSaysHello(const RingHello& hello) {
 
 TEST(RingTokenTest, HelloWithoutTheTokenIsRefused) {
   absl::Status answer =
-      StrangerSaysHello(RingHello{0, 1, 2, "ring-t", "127.0.0.1:1", ""});
+      StrangerSaysHello(PeerHello{0, 1, 2, "ring-t", "127.0.0.1:1", ""});
   EXPECT_EQ(answer.code(), absl::StatusCode::kFailedPrecondition) << answer;
   EXPECT_THAT(std::string(answer.message()),
               HasSubstr("refused our hello: no job token"));
@@ -260,24 +260,24 @@ TEST(RingTokenTest, HelloWithAnotherTokenIsRefusedSayingNothingMore) {
   // Everything else in this hello is right: the token alone keeps it out,
   // and the refusal does not tell the stranger what else it got right.
   absl::Status answer = StrangerSaysHello(
-      RingHello{0, 1, 2, "ring-t", "127.0.0.1:1", kOtherToken});
+      PeerHello{0, 1, 2, "ring-t", "127.0.0.1:1", kOtherToken});
   EXPECT_THAT(std::string(answer.message()),
               HasSubstr("refused our hello: wrong job token"));
   EXPECT_THAT(std::string(answer.message()), ::testing::Not(HasSubstr(kToken)));
 }
 
 TEST(RingTokenTest, CheckOrderTokenFirst) {
-  RingHello hello{0, 1, 2, "other-job", "", kOtherToken};
-  EXPECT_THAT(CheckRingHello(hello, "ring-t", kToken, 2, 1, 0),
+  PeerHello hello{0, 1, 2, "other-job", "", kOtherToken};
+  EXPECT_THAT(CheckPeerHello(hello, "ring-t", kToken, 2, 1, 0),
               HasSubstr("wrong job token"));
   hello.job_token = kToken;
-  EXPECT_THAT(CheckRingHello(hello, "ring-t", kToken, 2, 1, 0),
+  EXPECT_THAT(CheckPeerHello(hello, "ring-t", kToken, 2, 1, 0),
               HasSubstr("job id"));
   hello.job_id = "ring-t";
-  EXPECT_EQ(CheckRingHello(hello, "ring-t", kToken, 2, 1, 0), "");
+  EXPECT_EQ(CheckPeerHello(hello, "ring-t", kToken, 2, 1, 0), "");
   // No token required: any (or none) is fine.
   hello.job_token = "";
-  EXPECT_EQ(CheckRingHello(hello, "ring-t", "", 2, 1, 0), "");
+  EXPECT_EQ(CheckPeerHello(hello, "ring-t", "", 2, 1, 0), "");
 }
 
 // --- A real parameter server -----------------------------------------------

@@ -22,9 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "allreduce/ring_allreduce.h"
-#include "allreduce/ring_flags.h"
-#include "allreduce/ring_transport.h"
+#include "allreduce/algorithms/ring_allreduce.h"
+#include "allreduce/allreduce_flags.h"
+#include "allreduce/transport/peer_transport.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/cluster_env.h"
@@ -46,7 +46,7 @@ float InputValue(int rank, int64_t i) {
 
 // Passes `bytes` from the left neighbour to the right one, as if taking part,
 // then closes both connections.
-absl::Status Depart(RingTransport& transport, int64_t bytes) {
+absl::Status Depart(PeerTransport& transport, int64_t bytes) {
   const absl::Time deadline = absl::Now() + transport.timeout();
   std::vector<char> buffer(bytes);
   RETURN_IF_ERROR(transport.left().RecvAll(buffer.data(), bytes, deadline));
@@ -70,18 +70,17 @@ absl::Status Check(const ClusterEnv& env) {
                    CoordinatorClient::Connect(
                        env.coordinator_target(), env.job_id, Role::kWorker,
                        env.rank, timeout, client_options));
-  RingTransportOptions options;
+  PeerTransportOptions options;
   options.rank = env.rank;
   options.world_size = n;
   options.job_id = coordinator->job_id();  // worker 0's, if none was given
   options.advertise_host = "127.0.0.1";
   options.timeout = timeout;
-  options.socket_buffer_bytes = absl::GetFlag(FLAGS_ring_socket_buffer_kb)
-                                << 10;
-  ASSIGN_OR_RETURN(std::unique_ptr<RingTransport> transport,
-                   RingTransport::Create(options, coordinator.get()));
-  RingAllReduce ring(transport.get(),
-                     int64_t{absl::GetFlag(FLAGS_ring_chunk_kb)} << 10);
+  const AllReduceFlagValues flags = ReadAllReduceFlags();
+  options.socket_buffer_bytes = flags.socket_buffer_bytes;
+  ASSIGN_OR_RETURN(std::unique_ptr<PeerTransport> transport,
+                   PeerTransport::Create(options, coordinator.get()));
+  RingAllReduce ring(transport.get(), flags.chunk_bytes);
 
   const std::vector<int64_t> counts = {0, 1, n - 1, n + 1, kLargeCount};
   for (int64_t count : counts) {

@@ -1,4 +1,4 @@
-// Hostile bytes at the ring's handshake (allreduce/ring_handshake.h): named
+// Hostile bytes at the ring's handshake (allreduce/transport/handshake.h): named
 // cases for the hello and the answer parsers — wrong magic, every possible
 // truncation, lengths that claim gigabytes — and seeded random bytes. The
 // parser must refuse each with InvalidArgument or the reader's error, never
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "allreduce/ring_handshake.h"
+#include "allreduce/transport/handshake.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -52,10 +52,10 @@ std::string U32(uint32_t v) {
   return out;
 }
 
-const RingHello kGood{
+const PeerHello kGood{
     3, 4, 8, "job-x", "10.0.0.3:4100", "0123456789abcdef0123"};
 
-std::string GoodHello() { return EncodeRingHello(kGood); }
+std::string GoodHello() { return EncodePeerHello(kGood); }
 
 // The offset of the three length fields in GoodHello().
 size_t JobLengthAt() { return 8 + 12; }
@@ -95,7 +95,7 @@ std::vector<BadHello> BadHellos() {
       {"JobIdClaims4GiB", WithU32At(GoodHello(), JobLengthAt(), 0xffffffffu),
        absl::StatusCode::kInvalidArgument, "4294967295-byte job id"},
       {"JobIdJustPastTheLimit",
-       WithU32At(GoodHello(), JobLengthAt(), kMaxRingTextBytes + 1),
+       WithU32At(GoodHello(), JobLengthAt(), kMaxHelloTextBytes + 1),
        absl::StatusCode::kInvalidArgument, "4097-byte job id"},
       {"AddressClaims2GiB",
        WithU32At(GoodHello(), AddressLengthAt(), 0x80000000u),
@@ -103,7 +103,7 @@ std::vector<BadHello> BadHellos() {
       {"TokenClaims4GiB", WithU32At(GoodHello(), TokenLengthAt(), 0xffffffffu),
        absl::StatusCode::kInvalidArgument, "4294967295-byte job token"},
       {"JobIdLongerThanTheBytes",
-       WithU32At(GoodHello(), JobLengthAt(), kMaxRingTextBytes),
+       WithU32At(GoodHello(), JobLengthAt(), kMaxHelloTextBytes),
        absl::StatusCode::kOutOfRange, "end of stream"},
   };
 }
@@ -113,11 +113,11 @@ class RingHelloHostileTest : public ::testing::TestWithParam<BadHello> {};
 TEST_P(RingHelloHostileTest, IsRefusedWithoutReadingWhatItClaims) {
   const BadHello& c = GetParam();
   BufferReader buffer(c.bytes);
-  absl::StatusOr<RingHello> hello = ReadRingHello(buffer.reader());
+  absl::StatusOr<PeerHello> hello = ReadPeerHello(buffer.reader());
   ASSERT_FALSE(hello.ok());
   EXPECT_EQ(hello.status().code(), c.code) << hello.status();
   EXPECT_THAT(std::string(hello.status().message()), HasSubstr(c.says));
-  EXPECT_LE(buffer.largest_request(), kMaxRingTextBytes);
+  EXPECT_LE(buffer.largest_request(), kMaxHelloTextBytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(NamedCases, RingHelloHostileTest,
@@ -128,7 +128,7 @@ INSTANTIATE_TEST_SUITE_P(NamedCases, RingHelloHostileTest,
 
 TEST(RingHelloTest, RoundTrips) {
   BufferReader buffer(GoodHello());
-  absl::StatusOr<RingHello> hello = ReadRingHello(buffer.reader());
+  absl::StatusOr<PeerHello> hello = ReadPeerHello(buffer.reader());
   ASSERT_TRUE(hello.ok()) << hello.status();
   EXPECT_EQ(hello->sender_rank, 3);
   EXPECT_EQ(hello->receiver_rank, 4);
@@ -143,23 +143,23 @@ TEST(RingHelloTest, EveryTruncationIsAnErrorNotACrash) {
   const std::string good = GoodHello();
   for (size_t n = 0; n < good.size(); ++n) {
     BufferReader buffer(good.substr(0, n));
-    EXPECT_FALSE(ReadRingHello(buffer.reader()).ok()) << n << " bytes";
+    EXPECT_FALSE(ReadPeerHello(buffer.reader()).ok()) << n << " bytes";
   }
 }
 
 TEST(RingHelloTest, NegativeAndEnormousRanksParseAndAreRefusedByTheCheck) {
-  RingHello hostile = kGood;
+  PeerHello hostile = kGood;
   hostile.sender_rank = -1;
   hostile.receiver_rank = INT32_MIN;
   hostile.world_size = INT32_MAX;
-  BufferReader buffer(EncodeRingHello(hostile));
-  absl::StatusOr<RingHello> hello = ReadRingHello(buffer.reader());
+  BufferReader buffer(EncodePeerHello(hostile));
+  absl::StatusOr<PeerHello> hello = ReadPeerHello(buffer.reader());
   ASSERT_TRUE(hello.ok());
   EXPECT_EQ(hello->receiver_rank, INT32_MIN);
-  EXPECT_THAT(CheckRingHello(*hello, "job-x", kGood.job_token, 8, 4, 3),
+  EXPECT_THAT(CheckPeerHello(*hello, "job-x", kGood.job_token, 8, 4, 3),
               HasSubstr("ring of 2147483647 ranks"));
   hello->world_size = 8;
-  EXPECT_THAT(CheckRingHello(*hello, "job-x", kGood.job_token, 8, 4, 3),
+  EXPECT_THAT(CheckPeerHello(*hello, "job-x", kGood.job_token, 8, 4, 3),
               HasSubstr("wanted rank -2147483648"));
 }
 
@@ -179,10 +179,10 @@ TEST(RingHelloTest, RandomBytesNeverCrashAndAcceptedOnesRoundTrip) {
       }
     }
     BufferReader buffer(bytes);
-    absl::StatusOr<RingHello> hello = ReadRingHello(buffer.reader());
-    ASSERT_LE(buffer.largest_request(), kMaxRingTextBytes);
+    absl::StatusOr<PeerHello> hello = ReadPeerHello(buffer.reader());
+    ASSERT_LE(buffer.largest_request(), kMaxHelloTextBytes);
     if (hello.ok()) {
-      EXPECT_EQ(EncodeRingHello(*hello), bytes.substr(0, buffer.consumed()));
+      EXPECT_EQ(EncodePeerHello(*hello), bytes.substr(0, buffer.consumed()));
     } else {
       EXPECT_THAT(hello.status().code(),
                   ::testing::AnyOf(absl::StatusCode::kInvalidArgument,
@@ -216,24 +216,24 @@ TEST(RingAnswerTest, HostileAnswers) {
     SCOPED_TRACE(c.name);
     BufferReader buffer(c.bytes);
     absl::Status status =
-        ReadRingAnswer(buffer.reader(), "right neighbour rank 1");
+        ReadPeerAnswer(buffer.reader(), "right neighbour rank 1");
     EXPECT_FALSE(status.ok());
     EXPECT_THAT(std::string(status.message()), HasSubstr(c.says));
-    EXPECT_LE(buffer.largest_request(), kMaxRingTextBytes);
+    EXPECT_LE(buffer.largest_request(), kMaxHelloTextBytes);
   }
 }
 
 TEST(RingAnswerTest, AcceptAndRefuseRoundTrip) {
-  BufferReader accept(EncodeRingAnswer(""));
-  EXPECT_TRUE(ReadRingAnswer(accept.reader(), "peer").ok());
-  BufferReader refuse(EncodeRingAnswer("wrong job token"));
-  absl::Status status = ReadRingAnswer(refuse.reader(), "peer");
+  BufferReader accept(EncodePeerAnswer(""));
+  EXPECT_TRUE(ReadPeerAnswer(accept.reader(), "peer").ok());
+  BufferReader refuse(EncodePeerAnswer("wrong job token"));
+  absl::Status status = ReadPeerAnswer(refuse.reader(), "peer");
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(status.message()),
               HasSubstr("peer refused our hello: wrong job token"));
   // A refusal longer than the limit is cut to it, so it still parses.
-  BufferReader long_refusal(EncodeRingAnswer(std::string(10000, 'r')));
-  EXPECT_EQ(ReadRingAnswer(long_refusal.reader(), "peer").code(),
+  BufferReader long_refusal(EncodePeerAnswer(std::string(10000, 'r')));
+  EXPECT_EQ(ReadPeerAnswer(long_refusal.reader(), "peer").code(),
             absl::StatusCode::kFailedPrecondition);
 }
 

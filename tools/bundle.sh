@@ -68,7 +68,7 @@ TARGETS=(
   //core/device:cuda_device_test
   //core/model:device_parity_test
   //core/sync:host_staging_test
-  //allreduce:nccl_test
+  //allreduce/nccl:nccl_test
   //bench:mlp_gpu_benchmark
   //bench:mlp_benchmark
   //bench:allreduce_benchmark

@@ -29,7 +29,7 @@ COMMANDS_BY_FILE = {
     "tools/train_flags.cc": "train, run (and launch, after `--`)",
     "tools/cluster_flags.cc": "train, server, run",
     "ps/flags.cc": "train, server, run",
-    "allreduce/ring_flags.cc": "train, run",
+    "allreduce/allreduce_flags.cc": "train, run",
 }
 
 # What to set when comparing strategies, by flag name.
@@ -50,7 +50,8 @@ COMPARISON = {
     "ps_update": "worker does the all-reduce's arithmetic (comparable bit for bit); server is needed for ssp and asp.",
     "ps_consistency": "bsp to compare with an all-reduce; ssp and asp only in straggler studies.",
     "allreduce_eager_kb": "Leave the default; 0 brings back the incast it prevents (halving-doubling 1.25-1.53x slower on 16 MiB, docs/results/allreduce_family.md).",
-    "ring_chunk_kb": "The ring's pipeline chunk: leave the default unless the ring itself is tuned, and say so.",
+    "allreduce_chunk_kb": "The all-reduces' pipeline chunk: leave the default unless the ring itself is tuned, and say so.",
+    "ring_chunk_kb": "Old name of --allreduce_chunk_kb; prefer the new one.",
     "max_steps": "Short runs for timing (15 in the headline, with --warmup_steps=3).",
     "warmup_steps": "Steps left out of the means: keep equal across strategies.",
     "threads": "BLAS threads per worker: N workers × threads should not exceed the cores, or the CPU is measured.",

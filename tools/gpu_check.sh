@@ -121,7 +121,7 @@ else
   cd "$here/.." || exit 2
   targets=(//tools:gradsync //core/device:cuda_device_test
            //core/model:device_parity_test //core/sync:host_staging_test
-           //allreduce:nccl_test //bench:mlp_gpu_benchmark
+           //allreduce/nccl:nccl_test //bench:mlp_gpu_benchmark
            //bench:allreduce_benchmark)
   # Outputs of their own and no bazel-bin link: a default build elsewhere in
   # this checkout neither replaces these binaries nor is replaced by them.
@@ -140,7 +140,7 @@ else
       cuda_device_test) echo "$bin/core/device/cuda_device_test" ;;
       device_parity_test) echo "$bin/core/model/device_parity_test" ;;
       host_staging_test) echo "$bin/core/sync/host_staging_test" ;;
-      nccl_test) echo "$bin/allreduce/nccl_test" ;;
+      nccl_test) echo "$bin/allreduce/nccl/nccl_test" ;;
       mlp_gpu_benchmark) echo "$bin/bench/mlp_gpu_benchmark" ;;
       allreduce_benchmark) echo "$bin/bench/allreduce_benchmark" ;;
     esac

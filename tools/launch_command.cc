@@ -438,7 +438,7 @@ std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
     spec.env.push_back({"GRADSYNC_ROLE", "worker"});
     // No NCCL_HOSTID: it would make every rank its own "host" and turn
     // NCCL's NVLink, P2P and shared-memory transports off. --sync=nccl takes
-    // one GPU per rank instead (allreduce/nccl_sync.cc refuses more ranks).
+    // one GPU per rank instead (allreduce/nccl/nccl_sync.cc refuses more ranks).
     spec.log_path = absl::StrCat(plan.run_dir, "/logs/worker", r, ".log");
     specs.push_back(std::move(spec));
   }

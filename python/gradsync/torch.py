@@ -166,7 +166,7 @@ def connect(sync=None, timeout_s=None, flags=None, metrics_dir=None,
       GRADSYNC_SYNC variable, else --sync=NAME in sys.argv, else "ring".
     timeout_s: every wait on a peer gives up after this, naming the peer;
       default GRADSYNC_TIMEOUT_S, else 60.
-    flags: the strategy's own flags, ["--ring_chunk_kb=256", ...]; default
+    flags: the strategy's own flags, ["--allreduce_chunk_kb=256", ...]; default
       GRADSYNC_FLAGS (space-separated).
     metrics_dir: the run folder, as a native worker's --metrics_dir:
       worker<r>.jsonl (one line per step), and from worker 0 layout.json and

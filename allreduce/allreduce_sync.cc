@@ -1,0 +1,311 @@
+#include "allreduce/allreduce_sync.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "core/base/logging.h"
+#include "core/base/status_macros.h"
+#include "core/cluster/job_token.h"
+#include "core/sync/step_buckets.h"
+#include "core/telemetry/derived_settings.h"
+#include "core/telemetry/trace.h"
+#include "nlohmann/json.hpp"
+
+namespace gradsync {
+
+AllReduceSync::AllReduceSync(const SyncContext& context,
+                             const AllReduceEntry& algorithm,
+                             const AllReduceSyncOptions& options)
+    : context_(context),
+      entry_(algorithm),
+      options_(options),
+      compressor_(context.compression, context.compression_seed),
+      error_feedback_(context.compression, context.identity.rank,
+                      context.identity.world_size) {}
+
+void AllReduceSync::SetSpans(const ParamLayout& layout) {
+  buckets_.clear();
+  for (const Bucket& bucket : layout.buckets()) {
+    buckets_.push_back(
+        BucketSpan{bucket.offset, bucket.numel, bucket.sparse_row_width});
+  }
+}
+
+AllReduceSync::~AllReduceSync() {
+  StopListening();
+  StopThread();
+}
+
+void AllReduceSync::StopListening() {
+  if (loss_listener_ < 0) return;
+  context_.rendezvous->RemoveLossListener(loss_listener_);
+  loss_listener_ = -1;
+}
+
+absl::Status AllReduceSync::Setup(const ParamLayout& layout, Device& device,
+                                  const SyncBuffers& buffers) {
+  if (buffers.grads == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sync=", entry_.name, ": no gradient buffer"));
+  }
+  // The ring reduces host memory: on a GPU each bucket goes through a pinned
+  // mirror (copied as soon as backward has produced it); on the CPU the
+  // staging is the gradient buffer itself and costs nothing.
+  device_ = &device;
+  grads_ = buffers.grads;
+  ASSIGN_OR_RETURN(staging_, CreateHostStaging(device, layout, buffers.grads,
+                                               context_.timeout));
+  SetSpans(layout);
+  step_buckets_.Reset(static_cast<int>(buckets_.size()));
+  RETURN_IF_ERROR(error_feedback_.Setup(layout.total_numel(), schedule_));
+  steps_done_ = schedule_.start_step;
+
+  PeerTransportOptions transport_options;
+  transport_options.rank = context_.identity.rank;
+  transport_options.world_size = context_.identity.world_size;
+  transport_options.job_id = context_.identity.job_id;
+  transport_options.job_token = JobTokenOfThisProcess();
+  transport_options.advertise_host = context_.identity.advertise_host;
+  transport_options.timeout = context_.timeout;
+  transport_options.socket_buffer_bytes = options_.socket_buffer_bytes;
+  transport_options.peers = entry_.peers(
+      context_.identity.rank, context_.identity.world_size, options_.algorithm);
+  ASSIGN_OR_RETURN(transport_, PeerTransport::Create(transport_options,
+                                                     context_.rendezvous));
+  ASSIGN_OR_RETURN(algorithm_,
+                   entry_.create(transport_.get(), options_.algorithm));
+  const bool ring = entry_.kind == AllReduceKind::kRing;
+  if (!ring) algorithm_->SetEagerBytes(options_.eager_bytes);
+  reducer_ = std::make_unique<BucketReducer>(
+      entry_.name, context_.identity.world_size, algorithm_.get(),
+      transport_.get(), compressor_, error_feedback_, options_.row_sparse);
+  // What set-up moved (the selector's link calibration) is no step's.
+  last_bytes_sent_ = algorithm_->bytes_sent();
+  last_bytes_received_ = algorithm_->bytes_received();
+  // A lost member anywhere ends the job: break the ring at once, so a step
+  // waiting on a neighbour cut off by a partition (whose socket never
+  // closes) fails now, and Finish names the loss (ExplainFailure).
+  if (context_.rendezvous != nullptr) {
+    loss_listener_ = context_.rendezvous->AddLossListener(
+        [transport = transport_.get()](const absl::Status&) {
+          transport->Abort();
+        });
+  }
+  if (context_.identity.rank == 0) {
+    // The chunk the ring runs with: RingAllReduce rounds the option to
+    // whole floats per rank.
+    const int64_t chunk_bytes =
+        ring ? static_cast<RingAllReduce*>(algorithm_.get())->chunk_bytes()
+             : options_.algorithm.chunk_bytes;
+    RecordSetting("ring_chunk_kb", chunk_bytes / 1024.0, options_.chunk_source);
+    if (!ring) {
+      RecordSetting("allreduce_eager_kb", options_.eager_bytes / 1024.0,
+                    options_.eager_bytes == PeerExchange::kDefaultEagerBytes
+                        ? "default: covers the clear to send's flight on "
+                          "1 Gbit/s links up to 2 ms one way "
+                          "(allreduce/algorithms/peer_exchange.h)"
+                        : "flag");
+    }
+  }
+  if (context_.identity.world_size > 1) {
+    GS_LOG(INFO) << entry_.name << ": rank " << context_.identity.rank << " of "
+                 << context_.identity.world_size << ", sending to "
+                 << transport_->right().peer_name() << ", receiving from "
+                 << transport_->left().peer_name() << ", "
+                 << transport_options.peers.size() << " other peers; "
+                 << buckets_.size() << " buckets, chunk "
+                 << options_.algorithm.chunk_bytes / 1024
+                 << " KiB, socket buffers "
+                 << transport_->granted_send_buffer_bytes() << " bytes"
+                 << (ring ? std::string()
+                          : absl::StrCat(
+                                ", eager prefix before a clear to send ",
+                                options_.eager_bytes / 1024, " KiB"));
+  }
+  thread_ = std::thread([this] { CommunicationLoop(); });
+  return absl::OkStatus();
+}
+
+bool AllReduceSync::MarkReady(int bucket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const absl::Status marked = step_buckets_.MarkReady(bucket);
+  // A trainer bug; reported by Finish, since BucketReady cannot fail.
+  if (!marked.ok() && error_.ok()) error_ = marked;
+  return marked.ok();
+}
+
+void AllReduceSync::BucketReady(int bucket) {
+  if (!MarkReady(bucket)) return;
+  // Without mu_ held: on the CPU the callback runs inline and takes it.
+  staging_->Download(bucket, [this, bucket](absl::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status.ok()) {
+      queue_.push_back(bucket);
+    } else {
+      if (error_.ok()) error_ = status;
+      ++completed_;  // nothing to all-reduce; Finish reports the error
+    }
+    changed_.notify_all();
+  });
+}
+
+void AllReduceSync::CommunicationLoop() {
+  const float scale = 1.0f / static_cast<float>(context_.identity.world_size);
+  while (true) {
+    int bucket;
+    int64_t step;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping with nothing left to do
+      bucket = queue_.front();
+      queue_.pop_front();
+      step = steps_done_;
+    }
+    const BucketSpan& span = buckets_[bucket];
+    const absl::Time start = absl::Now();
+    const int64_t trace_start = TraceRecorder::NowMicros();
+    // After a failure the ring refuses work at once, so the rest of the
+    // step's buckets drain quickly and Finish can report the first error.
+    absl::Status status = reducer_->Reduce(
+        bucket, step, span, staging_->host_bucket(bucket), scale);
+    if (status.ok()) staging_->Upload(bucket);
+    const double elapsed_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+    if (TraceRecorder* trace = CurrentTrace()) {
+      trace->Complete(absl::StrCat(entry_.name, " bucket ", bucket), "comm",
+                      kTrackCommunication, trace_start,
+                      TraceRecorder::NowMicros() - trace_start);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    allreduce_ms_ += elapsed_ms;
+    codec_ms_ += reducer_->codec_ms();
+    if (reducer_->row_sparse() > 0) ++row_sparse_gathered_;
+    if (reducer_->row_sparse() < 0) ++row_sparse_dense_;
+    if (!status.ok() && error_.ok()) {
+      error_ = Annotate(
+          status, absl::StrCat("worker ", context_.identity.rank, ", step ",
+                               step_buckets_.step(), ", bucket ", bucket, " (",
+                               span.numel * 4, " bytes)"));
+    }
+    ++completed_;
+    changed_.notify_all();
+  }
+}
+
+absl::Status AllReduceSync::Finish(StepStats& stats) {
+  if (!algorithm_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(entry_.name, ": Finish before Setup"));
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (error_.ok()) error_ = step_buckets_.CheckAllReady();
+  // No deadline of its own: every all-reduce already fails when its peers
+  // stall for --timeout_s, so this wait ends.
+  changed_.wait(lock,
+                [this] { return completed_ == step_buckets_.num_ready(); });
+  if (!error_.ok()) {
+    const absl::Status error = error_;
+    lock.unlock();
+    // A neighbour that closed its socket is often only the messenger.
+    return ExplainStepFailure(context_.rendezvous, error);
+  }
+  RETURN_IF_ERROR(staging_->FinishStep());
+
+  // Counted by the algorithm and the all-gather as the bytes were sent.
+  stats.bytes_sent += algorithm_->bytes_sent() - last_bytes_sent_ +
+                      reducer_->gather_bytes_sent() - last_gather_sent_;
+  stats.bytes_recv += algorithm_->bytes_received() - last_bytes_received_ +
+                      reducer_->gather_bytes_received() - last_gather_received_;
+  stats.extra.emplace_back("allreduce_ms", allreduce_ms_);
+  if (compressor_.spec().method != CompressionMethod::kNone) {
+    stats.extra.emplace_back("codec_ms", codec_ms_);
+  }
+  last_bytes_sent_ = algorithm_->bytes_sent();
+  last_bytes_received_ = algorithm_->bytes_received();
+  last_gather_sent_ = reducer_->gather_bytes_sent();
+  last_gather_received_ = reducer_->gather_bytes_received();
+  allreduce_ms_ = 0;
+  codec_ms_ = 0;
+  completed_ = 0;
+  step_buckets_.NextStep();
+  const int64_t steps_done = ++steps_done_;
+  lock.unlock();
+  // The residual the communication thread left for this step, saved when
+  // the trainer checkpoints at it (error_feedback.h).
+  return error_feedback_.AfterStep(steps_done);
+}
+
+// The transport and the algorithm do not know buckets: only the spans, the
+// staging (one pinned mirror per bucket on a GPU) and the step's marks
+// change. Between steps the communication thread is idle on an empty queue.
+absl::Status AllReduceSync::Rebucket(const ParamLayout& layout) {
+  if (!algorithm_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(entry_.name, ": Rebucket before Setup"));
+  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<HostStaging> staging,
+      CreateHostStaging(*device_, layout, grads_, context_.timeout));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (step_buckets_.num_ready() != 0 || !queue_.empty() || completed_ != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(entry_.name, ": Rebucket in the middle of step ",
+                     step_buckets_.step()));
+  }
+  staging_ = std::move(staging);
+  SetSpans(layout);
+  step_buckets_.Reset(static_cast<int>(buckets_.size()), step_buckets_.step());
+  return absl::OkStatus();
+}
+
+void AllReduceSync::StopThread() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status AllReduceSync::Shutdown() {
+  bool in_flight = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight = completed_ != step_buckets_.num_ready();
+  }
+  // A step abandoned halfway (the trainer is bailing out): break the ring so
+  // the communication thread stops now rather than at its deadline.
+  if (in_flight && transport_) transport_->Abort();
+  StopThread();
+  StopListening();
+  if (transport_) transport_->Close();
+  return absl::OkStatus();
+}
+
+std::string AllReduceSync::SummaryJson() const {
+  if (!algorithm_) return "{}";
+  nlohmann::json summary = {
+      {"algorithm", entry_.name},
+      {"chunk_bytes", options_.algorithm.chunk_bytes},
+      {"socket_buffer_bytes_requested", options_.socket_buffer_bytes},
+      {"socket_buffer_bytes_granted", transport_->granted_send_buffer_bytes()},
+      {"bytes_sent", algorithm_->bytes_sent() + reducer_->gather_bytes_sent()},
+      {"bytes_recv",
+       algorithm_->bytes_received() + reducer_->gather_bytes_received()},
+      {"compression", compressor_.spec().ToString()},
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    summary["row_sparse_buckets_gathered"] = row_sparse_gathered_;
+    summary["row_sparse_buckets_dense"] = row_sparse_dense_;
+  }
+  const nlohmann::json own =
+      nlohmann::json::parse(algorithm_->SummaryJson(), nullptr, false);
+  if (own.is_object()) summary.update(own);
+  return summary.dump();
+}
+
+}  // namespace gradsync

@@ -1,0 +1,235 @@
+// --sync=ring through the GradientSync seam, as the trainer drives it: one
+// thread per worker, buckets marked ready in backward order, Finish, several
+// steps; the gradients must come out as the exact average on every worker.
+#include "allreduce/allreduce_sync.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "allreduce/transport/test_cluster.h"
+#include "core/base/status_macros.h"
+#include "core/device/device.h"
+#include "core/device/null_device.h"
+#include "core/sync/gradient_sync.h"
+#include "core/sync/param_layout.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gradsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Integer-valued and different per step, rank and element, so sums are exact.
+float Gradient(int step, int rank, int64_t i) {
+  return static_cast<float>((i * 5 + rank * 11 + step * 3) % 19 - 9);
+}
+
+absl::StatusOr<ParamLayout> TestLayout() {
+  // Three parameters and a small cap: several buckets, one of them a single
+  // parameter larger than the cap.
+  return ParamLayout::Create({{"fc1.weight", {300, 7}},
+                              {"fc1.bias", {300}},
+                              {"fc2.weight", {10, 300}},
+                              {"fc2.bias", {10}}},
+                             /*bucket_bytes=*/4096);
+}
+
+SyncContext ContextFor(TransportTestCluster& cluster, int rank) {
+  SyncContext context;
+  context.identity.rank = rank;
+  context.identity.world_size = cluster.world_size();
+  context.identity.job_id = cluster.job_id();
+  context.rendezvous = cluster.client(rank);
+  context.identity.advertise_host = "127.0.0.1";
+  context.timeout = absl::Seconds(30);
+  return context;
+}
+
+class AllReduceSyncTest : public testing::TestWithParam<int> {};
+
+TEST_P(AllReduceSyncTest, EveryWorkerGetsTheExactAverageEveryStep) {
+  const int n = GetParam();
+  const int steps = 3;
+  auto layout = TestLayout();
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_GT(layout->buckets().size(), 2u);
+  const int64_t total = layout->total_numel();
+  auto cluster = TransportTestCluster::Start(n);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+
+  std::vector<std::string> problems(n);
+  std::vector<absl::Status> results = (*cluster)->RunOnEveryRank([&](int rank) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
+                     CreateDevice(DeviceOptions{}));
+    ASSIGN_OR_RETURN(float* grads, device->Allocate<float>(total));
+    ASSIGN_OR_RETURN(float* params, device->Allocate<float>(total));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<GradientSync> sync,
+        GradientSyncRegistry::Create("ring", ContextFor(**cluster, rank)));
+    RETURN_IF_ERROR(sync->Setup(*layout, *device, SyncBuffers{grads, params}));
+    for (int step = 0; step < steps; ++step) {
+      for (int64_t i = 0; i < total; ++i) grads[i] = Gradient(step, rank, i);
+      // Buckets are numbered in the order backward finishes them.
+      for (const Bucket& bucket : layout->buckets())
+        sync->BucketReady(bucket.index);
+      StepStats stats;
+      RETURN_IF_ERROR(sync->Finish(stats));
+      for (int64_t i = 0; i < total; ++i) {
+        int sum = 0;
+        for (int r = 0; r < n; ++r)
+          sum += static_cast<int>(Gradient(step, r, i));
+        const float want = static_cast<float>(sum) * (1.0f / n);
+        if (grads[i] != want) {
+          problems[rank] = absl::StrCat("step ", step, " element ", i, ": ",
+                                        grads[i], " want ", want);
+          return absl::OkStatus();
+        }
+      }
+      // Per bucket of c floats cut into N segments: reduce-scatter sends all
+      // segments but (r+1), all-gather all but (r+2); received likewise all
+      // but r, then all but (r+1). A single worker moves nothing.
+      int64_t want_sent = 0;
+      int64_t want_received = 0;
+      if (n > 1) {
+        for (const Bucket& bucket : layout->buckets()) {
+          auto segment = [&](int s) {
+            return bucket.numel / n + (s % n < bucket.numel % n ? 1 : 0);
+          };
+          want_sent +=
+              4 * (2 * bucket.numel - segment(rank + 1) - segment(rank + 2));
+          want_received +=
+              4 * (2 * bucket.numel - segment(rank) - segment(rank + 1));
+        }
+      }
+      if (stats.bytes_sent != want_sent || stats.bytes_recv != want_received) {
+        problems[rank] = absl::StrCat(
+            "step ", step, ": sent ", stats.bytes_sent, " (want ", want_sent,
+            "), received ", stats.bytes_recv, " (want ", want_received, ")");
+      }
+      bool has_allreduce_ms = false;
+      for (const auto& entry : stats.extra) {
+        if (entry.first == "allreduce_ms") has_allreduce_ms = true;
+      }
+      if (!has_allreduce_ms) problems[rank] = "no allreduce_ms in StepStats";
+    }
+    return sync->Shutdown();
+  });
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank];
+    EXPECT_EQ(problems[rank], "") << "rank " << rank;
+  }
+}
+
+// --autotune regroups the buckets between steps; the averages stay exact
+// and the new buckets are the ones that must be handed over.
+TEST(AllReduceSyncRebucketTest, AfterRebucketTheNewBucketsAreAveraged) {
+  const int n = 2;
+  auto fine = TestLayout();
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  auto coarse = ParamLayout::Create({{"fc1.weight", {300, 7}},
+                                     {"fc1.bias", {300}},
+                                     {"fc2.weight", {10, 300}},
+                                     {"fc2.bias", {10}}},
+                                    /*bucket_bytes=*/1 << 20);
+  ASSERT_TRUE(coarse.ok()) << coarse.status();
+  ASSERT_EQ(coarse->buckets().size(), 1u);
+  const int64_t total = fine->total_numel();
+  auto cluster = TransportTestCluster::Start(n);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<std::string> problems(n);
+  std::vector<absl::Status> results = (*cluster)->RunOnEveryRank([&](int rank) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
+                     CreateDevice(DeviceOptions{}));
+    ASSIGN_OR_RETURN(float* grads, device->Allocate<float>(total));
+    ASSIGN_OR_RETURN(float* params, device->Allocate<float>(total));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<GradientSync> sync,
+        GradientSyncRegistry::Create("ring", ContextFor(**cluster, rank)));
+    RETURN_IF_ERROR(sync->Setup(*fine, *device, SyncBuffers{grads, params}));
+    const ParamLayout* layouts[] = {&*fine, &*coarse, &*fine};
+    for (int step = 0; step < 3; ++step) {
+      if (step > 0) RETURN_IF_ERROR(sync->Rebucket(*layouts[step]));
+      for (int64_t i = 0; i < total; ++i) grads[i] = Gradient(step, rank, i);
+      for (const Bucket& bucket : layouts[step]->buckets())
+        sync->BucketReady(bucket.index);
+      StepStats stats;
+      RETURN_IF_ERROR(sync->Finish(stats));
+      for (int64_t i = 0; i < total; ++i) {
+        const float want =
+            static_cast<float>(static_cast<int>(Gradient(step, 0, i)) +
+                               static_cast<int>(Gradient(step, 1, i))) *
+            0.5f;
+        if (grads[i] != want && problems[rank].empty()) {
+          problems[rank] = absl::StrCat("step ", step, " element ", i, ": ",
+                                        grads[i], " want ", want);
+        }
+      }
+    }
+    // Once a bucket of a step was handed over, the grouping stays.
+    sync->BucketReady(static_cast<int>(fine->buckets().size()) - 1);
+    StepStats stats;
+    RETURN_IF_ERROR(sync->Rebucket(*coarse).ok()
+                        ? absl::InternalError("Rebucket mid-step accepted")
+                        : absl::OkStatus());
+    (void)sync->Finish(stats);  // reports the buckets never handed over
+    return sync->Shutdown();
+  });
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank];
+    EXPECT_EQ(problems[rank], "") << "rank " << rank;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, AllReduceSyncTest,
+                         testing::Values(1, 2, 3, 4),
+                         [](const testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("N", info.param);
+                         });
+
+TEST(AllReduceSyncErrorsTest, FinishBeforeEveryBucketIsReadyIsAnError) {
+  auto layout = TestLayout();
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  auto device = CreateDevice(DeviceOptions{});
+  ASSERT_TRUE(device.ok()) << device.status();
+  std::vector<float> grads(layout->total_numel(), 1.0f);
+  SyncContext context;  // one worker: no coordinator needed
+  auto sync = GradientSyncRegistry::Create("ring", context);
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  ASSERT_TRUE((*sync)
+                  ->Setup(*layout, **device, SyncBuffers{grads.data(), nullptr})
+                  .ok());
+  (*sync)->BucketReady(0);
+  StepStats stats;
+  absl::Status status = (*sync)->Finish(stats);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("before bucket(s) 1, 2"));
+}
+
+// A device that claims to be CUDA but is not gradsync's CudaDevice cannot be
+// staged; the error names it rather than touching its memory.
+TEST(AllReduceSyncErrorsTest, ForeignGpuDeviceIsRefused) {
+  auto layout = TestLayout();
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  NullDevice device(DeviceType::kCuda, "cuda:0");
+  std::vector<float> grads(layout->total_numel());
+  auto sync = GradientSyncRegistry::Create("ring", SyncContext{});
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  absl::Status status =
+      (*sync)->Setup(*layout, device, SyncBuffers{grads.data(), nullptr});
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()), HasSubstr("cuda:0"));
+}
+
+TEST(AllReduceSyncErrorsTest, SeveralWorkersNeedACoordinator) {
+  SyncContext context;
+  context.identity.world_size = 2;
+  auto sync = GradientSyncRegistry::Create("ring", context);
+  EXPECT_EQ(sync.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace gradsync
