@@ -108,7 +108,7 @@ CUDA_TEST_TARGETS=(
   //core/device:cudnn_algorithm_choice_test
   //core/device:cpu_device_test //core/device:cuda_device_test
   //core/model:device_parity_test //core/sync:host_staging_test
-  //allreduce:nccl_test
+  //allreduce/nccl:nccl_test
 )
 CUDA_PROGRAMS=(
   //tools:gradsync //bench:mlp_gpu_benchmark //bench:mlp_benchmark
@@ -141,10 +141,8 @@ fi
 
 ASAN_TARGETS=(
   # transports, the step engine, the algorithms and the sync layer
-  //allreduce:ring_transport_test //allreduce:peer_exchange_test
-  //allreduce:ring_allreduce_test //allreduce:allreduce_family_test
-  //allreduce:ring_sync_test //allreduce:compressed_ring_sync_test
-  //allreduce:peer_link_probe_test //tests:ring_handshake_bad_input_test
+  //allreduce/transport:all //allreduce/algorithms:all //allreduce:all
+  //tests:ring_handshake_bad_input_test
   # the parameter server: wire, keys, shard, server, client
   //ps:all
   # the coordinator, rendezvous, job tokens, TLS, a member's loss
@@ -167,9 +165,11 @@ fi
 # multi-process ring, the coordinator's loss listeners (called from its watch
 # thread), the launcher's process threads.
 TSAN_TARGETS=(
-  //allreduce:ring_transport_test //allreduce:peer_exchange_test
-  //allreduce:ring_allreduce_test //allreduce:allreduce_family_test
-  //allreduce:ring_sync_test //allreduce:compressed_ring_sync_test
+  //allreduce/transport:peer_transport_test
+  //allreduce/algorithms:peer_exchange_test
+  //allreduce/algorithms:ring_allreduce_test
+  //allreduce/algorithms:allreduce_family_test
+  //allreduce:allreduce_sync_test //allreduce:compressed_allreduce_sync_test
   //allreduce:ring_multiprocess_test
   //core/launch:launcher_test //tests:coordinator_bad_input_test
   //tests:member_loss_test
