@@ -82,8 +82,9 @@ class PsClient::Impl {
     // runs) would queue behind each other on it, unlike separate processes.
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    // A fixed flow-control window for the pulls (ps/flags.h says why),
-    // unless the link needs BDP probing (ps/stream_window_rule.h).
+    // A fixed flow-control window for the pulls (ps/settings.h says why at
+    // kDefaultStreamWindowBytes), unless the link needs BDP probing
+    // (ps/stream_window_rule.h).
     if (options_.stream_window_bytes > 0) {
       args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
                   static_cast<int>(options_.stream_window_bytes));

@@ -42,7 +42,9 @@ struct PsSyncOptions {
   int64_t max_shard_bytes = kDefaultMaxShardBytes;
   // chunk_bytes or stream_window_bytes 0: auto, from the layout and K
   // (ps/key_size_rule.h) or from `link` and the fan-in
-  // (ps/stream_window_rule.h), resolved in Setup (ps/tuning.h).
+  // (ps/stream_window_rule.h), resolved in Setup (ps/settings.h). The edge
+  // says what the link is (tools/ps_flags.h: the one `gradsync launch
+  // --netem` emulates); nothing here reads the environment.
   LinkFigures link;
   // Server mode: the workers' optimizer, with the learning rate already
   // scaled for the world size (SyncContext::optimizer).
@@ -66,12 +68,9 @@ struct PsSyncOptions {
   std::vector<std::string> server_addresses;
 };
 
+// The strategy with `options` (the edge, tools/ps_flags.h, registers it as
+// --sync=ps from the --ps_* flags). Refuses contradictory options at once.
 absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
     const SyncContext& context, const PsSyncOptions& options);
-
-// PsSyncOptions from the --ps_* flags (ps/flags.cc), with the optimizer the
-// trainer gave the context (SyncContext::optimizer).
-absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
-    const SyncContext& context);
 
 }  // namespace gradsync

@@ -806,8 +806,9 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   // No SO_REUSEPORT (gRPC's default): another job's server on this port
   // would share its pushes.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // A fixed flow-control window for the pushes (ps/flags.h says why),
-  // unless the link needs BDP probing (ps/stream_window_rule.h).
+  // A fixed flow-control window for the pushes (ps/settings.h says why at
+  // kDefaultStreamWindowBytes), unless the link needs BDP probing
+  // (ps/stream_window_rule.h).
   if (options.stream_window_bytes > 0) {
     builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
                                static_cast<int>(options.stream_window_bytes));

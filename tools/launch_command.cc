@@ -50,8 +50,8 @@
 #include "core/optim/optimizer.h"
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
-#include "ps/flags.h"
 #include "tools/commands.h"
+#include "tools/ps_flags.h"
 #include "tools/trace_flags.h"
 #include "tools/train_flags.h"
 
@@ -540,7 +540,7 @@ absl::StatusOr<std::unique_ptr<EmulatedNetwork>> PlaceInEmulatedNetwork(
     // host name resolves to, loopback inside a namespace: name the link.
     specs[i].env.push_back({"GLOO_SOCKET_IFNAME", "eth0"});
     // Without sch_netem the latency of --netem is not there: the PS's
-    // window rule (ps/emulated_link.h) must not size windows for it.
+    // window rule (tools/emulated_link.h) must not size windows for it.
     if (!network->latency_emulated()) {
       specs[i].env.push_back({"GRADSYNC_NETEM_LATENCY_EMULATED", "0"});
     }

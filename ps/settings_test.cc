@@ -2,8 +2,9 @@
 // of its share on the models users run (the MLP, ResNet-18, a 2.5 MB gradient
 // in 32 tensors) at K = 1, 2, 4, 8, with balanced shares too; the window rule
 // gives the measured 32 KiB at 100 Mbit/s and grows with latency; explicit
-// values win; the imbalance warning names the fix.
-#include "ps/tuning.h"
+// values win; the imbalance warning names the fix. (How the link is read from
+// the launcher's environment: tools/emulated_link_test.cc.)
+#include "ps/settings.h"
 
 #include <cstdlib>
 #include <string>
@@ -12,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ps/emulated_link.h"
 #include "ps/key_size_rule.h"
 #include "ps/partitioner.h"
 #include "ps/stream_window_rule.h"
@@ -256,27 +256,6 @@ TEST(MessageSizeRuleTest, MessagesFollowTheWindowWithinTheMeasuredBounds) {
   EXPECT_EQ(ResolveMessageSize(64 << 10, near).source, "flag");
 }
 
-TEST(EmulatedLinkTest, ReadsTheLaunchersLinkSpec) {
-  const LinkFigures link = LinkFiguresFromNetemSpec("1gbit,1ms");
-  EXPECT_DOUBLE_EQ(link.rate_bytes_per_s, 125e6);
-  EXPECT_DOUBLE_EQ(link.round_trip_s, 2e-3);
-  EXPECT_EQ(LinkFiguresFromNetemSpec("fast").rate_bytes_per_s, 0);
-  EXPECT_EQ(LinkFiguresFromNetemSpec("none").rate_bytes_per_s, 0);
-}
-
-TEST(EmulatedLinkTest, LatencyTheKernelCouldNotAddIsLeftOut) {
-  setenv("GRADSYNC_NETEM", "1gbit,1ms", 1);
-  EXPECT_DOUBLE_EQ(LinkFiguresOfThisProcess().round_trip_s, 2e-3);
-  setenv("GRADSYNC_NETEM_LATENCY_EMULATED", "0", 1);
-  const LinkFigures link = LinkFiguresOfThisProcess();
-  EXPECT_DOUBLE_EQ(link.round_trip_s, 0);
-  EXPECT_DOUBLE_EQ(link.rate_bytes_per_s, 125e6);
-  EXPECT_THAT(link.description, HasSubstr("latency not emulated"));
-  unsetenv("GRADSYNC_NETEM_LATENCY_EMULATED");
-  unsetenv("GRADSYNC_NETEM");
-  EXPECT_EQ(LinkFiguresOfThisProcess().rate_bytes_per_s, 0);
-}
-
 TEST(TuningTest, AnExplicitValueAlwaysWins) {
   const ParamLayout layout = Layout(MlpSpecs());
   absl::StatusOr<ResolvedSetting> key =
@@ -315,6 +294,55 @@ TEST(TuningTest, ImbalanceWarningNamesTheKeySizeThatFixesIt) {
       Partition::Create(layout, shares, rule->key_bytes);
   ASSERT_TRUE(fixed.ok());
   EXPECT_FALSE(ImbalanceWarning(*fixed, *rule).has_value());
+}
+
+// One value fills the start-up lines, the manifest's entries and the
+// warnings, with the rules' values and reasons; every worker derives it alone.
+TEST(PsSettingsTest, OneValueFillsTheLogTheManifestAndTheWarnings) {
+  const ParamLayout layout = Layout(MlpSpecs());
+  PsSettingsInputs inputs;
+  inputs.num_workers = 4;
+  inputs.num_servers = 4;
+  inputs.link = Link(100, 0);
+  inputs.update_mode = ps::UPDATE_SERVER;
+  inputs.consistency.mode = ps::CONSISTENCY_ASP;
+  inputs.optimizer.kind = "sgd";
+  inputs.optimizer.momentum = 0.9;
+  Partition partition;
+  absl::StatusOr<PsSettings> settings =
+      ResolvePsSettings(inputs, layout, &partition);
+  ASSERT_TRUE(settings.ok()) << settings.status();
+  EXPECT_EQ(partition.num_servers(), 4);
+  EXPECT_EQ(partition.chunk_bytes(), settings->key_size.bytes);
+  EXPECT_THAT(settings->key_size.source, HasSubstr("auto: "));
+  EXPECT_EQ(settings->streams.push_window.bytes,
+            ResolveStreamWindow(0, inputs.link, 4).bytes);
+  const std::vector<std::string> lines = settings->LogLines();
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_EQ(lines[0], absl::StrCat("ps: key size ",
+                                   settings->key_size.bytes / 1024, " KiB (",
+                                   settings->key_size.source, ")"));
+  EXPECT_THAT(lines[1], HasSubstr("ps: push stream window "));
+  EXPECT_THAT(lines[4], HasSubstr("ps: result messages of at most "));
+  std::vector<std::string> names;
+  for (const PsManifestEntry& entry : settings->ManifestEntries()) {
+    names.push_back(entry.name);
+  }
+  EXPECT_THAT(names, ::testing::ElementsAre(
+                         "ps_chunk_kb", "ps_stream_window_kb.push",
+                         "ps_stream_window_kb.pull", "ps_message_kb.push",
+                         "ps_message_kb.pull"));
+  ASSERT_EQ(settings->warnings.size(), 1u);
+  EXPECT_THAT(settings->warnings[0], HasSubstr("--ps_consistency=asp"));
+  EXPECT_EQ(settings->OptimizerProto().momentum(), 0.9f);
+  // An explicit key size wins, and the rule's still names the fix.
+  inputs.chunk_bytes = 4 << 20;
+  inputs.num_servers = 8;
+  inputs.num_workers = 8;
+  settings = ResolvePsSettings(inputs, layout, &partition);
+  ASSERT_TRUE(settings.ok()) << settings.status();
+  EXPECT_EQ(settings->key_size.source, "flag");
+  EXPECT_THAT(settings->warnings[0], HasSubstr("server 0 holds"));
 }
 
 }  // namespace

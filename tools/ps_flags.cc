@@ -1,9 +1,11 @@
-// The parameter server's flags (see flags.h).
-#include "ps/flags.h"
+// The parameter server's flags (see ps_flags.h).
+#include "tools/ps_flags.h"
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "ps/settings.h"
+#include "tools/emulated_link.h"
 
 ABSL_FLAG(std::string, ps_update, "worker",
           "Where the optimizer runs with --sync=ps: 'worker' (servers return "
@@ -196,6 +198,28 @@ absl::StatusOr<int64_t> MaxShardBytesFromFlags() {
         absl::StrCat("--ps_max_shard_mb=", mb, " must be in [1, 2^30]"));
   }
   return mb << 20;
+}
+
+absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
+    const SyncContext& context) {
+  PsSyncOptions options;
+  ASSIGN_OR_RETURN(options.update_mode, UpdateModeFromFlags());
+  ASSIGN_OR_RETURN(options.chunk_bytes, ChunkBytesFromFlags());
+  ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
+  ASSIGN_OR_RETURN(options.stream_window_bytes, StreamWindowBytesFromFlags());
+  ASSIGN_OR_RETURN(options.max_shard_bytes, MaxShardBytesFromFlags());
+  options.link = LinkFiguresOfThisProcess();
+  options.colocate = absl::GetFlag(FLAGS_ps_colocate);
+  ASSIGN_OR_RETURN(options.colocated_servers,
+                   ColocatedServersFromFlags(context.identity.world_size));
+  // --ps_colocate is every worker; keep the two apart as in the options.
+  if (options.colocate) options.colocated_servers = 0;
+  ASSIGN_OR_RETURN(options.partition, PartitionPolicyFromFlags());
+  ASSIGN_OR_RETURN(options.consistency,
+                   ConsistencyFromFlags(options.update_mode));
+  ASSIGN_OR_RETURN(options.pull, PsPullFromFlags());
+  options.optimizer = context.optimizer;
+  return options;
 }
 
 }  // namespace gradsync

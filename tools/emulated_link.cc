@@ -1,5 +1,5 @@
 // The emulated link as LinkFigures (see emulated_link.h).
-#include "ps/emulated_link.h"
+#include "tools/emulated_link.h"
 
 #include <cstdlib>
 #include <string>

@@ -1,7 +1,9 @@
 // Command-line flags of the parameter-server strategy and of `gradsync server`,
-// declared once here (defined in flags.cc) and read only through the
-// functions below, so the rest of ps/ takes plain option structs. The rules
-// the flags are checked by live in ps/consistency.h, which links no flags.
+// declared once here (defined in ps_flags.cc) and read only through the
+// functions below: the edge turns them, and the link the launcher emulates
+// (tools/emulated_link.h), into ps/'s plain option structs, and ps/ reads no
+// flag and no environment. The rules the flags are checked by live in
+// ps/consistency.h and ps/settings.h, which link no flags.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +12,11 @@
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "proto/parameter_server.pb.h"
+#include "core/sync/gradient_sync.h"
 #include "ps/consistency.h"
 #include "ps/key_encoding.h"
 #include "ps/partitioner.h"
+#include "ps/ps_sync.h"
 
 ABSL_DECLARE_FLAG(std::string, ps_update);
 ABSL_DECLARE_FLAG(int64_t, ps_chunk_kb);
@@ -57,28 +61,22 @@ absl::StatusOr<PartitionPolicy> PartitionPolicyFromFlags();
 // --ps_update are checked by ResolvePsPull.
 absl::StatusOr<PsPull> PsPullFromFlags();
 
-// Largest payload of one message: well below gRPC's default 4 MiB receive
-// limit, leaving room for the header and framing.
-constexpr int64_t kMaxMessageBytes = int64_t{3} << 20;
-
-// --ps_message_kb in bytes, checked against kMaxMessageBytes; 0: auto
-// (ResolveMessageSize, ps/tuning.h).
+// --ps_message_kb in bytes, checked against kMaxMessageBytes
+// (ps/settings.h); 0: auto (ResolveMessageSize, ps/settings.h).
 absl::StatusOr<int64_t> MessageBytesFromFlags();
-// HTTP/2's window is a signed 31-bit count of bytes.
-constexpr int64_t kMaxStreamWindowBytes = int64_t{1} << 30;
-// The push and pull streams' flow-control window: a fixed window instead of
-// gRPC's 64 KiB start grown by BDP probing. With the default the server's
-// results waited for window updates: at 100 Mbit/s, N = 2, K = 2 took
-// 340 ms a step where the link allows 223 ms; with 4 MiB, 220 ms. (The
-// auto window keeps the probing on where a stream's share of the link's
-// bandwidth-delay product outgrows a connection's fixed window:
-// ps/stream_window_rule.h.)
-constexpr int64_t kDefaultStreamWindowBytes = int64_t{4} << 20;
-// --ps_stream_window_kb in bytes (0: auto, ps/stream_window_rule.h), checked.
+// --ps_stream_window_kb in bytes (0: auto, ps/stream_window_rule.h), checked
+// against kMaxStreamWindowBytes (ps/settings.h).
 absl::StatusOr<int64_t> StreamWindowBytesFromFlags();
 // --ps_chunk_kb in bytes (0: auto, ps/key_size_rule.h), checked.
 absl::StatusOr<int64_t> ChunkBytesFromFlags();
 // --ps_max_shard_mb in bytes, checked.
 absl::StatusOr<int64_t> MaxShardBytesFromFlags();
+
+// PsSyncOptions from the --ps_* flags and the link `gradsync launch --netem`
+// emulates (LinkFiguresOfThisProcess), with the optimizer the trainer gave
+// the context (SyncContext::optimizer). The registration of --sync=ps
+// (ps_sync_registration.cc) and the tests' and benchmarks' mains use it.
+absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
+    const SyncContext& context);
 
 }  // namespace gradsync
