@@ -324,7 +324,7 @@ void FillInput(float* data, int64_t count, int rank) {
 
 // What a row leaves in the buffer: the all-reduces the sum, the parameter
 // server (--ps_update=worker) the average, sum / N in float as its servers
-// compute it (ps/bsp_key.cc); both exact functions of the integer sum.
+// compute it (ps/server/bsp_key.cc); both exact functions of the integer sum.
 enum class Reduction { kSum, kAverage };
 
 int64_t CountWrong(const float* data, int64_t count, int workers,

@@ -2,8 +2,8 @@
 // runs (--ps_update=worker|server), when a worker may go on (BSP, SSP with a
 // staleness bound, ASP), their names, and which combinations are allowed.
 // The same rules judge the flags (tools/ps_flags.cc) and a worker's
-// registration at a server (ps/shard.cc), so they live apart from both and
-// link no flag library.
+// registration at a server (ps/server/shard.cc), so they live apart from both
+// and link no flag library.
 #pragma once
 
 #include <cstdint>

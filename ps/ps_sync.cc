@@ -1,4 +1,5 @@
-// The parameter-server strategy (--sync=ps) and its registration.
+// The parameter-server strategy (--sync=ps) behind the GradientSync seam (see
+// ps_sync.h); tools/ps_sync_registration.cc registers it from the flags.
 #include "ps/ps_sync.h"
 
 #include <algorithm>
@@ -20,9 +21,9 @@
 #include "core/sync/step_buckets.h"
 #include "core/telemetry/derived_settings.h"
 #include "nlohmann/json.hpp"
-#include "ps/client.h"
-#include "ps/partitioner.h"
-#include "ps/server.h"
+#include "ps/client/client.h"
+#include "ps/client/partitioner.h"
+#include "ps/server/server.h"
 #include "ps/settings.h"
 
 namespace gradsync {

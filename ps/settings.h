@@ -16,7 +16,7 @@
 // the layout and the servers' shares (key_size_rule.h), the push and pull
 // streams' windows from the link and the fan-in, and their messages from the
 // windows (stream_window_rule.h), the pulls' encoding from --compression
-// (key_encoding.h), the warnings from setting_checks.h. Every worker and
+// (key_compression.h), the warnings from setting_checks.h. Every worker and
 // server derives the same values from the same layout, N, K and link, so
 // nothing is broadcast. Links no flag library and reads no environment.
 #pragma once
@@ -33,9 +33,9 @@
 #include "core/sync/param_layout.h"
 #include "proto/parameter_server.pb.h"
 #include "ps/consistency.h"
-#include "ps/key_encoding.h"
+#include "ps/key_compression.h"
 #include "ps/key_size_rule.h"
-#include "ps/partitioner.h"
+#include "ps/client/partitioner.h"
 #include "ps/stream_window_rule.h"
 
 namespace gradsync {

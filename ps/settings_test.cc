@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/key_size_rule.h"
-#include "ps/partitioner.h"
+#include "ps/client/partitioner.h"
 #include "ps/stream_window_rule.h"
 
 namespace gradsync {

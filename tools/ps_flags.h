@@ -14,8 +14,8 @@
 #include "proto/parameter_server.pb.h"
 #include "core/sync/gradient_sync.h"
 #include "ps/consistency.h"
-#include "ps/key_encoding.h"
-#include "ps/partitioner.h"
+#include "ps/key_compression.h"
+#include "ps/client/partitioner.h"
 #include "ps/ps_sync.h"
 
 ABSL_DECLARE_FLAG(std::string, ps_update);
@@ -57,7 +57,7 @@ absl::Status CheckServerPlacement(int num_workers, int separate_servers);
 // --ps_partition, checked.
 absl::StatusOr<PartitionPolicy> PartitionPolicyFromFlags();
 
-// --ps_pull (ps/key_encoding.h); combinations with --compression and
+// --ps_pull (ps/key_compression.h); combinations with --compression and
 // --ps_update are checked by ResolvePsPull.
 absl::StatusOr<PsPull> PsPullFromFlags();
 

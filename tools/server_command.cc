@@ -21,7 +21,7 @@
 #include "core/cluster/local_address.h"
 #include "core/telemetry/trace.h"
 #include "nlohmann/json.hpp"
-#include "ps/server.h"
+#include "ps/server/server.h"
 #include "ps/settings.h"
 #include "tools/cluster_flags.h"
 #include "tools/emulated_link.h"

@@ -641,7 +641,7 @@ absl::Status Trainer::EvaluateEvery() {
 
 // Worker 0 only: every worker holds the same parameters and optimizer state
 // after a step, so one copy is the job's. A parameter server running the
-// optimizer writes its own shard at the same steps (ps/shard.h).
+// optimizer writes its own shard at the same steps (ps/server/shard.h).
 absl::Status Trainer::WriteCheckpointIfAsked(int64_t epoch,
                                              int64_t done_in_epoch) {
   if (options_.checkpoint_path.empty() || id_.rank != 0 ||

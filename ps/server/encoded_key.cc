@@ -1,5 +1,5 @@
 // A key's encoded pushes and results on the server (see encoded_key.h).
-#include "ps/encoded_key.h"
+#include "ps/server/encoded_key.h"
 
 #include <algorithm>
 #include <cstring>

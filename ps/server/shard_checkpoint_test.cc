@@ -1,7 +1,7 @@
 // A shard's checkpoints on their own: the schedule, the file written only
 // when the last key is in, the previous shard kept, and a resume that refuses
 // a checkpoint of another shard. KeyParameters is exercised through them.
-#include "ps/shard_checkpoint.h"
+#include "ps/server/shard_checkpoint.h"
 
 #include <cstdio>
 #include <fstream>
@@ -12,7 +12,7 @@
 #include "core/device/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ps/key_parameters.h"
+#include "ps/server/key_parameters.h"
 
 namespace gradsync {
 namespace {

@@ -1,6 +1,6 @@
 // One key under BSP: summing, block-wise completion and reads (see
 // bsp_key.h).
-#include "ps/bsp_key.h"
+#include "ps/server/bsp_key.h"
 
 #include <algorithm>
 #include <cstring>

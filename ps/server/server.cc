@@ -1,5 +1,5 @@
 // The parameter server's gRPC service (callback API) around a ServerShard.
-#include "ps/server.h"
+#include "ps/server/server.h"
 
 #include <algorithm>
 #include <atomic>
@@ -26,7 +26,7 @@
 #include "nlohmann/json.hpp"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/callback_queue.h"
-#include "ps/shard.h"
+#include "ps/server/shard.h"
 #include "ps/wire.h"
 
 namespace gradsync {

@@ -4,7 +4,7 @@
 // part's floats leave from the gradient buffer itself and arrive straight in
 // the result buffer (ps/wire.h); the wire format is the service's protobuf
 // one. Register and Shutdown, small and once per run, use the generated stub.
-#include "ps/client.h"
+#include "ps/client/client.h"
 
 #include <algorithm>
 #include <atomic>
@@ -25,7 +25,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/callback_queue.h"
-#include "ps/key_encoding.h"
+#include "ps/key_compression.h"
 #include "ps/wire.h"
 
 namespace gradsync {

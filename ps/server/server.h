@@ -1,4 +1,4 @@
-// A parameter server: one shard of the keys (ps/shard.h) behind the gRPC
+// A parameter server: one shard of the keys (ps/server/shard.h) behind the gRPC
 // service of proto/parameter_server.proto. Runs in its own process
 // (`gradsync server`, ps/server_command.h), inside a worker (--ps_colocate)
 // or as a thread of a test or benchmark; it is the same object everywhere.
@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/telemetry/trace.h"
-#include "ps/shard.h"
+#include "ps/server/shard.h"
 
 namespace gradsync {
 

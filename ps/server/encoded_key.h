@@ -1,7 +1,7 @@
-// The server's side of one key's encodings (ps/key_encoding.h): each
+// The server's side of one key's encodings (ps/key_compression.h): each
 // worker's encoded push assembled from its parts and checked before
 // anything is summed, and the key's encoded result, made once per step
-// from the float32 result the key (ps/bsp_key.h) holds. The key itself
+// from the float32 result the key (ps/server/bsp_key.h) holds. The key itself
 // stays a float32 sum: a complete push is decoded into float32 and handed to
 // it as one part, so BSP, SSP/ASP and the server-side optimizer work on
 // compressed pushes unchanged. No gRPC, no flags.
@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/parameter_server.pb.h"
-#include "ps/key_encoding.h"
+#include "ps/key_compression.h"
 
 namespace gradsync {
 

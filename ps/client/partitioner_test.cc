@@ -1,5 +1,5 @@
 // Chunking and balancing of keys over parameter servers.
-#include "ps/partitioner.h"
+#include "ps/client/partitioner.h"
 
 #include <algorithm>
 #include <numeric>
@@ -138,7 +138,7 @@ TEST(PartitionerTest, RejectsBadArguments) {
 }
 
 // The bytes a link carries per step and direction for a share of S = 1
-// (ps/partitioner.h): a serving worker's and a separate server's.
+// (ps/client/partitioner.h): a serving worker's and a separate server's.
 double BusiestLink(int n, int colocated, const std::vector<double>& shares) {
   double busiest = 1.0;  // a worker that does not serve carries S
   for (size_t s = 0; s < shares.size(); ++s) {

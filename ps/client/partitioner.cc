@@ -1,5 +1,5 @@
 // Chunking and largest-first assignment of keys to parameter servers.
-#include "ps/partitioner.h"
+#include "ps/client/partitioner.h"
 
 #include <algorithm>
 #include <cmath>

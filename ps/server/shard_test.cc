@@ -1,6 +1,6 @@
 // The server shard without gRPC: BSP aggregation, the server-side optimizer,
 // SSP and ASP, and refusal of bad input without changing any state.
-#include "ps/shard.h"
+#include "ps/server/shard.h"
 
 #include <cmath>
 #include <cstring>
@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ps/consistency.h"
-#include "ps/key_encoding.h"
+#include "ps/key_compression.h"
 #include "core/sync/compression.h"
 
 namespace gradsync {
@@ -613,7 +613,7 @@ TEST(ServerShardTest, WorkersMustUseTheSamePartition) {
                         "--ps_partition=balanced"));
 }
 
-// --- Compressed and row-sparse pushes (ps/key_encoding.h) ---
+// --- Compressed and row-sparse pushes (ps/key_compression.h) ---
 
 ps::KeyPart EncodedPart(int rank, int64_t step, int64_t key, int64_t key_numel,
                         const EncodedBucket& encoded) {

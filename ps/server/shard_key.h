@@ -2,8 +2,8 @@
 // what every key holds whatever the consistency mode (its size, the floats of
 // the current push received from each worker, the pulls waiting on it, and in
 // server mode its parameters and optimizer), behind one lock per key so keys
-// proceed in parallel. BspKey (ps/bsp_key.h) and AsyncKey (ps/async_key.h)
-// add the state of their mode. No gRPC, no flags.
+// proceed in parallel. BspKey (ps/server/bsp_key.h) and AsyncKey
+// (ps/server/async_key.h) add the state of their mode. No gRPC, no flags.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/parameter_server.pb.h"
-#include "ps/key_parameters.h"
+#include "ps/server/key_parameters.h"
 
 namespace gradsync {
 

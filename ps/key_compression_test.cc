@@ -1,6 +1,6 @@
 // The per-key encoding rules: --ps_pull's resolution and refusals, the cut
 // of a bucket's encoding into keys, results and their decoding.
-#include "ps/key_encoding.h"
+#include "ps/key_compression.h"
 
 #include <vector>
 

@@ -1,6 +1,6 @@
 // One parameter server's shard: registration, message checks and routing to
 // the keys (see shard.h).
-#include "ps/shard.h"
+#include "ps/server/shard.h"
 
 #include <algorithm>
 #include <utility>
@@ -9,11 +9,11 @@
 #include "absl/strings/str_format.h"
 #include "core/base/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "ps/async_key.h"
-#include "ps/bsp_key.h"
+#include "ps/server/async_key.h"
+#include "ps/server/bsp_key.h"
 #include "ps/consistency.h"
-#include "ps/key_encoding.h"
-#include "ps/key_parameters.h"
+#include "ps/key_compression.h"
+#include "ps/server/key_parameters.h"
 
 namespace gradsync {
 namespace {
@@ -182,7 +182,7 @@ absl::Status ServerShard::BuildFromFirst(const ps::RegisterConfig& config,
                                 config.update_mode()),
                context));
   RETURN_IF_ERROR(CheckKeySizes(config, max_floats_, context));
-  // What the keys' pushes and results carry (ps/key_encoding.h).
+  // What the keys' pushes and results carry (ps/key_compression.h).
   CompressionSpec compression;
   if (!config.compression().empty()) {
     absl::StatusOr<CompressionSpec> parsed =

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "ps/shard_checkpoint.h"
-#include "ps/shard_key.h"
-#include "ps/shard_statistics.h"
+#include "ps/server/shard_checkpoint.h"
+#include "ps/server/shard_key.h"
+#include "ps/server/shard_statistics.h"
 
 namespace gradsync {
 

@@ -1,5 +1,5 @@
 // A shard's counters and per-worker SSP/ASP figures (see shard_statistics.h).
-#include "ps/shard_statistics.h"
+#include "ps/server/shard_statistics.h"
 
 #include <algorithm>
 

@@ -4,7 +4,7 @@
 // element-wise, so stepping block by block is the same arithmetic as over the
 // whole key; each block's step count (Adam's) advances once per step, so all
 // blocks' counts stay equal. Not thread-safe: the key that owns it
-// (ps/shard_key.h) guards it with its lock.
+// (ps/server/shard_key.h) guards it with its lock.
 #pragma once
 
 #include <cstdint>

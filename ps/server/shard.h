@@ -1,17 +1,18 @@
 // One parameter server's shard of the keys: the registration that fixes them
 // (update mode, consistency, optimizer, schedule, all checked to agree across
 // workers), every check on what workers send, and the routing of pushes and
-// pulls to the keys. No gRPC here: ps/server.cc feeds it messages and
+// pulls to the keys. No gRPC here: ps/server/server.cc feeds it messages and
 // delivers its results, as ps-lite's KVServer hands requests to a handler.
 //
-// The shard is a thin owner; each concern keeps its own state and lock:
-//   ps/bsp_key.h            a key under BSP: sums, block-wise completion
-//   ps/async_key.h          a key under SSP/ASP: per-push updates, clocks
-//   ps/shard_key.h          what both kinds of key share (one lock per key)
-//   ps/key_parameters.h     a key's parameters and optimizer (server mode)
-//   ps/shard_checkpoint.h   the checkpoint schedule, snapshot and file
-//   ps/shard_statistics.h   the counters of the summary
-//   ps/encoded_key.h        a key's compressed pushes and results
+// The shard is a thin owner; each concern keeps its own state and lock (in
+// this folder):
+//   bsp_key.h            a key under BSP: sums, block-wise completion
+//   async_key.h          a key under SSP/ASP: per-push updates, clocks
+//   shard_key.h          what both kinds of key share (one lock per key)
+//   key_parameters.h     a key's parameters and optimizer (server mode)
+//   shard_checkpoint.h   the checkpoint schedule, snapshot and file
+//   shard_statistics.h   the counters of the summary
+//   encoded_key.h        a key's compressed pushes and results
 // Lock order: the shard's registration lock, then a key's encodings', then
 // the key's, then the checkpoint's or the statistics'.
 #pragma once
@@ -30,10 +31,10 @@
 #include "absl/synchronization/mutex.h"
 #include "core/device/device.h"
 #include "proto/parameter_server.pb.h"
-#include "ps/encoded_key.h"
-#include "ps/shard_checkpoint.h"
-#include "ps/shard_key.h"
-#include "ps/shard_statistics.h"
+#include "ps/server/encoded_key.h"
+#include "ps/server/shard_checkpoint.h"
+#include "ps/server/shard_key.h"
+#include "ps/server/shard_statistics.h"
 
 namespace gradsync {
 
@@ -44,7 +45,7 @@ constexpr int64_t kDefaultMaxShardBytes = int64_t{32} << 30;
 
 class ServerShard {
  public:
-  // `block_floats`: the unit in which keys are finalised (ps/bsp_key.h).
+  // `block_floats`: the unit in which keys are finalised (ps/server/bsp_key.h).
   // `max_floats`: the most floats of keys a registration may ask this shard
   // to hold (--ps_max_shard_mb), so that a hostile or confused worker cannot
   // make it allocate without bound.
@@ -103,7 +104,7 @@ class ServerShard {
   // The key's size in floats (0 for an unknown key).
   int64_t KeyNumel(int64_t key) const;
 
-  // Worker mode under --compression (ps/key_encoding.h): whether `key`'s
+  // Worker mode under --compression (ps/key_compression.h): whether `key`'s
   // results travel as an encoding rather than float32.
   bool EncodedResult(int64_t key) const;
   // The size in bytes of `key`'s encoded result for `step` as worker `rank`

@@ -1,6 +1,6 @@
 // One key under SSP or ASP: per-push updates, clocks and reads (see
 // async_key.h).
-#include "ps/async_key.h"
+#include "ps/server/async_key.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,6 +1,6 @@
 // The shard's summary figures on their own: counters, and the per-worker
 // SSP/ASP means (staleness per push, wait saved per whole-key read).
-#include "ps/shard_statistics.h"
+#include "ps/server/shard_statistics.h"
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

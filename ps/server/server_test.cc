@@ -1,7 +1,7 @@
 // The parameter server over real gRPC on 127.0.0.1: bad input is refused with
 // a status that names the problem, leaves the server's state alone, and the
 // client reports it without hanging.
-#include "ps/server.h"
+#include "ps/server/server.h"
 
 #include <cstring>
 #include <memory>
@@ -14,8 +14,8 @@
 #include "nlohmann/json.hpp"
 #include "proto/parameter_server.grpc.pb.h"
 #include "core/sync/compression.h"
-#include "ps/client.h"
-#include "ps/partitioner.h"
+#include "ps/client/client.h"
+#include "ps/client/partitioner.h"
 
 namespace gradsync {
 namespace {

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/parameter_server.pb.h"
-#include "ps/partitioner.h"
+#include "ps/client/partitioner.h"
 
 namespace gradsync {
 
@@ -23,8 +23,8 @@ struct PsClientOptions {
   int num_workers = 1;
   ps::UpdateMode update_mode = ps::UPDATE_WORKER;
   ps::OptimizerConfig optimizer;  // server mode only
-  // When pulls are answered (ps/bsp_key.h, ps/async_key.h); SSP and ASP
-  // need server mode.
+  // When pulls are answered (ps/server/bsp_key.h, ps/server/async_key.h); SSP
+  // and ASP need server mode.
   ps::Consistency consistency = ps::CONSISTENCY_BSP;
   int32_t staleness = 0;  // SSP's bound
   // --ps_partition's name, sent at registration so that the servers can
@@ -33,7 +33,7 @@ struct PsClientOptions {
   // The first step and the servers' checkpoints (server mode).
   ps::CheckpointConfig checkpoint;
   // --compression (CompressionSpec::ToString) and --ps_pull resolved
-  // (ps/key_encoding.h), sent at registration: they fix what each key's
+  // (ps/key_compression.h), sent at registration: they fix what each key's
   // pushes and results carry, and every worker must give the same.
   std::string compression = "none";
   std::string pull = "dense";
@@ -88,7 +88,7 @@ class PsClient {
   // into `dst` (both flat buffers, indexed by the layout's offsets). Returns
   // at once; `src` must stay unchanged and `dst` untouched until WaitAll.
   // `encoded` (may be null): per key id, the key's encoding
-  // (ps/key_encoding.h) pushed instead of its floats where it is not empty;
+  // (ps/key_compression.h) pushed instead of its floats where it is not empty;
   // it too must stay unchanged until WaitAll. Results that come back encoded
   // are decoded into `dst`.
   void StartBucket(int bucket, int64_t step, const float* src, float* dst,

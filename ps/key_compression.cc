@@ -1,6 +1,6 @@
 // A parameter-server key's encodings: push checks, results, the cut of a
-// bucket into keys (see key_encoding.h).
-#include "ps/key_encoding.h"
+// bucket into keys (see key_compression.h).
+#include "ps/key_compression.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,5 +1,5 @@
 // What every key of a shard shares (see shard_key.h).
-#include "ps/shard_key.h"
+#include "ps/server/shard_key.h"
 
 #include <utility>
 

@@ -24,7 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/optim/checkpoint.h"
 #include "proto/parameter_server.pb.h"
-#include "ps/key_parameters.h"
+#include "ps/server/key_parameters.h"
 
 namespace gradsync {
 

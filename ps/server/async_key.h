@@ -19,7 +19,8 @@
 // (the pull waits for every worker's push of that step), so a checkpoint is
 // one consistent state, resume means "every worker continues from it", and
 // every worker ends with the same model; pulls of such a step read the
-// checkpoint's snapshot (ps/shard_checkpoint.h), which no later push changes.
+// checkpoint's snapshot (ps/server/shard_checkpoint.h), which no later push
+// changes.
 #pragma once
 
 #include <cstdint>
@@ -29,9 +30,9 @@
 
 #include "absl/time/time.h"
 #include "ps/consistency.h"
-#include "ps/shard_checkpoint.h"
-#include "ps/shard_key.h"
-#include "ps/shard_statistics.h"
+#include "ps/server/shard_checkpoint.h"
+#include "ps/server/shard_key.h"
+#include "ps/server/shard_statistics.h"
 
 namespace gradsync {
 

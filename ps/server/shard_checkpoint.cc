@@ -1,5 +1,5 @@
 // A parameter server's checkpoints (see shard_checkpoint.h).
-#include "ps/shard_checkpoint.h"
+#include "ps/server/shard_checkpoint.h"
 
 #include <cerrno>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // A key's parameters and per-block optimizers (see key_parameters.h).
-#include "ps/key_parameters.h"
+#include "ps/server/key_parameters.h"
 
 #include <algorithm>
 #include <cstring>
