@@ -123,11 +123,11 @@ volatile sig_atomic_t g_stop_requested = 0;
 
 void RecordStop(int) { g_stop_requested = 1; }
 
-// The strategies' flags (ps/, allreduce/) given to the launcher before "--"
-// with a value other than their default, as "--name=value": with a worker
-// command, whose arguments are its own, they are how the workers
-// (GRADSYNC_FLAGS, read by gradsync.torch) and the servers (their command line)
-// get them.
+// The strategies' flags (tools/ps_flags.cc, allreduce/) given to the launcher
+// before "--" with a value other than their default, as "--name=value": with
+// a worker command, whose arguments are its own, they are how the workers
+// (GRADSYNC_FLAGS, read by gradsync.torch) and the servers (their command
+// line) get them.
 std::vector<std::string> StrategyFlagsGivenToLauncher() {
   std::vector<std::string> flags;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
@@ -135,7 +135,7 @@ std::vector<std::string> StrategyFlagsGivenToLauncher() {
     // (Debian's Abseil keeps IsSpecifiedOnCommandLine private: a value other
     // than the default is what was given.)
     if (flag->CurrentValue() == flag->DefaultValue() ||
-        !(absl::StrContains(file, "ps/") ||
+        !(absl::StrContains(file, kPsFlagsFile) ||
           absl::StrContains(file, "allreduce/"))) {
       continue;
     }

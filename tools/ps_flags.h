@@ -35,6 +35,11 @@ ABSL_DECLARE_FLAG(std::string, ps_pull);
 
 namespace gradsync {
 
+// The file that defines the --ps_* flags, as Abseil names a flag's file: the
+// command line picks the flags its --help shows and the launcher the flags it
+// hands on to workers and servers by it.
+constexpr char kPsFlagsFile[] = "tools/ps_flags.cc";
+
 // --ps_update, parsed (ps/consistency.h).
 absl::StatusOr<ps::UpdateMode> UpdateModeFromFlags();
 
