@@ -14,7 +14,7 @@
 // training job runs it with colocated servers (--ps_colocate, K = N: every
 // rank process also runs one server shard, BytePS's colocated setting),
 // through the same GradientSync seam, client, server and tuning rules
-// (ps/tuning.h) as training. One "all-reduce" of S bytes is one training
+// (ps/settings.h) as training. One "all-reduce" of S bytes is one training
 // step of a model whose gradient is one S-byte tensor in one bucket: every
 // rank pushes its S bytes, split into keys across the N shards as the
 // partitioner splits them, and pulls the average back (--ps_update=worker;
@@ -111,9 +111,9 @@
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "nlohmann/json.hpp"
-#include "ps/flags.h"
 #include "ps/ps_sync.h"
 #include "tools/cluster_flags.h"
+#include "tools/ps_flags.h"
 #ifdef GRADSYNC_CUDA
 #include "bench/nccl_allreduce.h"
 #endif
@@ -327,7 +327,7 @@ void FillInput(float* data, int64_t count, int rank) {
 
 // What a row leaves in the buffer: the all-reduces the sum, the parameter
 // server (--ps_update=worker) the average, sum / N in float as its servers
-// compute it (ps/bsp_key.cc); both exact functions of the integer sum.
+// compute it (ps/server/bsp_key.cc); both exact functions of the integer sum.
 enum class Reduction { kSum, kAverage };
 
 int64_t CountWrong(const float* data, int64_t count, int workers,

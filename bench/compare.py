@@ -4,7 +4,7 @@
 Runs the single-worker reference and every strategy of STRATEGIES (ring,
 PS with K = 1 and K = N separate servers, PS colocated with the workers) on
 the same model with their own defaults (the PS sizes its keys and windows for
-the job: ps/tuning.h), through bench/scaling.py — one job per point and
+the job: ps/settings.h), through bench/scaling.py — one job per point and
 repeat, on an emulated cluster (--netem=RATE[,LATENCY], root) or on loopback
 — and prints one verdict table: step time (median and min–max of the
 repeats), exposed communication, bytes through the busiest link, the α–β

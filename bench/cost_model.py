@@ -466,7 +466,7 @@ def mixed_ps_time(n, colocated, separate, size, link, last_key=None,
 
 def placement_shares(n, colocated, separate, partition="equal"):
     """(5b): the target share of one serving worker's server and of one
-    separate server (ServerShares in ps/partitioner.h)."""
+    separate server (ServerShares in ps/client/partitioner.h)."""
     k = colocated + separate
     if k < 1 or colocated > n or colocated < 0 or separate < 0:
         raise ValueError(f"no servers or more colocated ({colocated}) than workers ({n})")
@@ -482,7 +482,7 @@ def placed_shares(size, n, colocated, separate, partition="equal", chunk=PS_CHUN
     """The largest share the serving workers' servers and the separate
     servers end up with when `size` bytes, cut into keys of at most `chunk`,
     go largest first to the server least full relative to its (5b) target,
-    as ps/partitioner.h places them (tensor boundaries aside)."""
+    as ps/client/partitioner.h places them (tensor boundaries aside)."""
     f_c, f_s = placement_shares(n, colocated, separate, partition)
     targets = [f_c] * colocated + [f_s] * separate
     keys = [chunk] * int(size // chunk)
@@ -500,7 +500,7 @@ def placed_shares(size, n, colocated, separate, partition="equal", chunk=PS_CHUN
 def balanced_share(size, k, chunk=PS_CHUNK_BYTES):
     """The busiest server's share of `size` bytes cut into keys of at most
     `chunk` and placed largest first on the least-loaded of k servers, as
-    ps/partitioner.h does (tensor boundaries aside): at least one key's
+    ps/client/partitioner.h does (tensor boundaries aside): at least one key's
     share, however large k is."""
     keys = [chunk] * int(size // chunk)
     if size - chunk * len(keys) > 0:

@@ -507,7 +507,7 @@ class BareJob {
       job->services_.push_back(std::make_unique<ProbeService>());
       int port = 0;
       grpc::ServerBuilder builder;
-      // Like every listener of a job: no SO_REUSEPORT (ps/server.cc).
+      // Like every listener of a job: no SO_REUSEPORT (ps/server/server.cc).
       builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
       builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                                &port);

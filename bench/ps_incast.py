@@ -5,7 +5,7 @@ servers' trace spans.
 A job run with --sync=ps --trace=DIR/trace.json has, per server, key, worker
 and step, a "push" span (the key's first part arriving to its last) and a
 "result" span (the key's first result write to its last), written by the
-servers (ps/server.cc) and merged by worker 0. Under BSP a key's results
+servers (ps/server/server.cc) and merged by worker 0. Under BSP a key's results
 leave only once every worker's push of it arrived, so the step is held by
 the slowest push into each server: when TCP shares a server's port unevenly
 among its N senders, the pushes end far apart and the results bunch up

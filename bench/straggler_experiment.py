@@ -16,7 +16,7 @@ steps on its own parameters; the time to --target is that of the first
 evaluation where the mean of it and the two before (a subset's accuracy
 jitters by about a point) is at or above the target, on worker 0's clock
 from the first step, less the time worker 0 spent evaluating. The final accuracy is the whole test set
-after the last step, which is a barrier in every mode (ps/shard.h).
+after the last step, which is a barrier in every mode (ps/server/shard.h).
 
 Writes <out>/runs.csv, <out>/table.md, <out>/accuracy_vs_time.png (when
 matplotlib is there) and keeps each run's folder (metrics, logs, summary).

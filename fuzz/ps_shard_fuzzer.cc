@@ -1,13 +1,13 @@
 // libFuzzer target: sequences of the messages a parameter server's shard
-// (ps/shard.h) handles — Register, InitParams, Push, Pull, Shutdown, and the
-// reads pulls make — from two fuzzed workers, with fuzzed job ids, ranks,
+// (ps/server/shard.h) handles — Register, InitParams, Push, Pull, Shutdown, and
+// the reads pulls make — from two fuzzed workers, with fuzzed job ids, ranks,
 // steps, keys, sizes, offsets and payloads; some built field by field (mostly
 // valid, so that calls get past the first checks and reach the arithmetic),
-// some parsed from raw bytes as gRPC would. ps/server.cc only moves these
-// messages between the wire and the shard (after its job-token check), so
+// some parsed from raw bytes as gRPC would. ps/server/server.cc only moves
+// these messages between the wire and the shard (after its job-token check), so
 // this is the boundary a hostile or confused peer reaches.
 //
-// Compression (ps/key_encoding.h): each run registers one --compression and
+// Compression (ps/key_compression.h): each run registers one --compression and
 // --ps_pull (sometimes garbage) and row-sparse keys; pushes are then mostly
 // encodings of the key (core/sync/compression.h's byte format, with fuzzed
 // indices, lengths and encodings, cut into parts), sometimes float32 or raw
@@ -29,7 +29,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "proto/parameter_server.pb.h"
 #include "core/sync/compression.h"
-#include "ps/shard.h"
+#include "ps/server/shard.h"
 
 namespace gradsync {
 namespace {

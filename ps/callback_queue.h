@@ -7,7 +7,7 @@
 // and stop whole clusters in a loop, and tearing that queue down and creating
 // it again while gRPC still finishes a previous call's clean-up aborted the
 // process now and then (grpc_cq_internal_unref: "assertion failed: prior >
-// 0", about 1 run in 10 of a benchmark sweep). Holding one reference from
+// 0"). Holding one reference from
 // the first use on means the queue is created once and never torn down.
 #pragma once
 

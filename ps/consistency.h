@@ -1,9 +1,9 @@
 // The parameter server's update and consistency rules: where the optimizer
 // runs (--ps_update=worker|server), when a worker may go on (BSP, SSP with a
 // staleness bound, ASP), their names, and which combinations are allowed.
-// The same rules judge the flags (ps/flags.cc) and a worker's registration
-// at a server (ps/shard.cc), so they live apart from both and link no flag
-// library.
+// The same rules judge the flags (tools/ps_flags.cc) and a worker's
+// registration at a server (ps/server/shard.cc), so they live apart from both
+// and link no flag library.
 #pragma once
 
 #include <cstdint>

@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_format.h"
-#include "ps/partitioner.h"
+#include "ps/client/partitioner.h"
 
 namespace gradsync {
 namespace {

@@ -5,13 +5,13 @@
 // layout and shares (the servers check at registration that the keys agree).
 //
 // Why the key size matters: keys are the unit the partitioner places, so a
-// key as large as a tensor leaves K servers unequal (the default MLP, 2 MiB in
-// 6 tensors, on 8 servers: one held 75 % of the bytes, two nothing), and a
-// server's results wait for its last key, so a large key also lengthens the
-// tail of every step (ps/README.md, "Distance from the bandwidth model",
-// items 2 and 7). Small keys cost CPU per key (message framing, locks,
-// bookkeeping): the same items measured 16 and 32 KiB keys CPU-bound on two
-// cores.
+// key as large as a tensor leaves K servers unequal (a model of a few large
+// tensors on many servers leaves some servers with most of the bytes and
+// others with none), and a server's results wait for its last key, so a
+// large key also lengthens the tail of every step (ps/README.md, "Distance
+// from the bandwidth model", items 2 and 7). Small keys cost CPU per key
+// (message framing, locks, bookkeeping), which on a small machine becomes
+// the bound.
 //
 // The rule: start from a tenth of S·max(f, 1/N), for the smallest positive
 // share f and N workers — after a key's last pushes arrive its results still
@@ -22,7 +22,8 @@
 // within [kPreferredMinKeyBytes, kMaxKeyBytes]; then cut it by eighths (in 4
 // KiB units), down to kMinKeyBytes, until every server's bytes are within
 // kTargetImbalance of its target. On 2.5 MB in 32 tensors over 8 servers it
-// gives 64 KiB, the key size measured to reach the α–β model at 100 Mbit/s.
+// gives 64 KiB, the key size that reached the α–β model at 100 Mbit/s
+// (docs/results/ps-bandwidth-model.md, "Notes from the code").
 #pragma once
 
 #include <cstdint>
@@ -38,7 +39,8 @@ namespace gradsync {
 // streams in several messages (--ps_message_kb, 1 MiB), so nothing is gained.
 constexpr int64_t kMaxKeyBytes = int64_t{4} << 20;
 // The smallest start: 64 KiB keys reached the model at 100 Mbit/s (N = K = 8)
-// at under 60 % machine load; 16 and 32 KiB were CPU-bound (ps/README.md).
+// without the CPU becoming the bound; 16 and 32 KiB did not
+// (docs/results/ps-bandwidth-model.md, "Notes from the code").
 constexpr int64_t kPreferredMinKeyBytes = int64_t{64} << 10;
 // Smaller keys are taken only when balance needs them; below this the
 // per-key cost dominates.

@@ -15,7 +15,7 @@
 #include "absl/time/time.h"
 #include "core/cluster/in_memory_rendezvous.h"
 #include "core/sync/gradient_sync.h"
-#include "ps/server.h"
+#include "ps/server/server.h"
 
 namespace gradsync {
 

@@ -24,9 +24,9 @@
 #include "core/sync/error_feedback.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ps/key_encoding.h"
+#include "ps/key_compression.h"
 #include "ps/loopback_cluster.h"
-#include "ps/partitioner.h"
+#include "ps/client/partitioner.h"
 #include "ps/ps_sync.h"
 
 namespace gradsync {

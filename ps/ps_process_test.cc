@@ -14,8 +14,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "ps/client.h"
-#include "ps/partitioner.h"
+#include "ps/client/client.h"
+#include "ps/client/partitioner.h"
 
 namespace gradsync {
 namespace {

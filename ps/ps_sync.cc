@@ -1,4 +1,5 @@
-// The parameter-server strategy (--sync=ps) and its registration.
+// The parameter-server strategy (--sync=ps) behind the GradientSync seam (see
+// ps_sync.h); tools/ps_sync_registration.cc registers it from the flags.
 #include "ps/ps_sync.h"
 
 #include <algorithm>
@@ -9,7 +10,6 @@
 #include <optional>
 #include <utility>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,13 +21,10 @@
 #include "core/sync/step_buckets.h"
 #include "core/telemetry/derived_settings.h"
 #include "nlohmann/json.hpp"
-#include "ps/client.h"
-#include "ps/emulated_link.h"
-#include "ps/flags.h"
-#include "ps/partitioner.h"
-#include "ps/server.h"
-#include "ps/setting_checks.h"
-#include "ps/tuning.h"
+#include "ps/client/client.h"
+#include "ps/client/partitioner.h"
+#include "ps/server/server.h"
+#include "ps/settings.h"
 
 namespace gradsync {
 namespace {
@@ -69,28 +66,27 @@ class PsSync : public GradientSync {
   std::string self() const {
     return absl::StrCat("worker ", context_.identity.rank);
   }
-  absl::StatusOr<std::vector<std::string>> ServerAddresses();
+  // How many of the job's servers run in workers, checked against the
+  // separate ones that joined (`separate` receives their addresses).
+  absl::StatusOr<int> ColocatedServers(std::vector<std::string>* separate);
   absl::StatusOr<std::vector<std::string>> SeparateServerAddresses();
+  // The settings' inputs from the options and the context (ps/settings.h).
+  PsSettingsInputs SettingsInputs(int num_servers, int colocated) const;
+  // Worker 0 logs the settings and their warnings and records them in the
+  // run's manifest.
+  void ReportSettings() const;
   // Starts this worker's server when it is one of the first `colocated`,
   // and returns every colocated server's address (from the rendezvous).
   absl::StatusOr<std::vector<std::string>> StartColocatedServer(
       int colocated, int num_servers);
-  // The pull streams' window: `num_servers` servers' answers converge on a
-  // worker's port. Also what the colocated server's result messages follow.
-  ResolvedStreamWindow PullWindow(int num_servers) const {
-    return ResolveStreamWindow(options_.stream_window_bytes, options_.link,
-                               num_servers);
-  }
+  // The client's options: the settings, this worker and the schedule.
+  PsClientOptions ClientOptions() const;
 
   const SyncContext context_;
   const PsSyncOptions options_;
-  // The key size and windows this job runs with (ps/tuning.h): the options'
-  // explicit values, else their rules'.
-  ResolvedSetting key_size_;
-  ResolvedStreamWindow push_window_;  // the servers' receive side (fan-in N)
-  ResolvedStreamWindow pull_window_;  // the workers' receive side (fan-in K)
-  ResolvedSetting push_message_;      // the pushes' largest message
-  ResolvedSetting pull_message_;      // the results' (and the server's block)
+  // What this job runs with (ps/settings.h): the options' explicit values,
+  // else their rules', each with its reason.
+  PsSettings settings_;
   TrainingSchedule schedule_;
   Partition partition_;
   std::unique_ptr<ParameterServer> colocated_server_;
@@ -137,6 +133,9 @@ class PsSync : public GradientSync {
   std::vector<std::string> key_encodings_;
   // Groups the partition's keys by bucket (Setup, Rebucket).
   void GroupKeysByBucket(const ParamLayout& layout);
+  // The codec, the keys by bucket, the error-feedback residual and the
+  // per-key encodings' slots (Setup).
+  absl::Status SetUpEncodings(const ParamLayout& layout);
   // Whether `bucket` travels encoded.
   bool Encodes(int bucket) const {
     return context_.compression.method != CompressionMethod::kNone ||
@@ -172,11 +171,9 @@ absl::StatusOr<std::vector<std::string>> PsSync::StartColocatedServer(
         context_.identity.advertise_host.rfind("127.", 0) == 0 ? "127.0.0.1:0"
                                                                : "0.0.0.0:0";
     // Its results travel on the pull streams.
-    server_options.message_bytes =
-        ResolveMessageSize(options_.message_bytes, PullWindow(num_servers))
-            .bytes;
-    server_options.stream_window_bytes = push_window_.bytes;
-    server_options.bdp_probe = push_window_.bdp_probe;
+    server_options.message_bytes = settings_.streams.pull_message.bytes;
+    server_options.stream_window_bytes = settings_.streams.push_window.bytes;
+    server_options.bdp_probe = settings_.streams.push_window.bdp_probe;
     // Its spans go into this worker's timeline (same process, as the
     // client's), every step the recorder is on.
     server_options.trace_into_current = true;
@@ -233,7 +230,8 @@ absl::StatusOr<std::vector<std::string>> PsSync::SeparateServerAddresses() {
 // Servers 0..k-1 are the colocated ones (in workers 0..k-1), k..K-1 the
 // separate ones in the order of their ranks; every worker builds the same
 // list, so the partition is the same everywhere.
-absl::StatusOr<std::vector<std::string>> PsSync::ServerAddresses() {
+absl::StatusOr<int> PsSync::ColocatedServers(
+    std::vector<std::string>* separate) {
   const int n = context_.identity.world_size;
   const int colocated = options_.colocate ? n : options_.colocated_servers;
   if (colocated < 0 || colocated > n) {
@@ -241,32 +239,99 @@ absl::StatusOr<std::vector<std::string>> PsSync::ServerAddresses() {
         self(), ": ", colocated, " colocated servers in a job of ", n,
         " workers; at most one per worker (--ps_colocated_servers)"));
   }
-  ASSIGN_OR_RETURN(std::vector<std::string> separate,
-                   SeparateServerAddresses());
-  if (options_.colocate && !separate.empty()) {
+  ASSIGN_OR_RETURN(*separate, SeparateServerAddresses());
+  if (options_.colocate && !separate->empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         self(), ": --ps_colocate puts a server in every worker, but ",
-        separate.size(),
+        separate->size(),
         " separate servers joined too and would hold no keys; drop "
         "--servers, or use them with --ps_colocated_servers=",
         n));
   }
-  if (colocated == 0 && separate.empty()) {
+  if (colocated == 0 && separate->empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat(self(),
                      ": --sync=ps needs parameter servers: start them with "
                      "`gradsync launch --servers=K`, or let workers serve with "
                      "--ps_colocate or --ps_colocated_servers=k"));
   }
-  std::vector<std::string> addresses;
-  if (colocated > 0) {
-    ASSIGN_OR_RETURN(
-        addresses,
-        StartColocatedServer(colocated,
-                             colocated + static_cast<int>(separate.size())));
+  return colocated;
+}
+
+PsSettingsInputs PsSync::SettingsInputs(int num_servers, int colocated) const {
+  PsSettingsInputs inputs;
+  inputs.chunk_bytes = options_.chunk_bytes;
+  inputs.message_bytes = options_.message_bytes;
+  inputs.stream_window_bytes = options_.stream_window_bytes;
+  inputs.link = options_.link;
+  inputs.update_mode = options_.update_mode;
+  inputs.consistency = options_.consistency;
+  inputs.partition = options_.partition;
+  inputs.pull = options_.pull;
+  inputs.compression = context_.compression;
+  inputs.optimizer = options_.optimizer;
+  inputs.timeout = context_.timeout;
+  inputs.num_workers = context_.identity.world_size;
+  inputs.num_servers = num_servers;
+  inputs.colocated_servers = colocated;
+  return inputs;
+}
+
+void PsSync::ReportSettings() const {
+  if (context_.identity.rank != 0) return;
+  for (const std::string& line : settings_.LogLines()) GS_LOG(INFO) << line;
+  for (const std::string& warning : settings_.warnings) {
+    GS_LOG(WARNING) << warning;
   }
-  addresses.insert(addresses.end(), separate.begin(), separate.end());
-  return addresses;
+  for (const PsManifestEntry& entry : settings_.ManifestEntries()) {
+    RecordSetting(entry.name, entry.value, entry.source);
+  }
+}
+
+PsClientOptions PsSync::ClientOptions() const {
+  PsClientOptions client_options;
+  client_options.compression = settings_.compression.ToString();
+  client_options.pull = PsPullName(settings_.pull);
+  client_options.job_id = context_.identity.job_id;
+  client_options.rank = context_.identity.rank;
+  client_options.num_workers = context_.identity.world_size;
+  client_options.update_mode = settings_.update_mode;
+  client_options.consistency = settings_.consistency.mode;
+  client_options.staleness = settings_.consistency.staleness;
+  client_options.partition = PartitionPolicyName(settings_.partition);
+  client_options.timeout = context_.timeout;
+  client_options.message_bytes = settings_.streams.push_message.bytes;
+  client_options.stream_window_bytes = settings_.streams.pull_window.bytes;
+  client_options.bdp_probe = settings_.streams.pull_window.bdp_probe;
+  client_options.optimizer = settings_.OptimizerProto();
+  ps::CheckpointConfig& checkpoint = client_options.checkpoint;
+  checkpoint.set_start_step(schedule_.start_step);
+  // Only servers running the optimizer hold state worth a checkpoint; in
+  // worker mode they only need to know the first step.
+  if (settings_.update_mode == ps::UPDATE_SERVER) {
+    checkpoint.set_resume(schedule_.resume);
+    checkpoint.set_path(schedule_.checkpoint_path);
+    checkpoint.set_every(schedule_.checkpoint_every);
+    checkpoint.set_steps_per_epoch(schedule_.steps_per_epoch);
+    checkpoint.set_total_steps(schedule_.total_steps);
+  }
+  return client_options;
+}
+
+absl::Status PsSync::SetUpEncodings(const ParamLayout& layout) {
+  compressor_.emplace(context_.compression, context_.compression_seed);
+  GroupKeysByBucket(layout);
+  bool any_dense = false;
+  for (const Bucket& bucket : layout.buckets()) {
+    any_dense |= bucket.sparse_row_width == 0;
+  }
+  error_feedback_.emplace(any_dense ? context_.compression : CompressionSpec(),
+                          context_.identity.rank,
+                          context_.identity.world_size);
+  RETURN_IF_ERROR(
+      Annotate(error_feedback_->Setup(total_numel_, schedule_), self()));
+  key_encodings_.assign(partition_.keys().size(), std::string());
+  return absl::OkStatus();
 }
 
 absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
@@ -281,128 +346,22 @@ absl::Status PsSync::Setup(const ParamLayout& layout, Device& device,
   ASSIGN_OR_RETURN(
       grad_staging_,
       CreateHostStaging(device, layout, buffers.grads, context_.timeout));
-  push_window_ =
-      ResolveStreamWindow(options_.stream_window_bytes, options_.link,
-                          context_.identity.world_size);
-  ASSIGN_OR_RETURN(std::vector<std::string> addresses, ServerAddresses());
-  // Every worker computes the same shares from the same job shape; the
-  // servers check at registration that the policy is the same everywhere.
-  const int colocated = options_.colocate ? context_.identity.world_size
-                                          : options_.colocated_servers;
-  ASSIGN_OR_RETURN(
-      std::vector<double> shares,
-      ServerShares(options_.partition, context_.identity.world_size, colocated,
-                   static_cast<int>(addresses.size()) - colocated));
-  const int n = context_.identity.world_size;
-  ASSIGN_OR_RETURN(KeySizeChoice key_rule, ChooseKeySize(layout, shares, n));
-  ASSIGN_OR_RETURN(key_size_,
-                   ResolveKeySize(options_.chunk_bytes, layout, shares, n));
-  pull_window_ = PullWindow(static_cast<int>(addresses.size()));
-  push_message_ = ResolveMessageSize(options_.message_bytes, push_window_);
-  pull_message_ = ResolveMessageSize(options_.message_bytes, pull_window_);
-  ASSIGN_OR_RETURN(partition_, Partition::Create(layout, std::move(shares),
-                                                 key_size_.bytes));
-  if (context_.identity.rank == 0) {
-    GS_LOG(INFO) << "ps: key size " << key_size_.bytes / 1024 << " KiB ("
-                 << key_size_.source << ")";
-    GS_LOG(INFO) << "ps: push stream window " << push_window_.bytes / 1024
-                 << " KiB (" << push_window_.source << ")";
-    GS_LOG(INFO) << "ps: pull stream window " << pull_window_.bytes / 1024
-                 << " KiB (" << pull_window_.source << ")";
-    GS_LOG(INFO) << "ps: push messages of at most "
-                 << push_message_.bytes / 1024 << " KiB ("
-                 << push_message_.source << ")";
-    GS_LOG(INFO) << "ps: result messages of at most "
-                 << pull_message_.bytes / 1024 << " KiB ("
-                 << pull_message_.source << ")";
-    GS_LOG(INFO) << "ps: " << partition_.Describe();
-    if (std::optional<std::string> warning =
-            ImbalanceWarning(partition_, key_rule)) {
-      GS_LOG(WARNING) << *warning;
-    }
-    if (std::optional<std::string> warning = AsyncMomentumWarning(
-            options_.consistency.mode, options_.optimizer)) {
-      GS_LOG(WARNING) << *warning;
-    }
-    const double largest_share = *std::max_element(partition_.shares().begin(),
-                                                   partition_.shares().end());
-    if (std::optional<std::string> warning = TimeoutWarning(
-            context_.timeout,
-            PredictedPsStepSeconds(layout.total_bytes(),
-                                   context_.identity.world_size, largest_share,
-                                   key_size_.bytes, options_.link),
-            absl::StrCat("this PS job (K=", partition_.num_servers(), ")"))) {
-      GS_LOG(WARNING) << *warning;
-    }
-    RecordSetting("ps_chunk_kb", key_size_.bytes / 1024.0, key_size_.source);
-    RecordSetting("ps_stream_window_kb.push", push_window_.bytes / 1024.0,
-                  push_window_.source);
-    RecordSetting("ps_stream_window_kb.pull", pull_window_.bytes / 1024.0,
-                  pull_window_.source);
-    RecordSetting("ps_message_kb.push", push_message_.bytes / 1024.0,
-                  push_message_.source);
-    RecordSetting("ps_message_kb.pull", pull_message_.bytes / 1024.0,
-                  pull_message_.source);
+  std::vector<std::string> addresses;
+  ASSIGN_OR_RETURN(const int colocated, ColocatedServers(&addresses));
+  const int num_servers = colocated + static_cast<int>(addresses.size());
+  ASSIGN_OR_RETURN(settings_,
+                   ResolvePsSettings(SettingsInputs(num_servers, colocated),
+                                     layout, &partition_));
+  ReportSettings();
+  if (colocated > 0) {
+    ASSIGN_OR_RETURN(std::vector<std::string> colocated_addresses,
+                     StartColocatedServer(colocated, num_servers));
+    addresses.insert(addresses.begin(), colocated_addresses.begin(),
+                     colocated_addresses.end());
   }
 
-  absl::StatusOr<PsPull> resolved_pull = ResolvePsPull(
-      options_.pull, context_.compression, options_.update_mode);
-  RETURN_IF_ERROR(Annotate(resolved_pull.status(), self()));
-  const PsPull pull = *resolved_pull;
-  compressor_.emplace(context_.compression, context_.compression_seed);
-  GroupKeysByBucket(layout);
-  {
-    bool any_dense = false;
-    for (const Bucket& bucket : layout.buckets()) {
-      any_dense |= bucket.sparse_row_width == 0;
-    }
-    error_feedback_.emplace(
-        any_dense ? context_.compression : CompressionSpec(),
-        context_.identity.rank, context_.identity.world_size);
-    RETURN_IF_ERROR(Annotate(error_feedback_->Setup(total_numel_, schedule_),
-                             self()));
-  }
-  key_encodings_.assign(partition_.keys().size(), std::string());
-  if (context_.identity.rank == 0 &&
-      context_.compression.method != CompressionMethod::kNone) {
-    GS_LOG(INFO) << "ps: --compression=" << context_.compression.ToString()
-                 << ", results pulled as " << PsPullName(pull);
-  }
-
-  PsClientOptions client_options;
-  client_options.compression = context_.compression.ToString();
-  client_options.pull = PsPullName(pull);
-  client_options.job_id = context_.identity.job_id;
-  client_options.rank = context_.identity.rank;
-  client_options.num_workers = context_.identity.world_size;
-  client_options.update_mode = options_.update_mode;
-  client_options.consistency = options_.consistency.mode;
-  client_options.staleness = options_.consistency.staleness;
-  client_options.partition = PartitionPolicyName(options_.partition);
-  client_options.timeout = context_.timeout;
-  client_options.message_bytes = push_message_.bytes;
-  client_options.stream_window_bytes = pull_window_.bytes;
-  client_options.bdp_probe = pull_window_.bdp_probe;
-  ps::OptimizerConfig& optimizer = client_options.optimizer;
-  optimizer.set_kind(options_.optimizer.kind);
-  optimizer.set_lr(options_.optimizer.lr);
-  optimizer.set_momentum(options_.optimizer.momentum);
-  optimizer.set_weight_decay(options_.optimizer.weight_decay);
-  optimizer.set_beta1(options_.optimizer.beta1);
-  optimizer.set_beta2(options_.optimizer.beta2);
-  optimizer.set_epsilon(options_.optimizer.epsilon);
-  ps::CheckpointConfig& checkpoint = client_options.checkpoint;
-  checkpoint.set_start_step(schedule_.start_step);
-  // Only servers running the optimizer hold state worth a checkpoint; in
-  // worker mode they only need to know the first step.
-  if (options_.update_mode == ps::UPDATE_SERVER) {
-    checkpoint.set_resume(schedule_.resume);
-    checkpoint.set_path(schedule_.checkpoint_path);
-    checkpoint.set_every(schedule_.checkpoint_every);
-    checkpoint.set_steps_per_epoch(schedule_.steps_per_epoch);
-    checkpoint.set_total_steps(schedule_.total_steps);
-  }
-  ASSIGN_OR_RETURN(client_, PsClient::Create(client_options, partition_,
+  RETURN_IF_ERROR(SetUpEncodings(layout));
+  ASSIGN_OR_RETURN(client_, PsClient::Create(ClientOptions(), partition_,
                                              std::move(addresses)));
   // A step waits for every worker's push: once the job has lost a member it
   // can never complete, so it fails at once, naming the loss.
@@ -602,7 +561,7 @@ absl::Status PsSync::Rebucket(const ParamLayout& layout) {
   }
   ASSIGN_OR_RETURN(
       Partition regrouped,
-      Partition::Create(layout, partition_.shares(), key_size_.bytes));
+      Partition::Create(layout, partition_.shares(), settings_.key_size.bytes));
   const std::vector<PsKey>& old_keys = partition_.keys();
   const std::vector<PsKey>& new_keys = regrouped.keys();
   bool same = old_keys.size() == new_keys.size();
@@ -680,15 +639,15 @@ std::string PsSync::SummaryJson() const {
                                               : options_.colocated_servers},
       {"servers", partition_.num_servers()},
       {"keys", partition_.keys().size()},
-      {"chunk_bytes", key_size_.bytes},
-      {"chunk_source", key_size_.source},
-      {"push_message_bytes", push_message_.bytes},
-      {"pull_message_bytes", pull_message_.bytes},
-      {"stream_window_bytes", pull_window_.bytes},
-      {"push_stream_window_bytes", push_window_.bytes},
-      {"pull_stream_window_bytes", pull_window_.bytes},
-      {"push_bdp_probe", push_window_.bdp_probe},
-      {"pull_bdp_probe", pull_window_.bdp_probe},
+      {"chunk_bytes", settings_.key_size.bytes},
+      {"chunk_source", settings_.key_size.source},
+      {"push_message_bytes", settings_.streams.push_message.bytes},
+      {"pull_message_bytes", settings_.streams.pull_message.bytes},
+      {"stream_window_bytes", settings_.streams.pull_window.bytes},
+      {"push_stream_window_bytes", settings_.streams.push_window.bytes},
+      {"pull_stream_window_bytes", settings_.streams.pull_window.bytes},
+      {"push_bdp_probe", settings_.streams.push_window.bdp_probe},
+      {"pull_bdp_probe", settings_.streams.pull_window.bdp_probe},
       {"partition", PartitionPolicyName(options_.partition)},
       {"server_shares", partition_.shares()},
       {"server_key_bytes", partition_.server_bytes()},
@@ -735,35 +694,5 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
   return std::unique_ptr<GradientSync>(
       std::make_unique<PsSync>(context, options));
 }
-
-absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
-    const SyncContext& context) {
-  PsSyncOptions options;
-  ASSIGN_OR_RETURN(options.update_mode, UpdateModeFromFlags());
-  ASSIGN_OR_RETURN(options.chunk_bytes, ChunkBytesFromFlags());
-  ASSIGN_OR_RETURN(options.message_bytes, MessageBytesFromFlags());
-  ASSIGN_OR_RETURN(options.stream_window_bytes, StreamWindowBytesFromFlags());
-  ASSIGN_OR_RETURN(options.max_shard_bytes, MaxShardBytesFromFlags());
-  options.link = LinkFiguresOfThisProcess();
-  options.colocate = absl::GetFlag(FLAGS_ps_colocate);
-  ASSIGN_OR_RETURN(options.colocated_servers,
-                   ColocatedServersFromFlags(context.identity.world_size));
-  // --ps_colocate is every worker; keep the two apart as in the options.
-  if (options.colocate) options.colocated_servers = 0;
-  ASSIGN_OR_RETURN(options.partition, PartitionPolicyFromFlags());
-  ASSIGN_OR_RETURN(options.consistency,
-                   ConsistencyFromFlags(options.update_mode));
-  ASSIGN_OR_RETURN(options.pull, PsPullFromFlags());
-  options.optimizer = context.optimizer;
-  return options;
-}
-
-GRADSYNC_REGISTER_SYNC(ps,
-                       [](const SyncContext& context)
-                           -> absl::StatusOr<std::unique_ptr<GradientSync>> {
-                         ASSIGN_OR_RETURN(PsSyncOptions options,
-                                          PsSyncOptionsFromFlags(context));
-                         return CreatePsSync(context, options);
-                       });
 
 }  // namespace gradsync

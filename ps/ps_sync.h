@@ -8,7 +8,7 @@
 // runs server r in-process (K = N); with --ps_colocated_servers=k, workers
 // 0..k-1 do, beside the job's separate servers (K = k + separate).
 //
-// Compression (SyncContext::compression, ps/key_encoding.h): each ready
+// Compression (SyncContext::compression, ps/key_compression.h): each ready
 // bucket is encoded once (error feedback: one residual per float of the
 // gradient, kept here across steps) and cut into its keys' encodings; a
 // row-sparse bucket (Bucket::sparse_row_width, an embedding table) always
@@ -26,9 +26,9 @@
 #include "core/optim/optimizer.h"
 #include "proto/parameter_server.pb.h"
 #include "ps/consistency.h"
-#include "ps/key_encoding.h"
-#include "ps/partitioner.h"
-#include "ps/shard.h"
+#include "ps/key_compression.h"
+#include "ps/client/partitioner.h"
+#include "ps/server/shard.h"
 #include "ps/stream_window_rule.h"
 
 namespace gradsync {
@@ -42,7 +42,9 @@ struct PsSyncOptions {
   int64_t max_shard_bytes = kDefaultMaxShardBytes;
   // chunk_bytes or stream_window_bytes 0: auto, from the layout and K
   // (ps/key_size_rule.h) or from `link` and the fan-in
-  // (ps/stream_window_rule.h), resolved in Setup (ps/tuning.h).
+  // (ps/stream_window_rule.h), resolved in Setup (ps/settings.h). The edge
+  // says what the link is (tools/ps_flags.h: the one `gradsync launch
+  // --netem` emulates); nothing here reads the environment.
   LinkFigures link;
   // Server mode: the workers' optimizer, with the learning rate already
   // scaled for the world size (SyncContext::optimizer).
@@ -53,12 +55,13 @@ struct PsSyncOptions {
   bool colocate = false;
   int colocated_servers = 0;
   // How the keys' bytes are shared among the servers (--ps_partition):
-  // equal, or balanced for the layout (ServerShares in ps/partitioner.h).
+  // equal, or balanced for the layout (ServerShares in
+  // ps/client/partitioner.h).
   PartitionPolicy partition = PartitionPolicy::kEqual;
   // --ps_consistency / --ps_staleness (server mode only for SSP and ASP).
   ConsistencyOptions consistency;
   // --ps_pull: what results travel as under --compression
-  // (ps/key_encoding.h); auto resolves from SyncContext::compression.
+  // (ps/key_compression.h); auto resolves from SyncContext::compression.
   PsPull pull = PsPull::kAuto;
   // The separate servers' "host:port", in order. Empty: taken from
   // SyncContext::members (role kServer). Colocated ones come from the
@@ -66,12 +69,9 @@ struct PsSyncOptions {
   std::vector<std::string> server_addresses;
 };
 
+// The strategy with `options` (the edge, tools/ps_flags.h, registers it as
+// --sync=ps from the --ps_* flags). Refuses contradictory options at once.
 absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
     const SyncContext& context, const PsSyncOptions& options);
-
-// PsSyncOptions from the --ps_* flags (ps/flags.cc), with the optimizer the
-// trainer gave the context (SyncContext::optimizer).
-absl::StatusOr<PsSyncOptions> PsSyncOptionsFromFlags(
-    const SyncContext& context);
 
 }  // namespace gradsync

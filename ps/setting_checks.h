@@ -1,7 +1,8 @@
 // Settings of a parameter-server job that are allowed but were measured or
 // predicted to go wrong, each turned into one warning that names the fix
 // (worker 0 logs them at start-up). Rules, not flags: plain values in, text
-// out; the key-size imbalance warning is in tuning.h.
+// out; the key-size imbalance warning is in settings.h, which reaches these
+// checks for every job.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +22,8 @@ constexpr double kAsyncMomentumLimit = 0.5;
 
 // SSP or ASP with SGD momentum above kAsyncMomentumLimit: asynchrony adds
 // momentum of its own (Mitliagkas et al. 2016) and the server steps the
-// momentum once per push; ASP at 0.9 ended an epoch at 10 % accuracy where
-// the ring reached 80.7 %.
+// momentum once per push; the run the warning quotes is in
+// docs/results/stragglers.md, "Momentum and asynchrony".
 std::optional<std::string> AsyncMomentumWarning(
     ps::Consistency consistency, const OptimizerOptions& optimizer);
 

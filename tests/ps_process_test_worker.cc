@@ -24,6 +24,7 @@
 #include "ps/ps_sync.h"
 #include "tools/cluster_flags.h"
 #include "tools/commands.h"
+#include "tools/ps_flags.h"
 
 ABSL_FLAG(int, steps, 3, "steps to run");
 // --timeout_s (tools/cluster_flags.cc) and --trace (tools/trace_flags.cc)

@@ -313,10 +313,10 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Under SSP and ASP no two runs are alike (who is ahead depends on timing),
 // so resume cannot be compared with an uninterrupted run. What holds: every
-// checkpoint step and the run's last step are barriers (ps/shard.h), so the
-// run stopped at step 20 ends with every worker holding the same model,
-// worker 0's checkpoint is that model, each server's shard is of step 20,
-// and the resumed run continues from it to the same agreement at its end.
+// checkpoint step and the run's last step are barriers (ps/server/shard.h), so
+// the run stopped at step 20 ends with every worker holding the same model,
+// worker 0's checkpoint is that model, each server's shard is of step 20, and
+// the resumed run continues from it to the same agreement at its end.
 class AsyncResumeTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AsyncResumeTest, StopsAtABarrierAndResumesFromIt) {

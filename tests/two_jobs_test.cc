@@ -17,7 +17,7 @@
 #include "core/launch/launcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ps/server.h"
+#include "ps/server/server.h"
 #include "tests/gradsync_binary.h"
 #include "tests/job_checks.h"
 

@@ -28,7 +28,7 @@ COMMANDS_BY_FILE = {
     "tools/launch_command.cc": "launch",
     "tools/train_flags.cc": "train, run (and launch, after `--`)",
     "tools/cluster_flags.cc": "train, server, run",
-    "ps/flags.cc": "train, server, run",
+    "tools/ps_flags.cc": "train, server, run",
     "allreduce/allreduce_flags.cc": "train, run",
 }
 

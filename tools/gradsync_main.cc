@@ -21,6 +21,7 @@
 #include "core/cluster/cluster_env.h"
 #include "tools/cluster_flags.h"
 #include "tools/commands.h"
+#include "tools/ps_flags.h"
 
 namespace {
 
@@ -77,12 +78,12 @@ int main(int argc, char** argv) {
   if (command == "compare") return gradsync::RunCompareCommand(argc, argv);
   if (command == "train" || command == "run") {
     // No "core/": its libraries take values, read from flags in tools/.
-    HelpFolders() = {"allreduce/", "ps/", "tools/train_flags",
+    HelpFolders() = {"allreduce/", gradsync::kPsFlagsFile, "tools/train_flags",
                      "tools/cluster_flags"};
   } else if (command == "launch") {
     HelpFolders() = {"tools/launch_command"};
   } else if (command == "server") {
-    HelpFolders() = {"ps/"};
+    HelpFolders() = {gradsync::kPsFlagsFile};
   } else if (command == "doctor") {
     HelpFolders() = {"tools/doctor"};
   } else {

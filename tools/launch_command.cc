@@ -50,8 +50,8 @@
 #include "core/optim/optimizer.h"
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
-#include "ps/flags.h"
 #include "tools/commands.h"
+#include "tools/ps_flags.h"
 #include "tools/trace_flags.h"
 #include "tools/train_flags.h"
 
@@ -123,11 +123,11 @@ volatile sig_atomic_t g_stop_requested = 0;
 
 void RecordStop(int) { g_stop_requested = 1; }
 
-// The strategies' flags (ps/, allreduce/) given to the launcher before "--"
-// with a value other than their default, as "--name=value": with a worker
-// command, whose arguments are its own, they are how the workers
-// (GRADSYNC_FLAGS, read by gradsync.torch) and the servers (their command line)
-// get them.
+// The strategies' flags (tools/ps_flags.cc, allreduce/) given to the launcher
+// before "--" with a value other than their default, as "--name=value": with
+// a worker command, whose arguments are its own, they are how the workers
+// (GRADSYNC_FLAGS, read by gradsync.torch) and the servers (their command
+// line) get them.
 std::vector<std::string> StrategyFlagsGivenToLauncher() {
   std::vector<std::string> flags;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
@@ -135,7 +135,7 @@ std::vector<std::string> StrategyFlagsGivenToLauncher() {
     // (Debian's Abseil keeps IsSpecifiedOnCommandLine private: a value other
     // than the default is what was given.)
     if (flag->CurrentValue() == flag->DefaultValue() ||
-        !(absl::StrContains(file, "ps/") ||
+        !(absl::StrContains(file, kPsFlagsFile) ||
           absl::StrContains(file, "allreduce/"))) {
       continue;
     }
@@ -540,7 +540,7 @@ absl::StatusOr<std::unique_ptr<EmulatedNetwork>> PlaceInEmulatedNetwork(
     // host name resolves to, loopback inside a namespace: name the link.
     specs[i].env.push_back({"GLOO_SOCKET_IFNAME", "eth0"});
     // Without sch_netem the latency of --netem is not there: the PS's
-    // window rule (ps/emulated_link.h) must not size windows for it.
+    // window rule (tools/emulated_link.h) must not size windows for it.
     if (!network->latency_emulated()) {
       specs[i].env.push_back({"GRADSYNC_NETEM_LATENCY_EMULATED", "0"});
     }

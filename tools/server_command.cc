@@ -21,11 +21,11 @@
 #include "core/cluster/local_address.h"
 #include "core/telemetry/trace.h"
 #include "nlohmann/json.hpp"
-#include "ps/emulated_link.h"
-#include "ps/flags.h"
-#include "ps/server.h"
-#include "ps/tuning.h"
+#include "ps/server/server.h"
+#include "ps/settings.h"
 #include "tools/cluster_flags.h"
+#include "tools/emulated_link.h"
+#include "tools/ps_flags.h"
 #include "tools/trace_flags.h"
 
 namespace gradsync {
@@ -105,21 +105,21 @@ absl::Status Serve(const ClusterEnv& env) {
   }
   ASSIGN_OR_RETURN(const int64_t message, MessageBytesFromFlags());
   ASSIGN_OR_RETURN(const int64_t window, StreamWindowBytesFromFlags());
-  // The push streams' window: N workers' streams converge on this port.
-  const ResolvedStreamWindow push_window =
-      ResolveStreamWindow(window, LinkFiguresOfThisProcess(), env.world_size);
-  options.stream_window_bytes = push_window.bytes;
-  options.bdp_probe = push_window.bdp_probe;
-  GS_LOG(INFO) << "push stream window " << push_window.bytes / 1024 << " KiB ("
-               << push_window.source << ")";
-  // Results travel on the pull streams: K servers' converge on a worker's
-  // port, so their messages follow that window (as the workers derive it).
-  const ResolvedSetting result_message = ResolveMessageSize(
-      message, ResolveStreamWindow(window, LinkFiguresOfThisProcess(),
-                                   options.num_servers));
-  options.message_bytes = result_message.bytes;
-  GS_LOG(INFO) << "result messages of at most " << result_message.bytes / 1024
-               << " KiB (" << result_message.source << ")";
+  // The same stream settings the workers derive (ps/settings.h): the push
+  // streams' window, N workers' streams converging on this port, and the
+  // results' messages, which travel on the pull streams (K servers' converge
+  // on a worker's port) and so follow that window.
+  const PsStreamSettings streams =
+      ResolveStreamSettings(window, message, LinkFiguresOfThisProcess(),
+                            env.world_size, options.num_servers);
+  options.stream_window_bytes = streams.push_window.bytes;
+  options.bdp_probe = streams.push_window.bdp_probe;
+  GS_LOG(INFO) << "push stream window " << streams.push_window.bytes / 1024
+               << " KiB (" << streams.push_window.source << ")";
+  options.message_bytes = streams.pull_message.bytes;
+  GS_LOG(INFO) << "result messages of at most "
+               << streams.pull_message.bytes / 1024 << " KiB ("
+               << streams.pull_message.source << ")";
   ASSIGN_OR_RETURN(options.max_shard_bytes, MaxShardBytesFromFlags());
   // The workers' --trace: a server writes its own timeline beside theirs,
   // <trace>.server<k>.json. Pids 1000 + k keep servers apart from the

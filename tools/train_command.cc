@@ -19,10 +19,10 @@
 #include "core/sync/gradient_sync.h"
 #include "core/optim/optimizer.h"
 #include "core/train/trainer.h"
-#include "ps/flags.h"
 #include "tools/cluster_flags.h"
 #include "tools/commands.h"
 #include "tools/job_settings.h"
+#include "tools/ps_flags.h"
 #include "tools/train_flags.h"
 
 // Defined by `gradsync launch` (launch_command.cc), in this same binary.

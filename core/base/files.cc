@@ -1,6 +1,7 @@
 #include "core/base/files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -43,6 +44,16 @@ absl::Status WriteFileAtomically(const std::string& path,
         absl::StrCat("renaming ", tmp, " to ", path, ": ", error));
   }
   return absl::OkStatus();
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat info;
+  return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+bool IsFile(const std::string& path) {
+  struct stat info;
+  return stat(path.c_str(), &info) == 0 && !S_ISDIR(info.st_mode);
 }
 
 }  // namespace gradsync

@@ -14,4 +14,10 @@ namespace gradsync {
 absl::Status WriteFileAtomically(const std::string& path,
                                  const std::string& text);
 
+// Whether `path` exists and is a directory (links followed).
+bool IsDirectory(const std::string& path);
+// Whether `path` exists and is not a directory (links followed): a regular
+// file, or a device or pipe a reader can open as one.
+bool IsFile(const std::string& path);
+
 }  // namespace gradsync

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/activity_deadline.h"
+#include "core/base/files.h"
 #include "core/base/status_macros.h"
 
 namespace gradsync {
@@ -34,16 +35,6 @@ constexpr char kWhereToGetIt[] =
     "each a sequence of 3073-byte records (1 label byte 0..9, then 3072 "
     "pixel bytes: 32x32 red, green, blue). Without the files, "
     "--data=synthetic trains on CIFAR-shaped random images";
-
-bool IsDirectory(const std::string& path) {
-  struct stat info;
-  return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-}
-
-bool IsFile(const std::string& path) {
-  struct stat info;
-  return stat(path.c_str(), &info) == 0 && !S_ISDIR(info.st_mode);
-}
 
 // The folder that holds the batches: `dir` itself, or the archive's
 // subfolder inside it.

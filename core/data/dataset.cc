@@ -2,8 +2,6 @@
 // the same in-memory layout, so the trainer and sampler do not care which.
 #include "core/data/dataset.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -13,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/files.h"
 #include "core/base/status_macros.h"
 #include "core/data/idx_reader.h"
 
@@ -22,16 +21,6 @@ namespace {
 constexpr char kInstallHint[] =
     "install Debian's dataset-fashion-mnist (apt-get install "
     "dataset-fashion-mnist) or pass --data_dir";
-
-bool IsDirectory(const std::string& path) {
-  struct stat info;
-  return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-}
-
-bool IsFile(const std::string& path) {
-  struct stat info;
-  return stat(path.c_str(), &info) == 0 && !S_ISDIR(info.st_mode);
-}
 
 // "<dir>/<base>.gz" if present (that is how the data sets are distributed),
 // else the uncompressed "<dir>/<base>".

@@ -27,9 +27,9 @@ namespace km = kernel_math;
 // no scalar remainder is left over, so a loop over a runtime count stays scalar
 // while one over a constant 16 becomes four 4-wide SIMD operations. The span
 // functions take __restrict pointers (honoured on parameters, not on locals)
-// so the compiler need not guard against the buffers overlapping. Measured on
-// the 2-core development VM: the SGD-with-momentum update over the default
-// model went from 1.07 ms to 0.44 ms (bench/mlp_benchmark BM_SgdUpdate).
+// so the compiler need not guard against the buffers overlapping. What it
+// gained on the SGD update (bench/mlp_benchmark BM_SgdUpdate) is in
+// docs/results/performance.md, "Notes from the code".
 constexpr int kBlock = 16;
 
 // Below this much work (elements touched) a loop runs on the calling thread

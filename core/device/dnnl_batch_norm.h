@@ -6,10 +6,9 @@
 // Layout: the layers' NHWC activations, described to oneDNN as an NHWC tensor
 // of `rows` images of 1×1 pixels (the same bytes), for which oneDNN 2.6 picks
 // its AVX-512 kernel (`bnorm_jit:avx512_core`); as a 2-D `nc` tensor it picks
-// `ncsp_bnorm:any`, plain loops 30 times slower. Measured beside the device's
-// own loops (double sums per channel, kernel_math.h's arithmetic) on
-// ResNet-18's shapes at batch 32, one thread: 2-5 times faster
-// (core/device/README.md).
+// `ncsp_bnorm:any`, plain loops. Against the device's own loops (double sums
+// per channel, kernel_math.h's arithmetic) on ResNet-18's shapes see
+// docs/results/compute.md, "Batch norm through oneDNN".
 //
 // What the Device interface keeps differs from oneDNN's arguments: the layer
 // saves 1/sqrt(var + eps), oneDNN wants the variance, and the backward call

@@ -24,7 +24,7 @@
 
 namespace gradsync {
 
-// One parameter-server key (ps/partitioner.h) of a server's shard.
+// One parameter-server key (ps/client/partitioner.h) of a server's shard.
 struct CheckpointKey {
   int64_t key = 0;
   int64_t numel = 0;

@@ -8,8 +8,8 @@
 // (core/base/files.h); such files of processes no longer alive are removed.
 //
 // The parameter servers of --ps_update=server write their shards beside it,
-// <path>.server<k> (and <path>.server<k>.previous, ps/shard.h): both worker 0
-// and each server check those with CheckCheckpointFile.
+// <path>.server<k> (and <path>.server<k>.previous, ps/server/shard.h): both
+// worker 0 and each server check those with CheckCheckpointFile.
 #pragma once
 
 #include <string>

@@ -11,8 +11,9 @@
 // The rule: a quarter of the model (at least four buckets, so three quarters
 // of the bytes can leave while backward still runs), within [kMinBucketBytes,
 // kMaxBucketBytes]. The floor keeps each bucket's fixed costs small beside
-// its bytes (the ring pays 2(N-1) latencies per bucket: 1 MiB takes 84 ms at
-// 100 Mbit/s and 0.8 ms at 10 Gbit/s, against 0.2 ms for N = 8 at 15 us);
+// its bytes (the ring pays 2(N-1) latencies per bucket, which at N = 8 and a
+// data-centre latency stay a small part of 1 MiB's transfer time even at
+// 10 Gbit/s);
 // the ceiling is DDP's 25 MiB. A parameter larger than the cap is a bucket of
 // its own (param_layout.h), so the count can differ from four.
 #pragma once

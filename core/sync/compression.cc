@@ -405,8 +405,8 @@ absl::Status Compressor::Encode(absl::Span<const float> gradient,
     // Error feedback in place: the residual becomes e = gradient + residual,
     // the kept elements are gathered from it, and e - D(C(e)) is e with each
     // kept element minus itself (0): the same floats as the general path
-    // below, without its three dense temporaries (they were a third of the
-    // time of encoding a bucket at 1 %, which the step waits for).
+    // below, without its three dense temporaries (a large part of the time
+    // of encoding a sparse bucket, which the step waits for).
     for (int64_t i = 0; i < numel; ++i) residual[i] += gradient[i];
     const absl::Span<const float> corrected(residual.data(), residual.size());
     const int64_t k = spec_.KeptElements(numel);

@@ -51,7 +51,7 @@ int FastestTrial(const std::vector<AutotuneTrial>& trials);
 std::string TrialJsonLine(const AutotuneTrial& trial, int index, bool chosen);
 
 // The manifest's source for the chosen cap: "autotune: fastest of 4 trials
-// (0.25 MiB 41.2 ms, 0.5 MiB 38.0 ms, ...)".
+// (<cap> MiB <median step> ms, ...)", one entry per trial.
 std::string AutotuneSource(const std::vector<AutotuneTrial>& trials,
                            int chosen);
 

@@ -77,6 +77,24 @@ class Trainer {
   absl::Status CheckParamsAgree(const std::string& when);
   absl::Status TrainStep(const std::vector<int64_t>& indices, int64_t first,
                          int rows, int64_t epoch);
+  // What StepCore measured and read back.
+  struct StepCoreResult {
+    double compute_ms = 0;
+    double sync_wait_ms = 0;
+    StepStats stats;
+    float loss = 0;
+  };
+  // The part of a step that a training step and an --autotune trial share:
+  // the batch loaded, `straggle_ms` of injected slowness, forward and
+  // backward with each bucket handed to the strategy as it completes,
+  // Finish (its error prefixed with `what`), the optimizer unless the
+  // servers updated the parameters, and the loss read back (which waits for
+  // the device). `timeline` records it where tracing is on.
+  absl::StatusOr<StepCoreResult> StepCore(const std::vector<int64_t>& indices,
+                                          int64_t first, int rows,
+                                          int64_t epoch, double straggle_ms,
+                                          const std::string& what,
+                                          StepTimeline& timeline);
   // --autotune (trainer.h): the trials, the verdict from worker 0, and the
   // chosen cap in place; training state as it was before.
   absl::Status Autotune();
@@ -375,41 +393,14 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
           ? trace_.get()
           : nullptr,
       static_cast<int>(bucket_pending_.size()));
-  RETURN_IF_ERROR(LoadBatch(indices, first, rows, epoch));
-  timeline.DataLoaded();
-
-  // Hand each bucket to the strategy as soon as its last gradient is final.
-  const std::vector<ParamInfo>& params = layout_->params();
-  auto ready = [&](int param) {
-    const int bucket = params[param].bucket;
-    timeline.GradientFinal(params[param].spec.name, bucket,
-                           bucket_pending_[bucket] == 1);
-    if (--bucket_pending_[bucket] == 0) sync_.BucketReady(bucket);
-  };
   // An injected straggler (--straggler): as if its compute were slower.
   const double straggle_ms =
       SlownessDelayMs(options_.slowness, id_.rank, step_);
-  if (straggle_ms > 0) {
-    std::this_thread::sleep_for(
-        std::chrono::duration<double, std::milli>(straggle_ms));
-  }
-  const Clock::time_point compute_start = Clock::now();
-  RETURN_IF_ERROR(model_.ForwardBackward(inputs_, labels_, rows, loss_, ready));
-  const double compute_ms = MillisSince(compute_start);
-  timeline.ComputeDone();
-  RETURN_IF_ERROR(CheckEveryBucketHandedOver());
-
-  StepStats stats;
-  const Clock::time_point wait_start = Clock::now();
-  RETURN_IF_ERROR(Annotate(sync_.Finish(stats),
-                           absl::StrCat("worker ", id_.rank, " step ", step_)));
-  const double sync_wait_ms = MillisSince(wait_start);
-  timeline.SyncDone();
-  if (!sync_.UpdatesParameters()) optimizer_->Step(params_, grads_, lr_);
-  timeline.StepDone(step_, *layout_, sync_.UpdatesParameters());
-
-  float loss = 0;
-  RETURN_IF_ERROR(device_.CopyToHost(&loss, loss_, sizeof(float)));
+  ASSIGN_OR_RETURN(StepCoreResult core,
+                   StepCore(indices, first, rows, epoch, straggle_ms,
+                            absl::StrCat("worker ", id_.rank, " step ", step_),
+                            timeline));
+  const float loss = core.loss;
   if (!std::isfinite(loss)) {
     return absl::InternalError(
         absl::StrCat("loss is ", loss, " at step ", step_, " (epoch ", epoch,
@@ -421,12 +412,12 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   record.epoch = epoch;
   record.loss = loss;
   record.step_ms = MillisSince(start);
-  record.compute_ms = compute_ms;
-  record.sync_wait_ms = sync_wait_ms;
-  record.bytes_sent = stats.bytes_sent;
-  record.bytes_recv = stats.bytes_recv;
+  record.compute_ms = core.compute_ms;
+  record.sync_wait_ms = core.sync_wait_ms;
+  record.bytes_sent = core.stats.bytes_sent;
+  record.bytes_recv = core.stats.bytes_recv;
   record.samples_per_s = rows / (record.step_ms / 1000.0);
-  record.extra = std::move(stats.extra);
+  record.extra = std::move(core.stats.extra);
   if (straggle_ms > 0) record.extra.emplace_back("straggle_ms", straggle_ms);
   metrics_->WriteStep(record);
   totals_.Add(record, rows, step_ - start_step_ >= options_.warmup_steps);
@@ -441,6 +432,43 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   return absl::OkStatus();
 }
 
+absl::StatusOr<Trainer::StepCoreResult> Trainer::StepCore(
+    const std::vector<int64_t>& indices, int64_t first, int rows,
+    int64_t epoch, double straggle_ms, const std::string& what,
+    StepTimeline& timeline) {
+  RETURN_IF_ERROR(LoadBatch(indices, first, rows, epoch));
+  timeline.DataLoaded();
+
+  // Hand each bucket to the strategy as soon as its last gradient is final.
+  const std::vector<ParamInfo>& params = layout_->params();
+  auto ready = [&](int param) {
+    const int bucket = params[param].bucket;
+    timeline.GradientFinal(params[param].spec.name, bucket,
+                           bucket_pending_[bucket] == 1);
+    if (--bucket_pending_[bucket] == 0) sync_.BucketReady(bucket);
+  };
+  if (straggle_ms > 0) {
+    std::this_thread::sleep_for(
+        std::chrono::duration<double, std::milli>(straggle_ms));
+  }
+  StepCoreResult result;
+  const Clock::time_point compute_start = Clock::now();
+  RETURN_IF_ERROR(model_.ForwardBackward(inputs_, labels_, rows, loss_, ready));
+  result.compute_ms = MillisSince(compute_start);
+  timeline.ComputeDone();
+  RETURN_IF_ERROR(CheckEveryBucketHandedOver());
+
+  const Clock::time_point wait_start = Clock::now();
+  RETURN_IF_ERROR(Annotate(sync_.Finish(result.stats), what));
+  result.sync_wait_ms = MillisSince(wait_start);
+  timeline.SyncDone();
+  if (!sync_.UpdatesParameters()) optimizer_->Step(params_, grads_, lr_);
+  timeline.StepDone(step_, *layout_, sync_.UpdatesParameters());
+
+  RETURN_IF_ERROR(device_.CopyToHost(&result.loss, loss_, sizeof(float)));
+  return result;
+}
+
 // The run's next batch, every time: trials compare caps, not data. Only
 // what a real step does is timed (no metrics line, no straggler delay).
 absl::StatusOr<double> Trainer::TrialStepMs(const TrainingSnapshot& saved) {
@@ -449,21 +477,13 @@ absl::StatusOr<double> Trainer::TrialStepMs(const TrainingSnapshot& saved) {
   const int rows = static_cast<int>(
       std::min<int64_t>(options_.batch_size, sampler_->num_samples() - first));
   const Clock::time_point start = Clock::now();
-  RETURN_IF_ERROR(LoadBatch(indices, first, rows, start_epoch_));
-  const std::vector<ParamInfo>& params = layout_->params();
-  auto ready = [&](int param) {
-    const int bucket = params[param].bucket;
-    if (--bucket_pending_[bucket] == 0) sync_.BucketReady(bucket);
-  };
-  RETURN_IF_ERROR(model_.ForwardBackward(inputs_, labels_, rows, loss_, ready));
-  RETURN_IF_ERROR(CheckEveryBucketHandedOver());
-  StepStats stats;
-  RETURN_IF_ERROR(
-      Annotate(sync_.Finish(stats),
-               absl::StrCat("worker ", id_.rank, " --autotune trial step")));
-  optimizer_->Step(params_, grads_, lr_);
-  float loss = 0;  // waits for the device, as a real step's loss does
-  RETURN_IF_ERROR(device_.CopyToHost(&loss, loss_, sizeof(float)));
+  StepTimeline untraced(nullptr, static_cast<int>(bucket_pending_.size()));
+  RETURN_IF_ERROR(StepCore(indices, first, rows, start_epoch_,
+                           /*straggle_ms=*/0,
+                           absl::StrCat("worker ", id_.rank,
+                                        " --autotune trial step"),
+                           untraced)
+                      .status());
   const double ms = MillisSince(start);
   RETURN_IF_ERROR(RestoreSnapshot(saved, device_, params_, *optimizer_, model_));
   return ms;
@@ -621,7 +641,7 @@ absl::Status Trainer::EvaluateEvery() {
 
 // Worker 0 only: every worker holds the same parameters and optimizer state
 // after a step, so one copy is the job's. A parameter server running the
-// optimizer writes its own shard at the same steps (ps/shard.h).
+// optimizer writes its own shard at the same steps (ps/server/shard.h).
 absl::Status Trainer::WriteCheckpointIfAsked(int64_t epoch,
                                              int64_t done_in_epoch) {
   if (options_.checkpoint_path.empty() || id_.rank != 0 ||
