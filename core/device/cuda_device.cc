@@ -364,6 +364,62 @@ absl::Status CudaDevice::WaitEvent(cudaEvent_t event) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<DeviceClock>> CudaDevice::CreateClock(
+    int marks) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaDeviceClock> clock,
+                   CudaDeviceClock::Create(*this, marks));
+  return std::unique_ptr<DeviceClock>(std::move(clock));
+}
+
+// --- CudaDeviceClock --------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<CudaDeviceClock>> CudaDeviceClock::Create(
+    CudaDevice& device, int marks) {
+  if (marks < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        device.name(), ": a device clock needs marks >= 0, not ", marks));
+  }
+  RETURN_IF_ERROR(device.MakeCurrent());
+  std::unique_ptr<CudaDeviceClock> clock(new CudaDeviceClock(device));
+  clock->events_.reserve(marks);
+  for (int i = 0; i < marks; ++i) {
+    ASSIGN_OR_RETURN(CudaEvent event,
+                     CudaEvent::Create(device.name(), /*timing=*/true));
+    clock->events_.push_back(std::move(event));
+  }
+  clock->recorded_.assign(marks, false);
+  return clock;
+}
+
+absl::Status CudaDeviceClock::Record(int index) {
+  RETURN_IF_ERROR(CheckMarkIndex(index, marks()));
+  RETURN_IF_ERROR(device_.MakeCurrent());
+  RETURN_IF_ERROR(CudaCallStatus(
+      cudaEventRecord(events_[index].get(), device_.stream()),
+      absl::StrCat("cudaEventRecord(clock mark ", index, ", compute stream)"),
+      device_.name()));
+  recorded_[index] = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> CudaDeviceClock::ElapsedMs(int from, int to) {
+  RETURN_IF_ERROR(device_.MakeCurrent());
+  for (int index : {from, to}) {
+    RETURN_IF_ERROR(CheckMarkIndex(index, marks()));
+    if (!recorded_[index]) return MarkNotRecorded(index);
+    RETURN_IF_ERROR(CudaCallStatus(
+        cudaEventSynchronize(events_[index].get()),
+        absl::StrCat("cudaEventSynchronize(clock mark ", index, ")"),
+        device_.name()));
+  }
+  float ms = 0;
+  RETURN_IF_ERROR(CudaCallStatus(
+      cudaEventElapsedTime(&ms, events_[from].get(), events_[to].get()),
+      absl::StrCat("cudaEventElapsedTime(clock marks ", from, " -> ", to, ")"),
+      device_.name()));
+  return static_cast<double>(ms);
+}
+
 // --- Math -------------------------------------------------------------------
 
 void CudaDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/device/convolution_kernel.h"
+#include "core/device/device_clock.h"
 #include "core/device/layer_geometry.h"
 
 namespace gradsync {
@@ -57,6 +58,17 @@ class Device {
   virtual void CopyOnDevice(float* dst, const float* src, int64_t count) = 0;
   // Waits for all queued work.
   virtual absl::Status Synchronize() = 0;
+
+  // A clock of `marks` marks on this device's timeline (device_clock.h), made
+  // at set-up: on CUDA, timing events on the compute stream; here, for a
+  // device that runs its work on the calling thread, the host's steady clock.
+  virtual absl::StatusOr<std::unique_ptr<DeviceClock>> CreateClock(int marks) {
+    if (marks < 0) {
+      return absl::InvalidArgumentError("a device clock needs marks >= 0");
+    }
+    return std::unique_ptr<DeviceClock>(
+        std::make_unique<HostDeviceClock>(marks));
+  }
 
   // --- Math -----------------------------------------------------------------
   // c[m×n] = alpha · op(a) · op(b) + beta · c, with op(a) m×k and op(b) k×n.
