@@ -115,7 +115,7 @@ CudaEvent::~CudaEvent() {
 // ---------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(
-    int gpu_index, bool reference_convolutions) {
+    int gpu_index, bool reference_convolutions, Precision precision) {
   const std::string name = absl::StrCat("cuda:", gpu_index);
   int count = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count), name);
@@ -138,17 +138,18 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(
         "-gencode for it in core/BUILD"));
   }
   std::unique_ptr<CudaDevice> device(
-      new CudaDevice(gpu_index, properties, reference_convolutions));
+      new CudaDevice(gpu_index, properties, reference_convolutions, precision));
   RETURN_IF_ERROR(device->Initialize());
   return device;
 }
 
 CudaDevice::CudaDevice(int gpu_index, const cudaDeviceProp& properties,
-                       bool reference_convolutions)
+                       bool reference_convolutions, Precision precision)
     : gpu_index_(gpu_index),
       properties_(properties),
       name_(absl::StrCat("cuda:", gpu_index)),
-      reference_convolutions_(reference_convolutions) {}
+      reference_convolutions_(reference_convolutions),
+      precision_(precision) {}
 
 absl::Status CudaDevice::Initialize() {
   // Non-blocking: the stream never waits for the legacy default stream (which
@@ -157,11 +158,16 @@ absl::Status CudaDevice::Initialize() {
       cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), name_);
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_), name_);
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_), name_);
-  // Plain FP32 products, as PyTorch's default (allow_tf32 = False for
-  // matmul) and the CPU backend: TF32 would change results in the fourth
-  // digit and break the parity checks.
-  CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH),
-                         name_);
+  // fp32: plain FP32 products, as PyTorch's default for matmul (allow_tf32 =
+  // False) and the CPU backend: TF32 would change results in the fourth
+  // digit and break the parity checks. tf32: TF32 tensor cores allowed.
+  if (precision_ == Precision::kTf32) {
+    CUBLAS_RETURN_IF_ERROR(
+        cublasSetMathMode(cublas_, CUBLAS_TF32_TENSOR_OP_MATH), name_);
+  } else {
+    CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH),
+                           name_);
+  }
   {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(AddBlock(kBlockBytes));
@@ -177,7 +183,7 @@ absl::Status CudaDevice::Initialize() {
                                   properties_.totalGlobalMem / 1073741824.0)
                << ", compute capability " << properties_.major << "."
                << properties_.minor << ", " << properties_.multiProcessorCount
-               << " SMs";
+               << " SMs, --precision=" << PrecisionName(precision_);
   return absl::OkStatus();
 }
 
@@ -646,7 +652,8 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(
                     absl::StrCat("--device=cuda, local rank ", local_rank));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
-                   CudaDevice::Create(*gpu, options.reference_convolutions));
+                   CudaDevice::Create(*gpu, options.reference_convolutions,
+                                      options.precision));
   GS_LOG(INFO) << "local rank " << local_rank << " computes on "
                << device->name() << " (" << visible << " GPU(s) visible)";
   return std::unique_ptr<Device>(std::move(device));

@@ -112,8 +112,13 @@ class CudaDevice : public Device {
   // the first arena block. `reference_convolutions` (test-only, as
   // DeviceOptions's): CreateConvolution returns none, so layers run im2col +
   // cuBLAS instead of cuDNN.
+  // `precision`: kTf32 lets cuBLAS (CUBLAS_TF32_TENSOR_OP_MATH) and cuDNN
+  // (CUDNN_DEFAULT_MATH, PyTorch's choice with TF32 allowed) use TF32 tensor
+  // cores; kFp32 keeps plain FP32 products (CUBLAS_DEFAULT_MATH,
+  // CUDNN_FMA_MATH), which the parity tests need.
   static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(
-      int gpu_index, bool reference_convolutions = false);
+      int gpu_index, bool reference_convolutions = false,
+      Precision precision = Precision::kFp32);
   ~CudaDevice() override;
 
   CudaDevice(const CudaDevice&) = delete;
@@ -192,6 +197,7 @@ class CudaDevice : public Device {
 
   // --- For strategies and benchmarks ----------------------------------------
   int gpu_index() const { return gpu_index_; }
+  Precision precision() const { return precision_; }
   // Every kernel, cuBLAS call and copy of this device runs on this stream, in
   // the order it was queued. Non-blocking: it never waits for the legacy
   // default stream, so work on it must be ordered with events, not by
@@ -224,7 +230,7 @@ class CudaDevice : public Device {
   };
 
   CudaDevice(int gpu_index, const cudaDeviceProp& properties,
-             bool reference_convolutions);
+             bool reference_convolutions, Precision precision);
   absl::Status Initialize();
   // A new arena block of at least `bytes`, zero-filled.
   absl::Status AddBlock(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -238,6 +244,7 @@ class CudaDevice : public Device {
   cublasHandle_t cublas_ = nullptr;
   double* loss_partials_ = nullptr;  // cuda_kernels::kMaxLossPartials doubles
   const bool reference_convolutions_;
+  const Precision precision_;
   // Made at the first CreateConvolution (set-up, one thread).
   std::unique_ptr<CudnnContext> cudnn_;
 

@@ -488,6 +488,61 @@ TEST_F(CudaDeviceTest, ClockMarksTimeTheWorkOnTheComputeStream) {
   EXPECT_EQ(Download(*cuda_, c, 1)[0], 0.25f * n);
 }
 
+// --precision=tf32: cuBLAS and cuDNN run with tensor-core math allowed, and
+// their results stay within TF32's rounding (10 mantissa bits) of the fp32
+// device's; the fp32 device is unchanged by it.
+TEST_F(CudaDeviceTest, Tf32DeviceRunsProductsAndConvolutionsNearFp32) {
+  auto made = CudaDevice::Create(0, false, Precision::kTf32);
+  ASSERT_TRUE(made.ok()) << made.status();
+  CudaDevice& tf32 = **made;
+  EXPECT_EQ(tf32.precision(), Precision::kTf32);
+  EXPECT_EQ(cuda_->precision(), Precision::kFp32);
+
+  const int n = 256;
+  const std::vector<float> a = RandomVector(int64_t{n} * n, 61);
+  const std::vector<float> b = RandomVector(int64_t{n} * n, 62);
+  std::vector<float> products[2];
+  CudaDevice* devices[2] = {cuda_.get(), &tf32};
+  for (int d = 0; d < 2; ++d) {
+    float* c = *devices[d]->Allocate<float>(int64_t{n} * n);
+    devices[d]->Gemm(false, true, n, n, n, 1.0f, Upload(*devices[d], a),
+                     Upload(*devices[d], b), 0.0f, c);
+    products[d] = Download(*devices[d], c, int64_t{n} * n);
+  }
+  // A sum of 256 products of values in [-1, 1): TF32's relative rounding of
+  // each input, 2^-11, over the sum of magnitudes.
+  ExpectClose(products[0], products[1], 256 * 0.25f * 2 * 0x1.0p-11f,
+              "tf32 gemm");
+
+  ConvGeometry g;
+  g.batch = 2;
+  g.channels = 64;
+  g.height = g.width = 8;
+  g.kernel = 3;
+  g.stride = 1;
+  g.padding = 1;
+  g.out_height = g.out_width = 8;
+  g.input = NhwcLayout(64, 8, 8);
+  const int out = 64;
+  const std::vector<float> x = RandomVector(g.input_count(), 63);
+  const std::vector<float> w = RandomVector(int64_t{out} * 64 * 9, 64);
+  const int64_t y_count = g.column_rows() * out;
+  std::vector<float> outputs[2];
+  for (int d = 0; d < 2; ++d) {
+    auto kernel = devices[d]->CreateConvolution(g, out);
+    ASSERT_TRUE(kernel.ok()) << kernel.status();
+    ASSERT_NE(*kernel, nullptr);
+    float* y = *devices[d]->Allocate<float>(y_count);
+    (*kernel)->Forward(Upload(*devices[d], x), Upload(*devices[d], w), y);
+    const absl::Status synced = devices[d]->Synchronize();
+    ASSERT_TRUE(synced.ok()) << synced;
+    outputs[d] = Download(*devices[d], y, y_count);
+  }
+  // 576 products per output.
+  ExpectClose(outputs[0], outputs[1], 576 * 0.25f * 2 * 0x1.0p-11f,
+              "tf32 convolution");
+}
+
 TEST_F(CudaDeviceTest, AsCudaDeviceTellsBackendsApart) {
   EXPECT_EQ(AsCudaDevice(*cuda_), cuda_.get());
   EXPECT_EQ(AsCudaDevice(*cpu_), nullptr);

@@ -26,6 +26,14 @@ namespace gradsync {
 
 enum class DeviceType { kCpu, kCuda };
 
+// The arithmetic of matrix products and convolutions (--precision).
+//   kFp32: float32 products and sums throughout, on every device: what the
+//     parity tests hold the devices to.
+//   kTf32: CUDA only: cuBLAS and cuDNN may use TF32 tensor cores for float32
+//     data (inputs rounded to 10 mantissa bits, float32 sums), as PyTorch
+//     does for convolutions by default (torch.backends.cudnn.allow_tf32).
+enum class Precision { kFp32, kTf32 };
+
 struct AdamState {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
@@ -181,6 +189,8 @@ struct DeviceOptions {
   // Test-only, CPU: batch normalisation through the loops over kernel_math.h
   // (the CUDA kernels' arithmetic) instead of oneDNN's primitives.
   bool reference_batch_norm = false;
+  // kTf32 is refused on the CPU, which has no TF32 arithmetic.
+  Precision precision = Precision::kFp32;
 };
 
 // Creates the device named by `options`; CUDA is an error in a build without
@@ -189,5 +199,11 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
     const DeviceOptions& options);
 
 absl::StatusOr<DeviceType> ParseDeviceType(const std::string& name);
+
+// --precision: "fp32" or "tf32". "bf16" (mixed precision) is refused with
+// what it still lacks.
+absl::StatusOr<Precision> ParsePrecision(const std::string& name);
+// "fp32" or "tf32", as the flag spells it.
+const char* PrecisionName(Precision precision);
 
 }  // namespace gradsync

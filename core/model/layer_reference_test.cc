@@ -248,9 +248,8 @@ TEST_P(LayerReferenceTest, ConvolutionsAtResNet18Shapes) {
   for (const ConvCase& c : cases) {
     SCOPED_TRACE(c.name);
     Conv2d conv("conv", {c.in, c.out, c.kernel, c.stride, c.padding, false});
-    const ImageLayout layout = c.nchw_input
-                                   ? NchwLayout(c.in, c.size, c.size)
-                                   : NhwcLayout(c.in, c.size, c.size);
+    const ImageLayout layout = c.nchw_input ? NchwLayout(c.in, c.size, c.size)
+                                            : NhwcLayout(c.in, c.size, c.size);
     const ConvGeometry g = conv.Geometry(c.images, c.size, c.size, layout);
     const std::vector<float> weight = Uniform(conv.weight_count(), ++seed);
     const std::vector<float> x = Uniform(g.input_count(), ++seed);
@@ -278,10 +277,10 @@ TEST_P(LayerReferenceTest, ConvolutionsAtResNet18Shapes) {
     const double taps = static_cast<double>(c.kernel) * c.kernel;
     ExpectWithinRoundingBound(Download(y, outputs), r.y, r.y_abs, c.in * taps,
                               "y");
-    ExpectWithinRoundingBound(Download(weight_grad, conv.weight_count()),
-                              r.dweight, r.dweight_abs,
-                              static_cast<double>(c.images) * g.out_height * g.out_width,
-                              "weight gradient");
+    ExpectWithinRoundingBound(
+        Download(weight_grad, conv.weight_count()), r.dweight, r.dweight_abs,
+        static_cast<double>(c.images) * g.out_height * g.out_width,
+        "weight gradient");
     ExpectWithinRoundingBound(Download(dx, g.input_count()), r.dx, r.dx_abs,
                               c.out * taps, "input gradient");
   }
@@ -361,8 +360,8 @@ TEST_P(LayerReferenceTest, BatchNormTrainingAtResNet18Shapes) {
       // Relative error of the statistics: the mean's, and the variance's
       // (from sums of squares that may be far larger than the variance).
       const double mean_spread = sum_abs / n * inv_std;
-      const double variance_spread = (sum_squares / n + mean * mean) /
-                                     (variance + BatchNorm::kEpsilon);
+      const double variance_spread =
+          (sum_squares / n + mean * mean) / (variance + BatchNorm::kEpsilon);
       const double g = gamma[c];
       double dbeta = 0, dbeta_abs = 0, dgamma = 0, dgamma_abs = 0;
       for (int64_t r = 0; r < rows; ++r) {
@@ -386,12 +385,11 @@ TEST_P(LayerReferenceTest, BatchNormTrainingAtResNet18Shapes) {
         const int64_t i = r * channels + c;
         const double x_hat = (x[i] - mean) * inv_std;
         rdx[i] = g * inv_std * (dy[i] - dbeta / n - x_hat * dgamma / n);
-        rdx_abs[i] =
-            std::fabs(g) * inv_std *
-            ((std::fabs(dy[i]) + dbeta_abs / n +
-              (std::fabs(x_hat) + mean_spread) * dgamma_abs / n) *
-                 (1 + variance_spread) +
-             std::fabs(x_hat) * variance_spread * dgamma_abs / n);
+        rdx_abs[i] = std::fabs(g) * inv_std *
+                     ((std::fabs(dy[i]) + dbeta_abs / n +
+                       (std::fabs(x_hat) + mean_spread) * dgamma_abs / n) *
+                          (1 + variance_spread) +
+                      std::fabs(x_hat) * variance_spread * dgamma_abs / n);
       }
       // PyTorch's running statistics from 0 and 1: the batch's mean and
       // unbiased variance, weighted by the momentum.
@@ -403,8 +401,8 @@ TEST_P(LayerReferenceTest, BatchNormTrainingAtResNet18Shapes) {
                         (1 + variance_spread);
     }
     ExpectWithinRoundingBound(Download(y, count), ry, ry_abs, n, "y");
-    ExpectWithinRoundingBound(Download(beta_grad, channels), rdbeta,
-                              rdbeta_abs, n, "beta gradient");
+    ExpectWithinRoundingBound(Download(beta_grad, channels), rdbeta, rdbeta_abs,
+                              n, "beta gradient");
     ExpectWithinRoundingBound(Download(gamma_grad, channels), rdgamma,
                               rdgamma_abs, n, "gamma gradient");
     ExpectWithinRoundingBound(Download(dx, count), rdx, rdx_abs, n,
@@ -475,7 +473,8 @@ TEST_P(LayerReferenceTest, MaxPoolingIsExact) {
 // ResNet-18's head: 4×4 pixels of 512 channels averaged per image.
 TEST_P(LayerReferenceTest, GlobalAveragePoolingAtResNet18Shape) {
   const int images = 16, pixels = 16, channels = 512;
-  const std::vector<float> x = Uniform(int64_t{images} * pixels * channels, 320);
+  const std::vector<float> x =
+      Uniform(int64_t{images} * pixels * channels, 320);
   const std::vector<float> dy = Uniform(int64_t{images} * channels, 321);
   float* y = Zeros(int64_t{images} * channels);
   float* dx = Zeros(int64_t{images} * pixels * channels);
@@ -521,8 +520,8 @@ TEST_P(LayerReferenceTest, FullyConnectedAtResNet18Shape) {
   float* dw = Zeros(w.size());
   float* dx = Zeros(x.size());
   float* db = Zeros(classes);
-  device_->Gemm(false, true, batch, classes, features, 1.0f, device_x,
-                device_w, 0.0f, y);
+  device_->Gemm(false, true, batch, classes, features, 1.0f, device_x, device_w,
+                0.0f, y);
   device_->AddRowBias(y, Upload(bias), batch, classes);
   device_->Gemm(true, false, classes, features, batch, 1.0f, device_dy,
                 device_x, 0.0f, dw);
