@@ -29,6 +29,10 @@
 #                 parameters checked identical across ranks (2+ GPUs only)
 #   mlp_cuda      the MLP trained on CUDA and on the CPU, same seed: final
 #                 losses must agree
+#   timing_local  ResNet-18 on CUDA under --sync=local: the step's exposed
+#                 communication (sync_wait_ms, timed on the GPU's clock) must
+#                 stay under 2% of the step, and compute_ms is reported
+#                 beside step_ms
 #   bench_mlp     mlp_gpu_benchmark (step time, GEMM efficiency)
 #   bench_nccl    allreduce_benchmark --algorithms=nccl, one rank per GPU,
 #                 every element checked (2+ GPUs only)
@@ -206,7 +210,7 @@ fi
 if ((gpus == 0)); then
   log "gpu_check: no GPU visible; stopping after the versions (exit 3)."
   for name in unit nccl_1gpu cudnn parity layers staging nccl_2rank mlp_cuda \
-              bench_mlp bench_nccl sanitizer; do
+              timing_local bench_mlp bench_nccl sanitizer; do
     record SKIP "$name" "no GPU visible"
   done
   finish 3
@@ -292,6 +296,33 @@ else
     record PASS mlp_cuda "final loss after 100 steps: cuda $cuda_loss, cpu $cpu_loss"
   else
     record FAIL mlp_cuda "final loss after 100 steps: cuda $cuda_loss, cpu $cpu_loss (differ by more than 1e-3 relative)"
+  fi
+fi
+
+# --- GPU time measured on the GPU ------------------------------------------------
+# One worker has nothing to synchronize, so everything between the GPU's end
+# of backward and the step's synchronization is measurement error: with the
+# device's clock (docs/metrics.md) it is about 0, where timing on the host
+# put the GPU's whole forward and backward there.
+summary_value() {  # summary.json, field -> the run's mean (the first match)
+  grep -m 1 "\"$2\":" "$1" 2>/dev/null | sed 's/.*: *\([0-9.eE+-]*\).*/\1/'
+}
+run timing_local 900 "$gradsync" train --device=cuda --sync=local \
+  --model=resnet18 --data=synthetic --batch_size=128 --max_steps=40 \
+  --warmup_steps=10 --eval=false --progress=false \
+  --metrics_dir="$logs/timing_local"
+if ((rc != 0)); then
+  record FAIL timing_local "$(why_failed 900 timing_local)"
+else
+  step_ms=$(summary_value "$logs/timing_local/summary.json" step_ms)
+  compute_ms=$(summary_value "$logs/timing_local/summary.json" compute_ms)
+  wait_ms=$(summary_value "$logs/timing_local/summary.json" sync_wait_ms)
+  if [[ -z "$step_ms" || -z "$compute_ms" || -z "$wait_ms" ]]; then
+    record FAIL timing_local "no step_ms/compute_ms/sync_wait_ms in $logs/timing_local/summary.json"
+  elif awk -v s="$step_ms" -v w="$wait_ms" 'BEGIN { exit !(w <= 0.02 * s) }'; then
+    record PASS timing_local "resnet18 batch 128: step $step_ms ms, compute $compute_ms ms, exposed $wait_ms ms"
+  else
+    record FAIL timing_local "resnet18 batch 128: exposed $wait_ms ms of a $step_ms ms step (over 2%), compute $compute_ms ms"
   fi
 fi
 
