@@ -67,6 +67,7 @@ TARGETS=(
   //tools:gradsync
   //core/device:cuda_device_test
   //core/model:device_parity_test
+  //core/model:layer_reference_test
   //core/sync:host_staging_test
   //allreduce/nccl:nccl_test
   //bench:mlp_gpu_benchmark
@@ -380,6 +381,7 @@ $(. /etc/os-release && echo "$PRETTY_NAME").
   bin/cuda_device_test                 CUDA backend vs the CPU backend, kernel by kernel
   bin/device_parity_test               cuDNN convolutions, the MLP, CNN and ResNet-18
                                        on CPU and GPU agree
+  bin/layer_reference_test             every layer at ResNet-18's shapes against float64
   bin/host_staging_test                pinned staging for the ring and ps strategies
   bin/nccl_test                        --sync=nccl on one GPU
   bin/mlp_gpu_benchmark                step time and GEMM efficiency, batch 64..4096

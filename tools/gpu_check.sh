@@ -21,16 +21,24 @@
 #                 ResNet-18 steps against the CPU's oneDNN
 #   parity        device_parity_test's other cases: the MLP on CPU and GPU,
 #                 step by step, and the convolutional layers' other kernels
+#   layers        layer_reference_test: every layer at ResNet-18's shapes on
+#                 the GPU against loops in double, within a float32 rounding
+#                 bound
 #   staging       host_staging_test: pinned host staging (ring, ps on GPU)
 #   nccl_2rank    `gradsync launch --workers=2 -- --sync=nccl --device=cuda`,
 #                 parameters checked identical across ranks (2+ GPUs only)
 #   mlp_cuda      the MLP trained on CUDA and on the CPU, same seed: final
 #                 losses must agree
+#   timing_local  ResNet-18 on CUDA under --sync=local: the step's exposed
+#                 communication (sync_wait_ms, timed on the GPU's clock) must
+#                 stay under 2% of the step, and compute_ms is reported
+#                 beside step_ms
 #   bench_mlp     mlp_gpu_benchmark (step time, GEMM efficiency)
 #   bench_nccl    allreduce_benchmark --algorithms=nccl, one rank per GPU,
 #                 every element checked (2+ GPUs only)
-#   sanitizer_*   compute-sanitizer memcheck over cuda_device_test and the
-#                 cuDNN convolution cases, racecheck and synccheck over
+#   sanitizer_*   compute-sanitizer memcheck over cuda_device_test (but for its
+#                 deliberate failures), the cuDNN convolution cases and the
+#                 layer reference cases, racecheck and synccheck over
 #                 cuda_device_test's kernel tests (where compute-sanitizer is
 #                 installed)
 # The report has one line per check, PASS, FAIL or SKIP with the reason, the
@@ -49,7 +57,7 @@ for arg in "$@"; do
   case "$arg" in
     --report=*) report="${arg#*=}" ;;
     --no-build) build=0 ;;
-    -h|--help) sed -n '2,36p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,46p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -120,7 +128,8 @@ else
   mode="checkout $(cd "$here/.." && pwd)"
   cd "$here/.." || exit 2
   targets=(//tools:gradsync //core/device:cuda_device_test
-           //core/model:device_parity_test //core/sync:host_staging_test
+           //core/model:device_parity_test //core/model:layer_reference_test
+           //core/sync:host_staging_test
            //allreduce/nccl:nccl_test //bench:mlp_gpu_benchmark
            //bench:allreduce_benchmark)
   # Outputs of their own and no bazel-bin link: a default build elsewhere in
@@ -139,6 +148,7 @@ else
       gradsync) echo "$bin/tools/gradsync" ;;
       cuda_device_test) echo "$bin/core/device/cuda_device_test" ;;
       device_parity_test) echo "$bin/core/model/device_parity_test" ;;
+      layer_reference_test) echo "$bin/core/model/layer_reference_test" ;;
       host_staging_test) echo "$bin/core/sync/host_staging_test" ;;
       nccl_test) echo "$bin/allreduce/nccl/nccl_test" ;;
       mlp_gpu_benchmark) echo "$bin/bench/mlp_gpu_benchmark" ;;
@@ -146,8 +156,8 @@ else
     esac
   }
 fi
-for name in gradsync cuda_device_test device_parity_test host_staging_test \
-            nccl_test mlp_gpu_benchmark allreduce_benchmark; do
+for name in gradsync cuda_device_test device_parity_test layer_reference_test \
+            host_staging_test nccl_test mlp_gpu_benchmark allreduce_benchmark; do
   if [[ ! -x "$(program "$name")" ]]; then
     log "gpu_check: $name not found at $(program "$name") (build with --config=cuda, or use the bundle)"
     record FAIL setup "$name missing"
@@ -199,8 +209,8 @@ else
 fi
 if ((gpus == 0)); then
   log "gpu_check: no GPU visible; stopping after the versions (exit 3)."
-  for name in unit nccl_1gpu cudnn parity staging nccl_2rank mlp_cuda bench_mlp \
-              bench_nccl sanitizer; do
+  for name in unit nccl_1gpu cudnn parity layers staging nccl_2rank mlp_cuda \
+              timing_local bench_mlp bench_nccl sanitizer; do
     record SKIP "$name" "no GPU visible"
   done
   finish 3
@@ -223,7 +233,8 @@ check_gtest() {
   local summary="$prog: ${total:-0} cases, ${skipped:-0} skipped${reason:+ (e.g. $reason)}"
   if ((rc != 0)); then
     record FAIL "$name" "$summary; $(why_failed "$seconds" "$name")"
-  elif grep -q 'no CUDA GPU visible' "$logs/$name.xml" 2>/dev/null; then
+  elif grep -q -e 'no CUDA GPU visible' -e 'no CUDA device to check' \
+         "$logs/$name.xml" 2>/dev/null; then
     record FAIL "$name" "$summary: skipped GPU cases although $gpus GPU(s) are visible"
   else
     record PASS "$name" "$summary"
@@ -236,6 +247,7 @@ check_gtest nccl_1gpu 600 nccl_test
 cudnn_cases='*Cudnn*:*ConvolutionalModelParity*'
 check_gtest cudnn 900 device_parity_test "--gtest_filter=$cudnn_cases"
 check_gtest parity 900 device_parity_test "--gtest_filter=-$cudnn_cases"
+check_gtest layers 900 layer_reference_test
 check_gtest staging 600 host_staging_test
 
 # --- a 2-rank NCCL job -----------------------------------------------------------
@@ -287,6 +299,33 @@ else
   fi
 fi
 
+# --- GPU time measured on the GPU ------------------------------------------------
+# One worker has nothing to synchronize, so everything between the GPU's end
+# of backward and the step's synchronization is measurement error: with the
+# device's clock (docs/metrics.md) it is about 0, where timing on the host
+# put the GPU's whole forward and backward there.
+summary_value() {  # summary.json, field -> the run's mean (the first match)
+  grep -m 1 "\"$2\":" "$1" 2>/dev/null | sed 's/.*: *\([0-9.eE+-]*\).*/\1/'
+}
+run timing_local 900 "$gradsync" train --device=cuda --sync=local \
+  --model=resnet18 --data=synthetic --batch_size=128 --max_steps=40 \
+  --warmup_steps=10 --eval=false --progress=false \
+  --metrics_dir="$logs/timing_local"
+if ((rc != 0)); then
+  record FAIL timing_local "$(why_failed 900 timing_local)"
+else
+  step_ms=$(summary_value "$logs/timing_local/summary.json" step_ms)
+  compute_ms=$(summary_value "$logs/timing_local/summary.json" compute_ms)
+  wait_ms=$(summary_value "$logs/timing_local/summary.json" sync_wait_ms)
+  if [[ -z "$step_ms" || -z "$compute_ms" || -z "$wait_ms" ]]; then
+    record FAIL timing_local "no step_ms/compute_ms/sync_wait_ms in $logs/timing_local/summary.json"
+  elif awk -v s="$step_ms" -v w="$wait_ms" 'BEGIN { exit !(w <= 0.02 * s) }'; then
+    record PASS timing_local "resnet18 batch 128: step $step_ms ms, compute $compute_ms ms, exposed $wait_ms ms"
+  else
+    record FAIL timing_local "resnet18 batch 128: exposed $wait_ms ms of a $step_ms ms step (over 2%), compute $compute_ms ms"
+  fi
+fi
+
 # --- benchmarks -------------------------------------------------------------------
 run bench_mlp 900 "$(program mlp_gpu_benchmark)" --benchmark_min_time=0.2 \
   "--benchmark_out=$logs/bench_mlp.json" --benchmark_out_format=json
@@ -323,10 +362,18 @@ sanitizer=$(command -v compute-sanitizer ||
 if [[ -z "$sanitizer" ]]; then
   record SKIP sanitizer "compute-sanitizer not installed (it comes with the CUDA toolkit)"
 else
-  # memcheck over everything; the shared-memory checkers over the kernels that
-  # use shared memory and warp synchronization (SumRows, the softmax).
+  # memcheck over everything but the cases that make a CUDA call fail on
+  # purpose: memcheck reports every failing API call as an error, so
+  # ImpossibleAllocationNamesTheCallAndDevice (a 1 PiB cudaMalloc, out of
+  # memory, then the error cleared) counts as errors although the test passes
+  # by getting that failure. Left out by name rather than by
+  # --check-api-memory-access or --report-api-errors=no, which would hide
+  # unexpected API errors everywhere else. The shared-memory checkers run over
+  # the kernels that use shared memory and warp synchronization (SumRows, the
+  # softmax).
+  deliberate_failures='CudaDeviceTest.ImpossibleAllocationNamesTheCallAndDevice'
   for tool in memcheck racecheck synccheck; do
-    filter='*'
+    filter="*-$deliberate_failures"
     [[ "$tool" != memcheck ]] && filter='CudaDeviceTest.*Kernels*:CudaDeviceTest.Softmax*'
     # --target-processes all: in the bundle the program runs behind a wrapper.
     run "sanitizer_$tool" 1800 "$sanitizer" --tool "$tool" --error-exitcode 86 \
@@ -350,6 +397,18 @@ else
     record FAIL sanitizer_memcheck_cudnn "$(grep -m 1 'ERROR SUMMARY' "$logs/sanitizer_memcheck_cudnn.log")"
   else
     record FAIL sanitizer_memcheck_cudnn "$(why_failed 1800 sanitizer_memcheck_cudnn)"
+  fi
+  # memcheck over every layer on the GPU at ResNet-18's shapes (the batch norm
+  # kernels over more rows and channels than one block covers among them).
+  run sanitizer_memcheck_layers 1800 "$sanitizer" --tool memcheck \
+    --error-exitcode 86 --target-processes all \
+    "$(program layer_reference_test)" '--gtest_filter=*/cuda'
+  if ((rc == 0)); then
+    record PASS sanitizer_memcheck_layers "layer_reference_test --gtest_filter=*/cuda: no errors"
+  elif ((rc == 86)); then
+    record FAIL sanitizer_memcheck_layers "$(grep -m 1 'ERROR SUMMARY' "$logs/sanitizer_memcheck_layers.log")"
+  else
+    record FAIL sanitizer_memcheck_layers "$(why_failed 1800 sanitizer_memcheck_layers)"
   fi
 fi
 

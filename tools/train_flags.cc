@@ -34,6 +34,11 @@ ABSL_FLAG(std::string, compression, "none",
           "pairs, with error feedback), onebit (scaled signs, with error "
           "feedback)");
 ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu or cuda");
+ABSL_FLAG(std::string, precision, "fp32",
+          "arithmetic of matrix products and convolutions: fp32 (float32 "
+          "throughout, on every device; what parity checks use) or tf32 "
+          "(--device=cuda: cuBLAS and cuDNN may use TF32 tensor cores, as "
+          "PyTorch's convolutions do by default); bf16 is not built yet");
 ABSL_FLAG(std::string, gpus, "",
           "with --device=cuda: comma-separated GPU indices (among the visible "
           "GPUs, after CUDA_VISIBLE_DEVICES) for this machine's local ranks; "
@@ -610,6 +615,8 @@ absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank,
                                                      int local_world) {
   DeviceOptions options;
   ASSIGN_OR_RETURN(options.type, ParseDeviceType(absl::GetFlag(FLAGS_device)));
+  ASSIGN_OR_RETURN(options.precision,
+                   ParsePrecision(absl::GetFlag(FLAGS_precision)));
   options.gpu_index = local_rank;
   // Only a CUDA run reads --gpus, so a CPU run is not refused for it.
   if (options.type == DeviceType::kCuda) {

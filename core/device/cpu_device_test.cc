@@ -429,6 +429,37 @@ TEST(CreateDeviceTest, CpuThreadsAndErrors) {
 #endif
 }
 
+TEST(ParsePrecisionTest, NamesAndErrors) {
+  EXPECT_EQ(*ParsePrecision("fp32"), Precision::kFp32);
+  EXPECT_EQ(*ParsePrecision("TF32"), Precision::kTf32);
+  EXPECT_STREQ(PrecisionName(Precision::kTf32), "tf32");
+  // Mixed precision is named as not built, with what it lacks.
+  auto bf16 = ParsePrecision("bf16");
+  ASSERT_FALSE(bf16.ok());
+  EXPECT_EQ(bf16.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(bf16.status().message().find("not built yet"), std::string::npos)
+      << bf16.status();
+  EXPECT_NE(bf16.status().message().find("fp32 or tf32"), std::string::npos)
+      << bf16.status();
+  auto bad = ParsePrecision("fp16");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--precision=fp16"), std::string::npos);
+}
+
+// TF32 is a tensor-core format: the CPU device refuses it rather than
+// silently computing in fp32 under a tf32 label.
+TEST(ParsePrecisionTest, CpuDeviceRefusesTf32) {
+  DeviceOptions options;
+  options.precision = Precision::kTf32;
+  auto device = CreateDevice(options);
+  ASSERT_FALSE(device.ok());
+  EXPECT_EQ(device.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(device.status().message().find("--precision=tf32"),
+            std::string::npos)
+      << device.status();
+}
+
 TEST(ParseDeviceTypeTest, NamesAndErrors) {
   EXPECT_EQ(*ParseDeviceType("cpu"), DeviceType::kCpu);
   EXPECT_EQ(*ParseDeviceType("cuda"), DeviceType::kCuda);

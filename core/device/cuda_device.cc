@@ -115,7 +115,7 @@ CudaEvent::~CudaEvent() {
 // ---------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(
-    int gpu_index, bool reference_convolutions) {
+    int gpu_index, bool reference_convolutions, Precision precision) {
   const std::string name = absl::StrCat("cuda:", gpu_index);
   int count = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count), name);
@@ -138,17 +138,18 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(
         "-gencode for it in core/BUILD"));
   }
   std::unique_ptr<CudaDevice> device(
-      new CudaDevice(gpu_index, properties, reference_convolutions));
+      new CudaDevice(gpu_index, properties, reference_convolutions, precision));
   RETURN_IF_ERROR(device->Initialize());
   return device;
 }
 
 CudaDevice::CudaDevice(int gpu_index, const cudaDeviceProp& properties,
-                       bool reference_convolutions)
+                       bool reference_convolutions, Precision precision)
     : gpu_index_(gpu_index),
       properties_(properties),
       name_(absl::StrCat("cuda:", gpu_index)),
-      reference_convolutions_(reference_convolutions) {}
+      reference_convolutions_(reference_convolutions),
+      precision_(precision) {}
 
 absl::Status CudaDevice::Initialize() {
   // Non-blocking: the stream never waits for the legacy default stream (which
@@ -157,11 +158,16 @@ absl::Status CudaDevice::Initialize() {
       cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), name_);
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_), name_);
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_), name_);
-  // Plain FP32 products, as PyTorch's default (allow_tf32 = False for
-  // matmul) and the CPU backend: TF32 would change results in the fourth
-  // digit and break the parity checks.
-  CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH),
-                         name_);
+  // fp32: plain FP32 products, as PyTorch's default for matmul (allow_tf32 =
+  // False) and the CPU backend: TF32 would change results in the fourth
+  // digit and break the parity checks. tf32: TF32 tensor cores allowed.
+  if (precision_ == Precision::kTf32) {
+    CUBLAS_RETURN_IF_ERROR(
+        cublasSetMathMode(cublas_, CUBLAS_TF32_TENSOR_OP_MATH), name_);
+  } else {
+    CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH),
+                           name_);
+  }
   {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(AddBlock(kBlockBytes));
@@ -177,7 +183,7 @@ absl::Status CudaDevice::Initialize() {
                                   properties_.totalGlobalMem / 1073741824.0)
                << ", compute capability " << properties_.major << "."
                << properties_.minor << ", " << properties_.multiProcessorCount
-               << " SMs";
+               << " SMs, --precision=" << PrecisionName(precision_);
   return absl::OkStatus();
 }
 
@@ -362,6 +368,62 @@ absl::Status CudaDevice::WaitEvent(cudaEvent_t event) {
   RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, event, 0), name_);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceClock>> CudaDevice::CreateClock(
+    int marks) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaDeviceClock> clock,
+                   CudaDeviceClock::Create(*this, marks));
+  return std::unique_ptr<DeviceClock>(std::move(clock));
+}
+
+// --- CudaDeviceClock --------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<CudaDeviceClock>> CudaDeviceClock::Create(
+    CudaDevice& device, int marks) {
+  if (marks < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        device.name(), ": a device clock needs marks >= 0, not ", marks));
+  }
+  RETURN_IF_ERROR(device.MakeCurrent());
+  std::unique_ptr<CudaDeviceClock> clock(new CudaDeviceClock(device));
+  clock->events_.reserve(marks);
+  for (int i = 0; i < marks; ++i) {
+    ASSIGN_OR_RETURN(CudaEvent event,
+                     CudaEvent::Create(device.name(), /*timing=*/true));
+    clock->events_.push_back(std::move(event));
+  }
+  clock->recorded_.assign(marks, false);
+  return clock;
+}
+
+absl::Status CudaDeviceClock::Record(int index) {
+  RETURN_IF_ERROR(CheckMarkIndex(index, marks()));
+  RETURN_IF_ERROR(device_.MakeCurrent());
+  RETURN_IF_ERROR(CudaCallStatus(
+      cudaEventRecord(events_[index].get(), device_.stream()),
+      absl::StrCat("cudaEventRecord(clock mark ", index, ", compute stream)"),
+      device_.name()));
+  recorded_[index] = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> CudaDeviceClock::ElapsedMs(int from, int to) {
+  RETURN_IF_ERROR(device_.MakeCurrent());
+  for (int index : {from, to}) {
+    RETURN_IF_ERROR(CheckMarkIndex(index, marks()));
+    if (!recorded_[index]) return MarkNotRecorded(index);
+    RETURN_IF_ERROR(CudaCallStatus(
+        cudaEventSynchronize(events_[index].get()),
+        absl::StrCat("cudaEventSynchronize(clock mark ", index, ")"),
+        device_.name()));
+  }
+  float ms = 0;
+  RETURN_IF_ERROR(CudaCallStatus(
+      cudaEventElapsedTime(&ms, events_[from].get(), events_[to].get()),
+      absl::StrCat("cudaEventElapsedTime(clock marks ", from, " -> ", to, ")"),
+      device_.name()));
+  return static_cast<double>(ms);
 }
 
 // --- Math -------------------------------------------------------------------
@@ -590,7 +652,8 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(
                     absl::StrCat("--device=cuda, local rank ", local_rank));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
-                   CudaDevice::Create(*gpu, options.reference_convolutions));
+                   CudaDevice::Create(*gpu, options.reference_convolutions,
+                                      options.precision));
   GS_LOG(INFO) << "local rank " << local_rank << " computes on "
                << device->name() << " (" << visible << " GPU(s) visible)";
   return std::unique_ptr<Device>(std::move(device));

@@ -79,6 +79,31 @@ class CudaEvent {
 };
 
 class CudnnContext;
+class CudaDevice;
+
+// A DeviceClock (device_clock.h) of timing events on a CudaDevice's compute
+// stream. Record is cudaEventRecord: it queues the mark behind all work
+// queued so far and returns at once. ElapsedMs waits for both events
+// (cudaEventSynchronize, which returns at once when the stream has passed
+// them) and reads cudaEventElapsedTime (about half a microsecond of
+// resolution). Every CUDA call is checked; its error names the call, the
+// device and the mark.
+class CudaDeviceClock : public DeviceClock {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaDeviceClock>> Create(
+      CudaDevice& device, int marks);
+
+  int marks() const override { return static_cast<int>(events_.size()); }
+  absl::Status Record(int index) override;
+  absl::StatusOr<double> ElapsedMs(int from, int to) override;
+
+ private:
+  explicit CudaDeviceClock(CudaDevice& device) : device_(device) {}
+
+  CudaDevice& device_;
+  std::vector<CudaEvent> events_;
+  std::vector<bool> recorded_;
+};
 
 class CudaDevice : public Device {
  public:
@@ -87,8 +112,13 @@ class CudaDevice : public Device {
   // the first arena block. `reference_convolutions` (test-only, as
   // DeviceOptions's): CreateConvolution returns none, so layers run im2col +
   // cuBLAS instead of cuDNN.
+  // `precision`: kTf32 lets cuBLAS (CUBLAS_TF32_TENSOR_OP_MATH) and cuDNN
+  // (CUDNN_DEFAULT_MATH, PyTorch's choice with TF32 allowed) use TF32 tensor
+  // cores; kFp32 keeps plain FP32 products (CUBLAS_DEFAULT_MATH,
+  // CUDNN_FMA_MATH), which the parity tests need.
   static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(
-      int gpu_index, bool reference_convolutions = false);
+      int gpu_index, bool reference_convolutions = false,
+      Precision precision = Precision::kFp32);
   ~CudaDevice() override;
 
   CudaDevice(const CudaDevice&) = delete;
@@ -110,6 +140,10 @@ class CudaDevice : public Device {
   // Waits for the compute stream; returns the first error kept since the last
   // call (see the file comment) or the stream's own.
   absl::Status Synchronize() override;
+  // `marks` timing events (CudaEvent::Create with timing on), created here
+  // at set-up; a mark is recorded on the compute stream, so it times the
+  // GPU's work, not the host's queueing of it (CudaDeviceClock).
+  absl::StatusOr<std::unique_ptr<DeviceClock>> CreateClock(int marks) override;
 
   void Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
             float alpha, const float* a, const float* b, float beta,
@@ -163,6 +197,7 @@ class CudaDevice : public Device {
 
   // --- For strategies and benchmarks ----------------------------------------
   int gpu_index() const { return gpu_index_; }
+  Precision precision() const { return precision_; }
   // Every kernel, cuBLAS call and copy of this device runs on this stream, in
   // the order it was queued. Non-blocking: it never waits for the legacy
   // default stream, so work on it must be ordered with events, not by
@@ -195,7 +230,7 @@ class CudaDevice : public Device {
   };
 
   CudaDevice(int gpu_index, const cudaDeviceProp& properties,
-             bool reference_convolutions);
+             bool reference_convolutions, Precision precision);
   absl::Status Initialize();
   // A new arena block of at least `bytes`, zero-filled.
   absl::Status AddBlock(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -209,6 +244,7 @@ class CudaDevice : public Device {
   cublasHandle_t cublas_ = nullptr;
   double* loss_partials_ = nullptr;  // cuda_kernels::kMaxLossPartials doubles
   const bool reference_convolutions_;
+  const Precision precision_;
   // Made at the first CreateConvolution (set-up, one thread).
   std::unique_ptr<CudnnContext> cudnn_;
 

@@ -4,6 +4,7 @@
 // CUDA build links. A CPU build has one skipped test and one that checks the
 // refusal of --device=cuda.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -436,6 +437,110 @@ TEST_F(CudaDeviceTest, EventsOrderOtherStreamsAfterQueuedWork) {
   EXPECT_EQ(Download(*cuda_, buffer + count - 4, 4),
             std::vector<float>(4, 0.0f));
   cudaStreamDestroy(other);
+}
+
+// The device's clock times the GPU's work, not the host's queueing: marks
+// are events on the compute stream, reached in stream order, and no span
+// between them is longer than the host's window around the work.
+TEST_F(CudaDeviceTest, ClockMarksTimeTheWorkOnTheComputeStream) {
+  auto made = cuda_->CreateClock(4);
+  ASSERT_TRUE(made.ok()) << made.status();
+  DeviceClock& clock = **made;
+  EXPECT_EQ(clock.marks(), 4);
+  EXPECT_EQ(clock.Record(4).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(clock.ElapsedMs(0, 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  const int n = 2048;  // a few milliseconds of GEMM on any GPU
+  float* a = *cuda_->Allocate<float>(int64_t{n} * n);
+  float* c = *cuda_->Allocate<float>(int64_t{n} * n);
+  cuda_->Fill(a, int64_t{n} * n, 0.5f);
+  ASSERT_TRUE(cuda_->Synchronize().ok());
+
+  const auto host_start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(clock.Record(0).ok());
+  cuda_->Gemm(false, false, n, n, n, 1.0f, a, a, 0.0f, c);
+  ASSERT_TRUE(clock.Record(1).ok());
+  for (int i = 0; i < 4; ++i)
+    cuda_->Gemm(false, true, n, n, n, 1.0f, a, a, 0.0f, c);
+  ASSERT_TRUE(clock.Record(2).ok());
+  const absl::Status synced = cuda_->Synchronize();
+  ASSERT_TRUE(synced.ok()) << synced;
+  const double host_ms = std::chrono::duration<double, std::milli>(
+                             std::chrono::steady_clock::now() - host_start)
+                             .count();
+  ASSERT_TRUE(clock.Record(3).ok());  // an idle stream: reached at once
+
+  auto first = clock.ElapsedMs(0, 1);
+  auto gemms = clock.ElapsedMs(0, 2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(gemms.ok()) << gemms.status();
+  EXPECT_GT(*first, 0.0);
+  EXPECT_GT(*gemms, *first);
+  EXPECT_LE(*gemms, host_ms);
+  auto backwards = clock.ElapsedMs(2, 0);
+  ASSERT_TRUE(backwards.ok()) << backwards.status();
+  EXPECT_NEAR(*backwards, -*gemms, 1e-3);
+  auto after = clock.ElapsedMs(2, 3);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_GE(*after, 0.0);
+  // The GEMMs' results are right: the marks did not reorder the stream.
+  EXPECT_EQ(Download(*cuda_, c, 1)[0], 0.25f * n);
+}
+
+// --precision=tf32: cuBLAS and cuDNN run with tensor-core math allowed, and
+// their results stay within TF32's rounding (10 mantissa bits) of the fp32
+// device's; the fp32 device is unchanged by it.
+TEST_F(CudaDeviceTest, Tf32DeviceRunsProductsAndConvolutionsNearFp32) {
+  auto made = CudaDevice::Create(0, false, Precision::kTf32);
+  ASSERT_TRUE(made.ok()) << made.status();
+  CudaDevice& tf32 = **made;
+  EXPECT_EQ(tf32.precision(), Precision::kTf32);
+  EXPECT_EQ(cuda_->precision(), Precision::kFp32);
+
+  const int n = 256;
+  const std::vector<float> a = RandomVector(int64_t{n} * n, 61);
+  const std::vector<float> b = RandomVector(int64_t{n} * n, 62);
+  std::vector<float> products[2];
+  CudaDevice* devices[2] = {cuda_.get(), &tf32};
+  for (int d = 0; d < 2; ++d) {
+    float* c = *devices[d]->Allocate<float>(int64_t{n} * n);
+    devices[d]->Gemm(false, true, n, n, n, 1.0f, Upload(*devices[d], a),
+                     Upload(*devices[d], b), 0.0f, c);
+    products[d] = Download(*devices[d], c, int64_t{n} * n);
+  }
+  // A sum of 256 products of values in [-1, 1): TF32's relative rounding of
+  // each input, 2^-11, over the sum of magnitudes.
+  ExpectClose(products[0], products[1], 256 * 0.25f * 2 * 0x1.0p-11f,
+              "tf32 gemm");
+
+  ConvGeometry g;
+  g.batch = 2;
+  g.channels = 64;
+  g.height = g.width = 8;
+  g.kernel = 3;
+  g.stride = 1;
+  g.padding = 1;
+  g.out_height = g.out_width = 8;
+  g.input = NhwcLayout(64, 8, 8);
+  const int out = 64;
+  const std::vector<float> x = RandomVector(g.input_count(), 63);
+  const std::vector<float> w = RandomVector(int64_t{out} * 64 * 9, 64);
+  const int64_t y_count = g.column_rows() * out;
+  std::vector<float> outputs[2];
+  for (int d = 0; d < 2; ++d) {
+    auto kernel = devices[d]->CreateConvolution(g, out);
+    ASSERT_TRUE(kernel.ok()) << kernel.status();
+    ASSERT_NE(*kernel, nullptr);
+    float* y = *devices[d]->Allocate<float>(y_count);
+    (*kernel)->Forward(Upload(*devices[d], x), Upload(*devices[d], w), y);
+    const absl::Status synced = devices[d]->Synchronize();
+    ASSERT_TRUE(synced.ok()) << synced;
+    outputs[d] = Download(*devices[d], y, y_count);
+  }
+  // 576 products per output.
+  ExpectClose(outputs[0], outputs[1], 576 * 0.25f * 2 * 0x1.0p-11f,
+              "tf32 convolution");
 }
 
 TEST_F(CudaDeviceTest, AsCudaDeviceTellsBackendsApart) {

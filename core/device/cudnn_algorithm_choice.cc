@@ -21,7 +21,7 @@ absl::StatusOr<ConvolutionAlgorithmResult> PickConvolutionAlgorithm(
                 ? "not supported"
                 : absl::StrCat("not supported (", result.unsupported_because,
                                ")");
-    } else if (result.tensor_core_math) {
+    } else if (result.tensor_core_math && !policy.allow_tensor_core_math) {
       why = "tensor-core math";
     } else if (result.workspace_bytes > policy.workspace_limit) {
       why = absl::StrCat("workspace ", result.workspace_bytes, " bytes");

@@ -34,6 +34,9 @@ struct ConvolutionAlgorithmResult {
   // Whether the algorithm uses tensor-core math (TF32 for FP32 data), which
   // rounds products to 10 mantissa bits and so breaks parity with the CPU.
   bool tensor_core_math = false;
+  // cuDNN's math type of the result (cudnnMathType_t), which the convolution
+  // descriptor must carry when the algorithm runs with tensor-core math.
+  int math_type = 0;
 };
 
 struct ConvolutionAlgorithmPolicy {
@@ -43,11 +46,14 @@ struct ConvolutionAlgorithmPolicy {
   // gradient algorithms 0 and 3 add with atomics). Off by default, as in
   // PyTorch (torch.backends.cudnn.deterministic = False).
   bool require_deterministic = false;
+  // --precision=tf32: algorithms with tensor-core math qualify too.
+  bool allow_tensor_core_math = false;
 };
 
 // The algorithm to run: among the supported results without tensor-core
-// math, within the workspace limit (and deterministic if required), the
-// fastest measured one if any was measured, else the first in the given order
+// math (unless the policy allows it), within the workspace limit (and
+// deterministic if required), the fastest measured one if any was measured,
+// else the first in the given order
 // (cuDNN's heuristics list the expected-fastest first). FailedPrecondition
 // naming `what` (the direction and shape) and why each result was refused
 // when none qualifies.

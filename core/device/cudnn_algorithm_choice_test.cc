@@ -60,6 +60,27 @@ TEST(PickConvolutionAlgorithmTest, RefusesUnsupportedTensorCoreAndRandom) {
             3);
 }
 
+// --precision=tf32: tensor-core algorithms qualify, and the fastest wins;
+// unsupported ones stay refused.
+TEST(PickConvolutionAlgorithmTest, Tf32PolicyAllowsTensorCoreMath) {
+  ConvolutionAlgorithmResult unsupported = Result(7, 0, 0.1f);
+  unsupported.supported = false;
+  ConvolutionAlgorithmResult tf32 = Result(1, 0, 0.2f);
+  tf32.tensor_core_math = true;
+  tf32.math_type = 1;
+  const ConvolutionAlgorithmResult plain = Result(3, 0, 0.9f);
+  ConvolutionAlgorithmPolicy policy = Limit(0);
+  policy.allow_tensor_core_math = true;
+  auto picked =
+      PickConvolutionAlgorithm({unsupported, tf32, plain}, policy, "x");
+  ASSERT_TRUE(picked.ok()) << picked.status();
+  EXPECT_EQ(picked->algorithm, 1);
+  EXPECT_EQ(picked->math_type, 1);
+  EXPECT_EQ(PickConvolutionAlgorithm({unsupported, tf32, plain}, Limit(0), "x")
+                ->algorithm,
+            3);
+}
+
 TEST(PickConvolutionAlgorithmTest, NoneQualifiesNamesEachReason) {
   ConvolutionAlgorithmResult unsupported = Result(7, 0);
   unsupported.supported = false;

@@ -13,8 +13,11 @@
 namespace gradsync {
 namespace {
 
-// Plain products: no TF32 (see the header).
-constexpr cudnnMathType_t kMath = CUDNN_FMA_MATH;
+// fp32: plain products, no TF32 (see the header). tf32: cuDNN may pick
+// tensor-core kernels, PyTorch's math type for float32 with allow_tf32.
+cudnnMathType_t MathType(Precision precision) {
+  return precision == Precision::kTf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
 
 cudnnStatus_t SetTensor(cudnnTensorDescriptor_t descriptor,
                         const CudnnTensorShape& shape) {
@@ -46,6 +49,7 @@ std::vector<ConvolutionAlgorithmResult> ToResults(const Perf* perf, int count,
     result.tensor_core_math =
         perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
         perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    result.math_type = static_cast<int>(perf[i].mathType);
     if (result.supported) {
       size_t bytes = 0;
       const absl::Status status =
@@ -122,8 +126,10 @@ absl::Status CudnnConvolution::Build() {
           plan_.stride[1], plan_.dilation[0], plan_.dilation[1],
           CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
       where_);
-  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, kMath),
-                        where_);
+  CUDNN_RETURN_IF_ERROR(
+      cudnnSetConvolutionMathType(convolution_,
+                                  MathType(context_.device().precision())),
+      where_);
 
   // cuDNN's idea of the output must be the layer's (the plan's test checks
   // the formulas agree; this checks cuDNN does).
@@ -158,6 +164,15 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
   const cudnnHandle_t handle = context_.handle();
   ConvolutionAlgorithmPolicy policy;
   policy.workspace_limit = context_.workspace_limit();
+  const bool tf32 = context_.device().precision() == Precision::kTf32;
+  policy.allow_tensor_core_math = tf32;
+  // cuDNN decides tensor-core use from the algorithm and the descriptor's
+  // math type together, so each direction runs with its result's type (as
+  // PyTorch does); fp32 keeps CUDNN_FMA_MATH whatever the result says.
+  auto math_of = [tf32](const ConvolutionAlgorithmResult& picked) {
+    return tf32 ? static_cast<cudnnMathType_t>(picked.math_type)
+                : CUDNN_FMA_MATH;
+  };
 
   {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -179,6 +194,7 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
     forward_algorithm_ =
         static_cast<cudnnConvolutionFwdAlgo_t>(picked.algorithm);
     forward_workspace_ = picked.workspace_bytes;
+    forward_math_ = math_of(picked);
   }
   {
     cudnnConvolutionBwdDataAlgoPerf_t
@@ -203,6 +219,7 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
     input_algorithm_ =
         static_cast<cudnnConvolutionBwdDataAlgo_t>(picked.algorithm);
     input_workspace_ = picked.workspace_bytes;
+    input_math_ = math_of(picked);
   }
   {
     cudnnConvolutionBwdFilterAlgoPerf_t
@@ -227,6 +244,7 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
     weight_algorithm_ =
         static_cast<cudnnConvolutionBwdFilterAlgo_t>(picked.algorithm);
     weight_workspace_ = picked.workspace_bytes;
+    weight_math_ = math_of(picked);
   }
   return absl::OkStatus();
 }
@@ -272,6 +290,8 @@ absl::Status CudnnConvolution::RunForward(const float* x, const float* weight,
   ASSIGN_OR_RETURN(const float* filter, WeightAsKrsc(weight));
   const float one = 1.0f, zero = 0.0f;
   CUDNN_RETURN_IF_ERROR(
+      cudnnSetConvolutionMathType(convolution_, forward_math_), where_);
+  CUDNN_RETURN_IF_ERROR(
       cudnnConvolutionForward(context_.handle(), &one, input_, input, filter_,
                               filter, convolution_, forward_algorithm_,
                               context_.scratch(CudnnContext::kWorkspace),
@@ -288,6 +308,8 @@ absl::Status CudnnConvolution::RunBackwardWeights(const float* x,
   float* krsc_grad =
       static_cast<float*>(context_.scratch(CudnnContext::kWeightGrad));
   const float one = 1.0f, zero = 0.0f;
+  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, weight_math_),
+                        where_);
   CUDNN_RETURN_IF_ERROR(
       cudnnConvolutionBackwardFilter(
           context_.handle(), &one, input_, input, output_, dy, convolution_,
@@ -311,6 +333,8 @@ absl::Status CudnnConvolution::RunBackwardInput(const float* dy,
           ? static_cast<float*>(context_.scratch(CudnnContext::kInput))
           : dx;
   const float one = 1.0f, zero = 0.0f;
+  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, input_math_),
+                        where_);
   CUDNN_RETURN_IF_ERROR(
       cudnnConvolutionBackwardData(context_.handle(), &one, filter_, filter,
                                    output_, dy, convolution_, input_algorithm_,

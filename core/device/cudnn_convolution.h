@@ -11,9 +11,11 @@
 //
 // Algorithms (cudnn_algorithm_choice.h): cuDNN's heuristics
 // (cudnnGetConvolution*Algorithm_v7), each candidate's workspace asked of
-// cuDNN, FP32 math only (CUDNN_FMA_MATH: no TF32, as cuBLAS here and PyTorch's
-// default for convolutions with allow_tf32 off), the workspace bounded by the
-// context's limit and shared between layers.
+// cuDNN; with --precision=fp32 (the default) FP32 math only (CUDNN_FMA_MATH:
+// no TF32, as cuBLAS here and PyTorch with allow_tf32 off), with tf32
+// CUDNN_DEFAULT_MATH and tensor-core algorithms allowed, each direction run
+// with its algorithm's math type; the workspace bounded by the context's limit
+// and shared between layers.
 //
 // Errors: making the kernel returns a status naming the shape; a failed call
 // while running is kept by the device (CudaDevice::Record) and returned by its
@@ -82,6 +84,10 @@ class CudnnConvolution : public ConvolutionKernel {
   cudnnConvolutionFwdAlgo_t forward_algorithm_{};
   cudnnConvolutionBwdDataAlgo_t input_algorithm_{};
   cudnnConvolutionBwdFilterAlgo_t weight_algorithm_{};
+  // The math type each direction runs with (set on convolution_ before it).
+  cudnnMathType_t forward_math_ = CUDNN_FMA_MATH;
+  cudnnMathType_t input_math_ = CUDNN_FMA_MATH;
+  cudnnMathType_t weight_math_ = CUDNN_FMA_MATH;
   size_t forward_workspace_ = 0;
   size_t input_workspace_ = 0;
   size_t weight_workspace_ = 0;

@@ -23,6 +23,12 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
     const DeviceOptions& options) {
   switch (options.type) {
     case DeviceType::kCpu:
+      if (options.precision != Precision::kFp32) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--precision=", PrecisionName(options.precision),
+            " is a CUDA setting (TF32 tensor cores); the CPU device computes "
+            "in fp32: leave --precision out or pass --precision=fp32"));
+      }
       if (options.cpu_threads < 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("CPU thread count ", options.cpu_threads,
@@ -53,6 +59,32 @@ absl::StatusOr<DeviceType> ParseDeviceType(const std::string& name) {
   if (lower == "cuda") return DeviceType::kCuda;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown --device=", name, "; choose cpu or cuda"));
+}
+
+absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "fp32") return Precision::kFp32;
+  if (lower == "tf32") return Precision::kTf32;
+  if (lower == "bf16") {
+    return absl::UnimplementedError(
+        "--precision=bf16 (mixed precision) is not built yet: it needs bf16 "
+        "activations and bf16 inputs to cuBLAS and cuDNN, bf16 kernels for "
+        "batch norm, ReLU, pooling and the loss, float32 master weights with "
+        "a cast each step, and float32 accumulation in every reduction; choose "
+        "fp32 or tf32");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --precision=", name, "; choose fp32 or tf32"));
+}
+
+const char* PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kTf32:
+      return "tf32";
+  }
+  return "unknown";
 }
 
 }  // namespace gradsync

@@ -19,11 +19,20 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/device/convolution_kernel.h"
+#include "core/device/device_clock.h"
 #include "core/device/layer_geometry.h"
 
 namespace gradsync {
 
 enum class DeviceType { kCpu, kCuda };
+
+// The arithmetic of matrix products and convolutions (--precision).
+//   kFp32: float32 products and sums throughout, on every device: what the
+//     parity tests hold the devices to.
+//   kTf32: CUDA only: cuBLAS and cuDNN may use TF32 tensor cores for float32
+//     data (inputs rounded to 10 mantissa bits, float32 sums), as PyTorch
+//     does for convolutions by default (torch.backends.cudnn.allow_tf32).
+enum class Precision { kFp32, kTf32 };
 
 struct AdamState {
   float beta1 = 0.9f;
@@ -57,6 +66,17 @@ class Device {
   virtual void CopyOnDevice(float* dst, const float* src, int64_t count) = 0;
   // Waits for all queued work.
   virtual absl::Status Synchronize() = 0;
+
+  // A clock of `marks` marks on this device's timeline (device_clock.h), made
+  // at set-up: on CUDA, timing events on the compute stream; here, for a
+  // device that runs its work on the calling thread, the host's steady clock.
+  virtual absl::StatusOr<std::unique_ptr<DeviceClock>> CreateClock(int marks) {
+    if (marks < 0) {
+      return absl::InvalidArgumentError("a device clock needs marks >= 0");
+    }
+    return std::unique_ptr<DeviceClock>(
+        std::make_unique<HostDeviceClock>(marks));
+  }
 
   // --- Math -----------------------------------------------------------------
   // c[m×n] = alpha · op(a) · op(b) + beta · c, with op(a) m×k and op(b) k×n.
@@ -169,6 +189,8 @@ struct DeviceOptions {
   // Test-only, CPU: batch normalisation through the loops over kernel_math.h
   // (the CUDA kernels' arithmetic) instead of oneDNN's primitives.
   bool reference_batch_norm = false;
+  // kTf32 is refused on the CPU, which has no TF32 arithmetic.
+  Precision precision = Precision::kFp32;
 };
 
 // Creates the device named by `options`; CUDA is an error in a build without
@@ -177,5 +199,11 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
     const DeviceOptions& options);
 
 absl::StatusOr<DeviceType> ParseDeviceType(const std::string& name);
+
+// --precision: "fp32" or "tf32". "bf16" (mixed precision) is refused with
+// what it still lacks.
+absl::StatusOr<Precision> ParsePrecision(const std::string& name);
+// "fp32" or "tf32", as the flag spells it.
+const char* PrecisionName(Precision precision);
 
 }  // namespace gradsync

@@ -1,7 +1,9 @@
 // One model code, two devices: the same MLP, data and optimizer on the CPU and
 // the CUDA backend agree step by step within float32 rounding; the CUDA
 // device's cuDNN convolutions agree with a direct convolution, layer by layer,
-// and whole CNN and ResNet-18 steps with the CPU's oneDNN ones. This is what
+// and whole CNN and ResNet-18 steps with the CPU's oneDNN ones (ResNet-18's
+// deep gradients as a wiring check: layer_reference_test holds each kernel
+// to float64). This is what
 // lets a GPU run of any strategy be compared with the CPU reference. Runs only
 // in CUDA builds with a visible GPU; skips otherwise.
 #include <algorithm>
@@ -565,8 +567,19 @@ TEST(CudnnConvolutionErrorTest, BadGeometryNamesTheShape) {
               ::testing::HasSubstr("2x3x8x8 (NHWC) -> 4"));
 }
 
-// A whole model's step: loss, every gradient, the running statistics and
-// evaluation's logits agree within float rounding.
+// A whole model's step on both devices: loss, running statistics and
+// evaluation's logits agree within float rounding, and so do the CNN's
+// gradients. ResNet-18's gradients below its head do not, on any pair of
+// correct implementations: batch norm in training mode at batch 16 through
+// 18 layers amplifies rounding far beyond any fixed tolerance (PyTorch's own
+// CPU and GPU differ there by more than this test used to allow, and each
+// differs from a float64 reference: issue 39). So for ResNet-18 each kernel is
+// held to a float64 reference at the model's shapes, on each device
+// (layer_reference_test), and this step checks what only a whole step can:
+// that the layers are wired alike. The head's gradients (fc) are held as
+// tightly as the loss; every other tensor's gradient must agree with the
+// CPU's within a fifth of its norm, which a swapped, missing or misrouted
+// gradient misses by about its whole norm.
 class ConvolutionalModelParityTest
     : public ::testing::TestWithParam<std::string> {};
 
@@ -621,12 +634,26 @@ TEST_P(ConvolutionalModelParityTest, OneStepAgreesOnCpuAndCuda) {
     logits[d] = Download(*device, device_logits, int64_t{batch} * 10);
   }
   EXPECT_NEAR(loss[0], loss[1], 1e-4f * std::max(1.0f, loss[0]));
+  const bool deep = GetParam() == "resnet18";
   for (const ParamInfo& info : layout->params()) {
-    ExpectClose(std::vector<float>(grads[0].begin() + info.offset,
-                                   grads[0].begin() + info.offset + info.numel),
-                std::vector<float>(grads[1].begin() + info.offset,
-                                   grads[1].begin() + info.offset + info.numel),
-                1e-3f, info.spec.name);
+    const std::vector<float> cpu(grads[0].begin() + info.offset,
+                                 grads[0].begin() + info.offset + info.numel);
+    const std::vector<float> cuda(grads[1].begin() + info.offset,
+                                  grads[1].begin() + info.offset + info.numel);
+    if (!deep) {
+      ExpectClose(cpu, cuda, 1e-3f, info.spec.name);
+    } else if (info.spec.name.rfind("fc.", 0) == 0) {
+      ExpectClose(cpu, cuda, 1e-4f, info.spec.name);
+    } else {
+      double difference = 0, norm = 0;
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        difference += (double{cpu[i]} - cuda[i]) * (double{cpu[i]} - cuda[i]);
+        norm += double{cpu[i]} * cpu[i];
+      }
+      EXPECT_LE(std::sqrt(difference), 0.2 * std::sqrt(norm) + 1e-30)
+          << info.spec.name << ": the devices' gradients differ by "
+          << std::sqrt(difference) << " of norm " << std::sqrt(norm);
+    }
   }
   ExpectClose(buffers[0], buffers[1], 1e-4f, "running statistics");
   ExpectClose(logits[0], logits[1], 1e-4f, "evaluation logits");

@@ -20,9 +20,11 @@ struct StepRecord {
   int64_t epoch = 0;
   double loss = 0;
   double step_ms = 0;     // whole step, data loading to optimizer
-  double compute_ms = 0;  // forward + backward (bucket hand-offs included)
-  double sync_wait_ms =
-      0;  // blocked in GradientSync::Finish: exposed communication
+  // Forward + backward (bucket hand-offs included), on the device's clock
+  // where the trainer runs it (docs/metrics.md).
+  double compute_ms = 0;
+  // Exposed communication: the wait for synchronization beyond compute.
+  double sync_wait_ms = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_recv = 0;
   double samples_per_s = 0;  // this rank's samples / step_ms

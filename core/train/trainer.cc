@@ -37,6 +37,7 @@
 #include "core/train/worker_trace.h"
 #include "core/train/sampler.h"
 #include "core/train/step_timeline.h"
+#include "core/train/step_timing.h"
 #include "nlohmann/json.hpp"
 
 namespace gradsync {
@@ -77,10 +78,8 @@ class Trainer {
   absl::Status CheckParamsAgree(const std::string& when);
   absl::Status TrainStep(const std::vector<int64_t>& indices, int64_t first,
                          int rows, int64_t epoch);
-  // What StepCore measured and read back.
+  // What StepCore read back.
   struct StepCoreResult {
-    double compute_ms = 0;
-    double sync_wait_ms = 0;
     StepStats stats;
     float loss = 0;
   };
@@ -89,12 +88,18 @@ class Trainer {
   // backward with each bucket handed to the strategy as it completes,
   // Finish (its error prefixed with `what`), the optimizer unless the
   // servers updated the parameters, and the loss read back (which waits for
-  // the device). `timeline` records it where tracing is on.
+  // the device). Records the step's marks on both clocks into `marks`
+  // (host times since `start`; per-tensor marks only where `timeline` is
+  // tracing), and the timeline's spans.
   absl::StatusOr<StepCoreResult> StepCore(const std::vector<int64_t>& indices,
                                           int64_t first, int rows,
                                           int64_t epoch, double straggle_ms,
                                           const std::string& what,
-                                          StepTimeline& timeline);
+                                          StepTimeline& timeline,
+                                          Clock::time_point start,
+                                          StepMarks& marks);
+  // The device's time of every mark the step recorded, since its first.
+  absl::Status ReadStepMarks(StepMarks& marks);
   // --autotune (trainer.h): the trials, the verdict from worker 0, and the
   // chosen cap in place; training state as it was before.
   absl::Status Autotune();
@@ -149,6 +154,16 @@ class Trainer {
   int64_t bucket_bytes_ = 0;              // the cap the layout was made with
   bool bucket_from_flag_ = false;         // --bucket_mb given
   std::unique_ptr<TraceRecorder> trace_;  // null unless --trace
+  // The device's clock (core/device/device_clock.h): the step's fixed marks,
+  // then one per bucket, then one per tensor (buckets never outnumber
+  // tensors, whatever --autotune regroups).
+  static constexpr int kStartMark = 0;
+  static constexpr int kComputeStartMark = 1;
+  static constexpr int kComputeEndMark = 2;
+  static constexpr int kSyncedMark = 3;
+  static constexpr int kFixedMarks = 4;
+  std::unique_ptr<DeviceClock> clock_;
+  StepMarks step_marks_;  // reused every step
   std::optional<Evaluator> evaluator_;
   std::optional<DistributedSampler> sampler_;
   std::optional<ImageAugmentation> augmentation_;  // of the training set
@@ -255,6 +270,10 @@ absl::Status Trainer::Setup() {
     bucket_size_.push_back(static_cast<int>(bucket.params.size()));
   }
   bucket_pending_ = bucket_size_;
+  ASSIGN_OR_RETURN(clock_,
+                   device_.CreateClock(
+                       kFixedMarks +
+                       2 * static_cast<int>(layout_->params().size())));
 
   // Published before the strategy's Setup so it can record its own spans.
   if (!options_.trace_path.empty()) trace_ = StartWorkerTrace(id_.rank);
@@ -396,24 +415,41 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   // An injected straggler (--straggler): as if its compute were slower.
   const double straggle_ms =
       SlownessDelayMs(options_.slowness, id_.rank, step_);
+  StepMarks& marks = step_marks_;
   ASSIGN_OR_RETURN(StepCoreResult core,
                    StepCore(indices, first, rows, epoch, straggle_ms,
                             absl::StrCat("worker ", id_.rank, " step ", step_),
-                            timeline));
+                            timeline, start, marks));
+  const double step_ms = MillisSince(start);
   const float loss = core.loss;
   if (!std::isfinite(loss)) {
     return absl::InternalError(
         absl::StrCat("loss is ", loss, " at step ", step_, " (epoch ", epoch,
                      "): training diverged; lower --lr"));
   }
+  // Every mark of the step is passed: the loss's copy waited for the device.
+  RETURN_IF_ERROR(ReadStepMarks(marks));
+  const StepTimes times = StepTimesFromMarks(marks);
+  timeline.UseTimes(times);
+  timeline.StepDone(step_, *layout_, sync_.UpdatesParameters());
+  if (!std::isfinite(loss)) {
+    return absl::InternalError(
+        absl::StrCat("loss is ", loss, " at step ", step_, " (epoch ", epoch,
+                     "): training diverged; lower --lr"));
+  }
+  RETURN_IF_ERROR(ReadStepMarks(marks));
+  const StepTimes times = StepTimesFromMarks(marks);
+  timeline.UseTimes(times);
+  timeline.StepDone(step_, *layout_, sync_.UpdatesParameters());
+
   StepRecord record;
   record.rank = id_.rank;
   record.step = step_;
   record.epoch = epoch;
   record.loss = loss;
-  record.step_ms = MillisSince(start);
-  record.compute_ms = core.compute_ms;
-  record.sync_wait_ms = core.sync_wait_ms;
+  record.step_ms = step_ms;
+  record.compute_ms = times.compute_ms;
+  record.sync_wait_ms = times.sync_wait_ms;
   record.bytes_sent = core.stats.bytes_sent;
   record.bytes_recv = core.stats.bytes_recv;
   record.samples_per_s = rows / (record.step_ms / 1000.0);
@@ -435,38 +471,80 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
 absl::StatusOr<Trainer::StepCoreResult> Trainer::StepCore(
     const std::vector<int64_t>& indices, int64_t first, int rows,
     int64_t epoch, double straggle_ms, const std::string& what,
-    StepTimeline& timeline) {
+    StepTimeline& timeline, Clock::time_point start, StepMarks& marks) {
+  // The step's marks on both clocks (step_timing.h); per-tensor marks only
+  // where the step is traced.
+  const int num_params = static_cast<int>(layout_->params().size());
+  marks.bucket_ready.assign(layout_->buckets().size(), StepMark());
+  marks.tensor_final.clear();
+  absl::Status mark_status;  // the first failure of a mark in the callback
+  auto mark = [&](int index, StepMark& at) {
+    at.host_ms = MillisSince(start);
+    if (mark_status.ok()) mark_status = clock_->Record(index);
+  };
+  mark(kStartMark, marks.start);
   RETURN_IF_ERROR(LoadBatch(indices, first, rows, epoch));
-  timeline.DataLoaded();
 
   // Hand each bucket to the strategy as soon as its last gradient is final.
   const std::vector<ParamInfo>& params = layout_->params();
   auto ready = [&](int param) {
     const int bucket = params[param].bucket;
-    timeline.GradientFinal(params[param].spec.name, bucket,
-                           bucket_pending_[bucket] == 1);
+    const bool completes_bucket = bucket_pending_[bucket] == 1;
+    // Marked before the hand-off: the gradient is final here on the
+    // device, and whatever the strategy queues for it comes after.
+    if (timeline.active()) {
+      const int tensor = static_cast<int>(marks.tensor_final.size());
+      marks.tensor_final.emplace_back();
+      mark(kFixedMarks + num_params + tensor, marks.tensor_final.back());
+    }
+    if (completes_bucket)
+      mark(kFixedMarks + bucket, marks.bucket_ready[bucket]);
+    timeline.GradientFinal(params[param].spec.name, bucket, completes_bucket);
     if (--bucket_pending_[bucket] == 0) sync_.BucketReady(bucket);
   };
   if (straggle_ms > 0) {
     std::this_thread::sleep_for(
         std::chrono::duration<double, std::milli>(straggle_ms));
   }
-  StepCoreResult result;
-  const Clock::time_point compute_start = Clock::now();
+  timeline.DataLoaded();
+  mark(kComputeStartMark, marks.compute_start);
   RETURN_IF_ERROR(model_.ForwardBackward(inputs_, labels_, rows, loss_, ready));
-  result.compute_ms = MillisSince(compute_start);
+  mark(kComputeEndMark, marks.compute_end);
   timeline.ComputeDone();
   RETURN_IF_ERROR(CheckEveryBucketHandedOver());
 
-  const Clock::time_point wait_start = Clock::now();
+  StepCoreResult result;
   RETURN_IF_ERROR(Annotate(sync_.Finish(result.stats), what));
-  result.sync_wait_ms = MillisSince(wait_start);
+  mark(kSyncedMark, marks.synced);
   timeline.SyncDone();
+  RETURN_IF_ERROR(
+      Annotate(mark_status, absl::StrCat(what, ": recording the device's clock")));
   if (!sync_.UpdatesParameters()) optimizer_->Step(params_, grads_, lr_);
-  timeline.StepDone(step_, *layout_, sync_.UpdatesParameters());
 
+  // Waits for the device: every mark of the step is passed after this, so
+  // reading them costs no further wait.
   RETURN_IF_ERROR(device_.CopyToHost(&result.loss, loss_, sizeof(float)));
   return result;
+}
+
+absl::Status Trainer::ReadStepMarks(StepMarks& marks) {
+  auto read = [this](int index, StepMark& at) -> absl::Status {
+    ASSIGN_OR_RETURN(at.device_ms, clock_->ElapsedMs(kStartMark, index));
+    return absl::OkStatus();
+  };
+  absl::Status status = read(kStartMark, marks.start);
+  if (status.ok()) status = read(kComputeStartMark, marks.compute_start);
+  if (status.ok()) status = read(kComputeEndMark, marks.compute_end);
+  if (status.ok()) status = read(kSyncedMark, marks.synced);
+  for (size_t b = 0; b < marks.bucket_ready.size() && status.ok(); ++b)
+    status = read(kFixedMarks + static_cast<int>(b), marks.bucket_ready[b]);
+  const int num_params = static_cast<int>(layout_->params().size());
+  for (size_t t = 0; t < marks.tensor_final.size() && status.ok(); ++t) {
+    status = read(kFixedMarks + num_params + static_cast<int>(t),
+                  marks.tensor_final[t]);
+  }
+  return Annotate(status, absl::StrCat("worker ", id_.rank, " step ", step_,
+                                       ": reading the device's clock"));
 }
 
 // The run's next batch, every time: trials compare caps, not data. Only
@@ -482,7 +560,7 @@ absl::StatusOr<double> Trainer::TrialStepMs(const TrainingSnapshot& saved) {
                            /*straggle_ms=*/0,
                            absl::StrCat("worker ", id_.rank,
                                         " --autotune trial step"),
-                           untraced)
+                           untraced, start, step_marks_)
                       .status());
   const double ms = MillisSince(start);
   RETURN_IF_ERROR(RestoreSnapshot(saved, device_, params_, *optimizer_, model_));
