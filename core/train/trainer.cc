@@ -432,15 +432,6 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   const StepTimes times = StepTimesFromMarks(marks);
   timeline.UseTimes(times);
   timeline.StepDone(step_, *layout_, sync_.UpdatesParameters());
-  if (!std::isfinite(loss)) {
-    return absl::InternalError(
-        absl::StrCat("loss is ", loss, " at step ", step_, " (epoch ", epoch,
-                     "): training diverged; lower --lr"));
-  }
-  RETURN_IF_ERROR(ReadStepMarks(marks));
-  const StepTimes times = StepTimesFromMarks(marks);
-  timeline.UseTimes(times);
-  timeline.StepDone(step_, *layout_, sync_.UpdatesParameters());
 
   StepRecord record;
   record.rank = id_.rank;
