@@ -77,14 +77,4 @@ absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
       absl::StrCat("unknown --precision=", name, "; choose fp32 or tf32"));
 }
 
-const char* PrecisionName(Precision precision) {
-  switch (precision) {
-    case Precision::kFp32:
-      return "fp32";
-    case Precision::kTf32:
-      return "tf32";
-  }
-  return "unknown";
-}
-
 }  // namespace gradsync

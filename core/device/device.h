@@ -203,7 +203,16 @@ absl::StatusOr<DeviceType> ParseDeviceType(const std::string& name);
 // --precision: "fp32" or "tf32". "bf16" (mixed precision) is refused with
 // what it still lacks.
 absl::StatusOr<Precision> ParsePrecision(const std::string& name);
-// "fp32" or "tf32", as the flag spells it.
-const char* PrecisionName(Precision precision);
+// "fp32" or "tf32", as the flag spells it. Inline: the CUDA backend, which
+// :device links after it, names the precision too.
+inline const char* PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kTf32:
+      return "tf32";
+  }
+  return "unknown";
+}
 
 }  // namespace gradsync
