@@ -21,9 +21,9 @@
 // servers out — rounded down to a power of two and held
 // within [kPreferredMinKeyBytes, kMaxKeyBytes]; then cut it by eighths (in 4
 // KiB units), down to kMinKeyBytes, until every server's bytes are within
-// kTargetImbalance of its target. On 2.5 MB in 32 tensors over 8 servers it
-// gives 64 KiB, the key size that reached the α–β model at 100 Mbit/s
-// (docs/results/ps-bandwidth-model.md, "Notes from the code").
+// kTargetImbalance of its target. How this rule's keys compare with the α–β
+// model on emulated links: docs/results/ps-bandwidth-model.md, "Notes from
+// the code".
 #pragma once
 
 #include <cstdint>

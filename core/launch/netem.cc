@@ -30,9 +30,8 @@ namespace {
 // tbf's bucket: it must hold the largest packet the veth hands it (GSO
 // packets reach 64 KiB; smaller buckets make tbf split them, costing CPU),
 // and on fast links about a millisecond of traffic, or TCP cannot keep the
-// link busy: 64 KiB at 1 Gbit/s fell short of the rate, with drops, and
-// 128 KiB reached TCP's goodput (docs/results/performance.md, "Notes from
-// the code").
+// link busy (the buckets tried, and what each gave: docs/results/
+// performance.md, "Notes from the code").
 constexpr int64_t kMinBurstBytes = 128 << 10;
 constexpr double kBurstSeconds = 1e-3;
 // A switch port's buffer toward its node, unless buffer= says otherwise.
