@@ -27,7 +27,8 @@ for generated in "$OUT"/gen.new/*; do
 done
 rm -rf "$OUT/gen.new"
 
-FLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer
+# -g1 (line tables) is what a sanitizer's report needs for file and line.
+FLAGS=(-std=c++17 -O1 -g1 -fno-omit-frame-pointer
        -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
        -I. -I"$OUT/gen" -Wno-unused-command-line-argument)
 LIBS=($(pkg-config --libs grpc++ protobuf absl_flags absl_flags_parse absl_status \
@@ -76,15 +77,24 @@ sources_of() {  # fuzz target name
     done
 }
 
-# name, then its sources.
-build() {
+# Runs "$@" in the background, at most JOBS at a time; a failure is
+# remembered in pool_failed and reported by pool_wait.
+JOBS=${GRADSYNC_FUZZ_JOBS:-$(nproc)}
+pool_failed=0
+pool_run() {
+  while (( $(jobs -rp | wc -l) >= JOBS )); do wait -n || pool_failed=1; done
+  "$@" &
+}
+pool_wait() {
+  while (( $(jobs -rp | wc -l) > 0 )); do wait -n || pool_failed=1; done
+  wait || pool_failed=1
+  (( pool_failed == 0 ))
+}
+
+link() {  # name, then its sources
   local name=$1; shift
-  echo "== $name"
-  local objects=()
-  for src in "$@"; do
-    compile "$src"
-    objects+=("$(object_of "$src")")
-  done
+  local objects=() src
+  for src in "$@"; do objects+=("$(object_of "$src")"); done
   "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer "${objects[@]}" "${LIBS[@]}" -o "$OUT/bin/$name"
 }
 
@@ -94,6 +104,7 @@ if (( ${#TARGETS[@]} == 0 )); then
   echo "fuzz/build.sh: no <target>_replay tests found in fuzz/BUILD" >&2
   exit 1
 fi
+declare -A sources_of_target
 for target in "${TARGETS[@]}"; do
   sources=($(sources_of "$target"))
   if (( ${#sources[@]} < 2 )); then
@@ -101,6 +112,25 @@ for target in "${TARGETS[@]}"; do
          "run it by hand to see why" >&2
     exit 1
   fi
-  build "$target" "${sources[@]}"
+  sources_of_target[$target]="${sources[*]}"
 done
+
+# Each source once, however many targets share it, JOBS compiles at a time;
+# then the links, also side by side.
+echo "== compiling $(printf '%s\n' ${sources_of_target[@]} | sort -u | wc -l) sources, $JOBS at a time"
+for src in $(printf '%s\n' ${sources_of_target[@]} | sort -u); do
+  pool_run compile "$src"
+done
+if ! pool_wait; then
+  echo "fuzz/build.sh: a compile failed (its error is above)" >&2
+  exit 1
+fi
+for target in "${TARGETS[@]}"; do
+  echo "== linking $target"
+  pool_run link "$target" ${sources_of_target[$target]}
+done
+if ! pool_wait; then
+  echo "fuzz/build.sh: a link failed (its error is above)" >&2
+  exit 1
+fi
 printf '%s\n' "${TARGETS[@]}" >"$OUT/targets"

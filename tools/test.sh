@@ -56,6 +56,26 @@ trap 'rm -rf "$logs"' EXIT
 table=()    # one "name|compile s|test s|result" line per stage
 failed=0
 
+# CPU seconds (user + system) the Bazel server's finished children have used:
+# the compilers, linkers and tests it ran. A stage's difference is what it
+# would take on an idle machine (divided by the cores it could use), however
+# loaded this one was. "pid seconds".
+bazel_cpu() {
+  local pid ticks
+  pid=$(bazel info "${BAZEL_FLAGS[@]}" server_pid 2>/dev/null) || { echo "0 0"; return; }
+  # Fields 16 and 17 of /proc/PID/stat: cutime and cstime, in clock ticks
+  # (the command name, field 2, is the server's, without spaces).
+  ticks=$(awk '{print $16 + $17}' "/proc/$pid/stat" 2>/dev/null || echo 0)
+  echo "$pid $((ticks / $(getconf CLK_TCK)))"
+}
+# CPU seconds between two bazel_cpu readings ("-" when the server changed).
+cpu_between() {
+  local pid0 s0 pid1 s1
+  read -r pid0 s0 <<<"$1"
+  read -r pid1 s1 <<<"$2"
+  if [[ $pid0 == "$pid1" && $pid0 != 0 ]]; then echo $((s1 - s0)); else echo -; fi
+}
+
 # Runs one Bazel stage: `bazel build` of the targets (compile time), then
 # `bazel test` of the same targets (test time; the build is then a no-op).
 # name, log file, then Bazel options and targets as one list.
@@ -63,20 +83,24 @@ bazel_stage() {
   local name=$1 log=$2
   shift 2
   echo "== $name"
-  local start=$SECONDS result=passed build_s test_s=0
+  local start=$SECONDS result=passed build_s test_s=0 cpu0 cpu1 build_cpu=- test_cpu=-
+  cpu0=$(bazel_cpu)
   if bazel build "${BAZEL_FLAGS[@]}" "$@" 2>&1 | tee "$logs/$log.build"; then
     build_s=$((SECONDS - start))
+    cpu1=$(bazel_cpu)
+    build_cpu=$(cpu_between "$cpu0" "$cpu1")
     start=$SECONDS
     bazel test "${BAZEL_FLAGS[@]}" --test_output=errors "$@" 2>&1 |
       tee "$logs/$log.test" || result=FAILED
     test_s=$((SECONDS - start))
+    test_cpu=$(cpu_between "$cpu1" "$(bazel_cpu)")
   else
     build_s=$((SECONDS - start))
     result="FAILED (build)"
   fi
   [[ $result == passed ]] || failed=1
-  table+=("$name|$build_s|$test_s|$result")
-  echo "== $name: compile $build_s s, tests $test_s s, $result"
+  table+=("$name|$build_s|$test_s|$build_cpu|$test_cpu|$result")
+  echo "== $name: compile $build_s s (CPU $build_cpu s), tests $test_s s (CPU $test_cpu s), $result"
 }
 
 # Runs a stage that is one command: name, command...
@@ -86,7 +110,7 @@ command_stage() {
   echo "== $name"
   "$@" || result=FAILED
   [[ $result == passed ]] || failed=1
-  table+=("$name|-|$((SECONDS - start))|$result")
+  table+=("$name|-|$((SECONDS - start))|-|-|$result")
   echo "== $name: $((SECONDS - start)) s, $result"
 }
 
@@ -188,16 +212,19 @@ if [[ "$fuzz_seconds" != 0 ]]; then
 fi
 
 echo
-echo "== where the time went (compile: bazel build; tests: bazel test, or the"
-echo "   whole command for a stage that is not Bazel's)"
-printf '   %-44s %8s %8s  %s\n' stage compile tests result
+echo "== where the time went, in seconds (compile: bazel build; tests: bazel"
+echo "   test, or the whole command for a stage that is not Bazel's; CPU: the"
+echo "   user + system time of what Bazel ran, the same on a loaded machine)"
+printf '   %-44s %8s %8s %8s %8s  %s\n' stage compile tests "CPU c" "CPU t" result
 total=0
 for row in "${table[@]}"; do
-  IFS='|' read -r name build_s test_s result <<<"$row"
-  printf '   %-44s %8s %8s  %s\n' "$name" "$build_s" "$test_s" "$result"
+  IFS='|' read -r name build_s test_s build_cpu test_cpu result <<<"$row"
+  printf '   %-44s %8s %8s %8s %8s  %s\n' "$name" "$build_s" "$test_s" \
+    "$build_cpu" "$test_cpu" "$result"
   total=$((total + ${build_s/-/0} + test_s))
 done
-printf '   %-44s %17s s\n' "all stages" "$total"
+printf '   %-44s %17s s, load average now %s\n' "all stages" "$total" \
+  "$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== the slowest tests (seconds, stage; results Bazel had cached left out)"
 # Bazel's summary line per test: "//pkg:target   PASSED in 12.3s", with
 # "(cached)" before the status for a result it did not run again.
