@@ -3,6 +3,7 @@
 // algorithm. This is the family's edge: the one place besides the programs'
 // mains that reads the family's flags (allreduce_flags.h), turning them into
 // the option structs the libraries take.
+#include <cmath>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +41,18 @@ absl::StatusOr<AllReduceSyncOptions> SyncOptionsFromFlags(
                      " (its old name) disagree; give one"));
   }
   options.algorithm.chunk_bytes = flags.chunk_bytes;
+  // Zero means "probe it"; a negative or infinite figure is not a link, and
+  // taking it (or probing over it) would leave the manifest saying it ran.
+  if (!(flags.link.alpha_s >= 0) || !std::isfinite(flags.link.alpha_s)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--allreduce_alpha_us=", flags.link.alpha_s * 1e6,
+        " is not a latency: give microseconds >= 0, or 0 to probe it"));
+  }
+  if (!(flags.link.bytes_per_s >= 0) || !std::isfinite(flags.link.bytes_per_s)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--allreduce_link_gbit=", flags.link.bytes_per_s * 8 / 1e9,
+        " is not a bandwidth: give Gbit/s > 0, or 0 to probe it"));
+  }
   options.algorithm.link = flags.link;
   if (flags.chunk_given) options.chunk_source = "flag";
   options.socket_buffer_bytes = flags.socket_buffer_bytes;

@@ -1,8 +1,12 @@
 // Bad input to the command line: one clear message, a non-zero exit, no crash.
 #include <sys/stat.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -62,6 +66,63 @@ TEST(CliTest, ImpossibleConfigurations) {
   ExpectCleanFailure(
       RunGradsync({"train"}, {{"RANK", "5"}, {"WORLD_SIZE", "2"}}),
       "rank 5 is outside the world of 2");
+}
+
+// Numbers outside their range are refused where they are read, naming the
+// flag and what it takes; `launch` refuses them before any process starts.
+TEST(CliTest, ValuesOutOfRangeAreRefused) {
+  ExpectCleanFailure(
+      RunGradsync({"train", "--check_params_every=-1", "--data=synthetic"}),
+      "--check_params_every=-1 must be >= 0");
+  ExpectCleanFailure(
+      RunGradsync({"train", "--warmup_steps=-1", "--data=synthetic"}),
+      "--warmup_steps=-1 must be >= 0");
+  ExpectCleanFailure(
+      RunGradsync({"train", "--autotune_steps=100000", "--data=synthetic"}),
+      "--autotune_steps=100000 must be in 1..100");
+  ExpectCleanFailure(
+      RunGradsync({"launch", "--workers=2", "--", "--warmup_steps=-1",
+                   "--data=synthetic"}),
+      "--warmup_steps=-1 must be >= 0");
+  ExpectCleanFailure(RunGradsync({"launch", "--workers=2",
+                                  "--job_deadline_s=-1", "--",
+                                  "--data=synthetic"}),
+                     "--job_deadline_s=-1 is not a duration");
+  ExpectCleanFailure(RunGradsync({"launch", "--workers=2",
+                                  "--ranks_per_host=0", "--",
+                                  "--data=synthetic"}),
+                     "--ranks_per_host=0 must be at least 1");
+  ExpectCleanFailure(
+      RunGradsync({"train", "--sync=ring", "--allreduce_alpha_us=-5",
+                   "--data=synthetic", "--max_steps=1"}),
+      "--allreduce_alpha_us=-5 is not a latency");
+}
+
+// `launch --trace` before "--" is a worker command's; gradsync's own workers
+// would never read it, so it is refused rather than writing no trace.
+TEST(CliTest, LauncherTraceForGradsyncWorkersIsRefused) {
+  ExpectCleanFailure(RunGradsync({"launch", "--workers=2", "--trace=t.json",
+                                  "--", "--data=synthetic"}),
+                     "gradsync's workers take it after \"--\"");
+}
+
+// A strategy flag the chosen strategy does not read is warned of and recorded
+// as ignored, never as a setting the run used.
+TEST(CliTest, FlagsTheStrategyIgnoresAreSaidAndRecorded) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ignored";
+  ProcessResult result = RunGradsync(
+      {"train", "--sync=local", "--ps_consistency=asp", "--data=synthetic",
+       "--max_steps=2", "--eval=false", "--metrics_dir=" + dir});
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_THAT(result.output,
+              HasSubstr("--ps_consistency=asp is ignored: a parameter-server "
+                        "setting; --sync=local runs no parameter servers"));
+  std::ifstream in(dir + "/summary.json");
+  ASSERT_TRUE(in.good()) << dir << "/summary.json";
+  const nlohmann::json manifest = nlohmann::json::parse(in)["manifest"];
+  EXPECT_THAT(manifest["ignored_flags"].value("ps_consistency", ""),
+              HasSubstr("asp: a parameter-server setting"));
+  EXPECT_FALSE(manifest["settings"].contains("ps_consistency"));
 }
 
 // --compression: a method or ratio that does not parse, and a method the

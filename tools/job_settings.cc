@@ -1,12 +1,15 @@
 // A worker's training-relevant settings (see job_settings.h).
 #include "tools/job_settings.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/telemetry/manifest.h"
+#include "tools/ps_flags.h"
 
 namespace gradsync {
 namespace {
@@ -73,6 +76,34 @@ WorkerSettings WorkerSettingsFromFlags() {
     settings.values[absl::StrCat("--", name)] = flag->CurrentValue();
   }
   return settings;
+}
+
+std::vector<IgnoredFlag> FlagsIgnoredBy(absl::string_view sync,
+                                        StrategyFlagUse use) {
+  std::vector<IgnoredFlag> ignored;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    // Per-process flags (--ps_bind, which the launcher gives every worker)
+    // say where this process listens, not how the strategy trains.
+    if (flag->CurrentValue() == flag->DefaultValue() || IsPerProcessFlag(name))
+      continue;
+    const std::string file = flag->Filename();
+    std::string why;
+    if (!use.uses_servers && absl::StrContains(file, kPsFlagsFile)) {
+      why = absl::StrCat("a parameter-server setting; --sync=", sync,
+                         " runs no parameter servers");
+    } else if (!use.uses_allreduce && absl::StrContains(file, "allreduce/")) {
+      why = absl::StrCat("a setting of the CPU all-reduces; --sync=", sync,
+                         " runs none");
+    } else {
+      continue;
+    }
+    ignored.push_back({std::string(name), flag->CurrentValue(), why});
+  }
+  std::sort(ignored.begin(), ignored.end(),
+            [](const IgnoredFlag& a, const IgnoredFlag& b) {
+              return a.name < b.name;
+            });
+  return ignored;
 }
 
 }  // namespace gradsync

@@ -6,6 +6,9 @@
 // The list of those is kept in job_settings.cc, each with its reason.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/cluster/coordinator.h"
@@ -23,5 +26,28 @@ bool IsPerProcessFlag(absl::string_view name);
 
 // Every such flag, for the test that each names a flag of gradsync.
 absl::Span<const absl::string_view> PerProcessFlags();
+
+// A strategy's flag given a value other than its default, which the chosen
+// strategy does not read: a parameter-server flag (tools/ps_flags.cc) under a
+// strategy without servers, an all-reduce flag (allreduce/) under one that
+// runs no CPU all-reduce.
+struct IgnoredFlag {
+  std::string name;   // "ps_consistency"
+  std::string value;  // "asp"
+  std::string why;    // "a parameter-server setting; --sync=ring has none"
+};
+
+// What the strategy --sync=`sync` reads: `uses_servers` for the PS's flags,
+// `uses_allreduce` for the CPU all-reduce family's.
+struct StrategyFlagUse {
+  bool uses_servers = false;
+  bool uses_allreduce = false;
+};
+
+// The strategies' flags this process was given that `sync` ignores, in name
+// order. A flag left at its default is never listed (Debian's Abseil keeps
+// "given on the command line" private: a changed value is what was given).
+std::vector<IgnoredFlag> FlagsIgnoredBy(absl::string_view sync,
+                                        StrategyFlagUse use);
 
 }  // namespace gradsync

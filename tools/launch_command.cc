@@ -17,6 +17,7 @@
 // and the strategies' flags (--ps_*, --ring_*, ...) before "--" reach the
 // workers as GRADSYNC_TRACE and GRADSYNC_FLAGS and the servers on their
 // command line (the program's own arguments are its own).
+#include <cmath>
 #include <signal.h>
 #include <unistd.h>
 
@@ -583,6 +584,27 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
             "--ps_colocated_servers=k) after --");
       }
     }
+  }
+  if (const double deadline = absl::GetFlag(FLAGS_job_deadline_s);
+      !(deadline >= 0) || !std::isfinite(deadline)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--job_deadline_s=", deadline,
+        " is not a duration: give seconds > 0, or 0 for no limit"));
+  }
+  if (const int per_host = absl::GetFlag(FLAGS_ranks_per_host); per_host < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ranks_per_host=", per_host,
+        " must be at least 1 (workers per emulated host)"));
+  }
+  // gradsync's workers take --trace after "--" (each writes its own file);
+  // given to the launcher it would be read by no one.
+  if (!command && !absl::GetFlag(FLAGS_trace).empty() &&
+      !HasFlag(training_flags, "trace")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--trace=", absl::GetFlag(FLAGS_trace),
+        " before \"--\" is for a worker command (a Python program); "
+        "gradsync's workers take it after \"--\": gradsync launch ... -- "
+        "--trace=", absl::GetFlag(FLAGS_trace), " ..."));
   }
   if (const int port = absl::GetFlag(FLAGS_master_port);
       port < 0 || port > 65535) {

@@ -11,12 +11,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "allreduce/allreduce_table.h"
 #include "core/base/activity_deadline.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/cluster_env.h"
 #include "core/cluster/coordinator.h"
 #include "core/sync/gradient_sync.h"
+#include "core/telemetry/derived_settings.h"
 #include "core/optim/optimizer.h"
 #include "core/train/trainer.h"
 #include "tools/cluster_flags.h"
@@ -124,6 +126,19 @@ absl::Status Train() {
   if (const char* netem = std::getenv("GRADSYNC_NETEM"))
     absl::SetFlag(&FLAGS_netem, netem);
   ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptionsFromFlags());
+  // A strategy's flag that this --sync does not read is said once and
+  // recorded as ignored, so the manifest's echo of it is not taken as applied.
+  const StrategyFlagUse use{
+      UsesParameterServers(options.sync),
+      FindAllReduce(options.sync) != nullptr || options.sync == "hybrid"};
+  for (const IgnoredFlag& flag : FlagsIgnoredBy(options.sync, use)) {
+    RecordIgnoredFlag(flag.name, absl::StrCat(flag.value, ": ", flag.why));
+    if (env.rank == 0) {
+      GS_LOG(WARNING) << "--" << flag.name << "=" << flag.value
+                      << " is ignored: " << flag.why
+                      << " (recorded under ignored_flags in the manifest)";
+    }
+  }
   // Before any work: a checkpoint that cannot be written, or that would
   // overwrite saved progress, is found now rather than at its first write.
   if (env.rank == 0) {

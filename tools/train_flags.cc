@@ -255,10 +255,28 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.metrics_dir = absl::GetFlag(FLAGS_metrics_dir);
   o.progress = absl::GetFlag(FLAGS_progress);
   o.check_params_every = absl::GetFlag(FLAGS_check_params_every);
+  if (o.check_params_every < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--check_params_every=", o.check_params_every,
+        " must be >= 0 (0: at start-up and after the last step only)"));
+  }
   o.dump_params = absl::GetFlag(FLAGS_dump_params);
   o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  if (o.warmup_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--warmup_steps=", o.warmup_steps,
+                     " must be >= 0 (steps left out of the summary's means)"));
+  }
   o.autotune = absl::GetFlag(FLAGS_autotune);
   o.autotune_steps = absl::GetFlag(FLAGS_autotune_steps);
+  // Each trial runs this many steps on every cap tried and is then undone:
+  // past kMaxAutotuneSteps the trials would be a training run of their own.
+  constexpr int kMaxAutotuneSteps = 100;
+  if (o.autotune_steps < 1 || o.autotune_steps > kMaxAutotuneSteps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--autotune_steps=", o.autotune_steps, " must be in 1..",
+        kMaxAutotuneSteps, " (timed steps per bucket cap tried)"));
+  }
   ASSIGN_OR_RETURN(const TraceSettings trace, TraceSettingsFromFlags());
   o.trace_path = trace.path;
   o.trace_steps = trace.steps;

@@ -13,6 +13,7 @@ namespace {
 struct Recorded {
   std::mutex mu;
   std::map<std::string, std::pair<double, std::string>> settings;
+  std::map<std::string, std::string> ignored_flags;
 };
 
 Recorded& TheRecord() {
@@ -39,10 +40,25 @@ std::string RecordedSettingsJson() {
   return out.dump();
 }
 
+void RecordIgnoredFlag(const std::string& name, const std::string& why) {
+  Recorded& record = TheRecord();
+  std::lock_guard<std::mutex> lock(record.mu);
+  record.ignored_flags[name] = why;
+}
+
+std::string IgnoredFlagsJson() {
+  Recorded& record = TheRecord();
+  std::lock_guard<std::mutex> lock(record.mu);
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& [name, why] : record.ignored_flags) out[name] = why;
+  return out.dump();
+}
+
 void ClearRecordedSettings() {
   Recorded& record = TheRecord();
   std::lock_guard<std::mutex> lock(record.mu);
   record.settings.clear();
+  record.ignored_flags.clear();
 }
 
 }  // namespace gradsync

@@ -17,6 +17,14 @@ void RecordSetting(const std::string& name, double value,
 // {"name": {"value": v, "source": "..."}, ...} in name order; "{}" if none.
 std::string RecordedSettingsJson();
 
+// Records a flag given with a value the run does not use (a parameter-server
+// setting under --sync=ring, say), with why: the manifest lists it under
+// "ignored_flags" so that its "flags" echo is not read as if it applied.
+void RecordIgnoredFlag(const std::string& name, const std::string& why);
+
+// {"name": "why", ...} in name order; "{}" if none.
+std::string IgnoredFlagsJson();
+
 // For tests.
 void ClearRecordedSettings();
 

@@ -89,6 +89,8 @@ std::string ManifestJson() {
   manifest["flags"] = flags;
   // What the strategies derived or took from a flag, with the reason.
   manifest["settings"] = nlohmann::ordered_json::parse(RecordedSettingsJson());
+  // Flags given but not used by this run (its strategy has no use for them).
+  manifest["ignored_flags"] = nlohmann::ordered_json::parse(IgnoredFlagsJson());
   manifest["git_commit"] = GitCommit();
   manifest["compiler"] = std::string("gcc ") + __VERSION__;
   manifest["versions"] = {

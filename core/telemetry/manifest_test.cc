@@ -72,6 +72,18 @@ TEST(ManifestTest, RecordsSettingsWithTheirSource) {
   ClearRecordedSettings();
 }
 
+TEST(ManifestTest, ListsIgnoredFlagsApartFromTheSettings) {
+  ClearRecordedSettings();
+  EXPECT_TRUE(ParsedManifest()["ignored_flags"].empty());
+  RecordIgnoredFlag("ps_consistency", "a parameter-server setting");
+  const Json manifest = ParsedManifest();
+  EXPECT_EQ(manifest["ignored_flags"]["ps_consistency"],
+            "a parameter-server setting");
+  EXPECT_TRUE(manifest["settings"].empty());
+  ClearRecordedSettings();
+  EXPECT_TRUE(ParsedManifest()["ignored_flags"].empty());
+}
+
 TEST(ManifestTest, GitCommitComesFromTheEnvironmentFirst) {
   setenv("GRADSYNC_GIT_COMMIT", "feedface", 1);
   EXPECT_EQ(GitCommit(), "feedface");
