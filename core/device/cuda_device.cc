@@ -555,10 +555,9 @@ void CudaDevice::BatchNormBackward(const float* x, const float* dy,
                                    const float* saved_inv_std, float* dx,
                                    float* dgamma, float* dbeta) {
   Record(MakeCurrent());
-  CheckLaunch(cuda_kernels::BatchNormBackward(stream_, x, dy, rows, channels,
-                                              gamma, saved_mean, saved_inv_std,
-                                              dx, dgamma, dbeta,
-                                              channel_partials_),
+  CheckLaunch(cuda_kernels::BatchNormBackward(
+                  stream_, x, dy, rows, channels, gamma, saved_mean,
+                  saved_inv_std, dx, dgamma, dbeta, channel_partials_),
               "BatchNormBackward kernel launch");
 }
 

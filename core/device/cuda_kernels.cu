@@ -360,8 +360,7 @@ struct GradientTerms {
   const float* dy;
   const float* mean;
   const float* inv_std;
-  __device__ void operator()(int64_t i, int64_t c, double& a,
-                             double& b) const {
+  __device__ void operator()(int64_t i, int64_t c, double& a, double& b) const {
     const float grad = dy[i];
     a += grad;
     b += static_cast<double>(grad) * km::Normalized(x[i], mean[c], inv_std[c]);
@@ -766,12 +765,11 @@ cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
                                 StatisticsTerms{x}, rows, channels,
                                 channel_partials);
     if (error != cudaSuccess) return error;
-    error = LaunchChannelFinish(stream, channels,
-                                BatchNormStatisticsFinishKernel,
-                                static_cast<const double*>(channel_partials),
-                                plan.row_slices, rows, channels, momentum,
-                                epsilon, saved_mean, saved_inv_std,
-                                running_mean, running_var);
+    error = LaunchChannelFinish(
+        stream, channels, BatchNormStatisticsFinishKernel,
+        static_cast<const double*>(channel_partials), plan.row_slices, rows,
+        channels, momentum, epsilon, saved_mean, saved_inv_std, running_mean,
+        running_var);
   } else {
     error = LaunchChannelTiles(stream, channels, BatchNormStatisticsKernel, x,
                                rows, channels, momentum, epsilon, saved_mean,
@@ -807,19 +805,18 @@ cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
       launch_config::PlanChannelSums(rows, channels);
   cudaError_t error = cudaSuccess;
   if (plan.sliced()) {
-    error = LaunchChannelSlices(
-        stream, plan, BatchNormGradientSumsSliceKernel,
-        GradientTerms{x, dy, saved_mean, saved_inv_std}, rows, channels,
-        channel_partials);
+    error = LaunchChannelSlices(stream, plan, BatchNormGradientSumsSliceKernel,
+                                GradientTerms{x, dy, saved_mean, saved_inv_std},
+                                rows, channels, channel_partials);
     if (error != cudaSuccess) return error;
-    error = LaunchChannelFinish(
-        stream, channels, BatchNormGradientSumsFinishKernel,
-        static_cast<const double*>(channel_partials), plan.row_slices,
-        channels, dgamma, dbeta);
+    error =
+        LaunchChannelFinish(stream, channels, BatchNormGradientSumsFinishKernel,
+                            static_cast<const double*>(channel_partials),
+                            plan.row_slices, channels, dgamma, dbeta);
   } else {
-    error = LaunchChannelTiles(stream, channels, BatchNormGradientSumsKernel,
-                               x, dy, rows, channels, saved_mean,
-                               saved_inv_std, dgamma, dbeta);
+    error = LaunchChannelTiles(stream, channels, BatchNormGradientSumsKernel, x,
+                               dy, rows, channels, saved_mean, saved_inv_std,
+                               dgamma, dbeta);
   }
   if (error != cudaSuccess) return error;
   return LaunchElementwise(stream, rows * channels,

@@ -148,13 +148,11 @@ struct RowRange {
   int64_t end = 0;
 };
 GS_HOST_DEVICE constexpr RowRange SliceRows(int64_t rows,
-                                            int64_t rows_per_slice,
-                                            int slice) {
+                                            int64_t rows_per_slice, int slice) {
   RowRange range;
   range.begin = static_cast<int64_t>(slice) * rows_per_slice;
-  range.end = range.begin + rows_per_slice < rows
-                  ? range.begin + rows_per_slice
-                  : rows;
+  range.end =
+      range.begin + rows_per_slice < rows ? range.begin + rows_per_slice : rows;
   return range;
 }
 

@@ -185,7 +185,7 @@ TEST(LaunchConfigTest, LossFinalizeCoversEveryPartial) {
 // the partials of a slice fit the buffer the device allocates once.
 TEST(LaunchConfigTest, ChannelSumsGridVisitsEveryElementOnce) {
   const std::vector<std::pair<int64_t, int>> shapes = {
-      {1, 1},   {255, 3},  {256, 64}, {257, 64},    {4096, 33},
+      {1, 1},     {255, 3},    {256, 64},   {257, 64},  {4096, 33},
       {8192, 64}, {32768, 64}, {1000, 512}, {20000, 7}, {300, 4096}};
   for (const auto& [rows, channels] : shapes) {
     const ChannelSumsLaunch plan = PlanChannelSums(rows, channels);
