@@ -453,7 +453,7 @@ def main():
         if failures:
             sys.exit("%d point(s) failed (FAIL rows above)" % failures)
         return
-    if any(m not in BINARIES or m == "mlp" for m in models):
+    if any(m not in BINARIES for m in models):
         parser.error("--models takes resnet18 and/or cnn")
     try:
         batches = [int(b) for b in args.batches.split(",")]

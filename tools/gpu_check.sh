@@ -232,11 +232,16 @@ if ((quick)); then
       return 1
     fi
   }
+  python=${PYTHON:-python3}  # the node's, with torch for the speed rows
   gpus=1
   if ((!dry)); then
     run doctor 60 "$gradsync" doctor
     { echo "== gradsync doctor (exit $rc)"; cat "$logs/doctor.log"; } >> "$report"
+    # doctor's "gpus  N visible"; nvidia-smi's count where doctor could not say.
     gpus=$(sed -n 's/^  gpus *\([0-9][0-9]*\) visible.*/\1/p' "$logs/doctor.log" | head -n 1)
+    if [[ -z "$gpus" ]] && ! grep -q '^  gpus *NONE VISIBLE' "$logs/doctor.log"; then
+      gpus=$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    fi
     gpus=${gpus:-0}
     if ((rc == 0)); then
       record PASS versions "doctor: nothing missing, $gpus GPU(s)"
@@ -333,7 +338,6 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
   comm_job comm_ps2_1 "" "$gradsync" launch --workers=2 --servers=1 \
     "--run_dir=$logs/comm_ps2_1.run" -- --sync=ps "${job_flags[@]}"
   # gradsync against PyTorch: one row per (model, batch, precision).
-  python=${PYTHON:-python3}
   compare="$here/../bench/compute_vs_pytorch.py"
   if ! command -v "$python" > /dev/null; then
     record SKIP speed "no $python on PATH (set PYTHON=)"

@@ -3,7 +3,9 @@
 under a timeout and one table with every check (parity, one speed point per
 model x batch x precision, the three communication jobs), runs nothing and
 exits 0; an exhausted time budget turns every check into a SKIP that says
-so; --dry-run alone is refused. Also the pieces of bench/compute_vs_pytorch.py
+so; --dry-run alone is refused; over stand-in programs in a bundle's layout,
+every row carries its figures and a local job over the 2% bar fails. Also
+the pieces of bench/compute_vs_pytorch.py
 that decide a GPU point's row."""
 import os
 import re
@@ -99,6 +101,118 @@ class QuickDryRunTest(unittest.TestCase):
             result = run_quick(out, args=("--dry-run",))
         self.assertEqual(result.returncode, 2)
         self.assertIn("--dry-run goes with --quick", result.stderr)
+
+
+# A bundle's layout with stand-ins for its programs: gradsync (doctor, train,
+# launch writing the summaries a real run writes), GoogleTest programs that
+# write their XML, and a torch that cannot be imported (PyTorch's column then
+# says why, and the check goes on).
+FAKE_GRADSYNC = r"""#!/bin/bash
+case "$1" in
+  doctor) echo "  gpus        1 visible (fake)"; exit 0 ;;
+esac
+dir=""
+precision=fp32
+for arg in "$@"; do
+  case "$arg" in
+    --metrics_dir=*|--run_dir=*) dir="${arg#*=}" ;;
+    --precision=*) precision="${arg#*=}" ;;
+  esac
+done
+if [[ "$precision" == bf16 ]]; then
+  echo "Error: --precision=bf16 (mixed precision) is not built yet" >&2
+  exit 1
+fi
+mkdir -p "$dir"
+if [[ "$1" == launch ]]; then
+  echo '{"step_ms": 20.0, "compute_ms": 10.0, "sync_wait_ms": 10.0, "ranks": [{"step_ms": 1}]}' > "$dir/summary.json"
+else
+  echo "{\"step_ms\": 10.0, \"compute_ms\": 9.5, \"sync_wait_ms\": ${FAKE_EXPOSED_MS:-0.1}}" > "$dir/summary.json"
+fi
+"""
+FAKE_GTEST = r"""#!/bin/bash
+for arg in "$@"; do
+  case "$arg" in
+    --gtest_output=xml:*) out="${arg#--gtest_output=xml:}" ;;
+  esac
+done
+printf '<testsuites><testcase name="a"/><testcase name="b"/></testsuites>\n' > "$out"
+"""
+PROGRAMS = ("cuda_device_test", "device_parity_test", "layer_reference_test",
+            "host_staging_test", "nccl_test", "mlp_gpu_benchmark",
+            "allreduce_benchmark")
+
+
+def make_bundle(root):
+    for folder in ("bin", "libexec", "bench", "fake_torch/torch"):
+        os.makedirs(os.path.join(root, folder))
+
+    def write(path, text, mode=0o755):
+        with open(os.path.join(root, path), "w") as out:
+            out.write(text)
+        os.chmod(os.path.join(root, path), mode)
+
+    with open(SCRIPT) as script:
+        write("bin/gpu_check.sh", script.read())
+    write("libexec/gradsync-env", "#!/bin/sh\n")
+    write("bin/gradsync", FAKE_GRADSYNC)
+    for program in PROGRAMS:
+        write("bin/" + program, FAKE_GTEST)
+    for name in ("compute_vs_pytorch.py", "pytorch_resnet18_reference.py"):
+        with open(os.path.join(HERE, "..", "bench", name)) as source:
+            write("bench/" + name, source.read(), 0o644)
+    write("fake_torch/torch/__init__.py",
+          "raise ImportError('torch left out of this test')\n", 0o644)
+
+
+class QuickFakeBundleTest(unittest.TestCase):
+    """The quick check's real path over stand-in programs."""
+
+    def run_bundle(self, extra_env=None):
+        root = tempfile.mkdtemp()
+        self.addCleanup(subprocess.run, ["rm", "-rf", root])
+        make_bundle(root)
+        env = dict(os.environ)
+        env.pop("OUT", None)
+        env["PYTHONPATH"] = os.path.join(root, "fake_torch")
+        env["PYTHON"] = sys.executable
+        env.update(extra_env or {})
+        result = subprocess.run(
+            ["bash", os.path.join(root, "bin", "gpu_check.sh"), "--quick",
+             "--out=" + os.path.join(root, "out")],
+            capture_output=True, text=True, env=env, timeout=300)
+        return result, table(result.stdout)
+
+    def test_every_check_reports_its_figures(self):
+        result, rows = self.run_bundle()
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:])
+        self.assertEqual(sorted(rows), sorted(CHECKS))
+        self.assertEqual(rows["versions"][0], "PASS")
+        self.assertEqual(rows["parity_layers"][0], "PASS")
+        self.assertIn("2 cases", rows["parity_cudnn"][1])
+        self.assertEqual(rows["comm_local"],
+                         ("PASS", "step 10.0 ms, compute 9.5 ms, exposed 0.1 "
+                                  "ms = 1.0% (bar 2%)"))
+        # The run's own figures, not the per-rank ones after them.
+        self.assertEqual(rows["comm_ring2"],
+                         ("PASS", "step 20.0 ms, compute 10.0 ms, exposed "
+                                  "10.0 ms = 50.0%"))
+        self.assertEqual(rows["comm_ps2_1"][0], "PASS")
+        for model in MODELS:
+            for batch in BATCHES:
+                status, detail = rows["speed/%s/%d/fp32" % (model, batch)]
+                self.assertEqual(status, "PASS")
+                self.assertIn("gradsync 10.00 ms (compute 9.50)", detail)
+                self.assertIn("torch left out of this test", detail)
+                status, detail = rows["speed/%s/%d/bf16" % (model, batch)]
+                self.assertEqual(status, "SKIP")
+                self.assertIn("gradsync refuses bf16", detail)
+
+    def test_exposed_communication_over_the_bar_fails(self):
+        result, rows = self.run_bundle({"FAKE_EXPOSED_MS": "0.5"})
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(rows["comm_local"][0], "FAIL")
+        self.assertIn("5.0% (over 2%)", rows["comm_local"][1])
 
 
 class GpuPointTest(unittest.TestCase):
