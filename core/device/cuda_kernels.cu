@@ -318,13 +318,20 @@ __device__ bool ChannelTileSums(int64_t begin, int64_t end, int channels,
 }
 
 // Element-wise over the tensor, grid-stride: `at(i, c)` for every element i,
-// of channel c.
+// of channel c. With `narrow_index` (launch_config::PlanElementwise's: every
+// index of the loop fits in int) the channel is a 32-bit remainder, several
+// times cheaper on the GPU than a 64-bit one, which would otherwise be the
+// costliest instruction of these memory-bound passes; the flag is the same
+// for every thread, so the branch does not diverge.
 template <typename AtElement>
 __device__ void ForEachChannelElement(int64_t total, int channels,
-                                      AtElement at) {
+                                      bool narrow_index, AtElement at) {
   const int64_t stride = GridStride<int64_t>();
   for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
-    at(i, i % channels);
+    const int64_t c = narrow_index
+                          ? static_cast<int64_t>(static_cast<int>(i) % channels)
+                          : i % channels;
+    at(i, c);
   }
 }
 
@@ -459,10 +466,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                          const float* __restrict__ beta,
                          const float* __restrict__ mean,
                          const float* __restrict__ inv_std,
-                         float* __restrict__ y) {
-  ForEachChannelElement(total, channels, [=](int64_t i, int64_t c) {
-    y[i] = km::BatchNormOutput(x[i], mean[c], inv_std[c], gamma[c], beta[c]);
-  });
+                         float* __restrict__ y, bool narrow_index) {
+  ForEachChannelElement(
+      total, channels, narrow_index, [=](int64_t i, int64_t c) {
+        y[i] =
+            km::BatchNormOutput(x[i], mean[c], inv_std[c], gamma[c], beta[c]);
+      });
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock)
@@ -471,12 +480,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                              const float* __restrict__ beta,
                              const float* __restrict__ running_mean,
                              const float* __restrict__ running_var,
-                             float epsilon, float* __restrict__ y) {
-  ForEachChannelElement(total, channels, [=](int64_t i, int64_t c) {
-    y[i] = km::BatchNormOutput(x[i], running_mean[c],
-                               km::InverseStd(running_var[c], epsilon),
-                               gamma[c], beta[c]);
-  });
+                             float epsilon, float* __restrict__ y,
+                             bool narrow_index) {
+  ForEachChannelElement(
+      total, channels, narrow_index, [=](int64_t i, int64_t c) {
+        y[i] = km::BatchNormOutput(x[i], running_mean[c],
+                                   km::InverseStd(running_var[c], epsilon),
+                                   gamma[c], beta[c]);
+      });
 }
 
 __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
@@ -519,13 +530,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                                  const float* __restrict__ inv_std,
                                  const float* __restrict__ dgamma,
                                  const float* __restrict__ dbeta,
-                                 float* __restrict__ dx) {
-  ForEachChannelElement(rows * channels, channels, [=](int64_t i, int64_t c) {
-    const float x_hat = km::Normalized(x[i], mean[c], inv_std[c]);
-    dx[i] = km::BatchNormInputGradient(dy[i], x_hat, gamma[c] * inv_std[c],
-                                       km::BatchMean(dbeta[c], rows),
-                                       km::BatchMean(dgamma[c], rows));
-  });
+                                 float* __restrict__ dx, bool narrow_index) {
+  ForEachChannelElement(
+      rows * channels, channels, narrow_index, [=](int64_t i, int64_t c) {
+        const float x_hat = km::Normalized(x[i], mean[c], inv_std[c]);
+        dx[i] = km::BatchNormInputGradient(dy[i], x_hat, gamma[c] * inv_std[c],
+                                           km::BatchMean(dbeta[c], rows),
+                                           km::BatchMean(dgamma[c], rows));
+      });
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock)
@@ -741,11 +753,15 @@ cudaError_t LaunchChannelFinish(cudaStream_t stream, int channels,
   return cudaGetLastError();
 }
 
+// An element-wise batch-norm pass over `total` elements: the kernel takes the
+// plan's narrow_index after `args`.
 template <typename Kernel, typename... Args>
-cudaError_t LaunchElementwise(cudaStream_t stream, int64_t total, Kernel kernel,
-                              Args... args) {
-  kernel<<<launch_config::PlanElementwise(total).blocks, kThreadsPerBlock, 0,
-           stream>>>(args...);
+cudaError_t LaunchChannelElementwise(cudaStream_t stream, int64_t total,
+                                     Kernel kernel, Args... args) {
+  const launch_config::ElementwiseLaunch launch =
+      launch_config::PlanElementwise(total);
+  kernel<<<launch.blocks, kThreadsPerBlock, 0, stream>>>(args...,
+                                                         launch.narrow_index);
   return cudaGetLastError();
 }
 
@@ -777,8 +793,9 @@ cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
   }
   if (error != cudaSuccess) return error;
   const int64_t total = rows * channels;
-  return LaunchElementwise(stream, total, BatchNormApplyKernel, x, total,
-                           channels, gamma, beta, saved_mean, saved_inv_std, y);
+  return LaunchChannelElementwise(stream, total, BatchNormApplyKernel, x, total,
+                                  channels, gamma, beta, saved_mean,
+                                  saved_inv_std, y);
 }
 
 cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
@@ -789,9 +806,9 @@ cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
                                       float* y) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   const int64_t total = rows * channels;
-  return LaunchElementwise(stream, total, BatchNormInferenceKernel, x, total,
-                           channels, gamma, beta, running_mean, running_var,
-                           epsilon, y);
+  return LaunchChannelElementwise(stream, total, BatchNormInferenceKernel, x,
+                                  total, channels, gamma, beta, running_mean,
+                                  running_var, epsilon, y);
 }
 
 cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
@@ -819,9 +836,9 @@ cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
                                dgamma, dbeta);
   }
   if (error != cudaSuccess) return error;
-  return LaunchElementwise(stream, rows * channels,
-                           BatchNormInputGradientKernel, x, dy, rows, channels,
-                           gamma, saved_mean, saved_inv_std, dgamma, dbeta, dx);
+  return LaunchChannelElementwise(
+      stream, rows * channels, BatchNormInputGradientKernel, x, dy, rows,
+      channels, gamma, saved_mean, saved_inv_std, dgamma, dbeta, dx);
 }
 
 cudaError_t MaxPoolForward(cudaStream_t stream, const float* x,
