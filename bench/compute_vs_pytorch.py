@@ -43,6 +43,30 @@ FAILED with its error and the run goes on to the next; the exit status is 1
 if any failed. --json is rewritten after every point, so an interrupted run
 keeps what it measured.
 
+On a GPU (--device=cuda): `gradsync train --device=cuda --sync=local
+--data=synthetic` (the --gradsync binary: a bundle's bin/gradsync or
+bazel-bin/tools/gradsync of a --config=cuda build) beside the same model in
+PyTorch on the GPU, per model (resnet18, cnn, mlp), batch and precision:
+
+    python3 bench/compute_vs_pytorch.py --device=cuda \
+        --gradsync=bazel-bin/tools/gradsync --models=resnet18,cnn,mlp \
+        --batches=32,128,256 --precisions=fp32,tf32,bf16 --rows=rows.tsv
+
+gradsync's figure is its run summary's mean step_ms after --warmup steps
+(compute_ms beside it: forward and backward on the GPU's own clock).
+PyTorch's is the median of --steps steps after --warmup, each ending in
+loss.item() as gradsync's trainer reads its loss every step, SGD momentum
+0.9, torch.backends.cudnn.benchmark on (convolution algorithms chosen by
+measurement, as a user tuning for speed runs). Precisions, PyTorch side: fp32
+= TF32 off for cuDNN and matrix products; tf32 = TF32 on for both; bf16 =
+torch.autocast(bfloat16) with channels_last tensors for the convolutional
+models. gradsync refusing a precision it does not build (bf16) is a SKIP with
+its reason, not a failure. --rows=FILE writes one "STATUS<TAB>name<TAB>detail"
+line per point for tools/gpu_check.sh's table; --dry_run prints the commands
+and runs nothing (tested without a GPU by tools/gpu_check_test.sh). A
+ResNet-18 point at batch 128 or more under issue 39's bar (gradsync at least
+as fast as PyTorch in fp32 and tf32, 0.8x in bf16) is a FAIL row.
+
 Needs Debian's python3-torch (tools/install_deps.sh --with-pytorch); run it
 with /usr/bin/python3, the interpreter that package installs into.
 """
@@ -161,9 +185,222 @@ def gradsync_step_ms(bin_dir, model_name, batch, threads, repetitions,
             statistics.median(b["cpu_time"] for b in runs) * scale)
 
 
+# --- on a GPU ------------------------------------------------------------------
+GPU_MODELS = ("resnet18", "cnn", "mlp")
+PRECISIONS = ("fp32", "tf32", "bf16")
+# Issue 39's bar for ResNet-18 at these batches and above: gradsync's speed
+# over PyTorch's (PyTorch's step time / gradsync's) at least this, per
+# precision. Other points are reported, not judged.
+RESNET_BAR_BATCH = 128
+RESNET_BAR = {"fp32": 1.0, "tf32": 1.0, "bf16": 0.8}
+
+PYTORCH_GPU_CHILD = r"""
+import json, statistics, sys, time
+sys.path.insert(0, %(here)r)
+import torch
+import compute_vs_pytorch as c
+import pytorch_resnet18_reference as r
+if not torch.cuda.is_available():
+    sys.exit("torch %%s sees no CUDA GPU" %% torch.__version__)
+precision = %(precision)r
+tf32 = precision == "tf32"
+torch.backends.cuda.matmul.allow_tf32 = tf32
+torch.backends.cudnn.allow_tf32 = tf32
+torch.backends.cudnn.benchmark = True
+for batch in %(batches)r:
+    torch.manual_seed(1)
+    model, shape = c.build_gpu_model(torch, r, %(model)r)
+    model = model.cuda()
+    memory_format = torch.contiguous_format
+    if precision == "bf16" and len(shape) == 3:
+        memory_format = torch.channels_last
+        model = model.to(memory_format=memory_format)
+    inputs = torch.randn(batch, *shape, device="cuda")
+    if len(shape) == 3:
+        inputs = inputs.contiguous(memory_format=memory_format)
+    labels = torch.randint(0, 10, (batch,), device="cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    times = []
+    for step in range(%(warmup)d + %(steps)d):
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16,
+                            enabled=precision == "bf16"):
+            loss = loss_fn(model(inputs), labels)
+        loss.backward()
+        optimizer.step()
+        loss.item()
+        if step >= %(warmup)d:
+            times.append(time.perf_counter() - start)
+    print(json.dumps({"batch": batch, "ms": statistics.median(times) * 1e3,
+                      "torch": torch.__version__}))
+    sys.stdout.flush()
+"""
+
+
+def build_gpu_model(torch, reference, model_name):
+    """(model, input shape without the batch) for gradsync's model of that
+    name at its defaults."""
+    if model_name == "resnet18":
+        return reference.build_resnet18(torch), (3, 32, 32)
+    if model_name == "cnn":
+        return build_cnn(torch), (1, 28, 28)
+    nn = torch.nn  # gradsync's default MLP, 784-512-256-10
+    return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256),
+                         nn.ReLU(), nn.Linear(256, 10)), (784,)
+
+
+def gradsync_gpu_command(gradsync, model, batch, precision, steps, warmup,
+                         metrics_dir):
+    return [gradsync, "train", "--device=cuda", "--sync=local",
+            "--data=synthetic", "--model=" + model,
+            "--batch_size=%d" % batch, "--precision=" + precision,
+            "--max_steps=%d" % (warmup + steps), "--warmup_steps=%d" % warmup,
+            "--eval=false", "--progress=false", "--metrics_dir=" + metrics_dir]
+
+
+def pytorch_gpu_command(model, batches, precision, steps, warmup):
+    code = PYTORCH_GPU_CHILD % {"here": HERE, "model": model,
+                                "batches": list(batches),
+                                "precision": precision, "steps": steps,
+                                "warmup": warmup}
+    return [sys.executable, "-c", code]
+
+
+def refused_precision(stderr, precision):
+    """Whether gradsync's error says it does not build this precision (a
+    SKIP, not a failure)."""
+    text = stderr.lower()
+    return "precision" in text and precision in text and (
+        "not built" in text or "refus" in text or "unsupported" in text or
+        "not supported" in text)
+
+
+def judge_gpu_point(model, batch, precision, ours, theirs):
+    """(status, note) of one measured point: FAIL only where issue 39 sets a
+    bar (ResNet-18, batch >= RESNET_BAR_BATCH) and the ratio is under it."""
+    if theirs is None:
+        return "PASS", ""
+    ratio = theirs / ours
+    bar = RESNET_BAR.get(precision)
+    if model == "resnet18" and batch >= RESNET_BAR_BATCH and bar is not None:
+        if ratio < bar:
+            return "FAIL", "under the bar of %.1fx" % bar
+        return "PASS", "bar %.1fx met" % bar
+    return "PASS", ""
+
+
+def run_gpu(args, models, batches, precisions):
+    """The GPU comparison; returns the number of failed points."""
+    work = args.work_dir or os.path.join(os.getcwd(), "compute_vs_pytorch.gpu")
+    rows_out = []
+    failures = 0
+
+    def emit(status, name, detail):
+        rows_out.append("%s\t%s\t%s" % (status, name, detail))
+        print("%-5s %-24s %s" % (status, name, detail))
+        sys.stdout.flush()
+        if args.rows:
+            with open(args.rows, "w") as out:
+                out.write("\n".join(rows_out) + "\n")
+
+    pytorch = {}  # (model, precision) -> {batch: ms} or an error string
+    for model in models:
+        for precision in precisions:
+            command = pytorch_gpu_command(model, batches, precision,
+                                          args.steps, args.warmup)
+            if args.dry_run:
+                print("would run (timeout %d s): %s -c <PyTorch %s %s, "
+                      "batches %s>" % (args.timeout_s, command[0], model,
+                                       precision, ",".join(map(str, batches))))
+                pytorch[(model, precision)] = "dry run"
+                continue
+            try:
+                result = subprocess.run(command, capture_output=True,
+                                        text=True, timeout=args.timeout_s)
+                found = {}
+                for line in result.stdout.splitlines():
+                    if line.startswith("{"):
+                        point = json.loads(line)
+                        found[point["batch"]] = point["ms"]
+                if result.returncode != 0 and not found:
+                    tail = " | ".join(result.stderr.strip().splitlines()[-2:])
+                    found = "PyTorch exited %d: %s" % (result.returncode,
+                                                       tail or "no stderr")
+                pytorch[(model, precision)] = found
+            except subprocess.TimeoutExpired:
+                pytorch[(model, precision)] = (
+                    "PyTorch timed out after %d s" % args.timeout_s)
+    for model in models:
+        for batch in batches:
+            for precision in precisions:
+                name = "speed/%s/%d/%s" % (model, batch, precision)
+                metrics_dir = os.path.join(work, name.replace("/", "-"))
+                command = gradsync_gpu_command(args.gradsync, model, batch,
+                                               precision, args.steps,
+                                               args.warmup, metrics_dir)
+                if args.dry_run:
+                    print("would run (timeout %d s): %s" %
+                          (args.timeout_s, " ".join(command)))
+                    emit("SKIP", name, "dry run")
+                    continue
+                theirs = pytorch[(model, precision)]
+                theirs_ms = theirs.get(batch) if isinstance(theirs, dict) \
+                    else None
+                theirs_text = ("pytorch %.2f ms" % theirs_ms
+                               if theirs_ms is not None else
+                               "pytorch: %s" % (theirs or "no figure"))
+                os.makedirs(metrics_dir, exist_ok=True)
+                try:
+                    result = subprocess.run(command, capture_output=True,
+                                            text=True, timeout=args.timeout_s)
+                except subprocess.TimeoutExpired:
+                    failures += 1
+                    emit("FAIL", name, "gradsync timed out after %d s; %s" %
+                         (args.timeout_s, theirs_text))
+                    continue
+                with open(os.path.join(metrics_dir, "stderr.log"), "w") as log:
+                    log.write(result.stderr)
+                if result.returncode != 0:
+                    tail = " | ".join(result.stderr.strip().splitlines()[-2:])
+                    if refused_precision(result.stderr, precision):
+                        emit("SKIP", name, "gradsync refuses %s (%s); %s" %
+                             (precision, tail, theirs_text))
+                    else:
+                        failures += 1
+                        emit("FAIL", name, "gradsync exited %d: %s; %s" %
+                             (result.returncode, tail, theirs_text))
+                    continue
+                try:
+                    with open(os.path.join(metrics_dir, "summary.json")) as f:
+                        summary = json.load(f)
+                    ours = float(summary["step_ms"])
+                    compute = float(summary["compute_ms"])
+                except (OSError, ValueError, KeyError) as error:
+                    failures += 1
+                    emit("FAIL", name, "no step_ms/compute_ms in %s/summary."
+                         "json (%s)" % (metrics_dir, error))
+                    continue
+                status, note = judge_gpu_point(model, batch, precision, ours,
+                                               theirs_ms)
+                detail = "gradsync %.2f ms (compute %.2f); %s" % (
+                    ours, compute, theirs_text)
+                if theirs_ms is not None:
+                    detail += "; %.2fx PyTorch's speed" % (theirs_ms / ours)
+                if note:
+                    detail += " (%s)" % note
+                if status == "FAIL":
+                    failures += 1
+                emit(status, name, detail)
+    return failures
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default="resnet18,cnn")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--models", default="resnet18,cnn",
+                        help="cpu: resnet18 and/or cnn; cuda: also mlp")
     parser.add_argument("--batches", default="32,64")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--repetitions", type=int, default=3,
@@ -178,8 +415,44 @@ def main():
                         help="also time bench/mlp_benchmark of this build "
                              "beside the one in this folder (another build's "
                              "bazel-bin/bench)")
+    parser.add_argument("--precisions", default="fp32,tf32,bf16",
+                        help="cuda: comma-separated fp32, tf32, bf16")
+    parser.add_argument("--gradsync", default=os.path.join(
+        HERE, "..", "bazel-bin", "tools", "gradsync"),
+                        help="cuda: the gradsync binary (a --config=cuda build)")
+    parser.add_argument("--steps", type=int, default=30,
+                        help="cuda: timed steps per point (after --warmup)")
+    parser.add_argument("--warmup", type=int, default=10,
+                        help="cuda: untimed steps first")
+    parser.add_argument("--timeout_s", type=int, default=120,
+                        help="cuda: limit of each child process")
+    parser.add_argument("--work_dir", default="",
+                        help="cuda: where gradsync's metrics folders go")
+    parser.add_argument("--rows", default="",
+                        help="cuda: write STATUS<TAB>name<TAB>detail rows here")
+    parser.add_argument("--dry_run", action="store_true",
+                        help="cuda: print the commands, run nothing")
     args = parser.parse_args()
     models = args.models.split(",")
+    if args.device == "cuda":
+        if any(m not in GPU_MODELS for m in models):
+            parser.error("--models takes resnet18, cnn and/or mlp")
+        precisions = args.precisions.split(",")
+        if any(p not in PRECISIONS for p in precisions):
+            parser.error("--precisions takes fp32, tf32 and/or bf16")
+        try:
+            batches = [int(b) for b in args.batches.split(",")]
+        except ValueError:
+            parser.error("--batches takes comma-separated integers")
+        if min(batches) < 1 or args.steps < 1 or args.warmup < 0:
+            parser.error("batches and --steps must be >= 1, --warmup >= 0")
+        if not args.dry_run and not os.access(args.gradsync, os.X_OK):
+            sys.exit("%s is not an executable gradsync: pass --gradsync" %
+                     args.gradsync)
+        failures = run_gpu(args, models, batches, precisions)
+        if failures:
+            sys.exit("%d point(s) failed (FAIL rows above)" % failures)
+        return
     if any(m not in BINARIES for m in models):
         parser.error("--models takes resnet18 and/or cnn")
     try:

@@ -197,6 +197,9 @@ fi
 cp tools/pytorch_compare.py "$stage/bin/pytorch_compare.py"
 cp tools/gpu_check.sh "$stage/bin/gpu_check.sh"
 chmod 755 "$stage/bin/pytorch_compare.py" "$stage/bin/gpu_check.sh"
+# gpu_check.sh --quick times gradsync against PyTorch with these.
+mkdir -p "$stage/bench"
+cp bench/compute_vs_pytorch.py bench/pytorch_resnet18_reference.py "$stage/bench/"
 
 cat > "$stage/libexec/gradsync-env" <<'WRAPPER'
 #!/usr/bin/env bash
@@ -376,7 +379,9 @@ gradsync ${commit} (${commit_full}), CUDA ${cuda_version} build for sm_80 (A100)
 and sm_90 (H100/H200), plus compute_90 PTX, made $(date -u +%Y-%m-%dT%H:%MZ) on
 $(. /etc/os-release && echo "$PRETTY_NAME").
 
-  bin/gpu_check.sh                     run first: every GPU check below, one report
+  bin/gpu_check.sh --quick --out=DIR   run first: parity, gradsync vs PyTorch, exposed
+                                       communication; one table in at most 8 minutes
+  bin/gpu_check.sh                     every GPU check below, sanitizers too, one report
   bin/gradsync doctor                  GPUs, driver, CUDA, NCCL, cuBLAS, cuDNN, a GEMM check
   bin/cuda_device_test                 CUDA backend vs the CPU backend, kernel by kernel
   bin/device_parity_test               cuDNN convolutions, the MLP, CNN and ResNet-18

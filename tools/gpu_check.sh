@@ -8,6 +8,26 @@
 #   gradsync-<commit>/bin/gpu_check.sh   # from tools/bundle.sh's bundle
 #   ... --report=FILE                # where the report goes (default:
 #                                    # ./gpu_check-<host>-<UTC time>.txt)
+#   ... --quick [--out=DIR]          # the one-table check below, <= 8 minutes
+#   ... --quick --dry-run            # prints its commands, runs nothing
+#
+# --quick (logs and report.txt in --out=DIR, else $OUT, else
+# ./gpu_check-<host>-<time>): versions (doctor), then
+#   parity_layers   layer_reference_test: every layer at ResNet-18's shapes
+#                   against loops in double, on the CPU and the GPU
+#   parity_cudnn    device_parity_test's cuDNN cases: each convolution against
+#                   a direct convolution in double
+#   comm_*          exposed communication of ResNet-18 jobs on this GPU:
+#                   local (must be at most 2% of the step), ring2 (2
+#                   workers), ps2_1 (2 workers, 1 server)
+#   speed/M/B/P     bench/compute_vs_pytorch.py --device=cuda: gradsync's step
+#                   beside PyTorch's on this GPU, model M (resnet18, cnn,
+#                   mlp) x batch B (32, 128, 256) x precision P (fp32, tf32,
+#                   bf16; a precision gradsync does not build is a SKIP;
+#                   ResNet-18 at 128 and 256 under issue 39's bar is a FAIL)
+# and prints one table of every check. Each command runs under a timeout cut
+# to what is left of the 8 minutes; a check the budget cannot reach is a
+# SKIP saying so. Sanitizers and benchmarks are in the full check only.
 #
 # In order, each bounded by `timeout`:
 #   versions      nvidia-smi, nvcc (checkout), glibc, `gradsync doctor`
@@ -53,20 +73,37 @@ set -uo pipefail
 here="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
 report=""
 build=1
+quick=0
+dry=0
+out_dir="${OUT:-}"
 for arg in "$@"; do
   case "$arg" in
     --report=*) report="${arg#*=}" ;;
     --no-build) build=0 ;;
-    -h|--help) sed -n '2,46p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --quick) quick=1 ;;
+    --dry-run) dry=1 ;;
+    --out=*) out_dir="${arg#*=}" ;;
+    -h|--help) sed -n '2,70p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
 
+if ((dry && !quick)); then
+  echo "gpu_check.sh: --dry-run goes with --quick" >&2
+  exit 2
+fi
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-report="${report:-$PWD/gpu_check-$(hostname -s 2>/dev/null || echo host)-$stamp.txt}"
-logs="${report%.txt}.logs"
+host=$(hostname -s 2>/dev/null || echo host)
+if ((quick)); then
+  logs="${out_dir:-$PWD/gpu_check-$host-$stamp}"
+  report="${report:-$logs/report.txt}"
+else
+  report="${report:-$PWD/gpu_check-$host-$stamp.txt}"
+  logs="${report%.txt}.logs"
+fi
 mkdir -p "$logs" || exit 2
 : > "$report" || exit 2
+deadline=$((SECONDS + 1000000))  # --quick sets its 8 minutes below
 results=()  # "STATUS name reason", in order
 failed=0
 
@@ -75,7 +112,7 @@ log() { echo "$*" | tee -a "$report"; }
 record() {
   local status=$1 name=$2
   shift 2
-  results+=("$(printf '%-5s %-20s %s' "$status" "$name" "$*")")
+  results+=("$(printf '%-5s %-24s %s' "$status" "$name" "$*")")
   [[ "$status" == FAIL ]] && failed=1
   printf '   -> %s %s: %s\n' "$status" "$name" "$*"
 }
@@ -83,7 +120,16 @@ record() {
 run() {
   local name=$1 seconds=$2
   shift 2
-  echo "== $name: $*"
+  if ((quick)); then  # the quick check's 8 minutes bound every command
+    local left=$((deadline - SECONDS))
+    ((seconds > left)) && seconds=$left
+  fi
+  echo "== $name (timeout ${seconds} s): $*"
+  if ((dry)); then
+    echo "dry run: not run" > "$logs/$name.log"
+    rc=0
+    return 0
+  fi
   timeout --kill-after=30 "$seconds" "$@" > "$logs/$name.log" 2>&1
   rc=$?
   if ((rc == 124 || rc == 137)); then
@@ -135,14 +181,18 @@ else
   # Outputs of their own and no bazel-bin link: a default build elsewhere in
   # this checkout neither replaces these binaries nor is replaced by them.
   bazel_cuda=(--color=no --curses=no --config=cuda --symlink_prefix=/)
-  if ((build)); then
+  if ((build && !dry)); then
     run build 3600 bazel build "${bazel_cuda[@]}" "${targets[@]}"
     if ((rc != 0)); then
       record FAIL build "$(why_failed 3600 build)"
       finish 2
     fi
   fi
-  bin=$(bazel info "${bazel_cuda[@]}" bazel-bin 2>/dev/null)
+  if ((dry)); then
+    bin="bazel-bin"
+  else
+    bin=$(bazel info "${bazel_cuda[@]}" bazel-bin 2>/dev/null)
+  fi
   program() {
     case "$1" in
       gradsync) echo "$bin/tools/gradsync" ;;
@@ -158,13 +208,167 @@ else
 fi
 for name in gradsync cuda_device_test device_parity_test layer_reference_test \
             host_staging_test nccl_test mlp_gpu_benchmark allreduce_benchmark; do
-  if [[ ! -x "$(program "$name")" ]]; then
+  if ((!dry)) && [[ ! -x "$(program "$name")" ]]; then
     log "gpu_check: $name not found at $(program "$name") (build with --config=cuda, or use the bundle)"
     record FAIL setup "$name missing"
     finish 2
   fi
 done
 gradsync=$(program gradsync)
+
+# --- the quick check: one table in at most 8 minutes ---------------------------
+if ((quick)); then
+  deadline=$((SECONDS + ${GPU_CHECK_QUICK_S:-480}))  # the variable: tests
+  {
+    echo "gradsync gpu_check --quick, $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname 2>/dev/null)"
+    echo "from: $mode"
+    ((dry)) && echo "dry run: commands are printed, nothing runs"
+  } | tee -a "$report"
+  # budget_left NAME: false (and a SKIP row) when under 15 s of the 8 minutes
+  # are left, too few to start a CUDA program and read its result.
+  budget_left() {
+    if ((deadline - SECONDS < 15)); then
+      record SKIP "$1" "the quick check's time budget is spent"
+      return 1
+    fi
+  }
+  python=${PYTHON:-python3}  # the node's, with torch for the speed rows
+  gpus=1
+  if ((!dry)); then
+    run doctor 60 "$gradsync" doctor
+    { echo "== gradsync doctor (exit $rc)"; cat "$logs/doctor.log"; } >> "$report"
+    # doctor's "gpus  N visible"; nvidia-smi's count where doctor could not say.
+    gpus=$(sed -n 's/^  gpus *\([0-9][0-9]*\) visible.*/\1/p' "$logs/doctor.log" | head -n 1)
+    if [[ -z "$gpus" ]] && ! grep -q '^  gpus *NONE VISIBLE' "$logs/doctor.log"; then
+      gpus=$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    fi
+    gpus=${gpus:-0}
+    if ((rc == 0)); then
+      record PASS versions "doctor: nothing missing, $gpus GPU(s)"
+    else
+      record FAIL versions "doctor exit $rc: $(grep -E 'MISSING|TOO OLD|NONE VISIBLE|FAILED|WRONG|UNSUPPORTED' "$logs/doctor.log" |
+        head -n 2 | sed 's/^ *//; s/   */: /' | paste -s -d ';')"
+    fi
+    if ((gpus == 0)); then
+      record SKIP parity/speed/comm "no GPU visible to gradsync"
+      finish 3
+    fi
+  else
+    record SKIP versions "dry run"
+  fi
+
+  # quick_gtest NAME SECONDS program [args]: PASS when every case passed and
+  # none was skipped for want of a GPU.
+  quick_gtest() {
+    local name=$1 seconds=$2 prog=$3
+    shift 3
+    budget_left "$name" || return 0
+    run "$name" "$seconds" "$(program "$prog")" "$@" \
+      "--gtest_output=xml:$logs/$name.xml"
+    if ((dry)); then
+      record SKIP "$name" "dry run"
+      return 0
+    fi
+    local total failures
+    total=$(grep -o '<testcase ' "$logs/$name.xml" 2>/dev/null | wc -l)
+    failures=$(grep -c '<failure' "$logs/$name.xml" 2>/dev/null)
+    if ((rc != 0)); then
+      record FAIL "$name" "$prog: ${total:-0} cases, ${failures:-0} failed; $(why_failed "$seconds" "$name")"
+    elif grep -q -e 'no CUDA GPU visible' -e 'no CUDA device to check' \
+           "$logs/$name.xml" 2>/dev/null; then
+      record FAIL "$name" "$prog skipped its GPU cases although a GPU is visible"
+    else
+      record PASS "$name" "$prog: ${total:-0} cases against float64 references"
+    fi
+  }
+  quick_gtest parity_layers 150 layer_reference_test
+  quick_gtest parity_cudnn 120 device_parity_test '--gtest_filter=*Cudnn*'
+
+  # Exposed communication on this GPU: ResNet-18, batch 64 per worker, fp32.
+  job_flags=(--device=cuda --model=resnet18 --data=synthetic --batch_size=64
+             --max_steps=30 --warmup_steps=10 --eval=false --progress=false
+             --timeout_s=90)
+  # summary_field summary.json FIELD: the run's top-level figure (JSON read
+  # by Python: the per-rank objects carry the same names).
+  summary_field() {
+    "$python" -c 'import json, sys
+print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
+  }
+  # comm_row NAME SUMMARY LIMIT_PERCENT: a row from a run's summary.json;
+  # FAIL when LIMIT_PERCENT is set and the exposed share is over it.
+  comm_row() {
+    local name=$1 summary=$2 limit=${3:-}
+    local step compute wait
+    step=$(summary_field "$summary" step_ms)
+    compute=$(summary_field "$summary" compute_ms)
+    wait=$(summary_field "$summary" sync_wait_ms)
+    if [[ -z "$step" || -z "$compute" || -z "$wait" ]]; then
+      record FAIL "$name" "no step_ms/compute_ms/sync_wait_ms in $summary"
+      return
+    fi
+    local share verdict=PASS note=""
+    share=$(awk -v s="$step" -v w="$wait" 'BEGIN { printf "%.1f", (s > 0 ? 100 * w / s : 0) }')
+    if [[ -n "$limit" ]]; then
+      if awk -v p="$share" -v l="$limit" 'BEGIN { exit !(p > l) }'; then
+        verdict=FAIL note=" (over $limit%)"
+      else
+        note=" (bar $limit%)"
+      fi
+    fi
+    record "$verdict" "$name" "step $step ms, compute $compute ms, exposed $wait ms = $share%$note"
+  }
+  comm_job() {  # NAME LIMIT_PERCENT command...
+    local name=$1 limit=$2
+    shift 2
+    budget_left "$name" || return 0
+    run "$name" 120 "$@"
+    if ((dry)); then
+      record SKIP "$name" "dry run"
+    elif ((rc != 0)); then
+      record FAIL "$name" "$(why_failed 120 "$name")"
+    else
+      comm_row "$name" "$logs/$name.run/summary.json" "$limit"
+    fi
+  }
+  mkdir -p "$logs/comm_local.run"
+  comm_job comm_local 2 "$gradsync" train --sync=local \
+    "--metrics_dir=$logs/comm_local.run" "${job_flags[@]}"
+  comm_job comm_ring2 "" "$gradsync" launch --workers=2 \
+    "--run_dir=$logs/comm_ring2.run" -- --sync=ring "${job_flags[@]}"
+  comm_job comm_ps2_1 "" "$gradsync" launch --workers=2 --servers=1 \
+    "--run_dir=$logs/comm_ps2_1.run" -- --sync=ps "${job_flags[@]}"
+  # gradsync against PyTorch: one row per (model, batch, precision).
+  compare="$here/../bench/compute_vs_pytorch.py"
+  if ! command -v "$python" > /dev/null; then
+    record SKIP speed "no $python on PATH (set PYTHON=)"
+  elif [[ ! -f "$compare" ]]; then
+    record FAIL speed "$compare missing (the bundle carries bench/)"
+  elif budget_left speed; then
+    : > "$logs/speed.tsv"
+    dry_flag=()
+    ((dry)) && dry_flag=(--dry_run)
+    # Not through run(): the script prints its own commands in a dry run.
+    speed_s=$((deadline - SECONDS))
+    echo "== speed (timeout ${speed_s} s): $python $compare --device=cuda ..."
+    timeout --kill-after=10 "$speed_s" "$python" "$compare" --device=cuda \
+      "--gradsync=$gradsync" --models=resnet18,cnn,mlp --batches=32,128,256 \
+      --precisions=fp32,tf32,bf16 --steps=20 --warmup=10 --timeout_s=60 \
+      "--work_dir=$logs/speed" "--rows=$logs/speed.tsv" "${dry_flag[@]}" \
+      > "$logs/speed.log" 2>&1
+    rc=$?
+    ((dry)) && cat "$logs/speed.log"
+    while IFS=$'\t' read -r status name detail; do
+      [[ -n "$status" ]] && record "$status" "$name" "$detail"
+    done < "$logs/speed.tsv"
+    if ((rc == 124 || rc == 137)); then
+      record FAIL speed "timed out after $speed_s s; the points above were measured"
+    elif [[ ! -s "$logs/speed.tsv" ]]; then
+      record FAIL speed "no points measured: exit $rc, $(tail -n 1 "$logs/speed.log")"
+    fi
+  fi
+
+  finish "$failed"
+fi
 
 # --- versions -----------------------------------------------------------------
 {
@@ -355,10 +559,12 @@ else
 fi
 
 # --- compute-sanitizer ---------------------------------------------------------------
-sanitizer=$(command -v compute-sanitizer ||
-            ls "${CUDA_HOME:-/nonexistent}/bin/compute-sanitizer" \
-               /usr/local/cuda/bin/compute-sanitizer \
-               /usr/local/cuda-*/bin/compute-sanitizer 2>/dev/null | head -n 1 || true)
+sanitizer=$(command -v compute-sanitizer || true)
+for candidate in "${CUDA_HOME:-/nonexistent}/bin/compute-sanitizer" \
+                 /usr/local/cuda/bin/compute-sanitizer \
+                 /usr/local/cuda-*/bin/compute-sanitizer; do
+  [[ -z "$sanitizer" && -x "$candidate" ]] && sanitizer=$candidate
+done
 if [[ -z "$sanitizer" ]]; then
   record SKIP sanitizer "compute-sanitizer not installed (it comes with the CUDA toolkit)"
 else

@@ -178,6 +178,8 @@ absl::Status CudaDevice::Initialize() {
       cublasSetWorkspace(cublas_, workspace, kCublasWorkspaceBytes), name_);
   ASSIGN_OR_RETURN(loss_partials_,
                    Allocate<double>(cuda_kernels::kMaxLossPartials));
+  ASSIGN_OR_RETURN(channel_partials_,
+                   Allocate<double>(2 * cuda_kernels::kMaxChannelSumPartials));
   GS_LOG(INFO) << name_ << ": " << properties_.name << ", "
                << absl::StrFormat("%.1f GiB",
                                   properties_.totalGlobalMem / 1073741824.0)
@@ -529,7 +531,8 @@ void CudaDevice::BatchNormForwardTraining(
   Record(MakeCurrent());
   CheckLaunch(cuda_kernels::BatchNormForwardTraining(
                   stream_, x, rows, channels, gamma, beta, momentum, epsilon, y,
-                  saved_mean, saved_inv_std, running_mean, running_var),
+                  saved_mean, saved_inv_std, running_mean, running_var,
+                  channel_partials_),
               "BatchNormForwardTraining kernel launch");
 }
 
@@ -552,9 +555,9 @@ void CudaDevice::BatchNormBackward(const float* x, const float* dy,
                                    const float* saved_inv_std, float* dx,
                                    float* dgamma, float* dbeta) {
   Record(MakeCurrent());
-  CheckLaunch(cuda_kernels::BatchNormBackward(stream_, x, dy, rows, channels,
-                                              gamma, saved_mean, saved_inv_std,
-                                              dx, dgamma, dbeta),
+  CheckLaunch(cuda_kernels::BatchNormBackward(
+                  stream_, x, dy, rows, channels, gamma, saved_mean,
+                  saved_inv_std, dx, dgamma, dbeta, channel_partials_),
               "BatchNormBackward kernel launch");
 }
 

@@ -243,6 +243,8 @@ class CudaDevice : public Device {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   double* loss_partials_ = nullptr;  // cuda_kernels::kMaxLossPartials doubles
+  // Batch norm's per-slice channel sums: 2 · kMaxChannelSumPartials doubles.
+  double* channel_partials_ = nullptr;
   const bool reference_convolutions_;
   const Precision precision_;
   // Made at the first CreateConvolution (set-up, one thread).

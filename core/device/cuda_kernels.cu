@@ -284,22 +284,23 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // kernel_math.h's arithmetic.
 //
 // Channel tiles, as SumRowsKernel: a block of kSumRowsTile × kSumRowsTile
-// threads sums kSumRowsTile channels. Lane y of column x adds every
-// kSumRowsTile-th row of channel blockIdx.x·tile + x, from row y, in double;
-// then lane 0 adds the lanes' partials in a fixed order, so the sums do not
-// depend on scheduling. `add(i, c, first, second)` adds element i's two terms
-// (i = r·channels + c). Returns true in the one thread of each channel that
-// holds its sums, with `c` that channel; every thread must call it (it
-// synchronizes the block).
+// threads sums kSumRowsTile channels over rows [begin, end). Lane y of column
+// x adds every kSumRowsTile-th row of channel blockIdx.x·tile + x, from row
+// begin + y, in double; then lane 0 adds the lanes' partials in a fixed
+// order, so the sums do not depend on scheduling. `add(i, c, first, second)`
+// adds element i's two terms (i = r·channels + c). Returns true in the one
+// thread of each channel that holds its sums, with `c` that channel; every
+// thread must call it (it synchronizes the block).
 template <typename AddTerms>
-__device__ bool ChannelTileSums(int64_t rows, int channels, AddTerms add,
-                                int64_t* c, double* first, double* second) {
+__device__ bool ChannelTileSums(int64_t begin, int64_t end, int channels,
+                                AddTerms add, int64_t* c, double* first,
+                                double* second) {
   __shared__ double partial_first[kSumRowsTile][kSumRowsTile + 1];
   __shared__ double partial_second[kSumRowsTile][kSumRowsTile + 1];
   *c = static_cast<int64_t>(blockIdx.x) * kSumRowsTile + threadIdx.x;
   double a = 0.0, b = 0.0;
   if (*c < channels) {
-    for (int64_t r = threadIdx.y; r < rows; r += kSumRowsTile) {
+    for (int64_t r = begin + threadIdx.y; r < end; r += kSumRowsTile) {
       add(r * channels + *c, *c, a, b);
     }
   }
@@ -317,31 +318,30 @@ __device__ bool ChannelTileSums(int64_t rows, int channels, AddTerms add,
 }
 
 // Element-wise over the tensor, grid-stride: `at(i, c)` for every element i,
-// of channel c.
+// of channel c. With `narrow_index` (launch_config::PlanElementwise's: every
+// index of the loop fits in int) the channel is a 32-bit remainder, several
+// times cheaper on the GPU than a 64-bit one, which would otherwise be the
+// costliest instruction of these memory-bound passes; the flag is the same
+// for every thread, so the branch does not diverge.
 template <typename AtElement>
 __device__ void ForEachChannelElement(int64_t total, int channels,
-                                      AtElement at) {
+                                      bool narrow_index, AtElement at) {
   const int64_t stride = GridStride<int64_t>();
   for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
-    at(i, i % channels);
+    const int64_t c = narrow_index
+                          ? static_cast<int64_t>(static_cast<int>(i) % channels)
+                          : i % channels;
+    at(i, c);
   }
 }
 
-__global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
-    BatchNormStatisticsKernel(const float* __restrict__ x, int64_t rows,
-                              int channels, float momentum, float epsilon,
-                              float* __restrict__ saved_mean,
-                              float* __restrict__ saved_inv_std,
-                              float* __restrict__ running_mean,
-                              float* __restrict__ running_var) {
-  int64_t c = 0;
-  double sum = 0.0, sum_squares = 0.0;
-  const auto add = [x](int64_t i, int64_t, double& a, double& b) {
-    const float value = x[i];
-    a += value;
-    b += static_cast<double>(value) * value;
-  };
-  if (!ChannelTileSums(rows, channels, add, &c, &sum, &sum_squares)) return;
+// The statistics of channel c from its sum and sum of squares over `rows`.
+__device__ void FinishStatistics(int64_t c, double sum, double sum_squares,
+                                 int64_t rows, float momentum, float epsilon,
+                                 float* __restrict__ saved_mean,
+                                 float* __restrict__ saved_inv_std,
+                                 float* __restrict__ running_mean,
+                                 float* __restrict__ running_var) {
   const float mean = km::BatchMean(sum, rows);
   const float variance = km::BatchVariance(sum, sum_squares, rows);
   saved_mean[c] = mean;
@@ -351,16 +351,127 @@ __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
       running_var[c], km::UnbiasedVariance(variance, rows), momentum);
 }
 
+// Element i's terms of the forward sums: x and x².
+struct StatisticsTerms {
+  const float* x;
+  __device__ void operator()(int64_t i, int64_t, double& a, double& b) const {
+    const float value = x[i];
+    a += value;
+    b += static_cast<double>(value) * value;
+  }
+};
+
+// Element i's terms of the backward sums: dy and dy·x̂.
+struct GradientTerms {
+  const float* x;
+  const float* dy;
+  const float* mean;
+  const float* inv_std;
+  __device__ void operator()(int64_t i, int64_t c, double& a, double& b) const {
+    const float grad = dy[i];
+    a += grad;
+    b += static_cast<double>(grad) * km::Normalized(x[i], mean[c], inv_std[c]);
+  }
+};
+
+// One slice of rows per blockIdx.y (launch_config::SliceRows): the slice's
+// two sums of each channel of the tile go to partials[slice·channels + c]
+// and partials[kMaxChannelSumPartials + slice·channels + c].
+// (A __device__ template under two kernels: nvcc does not see the
+// __launch_bounds__ of a __global__ template's instantiations.)
+template <typename Terms>
+__device__ void ChannelSumsSlice(Terms terms, int64_t rows,
+                                 int64_t rows_per_slice, int channels,
+                                 double* __restrict__ partials) {
+  const int slice = static_cast<int>(blockIdx.y);
+  const launch_config::RowRange range =
+      launch_config::SliceRows(rows, rows_per_slice, slice);
+  int64_t c = 0;
+  double first = 0.0, second = 0.0;
+  if (!ChannelTileSums(range.begin, range.end, channels, terms, &c, &first,
+                       &second)) {
+    return;
+  }
+  const int64_t slot = static_cast<int64_t>(slice) * channels + c;
+  partials[slot] = first;
+  partials[kMaxChannelSumPartials + slot] = second;
+}
+
+__global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
+    BatchNormStatisticsSliceKernel(StatisticsTerms terms, int64_t rows,
+                                   int64_t rows_per_slice, int channels,
+                                   double* __restrict__ partials) {
+  ChannelSumsSlice(terms, rows, rows_per_slice, channels, partials);
+}
+
+__global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
+    BatchNormGradientSumsSliceKernel(GradientTerms terms, int64_t rows,
+                                     int64_t rows_per_slice, int channels,
+                                     double* __restrict__ partials) {
+  ChannelSumsSlice(terms, rows, rows_per_slice, channels, partials);
+}
+
+// Channel c's two sums: its slices' partials added in slice order.
+__device__ void AddSlices(const double* __restrict__ partials, int slices,
+                          int channels, int64_t c, double* first,
+                          double* second) {
+  *first = 0.0;
+  *second = 0.0;
+  for (int s = 0; s < slices; ++s) {
+    const int64_t slot = static_cast<int64_t>(s) * channels + c;
+    *first += partials[slot];
+    *second += partials[kMaxChannelSumPartials + slot];
+  }
+}
+
+// The one-pass kernel of an unsliced plan: the tile's channels over all rows.
+__global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
+    BatchNormStatisticsKernel(const float* __restrict__ x, int64_t rows,
+                              int channels, float momentum, float epsilon,
+                              float* __restrict__ saved_mean,
+                              float* __restrict__ saved_inv_std,
+                              float* __restrict__ running_mean,
+                              float* __restrict__ running_var) {
+  int64_t c = 0;
+  double sum = 0.0, sum_squares = 0.0;
+  if (!ChannelTileSums(0, rows, channels, StatisticsTerms{x}, &c, &sum,
+                       &sum_squares)) {
+    return;
+  }
+  FinishStatistics(c, sum, sum_squares, rows, momentum, epsilon, saved_mean,
+                   saved_inv_std, running_mean, running_var);
+}
+
+// A sliced plan's second pass: one thread per channel.
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    BatchNormStatisticsFinishKernel(const double* __restrict__ partials,
+                                    int slices, int64_t rows, int channels,
+                                    float momentum, float epsilon,
+                                    float* __restrict__ saved_mean,
+                                    float* __restrict__ saved_inv_std,
+                                    float* __restrict__ running_mean,
+                                    float* __restrict__ running_var) {
+  const int64_t c =
+      static_cast<int64_t>(blockIdx.x) * kThreadsPerBlock + threadIdx.x;
+  if (c >= channels) return;
+  double sum = 0.0, sum_squares = 0.0;
+  AddSlices(partials, slices, channels, c, &sum, &sum_squares);
+  FinishStatistics(c, sum, sum_squares, rows, momentum, epsilon, saved_mean,
+                   saved_inv_std, running_mean, running_var);
+}
+
 __global__ void __launch_bounds__(kThreadsPerBlock)
     BatchNormApplyKernel(const float* __restrict__ x, int64_t total,
                          int channels, const float* __restrict__ gamma,
                          const float* __restrict__ beta,
                          const float* __restrict__ mean,
                          const float* __restrict__ inv_std,
-                         float* __restrict__ y) {
-  ForEachChannelElement(total, channels, [=](int64_t i, int64_t c) {
-    y[i] = km::BatchNormOutput(x[i], mean[c], inv_std[c], gamma[c], beta[c]);
-  });
+                         float* __restrict__ y, bool narrow_index) {
+  ForEachChannelElement(
+      total, channels, narrow_index, [=](int64_t i, int64_t c) {
+        y[i] =
+            km::BatchNormOutput(x[i], mean[c], inv_std[c], gamma[c], beta[c]);
+      });
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock)
@@ -369,12 +480,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                              const float* __restrict__ beta,
                              const float* __restrict__ running_mean,
                              const float* __restrict__ running_var,
-                             float epsilon, float* __restrict__ y) {
-  ForEachChannelElement(total, channels, [=](int64_t i, int64_t c) {
-    y[i] = km::BatchNormOutput(x[i], running_mean[c],
-                               km::InverseStd(running_var[c], epsilon),
-                               gamma[c], beta[c]);
-  });
+                             float epsilon, float* __restrict__ y,
+                             bool narrow_index) {
+  ForEachChannelElement(
+      total, channels, narrow_index, [=](int64_t i, int64_t c) {
+        y[i] = km::BatchNormOutput(x[i], running_mean[c],
+                                   km::InverseStd(running_var[c], epsilon),
+                                   gamma[c], beta[c]);
+      });
 }
 
 __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
@@ -386,15 +499,25 @@ __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
                                 float* __restrict__ dbeta) {
   int64_t c = 0;
   double sum_dy = 0.0, sum_dy_x_hat = 0.0;
-  const auto add = [=](int64_t i, int64_t channel, double& a, double& b) {
-    const float grad = dy[i];
-    a += grad;
-    b += static_cast<double>(grad) *
-         km::Normalized(x[i], mean[channel], inv_std[channel]);
-  };
-  if (!ChannelTileSums(rows, channels, add, &c, &sum_dy, &sum_dy_x_hat)) {
+  if (!ChannelTileSums(0, rows, channels, GradientTerms{x, dy, mean, inv_std},
+                       &c, &sum_dy, &sum_dy_x_hat)) {
     return;
   }
+  dbeta[c] = static_cast<float>(sum_dy);
+  dgamma[c] = static_cast<float>(sum_dy_x_hat);
+}
+
+// A sliced plan's second pass of the backward sums: one thread per channel.
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    BatchNormGradientSumsFinishKernel(const double* __restrict__ partials,
+                                      int slices, int channels,
+                                      float* __restrict__ dgamma,
+                                      float* __restrict__ dbeta) {
+  const int64_t c =
+      static_cast<int64_t>(blockIdx.x) * kThreadsPerBlock + threadIdx.x;
+  if (c >= channels) return;
+  double sum_dy = 0.0, sum_dy_x_hat = 0.0;
+  AddSlices(partials, slices, channels, c, &sum_dy, &sum_dy_x_hat);
   dbeta[c] = static_cast<float>(sum_dy);
   dgamma[c] = static_cast<float>(sum_dy_x_hat);
 }
@@ -407,13 +530,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                                  const float* __restrict__ inv_std,
                                  const float* __restrict__ dgamma,
                                  const float* __restrict__ dbeta,
-                                 float* __restrict__ dx) {
-  ForEachChannelElement(rows * channels, channels, [=](int64_t i, int64_t c) {
-    const float x_hat = km::Normalized(x[i], mean[c], inv_std[c]);
-    dx[i] = km::BatchNormInputGradient(dy[i], x_hat, gamma[c] * inv_std[c],
-                                       km::BatchMean(dbeta[c], rows),
-                                       km::BatchMean(dgamma[c], rows));
-  });
+                                 float* __restrict__ dx, bool narrow_index) {
+  ForEachChannelElement(
+      rows * channels, channels, narrow_index, [=](int64_t i, int64_t c) {
+        const float x_hat = km::Normalized(x[i], mean[c], inv_std[c]);
+        dx[i] = km::BatchNormInputGradient(dy[i], x_hat, gamma[c] * inv_std[c],
+                                           km::BatchMean(dbeta[c], rows),
+                                           km::BatchMean(dgamma[c], rows));
+      });
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock)
@@ -607,11 +731,37 @@ cudaError_t LaunchChannelTiles(cudaStream_t stream, int channels, Kernel kernel,
   return cudaGetLastError();
 }
 
+// A sliced plan's first pass: one block of kSumRowsTile × kSumRowsTile
+// threads per (channel tile, row slice).
+template <typename Kernel, typename Terms>
+cudaError_t LaunchChannelSlices(cudaStream_t stream,
+                                const launch_config::ChannelSumsLaunch& plan,
+                                Kernel kernel, Terms terms, int64_t rows,
+                                int channels, double* partials) {
+  const dim3 threads(kSumRowsTile, kSumRowsTile);
+  const dim3 blocks(plan.channel_tiles, plan.row_slices);
+  kernel<<<blocks, threads, 0, stream>>>(terms, rows, plan.rows_per_slice,
+                                         channels, partials);
+  return cudaGetLastError();
+}
+
 template <typename Kernel, typename... Args>
-cudaError_t LaunchElementwise(cudaStream_t stream, int64_t total, Kernel kernel,
-                              Args... args) {
-  kernel<<<launch_config::PlanElementwise(total).blocks, kThreadsPerBlock, 0,
+cudaError_t LaunchChannelFinish(cudaStream_t stream, int channels,
+                                Kernel kernel, Args... args) {
+  kernel<<<launch_config::ChannelFinishBlocks(channels), kThreadsPerBlock, 0,
            stream>>>(args...);
+  return cudaGetLastError();
+}
+
+// An element-wise batch-norm pass over `total` elements: the kernel takes the
+// plan's narrow_index after `args`.
+template <typename Kernel, typename... Args>
+cudaError_t LaunchChannelElementwise(cudaStream_t stream, int64_t total,
+                                     Kernel kernel, Args... args) {
+  const launch_config::ElementwiseLaunch launch =
+      launch_config::PlanElementwise(total);
+  kernel<<<launch.blocks, kThreadsPerBlock, 0, stream>>>(args...,
+                                                         launch.narrow_index);
   return cudaGetLastError();
 }
 
@@ -620,15 +770,32 @@ cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
                                      const float* gamma, const float* beta,
                                      float momentum, float epsilon, float* y,
                                      float* saved_mean, float* saved_inv_std,
-                                     float* running_mean, float* running_var) {
+                                     float* running_mean, float* running_var,
+                                     double* channel_partials) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
-  const cudaError_t error = LaunchChannelTiles(
-      stream, channels, BatchNormStatisticsKernel, x, rows, channels, momentum,
-      epsilon, saved_mean, saved_inv_std, running_mean, running_var);
+  const launch_config::ChannelSumsLaunch plan =
+      launch_config::PlanChannelSums(rows, channels);
+  cudaError_t error = cudaSuccess;
+  if (plan.sliced()) {
+    error = LaunchChannelSlices(stream, plan, BatchNormStatisticsSliceKernel,
+                                StatisticsTerms{x}, rows, channels,
+                                channel_partials);
+    if (error != cudaSuccess) return error;
+    error = LaunchChannelFinish(
+        stream, channels, BatchNormStatisticsFinishKernel,
+        static_cast<const double*>(channel_partials), plan.row_slices, rows,
+        channels, momentum, epsilon, saved_mean, saved_inv_std, running_mean,
+        running_var);
+  } else {
+    error = LaunchChannelTiles(stream, channels, BatchNormStatisticsKernel, x,
+                               rows, channels, momentum, epsilon, saved_mean,
+                               saved_inv_std, running_mean, running_var);
+  }
   if (error != cudaSuccess) return error;
   const int64_t total = rows * channels;
-  return LaunchElementwise(stream, total, BatchNormApplyKernel, x, total,
-                           channels, gamma, beta, saved_mean, saved_inv_std, y);
+  return LaunchChannelElementwise(stream, total, BatchNormApplyKernel, x, total,
+                                  channels, gamma, beta, saved_mean,
+                                  saved_inv_std, y);
 }
 
 cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
@@ -639,24 +806,39 @@ cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
                                       float* y) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   const int64_t total = rows * channels;
-  return LaunchElementwise(stream, total, BatchNormInferenceKernel, x, total,
-                           channels, gamma, beta, running_mean, running_var,
-                           epsilon, y);
+  return LaunchChannelElementwise(stream, total, BatchNormInferenceKernel, x,
+                                  total, channels, gamma, beta, running_mean,
+                                  running_var, epsilon, y);
 }
 
 cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
                               const float* dy, int64_t rows, int channels,
                               const float* gamma, const float* saved_mean,
                               const float* saved_inv_std, float* dx,
-                              float* dgamma, float* dbeta) {
+                              float* dgamma, float* dbeta,
+                              double* channel_partials) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
-  const cudaError_t error = LaunchChannelTiles(
-      stream, channels, BatchNormGradientSumsKernel, x, dy, rows, channels,
-      saved_mean, saved_inv_std, dgamma, dbeta);
+  const launch_config::ChannelSumsLaunch plan =
+      launch_config::PlanChannelSums(rows, channels);
+  cudaError_t error = cudaSuccess;
+  if (plan.sliced()) {
+    error = LaunchChannelSlices(stream, plan, BatchNormGradientSumsSliceKernel,
+                                GradientTerms{x, dy, saved_mean, saved_inv_std},
+                                rows, channels, channel_partials);
+    if (error != cudaSuccess) return error;
+    error =
+        LaunchChannelFinish(stream, channels, BatchNormGradientSumsFinishKernel,
+                            static_cast<const double*>(channel_partials),
+                            plan.row_slices, channels, dgamma, dbeta);
+  } else {
+    error = LaunchChannelTiles(stream, channels, BatchNormGradientSumsKernel, x,
+                               dy, rows, channels, saved_mean, saved_inv_std,
+                               dgamma, dbeta);
+  }
   if (error != cudaSuccess) return error;
-  return LaunchElementwise(stream, rows * channels,
-                           BatchNormInputGradientKernel, x, dy, rows, channels,
-                           gamma, saved_mean, saved_inv_std, dgamma, dbeta, dx);
+  return LaunchChannelElementwise(
+      stream, rows * channels, BatchNormInputGradientKernel, x, dy, rows,
+      channels, gamma, saved_mean, saved_inv_std, dgamma, dbeta, dx);
 }
 
 cudaError_t MaxPoolForward(cudaStream_t stream, const float* x,

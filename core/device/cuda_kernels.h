@@ -45,12 +45,19 @@ cudaError_t Im2Col(cudaStream_t stream, const float* input,
                    const ConvGeometry& g, float* columns);
 cudaError_t Col2Im(cudaStream_t stream, const float* columns,
                    const ConvGeometry& g, float* input_grad);
+// Batch norm's per-channel sums run over a grid of channel tiles × row
+// slices (launch_config::PlanChannelSums); a sliced plan leaves each slice's
+// sums in `channel_partials`, 2 · kMaxChannelSumPartials doubles of device
+// memory allocated once by the device, and a second kernel adds them.
+inline constexpr int kMaxChannelSumPartials =
+    launch_config::kMaxChannelSumPartials;
 cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
                                      int64_t rows, int channels,
                                      const float* gamma, const float* beta,
                                      float momentum, float epsilon, float* y,
                                      float* saved_mean, float* saved_inv_std,
-                                     float* running_mean, float* running_var);
+                                     float* running_mean, float* running_var,
+                                     double* channel_partials);
 cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
                                       int64_t rows, int channels,
                                       const float* gamma, const float* beta,
@@ -61,7 +68,8 @@ cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
                               const float* dy, int64_t rows, int channels,
                               const float* gamma, const float* saved_mean,
                               const float* saved_inv_std, float* dx,
-                              float* dgamma, float* dbeta);
+                              float* dgamma, float* dbeta,
+                              double* channel_partials);
 cudaError_t MaxPoolForward(cudaStream_t stream, const float* x,
                            const PoolGeometry& g, float* y, int32_t* where);
 cudaError_t MaxPoolBackward(cudaStream_t stream, const float* dy,

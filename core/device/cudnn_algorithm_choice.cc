@@ -8,6 +8,43 @@
 
 namespace gradsync {
 
+namespace {
+
+// Why the policy refuses `result`, or "" when it qualifies.
+std::string RefusalOf(const ConvolutionAlgorithmResult& result,
+                      const ConvolutionAlgorithmPolicy& policy) {
+  if (!result.supported) {
+    return result.unsupported_because.empty()
+               ? "not supported"
+               : absl::StrCat("not supported (", result.unsupported_because,
+                              ")");
+  }
+  if (result.tensor_core_math && !policy.allow_tensor_core_math) {
+    return "tensor-core math";
+  }
+  if (result.workspace_bytes > policy.workspace_limit) {
+    return absl::StrCat("workspace ", result.workspace_bytes, " bytes");
+  }
+  if (policy.require_deterministic && !result.deterministic) {
+    return "not deterministic";
+  }
+  return "";
+}
+
+}  // namespace
+
+size_t SearchWorkspaceBytes(
+    const std::vector<ConvolutionAlgorithmResult>& candidates,
+    const ConvolutionAlgorithmPolicy& policy) {
+  size_t bytes = 0;
+  for (const ConvolutionAlgorithmResult& candidate : candidates) {
+    if (RefusalOf(candidate, policy).empty()) {
+      bytes = std::max(bytes, candidate.workspace_bytes);
+    }
+  }
+  return bytes;
+}
+
 absl::StatusOr<ConvolutionAlgorithmResult> PickConvolutionAlgorithm(
     const std::vector<ConvolutionAlgorithmResult>& results,
     const ConvolutionAlgorithmPolicy& policy, absl::string_view what) {
@@ -15,19 +52,7 @@ absl::StatusOr<ConvolutionAlgorithmResult> PickConvolutionAlgorithm(
   const ConvolutionAlgorithmResult* fastest = nullptr;
   std::vector<std::string> refused;
   for (const ConvolutionAlgorithmResult& result : results) {
-    std::string why;
-    if (!result.supported) {
-      why = result.unsupported_because.empty()
-                ? "not supported"
-                : absl::StrCat("not supported (", result.unsupported_because,
-                               ")");
-    } else if (result.tensor_core_math && !policy.allow_tensor_core_math) {
-      why = "tensor-core math";
-    } else if (result.workspace_bytes > policy.workspace_limit) {
-      why = absl::StrCat("workspace ", result.workspace_bytes, " bytes");
-    } else if (policy.require_deterministic && !result.deterministic) {
-      why = "not deterministic";
-    }
+    const std::string why = RefusalOf(result, policy);
     if (!why.empty()) {
       refused.push_back(absl::StrCat(result.algorithm, ": ", why));
       continue;

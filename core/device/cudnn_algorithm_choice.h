@@ -1,15 +1,23 @@
 // How a cuDNN convolution picks its algorithms and how much scratch memory it
 // may use, as plain host code tested without a GPU: cudnn_convolution.cc turns
-// cuDNN's answers (cudnnGetConvolution*Algorithm_v7's perf results, each
-// algorithm's cudnnGetConvolution*WorkspaceSize) into the structs below and
-// calls these functions; no cuDNN type appears here.
+// cuDNN's answers (the heuristics' ranking, cudnnGetConvolution*Algorithm_v7
+// with each algorithm's cudnnGetConvolution*WorkspaceSize, and the measured
+// times of cudnnFindConvolution*AlgorithmEx) into the structs below and calls
+// these functions; no cuDNN type appears here.
 //
-// Why heuristics and not cudnnFind: Find times every algorithm on the GPU at
-// set-up, allocates its own memory for that behind the device's arena, and
-// can pick different algorithms on different ranks from timing noise; cuDNN's
-// heuristics rank the algorithms without running them, the same way on every
-// rank of a job. The picker still prefers measured times where a caller has
-// them (a result with time_ms >= 0).
+// Why measure (cudnnFind*Ex) rather than trust the heuristics: on the first
+// GPU run the heuristics picked, for ResNet-18's NHWC tensors, kernels that
+// cuDNN runs between transposes of their own and slower algorithms than the
+// FFT and Winograd ones PyTorch's cudnn.benchmark finds, which left the
+// convolutions well behind PyTorch's. Find runs every candidate on the GPU
+// at set-up, transposes included, in buffers the device allocates once from
+// its arena (the Ex variants take the caller's memory, so nothing is
+// allocated behind the arena), once per shape per device (ResNet-18 repeats
+// most of its shapes). Two ranks may pick different algorithms from timing
+// noise; they compute the same convolution either way, and data-parallel
+// training keeps their parameters equal through the averaged gradient, as
+// with PyTorch's benchmark mode. The heuristics still rank the candidates and
+// size the search's workspace, and are the fallback when Find fails.
 #pragma once
 
 #include <cstddef>
@@ -60,6 +68,23 @@ struct ConvolutionAlgorithmPolicy {
 absl::StatusOr<ConvolutionAlgorithmResult> PickConvolutionAlgorithm(
     const std::vector<ConvolutionAlgorithmResult>& results,
     const ConvolutionAlgorithmPolicy& policy, absl::string_view what);
+
+// The workspace to offer cuDNN's measured search: the largest workspace among
+// the candidates the policy would take (supported, allowed math, within the
+// limit, deterministic if required), so that Find can time every one of them
+// and no more memory is held than the best of them could use. 0 when none
+// qualifies (Find then times the algorithms that need no workspace).
+size_t SearchWorkspaceBytes(
+    const std::vector<ConvolutionAlgorithmResult>& candidates,
+    const ConvolutionAlgorithmPolicy& policy);
+
+// The three directions' algorithms of one convolution shape, as chosen once
+// and reused by every layer of that shape on the device.
+struct ChosenConvolutionAlgorithms {
+  ConvolutionAlgorithmResult forward;
+  ConvolutionAlgorithmResult input_gradient;
+  ConvolutionAlgorithmResult weight_gradient;
+};
 
 // The workspace limit for one convolution call on a GPU with `free_bytes` of
 // its memory free at set-up: an eighth of it, at most 1 GiB. An eighth leaves

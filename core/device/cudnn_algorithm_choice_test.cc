@@ -128,5 +128,31 @@ TEST(GrowConvolutionWorkspaceTest, DoublesUpToTheLimit) {
   EXPECT_LT(left_behind, 2 * current);
 }
 
+// The search's workspace: the largest need among what the policy would take,
+// never a refused candidate's.
+TEST(SearchWorkspaceBytesTest, LargestAmongQualifyingCandidates) {
+  ConvolutionAlgorithmResult unsupported = Result(2, 1 << 20);
+  unsupported.supported = false;
+  ConvolutionAlgorithmResult tensor_core = Result(7, 1 << 19);
+  tensor_core.tensor_core_math = true;
+  const std::vector<ConvolutionAlgorithmResult> candidates = {
+      Result(0, 0),
+      Result(1, 4096),
+      Result(6, 1 << 18),
+      Result(5, 1 << 24),
+      unsupported,
+      tensor_core,
+      Result(3, 8192, -1.0f, false)};
+  EXPECT_EQ(SearchWorkspaceBytes(candidates, Limit(1 << 20)), 1u << 18);
+  EXPECT_EQ(SearchWorkspaceBytes(candidates, Limit(1 << 30)), 1u << 24);
+  EXPECT_EQ(SearchWorkspaceBytes(candidates, Limit(5000)), 4096u);
+  EXPECT_EQ(SearchWorkspaceBytes(candidates, Limit(10000, true)), 4096u);
+  ConvolutionAlgorithmPolicy tf32 = Limit(1 << 20);
+  tf32.allow_tensor_core_math = true;
+  EXPECT_EQ(SearchWorkspaceBytes(candidates, tf32), 1u << 19);
+  EXPECT_EQ(SearchWorkspaceBytes({}, Limit(1 << 20)), 0u);
+  EXPECT_EQ(SearchWorkspaceBytes({unsupported}, Limit(1 << 30)), 0u);
+}
+
 }  // namespace
 }  // namespace gradsync

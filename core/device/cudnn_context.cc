@@ -87,4 +87,15 @@ absl::Status CudnnContext::Reserve(Scratch kind, size_t bytes) {
   return absl::OkStatus();
 }
 
+const ChosenConvolutionAlgorithms* CudnnContext::Chosen(
+    const std::string& key) const {
+  const auto found = chosen_.find(key);
+  return found == chosen_.end() ? nullptr : &found->second;
+}
+
+void CudnnContext::Remember(const std::string& key,
+                            const ChosenConvolutionAlgorithms& chosen) {
+  chosen_[key] = chosen;
+}
+
 }  // namespace gradsync

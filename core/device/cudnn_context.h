@@ -16,12 +16,15 @@
 
 #include <array>
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/base/status_macros.h"
+#include "core/device/cudnn_algorithm_choice.h"
 
 namespace gradsync {
 
@@ -47,6 +50,10 @@ class CudnnContext {
     kInput,       // an input that is not NHWC, copied to NHWC
     kWeights,     // a weight in KRSC
     kWeightGrad,  // a weight gradient in KRSC, before its copy back
+    // The algorithm search's own tensors (cudnnFind*Ex writes its outputs):
+    // an NHWC input (and input gradient), an output (and its gradient).
+    kSearchInput,
+    kSearchOutput,
     kScratchKinds,
   };
 
@@ -71,6 +78,12 @@ class CudnnContext {
   void* scratch(Scratch kind) const { return scratch_[kind]; }
   size_t scratch_bytes(Scratch kind) const { return scratch_bytes_[kind]; }
 
+  // The algorithms measured for a shape (AlgorithmSearchKey), or null when
+  // none were yet; Remember keeps them for the device's later layers.
+  const ChosenConvolutionAlgorithms* Chosen(const std::string& key) const;
+  void Remember(const std::string& key,
+                const ChosenConvolutionAlgorithms& chosen);
+
  private:
   CudnnContext(CudaDevice& device, cudnnHandle_t handle, size_t limit)
       : device_(device), handle_(handle), workspace_limit_(limit) {}
@@ -80,6 +93,8 @@ class CudnnContext {
   const size_t workspace_limit_;
   std::array<void*, kScratchKinds> scratch_{};
   std::array<size_t, kScratchKinds> scratch_bytes_{};
+  // Set-up only, on the thread that binds the model, as Reserve.
+  std::map<std::string, ChosenConvolutionAlgorithms> chosen_;
 };
 
 }  // namespace gradsync

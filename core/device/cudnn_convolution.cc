@@ -66,6 +66,32 @@ std::vector<ConvolutionAlgorithmResult> ToResults(const Perf* perf, int count,
   return results;
 }
 
+// cuDNN's measured results (cudnnFind*Ex) of any direction as the picker's
+// plain structs: each carries its time and workspace (the picker then takes
+// the fastest that qualifies).
+template <typename Perf>
+std::vector<ConvolutionAlgorithmResult> ToMeasuredResults(const Perf* perf,
+                                                          int count) {
+  std::vector<ConvolutionAlgorithmResult> results;
+  for (int i = 0; i < count; ++i) {
+    ConvolutionAlgorithmResult result;
+    result.algorithm = static_cast<int>(perf[i].algo);
+    result.supported = perf[i].status == CUDNN_STATUS_SUCCESS;
+    result.time_ms = result.supported ? perf[i].time : -1.0f;
+    result.workspace_bytes = perf[i].memory;
+    result.deterministic = perf[i].determinism == CUDNN_DETERMINISTIC;
+    result.tensor_core_math =
+        perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+        perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    result.math_type = static_cast<int>(perf[i].mathType);
+    if (!result.supported) {
+      result.unsupported_because = cudnnGetErrorString(perf[i].status);
+    }
+    results.push_back(result);
+  }
+  return results;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CudnnConvolution::Create(
@@ -160,19 +186,106 @@ absl::Status CudnnConvolution::Build() {
   return absl::OkStatus();
 }
 
+absl::Status CudnnConvolution::ReserveSearchBuffers() {
+  // The filter and its gradient go to the KRSC weight scratch, the input
+  // gradient to the input's, the output's gradient is read from the output's.
+  const size_t weight_bytes = static_cast<size_t>(plan_.weight_bytes());
+  RETURN_IF_ERROR(context_.Reserve(CudnnContext::kWeights, weight_bytes));
+  RETURN_IF_ERROR(context_.Reserve(CudnnContext::kWeightGrad, weight_bytes));
+  RETURN_IF_ERROR(context_.Reserve(CudnnContext::kSearchInput,
+                                   static_cast<size_t>(plan_.input_bytes())));
+  RETURN_IF_ERROR(
+      context_.Reserve(CudnnContext::kSearchOutput,
+                       static_cast<size_t>(plan_.output.elements() * 4)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ConvolutionAlgorithmResult> CudnnConvolution::Search(
+    Direction direction, const std::vector<ConvolutionAlgorithmResult>& ranked,
+    const ConvolutionAlgorithmPolicy& policy, absl::string_view what) {
+  // The heuristics' pick: what runs if the measured search cannot.
+  ASSIGN_OR_RETURN(const ConvolutionAlgorithmResult heuristic,
+                   PickConvolutionAlgorithm(ranked, policy, what));
+  RETURN_IF_ERROR(context_.Reserve(CudnnContext::kWorkspace,
+                                   SearchWorkspaceBytes(ranked, policy)));
+  RETURN_IF_ERROR(ReserveSearchBuffers());
+  const cudnnHandle_t handle = context_.handle();
+  void* workspace = context_.scratch(CudnnContext::kWorkspace);
+  const size_t workspace_bytes = std::min(
+      context_.scratch_bytes(CudnnContext::kWorkspace), policy.workspace_limit);
+  void* input = context_.scratch(CudnnContext::kSearchInput);
+  void* output = context_.scratch(CudnnContext::kSearchOutput);
+  void* weight = context_.scratch(CudnnContext::kWeights);
+  void* weight_grad = context_.scratch(CudnnContext::kWeightGrad);
+  std::vector<ConvolutionAlgorithmResult> measured;
+  absl::Status searched;
+  int count = 0;
+  switch (direction) {
+    case Direction::kForward: {
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      searched = CudnnCallStatus(
+          cudnnFindConvolutionForwardAlgorithmEx(
+              handle, input_, input, filter_, weight, convolution_, output_,
+              output, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf, workspace,
+              workspace_bytes),
+          "cudnnFindConvolutionForwardAlgorithmEx", where_);
+      if (searched.ok()) measured = ToMeasuredResults(perf, count);
+      break;
+    }
+    case Direction::kInputGradient: {
+      cudnnConvolutionBwdDataAlgoPerf_t
+          perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      searched = CudnnCallStatus(
+          cudnnFindConvolutionBackwardDataAlgorithmEx(
+              handle, filter_, weight, output_, output, convolution_, input_,
+              input, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf,
+              workspace, workspace_bytes),
+          "cudnnFindConvolutionBackwardDataAlgorithmEx", where_);
+      if (searched.ok()) measured = ToMeasuredResults(perf, count);
+      break;
+    }
+    case Direction::kWeightGradient: {
+      cudnnConvolutionBwdFilterAlgoPerf_t
+          perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+      searched = CudnnCallStatus(
+          cudnnFindConvolutionBackwardFilterAlgorithmEx(
+              handle, input_, input, output_, output, convolution_, filter_,
+              weight_grad, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
+              perf, workspace, workspace_bytes),
+          "cudnnFindConvolutionBackwardFilterAlgorithmEx", where_);
+      if (searched.ok()) measured = ToMeasuredResults(perf, count);
+      break;
+    }
+  }
+  if (!searched.ok()) {
+    GS_LOG(WARNING) << searched << "; " << what
+                    << " runs the heuristics' choice, algorithm "
+                    << heuristic.algorithm;
+    return heuristic;
+  }
+  absl::StatusOr<ConvolutionAlgorithmResult> fastest =
+      PickConvolutionAlgorithm(measured, policy, what);
+  if (!fastest.ok()) {
+    GS_LOG(WARNING) << fastest.status() << " (measured); " << what
+                    << " runs the heuristics' choice, algorithm "
+                    << heuristic.algorithm;
+    return heuristic;
+  }
+  return *fastest;
+}
+
 absl::Status CudnnConvolution::ChooseAlgorithms() {
+  const std::string key = AlgorithmSearchKey(plan_);
+  if (const ChosenConvolutionAlgorithms* known = context_.Chosen(key)) {
+    Use(*known);
+    return absl::OkStatus();
+  }
   const cudnnHandle_t handle = context_.handle();
   ConvolutionAlgorithmPolicy policy;
   policy.workspace_limit = context_.workspace_limit();
-  const bool tf32 = context_.device().precision() == Precision::kTf32;
-  policy.allow_tensor_core_math = tf32;
-  // cuDNN decides tensor-core use from the algorithm and the descriptor's
-  // math type together, so each direction runs with its result's type (as
-  // PyTorch does); fp32 keeps CUDNN_FMA_MATH whatever the result says.
-  auto math_of = [tf32](const ConvolutionAlgorithmResult& picked) {
-    return tf32 ? static_cast<cudnnMathType_t>(picked.math_type)
-                : CUDNN_FMA_MATH;
-  };
+  policy.allow_tensor_core_math =
+      context_.device().precision() == Precision::kTf32;
+  ChosenConvolutionAlgorithms chosen;
 
   {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -181,20 +294,15 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
                               handle, input_, filter_, convolution_, output_,
                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf),
                           where_);
-    const std::vector<ConvolutionAlgorithmResult> results = ToResults(
+    const std::vector<ConvolutionAlgorithmResult> ranked = ToResults(
         perf, count,
         [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
           return cudnnGetConvolutionForwardWorkspaceSize(
               handle, input_, filter_, convolution_, output_, algo, bytes);
         },
         "cudnnGetConvolutionForwardWorkspaceSize", where_);
-    ASSIGN_OR_RETURN(ConvolutionAlgorithmResult picked,
-                     PickConvolutionAlgorithm(
-                         results, policy, absl::StrCat("forward, ", where_)));
-    forward_algorithm_ =
-        static_cast<cudnnConvolutionFwdAlgo_t>(picked.algorithm);
-    forward_workspace_ = picked.workspace_bytes;
-    forward_math_ = math_of(picked);
+    ASSIGN_OR_RETURN(chosen.forward, Search(Direction::kForward, ranked, policy,
+                                            absl::StrCat("forward, ", where_)));
   }
   {
     cudnnConvolutionBwdDataAlgoPerf_t
@@ -205,21 +313,16 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
             handle, filter_, output_, convolution_, input_,
             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf),
         where_);
-    const std::vector<ConvolutionAlgorithmResult> results = ToResults(
+    const std::vector<ConvolutionAlgorithmResult> ranked = ToResults(
         perf, count,
         [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
           return cudnnGetConvolutionBackwardDataWorkspaceSize(
               handle, filter_, output_, convolution_, input_, algo, bytes);
         },
         "cudnnGetConvolutionBackwardDataWorkspaceSize", where_);
-    ASSIGN_OR_RETURN(
-        ConvolutionAlgorithmResult picked,
-        PickConvolutionAlgorithm(results, policy,
-                                 absl::StrCat("input gradient, ", where_)));
-    input_algorithm_ =
-        static_cast<cudnnConvolutionBwdDataAlgo_t>(picked.algorithm);
-    input_workspace_ = picked.workspace_bytes;
-    input_math_ = math_of(picked);
+    ASSIGN_OR_RETURN(chosen.input_gradient,
+                     Search(Direction::kInputGradient, ranked, policy,
+                            absl::StrCat("input gradient, ", where_)));
   }
   {
     cudnnConvolutionBwdFilterAlgoPerf_t
@@ -230,23 +333,49 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
             handle, input_, output_, convolution_, filter_,
             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf),
         where_);
-    const std::vector<ConvolutionAlgorithmResult> results = ToResults(
+    const std::vector<ConvolutionAlgorithmResult> ranked = ToResults(
         perf, count,
         [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
           return cudnnGetConvolutionBackwardFilterWorkspaceSize(
               handle, input_, output_, convolution_, filter_, algo, bytes);
         },
         "cudnnGetConvolutionBackwardFilterWorkspaceSize", where_);
-    ASSIGN_OR_RETURN(
-        ConvolutionAlgorithmResult picked,
-        PickConvolutionAlgorithm(results, policy,
-                                 absl::StrCat("weight gradient, ", where_)));
-    weight_algorithm_ =
-        static_cast<cudnnConvolutionBwdFilterAlgo_t>(picked.algorithm);
-    weight_workspace_ = picked.workspace_bytes;
-    weight_math_ = math_of(picked);
+    ASSIGN_OR_RETURN(chosen.weight_gradient,
+                     Search(Direction::kWeightGradient, ranked, policy,
+                            absl::StrCat("weight gradient, ", where_)));
   }
+  // The search ran with the precision's math type on the descriptor; each
+  // direction now runs with its own (Use), so the descriptor goes back.
+  CUDNN_RETURN_IF_ERROR(
+      cudnnSetConvolutionMathType(convolution_,
+                                  MathType(context_.device().precision())),
+      where_);
+  context_.Remember(key, chosen);
+  Use(chosen);
   return absl::OkStatus();
+}
+
+void CudnnConvolution::Use(const ChosenConvolutionAlgorithms& chosen) {
+  // cuDNN decides tensor-core use from the algorithm and the descriptor's
+  // math type together, so each direction runs with its result's type (as
+  // PyTorch does); fp32 keeps CUDNN_FMA_MATH whatever the result says.
+  const bool tf32 = context_.device().precision() == Precision::kTf32;
+  const auto math_of = [tf32](const ConvolutionAlgorithmResult& picked) {
+    return tf32 ? static_cast<cudnnMathType_t>(picked.math_type)
+                : CUDNN_FMA_MATH;
+  };
+  forward_algorithm_ =
+      static_cast<cudnnConvolutionFwdAlgo_t>(chosen.forward.algorithm);
+  forward_workspace_ = chosen.forward.workspace_bytes;
+  forward_math_ = math_of(chosen.forward);
+  input_algorithm_ = static_cast<cudnnConvolutionBwdDataAlgo_t>(
+      chosen.input_gradient.algorithm);
+  input_workspace_ = chosen.input_gradient.workspace_bytes;
+  input_math_ = math_of(chosen.input_gradient);
+  weight_algorithm_ = static_cast<cudnnConvolutionBwdFilterAlgo_t>(
+      chosen.weight_gradient.algorithm);
+  weight_workspace_ = chosen.weight_gradient.workspace_bytes;
+  weight_math_ = math_of(chosen.weight_gradient);
 }
 
 std::string CudnnConvolution::algorithms() const {

@@ -9,13 +9,16 @@
 // weight to KRSC before the forward and input gradient, and the weight
 // gradient back to PyTorch's [out][in][k][k] after it.
 //
-// Algorithms (cudnn_algorithm_choice.h): cuDNN's heuristics
-// (cudnnGetConvolution*Algorithm_v7), each candidate's workspace asked of
-// cuDNN; with --precision=fp32 (the default) FP32 math only (CUDNN_FMA_MATH:
-// no TF32, as cuBLAS here and PyTorch with allow_tf32 off), with tf32
-// CUDNN_DEFAULT_MATH and tensor-core algorithms allowed, each direction run
-// with its algorithm's math type; the workspace bounded by the context's limit
-// and shared between layers.
+// Algorithms (cudnn_algorithm_choice.h): measured at set-up with
+// cudnnFind*AlgorithmEx, once per shape per device (the context keeps the
+// choice by AlgorithmSearchKey), the heuristics (cudnnGetConvolution*
+// Algorithm_v7, each candidate's workspace asked of cuDNN) ranking the
+// candidates, sizing the search's workspace and standing in where the search
+// fails; with --precision=fp32 FP32 math only (CUDNN_FMA_MATH: no TF32, as
+// cuBLAS here and PyTorch with allow_tf32 off), with tf32 CUDNN_DEFAULT_MATH
+// and tensor-core algorithms allowed, each direction run with its
+// algorithm's math type; the workspace bounded by the context's limit and
+// shared between layers.
 //
 // Errors: making the kernel returns a status naming the shape; a failed call
 // while running is kept by the device (CudaDevice::Record) and returned by its
@@ -29,9 +32,12 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/device/convolution_kernel.h"
+#include "core/device/cudnn_algorithm_choice.h"
 #include "core/device/cudnn_context.h"
 #include "core/device/cudnn_convolution_plan.h"
 #include "core/device/layer_geometry.h"
@@ -57,8 +63,24 @@ class CudnnConvolution : public ConvolutionKernel {
  private:
   CudnnConvolution(CudnnContext& context, const ConvGeometry& geometry,
                    int out_channels, const CudnnConvolutionPlan& plan);
+  enum class Direction { kForward, kInputGradient, kWeightGradient };
+
   absl::Status Build();
+  // The three directions' algorithms: measured once per shape per device
+  // (Search), then reused from the context.
   absl::Status ChooseAlgorithms();
+  // cudnnFind*Ex over `direction`'s algorithms, in buffers and a workspace
+  // (the largest the heuristics' qualifying `ranked` candidates need) from
+  // the context's scratch; the fastest result the policy takes. Where the
+  // search fails, or nothing it measured qualifies, a warning names why and
+  // the heuristics' pick runs instead.
+  absl::StatusOr<ConvolutionAlgorithmResult> Search(
+      Direction direction,
+      const std::vector<ConvolutionAlgorithmResult>& ranked,
+      const ConvolutionAlgorithmPolicy& policy, absl::string_view what);
+  absl::Status ReserveSearchBuffers();
+  // Sets the directions' algorithms, workspaces and math types.
+  void Use(const ChosenConvolutionAlgorithms& chosen);
   absl::Status RunForward(const float* x, const float* weight, float* y);
   absl::Status RunBackwardWeights(const float* x, const float* dy,
                                   float* weight_grad);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace gradsync {
 namespace {
@@ -53,6 +54,19 @@ int64_t CudnnTensorShape::span() const {
 
 CudnnTensorShape NhwcTensorShape(int n, int c, int h, int w) {
   return CudnnTensorShape{{n, c, h, w}, {h * w * c, 1, w * c, c}};
+}
+
+std::string AlgorithmSearchKey(const CudnnConvolutionPlan& plan) {
+  const auto shape = [](const CudnnTensorShape& t) {
+    return absl::StrCat(absl::StrJoin(t.dims, "x"), "/",
+                        absl::StrJoin(t.strides, ","));
+  };
+  return absl::StrCat("input ", shape(plan.input), " output ",
+                      shape(plan.output), " filter ",
+                      absl::StrJoin(plan.filter_dims, "x"), " padding ",
+                      absl::StrJoin(plan.padding, ","), " stride ",
+                      absl::StrJoin(plan.stride, ","), " dilation ",
+                      absl::StrJoin(plan.dilation, ","));
 }
 
 std::string DescribeConvolution(const ConvGeometry& g, int out_channels) {

@@ -86,6 +86,13 @@ absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(const ConvGeometry& g,
 // cuDNN's own answer with plan.output on the GPU; this is its twin for tests.
 std::array<int, 4> CudnnForwardOutputDims(const CudnnConvolutionPlan& plan);
 
+// What cuDNN's algorithm search sees of a plan, as a string: the NHWC input,
+// the output, the filter, padding, stride and dilation (not the user's input
+// layout or weight order, which only the copies around cuDNN read). Layers
+// with equal keys run the same algorithms, so a device measures each key once
+// (ResNet-18 repeats most of its shapes).
+std::string AlgorithmSearchKey(const CudnnConvolutionPlan& plan);
+
 // "3x5x9x7 (NCHW) -> 4 channels, kernel 3 stride 2 padding 1": the shape named
 // in every error of a convolution.
 std::string DescribeConvolution(const ConvGeometry& g, int out_channels);

@@ -158,5 +158,28 @@ TEST(CudnnConvolutionPlanTest, DescribesOtherLayoutsByStrides) {
   EXPECT_TRUE(PlanCudnnConvolution(g, 1).ok());
 }
 
+// The algorithm search's key: the user's input layout does not change it
+// (cuDNN reads the NHWC copy), anything cuDNN sees does.
+TEST(CudnnConvolutionPlanTest, AlgorithmSearchKeyIsWhatCudnnSees) {
+  const auto key = [](const ConvGeometry& g, int out) {
+    auto plan = PlanCudnnConvolution(g, out);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? AlgorithmSearchKey(*plan) : std::string();
+  };
+  const std::string base = key(Geometry(8, 64, 32, 32, 3, 1, 1, false), 64);
+  EXPECT_EQ(base, key(Geometry(8, 64, 32, 32, 3, 1, 1, false), 64));
+  EXPECT_EQ(base, key(Geometry(8, 64, 32, 32, 3, 1, 1, true), 64));
+  std::set<std::string> others = {
+      base,
+      key(Geometry(16, 64, 32, 32, 3, 1, 1, false), 64),  // batch
+      key(Geometry(8, 64, 32, 32, 3, 2, 1, false), 64),   // stride
+      key(Geometry(8, 64, 32, 32, 3, 1, 0, false), 64),   // padding
+      key(Geometry(8, 64, 32, 32, 1, 1, 0, false), 64),   // kernel
+      key(Geometry(8, 64, 32, 32, 3, 1, 1, false), 128),  // outputs
+      key(Geometry(8, 32, 32, 32, 3, 1, 1, false), 64),   // inputs
+      key(Geometry(8, 64, 16, 32, 3, 1, 1, false), 64)};  // height
+  EXPECT_EQ(others.size(), 8u);
+}
+
 }  // namespace
 }  // namespace gradsync

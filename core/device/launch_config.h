@@ -16,6 +16,9 @@
 #include <cstdint>
 #include <limits>
 
+// GS_HOST_DEVICE: SliceRows is called by the kernels too.
+#include "core/device/layer_geometry.h"
+
 namespace gradsync {
 namespace launch_config {
 
@@ -87,6 +90,79 @@ constexpr int SumRowsBlocks(int cols) {
   return cols <= 0 ? 0 : static_cast<int>(CeilDiv(cols, kSumRowsTile));
 }
 
+// --- Batch-norm channel sums: channel tiles × row slices ---------------------
+// The per-channel sums of batch norm (mean and variance forward; the sums of
+// dy and dy·x̂ backward) run over rows = batch · height · width, which is
+// large exactly where channels are few (ResNet-18's first stage: 64 channels
+// of batch · 32 · 32 rows). One block per kSumRowsTile channels, as SumRows
+// does, then gives 2 to 16 blocks for the whole GPU, each walking every row.
+// So the rows are also cut into slices, one block per (tile, slice) in a
+// grid of channel_tiles × row_slices: each block leaves its slice's two sums
+// per channel in a partials buffer (slice-major: partial[slice · channels +
+// c]), and a second, element-wise kernel adds a channel's slices in slice
+// order and finishes the channel as before. Every sum is in double and in a
+// fixed order, so the result does not depend on scheduling.
+//
+// The grid aims at kChannelSumsTargetBlocks blocks (2 resident 1024-thread
+// blocks per SM: 132 SMs on an H100 hold 264, so about two waves), but a
+// slice keeps at least kMinRowsPerSlice rows, so that each of a block's
+// kSumRowsTile row lanes adds several rows for the price of one partial. A
+// plan with one slice needs no partials: the one-pass kernel writes the
+// channel's result directly, as before.
+
+inline constexpr int kChannelSumsTargetBlocks = 512;
+inline constexpr int64_t kMinRowsPerSlice = int64_t{8} * kSumRowsTile;
+// Partials per sum the device allocates once: row_slices · channels never
+// exceeds it when row_slices > 1 (row_slices <= target / channel_tiles, and
+// channels <= channel_tiles · kSumRowsTile).
+inline constexpr int kMaxChannelSumPartials =
+    kChannelSumsTargetBlocks * kSumRowsTile;
+// CUDA's limit on gridDim.y.
+inline constexpr int kMaxGridY = 65535;
+
+struct ChannelSumsLaunch {
+  int channel_tiles = 0;       // gridDim.x; 0 for an empty tensor
+  int row_slices = 0;          // gridDim.y
+  int64_t rows_per_slice = 0;  // every slice but the last has this many
+  constexpr bool sliced() const { return row_slices > 1; }
+};
+
+constexpr ChannelSumsLaunch PlanChannelSums(int64_t rows, int channels) {
+  ChannelSumsLaunch launch;
+  if (rows <= 0 || channels <= 0) return launch;
+  launch.channel_tiles = SumRowsBlocks(channels);
+  const int64_t by_grid = kChannelSumsTargetBlocks / launch.channel_tiles;
+  const int64_t by_rows = rows / kMinRowsPerSlice;
+  int64_t slices = by_grid < by_rows ? by_grid : by_rows;
+  if (slices < 1) slices = 1;
+  launch.rows_per_slice = CeilDiv(rows, slices);
+  // Rounding rows_per_slice up may leave the last slices empty: drop them.
+  launch.row_slices = static_cast<int>(CeilDiv(rows, launch.rows_per_slice));
+  return launch;
+}
+
+// The rows [begin, end) of slice `slice`, as the sliced kernels take them
+// (blockIdx.y = slice).
+struct RowRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+GS_HOST_DEVICE constexpr RowRange SliceRows(int64_t rows,
+                                            int64_t rows_per_slice, int slice) {
+  RowRange range;
+  range.begin = static_cast<int64_t>(slice) * rows_per_slice;
+  range.end =
+      range.begin + rows_per_slice < rows ? range.begin + rows_per_slice : rows;
+  return range;
+}
+
+// The element-wise finishing kernel of a sliced plan: one thread per
+// channel, kThreadsPerBlock to a block.
+constexpr int ChannelFinishBlocks(int channels) {
+  return channels <= 0 ? 0
+                       : static_cast<int>(CeilDiv(channels, kThreadsPerBlock));
+}
+
 // --- SoftmaxCrossEntropy: one warp per row ----------------------------------
 // Each block of kThreadsPerBlock threads has kSoftmaxRowsPerBlock warps; warp
 // w of block b takes rows b·kSoftmaxRowsPerBlock + w, then strides by the
@@ -112,6 +188,8 @@ static_assert(kThreadsPerBlock % kWarpSize == 0,
               "softmax warps must fill a block");
 static_assert(kSumRowsThreadsPerBlock <= 1024,
               "CUDA blocks have at most 1024 threads");
+static_assert(kChannelSumsTargetBlocks <= kMaxGridY,
+              "a channel-sums grid's slices must fit in gridDim.y");
 static_assert(GridStride(kMaxElementwiseBlocks, kThreadsPerBlock) <
                   std::numeric_limits<int32_t>::max(),
               "the element-wise stride must fit in int");

@@ -180,6 +180,93 @@ TEST(LaunchConfigTest, LossFinalizeCoversEveryPartial) {
   EXPECT_TRUE(EachOnce(visits));
 }
 
+// Batch norm's channel sums: the sliced grid's blocks, replayed lane by lane
+// as ChannelSumsSliceKernel walks them, add every (row, channel) once, and
+// the partials of a slice fit the buffer the device allocates once.
+TEST(LaunchConfigTest, ChannelSumsGridVisitsEveryElementOnce) {
+  const std::vector<std::pair<int64_t, int>> shapes = {
+      {1, 1},     {255, 3},    {256, 64},   {257, 64},  {4096, 33},
+      {8192, 64}, {32768, 64}, {1000, 512}, {20000, 7}, {300, 4096}};
+  for (const auto& [rows, channels] : shapes) {
+    const ChannelSumsLaunch plan = PlanChannelSums(rows, channels);
+    ASSERT_GE(plan.row_slices, 1) << rows << "x" << channels;
+    std::vector<int> visits(rows * channels, 0);
+    std::vector<int> partial_writes(int64_t{plan.row_slices} * channels, 0);
+    for (int tile = 0; tile < plan.channel_tiles; ++tile) {
+      for (int slice = 0; slice < plan.row_slices; ++slice) {
+        const RowRange range = SliceRows(rows, plan.rows_per_slice, slice);
+        for (int x = 0; x < kSumRowsTile; ++x) {
+          const int64_t c = int64_t{tile} * kSumRowsTile + x;
+          if (c >= channels) continue;
+          for (int y = 0; y < kSumRowsTile; ++y) {
+            for (int64_t r = range.begin + y; r < range.end;
+                 r += kSumRowsTile) {
+              ++visits[r * channels + c];
+            }
+          }
+          ++partial_writes[int64_t{slice} * channels + c];
+        }
+      }
+    }
+    EXPECT_TRUE(EachOnce(visits)) << rows << "x" << channels;
+    EXPECT_TRUE(EachOnce(partial_writes)) << rows << "x" << channels;
+  }
+}
+
+// The plan's properties over ResNet-18's batch-norm shapes (CIFAR form:
+// 64, 128, 256, 512 channels at 32², 16², 8², 4² pixels) and extremes: slices
+// are contiguous, in order and never empty; a sliced plan keeps at least
+// kMinRowsPerSlice rows per slice and its partials within
+// kMaxChannelSumPartials; the grid stays within CUDA's limits and the
+// target; where the rows allow, it fills the GPU.
+TEST(LaunchConfigTest, ChannelSumsPlanFillsTheGpuWithinItsBuffer) {
+  std::vector<std::pair<int64_t, int>> shapes = {
+      {1, 1}, {1, 100000}, {kIntMax, 1}, {int64_t{1} << 40, 64}};
+  for (int64_t batch : {1, 16, 32, 128, 256, 1024}) {
+    for (int stage = 0; stage < 4; ++stage) {
+      const int64_t side = 32 >> stage;
+      shapes.push_back({batch * side * side, 64 << stage});
+    }
+  }
+  for (const auto& [rows, channels] : shapes) {
+    SCOPED_TRACE(testing::Message() << rows << " rows x " << channels);
+    const ChannelSumsLaunch plan = PlanChannelSums(rows, channels);
+    EXPECT_EQ(plan.channel_tiles, SumRowsBlocks(channels));
+    ASSERT_GE(plan.row_slices, 1);
+    EXPECT_LE(plan.row_slices, kMaxGridY);
+    int64_t next = 0;
+    for (int slice = 0; slice < plan.row_slices; ++slice) {
+      const RowRange range = SliceRows(rows, plan.rows_per_slice, slice);
+      EXPECT_EQ(range.begin, next);
+      EXPECT_LT(range.begin, range.end);
+      next = range.end;
+    }
+    EXPECT_EQ(next, rows);
+    const int64_t blocks = int64_t{plan.channel_tiles} * plan.row_slices;
+    if (plan.sliced()) {
+      EXPECT_GE(plan.rows_per_slice, kMinRowsPerSlice);
+      EXPECT_LE(int64_t{plan.row_slices} * channels, kMaxChannelSumPartials);
+      EXPECT_LE(blocks, kChannelSumsTargetBlocks);
+    } else {
+      EXPECT_EQ(plan.rows_per_slice, rows);
+    }
+    // Enough rows for the target: at least half of it (two resident blocks
+    // per SM on a 132-SM GPU is 264).
+    if (plan.channel_tiles <= kChannelSumsTargetBlocks &&
+        rows >= kMinRowsPerSlice *
+                    (kChannelSumsTargetBlocks / plan.channel_tiles)) {
+      EXPECT_GE(blocks, kChannelSumsTargetBlocks / 2);
+    }
+  }
+  // ResNet-18's first stage at batch 128 was 2 blocks unsliced.
+  EXPECT_GE(int64_t{PlanChannelSums(128 * 32 * 32, 64).row_slices} * 2, 256);
+  EXPECT_EQ(PlanChannelSums(0, 64).row_slices, 0);
+  EXPECT_EQ(PlanChannelSums(64, 0).channel_tiles, 0);
+  EXPECT_EQ(ChannelFinishBlocks(0), 0);
+  EXPECT_EQ(ChannelFinishBlocks(64), 1);
+  EXPECT_EQ(ChannelFinishBlocks(kThreadsPerBlock + 1), 2);
+}
+
 }  // namespace
 }  // namespace launch_config
 }  // namespace gradsync

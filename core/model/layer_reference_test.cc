@@ -295,12 +295,16 @@ struct NormCase {
 };
 
 TEST_P(LayerReferenceTest, BatchNormTrainingAtResNet18Shapes) {
-  // 4096 rows: each thread of a CUDA statistics block adds 128 rows; 64 and
-  // 512 channels: two and sixteen such blocks. 64 rows: the deepest layer,
-  // where the biased and unbiased variances differ most.
+  // 4096 rows of 64 channels: on CUDA a sliced plan (launch_config.h's
+  // PlanChannelSums: 2 channel tiles × 16 row slices, then the finishing
+  // kernel adds the slices). 64 rows of 512 channels: the deepest layer, where
+  // the biased and unbiased variances differ most, one pass of 16 channel
+  // tiles. 4173 rows of 96 channels: slices of unequal length (the last one
+  // short) and a channel tile only partly used.
   const NormCase cases[] = {
       {"bn1 / layer1 (4 images of 32x32, 64 channels)", 4 * 32 * 32, 64},
       {"layer4 (4 images of 4x4, 512 channels)", 4 * 4 * 4, 512},
+      {"odd rows and channels (sliced, short last slice)", 4173, 96},
   };
   uint64_t seed = 200;
   for (const NormCase& nc : cases) {

@@ -1,0 +1,248 @@
+#!/usr/bin/python3
+"""tools/gpu_check.sh --quick without a GPU: the dry run prints every command
+under a timeout and one table with every check (parity, one speed point per
+model x batch x precision, the three communication jobs), runs nothing and
+exits 0; an exhausted time budget turns every check into a SKIP that says
+so; --dry-run alone is refused; over stand-in programs in a bundle's layout,
+every row carries its figures and a local job over the 2% bar fails. Also
+the pieces of bench/compute_vs_pytorch.py
+that decide a GPU point's row."""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "gpu_check.sh")
+sys.path.insert(0, os.path.join(HERE, "..", "bench"))
+import compute_vs_pytorch  # noqa: E402
+
+MODELS = ("resnet18", "cnn", "mlp")
+BATCHES = (32, 128, 256)
+PRECISIONS = ("fp32", "tf32", "bf16")
+CHECKS = (["versions", "parity_layers", "parity_cudnn", "comm_local",
+           "comm_ring2", "comm_ps2_1"] +
+          ["speed/%s/%d/%s" % (m, b, p)
+           for m in MODELS for b in BATCHES for p in PRECISIONS])
+ROW = re.compile(r"^(PASS|FAIL|SKIP)\s+(\S+)\s+(.*)$")
+
+
+def run_quick(out, extra_env=None, args=("--quick", "--dry-run")):
+    env = dict(os.environ)
+    env.pop("OUT", None)
+    env.update(extra_env or {})
+    return subprocess.run(["bash", SCRIPT, *args, "--out=" + out],
+                          capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def table(stdout):
+    """{check: (status, detail)} from the final table (after the blank line
+    that ends the running log)."""
+    rows = {}
+    for line in stdout.split("\n\n")[-1].splitlines():
+        match = ROW.match(line)
+        if match:
+            rows[match.group(2)] = (match.group(1), match.group(3))
+    return rows
+
+
+class QuickDryRunTest(unittest.TestCase):
+
+    def test_one_table_with_every_check_and_nothing_run(self):
+        with tempfile.TemporaryDirectory() as out:
+            result = run_quick(out)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            rows = table(result.stdout)
+            self.assertEqual(sorted(rows), sorted(CHECKS))
+            for name, (status, detail) in rows.items():
+                self.assertEqual((status, detail), ("SKIP", "dry run"), name)
+            with open(os.path.join(out, "report.txt")) as report:
+                self.assertIn("dry run", report.read())
+            # Nothing ran: no GoogleTest XML, no metrics folder.
+            self.assertFalse(any(f.endswith(".xml") for f in os.listdir(out)))
+            self.assertFalse(os.path.exists(os.path.join(out, "speed")))
+
+    def test_every_command_has_a_timeout(self):
+        with tempfile.TemporaryDirectory() as out:
+            stdout = run_quick(out).stdout
+        commands = [line for line in stdout.splitlines()
+                    if line.startswith(("== ", "would run"))]
+        # 2 parity, 3 comm jobs, the speed script; 9 PyTorch children
+        # (model x precision) and 27 gradsync runs inside it.
+        self.assertEqual(len(commands), 2 + 3 + 1 + 9 + 27)
+        for line in commands:
+            self.assertRegex(line, r"\(timeout [0-9]+ s\)")
+        gradsync_runs = [line for line in commands
+                         if " train --device=cuda --sync=local" in line]
+        self.assertEqual(len(gradsync_runs), 27)
+        for line in gradsync_runs:
+            self.assertIn("--data=synthetic", line)
+            self.assertRegex(line, r"--precision=(fp32|tf32|bf16) ")
+        self.assertTrue(any("launch --workers=2 --servers=1" in line and
+                            "--sync=ps" in line for line in commands))
+        self.assertTrue(any("launch --workers=2 " in line and
+                            "--sync=ring" in line for line in commands))
+
+    def test_spent_budget_skips_with_its_reason(self):
+        with tempfile.TemporaryDirectory() as out:
+            result = run_quick(out, {"GPU_CHECK_QUICK_S": "0"})
+            self.assertEqual(result.returncode, 0, result.stderr)
+            rows = table(result.stdout)
+        for name in ("parity_layers", "parity_cudnn", "comm_local",
+                     "comm_ring2", "comm_ps2_1", "speed"):
+            self.assertEqual(rows[name],
+                             ("SKIP", "the quick check's time budget is spent"))
+
+    def test_dry_run_needs_quick(self):
+        with tempfile.TemporaryDirectory() as out:
+            result = run_quick(out, args=("--dry-run",))
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--dry-run goes with --quick", result.stderr)
+
+
+# A bundle's layout with stand-ins for its programs: gradsync (doctor, train,
+# launch writing the summaries a real run writes), GoogleTest programs that
+# write their XML, and a torch that cannot be imported (PyTorch's column then
+# says why, and the check goes on).
+FAKE_GRADSYNC = r"""#!/bin/bash
+case "$1" in
+  doctor) echo "  gpus        1 visible (fake)"; exit 0 ;;
+esac
+dir=""
+precision=fp32
+for arg in "$@"; do
+  case "$arg" in
+    --metrics_dir=*|--run_dir=*) dir="${arg#*=}" ;;
+    --precision=*) precision="${arg#*=}" ;;
+  esac
+done
+if [[ "$precision" == bf16 ]]; then
+  echo "Error: --precision=bf16 (mixed precision) is not built yet" >&2
+  exit 1
+fi
+mkdir -p "$dir"
+if [[ "$1" == launch ]]; then
+  echo '{"step_ms": 20.0, "compute_ms": 10.0, "sync_wait_ms": 10.0, "ranks": [{"step_ms": 1}]}' > "$dir/summary.json"
+else
+  echo "{\"step_ms\": 10.0, \"compute_ms\": 9.5, \"sync_wait_ms\": ${FAKE_EXPOSED_MS:-0.1}}" > "$dir/summary.json"
+fi
+"""
+FAKE_GTEST = r"""#!/bin/bash
+for arg in "$@"; do
+  case "$arg" in
+    --gtest_output=xml:*) out="${arg#--gtest_output=xml:}" ;;
+  esac
+done
+printf '<testsuites><testcase name="a"/><testcase name="b"/></testsuites>\n' > "$out"
+"""
+PROGRAMS = ("cuda_device_test", "device_parity_test", "layer_reference_test",
+            "host_staging_test", "nccl_test", "mlp_gpu_benchmark",
+            "allreduce_benchmark")
+
+
+def make_bundle(root):
+    for folder in ("bin", "libexec", "bench", "fake_torch/torch"):
+        os.makedirs(os.path.join(root, folder))
+
+    def write(path, text, mode=0o755):
+        with open(os.path.join(root, path), "w") as out:
+            out.write(text)
+        os.chmod(os.path.join(root, path), mode)
+
+    with open(SCRIPT) as script:
+        write("bin/gpu_check.sh", script.read())
+    write("libexec/gradsync-env", "#!/bin/sh\n")
+    write("bin/gradsync", FAKE_GRADSYNC)
+    for program in PROGRAMS:
+        write("bin/" + program, FAKE_GTEST)
+    for name in ("compute_vs_pytorch.py", "pytorch_resnet18_reference.py"):
+        with open(os.path.join(HERE, "..", "bench", name)) as source:
+            write("bench/" + name, source.read(), 0o644)
+    write("fake_torch/torch/__init__.py",
+          "raise ImportError('torch left out of this test')\n", 0o644)
+
+
+class QuickFakeBundleTest(unittest.TestCase):
+    """The quick check's real path over stand-in programs."""
+
+    def run_bundle(self, extra_env=None):
+        root = tempfile.mkdtemp()
+        self.addCleanup(subprocess.run, ["rm", "-rf", root])
+        make_bundle(root)
+        env = dict(os.environ)
+        env.pop("OUT", None)
+        env["PYTHONPATH"] = os.path.join(root, "fake_torch")
+        env["PYTHON"] = sys.executable
+        env.update(extra_env or {})
+        result = subprocess.run(
+            ["bash", os.path.join(root, "bin", "gpu_check.sh"), "--quick",
+             "--out=" + os.path.join(root, "out")],
+            capture_output=True, text=True, env=env, timeout=300)
+        return result, table(result.stdout)
+
+    def test_every_check_reports_its_figures(self):
+        result, rows = self.run_bundle()
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:])
+        self.assertEqual(sorted(rows), sorted(CHECKS))
+        self.assertEqual(rows["versions"][0], "PASS")
+        self.assertEqual(rows["parity_layers"][0], "PASS")
+        self.assertIn("2 cases", rows["parity_cudnn"][1])
+        self.assertEqual(rows["comm_local"],
+                         ("PASS", "step 10.0 ms, compute 9.5 ms, exposed 0.1 "
+                                  "ms = 1.0% (bar 2%)"))
+        # The run's own figures, not the per-rank ones after them.
+        self.assertEqual(rows["comm_ring2"],
+                         ("PASS", "step 20.0 ms, compute 10.0 ms, exposed "
+                                  "10.0 ms = 50.0%"))
+        self.assertEqual(rows["comm_ps2_1"][0], "PASS")
+        for model in MODELS:
+            for batch in BATCHES:
+                status, detail = rows["speed/%s/%d/fp32" % (model, batch)]
+                self.assertEqual(status, "PASS")
+                self.assertIn("gradsync 10.00 ms (compute 9.50)", detail)
+                self.assertIn("torch left out of this test", detail)
+                status, detail = rows["speed/%s/%d/bf16" % (model, batch)]
+                self.assertEqual(status, "SKIP")
+                self.assertIn("gradsync refuses bf16", detail)
+
+    def test_exposed_communication_over_the_bar_fails(self):
+        result, rows = self.run_bundle({"FAKE_EXPOSED_MS": "0.5"})
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(rows["comm_local"][0], "FAIL")
+        self.assertIn("5.0% (over 2%)", rows["comm_local"][1])
+
+
+class GpuPointTest(unittest.TestCase):
+
+    def test_resnet_bar_at_large_batches_only(self):
+        judge = compute_vs_pytorch.judge_gpu_point
+        self.assertEqual(judge("resnet18", 128, "fp32", 30.0, 16.5)[0], "FAIL")
+        self.assertEqual(judge("resnet18", 256, "tf32", 14.0, 14.3)[0], "PASS")
+        self.assertEqual(judge("resnet18", 256, "bf16", 8.0, 7.1)[0], "PASS")
+        self.assertEqual(judge("resnet18", 256, "bf16", 10.0, 7.1)[0], "FAIL")
+        self.assertEqual(judge("resnet18", 32, "fp32", 30.0, 9.4)[0], "PASS")
+        self.assertEqual(judge("cnn", 256, "fp32", 30.0, 1.0)[0], "PASS")
+        self.assertEqual(judge("resnet18", 256, "fp32", 30.0, None)[0],
+                         "PASS")
+
+    def test_refused_precision_is_recognised(self):
+        # The wording of core/device/device.cc's refusal.
+        stderr = ("Error: --precision=bf16 (mixed precision) is not built "
+                  "yet: it needs bf16 activations")
+        self.assertTrue(compute_vs_pytorch.refused_precision(stderr, "bf16"))
+        self.assertFalse(compute_vs_pytorch.refused_precision(
+            "cudaMalloc(1048576) on cuda:0: out of memory", "bf16"))
+
+    def test_gradsync_command(self):
+        command = compute_vs_pytorch.gradsync_gpu_command(
+            "gradsync", "cnn", 128, "tf32", 20, 10, "m")
+        self.assertIn("--max_steps=30", command)
+        self.assertIn("--warmup_steps=10", command)
+        self.assertIn("--precision=tf32", command)
+
+
+if __name__ == "__main__":
+    unittest.main()
