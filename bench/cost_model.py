@@ -148,7 +148,7 @@ _ANSWERS = {}
 
 
 def ask(query):
-    """The C++ cost model's answer to one query (tools/predict_command.cc
+    """The C++ cost model's answer to one query (`gradsync predict --help`
     lists the formulas and their inputs). Answers are remembered."""
     key = json.dumps(query, sort_keys=True)
     if key not in _ANSWERS:

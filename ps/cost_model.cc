@@ -122,8 +122,7 @@ absl::StatusOr<double> MixedPsSeconds(int n, int colocated, int separate,
   if (separate > 0 || colocated < n) {
     const double one_way =
         std::max(separate > 0 ? n * separate_share * bytes : 0.0, bytes);
-    seconds =
-        std::max(seconds, one_way / link.bytes_per_s + 2 * link.alpha_s);
+    seconds = std::max(seconds, one_way / link.bytes_per_s + 2 * link.alpha_s);
   }
   return seconds + (n - 1) * PsTailBlockBytes(keys) / link.bytes_per_s;
 }
@@ -167,9 +166,8 @@ absl::StatusOr<PlacedShares> PlaceShares(double bytes, int n, int colocated,
     double best_fill = std::numeric_limits<double>::infinity();
     for (size_t s = 0; s < loads.size(); ++s) {
       const double target = (*targets)[s];
-      const double fill = target > 0
-                              ? (loads[s] + key) / target
-                              : std::numeric_limits<double>::infinity();
+      const double fill = target > 0 ? (loads[s] + key) / target
+                                     : std::numeric_limits<double>::infinity();
       if (fill < best_fill) {
         best = s;
         best_fill = fill;

@@ -10,35 +10,7 @@
 //   {"formula": "ring", "n": 8, "bytes": 65536, "alpha_s": 1e-3,
 //    "bytes_per_s": 1.25e8}                          -> {"seconds": ...}
 //
-// The formulas and their inputs (link: alpha_s, bytes_per_s; eager_bytes,
-// optional, 0 by default, is the clear to send's eager prefix):
-//   ring, halving_doubling, tree     n, bytes, link [, eager_bytes]
-//   hierarchical                     n, ranks_per_node, bytes, link
-//                                    [, intra_alpha_s, intra_bytes_per_s,
-//                                    shared_link (true), eager_bytes]
-//   allreduce                        n, bytes, link [, eager_bytes]
-//                                    -> {"seconds", "algorithm"}: the pick
-//                                    of --sync=allreduce
-//   allgather                        n, blob_bytes, link
-//   tree_shape                       n -> {"trees": [tree 0, tree 1], each
-//                                    [[parent, [children]] per rank],
-//                                    "rank_costs": [[edges, hops], ...]}
-//   ps                               n, bytes, link, largest_share,
-//                                    last_key_bytes, message_bytes
-//                                    [, reduce_bytes_per_s]
-//   ps_colocated                     n, bytes, link, largest_share,
-//                                    last_key_bytes, message_bytes
-//   ps_mixed                         n, colocated, separate, bytes, link,
-//                                    colocated_share, separate_share,
-//                                    last_key_bytes, message_bytes
-//   byteps                           n, separate, bytes, link
-//   server_shares                    n, colocated, separate, partition
-//                                    -> {"shares": [...]}
-//   placed_shares                    n, colocated, separate, partition,
-//                                    bytes, chunk_bytes
-//                                    -> {"colocated_share", "separate_share"}
-//   balanced_share                   bytes, servers, chunk_bytes
-//                                    -> {"share"}
+// The formulas and their inputs: kUsage below (`gradsync predict --help`).
 //
 // A value that is not JSON, a query with an unknown formula, a missing or
 // mistyped input, or one out of range (n < 1, negative bytes or α, B <= 0):
@@ -72,11 +44,47 @@ using nlohmann::json;
 
 constexpr char kUsage[] =
     "usage: gradsync predict < queries.json\n"
-    "Reads α–β queries (JSON objects, or lists of them) from stdin and writes\n"
-    "one line of JSON answers per value read; the formulas and their inputs\n"
-    "are listed in tools/predict_command.cc. Example:\n"
-    "  echo '{\"formula\": \"ring\", \"n\": 8, \"bytes\": 65536, "
-    "\"alpha_s\": 1e-3, \"bytes_per_s\": 1.25e8}' | gradsync predict\n";
+    "Reads α–β queries (JSON objects, or lists of them) from stdin until its\n"
+    "end and writes one line per value read: the answer, or the list of\n"
+    "answers. Every answer is {\"seconds\": ...} unless said otherwise. "
+    "Example:\n"
+    "  echo '{\"formula\": \"ring\", \"n\": 8, \"bytes\": 65536, \"alpha_s\": "
+    "1e-3,\n"
+    "         \"bytes_per_s\": 1.25e8}' | gradsync predict\n"
+    "\n"
+    "The formulas and their inputs (link: alpha_s, bytes_per_s; eager_bytes,\n"
+    "optional, 0 by default, is the clear to send's eager prefix):\n"
+    "  ring, halving_doubling, tree     n, bytes, link [, eager_bytes]\n"
+    "  hierarchical                     n, ranks_per_node, bytes, link\n"
+    "                                   [, intra_alpha_s, intra_bytes_per_s,\n"
+    "                                   shared_link (true), eager_bytes]\n"
+    "  allreduce                        n, bytes, link [, eager_bytes]\n"
+    "                                   -> {\"seconds\", \"algorithm\"}: the "
+    "pick\n"
+    "                                   of --sync=allreduce\n"
+    "  allgather                        n, blob_bytes, link\n"
+    "  tree_shape                       n -> {\"trees\": [tree 0, tree 1], "
+    "each\n"
+    "                                   [[parent, [children]] per rank],\n"
+    "                                   \"rank_costs\": [[edges, hops], ...]}\n"
+    "  ps                               n, bytes, link, largest_share,\n"
+    "                                   last_key_bytes, message_bytes\n"
+    "                                   [, reduce_bytes_per_s]\n"
+    "  ps_colocated                     n, bytes, link, largest_share,\n"
+    "                                   last_key_bytes, message_bytes\n"
+    "  ps_mixed                         n, colocated, separate, bytes, link,\n"
+    "                                   colocated_share, separate_share,\n"
+    "                                   last_key_bytes, message_bytes\n"
+    "  byteps                           n, separate, bytes, link\n"
+    "  server_shares                    n, colocated, separate, partition\n"
+    "                                   -> {\"shares\": [...]}\n"
+    "  placed_shares                    n, colocated, separate, partition,\n"
+    "                                   bytes, chunk_bytes\n"
+    "                                   -> {\"colocated_share\", "
+    "\"separate_share\"}\n"
+    "  balanced_share                   bytes, servers, chunk_bytes\n"
+    "                                   -> {\"share\"}\n"
+    "\n";
 
 // One query's inputs, each read with its name in the error.
 class Query {
@@ -181,8 +189,7 @@ absl::StatusOr<json> TreeShape(const Query& query) {
   return json{{"trees", trees}, {"rank_costs", costs}, {"shape", built.shape}};
 }
 
-absl::StatusOr<json> AllReduce(const std::string& formula,
-                               const Query& query) {
+absl::StatusOr<json> AllReduce(const std::string& formula, const Query& query) {
   ASSIGN_OR_RETURN(const auto n, query.Count("n", 1));
   ASSIGN_OR_RETURN(const auto link, query.Link());
   if (formula == "allgather") {
@@ -190,10 +197,12 @@ absl::StatusOr<json> AllReduce(const std::string& formula,
     return Seconds(RingAllGatherSeconds(n, blob_bytes, link));
   }
   ASSIGN_OR_RETURN(const auto bytes, query.Bounded("bytes", 0));
-  ASSIGN_OR_RETURN(const auto eager_bytes, query.Bounded("eager_bytes", 0, 0, false));
+  ASSIGN_OR_RETURN(const auto eager_bytes,
+                   query.Bounded("eager_bytes", 0, 0, false));
   if (formula == "ring") return Seconds(RingAllReduceSeconds(n, bytes, link));
   if (formula == "halving_doubling") {
-    return Seconds(HalvingDoublingAllReduceSeconds(n, bytes, link, eager_bytes));
+    return Seconds(
+        HalvingDoublingAllReduceSeconds(n, bytes, link, eager_bytes));
   }
   if (formula == "tree") {
     return Seconds(TreeAllReduceSeconds(n, bytes, link, eager_bytes));
@@ -201,21 +210,22 @@ absl::StatusOr<json> AllReduce(const std::string& formula,
   if (formula == "allreduce") {
     const AllReduceKind kind =
         ChooseAllReduce(n, bytes, CandidateLinks::Uniform(link), eager_bytes);
-    return json{{"seconds", PredictAllReduce(kind, n, bytes, link, eager_bytes)},
-                {"algorithm", AllReduceName(kind)}};
+    return json{
+        {"seconds", PredictAllReduce(kind, n, bytes, link, eager_bytes)},
+        {"algorithm", AllReduceName(kind)}};
   }
   // hierarchical: across nodes over `link`, shared by the node's R ranks
   // (B/R each) unless each has its own; inside a node over the intra link,
   // the same link where not given.
   ASSIGN_OR_RETURN(const auto ranks_per_node, query.Count("ranks_per_node", 1));
   ASSIGN_OR_RETURN(const auto intra_alpha_s,
-                 query.Bounded("intra_alpha_s", link.alpha_s, 0, false));
-  ASSIGN_OR_RETURN(const auto intra_bytes_per_s, query.Bounded("intra_bytes_per_s",
-                                                  link.bytes_per_s, 0, true));
+                   query.Bounded("intra_alpha_s", link.alpha_s, 0, false));
+  ASSIGN_OR_RETURN(
+      const auto intra_bytes_per_s,
+      query.Bounded("intra_bytes_per_s", link.bytes_per_s, 0, true));
   ASSIGN_OR_RETURN(const auto shared, query.Flag("shared_link", true));
-  const LinkCost across{link.alpha_s,
-                        shared ? link.bytes_per_s / ranks_per_node
-                               : link.bytes_per_s};
+  const LinkCost across{link.alpha_s, shared ? link.bytes_per_s / ranks_per_node
+                                             : link.bytes_per_s};
   return Seconds(HierarchicalAllReduceSeconds(
       n, ranks_per_node, bytes, LinkCost{intra_alpha_s, intra_bytes_per_s},
       across, eager_bytes));
@@ -240,13 +250,14 @@ absl::StatusOr<json> ParameterServer(const std::string& formula,
     ASSIGN_OR_RETURN(const auto separate, query.Count("separate", 0));
     ASSIGN_OR_RETURN(const auto policy, PartitionOf(query));
     if (formula == "server_shares") {
-      ASSIGN_OR_RETURN(const auto shares, ServerShares(policy, n, colocated, separate));
+      ASSIGN_OR_RETURN(const auto shares,
+                       ServerShares(policy, n, colocated, separate));
       return json{{"shares", shares}};
     }
     ASSIGN_OR_RETURN(const auto bytes, query.Bounded("bytes", 0));
     ASSIGN_OR_RETURN(const auto chunk, query.Bounded("chunk_bytes", 0, true));
     ASSIGN_OR_RETURN(const auto placed,
-                   PlaceShares(bytes, n, colocated, separate, policy, chunk));
+                     PlaceShares(bytes, n, colocated, separate, policy, chunk));
     return json{{"colocated_share", placed.colocated},
                 {"separate_share", placed.separate}};
   }
@@ -262,18 +273,21 @@ absl::StatusOr<json> ParameterServer(const std::string& formula,
   if (formula == "ps_mixed") {
     ASSIGN_OR_RETURN(const auto colocated, query.Count("colocated", 0));
     ASSIGN_OR_RETURN(const auto separate, query.Count("separate", 0));
-    ASSIGN_OR_RETURN(const auto colocated_share, query.Bounded("colocated_share", 0));
-    ASSIGN_OR_RETURN(const auto separate_share, query.Bounded("separate_share", 0));
+    ASSIGN_OR_RETURN(const auto colocated_share,
+                     query.Bounded("colocated_share", 0));
+    ASSIGN_OR_RETURN(const auto separate_share,
+                     query.Bounded("separate_share", 0));
     ASSIGN_OR_RETURN(const auto seconds,
-                   MixedPsSeconds(n, colocated, separate, bytes, link,
-                                  colocated_share, separate_share, keys));
+                     MixedPsSeconds(n, colocated, separate, bytes, link,
+                                    colocated_share, separate_share, keys));
     return Seconds(seconds);
   }
   ASSIGN_OR_RETURN(const auto share, query.Bounded("largest_share", 0));
   if (formula == "ps_colocated") {
     return Seconds(ColocatedPsSeconds(n, bytes, link, share, keys));
   }
-  ASSIGN_OR_RETURN(const auto gamma, query.Bounded("reduce_bytes_per_s", 0, 0, false));
+  ASSIGN_OR_RETURN(const auto gamma,
+                   query.Bounded("reduce_bytes_per_s", 0, 0, false));
   return Seconds(SeparatePsSeconds(n, bytes, link, share, keys, gamma));
 }
 
@@ -294,9 +308,9 @@ absl::StatusOr<json> Answer(const json& value) {
         "placed_shares", "balanced_share"}) {
     if (formula == name) return ParameterServer(formula, query);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown formula \"", formula,
-      "\" (see `gradsync predict --help` for the list)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown formula \"", formula,
+                   "\" (see `gradsync predict --help` for the list)"));
 }
 
 // The next non-space character of `in`, EOF at its end.
@@ -313,13 +327,16 @@ int SkipSpace(std::istream& in) {
 
 int RunPredictCommand(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
-    const bool help = std::strcmp(argv[i], "--help") == 0 ||
-                      std::strcmp(argv[i], "-h") == 0;
-    fprintf(help ? stdout : stderr, "%s", kUsage);
-    if (!help) {
-      fprintf(stderr, "gradsync predict: unexpected argument '%s'\n", argv[i]);
+    if (std::strcmp(argv[i], "--help") == 0 ||
+        std::strcmp(argv[i], "-h") == 0) {
+      fprintf(stdout, "%s", kUsage);
+      return 0;
     }
-    return help ? 0 : 2;
+    fprintf(stderr,
+            "gradsync predict: unexpected argument '%s' (it reads its queries "
+            "on stdin; see `gradsync predict --help`)\n",
+            argv[i]);
+    return 2;
   }
   int64_t queries = 0;
   while (SkipSpace(std::cin) != EOF) {

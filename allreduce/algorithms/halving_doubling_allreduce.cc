@@ -26,9 +26,9 @@ int64_t BlockOffset(int64_t count, int blocks, int b) {
 // (cut into `blocks` blocks of `count` floats in all) go out, blocks
 // [receive_lo, receive_hi) come in, added (reduce-scatter) or copied
 // (all-gather).
-void SwapBlocks(PeerExchange& exchange, int partner, float* data,
-                int64_t count, int blocks, int send_lo, int send_hi,
-                int receive_lo, int receive_hi, bool add) {
+void SwapBlocks(PeerExchange& exchange, int partner, float* data, int64_t count,
+                int blocks, int send_lo, int send_hi, int receive_lo,
+                int receive_hi, bool add) {
   const int64_t send_offset = BlockOffset(count, blocks, send_lo);
   const int64_t receive_offset = BlockOffset(count, blocks, receive_lo);
   exchange.Send(partner, data + send_offset,
