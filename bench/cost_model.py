@@ -102,6 +102,9 @@ def gradsync_binary():
         "GRADSYNC_BIN_DIR")
 
 
+_ANSWERS = {}
+
+
 class _Predictor:
     """One `gradsync predict` process: a JSON value per line in, its answer
     per line out. A refused query ends the process (its exit status 2 and
@@ -110,11 +113,12 @@ class _Predictor:
 
     def __init__(self):
         self.process = None
+        self.binary = None  # None: gradsync_binary()
 
     def ask(self, value):
         if self.process is None or self.process.poll() is not None:
             self.process = subprocess.Popen(
-                [gradsync_binary(), "predict"], stdin=subprocess.PIPE,
+                [self.binary or gradsync_binary(), "predict"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             self.process.stdin.write(json.dumps(value) + "\n")
@@ -144,9 +148,17 @@ class _Predictor:
 
 _PREDICTOR = _Predictor()
 atexit.register(_PREDICTOR.close)
-_ANSWERS = {}
 
 
+def use_binary(path):
+    """Asks `path` (a gradsync binary) from now on, so that a sweep's
+    predictions come from the build its jobs ran (scaling.py's --bin_dir);
+    a path that is not an executable file leaves gradsync_binary()'s."""
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return
+    _PREDICTOR.close()
+    _PREDICTOR.binary = path
+    _ANSWERS.clear()
 def ask(query):
     """The C++ cost model's answer to one query (`gradsync predict --help`
     lists the formulas and their inputs). Answers are remembered."""
