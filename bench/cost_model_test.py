@@ -26,8 +26,6 @@ def ring_time(n, size, link):
                2 * (n - 1) * link.alpha_s + segment)
 
 
-
-
 def halving_doubling_time(n, size, link, eager_bytes=0):
     if n <= 1:
         return 0.0
@@ -210,7 +208,8 @@ def byteps_time(n, k, size, link):
 
 
 def mixed_ps_time(n, colocated, separate, size, link, last_key=None,
-                  message_bytes=cost_model.PS_MESSAGE_BYTES, largest_share=None, separate_share=None):
+                  message_bytes=cost_model.PS_MESSAGE_BYTES, largest_share=None,
+                  separate_share=None):
     k = colocated + separate
     if k < 1 or colocated > n:
         raise ValueError(f"no servers or more colocated ({colocated}) than workers ({n})")
