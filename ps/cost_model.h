@@ -8,16 +8,17 @@
 // cost_model.cc; measured against emulated links in
 // docs/results/ps-bandwidth-model.md.
 //
-// Where the bytes go (separate servers, K = 2, N = 3; f_k the share of the
-// keys server k holds):
+// Where the bytes go (separate servers, N = 3 workers, K = 2 servers; server
+// k holds the share f_k of the keys, f_0 + f_1 = 1):
 //
-//     worker 0 ──S──┐            ┌──f_0·S──► every worker
-//     worker 1 ──S──┼─► server 0 (N·f_0·S in, N·f_0·S out)
-//     worker 2 ──S──┘   server 1 (N·f_1·S in, N·f_1·S out)
+//     push: S out of each worker        pull: S into each worker
+//     worker 0 ─┐                    ┌─► worker 0
+//     worker 1 ─┼─► server 0 ────────┼─► worker 1     server k's link:
+//     worker 2 ─┘   server 1         └─► worker 2     N·f_k·S in, N·f_k·S out
 //
-// A worker's link carries S each way; the busiest server's N·f_max·S. Push
-// and pull use opposite directions, so a step costs the busier link's
-// one-direction time, the tail of the last key, and a round trip.
+// Push and pull use opposite directions of every link, so a step costs the
+// busiest link's one-direction time, max(S, N·f_max·S)/B, the tail of the
+// last key, and a round trip.
 //
 // Every function is pure and thread-safe. Shares are fractions of S in
 // [0, 1]; byte counts are doubles (a model's bytes, not a buffer's).
