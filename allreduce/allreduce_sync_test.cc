@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "allreduce/sync_test_context.h"
 #include "allreduce/transport/test_cluster.h"
 #include "core/base/status_macros.h"
 #include "core/device/device.h"
@@ -38,14 +39,7 @@ absl::StatusOr<ParamLayout> TestLayout() {
 }
 
 SyncContext ContextFor(TransportTestCluster& cluster, int rank) {
-  SyncContext context;
-  context.identity.rank = rank;
-  context.identity.world_size = cluster.world_size();
-  context.identity.job_id = cluster.job_id();
-  context.rendezvous = cluster.client(rank);
-  context.identity.advertise_host = "127.0.0.1";
-  context.timeout = absl::Seconds(30);
-  return context;
+  return TestSyncContext(cluster, rank, absl::Seconds(30));
 }
 
 // One rank's --sync=ring over `layout`, set up on its own device with its
