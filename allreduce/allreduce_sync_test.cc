@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "allreduce/sync_test_context.h"
 #include "allreduce/transport/test_cluster.h"
 #include "core/base/status_macros.h"
 #include "core/device/device.h"
@@ -38,14 +39,54 @@ absl::StatusOr<ParamLayout> TestLayout() {
 }
 
 SyncContext ContextFor(TransportTestCluster& cluster, int rank) {
-  SyncContext context;
-  context.identity.rank = rank;
-  context.identity.world_size = cluster.world_size();
-  context.identity.job_id = cluster.job_id();
-  context.rendezvous = cluster.client(rank);
-  context.identity.advertise_host = "127.0.0.1";
-  context.timeout = absl::Seconds(30);
-  return context;
+  return TestSyncContext(cluster, rank, absl::Seconds(30));
+}
+
+// One rank's --sync=ring over `layout`, set up on its own device with its
+// gradient and parameter buffers.
+struct RankSync {
+  std::unique_ptr<Device> device;
+  float* grads = nullptr;
+  std::unique_ptr<GradientSync> sync;
+};
+
+absl::StatusOr<RankSync> SetUpRing(TransportTestCluster& cluster, int rank,
+                                   const ParamLayout& layout) {
+  RankSync rank_sync;
+  ASSIGN_OR_RETURN(rank_sync.device, CreateDevice(DeviceOptions{}));
+  ASSIGN_OR_RETURN(rank_sync.grads,
+                   rank_sync.device->Allocate<float>(layout.total_numel()));
+  ASSIGN_OR_RETURN(float* params,
+                   rank_sync.device->Allocate<float>(layout.total_numel()));
+  ASSIGN_OR_RETURN(rank_sync.sync, GradientSyncRegistry::Create(
+                                       "ring", ContextFor(cluster, rank)));
+  RETURN_IF_ERROR(rank_sync.sync->Setup(
+      layout, *rank_sync.device, SyncBuffers{rank_sync.grads, params}));
+  return rank_sync;
+}
+
+// The first element of `grads` that is not the exact average of step
+// `step`'s gradients over `n` ranks, said in words; empty when none.
+std::string FirstInexactAverage(const float* grads, int64_t total, int step,
+                                int n) {
+  for (int64_t i = 0; i < total; ++i) {
+    int sum = 0;
+    for (int r = 0; r < n; ++r) sum += static_cast<int>(Gradient(step, r, i));
+    const float want = static_cast<float>(sum) * (1.0f / n);
+    if (grads[i] != want) {
+      return absl::StrCat("step ", step, " element ", i, ": ", grads[i],
+                          " want ", want);
+    }
+  }
+  return "";
+}
+
+void ExpectEveryRankOk(const std::vector<absl::Status>& results,
+                       const std::vector<std::string>& problems) {
+  for (size_t rank = 0; rank < results.size(); ++rank) {
+    EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank];
+    EXPECT_EQ(problems[rank], "") << "rank " << rank;
+  }
 }
 
 class AllReduceSyncTest : public testing::TestWithParam<int> {};
@@ -62,14 +103,9 @@ TEST_P(AllReduceSyncTest, EveryWorkerGetsTheExactAverageEveryStep) {
 
   std::vector<std::string> problems(n);
   std::vector<absl::Status> results = (*cluster)->RunOnEveryRank([&](int rank) {
-    ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
-                     CreateDevice(DeviceOptions{}));
-    ASSIGN_OR_RETURN(float* grads, device->Allocate<float>(total));
-    ASSIGN_OR_RETURN(float* params, device->Allocate<float>(total));
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<GradientSync> sync,
-        GradientSyncRegistry::Create("ring", ContextFor(**cluster, rank)));
-    RETURN_IF_ERROR(sync->Setup(*layout, *device, SyncBuffers{grads, params}));
+    ASSIGN_OR_RETURN(RankSync ring, SetUpRing(**cluster, rank, *layout));
+    float* grads = ring.grads;
+    GradientSync* sync = ring.sync.get();
     for (int step = 0; step < steps; ++step) {
       for (int64_t i = 0; i < total; ++i) grads[i] = Gradient(step, rank, i);
       // Buckets are numbered in the order backward finishes them.
@@ -77,16 +113,10 @@ TEST_P(AllReduceSyncTest, EveryWorkerGetsTheExactAverageEveryStep) {
         sync->BucketReady(bucket.index);
       StepStats stats;
       RETURN_IF_ERROR(sync->Finish(stats));
-      for (int64_t i = 0; i < total; ++i) {
-        int sum = 0;
-        for (int r = 0; r < n; ++r)
-          sum += static_cast<int>(Gradient(step, r, i));
-        const float want = static_cast<float>(sum) * (1.0f / n);
-        if (grads[i] != want) {
-          problems[rank] = absl::StrCat("step ", step, " element ", i, ": ",
-                                        grads[i], " want ", want);
-          return absl::OkStatus();
-        }
+      const std::string inexact = FirstInexactAverage(grads, total, step, n);
+      if (!inexact.empty()) {
+        problems[rank] = inexact;
+        return absl::OkStatus();
       }
       // Per bucket of c floats cut into N segments: reduce-scatter sends all
       // segments but (r+1), all-gather all but (r+2); received likewise all
@@ -117,10 +147,7 @@ TEST_P(AllReduceSyncTest, EveryWorkerGetsTheExactAverageEveryStep) {
     }
     return sync->Shutdown();
   });
-  for (int rank = 0; rank < n; ++rank) {
-    EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank];
-    EXPECT_EQ(problems[rank], "") << "rank " << rank;
-  }
+  ExpectEveryRankOk(results, problems);
 }
 
 // --autotune regroups the buckets between steps; the averages stay exact
@@ -141,14 +168,9 @@ TEST(AllReduceSyncRebucketTest, AfterRebucketTheNewBucketsAreAveraged) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::vector<std::string> problems(n);
   std::vector<absl::Status> results = (*cluster)->RunOnEveryRank([&](int rank) {
-    ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
-                     CreateDevice(DeviceOptions{}));
-    ASSIGN_OR_RETURN(float* grads, device->Allocate<float>(total));
-    ASSIGN_OR_RETURN(float* params, device->Allocate<float>(total));
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<GradientSync> sync,
-        GradientSyncRegistry::Create("ring", ContextFor(**cluster, rank)));
-    RETURN_IF_ERROR(sync->Setup(*fine, *device, SyncBuffers{grads, params}));
+    ASSIGN_OR_RETURN(RankSync ring, SetUpRing(**cluster, rank, *fine));
+    float* grads = ring.grads;
+    GradientSync* sync = ring.sync.get();
     const ParamLayout* layouts[] = {&*fine, &*coarse, &*fine};
     for (int step = 0; step < 3; ++step) {
       if (step > 0) RETURN_IF_ERROR(sync->Rebucket(*layouts[step]));
@@ -157,15 +179,8 @@ TEST(AllReduceSyncRebucketTest, AfterRebucketTheNewBucketsAreAveraged) {
         sync->BucketReady(bucket.index);
       StepStats stats;
       RETURN_IF_ERROR(sync->Finish(stats));
-      for (int64_t i = 0; i < total; ++i) {
-        const float want =
-            static_cast<float>(static_cast<int>(Gradient(step, 0, i)) +
-                               static_cast<int>(Gradient(step, 1, i))) *
-            0.5f;
-        if (grads[i] != want && problems[rank].empty()) {
-          problems[rank] = absl::StrCat("step ", step, " element ", i, ": ",
-                                        grads[i], " want ", want);
-        }
+      if (problems[rank].empty()) {
+        problems[rank] = FirstInexactAverage(grads, total, step, n);
       }
     }
     // Once a bucket of a step was handed over, the grouping stays.
@@ -177,10 +192,7 @@ TEST(AllReduceSyncRebucketTest, AfterRebucketTheNewBucketsAreAveraged) {
     (void)sync->Finish(stats);  // reports the buckets never handed over
     return sync->Shutdown();
   });
-  for (int rank = 0; rank < n; ++rank) {
-    EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank];
-    EXPECT_EQ(problems[rank], "") << "rank " << rank;
-  }
+  ExpectEveryRankOk(results, problems);
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, AllReduceSyncTest,

@@ -16,6 +16,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
 #include "allreduce/allreduce_sync.h"
+#include "allreduce/sync_test_context.h"
 #include "allreduce/transport/test_cluster.h"
 #include "core/base/status_macros.h"
 #include "core/device/device.h"
@@ -53,13 +54,7 @@ absl::StatusOr<ParamLayout> DenseLayout() {
 
 SyncContext ContextFor(TransportTestCluster& cluster, int rank,
                        const std::string& compression, absl::Duration timeout) {
-  SyncContext context;
-  context.identity.rank = rank;
-  context.identity.world_size = cluster.world_size();
-  context.identity.job_id = cluster.job_id();
-  context.rendezvous = cluster.client(rank);
-  context.identity.advertise_host = "127.0.0.1";
-  context.timeout = timeout;
+  SyncContext context = TestSyncContext(cluster, rank, timeout);
   context.compression = CompressionSpec::Parse(compression).value();
   context.compression_seed = 1234;
   return context;

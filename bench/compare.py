@@ -489,6 +489,7 @@ def main(argv):
             print(f"gradsync compare: {args.bin_dir}/{binary} is missing; build it with "
                   "`bazel build //tools:gradsync //tools:netem`", file=sys.stderr)
             return 1
+    cost_model.use_binary(os.path.join(args.bin_dir, "gradsync"))
     for point, reason in args.skipped:
         print(f"gradsync compare: skipping {point}: it {reason}", flush=True)
     out = args.out or time.strftime("runs/compare-%Y%m%d-%H%M%S")

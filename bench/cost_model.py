@@ -1,151 +1,30 @@
 #!/usr/bin/python3
-"""The α–β cost model of gradient synchronization, next to its derivation.
+"""The α–β cost model of gradient synchronization: Python's side.
 
 A message of m bytes over one link takes α + m/B: α is the latency (software
-and wire), B the bandwidth. Links are full duplex: a node sends and receives
-at B at the same time. S is the gradient's size in bytes, N the number of
-workers, K the number of parameter servers.
+and wire), B the bandwidth, each direction at once. S is the gradient's size
+in bytes, N the number of workers, K the number of parameter servers.
 
-Ring all-reduce (reduce-scatter, then all-gather). The gradient is cut into
-N pieces of S/N. In each of the 2(N−1) rounds every rank sends one piece to
-its right neighbour and receives one from its left, all at once. A rank
-forwards each byte as soon as it has arrived and been added, so the rounds
-overlap: either every link stays busy (its 2(N−1) pieces back to back, the
-last arriving α after it left) or the first byte's 2(N−1) hops rule (and the
-last piece follows it):
+The formulas and their derivations exist once, in C++, and this file asks
+them through `gradsync predict` (tools/predict_command.cc), one process kept
+open per Python process, or one batch (ask_many):
 
-    T_ring = max(2(N−1)/N · S/B + α,  2(N−1)·α + S/(N·B))     (1)
+  (1) ring              allreduce/algorithms/cost_model.h  RingAllReduceSeconds
+  (2) PS, K separate    ps/cost_model.h  SeparatePsSeconds (the tail N·b/B,
+                        b = min(last key, --ps_message_kb): PsTailBlockBytes)
+  (3) PS colocated      ps/cost_model.h  ColocatedPsSeconds
+  (4) BytePS's optimum  ps/cost_model.h  BytePsOptimumSeconds
+  (5) PS mixed          ps/cost_model.h  MixedPsSeconds; (5b) the balanced
+                        shares: ServerShares in ps/client/partitioner.h
+  (6) halving-doubling  allreduce/algorithms/cost_model.h  HalvingDoubling…
+  (7) double binary tree, its trees (tree_allreduce.h) and per-rank costs
+  (8) hierarchical      allreduce/algorithms/cost_model.h  Hierarchical…
+  (10) ring all-gather  allreduce/algorithms/cost_model.h  RingAllGatherSeconds
 
-Store-and-forward rounds would cost 2(N−1)·α + 2(N−1)/N·S/B, (2N−3)·α more
-for bandwidth-bound buffers. The bandwidth term tends to 2·S/B whatever N
-is: the ring's selling point.
-
-Parameter server, K separate servers. Every worker pushes its whole gradient
-(S bytes out of its link) and pulls the whole average (S bytes in). Server k
-holds a share f_k of the keys (f_k = 1/K when balanced), so its link takes
-N·f_k·S in and sends N·f_k·S out. Push and pull use opposite directions of
-every link, and with many keys they pipeline (the pull of one key runs while
-the next is pushed), so a step costs the busier link's one-direction time,
-plus the tail of the last key (pulled after all N pushed it) and one round
-trip:
-
-    T_ps = max(S, N·f_max·S)/B + tail + 2α                    (2)
-    tail = N·b/B,   b = min(c, m)
-
-c is the last key's size (≤ the chunk, --ps_chunk_kb) and m the server's
-finalisation block (--ps_message_kb): a key lives on one server, so its last
-block, final only once the slowest worker's part of it arrived, leaves that
-one server N times (once per worker) after the pushes end — whatever K is.
-(An earlier version had max(c, N·f_max·c), which for K = N balanced servers
-is c: N times too small; at N = 8 with 78 KB keys and 100 Mbit/s it hid
-44 ms of a 260 ms step.) The busiest server holds at least one key, so
-f_max ≥ c/S however many servers there are (balanced_share).
-
-Reduction. A server sums N·f·S bytes of pushes a step as they arrive; that
-is hidden behind its link unless it is slower: with γ the bytes one server
-sums per second, the first term of (2) becomes max(max(S, N·f_max·S)/B,
-N·f_max·S/γ) (ps_time's reduce_bytes_per_s). At this project's emulated
-rates (≤ 1 Gbit/s) γ of a few GB/s never binds; at 100 Gbit/s it may.
-
-With K = 1 the server's link carries N·S: T grows ∝ N. With K = N balanced
-servers the busiest link carries S each way: T ≈ S/B, half the ring's
-2(N−1)/N·S/B — the BytePS argument for spare server bandwidth.
-
-Parameter server colocated with the workers (K = N, server r inside worker
-r). A node's link now carries its own pushes to the N−1 other servers and
-its server's answers to the N−1 other workers' pulls, in the same direction:
-(N−1)/N·S + (N−1)/N·S out, and as much in. The answers follow the pushes
-as they arrive, so, as in (1), either the link stays busy with both (the
-push's latency hidden behind the answers to earlier keys, the last answer
-arriving α after it left) or the answers wait out a push's latency after
-the node's own pushes left:
-
-    T_colocated = max(2(N−1)/N·S/B + α, 2α + (N−1)/N·S/B) + (N−1)·b/B   (3)
-
-the ring's bandwidth term with 2 latencies instead of 2(N−1), and the tail
-of (2) less the copy that stays inside the node. (An earlier form charged
-2α on top of the bandwidth term; at 1 Gbit/s, 5 ms one way, N = 2, 1 MiB it
-ran 0.81× the measured time: allreduce_family.md.) Separate servers (2)
-keep both latencies: a worker's pushes and its results use opposite
-directions of its link, so nothing is sent while a push is in flight. With fewer keys than
-nodes the busiest node's share f_max exceeds 1/N and its link carries
-S + (N−2)·f_max·S (colocated_ps_time's largest_share).
-
-BytePS's placement spectrum (Jiang et al., OSDI 2020, §3.1): N workers that
-also serve plus k separate CPU-only servers; with each machine's share of
-the keys chosen optimally the busiest link carries
-
-    T_byteps = 2N(N−1)·S / ((N² + kN − 2k)·B)                  (4)
-
-which is (3)'s 2(N−1)/N·S/B at k = 0 and (2)'s S/B at k = N. BytePS's k is
-the number of separate servers, with every worker serving; its shares are
-unequal (a worker's server takes less than a separate one).
-
-gradsync's mix (--ps_colocated_servers=c plus s separate servers, K = c + s,
-0 ≤ c ≤ N): workers 0..c−1 also serve, the others only compute, and the
-partitioner gives every server the same share f (balanced: 1/K). Per step
-and direction, a serving worker's link carries its pushes to the other
-servers and its server's results to the other workers, S(1 − f) + (N−1)·f·S
-= S + (N−2)·f·S; a worker that does not serve, S; a separate server, N·f·S.
-For K ≥ 2 the first is the largest (1 + (N−2)/K ≥ N/K). A serving
-worker's answers hide its pushes' latency as in (3); a separate server's
-link and a non-serving worker's carry one kind each way and pay both
-latencies as in (2):
-
-    T_mixed = max(max((S + (N−2)·f·S)/B + α, 2α + (1 − f)·S/B),
-                  max(N·f·S, S)/B + 2α) + (N−1)·b/B              (5)
-
-(the second term only where there are separate servers or workers that do
-not serve) with (3)'s tail: the busiest link belongs to a serving worker,
-whose own copy of its last block stays inside. c = N, s = 0 is (3); c = 0 is (2).
-c = N with s separate is BytePS's layout with equal instead of optimal
-shares, so (5) ≥ (4) there: at N = 4, s = 2, 1.33·S/B against 1.2·S/B.
-For c < N BytePS gives no formula; (5) is the one to compare with.
-
-Balanced shares (--ps_partition=balanced; placement_shares): the serving
-workers' servers take f_c each, the separate ones f_s, c·f_c + s·f_s = 1,
-chosen so that the two kinds of link carry the same, the busiest as little
-as it can: S + (N−2)·f_c·S = N·f_s·S = N·(1 − c·f_c)·S/s gives
-
-    f_c = (N − s) / (s(N − 2) + N·c),   f_s = (1 − c·f_c) / s      (5b)
-
-(f_c = 0 when s ≥ N: the separate servers alone then keep every link at
-S; equal shares when c = 0 or s = 0, where there is nothing to trade).
-(5) with these shares is the busiest link's S + (N−2)·f_c·S. With c = N and
-k = s ≤ N separate servers it is (N² + N² − 2N)·S / (N² + kN − 2k) — (4),
-BytePS's optimum: BytePS's layout is the c = N end of gradsync's mix. At
-N = 4: c = 4, s = 2 gives f_c = 0.1, f_s = 0.3, 1.2·S/B; c = 2, s = 2 gives
-f_c = 1/6, f_s = 1/3, 1.33·S/B against equal shares' 1.5·S/B. Keys are
-whole (at most --ps_chunk_kb), so the partitioner only approaches the
-targets: predict() takes each kind's largest share from the job's own
-partition (placed_shares models it where the job did not say).
-
-The rest of the all-reduce family (allreduce/algorithms/cost_model.cc holds the same
-formulas in C++ for --sync=allreduce's choice; cost_model_test.py checks that
-the two agree). Halving-doubling over p = 2^⌊log2 N⌋ ranks swaps S/2, S/4, …
-with one partner per step, then the same in reverse; N > p folds the r = N − p
-extra ranks into partners first (S there and back, two more steps):
-
-    T_hd = 2·log2 p·α + 2(p−1)/p · S/B  [+ 2α + 2·S/B if N > p]   (6)
-
-Double binary tree: two trees, each carrying S/2, a node forwarding bytes as
-soon as both children's have arrived. Rank r has E_r tree edges over both
-trees (at most 4), each carrying S/2 each way; its connections share its link
-evenly (TCP, nothing sent first), so all of them end at E_r·(S/2)/B, and the
-last byte of each connection (the transfer queued last on it) then travels
-its hops: up to the root and down to the deepest leaf (d_r + D) for a
-reduce, to the rank's deepest descendant (h_r) for a broadcast; H_r the most.
-A half above the clear to send's prefix E waits w = max(0, α − E/B) once.
-The first slice's 2D hops are the floor:
-
-    T_tree = max(2D·α + (S/2)/B,  max_r E_r·(S/2)/B + H_r·α + w)   (7)
-
-Hierarchical, R ranks per node, M = N/R nodes: reduce-scatter and all-gather
-inside the node (one step each, (R−1)/R·S over the fast local path), and
-halving-doubling on S/R across the nodes, with R ranks sharing each host
-link (bandwidth B/R each; B when every rank has a link of its own):
-
-    T_hier = 2(α_i + (R−1)/R·S/B_i) + T_hd(M, S/R, α, B/R)      (8)
+What is Python's own: the bucket queue and its overlap with compute
+(exposed_communication), a sweep point's prediction from its flags
+(predict), the compressed methods' bytes per link and codec time (9)–(13),
+measuring α and B, the tables and the plots.
 
 Buckets and overlap. Backward hands buckets off in reverse layer order;
 bucket b is ready after the compute spent on the layers it holds (the
@@ -158,6 +37,10 @@ the last bucket's end minus the end of compute.
 α and B are measured on the spot with `netem probe` (core/launch/link_probe.h):
 α is half a 1-byte round trip, B the slope of transfer time against size.
 
+The gradsync binary is found through $GRADSYNC_BIN_DIR (set by `gradsync
+compare`), then beside this file in Bazel's runfiles, then under bazel-bin/
+of the checkout: `bazel build //tools:gradsync` first.
+
 Usage:
   cost_model.py probe --link=1gbit              measure α and B (root)
   cost_model.py compare SWEEP_DIR               measured points vs predictions
@@ -165,8 +48,8 @@ Usage:
   cost_model.py compression [--workers=8 --model_mb=10 --gbit=0.1 --alpha_us=100]
 """
 import argparse
+import atexit
 import dataclasses
-import heapq
 import json
 import math
 import os
@@ -195,164 +78,154 @@ class Link:
                 f"B = {self.bandwidth / 1e9:.4f} GB/s ({self.bandwidth * 8 / 1e6:.0f} Mbit/s)")
 
 
-# --- Formulas (1), (2), (3) -------------------------------------------------
+# --- The C++ formulas, through `gradsync predict` ----------------------------
 
-def ring_time(n, size, link):
-    """(1): one ring all-reduce of `size` bytes among n ranks."""
-    if n == 1:
-        return 0.0
-    segment = size / n / link.bandwidth
-    return max(2 * (n - 1) * segment + link.alpha_s,
-               2 * (n - 1) * link.alpha_s + segment)
+def gradsync_binary():
+    """The gradsync binary that answers the queries (see the module's
+    docstring for where it is looked for)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = []
+    if os.environ.get("GRADSYNC_BIN_DIR"):
+        candidates.append(os.path.join(os.environ["GRADSYNC_BIN_DIR"], "gradsync"))
+    for root in (os.environ.get("RUNFILES_DIR"), os.environ.get("TEST_SRCDIR")):
+        if root:
+            candidates.append(os.path.join(root, "gradsync", "tools", "gradsync"))
+    candidates += [os.path.join(here, "..", "tools", "gradsync"),
+                   os.path.join(here, "..", "bazel-bin", "tools", "gradsync"),
+                   os.path.join("bazel-bin", "tools", "gradsync")]
+    for candidate in candidates:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise FileNotFoundError(
+        "cost_model: the gradsync binary, whose `predict` command holds the formulas, "
+        f"is not at any of {candidates}; run `bazel build //tools:gradsync` or set "
+        "GRADSYNC_BIN_DIR")
 
+
+_ANSWERS = {}
+
+
+class _Predictor:
+    """One `gradsync predict` process: a JSON value per line in, its answer
+    per line out. A refused query ends the process (its exit status 2 and
+    one line on stderr), which becomes a ValueError here; the next query
+    starts a new one."""
+
+    def __init__(self):
+        self.process = None
+        self.binary = None  # None: gradsync_binary()
+
+    def ask(self, value):
+        if self.process is None or self.process.poll() is not None:
+            self.process = subprocess.Popen(
+                [self.binary or gradsync_binary(), "predict"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            self.process.stdin.write(json.dumps(value) + "\n")
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        if line:
+            return json.loads(line)
+        process, self.process = self.process, None
+        process.stdin.close()
+        error = process.stderr.read().strip()
+        process.wait()
+        process.stdout.close()
+        process.stderr.close()
+        raise ValueError(error or f"gradsync predict ended with status {process.returncode}")
+
+    def close(self):
+        """Ends the process: the end of its input is its end."""
+        process, self.process = self.process, None
+        if process is not None:
+            process.stdin.close()
+            process.wait()
+            process.stdout.close()
+            process.stderr.close()
+
+
+_PREDICTOR = _Predictor()
+atexit.register(_PREDICTOR.close)
+
+
+def use_binary(path):
+    """Asks `path` (a gradsync binary) from now on, so that a sweep's
+    predictions come from the build its jobs ran (scaling.py's --bin_dir);
+    a path that is not an executable file leaves gradsync_binary()'s."""
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return
+    _PREDICTOR.close()
+    _PREDICTOR.binary = path
+    _ANSWERS.clear()
+def ask(query):
+    """The C++ cost model's answer to one query (`gradsync predict --help`
+    lists the formulas and their inputs). Answers are remembered."""
+    key = json.dumps(query, sort_keys=True)
+    if key not in _ANSWERS:
+        _ANSWERS[key] = _PREDICTOR.ask(query)
+    return _ANSWERS[key]
+
+
+def ask_many(queries):
+    """The answers to a list of queries, asked as one batch."""
+    keys = [json.dumps(q, sort_keys=True) for q in queries]
+    missing = {k: q for k, q in zip(keys, queries) if k not in _ANSWERS}
+    if missing:
+        answers = _PREDICTOR.ask(list(missing.values()))
+        _ANSWERS.update(zip(missing, answers))
+    return [_ANSWERS[k] for k in keys]
+
+
+def _link(link, prefix=""):
+    return {f"{prefix}alpha_s": link.alpha_s, f"{prefix}bytes_per_s": link.bandwidth}
+
+
+# Each formula is a query builder (`*_query`, for ask_many's batches) and a
+# function that asks it alone, with the arguments Python always had.
+
+# --- The all-reduce family: (1), (6), (7), (8), (10) --------------------------
 
 # gradsync's eager prefix before a peer's clear to send (allreduce/
-# peer_exchange.h, --allreduce_eager_kb).
+# algorithms/peer_exchange.h, --allreduce_eager_kb).
 EAGER_BYTES = 256 << 10
 
 
+def ring_query(n, size, link):
+    return dict(formula="ring", n=n, bytes=size, **_link(link))
+
+
+def ring_time(n, size, link):
+    """(1): one ring all-reduce of `size` bytes among n ranks."""
+    return ask(ring_query(n, size, link))["seconds"]
+
+
+def halving_doubling_query(n, size, link, eager_bytes=0):
+    return dict(formula="halving_doubling", n=n, bytes=size, eager_bytes=eager_bytes,
+                **_link(link))
+
+
 def halving_doubling_time(n, size, link, eager_bytes=0):
-    """(6): one halving-doubling all-reduce of `size` bytes among n ranks.
-    With a clear to send (eager prefix E > 0, gradsync's), every step of
-    more than E bytes also waits max(0, α − E/B), the partner's header
-    crossing the link, but the first all-gather step, whose partner is the
-    last reduce-scatter step's (allreduce/algorithms/cost_model.cc)."""
-    if n <= 1:
-        return 0.0
-    p = 1 << (n.bit_length() - 1)
-    t = 2 * math.log2(p) * link.alpha_s + 2 * (p - 1) / p * size / link.bandwidth
-    if n > p:
-        t += 2 * link.alpha_s + 2 * size / link.bandwidth
-    wait = link.alpha_s - eager_bytes / link.bandwidth
-    if eager_bytes > 0 and wait > 0:
-        step = size / 2
-        while step > eager_bytes and step * p >= size:
-            t += 2 * wait
-            step /= 2
-        if size / p > eager_bytes:
-            t -= wait
-    return t
+    """(6): one halving-doubling all-reduce; with the clear to send's eager
+    prefix `eager_bytes` (gradsync's), the steps above it wait for it."""
+    return ask(halving_doubling_query(n, size, link, eager_bytes))["seconds"]
 
 
-def _bit_trees(n):
-    """NCCL's bit trees over positions 1..n: rank r at r + 1 in tree 0, at the
-    mirror n − r (even n) or shifted r, rank 0 at n (odd n) in tree 1."""
-    def node(p):
-        bit = p & -p
-        parent = (p ^ bit) | (bit << 1)
-        if parent > n:
-            parent = p ^ bit
-        children, low = [], bit >> 1
-        if low:
-            children.append(p - low)
-        while low and p + low > n:
-            low >>= 1
-        if low:
-            children.append(p + low)
-        return parent, children
-
-    trees = []
-    for rank in (lambda p: p - 1, (lambda p: n - p) if n % 2 == 0 else (lambda p: p % n)):
-        tree = {}
-        for p in range(1, n + 1):
-            parent, children = node(p)
-            tree[rank(p)] = (rank(parent) if parent else -1, [rank(c) for c in children])
-        trees.append(tree)
-    return trees
-
-
-def _midpoint_trees(n):
-    """In-order balanced trees over positions 0..n−1, the middle one the root;
-    rank (x + t) mod n at position x in tree t."""
-    nodes = {}
-
-    def build(lo, hi, parent):
-        if lo >= hi:
-            return -1
-        root = lo + (hi - lo) // 2
-        left, right = build(lo, root, root), build(root + 1, hi, root)
-        nodes[root] = (parent, [c for c in (left, right) if c >= 0])
-        return root
-    build(0, n, -1)
-    trees = []
-    for t in (0, 1):
-        def rank(x):
-            return -1 if x < 0 else (x + t) % n
-        trees.append({rank(x): (rank(p), [rank(c) for c in children])
-                      for x, (p, children) in nodes.items()})
-    return trees
-
-
-def tree_edges(trees, n):
-    """Per rank, its edges (parent and children) over both trees."""
-    return [sum((t[r][0] >= 0) + len(t[r][1]) for t in trees) for r in range(n)]
-
-
-def double_binary_tree(n, tree):
-    """{rank: (parent, [children])} of tree `tree` (0 or 1): of the bit and the
-    midpoint constructions, the one with fewer edges on the busiest rank, then
-    fewer such ranks, the bit trees on a tie (allreduce/algorithms/tree_allreduce.h)."""
-    def busiest(trees):
-        edges = tree_edges(trees, n)
-        return max(edges), edges.count(max(edges))
-    bit, midpoint = _bit_trees(n), _midpoint_trees(n)
-    return (midpoint if busiest(midpoint) < busiest(bit) else bit)[tree]
-
-
-def tree_rank_costs(n):
-    """Per rank of the double binary trees, (E_r, H_r) of (7): its tree edges
-    over both trees, and the hops its link's last byte still travels. On each
-    of its connections the transfer queued last (key, then tree, then reduce
-    before broadcast, as tree_allreduce.cc queues them) ends last: a reduce's
-    byte goes up to the root and down to the deepest leaf (d_r + D), a
-    broadcast's down to the rank's deepest descendant (h_r). Each pair once."""
-    trees = [double_binary_tree(n, 0), double_binary_tree(n, 1)]
-
-    def depth(tree, x):
-        d = 0
-        while tree[x][0] >= 0:
-            x, d = tree[x][0], d + 1
-        return d
-
-    def height(tree, x):
-        children = tree[x][1]
-        return 1 + max(height(tree, c) for c in children) if children else 0
-
-    tree_depth = [max(depth(tree, x) for x in range(n)) for tree in trees]
-    costs = set()
-    for r in range(n):
-        last, edges = {}, 0
-        for t, tree in enumerate(trees):
-            parent, children = tree[r]
-            sends = ([(parent, (height(tree, r), t, 0), depth(tree, r) + tree_depth[t])]
-                     if parent >= 0 else [])
-            sends += [(c, (tree_depth[t] + depth(tree, r), t, 1), height(tree, r))
-                      for c in children]
-            for peer, order, hops in sends:
-                edges += 1
-                if peer not in last or order > last[peer][0]:
-                    last[peer] = (order, hops)
-        costs.add((edges, max(hops for _, hops in last.values())))
-    return sorted(costs)
+def tree_query(n, size, link, eager_bytes=0):
+    return dict(formula="tree", n=n, bytes=size, eager_bytes=eager_bytes, **_link(link))
 
 
 def tree_time(n, size, link, eager_bytes=0):
-    """(7): one double-binary-tree all-reduce of `size` bytes among n ranks.
-    A rank's connections share its link evenly, so all of them end at
-    E_r·(S/2)/B; its last byte then travels H_r more hops, and a half above
-    the clear to send's prefix waits for it once, as a halving-doubling step
-    does (allreduce/algorithms/cost_model.cc). The first slice's 2D hops are the floor."""
-    if n <= 1:
-        return 0.0
-    half = size / 2 / link.bandwidth
-    wait = 0.0
-    if eager_bytes > 0 and size / 2 > eager_bytes:
-        wait = max(0.0, link.alpha_s - eager_bytes / link.bandwidth)
-    levels = max(1, (n).bit_length() - 1)
-    t = 2 * levels * link.alpha_s + half
-    for edges, hops in tree_rank_costs(n):
-        t = max(t, edges * half + hops * link.alpha_s + wait)
-    return t
+    """(7): one double-binary-tree all-reduce of `size` bytes among n ranks."""
+    return ask(tree_query(n, size, link, eager_bytes))["seconds"]
+
+
+def hierarchical_query(n, ranks_per_node, size, link, intra=None, shared=True,
+                       eager_bytes=0):
+    return dict(formula="hierarchical", n=n, ranks_per_node=max(1, ranks_per_node),
+                bytes=size, shared_link=shared, eager_bytes=eager_bytes,
+                **_link(link), **_link(intra or link, "intra_"))
 
 
 def hierarchical_time(n, ranks_per_node, size, link, intra=None, shared=True,
@@ -360,79 +233,110 @@ def hierarchical_time(n, ranks_per_node, size, link, intra=None, shared=True,
     """(8): R ranks per node, across nodes over `link`, shared by the node's R
     ranks (`shared`) or one each; `intra` is the path inside a node (default:
     the same link)."""
-    if n <= 1:
-        return 0.0
-    intra = intra or link
-    r = max(1, ranks_per_node)
-    t = 0.0
-    if r > 1:
-        t += 2 * (intra.alpha_s + (r - 1) / r * size / intra.bandwidth)
-    across = Link(link.alpha_s, link.bandwidth / r) if shared else link
-    return t + halving_doubling_time(n // r, size / r, across, eager_bytes)
+    return ask(hierarchical_query(n, ranks_per_node, size, link, intra, shared,
+                                  eager_bytes))["seconds"]
+
+
+def allreduce_query(n, size, link, eager_bytes=EAGER_BYTES):
+    return dict(formula="allreduce", n=n, bytes=size, eager_bytes=eager_bytes, **_link(link))
 
 
 def allreduce_pick(n, size, link, eager_bytes=EAGER_BYTES):
     """--sync=allreduce's choice and its predicted time: the lowest of (1),
-    (6) and (7), the ring on a tie (selecting_allreduce.cc)."""
-    best, time = "ring", ring_time(n, size, link)
-    for name, t in (("halving_doubling", halving_doubling_time(n, size, link, eager_bytes)),
-                    ("tree", tree_time(n, size, link, eager_bytes))):
-        if t < time:
-            best, time = name, t
-    return best, time
+    (6) and (7), the ring on a tie (allreduce/allreduce_table.h)."""
+    answer = ask(allreduce_query(n, size, link, eager_bytes))
+    return answer["algorithm"], answer["seconds"]
 
 
-def ps_tail_block(last_key, message_bytes=PS_MESSAGE_BYTES):
-    """b of (2): the last block the server finalises."""
-    return min(last_key, message_bytes)
+def allgather_query(n, blob_bytes, link):
+    return dict(formula="allgather", n=n, blob_bytes=blob_bytes, **_link(link))
+
+
+def allgather_time(n, blob_bytes, link):
+    """(10): ring all-gather of one blob per rank, each behind its frame."""
+    return ask(allgather_query(n, blob_bytes, link))["seconds"]
+
+
+def _tree_shape(n):
+    return ask({"formula": "tree_shape", "n": n})
+
+
+def double_binary_tree(n, tree):
+    """{rank: (parent, [children])} of tree `tree` (0 or 1), as
+    allreduce/algorithms/tree_allreduce.h builds it."""
+    nodes = _tree_shape(n)["trees"][tree]
+    return {rank: (parent, list(children)) for rank, (parent, children) in enumerate(nodes)}
+
+
+def tree_edges(trees, n):
+    """Per rank, its edges (parent and children) over both trees."""
+    return [sum((t[r][0] >= 0) + len(t[r][1]) for t in trees) for r in range(n)]
+
+
+def tree_rank_costs(n):
+    """Per rank of the double binary trees, (E_r, H_r) of (7): its tree edges
+    over both trees and the hops its link's last byte still travels; each
+    pair once, ascending."""
+    return [tuple(pair) for pair in _tree_shape(n)["rank_costs"]]
+
+
+# --- The parameter server: (2)–(5) ----------------------------------------------
+
+def _last_key(size, last_key):
+    return min(size, PS_CHUNK_BYTES) if last_key is None else last_key
+
+
+def ps_query(n, size, link, largest_share, last_key=None, message_bytes=PS_MESSAGE_BYTES,
+             reduce_bytes_per_s=None):
+    return dict(formula="ps", n=n, bytes=size, largest_share=largest_share,
+                last_key_bytes=_last_key(size, last_key), message_bytes=message_bytes,
+                reduce_bytes_per_s=reduce_bytes_per_s or 0, **_link(link))
 
 
 def ps_time(n, size, link, largest_share, last_key=None, message_bytes=PS_MESSAGE_BYTES,
             reduce_bytes_per_s=None):
     """(2): push and pull of `size` bytes through separate servers, the
-    busiest of which holds `largest_share` of the bytes. With
-    `reduce_bytes_per_s` (γ: bytes of pushes one server sums per second) the
-    busiest server's sums, N·f_max·S/γ, bound the step too where they are
-    slower than its link (a fast network, a slow server CPU)."""
-    if last_key is None:
-        last_key = min(size, PS_CHUNK_BYTES)
-    busiest = max(size, n * largest_share * size) / link.bandwidth
-    if reduce_bytes_per_s:
-        busiest = max(busiest, n * largest_share * size / reduce_bytes_per_s)
-    tail = n * ps_tail_block(last_key, message_bytes)
-    return busiest + tail / link.bandwidth + 2 * link.alpha_s
+    busiest of which holds `largest_share` of the bytes; `last_key` (0: no
+    tail; default: the default key or less) and `message_bytes` make the
+    tail; `reduce_bytes_per_s` (γ) bounds the busiest server's sums."""
+    return ask(ps_query(n, size, link, largest_share, last_key, message_bytes,
+                        reduce_bytes_per_s))["seconds"]
+
+
+def colocated_ps_query(n, size, link, last_key=None, message_bytes=PS_MESSAGE_BYTES,
+                       largest_share=None):
+    return dict(formula="ps_colocated", n=n, bytes=size,
+                largest_share=1.0 / n if largest_share is None else largest_share,
+                last_key_bytes=_last_key(size, last_key), message_bytes=message_bytes,
+                **_link(link))
 
 
 def colocated_ps_time(n, size, link, last_key=None, message_bytes=PS_MESSAGE_BYTES,
                       largest_share=None):
-    """(3): every worker also serves a share of the keys (1/n balanced). The
-    busiest node sends its pushes to the others, S·(1 − f), and its server's
-    results to the n − 1 others, (n − 1)·f·S: S + (n − 2)·f·S, which is
-    2(n−1)/n·S at f = 1/n."""
-    if n == 1:
-        return 0.0
-    if last_key is None:
-        last_key = min(size, PS_CHUNK_BYTES)
-    share = 1.0 / n if largest_share is None else largest_share
-    tail = (n - 1) * ps_tail_block(last_key, message_bytes)
-    return _serving_worker_time(n, size, share, link) + tail / link.bandwidth
+    """(3): every worker also serves a share of the keys (1/n balanced)."""
+    return ask(colocated_ps_query(n, size, link, last_key, message_bytes,
+                                  largest_share))["seconds"]
 
 
-def _serving_worker_time(n, size, share, link):
-    """(3) and (5) without the tail: a worker that also serves `share` of the
-    bytes sends its pushes, S·(1 − f), and its server's answers, (n − 1)·f·S,
-    one way; the answers hide a push's latency or wait it out."""
-    busy = (size + (n - 2) * share * size) / link.bandwidth
-    pushes = (1 - share) * size / link.bandwidth
-    return max(busy + link.alpha_s, 2 * link.alpha_s + pushes)
+def byteps_query(n, k, size, link):
+    return dict(formula="byteps", n=n, separate=k, bytes=size, **_link(link))
 
 
 def byteps_time(n, k, size, link):
     """(4): BytePS's optimum with n workers that also serve and k separate
     servers (bandwidth term only; no tail)."""
-    if n == 1:
-        return 0.0
-    return 2 * n * (n - 1) * size / ((n * n + k * n - 2 * k) * link.bandwidth)
+    return ask(byteps_query(n, k, size, link))["seconds"]
+
+
+def mixed_ps_query(n, colocated, separate, size, link, last_key=None,
+                   message_bytes=PS_MESSAGE_BYTES, largest_share=None, separate_share=None):
+    k = colocated + separate
+    share = (1.0 / k if k > 0 else 0.0) if largest_share is None else largest_share
+    return dict(formula="ps_mixed", n=n, colocated=colocated, separate=separate, bytes=size,
+                colocated_share=share,
+                separate_share=share if separate_share is None else separate_share,
+                last_key_bytes=_last_key(size, last_key), message_bytes=message_bytes,
+                **_link(link))
 
 
 def mixed_ps_time(n, colocated, separate, size, link, last_key=None,
@@ -442,74 +346,46 @@ def mixed_ps_time(n, colocated, separate, size, link, last_key=None,
     (1/K balanced). With `separate_share` (unequal shares, (5b)),
     `largest_share` is the serving workers' servers' largest and
     `separate_share` the separate servers' largest."""
-    k = colocated + separate
-    if k < 1 or colocated > n:
-        raise ValueError(f"no servers or more colocated ({colocated}) than workers ({n})")
-    share = 1.0 / k if largest_share is None else largest_share
-    far_share = share if separate_share is None else separate_share
-    if colocated == 0:
-        return ps_time(n, size, link, far_share, last_key=last_key,
-                       message_bytes=message_bytes)
-    if n == 1 and separate == 0:
-        return 0.0  # the only worker's own server: nothing crosses a link
-    if last_key is None:
-        last_key = min(size, PS_CHUNK_BYTES)
-    time = _serving_worker_time(n, size, share, link)
-    if separate or colocated < n:
-        # A separate server's link or a worker that does not serve: one
-        # kind of traffic each way, both latencies paid, as in (2).
-        one_way = max(n * far_share * size if separate else 0.0, size)
-        time = max(time, one_way / link.bandwidth + 2 * link.alpha_s)
-    tail = (n - 1) * ps_tail_block(last_key, message_bytes)
-    return time + tail / link.bandwidth
+    return ask(mixed_ps_query(n, colocated, separate, size, link, last_key, message_bytes,
+                              largest_share, separate_share))["seconds"]
+
+
+def placement_shares_query(n, colocated, separate, partition="equal"):
+    return {"formula": "server_shares", "n": n, "colocated": colocated,
+            "separate": separate, "partition": partition}
 
 
 def placement_shares(n, colocated, separate, partition="equal"):
     """(5b): the target share of one serving worker's server and of one
     separate server (ServerShares in ps/client/partitioner.h)."""
-    k = colocated + separate
-    if k < 1 or colocated > n or colocated < 0 or separate < 0:
-        raise ValueError(f"no servers or more colocated ({colocated}) than workers ({n})")
-    if partition not in ("equal", "balanced"):
-        raise ValueError(f"unknown partition {partition}")
-    if partition == "equal" or colocated == 0 or separate == 0 or n == 1:
-        return 1.0 / k, 1.0 / k
-    f_c = max(0.0, (n - separate) / (separate * (n - 2) + n * colocated))
-    return f_c, (1 - colocated * f_c) / separate
+    shares = ask(placement_shares_query(n, colocated, separate, partition))["shares"]
+    return shares[0], shares[-1]
+
+
+def placed_shares_query(size, n, colocated, separate, partition="equal",
+                        chunk=PS_CHUNK_BYTES):
+    return {"formula": "placed_shares", "n": n, "colocated": colocated,
+            "separate": separate, "partition": partition, "bytes": size,
+            "chunk_bytes": chunk}
 
 
 def placed_shares(size, n, colocated, separate, partition="equal", chunk=PS_CHUNK_BYTES):
     """The largest share the serving workers' servers and the separate
     servers end up with when `size` bytes, cut into keys of at most `chunk`,
-    go largest first to the server least full relative to its (5b) target,
-    as ps/client/partitioner.h places them (tensor boundaries aside)."""
-    f_c, f_s = placement_shares(n, colocated, separate, partition)
-    targets = [f_c] * colocated + [f_s] * separate
-    keys = [chunk] * int(size // chunk)
-    if size - chunk * len(keys) > 0:
-        keys.append(size - chunk * len(keys))
-    loads = [0.0] * len(targets)
-    for key in keys:  # already largest first
-        fills = [(loads[s] + key) / t if t > 0 else math.inf for s, t in enumerate(targets)]
-        s = fills.index(min(fills))
-        loads[s] += key
-    return (max(loads[:colocated], default=0.0) / size,
-            max(loads[colocated:], default=0.0) / size)
+    are placed toward their (5b) targets (ps/cost_model.h's PlaceShares)."""
+    answer = ask(placed_shares_query(size, n, colocated, separate, partition, chunk))
+    return answer["colocated_share"], answer["separate_share"]
+
+
+def balanced_share_query(size, k, chunk=PS_CHUNK_BYTES):
+    return {"formula": "balanced_share", "bytes": size, "servers": k, "chunk_bytes": chunk}
 
 
 def balanced_share(size, k, chunk=PS_CHUNK_BYTES):
-    """The busiest server's share of `size` bytes cut into keys of at most
-    `chunk` and placed largest first on the least-loaded of k servers, as
-    ps/client/partitioner.h does (tensor boundaries aside): at least one key's
-    share, however large k is."""
-    keys = [chunk] * int(size // chunk)
-    if size - chunk * len(keys) > 0:
-        keys.append(size - chunk * len(keys))
-    loads = [0.0] * min(k, len(keys))
-    heapq.heapify(loads)
-    for key in keys:  # already largest first
-        heapq.heapreplace(loads, loads[0] + key)
-    return max(loads) / size
+    """The busiest of k servers' share of `size` bytes cut into keys of at
+    most `chunk` (ps/cost_model.h's BalancedLargestShare): at least one
+    key's share, however large k is."""
+    return ask(balanced_share_query(size, k, chunk))["share"]
 
 
 def sync_time(strategy, n, k, size, link, largest_share=None, colocated=0, ranks_per_node=1):
@@ -711,7 +587,6 @@ CODEC_MS_PER_MB = {
 }
 SPARSE_HEADER_BYTES = 21  # encoding, numel, row_width, rows
 ONEBIT_HEADER_BYTES = 17  # encoding, numel, two scales
-GATHER_FRAME_BYTES = 24  # allreduce/algorithms/ring_allgather.h's frame header
 # The CPU all-reduce family's --sync= names, in allreduce/allreduce_table.cc's
 # order: the one list Python reads them from (scaling.py, compare.py);
 # //allreduce:allreduce_table_test fails when the two differ.
@@ -749,13 +624,6 @@ def encoding_bytes(method, ratio, size):
     if method in ("fp16", "bf16"):
         return 9 + 2 * numel
     return 9 + 4 * numel
-
-
-def allgather_time(n, blob_bytes, link):
-    """(10): ring all-gather of one blob per rank."""
-    if n <= 1:
-        return 0.0
-    return (n - 1) * link.alpha_s + (n - 1) * (blob_bytes + GATHER_FRAME_BYTES) / link.bandwidth
 
 
 def codec_time(method, n, size, gathered, cores_per_rank=1.0):
@@ -909,30 +777,37 @@ EXTRAPOLATION_N = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
 def extrapolate(link, model_bytes, bucket_mb=25, chunk=PS_CHUNK_BYTES):
     """Predicted synchronization time (ms, no overlap) of each strategy for
-    every N in EXTRAPOLATION_N. Buckets matter only for the all-reduces'
-    latency terms: each bucket is its own all-reduce. The PS's servers hold whole
-    keys of at most `chunk` bytes (balanced_share): past S/chunk servers
-    more of them do not help, and the busiest still sends N copies."""
+    every N in EXTRAPOLATION_N, asked of the C++ in two batches (the
+    servers' shares, then the times). Buckets matter only for the
+    all-reduces' latency terms: each bucket is its own all-reduce. The PS's
+    servers hold whole keys of at most `chunk` bytes (balanced_share): past
+    S/chunk servers more of them do not help, and the busiest still sends N
+    copies."""
     buckets = max(1, math.ceil(model_bytes / (bucket_mb * MIB)))
+    bucket = model_bytes / buckets
     last_key = min(model_bytes, chunk)
-    rows = {}
+
+    def servers(n):
+        return {"ps K=1": 1, "ps K=N/4": max(1, n // 4), "ps K=N": n}
+
+    share_queries = {(n, k): balanced_share_query(model_bytes, k, chunk)
+                     for n in EXTRAPOLATION_N for k in servers(n).values()}
+    shares = dict(zip(share_queries, (a["share"] for a in ask_many(list(share_queries.values())))))
+    queries = {}
     for n in EXTRAPOLATION_N:
-        def ps(k):
-            return 1000 * ps_time(n, model_bytes, link, balanced_share(model_bytes, k, chunk),
-                                  last_key=last_key)
-        rows[n] = {
-            "ring": 1000 * buckets * ring_time(n, model_bytes / buckets, link),
-            "ps K=1": ps(1),
-            "ps K=N/4": ps(max(1, n // 4)),
-            "ps K=N": ps(n),
-            "halving_doubling": 1000 * buckets * halving_doubling_time(
-                n, model_bytes / buckets, link, EAGER_BYTES),
-            "tree": 1000 * buckets * tree_time(n, model_bytes / buckets, link,
-                                               EAGER_BYTES),
-            "ps colocated": 1000 * colocated_ps_time(
-                n, model_bytes, link, last_key=last_key,
-                largest_share=balanced_share(model_bytes, n, chunk)),
-        }
+        queries[(n, "ring")] = (buckets, ring_query(n, bucket, link))
+        for name, k in servers(n).items():
+            queries[(n, name)] = (1, ps_query(n, model_bytes, link, shares[(n, k)],
+                                              last_key=last_key))
+        queries[(n, "halving_doubling")] = (buckets, halving_doubling_query(
+            n, bucket, link, EAGER_BYTES))
+        queries[(n, "tree")] = (buckets, tree_query(n, bucket, link, EAGER_BYTES))
+        queries[(n, "ps colocated")] = (1, colocated_ps_query(
+            n, model_bytes, link, last_key=last_key, largest_share=shares[(n, n)]))
+    answers = ask_many([query for _, query in queries.values()])
+    rows = {n: {} for n in EXTRAPOLATION_N}
+    for ((n, name), (count, _)), answer in zip(queries.items(), answers):
+        rows[n][name] = 1000 * count * answer["seconds"]
     return rows
 
 

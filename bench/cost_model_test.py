@@ -1,12 +1,425 @@
 #!/usr/bin/python3
-"""The all-reduce family's α–β formulas in cost_model.py at the points that
-allreduce/algorithms/cost_model_test.cc checks the C++ copy at, so the two agree."""
+"""bench/cost_model.py against the C++ formulas it asks (`gradsync predict`):
+the all-reduce family's at the points allreduce/algorithms/cost_model_test.cc
+checks, and every formula against a Python reference, kept only here, over a
+grid of N × size × α × B × K (GridAgainstReference)."""
+import functools
+import heapq
+import itertools
+import math
 import unittest
 
 import cost_model
 import scaling
 
 LINK = cost_model.Link(1e-3, 1.25e8)  # 1 ms, 1 Gbit/s
+
+
+# --- The reference: the formulas as Python had them before they moved to C++,
+# kept to check the C++ (and the way Python asks it) over the grid. ----------
+
+def ring_time(n, size, link):
+    if n == 1:
+        return 0.0
+    segment = size / n / link.bandwidth
+    return max(2 * (n - 1) * segment + link.alpha_s,
+               2 * (n - 1) * link.alpha_s + segment)
+
+
+def halving_doubling_time(n, size, link, eager_bytes=0):
+    if n <= 1:
+        return 0.0
+    p = 1 << (n.bit_length() - 1)
+    t = 2 * math.log2(p) * link.alpha_s + 2 * (p - 1) / p * size / link.bandwidth
+    if n > p:
+        t += 2 * link.alpha_s + 2 * size / link.bandwidth
+    wait = link.alpha_s - eager_bytes / link.bandwidth
+    if eager_bytes > 0 and wait > 0:
+        step = size / 2
+        while step > eager_bytes and step * p >= size:
+            t += 2 * wait
+            step /= 2
+        if size / p > eager_bytes:
+            t -= wait
+    return t
+
+
+def _bit_trees(n):
+    def node(p):
+        bit = p & -p
+        parent = (p ^ bit) | (bit << 1)
+        if parent > n:
+            parent = p ^ bit
+        children, low = [], bit >> 1
+        if low:
+            children.append(p - low)
+        while low and p + low > n:
+            low >>= 1
+        if low:
+            children.append(p + low)
+        return parent, children
+
+    trees = []
+    for rank in (lambda p: p - 1, (lambda p: n - p) if n % 2 == 0 else (lambda p: p % n)):
+        tree = {}
+        for p in range(1, n + 1):
+            parent, children = node(p)
+            tree[rank(p)] = (rank(parent) if parent else -1, [rank(c) for c in children])
+        trees.append(tree)
+    return trees
+
+
+def _midpoint_trees(n):
+    nodes = {}
+
+    def build(lo, hi, parent):
+        if lo >= hi:
+            return -1
+        root = lo + (hi - lo) // 2
+        left, right = build(lo, root, root), build(root + 1, hi, root)
+        nodes[root] = (parent, [c for c in (left, right) if c >= 0])
+        return root
+    build(0, n, -1)
+    trees = []
+    for t in (0, 1):
+        def rank(x):
+            return -1 if x < 0 else (x + t) % n
+        trees.append({rank(x): (rank(p), [rank(c) for c in children])
+                      for x, (p, children) in nodes.items()})
+    return trees
+
+
+def tree_edges(trees, n):
+    return [sum((t[r][0] >= 0) + len(t[r][1]) for t in trees) for r in range(n)]
+
+
+def double_binary_tree(n, tree):
+    def busiest(trees):
+        edges = tree_edges(trees, n)
+        return max(edges), edges.count(max(edges))
+    bit, midpoint = _bit_trees(n), _midpoint_trees(n)
+    return (midpoint if busiest(midpoint) < busiest(bit) else bit)[tree]
+
+
+@functools.lru_cache(maxsize=None)
+def tree_rank_costs(n):
+    trees = [double_binary_tree(n, 0), double_binary_tree(n, 1)]
+
+    def depth(tree, x):
+        d = 0
+        while tree[x][0] >= 0:
+            x, d = tree[x][0], d + 1
+        return d
+
+    def height(tree, x):
+        children = tree[x][1]
+        return 1 + max(height(tree, c) for c in children) if children else 0
+
+    tree_depth = [max(depth(tree, x) for x in range(n)) for tree in trees]
+    costs = set()
+    for r in range(n):
+        last, edges = {}, 0
+        for t, tree in enumerate(trees):
+            parent, children = tree[r]
+            sends = ([(parent, (height(tree, r), t, 0), depth(tree, r) + tree_depth[t])]
+                     if parent >= 0 else [])
+            sends += [(c, (tree_depth[t] + depth(tree, r), t, 1), height(tree, r))
+                      for c in children]
+            for peer, order, hops in sends:
+                edges += 1
+                if peer not in last or order > last[peer][0]:
+                    last[peer] = (order, hops)
+        costs.add((edges, max(hops for _, hops in last.values())))
+    return sorted(costs)
+
+
+def tree_time(n, size, link, eager_bytes=0):
+    if n <= 1:
+        return 0.0
+    half = size / 2 / link.bandwidth
+    wait = 0.0
+    if eager_bytes > 0 and size / 2 > eager_bytes:
+        wait = max(0.0, link.alpha_s - eager_bytes / link.bandwidth)
+    levels = max(1, (n).bit_length() - 1)
+    t = 2 * levels * link.alpha_s + half
+    for edges, hops in tree_rank_costs(n):
+        t = max(t, edges * half + hops * link.alpha_s + wait)
+    return t
+
+
+def hierarchical_time(n, ranks_per_node, size, link, intra=None, shared=True,
+                      eager_bytes=0):
+    if n <= 1:
+        return 0.0
+    intra = intra or link
+    r = max(1, ranks_per_node)
+    t = 0.0
+    if r > 1:
+        t += 2 * (intra.alpha_s + (r - 1) / r * size / intra.bandwidth)
+    across = cost_model.Link(link.alpha_s, link.bandwidth / r) if shared else link
+    return t + halving_doubling_time(n // r, size / r, across, eager_bytes)
+
+
+def allreduce_pick(n, size, link, eager_bytes=cost_model.EAGER_BYTES):
+    best, time = "ring", ring_time(n, size, link)
+    for name, t in (("halving_doubling", halving_doubling_time(n, size, link, eager_bytes)),
+                    ("tree", tree_time(n, size, link, eager_bytes))):
+        if t < time:
+            best, time = name, t
+    return best, time
+
+
+def ps_tail_block(last_key, message_bytes=cost_model.PS_MESSAGE_BYTES):
+    return min(last_key, message_bytes)
+
+
+def ps_time(n, size, link, largest_share, last_key=None, message_bytes=cost_model.PS_MESSAGE_BYTES,
+            reduce_bytes_per_s=None):
+    if last_key is None:
+        last_key = min(size, cost_model.PS_CHUNK_BYTES)
+    busiest = max(size, n * largest_share * size) / link.bandwidth
+    if reduce_bytes_per_s:
+        busiest = max(busiest, n * largest_share * size / reduce_bytes_per_s)
+    tail = n * ps_tail_block(last_key, message_bytes)
+    return busiest + tail / link.bandwidth + 2 * link.alpha_s
+
+
+def colocated_ps_time(n, size, link, last_key=None, message_bytes=cost_model.PS_MESSAGE_BYTES,
+                      largest_share=None):
+    if n == 1:
+        return 0.0
+    if last_key is None:
+        last_key = min(size, cost_model.PS_CHUNK_BYTES)
+    share = 1.0 / n if largest_share is None else largest_share
+    tail = (n - 1) * ps_tail_block(last_key, message_bytes)
+    return _serving_worker_time(n, size, share, link) + tail / link.bandwidth
+
+
+def _serving_worker_time(n, size, share, link):
+    busy = (size + (n - 2) * share * size) / link.bandwidth
+    pushes = (1 - share) * size / link.bandwidth
+    return max(busy + link.alpha_s, 2 * link.alpha_s + pushes)
+
+
+def byteps_time(n, k, size, link):
+    if n == 1:
+        return 0.0
+    return 2 * n * (n - 1) * size / ((n * n + k * n - 2 * k) * link.bandwidth)
+
+
+def mixed_ps_time(n, colocated, separate, size, link, last_key=None,
+                  message_bytes=cost_model.PS_MESSAGE_BYTES, largest_share=None,
+                  separate_share=None):
+    k = colocated + separate
+    if k < 1 or colocated > n:
+        raise ValueError(f"no servers or more colocated ({colocated}) than workers ({n})")
+    share = 1.0 / k if largest_share is None else largest_share
+    far_share = share if separate_share is None else separate_share
+    if colocated == 0:
+        return ps_time(n, size, link, far_share, last_key=last_key,
+                       message_bytes=message_bytes)
+    if n == 1 and separate == 0:
+        return 0.0  # the only worker's own server: nothing crosses a link
+    if last_key is None:
+        last_key = min(size, cost_model.PS_CHUNK_BYTES)
+    time = _serving_worker_time(n, size, share, link)
+    if separate or colocated < n:
+        # A separate server's link or a worker that does not serve: one
+        # kind of traffic each way, both latencies paid, as in (2).
+        one_way = max(n * far_share * size if separate else 0.0, size)
+        time = max(time, one_way / link.bandwidth + 2 * link.alpha_s)
+    tail = (n - 1) * ps_tail_block(last_key, message_bytes)
+    return time + tail / link.bandwidth
+
+
+def placement_shares(n, colocated, separate, partition="equal"):
+    k = colocated + separate
+    if k < 1 or colocated > n or colocated < 0 or separate < 0:
+        raise ValueError(f"no servers or more colocated ({colocated}) than workers ({n})")
+    if partition not in ("equal", "balanced"):
+        raise ValueError(f"unknown partition {partition}")
+    if partition == "equal" or colocated == 0 or separate == 0 or n == 1:
+        return 1.0 / k, 1.0 / k
+    f_c = max(0.0, (n - separate) / (separate * (n - 2) + n * colocated))
+    return f_c, (1 - colocated * f_c) / separate
+
+
+def placed_shares(size, n, colocated, separate, partition="equal", chunk=cost_model.PS_CHUNK_BYTES):
+    f_c, f_s = placement_shares(n, colocated, separate, partition)
+    targets = [f_c] * colocated + [f_s] * separate
+    keys = [chunk] * int(size // chunk)
+    if size - chunk * len(keys) > 0:
+        keys.append(size - chunk * len(keys))
+    loads = [0.0] * len(targets)
+    for key in keys:  # already largest first
+        fills = [(loads[s] + key) / t if t > 0 else math.inf for s, t in enumerate(targets)]
+        s = fills.index(min(fills))
+        loads[s] += key
+    return (max(loads[:colocated], default=0.0) / size,
+            max(loads[colocated:], default=0.0) / size)
+
+
+def balanced_share(size, k, chunk=cost_model.PS_CHUNK_BYTES):
+    keys = [chunk] * int(size // chunk)
+    if size - chunk * len(keys) > 0:
+        keys.append(size - chunk * len(keys))
+    loads = [0.0] * min(k, len(keys))
+    heapq.heapify(loads)
+    for key in keys:  # already largest first
+        heapq.heapreplace(loads, loads[0] + key)
+    return max(loads) / size
+
+
+# The grid: N (powers of two and not, one rank), S (a byte to a large model),
+# α (none to a WAN's), B (100 Mbit/s to 100 Gbit/s), K (one server to N).
+GRID_N = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 31, 64)
+GRID_BYTES = (1, 4096, 65536, 1 << 20, 25 << 20, 300_000_000)
+GRID_ALPHA = (0.0, 1e-5, 1e-3, 5e-3)
+GRID_BANDWIDTH = (1.25e7, 1.25e8, 1.25e10)
+GRID_LINKS = [cost_model.Link(a, b) for a, b in itertools.product(GRID_ALPHA, GRID_BANDWIDTH)]
+
+
+# Keys of the placement checks: 1 MiB, so that the largest size is a few
+# hundred keys and the pure-Python reference stays quick.
+PLACED_CHUNK = 1 << 20
+
+
+def grid_servers(n):
+    return sorted({1, 2, 4, 8, n})
+
+
+class GridAgainstReference(unittest.TestCase):
+    """Every formula's query, as cost_model.py builds it, asked of the C++ in
+    one batch per test and held against the reference."""
+
+    def assertClose(self, got, want, where):
+        self.assertTrue(math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-15),
+                        f"{where}: C++ {got!r}, reference {want!r}")
+
+    def check(self, cases, key="seconds"):
+        """`cases`: (query, reference value, where); one batch."""
+        answers = cost_model.ask_many([query for query, _, _ in cases])
+        for (query, want, where), answer in zip(cases, answers):
+            self.assertClose(answer[key], want, f"{query['formula']} {where}")
+        return answers
+
+    def test_trees_are_the_reference_trees(self):
+        for n in range(1, 70):
+            for t in (0, 1):
+                self.assertEqual(cost_model.double_binary_tree(n, t), double_binary_tree(n, t), n)
+            if n > 1:
+                self.assertEqual(cost_model.tree_rank_costs(n), tree_rank_costs(n), n)
+
+    def test_all_reduce_family(self):
+        intra = cost_model.Link(2e-6, 1e10)
+        cases, picks = [], []
+        for n, size, link in itertools.product(GRID_N, GRID_BYTES, GRID_LINKS):
+            where = f"N={n} S={size} {link}"
+            cases.append((cost_model.ring_query(n, size, link), ring_time(n, size, link), where))
+            for eager in (0, cost_model.EAGER_BYTES):
+                cases.append((cost_model.halving_doubling_query(n, size, link, eager),
+                              halving_doubling_time(n, size, link, eager), where))
+                cases.append((cost_model.tree_query(n, size, link, eager),
+                              tree_time(n, size, link, eager), where))
+            for r, shared in itertools.product((1, 2, 4), (True, False)):
+                cases.append((cost_model.hierarchical_query(n, r, size, link, intra, shared),
+                              hierarchical_time(n, r, size, link, intra, shared),
+                              f"R={r} shared={shared} {where}"))
+            cases.append((cost_model.allgather_query(n, size, link),
+                          0.0 if n <= 1 else (n - 1) * link.alpha_s
+                          + (n - 1) * (size + 24) / link.bandwidth, where))
+            name, seconds = allreduce_pick(n, size, link)
+            cases.append((cost_model.allreduce_query(n, size, link), seconds, where))
+            picks.append((name, n, size, link))
+        answers = self.check(cases)
+        chosen = [a["algorithm"] for a in answers if "algorithm" in a]
+        self.assertEqual(len(chosen), len(picks))
+        for got, (want, n, size, link) in zip(chosen, picks):
+            if got != want:  # only on a tie within rounding
+                times = {"ring": ring_time(n, size, link),
+                         "halving_doubling": halving_doubling_time(
+                             n, size, link, cost_model.EAGER_BYTES),
+                         "tree": tree_time(n, size, link, cost_model.EAGER_BYTES)}
+                self.assertClose(times[got], times[want], f"pick's tie N={n} S={size} {link}")
+
+    def test_parameter_server(self):
+        shares = {}
+        share_cases = []
+        for n, size in itertools.product(GRID_N, GRID_BYTES):
+            for k, chunk in itertools.product(grid_servers(n), (64 << 10, 4 << 20)):
+                shares[(size, k, chunk)] = balanced_share(size, k, chunk)
+                share_cases.append((cost_model.balanced_share_query(size, k, chunk),
+                                    shares[(size, k, chunk)], f"S={size} K={k} chunk={chunk}"))
+        self.check(share_cases, "share")
+        cases = []
+        for n, size, link in itertools.product(GRID_N, GRID_BYTES, GRID_LINKS):
+            for k, chunk in itertools.product(grid_servers(n), (64 << 10, 4 << 20)):
+                where = f"N={n} K={k} chunk={chunk} S={size} {link}"
+                share = shares[(size, k, chunk)]
+                for last_key, message, gamma in ((None, 1 << 20, None), (0, 1 << 20, None),
+                                                 (chunk, 64 << 10, 2e9)):
+                    cases.append((cost_model.ps_query(n, size, link, share, last_key, message,
+                                                      gamma),
+                                  ps_time(n, size, link, share, last_key, message, gamma),
+                                  f"{where} key={last_key} message={message} γ={gamma}"))
+                cases.append((cost_model.byteps_query(n, k, size, link),
+                              byteps_time(n, k, size, link), where))
+            for last_key in (None, 0, 64 << 10):
+                cases.append((cost_model.colocated_ps_query(n, size, link, last_key),
+                              colocated_ps_time(n, size, link, last_key),
+                              f"N={n} S={size} key={last_key} {link}"))
+        self.check(cases)
+
+    def test_mixed_placements(self):
+        layouts = [(n, size, c, s, partition)
+                   for n, size in itertools.product(GRID_N, GRID_BYTES)
+                   for c, s in itertools.product(sorted({0, 1, n // 2, n}), sorted({0, 1, 2, n}))
+                   if 1 <= c + s and c <= n
+                   for partition in ("equal", "balanced")]
+        targets = [(cost_model.placement_shares_query(n, c, s, partition),
+                    placement_shares(n, c, s, partition), f"N={n} c={c} s={s} {partition}")
+                   for n, _, c, s, partition in layouts]
+        for (query, want, where), answer in zip(targets, cost_model.ask_many(
+                [query for query, _, _ in targets])):
+            self.assertClose(answer["shares"][0], want[0], where)
+            self.assertClose(answer["shares"][-1], want[1], where)
+        placed = [placed_shares(size, n, c, s, partition, PLACED_CHUNK)
+                  for n, size, c, s, partition in layouts]
+        answers = cost_model.ask_many([
+            cost_model.placed_shares_query(size, n, c, s, partition, PLACED_CHUNK)
+            for n, size, c, s, partition in layouts])
+        for layout, want, answer in zip(layouts, placed, answers):
+            self.assertClose(answer["colocated_share"], want[0], f"placed {layout}")
+            self.assertClose(answer["separate_share"], want[1], f"placed {layout}")
+        cases = []
+        for (n, size, c, s, partition), (f_c, f_s) in zip(layouts, placed):
+            for link in GRID_LINKS:
+                cases.append((cost_model.mixed_ps_query(n, c, s, size, link,
+                                                        largest_share=f_c or None,
+                                                        separate_share=f_s),
+                              mixed_ps_time(n, c, s, size, link, largest_share=f_c or None,
+                                            separate_share=f_s),
+                              f"N={n} c={c} s={s} {partition} S={size} {link}"))
+        self.check(cases)
+
+    def test_refusals_are_value_errors(self):
+        with self.assertRaises(ValueError):
+            cost_model.mixed_ps_time(4, 5, 0, 1 << 20, LINK)
+        with self.assertRaises(ValueError):
+            cost_model.placement_shares(4, 2, 2, "lopsided")
+        with self.assertRaises(ValueError):
+            cost_model.ring_time(0, 1 << 20, LINK)
+        # The process refused and ended; the next query starts another.
+        self.assertEqual(cost_model.ring_time(1, 1 << 20, LINK), 0.0)
+
+    def test_the_functions_ask_what_the_batches_ask(self):
+        link = cost_model.Link(1e-4, 1.25e8)
+        for n, size in itertools.product(GRID_N, GRID_BYTES):
+            self.assertEqual(cost_model.tree_time(n, size, link, 4096),
+                             cost_model.ask_many([cost_model.tree_query(n, size, link, 4096)])
+                             [0]["seconds"])
+            self.assertClose(cost_model.mixed_ps_time(n, n, 1, size, link),
+                             mixed_ps_time(n, n, 1, size, link), f"N={n} S={size}")
 
 
 class FamilyFormulas(unittest.TestCase):

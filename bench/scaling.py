@@ -757,6 +757,7 @@ def main():
     NETEM = os.path.join(args.bin_dir, "netem")
     if not os.access(GRADSYNC, os.X_OK):
         sys.exit(f"scaling: {GRADSYNC} missing; run `bazel build //tools:gradsync //tools:netem`")
+    cost_model.use_binary(GRADSYNC)  # the predictions from the jobs' own build
     out = args.out or time.strftime("runs/scaling-%Y%m%d-%H%M%S")
     os.makedirs(out, exist_ok=True)
 

@@ -5,18 +5,10 @@
 #include <numeric>
 
 #include "absl/strings/str_format.h"
+#include "core/base/power_of_two.h"
 #include "ps/client/partitioner.h"
 
 namespace gradsync {
-namespace {
-
-int64_t PowerOfTwoAtMost(int64_t value) {
-  int64_t power = 1;
-  while (power * 2 <= value) power *= 2;
-  return power;
-}
-
-}  // namespace
 
 double ImbalanceAgainstTargets(const std::vector<int64_t>& server_bytes,
                                const std::vector<double>& shares) {
@@ -51,7 +43,7 @@ absl::StatusOr<KeySizeChoice> ChooseKeySize(const ParamLayout& layout,
   const double link_bytes =
       total * std::max(smallest_share, 1.0 / std::max(num_workers, 1));
   const int64_t start = std::clamp(
-      PowerOfTwoAtMost(static_cast<int64_t>(link_bytes * kTailFraction)),
+      LargestPowerOfTwoAtMost(static_cast<int64_t>(link_bytes * kTailFraction)),
       kPreferredMinKeyBytes, kMaxKeyBytes);
 
   KeySizeChoice best;

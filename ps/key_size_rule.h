@@ -38,9 +38,9 @@ namespace gradsync {
 // Above this the whole-key placement only gets worse and a key already
 // streams in several messages (--ps_message_kb, 1 MiB), so nothing is gained.
 constexpr int64_t kMaxKeyBytes = int64_t{4} << 20;
-// The smallest start: 64 KiB keys reached the model at 100 Mbit/s (N = K = 8)
-// without the CPU becoming the bound; 16 and 32 KiB did not
-// (docs/results/ps-bandwidth-model.md, "Notes from the code").
+// The smallest start: the smallest key that kept the servers' CPU from
+// becoming the bound on the emulated links, where smaller ones did not (the
+// sweep: docs/results/ps-bandwidth-model.md, "Notes from the code").
 constexpr int64_t kPreferredMinKeyBytes = int64_t{64} << 10;
 // Smaller keys are taken only when balance needs them; below this the
 // per-key cost dominates.

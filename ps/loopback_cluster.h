@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -48,6 +49,20 @@ class LoopbackCluster {
 
   ParameterServer& server(int k) { return *servers_[k]; }
   std::vector<std::string> server_addresses() const;
+
+  // Runs `worker(rank)` for every worker, each on a thread of its own as a
+  // worker process would run, and returns their results by rank once all
+  // have returned.
+  template <typename Worker>
+  auto RunEveryWorker(Worker worker) -> std::vector<decltype(worker(0))> {
+    std::vector<decltype(worker(0))> results(options_.num_workers);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < options_.num_workers; ++rank) {
+      threads.emplace_back([&, rank] { results[rank] = worker(rank); });
+    }
+    for (std::thread& thread : threads) thread.join();
+    return results;
+  }
 
   // Waits (up to the timeout) until each server has heard Shutdown from
   // every worker, and stops the servers.

@@ -158,12 +158,8 @@ std::vector<WorkerResult> RunJob(const Job& job) {
       LoopbackCluster::Start(options);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   if (!cluster.ok()) return {};
-  std::vector<WorkerResult> results(job.workers);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < job.workers; ++r) {
-    threads.emplace_back([&, r] { results[r] = RunWorker(**cluster, job, r); });
-  }
-  for (std::thread& thread : threads) thread.join();
+  std::vector<WorkerResult> results = (*cluster)->RunEveryWorker(
+      [&](int rank) { return RunWorker(**cluster, job, rank); });
   const absl::Status finished = (*cluster)->Finish();
   if (!job.fails) EXPECT_TRUE(finished.ok()) << finished;
   return results;

@@ -24,9 +24,9 @@
 // bandwidth-delay product with a factor 2 of headroom (so one stream is never
 // capped below the rate it needs), rounded up to a power of two and held
 // within [kMinStreamWindowBytes, kMaxAutoStreamWindowBytes]. The floor is
-// measured, not derived: smaller windows throttled a 100 Mbit/s link whose
-// ports were loaded (a window's turn takes milliseconds there, and window
-// updates queue behind results). Where the link is not known (a real
+// measured, not derived: smaller windows throttled a slow link whose ports
+// were loaded (a window's turn is long there, and window updates queue
+// behind results; the sweep is linked below). Where the link is not known (a real
 // cluster without --netem), the fixed 4 MiB window this flag had before,
 // which keeps results from waiting on window updates.
 //

@@ -16,6 +16,10 @@ int RunLaunchCommand(const std::vector<std::string>& training_flags);
 // model and network (bench/compare.py, exec'd with the raw arguments after
 // "compare"; it parses its own flags). Returns only on failure.
 int RunCompareCommand(int argc, char** argv);
+// gradsync predict: α–β queries (JSON) on stdin, answers on stdout, from the
+// C++ cost model (tools/predict_command.cc lists the formulas). 0 at the end
+// of the input; 2 with one line on stderr for a bad query.
+int RunPredictCommand(int argc, char** argv);
 // gradsync doctor: what this machine and build have.
 int RunDoctorCommand();
 // gradsync server: one parameter-server process (tools/server_command.cc).

@@ -4,6 +4,7 @@
 //   gradsync train  <training flags>     (one worker; rank from the
 //   environment) gradsync server <flags>              (one parameter server)
 //   gradsync compare [--netem=RATE[,LATENCY]] [--workers=N] ...
+//   gradsync predict < queries.json       (the α–β cost model)
 //   gradsync doctor
 //
 // `gradsync <command> --help` lists that command's flags.
@@ -61,6 +62,9 @@ constexpr char kUsage[] =
     "                                      every strategy on this model and "
     "network:\n"
     "                                      a verdict table, a plot, an answer\n"
+    "  gradsync predict < queries.json     the α–β cost model: JSON queries "
+    "in,\n"
+    "                                      JSON answers out\n"
     "  gradsync doctor                     what this build and machine have\n\n"
     "`gradsync <command> --help` lists the command's flags.";
 
@@ -76,6 +80,8 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   // A Python driver with its own flags (bench/compare.py): no Abseil parsing.
   if (command == "compare") return gradsync::RunCompareCommand(argc, argv);
+  // A filter of JSON queries, no flags.
+  if (command == "predict") return gradsync::RunPredictCommand(argc, argv);
   if (command == "train" || command == "run") {
     // No "core/": its libraries take values, read from flags in tools/.
     HelpFolders() = {"allreduce/", gradsync::kPsFlagsFile, "tools/train_flags",

@@ -7,15 +7,14 @@
 #include <utility>
 #include <vector>
 
+#include "allreduce/algorithms/ring_allgather.h"
 #include "allreduce/algorithms/tree_allreduce.h"
 #include "core/base/power_of_two.h"
 
 namespace gradsync {
-namespace {
 
-// Per rank of the double binary trees over n ranks, (E_r, H_r) of
-// TreeAllReduceSeconds below; each distinct pair once.
 std::vector<std::pair<int, int>> TreeRankCosts(int n) {
+  if (n <= 1) return {};
   const DoubleBinaryTrees trees = BuildDoubleBinaryTrees(n);
   const TreeLevels levels = MeasureTreeLevels(trees);
   const auto& depth = levels.depth;
@@ -55,10 +54,9 @@ std::vector<std::pair<int, int>> TreeRankCosts(int n) {
       costs.emplace_back(edges, hops);
     }
   }
+  std::sort(costs.begin(), costs.end());
   return costs;
 }
-
-}  // namespace
 
 // Ring: reduce-scatter and all-gather are K = 2(N-1) steps; in each, every
 // rank sends one segment of s = S/N bytes to its right neighbour while it
@@ -187,6 +185,21 @@ double HierarchicalAllReduceSeconds(int n, int ranks_per_node, double bytes,
   }
   return seconds +
          HalvingDoublingAllReduceSeconds(nodes, bytes / r, inter, eager_bytes);
+}
+
+// Ring all-gather (ring_allgather.h): N-1 steps, in each every rank passes
+// one blob of E bytes, behind its frame header of h bytes, to its right
+// neighbour; a blob is forwarded only once it has arrived whole, so the steps
+// run one after another:
+//   T = (N-1)·α + (N-1)·(E + h)/B.
+// The compressed methods that cannot be summed in transit (top-k, one-bit)
+// move this way: every link carries N-1 encodings, which grows with N where
+// the ring's 2(N-1)/N·S does not.
+double RingAllGatherSeconds(int n, double blob_bytes, const LinkCost& link) {
+  if (n <= 1) return 0;
+  const double frame_bytes = RingAllGather::kHeaderBytes;
+  return (n - 1) * link.alpha_s +
+         (n - 1) * (blob_bytes + frame_bytes) / link.bytes_per_s;
 }
 
 }  // namespace gradsync

@@ -1,14 +1,19 @@
-// The α–β (Hockney) cost of each all-reduce of the family, the formulas that
-// --sync=allreduce picks by (selecting_allreduce.h) and that
-// bench/cost_model.py repeats for the scaling sweep (its tests check that the
-// two agree). Time of one all-reduce of S bytes over N ranks whose links each
-// have latency α (seconds per message) and bandwidth B (bytes per second in
-// each direction at once), reduction arithmetic neglected (it overlaps the
+// The α–β (Hockney) cost of each all-reduce of the family: the formulas that
+// --sync=allreduce picks by (selecting_allreduce.h), that the simulator and
+// `gradsync predict` (tools/predict_command.cc, which bench/cost_model.py
+// calls) answer with. They exist only here; the parameter server's are in
+// ps/cost_model.h. Time of one all-reduce of S bytes over N ranks whose links
+// each have latency α (seconds per message) and bandwidth B (bytes per second
+// in each direction at once), reduction arithmetic neglected (it overlaps the
 // transfers). Derivations beside each formula in cost_model.cc.
+//
+// Every function is pure, thread-safe and returns 0 for N <= 1 (nothing
+// crosses a link).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "allreduce/algorithms/link_cost.h"
@@ -31,5 +36,15 @@ double HierarchicalAllReduceSeconds(int n, int ranks_per_node, double bytes,
                                     const LinkCost& intra,
                                     const LinkCost& inter,
                                     double eager_bytes = 0);
+
+// Per rank of the double binary trees over `n` ranks (tree_allreduce.h's
+// BuildDoubleBinaryTrees), the pair (E_r, H_r) that TreeAllReduceSeconds
+// charges: the rank's tree edges over both trees, and the hops its link's last
+// byte still travels. Each distinct pair once, ascending; empty for n <= 1.
+std::vector<std::pair<int, int>> TreeRankCosts(int n);
+
+// One ring all-gather (ring_allgather.h) of a blob of `blob_bytes` from every
+// rank, each behind its frame header: how top-k and one-bit encodings move.
+double RingAllGatherSeconds(int n, double blob_bytes, const LinkCost& link);
 
 }  // namespace gradsync

@@ -22,6 +22,22 @@ int64_t BlockOffset(int64_t count, int blocks, int b) {
   return b * (count / blocks) + std::min<int64_t>(b, count % blocks);
 }
 
+// One step's transfers with `partner`: blocks [send_lo, send_hi) of `data`
+// (cut into `blocks` blocks of `count` floats in all) go out, blocks
+// [receive_lo, receive_hi) come in, added (reduce-scatter) or copied
+// (all-gather).
+void SwapBlocks(PeerExchange& exchange, int partner, float* data, int64_t count,
+                int blocks, int send_lo, int send_hi, int receive_lo,
+                int receive_hi, bool add) {
+  const int64_t send_offset = BlockOffset(count, blocks, send_lo);
+  const int64_t receive_offset = BlockOffset(count, blocks, receive_lo);
+  exchange.Send(partner, data + send_offset,
+                BlockOffset(count, blocks, send_hi) - send_offset);
+  exchange.Receive(partner, data + receive_offset,
+                   BlockOffset(count, blocks, receive_hi) - receive_offset,
+                   add);
+}
+
 }  // namespace
 
 std::vector<int> HalvingDoublingPartners(int group_size, int index) {
@@ -87,13 +103,8 @@ absl::Status HalvingDoublingInGroup(PeerExchange& exchange,
     const int keep_hi = lower ? mid : hi;
     const int send_lo = lower ? mid : lo;
     const int send_hi = lower ? hi : mid;
-    const int64_t send_offset = BlockOffset(count, p, send_lo);
-    const int64_t keep_offset = BlockOffset(count, p, keep_lo);
-    exchange.Send(partner, data + send_offset,
-                  BlockOffset(count, p, send_hi) - send_offset);
-    exchange.Receive(partner, data + keep_offset,
-                     BlockOffset(count, p, keep_hi) - keep_offset,
-                     /*add=*/true);
+    SwapBlocks(exchange, partner, data, count, p, send_lo, send_hi, keep_lo,
+               keep_hi, /*add=*/true);
     RETURN_IF_ERROR(
         run(absl::StrCat("reduce-scatter step ", ++step, " of ", steps)));
     lo = keep_lo;
@@ -112,13 +123,8 @@ absl::Status HalvingDoublingInGroup(PeerExchange& exchange,
     const bool lower = (v & mask) == 0;
     const int their_lo = lower ? hi : lo - size;
     const int their_hi = their_lo + size;
-    const int64_t my_offset = BlockOffset(count, p, lo);
-    const int64_t their_offset = BlockOffset(count, p, their_lo);
-    exchange.Send(partner, data + my_offset,
-                  BlockOffset(count, p, hi) - my_offset);
-    exchange.Receive(partner, data + their_offset,
-                     BlockOffset(count, p, their_hi) - their_offset,
-                     /*add=*/false);
+    SwapBlocks(exchange, partner, data, count, p, lo, hi, their_lo, their_hi,
+               /*add=*/false);
     RETURN_IF_ERROR(
         run(absl::StrCat("all-gather step ", ++step, " of ", steps)));
     lo = std::min(lo, their_lo);

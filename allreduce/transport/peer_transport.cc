@@ -23,6 +23,24 @@ namespace {
 // nothing for this long is a stranger; we drop it and go on waiting.
 constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
 
+// Why waiting for `who` ended without it: the listener's error, with the
+// strangers refused meanwhile.
+absl::Status NeverConnected(const absl::Status& accept_error,
+                            const PeerTransportOptions& options,
+                            const std::string& who,
+                            const TcpListener& listener,
+                            const std::vector<std::string>& refused) {
+  std::string detail = absl::StrCat(
+      "ring rank ", options.rank, ": ", who, " did not connect to ",
+      listener.address(), " within ", absl::FormatDuration(options.timeout));
+  if (!refused.empty()) {
+    absl::StrAppend(&detail,
+                    "; refused meanwhile: ", absl::StrJoin(refused, "; "));
+  }
+  return absl::Status(accept_error.code(),
+                      absl::StrCat(detail, " (", accept_error.message(), ")"));
+}
+
 // Accepts connections until the left neighbour's arrives, refusing others.
 absl::StatusOr<std::unique_ptr<TcpConnection>> AcceptLeft(
     TcpListener& listener, const PeerTransportOptions& options, int left_rank,
@@ -31,17 +49,9 @@ absl::StatusOr<std::unique_ptr<TcpConnection>> AcceptLeft(
   while (true) {
     auto accepted = listener.Accept(PeerSide::kLeft, deadline);
     if (!accepted.ok()) {
-      std::string detail =
-          absl::StrCat("ring rank ", options.rank, ": left neighbour rank ",
-                       left_rank, " did not connect to ", listener.address(),
-                       " within ", absl::FormatDuration(options.timeout));
-      if (!refused.empty()) {
-        absl::StrAppend(&detail,
-                        "; refused meanwhile: ", absl::StrJoin(refused, "; "));
-      }
-      return absl::Status(
-          accepted.status().code(),
-          absl::StrCat(detail, " (", accepted.status().message(), ")"));
+      return NeverConnected(accepted.status(), options,
+                            absl::StrCat("left neighbour rank ", left_rank),
+                            listener, refused);
     }
     std::unique_ptr<TcpConnection> connection = std::move(accepted).value();
     const absl::Time hello_deadline =
@@ -86,18 +96,10 @@ absl::StatusOr<std::map<int, std::unique_ptr<TcpConnection>>> AcceptPeers(
   while (!expected.empty()) {
     auto accepted = listener.Accept(PeerSide::kUnknown, deadline);
     if (!accepted.ok()) {
-      std::string detail =
-          absl::StrCat("ring rank ", options.rank, ": peer rank(s) ",
-                       absl::StrJoin(expected, ", "), " did not connect to ",
-                       listener.address(), " within ",
-                       absl::FormatDuration(options.timeout));
-      if (!refused.empty()) {
-        absl::StrAppend(&detail,
-                        "; refused meanwhile: ", absl::StrJoin(refused, "; "));
-      }
-      return absl::Status(
-          accepted.status().code(),
-          absl::StrCat(detail, " (", accepted.status().message(), ")"));
+      return NeverConnected(
+          accepted.status(), options,
+          absl::StrCat("peer rank(s) ", absl::StrJoin(expected, ", ")),
+          listener, refused);
     }
     std::unique_ptr<TcpConnection> connection = std::move(accepted).value();
     absl::StatusOr<PeerHello> hello = ReceivePeerHello(

@@ -91,8 +91,8 @@ absl::Status Malformed(absl::string_view what) {
 
 // The k largest magnitudes, ties to the lower index, returned ascending.
 // The k-th largest magnitude t is found among the magnitudes themselves (a
-// selection over contiguous floats, several times faster than one over
-// indices that compare through the data); then one ascending scan keeps
+// selection over contiguous floats, cheaper than one over indices that
+// compare through the data); then one ascending scan keeps
 // every element above t and, of those equal to t, the lowest indices until
 // there are k: exactly the set an ordering by (magnitude descending, index
 // ascending) would keep. NaN magnitudes order above everything, as the

@@ -13,21 +13,15 @@
 
 namespace gradsync {
 
-AsyncKey::AsyncKey(const Shape& shape, const std::string& server,
-                   int64_t start_step,
-                   std::unique_ptr<KeyParameters> parameters, float lr,
-                   ps::Consistency consistency, int64_t staleness,
-                   ShardCheckpoint& checkpoint, ShardStatistics& statistics)
-    : ShardKey(shape, server, std::move(parameters)),
-      lr_(lr),
+AsyncKey::AsyncKey(const Shape& shape, Setting setting,
+                   ps::Consistency consistency, int64_t staleness)
+    : ShardKey(shape, std::move(setting)),
       consistency_(consistency),
       staleness_(staleness),
-      checkpoint_(checkpoint),
-      statistics_(statistics),
-      clock_(shape.num_workers, start_step),
+      clock_(shape.num_workers, start_step_),
       staged_(shape.num_workers, std::vector<float>(shape.numel)),
-      read_clock_(shape.num_workers, start_step),
-      slowest_(start_step),
+      read_clock_(shape.num_workers, start_step_),
+      slowest_(start_step_),
       unreported_saved_ns_(shape.num_workers, 0) {}
 
 absl::Status AsyncKey::Push(const ps::KeyPart& part, Waiters* notify) {

@@ -38,15 +38,11 @@ namespace gradsync {
 
 class AsyncKey : public ShardKey {
  public:
-  // Every worker's first push is for `start_step`. `parameters` is never
-  // null: SSP and ASP run the optimizer on the servers (CheckConsistency
-  // refuses them otherwise). `consistency`: SSP (with its `staleness` bound)
-  // or ASP. `lr`: the BSP learning rate, of which each
-  // push takes 1/N. `checkpoint` and `statistics` outlive the key.
-  AsyncKey(const Shape& shape, const std::string& server, int64_t start_step,
-           std::unique_ptr<KeyParameters> parameters, float lr,
-           ps::Consistency consistency, int64_t staleness,
-           ShardCheckpoint& checkpoint, ShardStatistics& statistics);
+  // `setting.parameters` is never null: SSP and ASP run the optimizer on the
+  // servers (CheckConsistency refuses them otherwise); each push takes 1/N
+  // of `setting.lr`. `consistency`: SSP (with its `staleness` bound) or ASP.
+  AsyncKey(const Shape& shape, Setting setting, ps::Consistency consistency,
+           int64_t staleness);
 
   absl::Status Push(const ps::KeyPart& part, Waiters* notify) override;
   absl::Status CheckPull(const ps::Header& header,
@@ -83,11 +79,8 @@ class AsyncKey : public ShardKey {
   // " (SSP, staleness 2)" or " (ASP)", for messages.
   std::string Note() const { return ConsistencyNote(consistency_, staleness_); }
 
-  const float lr_;
   const ps::Consistency consistency_;
   const int64_t staleness_;
-  ShardCheckpoint& checkpoint_;
-  ShardStatistics& statistics_;
 
   // Per worker: the steps it pushed completely (its clock), its current push
   // (staged until applied, block by block: every whole block of `received_`

@@ -26,15 +26,8 @@ void AddFloats(float* dst, const char* src, int64_t count) {
 
 }  // namespace
 
-BspKey::BspKey(const Shape& shape, const std::string& server,
-               int64_t start_step, std::unique_ptr<KeyParameters> parameters,
-               float lr, ShardCheckpoint& checkpoint,
-               ShardStatistics& statistics)
-    : ShardKey(shape, server, std::move(parameters)),
-      lr_(lr),
-      checkpoint_(checkpoint),
-      statistics_(statistics),
-      completed_(start_step - 1) {
+BspKey::BspKey(const Shape& shape, Setting setting)
+    : ShardKey(shape, std::move(setting)), completed_(start_step_ - 1) {
   absl::MutexLock lock(&mu_);
   sums_[0].assign(numel_, 0.0f);
   // Worker mode: sums by step parity.

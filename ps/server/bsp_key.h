@@ -32,13 +32,9 @@ namespace gradsync {
 
 class BspKey : public ShardKey {
  public:
-  // The first push is for `start_step` (non-zero after a resume). Server
-  // mode (`parameters` not null): the optimizer steps with `lr`, and the key
-  // copies itself into `checkpoint` at its checkpoint steps. `checkpoint` and
-  // `statistics` outlive the key.
-  BspKey(const Shape& shape, const std::string& server, int64_t start_step,
-         std::unique_ptr<KeyParameters> parameters, float lr,
-         ShardCheckpoint& checkpoint, ShardStatistics& statistics);
+  // Server mode (`setting.parameters` not null): the result is the
+  // parameters, stepped by the optimizer.
+  BspKey(const Shape& shape, Setting setting);
 
   absl::Status Push(const ps::KeyPart& part, Waiters* notify) override;
   absl::Status CheckPull(const ps::Header& header,
@@ -61,10 +57,6 @@ class BspKey : public ShardKey {
   // not finalised yet, and completes the step when the key is done. Returns
   // whether anything new became final.
   bool Finalize(int64_t pushed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  const float lr_;
-  ShardCheckpoint& checkpoint_;
-  ShardStatistics& statistics_;
 
   // The last step whose result is ready; pushes are for completed + 1.
   int64_t completed_ ABSL_GUARDED_BY(mu_);

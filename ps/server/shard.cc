@@ -243,15 +243,18 @@ absl::Status ServerShard::BuildFromFirst(const ps::RegisterConfig& config,
     shape.block_floats = block_floats_;
     std::unique_ptr<KeyParameters> key_parameters =
         server_mode ? std::move(parameters[i]) : nullptr;
-    const float lr = config.optimizer().lr();
+    ShardKey::Setting setting{name_,
+                              schedule.start_step(),
+                              std::move(key_parameters),
+                              config.optimizer().lr(),
+                              *checkpoint,
+                              statistics_};
     if (config.consistency() == ps::CONSISTENCY_BSP) {
-      keys.push_back(std::make_unique<BspKey>(
-          shape, name_, schedule.start_step(), std::move(key_parameters), lr,
-          *checkpoint, statistics_));
+      keys.push_back(std::make_unique<BspKey>(shape, std::move(setting)));
     } else {
-      keys.push_back(std::make_unique<AsyncKey>(
-          shape, name_, schedule.start_step(), std::move(key_parameters), lr,
-          config.consistency(), config.staleness(), *checkpoint, statistics_));
+      keys.push_back(std::make_unique<AsyncKey>(shape, std::move(setting),
+                                                config.consistency(),
+                                                config.staleness()));
     }
     key_index.emplace(shape.id, keys.back().get());
     const ps::KeySpec& spec = config.keys(static_cast<int>(i));

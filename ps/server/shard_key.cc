@@ -16,16 +16,19 @@ std::string MessageContext(const std::string& server, const ps::Header& header,
   return out;
 }
 
-ShardKey::ShardKey(const Shape& shape, const std::string& server,
-                   std::unique_ptr<KeyParameters> parameters)
+ShardKey::ShardKey(const Shape& shape, Setting setting)
     : id_(shape.id),
       numel_(shape.numel),
       index_(shape.index),
       num_workers_(shape.num_workers),
       block_floats_(shape.block_floats),
-      server_(server),
+      server_(setting.server),
+      start_step_(setting.start_step),
+      lr_(setting.lr),
+      checkpoint_(setting.checkpoint),
+      statistics_(setting.statistics),
       received_(shape.num_workers, 0),
-      parameters_(std::move(parameters)) {}
+      parameters_(std::move(setting.parameters)) {}
 
 absl::Status ShardKey::InitParams(const ps::KeyPart& part) {
   const std::string context = Context(part.header(), "initial parameters");

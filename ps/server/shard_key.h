@@ -18,6 +18,8 @@
 #include "absl/synchronization/mutex.h"
 #include "proto/parameter_server.pb.h"
 #include "ps/server/key_parameters.h"
+#include "ps/server/shard_checkpoint.h"
+#include "ps/server/shard_statistics.h"
 
 namespace gradsync {
 
@@ -61,11 +63,22 @@ class ShardKey {
     // The unit in which results are final and the optimizer steps.
     int64_t block_floats = 1;
   };
-  // `server`: the server's name for messages ("server 0"); it outlives the
-  // key. `parameters`: server mode's parameters and optimizer, null in worker
-  // mode.
-  ShardKey(const Shape& shape, const std::string& server,
-           std::unique_ptr<KeyParameters> parameters);
+  // What the shard lends every key, whatever its mode.
+  struct Setting {
+    // The server's name for messages ("server 0"); it outlives the key.
+    const std::string& server;
+    // The step of every worker's first push (non-zero after a resume).
+    int64_t start_step = 0;
+    // Server mode's parameters and optimizer, null in worker mode, and the
+    // BSP learning rate the optimizer steps with.
+    std::unique_ptr<KeyParameters> parameters;
+    float lr = 0;
+    // The shard's; they outlive the key. The key copies itself into
+    // `checkpoint` at checkpoint steps and counts its reads in `statistics`.
+    ShardCheckpoint& checkpoint;
+    ShardStatistics& statistics;
+  };
+  ShardKey(const Shape& shape, Setting setting);
   virtual ~ShardKey() = default;
   ShardKey(const ShardKey&) = delete;
   ShardKey& operator=(const ShardKey&) = delete;
@@ -120,6 +133,10 @@ class ShardKey {
   const int num_workers_;
   const int64_t block_floats_;
   const std::string& server_;
+  const int64_t start_step_;
+  const float lr_;
+  ShardCheckpoint& checkpoint_;
+  ShardStatistics& statistics_;
 
   mutable absl::Mutex mu_;
   // Floats of the current push received from each worker.
