@@ -251,8 +251,8 @@ def comm_hook(state, bucket):
             if host_staging.needs_staging(buffer) else buffer)
     # A future holding a CUDA tensor must name its device, so that whoever
     # waits on it is ordered after the copy back on that device's stream.
-    future = (torch.futures.Future(devices=[buffer.device]) if host is not buffer
-              else torch.futures.Future())
+    future = (torch.futures.Future(devices=[buffer.device])
+              if buffer.device.type == "cuda" else torch.futures.Future())
     state._pending.append((future, buffer, host))
     try:
         ended = state._worker.add_bucket(bucket.index(), host.data_ptr(),
