@@ -156,8 +156,7 @@ class TorchWorker {
         absl::StrCat("\"bytes_sent\": ", stats.strategy.bytes_sent),
         absl::StrCat("\"bytes_recv\": ", stats.strategy.bytes_recv)};
     for (const auto& [name, value] : stats.strategy.extra) {
-      fields.push_back(
-          absl::StrCat(JsonString(name), ": ", JsonNumber(value)));
+      fields.push_back(absl::StrCat(JsonString(name), ": ", JsonNumber(value)));
     }
     return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
   }
@@ -245,7 +244,8 @@ int gradsync_worker_create(const char* sync, double timeout_s,
     gradsync::JobConnectionOptions options;
     options.sync = sync;
     options.timeout = absl::Seconds(timeout_s);
-    for (int i = 0; i < num_flags; ++i) options.flags.push_back(OrEmpty(flags[i]));
+    for (int i = 0; i < num_flags; ++i)
+      options.flags.push_back(OrEmpty(flags[i]));
     gradsync::TorchRunOptions run;
     run.metrics_dir = OrEmpty(metrics_dir);
     run.trace_path = OrEmpty(trace_path);
@@ -270,7 +270,8 @@ int gradsync_worker_add_bucket(gradsync_worker* worker, int index, void* data,
     if (absl::Status ok = NeedWorker(worker, __func__); !ok.ok()) return ok;
     if (step_ended == nullptr || (numel > 0 && data == nullptr) ||
         num_params < 0 ||
-        (num_params > 0 && (param_keys == nullptr || param_numels == nullptr))) {
+        (num_params > 0 &&
+         (param_keys == nullptr || param_numels == nullptr))) {
       return absl::InvalidArgumentError(absl::StrCat(
           "gradsync_worker_add_bucket: bucket ", index,
           " has a null buffer, parameter array or step_ended pointer"));
@@ -282,7 +283,8 @@ int gradsync_worker_add_bucket(gradsync_worker* worker, int index, void* data,
     bucket.is_last = is_last != 0;
     bucket.params.reserve(static_cast<size_t>(num_params));
     for (int64_t i = 0; i < num_params; ++i) {
-      bucket.params.push_back(gradsync::DdpParam{param_keys[i], param_numels[i]});
+      bucket.params.push_back(
+          gradsync::DdpParam{param_keys[i], param_numels[i]});
     }
     absl::StatusOr<bool> ended = worker->worker->AddBucket(std::move(bucket));
     if (!ended.ok()) return ended.status();

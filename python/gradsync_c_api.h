@@ -18,9 +18,9 @@
 // strings stay valid until the next call on the same worker, the others for
 // the life of the process.
 //
-// Thread safety: a worker is used by one thread at a time (the hook's
-// thread; DDP calls the hook from backward's thread), as the pybind module
-// before it was.
+// Thread safety: a worker is used by one thread at a time (DDP calls the
+// hook from backward's thread; close() and the figures come from the
+// program's thread between steps). Different workers are independent.
 #ifndef GRADSYNC_PYTHON_GRADSYNC_C_API_H_
 #define GRADSYNC_PYTHON_GRADSYNC_C_API_H_
 
@@ -53,10 +53,10 @@ GRADSYNC_EXPORT const char* gradsync_strategies(void);
 // record. Waits on peers (at most timeout_s each). On success *worker is the
 // new worker, to be released with gradsync_worker_destroy.
 GRADSYNC_EXPORT int gradsync_worker_create(
-    const char* sync, double timeout_s, const char* const* flags,
-    int num_flags, const char* metrics_dir, const char* trace_path,
-    int64_t trace_steps, int64_t warmup_steps, int64_t batch_size,
-    const char* model, int64_t total_steps, gradsync_worker** worker);
+    const char* sync, double timeout_s, const char* const* flags, int num_flags,
+    const char* metrics_dir, const char* trace_path, int64_t trace_steps,
+    int64_t warmup_steps, int64_t batch_size, const char* model,
+    int64_t total_steps, gradsync_worker** worker);
 
 // DDP bucket `index`: `numel` contiguous floats at `data` (host memory,
 // the worker's until the step ends), made of `num_params` parameters given as
@@ -66,8 +66,8 @@ GRADSYNC_EXPORT int gradsync_worker_create(
 // job (the other workers stop at once, naming this one).
 GRADSYNC_EXPORT int gradsync_worker_add_bucket(
     gradsync_worker* worker, int index, void* data, int64_t numel,
-    const int64_t* param_keys, const int64_t* param_numels,
-    int64_t num_params, int is_last, int* step_ended);
+    const int64_t* param_keys, const int64_t* param_numels, int64_t num_params,
+    int is_last, int* step_ended);
 
 // DDP's bucket caps (first bucket, the others), from which the strategy's
 // buckets are derived after the first step (ddp_bucket_sync.h).

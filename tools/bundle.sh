@@ -213,7 +213,10 @@ if [[ -z "$wheel" ]]; then
 fi
 mkdir -p "$stage/python"
 cp "$wheel" "$stage/python/"
-chmod 644 "$stage"/python/*.whl
+# The hook's GPU check (python/README.md): DDP on Gloo over CUDA tensors =
+# ring = PS behind the hook, two processes on one GPU.
+cp python/tests/cuda_hook_check.py python/tests/ddp_worker.py "$stage/python/"
+chmod 644 "$stage"/python/*
 
 cp tools/pytorch_compare.py "$stage/bin/pytorch_compare.py"
 cp tools/gpu_check.sh "$stage/bin/gpu_check.sh"
@@ -412,6 +415,8 @@ $(. /etc/os-release && echo "$PRETTY_NAME").
   python3 -m pip install --no-index python/gradsync-*.whl
                                        gradsync.torch (DDP's hook) in that python3,
                                        offline (CPython 3.9-3.13, torch >= 1.13)
+  python3 python/cuda_hook_check.py --gradsync bin/gradsync
+                                       the hook on CUDA tensors: DDP on Gloo = ring = PS
   bin/gradsync train --device=cuda     train (add --sync=..., see --help)
 
 $(node_needs)
