@@ -12,6 +12,8 @@
 #   gradsync-<commit>/bin/cuda_device_test
 #   gradsync-<commit>/bin/gradsync train --device=cuda --epochs=1
 #   gradsync-<commit>/bin/pytorch_compare.py
+#   python3 -m pip install --no-index gradsync-<commit>/python/gradsync-*.whl
+#                                         # gradsync.torch in that python3
 #
 # What the node needs (the run prints the values it measured, and the
 # bundle's wrapper checks them before starting any program, with one clear
@@ -194,6 +196,28 @@ if ((with_data)) && [[ -f "$DATA_DIR/train-images-idx3-ubyte.gz" ]]; then
 elif ((with_data)); then
   echo "bundle.sh: no Fashion-MNIST in $DATA_DIR; bundling without it (use --data=synthetic on the node)" >&2
 fi
+# --- the Python package ------------------------------------------------------
+# gradsync's wheel (python/make_wheel.py): `python3 -m pip install` on the
+# node puts gradsync.torch into whichever Python trains there, offline, with
+# no Bazel. Built in the default (CPU) configuration after the programs were
+# copied out: the hook's strategies work on host memory and stage GPU buckets
+# themselves, so the wheel needs no CUDA library and carries its own shared
+# libraries.
+if ((build)); then
+  tools/install_python.sh --wheel-only
+fi
+wheel=$(ls "$(bazel info bazel-bin 2>/dev/null)"/python/gradsync-*-py3-none-linux_x86_64.whl 2>/dev/null | head -n 1 || true)
+if [[ -z "$wheel" ]]; then
+  echo "bundle.sh: no gradsync wheel in bazel-bin/python/; run tools/install_python.sh --wheel-only" >&2
+  exit 1
+fi
+mkdir -p "$stage/python"
+cp "$wheel" "$stage/python/"
+# The hook's GPU check (python/README.md): DDP on Gloo over CUDA tensors =
+# ring = PS behind the hook, two processes on one GPU.
+cp python/tests/cuda_hook_check.py python/tests/ddp_worker.py "$stage/python/"
+chmod 644 "$stage"/python/*
+
 cp tools/pytorch_compare.py "$stage/bin/pytorch_compare.py"
 cp tools/gpu_check.sh "$stage/bin/gpu_check.sh"
 chmod 755 "$stage/bin/pytorch_compare.py" "$stage/bin/gpu_check.sh"
@@ -393,6 +417,11 @@ $(. /etc/os-release && echo "$PRETTY_NAME").
   bin/allreduce_benchmark --algorithms=nccl,gradsync_ring --workers=4
                                        NCCL vs the TCP ring, nccl-tests style
   bin/pytorch_compare.py               the same step in PyTorch, side by side
+  python3 -m pip install --no-index python/gradsync-*.whl
+                                       gradsync.torch (DDP's hook) in that python3,
+                                       offline (CPython 3.9-3.13, torch >= 1.13)
+  python3 python/cuda_hook_check.py --gradsync bin/gradsync
+                                       the hook on CUDA tensors: DDP on Gloo = ring = PS
   bin/gradsync train --device=cuda     train (add --sync=..., see --help)
 
 $(node_needs)

@@ -5,45 +5,16 @@
     model = DDP(model)
     model.register_comm_hook(state, gradsync.torch.comm_hook)
 
-The extension module `_gradsync` is built by Bazel (`bazel build //python:all`).
-In a checkout, put `python/` on PYTHONPATH: the package finds the module in
-`bazel-bin/python/gradsync/` beside it, or in GRADSYNC_EXTENSION_DIR.
+`gradsync.extension` is the strategies' library, libgradsync_c.so, loaded
+with ctypes (gradsync/_library.py says where it is looked for): one build
+serves every CPython and every torch. Install the package into the Python
+you train with by `tools/install_python.sh --python PY` (or `PY -m pip
+install gradsync-*.whl`, offline, from a bundle); in a checkout,
+`bazel build //python:libgradsync_c.so` and python/ on PYTHONPATH also work.
+Importing `gradsync` needs no torch; `gradsync.torch` does (1.13 or newer).
 """
 
-import importlib.machinery
-import importlib.util
-import os
-import sys
+from gradsync import _library as extension
 
 __all__ = ["extension"]
-
-
-def _candidate_dirs():
-    here = os.path.dirname(os.path.abspath(__file__))
-    given = os.environ.get("GRADSYNC_EXTENSION_DIR")
-    if given:
-        yield given
-    yield here
-    # A checkout: python/gradsync/ -> bazel-bin/python/gradsync/.
-    yield os.path.join(here, "..", "..", "bazel-bin", "python", "gradsync")
-
-
-def _load_extension():
-    name = "_gradsync" + importlib.machinery.EXTENSION_SUFFIXES[0]
-    for folder in _candidate_dirs():
-        path = os.path.join(folder, name)
-        if os.path.exists(path):
-            spec = importlib.util.spec_from_file_location("gradsync._gradsync",
-                                                          path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            sys.modules["gradsync._gradsync"] = module
-            return module
-    raise ImportError(
-        "gradsync's extension module %s is not built for this interpreter "
-        "(%s): run `bazel build //python:all` in the gradsync checkout, or "
-        "set GRADSYNC_EXTENSION_DIR to the folder that holds it" %
-        (name, sys.executable))
-
-
-extension = _load_extension()
+__version__ = "0.1.0"

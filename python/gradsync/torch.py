@@ -37,6 +37,14 @@ DEFAULT_SYNC = "ring"
 DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
 
 
+def _first_bucket_bytes():
+    # DDP's first bucket cap after its first iteration: the process group
+    # module's _DEFAULT_FIRST_BUCKET_BYTES in torch 1.13 and 2.x alike (a
+    # program may change it before building DDP, which DDP then reads);
+    # 1 MiB, c10d's kDefaultFirstBucketBytes, where a build lacks it.
+    return int(getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1024 * 1024))
+
+
 def _sync_from_argv(argv):
     for i, arg in enumerate(argv):
         if arg.startswith("--sync="):
@@ -91,8 +99,7 @@ class GradsyncState:
     def _set_caps(self, bucket_bytes):
         # DDP's buckets after its first iteration: first_bucket_bytes, then
         # bucket_cap_mb (ddp_bucket_sync.h derives the strategy's buckets).
-        self._worker.set_bucket_caps(int(dist._DEFAULT_FIRST_BUCKET_BYTES),
-                                     int(bucket_bytes))
+        self._worker.set_bucket_caps(_first_bucket_bytes(), int(bucket_bytes))
         self._caps_set = True
 
     def _record_ready_order(self, model):
@@ -222,12 +229,14 @@ def comm_hook(state, bucket):
     Returns a future that completes with the bucket averaged over the workers.
     """
     buffer = bucket.buffer()
-    if (buffer.dtype != torch.float32 or
+    if (buffer.dtype not in host_staging.STAGED_DTYPES or
             buffer.device.type not in ("cpu", "cuda") or
             not buffer.is_contiguous()):
         raise TypeError(
-            "gradsync's hook takes contiguous float32 gradients on the CPU or "
-            "a CUDA device; DDP bucket %d is %s on %s. Train in float32" %
+            "gradsync's hook takes contiguous float32, bfloat16 or float16 "
+            "gradients on the CPU or a CUDA device; DDP bucket %d is %s on %s. "
+            "Give the model float32, bfloat16 or float16 parameters (e.g. "
+            "model.float() before DistributedDataParallel)" %
             (bucket.index(), buffer.dtype, buffer.device))
     if not state._caps_set:
         # Registered without gradsync.torch.register: DDP's default cap.
@@ -235,14 +244,15 @@ def comm_hook(state, bucket):
     if bucket.is_last() and state._ready_hooks:
         state._stop_recording()
     params = [(p.data_ptr(), p.numel()) for p in bucket.parameters()]
-    # A GPU bucket goes through host memory (host_staging.py: never run on
-    # a GPU yet).
+    # A GPU bucket goes through pinned host memory, a bfloat16 or float16 one
+    # through a float32 copy, summed in float32 (host_staging.py; the GPU
+    # path has never run on a GPU yet).
     host = (state._staging.to_host(bucket.index(), buffer)
             if host_staging.needs_staging(buffer) else buffer)
     # A future holding a CUDA tensor must name its device, so that whoever
     # waits on it is ordered after the copy back on that device's stream.
-    future = (torch.futures.Future(devices=[buffer.device]) if host is not buffer
-              else torch.futures.Future())
+    future = (torch.futures.Future(devices=[buffer.device])
+              if buffer.device.type == "cuda" else torch.futures.Future())
     state._pending.append((future, buffer, host))
     try:
         ended = state._worker.add_bucket(bucket.index(), host.data_ptr(),
@@ -255,6 +265,9 @@ def comm_hook(state, bucket):
         pending, state._pending = state._pending, []
         for done, averaged, host in pending:
             if host is not averaged:
+                # Before set_result: a CUDA future records the device's
+                # current stream then, and back() orders that stream after
+                # the copy into DDP's bucket.
                 state._staging.back(averaged, host)
             done.set_result(averaged)
     return future

@@ -34,7 +34,8 @@ def make_data(steps):
     return inputs, labels
 
 
-def train(model, inputs, labels, rank, world, steps, die_at=None, state=None):
+def train(model, inputs, labels, rank, world, steps, die_at=None, state=None,
+          device="cpu"):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     shard = GLOBAL_BATCH // world
     for step in range(steps):
@@ -42,8 +43,8 @@ def train(model, inputs, labels, rank, world, steps, die_at=None, state=None):
             print("killing myself at step %d at %.3f" % (step, time.time()),
                   flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
-        x = inputs[step, rank * shard:(rank + 1) * shard]
-        y = labels[step, rank * shard:(rank + 1) * shard]
+        x = inputs[step, rank * shard:(rank + 1) * shard].to(device)
+        y = labels[step, rank * shard:(rank + 1) * shard].to(device)
         loss = nn.functional.cross_entropy(model(x), y)
         if state is not None:
             state.record_loss(loss.item())
@@ -65,6 +66,10 @@ def main():
     parser.add_argument("--die_rank", type=int, default=-1)
     parser.add_argument("--die_at_step", type=int, default=2)
     parser.add_argument("--two_models", action="store_true")
+    # cuda: the model and batches on GPU LOCAL_RANK modulo the GPUs there
+    # are (so two processes may share one GPU), DDP on Gloo over CUDA
+    # tensors, the hook staging its buckets through pinned memory.
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
 
     inputs, labels = make_data(args.steps)
@@ -74,6 +79,12 @@ def main():
         torch.save([p.detach() for p in model.parameters()], args.out)
         return 0
 
+    device = "cpu"
+    if args.device == "cuda":
+        index = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
+        device = "cuda:%d" % index
+        torch.cuda.set_device(index)
+        model = model.to(device)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     # Several buckets for a small model: DDP reads this at construction.
@@ -81,7 +92,9 @@ def main():
     cap = args.bucket_cap_mb
     if rank == 1 and args.rank1_bucket_cap_mb is not None:
         cap = args.rank1_bucket_cap_mb
-    ddp = DistributedDataParallel(model, bucket_cap_mb=cap)
+    ddp = DistributedDataParallel(
+        model, bucket_cap_mb=cap,
+        device_ids=[torch.device(device).index] if args.device == "cuda" else None)
     state = None
     if args.mode == "gradsync":
         import gradsync.torch
@@ -96,9 +109,9 @@ def main():
             other = DistributedDataParallel(make_model(), bucket_cap_mb=cap)
             gradsync.torch.register(other, state)  # refused
     die_at = args.die_at_step if rank == args.die_rank else None
-    train(ddp, inputs, labels, rank, world, args.steps, die_at, state)
+    train(ddp, inputs, labels, rank, world, args.steps, die_at, state, device)
     if args.out:
-        torch.save([p.detach() for p in model.parameters()],
+        torch.save([p.detach().cpu() for p in model.parameters()],
                    "%s.rank%d.pt" % (args.out, rank))
     if args.mode == "gradsync":
         print("gradsync buckets:\n" + state.layout, flush=True)
