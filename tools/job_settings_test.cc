@@ -57,5 +57,44 @@ TEST(JobSettingsTest, PerProcessAndForeignFlagsAreLeftOut) {
   }
 }
 
+bool Lists(const std::vector<IgnoredFlag>& ignored, const std::string& name) {
+  for (const IgnoredFlag& flag : ignored) {
+    if (flag.name == name) return true;
+  }
+  return false;
+}
+
+void Set(const char* name, const char* value) {
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  ASSERT_NE(flag, nullptr) << name;
+  std::string error;
+  ASSERT_TRUE(flag->ParseFrom(value, &error)) << error;
+}
+
+TEST(JobSettingsTest, AStrategyFlagTheStrategyDoesNotReadIsNamed) {
+  absl::FlagSaver restore;
+  Set("ps_consistency", "asp");
+  Set("allreduce_eager_kb", "64");
+  Set("ps_bind", "127.0.0.1:0");  // per-process: never listed
+  const std::vector<IgnoredFlag> ring = FlagsIgnoredBy("ring", {false, true});
+  ASSERT_TRUE(Lists(ring, "ps_consistency"));
+  EXPECT_FALSE(Lists(ring, "allreduce_eager_kb"));
+  EXPECT_FALSE(Lists(ring, "ps_bind"));
+  for (const IgnoredFlag& flag : ring) {
+    if (flag.name != "ps_consistency") continue;
+    EXPECT_EQ(flag.value, "asp");
+    EXPECT_THAT(flag.why, ::testing::HasSubstr("--sync=ring"));
+  }
+  const std::vector<IgnoredFlag> ps = FlagsIgnoredBy("ps", {true, false});
+  EXPECT_FALSE(Lists(ps, "ps_consistency"));
+  EXPECT_TRUE(Lists(ps, "allreduce_eager_kb"));
+  EXPECT_TRUE(FlagsIgnoredBy("hybrid", {true, true}).empty());
+}
+
+TEST(JobSettingsTest, FlagsAtTheirDefaultsAreNeverIgnored) {
+  absl::FlagSaver restore;
+  EXPECT_TRUE(FlagsIgnoredBy("local", {false, false}).empty());
+}
+
 }  // namespace
 }  // namespace gradsync
