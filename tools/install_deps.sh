@@ -17,9 +17,10 @@
 #                                         # Open MPI and Slurm
 #
 # Debian's PyTorch (CPU, python3-torch 1.13.1, about 570 MB installed) goes
-# into Debian's python3: python/ builds gradsync's extension for that
-# interpreter (pybind11-dev) and its tests run DDP beside gradsync's hook.
-# libtorch-dev is only recommended by python3-torch, so it is named here.
+# into Debian's python3, where python/'s tests run DDP beside gradsync's hook
+# (the hook loads gradsync's C library with ctypes: no headers of Python or
+# torch are needed to build it). libtorch-dev is only recommended by
+# python3-torch, so it is named here.
 # The demo needs none of the test-only packages, which are most of the
 # download.
 set -euo pipefail
@@ -40,8 +41,8 @@ BENCH_PACKAGES=(
   libgloo-dev
 )
 PYTORCH_PACKAGES=(
-  # PyTorch workers (python/): Debian's torch, its C++ headers, pybind11
-  python3-torch libtorch-dev pybind11-dev
+  # PyTorch workers (python/): Debian's torch and its C++ headers
+  python3-torch libtorch-dev
 )
 SIM_PACKAGES=(
   # the simulator's network engine (sim/)
