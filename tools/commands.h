@@ -16,6 +16,10 @@ int RunLaunchCommand(const std::vector<std::string>& training_flags);
 // model and network (bench/compare.py, exec'd with the raw arguments after
 // "compare"; it parses its own flags). Returns only on failure.
 int RunCompareCommand(int argc, char** argv);
+// gradsync simulate [flags]: one training step on SimGrid (sim/simulate,
+// exec'd with the raw arguments after "simulate"; it parses its own flags).
+// Returns only on failure.
+int RunSimulateCommand(int argc, char** argv);
 // gradsync doctor: what this machine and build have.
 int RunDoctorCommand();
 // gradsync server: one parameter-server process (tools/server_command.cc).

@@ -61,6 +61,10 @@ constexpr char kUsage[] =
     "                                      every strategy on this model and "
     "network:\n"
     "                                      a verdict table, a plot, an answer\n"
+    "  gradsync simulate --strategy=ring --workers=1024 --link=25gbit,5us\n"
+    "      --profile=sim/profiles/resnet50-b128-fp32.json\n"
+    "                                      one step of N workers on SimGrid "
+    "(sim/)\n"
     "  gradsync doctor                     what this build and machine have\n\n"
     "`gradsync <command> --help` lists the command's flags.";
 
@@ -76,6 +80,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   // A Python driver with its own flags (bench/compare.py): no Abseil parsing.
   if (command == "compare") return gradsync::RunCompareCommand(argc, argv);
+  if (command == "simulate") return gradsync::RunSimulateCommand(argc, argv);
   if (command == "train" || command == "run") {
     // No "core/": its libraries take values, read from flags in tools/.
     HelpFolders() = {"allreduce/", gradsync::kPsFlagsFile, "tools/train_flags",
