@@ -49,7 +49,7 @@ ABSL_FLAG(int, ps_key_kb, 0,
 ABSL_FLAG(int, worker_group, 0,
           "ps with separate servers: workers merged per simulated host (the "
           "same times under CM02, fewer activities; sim/simulation.h); 0 "
-          "keeps at least 32 worker hosts");
+          "merges all N into one host");
 ABSL_FLAG(std::string, network_model, "CM02",
           "SimGrid's network model: CM02 (alpha-beta sharing) or LV08 (its "
           "TCP corrections)");
@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
   options.cluster.worker_group =
       worker_group > 0 ? worker_group
       : (ps && !options.cluster.colocated)
-          ? gradsync::sim::AutomaticWorkerGroup(options.cluster.workers, 32)
+          ? gradsync::sim::AutomaticWorkerGroup(options.cluster.workers, 1)
           : 1;
   gradsync::sim::PsPlan plan;
   if (ps && options.cluster.servers >= 1 &&

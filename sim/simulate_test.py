@@ -103,31 +103,38 @@ class SimulateTest(unittest.TestCase):
         self.assertEqual(result["busiest_link_bytes"], MIB)
         self.assertEqual(result["messages"], 2 * N * N)
         self.assertEqual(result["ps_key_bytes"], 2**20)
+        # By default all N workers are one simulated host: 2K messages.
+        merged = step("--strategy=ps", "--servers=4", *TINY_PS)
+        self.assertEqual(merged["messages"], 2 * N)
+        self.assertAlmostEqual(merged["step_ms"], result["step_ms"], delta=1e-6)
 
     def test_merged_workers_give_the_same_step(self):
-        # Two workers per simulated host: the same times and per-host bytes,
-        # half the messages.
-        one = step("--strategy=ps", "--servers=4", "--worker_group=1", *TINY_PS)
-        two = step("--strategy=ps", "--servers=4", "--worker_group=2", *TINY_PS)
-        self.assertAlmostEqual(one["step_ms"], two["step_ms"], delta=1e-9)
-        self.assertEqual(one["busiest_link_bytes"], two["busiest_link_bytes"])
-        self.assertEqual(two["messages"], one["messages"] // 2)
+        # 1, 2 and 4 workers per simulated host, on 3 servers of unequal
+        # keys (the busiest one's link bounds the step): the same times and
+        # per-host bytes, fewer messages.
+        unequal = ["--strategy=ps", "--servers=3", "--ps_key_kb=128", *TINY]
+        results = [step(*unequal, f"--worker_group={g}") for g in (1, 2, 4)]
+        for merged in results[1:]:
+            self.assertAlmostEqual(results[0]["step_ms"], merged["step_ms"], delta=1e-6)
+            self.assertEqual(results[0]["busiest_link_bytes"], merged["busiest_link_bytes"])
+        self.assertEqual([r["messages"] for r in results], [24, 12, 6])
+        self.assertAlmostEqual(results[0]["sync_ms"], 1e3 * 2 * (
+            ALPHA + results[0]["busiest_link_bytes"] / B), delta=1e-6)
 
     def test_ps_keys_as_the_client_cuts_them(self):
         # The key rule's size (ps/key_size_rule.h) on a 4 MB tensor over 3
         # servers: keys of a power of two, and no server with more than 10 %
-        # over its share, so the busiest server holds more than S/3. The
-        # alpha-beta figure (all pushes, then all answers) bounds the step
-        # from above: a server with fewer bytes answers while the busiest
-        # still takes pushes. Its link's bytes bound it from below.
+        # over its share, so the busiest server holds more than S/3 and its
+        # link sets the step: its N pushes, then its N answers.
         result = step("--strategy=ps", "--servers=3", *TINY)
         key = result["ps_key_bytes"]
         self.assertEqual(key & (key - 1), 0)
         self.assertLessEqual(result["ps_imbalance"], 1.10)
         self.assertGreater(result["busiest_link_bytes"], N * S / 3)
-        self.assertLessEqual(result["sync_ms"], result["alpha_beta_sync_ms"] + 1e-6)
-        self.assertGreaterEqual(result["sync_ms"],
-                                1e3 * (result["busiest_link_bytes"] / B + ALPHA))
+        self.assertAlmostEqual(result["sync_ms"], result["alpha_beta_sync_ms"],
+                               delta=1e-6 * result["sync_ms"])
+        self.assertAlmostEqual(result["sync_ms"], 1e3 * 2 * (
+            ALPHA + result["busiest_link_bytes"] / B), delta=1e-6 * result["sync_ms"])
 
     def test_colocated_ps(self):
         # A host's own share stays inside it: (N-1)/N of S each way, twice.

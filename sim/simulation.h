@@ -108,6 +108,7 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket);
 
 // The largest worker_group that keeps at least `min_hosts` worker hosts
 // and divides N (1 where none does); for the PS with separate servers.
+// simulate_main merges all N (min_hosts 1): the fewest activities.
 int AutomaticWorkerGroup(int workers, int min_hosts);
 
 // Checks the options (one message naming what is wrong), builds the
