@@ -57,7 +57,8 @@ absl::StatusOr<PsPlan> PlanParameterServer(const StepProfile& profile,
       bucket_of_tensor[t] = static_cast<int>(b);
     }
   }
-  plan.bytes.assign(profile.buckets.size(), std::vector<int64_t>(servers, 0));
+  plan.keys.assign(profile.buckets.size(),
+                   std::vector<std::vector<int64_t>>(servers));
   for (const PsKey& key : partition->keys()) {
     const int bucket = bucket_of_tensor[key.param];
     if (bucket < 0) {
@@ -65,7 +66,7 @@ absl::StatusOr<PsPlan> PlanParameterServer(const StepProfile& profile,
           "the profile ", profile.name, ": tensor ", key.param,
           " is in no bucket"));
     }
-    plan.bytes[bucket][key.server] += 4 * key.numel;
+    plan.keys[bucket][key.server].push_back(4 * key.numel);
   }
   return plan;
 }

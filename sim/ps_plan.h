@@ -21,9 +21,9 @@ struct PsPlan {
   int64_t key_bytes = 0;
   std::string key_reason;  // the rule's own line, or "given"
   double imbalance = 0;    // max / mean bytes per server
-  // bytes[bucket][server]: what each worker pushes to that server for that
-  // bucket, and what the server answers.
-  std::vector<std::vector<int64_t>> bytes;
+  // keys[bucket][server]: the bytes of each key a worker pushes to that
+  // server for that bucket (and the server answers), in the client's order.
+  std::vector<std::vector<std::vector<int64_t>>> keys;
 };
 
 // `servers` K over `workers` N; `colocated`: every server inside a worker's

@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
         options.cluster.colocated, int64_t{key_kb} << 10);
     if (!planned.ok()) return Fail(std::string(planned.status().message()));
     plan = *std::move(planned);
-    options.ps_bytes = plan.bytes;
+    options.ps_keys = plan.keys;
   }
 
   auto result = gradsync::sim::SimulateStep(options);

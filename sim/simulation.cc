@@ -61,7 +61,9 @@ sg4::CommPtr Send(Run& run, int from_host, int to_host, sg4::Mailbox* box,
 }
 
 sg4::CommPtr Receive(sg4::Mailbox* box) {
-  void* ignored = nullptr;
+  // SimGrid writes the payload's address here when the message lands, long
+  // after this function has returned: a static, never a local.
+  static void* ignored = nullptr;
   return box->get_async<void>(&ignored);
 }
 
@@ -239,26 +241,32 @@ int ServerHost(const ClusterSpec& cluster, int server) {
                            : cluster.workers / cluster.worker_group + server;
 }
 
-int64_t PsBytes(const Run& run, int bucket, int server) {
-  return run.options.ps_bytes[bucket][server];
+const std::vector<int64_t>& PsKeys(const Run& run, int bucket, int server) {
+  return run.options.ps_keys[bucket][server];
 }
 
-// One simulated worker host: worker_group workers, each pushing the same.
-void PsWorker(Run* run, int host) {
+// One simulated worker host's stream to one server: worker_group workers,
+// each pushing the same keys. The host's streams meet at every bucket's end
+// (`barrier`): a worker starts a bucket once the last one is done.
+void PsStream(Run* run, int host, int server, sg4::BarrierPtr barrier) {
   const ClusterSpec& cluster = run->options.cluster;
   const StepProfile& profile = run->options.profile;
+  const int server_host = ServerHost(cluster, server);
+  sg4::Mailbox* push_box = Box(absl::StrCat("push-", server, "-", host));
+  sg4::Mailbox* pull_box = Box(absl::StrCat("pull-", host, "-", server));
   for (int b = 0; b < BucketCount(*run); ++b) {
     sg4::this_actor::sleep_until(BucketReadySeconds(profile, b));
-    std::vector<sg4::CommPtr> comms;
-    for (int s = 0; s < cluster.servers; ++s) {
-      const int64_t bytes = PsBytes(*run, b, s);
-      if (bytes == 0) continue;  // a server without keys of this bucket
-      comms.push_back(Send(*run, host, ServerHost(cluster, s),
-                           Box(absl::StrCat("push-", s)),
-                           cluster.worker_group * bytes));
-      comms.push_back(Receive(Box(absl::StrCat("pull-", host))));
+    const std::vector<int64_t>& keys = PsKeys(*run, b, server);
+    std::vector<sg4::CommPtr> answers;
+    for (size_t k = 0; k < keys.size(); ++k) answers.push_back(Receive(pull_box));
+    // One stream: a key's bytes after the last one's (two in flight would
+    // share the link and delay the first key's answers).
+    for (int64_t key : keys) {
+      Send(*run, host, server_host, push_box, cluster.worker_group * key)
+          ->wait();
     }
-    for (auto& comm : comms) comm->wait();
+    for (auto& comm : answers) comm->wait();
+    barrier->wait();
   }
   Done(run, host);
 }
@@ -267,20 +275,33 @@ void PsServer(Run* run, int server) {
   const ClusterSpec& cluster = run->options.cluster;
   const int worker_hosts = cluster.workers / cluster.worker_group;
   const int host = ServerHost(cluster, server);
-  sg4::Mailbox* pushes_box = Box(absl::StrCat("push-", server));
-  for (int b = 0; b < BucketCount(*run); ++b) {
-    const int64_t bytes = PsBytes(*run, b, server);
-    if (bytes == 0) continue;
-    std::vector<sg4::CommPtr> pushes;
-    for (int w = 0; w < worker_hosts; ++w) pushes.push_back(Receive(pushes_box));
-    for (auto& comm : pushes) comm->wait();
-    std::vector<sg4::CommPtr> answers;
-    for (int w = 0; w < worker_hosts; ++w) {
-      answers.push_back(Send(*run, host, w, Box(absl::StrCat("pull-", w)),
-                             cluster.worker_group * bytes));
-    }
-    for (auto& comm : answers) comm->wait();
+  std::vector<sg4::Mailbox*> push_boxes, pull_boxes;
+  for (int w = 0; w < worker_hosts; ++w) {
+    push_boxes.push_back(Box(absl::StrCat("push-", server, "-", w)));
+    pull_boxes.push_back(Box(absl::StrCat("pull-", w, "-", server)));
   }
+  std::vector<sg4::CommPtr> answers;
+  for (int b = 0; b < BucketCount(*run); ++b) {
+    const std::vector<int64_t>& keys = PsKeys(*run, b, server);
+    // Every push of the bucket is expected at once (each host's arrive in
+    // key order): SimGrid starts a message's latency when both ends have
+    // met, and a push must not wait for the server to get to it.
+    std::vector<std::vector<sg4::CommPtr>> pushes(keys.size());
+    for (auto& key_pushes : pushes) {
+      for (int w = 0; w < worker_hosts; ++w) {
+        key_pushes.push_back(Receive(push_boxes[w]));
+      }
+    }
+    for (size_t k = 0; k < keys.size(); ++k) {
+      const int64_t key = keys[k];
+      for (auto& comm : pushes[k]) comm->wait();
+      for (int w = 0; w < worker_hosts; ++w) {
+        answers.push_back(
+            Send(*run, host, w, pull_boxes[w], cluster.worker_group * key));
+      }
+    }
+  }
+  for (auto& comm : answers) comm->wait();
 }
 
 absl::Status Check(const SimulationOptions& options) {
@@ -309,9 +330,9 @@ absl::Status Check(const SimulationOptions& options) {
           "--worker_group merges workers for separate servers only; a "
           "colocated server keeps its own worker's share inside its host");
     }
-    if (!options.ps_bytes.empty() &&
-        (options.ps_bytes.size() != options.profile.buckets.size() ||
-         options.ps_bytes[0].size() != static_cast<size_t>(c.servers))) {
+    if (!options.ps_keys.empty() &&
+        (options.ps_keys.size() != options.profile.buckets.size() ||
+         options.ps_keys[0].size() != static_cast<size_t>(c.servers))) {
       return absl::InvalidArgumentError(
           "the PS plan's buckets or servers do not match the profile's");
     }
@@ -388,19 +409,33 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
     case Strategy::kParameterServer:
       break;
   }
-  // Each way (pushes, then answers), the busiest link sets the time: a
-  // worker's carries the bucket, a separate server's N shares; a colocated
-  // host's the bucket less its own share one way, N-1 shares the other.
-  double busiest = 0;
+  // The busiest link sets the time: a worker's carries the bucket each
+  // way, a separate server's N shares; a colocated host's the bucket less
+  // its own share one way, N-1 shares the other. Pushes and answers overlap
+  // key by key, except the answers of a server's last key, which wait for
+  // its N pushes (a key's answers leave N times, or N-1 colocated); a
+  // stream's keys pay a latency each (simulation.h):
+  //   T = 2α + (busiest + N·last key) / B + (most keys on a server - 1)·α.
+  double busiest = 0, tail = 0;
+  size_t most_keys = 1;
   for (int s = 0; s < cluster.servers; ++s) {
-    const double share = options.ps_bytes.empty()
-                             ? Share(bytes, cluster.servers, s)
-                             : options.ps_bytes[bucket][s];
+    double share = 0, last_key = 0;
+    if (options.ps_keys.empty()) {
+      share = last_key = Share(bytes, cluster.servers, s);
+    } else {
+      for (int64_t key : options.ps_keys[bucket][s]) share += key;
+      if (!options.ps_keys[bucket][s].empty()) {
+        last_key = options.ps_keys[bucket][s].back();
+      }
+      most_keys = std::max(most_keys, options.ps_keys[bucket][s].size());
+    }
     busiest = std::max(busiest, cluster.colocated
                                     ? std::max(bytes - share, (n - 1) * share)
                                     : std::max(bytes, n * share));
+    tail = std::max(tail, (cluster.colocated ? n - 1 : n) * last_key);
   }
-  return 2 * (cluster.latency_s + busiest / cluster.link_bytes_per_s);
+  return (1.0 + most_keys) * cluster.latency_s +
+         (busiest + tail) / cluster.link_bytes_per_s;
 }
 
 absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
@@ -411,13 +446,13 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
   const SimulationOptions& options = run->options;
   const ClusterSpec& cluster = options.cluster;
   const bool ps = options.strategy == Strategy::kParameterServer;
-  if (ps && run->options.ps_bytes.empty()) {
+  if (ps && run->options.ps_keys.empty()) {
     for (const Bucket& bucket : options.profile.buckets) {
-      std::vector<int64_t> shares;
+      std::vector<std::vector<int64_t>> keys;
       for (int s = 0; s < cluster.servers; ++s) {
-        shares.push_back(Share(bucket.bytes, cluster.servers, s));
+        keys.push_back({Share(bucket.bytes, cluster.servers, s)});
       }
-      run->options.ps_bytes.push_back(shares);
+      run->options.ps_keys.push_back(keys);
     }
   }
   const int worker_hosts = cluster.workers / cluster.worker_group;
@@ -499,7 +534,11 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
       break;
     case Strategy::kParameterServer:
       for (int h = 0; h < worker_hosts; ++h) {
-        spawn(absl::StrCat("worker", h), h, PsWorker, h);
+        sg4::BarrierPtr barrier = sg4::Barrier::create(cluster.servers);
+        for (int s = 0; s < cluster.servers; ++s) {
+          spawn(absl::StrCat("worker", h, "-stream", s), h, PsStream, h, s,
+                barrier);
+        }
       }
       for (int s = 0; s < cluster.servers; ++s) {
         spawn(absl::StrCat("server", s), ServerHost(cluster, s), PsServer, s);

@@ -33,10 +33,16 @@
 //   halving-doubling  the real code's rounds one after another (a round
 //          ends when both its transfers have), with its partners and block
 //          sizes, the fold of the extra ranks when N is no power of two.
-//   ps     every worker pushes each server its bytes of the bucket (the
-//          real client's keys, sim/ps_plan.h, merged per server: they share
-//          one path); a server answers every worker once all N pushes of
-//          the bucket have arrived (BSP). Servers separate or colocated.
+//   ps     every worker pushes each server its keys of the bucket (the
+//          real client's, sim/ps_plan.h) one after another on one stream
+//          (each pays the latency: the client's pipelining of a stream is
+//          not modelled, small beside a key's bytes unless keys are only a
+//          few latencies' worth); a server answers a key to every worker
+//          once its N
+//          pushes have arrived (BSP), so pushes into a server and answers
+//          out of it overlap, as its full-duplex link lets them. A worker
+//          starts the next bucket once all its answers are in. Servers
+//          separate or colocated.
 // Under CM02 without cross-traffic an idle network then gives the α–β
 // figures of allreduce/algorithms/cost_model.h for the ring and
 // halving-doubling exactly, and for the tree its own reading of the same
@@ -83,8 +89,9 @@ struct SimulationOptions {
   Strategy strategy = Strategy::kRing;
   ClusterSpec cluster;
   StepProfile profile;
-  // PS: bytes[bucket][server] (sim/ps_plan.h); empty: S/K of each bucket.
-  std::vector<std::vector<int64_t>> ps_bytes;
+  // PS: keys[bucket][server], each key's bytes (sim/ps_plan.h); empty: one
+  // key of S/K per server and bucket.
+  std::vector<std::vector<std::vector<int64_t>>> ps_keys;
   // SimGrid's network model: "CM02" is max-min sharing with no TCP
   // correction (the alpha-beta figures exactly on an idle network); "LV08",
   // SimGrid's default, adds its TCP corrections.
