@@ -57,7 +57,7 @@ def main(argv):
         sys.exit(f"scaling_sweep: {args.simulate} is not built: bazel build //sim:simulate")
     os.makedirs(args.out, exist_ok=True)
     started = datetime.datetime.now(datetime.timezone.utc)
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
                          capture_output=True, text=True).stdout.strip()
     rows = []
     for profile in args.profiles.split(","):
@@ -113,7 +113,9 @@ def main(argv):
         "command": "sim/scaling_sweep.py " + " ".join(argv),
         "date": started.strftime("%Y-%m-%d"),
         "started_utc": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "build": rev,
+        "time": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "git_commit": rev,
+        "build": rev[:7],
         "simulator": "SimGrid 3.32 (Debian libsimgrid-dev), network/model CM02 without "
                      "cross-traffic, TCP-gamma unbounded",
         "machine": f"{os.cpu_count()} cores, load average at the end {load}",
