@@ -246,28 +246,32 @@ const std::vector<int64_t>& PsKeys(const Run& run, int bucket, int server) {
 }
 
 // One simulated worker host's stream to one server: worker_group workers,
-// each pushing the same keys. The host's streams meet at every bucket's end
-// (`barrier`): a worker starts a bucket once the last one is done.
-void PsStream(Run* run, int host, int server, sg4::BarrierPtr barrier) {
+// each pushing the same keys. As the real client (ps/ps_sync.cc) starts a
+// bucket as soon as backward has made it, not after the last one's
+// answers, a stream pushes every bucket's keys in turn from its ready time
+// and takes the answers whenever they come.
+void PsStream(Run* run, int host, int server) {
   const ClusterSpec& cluster = run->options.cluster;
   const StepProfile& profile = run->options.profile;
   const int server_host = ServerHost(cluster, server);
   sg4::Mailbox* push_box = Box(absl::StrCat("push-", server, "-", host));
   sg4::Mailbox* pull_box = Box(absl::StrCat("pull-", host, "-", server));
+  std::vector<sg4::CommPtr> answers;
+  for (int b = 0; b < BucketCount(*run); ++b) {
+    for (size_t k = 0; k < PsKeys(*run, b, server).size(); ++k) {
+      answers.push_back(Receive(pull_box));
+    }
+  }
   for (int b = 0; b < BucketCount(*run); ++b) {
     sg4::this_actor::sleep_until(BucketReadySeconds(profile, b));
-    const std::vector<int64_t>& keys = PsKeys(*run, b, server);
-    std::vector<sg4::CommPtr> answers;
-    for (size_t k = 0; k < keys.size(); ++k) answers.push_back(Receive(pull_box));
     // One stream: a key's bytes after the last one's (two in flight would
     // share the link and delay the first key's answers).
-    for (int64_t key : keys) {
+    for (int64_t key : PsKeys(*run, b, server)) {
       Send(*run, host, server_host, push_box, cluster.worker_group * key)
           ->wait();
     }
-    for (auto& comm : answers) comm->wait();
-    barrier->wait();
   }
+  for (auto& comm : answers) comm->wait();
   Done(run, host);
 }
 
@@ -281,20 +285,23 @@ void PsServer(Run* run, int server) {
     pull_boxes.push_back(Box(absl::StrCat("pull-", w, "-", server)));
   }
   std::vector<sg4::CommPtr> answers;
+  // Every push of the step is expected at once (each host's arrive in
+  // bucket and key order): SimGrid starts a message's latency when both
+  // ends have met, and a push must not wait for the server to get to it.
+  std::vector<std::vector<std::vector<sg4::CommPtr>>> pushes(BucketCount(*run));
   for (int b = 0; b < BucketCount(*run); ++b) {
-    const std::vector<int64_t>& keys = PsKeys(*run, b, server);
-    // Every push of the bucket is expected at once (each host's arrive in
-    // key order): SimGrid starts a message's latency when both ends have
-    // met, and a push must not wait for the server to get to it.
-    std::vector<std::vector<sg4::CommPtr>> pushes(keys.size());
-    for (auto& key_pushes : pushes) {
+    pushes[b].resize(PsKeys(*run, b, server).size());
+    for (auto& key_pushes : pushes[b]) {
       for (int w = 0; w < worker_hosts; ++w) {
         key_pushes.push_back(Receive(push_boxes[w]));
       }
     }
+  }
+  for (int b = 0; b < BucketCount(*run); ++b) {
+    const std::vector<int64_t>& keys = PsKeys(*run, b, server);
     for (size_t k = 0; k < keys.size(); ++k) {
       const int64_t key = keys[k];
-      for (auto& comm : pushes[k]) comm->wait();
+      for (auto& comm : pushes[b][k]) comm->wait();
       for (int w = 0; w < worker_hosts; ++w) {
         answers.push_back(
             Send(*run, host, w, pull_boxes[w], cluster.worker_group * key));
@@ -534,10 +541,8 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
       break;
     case Strategy::kParameterServer:
       for (int h = 0; h < worker_hosts; ++h) {
-        sg4::BarrierPtr barrier = sg4::Barrier::create(cluster.servers);
         for (int s = 0; s < cluster.servers; ++s) {
-          spawn(absl::StrCat("worker", h, "-stream", s), h, PsStream, h, s,
-                barrier);
+          spawn(absl::StrCat("worker", h, "-stream", s), h, PsStream, h, s);
         }
       }
       for (int s = 0; s < cluster.servers; ++s) {

@@ -41,8 +41,8 @@
 //          once its N
 //          pushes have arrived (BSP), so pushes into a server and answers
 //          out of it overlap, as its full-duplex link lets them. A worker
-//          starts the next bucket once all its answers are in. Servers
-//          separate or colocated.
+//          pushes a bucket as soon as backward has made it, whatever is
+//          still in flight (ps/ps_sync.cc). Servers separate or colocated.
 // Under CM02 without cross-traffic an idle network then gives the α–β
 // figures of allreduce/algorithms/cost_model.h for the ring and
 // halving-doubling exactly, and for the tree its own reading of the same
@@ -55,8 +55,8 @@
 // activities. Separate placement only: a colocated server's own worker's
 // share stays in its host, which a merged host would get wrong.
 //
-// A worker synchronizes one bucket at a time, in the order they become
-// ready, as gradsync's communication thread does. SimGrid keeps one engine
+// An all-reduce worker synchronizes one bucket at a time, in the order they
+// become ready, as gradsync's communication thread does. SimGrid keeps one engine
 // per process: SimulateStep runs once per process.
 #pragma once
 
