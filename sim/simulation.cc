@@ -480,6 +480,11 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
   // took its N pushes faster than its link allows (simulate_test,
   // test_merged_workers_give_the_same_step, catches it).
   sg4::Engine::set_config("network/optim:Full");
+  // A colocated PS has one actor per worker and server stream (N² of them):
+  // small stacks without guard pages keep them within the kernel's limit
+  // on a process's memory mappings. The actors' frames are shallow.
+  sg4::Engine::set_config("contexts/stack-size:256");
+  sg4::Engine::set_config("contexts/guard-size:0");
   if (options.network_model == "CM02") {
     // Plain max-min sharing: no reverse-direction load for the ACKs (which
     // LV08 models), so an idle network gives the alpha-beta figures.
