@@ -12,6 +12,7 @@ namespace {
 struct Tensor {
   int64_t bytes;
   double ready_ms;
+  int index;  // in registration order
 };
 
 // Tensors in backward's order into buckets of at least `bucket_bytes` (the
@@ -21,6 +22,8 @@ std::vector<Bucket> CutIntoBuckets(const std::vector<Tensor>& tensors,
   std::vector<Bucket> buckets;
   Bucket open;
   for (const Tensor& tensor : tensors) {
+    if (open.bytes == 0) open.end_tensor = tensor.index + 1;
+    open.first_tensor = tensor.index;
     open.bytes += tensor.bytes;
     open.ready_ms = std::max(open.ready_ms, tensor.ready_ms);
     if (open.bytes >= bucket_bytes) {
@@ -73,8 +76,10 @@ absl::StatusOr<StepProfile> ParseProfile(const std::string& json_text,
           " needs a positive integer numel and a number ready_ms"));
     }
     tensors.push_back({4 * param["numel"].get<int64_t>(),
-                       param["ready_ms"].get<double>()});
+                       param["ready_ms"].get<double>(),
+                       static_cast<int>(tensors.size())});
     profile.gradient_bytes += tensors.back().bytes;
+    profile.tensor_bytes.push_back(tensors.back().bytes);
   }
   // Backward produces the last registered tensors first.
   std::reverse(tensors.begin(), tensors.end());
@@ -87,8 +92,16 @@ StepProfile CustomProfile(int64_t gradient_bytes, int tensors,
   StepProfile profile;
   profile.name = absl::StrCat("custom-", gradient_bytes, "B");
   profile.gradient_bytes = gradient_bytes;
-  std::vector<Tensor> all(tensors, Tensor{gradient_bytes / tensors, 0.0});
-  all.back().bytes += gradient_bytes % tensors;
+  std::vector<Tensor> all(tensors, Tensor{gradient_bytes / tensors, 0.0, 0});
+  // The remainder on the first registered tensor, the last one backward
+  // makes ready.
+  all.front().bytes += gradient_bytes % tensors;
+  for (int i = 0; i < tensors; ++i) {
+    all[i].index = i;
+    profile.tensor_bytes.push_back(all[i].bytes);
+  }
+  // Backward's order: the last registered first.
+  std::reverse(all.begin(), all.end());
   profile.buckets = CutIntoBuckets(all, bucket_bytes);
   return profile;
 }

@@ -18,6 +18,10 @@ namespace sim {
 struct Bucket {
   int64_t bytes = 0;
   double ready_ms = 0;  // from the start of backward
+  // Its tensors, [first_tensor, end_tensor) in registration (forward)
+  // order: what the PS's keys are cut from (sim/ps_plan.h).
+  int first_tensor = 0;
+  int end_tensor = 0;
 };
 
 struct StepProfile {
@@ -26,6 +30,7 @@ struct StepProfile {
   double backward_ms = 0;
   double optimizer_ms = 0;
   int64_t gradient_bytes = 0;
+  std::vector<int64_t> tensor_bytes;  // in registration (forward) order
   std::vector<Bucket> buckets;  // in the order backward makes them ready
 };
 

@@ -29,6 +29,12 @@ TEST(ParseProfileTest, BucketsFollowBackwardsOrderAndCap) {
   EXPECT_EQ(profile->buckets[1].ready_ms, 3.0);  // its latest tensor, a
   EXPECT_EQ(profile->forward_ms, 2.0);
   EXPECT_EQ(profile->optimizer_ms, 0.5);
+  // Each bucket's tensors in registration order, for the PS's keys.
+  EXPECT_THAT(profile->tensor_bytes, ::testing::ElementsAre(400, 800, 1200));
+  EXPECT_EQ(profile->buckets[0].first_tensor, 2);
+  EXPECT_EQ(profile->buckets[0].end_tensor, 3);
+  EXPECT_EQ(profile->buckets[1].first_tensor, 0);
+  EXPECT_EQ(profile->buckets[1].end_tensor, 2);
   // One bucket when the cap holds everything.
   profile = ParseProfile(kProfile, 1 << 20, "tiny.json");
   ASSERT_TRUE(profile.ok());
@@ -66,6 +72,9 @@ TEST(CustomProfileTest, SplitsTheGradientIntoEqualTensors) {
   ASSERT_EQ(profile.buckets.size(), 2u);  // 333 + 333, then 334
   EXPECT_EQ(profile.buckets[0].bytes, 666);
   EXPECT_EQ(profile.buckets[1].bytes, 334);
+  EXPECT_THAT(profile.tensor_bytes, ::testing::ElementsAre(334, 333, 333));
+  EXPECT_EQ(profile.buckets[1].first_tensor, 0);
+  EXPECT_EQ(profile.buckets[1].end_tensor, 1);
   EXPECT_EQ(profile.forward_ms + profile.backward_ms, 0);
 }
 

@@ -24,9 +24,11 @@
 #include "core/launch/netem.h"
 #include "nlohmann/json.hpp"
 #include "sim/profile.h"
+#include "sim/ps_plan.h"
 #include "sim/simulation.h"
 
-ABSL_FLAG(std::string, strategy, "ring", "ring or ps");
+ABSL_FLAG(std::string, strategy, "ring",
+          "ring, halving_doubling, tree (the double binary trees) or ps");
 ABSL_FLAG(int, workers, 8, "N, the data-parallel workers (one per host)");
 ABSL_FLAG(int, servers, 0, "ps: K servers (default N)");
 ABSL_FLAG(std::string, placement, "separate",
@@ -41,6 +43,13 @@ ABSL_FLAG(std::string, profile, "",
 ABSL_FLAG(std::string, model, "",
           "custom:MB[:TENSORS]: a gradient of that size and no compute");
 ABSL_FLAG(double, bucket_mb, 25, "bucket cap in MiB (DDP's default)");
+ABSL_FLAG(int, ps_key_kb, 0,
+          "ps: the key size in KiB; 0 takes the client's rule "
+          "(ps/key_size_rule.h)");
+ABSL_FLAG(int, worker_group, 0,
+          "ps with separate servers: workers merged per simulated host (the "
+          "same times under CM02, fewer activities; sim/simulation.h); 0 "
+          "merges all N into one host");
 ABSL_FLAG(std::string, network_model, "CM02",
           "SimGrid's network model: CM02 (alpha-beta sharing) or LV08 (its "
           "TCP corrections)");
@@ -89,19 +98,16 @@ absl::StatusOr<StepProfile> LoadProfile(int64_t bucket_bytes) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "one training step of N workers under ring or ps, simulated on SimGrid");
+      "one training step of N workers under an all-reduce or a parameter server, simulated on SimGrid");
   absl::ParseCommandLine(argc, argv);
   const auto started = std::chrono::steady_clock::now();
 
   gradsync::sim::SimulationOptions options;
   const std::string strategy = absl::GetFlag(FLAGS_strategy);
-  if (strategy == "ring") {
-    options.strategy = gradsync::sim::Strategy::kRing;
-  } else if (strategy == "ps") {
-    options.strategy = gradsync::sim::Strategy::kParameterServer;
-  } else {
-    return Fail("--strategy=" + strategy + ": ring or ps");
-  }
+  auto parsed = gradsync::sim::ParseStrategy(strategy);
+  if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
+  options.strategy = *parsed;
+  const bool ps = options.strategy == gradsync::sim::Strategy::kParameterServer;
   const std::string placement = absl::GetFlag(FLAGS_placement);
   if (placement != "separate" && placement != "colocated") {
     return Fail("--placement=" + placement + ": separate or colocated");
@@ -124,29 +130,57 @@ int main(int argc, char** argv) {
   options.network_model = absl::GetFlag(FLAGS_network_model);
   options.cluster.workers = absl::GetFlag(FLAGS_workers);
   options.cluster.colocated = placement == "colocated";
+  if (options.cluster.workers < 1) {
+    return Fail("--workers=" + std::to_string(options.cluster.workers) +
+                ": give at least 1 worker");
+  }
+  if (absl::GetFlag(FLAGS_servers) < 0) {
+    return Fail("--servers=" + std::to_string(absl::GetFlag(FLAGS_servers)) +
+                ": give K >= 1, or 0 for K = N");
+  }
   options.cluster.servers =
-      options.strategy == gradsync::sim::Strategy::kRing
-          ? 0
+      !ps ? 0
           : (absl::GetFlag(FLAGS_servers) > 0 ? absl::GetFlag(FLAGS_servers)
                                               : options.cluster.workers);
   options.cluster.link_bytes_per_s = link->rate_bits_per_s / 8.0;
   options.cluster.latency_s = absl::ToDoubleSeconds(link->latency);
+  const int worker_group = absl::GetFlag(FLAGS_worker_group);
+  if (worker_group < 0) return Fail("--worker_group must be 0 (auto) or more");
+  options.cluster.worker_group =
+      worker_group > 0 ? worker_group
+      : (ps && !options.cluster.colocated)
+          ? gradsync::sim::AutomaticWorkerGroup(options.cluster.workers, 1)
+          : 1;
+  gradsync::sim::PsPlan plan;
+  if (ps && options.cluster.servers >= 1 &&
+      (!options.cluster.colocated ||
+       options.cluster.servers == options.cluster.workers)) {
+    const int key_kb = absl::GetFlag(FLAGS_ps_key_kb);
+    if (key_kb < 0) return Fail("--ps_key_kb must be 0 (auto) or more");
+    auto planned = gradsync::sim::PlanParameterServer(
+        options.profile, options.cluster.workers, options.cluster.servers,
+        options.cluster.colocated, int64_t{key_kb} << 10);
+    if (!planned.ok()) return Fail(std::string(planned.status().message()));
+    plan = *std::move(planned);
+    options.ps_keys = plan.keys;
+  }
 
   auto result = gradsync::sim::SimulateStep(options);
   if (!result.ok()) return Fail(std::string(result.status().message()));
 
   double alpha_beta_s = 0;
-  for (const auto& bucket : options.profile.buckets) {
-    alpha_beta_s += gradsync::sim::AlphaBetaBucketSeconds(
-        options.strategy, options.cluster, bucket.bytes);
+  for (size_t b = 0; b < options.profile.buckets.size(); ++b) {
+    alpha_beta_s += gradsync::sim::AlphaBetaBucketSeconds(options,
+                                                          static_cast<int>(b));
   }
   nlohmann::ordered_json out = {
       {"strategy", strategy},
       {"workers", options.cluster.workers},
       {"servers", options.cluster.servers},
-      {"placement", options.strategy == gradsync::sim::Strategy::kRing
-                        ? "-"
-                        : placement},
+      {"placement", ps ? placement : "-"},
+      {"ps_key_bytes", plan.key_bytes},
+      {"ps_imbalance", plan.imbalance},
+      {"worker_group", options.cluster.worker_group},
       {"link", absl::GetFlag(FLAGS_link)},
       {"network_model", options.network_model},
       {"profile", options.profile.name},
@@ -159,6 +193,7 @@ int main(int argc, char** argv) {
       {"alpha_beta_sync_ms", 1e3 * alpha_beta_s},
       {"busiest_link_bytes", result->busiest_link_bytes},
       {"messages", result->messages},
+      {"actors", result->actors},
       {"simulator_s", std::chrono::duration<double>(
                           std::chrono::steady_clock::now() - started)
                           .count()},

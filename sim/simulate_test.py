@@ -3,9 +3,11 @@
 its refusals of bad input. One process per case: SimGrid keeps one engine
 per process.
 
-The cluster of every case: 4 workers, 1 Gbit/s links (125e6 bytes/s) with
-100 us one way, one bucket of 4e6 bytes and no compute. Under CM02 (max-min
-sharing, no TCP correction) a step is its alpha-beta time exactly."""
+The tiny cluster: 4 workers, 1 Gbit/s links (125e6 bytes/s) with 100 us one
+way, one bucket and no compute. Under CM02 (max-min sharing, no TCP
+correction) a step is its alpha-beta time exactly; across N the all-reduces
+are checked against allreduce/algorithms/cost_model.h, which the program
+prints beside every result."""
 import json
 import os
 import subprocess
@@ -14,6 +16,10 @@ import unittest
 SIMULATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "simulate")
 B, ALPHA, S, N = 125e6, 100e-6, 4e6, 4
 TINY = ["--workers=4", "--link=1gbit,100us", "--model=custom:4:1", "--bucket_mb=100"]
+# 4 MiB in one tensor and 1 MiB keys: each of 4 servers holds one key, S/4.
+MIB = 4 * 2**20
+TINY_PS = ["--workers=4", "--link=1gbit,100us", "--model=custom:4.194304:1",
+           "--bucket_mb=100", "--ps_key_kb=1024"]
 
 
 def simulate(*args):
@@ -30,55 +36,152 @@ def step(*args):
 
 class SimulateTest(unittest.TestCase):
     def assertMs(self, result, seconds):
-        self.assertAlmostEqual(result["step_ms"], 1e3 * seconds, delta=1e-3 * 1e3 * seconds)
+        self.assertAlmostEqual(result["step_ms"], 1e3 * seconds, delta=1e-6 * 1e3 * seconds)
         self.assertAlmostEqual(result["alpha_beta_sync_ms"], 1e3 * seconds,
                                delta=1e-6 * 1e3 * seconds)
 
     def test_ring(self):
-        # 2(N-1) steps of S/N each: every link carries 6 MB one way.
+        # Bandwidth-bound (S/N/B = 8 ms > alpha): the link streams its
+        # 2(N-1) segments back to back, one latency at the end; every link
+        # carries 6 MB one way. One stream per rank and a tail of 2(N-1) hops.
         result = step("--strategy=ring", *TINY)
-        self.assertMs(result, 2 * (N - 1) * (ALPHA + S / N / B))
+        self.assertMs(result, 2 * (N - 1) * S / N / B + ALPHA)
         self.assertEqual(result["busiest_link_bytes"], 2 * (N - 1) * S / N)
-        self.assertEqual(result["messages"], 2 * (N - 1) * N)
+        self.assertEqual(result["messages"], N + 2 * (N - 1))
         self.assertEqual(result["exposed_ms"], result["step_ms"])
 
+    def test_ring_latency_bound(self):
+        # 4 KB at 1 ms: the first byte crosses 2(N-1) hops, the last
+        # segment follows it.
+        result = step("--strategy=ring", "--workers=4", "--link=1gbit,1ms",
+                      "--model=custom:0.004:1", "--bucket_mb=100")
+        self.assertMs(result, 2 * (N - 1) * 1e-3 + 4e3 / N / B)
+
+    def test_halving_doubling(self):
+        # log2 4 = 2 rounds each way, S/2 then S/4.
+        result = step("--strategy=halving_doubling", *TINY)
+        self.assertMs(result, 2 * (2 * ALPHA + (S / 2 + S / 4) / B))
+        self.assertEqual(result["busiest_link_bytes"], 2 * (S / 2 + S / 4))
+        self.assertEqual(result["messages"], 2 * 2 * N)
+
+    def test_all_reduces_against_the_cost_model(self):
+        # Ring and halving-doubling exactly, N a power of two or not, the
+        # bucket latency- or bandwidth-bound; the tree from N = 8 on, one
+        # latency above the model's below that (sim/README.md).
+        for link in ("1gbit,100us", "10gbit,1ms"):
+            for n in (3, 8, 13):
+                for strategy in ("ring", "halving_doubling", "tree"):
+                    result = step(f"--strategy={strategy}", f"--workers={n}",
+                                  f"--link={link}", "--model=custom:4:1",
+                                  "--bucket_mb=100")
+                    model, sim = result["alpha_beta_sync_ms"], result["sync_ms"]
+                    alpha_ms = 0.1 if link.endswith("100us") else 1.0
+                    if strategy == "tree" and n < 8:
+                        self.assertGreaterEqual(sim, model - 1e-6, (strategy, n, link))
+                        self.assertLessEqual(sim, model + alpha_ms + 1e-6,
+                                             (strategy, n, link))
+                    else:
+                        self.assertAlmostEqual(sim, model, delta=1e-6 * model,
+                                               msg=(strategy, n, link))
+
+    def test_tree_moves_each_half_once_per_edge(self):
+        # The busiest rank of the double binary trees has 4 edges (internal
+        # in one tree, a leaf in the other): 4 halves out of its link.
+        result = step("--strategy=tree", "--workers=8", "--link=1gbit,100us",
+                      "--model=custom:4:1", "--bucket_mb=100")
+        self.assertEqual(result["busiest_link_bytes"], 4 * S / 2)
+
     def test_ps_with_one_server(self):
-        # The server's link takes N gradients, then gives N answers.
-        result = step("--strategy=ps", "--servers=1", *TINY)
-        self.assertMs(result, 2 * (ALPHA + N * S / B))
-        self.assertEqual(result["busiest_link_bytes"], N * S)
+        # Four 1 MiB keys: the server's link takes N gradients while it
+        # answers each key as its N pushes are in; the last key's N answers
+        # follow, and each key on a stream pays its latency.
+        result = step("--strategy=ps", "--servers=1", *TINY_PS)
+        self.assertMs(result, 5 * ALPHA + (N * MIB + N * MIB / 4) / B)
+        self.assertEqual(result["busiest_link_bytes"], N * MIB)
 
     def test_ps_with_as_many_servers_as_workers(self):
-        result = step("--strategy=ps", "--servers=4", *TINY)
-        self.assertMs(result, 2 * (ALPHA + S / B))
-        self.assertEqual(result["busiest_link_bytes"], S)
+        result = step("--strategy=ps", "--servers=4", "--worker_group=1", *TINY_PS)
+        self.assertMs(result, 2 * (ALPHA + MIB / B))
+        self.assertEqual(result["busiest_link_bytes"], MIB)
         self.assertEqual(result["messages"], 2 * N * N)
+        self.assertEqual(result["ps_key_bytes"], 2**20)
+        # By default all N workers are one simulated host: 2K messages.
+        merged = step("--strategy=ps", "--servers=4", *TINY_PS)
+        self.assertEqual(merged["messages"], 2 * N)
+        self.assertAlmostEqual(merged["step_ms"], result["step_ms"], delta=1e-6)
+
+    def test_merged_workers_give_the_same_step(self):
+        # 1, 2 and 4 workers per simulated host, on 3 servers of unequal
+        # keys (the busiest one's link bounds the step): the same times and
+        # per-host bytes, fewer messages.
+        unequal = ["--strategy=ps", "--servers=3", "--ps_key_kb=128", *TINY]
+        results = [step(*unequal, f"--worker_group={g}") for g in (1, 2, 4)]
+        for merged in results[1:]:
+            self.assertAlmostEqual(results[0]["step_ms"], merged["step_ms"], delta=1e-6)
+            self.assertEqual(results[0]["busiest_link_bytes"], merged["busiest_link_bytes"])
+        first = results[0]["messages"]
+        self.assertEqual([r["messages"] for r in results], [first, first // 2, first // 4])
+        self.assertLessEqual(results[0]["sync_ms"], results[0]["alpha_beta_sync_ms"] + 1e-6)
+
+    def test_ps_keys_as_the_client_cuts_them(self):
+        # The key rule's size (ps/key_size_rule.h) on a 4 MB tensor over 3
+        # servers: keys of a power of two, and no server with more than 10 %
+        # over its share, so the busiest server holds more than S/3. Its
+        # link sets the step: its N pushes, and the answers that overlap
+        # them key by key, but for the last key's, which wait for its N
+        # pushes (at most the alpha-beta figure's N keys).
+        result = step("--strategy=ps", "--servers=3", *TINY)
+        key = result["ps_key_bytes"]
+        self.assertEqual(key & (key - 1), 0)
+        self.assertLessEqual(result["ps_imbalance"], 1.10)
+        self.assertGreater(result["busiest_link_bytes"], N * S / 3)
+        self.assertLessEqual(result["sync_ms"], result["alpha_beta_sync_ms"] + 1e-6)
+        self.assertGreater(result["sync_ms"], 1e3 * (
+            2 * ALPHA + result["busiest_link_bytes"] / B))
+
+    def test_keys_let_pushes_and_answers_overlap(self):
+        # 64 KiB keys: a server answers each key as its N pushes are in, so
+        # its link's two directions work at once; the step is one direction's
+        # bytes plus the last key's answers (its N copies), not two phases.
+        result = step("--strategy=ps", "--servers=1", "--workers=4", "--link=1gbit,100us",
+                      "--model=custom:4.194304:1", "--bucket_mb=100", "--ps_key_kb=64")
+        one_way = N * MIB / B
+        self.assertLess(result["sync_ms"], 1e3 * 1.1 * one_way)
+        self.assertGreater(result["sync_ms"], 1e3 * one_way)
+        self.assertLessEqual(result["sync_ms"], result["alpha_beta_sync_ms"] + 1e-6)
 
     def test_colocated_ps(self):
         # A host's own share stays inside it: (N-1)/N of S each way, twice.
-        result = step("--strategy=ps", "--placement=colocated", *TINY)
-        self.assertMs(result, 2 * (ALPHA + (N - 1) * S / N / B))
-        self.assertEqual(result["busiest_link_bytes"], 2 * (N - 1) * S / N)
+        result = step("--strategy=ps", "--placement=colocated", *TINY_PS)
+        self.assertMs(result, 2 * (ALPHA + (N - 1) * MIB / N / B))
+        self.assertEqual(result["busiest_link_bytes"], 2 * (N - 1) * MIB / N)
 
     def test_compute_hides_what_overlaps_it(self):
         # ResNet-50's measured profile: exposed communication is the step
         # beyond forward + backward + optimizer, never negative.
         profile = os.path.join(os.path.dirname(SIMULATE), "profiles",
                                "resnet50-b64-fp32.json")
-        result = step("--strategy=ring", "--workers=4", "--link=100gbit,5us",
-                      f"--profile={profile}")
-        self.assertGreater(result["buckets"], 1)
-        self.assertGreaterEqual(result["exposed_ms"], 0)
-        self.assertAlmostEqual(result["step_ms"] - result["exposed_ms"], result["compute_ms"])
-        self.assertEqual(result["gradient_bytes"], 4 * 25557032)
+        for strategy in ("ring", "tree", "ps"):
+            result = step(f"--strategy={strategy}", "--workers=4", "--link=100gbit,5us",
+                          f"--profile={profile}")
+            self.assertGreater(result["buckets"], 1)
+            self.assertGreaterEqual(result["exposed_ms"], 0)
+            self.assertAlmostEqual(result["step_ms"] - result["exposed_ms"],
+                                   result["compute_ms"])
+            self.assertEqual(result["gradient_bytes"], 4 * 25557032)
 
     def test_bad_input_is_one_line_and_exit_2(self):
         for args, words in (
-                (["--strategy=allgather", *TINY], "--strategy=allgather: ring or ps"),
+                (["--strategy=allgather", *TINY],
+                 "--strategy=allgather: ring, halving_doubling, tree or ps"),
                 (["--workers=0", "--model=custom:4"], "--workers=0: give at least 1 worker"),
                 (["--link=fast", "--model=custom:4"], "--link=fast"),
                 (["--model=custom:x"], "--model=custom:x: give custom:MB"),
                 (["--profile=/nonexistent.json"], "cannot read the profile"),
+                (["--strategy=ps", "--servers=4", "--worker_group=3", *TINY],
+                 "--worker_group=3: give a divisor of --workers=4"),
+                (["--strategy=ring", "--worker_group=2", *TINY],
+                 "an all-reduce's ranks are not interchangeable"),
                 (["--strategy=ps", "--placement=colocated", "--servers=2", *TINY],
                  "give --servers=4 (N), not 2")):
             code, out, err = simulate(*args)

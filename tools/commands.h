@@ -20,6 +20,10 @@ int RunCompareCommand(int argc, char** argv);
 // C++ cost model (tools/predict_command.cc lists the formulas). 0 at the end
 // of the input; 2 with one line on stderr for a bad query.
 int RunPredictCommand(int argc, char** argv);
+// gradsync simulate [flags]: one training step on SimGrid (sim/simulate,
+// exec'd with the raw arguments after "simulate"; it parses its own flags).
+// Returns only on failure.
+int RunSimulateCommand(int argc, char** argv);
 // gradsync doctor: what this machine and build have.
 int RunDoctorCommand();
 // gradsync server: one parameter-server process (tools/server_command.cc).

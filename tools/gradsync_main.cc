@@ -65,6 +65,10 @@ constexpr char kUsage[] =
     "  gradsync predict < queries.json     the α–β cost model: JSON queries "
     "in,\n"
     "                                      JSON answers out\n"
+    "  gradsync simulate --strategy=ring --workers=1024 --link=25gbit,5us\n"
+    "      --profile=sim/profiles/resnet50-b128-fp32.json\n"
+    "                                      one step of N workers on SimGrid "
+    "(sim/)\n"
     "  gradsync doctor                     what this build and machine have\n\n"
     "`gradsync <command> --help` lists the command's flags.";
 
@@ -82,6 +86,8 @@ int main(int argc, char** argv) {
   if (command == "compare") return gradsync::RunCompareCommand(argc, argv);
   // A filter of JSON queries, no flags.
   if (command == "predict") return gradsync::RunPredictCommand(argc, argv);
+  // The simulator, a program of its own beside this one (sim/).
+  if (command == "simulate") return gradsync::RunSimulateCommand(argc, argv);
   if (command == "train" || command == "run") {
     // No "core/": its libraries take values, read from flags in tools/.
     HelpFolders() = {"allreduce/", gradsync::kPsFlagsFile, "tools/train_flags",

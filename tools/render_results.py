@@ -132,7 +132,67 @@ def sweep_table(points):
     return "\n".join(lines)
 
 
-TABLES = {"sweep": sweep_table}
+def simulated_scaling_table(points):
+    """The table of a sweep of sim/scaling_sweep.py: per model, link and N,
+    each strategy's samples per second and scaling efficiency (compute over
+    step), the ideal beside them; '–' where the point ran past the sweep's
+    time limit or was not asked for."""
+    columns = [("ring", 0, "ring"), ("tree", 0, "tree"),
+               ("halving_doubling", 0, "halving-doubling"),
+               ("ps", 1, "PS, K=N"), ("ps", 2, "PS, K=N/2")]
+
+    def column_of(p):
+        if p["strategy"] != "ps":
+            return (p["strategy"], 0)
+        return ("ps", 1 if p["servers"] == p["workers"] else 2)
+
+    present = {column_of(p) for p in points}
+    columns = [c for c in columns if (c[0], c[1]) in present]
+    header = "| model | link | N | ideal | " + " | ".join(c[2] for c in columns) + " |"
+    lines = [header, "| --- | --- | ---: | ---: |" + " ---: |" * len(columns)]
+    cells = {}
+    ideal = {}
+    for p in points:
+        key = (p["model"], p["link"], p["workers"])
+        cells[key + column_of(p)] = p
+        if p.get("ideal_samples_per_s") is not None:
+            ideal[key] = p["ideal_samples_per_s"]
+    for key in sorted({(p["model"], p["link"], p["workers"]) for p in points},
+                      key=lambda k: (k[0], float(k[1].split("gbit")[0]), k[2])):
+        row = []
+        for strategy, kind, _ in columns:
+            p = cells.get(key + (strategy, kind))
+            if p is None or p.get("samples_per_s") is None:
+                row.append("–")
+            else:
+                row.append(f"{p['samples_per_s']:,.0f} ({100 * p['efficiency']:.0f}%)")
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]:.0f} | {number(ideal.get(key), '{:,.0f}')} | "
+                     + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def simulated_calibration_table(points):
+    """The table of sim/calibrate.py: each measured point of the emulated
+    cluster beside the simulator under CM02 and LV08 and bench's alpha-beta
+    prediction."""
+    lines = ["| strategy | N | K | measured ms (min–max) | α–β ms | CM02 ms | CM02 / measured | "
+             "LV08 ms | LV08 / measured |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    order = {"ring": 0, "ps": 1, "ps-colocated": 2}
+    for p in sorted(points, key=lambda p: (p["workers"], order.get(p["strategy"], 9),
+                                           p["servers"])):
+        k = "–" if p["strategy"] == "ring" else f"{p['servers']:.0f}"
+        lines.append(
+            f"| {strategy_label(p)} | {p['workers']:.0f} | {k} | "
+            f"{p['measured_step_ms']:.0f} ({p['measured_step_ms_min']:.0f}–"
+            f"{p['measured_step_ms_max']:.0f}) | {number(p.get('alpha_beta_step_ms'))} | "
+            f"{p['cm02_step_ms']:.0f} | {p['cm02_over_measured']:.2f} | "
+            f"{p['lv08_step_ms']:.0f} | {p['lv08_over_measured']:.2f} |")
+    return "\n".join(lines)
+
+
+TABLES = {"sweep": sweep_table, "simulated_scaling": simulated_scaling_table,
+          "simulated_calibration": simulated_calibration_table}
 
 
 # --- Rendering ----------------------------------------------------------------------------
