@@ -195,8 +195,7 @@ struct TrainedRun {
   std::vector<float> params;
   std::vector<std::vector<int>> waits;
   int finishes = 0;
-  int requests = 0, wrong_waits = 0, read_before_final = 0,
-      read_not_finite = 0;
+  int requests = 0, wrong_waits = 0, read_before_final = 0, read_not_finite = 0;
   int num_buckets = 0;
 };
 
@@ -209,18 +208,31 @@ std::vector<float> ReadFloats(const std::string& path) {
   return floats;
 }
 
+// The MLP, or with `cnn` the small CNN on 8×8 images (it asks for its
+// parameters layer by layer too, through BoundedMemoryModel).
 TrainedRun Train(bool overlap, const std::string& optimizer, int64_t steps,
-          const std::string& name) {
+                 const std::string& name, bool cnn = false) {
   SyntheticOptions data_options;
   data_options.train_size = 64;
   data_options.test_size = 16;
-  data_options.feature_dim = 8;
+  data_options.feature_dim = cnn ? 64 : 8;
   data_options.num_classes = 3;
   DatasetPair data = *MakeSynthetic(data_options);
-  MlpOptions mlp;
-  mlp.widths = {8, 6, 5, 3};
+  std::unique_ptr<Model> inner;
+  if (cnn) {
+    CnnOptions cnn_options;
+    cnn_options.input = ImageInput{1, 8, 8, 3};
+    cnn_options.conv1_channels = 2;
+    cnn_options.conv2_channels = 3;
+    cnn_options.hidden = 4;
+    inner = *CreateCnn(cnn_options);
+  } else {
+    MlpOptions mlp;
+    mlp.widths = {8, 6, 5, 3};
+    inner = *CreateMlp(mlp);
+  }
   OutOfOrderSync sync;
-  CheckingModel model(*CreateMlp(mlp), sync);
+  CheckingModel model(std::move(inner), sync);
   std::unique_ptr<Device> device = *CreateDevice(DeviceOptions{});
 
   TrainerOptions options;
@@ -254,44 +266,52 @@ TrainedRun Train(bool overlap, const std::string& optimizer, int64_t steps,
 }
 
 TEST(TrainerOverlapTest, WaitsPerBucketInForwardOrderAndReadsOnlyFinalOnes) {
-  const TrainedRun run = Train(/*overlap=*/true, "sgd", 10, "overlap_order");
-  ASSERT_TRUE(run.status.ok()) << run.status;
-  EXPECT_EQ(run.finishes, 10);
-  ASSERT_EQ(run.waits.size(), 10u);
-  // Each step's buckets waited for once each, in forward order: the first
-  // layers sit in the last bucket. Step 7 is the first epoch's last and step
-  // 9 the run's: an epoch's end drains in the same order.
-  std::vector<int> forward_order;
-  for (int b = static_cast<int>(run.waits.front().size()) - 1; b >= 0; --b)
-    forward_order.push_back(b);
-  ASSERT_GT(forward_order.size(), 2u);
-  for (size_t step = 0; step < run.waits.size(); ++step) {
-    EXPECT_EQ(run.waits[step], forward_order) << "step " << step;
+  for (const bool cnn : {false, true}) {
+    SCOPED_TRACE(cnn ? "cnn" : "mlp");
+    const TrainedRun run = Train(/*overlap=*/true, "sgd", 10,
+                                 cnn ? "order_cnn" : "order_mlp", cnn);
+    ASSERT_TRUE(run.status.ok()) << run.status;
+    EXPECT_EQ(run.finishes, 10);
+    ASSERT_EQ(run.waits.size(), 10u);
+    // Each step's buckets waited for once each, in forward order: the first
+    // layers sit in the last bucket. Step 7 is the first epoch's last and step
+    // 9 the run's: an epoch's end drains in the same order.
+    std::vector<int> forward_order;
+    for (int b = static_cast<int>(run.waits.front().size()) - 1; b >= 0; --b)
+      forward_order.push_back(b);
+    ASSERT_GT(forward_order.size(), 2u);
+    for (size_t step = 0; step < run.waits.size(); ++step) {
+      EXPECT_EQ(run.waits[step], forward_order) << "step " << step;
+    }
+    EXPECT_GT(run.requests, 0);
+    EXPECT_EQ(run.wrong_waits, 0);
+    EXPECT_EQ(run.read_before_final, 0);
+    EXPECT_EQ(run.read_not_finite, 0);
   }
-  EXPECT_GT(run.requests, 0);
-  EXPECT_EQ(run.wrong_waits, 0);
-  EXPECT_EQ(run.read_before_final, 0);
-  EXPECT_EQ(run.read_not_finite, 0);
 }
 
 TEST(TrainerOverlapTest, SameParametersAsWaitingInFinish) {
-  for (const std::string optimizer : {"sgd", "adam"}) {
-    const TrainedRun overlapped =
-        Train(/*overlap=*/true, optimizer, 11, "on_" + optimizer);
-    const TrainedRun whole = Train(/*overlap=*/false, optimizer, 11, "off_" + optimizer);
-    ASSERT_TRUE(overlapped.status.ok()) << overlapped.status;
-    ASSERT_TRUE(whole.status.ok()) << whole.status;
-    // Without overlap nothing waits per bucket; Finish completes each step.
-    for (const std::vector<int>& step : whole.waits) EXPECT_TRUE(step.empty());
-    EXPECT_EQ(whole.finishes, 11);
-    ASSERT_EQ(overlapped.params.size(), whole.params.size());
-    ASSERT_FALSE(overlapped.params.empty());
-    // Bit for bit: the optimizer's update is elementwise, so bucket by
-    // bucket it is the same arithmetic.
-    EXPECT_EQ(0, std::memcmp(overlapped.params.data(), whole.params.data(),
-                             whole.params.size() * sizeof(float)))
-        << optimizer;
-  }
+  for (const bool cnn : {false, true})
+    for (const std::string optimizer : {"sgd", "adam"}) {
+      const std::string name = absl::StrCat(optimizer, cnn ? "_cnn" : "_mlp");
+      const TrainedRun overlapped =
+          Train(/*overlap=*/true, optimizer, 11, "on_" + name, cnn);
+      const TrainedRun whole =
+          Train(/*overlap=*/false, optimizer, 11, "off_" + name, cnn);
+      ASSERT_TRUE(overlapped.status.ok()) << overlapped.status;
+      ASSERT_TRUE(whole.status.ok()) << whole.status;
+      // Without overlap nothing waits per bucket; Finish completes each step.
+      for (const std::vector<int>& step : whole.waits)
+        EXPECT_TRUE(step.empty());
+      EXPECT_EQ(whole.finishes, 11);
+      ASSERT_EQ(overlapped.params.size(), whole.params.size());
+      ASSERT_FALSE(overlapped.params.empty());
+      // Bit for bit: the optimizer's update is elementwise, so bucket by
+      // bucket it is the same arithmetic.
+      EXPECT_EQ(0, std::memcmp(overlapped.params.data(), whole.params.data(),
+                               whole.params.size() * sizeof(float)))
+          << name;
+    }
 }
 
 // One metrics line per step, written once its synchronization is final:
