@@ -208,10 +208,12 @@ std::vector<float> ReadFloats(const std::string& path) {
   return floats;
 }
 
-// The MLP, or with `cnn` the small CNN on 8×8 images (it asks for its
-// parameters layer by layer too, through BoundedMemoryModel).
+// The MLP, or with `cnn` the small CNN on 8×8 images, or with `resnet` too
+// a small ResNet with batch norm and a downsampling block (both ask for their
+// parameters layer by layer through BoundedMemoryModel).
 TrainedRun Train(bool overlap, const std::string& optimizer, int64_t steps,
-                 const std::string& name, bool cnn = false) {
+                 const std::string& name, bool cnn = false,
+                 bool resnet = false) {
   SyntheticOptions data_options;
   data_options.train_size = 64;
   data_options.test_size = 16;
@@ -219,7 +221,13 @@ TrainedRun Train(bool overlap, const std::string& optimizer, int64_t steps,
   data_options.num_classes = 3;
   DatasetPair data = *MakeSynthetic(data_options);
   std::unique_ptr<Model> inner;
-  if (cnn) {
+  if (cnn && resnet) {
+    ResNetOptions resnet_options;
+    resnet_options.input = ImageInput{1, 8, 8, 3};
+    resnet_options.blocks = {2, 1};
+    resnet_options.widths = {3, 4};
+    inner = *CreateResNet(resnet_options);
+  } else if (cnn) {
     CnnOptions cnn_options;
     cnn_options.input = ImageInput{1, 8, 8, 3};
     cnn_options.conv1_channels = 2;
@@ -266,10 +274,10 @@ TrainedRun Train(bool overlap, const std::string& optimizer, int64_t steps,
 }
 
 TEST(TrainerOverlapTest, WaitsPerBucketInForwardOrderAndReadsOnlyFinalOnes) {
-  for (const bool cnn : {false, true}) {
-    SCOPED_TRACE(cnn ? "cnn" : "mlp");
-    const TrainedRun run = Train(/*overlap=*/true, "sgd", 10,
-                                 cnn ? "order_cnn" : "order_mlp", cnn);
+  for (const std::string model : {"mlp", "cnn", "resnet"}) {
+    SCOPED_TRACE(model);
+    const TrainedRun run = Train(/*overlap=*/true, "sgd", 10, "order_" + model,
+                                 model != "mlp", model == "resnet");
     ASSERT_TRUE(run.status.ok()) << run.status;
     EXPECT_EQ(run.finishes, 10);
     ASSERT_EQ(run.waits.size(), 10u);
@@ -291,13 +299,14 @@ TEST(TrainerOverlapTest, WaitsPerBucketInForwardOrderAndReadsOnlyFinalOnes) {
 }
 
 TEST(TrainerOverlapTest, SameParametersAsWaitingInFinish) {
-  for (const bool cnn : {false, true})
+  for (const std::string model : {"mlp", "cnn", "resnet"})
     for (const std::string optimizer : {"sgd", "adam"}) {
-      const std::string name = absl::StrCat(optimizer, cnn ? "_cnn" : "_mlp");
+      const std::string name = absl::StrCat(optimizer, "_", model);
+      const bool cnn = model != "mlp", resnet = model == "resnet";
       const TrainedRun overlapped =
-          Train(/*overlap=*/true, optimizer, 11, "on_" + name, cnn);
+          Train(/*overlap=*/true, optimizer, 11, "on_" + name, cnn, resnet);
       const TrainedRun whole =
-          Train(/*overlap=*/false, optimizer, 11, "off_" + name, cnn);
+          Train(/*overlap=*/false, optimizer, 11, "off_" + name, cnn, resnet);
       ASSERT_TRUE(overlapped.status.ok()) << overlapped.status;
       ASSERT_TRUE(whole.status.ok()) << whole.status;
       // Without overlap nothing waits per bucket; Finish completes each step.
