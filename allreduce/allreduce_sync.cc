@@ -209,15 +209,14 @@ absl::Status AllReduceSync::WaitBucket(int bucket) {
   std::unique_lock<std::mutex> lock(mu_);
   if (bucket < 0 || bucket >= static_cast<int>(reduced_.size()) ||
       !step_buckets_.ready(bucket)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        entry_.name, ": WaitBucket(", bucket, ") of step ",
-        step_buckets_.step(), ", which was not handed over"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(entry_.name, ": WaitBucket(", bucket, ") of step ",
+                     step_buckets_.step(), ", which was not handed over"));
   }
   // No deadline of its own, as in Finish: the all-reduce under way fails
   // when a peer stalls for --timeout_s and sets error_.
-  changed_.wait(lock, [this, bucket] {
-    return reduced_[bucket] || !error_.ok();
-  });
+  changed_.wait(lock,
+                [this, bucket] { return reduced_[bucket] || !error_.ok(); });
   if (reduced_[bucket]) return absl::OkStatus();
   const absl::Status error = error_;
   lock.unlock();

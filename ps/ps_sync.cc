@@ -557,9 +557,9 @@ absl::Status PsSync::WaitBucket(int bucket) {
   }
   if (bucket < 0 || bucket >= static_cast<int>(buckets_.size()) ||
       !step_buckets_.ready(bucket)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        self(), ": WaitBucket(", bucket, ") of step ", step_buckets_.step(),
-        ", which was not handed over"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(self(), ": WaitBucket(", bucket, ") of step ",
+                     step_buckets_.step(), ", which was not handed over"));
   }
   {
     // On the CPU the bucket's calls started inline in BucketReady.

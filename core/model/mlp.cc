@@ -180,7 +180,8 @@ absl::Status Mlp::RunForward(const float* inputs, int batch,
                              const ParamsNeededCallback& needed) {
   const float* previous = inputs;
   for (int layer = 1; layer <= num_layers_; ++layer) {
-    if (needed) RETURN_IF_ERROR(needed(WeightIndex(layer), BiasIndex(layer) + 1));
+    if (needed)
+      RETURN_IF_ERROR(needed(WeightIndex(layer), BiasIndex(layer) + 1));
     const int in = widths_[layer - 1];
     const int out = widths_[layer];
     float* z = outputs_[layer];

@@ -458,11 +458,12 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   const double straggle_ms =
       SlownessDelayMs(options_.slowness, id_.rank, step_);
   StepMarks& marks = step_marks_;
-  ASSIGN_OR_RETURN(StepCoreResult core,
-                   StepCore(indices, first, rows, epoch, straggle_ms,
-                            absl::StrCat("worker ", id_.rank, " step ", step_),
-                            timeline, start, marks,
-                            options_.overlap_next_forward && per_bucket_waits_));
+  ASSIGN_OR_RETURN(
+      StepCoreResult core,
+      StepCore(indices, first, rows, epoch, straggle_ms,
+               absl::StrCat("worker ", id_.rank, " step ", step_), timeline,
+               start, marks,
+               options_.overlap_next_forward && per_bucket_waits_));
   const double step_ms = MillisSince(start);
   const float loss = core.loss;
   if (!std::isfinite(loss)) {
@@ -596,10 +597,9 @@ absl::Status Trainer::DrainPendingStepAt(Clock::time_point end) {
 }
 
 absl::StatusOr<Trainer::StepCoreResult> Trainer::StepCore(
-    const std::vector<int64_t>& indices, int64_t first, int rows,
-    int64_t epoch, double straggle_ms, const std::string& what,
-    StepTimeline& timeline, Clock::time_point start, StepMarks& marks,
-    bool overlap) {
+    const std::vector<int64_t>& indices, int64_t first, int rows, int64_t epoch,
+    double straggle_ms, const std::string& what, StepTimeline& timeline,
+    Clock::time_point start, StepMarks& marks, bool overlap) {
   forward_wait_ms_ = 0;
   // The step's marks on both clocks (step_timing.h); per-tensor marks only
   // where the step is traced.
@@ -661,8 +661,8 @@ absl::StatusOr<Trainer::StepCoreResult> Trainer::StepCore(
   }
   timeline.DataLoaded();
   mark(kComputeStartMark, marks.compute_start);
-  RETURN_IF_ERROR(model_.ForwardBackwardLayerwise(inputs_, labels_, rows,
-                                                  loss_, needed, ready));
+  RETURN_IF_ERROR(model_.ForwardBackwardLayerwise(inputs_, labels_, rows, loss_,
+                                                  needed, ready));
   RETURN_IF_ERROR(order_status);
   mark(kComputeEndMark, marks.compute_end);
   timeline.ComputeDone();
@@ -726,12 +726,12 @@ absl::StatusOr<double> Trainer::TrialStepMs(const TrainingSnapshot& saved) {
       std::min<int64_t>(options_.batch_size, sampler_->num_samples() - first));
   const Clock::time_point start = Clock::now();
   StepTimeline untraced(nullptr, static_cast<int>(bucket_pending_.size()));
-  RETURN_IF_ERROR(StepCore(indices, first, rows, start_epoch_,
-                           /*straggle_ms=*/0,
-                           absl::StrCat("worker ", id_.rank,
-                                        " --autotune trial step"),
-                           untraced, start, step_marks_, /*overlap=*/false)
-                      .status());
+  RETURN_IF_ERROR(
+      StepCore(indices, first, rows, start_epoch_,
+               /*straggle_ms=*/0,
+               absl::StrCat("worker ", id_.rank, " --autotune trial step"),
+               untraced, start, step_marks_, /*overlap=*/false)
+          .status());
   const double ms = MillisSince(start);
   RETURN_IF_ERROR(RestoreSnapshot(saved, device_, params_, *optimizer_, model_));
   return ms;

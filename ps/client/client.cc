@@ -69,7 +69,7 @@ class PsClient::Impl {
    protected:
     Impl* const client_;
     const int server_;
-    const int bucket_;  // the push's or pull's; -1 for other calls
+    const int bucket_;        // the push's or pull's; -1 for other calls
     const std::string what_;  // "push of bucket 2 (keys 3 4) to server 1 at
                               // 127.0.0.1:4100, step 7"
     grpc::ClientContext context_;
@@ -261,11 +261,10 @@ class PsClient::Impl::PushCall
   PushCall(Impl* client, int server, int bucket, int64_t step,
            std::vector<const PsKey*> keys, const float* src,
            const std::vector<std::string>* encoded)
-      : Call(
-            client, server,
-            absl::StrCat("push of bucket ", bucket, " (keys ", KeyList(keys),
-                         ") to ", client->ServerName(server), ", step ", step),
-            bucket),
+      : Call(client, server,
+             absl::StrCat("push of bucket ", bucket, " (keys ", KeyList(keys),
+                          ") to ", client->ServerName(server), ", step ", step),
+             bucket),
         step_(step),
         keys_(std::move(keys)),
         src_(src),
