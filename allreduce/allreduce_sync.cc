@@ -60,6 +60,7 @@ absl::Status AllReduceSync::Setup(const ParamLayout& layout, Device& device,
                                                context_.timeout));
   SetSpans(layout);
   step_buckets_.Reset(static_cast<int>(buckets_.size()));
+  reduced_.assign(buckets_.size(), false);
   RETURN_IF_ERROR(error_feedback_.Setup(layout.total_numel(), schedule_));
   steps_done_ = schedule_.start_step;
 
@@ -191,8 +192,35 @@ void AllReduceSync::CommunicationLoop() {
                                span.numel * 4, " bytes)"));
     }
     ++completed_;
+    if (status.ok()) reduced_[bucket] = true;
     changed_.notify_all();
   }
+}
+
+absl::Status AllReduceSync::WaitBucket(int bucket) {
+  if (!algorithm_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(entry_.name, ": WaitBucket before Setup"));
+  }
+  if (staging_->is_mirror()) {
+    return absl::UnimplementedError(absl::StrCat(
+        entry_.name, ": on a GPU a bucket reaches the device with the step"));
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (bucket < 0 || bucket >= static_cast<int>(reduced_.size()) ||
+      !step_buckets_.ready(bucket)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(entry_.name, ": WaitBucket(", bucket, ") of step ",
+                     step_buckets_.step(), ", which was not handed over"));
+  }
+  // No deadline of its own, as in Finish: the all-reduce under way fails
+  // when a peer stalls for --timeout_s and sets error_.
+  changed_.wait(lock,
+                [this, bucket] { return reduced_[bucket] || !error_.ok(); });
+  if (reduced_[bucket]) return absl::OkStatus();
+  const absl::Status error = error_;
+  lock.unlock();
+  return ExplainStepFailure(context_.rendezvous, error);
 }
 
 absl::Status AllReduceSync::Finish(StepStats& stats) {
@@ -230,6 +258,7 @@ absl::Status AllReduceSync::Finish(StepStats& stats) {
   allreduce_ms_ = 0;
   codec_ms_ = 0;
   completed_ = 0;
+  std::fill(reduced_.begin(), reduced_.end(), false);
   step_buckets_.NextStep();
   const int64_t steps_done = ++steps_done_;
   lock.unlock();
@@ -257,6 +286,7 @@ absl::Status AllReduceSync::Rebucket(const ParamLayout& layout) {
   }
   staging_ = std::move(staging);
   SetSpans(layout);
+  reduced_.assign(buckets_.size(), false);
   step_buckets_.Reset(static_cast<int>(buckets_.size()), step_buckets_.step());
   return absl::OkStatus();
 }

@@ -10,6 +10,7 @@
 //                                             │   algorithm, or all-gather
 //                                             │   and sum (codecs, rows)
 //   trainer <── Finish() waits ── completed ──┘
+//   (next forward <── WaitBucket(b) waits for b alone, on the CPU)
 //
 // BucketReady(b) only queues bucket b for a communication thread; that thread
 // all-reduces the buckets in the order they became ready, which is the same on
@@ -85,6 +86,10 @@ class AllReduceSync : public GradientSync {
                      const SyncBuffers& buffers) override;
   void BucketReady(int bucket) override;
   absl::Status Finish(StepStats& stats) override;
+  // On the CPU: returns once the communication thread has reduced `bucket`
+  // in place. On a GPU the results reach the device only through the step's
+  // FinishStep, so it is Unimplemented there and the trainer uses Finish.
+  absl::Status WaitBucket(int bucket) override;
   absl::Status Rebucket(const ParamLayout& layout) override;
   absl::Status Shutdown() override;
   std::string SummaryJson() const override;
@@ -122,6 +127,7 @@ class AllReduceSync : public GradientSync {
   std::deque<int> queue_;
   StepBuckets step_buckets_{"ring"};  // this step: BucketReady seen
   int completed_ = 0;                 // this step
+  std::vector<bool> reduced_;         // this step, per bucket: result final
   double allreduce_ms_ = 0;           // this step, on the communication thread
   double codec_ms_ = 0;               // this step: encoding and decoding
   int64_t steps_done_ = 0;            // global steps finished

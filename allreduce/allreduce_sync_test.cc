@@ -150,6 +150,79 @@ TEST_P(AllReduceSyncTest, EveryWorkerGetsTheExactAverageEveryStep) {
   ExpectEveryRankOk(results, problems);
 }
 
+// The trainer's next forward waits per bucket, first layers first: each
+// bucket's average is in place when its WaitBucket returns, before Finish.
+TEST(AllReduceSyncWaitBucketTest, EachBucketIsAveragedWhenItsWaitReturns) {
+  const int n = 3;
+  auto layout = TestLayout();
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const int num_buckets = static_cast<int>(layout->buckets().size());
+  const int64_t total = layout->total_numel();
+  auto cluster = TransportTestCluster::Start(n);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<std::string> problems(n);
+  std::vector<absl::Status> results = (*cluster)->RunOnEveryRank([&](int rank) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
+                     CreateDevice(DeviceOptions{}));
+    ASSIGN_OR_RETURN(float* grads, device->Allocate<float>(total));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<GradientSync> sync,
+        GradientSyncRegistry::Create("ring", ContextFor(**cluster, rank)));
+    RETURN_IF_ERROR(sync->Setup(*layout, *device, SyncBuffers{grads, nullptr}));
+    for (int step = 0; step < 2; ++step) {
+      for (int64_t i = 0; i < total; ++i) grads[i] = Gradient(step, rank, i);
+      for (int b = 0; b < num_buckets; ++b) sync->BucketReady(b);
+      for (int b = num_buckets - 1; b >= 0; --b) {
+        RETURN_IF_ERROR(sync->WaitBucket(b));
+        const Bucket& bucket = layout->buckets()[b];
+        for (int64_t i = bucket.offset; i < bucket.offset + bucket.numel;
+             ++i) {
+          int sum = 0;
+          for (int r = 0; r < n; ++r)
+            sum += static_cast<int>(Gradient(step, r, i));
+          const float want = static_cast<float>(sum) * (1.0f / n);
+          if (grads[i] != want && problems[rank].empty()) {
+            problems[rank] = absl::StrCat("step ", step, " bucket ", b,
+                                          " element ", i, ": ", grads[i],
+                                          " want ", want);
+          }
+        }
+      }
+      StepStats stats;
+      RETURN_IF_ERROR(sync->Finish(stats));
+    }
+    return sync->Shutdown();
+  });
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank];
+    EXPECT_EQ(problems[rank], "") << "rank " << rank;
+  }
+}
+
+TEST(AllReduceSyncWaitBucketTest, ABucketNotHandedOverIsAnError) {
+  auto layout = TestLayout();
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  auto device = CreateDevice(DeviceOptions{});
+  ASSERT_TRUE(device.ok()) << device.status();
+  std::vector<float> grads(layout->total_numel(), 1.0f);
+  SyncContext context;  // one worker: no coordinator needed
+  auto sync = GradientSyncRegistry::Create("ring", context);
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  ASSERT_TRUE((*sync)
+                  ->Setup(*layout, **device, SyncBuffers{grads.data(), nullptr})
+                  .ok());
+  (*sync)->BucketReady(0);
+  EXPECT_TRUE((*sync)->WaitBucket(0).ok());
+  const absl::Status status = (*sync)->WaitBucket(1);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("WaitBucket(1)"));
+  for (int b = 1; b < static_cast<int>(layout->buckets().size()); ++b)
+    (*sync)->BucketReady(b);
+  StepStats stats;
+  const absl::Status finished = (*sync)->Finish(stats);
+  EXPECT_TRUE(finished.ok()) << finished;
+}
+
 // --autotune regroups the buckets between steps; the averages stay exact
 // and the new buckets are the ones that must be handed over.
 TEST(AllReduceSyncRebucketTest, AfterRebucketTheNewBucketsAreAveraged) {

@@ -133,6 +133,18 @@ void HybridSync::BucketReady(int bucket) {
   parts_[target.part].sync->BucketReady(target.bucket);
 }
 
+absl::Status HybridSync::WaitBucket(int bucket) {
+  if (bucket < 0 || bucket >= static_cast<int>(targets_.size())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--sync=hybrid: WaitBucket(", bucket, ") outside the layout's ",
+        targets_.size(), " buckets"));
+  }
+  const BucketTarget& target = targets_[bucket];
+  Part& part = parts_[target.part];
+  return Annotate(part.sync->WaitBucket(target.bucket),
+                  absl::StrCat("--sync=hybrid, ", part.name, " part"));
+}
+
 absl::Status HybridSync::Finish(StepStats& stats) {
   // Both parts are always waited for, so that neither is left mid-step.
   absl::Status first_error;

@@ -9,9 +9,9 @@
 // the row-sparse parameters must be consecutive at one end of the parameter
 // list (a model's table is its first parameter, which puts it at the start of
 // the buffer and in the last bucket), so that both parts are contiguous
-// spans; any other arrangement is refused with its reason. BucketReady maps a
-// bucket to its part; Finish waits for both; StepStats add up; the summary
-// names both.
+// spans; any other arrangement is refused with its reason. BucketReady and
+// WaitBucket map a bucket to its part; Finish waits for both; StepStats add
+// up; the summary names both.
 #pragma once
 
 #include <memory>
@@ -36,6 +36,9 @@ class HybridSync : public GradientSync {
                      const SyncBuffers& buffers) override;
   void BucketReady(int bucket) override;
   absl::Status Finish(StepStats& stats) override;
+  // The bucket's part waits for it; Unimplemented when that part cannot
+  // (the trainer then waits for the whole step in Finish).
+  absl::Status WaitBucket(int bucket) override;
   absl::Status Rebucket(const ParamLayout& layout) override;
   bool ReplicasMayDiffer() const override;
   absl::Status Shutdown() override;

@@ -48,6 +48,11 @@ class PsSync : public GradientSync {
                      const SyncBuffers& buffers) override;
   void BucketReady(int bucket) override;
   absl::Status Finish(StepStats& stats) override;
+  // On the CPU: waits for the bucket's pushes and pulls alone (the keys are
+  // pipelined per bucket already) and, with the optimizer on the servers,
+  // copies its new parameters into place. On a GPU the results reach the
+  // device with the step's upload: Unimplemented, the trainer uses Finish.
+  absl::Status WaitBucket(int bucket) override;
   absl::Status Rebucket(const ParamLayout& layout) override;
   void SetTrainingSchedule(const TrainingSchedule& schedule) override {
     schedule_ = schedule;
@@ -538,6 +543,40 @@ absl::Status PsSync::Finish(StepStats& stats) {
   step_buckets_.NextStep();
   // This step's residual, saved when the trainer checkpoints at it.
   return Annotate(error_feedback_->AfterStep(step_buckets_.step()), self());
+}
+
+absl::Status PsSync::WaitBucket(int bucket) {
+  if (client_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(self(), ": WaitBucket before Setup"));
+  }
+  if (grad_staging_->is_mirror() ||
+      (param_staging_ != nullptr && param_staging_->is_mirror())) {
+    return absl::UnimplementedError(absl::StrCat(
+        self(), ": on a GPU a bucket reaches the device with the step"));
+  }
+  if (bucket < 0 || bucket >= static_cast<int>(buckets_.size()) ||
+      !step_buckets_.ready(bucket)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(self(), ": WaitBucket(", bucket, ") of step ",
+                     step_buckets_.step(), ", which was not handed over"));
+  }
+  {
+    // On the CPU the bucket's calls started inline in BucketReady.
+    std::lock_guard<std::mutex> lock(started_mu_);
+    if (!bucket_error_.ok()) return bucket_error_;
+  }
+  absl::Status status = client_->WaitBucket(bucket);
+  if (absl::IsUnavailable(status) || absl::IsCancelled(status)) {
+    status = ExplainStepFailure(context_.rendezvous, status);
+  }
+  RETURN_IF_ERROR(status);
+  if (options_.update_mode == ps::UPDATE_SERVER) {
+    const Bucket& info = buckets_[bucket];
+    std::memcpy(buffers_.params + info.offset, staging_.data() + info.offset,
+                static_cast<size_t>(info.numel) * sizeof(float));
+  }
+  return absl::OkStatus();
 }
 
 // The servers know keys, not buckets: a new bucket cap only regroups the

@@ -26,6 +26,7 @@ struct Record {
   std::vector<int64_t> bucket_offsets;
   float* grads = nullptr;
   std::vector<int> ready;
+  std::vector<int> waited;
   int finishes = 0;
 };
 
@@ -43,6 +44,13 @@ class RecordingSync : public GradientSync {
     return absl::OkStatus();
   }
   void BucketReady(int bucket) override { record_->ready.push_back(bucket); }
+  // The sparse part ("ps", 100 bytes) waits per bucket; the dense one keeps
+  // the default.
+  absl::Status WaitBucket(int bucket) override {
+    if (bytes_ != 100) return GradientSync::WaitBucket(bucket);
+    record_->waited.push_back(bucket);
+    return absl::OkStatus();
+  }
   absl::Status Finish(StepStats& stats) override {
     ++record_->finishes;
     stats.bytes_sent = bytes_;
@@ -115,6 +123,31 @@ TEST(HybridSyncTest, TableLastGoesToTheServersFromItsOffset) {
   h.sync->BucketReady(1);
   EXPECT_THAT(h.sparse.ready, ElementsAre(0));
   EXPECT_THAT(h.dense.ready, ElementsAre(0));
+}
+
+// The trainer's next forward waits per bucket: each wait reaches the
+// bucket's part, and a part without per-bucket waits says so, naming itself,
+// so the trainer falls back to Finish.
+TEST(HybridSyncTest, WaitBucketGoesToTheBucketsPart) {
+  const ParamLayout layout = *ParamLayout::Create(
+      {{"table", {10, 4}, 4}, {"w", {4, 4}}, {"b", {4}}}, 64);
+  ASSERT_EQ(layout.buckets().size(), 3u);
+  std::vector<float> grads(layout.total_numel());
+  std::vector<float> params(layout.total_numel());
+  Hybrid h;
+  ASSERT_TRUE(
+      h.sync->Setup(layout, AnyDevice(), {grads.data(), params.data()}).ok());
+  for (int b = 0; b < 3; ++b) h.sync->BucketReady(b);
+  // The table, first in forward, is the last bucket.
+  EXPECT_TRUE(h.sync->WaitBucket(2).ok());
+  EXPECT_THAT(h.sparse.waited, ElementsAre(0));
+  const absl::Status dense = h.sync->WaitBucket(0);
+  EXPECT_EQ(dense.code(), absl::StatusCode::kUnimplemented) << dense;
+  EXPECT_THAT(std::string(dense.message()), HasSubstr("ring part"));
+  EXPECT_EQ(h.sync->WaitBucket(3).code(),
+            absl::StatusCode::kFailedPrecondition);
+  StepStats stats;
+  EXPECT_TRUE(h.sync->Finish(stats).ok());
 }
 
 TEST(HybridSyncTest, AFailingPartIsNamedAndTheOtherStillFinishes) {

@@ -55,6 +55,10 @@ struct Case {
   int servers;
   std::vector<std::string> flags;        // the distributed run only
   std::vector<std::string> shared = {};  // both runs (optimizer choice)
+  // --check_params_every=1 completes every step before the next begins;
+  // without it the next forward starts per bucket (--overlap_next_forward),
+  // and the replicas are still compared after the last step.
+  bool check_every_step = true;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -82,7 +86,7 @@ TEST_P(StrategyEquivalenceTest, MatchesSingleWorkerWithNTimesTheBatch) {
                                   "--job_deadline_s=200",
                                   "--"};
   job.push_back(absl::StrCat("--batch_size=", kBatch));
-  job.push_back("--check_params_every=1");
+  if (c.check_every_step) job.push_back("--check_params_every=1");
   job.push_back("--dump_params=" + dir + "/dist");
   for (const auto& f : ModelFlags()) job.push_back(f);
   for (const auto& f : c.flags) job.push_back(f);
@@ -144,7 +148,34 @@ INSTANTIATE_TEST_SUITE_P(
              2,
              2,
              {"--sync=ps", "--ps_update=server"},
-             {"--optimizer=adam", "--lr=0.001"}}),
+             {"--optimizer=adam", "--lr=0.001"}},
+        // The next forward starting per bucket, on every step.
+        Case{"ring_3_overlap", 3, 0, {"--sync=ring"}, {}, false},
+        Case{"ring_4_adam_overlap",
+             4,
+             0,
+             {"--sync=ring"},
+             {"--optimizer=adam", "--lr=0.001"},
+             false},
+        Case{"tree_5_overlap", 5, 0, {"--sync=tree"}, {}, false},
+        Case{"ps_worker_update_4x2_overlap",
+             4,
+             2,
+             {"--sync=ps", "--ps_update=worker"},
+             {},
+             false},
+        Case{"ps_server_update_3x2_overlap",
+             3,
+             2,
+             {"--sync=ps", "--ps_update=server"},
+             {},
+             false},
+        Case{"ring_3_no_overlap",
+             3,
+             0,
+             {"--sync=ring", "--overlap_next_forward=false"},
+             {},
+             false}),
     CaseName);
 
 }  // namespace

@@ -141,6 +141,13 @@ ABSL_FLAG(bool, autotune, false,
           "--ps_consistency=ssp|asp (docs/compare.md)");
 ABSL_FLAG(int, autotune_steps, 3,
           "--autotune: timed steps per trial (after one untimed)");
+ABSL_FLAG(bool, overlap_next_forward, true,
+          "start the next step's forward as soon as the buckets its first "
+          "layers read are synchronized and updated, instead of after the "
+          "whole synchronization (strategies that cannot tell one bucket's "
+          "completion wait for all, as with false); the same parameters "
+          "either way. A step's sync_wait_ms is then the time the following "
+          "forward waits for it (core/train/trainer.h)");
 ABSL_FLAG(std::string, optimizer, "sgd", "sgd or adam");
 ABSL_FLAG(double, lr, 0.05, "learning rate (before --lr_scaling)");
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
@@ -229,6 +236,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
         "--augment_padding=", o.augmentation.padding, " must be >= 0"));
   }
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  o.overlap_next_forward = absl::GetFlag(FLAGS_overlap_next_forward);
   o.sync = absl::GetFlag(FLAGS_sync);
   ASSIGN_OR_RETURN(o.compression,
                    CompressionSpec::Parse(absl::GetFlag(FLAGS_compression)));

@@ -28,6 +28,19 @@ absl::Status BoundedMemoryModel::Bind(Device& device, const ParamLayout& layout,
 absl::Status BoundedMemoryModel::ForwardBackward(
     const float* inputs, const int32_t* labels, int batch, float* device_loss,
     const GradReadyCallback& ready) {
+  return ForwardBackwardLayerwise(inputs, labels, batch, device_loss, nullptr,
+                                  ready);
+}
+
+bool BoundedMemoryModel::NeedParams(int first, int end) {
+  if (needed_ == nullptr || !*needed_) return true;
+  if (needed_status_.ok()) needed_status_ = (*needed_)(first, end);
+  return needed_status_.ok();
+}
+
+absl::Status BoundedMemoryModel::ForwardBackwardLayerwise(
+    const float* inputs, const int32_t* labels, int batch, float* device_loss,
+    const ParamsNeededCallback& needed, const GradReadyCallback& ready) {
   if (!bound_) {
     return absl::FailedPreconditionError(
         absl::StrCat(name(), ": Bind() must be called before running"));
@@ -43,7 +56,16 @@ absl::Status BoundedMemoryModel::ForwardBackward(
   }
   static const GradReadyCallback* const kIgnore =
       new GradReadyCallback([](int) {});
+  // A model whose forward does not ask per layer gets every parameter
+  // before it starts.
+  if (needed && !AsksForParamsPerLayer()) {
+    RETURN_IF_ERROR(needed(0, static_cast<int>(ParamSpecs().size())));
+  }
+  needed_ = AsksForParamsPerLayer() ? &needed : nullptr;
+  needed_status_ = absl::OkStatus();
   RunForward(inputs, batch, /*training=*/true);
+  needed_ = nullptr;
+  if (!needed_status_.ok()) return needed_status_;
   RunBackward(inputs, labels, batch, device_loss, ready ? ready : *kIgnore);
   return absl::OkStatus();
 }

@@ -31,6 +31,12 @@ class BoundedMemoryModel : public Model {
   absl::Status ForwardBackward(const float* inputs, const int32_t* labels,
                                int batch, float* device_loss,
                                const GradReadyCallback& ready) final;
+  // RunForward asks for its layers' parameters through NeedParams.
+  absl::Status ForwardBackwardLayerwise(const float* inputs,
+                                        const int32_t* labels, int batch,
+                                        float* device_loss,
+                                        const ParamsNeededCallback& needed,
+                                        const GradReadyCallback& ready) final;
   absl::Status Forward(const float* inputs, int batch,
                        const float** logits) final;
 
@@ -57,6 +63,14 @@ class BoundedMemoryModel : public Model {
   int rows_in_memory() const { return rows_; }
   float* param(int index) { return pointers_.params[index]; }
   float* grad(int index) { return pointers_.grads[index]; }
+  // True when RunForward calls NeedParams before each layer, covering every
+  // parameter; otherwise all of them are asked for before it runs.
+  virtual bool AsksForParamsPerLayer() const { return false; }
+  // RunForward, before a layer reads parameters [first, end): true once
+  // they may be read; false when the wait failed (the pass then stops,
+  // and ForwardBackwardLayerwise returns the error before backward). True
+  // at once outside ForwardBackwardLayerwise.
+  bool NeedParams(int first, int end);
   // [rows_in_memory() × num_classes()]: RunForward's logits.
   float* logits() { return logits_; }
 
@@ -70,6 +84,9 @@ class BoundedMemoryModel : public Model {
   ParamPointers pointers_;
   float* logits_ = nullptr;
   float* all_logits_ = nullptr;  // [max_batch × classes], Forward's result
+  // During ForwardBackwardLayerwise: its callback, and the first failure.
+  const ParamsNeededCallback* needed_ = nullptr;
+  absl::Status needed_status_;
 };
 
 }  // namespace gradsync

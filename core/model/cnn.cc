@@ -94,6 +94,7 @@ class Cnn : public BoundedMemoryModel {
   absl::Status BindLayers(Device& device) override;
   // No batch norm: training and evaluation run the same forward pass.
   void RunForward(const float* inputs, int images, bool training) override;
+  bool AsksForParamsPerLayer() const override { return true; }
   void RunBackward(const float* inputs, const int32_t* labels, int batch,
                    float* device_loss, const GradReadyCallback& ready) override;
   ConvGeometry Conv1Geometry(int images) const {
@@ -207,20 +208,24 @@ void Cnn::InitParams(uint64_t seed, const ParamLayout& layout,
 void Cnn::RunForward(const float* inputs, int images, bool /*training*/) {
   Device& d = device();
   const ConvGeometry g1 = Conv1Geometry(images);
+  if (!NeedParams(kConv1Weight, kConv1Bias + 1)) return;
   conv1_.Forward(inputs, g1, conv1_out_);
   d.ReluForward(conv1_out_, g1.column_rows() * options_.conv1_channels);
   const PoolGeometry p1 = Pool(pool1_, images);
   pool_.Forward(d, conv1_out_, p1, pool1_out_, pool1_where_);
   const ConvGeometry g2 = Conv2Geometry(images);
+  if (!NeedParams(kConv2Weight, kConv2Bias + 1)) return;
   conv2_.Forward(pool1_out_, g2, conv2_out_);
   d.ReluForward(conv2_out_, g2.column_rows() * options_.conv2_channels);
   const PoolGeometry p2 = Pool(pool2_, images);
   pool_.Forward(d, conv2_out_, p2, pool2_out_, pool2_where_);
+  if (!NeedParams(kFc1Weight, kFc1Bias + 1)) return;
   d.Gemm(false, true, images, options_.hidden, features_, 1.0f, pool2_out_,
          param(kFc1Weight), 0.0f, hidden_);
   d.AddRowBias(hidden_, param(kFc1Bias), images, options_.hidden);
   d.ReluForward(hidden_, int64_t{images} * options_.hidden);
   const int classes = options_.input.num_classes;
+  if (!NeedParams(kFc2Weight, kFc2Bias + 1)) return;
   d.Gemm(false, true, images, classes, options_.hidden, 1.0f, hidden_,
          param(kFc2Weight), 0.0f, logits());
   d.AddRowBias(logits(), param(kFc2Bias), images, classes);

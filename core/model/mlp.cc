@@ -80,6 +80,10 @@ class Mlp : public Model {
   absl::Status ForwardBackward(const float* inputs, const int32_t* labels,
                                int batch, float* device_loss,
                                const GradReadyCallback& ready) override;
+  absl::Status ForwardBackwardLayerwise(
+      const float* inputs, const int32_t* labels, int batch, float* device_loss,
+      const ParamsNeededCallback& needed,
+      const GradReadyCallback& ready) override;
   absl::Status Forward(const float* inputs, int batch,
                        const float** logits) override;
 
@@ -89,8 +93,10 @@ class Mlp : public Model {
   static int BiasIndex(int layer) { return 2 * (layer - 1) + 1; }
 
   absl::Status CheckBatch(const float* inputs, int batch) const;
-  // Runs the forward pass, leaving every layer's output in outputs_.
-  void RunForward(const float* inputs, int batch);
+  // Runs the forward pass, leaving every layer's output in outputs_; asks
+  // `needed` (when set) for each layer's weight and bias before using them.
+  absl::Status RunForward(const float* inputs, int batch,
+                          const ParamsNeededCallback& needed);
 
   const std::vector<int> widths_;
   const int num_layers_;
@@ -170,9 +176,12 @@ absl::Status Mlp::CheckBatch(const float* inputs, int batch) const {
   return absl::OkStatus();
 }
 
-void Mlp::RunForward(const float* inputs, int batch) {
+absl::Status Mlp::RunForward(const float* inputs, int batch,
+                             const ParamsNeededCallback& needed) {
   const float* previous = inputs;
   for (int layer = 1; layer <= num_layers_; ++layer) {
+    if (needed)
+      RETURN_IF_ERROR(needed(WeightIndex(layer), BiasIndex(layer) + 1));
     const int in = widths_[layer - 1];
     const int out = widths_[layer];
     float* z = outputs_[layer];
@@ -182,17 +191,27 @@ void Mlp::RunForward(const float* inputs, int batch) {
     if (layer < num_layers_) device_->ReluForward(z, int64_t{batch} * out);
     previous = z;
   }
+  return absl::OkStatus();
 }
 
 absl::Status Mlp::ForwardBackward(const float* inputs, const int32_t* labels,
                                   int batch, float* device_loss,
                                   const GradReadyCallback& ready) {
+  return ForwardBackwardLayerwise(inputs, labels, batch, device_loss, nullptr,
+                                  ready);
+}
+
+absl::Status Mlp::ForwardBackwardLayerwise(const float* inputs,
+                                           const int32_t* labels, int batch,
+                                           float* device_loss,
+                                           const ParamsNeededCallback& needed,
+                                           const GradReadyCallback& ready) {
   RETURN_IF_ERROR(CheckBatch(inputs, batch));
   if (labels == nullptr || device_loss == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(name(), ": ForwardBackward needs labels and a loss slot"));
   }
-  RunForward(inputs, batch);
+  RETURN_IF_ERROR(RunForward(inputs, batch, needed));
 
   int current = 0;  // delta_[current] holds dz of the layer being processed
   device_->SoftmaxCrossEntropy(outputs_[num_layers_], labels, batch,
@@ -231,7 +250,7 @@ absl::Status Mlp::Forward(const float* inputs, int batch,
     return absl::InvalidArgumentError(
         absl::StrCat(name(), ": null logits slot"));
   }
-  RunForward(inputs, batch);
+  RETURN_IF_ERROR(RunForward(inputs, batch, nullptr));
   *logits = outputs_[num_layers_];
   return absl::OkStatus();
 }

@@ -21,6 +21,11 @@ namespace gradsync {
 // is final for this step.
 using GradReadyCallback = std::function<void(int param)>;
 
+// Called before forward first reads parameters [first, end) (indices into
+// ParamLayout::params()); returns once they may be read, or why not.
+using ParamsNeededCallback =
+    std::function<absl::Status(int first_param, int end_param)>;
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -49,6 +54,22 @@ class Model {
                                        const int32_t* labels, int batch,
                                        float* device_loss,
                                        const GradReadyCallback& ready) = 0;
+
+  // ForwardBackward that asks for its parameters layer by layer as forward
+  // reaches them, so the trainer can let the first layers run while the
+  // previous step's later buckets are still being synchronized. Every
+  // parameter is asked for before backward writes any gradient. The default
+  // asks for all of them at once, which is correct for every model; a model
+  // overrides it to ask per layer.
+  virtual absl::Status ForwardBackwardLayerwise(
+      const float* inputs, const int32_t* labels, int batch, float* device_loss,
+      const ParamsNeededCallback& needed, const GradReadyCallback& ready) {
+    if (needed) {
+      absl::Status status = needed(0, static_cast<int>(ParamSpecs().size()));
+      if (!status.ok()) return status;
+    }
+    return ForwardBackward(inputs, labels, batch, device_loss, ready);
+  }
 
   // Forward only, in evaluation mode (batch normalisation with its running
   // statistics); leaves logits [batch × num_classes] in *logits (device

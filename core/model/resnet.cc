@@ -95,6 +95,15 @@ class ResNet : public BoundedMemoryModel {
 
   absl::Status BindLayers(Device& device) override;
   void RunForward(const float* inputs, int images, bool training) override;
+  bool AsksForParamsPerLayer() const override { return true; }
+  // NeedParams for one layer's parameters.
+  bool Need(const ConvLayer& layer) {
+    return NeedParams(layer.weight, layer.weight + 1);
+  }
+  bool Need(const NormLayer& layer) {
+    return NeedParams(std::min(layer.weight, layer.bias),
+                      std::max(layer.weight, layer.bias) + 1);
+  }
   void RunBackward(const float* inputs, const int32_t* labels, int batch,
                    float* device_loss, const GradReadyCallback& ready) override;
   void Normalize(NormLayer& layer, const float* x, int64_t rows, float* y,
@@ -345,7 +354,9 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
   Device& d = device();
   const ConvGeometry stem = StemGeometry(images);
   const int stem_width = options_.widths[0];
+  if (!Need(*stem_conv_)) return;
   stem_conv_->conv.Forward(inputs, stem, stem_conv_out_);
+  if (!Need(*stem_bn_)) return;
   Normalize(*stem_bn_, stem_conv_out_, stem.column_rows(), stem_out_, training);
   d.ReluForward(stem_out_, stem.column_rows() * stem_width);
   const float* x = stem_out_;
@@ -355,18 +366,24 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
         NhwcLayout(block.in_channels, block.in_height, block.in_width));
     const int64_t rows = g1.column_rows();
     const int64_t size = rows * block.out_channels;
+    if (!Need(*block.conv1)) return;
     block.conv1->conv.Forward(x, g1, block.conv1_out);
+    if (!Need(*block.bn1)) return;
     Normalize(*block.bn1, block.conv1_out, rows, block.act1, training);
     d.ReluForward(block.act1, size);
     const ConvGeometry g2 = block.conv2->conv.Geometry(
         images, block.out_height, block.out_width,
         NhwcLayout(block.out_channels, block.out_height, block.out_width));
+    if (!Need(*block.conv2)) return;
     block.conv2->conv.Forward(block.act1, g2, block.conv2_out);
+    if (!Need(*block.bn2)) return;
     Normalize(*block.bn2, block.conv2_out, rows, block.out, training);
     if (block.down_conv) {
       const ConvGeometry gd = block.down_conv->conv.Geometry(
           images, block.in_height, block.in_width, g1.input);
+      if (!Need(*block.down_conv)) return;
       block.down_conv->conv.Forward(x, gd, block.down_out);
+      if (!Need(*block.down_bn)) return;
       Normalize(*block.down_bn, block.down_out, rows, scratch_[0], training);
       d.Add(block.out, scratch_[0], size);
     } else {
@@ -379,6 +396,10 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
   const int pixels = last.out_height * last.out_width;
   GlobalAvgPoolForward(d, x, images, pixels, features_, pooled_);
   const int classes = options_.input.num_classes;
+  if (!NeedParams(std::min(fc_weight_, fc_bias_),
+                  std::max(fc_weight_, fc_bias_) + 1)) {
+    return;
+  }
   d.Gemm(false, true, images, classes, features_, 1.0f, pooled_,
          param(fc_weight_), 0.0f, logits());
   d.AddRowBias(logits(), param(fc_bias_), images, classes);

@@ -41,10 +41,23 @@ class SgdOptimizer : public Optimizer {
   }
 
   void Step(float* params, const float* grads, float lr) override {
+    BeginStep();
+    UpdateRange(params, grads, lr, 0, count_);
+  }
+  void BeginStep() override {
     GS_CHECK(device_ != nullptr) << name() << ": Step before Bind";
-    device_->SgdUpdate(params, grads, velocity_, count_, lr, momentum_,
-                       weight_decay_);
     ++step_;
+  }
+  void UpdateRange(float* params, const float* grads, float lr, int64_t offset,
+                   int64_t count) override {
+    GS_CHECK(device_ != nullptr) << name() << ": Step before Bind";
+    GS_CHECK(offset >= 0 && count >= 0 && offset + count <= count_)
+        << name() << ": range [" << offset << ", " << offset + count
+        << ") outside " << count_ << " parameters";
+    if (count == 0) return;
+    device_->SgdUpdate(params + offset, grads + offset,
+                       velocity_ == nullptr ? nullptr : velocity_ + offset,
+                       count, lr, momentum_, weight_decay_);
   }
 
   std::string name() const override { return "sgd"; }
@@ -83,11 +96,23 @@ class AdamOptimizer : public Optimizer {
   }
 
   void Step(float* params, const float* grads, float lr) override {
+    BeginStep();
+    UpdateRange(params, grads, lr, 0, count_);
+  }
+  void BeginStep() override {
     GS_CHECK(device_ != nullptr) << name() << ": Step before Bind";
     // Bias correction counts this step, starting at 1.
     ++state_.step;
-    device_->AdamUpdate(params, grads, m_, v_, count_, lr, state_,
-                        weight_decay_);
+  }
+  void UpdateRange(float* params, const float* grads, float lr, int64_t offset,
+                   int64_t count) override {
+    GS_CHECK(device_ != nullptr) << name() << ": Step before Bind";
+    GS_CHECK(offset >= 0 && count >= 0 && offset + count <= count_)
+        << name() << ": range [" << offset << ", " << offset + count
+        << ") outside " << count_ << " parameters";
+    if (count == 0) return;
+    device_->AdamUpdate(params + offset, grads + offset, m_ + offset,
+                        v_ + offset, count, lr, state_, weight_decay_);
   }
 
   std::string name() const override { return "adam"; }

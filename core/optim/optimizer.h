@@ -17,6 +17,15 @@ class Optimizer {
   virtual absl::Status Bind(Device& device, int64_t count) = 0;
   // params -= update(grads); `lr` is the learning rate for this step.
   virtual void Step(float* params, const float* grads, float lr) = 0;
+  // The same step applied in pieces, as each bucket's gradient becomes final
+  // (the trainer's layer-wise start of the next step): BeginStep once, then
+  // UpdateRange over disjoint ranges that together cover every parameter.
+  // The update is elementwise, so the pieces give exactly Step's result.
+  virtual void BeginStep() = 0;
+  // The floats [offset, offset + count) of `params` (and of the state)
+  // updated from the same range of `grads`.
+  virtual void UpdateRange(float* params, const float* grads, float lr,
+                           int64_t offset, int64_t count) = 0;
   virtual std::string name() const = 0;
   // The optimizer's state (for checkpoints): pointers to device buffers of
   // `count` floats each, and the step counter.

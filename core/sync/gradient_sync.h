@@ -8,6 +8,8 @@
 // all buckets of the step; afterwards every rank holds the same averaged
 // gradient in the flat gradient buffer, or, when UpdatesParameters() is true
 // (a parameter server running the optimizer), the same new parameters.
+// Strategies that can tell when one bucket is done implement WaitBucket, so
+// the next step's forward waits only for the buckets its layers read.
 //
 // Adding a strategy is one folder and one GRADSYNC_REGISTER_SYNC line; the
 // library must be linked with alwayslink = 1 so its registration runs.
@@ -105,6 +107,19 @@ class GradientSync {
   virtual void BucketReady(int bucket) = 0;
   // Blocks until every bucket of this step is synchronized.
   virtual absl::Status Finish(StepStats& stats) = 0;
+  // Per-bucket completion, for the next step's forward to start on its first
+  // layers while later buckets are still in flight. Called after the step's
+  // last BucketReady and before its Finish, any number of times, for any
+  // buckets in any order: blocks until `bucket` is synchronized (its averaged
+  // gradient, or with UpdatesParameters() its new parameters, in the
+  // buffers, readable by the work the trainer queues next). Finish still
+  // follows once per step: it waits for the rest and returns the step's
+  // statistics. The default is Unimplemented: the trainer then waits for the
+  // whole step with Finish before the first layer, which is always correct.
+  virtual absl::Status WaitBucket(int bucket) {
+    return absl::UnimplementedError(
+        "this strategy completes a step only as a whole (Finish)");
+  }
   // Between steps (after Finish, before the next BucketReady): regroup the
   // parameters into `layout`'s buckets. `layout` holds the same tensors at
   // the same offsets as Setup's; only the bucket cap differs. --autotune

@@ -82,6 +82,8 @@ class Trainer {
   struct StepCoreResult {
     StepStats stats;
     float loss = 0;
+    // The step's synchronization was left to the next forward (pending_).
+    bool deferred = false;
   };
   // The part of a step that a training step and an --autotune trial share:
   // the batch loaded, `straggle_ms` of injected slowness, forward and
@@ -90,14 +92,31 @@ class Trainer {
   // servers updated the parameters, and the loss read back (which waits for
   // the device). Records the step's marks on both clocks into `marks`
   // (host times since `start`; per-tensor marks only where `timeline` is
-  // tracing), and the timeline's spans.
+  // tracing), and the timeline's spans. With `overlap`, the previous step's
+  // pending buckets are completed as forward asks for their parameters, and
+  // this step's Finish and optimizer are left to the next step (pending_).
   absl::StatusOr<StepCoreResult> StepCore(const std::vector<int64_t>& indices,
                                           int64_t first, int rows,
                                           int64_t epoch, double straggle_ms,
                                           const std::string& what,
                                           StepTimeline& timeline,
                                           Clock::time_point start,
-                                          StepMarks& marks);
+                                          StepMarks& marks, bool overlap);
+  // --overlap_next_forward. Makes `bucket` of the pending step final:
+  // synchronized (WaitBucket, or Finish where the strategy has no per-bucket
+  // completion) and its optimizer update applied. Its waits count as the
+  // pending step's exposed communication.
+  absl::Status CompleteBucket(int bucket);
+  // Finish of the pending step, its statistics kept for its record.
+  absl::Status FinishPending();
+  // Every bucket of the pending step final, and its record written (the step
+  // ended `end`: the next step's start, or now). Before anything reads every
+  // parameter or the optimizer's state: evaluation, checkpoints, replica
+  // checks, the epoch's end.
+  absl::Status DrainPendingStepAt(Clock::time_point end);
+  absl::Status DrainPendingStep() { return DrainPendingStepAt(Clock::now()); }
+  // Writes the pending step's metrics line; its synchronization is finished.
+  void WritePendingRecord(Clock::time_point end);
   // The device's time of every mark the step recorded, since its first.
   absl::Status ReadStepMarks(StepMarks& marks);
   // --autotune (trainer.h): the trials, the verdict from worker 0, and the
@@ -150,6 +169,29 @@ class Trainer {
   std::vector<float> host_inputs_;
   std::vector<int32_t> host_labels_;
   std::vector<int> bucket_pending_;  // gradients still to come, per bucket
+  // --overlap_next_forward: the step whose buckets were all handed over but
+  // whose synchronization the next forward completes bucket by bucket.
+  struct PendingStep {
+    bool active = false;
+    int64_t step = 0;
+    std::vector<bool> final;  // per bucket: synchronized and updated
+    int num_final = 0;
+    bool finished = false;  // its Finish returned
+    StepStats stats;
+    double wait_ms = 0;  // host time spent waiting for its synchronization
+    StepRecord record;   // all but the synchronization's figures
+    int rows = 0;
+    bool measured = false;  // counted in the summary's means
+    Clock::time_point start;
+  };
+  PendingStep pending_;
+  // Cleared when the strategy answers WaitBucket with Unimplemented: its
+  // steps complete only as a whole, through Finish, so later steps wait in
+  // Finish as without overlap (nothing to gain by deferring it, and the
+  // device's clock then times the wait, step_timing.h).
+  bool per_bucket_waits_ = true;
+  // This step's forward waiting for the previous step's buckets.
+  double forward_wait_ms_ = 0;
   std::vector<int> bucket_size_;
   int64_t bucket_bytes_ = 0;              // the cap the layout was made with
   bool bucket_from_flag_ = false;         // --bucket_mb given
@@ -416,10 +458,12 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   const double straggle_ms =
       SlownessDelayMs(options_.slowness, id_.rank, step_);
   StepMarks& marks = step_marks_;
-  ASSIGN_OR_RETURN(StepCoreResult core,
-                   StepCore(indices, first, rows, epoch, straggle_ms,
-                            absl::StrCat("worker ", id_.rank, " step ", step_),
-                            timeline, start, marks));
+  ASSIGN_OR_RETURN(
+      StepCoreResult core,
+      StepCore(indices, first, rows, epoch, straggle_ms,
+               absl::StrCat("worker ", id_.rank, " step ", step_), timeline,
+               start, marks,
+               options_.overlap_next_forward && per_bucket_waits_));
   const double step_ms = MillisSince(start);
   const float loss = core.loss;
   if (!std::isfinite(loss)) {
@@ -439,30 +483,124 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   record.epoch = epoch;
   record.loss = loss;
   record.step_ms = step_ms;
-  record.compute_ms = times.compute_ms;
+  // Forward's waits for the previous step are that step's exposed
+  // communication, not this step's compute.
+  record.compute_ms = std::max(0.0, times.compute_ms - forward_wait_ms_);
   record.sync_wait_ms = times.sync_wait_ms;
   record.bytes_sent = core.stats.bytes_sent;
   record.bytes_recv = core.stats.bytes_recv;
   record.samples_per_s = rows / (record.step_ms / 1000.0);
   record.extra = std::move(core.stats.extra);
   if (straggle_ms > 0) record.extra.emplace_back("straggle_ms", straggle_ms);
-  metrics_->WriteStep(record);
-  totals_.Add(record, rows, step_ - start_step_ >= options_.warmup_steps);
+  const bool measured = step_ - start_step_ >= options_.warmup_steps;
+  if (core.deferred) {
+    // Written once its synchronization is final (WritePendingRecord).
+    pending_.record = std::move(record);
+    pending_.rows = rows;
+    pending_.measured = measured;
+    pending_.start = start;
+  } else {
+    metrics_->WriteStep(record);
+    totals_.Add(record, rows, measured);
+  }
   epoch_loss_sum_ += loss;
   ++epoch_steps_;
   last_loss_ = loss;
   ++step_;
   if (options_.check_params_every > 0 &&
       step_ % options_.check_params_every == 0) {
+    RETURN_IF_ERROR(DrainPendingStep());
     RETURN_IF_ERROR(CheckParamsAgree(absl::StrCat("after step ", step_)));
   }
   return absl::OkStatus();
 }
 
+absl::Status Trainer::FinishPending() {
+  const Clock::time_point start = Clock::now();
+  RETURN_IF_ERROR(
+      Annotate(sync_.Finish(pending_.stats),
+               absl::StrCat("worker ", id_.rank, " step ", pending_.step)));
+  const double ms = MillisSince(start);
+  pending_.wait_ms += ms;
+  forward_wait_ms_ += ms;
+  pending_.finished = true;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::CompleteBucket(int bucket) {
+  if (!pending_.active || pending_.final[bucket]) return absl::OkStatus();
+  const int64_t trace_start = TraceRecorder::NowMicros();
+  if (per_bucket_waits_ && !pending_.finished) {
+    const Clock::time_point start = Clock::now();
+    const absl::Status waited = sync_.WaitBucket(bucket);
+    if (absl::IsUnimplemented(waited)) {
+      per_bucket_waits_ = false;
+    } else {
+      RETURN_IF_ERROR(Annotate(
+          waited, absl::StrCat("worker ", id_.rank, " step ", pending_.step,
+                               ", waiting for bucket ", bucket)));
+      const double ms = MillisSince(start);
+      pending_.wait_ms += ms;
+      forward_wait_ms_ += ms;
+    }
+  }
+  if (!pending_.finished && !per_bucket_waits_) {
+    RETURN_IF_ERROR(FinishPending());
+  }
+  if (trace_ != nullptr && pending_.step - start_step_ < options_.trace_steps) {
+    trace_->Complete(
+        absl::StrCat("wait for bucket ", bucket, " of step ", pending_.step),
+        "wait", kTrackCommunication, trace_start,
+        TraceRecorder::NowMicros() - trace_start);
+  }
+  // The bucket's averaged gradient is final: its update may run before the
+  // layers that read it, whatever the other buckets are still doing.
+  if (!sync_.UpdatesParameters()) {
+    const Bucket& span = layout_->buckets()[bucket];
+    optimizer_->UpdateRange(params_, grads_, lr_, span.offset, span.numel);
+  }
+  pending_.final[bucket] = true;
+  ++pending_.num_final;
+  if (!pending_.finished &&
+      pending_.num_final == static_cast<int>(pending_.final.size())) {
+    RETURN_IF_ERROR(FinishPending());
+  }
+  return absl::OkStatus();
+}
+
+void Trainer::WritePendingRecord(Clock::time_point end) {
+  StepRecord& record = pending_.record;
+  // From this step's start to the next one's: consecutive steps tile the run.
+  record.step_ms =
+      std::chrono::duration<double, std::milli>(end - pending_.start).count();
+  record.sync_wait_ms = pending_.wait_ms;
+  record.bytes_sent = pending_.stats.bytes_sent;
+  record.bytes_recv = pending_.stats.bytes_recv;
+  record.samples_per_s =
+      record.step_ms > 0 ? pending_.rows / (record.step_ms / 1000.0) : 0;
+  for (auto& figure : pending_.stats.extra) record.extra.push_back(figure);
+  metrics_->WriteStep(record);
+  totals_.Add(record, pending_.rows, pending_.measured);
+  pending_.active = false;
+  pending_.stats = StepStats();
+}
+
+absl::Status Trainer::DrainPendingStepAt(Clock::time_point end) {
+  if (!pending_.active) return absl::OkStatus();
+  // In forward order (the last bucket holds the first layers), as a forward
+  // would have asked for them.
+  for (int b = static_cast<int>(pending_.final.size()) - 1; b >= 0; --b) {
+    RETURN_IF_ERROR(CompleteBucket(b));
+  }
+  WritePendingRecord(end);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Trainer::StepCoreResult> Trainer::StepCore(
-    const std::vector<int64_t>& indices, int64_t first, int rows,
-    int64_t epoch, double straggle_ms, const std::string& what,
-    StepTimeline& timeline, Clock::time_point start, StepMarks& marks) {
+    const std::vector<int64_t>& indices, int64_t first, int rows, int64_t epoch,
+    double straggle_ms, const std::string& what, StepTimeline& timeline,
+    Clock::time_point start, StepMarks& marks, bool overlap) {
+  forward_wait_ms_ = 0;
   // The step's marks on both clocks (step_timing.h); per-tensor marks only
   // where the step is traced.
   const int num_params = static_cast<int>(layout_->params().size());
@@ -476,9 +614,33 @@ absl::StatusOr<Trainer::StepCoreResult> Trainer::StepCore(
   mark(kStartMark, marks.start);
   RETURN_IF_ERROR(LoadBatch(indices, first, rows, epoch));
 
-  // Hand each bucket to the strategy as soon as its last gradient is final.
+  // Forward asks for its layers' parameters: the previous step's buckets
+  // that hold them are completed first, in the order forward reaches them.
   const std::vector<ParamInfo>& params = layout_->params();
+  auto needed = [&](int first_param, int end_param) -> absl::Status {
+    if (!pending_.active) return absl::OkStatus();
+    if (first_param < 0 || end_param > static_cast<int>(params.size())) {
+      return absl::InternalError(absl::StrCat(
+          what, ": the model asked for parameters [", first_param, ", ",
+          end_param, ") of ", params.size()));
+    }
+    for (int p = first_param; p < end_param; ++p)
+      RETURN_IF_ERROR(CompleteBucket(params[p].bucket));
+    return absl::OkStatus();
+  };
+  // A model must ask for every parameter before backward writes a gradient:
+  // the previous step's synchronization may still be writing the buffer.
+  absl::Status order_status;
+  // Hand each bucket to the strategy as soon as its last gradient is final.
   auto ready = [&](int param) {
+    if (pending_.active && !pending_.finished && order_status.ok()) {
+      order_status = absl::InternalError(absl::StrCat(
+          what, ": backward began before forward asked for every parameter ",
+          "(", pending_.num_final, " of ", pending_.final.size(),
+          " buckets of the previous step final); the model breaks "
+          "ForwardBackwardLayerwise's contract"));
+    }
+    if (!order_status.ok()) return;  // nothing more reaches the strategy
     const int bucket = params[param].bucket;
     const bool completes_bucket = bucket_pending_[bucket] == 1;
     // Marked before the hand-off: the gradient is final here on the
@@ -499,18 +661,35 @@ absl::StatusOr<Trainer::StepCoreResult> Trainer::StepCore(
   }
   timeline.DataLoaded();
   mark(kComputeStartMark, marks.compute_start);
-  RETURN_IF_ERROR(model_.ForwardBackward(inputs_, labels_, rows, loss_, ready));
+  RETURN_IF_ERROR(model_.ForwardBackwardLayerwise(inputs_, labels_, rows, loss_,
+                                                  needed, ready));
+  RETURN_IF_ERROR(order_status);
   mark(kComputeEndMark, marks.compute_end);
   timeline.ComputeDone();
+  // The previous step's record: it ended where this one started.
+  RETURN_IF_ERROR(DrainPendingStepAt(start));
   RETURN_IF_ERROR(CheckEveryBucketHandedOver());
 
   StepCoreResult result;
-  RETURN_IF_ERROR(Annotate(sync_.Finish(result.stats), what));
-  mark(kSyncedMark, marks.synced);
-  timeline.SyncDone();
+  if (overlap) {
+    // Nothing waited here: the next forward waits for each bucket it reads
+    // (or the epoch's end for all of them).
+    mark(kSyncedMark, marks.synced);
+    timeline.SyncDone();
+    pending_ = PendingStep();
+    pending_.active = true;
+    pending_.step = step_;
+    pending_.final.assign(layout_->buckets().size(), false);
+    if (!sync_.UpdatesParameters()) optimizer_->BeginStep();
+    result.deferred = true;
+  } else {
+    RETURN_IF_ERROR(Annotate(sync_.Finish(result.stats), what));
+    mark(kSyncedMark, marks.synced);
+    timeline.SyncDone();
+    if (!sync_.UpdatesParameters()) optimizer_->Step(params_, grads_, lr_);
+  }
   RETURN_IF_ERROR(
       Annotate(mark_status, absl::StrCat(what, ": recording the device's clock")));
-  if (!sync_.UpdatesParameters()) optimizer_->Step(params_, grads_, lr_);
 
   // Waits for the device: every mark of the step is passed after this, so
   // reading them costs no further wait.
@@ -547,12 +726,12 @@ absl::StatusOr<double> Trainer::TrialStepMs(const TrainingSnapshot& saved) {
       std::min<int64_t>(options_.batch_size, sampler_->num_samples() - first));
   const Clock::time_point start = Clock::now();
   StepTimeline untraced(nullptr, static_cast<int>(bucket_pending_.size()));
-  RETURN_IF_ERROR(StepCore(indices, first, rows, start_epoch_,
-                           /*straggle_ms=*/0,
-                           absl::StrCat("worker ", id_.rank,
-                                        " --autotune trial step"),
-                           untraced, start, step_marks_)
-                      .status());
+  RETURN_IF_ERROR(
+      StepCore(indices, first, rows, start_epoch_,
+               /*straggle_ms=*/0,
+               absl::StrCat("worker ", id_.rank, " --autotune trial step"),
+               untraced, start, step_marks_, /*overlap=*/false)
+          .status());
   const double ms = MillisSince(start);
   RETURN_IF_ERROR(RestoreSnapshot(saved, device_, params_, *optimizer_, model_));
   return ms;
@@ -694,6 +873,7 @@ absl::Status Trainer::EvaluateEvery() {
       step_ % options_.eval_every != 0) {
     return absl::OkStatus();
   }
+  RETURN_IF_ERROR(DrainPendingStep());
   const Clock::time_point start = Clock::now();
   ASSIGN_OR_RETURN(const double accuracy,
                    evaluator_->Evaluate("every", /*alone=*/true, options_.eval_samples));
@@ -858,9 +1038,13 @@ absl::StatusOr<TrainResult> Trainer::Run() {
       ShowProgress(epoch, false);
       if (options_.checkpoint_every > 0 &&
           step_ % options_.checkpoint_every == 0) {
+        RETURN_IF_ERROR(DrainPendingStep());
         RETURN_IF_ERROR(WriteCheckpointIfAsked(epoch, done_in_epoch));
       }
     }
+    // Evaluation and the checkpoint read every parameter; the epoch's time
+    // includes its last step's synchronization.
+    RETURN_IF_ERROR(DrainPendingStep());
     EpochRecord record;
     record.rank = id_.rank;
     record.epoch = epoch;

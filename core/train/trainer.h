@@ -45,6 +45,12 @@ struct TrainerOptions {
   bool autotune = false;
   int autotune_steps = 3;
   std::string sync = "local";
+  // --overlap_next_forward: the next step's forward starts as soon as the
+  // buckets its first layers read are synchronized (GradientSync::WaitBucket)
+  // and their optimizer update applied, instead of after the whole Finish.
+  // The same parameters either way; a step's exposed communication is then
+  // the time the following forward (or the epoch's end) waits for it.
+  bool overlap_next_forward = true;
   // --compression: every bucket's encoding on the wire (core/sync/compression.h).
   CompressionSpec compression;
   OptimizerOptions optimizer;

@@ -219,6 +219,8 @@ TrainedRun Train(const std::string& name, bool traced) {
   options.progress = false;
   options.bucket_mb = 64.0 / (1 << 20);  // several buckets
   options.timeout = absl::Seconds(10);
+  // The exposed wait of a step that waits in Finish.
+  options.overlap_next_forward = false;
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
   options.metrics_dir = dir;
   if (traced) {

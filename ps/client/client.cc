@@ -55,16 +55,21 @@ class PsClient::Impl {
   // elsewhere can cancel it and a stuck wait can name it.
   class Call {
    public:
-    Call(Impl* client, int server, std::string what)
-        : client_(client), server_(server), what_(std::move(what)) {}
+    Call(Impl* client, int server, std::string what, int bucket = -1)
+        : client_(client),
+          server_(server),
+          bucket_(bucket),
+          what_(std::move(what)) {}
     virtual ~Call() = default;
     grpc::ClientContext* context() { return &context_; }
     const std::string& what() const { return what_; }
     int server() const { return server_; }
+    int bucket() const { return bucket_; }
 
    protected:
     Impl* const client_;
     const int server_;
+    const int bucket_;        // the push's or pull's; -1 for other calls
     const std::string what_;  // "push of bucket 2 (keys 3 4) to server 1 at
                               // 127.0.0.1:4100, step 7"
     grpc::ClientContext context_;
@@ -139,11 +144,13 @@ class PsClient::Impl {
   void StartBucket(int bucket, int64_t step, const float* src, float* dst,
                    const std::vector<std::string>* encoded);
   absl::Status WaitAll(PsStepStats* stats);
+  absl::Status WaitBucket(int bucket);
 
   // Step bookkeeping, called by the calls.
   void Begin(Call* call, bool push) {
     absl::MutexLock lock(&mu_);
     ++outstanding_;
+    ++bucket_outstanding_[call->bucket()];
     live_.push_back(call);
     const absl::Time now = absl::Now();
     if (push && !any_push_) {
@@ -172,6 +179,7 @@ class PsClient::Impl {
   void End(Call* call, bool push, const absl::Status& status) {
     absl::MutexLock lock(&mu_);
     --outstanding_;
+    --bucket_outstanding_[call->bucket()];
     live_.remove(call);
     const absl::Time now = absl::Now();
     if (push) last_push_ = std::max(last_push_, now);
@@ -208,6 +216,8 @@ class PsClient::Impl {
 
   absl::Mutex mu_;
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  // Calls in flight per bucket, for WaitBucket.
+  absl::flat_hash_map<int, int> bucket_outstanding_ ABSL_GUARDED_BY(mu_);
   std::list<Call*> live_ ABSL_GUARDED_BY(mu_);
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
   // Set by Abort: every step from then on fails with it.
@@ -251,10 +261,10 @@ class PsClient::Impl::PushCall
   PushCall(Impl* client, int server, int bucket, int64_t step,
            std::vector<const PsKey*> keys, const float* src,
            const std::vector<std::string>* encoded)
-      : Call(
-            client, server,
-            absl::StrCat("push of bucket ", bucket, " (keys ", KeyList(keys),
-                         ") to ", client->ServerName(server), ", step ", step)),
+      : Call(client, server,
+             absl::StrCat("push of bucket ", bucket, " (keys ", KeyList(keys),
+                          ") to ", client->ServerName(server), ", step ", step),
+             bucket),
         step_(step),
         keys_(std::move(keys)),
         src_(src),
@@ -363,7 +373,8 @@ class PsClient::Impl::PullCall
       : Call(client, server,
              absl::StrCat("pull of bucket ", bucket, " (keys ", KeyList(keys),
                           ") from ", client->ServerName(server), ", step ",
-                          step)),
+                          step),
+             bucket),
         step_(step),
         keys_(std::move(keys)),
         dst_(dst),
@@ -580,6 +591,30 @@ absl::Status PsClient::Impl::WaitAll(PsStepStats* stats) {
   return status;
 }
 
+absl::Status PsClient::Impl::WaitBucket(int bucket) {
+  absl::MutexLock lock(&mu_);
+  auto bucket_done = [this, bucket]() {
+    const auto it = bucket_outstanding_.find(bucket);
+    return it == bucket_outstanding_.end() || it->second == 0 ||
+           !first_error_.ok() || !aborted_.ok();
+  };
+  // As in WaitAll: every call has its own deadline, the margin only guards
+  // against a lost callback.
+  const absl::Duration limit = options_.timeout + absl::Seconds(10);
+  if (!mu_.AwaitWithTimeout(absl::Condition(&bucket_done), limit)) {
+    std::vector<std::string> names;
+    for (Call* call : live_) {
+      if (call->bucket() == bucket) names.push_back(call->what());
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "worker ", options_.rank, ": after ", absl::FormatDuration(limit),
+        " still waiting for ", absl::StrJoin(names, "; ")));
+  }
+  // The step's error stays for WaitAll, which reports it again.
+  if (!first_error_.ok()) return first_error_;
+  return aborted_;
+}
+
 absl::Status PsClient::Impl::RegisterWith(int server, const float* params) {
   const std::string context = absl::StrCat(
       "worker ", options_.rank, ": registering with ", ServerName(server));
@@ -708,6 +743,10 @@ void PsClient::StartBucket(int bucket, int64_t step, const float* src,
 
 absl::Status PsClient::WaitAll(PsStepStats* stats) {
   return impl_->WaitAll(stats);
+}
+
+absl::Status PsClient::WaitBucket(int bucket) {
+  return impl_->WaitBucket(bucket);
 }
 
 void PsClient::Abort(const absl::Status& why) { impl_->Abort(why); }

@@ -98,6 +98,10 @@ class PsClient {
   // error, naming the server, bucket, key and step; once one call fails the
   // others of the step are cancelled rather than left to their deadlines.
   absl::Status WaitAll(PsStepStats* stats);
+  // Waits for the calls of `bucket` started since the last WaitAll, so its
+  // results are in `dst` before the rest of the step; the step's first error
+  // if one call failed (WaitAll still follows and reports it).
+  absl::Status WaitBucket(int bucket);
 
   // Fails the step in flight and every later one with `why` (the job lost a
   // member: the step cannot complete), cancelling the calls in flight.
