@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "allreduce/algorithms/link_cost.h"
+#include "core/sync/link_cost.h"
 
 namespace gradsync {
 

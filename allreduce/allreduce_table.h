@@ -11,7 +11,7 @@
 
 #include "absl/strings/string_view.h"
 #include "allreduce/algorithms/allreduce_kind.h"
-#include "allreduce/algorithms/link_cost.h"
+#include "core/sync/link_cost.h"
 #include "allreduce/algorithms/selecting_allreduce.h"
 
 namespace gradsync {

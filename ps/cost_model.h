@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "allreduce/algorithms/link_cost.h"
+#include "core/sync/link_cost.h"
 #include "ps/client/partitioner.h"
 
 namespace gradsync {

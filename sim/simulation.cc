@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "allreduce/algorithms/cost_model.h"
-#include "allreduce/algorithms/link_cost.h"
+#include "core/sync/link_cost.h"
 #include "allreduce/algorithms/tree_allreduce.h"
 #include "core/base/power_of_two.h"
 #include "simgrid/s4u.hpp"

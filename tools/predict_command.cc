@@ -28,7 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "allreduce/algorithms/cost_model.h"
-#include "allreduce/algorithms/link_cost.h"
+#include "core/sync/link_cost.h"
 #include "allreduce/algorithms/tree_allreduce.h"
 #include "allreduce/allreduce_table.h"
 #include "core/base/status_macros.h"

@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "allreduce/algorithms/allreduce_algorithm.h"
-#include "allreduce/algorithms/link_cost.h"
+#include "core/sync/link_cost.h"
 #include "allreduce/transport/peer_transport.h"
 
 namespace gradsync {

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "allreduce/algorithms/link_cost.h"
+#include "core/sync/link_cost.h"
 
 namespace gradsync {
 

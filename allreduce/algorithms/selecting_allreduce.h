@@ -38,7 +38,7 @@
 #include "absl/status/statusor.h"
 #include "allreduce/algorithms/allreduce_algorithm.h"
 #include "allreduce/algorithms/allreduce_kind.h"
-#include "allreduce/algorithms/link_cost.h"
+#include "core/sync/link_cost.h"
 #include "allreduce/algorithms/peer_exchange.h"
 #include "allreduce/algorithms/peer_link_probe.h"
 #include "allreduce/transport/peer_transport.h"

@@ -77,7 +77,7 @@
 
 #include "absl/status/status.h"
 #include "allreduce/algorithms/allreduce_algorithm.h"
-#include "allreduce/algorithms/link_cost.h"
+#include "core/sync/link_cost.h"
 #include "allreduce/algorithms/peer_exchange.h"
 #include "allreduce/transport/peer_transport.h"
 
