@@ -17,7 +17,8 @@ points.csv and sweep.json):
   <!-- render:end -->
 
 `table NAME` is one of TABLES below; `value` selects exactly one point by
-column=value pairs and formats one column; `ratio` divides one column of
+column=value pairs and formats one column (COLUMN/DIVISOR to change its
+unit: time_us/1000 in ms); `ratio` divides one column of
 one point by the same column of another (`ratio SOURCE A B COLUMN FORMAT`,
 where B may be SOURCE@column=value,... to take it from another file);
 `provenance` is the run's build, date and command. A SOURCE is a data
@@ -396,9 +397,11 @@ def render_marker(kind, arguments, results_dir):
                               "a column and a format like {:.0f}")
         folder, spec, column, fmt = words
         point = select(load_points(results_dir, folder), spec)
+        # COLUMN/DIVISOR changes the unit: time_us/1000 is milliseconds.
+        column, _, divisor = column.partition("/")
         if point.get(column) is None:
             raise RenderError(f"value '{arguments}': the point has no {column}")
-        return fmt.format(point[column])
+        return fmt.format(point[column] / float(divisor or 1))
     if kind == "ratio":
         if len(words) != 5:
             raise RenderError(f"ratio '{arguments}': give a data folder, two column=value,... "

@@ -148,7 +148,8 @@ KINDS_PAGE = """# Kinds
 
 Ring over PS: <!-- render:ratio data/run/other.csv strategy=ring,compression=none strategy=ps,compression=none step_ms {:.2f} -->x<!-- render:end -->;
 over the headline's PS: <!-- render:ratio data/run/other.csv strategy=ring,compression=none data/run@strategy=ps,workers=2 step_ms {:.3f} -->x<!-- render:end -->;
-the PS at 4 KiB: <!-- render:value data/run/crossover.json workers=4,bytes=4096,algorithm=gradsync_ps time_us {:.0f} -->x<!-- render:end --> µs.
+the PS at 4 KiB: <!-- render:value data/run/crossover.json workers=4,bytes=4096,algorithm=gradsync_ps time_us {:.0f} -->x<!-- render:end --> µs,
+<!-- render:value data/run/crossover.json workers=4,bytes=4096,algorithm=gradsync_ps time_us/1000 {:.1f} -->x<!-- render:end --> ms.
 """
 
 
@@ -173,6 +174,7 @@ class TableKindsTest(Fixture):
                       self.page)
         self.assertIn("step_ms {:.3f} -->0.611<", self.page)  # 132.07 / 216.092
         self.assertIn("{:.0f} -->2500<!-- render:end --> µs", self.page)
+        self.assertIn("time_us/1000 {:.1f} -->2.5<!-- render:end --> ms", self.page)
 
     def test_the_points_table_marks_cpu_bound_points_in_file_order(self):
         self.assertIn("| ring | none | 4 | – | 2 | 132.1 (131.3–132.8) | 125.8 | 15.00 | 130.4 | "
