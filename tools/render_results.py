@@ -23,7 +23,7 @@ one point by the same column of another (`ratio SOURCE A B COLUMN FORMAT`,
 where B may be SOURCE@column=value,... to take it from another file);
 `provenance` is the run's build, date and command. A SOURCE is a data
 folder (its points.csv) or one file in it (a .csv of points, or a .json
-whose "points" list holds them). A folder without the sweep's sweep.json
+whose "points" or "rows" list holds them). A folder without the sweep's sweep.json
 may keep a manifest.json ({"manifest": {...}}), and one points file X.csv
 an X.manifest.json, transcribed from the text that first reported the run;
 its provenance line says so.
@@ -83,7 +83,10 @@ def load_points(results_dir, source):
     if path.endswith(".json"):
         with open(path) as f:
             data = json.load(f)
-        return data["points"] if isinstance(data, dict) else data
+        if isinstance(data, list):
+            return data
+        # A sweep's "points"; bench/compression_accuracy.py's "rows".
+        return data["points"] if "points" in data else data["rows"]
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     for row in rows:
@@ -376,8 +379,23 @@ def crossover_points_table(points):
     return "\n".join(lines)
 
 
-TABLES = {"sweep": sweep_table, "points": points_table, "crossover": crossover_table,
-          "crossover_points": crossover_points_table,
+def accuracy_table(rows):
+    """bench/compression_accuracy.py's rows: final test accuracy per seed, the
+    mean, and the mean's difference from the uncompressed run's."""
+    seeds = max(len(r["accuracy"]) for r in rows)
+    lines = ["| model | method | " + " | ".join(f"seed {i + 1}" for i in range(seeds))
+             + " | mean | mean − none |",
+             "| --- | --- | " + " | ".join("---:" for _ in range(seeds)) + " | ---: | ---: |"]
+    for r in rows:
+        accuracy = [f"{a:.2f}" for a in r["accuracy"]] + ["–"] * (seeds - len(r["accuracy"]))
+        difference = "–" if r["method"] == "none" else f"{r['difference']:+.2f}"
+        lines.append(f"| {r['model']} | {r['method']} | " + " | ".join(accuracy)
+                     + f" | {r['mean']:.2f} | {difference} |")
+    return "\n".join(lines)
+
+
+TABLES = {"accuracy": accuracy_table, "sweep": sweep_table, "points": points_table,
+          "crossover": crossover_table, "crossover_points": crossover_points_table,
           "simulated_scaling": simulated_scaling_table,
           "simulated_calibration": simulated_calibration_table}
 

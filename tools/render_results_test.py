@@ -129,7 +129,13 @@ CROSSOVER = """{"points": [
  {"latency_us": 1000.0, "workers": 4, "bytes": 65536, "algorithm": "gradsync_tree", "time_us": 8000, "predicted_us": 8000, "cpu_share": 0.2},
  {"latency_us": 1000.0, "workers": 4, "bytes": 65536, "algorithm": "gradsync_ps", "time_us": 6000, "predicted_us": 3000, "cpu_share": 0.9}
 ]}"""
+ACCURACY = """{"strategy": "ring", "workers": 2, "seeds": [1, 2], "rows": [
+ {"model": "cnn", "method": "none", "accuracy": [86.19, 88.14], "mean": 87.165, "difference": 0.0},
+ {"model": "cnn", "method": "fp16", "accuracy": [86.49, 88.29], "mean": 87.39, "difference": 0.225}]}"""
 KINDS_PAGE = """# Kinds
+
+<!-- render:table accuracy data/run/accuracy.json -->
+<!-- render:end -->
 
 <!-- render:nodata -->
 <!-- render:end -->
@@ -159,6 +165,7 @@ class TableKindsTest(Fixture):
         self.write("data/run/other.csv", OTHER)
         self.write("data/run/other.manifest.json", OTHER_MANIFEST)
         self.write("data/run/crossover.json", CROSSOVER)
+        self.write("data/run/accuracy.json", ACCURACY)
         self.write("kinds.md", KINDS_PAGE)
         self.assertEqual(self.run_main()[0], 0)
         self.page = self.read("kinds.md")
@@ -175,6 +182,11 @@ class TableKindsTest(Fixture):
         self.assertIn("step_ms {:.3f} -->0.611<", self.page)  # 132.07 / 216.092
         self.assertIn("{:.0f} -->2500<!-- render:end --> µs", self.page)
         self.assertIn("time_us/1000 {:.1f} -->2.5<!-- render:end --> ms", self.page)
+
+    def test_the_accuracy_table_reads_the_rows(self):
+        self.assertIn("| model | method | seed 1 | seed 2 | mean | mean − none |", self.page)
+        self.assertIn("| cnn | none | 86.19 | 88.14 | 87.17 | – |", self.page)
+        self.assertIn("| cnn | fp16 | 86.49 | 88.29 | 87.39 | +0.23 |", self.page)
 
     def test_the_points_table_marks_cpu_bound_points_in_file_order(self):
         self.assertIn("| ring | none | 4 | – | 2 | 132.1 (131.3–132.8) | 125.8 | 15.00 | 130.4 | "
