@@ -20,7 +20,8 @@ points.csv and sweep.json):
 column=value pairs and formats one column (COLUMN/DIVISOR to change its
 unit: time_us/1000 in ms); `ratio` divides one column of
 one point by the same column of another (`ratio SOURCE A B COLUMN FORMAT`,
-where B may be SOURCE@column=value,... to take it from another file);
+where B may be SOURCE@column=value,... to take it from another file, and
+COLUMN may be A:B to divide A of the first by B of the second);
 `provenance` is the run's build, date and command. A SOURCE is a data
 folder (its points.csv) or one file in it (a .csv of points, or a .json
 whose "points" or "rows" list holds them). A folder without the sweep's sweep.json
@@ -61,10 +62,9 @@ OTHER_PAGES = [os.path.join(ROOT, "docs", "compare.md")]
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from cpu_bound import describe as describe_cpu_bound, is_cpu_bound  # noqa: E402
 
-NO_DATA = ("**No data folder.** The figures on this page were written by hand from runs whose "
-           "points were not kept: no folder under docs/results/data/ holds them, and "
-           "`tools/render_results.py --check` cannot verify them. Read them as a record of "
-           "what was seen, with the build each names.")
+NO_DATA = ("**No data folder.** This page's own runs kept no points: no folder under "
+           "docs/results/data/ holds them, and `tools/render_results.py --check` cannot verify "
+           "their figures. Read them as a record of what was seen, with the build each names.")
 
 MARKER = re.compile(r"<!-- render:(\w+)\s+(.*?)\s*-->(.*?)<!-- render:end -->", re.DOTALL)
 
@@ -429,9 +429,12 @@ def render_marker(kind, arguments, results_dir):
         # B may name its own source: SOURCE@column=value,... (another file's point).
         other, _, spec_b = spec_b.rpartition("@")
         b = select(load_points(results_dir, other or folder), spec_b)
-        if not a.get(column) or not b.get(column):
+        # COLUMN_A:COLUMN_B divides different columns (a step by its prediction).
+        column_a, _, column_b = column.partition(":")
+        column_b = column_b or column_a
+        if not a.get(column_a) or not b.get(column_b):
             raise RenderError(f"ratio '{arguments}': a point has no {column}")
-        return fmt.format(a[column] / b[column])
+        return fmt.format(a[column_a] / b[column_b])
     if kind == "nodata":
         if arguments.strip():
             raise RenderError("nodata takes no arguments")

@@ -154,6 +154,7 @@ KINDS_PAGE = """# Kinds
 
 Ring over PS: <!-- render:ratio data/run/other.csv strategy=ring,compression=none strategy=ps,compression=none step_ms {:.2f} -->x<!-- render:end -->;
 over the headline's PS: <!-- render:ratio data/run/other.csv strategy=ring,compression=none data/run@strategy=ps,workers=2 step_ms {:.3f} -->x<!-- render:end -->;
+its step over its prediction: <!-- render:ratio data/run/other.csv strategy=ps,compression=none strategy=ps,compression=none step_ms:predicted_step_ms {:.2f} -->x<!-- render:end -->;
 the PS at 4 KiB: <!-- render:value data/run/crossover.json workers=4,bytes=4096,algorithm=gradsync_ps time_us {:.0f} -->x<!-- render:end --> µs,
 <!-- render:value data/run/crossover.json workers=4,bytes=4096,algorithm=gradsync_ps time_us/1000 {:.1f} -->x<!-- render:end --> ms.
 """
@@ -180,6 +181,7 @@ class TableKindsTest(Fixture):
                       "compression=none strategy=ps,compression=none step_ms {:.2f} -->1.11<",
                       self.page)
         self.assertIn("step_ms {:.3f} -->0.611<", self.page)  # 132.07 / 216.092
+        self.assertIn("step_ms:predicted_step_ms {:.2f} -->1.28<", self.page)  # 118.6 / 92.8
         self.assertIn("{:.0f} -->2500<!-- render:end --> µs", self.page)
         self.assertIn("time_us/1000 {:.1f} -->2.5<!-- render:end --> ms", self.page)
 
