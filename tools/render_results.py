@@ -22,6 +22,8 @@ unit: time_us/1000 in ms); `ratio` divides one column of
 one point by the same column of another (`ratio SOURCE A B COLUMN FORMAT`,
 where B may be SOURCE@column=value,... to take it from another file, and
 COLUMN may be A:B to divide A of the first by B of the second);
+`count SOURCE SPEC [cpu_bound]` counts the points SPEC selects (it may
+use >=, <= and != too), or only those of them that are CPU-bound;
 `provenance` is the run's build, date and command. A SOURCE is a data
 folder (its points.csv) or one file in it (a .csv of points, or a .json
 whose "points" or "rows" list holds them). A folder without the sweep's sweep.json
@@ -115,32 +117,45 @@ def load_manifest(results_dir, source):
                       + ", ".join(os.path.basename(c) for c in candidates) + ")")
 
 
+CONDITION = re.compile(r"^([\w.]+)(>=|<=|!=|=)(.+)$")
+
+
+def matching(points, spec):
+    """The points whose columns meet spec's 'column=value,...'; a count's
+    spec may also use >=, <= and != (workers>=4,algorithm!=gradsync_ps)."""
+    conditions = []
+    for pair in spec.split(","):
+        found = CONDITION.match(pair.strip())
+        if not found:
+            raise RenderError(f"'{spec}': each selector is column=value (or >=, <=, !=)")
+        conditions.append(found.groups())
+
+    def meets(point, key, op, value):
+        have = point.get(key)
+        if isinstance(have, (int, float)) and not isinstance(have, bool):
+            try:
+                have, value = float(have), float(value)
+            except ValueError:
+                return False
+        elif op in (">=", "<="):
+            return False
+        return {"=": have == value, "!=": have != value,
+                ">=": op == ">=" and have >= value, "<=": op == "<=" and have <= value}[op]
+
+    return [p for p in points if all(meets(p, *c) for c in conditions)]
+
+
 def select(points, spec):
     """The one point whose columns equal spec's 'column=value,...'."""
-    wanted = {}
-    for pair in spec.split(","):
-        key, _, value = pair.partition("=")
-        if not value:
-            raise RenderError(f"'{spec}': each selector is column=value")
-        wanted[key.strip()] = value.strip()
-
-    def matches(point):
-        for key, value in wanted.items():
-            have = point.get(key)
-            if isinstance(have, (int, float)) and not isinstance(have, bool):
-                try:
-                    if have != float(value):
-                        return False
-                except ValueError:
-                    return False
-            elif have != value:
-                return False
-        return True
-
-    found = [p for p in points if matches(p)]
+    found = matching(points, spec)
     if len(found) != 1:
         raise RenderError(f"'{spec}' selects {len(found)} points; it must select exactly one")
     return found[0]
+
+
+def point_is_cpu_bound(p):
+    return is_cpu_bound(machine_busy_unniced=p.get("machine_busy_unniced_max"),
+                        job_cpu_share=p.get("cpu_share", p.get("job_cpu_fraction")))
 
 
 # --- Tables -------------------------------------------------------------------------------
@@ -242,9 +257,7 @@ def simulated_calibration_table(points):
 
 
 def cpu_mark(p):
-    bound = is_cpu_bound(machine_busy_unniced=p.get("machine_busy_unniced_max"),
-                         job_cpu_share=p.get("job_cpu_fraction"))
-    return " **CPU-bound**" if bound else ""
+    return " **CPU-bound**" if point_is_cpu_bound(p) else ""
 
 
 def megabytes(value):
@@ -435,6 +448,14 @@ def render_marker(kind, arguments, results_dir):
         if not a.get(column_a) or not b.get(column_b):
             raise RenderError(f"ratio '{arguments}': a point has no {column}")
         return fmt.format(a[column_a] / b[column_b])
+    if kind == "count":
+        if len(words) not in (2, 3) or (len(words) == 3 and words[2] != "cpu_bound"):
+            raise RenderError(f"count '{arguments}': give a data folder, column=value,... "
+                              "and optionally cpu_bound")
+        found = matching(load_points(results_dir, words[0]), words[1])
+        if len(words) == 3:
+            found = [p for p in found if point_is_cpu_bound(p)]
+        return str(len(found))
     if kind == "nodata":
         if arguments.strip():
             raise RenderError("nodata takes no arguments")

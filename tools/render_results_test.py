@@ -100,6 +100,8 @@ class RenderResultsTest(Fixture):
                 ("<!-- render:provenance data/run/other.csv -->x<!-- render:end -->",
                  "has no manifest (other.manifest.json)"),
                 ("<!-- render:nodata extra -->x<!-- render:end -->", "nodata takes no arguments"),
+                ("<!-- render:count data/run workers~2 -->x<!-- render:end -->",
+                 "each selector is column=value"),
                 ("A page with numbers and no marker: 42 ms.", "renders nothing from data"),
                 ("<!-- render:chart data/run -->x<!-- render:end -->", "unknown marker")):
             self.write("page.md", marker)
@@ -154,6 +156,8 @@ KINDS_PAGE = """# Kinds
 
 Ring over PS: <!-- render:ratio data/run/other.csv strategy=ring,compression=none strategy=ps,compression=none step_ms {:.2f} -->x<!-- render:end -->;
 over the headline's PS: <!-- render:ratio data/run/other.csv strategy=ring,compression=none data/run@strategy=ps,workers=2 step_ms {:.3f} -->x<!-- render:end -->;
+counts: <!-- render:count data/run/crossover.json workers>=4,algorithm!=gradsync_allreduce -->x<!-- render:end --> points,
+<!-- render:count data/run/crossover.json bytes>=65536 cpu_bound -->x<!-- render:end --> CPU-bound;
 its step over its prediction: <!-- render:ratio data/run/other.csv strategy=ps,compression=none strategy=ps,compression=none step_ms:predicted_step_ms {:.2f} -->x<!-- render:end -->;
 the PS at 4 KiB: <!-- render:value data/run/crossover.json workers=4,bytes=4096,algorithm=gradsync_ps time_us {:.0f} -->x<!-- render:end --> µs,
 <!-- render:value data/run/crossover.json workers=4,bytes=4096,algorithm=gradsync_ps time_us/1000 {:.1f} -->x<!-- render:end --> ms.
@@ -182,6 +186,8 @@ class TableKindsTest(Fixture):
                       self.page)
         self.assertIn("step_ms {:.3f} -->0.611<", self.page)  # 132.07 / 216.092
         self.assertIn("step_ms:predicted_step_ms {:.2f} -->1.28<", self.page)  # 118.6 / 92.8
+        self.assertIn("algorithm!=gradsync_allreduce -->6<!-- render:end --> points", self.page)
+        self.assertIn("bytes>=65536 cpu_bound -->1<!-- render:end --> CPU-bound", self.page)
         self.assertIn("{:.0f} -->2500<!-- render:end --> µs", self.page)
         self.assertIn("time_us/1000 {:.1f} -->2.5<!-- render:end --> ms", self.page)
 
