@@ -11,8 +11,9 @@ for sizes above 16 MiB. The benchmark probes α and B on the job's own
 connections (allreduce/algorithms/peer_link_probe.h); the predictions here use the
 same figures, so they are what --sync=allreduce decides by.
 
-A point is CPU-bound when the ranks' processes (relays included) used at
-least --cpu_bound_share of the machine's cores during it: there the CPU, not
+A point is CPU-bound when the ranks' processes (relays included) used more
+than --cpu_bound_share of the machine's cores during it (bench/cpu_bound.py's
+rule, which the other sweeps and the pages share): there the CPU, not
 the link, sets the time, and neither the map nor the model speaks for a
 network. The table says so per point.
 
@@ -30,6 +31,7 @@ import subprocess
 import sys
 
 import cost_model
+from cpu_bound import CPU_BOUND_SHARE, is_cpu_bound
 
 NAMES = {
     "gradsync_ring": "ring",
@@ -153,7 +155,8 @@ def verdict(row, cpu_bound_share):
     pick = selector_pick(row)
     pick_ratio = (row[pick]["time_us"] / singles[best_allreduce]["time_us"]
                   if pick and best_allreduce else None)
-    cpu_bound = max(p["cpu_share"] for p in row.values()) >= cpu_bound_share
+    cpu_bound = is_cpu_bound(
+        job_cpu_share=max(p["cpu_share"] for p in row.values()), share=cpu_bound_share)
     return fastest, ratio, pick, pick_ratio, cpu_bound
 
 
@@ -169,7 +172,8 @@ def bar_counts(points, cpu_bound_share):
     cells and over the cells larger than the bucket."""
     model, model_burst = {}, {}
     for p in points:
-        if not p["predicted_us"] or p["cpu_share"] >= cpu_bound_share:
+        if not p["predicted_us"] or is_cpu_bound(job_cpu_share=p["cpu_share"],
+                                                 share=cpu_bound_share):
             continue
         target = model_burst if in_burst(p) else model
         entry = target.setdefault(p["algorithm"], [0, 0])
@@ -250,7 +254,7 @@ def markdown(points, algorithms, cpu_bound_share, header):
             text = f"{p['time_us'] / 1000:.2f}"
             if p["predicted_us"]:
                 text += f" ({p['time_us'] / p['predicted_us']:.2f})"
-            if p["cpu_share"] >= cpu_bound_share:
+            if is_cpu_bound(job_cpu_share=p["cpu_share"], share=cpu_bound_share):
                 text += "†"
             elif p["predicted_us"] and in_burst(p):
                 text += "‡"
@@ -377,7 +381,7 @@ def main():
     parser.add_argument("--iters", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--algorithms", default=DEFAULT_ALGORITHMS)
-    parser.add_argument("--cpu_bound_share", type=float, default=0.75)
+    parser.add_argument("--cpu_bound_share", type=float, default=CPU_BOUND_SHARE)
     parser.add_argument("--timeout_s", type=int, default=900)
     parser.add_argument("--replot", action="store_true",
                         help="only redraw crossover.md/png from --out/points.json")
@@ -423,7 +427,7 @@ def main():
               + ", ".join(sorted({f"{r['context']['iters']} after {r['context']['warmup']}"
                                   for r in runs if not r.get("failed")}))
               + "; "
-              f"CPU-bound: ranks used ≥ {args.cpu_bound_share:.0%} of {cores} cores. "
+              f"CPU-bound: ranks used > {args.cpu_bound_share:.0%} of {cores} cores. "
               f"Load average before each run: "
               + ", ".join(f"{r['context'].get('load_before', float('nan')):.1f}" for r in runs
                           if not r.get("failed"))

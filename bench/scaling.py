@@ -49,6 +49,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cost_model  # noqa: E402  (beside this file)
+import cpu_bound  # noqa: E402
 
 # Where the binaries are; --bin_dir changes it (bazel-bin follows the last
 # build's configuration, so a copy keeps a long sweep on one build).
@@ -534,8 +535,9 @@ MEASURES = ["step_ms", "measured_compute_ms", "exposed_ms", "samples_per_s", "by
             "busiest_link_bytes", "retrans_segments", "rto_timeouts", "retrans_percent",
             "port_drops", "job_cpu_fraction", "machine_busy", "machine_busy_unniced"]
 # A point measured while the machine (every core, others' work included) was
-# busier than this is marked CPU-bound: its step times may be the CPU's.
-CPU_BOUND = 0.7
+# busier than this is marked CPU-bound: its step times may be the CPU's. The
+# rule is bench/cpu_bound.py's, shared with the crossover sweep and the pages.
+CPU_BOUND = cpu_bound.CPU_BOUND_SHARE
 
 
 def aggregate(point, repeats):
@@ -553,7 +555,8 @@ def aggregate(point, repeats):
     for name in ("largest_server_share", "partition", "colocated_server_share",
                  "separate_server_share", "ps_chunk_bytes", "ps_message_bytes"):
         point[name] = repeats[0].get(name)
-    point["cpu_bound"] = point["machine_busy_unniced_max"] > CPU_BOUND
+    point["cpu_bound"] = cpu_bound.is_cpu_bound(
+        machine_busy_unniced=point["machine_busy_unniced_max"])
     # Every job of a sweep runs on this one machine: its N workers share
     # these cores (the cost model divides the codecs' compute by them).
     point["host_cores"] = os.cpu_count()

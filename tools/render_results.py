@@ -17,8 +17,30 @@ points.csv and sweep.json):
   <!-- render:end -->
 
 `table NAME` is one of TABLES below; `value` selects exactly one point by
-column=value pairs and formats one column; `provenance` is the sweep's
-build, date and command. Between a marker and its end, everything is the
+column=value pairs and formats one column (COLUMN/DIVISOR to change its
+unit: time_us/1000 in ms); `ratio` divides one column of
+one point by the same column of another (`ratio SOURCE A B COLUMN FORMAT`,
+where B may be SOURCE@column=value,... to take it from another file, and
+COLUMN may be A:B to divide A of the first by B of the second);
+`count SOURCE SPEC [cpu_bound]` counts the points SPEC selects (it may
+use >=, <= and != too), or only those of them that are CPU-bound;
+`provenance` is the run's build, date and command. A SOURCE is a data
+folder (its points.csv) or one file in it (a .csv of points, or a .json
+whose "points" or "rows" list holds them). A folder without the sweep's sweep.json
+may keep a manifest.json ({"manifest": {...}}), and one points file X.csv
+an X.manifest.json, transcribed from the text that first reported the run;
+its provenance line says so.
+
+A page whose figures have no data says so with
+
+  <!-- render:nodata -->
+  ... the sentence this script writes ...
+  <!-- render:end -->
+
+and a page with no marker at all fails --check: every page either renders
+something from data or says that it cannot. CPU-bound points (the rule of
+bench/cpu_bound.py) are marked in every table, in the order the data has
+them, never ranked. Between a marker and its end, everything is the
 renderer's: hand edits there are what --check exists to catch.
 
   tools/render_results.py            # rewrite every page's generated parts
@@ -35,6 +57,16 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "docs", "results")
+# Pages outside docs/results/ whose numbers come from its data (their
+# markers name folders relative to docs/results/ all the same).
+OTHER_PAGES = [os.path.join(ROOT, "docs", "compare.md")]
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from cpu_bound import describe as describe_cpu_bound, is_cpu_bound  # noqa: E402
+
+NO_DATA = ("**No data folder.** This page's own runs kept no points: no folder under "
+           "docs/results/data/ holds them, and `tools/render_results.py --check` cannot verify "
+           "their figures. Read them as a record of what was seen, with the build each names.")
 
 MARKER = re.compile(r"<!-- render:(\w+)\s+(.*?)\s*-->(.*?)<!-- render:end -->", re.DOTALL)
 
@@ -43,10 +75,20 @@ class RenderError(Exception):
     """A marker or its data is wrong: one message naming the page and marker."""
 
 
-def load_points(results_dir, folder):
-    path = os.path.join(results_dir, folder, "points.csv")
+def load_points(results_dir, source):
+    """The points of a data folder (its points.csv) or of one file in it."""
+    path = os.path.join(results_dir, source)
+    if os.path.isdir(path):
+        path, source = os.path.join(path, "points.csv"), source + "/points.csv"
     if not os.path.exists(path):
-        raise RenderError(f"{folder}/points.csv does not exist")
+        raise RenderError(f"{source} does not exist")
+    if path.endswith(".json"):
+        with open(path) as f:
+            data = json.load(f)
+        if isinstance(data, list):
+            return data
+        # A sweep's "points"; bench/compression_accuracy.py's "rows".
+        return data["points"] if "points" in data else data["rows"]
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     for row in rows:
@@ -58,40 +100,62 @@ def load_points(results_dir, folder):
     return rows
 
 
-def load_manifest(results_dir, folder):
-    path = os.path.join(results_dir, folder, "sweep.json")
-    if not os.path.exists(path):
-        raise RenderError(f"{folder}/sweep.json does not exist")
-    with open(path) as f:
-        return json.load(f).get("manifest", {})
+def load_manifest(results_dir, source):
+    """The sweep's own manifest (sweep.json), else a transcribed one: for one
+    points file X.csv, X.manifest.json beside it; for a folder, its
+    manifest.json."""
+    path = os.path.join(results_dir, source)
+    if os.path.isdir(path):
+        candidates = [os.path.join(path, "sweep.json"), os.path.join(path, "manifest.json")]
+    else:
+        candidates = [os.path.splitext(path)[0] + ".manifest.json"]
+    for candidate in candidates:
+        if os.path.exists(candidate):
+            with open(candidate) as f:
+                return json.load(f).get("manifest", {})
+    raise RenderError(f"{source} has no manifest ("
+                      + ", ".join(os.path.basename(c) for c in candidates) + ")")
+
+
+CONDITION = re.compile(r"^([\w.]+)(>=|<=|!=|=)(.+)$")
+
+
+def matching(points, spec):
+    """The points whose columns meet spec's 'column=value,...'; a count's
+    spec may also use >=, <= and != (workers>=4,algorithm!=gradsync_ps)."""
+    conditions = []
+    for pair in spec.split(","):
+        found = CONDITION.match(pair.strip())
+        if not found:
+            raise RenderError(f"'{spec}': each selector is column=value (or >=, <=, !=)")
+        conditions.append(found.groups())
+
+    def meets(point, key, op, value):
+        have = point.get(key)
+        if isinstance(have, (int, float)) and not isinstance(have, bool):
+            try:
+                have, value = float(have), float(value)
+            except ValueError:
+                return False
+        elif op in (">=", "<="):
+            return False
+        return {"=": have == value, "!=": have != value,
+                ">=": op == ">=" and have >= value, "<=": op == "<=" and have <= value}[op]
+
+    return [p for p in points if all(meets(p, *c) for c in conditions)]
 
 
 def select(points, spec):
     """The one point whose columns equal spec's 'column=value,...'."""
-    wanted = {}
-    for pair in spec.split(","):
-        key, _, value = pair.partition("=")
-        if not value:
-            raise RenderError(f"'{spec}': each selector is column=value")
-        wanted[key.strip()] = value.strip()
-
-    def matches(point):
-        for key, value in wanted.items():
-            have = point.get(key)
-            if isinstance(have, float):
-                try:
-                    if have != float(value):
-                        return False
-                except ValueError:
-                    return False
-            elif have != value:
-                return False
-        return True
-
-    found = [p for p in points if matches(p)]
+    found = matching(points, spec)
     if len(found) != 1:
         raise RenderError(f"'{spec}' selects {len(found)} points; it must select exactly one")
     return found[0]
+
+
+def point_is_cpu_bound(p):
+    return is_cpu_bound(machine_busy_unniced=p.get("machine_busy_unniced_max"),
+                        job_cpu_share=p.get("cpu_share", p.get("job_cpu_fraction")))
 
 
 # --- Tables -------------------------------------------------------------------------------
@@ -128,7 +192,8 @@ def sweep_table(points):
             f"{number(p.get('retrans_segments'))} ({number(p.get('rto_timeouts'))}) | "
             f"{number(p.get('port_drops'))} | "
             f"{number(100 * (p.get('job_cpu_fraction') or 0))}% / "
-            f"{number(100 * (p.get('machine_busy_unniced_max') or 0))}% |")
+            f"{number(100 * (p.get('machine_busy_unniced_max') or 0))}%"
+            f"{cpu_mark(p)} |")
     return "\n".join(lines)
 
 
@@ -191,7 +256,160 @@ def simulated_calibration_table(points):
     return "\n".join(lines)
 
 
-TABLES = {"sweep": sweep_table, "simulated_scaling": simulated_scaling_table,
+def cpu_mark(p):
+    return " **CPU-bound**" if point_is_cpu_bound(p) else ""
+
+
+def megabytes(value):
+    return "–" if value is None else f"{value / 1e6:.2f}"
+
+
+def points_table(points):
+    """Any bench/scaling.py points file, in the file's order: what ran, its
+    step (median, min–max), the exposed communication, the busiest link's
+    bytes, the prediction and how busy the machine was. CPU-bound points
+    are marked in the last column; the rows are not ranked."""
+    columns = [("strategy", lambda p: strategy_label(p) if p.get("servers") is not None
+                else p["strategy"])]
+    if any(p.get("compression") for p in points):
+        columns.append(("compression", lambda p: p.get("compression") or "–"))
+    if any(p.get("sweep") for p in points):
+        columns.append(("flags", lambda p: f"`{p['sweep']}`" if p.get("sweep") else "–"))
+    columns += [
+        ("N", lambda p: f"{p['workers']:.0f}"),
+        ("K", lambda p: "–" if p["strategy"] in ("ring", "local") else
+         number(p.get("servers"))),
+        ("repeats", lambda p: number(p.get("repeats"))),
+        ("step ms", lambda p: f"{p['step_ms']:.1f} ({p['step_ms_min']:.1f}–"
+                              f"{p['step_ms_max']:.1f})"),
+        ("exposed ms", lambda p: number(p.get("exposed_ms"), "{:.1f}")),
+        ("busiest link MB", lambda p: megabytes(p.get("busiest_link_bytes"))),
+        ("predicted ms", lambda p: number(p.get("predicted_step_ms"), "{:.1f}")),
+        ("retrans. (drops)", lambda p: f"{number(p.get('retrans_segments'))} "
+                                       f"({number(p.get('port_drops'))})"),
+        ("machine busy (un-niced, max)",
+         lambda p: f"{number(100 * p['machine_busy_unniced_max'])}%{cpu_mark(p)}"
+         if p.get("machine_busy_unniced_max") is not None else "–"),
+    ]
+    lines = ["| " + " | ".join(name for name, _ in columns) + " |",
+             "| " + " | ".join("---" if i < 2 else "---:" for i in range(len(columns))) + " |"]
+    for p in points:
+        lines.append("| " + " | ".join(cell(p) for _, cell in columns) + " |")
+    lines.append("")
+    lines.append(f"*{describe_cpu_bound()} (bench/cpu_bound.py).*")
+    return "\n".join(lines)
+
+
+ALGORITHMS = {"gradsync_ring": "ring", "gradsync_halving_doubling": "halving-doubling",
+              "gradsync_tree": "tree", "gradsync_ps": "PS", "gradsync_allreduce": "selector"}
+
+
+def size_label(size):
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.0f} {unit}"
+    return f"{size:.0f} B"
+
+
+def crossover_table(points):
+    """A bench/allreduce_crossover.py sweep as its map: the fastest single
+    algorithm (the selector is not one) per link latency, N and size, with
+    the runner-up's time over its time. A cell where any algorithm was
+    CPU-bound says so and names no winner: it would rank the machine."""
+    cells = {}
+    for p in points:
+        if p["algorithm"] == "gradsync_allreduce":
+            continue
+        cells.setdefault((p["latency_us"], p["workers"], p["bytes"]), []).append(p)
+    sizes = sorted({key[2] for key in cells})
+    lines = ["| latency | N | " + " | ".join(size_label(s) for s in sizes) + " |",
+             "| ---: | ---: | " + " | ".join("---" for _ in sizes) + " |"]
+    for latency, workers in sorted({key[:2] for key in cells}):
+        row = []
+        for size in sizes:
+            cell = sorted(cells.get((latency, workers, size), []), key=lambda p: p["time_us"])
+            if not cell:
+                row.append("–")
+                continue
+            if any(is_cpu_bound(job_cpu_share=p.get("cpu_share")) for p in cell):
+                row.append("CPU-bound")  # marked, not ranked
+                continue
+            margin = (f" {cell[1]['time_us'] / cell[0]['time_us']:.2f}×"
+                      if len(cell) > 1 else "")
+            row.append(ALGORITHMS.get(cell[0]["algorithm"], cell[0]["algorithm"]) + margin)
+        latency_label = (f"{latency / 1000:g} ms" if latency >= 1000 else f"{latency:g} µs")
+        lines.append(f"| {latency_label} | {workers} | " + " | ".join(row) + " |")
+    lines.append("")
+    lines.append("*Each cell: the fastest algorithm and the runner-up's time over its time. "
+                 f"{describe_cpu_bound()} (bench/cpu_bound.py) for some algorithm of the cell: "
+                 "no winner is named there, the CPU and not the network set its times.*")
+    return "\n".join(lines)
+
+
+def crossover_points_table(points):
+    """Every point of a bench/allreduce_crossover.py sweep: per latency, N and
+    size, each algorithm's milliseconds (the slowest rank's mean) and in
+    brackets its time over the α–β prediction; the fastest single algorithm
+    in bold, `*` on a CPU-bound point; the selector's time over the best
+    single all-reduce's."""
+    algorithms = [a for a in ALGORITHMS if any(p["algorithm"] == a for p in points)]
+    cells = {}
+    for p in points:
+        cells.setdefault((p["latency_us"], p["workers"], p["bytes"]), {})[p["algorithm"]] = p
+    lines = ["| latency | N | size | " + " | ".join(ALGORITHMS[a] for a in algorithms)
+             + " | fastest | selector / best all-reduce |",
+             "| ---: | ---: | ---: | " + " | ".join("---:" for _ in algorithms) + " | --- | ---: |"]
+    for (latency, workers, size), cell in sorted(cells.items()):
+        singles = {a: p for a, p in cell.items() if a != "gradsync_allreduce"}
+        bound = any(is_cpu_bound(job_cpu_share=p.get("cpu_share")) for p in cell.values())
+        fastest = None if bound else min(singles, key=lambda a: singles[a]["time_us"])
+        allreduces = [p["time_us"] for a, p in singles.items() if a != "gradsync_ps"]
+        selector = cell.get("gradsync_allreduce")
+        row = []
+        for a in algorithms:
+            p = cell.get(a)
+            if p is None:
+                row.append("–")
+                continue
+            text = f"{p['time_us'] / 1000:.2f}"
+            if p.get("predicted_us"):
+                text += f" ({p['time_us'] / p['predicted_us']:.2f})"
+            if is_cpu_bound(job_cpu_share=p.get("cpu_share")):
+                text += "*"
+            row.append(f"**{text}**" if a == fastest else text)
+        ratio = (f"{selector['time_us'] / min(allreduces):.2f}"
+                 if selector and allreduces else "–")
+        latency_label = (f"{latency / 1000:g} ms" if latency >= 1000 else f"{latency:g} µs")
+        lines.append(f"| {latency_label} | {workers} | {size_label(size)} | " + " | ".join(row)
+                     + f" | {ALGORITHMS.get(fastest, 'CPU-bound') if fastest else 'CPU-bound'}"
+                     f" | {ratio} |")
+    lines.append("")
+    lines.append("*Cells: milliseconds per all-reduce, the slowest rank's mean; in brackets the "
+                 "measured time over the α–β prediction; bold the fastest single algorithm "
+                 f"(the selector is not one); `*` {describe_cpu_bound()} (bench/cpu_bound.py): "
+                 "a row with such a point names no fastest, its times rank the CPU, not the "
+                 "network.*")
+    return "\n".join(lines)
+
+
+def accuracy_table(rows):
+    """bench/compression_accuracy.py's rows: final test accuracy per seed, the
+    mean, and the mean's difference from the uncompressed run's."""
+    seeds = max(len(r["accuracy"]) for r in rows)
+    lines = ["| model | method | " + " | ".join(f"seed {i + 1}" for i in range(seeds))
+             + " | mean | mean − none |",
+             "| --- | --- | " + " | ".join("---:" for _ in range(seeds)) + " | ---: | ---: |"]
+    for r in rows:
+        accuracy = [f"{a:.2f}" for a in r["accuracy"]] + ["–"] * (seeds - len(r["accuracy"]))
+        difference = "–" if r["method"] == "none" else f"{r['difference']:+.2f}"
+        lines.append(f"| {r['model']} | {r['method']} | " + " | ".join(accuracy)
+                     + f" | {r['mean']:.2f} | {difference} |")
+    return "\n".join(lines)
+
+
+TABLES = {"accuracy": accuracy_table, "sweep": sweep_table, "points": points_table,
+          "crossover": crossover_table, "crossover_points": crossover_points_table,
+          "simulated_scaling": simulated_scaling_table,
           "simulated_calibration": simulated_calibration_table}
 
 
@@ -210,15 +428,48 @@ def render_marker(kind, arguments, results_dir):
                               "a column and a format like {:.0f}")
         folder, spec, column, fmt = words
         point = select(load_points(results_dir, folder), spec)
+        # COLUMN/DIVISOR changes the unit: time_us/1000 is milliseconds.
+        column, _, divisor = column.partition("/")
         if point.get(column) is None:
             raise RenderError(f"value '{arguments}': the point has no {column}")
-        return fmt.format(point[column])
+        return fmt.format(point[column] / float(divisor or 1))
+    if kind == "ratio":
+        if len(words) != 5:
+            raise RenderError(f"ratio '{arguments}': give a data folder, two column=value,... "
+                              "selectors, a column and a format like {:.2f}")
+        folder, spec_a, spec_b, column, fmt = words
+        a = select(load_points(results_dir, folder), spec_a)
+        # B may name its own source: SOURCE@column=value,... (another file's point).
+        other, _, spec_b = spec_b.rpartition("@")
+        b = select(load_points(results_dir, other or folder), spec_b)
+        # COLUMN_A:COLUMN_B divides different columns (a step by its prediction).
+        column_a, _, column_b = column.partition(":")
+        column_b = column_b or column_a
+        if not a.get(column_a) or not b.get(column_b):
+            raise RenderError(f"ratio '{arguments}': a point has no {column}")
+        return fmt.format(a[column_a] / b[column_b])
+    if kind == "count":
+        if len(words) not in (2, 3) or (len(words) == 3 and words[2] != "cpu_bound"):
+            raise RenderError(f"count '{arguments}': give a data folder, column=value,... "
+                              "and optionally cpu_bound")
+        found = matching(load_points(results_dir, words[0]), words[1])
+        if len(words) == 3:
+            found = [p for p in found if point_is_cpu_bound(p)]
+        return str(len(found))
+    if kind == "nodata":
+        if arguments.strip():
+            raise RenderError("nodata takes no arguments")
+        return "\n" + NO_DATA + "\n"
     if kind == "provenance":
         manifest = load_manifest(results_dir, arguments.strip())
         jobs = manifest.get("run_manifest") or {}
         commit = (jobs.get("git_commit") or manifest.get("git_commit") or "unknown")[:7]
-        return (f"\nbuild {commit}, {manifest.get('time', 'unknown')[:10]}, "
-                f"`{manifest.get('command', '')}`\n")
+        line = (f"build {commit}, {manifest.get('time', 'unknown')[:10]}, "
+                f"`{manifest.get('command', '')}`")
+        if manifest.get("transcribed_from"):
+            line += (f" (manifest transcribed from {manifest['transcribed_from']}: the run did "
+                     "not write one)")
+        return "\n" + line + "\n"
     raise RenderError(f"unknown marker 'render:{kind}'")
 
 
@@ -230,13 +481,15 @@ def render_page(text, results_dir, page):
             body = render_marker(kind, arguments, results_dir)
         except RenderError as error:
             raise RenderError(f"{page}: {error}") from None
-        return f"<!-- render:{kind} {arguments} -->{body}<!-- render:end -->"
+        return f"<!-- render:{kind}{' ' + arguments if arguments else ''} -->{body}<!-- render:end -->"
+    if not MARKER.search(text):
+        raise RenderError(f"{page}: renders nothing from data and has no render:nodata notice")
     return MARKER.sub(replace, text)
 
 
-def pages(results_dir):
+def pages(results_dir, other_pages):
     return sorted(os.path.join(results_dir, name) for name in os.listdir(results_dir)
-                  if name.endswith(".md"))
+                  if name.endswith(".md")) + list(other_pages)
 
 
 def main(argv):
@@ -244,9 +497,11 @@ def main(argv):
     parser.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 if a page differs from its data")
     parser.add_argument("--results_dir", default=RESULTS, help=argparse.SUPPRESS)
+    parser.add_argument("--other_page", action="append", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    other_pages = args.other_page or (OTHER_PAGES if args.results_dir == RESULTS else [])
     differ = 0
-    for path in pages(args.results_dir):
+    for path in pages(args.results_dir, other_pages):
         with open(path) as f:
             text = f.read()
         name = os.path.relpath(path, args.results_dir)

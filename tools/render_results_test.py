@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """tools/render_results.py on made-up pages and data: a page that agrees with
 its data passes --check; a number changed in the data or in the page fails
-it; rendering rewrites only the marked parts; bad markers are one error."""
+it; rendering rewrites only the marked parts; bad markers are one error;
+the points and crossover tables mark CPU-bound points instead of ranking
+them; ratios, transcribed manifests, no-data notices and pages outside the
+results folder render and check the same way."""
 import contextlib
 import io
 import os
@@ -34,7 +37,9 @@ TABLE = """| strategy | N | K | step ms | predicted ms | measured / predicted | 
 | ps, K=N | 2 | 2 | 216 (211–233) | 223 | 0.97 | 2 (0) | 0 | 11% / 40% |"""
 
 
-class RenderResultsTest(unittest.TestCase):
+class Fixture(unittest.TestCase):
+    """A results folder with one sweep (data/run) and one page."""
+
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
         self.results = self.dir.name
@@ -60,6 +65,7 @@ class RenderResultsTest(unittest.TestCase):
             code = render_results.main([*args, f"--results_dir={self.results}"])
         return code, stderr.getvalue()
 
+class RenderResultsTest(Fixture):
     def test_a_page_that_agrees_with_its_data_passes(self):
         self.assertEqual(self.run_main("--check"), (0, ""))
 
@@ -90,7 +96,13 @@ class RenderResultsTest(unittest.TestCase):
                 ("<!-- render:value data/run strategy=ring,workers=2 nosuch {:.0f} -->x"
                  "<!-- render:end -->", "has no nosuch"),
                 ("<!-- render:table sweep data/missing -->x<!-- render:end -->",
-                 "data/missing/points.csv does not exist"),
+                 "data/missing does not exist"),
+                ("<!-- render:provenance data/run/other.csv -->x<!-- render:end -->",
+                 "has no manifest (other.manifest.json)"),
+                ("<!-- render:nodata extra -->x<!-- render:end -->", "nodata takes no arguments"),
+                ("<!-- render:count data/run workers~2 -->x<!-- render:end -->",
+                 "each selector is column=value"),
+                ("A page with numbers and no marker: 42 ms.", "renders nothing from data"),
                 ("<!-- render:chart data/run -->x<!-- render:end -->", "unknown marker")):
             self.write("page.md", marker)
             code, stderr = self.run_main("--check")
@@ -98,6 +110,124 @@ class RenderResultsTest(unittest.TestCase):
             self.assertEqual(len(stderr.strip().splitlines()), 1, marker)
             self.assertIn("page.md: ", stderr)
             self.assertIn(words, stderr, marker)
+
+
+# A scaling points file of its own name, one point CPU-bound (machine 80 % busy).
+OTHER = """strategy,compression,workers,servers,repeats,step_ms,step_ms_min,step_ms_max,exposed_ms,busiest_link_bytes,predicted_step_ms,retrans_segments,port_drops,machine_busy_unniced_max
+ring,none,4,0,2,132.07,131.3,132.8,125.8,15000000,130.4,1,0,0.26
+ring,topk:0.01,4,0,2,68.1,67.2,69.0,60.0,600063,57.7,3,0,0.84
+ps,none,4,4,2,118.6,116.0,122.0,110.0,10000000,92.8,5,1,0.62
+"""
+OTHER_MANIFEST = ('{"manifest": {"git_commit": "6d286d2", "time": "2026-11-25", '
+                  '"command": "bench/scaling.py --links=1gbit", '
+                  '"transcribed_from": "the page\'s first text"}}')
+# A crossover sweep: one cell clear (the PS fastest), one CPU-bound (ranks at 90 %).
+CROSSOVER = """{"points": [
+ {"latency_us": 1000.0, "workers": 4, "bytes": 4096, "algorithm": "gradsync_ring", "time_us": 7000, "predicted_us": 7000, "cpu_share": 0.1},
+ {"latency_us": 1000.0, "workers": 4, "bytes": 4096, "algorithm": "gradsync_tree", "time_us": 5000, "predicted_us": 4000, "cpu_share": 0.1},
+ {"latency_us": 1000.0, "workers": 4, "bytes": 4096, "algorithm": "gradsync_allreduce", "time_us": 5100, "predicted_us": 4000, "cpu_share": 0.1},
+ {"latency_us": 1000.0, "workers": 4, "bytes": 4096, "algorithm": "gradsync_ps", "time_us": 2500, "predicted_us": 2000, "cpu_share": 0.4},
+ {"latency_us": 1000.0, "workers": 4, "bytes": 65536, "algorithm": "gradsync_ring", "time_us": 9000, "predicted_us": 9000, "cpu_share": 0.2},
+ {"latency_us": 1000.0, "workers": 4, "bytes": 65536, "algorithm": "gradsync_tree", "time_us": 8000, "predicted_us": 8000, "cpu_share": 0.2},
+ {"latency_us": 1000.0, "workers": 4, "bytes": 65536, "algorithm": "gradsync_ps", "time_us": 6000, "predicted_us": 3000, "cpu_share": 0.9}
+]}"""
+ACCURACY = """{"strategy": "ring", "workers": 2, "seeds": [1, 2], "rows": [
+ {"model": "cnn", "method": "none", "accuracy": [86.19, 88.14], "mean": 87.165, "difference": 0.0},
+ {"model": "cnn", "method": "fp16", "accuracy": [86.49, 88.29], "mean": 87.39, "difference": 0.225}]}"""
+KINDS_PAGE = """# Kinds
+
+<!-- render:table accuracy data/run/accuracy.json -->
+<!-- render:end -->
+
+<!-- render:nodata -->
+<!-- render:end -->
+
+<!-- render:provenance data/run/other.csv -->
+<!-- render:end -->
+
+<!-- render:table points data/run/other.csv -->
+<!-- render:end -->
+
+<!-- render:table crossover data/run/crossover.json -->
+<!-- render:end -->
+
+<!-- render:table crossover_points data/run/crossover.json -->
+<!-- render:end -->
+
+Ring over PS: <!-- render:ratio data/run/other.csv strategy=ring,compression=none strategy=ps,compression=none step_ms {:.2f} -->x<!-- render:end -->;
+over the headline's PS: <!-- render:ratio data/run/other.csv strategy=ring,compression=none data/run@strategy=ps,workers=2 step_ms {:.3f} -->x<!-- render:end -->;
+counts: <!-- render:count data/run/crossover.json workers>=4,algorithm!=gradsync_allreduce -->x<!-- render:end --> points,
+<!-- render:count data/run/crossover.json bytes>=65536 cpu_bound -->x<!-- render:end --> CPU-bound;
+its step over its prediction: <!-- render:ratio data/run/other.csv strategy=ps,compression=none strategy=ps,compression=none step_ms:predicted_step_ms {:.2f} -->x<!-- render:end -->;
+the PS at 4 KiB: <!-- render:value data/run/crossover.json workers=4,bytes=4096,algorithm=gradsync_ps time_us {:.0f} -->x<!-- render:end --> µs,
+<!-- render:value data/run/crossover.json workers=4,bytes=4096,algorithm=gradsync_ps time_us/1000 {:.1f} -->x<!-- render:end --> ms.
+"""
+
+
+class TableKindsTest(Fixture):
+    def setUp(self):
+        super().setUp()
+        self.write("data/run/other.csv", OTHER)
+        self.write("data/run/other.manifest.json", OTHER_MANIFEST)
+        self.write("data/run/crossover.json", CROSSOVER)
+        self.write("data/run/accuracy.json", ACCURACY)
+        self.write("kinds.md", KINDS_PAGE)
+        self.assertEqual(self.run_main()[0], 0)
+        self.page = self.read("kinds.md")
+
+    def test_every_kind_renders_and_then_checks_clean(self):
+        self.assertEqual(self.run_main("--check"), (0, ""))
+        self.assertIn("**No data folder.**", self.page)
+        self.assertIn("build 6d286d2, 2026-11-25, `bench/scaling.py --links=1gbit` (manifest "
+                      "transcribed from the page's first text: the run did not write one)",
+                      self.page)
+        self.assertIn("Ring over PS: <!-- render:ratio data/run/other.csv strategy=ring,"
+                      "compression=none strategy=ps,compression=none step_ms {:.2f} -->1.11<",
+                      self.page)
+        self.assertIn("step_ms {:.3f} -->0.611<", self.page)  # 132.07 / 216.092
+        self.assertIn("step_ms:predicted_step_ms {:.2f} -->1.28<", self.page)  # 118.6 / 92.8
+        self.assertIn("algorithm!=gradsync_allreduce -->6<!-- render:end --> points", self.page)
+        self.assertIn("bytes>=65536 cpu_bound -->1<!-- render:end --> CPU-bound", self.page)
+        self.assertIn("{:.0f} -->2500<!-- render:end --> µs", self.page)
+        self.assertIn("time_us/1000 {:.1f} -->2.5<!-- render:end --> ms", self.page)
+
+    def test_the_accuracy_table_reads_the_rows(self):
+        self.assertIn("| model | method | seed 1 | seed 2 | mean | mean − none |", self.page)
+        self.assertIn("| cnn | none | 86.19 | 88.14 | 87.17 | – |", self.page)
+        self.assertIn("| cnn | fp16 | 86.49 | 88.29 | 87.39 | +0.23 |", self.page)
+
+    def test_the_points_table_marks_cpu_bound_points_in_file_order(self):
+        self.assertIn("| ring | none | 4 | – | 2 | 132.1 (131.3–132.8) | 125.8 | 15.00 | 130.4 | "
+                      "1 (0) | 26% |", self.page)
+        self.assertIn("| ring | topk:0.01 | 4 | – | 2 | 68.1 (67.2–69.0) | 60.0 | 0.60 | 57.7 | "
+                      "3 (0) | 84% **CPU-bound** |", self.page)
+        self.assertLess(self.page.index("| ring | none"), self.page.index("| ps, K=N | none"))
+
+    def test_the_crossover_map_names_no_winner_in_a_cpu_bound_cell(self):
+        self.assertIn("| 1 ms | 4 | PS 2.00× | CPU-bound |", self.page)
+        self.assertIn("| 1 ms | 4 | 4 KiB | 7.00 (1.00) | 5.00 (1.25) | **2.50 (1.25)** | "
+                      "5.10 (1.27) | PS | 1.02 |", self.page)
+        self.assertIn("| 1 ms | 4 | 64 KiB | 9.00 (1.00) | 8.00 (1.00) | 6.00 (2.00)* | – | "
+                      "CPU-bound | – |", self.page)
+
+    def test_a_number_changed_in_a_json_source_fails_the_check(self):
+        self.write("data/run/crossover.json", CROSSOVER.replace('"time_us": 2500', '"time_us": 2600'))
+        code, stderr = self.run_main("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("kinds.md differs from its data", stderr)
+        self.assertIn("2600", stderr)
+
+    def test_a_page_outside_the_results_folder_is_checked_too(self):
+        other = os.path.join(self.results, "outside.md")
+        with open(other, "w") as f:
+            f.write("PS at 4 KiB: <!-- render:value data/run/crossover.json workers=4,bytes=4096,"
+                    "algorithm=gradsync_ps time_us {:.0f} -->2400<!-- render:end --> µs\n")
+        os.makedirs(os.path.join(self.results, "sub"))
+        os.replace(other, os.path.join(self.results, "sub", "outside.md"))
+        code, stderr = self.run_main("--check",
+                                     "--other_page=" + os.path.join(self.results, "sub", "outside.md"))
+        self.assertEqual(code, 1)
+        self.assertIn("outside.md differs from its data", stderr)
 
 
 if __name__ == "__main__":
