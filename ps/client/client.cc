@@ -593,7 +593,8 @@ absl::Status PsClient::Impl::WaitAll(PsStepStats* stats) {
 
 absl::Status PsClient::Impl::WaitBucket(int bucket) {
   absl::MutexLock lock(&mu_);
-  auto bucket_done = [this, bucket]() {
+  // Called by Await with mu_ held; the annotation tells clang's analysis so.
+  auto bucket_done = [this, bucket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const auto it = bucket_outstanding_.find(bucket);
     return it == bucket_outstanding_.end() || it->second == 0 ||
            !first_error_.ok() || !aborted_.ok();
