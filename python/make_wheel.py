@@ -21,6 +21,12 @@ tools/bundle.sh leaves them: glibc's own libraries (they must match the
 machine's loader), and libstdc++ and libgcc_s, which every process that
 imports torch already has loaded (a second copy in one process is trouble).
 
+With --libraries=beside (tools/bundle.sh), the shared libraries are left
+out and only `load-order` and `glibc-needed` are written: the bundle already
+carries the same libraries in its lib/ folder, and gradsync/_library.py loads
+them from $GRADSYNC_LIBS_DIR instead, which keeps the bundle small enough to
+copy to a node.
+
 torch is deliberately not a dependency in METADATA: the user's torch (pip,
 conda, a distribution's; CPU or CUDA) must never be replaced or upgraded by
 installing gradsync, and `import gradsync` alone needs no torch.
@@ -142,6 +148,11 @@ def main():
     parser.add_argument("--library", required=True, help="libgradsync_c.so")
     parser.add_argument("--out", required=True,
                         help="the wheel's path (its name must be the wheel's)")
+    parser.add_argument("--libraries", choices=("carried", "beside"),
+                        default="carried",
+                        help="carried: the shared libraries in gradsync/_libs/; "
+                        "beside: left out, loaded from $GRADSYNC_LIBS_DIR "
+                        "(a bundle's lib/)")
     parser.add_argument("sources", nargs="+",
                         help="the package's .py files (gradsync/<name>)")
     args = parser.parse_args()
@@ -163,9 +174,10 @@ def main():
     with open(args.library, "rb") as f:
         files.append(("%s/%s" % (NAME, LIBRARY), f.read(), True))
     libraries = shared_libraries(args.library)
-    for soname, path in libraries:
-        with open(path, "rb") as f:
-            files.append(("%s/_libs/%s" % (NAME, soname), f.read(), True))
+    if args.libraries == "carried":
+        for soname, path in libraries:
+            with open(path, "rb") as f:
+                files.append(("%s/_libs/%s" % (NAME, soname), f.read(), True))
     order = load_order(libraries)
     files.append(("%s/_libs/load-order" % NAME,
                   ("\n".join(order) + "\n").encode(), False))
@@ -208,8 +220,10 @@ def main():
             entry.external_attr = (0o755 if executable else 0o644) << 16
             archive.writestr(entry, data)
     os.replace(partial, args.out)
-    print("%s: %d files, %d shared libraries carried, glibc %s or newer" %
-          (args.out, len(files), len(libraries), glibc))
+    print("%s: %d files, %d shared libraries %s, glibc %s or newer" %
+          (args.out, len(files), len(libraries),
+           "carried" if args.libraries == "carried"
+           else "left to $GRADSYNC_LIBS_DIR", glibc))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
 #   gradsync-<commit>/bin/gradsync train --device=cuda --epochs=1
 #   gradsync-<commit>/bin/pytorch_compare.py
 #   python3 -m pip install --no-index gradsync-<commit>/python/gradsync-*.whl
-#                                         # gradsync.torch in that python3
+#                                         # gradsync.torch in that python3, with
+#   GRADSYNC_LIBS_DIR=gradsync-<commit>/lib # (the wheel's libraries are there)
 #
 # What the node needs (the run prints the values it measured, and the
 # bundle's wrapper checks them before starting any program, with one clear
@@ -201,18 +202,36 @@ fi
 # node puts gradsync.torch into whichever Python trains there, offline, with
 # no Bazel. Built in the default (CPU) configuration after the programs were
 # copied out: the hook's strategies work on host memory and stage GPU buckets
-# themselves, so the wheel needs no CUDA library and carries its own shared
-# libraries.
+# themselves, so the wheel needs no CUDA library. This wheel leaves its
+# shared libraries to the bundle's lib/ (--libraries=beside; the full wheel
+# would carry the same ones again and double the bundle): the node's Python
+# finds them through GRADSYNC_LIBS_DIR=<bundle>/lib.
 if ((build)); then
-  tools/install_python.sh --wheel-only
+  bazel build --color=no --curses=no //python:libgradsync_c.so
 fi
-wheel=$(ls "$(bazel info bazel-bin 2>/dev/null)"/python/gradsync-*-py3-none-linux_x86_64.whl 2>/dev/null | head -n 1 || true)
-if [[ -z "$wheel" ]]; then
-  echo "bundle.sh: no gradsync wheel in bazel-bin/python/; run tools/install_python.sh --wheel-only" >&2
+c_library="$(bazel info bazel-bin 2>/dev/null)/python/libgradsync_c.so"
+if [[ ! -f "$c_library" ]]; then
+  echo "bundle.sh: no $c_library; run without --no-build" >&2
   exit 1
 fi
 mkdir -p "$stage/python"
-cp "$wheel" "$stage/python/"
+wheel_version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' python/gradsync/__init__.py)
+/usr/bin/python3 python/make_wheel.py --libraries=beside --library "$c_library" \
+  --out "$stage/python/gradsync-$wheel_version-py3-none-linux_x86_64.whl" \
+  python/gradsync/*.py
+# What the library needs that lib/ does not have yet (the programs needed
+# most of the same).
+while read -r soname arrow path _; do
+  [[ "$arrow" == "=>" ]] || continue
+  is_cuda "$soname" && continue
+  is_system "$soname" && continue
+  if [[ "$path" == "not" ]]; then
+    echo "bundle.sh: libgradsync_c.so needs $soname, which ldd cannot find here" >&2
+    exit 1
+  fi
+  [[ -e "$stage/lib/$soname" ]] || cp -L "$path" "$stage/lib/$soname"
+done < <(ldd "$c_library")
+chmod 644 "$stage"/lib/*
 # The hook's GPU check (python/README.md): DDP on Gloo over CUDA tensors =
 # ring = PS behind the hook, two processes on one GPU.
 cp python/tests/cuda_hook_check.py python/tests/ddp_worker.py "$stage/python/"
@@ -417,10 +436,10 @@ $(. /etc/os-release && echo "$PRETTY_NAME").
   bin/allreduce_benchmark --algorithms=nccl,gradsync_ring --workers=4
                                        NCCL vs the TCP ring, nccl-tests style
   bin/pytorch_compare.py               the same step in PyTorch, side by side
-  python3 -m pip install --no-index python/gradsync-*.whl
+  python3 -m pip install --no-index python/gradsync-*.whl  (then GRADSYNC_LIBS_DIR=\$PWD/lib)
                                        gradsync.torch (DDP's hook) in that python3,
                                        offline (CPython 3.9-3.13, torch >= 1.13)
-  python3 python/cuda_hook_check.py --gradsync bin/gradsync
+  GRADSYNC_LIBS_DIR=\$PWD/lib python3 python/cuda_hook_check.py --gradsync bin/gradsync
                                        the hook on CUDA tensors: DDP on Gloo = ring = PS
   bin/gradsync train --device=cuda     train (add --sync=..., see --help)
 

@@ -19,7 +19,9 @@ The wheel also carries the shared libraries the library needs that a machine
 cannot be assumed to have (gRPC, Protobuf, Abseil, OpenBLAS, ...: see
 python/make_wheel.py) in gradsync/_libs/, loaded here first in dependency
 order; one that the process already has loaded (same soname) is left to that
-copy, so two copies of one library never meet.
+copy, so two copies of one library never meet. The wheel in tools/bundle.sh's
+bundle leaves them out (the bundle's lib/ has them): they are then loaded
+from $GRADSYNC_LIBS_DIR.
 """
 
 import ctypes
@@ -93,6 +95,17 @@ def _preload_vendored():
         except OSError:
             pass
         path = os.path.join(_VENDORED, soname)
+        if not os.path.exists(path):
+            beside = os.environ.get("GRADSYNC_LIBS_DIR", "")
+            path = os.path.join(beside, soname) if beside else ""
+            if not path or not os.path.exists(path):
+                raise ImportError(
+                    "gradsync: %s is not in the installed wheel (a bundle's "
+                    "wheel leaves its libraries in the bundle's lib/ folder)"
+                    " and GRADSYNC_LIBS_DIR=%s does not have it: set "
+                    "GRADSYNC_LIBS_DIR to the bundle's lib/ folder, or "
+                    "install the full wheel (tools/install_python.sh)" %
+                    (soname, beside or "(unset)"))
         try:
             ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
         except OSError as error:
