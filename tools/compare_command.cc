@@ -3,7 +3,6 @@
 // and finds it). The script comes from this binary's runfiles, so it matches
 // the build, else from bench/ under the working directory (a checkout); the
 // binaries it launches are this one and netem beside it (GRADSYNC_BIN_DIR).
-#include <limits.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,18 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "core/base/files.h"
 #include "tools/commands.h"
 
 namespace gradsync {
 namespace {
-
-std::string ThisExecutable() {
-  char path[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (n <= 0) return "";
-  path[n] = '\0';
-  return path;
-}
 
 bool Readable(const std::string& path) {
   return access(path.c_str(), R_OK) == 0;

@@ -108,14 +108,6 @@ ABSL_DECLARE_FLAG(std::string, layers);
 namespace gradsync {
 namespace {
 
-std::string SelfExecutable() {
-  char path[4096];
-  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (n <= 0) return "";
-  path[n] = '\0';
-  return path;
-}
-
 // While the emulated network exists, SIGINT/SIGTERM must not kill us before
 // the teardown: during set-up they are only recorded here, and
 // RunProcessGroup installs its own handlers (and restores these) while the
@@ -334,7 +326,7 @@ absl::StatusOr<JobPlan> PlanJob(int workers, int servers, NodePlacement node,
   plan.workers = workers;
   plan.servers = servers;
   plan.node = std::move(node);
-  plan.self = SelfExecutable();
+  plan.self = ThisExecutable();
   if (plan.self.empty())
     return absl::InternalError(
         "cannot find our own executable (/proc/self/exe)");

@@ -5,7 +5,6 @@
 // it beside this binary (bazel-bin/tools/gradsync and bazel-bin/sim/simulate,
 // or one install folder) and runs it with the arguments after "simulate";
 // it parses and checks its own flags (`gradsync simulate --help`).
-#include <limits.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,18 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "core/base/files.h"
 #include "tools/commands.h"
 
 namespace gradsync {
 namespace {
-
-std::string ThisExecutable() {
-  char path[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (n <= 0) return "";
-  path[n] = '\0';
-  return path;
-}
 
 bool Executable(const std::string& path) {
   return access(path.c_str(), X_OK) == 0;

@@ -56,4 +56,12 @@ bool IsFile(const std::string& path) {
   return stat(path.c_str(), &info) == 0 && !S_ISDIR(info.st_mode);
 }
 
+std::string ThisExecutable() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return "";
+  path[n] = '\0';
+  return path;
+}
+
 }  // namespace gradsync

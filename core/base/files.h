@@ -20,4 +20,8 @@ bool IsDirectory(const std::string& path);
 // file, or a device or pipe a reader can open as one.
 bool IsFile(const std::string& path);
 
+// The path of this process's own executable (/proc/self/exe), to find the
+// programs and scripts installed beside it; "" where it cannot be read.
+std::string ThisExecutable();
+
 }  // namespace gradsync
