@@ -233,7 +233,9 @@ for log in "$logs"/*.test; do
   stage_name=$(basename "$log" .test)
   sed -n 's/^\(\/\/[^ ]*\) \+\(PASSED\|FAILED\|TIMEOUT\|FLAKY\) in \([0-9.]*\)s$/\3 \1 \2/p' \
     "$log" | sed "s/\$/ $stage_name/"
-done | sort -rn | head -n 15 |
+# sed, not head: head exits after its lines while sort may still be writing,
+# and under pipefail sort's SIGPIPE would end this script with 141.
+done | sort -rn | sed -n 1,15p |
   while read -r seconds target status stage_name; do
     printf '   %8s  %-6s %s %s\n' "$seconds" "$stage_name" "$target" "$status"
   done
