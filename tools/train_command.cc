@@ -175,6 +175,7 @@ absl::Status Train() {
   context.optimizer = options.optimizer;
   context.compression = options.compression;
   context.compression_seed = options.seed;
+  context.schedule = options.schedule;
   ASSIGN_OR_RETURN(context.optimizer.lr,
                    ScaleLearningRate(options.optimizer.lr, options.lr_scaling,
                                      env.world_size));

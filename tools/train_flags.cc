@@ -148,6 +148,18 @@ ABSL_FLAG(bool, overlap_next_forward, true,
           "completion wait for all, as with false); the same parameters "
           "either way. A step's sync_wait_ms is then the time the following "
           "forward waits for it (core/train/trainer.h)");
+ABSL_FLAG(std::string, schedule, "fifo",
+          "the order a strategy sends ready gradients in: fifo (buckets as "
+          "backward makes them, last layers first) or priority (buckets cut "
+          "into --partition_kb partitions, the one the next forward reads "
+          "first sent first, at most --credit_kb in flight so a late "
+          "first-layer partition overtakes queued ones; core/sync/schedule.h)");
+ABSL_FLAG(int64_t, partition_kb, 0,
+          "--schedule=priority: partition size in KiB; 0 = derived by the "
+          "strategy");
+ABSL_FLAG(int64_t, credit_kb, 0,
+          "--schedule=priority: KiB a rank keeps in flight; 0 = derived by "
+          "the strategy");
 ABSL_FLAG(std::string, optimizer, "sgd", "sgd or adam");
 ABSL_FLAG(double, lr, 0.05, "learning rate (before --lr_scaling)");
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
@@ -238,6 +250,27 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
   o.overlap_next_forward = absl::GetFlag(FLAGS_overlap_next_forward);
   o.sync = absl::GetFlag(FLAGS_sync);
+  {
+    absl::StatusOr<ScheduleKind> kind =
+        ParseScheduleKind(absl::GetFlag(FLAGS_schedule));
+    if (!kind.ok()) return kind.status();
+    o.schedule.kind = *kind;
+    // Bounded before the conversion to bytes, so no value wraps around.
+    constexpr int64_t kMaxKb = int64_t{1} << 30;  // 1 TiB
+    for (const auto& [flag, kb] :
+         {std::pair<const char*, int64_t>{"--partition_kb",
+                                          absl::GetFlag(FLAGS_partition_kb)},
+          {"--credit_kb", absl::GetFlag(FLAGS_credit_kb)}}) {
+      if (kb > kMaxKb) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            flag, "=", kb, " is larger than any model; use at most ", kMaxKb,
+            " or 0 (derived by the strategy)"));
+      }
+    }
+    o.schedule.partition_bytes = absl::GetFlag(FLAGS_partition_kb) * 1024;
+    o.schedule.credit_bytes = absl::GetFlag(FLAGS_credit_kb) * 1024;
+    RETURN_IF_ERROR(ValidateScheduleOptions(o.schedule));
+  }
   ASSIGN_OR_RETURN(o.compression,
                    CompressionSpec::Parse(absl::GetFlag(FLAGS_compression)));
   o.optimizer.kind = absl::GetFlag(FLAGS_optimizer);

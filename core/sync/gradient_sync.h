@@ -30,6 +30,7 @@
 #include "core/optim/optimizer_options.h"
 #include "core/sync/compression.h"
 #include "core/sync/param_layout.h"
+#include "core/sync/schedule.h"
 
 namespace gradsync {
 
@@ -90,6 +91,10 @@ struct SyncContext {
   // Shared by every worker of the job (--seed): random-k draws its indices
   // from it, so all workers pick the same ones.
   uint64_t compression_seed = 0;
+  // --schedule, --partition_kb, --credit_kb (core/sync/schedule.h): the order
+  // the strategy sends ready buckets in. A strategy that sends only in ready
+  // order takes fifo and refuses priority in its factory, naming itself.
+  ScheduleOptions schedule;
 };
 
 class GradientSync {

@@ -17,6 +17,7 @@
 #include "core/data/image_augmentation.h"
 #include "core/device/device.h"
 #include "core/sync/compression.h"
+#include "core/sync/schedule.h"
 #include "core/sync/gradient_sync.h"
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
@@ -53,6 +54,9 @@ struct TrainerOptions {
   bool overlap_next_forward = true;
   // --compression: every bucket's encoding on the wire (core/sync/compression.h).
   CompressionSpec compression;
+  // --schedule, --partition_kb, --credit_kb: handed to the strategy
+  // (core/sync/schedule.h); the trainer's own order does not change.
+  ScheduleOptions schedule;
   OptimizerOptions optimizer;
   std::string lr_scaling = "none";
   bool evaluate = true;
