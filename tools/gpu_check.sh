@@ -20,6 +20,8 @@
 #   comm_*          exposed communication of ResNet-18 jobs on this GPU:
 #                   local (must be at most 2% of the step), ring2 (2
 #                   workers), ps2_1 (2 workers, 1 server)
+#   hook            the PyTorch hook (bundle only): the wheel in a throwaway
+#                   venv over the node's torch, python/cuda_hook_check.py
 #   speed/M/B/P     bench/compute_vs_pytorch.py --device=cuda: gradsync's step
 #                   beside PyTorch's on this GPU, model M (resnet18, cnn,
 #                   mlp) x batch B (32, 128, 256) x precision P (fp32, tf32,
@@ -337,6 +339,34 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
     "--run_dir=$logs/comm_ring2.run" -- --sync=ring "${job_flags[@]}"
   comm_job comm_ps2_1 "" "$gradsync" launch --workers=2 --servers=1 \
     "--run_dir=$logs/comm_ps2_1.run" -- --sync=ps "${job_flags[@]}"
+  # The PyTorch hook on this GPU (issue 41): DDP on Gloo over CUDA tensors
+  # against gradsync's ring and PS behind the hook, two processes sharing the
+  # GPU. The bundle's wheel goes into a throwaway venv that sees the node's
+  # torch (--system-site-packages), so the node's Python is left as it was.
+  wheel=$(ls "$here"/../python/gradsync-*.whl 2>/dev/null | head -n 1)
+  hook_check="$here/../python/cuda_hook_check.py"
+  if [[ -z "$wheel" || ! -f "$hook_check" ]]; then
+    record SKIP hook "no wheel and cuda_hook_check.py beside this script (the bundle carries them in python/)"
+  elif budget_left hook; then
+    venv="$logs/hook-venv"
+    run hook_install 90 bash -c '"$1" -m venv --system-site-packages "$2" &&
+      "$2/bin/python" -m pip install --quiet --no-index "$3"' _ \
+      "$python" "$venv" "$wheel"
+    if ((dry)); then
+      record SKIP hook "dry run"
+    elif ((rc != 0)); then
+      record FAIL hook "the wheel did not install: $(tail -n 1 "$logs/hook_install.log")"
+    else
+      GRADSYNC_LIBS_DIR="$here/../lib" run hook 150 "$venv/bin/python" \
+        "$hook_check" --gradsync "$gradsync" --python "$venv/bin/python"
+      if ((rc == 0)); then
+        record PASS hook "ring and PS behind the hook equal DDP on Gloo on CUDA tensors: $(grep -c . "$logs/hook.log") lines in hook.log"
+      else
+        record FAIL hook "cuda_hook_check exit $rc: $(tail -n 1 "$logs/hook.log")"
+      fi
+    fi
+  fi
+
   # gradsync against PyTorch: one row per (model, batch, precision).
   compare="$here/../bench/compute_vs_pytorch.py"
   if ! command -v "$python" > /dev/null; then

@@ -23,7 +23,7 @@ MODELS = ("resnet18", "cnn", "mlp")
 BATCHES = (32, 128, 256)
 PRECISIONS = ("fp32", "tf32", "bf16")
 CHECKS = (["versions", "parity_layers", "parity_cudnn", "comm_local",
-           "comm_ring2", "comm_ps2_1"] +
+           "comm_ring2", "comm_ps2_1", "hook"] +
           ["speed/%s/%d/%s" % (m, b, p)
            for m in MODELS for b in BATCHES for p in PRECISIONS])
 ROW = re.compile(r"^(PASS|FAIL|SKIP)\s+(\S+)\s+(.*)$")
@@ -58,6 +58,10 @@ class QuickDryRunTest(unittest.TestCase):
             rows = table(result.stdout)
             self.assertEqual(sorted(rows), sorted(CHECKS))
             for name, (status, detail) in rows.items():
+                if name == "hook":  # a checkout has no wheel beside it
+                    self.assertEqual(status, "SKIP")
+                    self.assertIn("the bundle carries them", detail)
+                    continue
                 self.assertEqual((status, detail), ("SKIP", "dry run"), name)
             with open(os.path.join(out, "report.txt")) as report:
                 self.assertIn("dry run", report.read())
@@ -198,6 +202,10 @@ class QuickFakeBundleTest(unittest.TestCase):
                          ("PASS", "step 20.0 ms, compute 10.0 ms, exposed "
                                   "10.0 ms = 50.0%"))
         self.assertEqual(rows["comm_ps2_1"][0], "PASS")
+        # This stand-in bundle has no wheel: the hook's row says what is
+        # missing instead of failing.
+        self.assertEqual(rows["hook"][0], "SKIP")
+        self.assertIn("no wheel", rows["hook"][1])
         for model in MODELS:
             for batch in BATCHES:
                 status, detail = rows["speed/%s/%d/fp32" % (model, batch)]
