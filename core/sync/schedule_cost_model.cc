@@ -1,0 +1,188 @@
+#include "core/sync/schedule_cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace gradsync {
+namespace {
+
+constexpr double kNever = std::numeric_limits<double>::infinity();
+
+// One transfer: a whole bucket (fifo) or a partition of one (priority).
+struct Transfer {
+  int bucket = 0;
+  double offset = 0;  // bytes before it in forward order: its priority
+  double bytes = 0;
+  double ready_s = 0;
+  // fifo's order: the order backward hands the buckets over.
+  int hand_off = 0;
+  bool sent = false;
+  double end_s = 0;
+};
+
+absl::Status CheckInputs(const std::vector<ModelBucket>& buckets) {
+  if (buckets.empty()) {
+    return absl::InvalidArgumentError("a step needs at least one bucket");
+  }
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const ModelBucket& b = buckets[i];
+    for (const auto& [name, value] :
+         {std::pair<const char*, double>{"bytes", b.bytes},
+          {"backward_s", b.backward_s},
+          {"forward_s", b.forward_s}}) {
+      if (!std::isfinite(value) || value < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "bucket ", i, ": ", name, " is ", value, "; need a number >= 0"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The transfers of the step: whole buckets under fifo, partitions of at most
+// `partition_bytes` (the last of a bucket shorter) under priority.
+std::vector<Transfer> CutTransfers(const std::vector<ModelBucket>& buckets,
+                                   const ScheduleModelOptions& options) {
+  const int m = static_cast<int>(buckets.size());
+  std::vector<double> ready(m);
+  double backward = 0;
+  for (int i = m - 1; i >= 0; --i) {
+    backward += buckets[i].backward_s;
+    ready[i] = backward;
+  }
+  const bool cut = options.kind == ScheduleKind::kPriority &&
+                   options.partition_bytes > 0;
+  std::vector<Transfer> transfers;
+  double offset = 0;
+  for (int i = 0; i < m; ++i) {
+    const double bytes = buckets[i].bytes;
+    double done = 0;
+    do {
+      const double piece = cut ? std::min(options.partition_bytes, bytes - done)
+                               : bytes;
+      Transfer t;
+      t.bucket = i;
+      t.offset = offset + done;
+      t.bytes = piece;
+      t.ready_s = ready[i];
+      t.hand_off = m - 1 - i;
+      transfers.push_back(t);
+      done += piece;
+    } while (done < bytes);
+    offset += bytes;
+  }
+  return transfers;
+}
+
+// Whether `a` goes to the link before `b` when both are ready.
+bool SentFirst(const Transfer& a, const Transfer& b, ScheduleKind kind) {
+  if (kind == ScheduleKind::kPriority) return a.offset < b.offset;
+  return a.hand_off < b.hand_off;
+}
+
+}  // namespace
+
+std::vector<double> SpreadByBytes(const std::vector<double>& bytes,
+                                  double total_s) {
+  double sum = 0;
+  for (double b : bytes) sum += b;
+  std::vector<double> spread(bytes.size(), 0.0);
+  if (sum <= 0) return spread;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    spread[i] = total_s * bytes[i] / sum;
+  }
+  return spread;
+}
+
+absl::StatusOr<ScheduledStep> PredictScheduledStep(
+    const std::vector<ModelBucket>& buckets,
+    const ScheduleModelOptions& options, const TransferSeconds& transfer) {
+  if (absl::Status status = CheckInputs(buckets); !status.ok()) return status;
+  std::vector<Transfer> transfers = CutTransfers(buckets, options);
+  // fifo hands every ready bucket over at once: an unbounded credit.
+  const double credit = options.kind == ScheduleKind::kFifo ? kNever
+                        : options.credit_bytes > 0 ? options.credit_bytes
+                                                   : 0;
+
+  ScheduledStep step;
+  double now = 0;
+  double link_free = 0;
+  size_t left = transfers.size();
+  std::vector<const Transfer*> in_flight;  // handed over, not yet ended
+  while (left > 0) {
+    in_flight.erase(std::remove_if(in_flight.begin(), in_flight.end(),
+                                   [&](const Transfer* t) {
+                                     return t->end_s <= now;
+                                   }),
+                    in_flight.end());
+    double in_flight_bytes = 0;
+    for (const Transfer* t : in_flight) in_flight_bytes += t->bytes;
+    // Hand over the ready transfers in order while the credit allows.
+    while (true) {
+      Transfer* next = nullptr;
+      for (Transfer& t : transfers) {
+        if (t.sent || t.ready_s > now) continue;
+        if (next == nullptr || SentFirst(t, *next, options.kind)) next = &t;
+      }
+      if (next == nullptr) break;
+      if (!in_flight.empty() && in_flight_bytes + next->bytes > credit) break;
+      const double seconds = transfer(next->bytes);
+      if (!std::isfinite(seconds) || seconds < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the transfer time of ", next->bytes, " bytes is ",
+                         seconds, "; need a number >= 0"));
+      }
+      next->sent = true;
+      next->end_s = std::max(now, link_free) + seconds;
+      link_free = next->end_s;
+      step.comm_s += seconds;
+      ++step.transfers;
+      in_flight.push_back(next);
+      in_flight_bytes += next->bytes;
+      --left;
+    }
+    if (left == 0) break;
+    // The next moment something changes: a bucket becomes ready, or a
+    // transfer ends and frees credit.
+    double later = kNever;
+    for (const Transfer& t : transfers) {
+      if (!t.sent && t.ready_s > now) later = std::min(later, t.ready_s);
+    }
+    for (const Transfer* t : in_flight) later = std::min(later, t->end_s);
+    now = later;
+  }
+
+  // The tail ends the step's last transfer.
+  Transfer* last = &transfers.front();
+  for (Transfer& t : transfers) {
+    if (t.end_s > last->end_s) last = &t;
+  }
+  last->end_s += options.tail_s;
+  step.comm_end_s = last->end_s;
+  step.bucket_done_s.assign(buckets.size(), 0.0);
+  for (const Transfer& t : transfers) {
+    step.bucket_done_s[t.bucket] =
+        std::max(step.bucket_done_s[t.bucket], t.end_s);
+  }
+
+  for (const ModelBucket& b : buckets) {
+    step.backward_s += b.backward_s;
+    step.forward_s += b.forward_s;
+  }
+  // The next forward, bucket by bucket, from the end of backward.
+  double clock = step.backward_s;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const double needed = options.overlap_next_forward ? step.bucket_done_s[i]
+                                                       : step.comm_end_s;
+    clock = std::max(clock, needed) + buckets[i].forward_s;
+  }
+  step.exposed_s = std::max(0.0, clock - step.backward_s - step.forward_s);
+  step.step_s = step.backward_s + step.forward_s + step.exposed_s;
+  return step;
+}
+
+}  // namespace gradsync
