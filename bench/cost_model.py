@@ -20,19 +20,26 @@ open per Python process, or one batch (ask_many):
   (7) double binary tree, its trees (tree_allreduce.h) and per-rank costs
   (8) hierarchical      allreduce/algorithms/cost_model.h  Hierarchical…
   (10) ring all-gather  allreduce/algorithms/cost_model.h  RingAllGatherSeconds
+  (14) one step         core/sync/schedule_cost_model.h  PredictScheduledStep
+                        (the "step" query): fifo or priority, over (1)–(8)
 
-What is Python's own: the bucket queue and its overlap with compute
-(exposed_communication), a sweep point's prediction from its flags
-(predict), the compressed methods' bytes per link and codec time (9)–(13),
-measuring α and B, the tables and the plots.
+What is Python's own: a sweep point's prediction from its flags (predict),
+the compressed methods' bytes per link and codec time (9)–(13), the fifo
+bucket queue they still use (exposed_communication), measuring α and B, the
+tables and the plots.
 
-Buckets and overlap. Backward hands buckets off in reverse layer order;
-bucket b is ready after the compute spent on the layers it holds (the
-synthetic models spend time in proportion to bytes). Communication is one
-queue over the link: bucket b starts at max(its ready time, the end of the
-previous bucket) and takes T(size_b) by (1), (2) or (3). The exposed
-communication — what the trainer measures as time blocked in Finish — is
-the last bucket's end minus the end of compute.
+Buckets, overlap and the schedule (14). Backward hands buckets off in
+reverse layer order; bucket b is ready after the backward spent on the
+layers it holds, in proportion to their bytes (as the synthetic models
+spend it). Communication is one queue over the link, each bucket (or
+partition) taking T(size) by (1)–(8). fifo sends whole buckets in the order
+they became ready; priority sends partitions, the first layers' first, within
+a credit. The next forward starts when backward ends and computes each
+bucket's layers once that bucket is synchronized (--overlap_next_forward):
+its waits are the exposed communication, what the trainer records as the
+step's sync wait. The split of the measured compute into forward and
+backward: the synthetic models sleep only in backward; a model that really
+computes spends about a third in forward (FORWARD_SHARE).
 
 α and B are measured on the spot with `netem probe` (core/launch/link_probe.h):
 α is half a 1-byte round trip, B the slope of transfer time against size.
@@ -426,6 +433,62 @@ def exposed_communication(bucket_bytes, compute_s, bucket_time):
     return link_free, max(0.0, link_free - compute_s)
 
 
+# --- One step under a send order: (14) ------------------------------------------
+
+SCHEDULES = ("fifo", "priority")
+# --schedule's default (tools/train_flags.cc), for a point whose job did not
+# say; `gradsync compare` reads what each job ran from its manifest.
+DEFAULT_SCHEDULE = "fifo"
+# The part of a real model's compute (forward and backward) that is forward:
+# backward computes the gradients of both the activations and the weights,
+# about twice the forward's work. The synthetic models sleep in backward only.
+FORWARD_SHARE = 1 / 3
+
+
+def step_query(bucket_query, bucket_bytes, backward_s, forward_s, schedule="both",
+               partition_bytes=0, credit_bytes=0, overlap_next_forward=True):
+    """(14)'s query: one step of buckets `bucket_bytes` in forward order (the
+    first layers' bucket first), each charged the time `bucket_query` (any
+    of ring_query ... mixed_ps_query, its size left out; a PS query's last
+    key is the step's tail) would answer for its size. `backward_s` and
+    `forward_s`: a list per bucket, or a total spread by bytes."""
+    query = {k: v for k, v in bucket_query.items() if k != "bytes"}
+    query.update(formula="step", sync=bucket_query["formula"],
+                 bucket_bytes=list(bucket_bytes), backward_s=backward_s, forward_s=forward_s,
+                 schedule=schedule, partition_bytes=partition_bytes,
+                 credit_bytes=credit_bytes, overlap_next_forward=overlap_next_forward)
+    return query
+
+
+def scheduled_step(bucket_query, bucket_bytes, backward_s, forward_s, schedule="both",
+                   partition_bytes=0, credit_bytes=0, overlap_next_forward=True):
+    """(14): {"fifo": {...}, "priority": {...}} (the one asked, or both),
+    each with step_s, exposed_s, comm_s, comm_end_s, transfers and
+    bucket_done_s (`gradsync predict --help`)."""
+    return ask(step_query(bucket_query, bucket_bytes, backward_s, forward_s, schedule,
+                          partition_bytes, credit_bytes, overlap_next_forward))
+
+
+def bucket_query_of(strategy, n, link, ranks_per_node=1):
+    """The all-reduce family's per-bucket query for (14), its size left out."""
+    if strategy == "ring":
+        return ring_query(n, 0, link)
+    if strategy == "halving_doubling":
+        return halving_doubling_query(n, 0, link, EAGER_BYTES)
+    if strategy == "tree":
+        return tree_query(n, 0, link, EAGER_BYTES)
+    if strategy == "hierarchical":
+        return hierarchical_query(n, ranks_per_node, 0, link, eager_bytes=EAGER_BYTES)
+    if strategy == "allreduce":
+        return allreduce_query(n, 0, link)
+    raise ValueError(f"no cost model for strategy {strategy}")
+
+
+def flag_on(value):
+    """A boolean flag's text as Abseil reads it."""
+    return str(value).lower() not in ("false", "0", "no", "f", "n")
+
+
 def training_flags(*texts):
     """'--a=1 --b=2' texts -> {'a': '1', 'b': '2'}; later texts override."""
     flags = {}
@@ -457,10 +520,13 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
         comm = sum(compressed_bucket_time(size) for size in bucket_bytes)
         _, exposed = exposed_communication(bucket_bytes, base_compute_ms / 1000,
                                            compressed_bucket_time)
+        # The compressed buckets' queue is fifo's whatever ran: (14) has no
+        # codec time.
         return {
             "predicted_comm_ms": 1000 * comm,
             "predicted_exposed_ms": 1000 * exposed,
             "predicted_step_ms": base_step_ms + 1000 * exposed,
+            "predicted_schedule": "fifo",
         }
     # The key size: a flag, else what the job derived (scaling.py reads it
     # from the summary; --ps_chunk_kb=0 is auto), else the old default.
@@ -473,17 +539,13 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
     if strategy == "ps":
         # Each bucket's keys go to the servers in the partitioner's
         # proportions; the last key of the step leaves the tail.
-        def bucket_time(size):
-            return ps_time(n, size, link, share, last_key=0)
+        bucket_query = ps_query(n, 0, link, share, last_key=last_key, message_bytes=message)
         comm = ps_time(n, sum(bucket_bytes), link, share, last_key=last_key,
                        message_bytes=message)
-        tail = comm - ps_time(n, sum(bucket_bytes), link, share, last_key=0)
     elif strategy == "ps-colocated":
-        def bucket_time(size):
-            return colocated_ps_time(n, size, link, last_key=0)
+        bucket_query = colocated_ps_query(n, 0, link, last_key=last_key, message_bytes=message)
         comm = colocated_ps_time(n, sum(bucket_bytes), link, last_key=last_key,
                                  message_bytes=message)
-        tail = comm - colocated_ps_time(n, sum(bucket_bytes), link, last_key=0)
     elif strategy == "ps-mixed":
         colocated = point["colocated"]
         # Each kind of server's largest share: the job's own (scaling.py
@@ -499,29 +561,42 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
                 sum(bucket_bytes), n, colocated, k - colocated, partition, chunk)
         else:
             colocated_share = separate_share = share
-
-        def mixed(size, last):
-            return mixed_ps_time(n, colocated, k - colocated, size, link, last_key=last,
-                                 message_bytes=message, largest_share=colocated_share,
-                                 separate_share=separate_share)
-
-        def bucket_time(size):
-            return mixed(size, 0)
-        comm = mixed(sum(bucket_bytes), last_key)
-        tail = comm - mixed(sum(bucket_bytes), 0)
+        bucket_query = mixed_ps_query(n, colocated, k - colocated, 0, link, last_key=last_key,
+                                      message_bytes=message, largest_share=colocated_share,
+                                      separate_share=separate_share)
+        comm = mixed_ps_time(n, colocated, k - colocated, sum(bucket_bytes), link,
+                             last_key=last_key, message_bytes=message,
+                             largest_share=colocated_share, separate_share=separate_share)
     else:
-        def bucket_time(size):
-            return sync_time(strategy, n, k, size, link,
-                             ranks_per_node=point.get("ranks_per_node", 1))
-        comm = sum(bucket_time(size) for size in bucket_bytes)
-        tail = 0.0
-    _, exposed = exposed_communication(bucket_bytes, base_compute_ms / 1000, bucket_time)
-    exposed += tail
+        ranks_per_node = point.get("ranks_per_node", 1)
+        bucket_query = bucket_query_of(strategy, n, link, ranks_per_node)
+        comm = sum(sync_time(strategy, n, k, size, link, ranks_per_node=ranks_per_node)
+                   for size in bucket_bytes)
+    # (14): the step under both schedules, the one that ran reported as the
+    # prediction. What ran: the job's manifest (`gradsync compare` puts it in
+    # the point), else the flag, else the worker's default. A partition and
+    # credit of 0 are the strategy's own: the values it recorded, where the
+    # point has them, else whole buckets (the all-reduces) or the PS's keys,
+    # and one partition in flight.
+    schedule = point.get("schedule") or flags.get("schedule") or DEFAULT_SCHEDULE
+    partition_bytes = (int(flags.get("partition_kb", 0)) * 1024
+                       or point.get("partition_bytes")
+                       or (chunk if strategy.startswith("ps") else 0))
+    credit_bytes = int(flags.get("credit_kb", 0)) * 1024 or point.get("credit_bytes") or 0
+    compute_s = base_compute_ms / 1000
+    forward_s = 0.0 if point.get("compute_ms") else FORWARD_SHARE * compute_s
+    steps = scheduled_step(bucket_query, list(reversed(bucket_bytes)), compute_s - forward_s,
+                           forward_s, "both", partition_bytes, credit_bytes,
+                           flag_on(flags.get("overlap_next_forward", "true")))
     prediction = {
         "predicted_comm_ms": 1000 * comm,
-        "predicted_exposed_ms": 1000 * exposed,
-        "predicted_step_ms": base_step_ms + 1000 * exposed,
+        "predicted_exposed_ms": 1000 * steps[schedule]["exposed_s"],
+        "predicted_step_ms": base_step_ms + 1000 * steps[schedule]["exposed_s"],
+        "predicted_schedule": schedule,
     }
+    for name in SCHEDULES:
+        prediction[f"predicted_{name}_exposed_ms"] = 1000 * steps[name]["exposed_s"]
+        prediction[f"predicted_{name}_step_ms"] = base_step_ms + 1000 * steps[name]["exposed_s"]
     if strategy == "ps-mixed" and point["colocated"] == n:
         # BytePS's layout (every worker serves, K − N separate servers) with
         # its optimal shares: what equal shares leave on the table.
