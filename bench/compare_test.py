@@ -5,12 +5,14 @@ import io
 import json
 import os
 import sys
+import tempfile
 import unittest
 from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402
 import cost_model  # noqa: E402
+import scaling  # noqa: E402
 
 
 def point(strategy, n, k, step, busiest_mb, predicted=None, **extra):
@@ -236,6 +238,147 @@ class VerdictTest(unittest.TestCase):
         self.assertEqual(len(table), 4)
         self.assertIn("bounded by", table[0])
         self.assertIn("local (reference)", table[2])
+
+
+class SchedulesTest(unittest.TestCase):
+    """--schedules: parsing, the sweep it asks for, and a verdict from a
+    finished sweep (its files written here, no job run)."""
+
+    def test_parsing(self):
+        self.assertEqual(compare.parse_schedules(""), [])
+        self.assertEqual(compare.parse_schedules("priority,fifo"), ["priority", "fifo"])
+        for spec, extra, words in (
+                ("lifo", [], "unknown schedule 'lifo'; choose from fifo, priority"),
+                ("fifo,fifo", [], "names a schedule twice"),
+                (",", [], "give some of fifo, priority"),
+                ("fifo,priority", ["--schedule=fifo"], "drop one")):
+            with self.assertRaises(compare.UsageError) as raised:
+                compare.parse_schedules(spec, extra)
+            self.assertIn(words, str(raised.exception))
+        # Without --schedules a --schedule after -- is the user's own.
+        self.assertEqual(compare.parse_schedules("", ["--schedule=priority"]), [])
+
+    def test_an_unknown_schedule_is_refused_before_anything_runs(self):
+        stderr = io.StringIO()
+        with mock.patch.object(sys, "stderr", stderr), \
+                mock.patch.object(compare.subprocess, "run") as run:
+            self.assertEqual(compare.main(["--workers=2", "--schedules=fifo,lifo"]), 2)
+        run.assert_not_called()
+        self.assertEqual(stderr.getvalue().strip().splitlines(),
+                         ["gradsync compare: --schedules: unknown schedule 'lifo'; "
+                          "choose from fifo, priority"])
+
+    def test_each_schedule_is_a_sweep_set_and_the_default_passes_none(self):
+        args = compare.parse_args(["--workers=4", "--schedules=fifo,priority", "--",
+                                   "--lr=0.1"])
+        command = compare.scaling_command(args, args.strategy_names, args.worker_counts, "out")
+        self.assertIn("--sweep=--schedule=fifo;--schedule=priority", command)
+        self.assertEqual(command[-2:], ["--", "--lr=0.1"])
+        default = compare.parse_args(["--workers=4"])
+        self.assertFalse([a for a in compare.scaling_command(
+            default, default.strategy_names, default.worker_counts, "out") if "schedule" in a])
+
+    # A finished sweep: the reference, the ring and PS K=4 under both
+    # schedules; the ring's priority job recorded its partition, the PS's
+    # recorded --schedule as ignored (it ran fifo).
+    LINK = {"alpha_us": 100.0, "bandwidth_bytes_per_s": 1.25e7}  # 100 Mbit/s
+    GROUP = {"model": "mlp", "link": "100mbit", "bucket_mb": 0.0, "compute_ms": 0.0,
+             "compression": "none"}
+    # Three buckets of 0.8 MB in hand-off order: with 290 ms of compute the
+    # ring's 240 ms of link time and the forward are comparable.
+    LAYOUT = {"buckets": [{"bytes": 800_000, "params": [2]}, {"bytes": 800_000, "params": [1]},
+                          {"bytes": 800_000, "params": [0]}],
+              "params": [{"numel": 200_000}] * 3}
+
+    def sweep_points(self):
+        def at(strategy, k, schedule, step, exposed):
+            return point(strategy, 4, k, step, 2.0, **self.GROUP, sweep=f"--schedule={schedule}",
+                         exposed_ms=exposed, measured_compute_ms=290)
+        return [point("local", 1, 0, 300, 0, **self.GROUP, sweep="", exposed_ms=0,
+                      measured_compute_ms=290),
+                at("ring", 0, "fifo", 400, 100), at("ring", 0, "priority", 330, 30),
+                at("ps", 4, "fifo", 380, 90), at("ps", 4, "priority", 381, 91)]
+
+    def write_sweep(self, out):
+        points = self.sweep_points()
+        for p in points:
+            run_dir = os.path.join(out, "points", scaling.label(p), "r0")
+            os.makedirs(run_dir)
+            flags = cost_model.training_flags(p["sweep"])
+            manifest = {"flags": flags, "settings": {}, "ignored_flags": {}}
+            if p["strategy"] == "ps" and flags.get("schedule") == "priority":
+                manifest["ignored_flags"]["schedule"] = "the PS client sends in ready order"
+            if p["strategy"] == "ring" and flags.get("schedule") == "priority":
+                # The partition the ring derived: the prediction cuts by it.
+                manifest["settings"]["partition_kb"] = {"value": 256, "source": "auto"}
+            with open(os.path.join(run_dir, "summary.json"), "w") as f:
+                json.dump({"manifest": manifest}, f)
+            with open(os.path.join(run_dir, "layout.json"), "w") as f:
+                json.dump(self.LAYOUT, f)
+        with open(os.path.join(out, "sweep.json"), "w") as f:
+            json.dump({"links": {"100mbit": self.LINK}, "manifest": {"git_commit": "abc"},
+                       "points": points}, f)
+        with open(os.path.join(out, "points.csv"), "w") as f:
+            f.write("strategy,workers\n")
+
+    def test_the_verdict_puts_the_schedules_side_by_side(self):
+        with tempfile.TemporaryDirectory() as out:
+            self.write_sweep(out)
+            stdout = io.StringIO()
+            with mock.patch.object(sys, "stdout", stdout), \
+                    mock.patch.object(compare.subprocess, "run") as run, \
+                    mock.patch.object(compare.os, "geteuid", return_value=0), \
+                    mock.patch.object(compare.os, "access", return_value=True):
+                run.return_value.returncode = 0
+                self.assertEqual(compare.main(
+                    ["--netem=100mbit", "--workers=4", "--strategies=ring,ps-kn",
+                     "--schedules=fifo,priority", f"--out={out}", "--bin_dir=/nonexistent"]), 0)
+            with open(os.path.join(out, "verdict.json")) as f:
+                verdict = json.load(f)
+            with open(os.path.join(out, "verdict.txt")) as f:
+                text = f.read()
+        self.assertEqual(verdict["schedules"], ["fifo", "priority"])
+        by_name = {e["name"]: e for e in verdict["schedule_comparison"]}
+        self.assertEqual(set(by_name), {"ring", "ps-kn"})
+        ring = by_name["ring"]
+        self.assertEqual((ring["fifo"]["step_ms"], ring["priority"]["step_ms"]), (400, 330))
+        self.assertEqual((ring["fifo"]["exposed_ms"], ring["priority"]["exposed_ms"]), (100, 30))
+        self.assertAlmostEqual(ring["priority_vs_fifo_step_percent"], -17.5)
+        # The model, too, has priority hide more of a real model's step here.
+        self.assertLess(ring["priority"]["predicted_step_ms"], ring["fifo"]["predicted_step_ms"])
+        self.assertLess(ring["priority_vs_fifo_predicted_step_percent"], 0)
+        # What ran, not what was asked.
+        self.assertEqual(by_name["ps-kn"]["priority"]["ran"], "fifo")
+        rows = {(r["name"], r["schedule_asked"]): r for r in verdict["rows"]}
+        self.assertEqual(rows[("ring", "priority")]["predicted_schedule"], "priority")
+        self.assertAlmostEqual(rows[("ring", "priority")]["predicted_step_ms"],
+                               rows[("ring", "priority")]["predicted_priority_step_ms"])
+        self.assertEqual(rows[("ps-kn", "priority")]["predicted_schedule"], "fifo")
+        self.assertEqual(rows[("ps-kn", "priority")]["strategy"],
+                         "PS K=4, priority (ran fifo)")
+        line = verdict["answer"]
+        self.assertTrue(line.startswith("under fifo, PS K=4 is 1.05x faster than the ring "
+                                        "at N=4 on 100mbit (380 vs 400 ms a step)"), line)
+        self.assertIn("priority against fifo at N=4 on 100mbit: ring all-reduce -18% "
+                      "(400 vs 330 ms a step, exposed 100 vs 30 ms; α–β", line)
+        self.assertIn("PS K=4 ran fifo when asked priority (the PS client sends in ready "
+                      "order)", line)
+        self.assertIn("priority vs fifo", text)
+        self.assertIn(line, text)
+
+    def test_a_missing_run_and_a_tie_are_said(self):
+        rows = compare.verdict_rows(
+            [point("ring", 4, 0, 300, 3.8, 300, sweep="--schedule=fifo", schedule="fifo"),
+             point("ring", 4, 0, 290, 3.8, 300, sweep="--schedule=priority",
+                   schedule="priority"),
+             point("ps", 4, 4, 280, 2.5, 290, sweep="--schedule=fifo", schedule="fifo")],
+            "100mbit", None, 1)
+        line, table, summary = compare.verdict_answer(rows, ["fifo", "priority"], "100mbit")
+        self.assertIn("ring all-reduce -3% (300 vs 290 ms a step", line)
+        self.assertIn("all within 5%: priority changed nothing here", line)
+        self.assertIn("PS K=4 has no priority run", line)
+        self.assertIn("no run", table)
+        self.assertEqual(len(summary), 2)
 
 
 if __name__ == "__main__":
