@@ -375,7 +375,8 @@ def schedule_summary(pairs, schedules):
             r = pair[s]
             entry[s] = None if r is None else {
                 "ran": r.get("schedule"), "note": r.get("schedule_note"),
-                "step_ms": r["step_ms"], "exposed_ms": r["exposed_ms"],
+                "step_ms": r["step_ms"], "step_ms_min": r.get("step_ms_min"),
+                "step_ms_max": r.get("step_ms_max"), "exposed_ms": r["exposed_ms"],
                 "predicted_step_ms": r.get(f"predicted_{s}_step_ms"),
                 "predicted_exposed_ms": r.get(f"predicted_{s}_exposed_ms")}
         for s in schedules[1:]:
@@ -424,6 +425,15 @@ def format_schedule_table(summary, schedules):
     return "\n".join(out)
 
 
+def overlapping(a, b):
+    """Whether two runs' min–max step times overlap: a change between them
+    is within the repeats' own spread."""
+    if None in (a.get("step_ms_min"), a.get("step_ms_max"), b.get("step_ms_min"),
+                b.get("step_ms_max")):
+        return False
+    return a["step_ms_min"] <= b["step_ms_max"] and b["step_ms_min"] <= a["step_ms_max"]
+
+
 # Within this of the baseline's step time, a schedule changed nothing.
 SCHEDULE_TIE_PERCENT = 5.0
 
@@ -457,7 +467,9 @@ def schedule_answer(summary, schedules, link_name):
                                      f"{ms(o['step_ms'])} ms a step, exposed "
                                      f"{ms(b['exposed_ms'])} vs {ms(o['exposed_ms'])} ms"
                                      + ("" if predicted is None else
-                                        f"; α–β {predicted:+.0f}%") + ")"))
+                                        f"; α–β {predicted:+.0f}%")
+                                     + ("; the repeats' ranges overlap" if overlapping(b, o)
+                                        else "") + ")"))
         changed.sort(key=lambda c: c[0])
         text = f"{s} against {base} at N={n} on {link_name}: "
         if changed:

@@ -374,11 +374,17 @@ class SchedulesTest(unittest.TestCase):
              point("ps", 4, 4, 280, 2.5, 290, sweep="--schedule=fifo", schedule="fifo")],
             "100mbit", None, 1)
         line, table, summary = compare.verdict_answer(rows, ["fifo", "priority"], "100mbit")
-        self.assertIn("ring all-reduce -3% (300 vs 290 ms a step", line)
+        # 299–301 against 289–291: apart; 300 against 290 within 5%: no change.
+        self.assertIn("ring all-reduce -3% (300 vs 290 ms a step, exposed 300 vs 290 ms)",
+                      line)
         self.assertIn("all within 5%: priority changed nothing here", line)
         self.assertIn("PS K=4 has no priority run", line)
         self.assertIn("no run", table)
         self.assertEqual(len(summary), 2)
+        # Ranges that overlap are said to.
+        rows[1].update(step_ms=299.5, step_ms_min=295, step_ms_max=304)
+        line, _, _ = compare.verdict_answer(rows, ["fifo", "priority"], "100mbit")
+        self.assertIn("the repeats' ranges overlap", line)
 
 
 if __name__ == "__main__":
