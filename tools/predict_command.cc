@@ -33,15 +33,15 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "allreduce/algorithms/cost_model.h"
-#include "core/sync/link_cost.h"
 #include "allreduce/algorithms/tree_allreduce.h"
 #include "allreduce/allreduce_table.h"
 #include "core/base/status_macros.h"
+#include "core/sync/link_cost.h"
+#include "core/sync/schedule.h"
+#include "core/sync/schedule_cost_model.h"
 #include "nlohmann/json.hpp"
 #include "ps/client/partitioner.h"
 #include "ps/cost_model.h"
-#include "core/sync/schedule.h"
-#include "core/sync/schedule_cost_model.h"
 #include "tools/commands.h"
 
 namespace gradsync {
@@ -92,7 +92,8 @@ constexpr char kUsage[] =
     "  balanced_share                   bytes, servers, chunk_bytes\n"
     "                                   -> {\"share\"}\n"
     "\n"
-    "One step's timeline under a send order (core/sync/schedule_cost_model.h):\n"
+    "One step's timeline under a send order "
+    "(core/sync/schedule_cost_model.h):\n"
     "  step    sync (one of ring, halving_doubling, tree, hierarchical,\n"
     "          allreduce, ps, ps_colocated, ps_mixed) and that formula's\n"
     "          inputs but bytes (for the PS, last_key_bytes is the step's\n"
@@ -107,7 +108,8 @@ constexpr char kUsage[] =
     "          -> {\"fifo\": {...}, \"priority\": {...}}, each {\"step_s\",\n"
     "          \"exposed_s\" (the next forward's waits), \"comm_s\" (the link\n"
     "          busy), \"comm_end_s\", \"backward_s\", \"forward_s\",\n"
-    "          \"transfers\", \"bucket_done_s\": [per bucket, forward order]};\n"
+    "          \"transfers\", \"bucket_done_s\": [per bucket, forward "
+    "order]};\n"
     "          times from the start of backward\n"
     "\n";
 
@@ -221,9 +223,8 @@ absl::StatusOr<json> TreeShape(const Query& query) {
 // all-reduces have none and ignore it.
 using SyncSeconds = std::function<double(double bytes, double last_key_bytes)>;
 
-constexpr const char* kAllReduceFormulas[] = {"ring", "halving_doubling",
-                                              "tree", "hierarchical",
-                                              "allreduce"};
+constexpr const char* kAllReduceFormulas[] = {
+    "ring", "halving_doubling", "tree", "hierarchical", "allreduce"};
 constexpr const char* kPsFormulas[] = {"ps", "ps_colocated", "ps_mixed"};
 
 absl::StatusOr<SyncSeconds> AllReduceFormula(const std::string& formula,
@@ -250,8 +251,8 @@ absl::StatusOr<SyncSeconds> AllReduceFormula(const std::string& formula,
   if (formula == "allreduce") {
     // --sync=allreduce picks per bucket, so per partition too.
     return SyncSeconds([n, link, eager_bytes](double bytes, double) {
-      const AllReduceKind kind = ChooseAllReduce(
-          n, bytes, CandidateLinks::Uniform(link), eager_bytes);
+      const AllReduceKind kind =
+          ChooseAllReduce(n, bytes, CandidateLinks::Uniform(link), eager_bytes);
       return PredictAllReduce(kind, n, bytes, link, eager_bytes);
     });
   }
@@ -269,8 +270,8 @@ absl::StatusOr<SyncSeconds> AllReduceFormula(const std::string& formula,
                                              : link.bytes_per_s};
   const LinkCost intra{intra_alpha_s, intra_bytes_per_s};
   return SyncSeconds([=](double bytes, double) {
-    return HierarchicalAllReduceSeconds(n, ranks_per_node, bytes, intra,
-                                        across, eager_bytes);
+    return HierarchicalAllReduceSeconds(n, ranks_per_node, bytes, intra, across,
+                                        eager_bytes);
   });
 }
 
@@ -390,9 +391,8 @@ absl::StatusOr<json> ParameterServer(const std::string& formula,
 
 // Per bucket, `name` as a list of one number per bucket, or as one number:
 // a total spread over the buckets by their bytes (SpreadByBytes).
-absl::StatusOr<std::vector<double>> PerBucket(const json& value,
-                                              const char* name,
-                                              const std::vector<double>& bytes) {
+absl::StatusOr<std::vector<double>> PerBucket(
+    const json& value, const char* name, const std::vector<double>& bytes) {
   auto it = value.find(name);
   if (it == value.end()) {
     return absl::InvalidArgumentError(
@@ -409,9 +409,9 @@ absl::StatusOr<std::vector<double>> PerBucket(const json& value,
     return SpreadByBytes(bytes, total);
   }
   if (!it->is_array() || it->size() != bytes.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "\"", name, "\" is neither a number nor a list of ", bytes.size(),
-        " numbers (one per bucket): ", it->dump()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", name, "\" is neither a number nor a list of ",
+                     bytes.size(), " numbers (one per bucket): ", it->dump()));
   }
   std::vector<double> values;
   for (const json& item : *it) {
@@ -425,14 +425,11 @@ absl::StatusOr<std::vector<double>> PerBucket(const json& value,
 }
 
 json StepJson(const ScheduledStep& step) {
-  return json{{"step_s", step.step_s},
-              {"exposed_s", step.exposed_s},
-              {"comm_s", step.comm_s},
-              {"comm_end_s", step.comm_end_s},
-              {"backward_s", step.backward_s},
-              {"forward_s", step.forward_s},
-              {"transfers", step.transfers},
-              {"bucket_done_s", step.bucket_done_s}};
+  return json{
+      {"step_s", step.step_s},         {"exposed_s", step.exposed_s},
+      {"comm_s", step.comm_s},         {"comm_end_s", step.comm_end_s},
+      {"backward_s", step.backward_s}, {"forward_s", step.forward_s},
+      {"transfers", step.transfers},   {"bucket_done_s", step.bucket_done_s}};
 }
 
 // "step": the timeline of one step (core/sync/schedule_cost_model.h) under

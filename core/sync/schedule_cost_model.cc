@@ -54,16 +54,16 @@ std::vector<Transfer> CutTransfers(const std::vector<ModelBucket>& buckets,
     backward += buckets[i].backward_s;
     ready[i] = backward;
   }
-  const bool cut = options.kind == ScheduleKind::kPriority &&
-                   options.partition_bytes > 0;
+  const bool cut =
+      options.kind == ScheduleKind::kPriority && options.partition_bytes > 0;
   std::vector<Transfer> transfers;
   double offset = 0;
   for (int i = 0; i < m; ++i) {
     const double bytes = buckets[i].bytes;
     double done = 0;
     do {
-      const double piece = cut ? std::min(options.partition_bytes, bytes - done)
-                               : bytes;
+      const double piece =
+          cut ? std::min(options.partition_bytes, bytes - done) : bytes;
       Transfer t;
       t.bucket = i;
       t.offset = offset + done;
@@ -114,11 +114,10 @@ absl::StatusOr<ScheduledStep> PredictScheduledStep(
   size_t left = transfers.size();
   std::vector<const Transfer*> in_flight;  // handed over, not yet ended
   while (left > 0) {
-    in_flight.erase(std::remove_if(in_flight.begin(), in_flight.end(),
-                                   [&](const Transfer* t) {
-                                     return t->end_s <= now;
-                                   }),
-                    in_flight.end());
+    in_flight.erase(
+        std::remove_if(in_flight.begin(), in_flight.end(),
+                       [&](const Transfer* t) { return t->end_s <= now; }),
+        in_flight.end());
     double in_flight_bytes = 0;
     for (const Transfer* t : in_flight) in_flight_bytes += t->bytes;
     // Hand over the ready transfers in order while the credit allows.
@@ -176,8 +175,8 @@ absl::StatusOr<ScheduledStep> PredictScheduledStep(
   // The next forward, bucket by bucket, from the end of backward.
   double clock = step.backward_s;
   for (size_t i = 0; i < buckets.size(); ++i) {
-    const double needed = options.overlap_next_forward ? step.bucket_done_s[i]
-                                                       : step.comm_end_s;
+    const double needed =
+        options.overlap_next_forward ? step.bucket_done_s[i] : step.comm_end_s;
     clock = std::max(clock, needed) + buckets[i].forward_s;
   }
   step.exposed_s = std::max(0.0, clock - step.backward_s - step.forward_s);

@@ -40,8 +40,8 @@ ScheduleModelOptions Priority(double partition_bytes = 0,
 //              [3,5], then 1 [5,7]; forward 0 [5,6], 1 [7,8], 2 [8,9]:
 //              exposed 9 − 6 = 3.
 TEST(ScheduleCostModelTest, PriorityFirstLayersFirstWhenAQueueForms) {
-  const auto fifo =
-      PredictScheduledStep(ThreeBuckets(), ScheduleModelOptions{}, Bandwidth(2));
+  const auto fifo = PredictScheduledStep(ThreeBuckets(), ScheduleModelOptions{},
+                                         Bandwidth(2));
   ASSERT_TRUE(fifo.ok()) << fifo.status();
   EXPECT_THAT(fifo->bucket_done_s, ElementsAre(7, 5, 3));
   EXPECT_DOUBLE_EQ(fifo->exposed_s, 4);
@@ -83,8 +83,8 @@ TEST(ScheduleCostModelTest, PartitionsOvertakeQueuedWork) {
 //   1b [6,7]. Forward 0 [6,7], 1 [7,8], 2 [8,9]: exposed 3, between
 //   one partition's 2 and fifo's 4.
 TEST(ScheduleCostModelTest, TheCreditBoundsWhatALatePartitionOvertakes) {
-  const auto fifo =
-      PredictScheduledStep(ThreeBuckets(), ScheduleModelOptions{}, Bandwidth(2));
+  const auto fifo = PredictScheduledStep(ThreeBuckets(), ScheduleModelOptions{},
+                                         Bandwidth(2));
   ASSERT_TRUE(fifo.ok());
   const auto everything =
       PredictScheduledStep(ThreeBuckets(), Priority(0.5, 3), Bandwidth(2));
@@ -166,8 +166,8 @@ TEST(ScheduleCostModelTest, WithoutOverlapTheOrderDoesNotMatter) {
 // buckets.
 TEST(ScheduleCostModelTest, PartitionsPayTheirLatencyEach) {
   const TransferSeconds alpha_beta = [](double bytes) { return 1 + bytes; };
-  const auto fifo = PredictScheduledStep(ThreeBuckets(), ScheduleModelOptions{},
-                                         alpha_beta);
+  const auto fifo =
+      PredictScheduledStep(ThreeBuckets(), ScheduleModelOptions{}, alpha_beta);
   const auto priority =
       PredictScheduledStep(ThreeBuckets(), Priority(0.5), alpha_beta);
   ASSERT_TRUE(fifo.ok() && priority.ok());
@@ -196,21 +196,20 @@ TEST(ScheduleCostModelTest, TheTailFollowsTheLastTransfer) {
 }
 
 TEST(ScheduleCostModelTest, RefusesNoBucketsAndBadNumbers) {
-  EXPECT_THAT(
-      PredictScheduledStep({}, ScheduleModelOptions{}, Bandwidth(1))
-          .status()
-          .message(),
-      HasSubstr("at least one bucket"));
+  EXPECT_THAT(PredictScheduledStep({}, ScheduleModelOptions{}, Bandwidth(1))
+                  .status()
+                  .message(),
+              HasSubstr("at least one bucket"));
   EXPECT_THAT(PredictScheduledStep({{1, 1, 1}, {-1, 1, 1}},
                                    ScheduleModelOptions{}, Bandwidth(1))
                   .status()
                   .message(),
               HasSubstr("bucket 1: bytes is -1"));
-  EXPECT_THAT(PredictScheduledStep({{1, 1, 1}}, ScheduleModelOptions{},
-                                   Bandwidth(-1))
-                  .status()
-                  .message(),
-              HasSubstr("transfer time"));
+  EXPECT_THAT(
+      PredictScheduledStep({{1, 1, 1}}, ScheduleModelOptions{}, Bandwidth(-1))
+          .status()
+          .message(),
+      HasSubstr("transfer time"));
 }
 
 TEST(ScheduleCostModelTest, SpreadByBytesIsProportional) {
