@@ -501,12 +501,13 @@ def verdict_answer(rows, schedules, link_name):
 
 def read_schedules_ran(points, out):
     """Puts into each distributed point what its job ran, from the first
-    repeat's manifest: "schedule" (fifo where the strategy recorded
-    --schedule as ignored, "schedule_note" its reason), and the partition
-    and credit the strategy derived or was given ("partition_bytes",
-    "credit_bytes"), which the prediction then uses. Points whose job wrote
-    no such record (a build before --schedule, a training command) keep
-    none."""
+    repeat's summary: "schedule" (the strategy's own record, rank 0's
+    sync summary, else the --schedule its manifest echoes; fifo where the
+    strategy recorded --schedule as ignored, "schedule_note" its reason),
+    and the partition and credit it used ("partition_bytes",
+    "credit_bytes": its sync summary, else its recorded settings), which
+    the prediction then uses. Points whose job wrote no such record (a
+    build before --schedule, a training command) keep none."""
     for p in points:
         if p["strategy"] == REFERENCE:
             continue
@@ -514,19 +515,27 @@ def read_schedules_ran(points, out):
         if not os.path.exists(path):
             continue
         with open(path) as f:
-            manifest = json.load(f).get("manifest") or {}
+            summary = json.load(f)
+        manifest = summary.get("manifest") or {}
         flags = manifest.get("flags") or {}
         ignored = manifest.get("ignored_flags") or {}
         settings = manifest.get("settings") or {}
-        if flags.get("schedule"):
-            p["schedule"] = flags["schedule"]
+        ranks = summary.get("ranks") or [{}]
+        sync = ranks[0].get("sync") or {}
+        ran = sync.get("schedule") or flags.get("schedule")
+        if ran:
+            p["schedule"] = ran
         if "schedule" in ignored:
             p["schedule"] = "fifo"
             p["schedule_note"] = ignored["schedule"]
-        for name in ("partition", "credit"):
-            value = (settings.get(f"{name}_kb") or {}).get("value")
+        for name, recorded in (("partition", ("partition_bytes",)),
+                               ("credit", ("credit_bytes", "push_credit_bytes"))):
+            value = next((sync[k] for k in recorded if sync.get(k)), None)
+            if value is None:
+                kb = (settings.get(f"{name}_kb") or {}).get("value")
+                value = kb * 1024 if kb else None
             if value:
-                p[f"{name}_bytes"] = int(value * 1024)
+                p[f"{name}_bytes"] = int(value)
 
 
 def predict_what_ran(points, out, link_name, link, extra_flags):

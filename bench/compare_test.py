@@ -308,11 +308,14 @@ class SchedulesTest(unittest.TestCase):
             manifest = {"flags": flags, "settings": {}, "ignored_flags": {}}
             if p["strategy"] == "ps" and flags.get("schedule") == "priority":
                 manifest["ignored_flags"]["schedule"] = "the PS client sends in ready order"
+            ranks = []
             if p["strategy"] == "ring" and flags.get("schedule") == "priority":
-                # The partition the ring derived: the prediction cuts by it.
-                manifest["settings"]["partition_kb"] = {"value": 256, "source": "auto"}
+                # The ring's own record, with the partition and credit it
+                # derived (one partition in flight): the prediction uses them.
+                ranks = [{"sync": {"schedule": "priority", "partition_bytes": 256 << 10,
+                                   "credit_bytes": 256 << 10}}]
             with open(os.path.join(run_dir, "summary.json"), "w") as f:
-                json.dump({"manifest": manifest}, f)
+                json.dump({"manifest": manifest, "ranks": ranks}, f)
             with open(os.path.join(run_dir, "layout.json"), "w") as f:
                 json.dump(self.LAYOUT, f)
         with open(os.path.join(out, "sweep.json"), "w") as f:
@@ -365,6 +368,21 @@ class SchedulesTest(unittest.TestCase):
                       "order)", line)
         self.assertIn("priority vs fifo", text)
         self.assertIn(line, text)
+
+    def test_what_ran_is_the_strategys_record_before_the_flag(self):
+        with tempfile.TemporaryDirectory() as out:
+            asked = point("tree", 4, 0, 300, 3.8, **self.GROUP, sweep="--schedule=priority")
+            run_dir = os.path.join(out, "points", scaling.label(asked), "r0")
+            os.makedirs(run_dir)
+            with open(os.path.join(run_dir, "summary.json"), "w") as f:
+                json.dump({"manifest": {"flags": {"schedule": "priority"},
+                                        "settings": {"credit_kb": {"value": 512}}},
+                           "ranks": [{"sync": {"schedule": "fifo"}}]}, f)
+            silent = point("ring", 4, 0, 300, 3.8, **self.GROUP, sweep="--schedule=priority")
+            compare.read_schedules_ran([asked, silent], out)
+        self.assertEqual(asked["schedule"], "fifo")
+        self.assertEqual(asked["credit_bytes"], 512 * 1024)
+        self.assertNotIn("schedule", silent)  # no record: nothing claimed
 
     def test_a_missing_run_and_a_tie_are_said(self):
         rows = compare.verdict_rows(
