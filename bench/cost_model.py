@@ -573,8 +573,8 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
         comm = sum(sync_time(strategy, n, k, size, link, ranks_per_node=ranks_per_node)
                    for size in bucket_bytes)
     # (14): the step under both schedules, the one that ran reported as the
-    # prediction. What ran: the job's manifest (`gradsync compare` puts it in
-    # the point), else the flag, else the worker's default. A partition and
+    # prediction. What ran: the job's own record (`gradsync compare` puts it
+    # in the point), else the flag, else the worker's default. A partition and
     # credit of 0 are the strategy's own: the values it recorded, where the
     # point has them, else whole buckets (the all-reduces) or the PS's keys,
     # and one partition in flight.
