@@ -24,7 +24,7 @@ into --out.
 (--schedule= passed to its jobs; core/sync/schedule.h) and puts them side
 by side: step time, exposed communication and the α–β prediction of each,
 and what priority changed in the answer. What a job ran is read from its
-manifest: a strategy that ignored --schedule=priority is shown as fifo.
+summary: a strategy that ran fifo when asked priority is shown so.
 
   gradsync compare --netem=100mbit --workers=4 --model=cnn --schedules=fifo,priority
 
@@ -336,8 +336,9 @@ def format_table(rows):
 
 def schedule_pairs(rows, schedules):
     """One entry per strategy point (strategy, N, K, compression) with a row
-    per schedule asked: {"strategy", "name", "workers", "servers",
-    "compression", "<schedule>": that row or None}, in the rows' order."""
+    per schedule asked: {"strategy" (its label, compression included),
+    "name", "workers", "servers", "compression", "<schedule>": that row or
+    None}, in the rows' order."""
     pairs = collections.OrderedDict()
     for r in rows:
         if r["name"] == REFERENCE or r.get("schedule_asked") not in schedules:
@@ -355,6 +356,17 @@ def label_without_schedule(row):
     """The row's strategy label without ", <schedule> (ran ...)"."""
     asked = row.get("schedule_asked")
     return row["strategy"].split(f", {asked}")[0] if asked else row["strategy"]
+
+
+def predicted_for(row, schedule):
+    """The row's α–β step and exposed time under `schedule` (what ran): both
+    None where the model did not time that schedule (a compressed point's
+    prediction is fifo's queue only)."""
+    step = row.get(f"predicted_{schedule}_step_ms")
+    exposed = row.get(f"predicted_{schedule}_exposed_ms")
+    if step is None and row.get("predicted_schedule") == schedule:
+        step, exposed = row.get("predicted_step_ms"), row.get("predicted_exposed_ms")
+    return {"predicted_step_ms": step, "predicted_exposed_ms": exposed}
 
 
 def change_percent(base, other):
@@ -377,8 +389,7 @@ def schedule_summary(pairs, schedules):
                 "ran": r.get("schedule"), "note": r.get("schedule_note"),
                 "step_ms": r["step_ms"], "step_ms_min": r.get("step_ms_min"),
                 "step_ms_max": r.get("step_ms_max"), "exposed_ms": r["exposed_ms"],
-                "predicted_step_ms": r.get(f"predicted_{s}_step_ms"),
-                "predicted_exposed_ms": r.get(f"predicted_{s}_exposed_ms")}
+                **predicted_for(r, r.get("schedule") or s)}
         for s in schedules[1:]:
             b, o = entry[base], entry[s]
             entry[f"{s}_vs_{base}_step_percent"] = change_percent(
@@ -399,8 +410,7 @@ def format_schedule_table(summary, schedules):
     header += [f"{s} vs {base}" for s in schedules[1:]]
     lines = []
     for e in summary:
-        line = [e["strategy"] + ("" if e["compression"] == "none" else f", {e['compression']}"),
-                str(e["workers"]), str(e["servers"] or "-")]
+        line = [e["strategy"], str(e["workers"]), str(e["servers"] or "-")]
         for s in schedules:
             r = e[s]
             if r is None:
@@ -453,7 +463,7 @@ def schedule_answer(summary, schedules, link_name):
         changed, missing = [], []
         for e in at_n:
             b, o = e[base], e[s]
-            name = e["strategy"] + ("" if e["compression"] == "none" else f", {e['compression']}")
+            name = e["strategy"]
             if b is None or o is None:
                 missing.append(f"{name} has no {base if b is None else s} run")
                 continue

@@ -397,6 +397,19 @@ class SchedulesTest(unittest.TestCase):
                       line)
         self.assertIn("all within 5%: priority changed nothing here", line)
         self.assertIn("PS K=4 has no priority run", line)
+        # A compressed point keeps its method in its name, once.
+        rows = compare.verdict_rows(
+            [point("ring", 4, 0, 300, 1, 310, sweep="--schedule=fifo", compression="fp16",
+                   predicted_schedule="fifo", predicted_exposed_ms=20),
+             point("ring", 4, 0, 250, 1, 310, sweep="--schedule=priority",
+                   compression="fp16", predicted_schedule="fifo")], "100mbit", None, 1)
+        compressed_line, compressed_table, compressed = compare.verdict_answer(
+            rows, ["fifo", "priority"], "100mbit")
+        self.assertIn("ring all-reduce, fp16 -17%", compressed_line)
+        self.assertNotIn("fp16, fp16", compressed_table)
+        # Its prediction is fifo's queue: none for the priority run.
+        self.assertEqual(compressed[0]["fifo"]["predicted_step_ms"], 310)
+        self.assertIsNone(compressed[0]["priority"]["predicted_step_ms"])
         self.assertIn("no run", table)
         self.assertEqual(len(summary), 2)
         # Ranges that overlap are said to.
