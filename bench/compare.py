@@ -560,15 +560,21 @@ def predict_what_ran(points, out, link_name, link, extra_flags):
         scaling.add_references_and_predictions(points, {link_name: link}, layouts, extra_flags)
 
 
-def plot_input(out):
+def plot_input(out, schedule=None):
     """points.csv without the columns bench/plot_scaling.py cannot read as
     numbers (its reader takes every column but a few as a float; "partition"
-    is text): written beside it as plot_points.csv."""
-    source, target = os.path.join(out, "points.csv"), os.path.join(out, "plot_points.csv")
+    is text): written beside it as plot_points.csv. With `schedule`, only the
+    reference and the points run under it (the plot draws one bar per
+    strategy), as plot_points_<schedule>.csv."""
+    name = "plot_points.csv" if schedule is None else f"plot_points_{schedule}.csv"
+    source, target = os.path.join(out, "points.csv"), os.path.join(out, name)
     with open(source, newline="") as f:
         reader = csv.DictReader(f)
         fields = [c for c in reader.fieldnames if c not in TEXT_COLUMNS]
         rows = list(reader)
+    if schedule is not None:
+        rows = [r for r in rows if r.get("strategy") == REFERENCE
+                or schedule_asked(r) == schedule]
     with open(target, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
@@ -825,14 +831,18 @@ def main(argv):
                    "command": args.command, "schedules": args.schedule_list,
                    "schedule_comparison": schedule_entries,
                    "git_commit": sweep["manifest"].get("git_commit")}, f, indent=1)
-    png = os.path.join(out, "compare.png")
-    plotted = subprocess.run([sys.executable, os.path.join(HERE, "plot_scaling.py"),
-                              plot_input(out), "-o", png, "--title",
-                              f"gradsync compare: {args.model_label} on {args.link}",
-                              "--command", " ".join(["gradsync compare", *argv])])
-    print(f"\nresults: {out}/verdict.txt, {out}/verdict.json, {out}/points.csv"
-          + (f", {png}" if plotted.returncode == 0 else " (the plot failed)")
-          + f"  ({time.time() - started:.0f} s)")
+    # One plot per schedule: the plot draws one bar per strategy.
+    plots = []
+    for schedule in args.schedule_list or [None]:
+        png = os.path.join(out, "compare.png" if schedule is None else f"compare_{schedule}.png")
+        title = f"gradsync compare: {args.model_label} on {args.link}"
+        plotted = subprocess.run([sys.executable, os.path.join(HERE, "plot_scaling.py"),
+                                  plot_input(out, schedule), "-o", png, "--title",
+                                  title + (f", --schedule={schedule}" if schedule else ""),
+                                  "--command", " ".join(["gradsync compare", *argv])])
+        plots.append(png if plotted.returncode == 0 else f"{png} (the plot failed)")
+    print(f"\nresults: {out}/verdict.txt, {out}/verdict.json, {out}/points.csv, "
+          + ", ".join(plots) + f"  ({time.time() - started:.0f} s)")
     return 0
 
 

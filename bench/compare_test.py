@@ -322,7 +322,8 @@ class SchedulesTest(unittest.TestCase):
             json.dump({"links": {"100mbit": self.LINK}, "manifest": {"git_commit": "abc"},
                        "points": points}, f)
         with open(os.path.join(out, "points.csv"), "w") as f:
-            f.write("strategy,workers\n")
+            f.write("strategy,sweep,workers\n" + "".join(
+                f"{p['strategy']},{p['sweep']},{p['workers']}\n" for p in points))
 
     def test_the_verdict_puts_the_schedules_side_by_side(self):
         with tempfile.TemporaryDirectory() as out:
@@ -336,6 +337,16 @@ class SchedulesTest(unittest.TestCase):
                 self.assertEqual(compare.main(
                     ["--netem=100mbit", "--workers=4", "--strategies=ring,ps-kn",
                      "--schedules=fifo,priority", f"--out={out}", "--bin_dir=/nonexistent"]), 0)
+            # The sweep, then one plot per schedule, each of its own points.
+            self.assertEqual(run.call_count, 3)
+            plotted = [c.args[0] for c in run.call_args_list[1:]]
+            self.assertEqual([c[c.index("-o") + 1] for c in plotted],
+                             [os.path.join(out, "compare_fifo.png"),
+                              os.path.join(out, "compare_priority.png")])
+            with open(os.path.join(out, "plot_points_priority.csv")) as f:
+                self.assertEqual([line.split(",")[:2] for line in f.read().split()[1:]],
+                                 [["local", ""], ["ring", "--schedule=priority"],
+                                  ["ps", "--schedule=priority"]])
             with open(os.path.join(out, "verdict.json")) as f:
                 verdict = json.load(f)
             with open(os.path.join(out, "verdict.txt")) as f:
