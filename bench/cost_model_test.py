@@ -565,6 +565,14 @@ class StepUnderASchedule(unittest.TestCase):
         halves = cost_model.scheduled_step(cost_model.ring_query(2, 0, self.SLOW), [1, 1, 1],
                                            3.0, 3.0, schedule="priority", partition_bytes=0.5)
         self.assertEqual(list(halves), ["priority"])
+        # The same backward given as the moments the buckets became ready.
+        query = cost_model.step_query(cost_model.ring_query(2, 0, self.SLOW), [1, 1, 1],
+                                      backward_s=None, forward_s=[1, 1, 1])
+        del query["backward_s"]
+        traced = cost_model.ask(dict(query, ready_s=[3, 2, 1]))
+        self.assertEqual(traced, steps)
+        with self.assertRaisesRegex(ValueError, "bucket 1 is ready at 2 s.*no earlier than bucket 2's"):
+            cost_model.ask(dict(query, ready_s=[1, 2, 3]))
         self.assertAlmostEqual(halves["priority"]["exposed_s"], 2)
         self.assertEqual(halves["priority"]["transfers"], 6)
 

@@ -99,9 +99,10 @@ constexpr char kUsage[] =
     "          inputs but bytes (for the PS, last_key_bytes is the step's\n"
     "          last key, its tail added once);\n"
     "          bucket_bytes: a list in forward order (the first layers'\n"
-    "          bucket first);\n"
+    "          bucket first; buckets or layers);\n"
     "          backward_s, forward_s: seconds per bucket, a list in the same\n"
-    "          order, or one number spread over the buckets by bytes;\n"
+    "          order, or one number spread over the buckets by bytes (or,\n"
+    "          for the backward, ready_s: when each bucket became ready);\n"
     "          [schedule: fifo, priority or both (default), partition_bytes\n"
     "          (0: whole buckets), credit_bytes (0: one partition in flight),\n"
     "          overlap_next_forward (true)]\n"
@@ -458,7 +459,22 @@ absl::StatusOr<json> StepTimeline(const json& value, const Query& query) {
     }
     bytes.push_back(item.get<double>());
   }
-  ASSIGN_OR_RETURN(const auto backward, PerBucket(value, "backward_s", bytes));
+  // The backward: per bucket, or the moments the buckets became ready.
+  std::vector<double> backward;
+  if (value.contains("ready_s")) {
+    if (value.contains("backward_s")) {
+      return absl::InvalidArgumentError(
+          "give \"backward_s\" or \"ready_s\", not both");
+    }
+    if (!value["ready_s"].is_array()) {
+      return absl::InvalidArgumentError(
+          "\"ready_s\" is a list, one time per bucket");
+    }
+    ASSIGN_OR_RETURN(const auto ready, PerBucket(value, "ready_s", bytes));
+    ASSIGN_OR_RETURN(backward, BackwardFromReadyTimes(ready));
+  } else {
+    ASSIGN_OR_RETURN(backward, PerBucket(value, "backward_s", bytes));
+  }
   ASSIGN_OR_RETURN(const auto forward, PerBucket(value, "forward_s", bytes));
   std::vector<ModelBucket> buckets;
   double total = 0;

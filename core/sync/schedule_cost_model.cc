@@ -86,6 +86,23 @@ bool SentFirst(const Transfer& a, const Transfer& b, ScheduleKind kind) {
 
 }  // namespace
 
+absl::StatusOr<std::vector<double>> BackwardFromReadyTimes(
+    const std::vector<double>& ready_s) {
+  std::vector<double> backward(ready_s.size());
+  double later = 0;  // the ready time of the bucket after i in forward order
+  for (int i = static_cast<int>(ready_s.size()) - 1; i >= 0; --i) {
+    if (!std::isfinite(ready_s[i]) || ready_s[i] < later) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", i, " is ready at ", ready_s[i],
+                       " s; need a time >= 0 and no earlier than bucket ",
+                       i + 1, "'s (backward runs from the last layer)"));
+    }
+    backward[i] = ready_s[i] - later;
+    later = ready_s[i];
+  }
+  return backward;
+}
+
 std::vector<double> SpreadByBytes(const std::vector<double>& bytes,
                                   double total_s) {
   double sum = 0;

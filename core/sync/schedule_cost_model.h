@@ -91,6 +91,15 @@ absl::StatusOr<ScheduledStep> PredictScheduledStep(
     const std::vector<ModelBucket>& buckets,
     const ScheduleModelOptions& options, const TransferSeconds& transfer);
 
+// Each bucket's backward time from the moments the buckets became ready
+// (forward order, from the start of backward, as a trace records them):
+// bucket m−1 is the first, and bucket i's backward is what passed between
+// bucket i+1's ready time and its own. InvalidArgument where a bucket is
+// ready before a later layer's bucket (backward runs from the last layer)
+// or a time is negative.
+absl::StatusOr<std::vector<double>> BackwardFromReadyTimes(
+    const std::vector<double>& ready_s);
+
 // `total_s` spread over `bytes` (in any order) in proportion to each: how
 // the synthetic models spend their compute (core/model/synthetic_model.h),
 // and the model's guess where a profile gives only a total. All zero when

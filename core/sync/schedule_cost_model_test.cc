@@ -212,6 +212,17 @@ TEST(ScheduleCostModelTest, RefusesNoBucketsAndBadNumbers) {
       HasSubstr("transfer time"));
 }
 
+TEST(ScheduleCostModelTest, BackwardTimesFromReadyTimes) {
+  // Bucket 2 ready at 1 s, bucket 1 at 2 s, bucket 0 at 3.5 s.
+  const auto backward = BackwardFromReadyTimes({3.5, 2, 1});
+  ASSERT_TRUE(backward.ok()) << backward.status();
+  EXPECT_THAT(*backward, ElementsAre(1.5, 1, 1));
+  EXPECT_THAT(BackwardFromReadyTimes({1, 2}).status().message(),
+              HasSubstr("bucket 0 is ready at 1 s; need a time >= 0 and no "
+                        "earlier than bucket 1's"));
+  EXPECT_FALSE(BackwardFromReadyTimes({-1}).ok());
+}
+
 TEST(ScheduleCostModelTest, SpreadByBytesIsProportional) {
   EXPECT_THAT(SpreadByBytes({1, 3}, 8), ElementsAre(2, 6));
   EXPECT_THAT(SpreadByBytes({0, 0}, 8), ElementsAre(0, 0));
