@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
+#include <queue>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +13,9 @@ namespace gradsync {
 namespace {
 
 constexpr double kNever = std::numeric_limits<double>::infinity();
+// The most transfers one step is timed with: partitions far smaller than a
+// model's tensors would make the timeline long for nothing.
+constexpr double kMaxTransfers = 1 << 20;
 
 // One transfer: a whole bucket (fifo) or a partition of one (priority).
 struct Transfer {
@@ -20,7 +25,6 @@ struct Transfer {
   double ready_s = 0;
   // fifo's order: the order backward hands the buckets over.
   int hand_off = 0;
-  bool sent = false;
   double end_s = 0;
 };
 
@@ -119,56 +123,86 @@ absl::StatusOr<ScheduledStep> PredictScheduledStep(
     const std::vector<ModelBucket>& buckets,
     const ScheduleModelOptions& options, const TransferSeconds& transfer) {
   if (absl::Status status = CheckInputs(buckets); !status.ok()) return status;
+  if (options.kind == ScheduleKind::kPriority && options.partition_bytes > 0) {
+    double partitions = 0;
+    for (const ModelBucket& b : buckets) {
+      partitions += std::max(1.0, std::ceil(b.bytes / options.partition_bytes));
+    }
+    if (partitions > kMaxTransfers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "partitions of ", options.partition_bytes,
+          " bytes cut the step into ", partitions, " transfers; at most ",
+          kMaxTransfers, " are timed: give larger partitions"));
+    }
+  }
   std::vector<Transfer> transfers = CutTransfers(buckets, options);
   // fifo hands every ready bucket over at once: an unbounded credit.
   const double credit = options.kind == ScheduleKind::kFifo ? kNever
                         : options.credit_bytes > 0 ? options.credit_bytes
                                                    : 0;
 
+  // Not yet ready, by ready time; ready, with the one sent first on top.
+  std::vector<int> waiting(transfers.size());
+  for (size_t i = 0; i < waiting.size(); ++i) waiting[i] = static_cast<int>(i);
+  std::stable_sort(waiting.begin(), waiting.end(), [&](int a, int b) {
+    return transfers[a].ready_s < transfers[b].ready_s;
+  });
+  const auto sent_later = [&](int a, int b) {
+    if (SentFirst(transfers[b], transfers[a], options.kind)) return true;
+    if (SentFirst(transfers[a], transfers[b], options.kind)) return false;
+    return a > b;
+  };
+  std::priority_queue<int, std::vector<int>, decltype(sent_later)> ready(
+      sent_later);
+  // Handed over and not yet ended, in the order handed over: the link is one
+  // queue, so they also end in that order.
+  std::deque<int> in_flight;
+  double in_flight_bytes = 0;
+
   ScheduledStep step;
   double now = 0;
   double link_free = 0;
+  size_t next_waiting = 0;
   size_t left = transfers.size();
-  std::vector<const Transfer*> in_flight;  // handed over, not yet ended
   while (left > 0) {
-    in_flight.erase(
-        std::remove_if(in_flight.begin(), in_flight.end(),
-                       [&](const Transfer* t) { return t->end_s <= now; }),
-        in_flight.end());
-    double in_flight_bytes = 0;
-    for (const Transfer* t : in_flight) in_flight_bytes += t->bytes;
+    while (!in_flight.empty() && transfers[in_flight.front()].end_s <= now) {
+      in_flight_bytes -= transfers[in_flight.front()].bytes;
+      in_flight.pop_front();
+    }
+    if (in_flight.empty()) in_flight_bytes = 0;  // no rounding left behind
+    while (next_waiting < waiting.size() &&
+           transfers[waiting[next_waiting]].ready_s <= now) {
+      ready.push(waiting[next_waiting++]);
+    }
     // Hand over the ready transfers in order while the credit allows.
-    while (true) {
-      Transfer* next = nullptr;
-      for (Transfer& t : transfers) {
-        if (t.sent || t.ready_s > now) continue;
-        if (next == nullptr || SentFirst(t, *next, options.kind)) next = &t;
-      }
-      if (next == nullptr) break;
-      if (!in_flight.empty() && in_flight_bytes + next->bytes > credit) break;
-      const double seconds = transfer(next->bytes);
+    while (!ready.empty()) {
+      Transfer& next = transfers[ready.top()];
+      if (!in_flight.empty() && in_flight_bytes + next.bytes > credit) break;
+      const double seconds = transfer(next.bytes);
       if (!std::isfinite(seconds) || seconds < 0) {
         return absl::InvalidArgumentError(
-            absl::StrCat("the transfer time of ", next->bytes, " bytes is ",
+            absl::StrCat("the transfer time of ", next.bytes, " bytes is ",
                          seconds, "; need a number >= 0"));
       }
-      next->sent = true;
-      next->end_s = std::max(now, link_free) + seconds;
-      link_free = next->end_s;
+      next.end_s = std::max(now, link_free) + seconds;
+      link_free = next.end_s;
       step.comm_s += seconds;
       ++step.transfers;
-      in_flight.push_back(next);
-      in_flight_bytes += next->bytes;
+      in_flight.push_back(ready.top());
+      in_flight_bytes += next.bytes;
+      ready.pop();
       --left;
     }
     if (left == 0) break;
-    // The next moment something changes: a bucket becomes ready, or a
-    // transfer ends and frees credit.
+    // The next moment something changes: a bucket becomes ready, or the
+    // oldest transfer handed over ends and frees credit.
     double later = kNever;
-    for (const Transfer& t : transfers) {
-      if (!t.sent && t.ready_s > now) later = std::min(later, t.ready_s);
+    if (next_waiting < waiting.size()) {
+      later = transfers[waiting[next_waiting]].ready_s;
     }
-    for (const Transfer* t : in_flight) later = std::min(later, t->end_s);
+    if (!in_flight.empty()) {
+      later = std::min(later, transfers[in_flight.front()].end_s);
+    }
     now = later;
   }
 

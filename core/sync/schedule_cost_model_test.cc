@@ -212,6 +212,21 @@ TEST(ScheduleCostModelTest, RefusesNoBucketsAndBadNumbers) {
       HasSubstr("transfer time"));
 }
 
+// A large model in small partitions is timed quickly (the ready partitions
+// are kept in a heap), and partitions past the limit are refused by name.
+TEST(ScheduleCostModelTest, ManyPartitionsAndTooMany) {
+  std::vector<ModelBucket> model(40, ModelBucket{25e6, 0.01, 0.005});
+  const auto step =
+      PredictScheduledStep(model, Priority(65536), Bandwidth(1e-9));
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(step->transfers, 40 * 382);  // ceil(25e6 / 65536) per bucket
+  EXPECT_NEAR(step->comm_s, 1.0, 1e-9);
+  EXPECT_THAT(PredictScheduledStep(model, Priority(4), Bandwidth(1e-9))
+                  .status()
+                  .message(),
+              HasSubstr("give larger partitions"));
+}
+
 TEST(ScheduleCostModelTest, BackwardTimesFromReadyTimes) {
   // Bucket 2 ready at 1 s, bucket 1 at 2 s, bucket 0 at 3.5 s.
   const auto backward = BackwardFromReadyTimes({3.5, 2, 1});
