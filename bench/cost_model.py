@@ -53,6 +53,8 @@ Usage:
   cost_model.py compare SWEEP_DIR               measured points vs predictions
   cost_model.py extrapolate [--alpha_us=25 --gbit=1 | --sweep=DIR] [--plot=x.png]
   cost_model.py compression [--workers=8 --model_mb=10 --gbit=0.1 --alpha_us=100]
+  cost_model.py schedule [--workers=4 --model_mb=44.7 --buckets=4 --compute_ms=300
+                          --gbits=0.1,1,10 --partition_kb=1024]   fifo vs priority
 """
 import argparse
 import atexit
@@ -768,6 +770,58 @@ def compressed_sync_time(strategy, n, k, size, link, compression, largest_share=
     return comm + codec_time(method, n, size, False, cores_per_rank)
 
 
+def schedule_rows(n, model_bytes, buckets, compute_s, links, alpha_s=100e-6,
+                  partition_bytes=1 << 20, credit_bytes=0, forward_share=FORWARD_SHARE):
+    """(14) over link rates: per bandwidth (bytes/s) in `links`, the ring's and
+    PS K = N's predicted (fifo step, priority step, fifo exposed, priority
+    exposed) in seconds, for a model of `buckets` equal buckets whose
+    compute is `compute_s` (a `forward_share` of it in forward), asked as
+    one batch."""
+    sizes = [model_bytes / buckets] * buckets
+    forward = forward_share * compute_s
+    queries = []
+    for bandwidth in links:
+        link = Link(alpha_s, bandwidth)
+        for bucket_query in (ring_query(n, 0, link),
+                             ps_query(n, 0, link, 1.0 / n, last_key=min(
+                                 model_bytes, partition_bytes or PS_CHUNK_BYTES))):
+            queries.append(step_query(bucket_query, sizes, compute_s - forward, forward,
+                                      "both", partition_bytes, credit_bytes))
+    answers = ask_many(queries)
+    rows = []
+    for i, bandwidth in enumerate(links):
+        row = {"bytes_per_s": bandwidth}
+        for j, name in enumerate(("ring", "ps")):
+            steps = answers[2 * i + j]
+            row[name] = tuple(steps[s][m] for m in ("step_s", "exposed_s")
+                              for s in SCHEDULES)
+        rows.append(row)
+    return rows
+
+
+def print_schedule_table(n, model_bytes, buckets, compute_s, gbits, alpha_s, partition_bytes,
+                         credit_bytes, forward_share):
+    """Where priority gains: (14)'s step time under fifo and priority, ring
+    and PS K = N, at each link rate."""
+    rows = schedule_rows(n, model_bytes, buckets, compute_s, [g * 1e9 / 8 for g in gbits],
+                         alpha_s, partition_bytes, credit_bytes, forward_share)
+    print(f"{model_bytes / 1e6:.1f} MB in {buckets} buckets, N = {n}, compute "
+          f"{1000 * compute_s:.0f} ms ({100 * forward_share:.0f}% forward), α = "
+          f"{alpha_s * 1e6:.0f} us, partitions of {partition_bytes / 1024:.0f} KiB, credit "
+          f"{credit_bytes / 1024:.0f} KiB (0: one partition); ms a step (exposed)")
+    table = []
+    for row in rows:
+        cells = [f"{row['bytes_per_s'] * 8 / 1e9:g}"]
+        for name in ("ring", "ps"):
+            fifo, priority, fifo_exposed, priority_exposed = row[name]
+            cells += [f"{1000 * fifo:.1f} ({1000 * fifo_exposed:.1f})",
+                      f"{1000 * priority:.1f} ({1000 * priority_exposed:.1f})",
+                      f"{100 * (priority / fifo - 1):+.0f}%"]
+        table.append(tuple(cells))
+    print_table(("Gbit/s", "ring fifo", "ring priority", "change", "PS K=N fifo",
+                 "PS K=N priority", "change"), table)
+
+
 def print_compression_table(link, n, size, k=None, pull="union",
                             methods=("none", "fp16", "bf16", "topk:0.01", "randomk:0.01",
                                      "onebit")):
@@ -943,7 +997,24 @@ def main():
     z.add_argument("--servers", type=int, default=0, help="PS K; 0: N")
     z.add_argument("--model_mb", type=float, default=10.0, help="one bucket of this many MB")
     z.add_argument("--ps_pull", default="union", choices=("union", "topk", "dense"))
+    w = sub.add_parser("schedule", help="(14): fifo against priority over link rates")
+    w.add_argument("--workers", type=int, default=4)
+    w.add_argument("--model_mb", type=float, default=44.7, help="ResNet-18's gradient")
+    w.add_argument("--buckets", type=int, default=4, help="equal buckets")
+    w.add_argument("--compute_ms", type=float, default=300.0, help="forward and backward")
+    w.add_argument("--forward_share", type=float, default=FORWARD_SHARE)
+    w.add_argument("--gbits", default="0.1,0.5,1,2,10", help="link rates")
+    w.add_argument("--alpha_us", type=float, default=100.0)
+    w.add_argument("--partition_kb", type=int, default=1024)
+    w.add_argument("--credit_kb", type=int, default=0, help="0: one partition in flight")
     args = parser.parse_args()
+
+    if args.command == "schedule":
+        print_schedule_table(args.workers, args.model_mb * 1e6, args.buckets,
+                             args.compute_ms / 1000, [float(g) for g in args.gbits.split(",")],
+                             args.alpha_us / 1e6, args.partition_kb * 1024,
+                             args.credit_kb * 1024, args.forward_share)
+        return
 
     if args.command == "compression":
         print_compression_table(Link(args.alpha_us / 1e6, args.gbit * 1e9 / 8), args.workers,

@@ -627,6 +627,24 @@ class StepUnderASchedule(unittest.TestCase):
         self.assertAlmostEqual(waits["predicted_priority_exposed_ms"],
                                waits["predicted_fifo_exposed_ms"])
 
+    def test_where_priority_gains_over_link_rates(self):
+        # ResNet-18's gradient in 4 buckets, 300 ms of compute (100 ms forward),
+        # no latency so partitions cost nothing of their own.
+        fast, comparable, slow = 1.25e11, 1.25e8, 1.25e6
+        rows = cost_model.schedule_rows(4, 44.7e6, 4, 0.3, [fast, comparable, slow],
+                                        alpha_s=0.0)
+        for name in ("ring", "ps"):
+            (fifo_fast, priority_fast, _, _), (fifo_mid, priority_mid, _, _), \
+                (fifo_slow, priority_slow, _, _) = (r[name] for r in rows)
+            # Compute-bound: no queue forms, nothing to reorder.
+            self.assertAlmostEqual(priority_fast, fifo_fast, places=9)
+            # Comparable: the first layers' bytes overtake, the forward overlaps.
+            self.assertLess(priority_mid, 0.95 * fifo_mid, name)
+            # Bandwidth-bound: at most the forward of the layers it delivers early.
+            self.assertLess(priority_slow, fifo_slow, name)
+            self.assertLessEqual(fifo_slow - priority_slow, 0.1 + 1e-9, name)
+            self.assertLess((fifo_slow - priority_slow) / fifo_slow, 0.05, name)
+
     def test_bad_step_queries_are_value_errors(self):
         query = cost_model.ring_query(2, 0, self.SLOW)
         with self.assertRaisesRegex(ValueError, "need fifo, priority or both"):
