@@ -20,6 +20,14 @@ into --out.
   gradsync compare --netem=100mbit --workers=4 --strategies=ring,ps-kn -- \
       /usr/bin/python3 examples/pytorch/resnet18_cifar10.py --random_data --steps=12
 
+--schedules=fifo,priority runs every strategy point under each send order
+(--schedule= passed to its jobs; core/sync/schedule.h) and puts them side
+by side: step time, exposed communication and the α–β prediction of each,
+and what priority changed in the answer. What a job ran is read from its
+summary: a strategy that ran fifo when asked priority is shown so.
+
+  gradsync compare --netem=100mbit --workers=4 --model=cnn --schedules=fifo,priority
+
 Training flags after `--` go to every job; or a training command, a PyTorch
 program using gradsync.torch (its first word is not a flag): every job runs it
 as its workers, with the strategy in GRADSYNC_SYNC (the command must not pass
@@ -154,6 +162,9 @@ def scaling_command(args, strategies, workers, out):
                f"--repeats={args.repeats}", f"--deadline_s={args.deadline_s}",
                f"--out={out}", f"--bin_dir={args.bin_dir}",
                f"--compressions={args.compressions}"]
+    schedules = getattr(args, "schedule_list", [])
+    if schedules:
+        command.append("--sweep=" + ";".join(f"--schedule={s}" for s in schedules))
     if args.extra:
         command += ["--", *args.extra]
     return command
@@ -182,7 +193,19 @@ def label(point):
         return "local (reference)" if point["strategy"] == REFERENCE else point["strategy"]
     text = STRATEGIES[name].label.replace("K=N", f"K={point['servers']}")
     compression = point.get("compression") or "none"
-    return text if compression == "none" else f"{text}, {compression}"
+    if compression != "none":
+        text += f", {compression}"
+    asked = schedule_asked(point)
+    if asked:
+        text += f", {asked}"
+        if point.get("schedule") and point["schedule"] != asked:
+            text += f" (ran {point['schedule']})"
+    return text
+
+
+def schedule_asked(point):
+    """The --schedule= the comparison gave the point's jobs, or None."""
+    return cost_model.training_flags(point.get("sweep", "")).get("schedule")
 
 
 def latency_ms(point, link, num_buckets):
@@ -237,6 +260,12 @@ def verdict_rows(points, link_name, link, num_buckets):
             "error_percent": cost_model.error_percent(p["step_ms"], p.get("predicted_step_ms")),
             "bounded_by": bounded_by(p, link_name, latency_ms(p, link, num_buckets)),
             "ps_chunk_kb": (p.get("ps_chunk_bytes") or 0) / 1024 or None,
+            "schedule": p.get("schedule"), "schedule_asked": schedule_asked(p),
+            "schedule_note": p.get("schedule_note"),
+            "predicted_exposed_ms": p.get("predicted_exposed_ms"),
+            "predicted_schedule": p.get("predicted_schedule"),
+            **{f"predicted_{s}_{m}_ms": p.get(f"predicted_{s}_{m}_ms")
+               for s in cost_model.SCHEDULES for m in ("step", "exposed")},
         })
     return rows
 
@@ -303,15 +332,249 @@ def format_table(rows):
     return "\n".join(out)
 
 
-def plot_input(out):
+# --- Schedules side by side (--schedules) -------------------------------------------
+
+def schedule_pairs(rows, schedules):
+    """One entry per strategy point (strategy, N, K, compression) with a row
+    per schedule asked: {"strategy" (its label, compression included),
+    "name", "workers", "servers", "compression", "<schedule>": that row or
+    None}, in the rows' order."""
+    pairs = collections.OrderedDict()
+    for r in rows:
+        if r["name"] == REFERENCE or r.get("schedule_asked") not in schedules:
+            continue
+        key = (r["name"], r["workers"], r["servers"], r["compression"])
+        if key not in pairs:
+            pairs[key] = {"strategy": label_without_schedule(r), "name": r["name"],
+                          "workers": r["workers"], "servers": r["servers"],
+                          "compression": r["compression"], **{s: None for s in schedules}}
+        pairs[key][r["schedule_asked"]] = r
+    return list(pairs.values())
+
+
+def label_without_schedule(row):
+    """The row's strategy label without ", <schedule> (ran ...)"."""
+    asked = row.get("schedule_asked")
+    return row["strategy"].split(f", {asked}")[0] if asked else row["strategy"]
+
+
+def predicted_for(row, schedule):
+    """The row's α–β step and exposed time under `schedule` (what ran): both
+    None where the model did not time that schedule (a compressed point's
+    prediction is fifo's queue only)."""
+    step = row.get(f"predicted_{schedule}_step_ms")
+    exposed = row.get(f"predicted_{schedule}_exposed_ms")
+    if step is None and row.get("predicted_schedule") == schedule:
+        step, exposed = row.get("predicted_step_ms"), row.get("predicted_exposed_ms")
+    return {"predicted_step_ms": step, "predicted_exposed_ms": exposed}
+
+
+def change_percent(base, other):
+    if base is None or other is None or base <= 0:
+        return None
+    return 100.0 * (other / base - 1)
+
+
+def schedule_summary(pairs, schedules):
+    """verdict.json's "schedules": per strategy point, each schedule's step,
+    exposed communication and prediction, and the change against the first
+    schedule asked (the baseline)."""
+    base = schedules[0]
+    out = []
+    for pair in pairs:
+        entry = {k: pair[k] for k in ("strategy", "name", "workers", "servers", "compression")}
+        for s in schedules:
+            r = pair[s]
+            entry[s] = None if r is None else {
+                "ran": r.get("schedule"), "note": r.get("schedule_note"),
+                "step_ms": r["step_ms"], "step_ms_min": r.get("step_ms_min"),
+                "step_ms_max": r.get("step_ms_max"), "exposed_ms": r["exposed_ms"],
+                **predicted_for(r, r.get("schedule") or s)}
+        for s in schedules[1:]:
+            b, o = entry[base], entry[s]
+            entry[f"{s}_vs_{base}_step_percent"] = change_percent(
+                b and b["step_ms"], o and o["step_ms"])
+            entry[f"{s}_vs_{base}_predicted_step_percent"] = change_percent(
+                b and b["predicted_step_ms"], o and o["predicted_step_ms"])
+        out.append(entry)
+    return out
+
+
+def format_schedule_table(summary, schedules):
+    """The schedules beside each other: per strategy point, each one's step,
+    exposed communication and α–β step, then the change of the step time."""
+    base = schedules[0]
+    header = ["strategy", "N", "K"]
+    for s in schedules:
+        header += [f"{s} step ms", f"{s} exposed ms", f"{s} α–β step/exposed"]
+    header += [f"{s} vs {base}" for s in schedules[1:]]
+    lines = []
+    for e in summary:
+        line = [e["strategy"], str(e["workers"]), str(e["servers"] or "-")]
+        for s in schedules:
+            r = e[s]
+            if r is None:
+                line += ["no run", "-", "-"]
+                continue
+            ran = "" if r["ran"] in (None, s) else f" (ran {r['ran']})"
+            predicted = ("-" if r["predicted_step_ms"] is None else
+                         f"{ms(r['predicted_step_ms'])}/{ms(r['predicted_exposed_ms'])}")
+            line += [ms(r["step_ms"]) + ran, ms(r["exposed_ms"]), predicted]
+        for s in schedules[1:]:
+            measured = e[f"{s}_vs_{base}_step_percent"]
+            predicted = e[f"{s}_vs_{base}_predicted_step_percent"]
+            line.append("-" if measured is None else
+                        f"{measured:+.0f}%" + ("" if predicted is None else
+                                               f" (α–β {predicted:+.0f}%)"))
+        lines.append(line)
+    widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h)
+              for i, h in enumerate(header)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
+           "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(l, widths)) for l in lines]
+    return "\n".join(out)
+
+
+def overlapping(a, b):
+    """Whether two runs' min–max step times overlap: a change between them
+    is within the repeats' own spread."""
+    if None in (a.get("step_ms_min"), a.get("step_ms_max"), b.get("step_ms_min"),
+                b.get("step_ms_max")):
+        return False
+    return a["step_ms_min"] <= b["step_ms_max"] and b["step_ms_min"] <= a["step_ms_max"]
+
+
+# Within this of the baseline's step time, a schedule changed nothing.
+SCHEDULE_TIE_PERCENT = 5.0
+
+
+def schedule_answer(summary, schedules, link_name):
+    """What each schedule after the first changed, at the largest N: the
+    strategies by their change of step time, largest gain first, with the
+    exposed communication and the α–β model's change; runs that did not
+    happen or ran another schedule said so."""
+    if len(schedules) < 2 or not summary:
+        return None
+    base = schedules[0]
+    n = max(e["workers"] for e in summary)
+    at_n = [e for e in summary if e["workers"] == n]
+    sentences = []
+    for s in schedules[1:]:
+        changed, missing = [], []
+        for e in at_n:
+            b, o = e[base], e[s]
+            name = e["strategy"]
+            if b is None or o is None:
+                missing.append(f"{name} has no {base if b is None else s} run")
+                continue
+            if o["ran"] not in (None, s):
+                missing.append(f"{name} ran {o['ran']} when asked {s}"
+                               + (f" ({o['note']})" if o.get("note") else ""))
+                continue
+            percent = e[f"{s}_vs_{base}_step_percent"]
+            predicted = e[f"{s}_vs_{base}_predicted_step_percent"]
+            changed.append((percent, f"{name} {percent:+.0f}% ({ms(b['step_ms'])} vs "
+                                     f"{ms(o['step_ms'])} ms a step, exposed "
+                                     f"{ms(b['exposed_ms'])} vs {ms(o['exposed_ms'])} ms"
+                                     + ("" if predicted is None else
+                                        f"; α–β {predicted:+.0f}%")
+                                     + ("; the repeats' ranges overlap" if overlapping(b, o)
+                                        else "") + ")"))
+        changed.sort(key=lambda c: c[0])
+        text = f"{s} against {base} at N={n} on {link_name}: "
+        if changed:
+            text += ", ".join(c[1] for c in changed)
+            if all(abs(c[0]) < SCHEDULE_TIE_PERCENT for c in changed):
+                text += f"; all within {SCHEDULE_TIE_PERCENT:.0f}%: {s} changed nothing here"
+        if missing:
+            text += ("; " if changed else "") + "; ".join(missing)
+        sentences.append(text)
+    return "; ".join(sentences)
+
+
+def verdict_answer(rows, schedules, link_name):
+    """(the one-line answer, the schedules' table or None, verdict.json's
+    schedule comparison or None). With several schedules the strategies are
+    ranked under the first (the baseline) and the line goes on with what
+    each other schedule changed."""
+    if len(schedules) < 2:
+        return answer(rows, link_name), None, None
+    baseline = [dict(r, strategy=label_without_schedule(r)) for r in rows
+                if r["name"] == REFERENCE or r["schedule_asked"] == schedules[0]]
+    summary = schedule_summary(schedule_pairs(rows, schedules), schedules)
+    line = f"under {schedules[0]}, " + answer(baseline, link_name)
+    changed = schedule_answer(summary, schedules, link_name)
+    if changed:
+        line += "; " + changed
+    return line, format_schedule_table(summary, schedules), summary
+
+
+def read_schedules_ran(points, out):
+    """Puts into each distributed point what its job ran, from the first
+    repeat's summary: "schedule" (the strategy's own record, rank 0's
+    sync summary, else the --schedule its manifest echoes; fifo where the
+    strategy recorded --schedule as ignored, "schedule_note" its reason),
+    and the partition and credit it used ("partition_bytes",
+    "credit_bytes": its sync summary, else its recorded settings), which
+    the prediction then uses. Points whose job wrote no such record (a
+    build before --schedule, a training command) keep none."""
+    for p in points:
+        if p["strategy"] == REFERENCE:
+            continue
+        path = os.path.join(out, "points", scaling.label(p), "r0", "summary.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            summary = json.load(f)
+        manifest = summary.get("manifest") or {}
+        flags = manifest.get("flags") or {}
+        ignored = manifest.get("ignored_flags") or {}
+        settings = manifest.get("settings") or {}
+        ranks = summary.get("ranks") or [{}]
+        sync = ranks[0].get("sync") or {}
+        ran = sync.get("schedule") or flags.get("schedule")
+        if ran:
+            p["schedule"] = ran
+        if "schedule" in ignored:
+            p["schedule"] = "fifo"
+            p["schedule_note"] = ignored["schedule"]
+        for name, recorded in (("partition", ("partition_bytes",)),
+                               ("credit", ("credit_bytes", "push_credit_bytes"))):
+            value = next((sync[k] for k in recorded if sync.get(k)), None)
+            if value is None:
+                kb = (settings.get(f"{name}_kb") or {}).get("value")
+                value = kb * 1024 if kb else None
+            if value:
+                p[f"{name}_bytes"] = int(value)
+
+
+def predict_what_ran(points, out, link_name, link, extra_flags):
+    """The sweep's predictions again, now that each point says which
+    schedule ran and with which partition and credit."""
+    layouts = {}
+    for p in points:
+        run_dir = os.path.join(out, "points", scaling.label(p), "r0")
+        if os.path.exists(os.path.join(run_dir, "layout.json")):
+            layouts.setdefault(scaling.group_key(p), scaling.read_layout(run_dir))
+    if layouts:
+        scaling.add_references_and_predictions(points, {link_name: link}, layouts, extra_flags)
+
+
+def plot_input(out, schedule=None):
     """points.csv without the columns bench/plot_scaling.py cannot read as
     numbers (its reader takes every column but a few as a float; "partition"
-    is text): written beside it as plot_points.csv."""
-    source, target = os.path.join(out, "points.csv"), os.path.join(out, "plot_points.csv")
+    is text): written beside it as plot_points.csv. With `schedule`, only the
+    reference and the points run under it (the plot draws one bar per
+    strategy), as plot_points_<schedule>.csv."""
+    name = "plot_points.csv" if schedule is None else f"plot_points_{schedule}.csv"
+    source, target = os.path.join(out, "points.csv"), os.path.join(out, name)
     with open(source, newline="") as f:
         reader = csv.DictReader(f)
         fields = [c for c in reader.fieldnames if c not in TEXT_COLUMNS]
         rows = list(reader)
+    if schedule is not None:
+        rows = [r for r in rows if r.get("strategy") == REFERENCE
+                or schedule_asked(r) == schedule]
     with open(target, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
@@ -347,6 +610,10 @@ def parse_args(argv):
     parser.add_argument("--compressions", default="none",
                         help="--compression values: every strategy with each, e.g. "
                              "none,fp16,topk:0.01")
+    parser.add_argument("--schedules", default="",
+                        help="send orders, each strategy point under each: fifo, priority or "
+                             "fifo,priority (--schedule= to the jobs; the first is the "
+                             "baseline); default: the worker's default only, nothing passed")
     parser.add_argument("--steps", type=counted(1), default=15)
     parser.add_argument("--warmup", type=counted(0), default=3)
     parser.add_argument("--repeats", type=counted(1), default=2)
@@ -367,6 +634,7 @@ def parse_args(argv):
         args.strategies, args.model if args.command else (args.model or DEFAULT_MODEL))
     args.worker_counts = parse_workers(args.workers)
     args.compression_list = parse_compressions(args.compressions)
+    args.schedule_list = parse_schedules(args.schedules, args.extra)
     if args.command:
         check_command(args)
         args.model_label = scaling.command_model(args.command)
@@ -409,6 +677,26 @@ def parse_compressions(spec):
         except ValueError as error:
             raise UsageError(f"--compressions: {error}") from None
     return values
+
+
+def parse_schedules(spec, extra=()):
+    """'fifo,priority' -> ['fifo', 'priority'] (the order given: the first is
+    the baseline); '' -> [] (the worker's default, nothing passed). An
+    unknown or repeated schedule, or a --schedule among the training flags
+    as well, is refused."""
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if spec.strip() and not names:
+        raise UsageError(f"--schedules={spec}: give some of {', '.join(cost_model.SCHEDULES)}")
+    for name in names:
+        if name not in cost_model.SCHEDULES:
+            raise UsageError(f"--schedules: unknown schedule '{name}'; choose from "
+                             f"{', '.join(cost_model.SCHEDULES)}")
+    if len(set(names)) != len(names):
+        raise UsageError(f"--schedules={spec} names a schedule twice")
+    if names and any(a.startswith("--schedule=") or a == "--schedule" for a in extra):
+        raise UsageError("--schedules and a --schedule training flag after -- both set the "
+                         "schedule; drop one")
+    return names
 
 
 def check_model(model):
@@ -514,12 +802,15 @@ def main(argv):
         if os.path.exists(os.path.join(layout, "layout.json")):
             num_buckets = len(scaling.read_layout(layout)["bucket_bytes"])
             break
+    read_schedules_ran(points, out)
+    if link is not None:
+        predict_what_ran(points, out, args.link, link, [] if args.command else args.extra)
     rows = verdict_rows(points, args.link, link, num_buckets)
     if not any(r["name"] != REFERENCE for r in rows):
         print(f"gradsync compare: no distributed point ran, so there is nothing to compare; "
               f"each job's log is under {out}/points", file=sys.stderr)
         return 1
-    line = answer(rows, args.link)
+    line, schedule_table, schedule_entries = verdict_answer(rows, args.schedule_list, args.link)
     text = [f"gradsync compare: model {args.model_label}, link {args.link}"
             + (f" ({link.describe()} probed)" if link else "")
             + (f", {args.repeats} repeats of the command's steps ({args.warmup} warm-up), "
@@ -527,6 +818,7 @@ def main(argv):
                f", {args.repeats} repeats of {args.steps} steps ({args.warmup} warm-up), ")
             +
             f"{num_buckets} bucket(s)", "", format_table(rows), "",
+            *([schedule_table, ""] if schedule_table else []),
             ("Steps and data are the training command's own (" + " ".join(args.command) + ")."
              if args.command else
              "No accuracy is shown: the jobs train on synthetic data (`tools/demo.sh "
@@ -536,16 +828,21 @@ def main(argv):
         f.write("\n".join(text) + "\n")
     with open(os.path.join(out, "verdict.json"), "w") as f:
         json.dump({"rows": rows, "answer": line, "link": args.link, "model": args.model_label,
-                   "command": args.command,
+                   "command": args.command, "schedules": args.schedule_list,
+                   "schedule_comparison": schedule_entries,
                    "git_commit": sweep["manifest"].get("git_commit")}, f, indent=1)
-    png = os.path.join(out, "compare.png")
-    plotted = subprocess.run([sys.executable, os.path.join(HERE, "plot_scaling.py"),
-                              plot_input(out), "-o", png, "--title",
-                              f"gradsync compare: {args.model_label} on {args.link}",
-                              "--command", " ".join(["gradsync compare", *argv])])
-    print(f"\nresults: {out}/verdict.txt, {out}/verdict.json, {out}/points.csv"
-          + (f", {png}" if plotted.returncode == 0 else " (the plot failed)")
-          + f"  ({time.time() - started:.0f} s)")
+    # One plot per schedule: the plot draws one bar per strategy.
+    plots = []
+    for schedule in args.schedule_list or [None]:
+        png = os.path.join(out, "compare.png" if schedule is None else f"compare_{schedule}.png")
+        title = f"gradsync compare: {args.model_label} on {args.link}"
+        plotted = subprocess.run([sys.executable, os.path.join(HERE, "plot_scaling.py"),
+                                  plot_input(out, schedule), "-o", png, "--title",
+                                  title + (f", --schedule={schedule}" if schedule else ""),
+                                  "--command", " ".join(["gradsync compare", *argv])])
+        plots.append(png if plotted.returncode == 0 else f"{png} (the plot failed)")
+    print(f"\nresults: {out}/verdict.txt, {out}/verdict.json, {out}/points.csv, "
+          + ", ".join(plots) + f"  ({time.time() - started:.0f} s)")
     return 0
 
 

@@ -5,12 +5,14 @@ import io
 import json
 import os
 import sys
+import tempfile
 import unittest
 from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402
 import cost_model  # noqa: E402
+import scaling  # noqa: E402
 
 
 def point(strategy, n, k, step, busiest_mb, predicted=None, **extra):
@@ -236,6 +238,195 @@ class VerdictTest(unittest.TestCase):
         self.assertEqual(len(table), 4)
         self.assertIn("bounded by", table[0])
         self.assertIn("local (reference)", table[2])
+
+
+class SchedulesTest(unittest.TestCase):
+    """--schedules: parsing, the sweep it asks for, and a verdict from a
+    finished sweep (its files written here, no job run)."""
+
+    def test_parsing(self):
+        self.assertEqual(compare.parse_schedules(""), [])
+        self.assertEqual(compare.parse_schedules("priority,fifo"), ["priority", "fifo"])
+        for spec, extra, words in (
+                ("lifo", [], "unknown schedule 'lifo'; choose from fifo, priority"),
+                ("fifo,fifo", [], "names a schedule twice"),
+                (",", [], "give some of fifo, priority"),
+                ("fifo,priority", ["--schedule=fifo"], "drop one")):
+            with self.assertRaises(compare.UsageError) as raised:
+                compare.parse_schedules(spec, extra)
+            self.assertIn(words, str(raised.exception))
+        # Without --schedules a --schedule after -- is the user's own.
+        self.assertEqual(compare.parse_schedules("", ["--schedule=priority"]), [])
+
+    def test_an_unknown_schedule_is_refused_before_anything_runs(self):
+        stderr = io.StringIO()
+        with mock.patch.object(sys, "stderr", stderr), \
+                mock.patch.object(compare.subprocess, "run") as run:
+            self.assertEqual(compare.main(["--workers=2", "--schedules=fifo,lifo"]), 2)
+        run.assert_not_called()
+        self.assertEqual(stderr.getvalue().strip().splitlines(),
+                         ["gradsync compare: --schedules: unknown schedule 'lifo'; "
+                          "choose from fifo, priority"])
+
+    def test_each_schedule_is_a_sweep_set_and_the_default_passes_none(self):
+        args = compare.parse_args(["--workers=4", "--schedules=fifo,priority", "--",
+                                   "--lr=0.1"])
+        command = compare.scaling_command(args, args.strategy_names, args.worker_counts, "out")
+        self.assertIn("--sweep=--schedule=fifo;--schedule=priority", command)
+        self.assertEqual(command[-2:], ["--", "--lr=0.1"])
+        default = compare.parse_args(["--workers=4"])
+        self.assertFalse([a for a in compare.scaling_command(
+            default, default.strategy_names, default.worker_counts, "out") if "schedule" in a])
+
+    # A finished sweep: the reference, the ring and PS K=4 under both
+    # schedules; the ring's priority job recorded its partition, the PS's
+    # recorded --schedule as ignored (it ran fifo).
+    LINK = {"alpha_us": 100.0, "bandwidth_bytes_per_s": 1.25e7}  # 100 Mbit/s
+    GROUP = {"model": "mlp", "link": "100mbit", "bucket_mb": 0.0, "compute_ms": 0.0,
+             "compression": "none"}
+    # Three buckets of 0.8 MB in hand-off order: with 290 ms of compute the
+    # ring's 240 ms of link time and the forward are comparable.
+    LAYOUT = {"buckets": [{"bytes": 800_000, "params": [2]}, {"bytes": 800_000, "params": [1]},
+                          {"bytes": 800_000, "params": [0]}],
+              "params": [{"numel": 200_000}] * 3}
+
+    def sweep_points(self):
+        def at(strategy, k, schedule, step, exposed):
+            return point(strategy, 4, k, step, 2.0, **self.GROUP, sweep=f"--schedule={schedule}",
+                         exposed_ms=exposed, measured_compute_ms=290)
+        return [point("local", 1, 0, 300, 0, **self.GROUP, sweep="", exposed_ms=0,
+                      measured_compute_ms=290),
+                at("ring", 0, "fifo", 400, 100), at("ring", 0, "priority", 330, 30),
+                at("ps", 4, "fifo", 380, 90), at("ps", 4, "priority", 381, 91)]
+
+    def write_sweep(self, out):
+        points = self.sweep_points()
+        for p in points:
+            run_dir = os.path.join(out, "points", scaling.label(p), "r0")
+            os.makedirs(run_dir)
+            flags = cost_model.training_flags(p["sweep"])
+            manifest = {"flags": flags, "settings": {}, "ignored_flags": {}}
+            if p["strategy"] == "ps" and flags.get("schedule") == "priority":
+                manifest["ignored_flags"]["schedule"] = "the PS client sends in ready order"
+            ranks = []
+            if p["strategy"] == "ring" and flags.get("schedule") == "priority":
+                # The ring's own record, with the partition and credit it
+                # derived (one partition in flight): the prediction uses them.
+                ranks = [{"sync": {"schedule": "priority", "partition_bytes": 256 << 10,
+                                   "credit_bytes": 256 << 10}}]
+            with open(os.path.join(run_dir, "summary.json"), "w") as f:
+                json.dump({"manifest": manifest, "ranks": ranks}, f)
+            with open(os.path.join(run_dir, "layout.json"), "w") as f:
+                json.dump(self.LAYOUT, f)
+        with open(os.path.join(out, "sweep.json"), "w") as f:
+            json.dump({"links": {"100mbit": self.LINK}, "manifest": {"git_commit": "abc"},
+                       "points": points}, f)
+        with open(os.path.join(out, "points.csv"), "w") as f:
+            f.write("strategy,sweep,workers\n" + "".join(
+                f"{p['strategy']},{p['sweep']},{p['workers']}\n" for p in points))
+
+    def test_the_verdict_puts_the_schedules_side_by_side(self):
+        with tempfile.TemporaryDirectory() as out:
+            self.write_sweep(out)
+            stdout = io.StringIO()
+            with mock.patch.object(sys, "stdout", stdout), \
+                    mock.patch.object(compare.subprocess, "run") as run, \
+                    mock.patch.object(compare.os, "geteuid", return_value=0), \
+                    mock.patch.object(compare.os, "access", return_value=True):
+                run.return_value.returncode = 0
+                self.assertEqual(compare.main(
+                    ["--netem=100mbit", "--workers=4", "--strategies=ring,ps-kn",
+                     "--schedules=fifo,priority", f"--out={out}", "--bin_dir=/nonexistent"]), 0)
+            # The sweep, then one plot per schedule, each of its own points.
+            self.assertEqual(run.call_count, 3)
+            plotted = [c.args[0] for c in run.call_args_list[1:]]
+            self.assertEqual([c[c.index("-o") + 1] for c in plotted],
+                             [os.path.join(out, "compare_fifo.png"),
+                              os.path.join(out, "compare_priority.png")])
+            with open(os.path.join(out, "plot_points_priority.csv")) as f:
+                self.assertEqual([line.split(",")[:2] for line in f.read().split()[1:]],
+                                 [["local", ""], ["ring", "--schedule=priority"],
+                                  ["ps", "--schedule=priority"]])
+            with open(os.path.join(out, "verdict.json")) as f:
+                verdict = json.load(f)
+            with open(os.path.join(out, "verdict.txt")) as f:
+                text = f.read()
+        self.assertEqual(verdict["schedules"], ["fifo", "priority"])
+        by_name = {e["name"]: e for e in verdict["schedule_comparison"]}
+        self.assertEqual(set(by_name), {"ring", "ps-kn"})
+        ring = by_name["ring"]
+        self.assertEqual((ring["fifo"]["step_ms"], ring["priority"]["step_ms"]), (400, 330))
+        self.assertEqual((ring["fifo"]["exposed_ms"], ring["priority"]["exposed_ms"]), (100, 30))
+        self.assertAlmostEqual(ring["priority_vs_fifo_step_percent"], -17.5)
+        # The model, too, has priority hide more of a real model's step here.
+        self.assertLess(ring["priority"]["predicted_step_ms"], ring["fifo"]["predicted_step_ms"])
+        self.assertLess(ring["priority_vs_fifo_predicted_step_percent"], 0)
+        # What ran, not what was asked.
+        self.assertEqual(by_name["ps-kn"]["priority"]["ran"], "fifo")
+        rows = {(r["name"], r["schedule_asked"]): r for r in verdict["rows"]}
+        self.assertEqual(rows[("ring", "priority")]["predicted_schedule"], "priority")
+        self.assertAlmostEqual(rows[("ring", "priority")]["predicted_step_ms"],
+                               rows[("ring", "priority")]["predicted_priority_step_ms"])
+        self.assertEqual(rows[("ps-kn", "priority")]["predicted_schedule"], "fifo")
+        self.assertEqual(rows[("ps-kn", "priority")]["strategy"],
+                         "PS K=4, priority (ran fifo)")
+        line = verdict["answer"]
+        self.assertTrue(line.startswith("under fifo, PS K=4 is 1.05x faster than the ring "
+                                        "at N=4 on 100mbit (380 vs 400 ms a step)"), line)
+        self.assertIn("priority against fifo at N=4 on 100mbit: ring all-reduce -18% "
+                      "(400 vs 330 ms a step, exposed 100 vs 30 ms; α–β", line)
+        self.assertIn("PS K=4 ran fifo when asked priority (the PS client sends in ready "
+                      "order)", line)
+        self.assertIn("priority vs fifo", text)
+        self.assertIn(line, text)
+
+    def test_what_ran_is_the_strategys_record_before_the_flag(self):
+        with tempfile.TemporaryDirectory() as out:
+            asked = point("tree", 4, 0, 300, 3.8, **self.GROUP, sweep="--schedule=priority")
+            run_dir = os.path.join(out, "points", scaling.label(asked), "r0")
+            os.makedirs(run_dir)
+            with open(os.path.join(run_dir, "summary.json"), "w") as f:
+                json.dump({"manifest": {"flags": {"schedule": "priority"},
+                                        "settings": {"credit_kb": {"value": 512}}},
+                           "ranks": [{"sync": {"schedule": "fifo"}}]}, f)
+            silent = point("ring", 4, 0, 300, 3.8, **self.GROUP, sweep="--schedule=priority")
+            compare.read_schedules_ran([asked, silent], out)
+        self.assertEqual(asked["schedule"], "fifo")
+        self.assertEqual(asked["credit_bytes"], 512 * 1024)
+        self.assertNotIn("schedule", silent)  # no record: nothing claimed
+
+    def test_a_missing_run_and_a_tie_are_said(self):
+        rows = compare.verdict_rows(
+            [point("ring", 4, 0, 300, 3.8, 300, sweep="--schedule=fifo", schedule="fifo"),
+             point("ring", 4, 0, 290, 3.8, 300, sweep="--schedule=priority",
+                   schedule="priority"),
+             point("ps", 4, 4, 280, 2.5, 290, sweep="--schedule=fifo", schedule="fifo")],
+            "100mbit", None, 1)
+        line, table, summary = compare.verdict_answer(rows, ["fifo", "priority"], "100mbit")
+        # 299–301 against 289–291: apart; 300 against 290 within 5%: no change.
+        self.assertIn("ring all-reduce -3% (300 vs 290 ms a step, exposed 300 vs 290 ms)",
+                      line)
+        self.assertIn("all within 5%: priority changed nothing here", line)
+        self.assertIn("PS K=4 has no priority run", line)
+        # A compressed point keeps its method in its name, once.
+        rows = compare.verdict_rows(
+            [point("ring", 4, 0, 300, 1, 310, sweep="--schedule=fifo", compression="fp16",
+                   predicted_schedule="fifo", predicted_exposed_ms=20),
+             point("ring", 4, 0, 250, 1, 310, sweep="--schedule=priority",
+                   compression="fp16", predicted_schedule="fifo")], "100mbit", None, 1)
+        compressed_line, compressed_table, compressed = compare.verdict_answer(
+            rows, ["fifo", "priority"], "100mbit")
+        self.assertIn("ring all-reduce, fp16 -17%", compressed_line)
+        self.assertNotIn("fp16, fp16", compressed_table)
+        # Its prediction is fifo's queue: none for the priority run.
+        self.assertEqual(compressed[0]["fifo"]["predicted_step_ms"], 310)
+        self.assertIsNone(compressed[0]["priority"]["predicted_step_ms"])
+        self.assertIn("no run", table)
+        self.assertEqual(len(summary), 2)
+        # Ranges that overlap are said to.
+        rows[1].update(step_ms=299.5, step_ms_min=295, step_ms_max=304)
+        line, _, _ = compare.verdict_answer(rows, ["fifo", "priority"], "100mbit")
+        self.assertIn("the repeats' ranges overlap", line)
 
 
 if __name__ == "__main__":

@@ -20,19 +20,26 @@ open per Python process, or one batch (ask_many):
   (7) double binary tree, its trees (tree_allreduce.h) and per-rank costs
   (8) hierarchical      allreduce/algorithms/cost_model.h  Hierarchical…
   (10) ring all-gather  allreduce/algorithms/cost_model.h  RingAllGatherSeconds
+  (14) one step         core/sync/schedule_cost_model.h  PredictScheduledStep
+                        (the "step" query): fifo or priority, over (1)–(8)
 
-What is Python's own: the bucket queue and its overlap with compute
-(exposed_communication), a sweep point's prediction from its flags
-(predict), the compressed methods' bytes per link and codec time (9)–(13),
-measuring α and B, the tables and the plots.
+What is Python's own: a sweep point's prediction from its flags (predict),
+the compressed methods' bytes per link and codec time (9)–(13), the fifo
+bucket queue they still use (exposed_communication), measuring α and B, the
+tables and the plots.
 
-Buckets and overlap. Backward hands buckets off in reverse layer order;
-bucket b is ready after the compute spent on the layers it holds (the
-synthetic models spend time in proportion to bytes). Communication is one
-queue over the link: bucket b starts at max(its ready time, the end of the
-previous bucket) and takes T(size_b) by (1), (2) or (3). The exposed
-communication — what the trainer measures as time blocked in Finish — is
-the last bucket's end minus the end of compute.
+Buckets, overlap and the schedule (14). Backward hands buckets off in
+reverse layer order; bucket b is ready after the backward spent on the
+layers it holds, in proportion to their bytes (as the synthetic models
+spend it). Communication is one queue over the link, each bucket (or
+partition) taking T(size) by (1)–(8). fifo sends whole buckets in the order
+they became ready; priority sends partitions, the first layers' first, within
+a credit. The next forward starts when backward ends and computes each
+bucket's layers once that bucket is synchronized (--overlap_next_forward):
+its waits are the exposed communication, what the trainer records as the
+step's sync wait. The split of the measured compute into forward and
+backward: the synthetic models sleep only in backward; a model that really
+computes spends about a third in forward (FORWARD_SHARE).
 
 α and B are measured on the spot with `netem probe` (core/launch/link_probe.h):
 α is half a 1-byte round trip, B the slope of transfer time against size.
@@ -46,6 +53,8 @@ Usage:
   cost_model.py compare SWEEP_DIR               measured points vs predictions
   cost_model.py extrapolate [--alpha_us=25 --gbit=1 | --sweep=DIR] [--plot=x.png]
   cost_model.py compression [--workers=8 --model_mb=10 --gbit=0.1 --alpha_us=100]
+  cost_model.py schedule [--workers=4 --model_mb=44.7 --buckets=4 --compute_ms=300
+                          --gbits=0.1,1,10 --partition_kb=1024]   fifo vs priority
 """
 import argparse
 import atexit
@@ -426,6 +435,62 @@ def exposed_communication(bucket_bytes, compute_s, bucket_time):
     return link_free, max(0.0, link_free - compute_s)
 
 
+# --- One step under a send order: (14) ------------------------------------------
+
+SCHEDULES = ("fifo", "priority")
+# --schedule's default (tools/train_flags.cc), for a point whose job did not
+# say; `gradsync compare` reads what each job ran from its manifest.
+DEFAULT_SCHEDULE = "fifo"
+# The part of a real model's compute (forward and backward) that is forward:
+# backward computes the gradients of both the activations and the weights,
+# about twice the forward's work. The synthetic models sleep in backward only.
+FORWARD_SHARE = 1 / 3
+
+
+def step_query(bucket_query, bucket_bytes, backward_s, forward_s, schedule="both",
+               partition_bytes=0, credit_bytes=0, overlap_next_forward=True):
+    """(14)'s query: one step of buckets `bucket_bytes` in forward order (the
+    first layers' bucket first), each charged the time `bucket_query` (any
+    of ring_query ... mixed_ps_query, its size left out; a PS query's last
+    key is the step's tail) would answer for its size. `backward_s` and
+    `forward_s`: a list per bucket, or a total spread by bytes."""
+    query = {k: v for k, v in bucket_query.items() if k != "bytes"}
+    query.update(formula="step", sync=bucket_query["formula"],
+                 bucket_bytes=list(bucket_bytes), backward_s=backward_s, forward_s=forward_s,
+                 schedule=schedule, partition_bytes=partition_bytes,
+                 credit_bytes=credit_bytes, overlap_next_forward=overlap_next_forward)
+    return query
+
+
+def scheduled_step(bucket_query, bucket_bytes, backward_s, forward_s, schedule="both",
+                   partition_bytes=0, credit_bytes=0, overlap_next_forward=True):
+    """(14): {"fifo": {...}, "priority": {...}} (the one asked, or both),
+    each with step_s, exposed_s, comm_s, comm_end_s, transfers and
+    bucket_done_s (`gradsync predict --help`)."""
+    return ask(step_query(bucket_query, bucket_bytes, backward_s, forward_s, schedule,
+                          partition_bytes, credit_bytes, overlap_next_forward))
+
+
+def bucket_query_of(strategy, n, link, ranks_per_node=1):
+    """The all-reduce family's per-bucket query for (14), its size left out."""
+    if strategy == "ring":
+        return ring_query(n, 0, link)
+    if strategy == "halving_doubling":
+        return halving_doubling_query(n, 0, link, EAGER_BYTES)
+    if strategy == "tree":
+        return tree_query(n, 0, link, EAGER_BYTES)
+    if strategy == "hierarchical":
+        return hierarchical_query(n, ranks_per_node, 0, link, eager_bytes=EAGER_BYTES)
+    if strategy == "allreduce":
+        return allreduce_query(n, 0, link)
+    raise ValueError(f"no cost model for strategy {strategy}")
+
+
+def flag_on(value):
+    """A boolean flag's text as Abseil reads it."""
+    return str(value).lower() not in ("false", "0", "no", "f", "n")
+
+
 def training_flags(*texts):
     """'--a=1 --b=2' texts -> {'a': '1', 'b': '2'}; later texts override."""
     flags = {}
@@ -457,10 +522,13 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
         comm = sum(compressed_bucket_time(size) for size in bucket_bytes)
         _, exposed = exposed_communication(bucket_bytes, base_compute_ms / 1000,
                                            compressed_bucket_time)
+        # The compressed buckets' queue is fifo's whatever ran: (14) has no
+        # codec time.
         return {
             "predicted_comm_ms": 1000 * comm,
             "predicted_exposed_ms": 1000 * exposed,
             "predicted_step_ms": base_step_ms + 1000 * exposed,
+            "predicted_schedule": "fifo",
         }
     # The key size: a flag, else what the job derived (scaling.py reads it
     # from the summary; --ps_chunk_kb=0 is auto), else the old default.
@@ -473,17 +541,13 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
     if strategy == "ps":
         # Each bucket's keys go to the servers in the partitioner's
         # proportions; the last key of the step leaves the tail.
-        def bucket_time(size):
-            return ps_time(n, size, link, share, last_key=0)
+        bucket_query = ps_query(n, 0, link, share, last_key=last_key, message_bytes=message)
         comm = ps_time(n, sum(bucket_bytes), link, share, last_key=last_key,
                        message_bytes=message)
-        tail = comm - ps_time(n, sum(bucket_bytes), link, share, last_key=0)
     elif strategy == "ps-colocated":
-        def bucket_time(size):
-            return colocated_ps_time(n, size, link, last_key=0)
+        bucket_query = colocated_ps_query(n, 0, link, last_key=last_key, message_bytes=message)
         comm = colocated_ps_time(n, sum(bucket_bytes), link, last_key=last_key,
                                  message_bytes=message)
-        tail = comm - colocated_ps_time(n, sum(bucket_bytes), link, last_key=0)
     elif strategy == "ps-mixed":
         colocated = point["colocated"]
         # Each kind of server's largest share: the job's own (scaling.py
@@ -499,29 +563,42 @@ def predict(point, link, bucket_bytes, base_compute_ms, base_step_ms, last_tenso
                 sum(bucket_bytes), n, colocated, k - colocated, partition, chunk)
         else:
             colocated_share = separate_share = share
-
-        def mixed(size, last):
-            return mixed_ps_time(n, colocated, k - colocated, size, link, last_key=last,
-                                 message_bytes=message, largest_share=colocated_share,
-                                 separate_share=separate_share)
-
-        def bucket_time(size):
-            return mixed(size, 0)
-        comm = mixed(sum(bucket_bytes), last_key)
-        tail = comm - mixed(sum(bucket_bytes), 0)
+        bucket_query = mixed_ps_query(n, colocated, k - colocated, 0, link, last_key=last_key,
+                                      message_bytes=message, largest_share=colocated_share,
+                                      separate_share=separate_share)
+        comm = mixed_ps_time(n, colocated, k - colocated, sum(bucket_bytes), link,
+                             last_key=last_key, message_bytes=message,
+                             largest_share=colocated_share, separate_share=separate_share)
     else:
-        def bucket_time(size):
-            return sync_time(strategy, n, k, size, link,
-                             ranks_per_node=point.get("ranks_per_node", 1))
-        comm = sum(bucket_time(size) for size in bucket_bytes)
-        tail = 0.0
-    _, exposed = exposed_communication(bucket_bytes, base_compute_ms / 1000, bucket_time)
-    exposed += tail
+        ranks_per_node = point.get("ranks_per_node", 1)
+        bucket_query = bucket_query_of(strategy, n, link, ranks_per_node)
+        comm = sum(sync_time(strategy, n, k, size, link, ranks_per_node=ranks_per_node)
+                   for size in bucket_bytes)
+    # (14): the step under both schedules, the one that ran reported as the
+    # prediction. What ran: the job's own record (`gradsync compare` puts it
+    # in the point), else the flag, else the worker's default. A partition and
+    # credit of 0 are the strategy's own: the values it recorded, where the
+    # point has them, else whole buckets (the all-reduces) or the PS's keys,
+    # and one partition in flight.
+    schedule = point.get("schedule") or flags.get("schedule") or DEFAULT_SCHEDULE
+    partition_bytes = (int(flags.get("partition_kb", 0)) * 1024
+                       or point.get("partition_bytes")
+                       or (chunk if strategy.startswith("ps") else 0))
+    credit_bytes = int(flags.get("credit_kb", 0)) * 1024 or point.get("credit_bytes") or 0
+    compute_s = base_compute_ms / 1000
+    forward_s = 0.0 if point.get("compute_ms") else FORWARD_SHARE * compute_s
+    steps = scheduled_step(bucket_query, list(reversed(bucket_bytes)), compute_s - forward_s,
+                           forward_s, "both", partition_bytes, credit_bytes,
+                           flag_on(flags.get("overlap_next_forward", "true")))
     prediction = {
         "predicted_comm_ms": 1000 * comm,
-        "predicted_exposed_ms": 1000 * exposed,
-        "predicted_step_ms": base_step_ms + 1000 * exposed,
+        "predicted_exposed_ms": 1000 * steps[schedule]["exposed_s"],
+        "predicted_step_ms": base_step_ms + 1000 * steps[schedule]["exposed_s"],
+        "predicted_schedule": schedule,
     }
+    for name in SCHEDULES:
+        prediction[f"predicted_{name}_exposed_ms"] = 1000 * steps[name]["exposed_s"]
+        prediction[f"predicted_{name}_step_ms"] = base_step_ms + 1000 * steps[name]["exposed_s"]
     if strategy == "ps-mixed" and point["colocated"] == n:
         # BytePS's layout (every worker serves, K − N separate servers) with
         # its optimal shares: what equal shares leave on the table.
@@ -691,6 +768,58 @@ def compressed_sync_time(strategy, n, k, size, link, compression, largest_share=
     comm = (compressed_link_bytes("ps", compression, n, size, share, pull) / link.bandwidth
             + 2 * link.alpha_s)
     return comm + codec_time(method, n, size, False, cores_per_rank)
+
+
+def schedule_rows(n, model_bytes, buckets, compute_s, links, alpha_s=100e-6,
+                  partition_bytes=1 << 20, credit_bytes=0, forward_share=FORWARD_SHARE):
+    """(14) over link rates: per bandwidth (bytes/s) in `links`, the ring's and
+    PS K = N's predicted (fifo step, priority step, fifo exposed, priority
+    exposed) in seconds, for a model of `buckets` equal buckets whose
+    compute is `compute_s` (a `forward_share` of it in forward), asked as
+    one batch."""
+    sizes = [model_bytes / buckets] * buckets
+    forward = forward_share * compute_s
+    queries = []
+    for bandwidth in links:
+        link = Link(alpha_s, bandwidth)
+        for bucket_query in (ring_query(n, 0, link),
+                             ps_query(n, 0, link, 1.0 / n, last_key=min(
+                                 model_bytes, partition_bytes or PS_CHUNK_BYTES))):
+            queries.append(step_query(bucket_query, sizes, compute_s - forward, forward,
+                                      "both", partition_bytes, credit_bytes))
+    answers = ask_many(queries)
+    rows = []
+    for i, bandwidth in enumerate(links):
+        row = {"bytes_per_s": bandwidth}
+        for j, name in enumerate(("ring", "ps")):
+            steps = answers[2 * i + j]
+            row[name] = tuple(steps[s][m] for m in ("step_s", "exposed_s")
+                              for s in SCHEDULES)
+        rows.append(row)
+    return rows
+
+
+def print_schedule_table(n, model_bytes, buckets, compute_s, gbits, alpha_s, partition_bytes,
+                         credit_bytes, forward_share):
+    """Where priority gains: (14)'s step time under fifo and priority, ring
+    and PS K = N, at each link rate."""
+    rows = schedule_rows(n, model_bytes, buckets, compute_s, [g * 1e9 / 8 for g in gbits],
+                         alpha_s, partition_bytes, credit_bytes, forward_share)
+    print(f"{model_bytes / 1e6:.1f} MB in {buckets} buckets, N = {n}, compute "
+          f"{1000 * compute_s:.0f} ms ({100 * forward_share:.0f}% forward), α = "
+          f"{alpha_s * 1e6:.0f} us, partitions of {partition_bytes / 1024:.0f} KiB, credit "
+          f"{credit_bytes / 1024:.0f} KiB (0: one partition); ms a step (exposed)")
+    table = []
+    for row in rows:
+        cells = [f"{row['bytes_per_s'] * 8 / 1e9:g}"]
+        for name in ("ring", "ps"):
+            fifo, priority, fifo_exposed, priority_exposed = row[name]
+            cells += [f"{1000 * fifo:.1f} ({1000 * fifo_exposed:.1f})",
+                      f"{1000 * priority:.1f} ({1000 * priority_exposed:.1f})",
+                      f"{100 * (priority / fifo - 1):+.0f}%"]
+        table.append(tuple(cells))
+    print_table(("Gbit/s", "ring fifo", "ring priority", "change", "PS K=N fifo",
+                 "PS K=N priority", "change"), table)
 
 
 def print_compression_table(link, n, size, k=None, pull="union",
@@ -868,7 +997,24 @@ def main():
     z.add_argument("--servers", type=int, default=0, help="PS K; 0: N")
     z.add_argument("--model_mb", type=float, default=10.0, help="one bucket of this many MB")
     z.add_argument("--ps_pull", default="union", choices=("union", "topk", "dense"))
+    w = sub.add_parser("schedule", help="(14): fifo against priority over link rates")
+    w.add_argument("--workers", type=int, default=4)
+    w.add_argument("--model_mb", type=float, default=44.7, help="ResNet-18's gradient")
+    w.add_argument("--buckets", type=int, default=4, help="equal buckets")
+    w.add_argument("--compute_ms", type=float, default=300.0, help="forward and backward")
+    w.add_argument("--forward_share", type=float, default=FORWARD_SHARE)
+    w.add_argument("--gbits", default="0.1,0.5,1,2,10", help="link rates")
+    w.add_argument("--alpha_us", type=float, default=100.0)
+    w.add_argument("--partition_kb", type=int, default=1024)
+    w.add_argument("--credit_kb", type=int, default=0, help="0: one partition in flight")
     args = parser.parse_args()
+
+    if args.command == "schedule":
+        print_schedule_table(args.workers, args.model_mb * 1e6, args.buckets,
+                             args.compute_ms / 1000, [float(g) for g in args.gbits.split(",")],
+                             args.alpha_us / 1e6, args.partition_kb * 1024,
+                             args.credit_kb * 1024, args.forward_share)
+        return
 
     if args.command == "compression":
         print_compression_table(Link(args.alpha_us / 1e6, args.gbit * 1e9 / 8), args.workers,

@@ -546,6 +546,115 @@ class FamilyFormulas(unittest.TestCase):
         self.assertEqual(scaling.strategy_points({}, "tree", 1, "1"), [])
 
 
+class StepUnderASchedule(unittest.TestCase):
+    """(14), the "step" query, as predict() and `gradsync compare` ask it."""
+
+    # Two ranks without latency at half a byte-unit per second: the ring
+    # moves a bucket of one unit in 2 s (core/sync/schedule_cost_model_test.cc's
+    # comparable case, through the binary and Python's argument order).
+    SLOW = cost_model.Link(0.0, 0.5)
+
+    def test_three_buckets_by_hand(self):
+        steps = cost_model.scheduled_step(cost_model.ring_query(2, 0, self.SLOW), [1, 1, 1],
+                                          backward_s=3.0, forward_s=[1, 1, 1])
+        self.assertEqual(steps["fifo"]["bucket_done_s"], [7, 5, 3])
+        self.assertAlmostEqual(steps["fifo"]["exposed_s"], 4)
+        self.assertEqual(steps["priority"]["bucket_done_s"], [5, 7, 3])
+        self.assertAlmostEqual(steps["priority"]["exposed_s"], 3)
+        self.assertAlmostEqual(steps["priority"]["step_s"], 9)
+        halves = cost_model.scheduled_step(cost_model.ring_query(2, 0, self.SLOW), [1, 1, 1],
+                                           3.0, 3.0, schedule="priority", partition_bytes=0.5)
+        self.assertEqual(list(halves), ["priority"])
+        # The same backward given as the moments the buckets became ready.
+        query = cost_model.step_query(cost_model.ring_query(2, 0, self.SLOW), [1, 1, 1],
+                                      backward_s=None, forward_s=[1, 1, 1])
+        del query["backward_s"]
+        traced = cost_model.ask(dict(query, ready_s=[3, 2, 1]))
+        self.assertEqual(traced, steps)
+        with self.assertRaisesRegex(ValueError, "bucket 1 is ready at 2 s.*no earlier than bucket 2's"):
+            cost_model.ask(dict(query, ready_s=[1, 2, 3]))
+        self.assertAlmostEqual(halves["priority"]["exposed_s"], 2)
+        self.assertEqual(halves["priority"]["transfers"], 6)
+
+    def test_fifo_without_forward_is_the_old_bucket_queue(self):
+        # With no forward and no overlap the timeline is exposed_communication's
+        # queue, the PS's tail added at its end.
+        cases = []
+        for link, sizes in itertools.product(GRID_LINKS[::3], ([1 << 20], [4e6, 1e6, 2.5e7],
+                                                               [65536] * 5)):
+            compute = 0.05
+            for query, time in (
+                    (cost_model.ring_query(4, 0, link),
+                     lambda size, link=link: cost_model.ring_time(4, size, link)),
+                    (cost_model.ps_query(4, 0, link, 0.25, last_key=65536),
+                     lambda size, link=link: cost_model.ps_time(4, size, link, 0.25, 0))):
+                forward_order = list(reversed(sizes))
+                step = cost_model.scheduled_step(query, forward_order, compute, 0.0, "fifo",
+                                                 overlap_next_forward=False)["fifo"]
+                _, exposed = cost_model.exposed_communication(sizes, compute, time)
+                if query["formula"] == "ps":
+                    exposed += (cost_model.ps_time(4, sum(sizes), link, 0.25, 65536)
+                                - cost_model.ps_time(4, sum(sizes), link, 0.25, 0))
+                cases.append((step["exposed_s"], exposed, f"{query['formula']} {sizes} {link}"))
+        for got, want, where in cases:
+            self.assertTrue(math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12),
+                            f"{where}: {got} vs {want}")
+
+    def test_predict_reports_the_schedule_that_ran(self):
+        link = cost_model.Link(1e-4, 1.25e7)  # 100 Mbit/s
+        sizes = [2e6, 1e6, 1e6]  # hand-off order: the last layers' bucket first
+        real = {"strategy": "ring", "workers": 4, "servers": 0, "compute_ms": 0}
+        fifo = cost_model.predict(real, link, sizes, 300, 320)
+        self.assertEqual(fifo["predicted_schedule"], "fifo")
+        self.assertAlmostEqual(fifo["predicted_step_ms"], fifo["predicted_fifo_step_ms"])
+        asked = cost_model.predict(dict(real, sweep="--schedule=priority"), link, sizes, 300, 320)
+        self.assertEqual(asked["predicted_schedule"], "priority")
+        self.assertAlmostEqual(asked["predicted_step_ms"], asked["predicted_priority_step_ms"])
+        # The job's own record wins over the flag asked (a strategy that ran fifo).
+        ran = cost_model.predict(dict(real, sweep="--schedule=priority", schedule="fifo"),
+                                 link, sizes, 300, 320)
+        self.assertEqual(ran["predicted_schedule"], "fifo")
+        # A real model's forward overlaps the queue's end: priority hides more.
+        self.assertLess(fifo["predicted_priority_exposed_ms"],
+                        fifo["predicted_fifo_exposed_ms"])
+        # A sleeping synthetic model has no forward to overlap: nothing to gain.
+        synthetic = cost_model.predict(dict(real, compute_ms=300), link, sizes, 300, 320)
+        self.assertGreaterEqual(synthetic["predicted_priority_exposed_ms"],
+                                synthetic["predicted_fifo_exposed_ms"] - 1e-9)
+        # Without the overlap the order cannot matter.
+        waits = cost_model.predict(dict(real, sweep="--overlap_next_forward=false"), link,
+                                   sizes, 300, 320)
+        self.assertAlmostEqual(waits["predicted_priority_exposed_ms"],
+                               waits["predicted_fifo_exposed_ms"])
+
+    def test_where_priority_gains_over_link_rates(self):
+        # ResNet-18's gradient in 4 buckets, 300 ms of compute (100 ms forward),
+        # no latency so partitions cost nothing of their own.
+        fast, comparable, slow = 1.25e11, 1.25e8, 1.25e6
+        rows = cost_model.schedule_rows(4, 44.7e6, 4, 0.3, [fast, comparable, slow],
+                                        alpha_s=0.0)
+        for name in ("ring", "ps"):
+            (fifo_fast, priority_fast, _, _), (fifo_mid, priority_mid, _, _), \
+                (fifo_slow, priority_slow, _, _) = (r[name] for r in rows)
+            # Compute-bound: no queue forms, nothing to reorder.
+            self.assertAlmostEqual(priority_fast, fifo_fast, places=9)
+            # Comparable: the first layers' bytes overtake, the forward overlaps.
+            self.assertLess(priority_mid, 0.95 * fifo_mid, name)
+            # Bandwidth-bound: at most the forward of the layers it delivers early.
+            self.assertLess(priority_slow, fifo_slow, name)
+            self.assertLessEqual(fifo_slow - priority_slow, 0.1 + 1e-9, name)
+            self.assertLess((fifo_slow - priority_slow) / fifo_slow, 0.05, name)
+
+    def test_bad_step_queries_are_value_errors(self):
+        query = cost_model.ring_query(2, 0, self.SLOW)
+        with self.assertRaisesRegex(ValueError, "need fifo, priority or both"):
+            cost_model.scheduled_step(query, [1], 1.0, 0.0, schedule="lifo")
+        with self.assertRaisesRegex(ValueError, "one per bucket"):
+            cost_model.scheduled_step(query, [1, 2], [1.0], 0.0)
+        with self.assertRaisesRegex(ValueError, "a step is timed with one of"):
+            cost_model.scheduled_step(dict(query, formula="allgather"), [1], 1.0, 0.0)
+
+
 class CompressionFormulas(unittest.TestCase):
     """(9)–(13) at hand-computed points: 10 MB buckets, N = 8."""
     S = 10_000_000  # bytes: 2.5 M floats

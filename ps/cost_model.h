@@ -20,6 +20,13 @@
 // busiest link's one-direction time, max(S, N·f_max·S)/B, the tail of the
 // last key, and a round trip.
 //
+// A step of several buckets, their overlap with backward and the next
+// forward, and the send order (fifo or priority): core/sync/schedule_cost_model.h
+// charges each bucket or partition these functions' time (with no tail; the
+// step's tail once, after its last transfer), through `gradsync predict`'s
+// "step" query. A partition is charged the step's largest share: the keys of
+// consecutive partitions spread over the servers.
+//
 // Every function is pure and thread-safe. Shares are fractions of S in
 // [0, 1]; byte counts are doubles (a model's bytes, not a buffer's).
 #pragma once

@@ -11,6 +11,10 @@
 //    "bytes_per_s": 1.25e8}                          -> {"seconds": ...}
 //
 // The formulas and their inputs: kUsage below (`gradsync predict --help`).
+// Besides one synchronization's time, a "step" query times a whole step
+// under fifo and priority (core/sync/schedule_cost_model.h): the buckets'
+// sizes, backward and forward times and one of the strategies' formulas in,
+// the step time and the exposed communication under each schedule out.
 //
 // A value that is not JSON, a query with an unknown formula, a missing or
 // mistyped input, or one out of range (n < 1, negative bytes or α, B <= 0):
@@ -19,6 +23,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -28,10 +33,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "allreduce/algorithms/cost_model.h"
-#include "core/sync/link_cost.h"
 #include "allreduce/algorithms/tree_allreduce.h"
 #include "allreduce/allreduce_table.h"
 #include "core/base/status_macros.h"
+#include "core/sync/link_cost.h"
+#include "core/sync/schedule.h"
+#include "core/sync/schedule_cost_model.h"
 #include "nlohmann/json.hpp"
 #include "ps/client/partitioner.h"
 #include "ps/cost_model.h"
@@ -84,6 +91,27 @@ constexpr char kUsage[] =
     "\"separate_share\"}\n"
     "  balanced_share                   bytes, servers, chunk_bytes\n"
     "                                   -> {\"share\"}\n"
+    "\n"
+    "One step's timeline under a send order "
+    "(core/sync/schedule_cost_model.h):\n"
+    "  step    sync (one of ring, halving_doubling, tree, hierarchical,\n"
+    "          allreduce, ps, ps_colocated, ps_mixed) and that formula's\n"
+    "          inputs but bytes (for the PS, last_key_bytes is the step's\n"
+    "          last key, its tail added once);\n"
+    "          bucket_bytes: a list in forward order (the first layers'\n"
+    "          bucket first; buckets or layers);\n"
+    "          backward_s, forward_s: seconds per bucket, a list in the same\n"
+    "          order, or one number spread over the buckets by bytes (or,\n"
+    "          for the backward, ready_s: when each bucket became ready);\n"
+    "          [schedule: fifo, priority or both (default), partition_bytes\n"
+    "          (0: whole buckets), credit_bytes (0: one partition in flight),\n"
+    "          overlap_next_forward (true)]\n"
+    "          -> {\"fifo\": {...}, \"priority\": {...}}, each {\"step_s\",\n"
+    "          \"exposed_s\" (the next forward's waits), \"comm_s\" (the link\n"
+    "          busy), \"comm_end_s\", \"backward_s\", \"forward_s\",\n"
+    "          \"transfers\", \"bucket_done_s\": [per bucket, forward "
+    "order]};\n"
+    "          times from the start of backward\n"
     "\n";
 
 // One query's inputs, each read with its name in the error.
@@ -189,30 +217,45 @@ absl::StatusOr<json> TreeShape(const Query& query) {
   return json{{"trees", trees}, {"rank_costs", costs}, {"shape", built.shape}};
 }
 
-absl::StatusOr<json> AllReduce(const std::string& formula, const Query& query) {
+// A strategy's time for one synchronization of `bytes`, its other inputs
+// read from the query once: what a single query answers, and what the step
+// query (StepTimeline) charges each bucket or partition. `last_key_bytes`
+// is the PS's tail (ps/cost_model.h's PsKeyTail; 0 leaves it out); the
+// all-reduces have none and ignore it.
+using SyncSeconds = std::function<double(double bytes, double last_key_bytes)>;
+
+constexpr const char* kAllReduceFormulas[] = {
+    "ring", "halving_doubling", "tree", "hierarchical", "allreduce"};
+constexpr const char* kPsFormulas[] = {"ps", "ps_colocated", "ps_mixed"};
+
+absl::StatusOr<SyncSeconds> AllReduceFormula(const std::string& formula,
+                                             const Query& query) {
   ASSIGN_OR_RETURN(const auto n, query.Count("n", 1));
   ASSIGN_OR_RETURN(const auto link, query.Link());
-  if (formula == "allgather") {
-    ASSIGN_OR_RETURN(const auto blob_bytes, query.Bounded("blob_bytes", 0));
-    return Seconds(RingAllGatherSeconds(n, blob_bytes, link));
-  }
-  ASSIGN_OR_RETURN(const auto bytes, query.Bounded("bytes", 0));
   ASSIGN_OR_RETURN(const auto eager_bytes,
                    query.Bounded("eager_bytes", 0, 0, false));
-  if (formula == "ring") return Seconds(RingAllReduceSeconds(n, bytes, link));
+  if (formula == "ring") {
+    return SyncSeconds([n, link](double bytes, double) {
+      return RingAllReduceSeconds(n, bytes, link);
+    });
+  }
   if (formula == "halving_doubling") {
-    return Seconds(
-        HalvingDoublingAllReduceSeconds(n, bytes, link, eager_bytes));
+    return SyncSeconds([n, link, eager_bytes](double bytes, double) {
+      return HalvingDoublingAllReduceSeconds(n, bytes, link, eager_bytes);
+    });
   }
   if (formula == "tree") {
-    return Seconds(TreeAllReduceSeconds(n, bytes, link, eager_bytes));
+    return SyncSeconds([n, link, eager_bytes](double bytes, double) {
+      return TreeAllReduceSeconds(n, bytes, link, eager_bytes);
+    });
   }
   if (formula == "allreduce") {
-    const AllReduceKind kind =
-        ChooseAllReduce(n, bytes, CandidateLinks::Uniform(link), eager_bytes);
-    return json{
-        {"seconds", PredictAllReduce(kind, n, bytes, link, eager_bytes)},
-        {"algorithm", AllReduceName(kind)}};
+    // --sync=allreduce picks per bucket, so per partition too.
+    return SyncSeconds([n, link, eager_bytes](double bytes, double) {
+      const AllReduceKind kind =
+          ChooseAllReduce(n, bytes, CandidateLinks::Uniform(link), eager_bytes);
+      return PredictAllReduce(kind, n, bytes, link, eager_bytes);
+    });
   }
   // hierarchical: across nodes over `link`, shared by the node's R ranks
   // (B/R each) unless each has its own; inside a node over the intra link,
@@ -226,9 +269,84 @@ absl::StatusOr<json> AllReduce(const std::string& formula, const Query& query) {
   ASSIGN_OR_RETURN(const auto shared, query.Flag("shared_link", true));
   const LinkCost across{link.alpha_s, shared ? link.bytes_per_s / ranks_per_node
                                              : link.bytes_per_s};
-  return Seconds(HierarchicalAllReduceSeconds(
-      n, ranks_per_node, bytes, LinkCost{intra_alpha_s, intra_bytes_per_s},
-      across, eager_bytes));
+  const LinkCost intra{intra_alpha_s, intra_bytes_per_s};
+  return SyncSeconds([=](double bytes, double) {
+    return HierarchicalAllReduceSeconds(n, ranks_per_node, bytes, intra, across,
+                                        eager_bytes);
+  });
+}
+
+absl::StatusOr<SyncSeconds> PsFormula(const std::string& formula,
+                                      const Query& query) {
+  ASSIGN_OR_RETURN(const auto n, query.Count("n", 1));
+  ASSIGN_OR_RETURN(const auto link, query.Link());
+  ASSIGN_OR_RETURN(const auto message, query.Bounded("message_bytes", 0));
+  if (formula == "ps_mixed") {
+    ASSIGN_OR_RETURN(const auto colocated, query.Count("colocated", 0));
+    ASSIGN_OR_RETURN(const auto separate, query.Count("separate", 0));
+    ASSIGN_OR_RETURN(const auto colocated_share,
+                     query.Bounded("colocated_share", 0));
+    ASSIGN_OR_RETURN(const auto separate_share,
+                     query.Bounded("separate_share", 0));
+    // Refused layouts (no server, more serving workers than workers) are
+    // refused here, once, rather than inside every bucket's time.
+    RETURN_IF_ERROR(MixedPsSeconds(n, colocated, separate, 0, link,
+                                   colocated_share, separate_share,
+                                   PsKeyTail{0, message})
+                        .status());
+    return SyncSeconds([=](double bytes, double last_key) {
+      return *MixedPsSeconds(n, colocated, separate, bytes, link,
+                             colocated_share, separate_share,
+                             PsKeyTail{last_key, message});
+    });
+  }
+  ASSIGN_OR_RETURN(const auto share, query.Bounded("largest_share", 0));
+  if (formula == "ps_colocated") {
+    return SyncSeconds([=](double bytes, double last_key) {
+      return ColocatedPsSeconds(n, bytes, link, share,
+                                PsKeyTail{last_key, message});
+    });
+  }
+  ASSIGN_OR_RETURN(const auto gamma,
+                   query.Bounded("reduce_bytes_per_s", 0, 0, false));
+  return SyncSeconds([=](double bytes, double last_key) {
+    return SeparatePsSeconds(n, bytes, link, share,
+                             PsKeyTail{last_key, message}, gamma);
+  });
+}
+
+// `formula`'s SyncSeconds, or NotFound where it is not a strategy's time.
+absl::StatusOr<SyncSeconds> SyncFormula(const std::string& formula,
+                                        const Query& query) {
+  for (const char* name : kAllReduceFormulas) {
+    if (formula == name) return AllReduceFormula(formula, query);
+  }
+  for (const char* name : kPsFormulas) {
+    if (formula == name) return PsFormula(formula, query);
+  }
+  return absl::NotFoundError(formula);
+}
+
+absl::StatusOr<json> AllReduce(const std::string& formula, const Query& query) {
+  if (formula == "allgather") {
+    ASSIGN_OR_RETURN(const auto n, query.Count("n", 1));
+    ASSIGN_OR_RETURN(const auto link, query.Link());
+    ASSIGN_OR_RETURN(const auto blob_bytes, query.Bounded("blob_bytes", 0));
+    return Seconds(RingAllGatherSeconds(n, blob_bytes, link));
+  }
+  ASSIGN_OR_RETURN(const auto sync, AllReduceFormula(formula, query));
+  ASSIGN_OR_RETURN(const auto bytes, query.Bounded("bytes", 0));
+  if (formula == "allreduce") {
+    ASSIGN_OR_RETURN(const auto n, query.Count("n", 1));
+    ASSIGN_OR_RETURN(const auto link, query.Link());
+    ASSIGN_OR_RETURN(const auto eager_bytes,
+                     query.Bounded("eager_bytes", 0, 0, false));
+    const AllReduceKind kind =
+        ChooseAllReduce(n, bytes, CandidateLinks::Uniform(link), eager_bytes);
+    return json{{"seconds", sync(bytes, 0)},
+                {"algorithm", AllReduceName(kind)}};
+  }
+  return Seconds(sync(bytes, 0));
 }
 
 absl::StatusOr<PartitionPolicy> PartitionOf(const Query& query) {
@@ -262,33 +380,146 @@ absl::StatusOr<json> ParameterServer(const std::string& formula,
                 {"separate_share", placed.separate}};
   }
   ASSIGN_OR_RETURN(const auto bytes, query.Bounded("bytes", 0));
-  ASSIGN_OR_RETURN(const auto link, query.Link());
   if (formula == "byteps") {
+    ASSIGN_OR_RETURN(const auto link, query.Link());
     ASSIGN_OR_RETURN(const auto separate, query.Count("separate", 0));
     return Seconds(BytePsOptimumSeconds(n, separate, bytes, link));
   }
   ASSIGN_OR_RETURN(const auto last_key, query.Bounded("last_key_bytes", 0));
-  ASSIGN_OR_RETURN(const auto message, query.Bounded("message_bytes", 0));
-  const PsKeyTail keys{last_key, message};
-  if (formula == "ps_mixed") {
-    ASSIGN_OR_RETURN(const auto colocated, query.Count("colocated", 0));
-    ASSIGN_OR_RETURN(const auto separate, query.Count("separate", 0));
-    ASSIGN_OR_RETURN(const auto colocated_share,
-                     query.Bounded("colocated_share", 0));
-    ASSIGN_OR_RETURN(const auto separate_share,
-                     query.Bounded("separate_share", 0));
-    ASSIGN_OR_RETURN(const auto seconds,
-                     MixedPsSeconds(n, colocated, separate, bytes, link,
-                                    colocated_share, separate_share, keys));
-    return Seconds(seconds);
+  ASSIGN_OR_RETURN(const auto sync, PsFormula(formula, query));
+  return Seconds(sync(bytes, last_key));
+}
+
+// Per bucket, `name` as a list of one number per bucket, or as one number:
+// a total spread over the buckets by their bytes (SpreadByBytes).
+absl::StatusOr<std::vector<double>> PerBucket(
+    const json& value, const char* name, const std::vector<double>& bytes) {
+  auto it = value.find(name);
+  if (it == value.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("missing \"", name,
+                     "\" (seconds: a list, one per bucket, or a total spread "
+                     "over the buckets by bytes)"));
   }
-  ASSIGN_OR_RETURN(const auto share, query.Bounded("largest_share", 0));
-  if (formula == "ps_colocated") {
-    return Seconds(ColocatedPsSeconds(n, bytes, link, share, keys));
+  if (it->is_number()) {
+    const double total = it->get<double>();
+    if (!(total >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"", name, "\" is ", total, "; need >= 0"));
+    }
+    return SpreadByBytes(bytes, total);
   }
-  ASSIGN_OR_RETURN(const auto gamma,
-                   query.Bounded("reduce_bytes_per_s", 0, 0, false));
-  return Seconds(SeparatePsSeconds(n, bytes, link, share, keys, gamma));
+  if (!it->is_array() || it->size() != bytes.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", name, "\" is neither a number nor a list of ",
+                     bytes.size(), " numbers (one per bucket): ", it->dump()));
+  }
+  std::vector<double> values;
+  for (const json& item : *it) {
+    if (!item.is_number() || !(item.get<double>() >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "\"", name, "\" holds ", item.dump(), "; need numbers >= 0"));
+    }
+    values.push_back(item.get<double>());
+  }
+  return values;
+}
+
+json StepJson(const ScheduledStep& step) {
+  return json{
+      {"step_s", step.step_s},         {"exposed_s", step.exposed_s},
+      {"comm_s", step.comm_s},         {"comm_end_s", step.comm_end_s},
+      {"backward_s", step.backward_s}, {"forward_s", step.forward_s},
+      {"transfers", step.transfers},   {"bucket_done_s", step.bucket_done_s}};
+}
+
+// "step": the timeline of one step (core/sync/schedule_cost_model.h) under
+// fifo, priority or both, each bucket charged `sync`'s time.
+absl::StatusOr<json> StepTimeline(const json& value, const Query& query) {
+  ASSIGN_OR_RETURN(const auto sync_name, query.Text("sync"));
+  absl::StatusOr<SyncSeconds> sync = SyncFormula(sync_name, query);
+  if (absl::IsNotFound(sync.status())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"sync\" is \"", sync_name,
+        "\"; a step is timed with one of ring, halving_doubling, tree, "
+        "hierarchical, allreduce, ps, ps_colocated, ps_mixed"));
+  }
+  if (!sync.ok()) return sync.status();
+  auto it = value.find("bucket_bytes");
+  if (it == value.end() || !it->is_array() || it->empty()) {
+    return absl::InvalidArgumentError(
+        "missing \"bucket_bytes\" (a non-empty list, forward order: the "
+        "first layers' bucket first)");
+  }
+  std::vector<double> bytes;
+  for (const json& item : *it) {
+    if (!item.is_number() || !(item.get<double>() >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "\"bucket_bytes\" holds ", item.dump(), "; need numbers >= 0"));
+    }
+    bytes.push_back(item.get<double>());
+  }
+  // The backward: per bucket, or the moments the buckets became ready.
+  std::vector<double> backward;
+  if (value.contains("ready_s")) {
+    if (value.contains("backward_s")) {
+      return absl::InvalidArgumentError(
+          "give \"backward_s\" or \"ready_s\", not both");
+    }
+    if (!value["ready_s"].is_array()) {
+      return absl::InvalidArgumentError(
+          "\"ready_s\" is a list, one time per bucket");
+    }
+    ASSIGN_OR_RETURN(const auto ready, PerBucket(value, "ready_s", bytes));
+    ASSIGN_OR_RETURN(backward, BackwardFromReadyTimes(ready));
+  } else {
+    ASSIGN_OR_RETURN(backward, PerBucket(value, "backward_s", bytes));
+  }
+  ASSIGN_OR_RETURN(const auto forward, PerBucket(value, "forward_s", bytes));
+  std::vector<ModelBucket> buckets;
+  double total = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    buckets.push_back(ModelBucket{bytes[i], backward[i], forward[i]});
+    total += bytes[i];
+  }
+  ASSIGN_OR_RETURN(const auto last_key,
+                   query.Bounded("last_key_bytes", 0, 0, false));
+  ScheduleModelOptions options;
+  ASSIGN_OR_RETURN(options.partition_bytes,
+                   query.Bounded("partition_bytes", 0, 0, false));
+  ASSIGN_OR_RETURN(options.credit_bytes,
+                   query.Bounded("credit_bytes", 0, 0, false));
+  ASSIGN_OR_RETURN(options.overlap_next_forward,
+                   query.Flag("overlap_next_forward", true));
+  const SyncSeconds& seconds = *sync;
+  // The PS's tail once per step: what its last key adds to the whole step.
+  options.tail_s = seconds(total, last_key) - seconds(total, 0);
+  const TransferSeconds transfer = [&seconds](double b) {
+    return seconds(b, 0);
+  };
+  std::string schedule = "both";
+  if (value.contains("schedule")) {
+    ASSIGN_OR_RETURN(schedule, query.Text("schedule"));
+  }
+  std::vector<ScheduleKind> kinds;
+  if (schedule == "both") {
+    kinds = {ScheduleKind::kFifo, ScheduleKind::kPriority};
+  } else {
+    absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(schedule);
+    if (!kind.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "\"schedule\" is \"", schedule, "\"; need fifo, priority or both"));
+    }
+    kinds = {*kind};
+  }
+  json answer = json::object();
+  for (const ScheduleKind kind : kinds) {
+    options.kind = kind;
+    ASSIGN_OR_RETURN(const auto step,
+                     PredictScheduledStep(buckets, options, transfer));
+    answer[ScheduleKindName(kind)] = StepJson(step);
+  }
+  return answer;
 }
 
 absl::StatusOr<json> Answer(const json& value) {
@@ -299,6 +530,7 @@ absl::StatusOr<json> Answer(const json& value) {
   const Query query(value);
   ASSIGN_OR_RETURN(const auto formula, query.Text("formula"));
   if (formula == "tree_shape") return TreeShape(query);
+  if (formula == "step") return StepTimeline(value, query);
   for (const char* name : {"ring", "halving_doubling", "tree", "hierarchical",
                            "allreduce", "allgather"}) {
     if (formula == name) return AllReduce(formula, query);

@@ -7,6 +7,11 @@
 // in each direction at once), reduction arithmetic neglected (it overlaps the
 // transfers). Derivations beside each formula in cost_model.cc.
 //
+// A step of several buckets, their overlap with backward and the next
+// forward, and the send order (fifo, or priority's partitions as separate
+// all-reduces): core/sync/schedule_cost_model.h, which charges each bucket
+// or partition one of these times (`gradsync predict`'s "step" query).
+//
 // Every function is pure, thread-safe and returns 0 for N <= 1 (nothing
 // crosses a link).
 #pragma once
