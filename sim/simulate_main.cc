@@ -15,6 +15,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -28,15 +30,30 @@
 #include "sim/simulation.h"
 
 ABSL_FLAG(std::string, strategy, "ring",
-          "ring, halving_doubling, tree (the double binary trees) or ps");
-ABSL_FLAG(int, workers, 8, "N, the data-parallel workers (one per host)");
+          "ring, halving_doubling, tree (the double binary trees), "
+          "hierarchical (R = --gpus_per_host), allreduce (the selector's "
+          "pick per bucket) or ps");
+ABSL_FLAG(int, workers, 8, "N, the data-parallel workers (ranks)");
+ABSL_FLAG(int, gpus_per_host, 1,
+          "G ranks on each host (consecutive ranks), sharing its NIC; must "
+          "divide --workers");
+ABSL_FLAG(std::string, intra_link, "800gbit,1us",
+          "with --gpus_per_host above 1: each rank's link inside its host "
+          "(NVLink- or PCIe-like), RATE[,LATENCY] rank to rank");
+ABSL_FLAG(double, oversubscription, 1,
+          "1: one switch of full bisection; above 1: ToR switches of "
+          "--hosts_per_tor hosts whose uplink to the spine carries their "
+          "hosts' rate over this ratio");
+ABSL_FLAG(int, hosts_per_tor, 16,
+          "hosts per ToR switch when --oversubscription is above 1 (PS "
+          "servers on hosts after the workers', as many per ToR)");
 ABSL_FLAG(int, servers, 0, "ps: K servers (default N)");
 ABSL_FLAG(std::string, placement, "separate",
           "ps: separate (servers on hosts of their own) or colocated (one on "
           "each worker's host, K = N)");
 ABSL_FLAG(std::string, link, "25gbit,5us",
-          "every host's link to the switch: RATE[,LATENCY], as --netem takes "
-          "it; the latency is one way, host to host");
+          "every host's NIC to its switch: RATE[,LATENCY], as --netem takes "
+          "it; the latency is one way, NIC to NIC");
 ABSL_FLAG(std::string, profile, "",
           "a step profile (sim/profiles/*.json: per-tensor gradient-ready "
           "times); or --model");
@@ -49,7 +66,8 @@ ABSL_FLAG(int, ps_key_kb, 0,
 ABSL_FLAG(int, worker_group, 0,
           "ps with separate servers: workers merged per simulated host (the "
           "same times under CM02, fewer activities; sim/simulation.h); 0 "
-          "merges all N into one host");
+          "merges the most it may: all N on one switch, one ToR's under a "
+          "spine");
 ABSL_FLAG(std::string, network_model, "CM02",
           "SimGrid's network model: CM02 (alpha-beta sharing) or LV08 (its "
           "TCP corrections)");
@@ -57,6 +75,52 @@ ABSL_FLAG(std::string, network_model, "CM02",
 namespace {
 
 using gradsync::sim::StepProfile;
+
+// RATE[,LATENCY] for a link inside a host: a rate in kbit, mbit, gbit or
+// tbit per second and a latency in ns, us, ms or s, one way. Not
+// ParseLinkSpec: that one holds a rate to what tc can emulate, and an
+// NVLink is well past it.
+bool ParseIntraLink(const std::string& text, double* bytes_per_s,
+                    double* latency_s) {
+  const std::vector<std::string> parts = absl::StrSplit(text, ',');
+  if (parts.empty() || parts.size() > 2) return false;
+  auto number_with_unit = [](const std::string& word,
+                             const std::vector<std::pair<std::string, double>>&
+                                 units,
+                             double* value) {
+    for (const auto& [unit, scale] : units) {
+      if (word.size() > unit.size() &&
+          word.compare(word.size() - unit.size(), unit.size(), unit) == 0) {
+        double number = 0;
+        if (!absl::SimpleAtod(word.substr(0, word.size() - unit.size()),
+                              &number)) {
+          return false;
+        }
+        *value = number * scale;
+        return true;
+      }
+    }
+    return false;
+  };
+  double bits = 0;
+  if (!number_with_unit(parts[0],
+                        {{"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9},
+                         {"tbit", 1e12}},
+                        &bits) ||
+      !(bits > 0)) {
+    return false;
+  }
+  *bytes_per_s = bits / 8;
+  *latency_s = 0;
+  if (parts.size() == 2 &&
+      (!number_with_unit(parts[1],
+                         {{"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1}},
+                         latency_s) ||
+       *latency_s < 0)) {
+    return false;
+  }
+  return true;
+}
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "gradsync-simulate: %s\n", message.c_str());
@@ -144,12 +208,28 @@ int main(int argc, char** argv) {
                                               : options.cluster.workers);
   options.cluster.link_bytes_per_s = link->rate_bits_per_s / 8.0;
   options.cluster.latency_s = absl::ToDoubleSeconds(link->latency);
+  options.cluster.gpus_per_host = absl::GetFlag(FLAGS_gpus_per_host);
+  if (options.cluster.gpus_per_host < 1 ||
+      options.cluster.workers % options.cluster.gpus_per_host != 0) {
+    return Fail("--gpus_per_host=" +
+                std::to_string(options.cluster.gpus_per_host) +
+                " does not divide --workers=" +
+                std::to_string(options.cluster.workers) + " into whole hosts");
+  }
+  if (!ParseIntraLink(absl::GetFlag(FLAGS_intra_link),
+                      &options.cluster.intra_bytes_per_s,
+                      &options.cluster.intra_latency_s)) {
+    return Fail("--intra_link=" + absl::GetFlag(FLAGS_intra_link) +
+                ": give RATE[,LATENCY], like 800gbit,1us");
+  }
+  options.cluster.oversubscription = absl::GetFlag(FLAGS_oversubscription);
+  options.cluster.hosts_per_tor = absl::GetFlag(FLAGS_hosts_per_tor);
   const int worker_group = absl::GetFlag(FLAGS_worker_group);
   if (worker_group < 0) return Fail("--worker_group must be 0 (auto) or more");
   options.cluster.worker_group =
       worker_group > 0 ? worker_group
       : (ps && !options.cluster.colocated)
-          ? gradsync::sim::AutomaticWorkerGroup(options.cluster.workers, 1)
+          ? gradsync::sim::LargestWorkerGroup(options.cluster)
           : 1;
   gradsync::sim::PsPlan plan;
   if (ps && options.cluster.servers >= 1 &&
@@ -169,9 +249,15 @@ int main(int argc, char** argv) {
   if (!result.ok()) return Fail(std::string(result.status().message()));
 
   double alpha_beta_s = 0;
+  nlohmann::ordered_json picks = nlohmann::ordered_json::object();
   for (size_t b = 0; b < options.profile.buckets.size(); ++b) {
     alpha_beta_s += gradsync::sim::AlphaBetaBucketSeconds(options,
                                                           static_cast<int>(b));
+    if (options.strategy == gradsync::sim::Strategy::kSelecting) {
+      const char* pick = gradsync::sim::StrategyName(
+          gradsync::sim::SelectorPick(options, static_cast<int>(b)));
+      picks[pick] = picks.value(pick, 0) + 1;
+    }
   }
   nlohmann::ordered_json out = {
       {"strategy", strategy},
@@ -181,7 +267,15 @@ int main(int argc, char** argv) {
       {"ps_key_bytes", plan.key_bytes},
       {"ps_imbalance", plan.imbalance},
       {"worker_group", options.cluster.worker_group},
+      {"gpus_per_host", options.cluster.gpus_per_host},
       {"link", absl::GetFlag(FLAGS_link)},
+      {"intra_link", options.cluster.gpus_per_host > 1
+                         ? absl::GetFlag(FLAGS_intra_link)
+                         : "-"},
+      {"oversubscription", options.cluster.oversubscription},
+      {"hosts_per_tor", options.cluster.oversubscription > 1
+                            ? options.cluster.hosts_per_tor
+                            : 0},
       {"network_model", options.network_model},
       {"profile", options.profile.name},
       {"gradient_bytes", options.profile.gradient_bytes},
@@ -192,6 +286,8 @@ int main(int argc, char** argv) {
       {"sync_ms", result->sync_ms},
       {"alpha_beta_sync_ms", 1e3 * alpha_beta_s},
       {"busiest_link_bytes", result->busiest_link_bytes},
+      {"busiest_uplink_bytes", result->busiest_uplink_bytes},
+      {"selector_picks", picks},
       {"messages", result->messages},
       {"actors", result->actors},
       {"simulator_s", std::chrono::duration<double>(
