@@ -68,6 +68,10 @@ ABSL_FLAG(int, worker_group, 0,
           "same times under CM02, fewer activities; sim/simulation.h); 0 "
           "merges the most it may: all N on one switch, one ToR's under a "
           "spine");
+ABSL_FLAG(std::string, straggler, "",
+          "RANK:MS: worker RANK sleeps MS before the step's compute, as "
+          "gradsync train --straggler does (the simulated step is one it "
+          "sleeps in; BSP: the others wait)");
 ABSL_FLAG(std::string, network_model, "CM02",
           "SimGrid's network model: CM02 (alpha-beta sharing) or LV08 (its "
           "TCP corrections)");
@@ -245,6 +249,23 @@ int main(int argc, char** argv) {
     options.ps_keys = plan.keys;
   }
 
+  const std::string straggler = absl::GetFlag(FLAGS_straggler);
+  if (!straggler.empty()) {
+    const std::vector<std::string> parts = absl::StrSplit(straggler, ':');
+    if (parts.size() < 2 || parts.size() > 3 ||
+        !absl::SimpleAtoi(parts[0], &options.straggler_rank) ||
+        options.straggler_rank < 0 ||
+        !absl::SimpleAtod(parts[1], &options.straggler_ms) ||
+        !(options.straggler_ms >= 0) ||
+        (parts.size() == 3 && parts[2] != "1")) {
+      return Fail("--straggler=" + straggler +
+                  ": give RANK:MS (one step, in which RANK sleeps MS ms)");
+    }
+    if (ps && absl::GetFlag(FLAGS_worker_group) == 0) {
+      options.cluster.worker_group = 1;  // the straggler is not like the rest
+    }
+  }
+
   auto result = gradsync::sim::SimulateStep(options);
   if (!result.ok()) return Fail(std::string(result.status().message()));
 
@@ -277,6 +298,7 @@ int main(int argc, char** argv) {
                             ? options.cluster.hosts_per_tor
                             : 0},
       {"network_model", options.network_model},
+      {"straggler", straggler.empty() ? "-" : straggler},
       {"profile", options.profile.name},
       {"gradient_bytes", options.profile.gradient_bytes},
       {"buckets", options.profile.buckets.size()},

@@ -260,6 +260,18 @@ class SimulateTest(unittest.TestCase):
             alone = step(f"--strategy={pick}", *args)
             self.assertAlmostEqual(selector["step_ms"], alone["step_ms"], delta=1e-6)
 
+    def test_a_straggler_holds_every_worker_under_bsp(self):
+        # Worker 2 sleeps 50 ms before its compute: its bucket is ready then,
+        # and neither the ring nor the PS's answers can finish before its
+        # bytes have gone through: the step is the sleep plus the step
+        # without it (one bucket, no compute).
+        ring = step("--strategy=ring", *TINY, "--straggler=2:50")
+        self.assertStepMs(ring, 0.050 + 2 * (N - 1) * S / N / B + ALPHA)
+        ps = step("--strategy=ps", "--servers=4", *TINY_PS, "--straggler=2:50")
+        self.assertEqual(ps["worker_group"], 1)
+        self.assertStepMs(ps, 0.050 + 2 * (ALPHA + MIB / B))
+        self.assertAlmostEqual(ps["exposed_ms"], ps["step_ms"])
+
     def test_bad_input_is_one_line_and_exit_2(self):
         for args, words in (
                 (["--strategy=allgather", *TINY],
@@ -274,6 +286,9 @@ class SimulateTest(unittest.TestCase):
                  "an all-reduce's ranks are not interchangeable"),
                 (["--strategy=ps", "--placement=colocated", "--servers=2", *TINY],
                  "give --servers=4 (N), not 2"),
+                (["--straggler=4:50", *TINY],
+                 "--straggler=4:50: rank 4 is not one of the 4 workers"),
+                (["--straggler=1:fast", *TINY], "--straggler=1:fast: give RANK:MS"),
                 (["--gpus_per_host=3", *TINY],
                  "--gpus_per_host=3 does not divide --workers=4 into whole hosts"),
                 (["--gpus_per_host=2", "--intra_link=fast", *TINY],

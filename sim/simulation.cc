@@ -90,6 +90,15 @@ double BucketReadySeconds(const StepProfile& profile, int bucket) {
   return (profile.forward_ms + profile.buckets[bucket].ready_ms) / 1e3;
 }
 
+// When worker (or merged worker endpoint) `worker` has bucket `bucket`:
+// the straggler's sleep comes before its forward.
+double WorkerReadySeconds(const Run& run, int worker, int bucket) {
+  const double sleep_s = worker == run.options.straggler_rank
+                             ? run.options.straggler_ms / 1e3
+                             : 0;
+  return sleep_s + BucketReadySeconds(run.options.profile, bucket);
+}
+
 int BucketCount(const Run& run) {
   return static_cast<int>(run.options.profile.buckets.size());
 }
@@ -286,7 +295,7 @@ void AllReduceWorker(Run* run, int rank, int part) {
   const StepProfile& profile = run->options.profile;
   const bool two_parts = !run->tree_barriers.empty();
   for (int b = 0; b < BucketCount(*run); ++b) {
-    sg4::this_actor::sleep_until(BucketReadySeconds(profile, b));
+    sg4::this_actor::sleep_until(WorkerReadySeconds(*run, rank, b));
     if (n > 1) {
       const Strategy strategy = run->picks[b];
       if (strategy == Strategy::kTree) {
@@ -340,7 +349,7 @@ void PsStream(Run* run, int worker, int server) {
     }
   }
   for (int b = 0; b < BucketCount(*run); ++b) {
-    sg4::this_actor::sleep_until(BucketReadySeconds(profile, b));
+    sg4::this_actor::sleep_until(WorkerReadySeconds(*run, worker, b));
     // One stream: a key's bytes after the last one's (two in flight would
     // share the link and delay the first key's answers).
     for (int64_t key : PsKeys(*run, b, server)) {
@@ -457,6 +466,18 @@ absl::Status Check(const SimulationOptions& options) {
     return absl::InvalidArgumentError(
         "--worker_group merges a PS's workers; an all-reduce's ranks are "
         "not interchangeable");
+  }
+  if (options.straggler_rank >= c.workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--straggler=", options.straggler_rank, ":", options.straggler_ms,
+        ": rank ", options.straggler_rank, " is not one of the ", c.workers,
+        " workers"));
+  }
+  if (options.straggler_rank >= 0 &&
+      options.strategy == Strategy::kParameterServer && c.worker_group != 1) {
+    return absl::InvalidArgumentError(
+        "--straggler: a straggling PS worker is not like the others; give "
+        "--worker_group=1");
   }
   if (!(c.link_bytes_per_s > 0)) {
     return absl::InvalidArgumentError("the link's rate must be above 0");
@@ -813,10 +834,14 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
   const StepProfile& profile = options.profile;
   StepResult result;
   const double backward_end_ms = profile.forward_ms + profile.backward_ms;
+  const double slowest_backward_end_ms =
+      backward_end_ms +
+      (options.straggler_rank >= 0 ? options.straggler_ms : 0);
   const double sync_end_ms =
       1e3 * *std::max_element(run->worker_done.begin(), run->worker_done.end());
   result.compute_ms = backward_end_ms + profile.optimizer_ms;
-  result.step_ms = std::max(backward_end_ms, sync_end_ms) + profile.optimizer_ms;
+  result.step_ms =
+      std::max(slowest_backward_end_ms, sync_end_ms) + profile.optimizer_ms;
   result.exposed_ms = result.step_ms - result.compute_ms;
   result.sync_ms = sync_end_ms - 1e3 * BucketReadySeconds(profile, 0);
   for (size_t nic = 0; nic < run->copies.size(); ++nic) {

@@ -131,6 +131,11 @@ struct SimulationOptions {
   // PS: keys[bucket][server], each key's bytes (sim/ps_plan.h); empty: one
   // key of S/K per server and bucket.
   std::vector<std::vector<std::vector<int64_t>>> ps_keys;
+  // --straggler: worker `straggler_rank` (-1: none) sleeps straggler_ms
+  // before its step's compute (core/train/straggler.h), so its buckets are
+  // ready that much later; under BSP every other worker waits for them.
+  int straggler_rank = -1;
+  double straggler_ms = 0;
   // SimGrid's network model: "CM02" is max-min sharing with no TCP
   // correction (the alpha-beta figures exactly on an idle network); "LV08",
   // SimGrid's default, adds its TCP corrections.
@@ -139,8 +144,8 @@ struct SimulationOptions {
 
 struct StepResult {
   double step_ms = 0;       // forward + backward, the synchronization's tail,
-                            // the optimizer
-  double compute_ms = 0;    // forward + backward + optimizer
+                            // the optimizer (the straggler's sleep included)
+  double compute_ms = 0;    // forward + backward + optimizer, no sleep
   double exposed_ms = 0;    // step_ms - compute_ms
   double sync_ms = 0;       // first bucket ready to last bucket done
   int64_t busiest_link_bytes = 0;  // one direction, per step, one real NIC
