@@ -68,6 +68,10 @@ ABSL_FLAG(int, worker_group, 0,
           "same times under CM02, fewer activities; sim/simulation.h); 0 "
           "merges the most it may: all N on one switch, one ToR's under a "
           "spine");
+ABSL_FLAG(std::string, compression, "none",
+          "none, fp16, bf16, topk:R, randomk:R or onebit, as gradsync train "
+          "takes it: buckets travel by the sizes core/sync/compression.h "
+          "gives (sim/simulation.h says how each strategy moves them)");
 ABSL_FLAG(std::string, straggler, "",
           "RANK:MS: worker RANK sleeps MS before the step's compute, as "
           "gradsync train --straggler does (the simulated step is one it "
@@ -249,6 +253,12 @@ int main(int argc, char** argv) {
     options.ps_keys = plan.keys;
   }
 
+  auto compression =
+      gradsync::CompressionSpec::Parse(absl::GetFlag(FLAGS_compression));
+  if (!compression.ok()) {
+    return Fail(std::string(compression.status().message()));
+  }
+  options.compression = *compression;
   const std::string straggler = absl::GetFlag(FLAGS_straggler);
   if (!straggler.empty()) {
     const std::vector<std::string> parts = absl::StrSplit(straggler, ':');
@@ -299,6 +309,7 @@ int main(int argc, char** argv) {
                             : 0},
       {"network_model", options.network_model},
       {"straggler", straggler.empty() ? "-" : straggler},
+      {"compression", options.compression.ToString()},
       {"profile", options.profile.name},
       {"gradient_bytes", options.profile.gradient_bytes},
       {"buckets", options.profile.buckets.size()},

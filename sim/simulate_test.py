@@ -272,6 +272,27 @@ class SimulateTest(unittest.TestCase):
         self.assertStepMs(ps, 0.050 + 2 * (ALPHA + MIB / B))
         self.assertAlmostEqual(ps["exposed_ms"], ps["step_ms"])
 
+    def test_compressed_buckets_move_their_encodings_bytes(self):
+        # fp16: the ring with 16-bit values, half the bytes.
+        self.assertMs(step("--strategy=ring", *TINY, "--compression=fp16"),
+                      2 * (N - 1) * S / 2 / N / B + ALPHA)
+        # random-k 1 %: the ring all-reduces the k = 10,000 kept floats,
+        # latency-bound: 2(N-1) hops and the last 10 KB segment.
+        k = 10_000
+        self.assertMs(step("--strategy=ring", *TINY, "--compression=randomk:0.01"),
+                      2 * (N - 1) * ALPHA + 4 * k / N / B)
+        # top-k 1 %: every strategy all-gathers the encodings on the ring,
+        # N-1 store-and-forward steps of one blob: 21 bytes of encoding
+        # header, k indices and k values, 24 of frame.
+        blob = 21 + 8 * k + 24
+        for strategy in ("ring", "tree"):
+            result = step(f"--strategy={strategy}", *TINY, "--compression=topk:0.01")
+            self.assertMs(result, (N - 1) * (ALPHA + blob / B))
+            self.assertEqual(result["busiest_link_bytes"], (N - 1) * blob)
+        # The PS pushes and answers 16-bit values: half the bytes each way.
+        self.assertMs(step("--strategy=ps", "--servers=4", *TINY_PS, "--compression=fp16"),
+                      2 * (ALPHA + MIB / 2 / B))
+
     def test_bad_input_is_one_line_and_exit_2(self):
         for args, words in (
                 (["--strategy=allgather", *TINY],
@@ -289,6 +310,9 @@ class SimulateTest(unittest.TestCase):
                 (["--straggler=4:50", *TINY],
                  "--straggler=4:50: rank 4 is not one of the 4 workers"),
                 (["--straggler=1:fast", *TINY], "--straggler=1:fast: give RANK:MS"),
+                (["--strategy=tree", "--compression=fp16", *TINY],
+                 "16-bit values travel on the ring only"),
+                (["--compression=zip", *TINY], "zip"),
                 (["--gpus_per_host=3", *TINY],
                  "--gpus_per_host=3 does not divide --workers=4 into whole hosts"),
                 (["--gpus_per_host=2", "--intra_link=fast", *TINY],

@@ -1,6 +1,7 @@
 #include "sim/simulation.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "allreduce/algorithms/cost_model.h"
 #include "allreduce/algorithms/peer_exchange.h"
+#include "allreduce/algorithms/ring_allgather.h"
 #include "allreduce/algorithms/tree_allreduce.h"
 #include "allreduce/allreduce_table.h"
 #include "core/base/power_of_two.h"
@@ -26,6 +28,9 @@ struct Run {
   SimulationOptions options;
   DoubleBinaryTrees trees;          // the tree's shapes
   std::vector<Strategy> picks;      // the selector's, per bucket
+  std::vector<WireBucket> wire;     // per bucket: what the all-reduce moves
+  // PS, per bucket, server and key: one worker's push and one answer.
+  std::vector<std::vector<std::vector<int64_t>>> push_bytes, answer_bytes;
   // Per endpoint (a rank, a merged PS worker host, a separate server): the
   // NIC it is behind and its ToR (-1: one switch).
   std::vector<int> nic_of;
@@ -113,7 +118,7 @@ void RingBucket(Run* run, int rank, int b) {
   const int n = run->options.cluster.workers;
   const int steps = 2 * (n - 1);
   const int right = (rank + 1) % n;
-  const int64_t bytes = run->options.profile.buckets[b].bytes;
+  const int64_t bytes = run->wire[b].dense_bytes;
   // Step s sends chunk (rank - s) mod n: its share of the bucket.
   int64_t stream = 0;
   for (int step = 0; step < steps; ++step) {
@@ -212,7 +217,7 @@ void HierarchicalBucket(Run* run, int rank, int b) {
   const ClusterSpec& cluster = run->options.cluster;
   const int r = cluster.gpus_per_host;
   const int node = rank / r, local = rank % r;
-  const int64_t floats = (run->options.profile.buckets[b].bytes + 3) / 4;
+  const int64_t floats = (run->wire[b].dense_bytes + 3) / 4;
   auto shard_bytes = [&](int j) {
     return 4 * (BlockOffset(floats, r, j + 1) - BlockOffset(floats, r, j));
   };
@@ -245,7 +250,7 @@ void TreeBucket(Run* run, int rank, int tree, int b) {
     return Box(absl::StrCat("tree", tree, what, to, "-", from));
   };
   // Tree 0 carries the first (count + 1) / 2 floats (tree_allreduce.cc).
-  const int64_t bytes = run->options.profile.buckets[b].bytes;
+  const int64_t bytes = run->wire[b].dense_bytes;
   const int64_t first_half = 4 * ((bytes / 4 + 1) / 2);
   const int64_t half = tree == 0 ? first_half : bytes - first_half;
   // Every receive is posted at once: SimGrid starts a message's latency
@@ -287,6 +292,35 @@ void TreeBucket(Run* run, int rank, int tree, int b) {
   for (auto& comm : sends) comm->wait();
 }
 
+// ring_allgather.h for one bucket: N-1 steps, in each every rank passes one
+// encoding (behind its frame header) to its right neighbour, forwarded only
+// once it has arrived whole. One flow per rank of its N-1 blobs shares the
+// links; a tail of N-1 hops, each leaving a blob's transfer time after the
+// last one arrived, carries the store-and-forward order.
+void RingAllGatherBucket(Run* run, int rank, int b) {
+  const int n = run->options.cluster.workers;
+  const int right = (rank + 1) % n;
+  const int64_t blob = run->wire[b].dense_bytes + RingAllGather::kHeaderBytes;
+  std::vector<sg4::CommPtr> comms = {
+      Send(*run, rank, right, Box(absl::StrCat("ag-", right)),
+           (n - 1) * blob),
+      Receive(Box(absl::StrCat("ag-", rank)))};
+  sg4::Mailbox* tail_box = Box(absl::StrCat("ag-tail-", right));
+  const double blob_s = static_cast<double>(blob) / run->last_hop_rate[right];
+  if (rank == 0) {
+    sg4::this_actor::sleep_for(blob_s);
+    comms.push_back(Send(*run, rank, right, tail_box, 0));
+  } else {
+    Receive(Box(absl::StrCat("ag-tail-", rank)))->wait();
+    if (rank < n - 1) {
+      sg4::this_actor::sleep_for(blob_s);
+      comms.push_back(Send(*run, rank, right, tail_box, 0));
+    }
+  }
+  for (auto& comm : comms) comm->wait();
+  run->ring_barrier->wait();
+}
+
 // One all-reduce rank's actor (two per rank where trees run: `part` is the
 // tree it carries). A bucket runs when backward has made it and the one
 // before is done, under the strategy or the selector's pick for it.
@@ -298,7 +332,9 @@ void AllReduceWorker(Run* run, int rank, int part) {
     sg4::this_actor::sleep_until(WorkerReadySeconds(*run, rank, b));
     if (n > 1) {
       const Strategy strategy = run->picks[b];
-      if (strategy == Strategy::kTree) {
+      if (run->wire[b].gathered) {
+        if (part == 0) RingAllGatherBucket(run, rank, b);
+      } else if (strategy == Strategy::kTree) {
         TreeBucket(run, rank, part, b);
       } else if (part == 0) {
         switch (strategy) {
@@ -307,7 +343,7 @@ void AllReduceWorker(Run* run, int rank, int part) {
             break;
           case Strategy::kHalvingDoubling:
             HalvingDoublingRounds(run, AllRanks(n), rank,
-                                   profile.buckets[b].bytes, "hd-");
+                                   run->wire[b].dense_bytes, "hd-");
             break;
           case Strategy::kHierarchical:
             HierarchicalBucket(run, rank, b);
@@ -352,8 +388,8 @@ void PsStream(Run* run, int worker, int server) {
     sg4::this_actor::sleep_until(WorkerReadySeconds(*run, worker, b));
     // One stream: a key's bytes after the last one's (two in flight would
     // share the link and delay the first key's answers).
-    for (int64_t key : PsKeys(*run, b, server)) {
-      Send(*run, worker, server_endpoint, push_box, cluster.worker_group * key)
+    for (int64_t push : run->push_bytes[b][server]) {
+      Send(*run, worker, server_endpoint, push_box, cluster.worker_group * push)
           ->wait();
     }
   }
@@ -384,13 +420,12 @@ void PsServer(Run* run, int server) {
     }
   }
   for (int b = 0; b < BucketCount(*run); ++b) {
-    const std::vector<int64_t>& keys = PsKeys(*run, b, server);
-    for (size_t k = 0; k < keys.size(); ++k) {
-      const int64_t key = keys[k];
+    const std::vector<int64_t>& answer = run->answer_bytes[b][server];
+    for (size_t k = 0; k < answer.size(); ++k) {
       for (auto& comm : pushes[b][k]) comm->wait();
       for (int w = 0; w < workers; ++w) {
-        answers.push_back(
-            Send(*run, endpoint, w, pull_boxes[w], cluster.worker_group * key));
+        answers.push_back(Send(*run, endpoint, w, pull_boxes[w],
+                               cluster.worker_group * answer[k]));
       }
     }
   }
@@ -466,6 +501,16 @@ absl::Status Check(const SimulationOptions& options) {
     return absl::InvalidArgumentError(
         "--worker_group merges a PS's workers; an all-reduce's ranks are "
         "not interchangeable");
+  }
+  const CompressionMethod method = options.compression.method;
+  if ((method == CompressionMethod::kFp16 ||
+       method == CompressionMethod::kBf16) &&
+      options.strategy != Strategy::kRing &&
+      options.strategy != Strategy::kParameterServer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--compression=", options.compression.ToString(), " with --strategy=",
+        StrategyName(options.strategy),
+        ": 16-bit values travel on the ring only (allreduce/bucket_reducer.h)"));
   }
   if (options.straggler_rank >= c.workers) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -667,10 +712,105 @@ int LargestWorkerGroup(const ClusterSpec& cluster) {
   return g * hosts;
 }
 
+WireBucket AllReduceWire(const CompressionSpec& compression, int64_t bytes) {
+  const int64_t numel = (bytes + 3) / 4;
+  EncodedBucket encoded;
+  encoded.numel = numel;
+  switch (compression.method) {
+    case CompressionMethod::kNone:
+      return {bytes, false};
+    case CompressionMethod::kFp16:
+    case CompressionMethod::kBf16:
+      return {2 * numel, false};
+    case CompressionMethod::kRandomK:
+      return {4 * compression.KeptElements(numel), false};
+    case CompressionMethod::kTopK: {
+      const int64_t k = compression.KeptElements(numel);
+      encoded.encoding = Encoding::kSparse;
+      encoded.index.resize(k);
+      encoded.values.resize(k);
+      return {SerializedBytes(encoded), true};
+    }
+    case CompressionMethod::kOneBit:
+      encoded.encoding = Encoding::kOneBit;
+      encoded.signs.resize((numel + 63) / 64);
+      return {SerializedBytes(encoded), true};
+  }
+  return {bytes, false};
+}
+
+namespace {
+
+// The serialized size of k (index, value) pairs of one key.
+int64_t SparseBytes(int64_t numel, int64_t k) {
+  EncodedBucket encoded;
+  encoded.encoding = Encoding::kSparse;
+  encoded.numel = numel;
+  encoded.index.resize(k);
+  encoded.values.resize(k);
+  return SerializedBytes(encoded);
+}
+
+}  // namespace
+
+int64_t PsPushBytes(const CompressionSpec& compression, int64_t key_bytes) {
+  const int64_t numel = (key_bytes + 3) / 4;
+  switch (compression.method) {
+    case CompressionMethod::kNone:
+      return key_bytes;
+    case CompressionMethod::kFp16:
+    case CompressionMethod::kBf16:
+      return 2 * numel;
+    case CompressionMethod::kTopK:
+    case CompressionMethod::kRandomK:
+      return SparseBytes(numel, compression.KeptElements(numel));
+    case CompressionMethod::kOneBit: {
+      EncodedBucket encoded;
+      encoded.encoding = Encoding::kOneBit;
+      encoded.numel = numel;
+      encoded.signs.resize((numel + 63) / 64);
+      return SerializedBytes(encoded);
+    }
+  }
+  return key_bytes;
+}
+
+int64_t PsAnswerBytes(const CompressionSpec& compression, int64_t key_bytes,
+                      int workers) {
+  const int64_t numel = (key_bytes + 3) / 4;
+  switch (compression.method) {
+    case CompressionMethod::kNone:
+    case CompressionMethod::kOneBit:
+      return key_bytes;
+    case CompressionMethod::kFp16:
+    case CompressionMethod::kBf16:
+      return 2 * numel;
+    case CompressionMethod::kRandomK:
+      // Every worker pushed the same indices: the union is k of them.
+      return std::min(key_bytes,
+                      SparseBytes(numel, compression.KeptElements(numel)));
+    case CompressionMethod::kTopK: {
+      // The union's size depends on the gradients; with each worker's top k
+      // drawn independently it is numel·(1 - (1 - k/numel)^N) in
+      // expectation, which is what is sent (float32 once that is smaller).
+      const double kept = static_cast<double>(compression.KeptElements(numel));
+      const double union_size =
+          numel * (1.0 - std::pow(1.0 - kept / numel, workers));
+      return std::min(key_bytes,
+                      SparseBytes(numel, static_cast<int64_t>(
+                                             std::ceil(union_size))));
+    }
+  }
+  return key_bytes;
+}
+
 Strategy SelectorPick(const SimulationOptions& options, int bucket) {
   return StrategyOf(ChooseAllReduce(
       options.cluster.workers,
-      static_cast<double>(options.profile.buckets[bucket].bytes),
+      static_cast<double>(
+          AllReduceWire(options.compression,
+                        options.profile.buckets[bucket].bytes)
+              .dense_bytes),
       CandidateLinks::Uniform(HostLink(options.cluster)),
       static_cast<double>(PeerExchange::kDefaultEagerBytes)));
 }
@@ -678,8 +818,15 @@ Strategy SelectorPick(const SimulationOptions& options, int bucket) {
 double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
   const ClusterSpec& cluster = options.cluster;
   const int n = cluster.workers;
-  const double bytes = options.profile.buckets[bucket].bytes;
   const LinkCost link = HostLink(cluster);
+  const WireBucket wire =
+      AllReduceWire(options.compression, options.profile.buckets[bucket].bytes);
+  if (options.strategy != Strategy::kParameterServer && wire.gathered) {
+    return RingAllGatherSeconds(n, static_cast<double>(wire.dense_bytes), link);
+  }
+  const double bytes = options.strategy == Strategy::kParameterServer
+                           ? options.profile.buckets[bucket].bytes
+                           : wire.dense_bytes;
   switch (options.strategy) {
     case Strategy::kRing:
       return RingAllReduceSeconds(n, bytes, link);
@@ -716,24 +863,43 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
   // stream's keys pay a latency each (simulation.h):
   //   T = 2α + (busiest + N·last key) / B + (most keys on a server - 1)·α.
   // With G ranks per host a worker's NIC carries G buckets (separate
-  // servers; the colocated figure stays one rank per host's).
+  // servers; the colocated figure stays one rank per host's). Under
+  // compression pushes and answers carry their own sizes (PsPushBytes,
+  // PsAnswerBytes), each direction its own.
   const int g = cluster.gpus_per_host;
+  const CompressionSpec& compression = options.compression;
+  std::vector<std::vector<int64_t>> keys;
+  for (int s = 0; s < cluster.servers; ++s) {
+    keys.push_back(options.ps_keys.empty()
+                       ? std::vector<int64_t>{Share(static_cast<int64_t>(bytes),
+                                                    cluster.servers, s)}
+                       : options.ps_keys[bucket][s]);
+  }
+  double pushed = 0, answered = 0;  // one worker's, the whole bucket
+  for (const auto& server_keys : keys) {
+    for (int64_t key : server_keys) {
+      pushed += PsPushBytes(compression, key);
+      answered += PsAnswerBytes(compression, key, n);
+    }
+  }
   double busiest = 0, tail = 0, last_keys = 0;
   size_t most_keys = 1;
-  for (int s = 0; s < cluster.servers; ++s) {
-    double share = 0, last_key = 0;
-    if (options.ps_keys.empty()) {
-      share = last_key = Share(bytes, cluster.servers, s);
-    } else {
-      for (int64_t key : options.ps_keys[bucket][s]) share += key;
-      if (!options.ps_keys[bucket][s].empty()) {
-        last_key = options.ps_keys[bucket][s].back();
-      }
-      most_keys = std::max(most_keys, options.ps_keys[bucket][s].size());
+  for (const auto& server_keys : keys) {
+    double share_in = 0, share_out = 0, last_key = 0;
+    for (int64_t key : server_keys) {
+      share_in += PsPushBytes(compression, key);
+      share_out += PsAnswerBytes(compression, key, n);
     }
-    busiest = std::max(busiest, cluster.colocated
-                                    ? std::max(bytes - share, (n - 1) * share)
-                                    : std::max(g * bytes, n * share));
+    if (!server_keys.empty()) {
+      last_key = PsAnswerBytes(compression, server_keys.back(), n);
+    }
+    most_keys = std::max(most_keys, server_keys.size());
+    busiest = std::max(
+        busiest, cluster.colocated
+                     ? std::max({pushed - share_in, answered - share_out,
+                                 (n - 1) * share_in, (n - 1) * share_out})
+                     : std::max({g * pushed, g * answered, n * share_in,
+                                 n * share_out}));
     tail = std::max(tail, (cluster.colocated ? n - 1 : n) * last_key);
     last_keys += last_key;
   }
@@ -762,6 +928,24 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
     }
   }
   const int worker_endpoints = cluster.workers / cluster.worker_group;
+  for (const Bucket& bucket : options.profile.buckets) {
+    run->wire.push_back(AllReduceWire(options.compression, bucket.bytes));
+  }
+  if (ps) {
+    run->push_bytes = run->answer_bytes = options.ps_keys;
+    for (auto& servers : run->push_bytes) {
+      for (auto& keys : servers) {
+        for (int64_t& key : keys) key = PsPushBytes(options.compression, key);
+      }
+    }
+    for (auto& servers : run->answer_bytes) {
+      for (auto& keys : servers) {
+        for (int64_t& key : keys) {
+          key = PsAnswerBytes(options.compression, key, cluster.workers);
+        }
+      }
+    }
+  }
 
   int argc = 2;
   std::string program = "gradsync-simulate", quiet = "--log=root.thresh:critical";
@@ -817,7 +1001,10 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
       return std::find(run->picks.begin(), run->picks.end(), s) !=
              run->picks.end();
     };
-    if (uses(Strategy::kRing)) {
+    const bool gathers =
+        std::any_of(run->wire.begin(), run->wire.end(),
+                    [](const WireBucket& w) { return w.gathered; });
+    if (uses(Strategy::kRing) || gathers) {
       run->ring_barrier = sg4::Barrier::create(cluster.workers);
     }
     const bool trees = uses(Strategy::kTree) && cluster.workers > 1;

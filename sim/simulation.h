@@ -86,6 +86,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/sync/compression.h"
 #include "sim/profile.h"
 
 namespace gradsync {
@@ -131,6 +132,16 @@ struct SimulationOptions {
   // PS: keys[bucket][server], each key's bytes (sim/ps_plan.h); empty: one
   // key of S/K per server and bucket.
   std::vector<std::vector<std::vector<int64_t>>> ps_keys;
+  // --compression: what a bucket's gradient travels as, by the byte counts
+  // of core/sync/compression.h. All-reduces (allreduce/bucket_reducer.h):
+  // fp16/bf16 on the ring only, 16-bit values; random-k a dense all-reduce
+  // of the k kept floats (every rank picks the same indices); top-k and
+  // onebit a ring all-gather of every rank's serialized encoding, forwarded
+  // whole hop by hop, whatever the strategy. PS (ps/key_compression.h, the
+  // default --ps_pull): pushes of each key's encoding; answers 16-bit for
+  // fp16/bf16, the union of the pushed indices for random-k (the same k) and
+  // top-k (at most N·k, float32 once that is smaller), float32 for onebit.
+  CompressionSpec compression;
   // --straggler: worker `straggler_rank` (-1: none) sleeps straggler_ms
   // before its step's compute (core/train/straggler.h), so its buckets are
   // ready that much later; under BSP every other worker waits for them.
@@ -160,8 +171,23 @@ struct StepResult {
 // the hierarchical scheme's with the intra-host link inside and B/G across.
 double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket);
 
-// The selector's pick for bucket `bucket` (kRing, kHalvingDoubling or kTree).
+// The selector's pick for bucket `bucket` (kRing, kHalvingDoubling or kTree),
+// by the bytes the bucket's all-reduce moves.
 Strategy SelectorPick(const SimulationOptions& options, int bucket);
+
+// How bucket `bucket` of `bytes` float32 bytes crosses an all-reduce under
+// options.compression: `dense_bytes` all-reduced by the algorithm, or, when
+// `gathered`, one encoding of `dense_bytes` per rank ring-all-gathered.
+struct WireBucket {
+  int64_t dense_bytes = 0;
+  bool gathered = false;
+};
+WireBucket AllReduceWire(const CompressionSpec& compression, int64_t bytes);
+// A PS key of `key_bytes` float32 bytes: what one worker's push and one
+// answer to it carry, among `workers` pushing.
+int64_t PsPushBytes(const CompressionSpec& compression, int64_t key_bytes);
+int64_t PsAnswerBytes(const CompressionSpec& compression, int64_t key_bytes,
+                      int workers);
 // The most a PS with separate servers may merge on `cluster`: whole hosts
 // of G ranks, all of them on one switch, one ToR's under a spine.
 int LargestWorkerGroup(const ClusterSpec& cluster);
