@@ -22,6 +22,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/launch/netem.h"
 #include "nlohmann/json.hpp"
@@ -60,6 +61,10 @@ ABSL_FLAG(std::string, profile, "",
 ABSL_FLAG(std::string, model, "",
           "custom:MB[:TENSORS]: a gradient of that size and no compute");
 ABSL_FLAG(double, bucket_mb, 25, "bucket cap in MiB (DDP's default)");
+ABSL_FLAG(double, compute_scale, 1,
+          "multiplies the profile's forward, backward, optimizer and every "
+          "bucket's ready time: another GPU or batch of the same model (a "
+          "V100 where the profile is an H100's), the bytes unchanged");
 ABSL_FLAG(int, ps_key_kb, 0,
           "ps: the key size in KiB; 0 takes the client's rule "
           "(ps/key_size_rule.h)");
@@ -198,6 +203,17 @@ int main(int argc, char** argv) {
   auto profile = LoadProfile(static_cast<int64_t>(bucket_mb * (1 << 20)));
   if (!profile.ok()) return Fail(std::string(profile.status().message()));
 
+  const double compute_scale = absl::GetFlag(FLAGS_compute_scale);
+  if (!(compute_scale > 0)) {
+    return Fail(absl::StrCat("--compute_scale=", compute_scale,
+                             ": give a factor above 0"));
+  }
+  profile->forward_ms *= compute_scale;
+  profile->backward_ms *= compute_scale;
+  profile->optimizer_ms *= compute_scale;
+  for (gradsync::sim::Bucket& bucket : profile->buckets) {
+    bucket.ready_ms *= compute_scale;
+  }
   options.profile = *profile;
   options.network_model = absl::GetFlag(FLAGS_network_model);
   options.cluster.workers = absl::GetFlag(FLAGS_workers);
@@ -310,6 +326,7 @@ int main(int argc, char** argv) {
       {"network_model", options.network_model},
       {"straggler", straggler.empty() ? "-" : straggler},
       {"compression", options.compression.ToString()},
+      {"compute_scale", compute_scale},
       {"profile", options.profile.name},
       {"gradient_bytes", options.profile.gradient_bytes},
       {"buckets", options.profile.buckets.size()},

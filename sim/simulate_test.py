@@ -174,6 +174,13 @@ class SimulateTest(unittest.TestCase):
             self.assertAlmostEqual(result["step_ms"] - result["exposed_ms"],
                                    result["compute_ms"])
             self.assertEqual(result["gradient_bytes"], 4 * 25557032)
+        # --compute_scale stretches the compute, not the bytes.
+        base = step("--strategy=ring", "--workers=4", "--link=100gbit,5us",
+                    f"--profile={profile}")
+        slow = step("--strategy=ring", "--workers=4", "--link=100gbit,5us",
+                    f"--profile={profile}", "--compute_scale=3")
+        self.assertAlmostEqual(slow["compute_ms"], 3 * base["compute_ms"])
+        self.assertEqual(slow["busiest_link_bytes"], base["busiest_link_bytes"])
 
     # Two hosts of two ranks: NICs of 1 Gbit/s and 100 us, each rank's link
     # inside its host 8 Gbit/s (1e9 bytes/s) and 10 us rank to rank.
@@ -313,6 +320,7 @@ class SimulateTest(unittest.TestCase):
                 (["--strategy=tree", "--compression=fp16", *TINY],
                  "16-bit values travel on the ring only"),
                 (["--compression=zip", *TINY], "zip"),
+                (["--compute_scale=0", *TINY], "--compute_scale=0: give a factor above 0"),
                 (["--gpus_per_host=3", *TINY],
                  "--gpus_per_host=3 does not divide --workers=4 into whole hosts"),
                 (["--gpus_per_host=2", "--intra_link=fast", *TINY],
