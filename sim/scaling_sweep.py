@@ -21,7 +21,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-COLUMNS = ["model", "batch", "link", "gpus_per_host", "intra_link", "oversubscription",
+COLUMNS = ["model", "batch", "compute_scale", "link", "gpus_per_host", "intra_link",
+           "oversubscription",
            "hosts_per_tor", "strategy", "workers", "servers", "placement",
            "step_ms", "compute_ms", "exposed_ms", "sync_ms", "alpha_beta_sync_ms",
            "samples_per_s", "ideal_samples_per_s", "efficiency", "busiest_link_bytes",
@@ -45,6 +46,8 @@ def parse_args(argv):
     parser.add_argument("--oversubscription", default="1",
                         help="','-separated ratios; 1 is one switch of full bisection")
     parser.add_argument("--hosts_per_tor", type=int, default=16)
+    parser.add_argument("--compute_scale", default="1",
+                        help="','-separated factors on the profile's compute (another GPU)")
     parser.add_argument("--max_workers", default="",
                         help="STRATEGY=N,...: skip larger N for that strategy (the colocated "
                              "PS simulates N^2 streams)")
@@ -79,8 +82,9 @@ def main(argv):
     for item in filter(None, args.max_workers.split(",")):
         name, _, most = item.partition("=")
         limits[name] = int(most)
-    for ratio, profile, link, n, strategy in [
-            (r, p, l, int(w), s) for r in args.oversubscription.split(",")
+    for scale, ratio, profile, link, n, strategy in [
+            (c, r, p, l, int(w), s) for c in args.compute_scale.split(",")
+            for r in args.oversubscription.split(",")
             for p in args.profiles.split(",") for l in args.links.split(";")
             for w in args.workers.split(",") for s in args.strategies.split(",")]:
         if n > limits.get(strategy, n) or n % args.gpus_per_host != 0:
@@ -95,10 +99,11 @@ def main(argv):
                    f"--gpus_per_host={args.gpus_per_host}",
                    f"--intra_link={args.intra_link}",
                    f"--oversubscription={ratio}",
-                   f"--hosts_per_tor={args.hosts_per_tor}"]
+                   f"--hosts_per_tor={args.hosts_per_tor}",
+                   f"--compute_scale={scale}"]
         if name == "ps":
             command += [f"--servers={k}", f"--placement={placement}"]
-        row = {"model": profile, "batch": batch, "link": link,
+        row = {"model": profile, "batch": batch, "compute_scale": float(scale), "link": link,
                "gpus_per_host": args.gpus_per_host,
                "intra_link": args.intra_link if args.gpus_per_host > 1 else "-",
                "oversubscription": float(ratio),

@@ -322,6 +322,28 @@ def simulated_switch_table(points):
     return "\n".join(lines)
 
 
+def simulated_anchors_table(points):
+    """A sweep of sim/scaling_sweep.py set up like a published run: one row per
+    point, with the compute scale that stands for the other GPU, the step, its
+    compute and the scaling efficiency (compute over step)."""
+    lines = ["| model | compute × | link | N (hosts) | strategy | step ms | compute ms | "
+             "efficiency |",
+             "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: |"]
+    for p in sorted(points, key=lambda p: (p["model"], p["compute_scale"], p["link"],
+                                           p["workers"], p["strategy"], p["servers"])):
+        name = p["strategy"]
+        if name == "ps":
+            name = f"PS, K={p['servers']:.0f} {p['placement']}"
+        hosts = p["workers"] / p["gpus_per_host"]
+        step = (f"{p['step_ms']:.0f}" if p.get("step_ms") is not None
+                else f"over {p['simulator_s']:.0f} s")
+        lines.append(f"| {p['model']} | {p['compute_scale']:g} | {p['link']} | "
+                     f"{p['workers']:.0f} ({hosts:.0f}) | {name} | {step} | "
+                     f"{number(p.get('compute_ms'))} | "
+                     f"{number(100 * p['efficiency'] if p.get('efficiency') else None)}% |")
+    return "\n".join(lines)
+
+
 def simulated_calibration_table(points):
     """The table of sim/calibrate.py: each measured point of the emulated
     cluster beside the simulator under CM02 and LV08 and bench's alpha-beta
@@ -498,6 +520,7 @@ TABLES = {"accuracy": accuracy_table, "sweep": sweep_table, "points": points_tab
           "simulated_scaling": simulated_scaling_table,
           "simulated_hosts": simulated_hosts_table,
           "simulated_switch": simulated_switch_table,
+          "simulated_anchors": simulated_anchors_table,
           "simulated_calibration": simulated_calibration_table}
 
 
