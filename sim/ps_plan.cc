@@ -13,7 +13,8 @@ namespace sim {
 
 absl::StatusOr<PsPlan> PlanParameterServer(const StepProfile& profile,
                                            int workers, int servers,
-                                           bool colocated, int64_t key_bytes) {
+                                           int colocated, int64_t key_bytes,
+                                           PartitionPolicy policy) {
   if (profile.tensor_bytes.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the profile ", profile.name, " has no tensors to cut keys from"));
@@ -30,8 +31,7 @@ absl::StatusOr<PsPlan> PlanParameterServer(const StepProfile& profile,
   absl::StatusOr<ParamLayout> layout = ParamLayout::Create(std::move(specs), 0);
   if (!layout.ok()) return layout.status();
   absl::StatusOr<std::vector<double>> shares =
-      ServerShares(PartitionPolicy::kEqual, workers, colocated ? servers : 0,
-                   colocated ? 0 : servers);
+      ServerShares(policy, workers, colocated, servers - colocated);
   if (!shares.ok()) return shares.status();
 
   PsPlan plan;

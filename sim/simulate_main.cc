@@ -10,6 +10,7 @@
 // link's bytes, the alpha-beta time of the same buckets synchronized one
 // after another from the first one's ready time, and the simulator's own
 // run time), or one error line and exit 2 for bad input.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -52,6 +53,14 @@ ABSL_FLAG(int, servers, 0, "ps: K servers (default N)");
 ABSL_FLAG(std::string, placement, "separate",
           "ps: separate (servers on hosts of their own) or colocated (one on "
           "each worker's host, K = N)");
+ABSL_FLAG(int, ps_colocated_servers, -1,
+          "ps: BytePS's mixed placement, as gradsync's --ps_colocated_servers: "
+          "workers 0..c-1 also serve, beside --servers separate ones (K = c "
+          "+ --servers); -1: none (--placement decides)");
+ABSL_FLAG(std::string, ps_partition, "equal",
+          "ps: the servers' target shares, as --ps_partition: equal (1/K "
+          "each) or balanced (ps/client/partitioner.h, BytePS's optimum for "
+          "a mix)");
 ABSL_FLAG(std::string, link, "25gbit,5us",
           "every host's NIC to its switch: RATE[,LATENCY], as --netem takes "
           "it; the latency is one way, NIC to NIC");
@@ -230,6 +239,18 @@ int main(int argc, char** argv) {
       !ps ? 0
           : (absl::GetFlag(FLAGS_servers) > 0 ? absl::GetFlag(FLAGS_servers)
                                               : options.cluster.workers);
+  const int mixed = absl::GetFlag(FLAGS_ps_colocated_servers);
+  if (ps && mixed >= 0) {
+    if (options.cluster.colocated) {
+      return Fail("--ps_colocated_servers with --placement=colocated: the "
+                  "mix puts some servers in workers, colocated all of them");
+    }
+    // As gradsync launch counts them: --servers separate ones beside c.
+    options.cluster.colocated_servers = mixed;
+    options.cluster.servers = mixed + absl::GetFlag(FLAGS_servers);
+  }
+  auto policy = gradsync::ParsePartitionPolicy(absl::GetFlag(FLAGS_ps_partition));
+  if (!policy.ok()) return Fail(std::string(policy.status().message()));
   options.cluster.link_bytes_per_s = link->rate_bits_per_s / 8.0;
   options.cluster.latency_s = absl::ToDoubleSeconds(link->latency);
   options.cluster.gpus_per_host = absl::GetFlag(FLAGS_gpus_per_host);
@@ -252,18 +273,24 @@ int main(int argc, char** argv) {
   if (worker_group < 0) return Fail("--worker_group must be 0 (auto) or more");
   options.cluster.worker_group =
       worker_group > 0 ? worker_group
-      : (ps && !options.cluster.colocated)
+      : (ps && !options.cluster.colocated &&
+         options.cluster.colocated_servers == 0)
           ? gradsync::sim::LargestWorkerGroup(options.cluster)
           : 1;
   gradsync::sim::PsPlan plan;
   if (ps && options.cluster.servers >= 1 &&
       (!options.cluster.colocated ||
-       options.cluster.servers == options.cluster.workers)) {
+       options.cluster.servers == options.cluster.workers) &&
+      options.cluster.colocated_servers >= 0 &&
+      options.cluster.colocated_servers <= std::min(options.cluster.servers,
+                                                    options.cluster.workers)) {
     const int key_kb = absl::GetFlag(FLAGS_ps_key_kb);
     if (key_kb < 0) return Fail("--ps_key_kb must be 0 (auto) or more");
     auto planned = gradsync::sim::PlanParameterServer(
         options.profile, options.cluster.workers, options.cluster.servers,
-        options.cluster.colocated, int64_t{key_kb} << 10);
+        options.cluster.colocated ? options.cluster.servers
+                                  : options.cluster.colocated_servers,
+        int64_t{key_kb} << 10, *policy);
     if (!planned.ok()) return Fail(std::string(planned.status().message()));
     plan = *std::move(planned);
     options.ps_keys = plan.keys;
@@ -310,7 +337,11 @@ int main(int argc, char** argv) {
       {"strategy", strategy},
       {"workers", options.cluster.workers},
       {"servers", options.cluster.servers},
-      {"placement", ps ? placement : "-"},
+      {"placement", !ps ? "-"
+                    : options.cluster.colocated_servers > 0
+                        ? absl::StrCat("mixed:", options.cluster.colocated_servers)
+                        : placement},
+      {"ps_partition", ps ? absl::GetFlag(FLAGS_ps_partition) : "-"},
       {"ps_key_bytes", plan.key_bytes},
       {"ps_imbalance", plan.imbalance},
       {"worker_group", options.cluster.worker_group},

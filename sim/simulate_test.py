@@ -300,6 +300,25 @@ class SimulateTest(unittest.TestCase):
         self.assertMs(step("--strategy=ps", "--servers=4", *TINY_PS, "--compression=fp16"),
                       2 * (ALPHA + MIB / 2 / B))
 
+    def test_mixed_placement_as_the_client_counts_it(self):
+        # --ps_colocated_servers=c beside --servers=s separate ones: K = c + s.
+        # All N colocated is --placement=colocated.
+        mixed = step("--strategy=ps", *TINY_PS, "--ps_colocated_servers=4", "--servers=0")
+        colocated = step("--strategy=ps", "--placement=colocated", *TINY_PS)
+        self.assertEqual(mixed["servers"], 4)
+        self.assertAlmostEqual(mixed["step_ms"], colocated["step_ms"], delta=1e-6)
+        self.assertEqual(mixed["busiest_link_bytes"], colocated["busiest_link_bytes"])
+        # Two serving workers and two separate servers, a quarter each: a
+        # serving worker's link carries S + (N-2)·S/4 one way (its pushes to
+        # the 3 other servers and its server's answers to the 3 other
+        # workers, ps/client/partitioner.h); the workers that do not serve
+        # and the separate servers carry S, which bounds each phase.
+        two = step("--strategy=ps", *TINY_PS, "--ps_colocated_servers=2", "--servers=2")
+        self.assertEqual(two["servers"], 4)
+        self.assertEqual(two["placement"], "mixed:2")
+        self.assertEqual(two["busiest_link_bytes"], MIB + (N - 2) * MIB // 4)
+        self.assertStepMs(two, 2 * (ALPHA + MIB / B))
+
     def test_bad_input_is_one_line_and_exit_2(self):
         for args, words in (
                 (["--strategy=allgather", *TINY],
@@ -321,6 +340,9 @@ class SimulateTest(unittest.TestCase):
                  "16-bit values travel on the ring only"),
                 (["--compression=zip", *TINY], "zip"),
                 (["--compute_scale=0", *TINY], "--compute_scale=0: give a factor above 0"),
+                (["--strategy=ps", "--ps_colocated_servers=5", "--servers=0", *TINY],
+                 "--ps_colocated_servers=5: at most one per worker (4)"),
+                (["--strategy=ps", "--ps_partition=fair", *TINY], "fair"),
                 (["--gpus_per_host=3", *TINY],
                  "--gpus_per_host=3 does not divide --workers=4 into whole hosts"),
                 (["--gpus_per_host=2", "--intra_link=fast", *TINY],

@@ -358,9 +358,16 @@ void AllReduceWorker(Run* run, int rank, int part) {
   if (part == 0) Done(run, rank);
 }
 
+// How many servers sit inside workers' hosts: all, some, or none.
+int ColocatedServers(const ClusterSpec& cluster) {
+  return cluster.colocated ? cluster.servers : cluster.colocated_servers;
+}
+
 int ServerEndpoint(const ClusterSpec& cluster, int server) {
-  return cluster.colocated ? server
-                           : cluster.workers / cluster.worker_group + server;
+  const int colocated = ColocatedServers(cluster);
+  return server < colocated
+             ? server
+             : cluster.workers / cluster.worker_group + server - colocated;
 }
 
 const std::vector<int64_t>& PsKeys(const Run& run, int bucket, int server) {
@@ -477,7 +484,14 @@ absl::Status Check(const SimulationOptions& options) {
           "--placement=colocated puts one server beside each worker: "
           "give --servers=", c.workers, " (N), not ", c.servers));
     }
-    if (c.colocated && c.worker_group != 1) {
+    if (c.colocated_servers < 0 || c.colocated_servers > c.workers ||
+        c.colocated_servers > c.servers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--ps_colocated_servers=", c.colocated_servers,
+          ": at most one per worker (", c.workers, ") and at most K (",
+          c.servers, ")"));
+    }
+    if (ColocatedServers(c) > 0 && c.worker_group != 1) {
       return absl::InvalidArgumentError(
           "--worker_group merges workers for separate servers only; a "
           "colocated server keeps its own worker's share inside its host");
@@ -565,7 +579,8 @@ std::vector<sg4::Host*> BuildPlatform(Run& run) {
   const int ranks_per_nic = merged ? 1 : g;
   const int copies = merged ? cluster.worker_group / g : 1;
   const int worker_nics = worker_endpoints / ranks_per_nic;
-  const int server_nics = ps && !cluster.colocated ? cluster.servers : 0;
+  const int server_nics =
+      ps ? cluster.servers - ColocatedServers(cluster) : 0;
   const bool tors = cluster.oversubscription > 1;
 
   sg4::NetZone* zone = sg4::create_dijkstra_zone("cluster", true);
@@ -884,7 +899,10 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
   }
   double busiest = 0, tail = 0, last_keys = 0;
   size_t most_keys = 1;
-  for (const auto& server_keys : keys) {
+  const int colocated_servers = ColocatedServers(cluster);
+  for (int s = 0; s < cluster.servers; ++s) {
+    const std::vector<int64_t>& server_keys = keys[s];
+    const bool inside = s < colocated_servers;
     double share_in = 0, share_out = 0, last_key = 0;
     for (int64_t key : server_keys) {
       share_in += PsPushBytes(compression, key);
@@ -895,17 +913,16 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
     }
     most_keys = std::max(most_keys, server_keys.size());
     busiest = std::max(
-        busiest, cluster.colocated
-                     ? std::max({pushed - share_in, answered - share_out,
-                                 (n - 1) * share_in, (n - 1) * share_out})
-                     : std::max({g * pushed, g * answered, n * share_in,
-                                 n * share_out}));
-    tail = std::max(tail, (cluster.colocated ? n - 1 : n) * last_key);
+        busiest, inside ? std::max({pushed - share_in, answered - share_out,
+                                    (n - 1) * share_in, (n - 1) * share_out})
+                        : std::max({g * pushed, g * answered, n * share_in,
+                                    n * share_out}));
+    tail = std::max(tail, (inside ? n - 1 : n) * last_key);
     last_keys += last_key;
   }
   // A NIC of G workers takes G answers of every server's last key after
   // their pushes.
-  if (g > 1 && !cluster.colocated) tail = std::max(tail, g * last_keys);
+  if (g > 1 && colocated_servers == 0) tail = std::max(tail, g * last_keys);
   return (1.0 + most_keys) * link.alpha_s +
          (busiest + tail) / link.bytes_per_s;
 }

@@ -109,7 +109,10 @@ const char* StrategyName(Strategy strategy);
 struct ClusterSpec {
   int workers = 2;
   int servers = 0;          // the PS's K; 0 for an all-reduce
-  bool colocated = false;   // the PS's servers on the workers' hosts
+  bool colocated = false;   // the PS's servers on the workers' hosts (K = N)
+  // BytePS's mix (--ps_colocated_servers): servers 0..c-1 inside workers
+  // 0..c-1's hosts, the other K - c on hosts of their own.
+  int colocated_servers = 0;
   double link_bytes_per_s = 0;
   double latency_s = 0;     // one way, NIC to NIC
   int worker_group = 1;     // PS, separate: workers merged per host (above)
