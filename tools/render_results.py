@@ -344,6 +344,38 @@ def simulated_anchors_table(points):
     return "\n".join(lines)
 
 
+def simulated_crossover_table(points):
+    """sim/calibrate_crossover.py's points summed up per latency and algorithm:
+    how many points were not CPU-bound, how many of those the simulator put
+    within 10 % of the measurement with the wire's latency and with the
+    probed α, and the median and range of simulated over measured."""
+    def summary(ratios):
+        if not ratios:
+            return "–"
+        ratios = sorted(ratios)
+        middle = ratios[len(ratios) // 2] if len(ratios) % 2 else (
+            ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+        return f"{middle:.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f})"
+
+    lines = ["| latency | algorithm | points | CPU-bound | wire α: within 10 % | "
+             "wire α: sim / measured | probed α: within 10 % | probed α: sim / measured |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    order = ["ring", "halving_doubling", "tree", "allreduce"]
+    keys = sorted({(p["latency_us"], p["algorithm"]) for p in points},
+                  key=lambda k: (k[0], order.index(k[1]) if k[1] in order else 9))
+    for latency, algorithm in keys:
+        group = [p for p in points if (p["latency_us"], p["algorithm"]) == (latency, algorithm)]
+        honest = [p for p in group if p["cpu_bound"] not in (True, "True")]
+        wire = [p["wire_over_measured"] for p in honest]
+        probed = [p["probed_over_measured"] for p in honest]
+        label = f"{latency / 1000:g} ms" if latency >= 1000 else f"{latency:g} µs"
+        name = "selector" if algorithm == "allreduce" else algorithm
+        lines.append(f"| {label} | {name} | {len(group)} | {len(group) - len(honest)} | "
+                     f"{sum(abs(r - 1) <= 0.1 for r in wire)} | {summary(wire)} | "
+                     f"{sum(abs(r - 1) <= 0.1 for r in probed)} | {summary(probed)} |")
+    return "\n".join(lines)
+
+
 def simulated_calibration_table(points):
     """The table of sim/calibrate.py: each measured point of the emulated
     cluster beside the simulator under CM02 and LV08 and bench's alpha-beta
@@ -521,6 +553,7 @@ TABLES = {"accuracy": accuracy_table, "sweep": sweep_table, "points": points_tab
           "simulated_hosts": simulated_hosts_table,
           "simulated_switch": simulated_switch_table,
           "simulated_anchors": simulated_anchors_table,
+          "simulated_crossover": simulated_crossover_table,
           "simulated_calibration": simulated_calibration_table}
 
 

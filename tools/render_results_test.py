@@ -260,6 +260,18 @@ class SimulatedTablesTest(unittest.TestCase):
         self.assertIn("| m | 25gbit | 16 (2) | 3,200 | 1,600 (50%) | 2,000 (62%) | over 150 s | "
                       "h-d 3, ring 1 |", table)
 
+    def test_crossover_table_counts_points_within_ten_percent(self):
+        points = [
+            {"latency_us": 20.0, "algorithm": "ring", "cpu_bound": "False",
+             "wire_over_measured": 0.5, "probed_over_measured": 0.95},
+            {"latency_us": 20.0, "algorithm": "ring", "cpu_bound": "False",
+             "wire_over_measured": 0.92, "probed_over_measured": 1.2},
+            {"latency_us": 20.0, "algorithm": "ring", "cpu_bound": "True",
+             "wire_over_measured": 0.1, "probed_over_measured": 0.1}]
+        table = render_results.simulated_crossover_table(points)
+        self.assertIn("| 20 µs | ring | 3 | 1 | 1 | 0.71 (0.50–0.92) | 1 | 1.07 (0.95–1.20) |",
+                      table)
+
     def test_switch_table_divides_by_full_bisection(self):
         table = render_results.simulated_switch_table(self.points)
         self.assertIn("| m | 16 | ring | 100 | 150 | 1.50 | 2.50 |", table)
