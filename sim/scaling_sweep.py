@@ -146,7 +146,8 @@ def main(argv):
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
     manifest = {
-        "command": "sim/scaling_sweep.py " + " ".join(argv),
+        "command": "sim/scaling_sweep.py " + " ".join(
+            a for a in argv if not a.startswith("--simulate")),
         "date": started.strftime("%Y-%m-%d"),
         "started_utc": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "time": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
