@@ -106,29 +106,29 @@ bool ParseIntraLink(const std::string& text, double* bytes_per_s,
                     double* latency_s) {
   const std::vector<std::string> parts = absl::StrSplit(text, ',');
   if (parts.empty() || parts.size() > 2) return false;
-  auto number_with_unit = [](const std::string& word,
-                             const std::vector<std::pair<std::string, double>>&
-                                 units,
-                             double* value) {
-    for (const auto& [unit, scale] : units) {
-      if (word.size() > unit.size() &&
-          word.compare(word.size() - unit.size(), unit.size(), unit) == 0) {
-        double number = 0;
-        if (!absl::SimpleAtod(word.substr(0, word.size() - unit.size()),
-                              &number)) {
-          return false;
+  auto number_with_unit =
+      [](const std::string& word,
+         const std::vector<std::pair<std::string, double>>& units,
+         double* value) {
+        for (const auto& [unit, scale] : units) {
+          if (word.size() > unit.size() &&
+              word.compare(word.size() - unit.size(), unit.size(), unit) == 0) {
+            double number = 0;
+            if (!absl::SimpleAtod(word.substr(0, word.size() - unit.size()),
+                                  &number)) {
+              return false;
+            }
+            *value = number * scale;
+            return true;
+          }
         }
-        *value = number * scale;
-        return true;
-      }
-    }
-    return false;
-  };
+        return false;
+      };
   double bits = 0;
-  if (!number_with_unit(parts[0],
-                        {{"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9},
-                         {"tbit", 1e12}},
-                        &bits) ||
+  if (!number_with_unit(
+          parts[0],
+          {{"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}, {"tbit", 1e12}},
+          &bits) ||
       !(bits > 0)) {
     return false;
   }
@@ -170,8 +170,8 @@ absl::StatusOr<StepProfile> LoadProfile(int64_t bucket_bytes) {
   int tensors = 32;
   if (parts.size() < 2 || parts.size() > 3 || parts[0] != "custom" ||
       !absl::SimpleAtod(parts[1], &mb) || !(mb > 0) ||
-      (parts.size() == 3 && (!absl::SimpleAtoi(parts[2], &tensors) ||
-                             tensors < 1))) {
+      (parts.size() == 3 &&
+       (!absl::SimpleAtoi(parts[2], &tensors) || tensors < 1))) {
     return absl::InvalidArgumentError(
         "--model=" + model +
         ": give custom:MB[:TENSORS], like custom:100 or custom:2.5:32");
@@ -184,7 +184,8 @@ absl::StatusOr<StepProfile> LoadProfile(int64_t bucket_bytes) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "one training step of N workers under an all-reduce or a parameter server, simulated on SimGrid");
+      "one training step of N workers under an all-reduce or a parameter "
+      "server, simulated on SimGrid");
   absl::ParseCommandLine(argc, argv);
   const auto started = std::chrono::steady_clock::now();
 
@@ -242,24 +243,26 @@ int main(int argc, char** argv) {
   const int mixed = absl::GetFlag(FLAGS_ps_colocated_servers);
   if (ps && mixed >= 0) {
     if (options.cluster.colocated) {
-      return Fail("--ps_colocated_servers with --placement=colocated: the "
-                  "mix puts some servers in workers, colocated all of them");
+      return Fail(
+          "--ps_colocated_servers with --placement=colocated: the "
+          "mix puts some servers in workers, colocated all of them");
     }
     // As gradsync launch counts them: --servers separate ones beside c.
     options.cluster.colocated_servers = mixed;
     options.cluster.servers = mixed + absl::GetFlag(FLAGS_servers);
   }
-  auto policy = gradsync::ParsePartitionPolicy(absl::GetFlag(FLAGS_ps_partition));
+  auto policy =
+      gradsync::ParsePartitionPolicy(absl::GetFlag(FLAGS_ps_partition));
   if (!policy.ok()) return Fail(std::string(policy.status().message()));
   options.cluster.link_bytes_per_s = link->rate_bits_per_s / 8.0;
   options.cluster.latency_s = absl::ToDoubleSeconds(link->latency);
   options.cluster.gpus_per_host = absl::GetFlag(FLAGS_gpus_per_host);
   if (options.cluster.gpus_per_host < 1 ||
       options.cluster.workers % options.cluster.gpus_per_host != 0) {
-    return Fail("--gpus_per_host=" +
-                std::to_string(options.cluster.gpus_per_host) +
-                " does not divide --workers=" +
-                std::to_string(options.cluster.workers) + " into whole hosts");
+    return Fail(
+        "--gpus_per_host=" + std::to_string(options.cluster.gpus_per_host) +
+        " does not divide --workers=" +
+        std::to_string(options.cluster.workers) + " into whole hosts");
   }
   if (!ParseIntraLink(absl::GetFlag(FLAGS_intra_link),
                       &options.cluster.intra_bytes_per_s,
@@ -282,8 +285,8 @@ int main(int argc, char** argv) {
       (!options.cluster.colocated ||
        options.cluster.servers == options.cluster.workers) &&
       options.cluster.colocated_servers >= 0 &&
-      options.cluster.colocated_servers <= std::min(options.cluster.servers,
-                                                    options.cluster.workers)) {
+      options.cluster.colocated_servers <=
+          std::min(options.cluster.servers, options.cluster.workers)) {
     const int key_kb = absl::GetFlag(FLAGS_ps_key_kb);
     if (key_kb < 0) return Fail("--ps_key_kb must be 0 (auto) or more");
     auto planned = gradsync::sim::PlanParameterServer(
@@ -325,8 +328,8 @@ int main(int argc, char** argv) {
   double alpha_beta_s = 0;
   nlohmann::ordered_json picks = nlohmann::ordered_json::object();
   for (size_t b = 0; b < options.profile.buckets.size(); ++b) {
-    alpha_beta_s += gradsync::sim::AlphaBetaBucketSeconds(options,
-                                                          static_cast<int>(b));
+    alpha_beta_s +=
+        gradsync::sim::AlphaBetaBucketSeconds(options, static_cast<int>(b));
     if (options.strategy == gradsync::sim::Strategy::kSelecting) {
       const char* pick = gradsync::sim::StrategyName(
           gradsync::sim::SelectorPick(options, static_cast<int>(b)));
@@ -337,10 +340,11 @@ int main(int argc, char** argv) {
       {"strategy", strategy},
       {"workers", options.cluster.workers},
       {"servers", options.cluster.servers},
-      {"placement", !ps ? "-"
-                    : options.cluster.colocated_servers > 0
-                        ? absl::StrCat("mixed:", options.cluster.colocated_servers)
-                        : placement},
+      {"placement",
+       !ps ? "-"
+       : options.cluster.colocated_servers > 0
+           ? absl::StrCat("mixed:", options.cluster.colocated_servers)
+           : placement},
       {"ps_partition", ps ? absl::GetFlag(FLAGS_ps_partition) : "-"},
       {"ps_key_bytes", plan.key_bytes},
       {"ps_imbalance", plan.imbalance},
@@ -371,9 +375,9 @@ int main(int argc, char** argv) {
       {"selector_picks", picks},
       {"messages", result->messages},
       {"actors", result->actors},
-      {"simulator_s", std::chrono::duration<double>(
-                          std::chrono::steady_clock::now() - started)
-                          .count()},
+      {"simulator_s",
+       std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+           .count()},
   };
   std::printf("%s\n", out.dump().c_str());
   return 0;

@@ -26,23 +26,23 @@ namespace {
 // no lock is needed.
 struct Run {
   SimulationOptions options;
-  DoubleBinaryTrees trees;          // the tree's shapes
-  std::vector<Strategy> picks;      // the selector's, per bucket
-  std::vector<WireBucket> wire;     // per bucket: what the all-reduce moves
+  DoubleBinaryTrees trees;       // the tree's shapes
+  std::vector<Strategy> picks;   // the selector's, per bucket
+  std::vector<WireBucket> wire;  // per bucket: what the all-reduce moves
   // PS, per bucket, server and key: one worker's push and one answer.
   std::vector<std::vector<std::vector<int64_t>>> push_bytes, answer_bytes;
   // Per endpoint (a rank, a merged PS worker host, a separate server): the
   // NIC it is behind and its ToR (-1: one switch).
   std::vector<int> nic_of;
   std::vector<int> tor_of;
-  std::vector<int> copies;          // per NIC: real hosts it stands for
-  std::vector<int64_t> sent;        // per NIC: bytes out of the host
-  std::vector<int64_t> received;    // per NIC: bytes into the host
+  std::vector<int> copies;               // per NIC: real hosts it stands for
+  std::vector<int64_t> sent;             // per NIC: bytes out of the host
+  std::vector<int64_t> received;         // per NIC: bytes into the host
   std::vector<int64_t> uplink_sent;      // per ToR
   std::vector<int64_t> uplink_received;  // per ToR
   std::vector<double> last_hop_rate;     // per endpoint: from its left rank
-  std::vector<double> worker_done;  // per worker endpoint
-  sg4::BarrierPtr ring_barrier;     // the ring's bucket ends together
+  std::vector<double> worker_done;       // per worker endpoint
+  sg4::BarrierPtr ring_barrier;          // the ring's bucket ends together
   std::vector<sg4::BarrierPtr> tree_barriers;  // per rank: its two trees
   int64_t messages = 0;
 };
@@ -98,9 +98,8 @@ double BucketReadySeconds(const StepProfile& profile, int bucket) {
 // When worker (or merged worker endpoint) `worker` has bucket `bucket`:
 // the straggler's sleep comes before its forward.
 double WorkerReadySeconds(const Run& run, int worker, int bucket) {
-  const double sleep_s = worker == run.options.straggler_rank
-                             ? run.options.straggler_ms / 1e3
-                             : 0;
+  const double sleep_s =
+      worker == run.options.straggler_rank ? run.options.straggler_ms / 1e3 : 0;
   return sleep_s + BucketReadySeconds(run.options.profile, bucket);
 }
 
@@ -154,15 +153,17 @@ void RingBucket(Run* run, int rank, int b) {
 // members[index]) on `bytes`, as HalvingDoublingInGroup runs it: the fold of
 // the extra members, the power-of-two core's halving and doubling rounds, the
 // result's return. `tag` keeps the mailboxes of different uses apart.
-void HalvingDoublingRounds(Run* run, const std::vector<int>& members,
-                            int index, int64_t bytes, const std::string& tag) {
+void HalvingDoublingRounds(Run* run, const std::vector<int>& members, int index,
+                           int64_t bytes, const std::string& tag) {
   const int n = static_cast<int>(members.size());
   if (n == 1) return;
   const int p = static_cast<int>(LargestPowerOfTwoAtMost(n));
   const int extra = n - p;
   const int rank = members[index];
   // Where virtual index v of the power-of-two core sits.
-  auto member = [&](int v) { return members[v < extra ? 2 * v + 1 : v + extra]; };
+  auto member = [&](int v) {
+    return members[v < extra ? 2 * v + 1 : v + extra];
+  };
   auto exchange = [&](int partner, int64_t send_bytes, bool receive) {
     std::vector<sg4::CommPtr> comms;
     if (send_bytes >= 0) {
@@ -302,8 +303,7 @@ void RingAllGatherBucket(Run* run, int rank, int b) {
   const int right = (rank + 1) % n;
   const int64_t blob = run->wire[b].dense_bytes + RingAllGather::kHeaderBytes;
   std::vector<sg4::CommPtr> comms = {
-      Send(*run, rank, right, Box(absl::StrCat("ag-", right)),
-           (n - 1) * blob),
+      Send(*run, rank, right, Box(absl::StrCat("ag-", right)), (n - 1) * blob),
       Receive(Box(absl::StrCat("ag-", rank)))};
   sg4::Mailbox* tail_box = Box(absl::StrCat("ag-tail-", right));
   const double blob_s = static_cast<double>(blob) / run->last_hop_rate[right];
@@ -343,7 +343,7 @@ void AllReduceWorker(Run* run, int rank, int part) {
             break;
           case Strategy::kHalvingDoubling:
             HalvingDoublingRounds(run, AllRanks(n), rank,
-                                   run->wire[b].dense_bytes, "hd-");
+                                  run->wire[b].dense_bytes, "hd-");
             break;
           case Strategy::kHierarchical:
             HierarchicalBucket(run, rank, b);
@@ -447,8 +447,8 @@ absl::Status Check(const SimulationOptions& options) {
   }
   if (c.gpus_per_host < 1 || c.workers % c.gpus_per_host != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--gpus_per_host=", c.gpus_per_host, " does not divide --workers=",
-        c.workers, " into whole hosts"));
+        "--gpus_per_host=", c.gpus_per_host,
+        " does not divide --workers=", c.workers, " into whole hosts"));
   }
   if (c.gpus_per_host > 1 && !(c.intra_bytes_per_s > 0)) {
     return absl::InvalidArgumentError(
@@ -482,28 +482,28 @@ absl::Status Check(const SimulationOptions& options) {
     if (c.colocated && c.servers != c.workers) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--placement=colocated puts one server beside each worker: "
-          "give --servers=", c.workers, " (N), not ", c.servers));
+          "give --servers=",
+          c.workers, " (N), not ", c.servers));
     }
     if (c.colocated_servers < 0 || c.colocated_servers > c.workers ||
         c.colocated_servers > c.servers) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--ps_colocated_servers=", c.colocated_servers,
-          ": at most one per worker (", c.workers, ") and at most K (",
-          c.servers, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--ps_colocated_servers=", c.colocated_servers,
+                       ": at most one per worker (", c.workers,
+                       ") and at most K (", c.servers, ")"));
     }
     if (ColocatedServers(c) > 0 && c.worker_group != 1) {
       return absl::InvalidArgumentError(
           "--worker_group merges workers for separate servers only; a "
           "colocated server keeps its own worker's share inside its host");
     }
-    if (c.worker_group > 1 &&
-        (c.worker_group % c.gpus_per_host != 0 ||
-         LargestWorkerGroup(c) % c.worker_group != 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--worker_group=", c.worker_group,
-          ": merge whole hosts under one switch, a divisor of ",
-          LargestWorkerGroup(c), " and a multiple of --gpus_per_host=",
-          c.gpus_per_host));
+    if (c.worker_group > 1 && (c.worker_group % c.gpus_per_host != 0 ||
+                               LargestWorkerGroup(c) % c.worker_group != 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--worker_group=", c.worker_group,
+                       ": merge whole hosts under one switch, a divisor of ",
+                       LargestWorkerGroup(c),
+                       " and a multiple of --gpus_per_host=", c.gpus_per_host));
     }
     if (!options.ps_keys.empty() &&
         (options.ps_keys.size() != options.profile.buckets.size() ||
@@ -521,16 +521,17 @@ absl::Status Check(const SimulationOptions& options) {
        method == CompressionMethod::kBf16) &&
       options.strategy != Strategy::kRing &&
       options.strategy != Strategy::kParameterServer) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--compression=", options.compression.ToString(), " with --strategy=",
-        StrategyName(options.strategy),
-        ": 16-bit values travel on the ring only (allreduce/bucket_reducer.h)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--compression=", options.compression.ToString(),
+                     " with --strategy=", StrategyName(options.strategy),
+                     ": 16-bit values travel on the ring only "
+                     "(allreduce/bucket_reducer.h)"));
   }
   if (options.straggler_rank >= c.workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--straggler=", options.straggler_rank, ":", options.straggler_ms,
-        ": rank ", options.straggler_rank, " is not one of the ", c.workers,
-        " workers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--straggler=", options.straggler_rank, ":",
+                     options.straggler_ms, ": rank ", options.straggler_rank,
+                     " is not one of the ", c.workers, " workers"));
   }
   if (options.straggler_rank >= 0 &&
       options.strategy == Strategy::kParameterServer && c.worker_group != 1) {
@@ -542,16 +543,18 @@ absl::Status Check(const SimulationOptions& options) {
     return absl::InvalidArgumentError("the link's rate must be above 0");
   }
   if (c.latency_s < 0) {
-    return absl::InvalidArgumentError("the link's latency must not be negative");
+    return absl::InvalidArgumentError(
+        "the link's latency must not be negative");
   }
   if (options.profile.buckets.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the profile ", options.profile.name, " has no buckets to synchronize"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the profile ", options.profile.name,
+                     " has no buckets to synchronize"));
   }
   if (options.network_model != "CM02" && options.network_model != "LV08") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--network_model=", options.network_model,
-                     ": CM02 (alpha-beta) or LV08 (SimGrid's TCP corrections)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--network_model=", options.network_model,
+        ": CM02 (alpha-beta) or LV08 (SimGrid's TCP corrections)"));
   }
   return absl::OkStatus();
 }
@@ -579,8 +582,7 @@ std::vector<sg4::Host*> BuildPlatform(Run& run) {
   const int ranks_per_nic = merged ? 1 : g;
   const int copies = merged ? cluster.worker_group / g : 1;
   const int worker_nics = worker_endpoints / ranks_per_nic;
-  const int server_nics =
-      ps ? cluster.servers - ColocatedServers(cluster) : 0;
+  const int server_nics = ps ? cluster.servers - ColocatedServers(cluster) : 0;
   const bool tors = cluster.oversubscription > 1;
 
   sg4::NetZone* zone = sg4::create_dijkstra_zone("cluster", true);
@@ -611,8 +613,7 @@ std::vector<sg4::Host*> BuildPlatform(Run& run) {
   auto add_host = [&](const std::string& name,
                       simgrid::kernel::routing::NetPoint* to, sg4::Link* link) {
     sg4::Host* host = zone->create_host(name, "1Gf");
-    zone->add_route(host->get_netpoint(), to, nullptr, nullptr, up(link),
-                    true);
+    zone->add_route(host->get_netpoint(), to, nullptr, nullptr, up(link), true);
     // Within a host (a colocated server and its worker): a memory copy,
     // next to free beside the links.
     sg4::Link* loopback =
@@ -688,10 +689,9 @@ Strategy StrategyOf(AllReduceKind kind) {
 }  // namespace
 
 absl::StatusOr<Strategy> ParseStrategy(const std::string& name) {
-  for (Strategy s :
-       {Strategy::kRing, Strategy::kHalvingDoubling, Strategy::kTree,
-        Strategy::kHierarchical, Strategy::kSelecting,
-        Strategy::kParameterServer}) {
+  for (Strategy s : {Strategy::kRing, Strategy::kHalvingDoubling,
+                     Strategy::kTree, Strategy::kHierarchical,
+                     Strategy::kSelecting, Strategy::kParameterServer}) {
     if (name == StrategyName(s)) return s;
   }
   return absl::InvalidArgumentError(
@@ -811,9 +811,9 @@ int64_t PsAnswerBytes(const CompressionSpec& compression, int64_t key_bytes,
       const double kept = static_cast<double>(compression.KeptElements(numel));
       const double union_size =
           numel * (1.0 - std::pow(1.0 - kept / numel, workers));
-      return std::min(key_bytes,
-                      SparseBytes(numel, static_cast<int64_t>(
-                                             std::ceil(union_size))));
+      return std::min(
+          key_bytes,
+          SparseBytes(numel, static_cast<int64_t>(std::ceil(union_size))));
     }
   }
   return key_bytes;
@@ -822,10 +822,9 @@ int64_t PsAnswerBytes(const CompressionSpec& compression, int64_t key_bytes,
 Strategy SelectorPick(const SimulationOptions& options, int bucket) {
   return StrategyOf(ChooseAllReduce(
       options.cluster.workers,
-      static_cast<double>(
-          AllReduceWire(options.compression,
-                        options.profile.buckets[bucket].bytes)
-              .dense_bytes),
+      static_cast<double>(AllReduceWire(options.compression,
+                                        options.profile.buckets[bucket].bytes)
+                              .dense_bytes),
       CandidateLinks::Uniform(HostLink(options.cluster)),
       static_cast<double>(PeerExchange::kDefaultEagerBytes)));
 }
@@ -851,13 +850,13 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
       return TreeAllReduceSeconds(n, bytes, link);
     case Strategy::kSelecting: {
       const Strategy pick = SelectorPick(options, bucket);
-      const AllReduceKind kind =
-          pick == Strategy::kTree ? AllReduceKind::kTree
-          : pick == Strategy::kHalvingDoubling
-              ? AllReduceKind::kHalvingDoubling
-              : AllReduceKind::kRing;
-      return PredictAllReduce(kind, n, bytes, link,
-                              static_cast<double>(PeerExchange::kDefaultEagerBytes));
+      const AllReduceKind kind = pick == Strategy::kTree ? AllReduceKind::kTree
+                                 : pick == Strategy::kHalvingDoubling
+                                     ? AllReduceKind::kHalvingDoubling
+                                     : AllReduceKind::kRing;
+      return PredictAllReduce(
+          kind, n, bytes, link,
+          static_cast<double>(PeerExchange::kDefaultEagerBytes));
     }
     case Strategy::kHierarchical: {
       // Inside the host each rank's own link; across, the G ranks of a
@@ -923,8 +922,7 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
   // A NIC of G workers takes G answers of every server's last key after
   // their pushes.
   if (g > 1 && colocated_servers == 0) tail = std::max(tail, g * last_keys);
-  return (1.0 + most_keys) * link.alpha_s +
-         (busiest + tail) / link.bytes_per_s;
+  return (1.0 + most_keys) * link.alpha_s + (busiest + tail) / link.bytes_per_s;
 }
 
 absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
@@ -965,7 +963,8 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
   }
 
   int argc = 2;
-  std::string program = "gradsync-simulate", quiet = "--log=root.thresh:critical";
+  std::string program = "gradsync-simulate",
+              quiet = "--log=root.thresh:critical";
   char* argv[] = {program.data(), quiet.data(), nullptr};
   sg4::Engine engine(&argc, argv);
   sg4::Engine::set_config("network/model:" + options.network_model);
@@ -1005,8 +1004,7 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
       }
     }
     for (int s = 0; s < cluster.servers; ++s) {
-      spawn(absl::StrCat("server", s), ServerEndpoint(cluster, s), PsServer,
-            s);
+      spawn(absl::StrCat("server", s), ServerEndpoint(cluster, s), PsServer, s);
     }
   } else {
     for (int b = 0; b < BucketCount(*run); ++b) {
@@ -1054,9 +1052,9 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
                   run->received[nic] / run->copies[nic]});
   }
   for (size_t t = 0; t < run->uplink_sent.size(); ++t) {
-    result.busiest_uplink_bytes = std::max(
-        {result.busiest_uplink_bytes, run->uplink_sent[t],
-         run->uplink_received[t]});
+    result.busiest_uplink_bytes =
+        std::max({result.busiest_uplink_bytes, run->uplink_sent[t],
+                  run->uplink_received[t]});
   }
   result.messages = run->messages;
   result.actors = actors;

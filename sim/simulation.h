@@ -108,15 +108,15 @@ const char* StrategyName(Strategy strategy);
 
 struct ClusterSpec {
   int workers = 2;
-  int servers = 0;          // the PS's K; 0 for an all-reduce
-  bool colocated = false;   // the PS's servers on the workers' hosts (K = N)
+  int servers = 0;         // the PS's K; 0 for an all-reduce
+  bool colocated = false;  // the PS's servers on the workers' hosts (K = N)
   // BytePS's mix (--ps_colocated_servers): servers 0..c-1 inside workers
   // 0..c-1's hosts, the other K - c on hosts of their own.
   int colocated_servers = 0;
   double link_bytes_per_s = 0;
-  double latency_s = 0;     // one way, NIC to NIC
-  int worker_group = 1;     // PS, separate: workers merged per host (above)
-  int gpus_per_host = 1;    // G ranks on each host, consecutive
+  double latency_s = 0;   // one way, NIC to NIC
+  int worker_group = 1;   // PS, separate: workers merged per host (above)
+  int gpus_per_host = 1;  // G ranks on each host, consecutive
   // Each rank's link into its host's fabric (G > 1 only): rate and one-way
   // latency rank to rank. A rank on another host is latency_s +
   // intra_latency_s away.
@@ -157,14 +157,14 @@ struct SimulationOptions {
 };
 
 struct StepResult {
-  double step_ms = 0;       // forward + backward, the synchronization's tail,
-                            // the optimizer (the straggler's sleep included)
-  double compute_ms = 0;    // forward + backward + optimizer, no sleep
-  double exposed_ms = 0;    // step_ms - compute_ms
-  double sync_ms = 0;       // first bucket ready to last bucket done
-  int64_t busiest_link_bytes = 0;  // one direction, per step, one real NIC
+  double step_ms = 0;     // forward + backward, the synchronization's tail,
+                          // the optimizer (the straggler's sleep included)
+  double compute_ms = 0;  // forward + backward + optimizer, no sleep
+  double exposed_ms = 0;  // step_ms - compute_ms
+  double sync_ms = 0;     // first bucket ready to last bucket done
+  int64_t busiest_link_bytes = 0;    // one direction, per step, one real NIC
   int64_t busiest_uplink_bytes = 0;  // one direction, one ToR's uplink
-  int64_t messages = 0;     // SimGrid communications, tails included
+  int64_t messages = 0;              // SimGrid communications, tails included
   int actors = 0;
 };
 
