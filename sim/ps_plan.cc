@@ -13,7 +13,8 @@ namespace sim {
 
 absl::StatusOr<PsPlan> PlanParameterServer(const StepProfile& profile,
                                            int workers, int servers,
-                                           bool colocated, int64_t key_bytes) {
+                                           int colocated, int64_t key_bytes,
+                                           PartitionPolicy policy) {
   if (profile.tensor_bytes.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the profile ", profile.name, " has no tensors to cut keys from"));
@@ -22,16 +23,16 @@ absl::StatusOr<PsPlan> PlanParameterServer(const StepProfile& profile,
   for (size_t i = 0; i < profile.tensor_bytes.size(); ++i) {
     // Gradients are float32: a tensor's floats, rounded up for a custom
     // model whose bytes do not divide by 4.
-    specs.push_back({absl::StrCat("tensor", i),
-                     {std::max<int64_t>(1, (profile.tensor_bytes[i] + 3) / 4)}});
+    specs.push_back(
+        {absl::StrCat("tensor", i),
+         {std::max<int64_t>(1, (profile.tensor_bytes[i] + 3) / 4)}});
   }
   // The layout's own buckets are not used: keys are placed over the whole
   // model, and the profile's buckets pick their keys by tensor below.
   absl::StatusOr<ParamLayout> layout = ParamLayout::Create(std::move(specs), 0);
   if (!layout.ok()) return layout.status();
   absl::StatusOr<std::vector<double>> shares =
-      ServerShares(PartitionPolicy::kEqual, workers, colocated ? servers : 0,
-                   colocated ? 0 : servers);
+      ServerShares(policy, workers, colocated, servers - colocated);
   if (!shares.ok()) return shares.status();
 
   PsPlan plan;
@@ -62,9 +63,9 @@ absl::StatusOr<PsPlan> PlanParameterServer(const StepProfile& profile,
   for (const PsKey& key : partition->keys()) {
     const int bucket = bucket_of_tensor[key.param];
     if (bucket < 0) {
-      return absl::InternalError(absl::StrCat(
-          "the profile ", profile.name, ": tensor ", key.param,
-          " is in no bucket"));
+      return absl::InternalError(absl::StrCat("the profile ", profile.name,
+                                              ": tensor ", key.param,
+                                              " is in no bucket"));
     }
     plan.keys[bucket][key.server].push_back(4 * key.numel);
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ps/client/partitioner.h"
 #include "sim/profile.h"
 
 namespace gradsync {
@@ -26,12 +27,13 @@ struct PsPlan {
   std::vector<std::vector<std::vector<int64_t>>> keys;
 };
 
-// `servers` K over `workers` N; `colocated`: every server inside a worker's
-// host (K = N), otherwise all on hosts of their own. `key_bytes` 0 takes the
-// rule's size. Equal target shares (--ps_partition=equal, the default).
+// `servers` K over `workers` N, the first `colocated` of them inside
+// workers' hosts and the rest on hosts of their own. `key_bytes` 0 takes the
+// rule's size. Target shares as --ps_partition says (`policy`).
 absl::StatusOr<PsPlan> PlanParameterServer(const StepProfile& profile,
                                            int workers, int servers,
-                                           bool colocated, int64_t key_bytes);
+                                           int colocated, int64_t key_bytes,
+                                           PartitionPolicy policy);
 
 }  // namespace sim
 }  // namespace gradsync

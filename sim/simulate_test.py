@@ -35,6 +35,11 @@ def step(*args):
 
 
 class SimulateTest(unittest.TestCase):
+    def assertStepMs(self, result, seconds):
+        # The simulated step alone, where the alpha-beta model knows less
+        # than the platform (an oversubscribed switch).
+        self.assertAlmostEqual(result["step_ms"], 1e3 * seconds, delta=1e-6 * 1e3 * seconds)
+
     def assertMs(self, result, seconds):
         self.assertAlmostEqual(result["step_ms"], 1e3 * seconds, delta=1e-6 * 1e3 * seconds)
         self.assertAlmostEqual(result["alpha_beta_sync_ms"], 1e3 * seconds,
@@ -169,11 +174,155 @@ class SimulateTest(unittest.TestCase):
             self.assertAlmostEqual(result["step_ms"] - result["exposed_ms"],
                                    result["compute_ms"])
             self.assertEqual(result["gradient_bytes"], 4 * 25557032)
+        # --compute_scale stretches the compute, not the bytes.
+        base = step("--strategy=ring", "--workers=4", "--link=100gbit,5us",
+                    f"--profile={profile}")
+        slow = step("--strategy=ring", "--workers=4", "--link=100gbit,5us",
+                    f"--profile={profile}", "--compute_scale=3")
+        self.assertAlmostEqual(slow["compute_ms"], 3 * base["compute_ms"])
+        self.assertEqual(slow["busiest_link_bytes"], base["busiest_link_bytes"])
+
+    # Two hosts of two ranks: NICs of 1 Gbit/s and 100 us, each rank's link
+    # inside its host 8 Gbit/s (1e9 bytes/s) and 10 us rank to rank.
+    TWO_BY_TWO = ["--workers=4", "--gpus_per_host=2", "--link=1gbit,100us",
+                  "--intra_link=8gbit,10us", "--model=custom:4:1", "--bucket_mb=100"]
+    INTRA_B, INTRA_ALPHA = 1e9, 10e-6
+
+    def test_ring_over_two_ranks_per_host(self):
+        # Ring order is rank order: 0->1 and 2->3 inside a host, 1->2 and
+        # 3->0 over the NICs, one flow each, so every NIC carries one flow
+        # of 2(N-1)/N of the bucket each way. Those flows set the step: their
+        # bytes at B, one cross-host latency (NIC's and the rank links'). The
+        # tail's 6 hops (3 inside, 3 across: 360 us) and the last segment at
+        # B (8 ms) are shorter.
+        result = step("--strategy=ring", *self.TWO_BY_TWO)
+        self.assertMs(result, 2 * (N - 1) * S / N / B + ALPHA + self.INTRA_ALPHA)
+        self.assertEqual(result["busiest_link_bytes"], 2 * (N - 1) * S / N)
+        self.assertEqual(result["messages"], N + 2 * (N - 1))
+
+    def test_hierarchical_over_two_ranks_per_host(self):
+        # hierarchical_allreduce.cc with R = 2: each rank sends its peer in
+        # the host one shard (S/2) over the intra link, then halving-doubling
+        # of its shard with the same local rank of the other host (two
+        # rounds of S/4 each way; a host's two ranks share its NIC, B/2
+        # each), then the all-gather inside (S/2 again).
+        result = step("--strategy=hierarchical", *self.TWO_BY_TWO)
+        inside = self.INTRA_ALPHA + S / 2 / self.INTRA_B
+        across = 2 * (ALPHA + self.INTRA_ALPHA + (S / 4) / (B / 2))
+        self.assertMs(result, 2 * inside + across)
+        # Per NIC each way: two ranks' two rounds of S/4, 2(M-1)/M of S.
+        self.assertEqual(result["busiest_link_bytes"], S)
+
+    def test_hierarchical_with_one_rank_per_host_is_halving_doubling(self):
+        hier = step("--strategy=hierarchical", *TINY)
+        hd = step("--strategy=halving_doubling", *TINY)
+        self.assertAlmostEqual(hier["step_ms"], hd["step_ms"], delta=1e-6)
+        self.assertEqual(hier["busiest_link_bytes"], hd["busiest_link_bytes"])
+
+    def test_oversubscribed_uplinks_slow_what_crosses_them(self):
+        # Halving-doubling over 4 hosts, 2 per ToR, uplinks of 2B/2 = B. The
+        # rounds with partner 2 away cross the spine, both of a ToR's ranks
+        # at once: B/2 each for S/2, twice (halving and doubling); the
+        # partner-1 rounds stay in the ToR (S/4 at B). Full bisection: every
+        # round at B.
+        args = ["--strategy=halving_doubling", *TINY]
+        full = step(*args)
+        self.assertMs(full, 4 * ALPHA + (2 * S / 2 + 2 * S / 4) / B)
+        over = step(*args, "--oversubscription=2", "--hosts_per_tor=2")
+        self.assertStepMs(over, 4 * ALPHA + (2 * S / 2 / 0.5 + 2 * S / 4) / B)
+        self.assertEqual(over["busiest_uplink_bytes"], 2 * 2 * S / 2)
+        self.assertEqual(full["busiest_uplink_bytes"], 0)
+        # The ring crosses each ToR's uplink with one flow: not slowed.
+        ring = step("--strategy=ring", *TINY, "--oversubscription=2", "--hosts_per_tor=2")
+        self.assertMs(ring, 2 * (N - 1) * S / N / B + ALPHA)
+
+    def test_ps_workers_share_their_hosts_nic(self):
+        # 2 ranks per host push through one NIC: merged by host (the
+        # default) or one endpoint per rank, the same step; with 4 servers
+        # each NIC carries 2 gradients each way, twice one rank per host's.
+        args = ["--strategy=ps", "--servers=4", "--workers=4", "--link=1gbit,100us",
+                "--intra_link=8gbit,0us", "--model=custom:4.194304:1", "--bucket_mb=100",
+                "--ps_key_kb=1024"]
+        merged = step(*args, "--gpus_per_host=2")
+        ranks = step(*args, "--gpus_per_host=2", "--worker_group=1")
+        one = step(*args)
+        self.assertAlmostEqual(merged["step_ms"], ranks["step_ms"], delta=1e-6)
+        self.assertEqual(merged["busiest_link_bytes"], 2 * MIB)
+        self.assertEqual(one["busiest_link_bytes"], MIB)
+        # One key per server: the answers leave once the pushes are in.
+        self.assertMs(merged, 2 * (ALPHA + 2 * MIB / B))
+        self.assertMs(one, 2 * (ALPHA + MIB / B))
+
+    def test_selector_runs_what_the_rule_picks(self):
+        # A latency-bound bucket at N = 8 (1 ms links) goes to a log2 N
+        # algorithm, a bandwidth-bound one to the ring (ChooseAllReduce); the
+        # step is then that algorithm's own.
+        for model, link, picked in (("custom:0.004:1", "1gbit,1ms", ("tree", "halving_doubling")),
+                                    ("custom:40:1", "1gbit,100us", ("ring",))):
+            args = ["--workers=8", f"--link={link}", f"--model={model}", "--bucket_mb=100"]
+            selector = step("--strategy=allreduce", *args)
+            (pick, count), = selector["selector_picks"].items()
+            self.assertIn(pick, picked)
+            self.assertEqual(count, 1)
+            alone = step(f"--strategy={pick}", *args)
+            self.assertAlmostEqual(selector["step_ms"], alone["step_ms"], delta=1e-6)
+
+    def test_a_straggler_holds_every_worker_under_bsp(self):
+        # Worker 2 sleeps 50 ms before its compute: its bucket is ready then,
+        # and neither the ring nor the PS's answers can finish before its
+        # bytes have gone through: the step is the sleep plus the step
+        # without it (one bucket, no compute).
+        ring = step("--strategy=ring", *TINY, "--straggler=2:50")
+        self.assertStepMs(ring, 0.050 + 2 * (N - 1) * S / N / B + ALPHA)
+        ps = step("--strategy=ps", "--servers=4", *TINY_PS, "--straggler=2:50")
+        self.assertEqual(ps["worker_group"], 1)
+        self.assertStepMs(ps, 0.050 + 2 * (ALPHA + MIB / B))
+        self.assertAlmostEqual(ps["exposed_ms"], ps["step_ms"])
+
+    def test_compressed_buckets_move_their_encodings_bytes(self):
+        # fp16: the ring with 16-bit values, half the bytes.
+        self.assertMs(step("--strategy=ring", *TINY, "--compression=fp16"),
+                      2 * (N - 1) * S / 2 / N / B + ALPHA)
+        # random-k 1 %: the ring all-reduces the k = 10,000 kept floats,
+        # latency-bound: 2(N-1) hops and the last 10 KB segment.
+        k = 10_000
+        self.assertMs(step("--strategy=ring", *TINY, "--compression=randomk:0.01"),
+                      2 * (N - 1) * ALPHA + 4 * k / N / B)
+        # top-k 1 %: every strategy all-gathers the encodings on the ring,
+        # N-1 store-and-forward steps of one blob: 21 bytes of encoding
+        # header, k indices and k values, 24 of frame.
+        blob = 21 + 8 * k + 24
+        for strategy in ("ring", "tree"):
+            result = step(f"--strategy={strategy}", *TINY, "--compression=topk:0.01")
+            self.assertMs(result, (N - 1) * (ALPHA + blob / B))
+            self.assertEqual(result["busiest_link_bytes"], (N - 1) * blob)
+        # The PS pushes and answers 16-bit values: half the bytes each way.
+        self.assertMs(step("--strategy=ps", "--servers=4", *TINY_PS, "--compression=fp16"),
+                      2 * (ALPHA + MIB / 2 / B))
+
+    def test_mixed_placement_as_the_client_counts_it(self):
+        # --ps_colocated_servers=c beside --servers=s separate ones: K = c + s.
+        # All N colocated is --placement=colocated.
+        mixed = step("--strategy=ps", *TINY_PS, "--ps_colocated_servers=4", "--servers=0")
+        colocated = step("--strategy=ps", "--placement=colocated", *TINY_PS)
+        self.assertEqual(mixed["servers"], 4)
+        self.assertAlmostEqual(mixed["step_ms"], colocated["step_ms"], delta=1e-6)
+        self.assertEqual(mixed["busiest_link_bytes"], colocated["busiest_link_bytes"])
+        # Two serving workers and two separate servers, a quarter each: a
+        # serving worker's link carries S + (N-2)·S/4 one way (its pushes to
+        # the 3 other servers and its server's answers to the 3 other
+        # workers, ps/client/partitioner.h); the workers that do not serve
+        # and the separate servers carry S, which bounds each phase.
+        two = step("--strategy=ps", *TINY_PS, "--ps_colocated_servers=2", "--servers=2")
+        self.assertEqual(two["servers"], 4)
+        self.assertEqual(two["placement"], "mixed:2")
+        self.assertEqual(two["busiest_link_bytes"], MIB + (N - 2) * MIB // 4)
+        self.assertStepMs(two, 2 * (ALPHA + MIB / B))
 
     def test_bad_input_is_one_line_and_exit_2(self):
         for args, words in (
                 (["--strategy=allgather", *TINY],
-                 "--strategy=allgather: ring, halving_doubling, tree or ps"),
+                 "--strategy=allgather: ring, halving_doubling, tree, hierarchical, allreduce"),
                 (["--workers=0", "--model=custom:4"], "--workers=0: give at least 1 worker"),
                 (["--link=fast", "--model=custom:4"], "--link=fast"),
                 (["--model=custom:x"], "--model=custom:x: give custom:MB"),
@@ -183,7 +332,27 @@ class SimulateTest(unittest.TestCase):
                 (["--strategy=ring", "--worker_group=2", *TINY],
                  "an all-reduce's ranks are not interchangeable"),
                 (["--strategy=ps", "--placement=colocated", "--servers=2", *TINY],
-                 "give --servers=4 (N), not 2")):
+                 "give --servers=4 (N), not 2"),
+                (["--straggler=4:50", *TINY],
+                 "--straggler=4:50: rank 4 is not one of the 4 workers"),
+                (["--straggler=1:fast", *TINY], "--straggler=1:fast: give RANK:MS"),
+                (["--strategy=tree", "--compression=fp16", *TINY],
+                 "16-bit values travel on the ring only"),
+                (["--compression=zip", *TINY], "zip"),
+                (["--compute_scale=0", *TINY], "--compute_scale=0: give a factor above 0"),
+                (["--strategy=ps", "--ps_colocated_servers=5", "--servers=0", *TINY],
+                 "--ps_colocated_servers=5: at most one per worker (4)"),
+                (["--strategy=ps", "--ps_partition=fair", *TINY], "fair"),
+                (["--gpus_per_host=3", *TINY],
+                 "--gpus_per_host=3 does not divide --workers=4 into whole hosts"),
+                (["--gpus_per_host=2", "--intra_link=fast", *TINY],
+                 "--intra_link=fast: give RATE[,LATENCY]"),
+                (["--oversubscription=0.5", *TINY],
+                 "--oversubscription=0.5: a ToR's uplink carries at most"),
+                (["--oversubscription=2", "--hosts_per_tor=0", *TINY],
+                 "--hosts_per_tor=0: an oversubscribed switch needs"),
+                (["--strategy=ps", "--servers=2", "--gpus_per_host=4", "--worker_group=2", *TINY],
+                 "--worker_group=2: merge whole hosts under one switch")):
             code, out, err = simulate(*args)
             self.assertEqual(code, 2, args)
             self.assertEqual(out, "", args)

@@ -1,15 +1,20 @@
 #include "sim/simulation.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "allreduce/algorithms/cost_model.h"
-#include "core/sync/link_cost.h"
+#include "allreduce/algorithms/peer_exchange.h"
+#include "allreduce/algorithms/ring_allgather.h"
 #include "allreduce/algorithms/tree_allreduce.h"
+#include "allreduce/allreduce_table.h"
 #include "core/base/power_of_two.h"
+#include "core/sync/link_cost.h"
 #include "simgrid/s4u.hpp"
 
 namespace gradsync {
@@ -21,12 +26,23 @@ namespace {
 // no lock is needed.
 struct Run {
   SimulationOptions options;
-  DoubleBinaryTrees trees;          // the tree's shapes
-  std::vector<int> copies;          // real hosts each simulated host stands for
-  std::vector<int64_t> sent;        // bytes out of each simulated host
-  std::vector<int64_t> received;    // bytes into each simulated host
-  std::vector<double> worker_done;  // per actor's rank
-  sg4::BarrierPtr ring_barrier;     // the ring's bucket ends together
+  DoubleBinaryTrees trees;       // the tree's shapes
+  std::vector<Strategy> picks;   // the selector's, per bucket
+  std::vector<WireBucket> wire;  // per bucket: what the all-reduce moves
+  // PS, per bucket, server and key: one worker's push and one answer.
+  std::vector<std::vector<std::vector<int64_t>>> push_bytes, answer_bytes;
+  // Per endpoint (a rank, a merged PS worker host, a separate server): the
+  // NIC it is behind and its ToR (-1: one switch).
+  std::vector<int> nic_of;
+  std::vector<int> tor_of;
+  std::vector<int> copies;               // per NIC: real hosts it stands for
+  std::vector<int64_t> sent;             // per NIC: bytes out of the host
+  std::vector<int64_t> received;         // per NIC: bytes into the host
+  std::vector<int64_t> uplink_sent;      // per ToR
+  std::vector<int64_t> uplink_received;  // per ToR
+  std::vector<double> last_hop_rate;     // per endpoint: from its left rank
+  std::vector<double> worker_done;       // per worker endpoint
+  sg4::BarrierPtr ring_barrier;          // the ring's bucket ends together
   std::vector<sg4::BarrierPtr> tree_barriers;  // per rank: its two trees
   int64_t messages = 0;
 };
@@ -37,7 +53,8 @@ int64_t Share(int64_t bytes, int parts, int index) {
 }
 
 // Block b of `blocks` over `count` units, as halving_doubling_allreduce.cc
-// cuts its buffer: the first count % blocks one unit larger.
+// and hierarchical_allreduce.cc cut their buffers: the first count % blocks
+// one unit larger.
 int64_t BlockOffset(int64_t count, int blocks, int b) {
   return b * (count / blocks) + std::min<int64_t>(b, count % blocks);
 }
@@ -46,12 +63,19 @@ sg4::Mailbox* Box(const std::string& name) {
   return sg4::Mailbox::by_name(name);
 }
 
-sg4::CommPtr Send(Run& run, int from_host, int to_host, sg4::Mailbox* box,
+sg4::CommPtr Send(Run& run, int from, int to, sg4::Mailbox* box,
                   int64_t bytes) {
-  // A colocated server's share of its own worker stays in the host.
-  if (from_host != to_host) {
-    run.sent[from_host] += bytes;
-    run.received[to_host] += bytes;
+  // Bytes that stay inside a host (a colocated server and its worker, two
+  // ranks of one host) cross no NIC.
+  const int from_nic = run.nic_of[from], to_nic = run.nic_of[to];
+  if (from_nic != to_nic) {
+    run.sent[from_nic] += bytes;
+    run.received[to_nic] += bytes;
+    const int from_tor = run.tor_of[from], to_tor = run.tor_of[to];
+    if (from_tor != to_tor) {
+      run.uplink_sent[from_tor] += bytes;
+      run.uplink_received[to_tor] += bytes;
+    }
   }
   ++run.messages;
   // The payload is never read (only its simulated size matters); SimGrid
@@ -71,6 +95,14 @@ double BucketReadySeconds(const StepProfile& profile, int bucket) {
   return (profile.forward_ms + profile.buckets[bucket].ready_ms) / 1e3;
 }
 
+// When worker (or merged worker endpoint) `worker` has bucket `bucket`:
+// the straggler's sleep comes before its forward.
+double WorkerReadySeconds(const Run& run, int worker, int bucket) {
+  const double sleep_s =
+      worker == run.options.straggler_rank ? run.options.straggler_ms / 1e3 : 0;
+  return sleep_s + BucketReadySeconds(run.options.profile, bucket);
+}
+
 int BucketCount(const Run& run) {
   return static_cast<int>(run.options.profile.buckets.size());
 }
@@ -80,182 +112,279 @@ void Done(Run* run, int rank) {
       std::max(run->worker_done[rank], sg4::Engine::get_clock());
 }
 
-void RingWorker(Run* run, int rank) {
+// One bucket of the ring (ring_allreduce.cc) among all N ranks.
+void RingBucket(Run* run, int rank, int b) {
   const int n = run->options.cluster.workers;
   const int steps = 2 * (n - 1);
   const int right = (rank + 1) % n;
-  const std::string stream_box = absl::StrCat("ring-", right);
-  const std::string tail_box = absl::StrCat("ring-tail-", right);
-  const std::string own_stream_box = absl::StrCat("ring-", rank);
-  const std::string own_tail_box = absl::StrCat("ring-tail-", rank);
-  const StepProfile& profile = run->options.profile;
-  for (int b = 0; b < BucketCount(*run); ++b) {
-    sg4::this_actor::sleep_until(BucketReadySeconds(profile, b));
-    if (n == 1) continue;
-    const int64_t bytes = profile.buckets[b].bytes;
-    // Step s sends chunk (rank - s) mod n: its share of the bucket.
-    int64_t stream = 0;
-    for (int step = 0; step < steps; ++step) {
-      stream += Share(bytes, n, ((rank - step) % n + n) % n);
-    }
-    std::vector<sg4::CommPtr> comms = {
-        Send(*run, rank, right, Box(stream_box), stream),
-        Receive(Box(own_stream_box))};
-    // Tail hop k leaves rank k mod n once hop k - 1 has arrived. The next
-    // hop's receive is posted before it is due: SimGrid starts a message's
-    // latency when both ends have met.
-    sg4::CommPtr tail_in;
-    if (rank > 0 && rank <= steps) tail_in = Receive(Box(own_tail_box));
-    for (int hop = rank; hop < steps; hop += n) {
-      if (hop > 0) tail_in->wait();
-      if (hop + n <= steps) tail_in = Receive(Box(own_tail_box));
-      comms.push_back(Send(*run, rank, right, Box(tail_box), 0));
-    }
-    if (rank == steps % n) {
-      // The last hop's receiver: the last segment follows the tail.
-      tail_in->wait();
-      sg4::this_actor::sleep_for(static_cast<double>(Share(bytes, n, 0)) /
-                                 run->options.cluster.link_bytes_per_s);
-    }
-    for (auto& comm : comms) comm->wait();
-    run->ring_barrier->wait();
+  const int64_t bytes = run->wire[b].dense_bytes;
+  // Step s sends chunk (rank - s) mod n: its share of the bucket.
+  int64_t stream = 0;
+  for (int step = 0; step < steps; ++step) {
+    stream += Share(bytes, n, ((rank - step) % n + n) % n);
   }
-  Done(run, rank);
+  std::vector<sg4::CommPtr> comms = {
+      Send(*run, rank, right, Box(absl::StrCat("ring-", right)), stream),
+      Receive(Box(absl::StrCat("ring-", rank)))};
+  sg4::Mailbox* tail_box = Box(absl::StrCat("ring-tail-", right));
+  sg4::Mailbox* own_tail_box = Box(absl::StrCat("ring-tail-", rank));
+  // Tail hop k leaves rank k mod n once hop k - 1 has arrived. The next
+  // hop's receive is posted before it is due: SimGrid starts a message's
+  // latency when both ends have met.
+  sg4::CommPtr tail_in;
+  if (rank > 0 && rank <= steps) tail_in = Receive(own_tail_box);
+  for (int hop = rank; hop < steps; hop += n) {
+    if (hop > 0) tail_in->wait();
+    if (hop + n <= steps) tail_in = Receive(own_tail_box);
+    comms.push_back(Send(*run, rank, right, tail_box, 0));
+  }
+  if (rank == steps % n) {
+    // The last hop's receiver: the last segment follows the tail, at the
+    // rate of the hop it crosses.
+    tail_in->wait();
+    sg4::this_actor::sleep_for(static_cast<double>(Share(bytes, n, 0)) /
+                               run->last_hop_rate[rank]);
+  }
+  for (auto& comm : comms) comm->wait();
+  run->ring_barrier->wait();
 }
 
-void HalvingDoublingWorker(Run* run, int rank) {
-  const int n = run->options.cluster.workers;
+// Halving-doubling among `members` (global ranks; this one is
+// members[index]) on `bytes`, as HalvingDoublingInGroup runs it: the fold of
+// the extra members, the power-of-two core's halving and doubling rounds, the
+// result's return. `tag` keeps the mailboxes of different uses apart.
+void HalvingDoublingRounds(Run* run, const std::vector<int>& members, int index,
+                           int64_t bytes, const std::string& tag) {
+  const int n = static_cast<int>(members.size());
+  if (n == 1) return;
   const int p = static_cast<int>(LargestPowerOfTwoAtMost(n));
   const int extra = n - p;
-  // Where virtual rank v of the power-of-two core sits
-  // (halving_doubling_allreduce.cc).
-  auto member = [extra](int v) { return v < extra ? 2 * v + 1 : v + extra; };
-  auto exchange = [run, rank](int partner, int64_t bytes, bool receive) {
+  const int rank = members[index];
+  // Where virtual index v of the power-of-two core sits.
+  auto member = [&](int v) {
+    return members[v < extra ? 2 * v + 1 : v + extra];
+  };
+  auto exchange = [&](int partner, int64_t send_bytes, bool receive) {
     std::vector<sg4::CommPtr> comms;
-    if (bytes >= 0) {
+    if (send_bytes >= 0) {
       comms.push_back(Send(*run, rank, partner,
-                           Box(absl::StrCat("hd-", partner, "-", rank)), bytes));
+                           Box(absl::StrCat(tag, partner, "-", rank)),
+                           send_bytes));
     }
     if (receive) {
-      comms.push_back(Receive(Box(absl::StrCat("hd-", rank, "-", partner))));
+      comms.push_back(Receive(Box(absl::StrCat(tag, rank, "-", partner))));
     }
     for (auto& comm : comms) comm->wait();
   };
-  const StepProfile& profile = run->options.profile;
-  for (int b = 0; b < BucketCount(*run); ++b) {
-    sg4::this_actor::sleep_until(BucketReadySeconds(profile, b));
-    if (n == 1) continue;
-    const int64_t bytes = profile.buckets[b].bytes;
-    if (rank < 2 * extra && rank % 2 == 0) {
-      exchange(rank + 1, bytes, false);  // the fold
-      exchange(rank + 1, -1, true);      // the result's return
-      continue;
-    }
-    if (rank < 2 * extra) exchange(rank - 1, -1, true);
-    const int v = rank < 2 * extra ? rank / 2 : rank - extra;
-    int lo = 0, hi = p;
-    for (int mask = p / 2; mask >= 1; mask /= 2) {
-      const int mid = lo + (hi - lo) / 2;
-      const bool lower = (v & mask) == 0;
-      const int send_lo = lower ? mid : lo, send_hi = lower ? hi : mid;
-      exchange(member(v ^ mask),
-               BlockOffset(bytes, p, send_hi) - BlockOffset(bytes, p, send_lo),
-               true);
-      lo = lower ? lo : mid;
-      hi = lower ? mid : hi;
-    }
-    for (int mask = 1; mask < p; mask *= 2) {
-      const int size = hi - lo;
-      const bool lower = (v & mask) == 0;
-      const int their_lo = lower ? hi : lo - size;
-      exchange(member(v ^ mask),
-               BlockOffset(bytes, p, hi) - BlockOffset(bytes, p, lo), true);
-      lo = std::min(lo, their_lo);
-      hi = std::max(hi, their_lo + size);
-    }
-    if (rank < 2 * extra) exchange(rank - 1, bytes, false);
+  if (index < 2 * extra && index % 2 == 0) {
+    exchange(members[index + 1], bytes, false);  // the fold
+    exchange(members[index + 1], -1, true);      // the result's return
+    return;
   }
-  Done(run, rank);
+  if (index < 2 * extra) exchange(members[index - 1], -1, true);
+  const int v = index < 2 * extra ? index / 2 : index - extra;
+  int lo = 0, hi = p;
+  for (int mask = p / 2; mask >= 1; mask /= 2) {
+    const int mid = lo + (hi - lo) / 2;
+    const bool lower = (v & mask) == 0;
+    const int send_lo = lower ? mid : lo, send_hi = lower ? hi : mid;
+    exchange(member(v ^ mask),
+             BlockOffset(bytes, p, send_hi) - BlockOffset(bytes, p, send_lo),
+             true);
+    lo = lower ? lo : mid;
+    hi = lower ? mid : hi;
+  }
+  for (int mask = 1; mask < p; mask *= 2) {
+    const int size = hi - lo;
+    const bool lower = (v & mask) == 0;
+    const int their_lo = lower ? hi : lo - size;
+    exchange(member(v ^ mask),
+             BlockOffset(bytes, p, hi) - BlockOffset(bytes, p, lo), true);
+    lo = std::min(lo, their_lo);
+    hi = std::max(hi, their_lo + size);
+  }
+  if (index < 2 * extra) exchange(members[index - 1], bytes, false);
 }
 
-// One rank's part in tree `tree` (0 or 1); the two trees of a rank meet at
-// the end of every bucket, as one Run of the real code ends when both do.
-void TreeWorker(Run* run, int rank, int tree) {
-  const int n = run->options.cluster.workers;
+std::vector<int> AllRanks(int n) {
+  std::vector<int> ranks(n);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return ranks;
+}
+
+// hierarchical_allreduce.cc with R = G: reduce-scatter inside the host,
+// halving-doubling of the own shard across hosts, all-gather inside.
+void HierarchicalBucket(Run* run, int rank, int b) {
+  const ClusterSpec& cluster = run->options.cluster;
+  const int r = cluster.gpus_per_host;
+  const int node = rank / r, local = rank % r;
+  const int64_t floats = (run->wire[b].dense_bytes + 3) / 4;
+  auto shard_bytes = [&](int j) {
+    return 4 * (BlockOffset(floats, r, j + 1) - BlockOffset(floats, r, j));
+  };
+  // Inside the host every transfer of a phase runs at once (PeerExchange).
+  auto local_phase = [&](const char* what, bool own_shard_out) {
+    std::vector<sg4::CommPtr> comms;
+    for (int j = 0; j < r; ++j) {
+      if (j == local) continue;
+      const int peer = node * r + j;
+      comms.push_back(Send(*run, rank, peer,
+                           Box(absl::StrCat(what, peer, "-", rank)),
+                           shard_bytes(own_shard_out ? local : j)));
+      comms.push_back(Receive(Box(absl::StrCat(what, rank, "-", peer))));
+    }
+    for (auto& comm : comms) comm->wait();
+  };
+  if (r > 1) local_phase("hier-rs-", false);
+  std::vector<int> cross;
+  for (int m = 0; m < cluster.workers / r; ++m) cross.push_back(m * r + local);
+  HalvingDoublingRounds(run, cross, node, shard_bytes(local), "hier-hd-");
+  if (r > 1) local_phase("hier-ag-", true);
+}
+
+// One rank's part in tree `tree` (0 or 1) for bucket `b`; the two trees of a
+// rank meet at the end of every bucket, as one Run of the real code ends
+// when both do.
+void TreeBucket(Run* run, int rank, int tree, int b) {
   const TreeNode& node = run->trees.nodes[tree][rank];
   auto box = [tree](const char* what, int to, int from) {
     return Box(absl::StrCat("tree", tree, what, to, "-", from));
   };
-  const StepProfile& profile = run->options.profile;
-  for (int b = 0; b < BucketCount(*run); ++b) {
-    sg4::this_actor::sleep_until(BucketReadySeconds(profile, b));
-    if (n == 1) continue;
-    // Tree 0 carries the first (count + 1) / 2 floats (tree_allreduce.cc).
-    const int64_t bytes = profile.buckets[b].bytes;
-    const int64_t first_half = 4 * ((bytes / 4 + 1) / 2);
-    const int64_t half = tree == 0 ? first_half : bytes - first_half;
-    // Every receive is posted at once: SimGrid starts a message's latency
-    // when both ends have met, and a tail must not wait for this rank.
-    std::vector<sg4::CommPtr> flows, child_flows, child_tails, sends;
-    sg4::CommPtr from_parent, parent_tail;
-    if (node.parent >= 0) {
-      flows.push_back(
-          Send(*run, rank, node.parent, box("-up-", node.parent, rank), half));
-      from_parent = Receive(box("-down-", rank, node.parent));
-      parent_tail = Receive(box("-down-tail-", rank, node.parent));
-    }
-    std::vector<sg4::CommPtr> to_children;
-    for (int child : node.children) {
-      child_flows.push_back(Receive(box("-up-", rank, child)));
-      child_tails.push_back(Receive(box("-up-tail-", rank, child)));
-      to_children.push_back(
-          Send(*run, rank, child, box("-down-", child, rank), half));
-    }
-    // The reduce: a child's sum is in when its flow and its tail are; this
-    // rank's own sum then has all its inputs, and its last byte leaves (the
-    // tail: one latency, the same hop the flow's bytes pay theirs on).
-    for (auto& comm : child_flows) comm->wait();
-    for (auto& comm : child_tails) comm->wait();
-    if (node.parent >= 0) {
-      sends.push_back(
-          Send(*run, rank, node.parent, box("-up-tail-", node.parent, rank), 0));
-      // The broadcast: the parent's result is here when its flow and its
-      // tail are.
-      from_parent->wait();
-      parent_tail->wait();
-    }
-    for (int child : node.children) {
-      sends.push_back(
-          Send(*run, rank, child, box("-down-tail-", child, rank), 0));
-    }
-    for (auto& comm : flows) comm->wait();
-    for (auto& comm : to_children) comm->wait();
-    for (auto& comm : sends) comm->wait();
-    run->tree_barriers[rank]->wait();
+  // Tree 0 carries the first (count + 1) / 2 floats (tree_allreduce.cc).
+  const int64_t bytes = run->wire[b].dense_bytes;
+  const int64_t first_half = 4 * ((bytes / 4 + 1) / 2);
+  const int64_t half = tree == 0 ? first_half : bytes - first_half;
+  // Every receive is posted at once: SimGrid starts a message's latency
+  // when both ends have met, and a tail must not wait for this rank.
+  std::vector<sg4::CommPtr> flows, child_flows, child_tails, sends;
+  sg4::CommPtr from_parent, parent_tail;
+  if (node.parent >= 0) {
+    flows.push_back(
+        Send(*run, rank, node.parent, box("-up-", node.parent, rank), half));
+    from_parent = Receive(box("-down-", rank, node.parent));
+    parent_tail = Receive(box("-down-tail-", rank, node.parent));
   }
-  Done(run, rank);
+  std::vector<sg4::CommPtr> to_children;
+  for (int child : node.children) {
+    child_flows.push_back(Receive(box("-up-", rank, child)));
+    child_tails.push_back(Receive(box("-up-tail-", rank, child)));
+    to_children.push_back(
+        Send(*run, rank, child, box("-down-", child, rank), half));
+  }
+  // The reduce: a child's sum is in when its flow and its tail are; this
+  // rank's own sum then has all its inputs, and its last byte leaves (the
+  // tail: one latency, the same hop the flow's bytes pay theirs on).
+  for (auto& comm : child_flows) comm->wait();
+  for (auto& comm : child_tails) comm->wait();
+  if (node.parent >= 0) {
+    sends.push_back(
+        Send(*run, rank, node.parent, box("-up-tail-", node.parent, rank), 0));
+    // The broadcast: the parent's result is here when its flow and its
+    // tail are.
+    from_parent->wait();
+    parent_tail->wait();
+  }
+  for (int child : node.children) {
+    sends.push_back(
+        Send(*run, rank, child, box("-down-tail-", child, rank), 0));
+  }
+  for (auto& comm : flows) comm->wait();
+  for (auto& comm : to_children) comm->wait();
+  for (auto& comm : sends) comm->wait();
 }
 
-int ServerHost(const ClusterSpec& cluster, int server) {
-  return cluster.colocated ? server
-                           : cluster.workers / cluster.worker_group + server;
+// ring_allgather.h for one bucket: N-1 steps, in each every rank passes one
+// encoding (behind its frame header) to its right neighbour, forwarded only
+// once it has arrived whole. One flow per rank of its N-1 blobs shares the
+// links; a tail of N-1 hops, each leaving a blob's transfer time after the
+// last one arrived, carries the store-and-forward order.
+void RingAllGatherBucket(Run* run, int rank, int b) {
+  const int n = run->options.cluster.workers;
+  const int right = (rank + 1) % n;
+  const int64_t blob = run->wire[b].dense_bytes + RingAllGather::kHeaderBytes;
+  std::vector<sg4::CommPtr> comms = {
+      Send(*run, rank, right, Box(absl::StrCat("ag-", right)), (n - 1) * blob),
+      Receive(Box(absl::StrCat("ag-", rank)))};
+  sg4::Mailbox* tail_box = Box(absl::StrCat("ag-tail-", right));
+  const double blob_s = static_cast<double>(blob) / run->last_hop_rate[right];
+  if (rank == 0) {
+    sg4::this_actor::sleep_for(blob_s);
+    comms.push_back(Send(*run, rank, right, tail_box, 0));
+  } else {
+    Receive(Box(absl::StrCat("ag-tail-", rank)))->wait();
+    if (rank < n - 1) {
+      sg4::this_actor::sleep_for(blob_s);
+      comms.push_back(Send(*run, rank, right, tail_box, 0));
+    }
+  }
+  for (auto& comm : comms) comm->wait();
+  run->ring_barrier->wait();
+}
+
+// One all-reduce rank's actor (two per rank where trees run: `part` is the
+// tree it carries). A bucket runs when backward has made it and the one
+// before is done, under the strategy or the selector's pick for it.
+void AllReduceWorker(Run* run, int rank, int part) {
+  const int n = run->options.cluster.workers;
+  const StepProfile& profile = run->options.profile;
+  const bool two_parts = !run->tree_barriers.empty();
+  for (int b = 0; b < BucketCount(*run); ++b) {
+    sg4::this_actor::sleep_until(WorkerReadySeconds(*run, rank, b));
+    if (n > 1) {
+      const Strategy strategy = run->picks[b];
+      if (run->wire[b].gathered) {
+        if (part == 0) RingAllGatherBucket(run, rank, b);
+      } else if (strategy == Strategy::kTree) {
+        TreeBucket(run, rank, part, b);
+      } else if (part == 0) {
+        switch (strategy) {
+          case Strategy::kRing:
+            RingBucket(run, rank, b);
+            break;
+          case Strategy::kHalvingDoubling:
+            HalvingDoublingRounds(run, AllRanks(n), rank,
+                                  run->wire[b].dense_bytes, "hd-");
+            break;
+          case Strategy::kHierarchical:
+            HierarchicalBucket(run, rank, b);
+            break;
+          default:
+            break;
+        }
+      }
+    }
+    if (two_parts) run->tree_barriers[rank]->wait();
+  }
+  if (part == 0) Done(run, rank);
+}
+
+// How many servers sit inside workers' hosts: all, some, or none.
+int ColocatedServers(const ClusterSpec& cluster) {
+  return cluster.colocated ? cluster.servers : cluster.colocated_servers;
+}
+
+int ServerEndpoint(const ClusterSpec& cluster, int server) {
+  const int colocated = ColocatedServers(cluster);
+  return server < colocated
+             ? server
+             : cluster.workers / cluster.worker_group + server - colocated;
 }
 
 const std::vector<int64_t>& PsKeys(const Run& run, int bucket, int server) {
   return run.options.ps_keys[bucket][server];
 }
 
-// One simulated worker host's stream to one server: worker_group workers,
-// each pushing the same keys. As the real client (ps/ps_sync.cc) starts a
-// bucket as soon as backward has made it, not after the last one's
-// answers, a stream pushes every bucket's keys in turn from its ready time
-// and takes the answers whenever they come.
-void PsStream(Run* run, int host, int server) {
+// One simulated worker's stream to one server: worker_group workers, each
+// pushing the same keys. As the real client (ps/ps_sync.cc) starts a bucket
+// as soon as backward has made it, not after the last one's answers, a
+// stream pushes every bucket's keys in turn from its ready time and takes
+// the answers whenever they come.
+void PsStream(Run* run, int worker, int server) {
   const ClusterSpec& cluster = run->options.cluster;
   const StepProfile& profile = run->options.profile;
-  const int server_host = ServerHost(cluster, server);
-  sg4::Mailbox* push_box = Box(absl::StrCat("push-", server, "-", host));
-  sg4::Mailbox* pull_box = Box(absl::StrCat("pull-", host, "-", server));
+  const int server_endpoint = ServerEndpoint(cluster, server);
+  sg4::Mailbox* push_box = Box(absl::StrCat("push-", server, "-", worker));
+  sg4::Mailbox* pull_box = Box(absl::StrCat("pull-", worker, "-", server));
   std::vector<sg4::CommPtr> answers;
   for (int b = 0; b < BucketCount(*run); ++b) {
     for (size_t k = 0; k < PsKeys(*run, b, server).size(); ++k) {
@@ -263,48 +392,47 @@ void PsStream(Run* run, int host, int server) {
     }
   }
   for (int b = 0; b < BucketCount(*run); ++b) {
-    sg4::this_actor::sleep_until(BucketReadySeconds(profile, b));
+    sg4::this_actor::sleep_until(WorkerReadySeconds(*run, worker, b));
     // One stream: a key's bytes after the last one's (two in flight would
     // share the link and delay the first key's answers).
-    for (int64_t key : PsKeys(*run, b, server)) {
-      Send(*run, host, server_host, push_box, cluster.worker_group * key)
+    for (int64_t push : run->push_bytes[b][server]) {
+      Send(*run, worker, server_endpoint, push_box, cluster.worker_group * push)
           ->wait();
     }
   }
   for (auto& comm : answers) comm->wait();
-  Done(run, host);
+  Done(run, worker);
 }
 
 void PsServer(Run* run, int server) {
   const ClusterSpec& cluster = run->options.cluster;
-  const int worker_hosts = cluster.workers / cluster.worker_group;
-  const int host = ServerHost(cluster, server);
+  const int workers = cluster.workers / cluster.worker_group;
+  const int endpoint = ServerEndpoint(cluster, server);
   std::vector<sg4::Mailbox*> push_boxes, pull_boxes;
-  for (int w = 0; w < worker_hosts; ++w) {
+  for (int w = 0; w < workers; ++w) {
     push_boxes.push_back(Box(absl::StrCat("push-", server, "-", w)));
     pull_boxes.push_back(Box(absl::StrCat("pull-", w, "-", server)));
   }
   std::vector<sg4::CommPtr> answers;
-  // Every push of the step is expected at once (each host's arrive in
+  // Every push of the step is expected at once (each worker's arrive in
   // bucket and key order): SimGrid starts a message's latency when both
   // ends have met, and a push must not wait for the server to get to it.
   std::vector<std::vector<std::vector<sg4::CommPtr>>> pushes(BucketCount(*run));
   for (int b = 0; b < BucketCount(*run); ++b) {
     pushes[b].resize(PsKeys(*run, b, server).size());
     for (auto& key_pushes : pushes[b]) {
-      for (int w = 0; w < worker_hosts; ++w) {
+      for (int w = 0; w < workers; ++w) {
         key_pushes.push_back(Receive(push_boxes[w]));
       }
     }
   }
   for (int b = 0; b < BucketCount(*run); ++b) {
-    const std::vector<int64_t>& keys = PsKeys(*run, b, server);
-    for (size_t k = 0; k < keys.size(); ++k) {
-      const int64_t key = keys[k];
+    const std::vector<int64_t>& answer = run->answer_bytes[b][server];
+    for (size_t k = 0; k < answer.size(); ++k) {
       for (auto& comm : pushes[b][k]) comm->wait();
-      for (int w = 0; w < worker_hosts; ++w) {
-        answers.push_back(
-            Send(*run, host, w, pull_boxes[w], cluster.worker_group * key));
+      for (int w = 0; w < workers; ++w) {
+        answers.push_back(Send(*run, endpoint, w, pull_boxes[w],
+                               cluster.worker_group * answer[k]));
       }
     }
   }
@@ -316,6 +444,30 @@ absl::Status Check(const SimulationOptions& options) {
   if (c.workers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--workers=", c.workers, ": give at least 1 worker"));
+  }
+  if (c.gpus_per_host < 1 || c.workers % c.gpus_per_host != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpus_per_host=", c.gpus_per_host,
+        " does not divide --workers=", c.workers, " into whole hosts"));
+  }
+  if (c.gpus_per_host > 1 && !(c.intra_bytes_per_s > 0)) {
+    return absl::InvalidArgumentError(
+        "--intra_link: several ranks per host need an intra-host rate above 0");
+  }
+  if (c.intra_latency_s < 0) {
+    return absl::InvalidArgumentError(
+        "--intra_link: the latency must not be negative");
+  }
+  if (!(c.oversubscription >= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--oversubscription=", c.oversubscription,
+        ": a ToR's uplink carries at most what its hosts send; give 1 (one "
+        "switch of full bisection) or more"));
+  }
+  if (c.oversubscription > 1 && c.hosts_per_tor < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--hosts_per_tor=", c.hosts_per_tor,
+        ": an oversubscribed switch needs at least 1 host per ToR"));
   }
   if (c.worker_group < 1 || c.workers % c.worker_group != 0) {
     return absl::InvalidArgumentError(
@@ -329,13 +481,29 @@ absl::Status Check(const SimulationOptions& options) {
     }
     if (c.colocated && c.servers != c.workers) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--placement=colocated puts one server on each worker's host: "
-          "give --servers=", c.workers, " (N), not ", c.servers));
+          "--placement=colocated puts one server beside each worker: "
+          "give --servers=",
+          c.workers, " (N), not ", c.servers));
     }
-    if (c.colocated && c.worker_group != 1) {
+    if (c.colocated_servers < 0 || c.colocated_servers > c.workers ||
+        c.colocated_servers > c.servers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--ps_colocated_servers=", c.colocated_servers,
+                       ": at most one per worker (", c.workers,
+                       ") and at most K (", c.servers, ")"));
+    }
+    if (ColocatedServers(c) > 0 && c.worker_group != 1) {
       return absl::InvalidArgumentError(
           "--worker_group merges workers for separate servers only; a "
           "colocated server keeps its own worker's share inside its host");
+    }
+    if (c.worker_group > 1 && (c.worker_group % c.gpus_per_host != 0 ||
+                               LargestWorkerGroup(c) % c.worker_group != 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--worker_group=", c.worker_group,
+                       ": merge whole hosts under one switch, a divisor of ",
+                       LargestWorkerGroup(c),
+                       " and a multiple of --gpus_per_host=", c.gpus_per_host));
     }
     if (!options.ps_keys.empty() &&
         (options.ps_keys.size() != options.profile.buckets.size() ||
@@ -348,33 +516,188 @@ absl::Status Check(const SimulationOptions& options) {
         "--worker_group merges a PS's workers; an all-reduce's ranks are "
         "not interchangeable");
   }
+  const CompressionMethod method = options.compression.method;
+  if ((method == CompressionMethod::kFp16 ||
+       method == CompressionMethod::kBf16) &&
+      options.strategy != Strategy::kRing &&
+      options.strategy != Strategy::kParameterServer) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--compression=", options.compression.ToString(),
+                     " with --strategy=", StrategyName(options.strategy),
+                     ": 16-bit values travel on the ring only "
+                     "(allreduce/bucket_reducer.h)"));
+  }
+  if (options.straggler_rank >= c.workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--straggler=", options.straggler_rank, ":",
+                     options.straggler_ms, ": rank ", options.straggler_rank,
+                     " is not one of the ", c.workers, " workers"));
+  }
+  if (options.straggler_rank >= 0 &&
+      options.strategy == Strategy::kParameterServer && c.worker_group != 1) {
+    return absl::InvalidArgumentError(
+        "--straggler: a straggling PS worker is not like the others; give "
+        "--worker_group=1");
+  }
   if (!(c.link_bytes_per_s > 0)) {
     return absl::InvalidArgumentError("the link's rate must be above 0");
   }
   if (c.latency_s < 0) {
-    return absl::InvalidArgumentError("the link's latency must not be negative");
+    return absl::InvalidArgumentError(
+        "the link's latency must not be negative");
   }
   if (options.profile.buckets.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the profile ", options.profile.name, " has no buckets to synchronize"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the profile ", options.profile.name,
+                     " has no buckets to synchronize"));
   }
   if (options.network_model != "CM02" && options.network_model != "LV08") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--network_model=", options.network_model,
-                     ": CM02 (alpha-beta) or LV08 (SimGrid's TCP corrections)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--network_model=", options.network_model,
+        ": CM02 (alpha-beta) or LV08 (SimGrid's TCP corrections)"));
   }
   return absl::OkStatus();
+}
+
+// The host link as the α–β model and the selector see it: a rank on
+// another host is the NIC's latency plus the intra-host one away.
+LinkCost HostLink(const ClusterSpec& cluster) {
+  LinkCost link;
+  link.alpha_s = cluster.latency_s +
+                 (cluster.gpus_per_host > 1 ? cluster.intra_latency_s : 0);
+  link.bytes_per_s = cluster.link_bytes_per_s;
+  return link;
+}
+
+// The cluster as SimGrid's graph (simulation.h's drawing): every endpoint's
+// host, with the NIC and ToR each one is behind recorded in `run`.
+std::vector<sg4::Host*> BuildPlatform(Run& run) {
+  const ClusterSpec& cluster = run.options.cluster;
+  const bool ps = run.options.strategy == Strategy::kParameterServer;
+  const int g = cluster.gpus_per_host;
+  const int worker_endpoints = cluster.workers / cluster.worker_group;
+  // A merged PS worker is one endpoint for worker_group / G hosts; otherwise
+  // each host holds G rank endpoints.
+  const bool merged = cluster.worker_group > 1;
+  const int ranks_per_nic = merged ? 1 : g;
+  const int copies = merged ? cluster.worker_group / g : 1;
+  const int worker_nics = worker_endpoints / ranks_per_nic;
+  const int server_nics = ps ? cluster.servers - ColocatedServers(cluster) : 0;
+  const bool tors = cluster.oversubscription > 1;
+
+  sg4::NetZone* zone = sg4::create_dijkstra_zone("cluster", true);
+  simgrid::kernel::routing::NetPoint* spine = zone->create_router("switch");
+  std::vector<simgrid::kernel::routing::NetPoint*> tor_routers;
+  auto up = [](sg4::Link* link) {
+    return std::vector<sg4::LinkInRoute>{
+        sg4::LinkInRoute(link, sg4::LinkInRoute::Direction::UP)};
+  };
+  auto tor_of_real_host = [&](int real_host) {
+    if (!tors) return -1;
+    const int t = real_host / cluster.hosts_per_tor;
+    while (static_cast<int>(tor_routers.size()) <= t) {
+      const int id = static_cast<int>(tor_routers.size());
+      tor_routers.push_back(zone->create_router(absl::StrCat("tor", id)));
+      // A ToR's ports to its hosts carry hosts_per_tor·B; its uplink that
+      // over the ratio. No latency of its own: α stays NIC to NIC.
+      sg4::Link* uplink = zone->create_split_duplex_link(
+          absl::StrCat("uplink", id), cluster.hosts_per_tor *
+                                          cluster.link_bytes_per_s /
+                                          cluster.oversubscription);
+      zone->add_route(tor_routers[id], spine, nullptr, nullptr, up(uplink),
+                      true);
+    }
+    return t;
+  };
+  std::vector<sg4::Host*> hosts;
+  auto add_host = [&](const std::string& name,
+                      simgrid::kernel::routing::NetPoint* to, sg4::Link* link) {
+    sg4::Host* host = zone->create_host(name, "1Gf");
+    zone->add_route(host->get_netpoint(), to, nullptr, nullptr, up(link), true);
+    // Within a host (a colocated server and its worker): a memory copy,
+    // next to free beside the links.
+    sg4::Link* loopback =
+        zone->create_link(name + "-loopback", 1e15)->set_latency(0);
+    zone->add_route(host->get_netpoint(), host->get_netpoint(), nullptr,
+                    nullptr, {sg4::LinkInRoute(loopback)}, false);
+    hosts.push_back(host);
+  };
+  // One NIC: its host's endpoints behind it, `real_hosts` hosts' worth.
+  auto add_nic = [&](int nic, int first_real_host, int real_hosts,
+                     int endpoints) {
+    const int t = tor_of_real_host(first_real_host);
+    simgrid::kernel::routing::NetPoint* to = t >= 0 ? tor_routers[t] : spine;
+    sg4::Link* link = zone->create_split_duplex_link(
+        absl::StrCat("nic", nic), cluster.link_bytes_per_s * real_hosts);
+    link->set_latency(cluster.latency_s / 2);
+    run.copies.push_back(real_hosts);
+    if (endpoints == 1) {
+      add_host(absl::StrCat("host", nic), to, link);
+    } else {
+      simgrid::kernel::routing::NetPoint* fabric =
+          zone->create_router(absl::StrCat("host", nic, "-fabric"));
+      zone->add_route(fabric, to, nullptr, nullptr, up(link), true);
+      for (int e = 0; e < endpoints; ++e) {
+        sg4::Link* rank_link = zone->create_split_duplex_link(
+            absl::StrCat("host", nic, "-rank", e), cluster.intra_bytes_per_s);
+        rank_link->set_latency(cluster.intra_latency_s / 2);
+        add_host(absl::StrCat("host", nic, "-rank", e), fabric, rank_link);
+      }
+    }
+    for (int e = 0; e < endpoints; ++e) {
+      run.nic_of.push_back(nic);
+      run.tor_of.push_back(t);
+    }
+  };
+  for (int nic = 0; nic < worker_nics; ++nic) {
+    add_nic(nic, nic * copies, copies, ranks_per_nic);
+  }
+  for (int s = 0; s < server_nics; ++s) {
+    add_nic(worker_nics + s, worker_nics * copies + s, 1, 1);
+  }
+  zone->seal();
+
+  run.sent.assign(run.copies.size(), 0);
+  run.received.assign(run.copies.size(), 0);
+  run.uplink_sent.assign(tor_routers.size(), 0);
+  run.uplink_received.assign(tor_routers.size(), 0);
+  // The ring's last hop into each rank: inside the host or over the NIC.
+  run.last_hop_rate.assign(hosts.size(), cluster.link_bytes_per_s);
+  for (int e = 0; e < static_cast<int>(hosts.size()) && !ps; ++e) {
+    const int left = (e + cluster.workers - 1) % cluster.workers;
+    if (g > 1) {
+      run.last_hop_rate[e] =
+          run.nic_of[left] == run.nic_of[e]
+              ? cluster.intra_bytes_per_s
+              : std::min(cluster.intra_bytes_per_s, cluster.link_bytes_per_s);
+    }
+  }
+  return hosts;
+}
+
+Strategy StrategyOf(AllReduceKind kind) {
+  switch (kind) {
+    case AllReduceKind::kHalvingDoubling:
+      return Strategy::kHalvingDoubling;
+    case AllReduceKind::kTree:
+      return Strategy::kTree;
+    default:
+      return Strategy::kRing;
+  }
 }
 
 }  // namespace
 
 absl::StatusOr<Strategy> ParseStrategy(const std::string& name) {
   for (Strategy s : {Strategy::kRing, Strategy::kHalvingDoubling,
-                     Strategy::kTree, Strategy::kParameterServer}) {
+                     Strategy::kTree, Strategy::kHierarchical,
+                     Strategy::kSelecting, Strategy::kParameterServer}) {
     if (name == StrategyName(s)) return s;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--strategy=", name, ": ring, halving_doubling, tree or ps"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--strategy=", name,
+                   ": ring, halving_doubling, tree, hierarchical, allreduce "
+                   "(the selector) or ps"));
 }
 
 const char* StrategyName(Strategy strategy) {
@@ -385,27 +708,139 @@ const char* StrategyName(Strategy strategy) {
       return "halving_doubling";
     case Strategy::kTree:
       return "tree";
+    case Strategy::kHierarchical:
+      return "hierarchical";
+    case Strategy::kSelecting:
+      return "allreduce";
     case Strategy::kParameterServer:
       return "ps";
   }
   return "?";
 }
 
-int AutomaticWorkerGroup(int workers, int min_hosts) {
-  if (min_hosts <= 1) return std::max(1, workers);
-  for (int group = workers / std::max(1, min_hosts); group > 1; --group) {
-    if (workers % group == 0) return group;
+int LargestWorkerGroup(const ClusterSpec& cluster) {
+  const int g = std::max(1, cluster.gpus_per_host);
+  const int hosts = std::max(1, cluster.workers / g);
+  if (cluster.oversubscription > 1 && cluster.hosts_per_tor >= 1) {
+    return g * std::gcd(hosts, cluster.hosts_per_tor);
   }
-  return 1;
+  return g * hosts;
+}
+
+WireBucket AllReduceWire(const CompressionSpec& compression, int64_t bytes) {
+  const int64_t numel = (bytes + 3) / 4;
+  EncodedBucket encoded;
+  encoded.numel = numel;
+  switch (compression.method) {
+    case CompressionMethod::kNone:
+      return {bytes, false};
+    case CompressionMethod::kFp16:
+    case CompressionMethod::kBf16:
+      return {2 * numel, false};
+    case CompressionMethod::kRandomK:
+      return {4 * compression.KeptElements(numel), false};
+    case CompressionMethod::kTopK: {
+      const int64_t k = compression.KeptElements(numel);
+      encoded.encoding = Encoding::kSparse;
+      encoded.index.resize(k);
+      encoded.values.resize(k);
+      return {SerializedBytes(encoded), true};
+    }
+    case CompressionMethod::kOneBit:
+      encoded.encoding = Encoding::kOneBit;
+      encoded.signs.resize((numel + 63) / 64);
+      return {SerializedBytes(encoded), true};
+  }
+  return {bytes, false};
+}
+
+namespace {
+
+// The serialized size of k (index, value) pairs of one key.
+int64_t SparseBytes(int64_t numel, int64_t k) {
+  EncodedBucket encoded;
+  encoded.encoding = Encoding::kSparse;
+  encoded.numel = numel;
+  encoded.index.resize(k);
+  encoded.values.resize(k);
+  return SerializedBytes(encoded);
+}
+
+}  // namespace
+
+int64_t PsPushBytes(const CompressionSpec& compression, int64_t key_bytes) {
+  const int64_t numel = (key_bytes + 3) / 4;
+  switch (compression.method) {
+    case CompressionMethod::kNone:
+      return key_bytes;
+    case CompressionMethod::kFp16:
+    case CompressionMethod::kBf16:
+      return 2 * numel;
+    case CompressionMethod::kTopK:
+    case CompressionMethod::kRandomK:
+      return SparseBytes(numel, compression.KeptElements(numel));
+    case CompressionMethod::kOneBit: {
+      EncodedBucket encoded;
+      encoded.encoding = Encoding::kOneBit;
+      encoded.numel = numel;
+      encoded.signs.resize((numel + 63) / 64);
+      return SerializedBytes(encoded);
+    }
+  }
+  return key_bytes;
+}
+
+int64_t PsAnswerBytes(const CompressionSpec& compression, int64_t key_bytes,
+                      int workers) {
+  const int64_t numel = (key_bytes + 3) / 4;
+  switch (compression.method) {
+    case CompressionMethod::kNone:
+    case CompressionMethod::kOneBit:
+      return key_bytes;
+    case CompressionMethod::kFp16:
+    case CompressionMethod::kBf16:
+      return 2 * numel;
+    case CompressionMethod::kRandomK:
+      // Every worker pushed the same indices: the union is k of them.
+      return std::min(key_bytes,
+                      SparseBytes(numel, compression.KeptElements(numel)));
+    case CompressionMethod::kTopK: {
+      // The union's size depends on the gradients; with each worker's top k
+      // drawn independently it is numel·(1 - (1 - k/numel)^N) in
+      // expectation, which is what is sent (float32 once that is smaller).
+      const double kept = static_cast<double>(compression.KeptElements(numel));
+      const double union_size =
+          numel * (1.0 - std::pow(1.0 - kept / numel, workers));
+      return std::min(
+          key_bytes,
+          SparseBytes(numel, static_cast<int64_t>(std::ceil(union_size))));
+    }
+  }
+  return key_bytes;
+}
+
+Strategy SelectorPick(const SimulationOptions& options, int bucket) {
+  return StrategyOf(ChooseAllReduce(
+      options.cluster.workers,
+      static_cast<double>(AllReduceWire(options.compression,
+                                        options.profile.buckets[bucket].bytes)
+                              .dense_bytes),
+      CandidateLinks::Uniform(HostLink(options.cluster)),
+      static_cast<double>(PeerExchange::kDefaultEagerBytes)));
 }
 
 double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
   const ClusterSpec& cluster = options.cluster;
   const int n = cluster.workers;
-  const double bytes = options.profile.buckets[bucket].bytes;
-  LinkCost link;
-  link.alpha_s = cluster.latency_s;
-  link.bytes_per_s = cluster.link_bytes_per_s;
+  const LinkCost link = HostLink(cluster);
+  const WireBucket wire =
+      AllReduceWire(options.compression, options.profile.buckets[bucket].bytes);
+  if (options.strategy != Strategy::kParameterServer && wire.gathered) {
+    return RingAllGatherSeconds(n, static_cast<double>(wire.dense_bytes), link);
+  }
+  const double bytes = options.strategy == Strategy::kParameterServer
+                           ? options.profile.buckets[bucket].bytes
+                           : wire.dense_bytes;
   switch (options.strategy) {
     case Strategy::kRing:
       return RingAllReduceSeconds(n, bytes, link);
@@ -413,6 +848,24 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
       return HalvingDoublingAllReduceSeconds(n, bytes, link);
     case Strategy::kTree:
       return TreeAllReduceSeconds(n, bytes, link);
+    case Strategy::kSelecting: {
+      const Strategy pick = SelectorPick(options, bucket);
+      const AllReduceKind kind = pick == Strategy::kTree ? AllReduceKind::kTree
+                                 : pick == Strategy::kHalvingDoubling
+                                     ? AllReduceKind::kHalvingDoubling
+                                     : AllReduceKind::kRing;
+      return PredictAllReduce(
+          kind, n, bytes, link,
+          static_cast<double>(PeerExchange::kDefaultEagerBytes));
+    }
+    case Strategy::kHierarchical: {
+      // Inside the host each rank's own link; across, the G ranks of a
+      // host share its NIC.
+      const int g = cluster.gpus_per_host;
+      LinkCost intra{cluster.intra_latency_s, cluster.intra_bytes_per_s};
+      LinkCost inter{link.alpha_s, link.bytes_per_s / g};
+      return HierarchicalAllReduceSeconds(n, g, bytes, intra, inter);
+    }
     case Strategy::kParameterServer:
       break;
   }
@@ -423,26 +876,53 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
   // its N pushes (a key's answers leave N times, or N-1 colocated); a
   // stream's keys pay a latency each (simulation.h):
   //   T = 2α + (busiest + N·last key) / B + (most keys on a server - 1)·α.
-  double busiest = 0, tail = 0;
-  size_t most_keys = 1;
+  // With G ranks per host a worker's NIC carries G buckets (separate
+  // servers; the colocated figure stays one rank per host's). Under
+  // compression pushes and answers carry their own sizes (PsPushBytes,
+  // PsAnswerBytes), each direction its own.
+  const int g = cluster.gpus_per_host;
+  const CompressionSpec& compression = options.compression;
+  std::vector<std::vector<int64_t>> keys;
   for (int s = 0; s < cluster.servers; ++s) {
-    double share = 0, last_key = 0;
-    if (options.ps_keys.empty()) {
-      share = last_key = Share(bytes, cluster.servers, s);
-    } else {
-      for (int64_t key : options.ps_keys[bucket][s]) share += key;
-      if (!options.ps_keys[bucket][s].empty()) {
-        last_key = options.ps_keys[bucket][s].back();
-      }
-      most_keys = std::max(most_keys, options.ps_keys[bucket][s].size());
-    }
-    busiest = std::max(busiest, cluster.colocated
-                                    ? std::max(bytes - share, (n - 1) * share)
-                                    : std::max(bytes, n * share));
-    tail = std::max(tail, (cluster.colocated ? n - 1 : n) * last_key);
+    keys.push_back(options.ps_keys.empty()
+                       ? std::vector<int64_t>{Share(static_cast<int64_t>(bytes),
+                                                    cluster.servers, s)}
+                       : options.ps_keys[bucket][s]);
   }
-  return (1.0 + most_keys) * cluster.latency_s +
-         (busiest + tail) / cluster.link_bytes_per_s;
+  double pushed = 0, answered = 0;  // one worker's, the whole bucket
+  for (const auto& server_keys : keys) {
+    for (int64_t key : server_keys) {
+      pushed += PsPushBytes(compression, key);
+      answered += PsAnswerBytes(compression, key, n);
+    }
+  }
+  double busiest = 0, tail = 0, last_keys = 0;
+  size_t most_keys = 1;
+  const int colocated_servers = ColocatedServers(cluster);
+  for (int s = 0; s < cluster.servers; ++s) {
+    const std::vector<int64_t>& server_keys = keys[s];
+    const bool inside = s < colocated_servers;
+    double share_in = 0, share_out = 0, last_key = 0;
+    for (int64_t key : server_keys) {
+      share_in += PsPushBytes(compression, key);
+      share_out += PsAnswerBytes(compression, key, n);
+    }
+    if (!server_keys.empty()) {
+      last_key = PsAnswerBytes(compression, server_keys.back(), n);
+    }
+    most_keys = std::max(most_keys, server_keys.size());
+    busiest = std::max(
+        busiest, inside ? std::max({pushed - share_in, answered - share_out,
+                                    (n - 1) * share_in, (n - 1) * share_out})
+                        : std::max({g * pushed, g * answered, n * share_in,
+                                    n * share_out}));
+    tail = std::max(tail, (inside ? n - 1 : n) * last_key);
+    last_keys += last_key;
+  }
+  // A NIC of G workers takes G answers of every server's last key after
+  // their pushes.
+  if (g > 1 && colocated_servers == 0) tail = std::max(tail, g * last_keys);
+  return (1.0 + most_keys) * link.alpha_s + (busiest + tail) / link.bytes_per_s;
 }
 
 absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
@@ -462,11 +942,29 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
       run->options.ps_keys.push_back(keys);
     }
   }
-  const int worker_hosts = cluster.workers / cluster.worker_group;
-  const int hosts = worker_hosts + (ps && !cluster.colocated ? cluster.servers : 0);
+  const int worker_endpoints = cluster.workers / cluster.worker_group;
+  for (const Bucket& bucket : options.profile.buckets) {
+    run->wire.push_back(AllReduceWire(options.compression, bucket.bytes));
+  }
+  if (ps) {
+    run->push_bytes = run->answer_bytes = options.ps_keys;
+    for (auto& servers : run->push_bytes) {
+      for (auto& keys : servers) {
+        for (int64_t& key : keys) key = PsPushBytes(options.compression, key);
+      }
+    }
+    for (auto& servers : run->answer_bytes) {
+      for (auto& keys : servers) {
+        for (int64_t& key : keys) {
+          key = PsAnswerBytes(options.compression, key, cluster.workers);
+        }
+      }
+    }
+  }
 
   int argc = 2;
-  std::string program = "gradsync-simulate", quiet = "--log=root.thresh:critical";
+  std::string program = "gradsync-simulate",
+              quiet = "--log=root.thresh:critical";
   char* argv[] = {program.data(), quiet.data(), nullptr};
   sg4::Engine engine(&argc, argv);
   sg4::Engine::set_config("network/model:" + options.network_model);
@@ -491,85 +989,72 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
     sg4::Engine::set_config("network/crosstraffic", false);
   }
 
-  sg4::NetZone* zone = sg4::create_star_zone("cluster");
-  std::vector<sg4::Host*> host_list;
-  run->copies.assign(hosts, 1);
-  for (int h = 0; h < hosts; ++h) {
-    if (h < worker_hosts) run->copies[h] = cluster.worker_group;
-    sg4::Host* host = zone->create_host(absl::StrCat("host", h), "1Gf");
-    sg4::Link* link = zone->create_split_duplex_link(
-        absl::StrCat("link", h), cluster.link_bytes_per_s * run->copies[h]);
-    link->set_latency(cluster.latency_s / 2);
-    zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr,
-                    {sg4::LinkInRoute(link, sg4::LinkInRoute::Direction::UP)},
-                    true);
-    // Within a host (a colocated server and its worker): a memory copy,
-    // next to free beside the link; without this route a star zone would
-    // send it out and back over the host's own link.
-    sg4::Link* loopback =
-        zone->create_link(absl::StrCat("loopback", h), 1e15)->set_latency(0);
-    zone->add_route(host->get_netpoint(), host->get_netpoint(), nullptr,
-                    nullptr, {sg4::LinkInRoute(loopback)}, false);
-    host_list.push_back(host);
-  }
-  zone->seal();
-
-  run->sent.assign(hosts, 0);
-  run->received.assign(hosts, 0);
-  run->worker_done.assign(worker_hosts, 0);
+  const std::vector<sg4::Host*> hosts = BuildPlatform(*run);
+  run->worker_done.assign(worker_endpoints, 0);
   int actors = 0;
-  auto spawn = [&](const std::string& name, int host, auto function,
+  auto spawn = [&](const std::string& name, int endpoint, auto function,
                    auto... args) {
-    sg4::Actor::create(name, host_list[host], function, run.get(), args...);
+    sg4::Actor::create(name, hosts[endpoint], function, run.get(), args...);
     ++actors;
   };
-  switch (options.strategy) {
-    case Strategy::kRing:
-      run->ring_barrier = sg4::Barrier::create(cluster.workers);
-      for (int w = 0; w < cluster.workers; ++w) {
-        spawn(absl::StrCat("ring", w), w, RingWorker, w);
-      }
-      break;
-    case Strategy::kHalvingDoubling:
-      for (int w = 0; w < cluster.workers; ++w) {
-        spawn(absl::StrCat("hd", w), w, HalvingDoublingWorker, w);
-      }
-      break;
-    case Strategy::kTree:
-      run->trees = BuildDoubleBinaryTrees(cluster.workers);
-      for (int w = 0; w < cluster.workers; ++w) {
-        run->tree_barriers.push_back(sg4::Barrier::create(2));
-        for (int t = 0; t < 2; ++t) {
-          spawn(absl::StrCat("tree", t, "-", w), w, TreeWorker, w, t);
-        }
-      }
-      break;
-    case Strategy::kParameterServer:
-      for (int h = 0; h < worker_hosts; ++h) {
-        for (int s = 0; s < cluster.servers; ++s) {
-          spawn(absl::StrCat("worker", h, "-stream", s), h, PsStream, h, s);
-        }
-      }
+  if (ps) {
+    for (int w = 0; w < worker_endpoints; ++w) {
       for (int s = 0; s < cluster.servers; ++s) {
-        spawn(absl::StrCat("server", s), ServerHost(cluster, s), PsServer, s);
+        spawn(absl::StrCat("worker", w, "-stream", s), w, PsStream, w, s);
       }
-      break;
+    }
+    for (int s = 0; s < cluster.servers; ++s) {
+      spawn(absl::StrCat("server", s), ServerEndpoint(cluster, s), PsServer, s);
+    }
+  } else {
+    for (int b = 0; b < BucketCount(*run); ++b) {
+      run->picks.push_back(options.strategy == Strategy::kSelecting
+                               ? SelectorPick(options, b)
+                               : options.strategy);
+    }
+    const auto uses = [&](Strategy s) {
+      return std::find(run->picks.begin(), run->picks.end(), s) !=
+             run->picks.end();
+    };
+    const bool gathers =
+        std::any_of(run->wire.begin(), run->wire.end(),
+                    [](const WireBucket& w) { return w.gathered; });
+    if (uses(Strategy::kRing) || gathers) {
+      run->ring_barrier = sg4::Barrier::create(cluster.workers);
+    }
+    const bool trees = uses(Strategy::kTree) && cluster.workers > 1;
+    if (trees) run->trees = BuildDoubleBinaryTrees(cluster.workers);
+    for (int w = 0; w < cluster.workers; ++w) {
+      if (trees) run->tree_barriers.push_back(sg4::Barrier::create(2));
+      for (int part = 0; part < (trees ? 2 : 1); ++part) {
+        spawn(absl::StrCat("rank", w, "-", part), w, AllReduceWorker, w, part);
+      }
+    }
   }
   engine.run();
 
   const StepProfile& profile = options.profile;
   StepResult result;
   const double backward_end_ms = profile.forward_ms + profile.backward_ms;
+  const double slowest_backward_end_ms =
+      backward_end_ms +
+      (options.straggler_rank >= 0 ? options.straggler_ms : 0);
   const double sync_end_ms =
       1e3 * *std::max_element(run->worker_done.begin(), run->worker_done.end());
   result.compute_ms = backward_end_ms + profile.optimizer_ms;
-  result.step_ms = std::max(backward_end_ms, sync_end_ms) + profile.optimizer_ms;
+  result.step_ms =
+      std::max(slowest_backward_end_ms, sync_end_ms) + profile.optimizer_ms;
   result.exposed_ms = result.step_ms - result.compute_ms;
   result.sync_ms = sync_end_ms - 1e3 * BucketReadySeconds(profile, 0);
-  for (int h = 0; h < hosts; ++h) {
+  for (size_t nic = 0; nic < run->copies.size(); ++nic) {
     result.busiest_link_bytes =
-        std::max({result.busiest_link_bytes, run->sent[h] / run->copies[h],
-                  run->received[h] / run->copies[h]});
+        std::max({result.busiest_link_bytes, run->sent[nic] / run->copies[nic],
+                  run->received[nic] / run->copies[nic]});
+  }
+  for (size_t t = 0; t < run->uplink_sent.size(); ++t) {
+    result.busiest_uplink_bytes =
+        std::max({result.busiest_uplink_bytes, run->uplink_sent[t],
+                  run->uplink_received[t]});
   }
   result.messages = run->messages;
   result.actors = actors;

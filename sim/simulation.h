@@ -1,15 +1,26 @@
 // One training step of N data-parallel workers, replayed on SimGrid: the
-// strategies' transfers as actors on a cluster of hosts behind one switch,
-// with the step's buckets arriving as the profile says backward makes them.
+// strategies' transfers as actors on a cluster of hosts, with the step's
+// buckets arriving as the profile says backward makes them.
 //
-//   worker 0 ──┐                      each host: one split-duplex link to the
-//   worker 1 ──┤                      switch, of the given rate, with half the
-//      ...     ├── switch ──┬── server 0 (PS, separate placement)
-//   worker N−1─┘            └── server K−1
+//                 spine                          (--oversubscription > 1:
+//        ┌──────────┴──────────┐                  one uplink per ToR of
+//       ToR 0       ...       ToR T-1             hosts_per_tor·B/ratio)
+//    ┌────┴────┐
+//   host 0 ... host H-1       each host: one split-duplex NIC of rate B to
+//   ├─ rank 0                 its switch (one switch of full bisection by
+//   ├─ ...                    default); with G ranks per host each rank has
+//   └─ rank G-1               its own link of the intra-host rate into it
+//                             (NVLink- or PCIe-like), so ranks of a host
+//                             talk without the NIC and share it to others.
 //
-// The switch has full bisection: a transfer's only shared resources are
-// its sender's uplink and its receiver's downlink, which is where the
-// strategies differ (a PS server's downlink carries N pushes at once).
+// Ranks are placed G consecutive per host (host = rank / G), as a launcher
+// hands out LOCAL_RANK and as the hierarchical all-reduce groups them; the
+// ring's neighbours are rank ± 1, so it crosses each host boundary once.
+// PS servers sit on hosts of their own (separate) or on the workers' hosts
+// (colocated). Routes are shortest paths over this graph (SimGrid's Dijkstra
+// zone), so a transfer's shared resources are the links it crosses: the
+// sender's and receiver's rank links, their NICs, and their ToRs' uplinks
+// when it leaves its ToR.
 //
 // How the real code's traffic becomes SimGrid activities. The all-reduces
 // forward bytes as soon as they arrive (cut-through: the ring per byte, the
@@ -33,31 +44,41 @@
 //   halving-doubling  the real code's rounds one after another (a round
 //          ends when both its transfers have), with its partners and block
 //          sizes, the fold of the extra ranks when N is no power of two.
+//   hierarchical  hierarchical_allreduce.cc with R = G ranks per node: the
+//          reduce-scatter inside the host (each rank sends shard j to local
+//          rank j, all at once), halving-doubling of its shard among the
+//          ranks of the same local index across hosts, the all-gather inside
+//          the host.
+//   allreduce  the selector (selecting_allreduce.h): per bucket the
+//          candidate the real rule picks (allreduce/allreduce_table.h,
+//          ChooseAllReduce, with the family's eager prefix) for the host
+//          link's α and B, as given to --allreduce_alpha_us and
+//          --allreduce_link_gbit; then that candidate's traffic.
 //   ps     every worker pushes each server its keys of the bucket (the
 //          real client's, sim/ps_plan.h) one after another on one stream
 //          (each pays the latency: the client's pipelining of a stream is
 //          not modelled, small beside a key's bytes unless keys are only a
 //          few latencies' worth); a server answers a key to every worker
-//          once its N
-//          pushes have arrived (BSP), so pushes into a server and answers
-//          out of it overlap, as its full-duplex link lets them. A worker
-//          pushes a bucket as soon as backward has made it, whatever is
-//          still in flight (ps/ps_sync.cc). Servers separate or colocated.
-// Under CM02 without cross-traffic an idle network then gives the α–β
-// figures of allreduce/algorithms/cost_model.h for the ring and
-// halving-doubling exactly, and for the tree its own reading of the same
-// trees (simulate_test checks both).
+//          once its N pushes have arrived (BSP), so pushes into a server and
+//          answers out of it overlap, as its full-duplex link lets them. A
+//          worker pushes a bucket as soon as backward has made it, whatever
+//          is still in flight (ps/ps_sync.cc). Servers separate or colocated.
+// Under CM02 without cross-traffic an idle network of one rank per host
+// then gives the α–β figures of allreduce/algorithms/cost_model.h for the
+// ring and halving-doubling exactly, and for the tree its own reading of
+// the same trees (simulate_test checks both).
 //
 // A PS of N identical workers (one profile, one link rate) is symmetric:
-// `worker_group` workers can be one host with that many times the link's
-// rate sending that many times the bytes, which max-min sharing gives the
-// same times (every rate and size scales alike) with that many times fewer
-// activities. Separate placement only: a colocated server's own worker's
-// share stays in its host, which a merged host would get wrong.
+// `worker_group` workers (whole hosts: a multiple of G) can be one host with
+// that many hosts' NIC rate sending that many times the bytes, which
+// max-min sharing gives the same times (every rate and size scales alike)
+// with that many times fewer activities. Separate placement only (a
+// colocated server's own worker's share stays in its host, which a merged
+// host would get wrong), and within one ToR.
 //
 // An all-reduce worker synchronizes one bucket at a time, in the order they
-// become ready, as gradsync's communication thread does. SimGrid keeps one engine
-// per process: SimulateStep runs once per process.
+// become ready, as gradsync's communication thread does. SimGrid keeps one
+// engine per process: SimulateStep runs once per process.
 #pragma once
 
 #include <cstdint>
@@ -65,24 +86,46 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/sync/compression.h"
 #include "sim/profile.h"
 
 namespace gradsync {
 namespace sim {
 
-enum class Strategy { kRing, kHalvingDoubling, kTree, kParameterServer };
+enum class Strategy {
+  kRing,
+  kHalvingDoubling,
+  kTree,
+  kHierarchical,
+  kSelecting,  // --sync=allreduce
+  kParameterServer
+};
 
-// "ring", "halving_doubling", "tree", "ps"; InvalidArgument naming them.
+// "ring", "halving_doubling", "tree", "hierarchical", "allreduce", "ps";
+// InvalidArgument naming them.
 absl::StatusOr<Strategy> ParseStrategy(const std::string& name);
 const char* StrategyName(Strategy strategy);
 
 struct ClusterSpec {
   int workers = 2;
-  int servers = 0;          // the PS's K; 0 for an all-reduce
-  bool colocated = false;   // the PS's servers on the workers' hosts
+  int servers = 0;         // the PS's K; 0 for an all-reduce
+  bool colocated = false;  // the PS's servers on the workers' hosts (K = N)
+  // BytePS's mix (--ps_colocated_servers): servers 0..c-1 inside workers
+  // 0..c-1's hosts, the other K - c on hosts of their own.
+  int colocated_servers = 0;
   double link_bytes_per_s = 0;
-  double latency_s = 0;     // one way, host to host
-  int worker_group = 1;     // PS, separate: workers merged per host (above)
+  double latency_s = 0;   // one way, NIC to NIC
+  int worker_group = 1;   // PS, separate: workers merged per host (above)
+  int gpus_per_host = 1;  // G ranks on each host, consecutive
+  // Each rank's link into its host's fabric (G > 1 only): rate and one-way
+  // latency rank to rank. A rank on another host is latency_s +
+  // intra_latency_s away.
+  double intra_bytes_per_s = 0;
+  double intra_latency_s = 0;
+  // 1: one switch of full bisection. Above 1: hosts_per_tor hosts per ToR
+  // switch, whose uplink to one spine carries hosts_per_tor·B / ratio.
+  double oversubscription = 1;
+  int hosts_per_tor = 0;
 };
 
 struct SimulationOptions {
@@ -92,6 +135,21 @@ struct SimulationOptions {
   // PS: keys[bucket][server], each key's bytes (sim/ps_plan.h); empty: one
   // key of S/K per server and bucket.
   std::vector<std::vector<std::vector<int64_t>>> ps_keys;
+  // --compression: what a bucket's gradient travels as, by the byte counts
+  // of core/sync/compression.h. All-reduces (allreduce/bucket_reducer.h):
+  // fp16/bf16 on the ring only, 16-bit values; random-k a dense all-reduce
+  // of the k kept floats (every rank picks the same indices); top-k and
+  // onebit a ring all-gather of every rank's serialized encoding, forwarded
+  // whole hop by hop, whatever the strategy. PS (ps/key_compression.h, the
+  // default --ps_pull): pushes of each key's encoding; answers 16-bit for
+  // fp16/bf16, the union of the pushed indices for random-k (the same k) and
+  // top-k (at most N·k, float32 once that is smaller), float32 for onebit.
+  CompressionSpec compression;
+  // --straggler: worker `straggler_rank` (-1: none) sleeps straggler_ms
+  // before its step's compute (core/train/straggler.h), so its buckets are
+  // ready that much later; under BSP every other worker waits for them.
+  int straggler_rank = -1;
+  double straggler_ms = 0;
   // SimGrid's network model: "CM02" is max-min sharing with no TCP
   // correction (the alpha-beta figures exactly on an idle network); "LV08",
   // SimGrid's default, adds its TCP corrections.
@@ -99,24 +157,43 @@ struct SimulationOptions {
 };
 
 struct StepResult {
-  double step_ms = 0;       // forward + backward, the synchronization's tail,
-                            // the optimizer
-  double compute_ms = 0;    // forward + backward + optimizer
-  double exposed_ms = 0;    // step_ms - compute_ms
-  double sync_ms = 0;       // first bucket ready to last bucket done
-  int64_t busiest_link_bytes = 0;  // one direction, per step, one real host
-  int64_t messages = 0;     // SimGrid communications, tails included
+  double step_ms = 0;     // forward + backward, the synchronization's tail,
+                          // the optimizer (the straggler's sleep included)
+  double compute_ms = 0;  // forward + backward + optimizer, no sleep
+  double exposed_ms = 0;  // step_ms - compute_ms
+  double sync_ms = 0;     // first bucket ready to last bucket done
+  int64_t busiest_link_bytes = 0;    // one direction, per step, one real NIC
+  int64_t busiest_uplink_bytes = 0;  // one direction, one ToR's uplink
+  int64_t messages = 0;              // SimGrid communications, tails included
   int actors = 0;
 };
 
 // The alpha-beta time of synchronizing bucket `bucket` alone on an idle
-// network (allreduce/algorithms/cost_model.h for the all-reduces).
+// network (allreduce/algorithms/cost_model.h for the all-reduces), with the
+// host link's α (NIC to NIC plus the intra-host latency when G > 1) and B;
+// the hierarchical scheme's with the intra-host link inside and B/G across.
 double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket);
 
-// The largest worker_group that keeps at least `min_hosts` worker hosts
-// and divides N (1 where none does); for the PS with separate servers.
-// simulate_main merges all N (min_hosts 1): the fewest activities.
-int AutomaticWorkerGroup(int workers, int min_hosts);
+// The selector's pick for bucket `bucket` (kRing, kHalvingDoubling or kTree),
+// by the bytes the bucket's all-reduce moves.
+Strategy SelectorPick(const SimulationOptions& options, int bucket);
+
+// How bucket `bucket` of `bytes` float32 bytes crosses an all-reduce under
+// options.compression: `dense_bytes` all-reduced by the algorithm, or, when
+// `gathered`, one encoding of `dense_bytes` per rank ring-all-gathered.
+struct WireBucket {
+  int64_t dense_bytes = 0;
+  bool gathered = false;
+};
+WireBucket AllReduceWire(const CompressionSpec& compression, int64_t bytes);
+// A PS key of `key_bytes` float32 bytes: what one worker's push and one
+// answer to it carry, among `workers` pushing.
+int64_t PsPushBytes(const CompressionSpec& compression, int64_t key_bytes);
+int64_t PsAnswerBytes(const CompressionSpec& compression, int64_t key_bytes,
+                      int workers);
+// The most a PS with separate servers may merge on `cluster`: whole hosts
+// of G ranks, all of them on one switch, one ToR's under a spine.
+int LargestWorkerGroup(const ClusterSpec& cluster);
 
 // Checks the options (one message naming what is wrong), builds the
 // platform, runs the step. Once per process.

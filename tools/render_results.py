@@ -236,6 +236,146 @@ def simulated_scaling_table(points):
     return "\n".join(lines)
 
 
+def simulated_hosts_table(points):
+    """The table of a sweep of sim/scaling_sweep.py with several ranks per host:
+    per model, link and N, each strategy's samples per second and scaling
+    efficiency, the ideal beside them, and what the selector picked for how
+    many buckets; '–' where the point was not asked for, 'over T s' where it
+    ran past the sweep's time limit."""
+    columns = [("ring", "-", "ring"), ("tree", "-", "tree"),
+               ("hierarchical", "-", "hierarchical"), ("allreduce", "-", "selector"),
+               ("ps", "N", "PS, K=N"), ("ps", "N/2", "PS, K=N/2"),
+               ("ps", "colocated", "PS, colocated")]
+    short = {"ring": "ring", "tree": "tree", "halving_doubling": "h-d"}
+
+    def column_of(p):
+        if p["strategy"] != "ps":
+            return (p["strategy"], "-")
+        if p["placement"] == "colocated":
+            return ("ps", "colocated")
+        return ("ps", "N" if p["servers"] == p["workers"] else "N/2")
+
+    present = {column_of(p) for p in points}
+    columns = [c for c in columns if c[:2] in present]
+    lines = ["| model | link | N (hosts) | ideal | " + " | ".join(c[2] for c in columns)
+             + " | selector's picks |",
+             "| --- | --- | ---: | ---: |" + " ---: |" * len(columns) + " --- |"]
+    cells, ideal, picks = {}, {}, {}
+    for p in points:
+        key = (p["model"], p["link"], p["workers"])
+        cells[key + column_of(p)] = p
+        if p.get("ideal_samples_per_s") is not None:
+            ideal[key] = p["ideal_samples_per_s"]
+        if p["strategy"] == "allreduce" and p.get("selector_picks"):
+            picks[key] = ", ".join(
+                f"{short.get(name, name)} {count}" for name, count in
+                (item.split(":") for item in p["selector_picks"].split()))
+    for key in sorted({(p["model"], p["link"], p["workers"]) for p in points},
+                      key=lambda k: (k[0], float(k[1].split("gbit")[0]), k[2])):
+        row = []
+        for strategy, kind, _ in columns:
+            p = cells.get(key + (strategy, kind))
+            if p is None:
+                row.append("–")
+            elif p.get("samples_per_s") is None:
+                row.append(f"over {p['simulator_s']:.0f} s")
+            else:
+                row.append(f"{p['samples_per_s']:,.0f} ({100 * p['efficiency']:.0f}%)")
+        hosts = key[2] / next(p["gpus_per_host"] for p in points)
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]:.0f} ({hosts:.0f}) | "
+                     f"{number(ideal.get(key), '{:,.0f}')} | " + " | ".join(row)
+                     + f" | {picks.get(key, '–')} |")
+    return "\n".join(lines)
+
+
+def simulated_switch_table(points):
+    """A sweep of sim/scaling_sweep.py over --oversubscription: per model, N and
+    strategy, the step under one switch of full bisection and under each ratio,
+    with the busiest ToR uplink's bytes (GB, one direction) and the slowdown."""
+    ratios = sorted({p["oversubscription"] for p in points if p["oversubscription"] > 1})
+    lines = ["| model | N | strategy | full bisection ms | "
+             + " | ".join(f"{r:g}:1 ms | {r:g}:1 / full | busiest uplink GB" for r in ratios)
+             + " |",
+             "| --- | ---: | --- | ---: |" + " ---: | ---: | ---: |" * len(ratios)]
+    label = {"allreduce": "selector"}
+    cells = {}
+    for p in points:
+        name = label.get(p["strategy"], p["strategy"])
+        if p["strategy"] == "ps":
+            name = "PS, colocated" if p["placement"] == "colocated" else (
+                "PS, K=N" if p["servers"] == p["workers"] else f"PS, K={p['servers']:.0f}")
+        cells[(p["model"], p["workers"], name, p["oversubscription"])] = p
+    order = ["ring", "tree", "hierarchical", "selector"]
+    for model, n, name in sorted({k[:3] for k in cells},
+                                 key=lambda k: (k[0], k[1], order.index(k[2])
+                                                if k[2] in order else 9, k[2])):
+        full = cells.get((model, n, name, 1.0))
+        row = [number(full and full.get("step_ms"))]
+        for r in ratios:
+            over = cells.get((model, n, name, r))
+            step = over and over.get("step_ms")
+            row += [number(step),
+                    number(step / full["step_ms"] if step and full and full.get("step_ms")
+                           else None, "{:.2f}"),
+                    number(over["busiest_uplink_bytes"] / 1e9 if step else None, "{:.2f}")]
+        lines.append(f"| {model} | {n:.0f} | {name} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def simulated_anchors_table(points):
+    """A sweep of sim/scaling_sweep.py set up like a published run: one row per
+    point, with the compute scale that stands for the other GPU, the step, its
+    compute and the scaling efficiency (compute over step)."""
+    lines = ["| model | compute × | link | N (hosts) | strategy | step ms | compute ms | "
+             "efficiency |",
+             "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: |"]
+    for p in sorted(points, key=lambda p: (p["model"], p["compute_scale"], p["link"],
+                                           p["workers"], p["strategy"], p["servers"])):
+        name = p["strategy"]
+        if name == "ps":
+            name = f"PS, K={p['servers']:.0f} {p['placement']}"
+        hosts = p["workers"] / p["gpus_per_host"]
+        step = (f"{p['step_ms']:.0f}" if p.get("step_ms") is not None
+                else f"over {p['simulator_s']:.0f} s")
+        lines.append(f"| {p['model']} | {p['compute_scale']:g} | {p['link']} | "
+                     f"{p['workers']:.0f} ({hosts:.0f}) | {name} | {step} | "
+                     f"{number(p.get('compute_ms'))} | "
+                     f"{number(100 * p['efficiency'] if p.get('efficiency') else None)}% |")
+    return "\n".join(lines)
+
+
+def simulated_crossover_table(points):
+    """sim/calibrate_crossover.py's points summed up per latency and algorithm:
+    how many points were not CPU-bound, how many of those the simulator put
+    within 10 % of the measurement with the wire's latency and with the
+    probed α, and the median and range of simulated over measured."""
+    def summary(ratios):
+        if not ratios:
+            return "–"
+        ratios = sorted(ratios)
+        middle = ratios[len(ratios) // 2] if len(ratios) % 2 else (
+            ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+        return f"{middle:.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f})"
+
+    lines = ["| latency | algorithm | points | CPU-bound | wire α: within 10 % | "
+             "wire α: sim / measured | probed α: within 10 % | probed α: sim / measured |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    order = ["ring", "halving_doubling", "tree", "allreduce"]
+    keys = sorted({(p["latency_us"], p["algorithm"]) for p in points},
+                  key=lambda k: (k[0], order.index(k[1]) if k[1] in order else 9))
+    for latency, algorithm in keys:
+        group = [p for p in points if (p["latency_us"], p["algorithm"]) == (latency, algorithm)]
+        honest = [p for p in group if p["cpu_bound"] not in (True, "True")]
+        wire = [p["wire_over_measured"] for p in honest]
+        probed = [p["probed_over_measured"] for p in honest]
+        label = f"{latency / 1000:g} ms" if latency >= 1000 else f"{latency:g} µs"
+        name = "selector" if algorithm == "allreduce" else algorithm
+        lines.append(f"| {label} | {name} | {len(group)} | {len(group) - len(honest)} | "
+                     f"{sum(abs(r - 1) <= 0.1 for r in wire)} | {summary(wire)} | "
+                     f"{sum(abs(r - 1) <= 0.1 for r in probed)} | {summary(probed)} |")
+    return "\n".join(lines)
+
+
 def simulated_calibration_table(points):
     """The table of sim/calibrate.py: each measured point of the emulated
     cluster beside the simulator under CM02 and LV08 and bench's alpha-beta
@@ -410,6 +550,10 @@ def accuracy_table(rows):
 TABLES = {"accuracy": accuracy_table, "sweep": sweep_table, "points": points_table,
           "crossover": crossover_table, "crossover_points": crossover_points_table,
           "simulated_scaling": simulated_scaling_table,
+          "simulated_hosts": simulated_hosts_table,
+          "simulated_switch": simulated_switch_table,
+          "simulated_anchors": simulated_anchors_table,
+          "simulated_crossover": simulated_crossover_table,
           "simulated_calibration": simulated_calibration_table}
 
 

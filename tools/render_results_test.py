@@ -230,5 +230,53 @@ class TableKindsTest(Fixture):
         self.assertIn("outside.md differs from its data", stderr)
 
 
+SIMULATED = """model,link,gpus_per_host,oversubscription,strategy,workers,servers,placement,step_ms,samples_per_s,ideal_samples_per_s,efficiency,busiest_uplink_bytes,selector_picks,simulator_s,timed_out
+m,25gbit,8,1,ring,16,0,-,100,1600,3200,0.5,0,,1.0,False
+m,25gbit,8,1,allreduce,16,0,-,80,2000,3200,0.625,0,halving_doubling:3 ring:1,1.0,False
+m,25gbit,8,1,ps,16,16,separate,,,,,,,150.2,True
+m,25gbit,8,4,ring,16,0,-,150,1066,3200,0.333,2500000000,,1.0,False
+"""
+
+
+class SimulatedTablesTest(unittest.TestCase):
+    """The simulator's tables of several ranks per host and of an oversubscribed
+    switch, on made-up points."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        os.makedirs(os.path.join(self.dir.name, "data", "sim"))
+        with open(os.path.join(self.dir.name, "data", "sim", "points.csv"), "w") as f:
+            f.write(SIMULATED)
+        self.points = render_results.load_points(self.dir.name, "data/sim")
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_hosts_table_shows_picks_and_points_past_the_limit(self):
+        full = [p for p in self.points if p["oversubscription"] == 1]
+        table = render_results.simulated_hosts_table(full)
+        self.assertIn("| model | link | N (hosts) | ideal | ring | selector | PS, K=N | "
+                      "selector's picks |", table)
+        self.assertIn("| m | 25gbit | 16 (2) | 3,200 | 1,600 (50%) | 2,000 (62%) | over 150 s | "
+                      "h-d 3, ring 1 |", table)
+
+    def test_crossover_table_counts_points_within_ten_percent(self):
+        points = [
+            {"latency_us": 20.0, "algorithm": "ring", "cpu_bound": "False",
+             "wire_over_measured": 0.5, "probed_over_measured": 0.95},
+            {"latency_us": 20.0, "algorithm": "ring", "cpu_bound": "False",
+             "wire_over_measured": 0.92, "probed_over_measured": 1.2},
+            {"latency_us": 20.0, "algorithm": "ring", "cpu_bound": "True",
+             "wire_over_measured": 0.1, "probed_over_measured": 0.1}]
+        table = render_results.simulated_crossover_table(points)
+        self.assertIn("| 20 µs | ring | 3 | 1 | 1 | 0.71 (0.50–0.92) | 1 | 1.07 (0.95–1.20) |",
+                      table)
+
+    def test_switch_table_divides_by_full_bisection(self):
+        table = render_results.simulated_switch_table(self.points)
+        self.assertIn("| m | 16 | ring | 100 | 150 | 1.50 | 2.50 |", table)
+        self.assertIn("| m | 16 | PS, K=N | – | – | – | – |", table)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""The simulator beside the emulated all-reduce family: every point of a
+bench/allreduce_crossover.py sweep (a points.json under docs/results/data/:
+one all-reduce of B bytes over N ranks, 1 Gbit/s links, one-way latencies of
+20 us to 5 ms through userspace relays) simulated under CM02 twice: with the
+wire's latency alone, and with the α the benchmark probed on the job's own
+connections (prediction_link_alpha_us, its B too), which holds what the TCP
+transport and the relays add per message. One row each in points.csv with
+the measured time, bench's α–β prediction and whether the point was
+CPU-bound (bench/cpu_bound.py).
+
+  bazel build //sim:simulate
+  sim/calibrate_crossover.py \\
+      --measured=docs/results/data/allreduce-crossover-2026-11-27/points.json \\
+      --out=docs/results/data/scaling-calibration-crossover-DATE
+
+The PS rows of the sweep are left out: the benchmark's PS is one bucket of
+its own key layout, not a step of the family.
+"""
+import argparse
+import csv
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import cpu_bound  # noqa: E402
+
+STRATEGIES = {"gradsync_ring": "ring", "gradsync_halving_doubling": "halving_doubling",
+              "gradsync_tree": "tree", "gradsync_allreduce": "allreduce"}
+COLUMNS = ["latency_us", "workers", "bytes", "algorithm", "measured_us", "alpha_beta_us",
+           "wire_us", "wire_over_measured", "probed_us", "probed_over_measured",
+           "probed_alpha_us", "cpu_share", "cpu_bound"]
+
+
+def simulate(simulate_path, strategy, n, size, rate_bits, latency_us):
+    link = f"{rate_bits / 1e6:g}mbit,{latency_us:g}us"
+    command = [simulate_path, f"--strategy={strategy}", f"--workers={n}",
+               f"--link={link}", f"--model=custom:{size / 1e6:g}:1", "--bucket_mb=1000"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        sys.exit(f"calibrate_crossover: {' '.join(command)}: {done.stderr.strip()}")
+    return json.loads(done.stdout)["sync_ms"] * 1e3
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--simulate", default=os.path.join(ROOT, "bazel-bin", "sim", "simulate"))
+    parser.add_argument("--measured", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    with open(args.measured) as f:
+        measured = json.load(f)
+    runs = {(r["latency_us"], r["workers"]): r["context"] for r in measured["runs"]}
+    rows = []
+    for p in measured["points"]:
+        strategy = STRATEGIES.get(p["algorithm"])
+        if strategy is None:
+            continue
+        context = runs[(p["latency_us"], p["workers"])]
+        rate = context["link_bits_per_s"]
+        wire = simulate(args.simulate, strategy, p["workers"], p["bytes"], rate,
+                        p["latency_us"])
+        # The probed link: its α (software and relays included) and its B.
+        probed_alpha = context["prediction_link_alpha_us"]
+        probed = simulate(args.simulate, strategy, p["workers"], p["bytes"],
+                          8 * context["prediction_link_bytes_per_s"], probed_alpha)
+        rows.append({
+            "latency_us": p["latency_us"], "workers": p["workers"], "bytes": p["bytes"],
+            "algorithm": strategy, "measured_us": p["time_us"],
+            "alpha_beta_us": p["predicted_us"], "wire_us": wire,
+            "wire_over_measured": wire / p["time_us"], "probed_us": probed,
+            "probed_over_measured": probed / p["time_us"], "probed_alpha_us": probed_alpha,
+            "cpu_share": p["cpu_share"],
+            "cpu_bound": cpu_bound.is_cpu_bound(job_cpu_share=p["cpu_share"])})
+        print(rows[-1], flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "points.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
+                         capture_output=True, text=True).stdout.strip()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    with open(os.path.join(args.out, "sweep.json"), "w") as f:
+        json.dump({"manifest": {
+            "command": "sim/calibrate_crossover.py " + " ".join(
+                a for a in argv if not a.startswith("--simulate")),
+            "date": now.strftime("%Y-%m-%d"),
+            "time": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "git_commit": rev,
+            "build": rev[:7],
+            "measured": os.path.relpath(args.measured, os.path.join(ROOT, "docs", "results")),
+            "simulator": "SimGrid 3.32 (Debian libsimgrid-dev), CM02 without cross-traffic, "
+                         "TCP-gamma unbounded"}}, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
