@@ -52,6 +52,7 @@
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
 #include "tools/commands.h"
+#include "tools/output_paths.h"
 #include "tools/ps_flags.h"
 #include "tools/trace_flags.h"
 #include "tools/train_flags.h"
@@ -558,6 +559,14 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
     RETURN_IF_ERROR(ScaleLearningRate(trainer.optimizer.lr,
                                       trainer.lr_scaling, workers * node.nnodes)
                         .status());
+    // What this node's workers will write (each checks again, after Join):
+    // one message now instead of one per worker. The run folder, the
+    // default --metrics_dir, is the launcher's own.
+    for (int r = node.node_rank * workers; r < (node.node_rank + 1) * workers;
+         ++r) {
+      RETURN_IF_ERROR(CheckWorkerOutputs(
+          r, {trainer.metrics_dir, trainer.dump_params, trainer.trace_path}));
+    }
     if (servers > 0 && !UsesParameterServers(absl::GetFlag(FLAGS_sync))) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--servers=", servers, " starts parameter servers, but --sync=",

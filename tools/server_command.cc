@@ -25,6 +25,7 @@
 #include "ps/settings.h"
 #include "tools/cluster_flags.h"
 #include "tools/emulated_link.h"
+#include "tools/output_paths.h"
 #include "tools/ps_flags.h"
 #include "tools/trace_flags.h"
 
@@ -135,6 +136,14 @@ absl::Status Serve(const ClusterEnv& env) {
     options.trace = trace.get();
     options.trace_steps = trace_settings.steps;
     options.trace_path = RankTracePath(path, "server", options.server_rank);
+    // Written when the job ends: a path that cannot be written is said now,
+    // to the whole job (connected already), not after the run.
+    if (absl::Status writable = CheckOutputFile("--trace", options.trace_path);
+        !writable.ok()) {
+      writable = Annotate(writable, absl::StrCat("server ", env.rank));
+      coordinator->Leave(writable);
+      return writable;
+    }
   }
   absl::StatusOr<std::unique_ptr<ParameterServer>> started =
       ParameterServer::Start(options);

@@ -1,0 +1,78 @@
+#include "tools/output_paths.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gradsync {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+std::string TempDir(const std::string& name) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+void Touch(const std::string& path) {
+  FILE* file = std::fopen(path.c_str(), "w");
+  ASSERT_NE(file, nullptr) << path;
+  std::fclose(file);
+}
+
+bool Exists(const std::string& path) {
+  struct stat info;
+  return stat(path.c_str(), &info) == 0;
+}
+
+TEST(OutputPathsTest, AFileInAWritableFolderIsAccepted) {
+  const std::string dir = TempDir("ok");
+  EXPECT_TRUE(CheckOutputFile("--dump_params", "").ok());
+  EXPECT_TRUE(CheckOutputFile("--dump_params", dir + "/params.worker0").ok());
+  Touch(dir + "/existing");
+  EXPECT_TRUE(CheckOutputFile("--dump_params", dir + "/existing").ok());
+  EXPECT_FALSE(Exists(dir + "/params.worker0")) << "the check wrote a file";
+}
+
+TEST(OutputPathsTest, AFileThatCannotBeWrittenIsRefusedNamingFlagAndPath) {
+  const std::string dir = TempDir("bad_file");
+  const absl::Status missing =
+      CheckOutputFile("--dump_params", dir + "/missing/params.worker0");
+  EXPECT_THAT(std::string(missing.message()),
+              AllOf(HasSubstr("--dump_params=" + dir + "/missing/params"),
+                    HasSubstr("does not exist")));
+  mkdir((dir + "/t.worker1.json").c_str(), 0755);
+  const absl::Status folder =
+      CheckOutputFile("--trace", dir + "/t.worker1.json");
+  EXPECT_THAT(std::string(folder.message()),
+              AllOf(HasSubstr("--trace="), HasSubstr("it is a folder")));
+  Touch(dir + "/plain");
+  const absl::Status under_file =
+      CheckOutputFile("--trace", dir + "/plain/t.json");
+  EXPECT_THAT(std::string(under_file.message()),
+              HasSubstr(dir + "/plain is not a folder"));
+}
+
+TEST(OutputPathsTest, AFolderToCreateNeedsAWritableAncestorAndNoFile) {
+  const std::string dir = TempDir("folders");
+  EXPECT_TRUE(CheckOutputFolder("--metrics_dir", dir + "/a/b/c").ok());
+  EXPECT_FALSE(Exists(dir + "/a")) << "the check created a folder";
+  EXPECT_TRUE(CheckOutputFolder("--metrics_dir", dir).ok());
+  Touch(dir + "/file");
+  const absl::Status status =
+      CheckOutputFolder("--metrics_dir", dir + "/file/run");
+  EXPECT_THAT(std::string(status.message()),
+              AllOf(HasSubstr("--metrics_dir=" + dir + "/file/run"),
+                    HasSubstr(dir + "/file is a file, not a folder")));
+  EXPECT_FALSE(CheckOutputFolder("--metrics_dir", dir + "/file").ok());
+}
+
+}  // namespace
+}  // namespace gradsync
