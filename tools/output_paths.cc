@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
@@ -32,20 +33,27 @@ absl::Status Refused(absl::string_view flag, const std::string& path,
                    "output at the end"));
 }
 
-// `folder` is a writable folder; otherwise why not.
+// Why the run could not write into `folder` (creating it where missing):
+// "" when it can. The nearest part of the path that exists must be a
+// writable folder.
 std::string WhyNotWritableFolder(const std::string& folder) {
+  std::string existing = folder;
   struct stat info;
-  if (stat(folder.c_str(), &info) != 0) {
-    return absl::StrCat("its folder ", folder, " ",
-                        errno == ENOENT ? "does not exist (create it first)"
-                                        : std::strerror(errno));
+  while (stat(existing.c_str(), &info) != 0) {
+    // ENOTDIR: a part of the path is a file; walking up finds which.
+    if (errno != ENOENT && errno != ENOTDIR) {
+      return absl::StrCat(existing, ": ", std::strerror(errno));
+    }
+    const std::string parent = FolderOf(existing);
+    if (parent == existing) return "no part of its path exists";
+    existing = parent;
   }
   if (!S_ISDIR(info.st_mode)) {
-    return absl::StrCat(folder, " is not a folder");
+    return absl::StrCat(existing, " is a file, not a folder");
   }
-  if (access(folder.c_str(), W_OK | X_OK) != 0) {
-    return absl::StrCat("its folder ", folder, " is not writable (",
-                        std::strerror(errno), ")");
+  if (access(existing.c_str(), W_OK | X_OK) != 0) {
+    return absl::StrCat(existing, " is not writable (", std::strerror(errno),
+                        ")");
   }
   return "";
 }
@@ -66,6 +74,7 @@ absl::Status CheckOutputFile(absl::string_view flag, const std::string& file) {
     // ENOTDIR: a part of the path is a file, which the folder's check names.
     return Refused(flag, file, std::strerror(errno));
   }
+  // A folder that does not exist yet is created before the run starts.
   const std::string why = WhyNotWritableFolder(FolderOf(file));
   if (!why.empty()) return Refused(flag, file, why);
   return absl::OkStatus();
@@ -74,30 +83,8 @@ absl::Status CheckOutputFile(absl::string_view flag, const std::string& file) {
 absl::Status CheckOutputFolder(absl::string_view flag,
                                const std::string& folder) {
   if (folder.empty()) return absl::OkStatus();
-  // The nearest part of the path that exists must be a writable folder:
-  // the run creates the rest.
-  std::string existing = folder;
-  struct stat info;
-  while (stat(existing.c_str(), &info) != 0) {
-    // ENOTDIR: a part of the path is a file; walking up finds which.
-    if (errno != ENOENT && errno != ENOTDIR) {
-      return Refused(flag, folder, std::strerror(errno));
-    }
-    const std::string parent = FolderOf(existing);
-    if (parent == existing) {
-      return Refused(flag, folder, "no part of its path exists");
-    }
-    existing = parent;
-  }
-  if (!S_ISDIR(info.st_mode)) {
-    return Refused(flag, folder,
-                   absl::StrCat(existing, " is a file, not a folder"));
-  }
-  if (access(existing.c_str(), W_OK | X_OK) != 0) {
-    return Refused(flag, folder,
-                   absl::StrCat(existing, " is not writable (",
-                                std::strerror(errno), ")"));
-  }
+  const std::string why = WhyNotWritableFolder(folder);
+  if (!why.empty()) return Refused(flag, folder, why);
   return absl::OkStatus();
 }
 
@@ -111,6 +98,30 @@ absl::Status CheckWorkerOutputs(int rank, const WorkerOutputs& outputs) {
     RETURN_IF_ERROR(CheckOutputFile(
         "--trace", RankTracePath(outputs.trace, "worker", rank)));
     if (rank == 0) RETURN_IF_ERROR(CheckOutputFile("--trace", outputs.trace));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrepareWorkerOutputs(int rank, const WorkerOutputs& outputs) {
+  RETURN_IF_ERROR(CheckWorkerOutputs(rank, outputs));
+  const std::pair<absl::string_view, std::string> folders[] = {
+      {"--metrics_dir", outputs.metrics_dir},
+      {"--dump_params",
+       outputs.dump_params.empty() ? "" : FolderOf(outputs.dump_params)},
+      {"--trace", outputs.trace.empty() ? "" : FolderOf(outputs.trace)},
+  };
+  for (const auto& [flag, folder] : folders) {
+    if (folder.empty()) continue;
+    std::string partial;
+    for (size_t i = 0; i <= folder.size(); ++i) {
+      if ((i == folder.size() || folder[i] == '/') && !partial.empty() &&
+          mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+        return Refused(
+            flag, folder,
+            absl::StrCat("creating ", partial, ": ", std::strerror(errno)));
+      }
+      if (i < folder.size()) partial += folder[i];
+    }
   }
   return absl::OkStatus();
 }

@@ -6,9 +6,12 @@
 // own start-up check, core/optim/checkpoint_path.h.)
 //
 // "Can be written" means: the file is absent or a regular file, and its
-// folder exists, is a folder and is writable by this process; for a folder
-// the run creates (--metrics_dir), the nearest part of its path that exists
-// is a writable folder. Nothing is created or written by the check.
+// folder is a writable folder or can be created (the nearest part of its
+// path that exists is a writable folder); the same for a folder the run
+// writes into (--metrics_dir). The checks create and write nothing;
+// PrepareWorkerOutputs then creates the missing folders, so that the
+// files written at the end have theirs (a job on one machine may name a
+// folder that another of its workers creates).
 #pragma once
 
 #include <string>
@@ -35,5 +38,9 @@ struct WorkerOutputs {
   std::string trace;
 };
 absl::Status CheckWorkerOutputs(int rank, const WorkerOutputs& outputs);
+
+// CheckWorkerOutputs, then creates the folders those paths need, each
+// failure one error naming the flag and the path.
+absl::Status PrepareWorkerOutputs(int rank, const WorkerOutputs& outputs);
 
 }  // namespace gradsync

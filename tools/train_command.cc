@@ -94,8 +94,8 @@ absl::Status TrainInJob(const ClusterEnv& env, const TrainerOptions& options,
   // its end otherwise: checked after Join, so that a refusal ends the whole
   // job at once naming this worker, and before the data is loaded.
   RETURN_IF_ERROR(Annotate(
-      CheckWorkerOutputs(env.rank, {options.metrics_dir, options.dump_params,
-                                    options.trace_path}),
+      PrepareWorkerOutputs(env.rank, {options.metrics_dir, options.dump_params,
+                                      options.trace_path}),
       absl::StrCat("worker ", env.rank)));
   // After Join: a worker that fails while loading ends the job at once.
   ASSIGN_OR_RETURN(DatasetPair data,
