@@ -25,6 +25,7 @@
 #include "ps/settings.h"
 #include "tools/cluster_flags.h"
 #include "tools/emulated_link.h"
+#include "tools/job_settings.h"
 #include "tools/output_paths.h"
 #include "tools/ps_flags.h"
 #include "tools/trace_flags.h"
@@ -86,6 +87,9 @@ absl::Status Serve(const ClusterEnv& env) {
   client_options.num_servers = env.num_servers;
   client_options.shape_source = env.shape;
   client_options.on_job_ended = [&job_end] { job_end.JobEnded(); };
+  // The flags this server reads that the workers read too: worker 0's
+  // coordinator refuses a server whose values differ (tools/job_settings.h).
+  client_options.settings = ServerSettingsFromFlags();
   ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
                    CoordinatorClient::Connect(
                        env.coordinator_target(), env.job_id, Role::kServer,
