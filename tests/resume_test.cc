@@ -268,9 +268,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"ring_3", 3, 0, 16, {"--sync=ring"}, true},
         // Error feedback: each worker's residual is saved beside the
         // checkpoint (core/sync/error_feedback.h) and restored, so a
-        // compressed run resumes exactly too; the kill variant stops a job
-        // between the residuals' write and worker 0's checkpoint of an
-        // epoch's end.
+        // compressed run resumes exactly too, also from what a SIGKILL
+        // leaves (a residual may then be a step ahead of the checkpoint:
+        // its ".previous" copy is the one taken).
         Case{"local_topk", 1, 0, 40, {"--sync=local", "--compression=topk:0.1"}},
         Case{"ring_2_topk",
              2,
