@@ -380,7 +380,6 @@ absl::StatusOr<JobPlan> PlanJob(int workers, int servers, NodePlacement node,
   return plan;
 }
 
-// One process per worker, then one per server, on this machine.
 // Where a worker command's process records that it called
 // gradsync.torch.connect() (python/job_connection.cc): how the launcher
 // tells a program that ended after training from one that never joined.
@@ -426,6 +425,7 @@ std::string WhyWorkerCommandExitFails(const JobPlan& plan, int index) {
       "connect() in every worker's program");
 }
 
+// One process per worker, then one per server, on this machine.
 std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
                                       const std::vector<std::string>& flags) {
   const int nnodes = plan.node.nnodes;
