@@ -7,10 +7,12 @@ directly, so no torch is needed: given the same strategy they join; given
 both values, instead of each waiting out its timeout for peers that never
 connect. And a program that never calls connect() in a job with parameter
 servers ends the job as soon as a worker exits, naming it, instead of the
-servers waiting out their timeout for a coordinator that never comes.
+servers waiting out their timeout for a coordinator that never comes; a
+--trace path that cannot be written is refused at connect(), not at close().
 """
 
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -29,6 +31,18 @@ def run_worker(sync0, sync1):
         return 1
     worker.close()
     print("worker %d joined and closed" % rank, flush=True)
+    return 0
+
+
+def run_with_trace(path):
+    from gradsync import extension
+    rank = int(os.environ["RANK"])
+    try:
+        worker = extension.TorchWorker("ring", 30.0, [], trace_path=path)
+    except RuntimeError as error:
+        print("worker %d: %s" % (rank, error), flush=True)
+        return 1
+    worker.close()
     return 0
 
 
@@ -85,6 +99,19 @@ class JobAgreementTest(unittest.TestCase):
             r"server\(s\) wait for every worker")
         self.assertNotIn("no coordinator answered", output)
 
+    def test_trace_path_that_cannot_be_written_fails_at_connect(self):
+        # Written when the program closes gradsync: checked at connect().
+        folder = launch_jobs.scratch("unwritable_trace")
+        plain = os.path.join(folder, "plain")
+        with open(plain, "w") as f:
+            f.write("x")
+        code, output = launch("trace", "trace", os.path.join(plain, "t.json"))
+        self.assertNotEqual(code, 0, output)
+        self.assertRegex(
+            output, re.escape("--trace=%s/t.worker" % plain) +
+            r"[01]\.json cannot be written: " +
+            re.escape("%s is a file, not a folder" % plain))
+
     def test_program_that_uses_no_gradsync_and_no_servers_runs(self):
         # torch's own DDP under this launcher: nobody waits for a Join.
         # (A job whose workers do connect, with servers, is not stopped:
@@ -98,5 +125,7 @@ if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--worker":
         if sys.argv[2] == "none":
             sys.exit(run_without_connect())
+        if sys.argv[2] == "trace":
+            sys.exit(run_with_trace(sys.argv[3]))
         sys.exit(run_worker(sys.argv[2], sys.argv[3]))
     unittest.main()
