@@ -271,6 +271,24 @@ TEST_F(JobStartTest, ServerWithOtherStrategyFlagsFailsAtStartUp) {
   }
 }
 
+// A server's timeline is written when the job ends: a --trace it cannot
+// write ends the job at start-up, every process naming the server and the
+// path, before any step.
+TEST_F(JobStartTest, ServerWithAnUnwritableTraceFailsAtStartUp) {
+  ASSERT_EQ(mkdir(dir_.c_str(), 0755), 0);
+  const std::string plain = dir_ + "/plain";
+  std::ofstream(plain) << "x";
+  const Env servers = {{"GRADSYNC_NUM_SERVERS", "1"}};
+  const Env server_env = {{"GRADSYNC_NUM_SERVERS", "1"}, {"WORLD_SIZE", "2"}};
+  const LaunchResult result = RunGroup(
+      {Worker(0, 2, servers), Worker(1, 2, servers),
+       Server(0, server_env, {"--trace=" + plain + "/t.json"})},
+      /*stop_on_failure=*/false);
+  ExpectAllEndedNaming(result, "server 0: --trace=" + plain +
+                                   "/t.server0.json cannot be written: " +
+                                   plain + " is a file, not a folder");
+}
+
 // Per-process flags (paths, the wait deadline) may differ: the job runs.
 TEST_F(JobStartTest, WorkersWithDifferentPerProcessFlagsRun) {
   const LaunchResult result =

@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
@@ -58,6 +57,21 @@ std::string WhyNotWritableFolder(const std::string& folder) {
   return "";
 }
 
+// Creates `folder` and the parts of its path that are missing.
+absl::Status MakeFolders(absl::string_view flag, const std::string& folder) {
+  std::string partial;
+  for (size_t i = 0; i <= folder.size(); ++i) {
+    if ((i == folder.size() || folder[i] == '/') && !partial.empty() &&
+        mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+      return Refused(
+          flag, folder,
+          absl::StrCat("creating ", partial, ": ", std::strerror(errno)));
+    }
+    if (i < folder.size()) partial += folder[i];
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckOutputFile(absl::string_view flag, const std::string& file) {
@@ -102,26 +116,22 @@ absl::Status CheckWorkerOutputs(int rank, const WorkerOutputs& outputs) {
   return absl::OkStatus();
 }
 
+absl::Status PrepareOutputFile(absl::string_view flag,
+                               const std::string& file) {
+  RETURN_IF_ERROR(CheckOutputFile(flag, file));
+  if (file.empty()) return absl::OkStatus();
+  return MakeFolders(flag, FolderOf(file));
+}
+
 absl::Status PrepareWorkerOutputs(int rank, const WorkerOutputs& outputs) {
   RETURN_IF_ERROR(CheckWorkerOutputs(rank, outputs));
-  const std::pair<absl::string_view, std::string> folders[] = {
-      {"--metrics_dir", outputs.metrics_dir},
-      {"--dump_params",
-       outputs.dump_params.empty() ? "" : FolderOf(outputs.dump_params)},
-      {"--trace", outputs.trace.empty() ? "" : FolderOf(outputs.trace)},
-  };
-  for (const auto& [flag, folder] : folders) {
-    if (folder.empty()) continue;
-    std::string partial;
-    for (size_t i = 0; i <= folder.size(); ++i) {
-      if ((i == folder.size() || folder[i] == '/') && !partial.empty() &&
-          mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-        return Refused(
-            flag, folder,
-            absl::StrCat("creating ", partial, ": ", std::strerror(errno)));
-      }
-      if (i < folder.size()) partial += folder[i];
-    }
+  RETURN_IF_ERROR(MakeFolders("--metrics_dir", outputs.metrics_dir));
+  if (!outputs.dump_params.empty()) {
+    RETURN_IF_ERROR(
+        MakeFolders("--dump_params", FolderOf(outputs.dump_params)));
+  }
+  if (!outputs.trace.empty()) {
+    RETURN_IF_ERROR(MakeFolders("--trace", FolderOf(outputs.trace)));
   }
   return absl::OkStatus();
 }

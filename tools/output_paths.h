@@ -24,6 +24,9 @@ namespace gradsync {
 // `file`, given through `flag` ("--dump_params"), can be written. Empty: OK.
 absl::Status CheckOutputFile(absl::string_view flag, const std::string& file);
 
+// CheckOutputFile, then creates the file's folder where it is missing.
+absl::Status PrepareOutputFile(absl::string_view flag, const std::string& file);
+
 // `folder`, given through `flag` ("--metrics_dir"), exists as a writable
 // folder or can be created. Empty: OK.
 absl::Status CheckOutputFolder(absl::string_view flag,

@@ -93,5 +93,13 @@ TEST(OutputPathsTest, MissingFoldersAreCreatedBeforeTheRunNotByTheCheck) {
                     HasSubstr(dir + "/plain is a file, not a folder")));
 }
 
+TEST(OutputPathsTest, PreparingAFileMakesItsFolderOnly) {
+  const std::string dir = TempDir("prepare_file");
+  ASSERT_TRUE(PrepareOutputFile("--trace", dir + "/a/b/t.server0.json").ok());
+  EXPECT_TRUE(Exists(dir + "/a/b"));
+  EXPECT_FALSE(Exists(dir + "/a/b/t.server0.json"));
+  EXPECT_TRUE(PrepareOutputFile("--trace", "").ok());
+}
+
 }  // namespace
 }  // namespace gradsync

@@ -140,14 +140,6 @@ absl::Status Serve(const ClusterEnv& env) {
     options.trace = trace.get();
     options.trace_steps = trace_settings.steps;
     options.trace_path = RankTracePath(path, "server", options.server_rank);
-    // Written when the job ends: a path that cannot be written is said now,
-    // to the whole job (connected already), not after the run.
-    if (absl::Status writable = CheckOutputFile("--trace", options.trace_path);
-        !writable.ok()) {
-      writable = Annotate(writable, absl::StrCat("server ", env.rank));
-      coordinator->Leave(writable);
-      return writable;
-    }
   }
   absl::StatusOr<std::unique_ptr<ParameterServer>> started =
       ParameterServer::Start(options);
@@ -175,6 +167,16 @@ absl::Status Serve(const ClusterEnv& env) {
   if (!members.ok()) {
     coordinator->Leave(members.status());
     return members.status();
+  }
+  // The timeline is written when the job ends: a path that cannot take it
+  // is said now, before any step. After Join, because only a member that
+  // has joined can end the job at once by leaving with an error.
+  if (absl::Status writable = PrepareOutputFile("--trace", options.trace_path);
+      !writable.ok()) {
+    writable = Annotate(writable, absl::StrCat("server ", env.rank));
+    coordinator->Leave(writable);
+    server->Stop();
+    return writable;
   }
   GS_LOG(INFO) << "serving at " << address << " (listening on "
                << options.bind_address << ") for " << env.world_size
