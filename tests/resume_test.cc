@@ -271,7 +271,11 @@ INSTANTIATE_TEST_SUITE_P(
         // compressed run resumes exactly too, also from what a SIGKILL
         // leaves (a residual may then be a step ahead of the checkpoint:
         // its ".previous" copy is the one taken).
-        Case{"local_topk", 1, 0, 40, {"--sync=local", "--compression=topk:0.1"}},
+        Case{"local_topk",
+             1,
+             0,
+             40,
+             {"--sync=local", "--compression=topk:0.1"}},
         Case{"ring_2_topk",
              2,
              0,

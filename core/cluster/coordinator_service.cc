@@ -308,9 +308,10 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
       const std::string reason =
           absl::StrCat("it was refused at Join: ", difference, "; ", advice);
       RecordLossLocked(key, request->address(), request->host(), reason);
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat(Name(role, rank), " was refused at Join: ",
-                                       difference, "; ", advice));
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat(Name(role, rank), " was refused at Join: ", difference,
+                       "; ", advice));
     }
   }
   auto it = members_.find(key);

@@ -237,7 +237,8 @@ TEST_F(SettingsAgreementTest, MissingSettingIsRefused) {
 // A parameter server states the few settings it reads itself; each must be
 // worker 0's. One that agrees joins beside worker 0; one that differs fails
 // the job naming itself, worker 0 and the setting with both values.
-TEST(ServerSettingsAgreementTest, ServerWithOtherSettingsFailsTheJobNamingBoth) {
+TEST(ServerSettingsAgreementTest,
+     ServerWithOtherSettingsFailsTheJobNamingBoth) {
   WorkerSettings worker0 = Settings("0.05");
   worker0.values["--ps_message_kb"] = "0";
   for (const std::string message_kb : {"0", "64"}) {
@@ -272,9 +273,9 @@ TEST(ServerSettingsAgreementTest, ServerWithOtherSettingsFailsTheJobNamingBoth) 
     EXPECT_THAT(std::string(joined.status().message()),
                 HasSubstr("server 0 was refused at Join: " + difference));
     ASSERT_FALSE(joined0.ok());
-    EXPECT_THAT(std::string(joined0.status().message()),
-                AllOf(HasSubstr("the job lost server 0"),
-                      HasSubstr(difference)));
+    EXPECT_THAT(
+        std::string(joined0.status().message()),
+        AllOf(HasSubstr("the job lost server 0"), HasSubstr(difference)));
   }
 }
 

@@ -179,10 +179,10 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
                                     sizeof(kVersionWithoutBuffers))) {
     format_version = 2;
   } else {
-    return absl::DataLossError(absl::StrCat(
-        "checkpoint ", path, " has format version ", version,
-        "; this build reads versions 02 to ",
-        std::string(kVersion, sizeof(kVersion))));
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, " has format version ", version,
+                     "; this build reads versions 02 to ",
+                     std::string(kVersion, sizeof(kVersion))));
   }
   // The declared size first: a file cut short (a copy that did not finish,
   // a full disk outside our atomic write) is told apart from flipped bits.
