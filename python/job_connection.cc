@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/files.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/cluster/job_token.h"
@@ -86,6 +87,17 @@ absl::StatusOr<int> CoordinatorPortBesideTorch(int master_port) {
 
 absl::StatusOr<std::unique_ptr<JobConnection>> JobConnection::Join(
     const JobConnectionOptions& options) {
+  // `gradsync launch` asks each worker command to record that it called
+  // connect(): a worker that ends without doing so would leave the job's
+  // servers waiting for it, and the launcher stops the job naming it
+  // instead (tools/launch_command.cc). Recorded first, so that a connect()
+  // that fails is a failure of its own, not one of never connecting.
+  if (const char* record = std::getenv("GRADSYNC_CONNECT_RECORD");
+      record != nullptr && *record != '\0') {
+    RETURN_IF_ERROR(Annotate(
+        WriteFileAtomically(record, "gradsync.torch.connect() called\n"),
+        "recording connect() for gradsync launch (GRADSYNC_CONNECT_RECORD)"));
+  }
   std::unique_ptr<JobConnection> job(new JobConnection());
   job->options_ = options;
   for (const std::string& flag : options.flags) {

@@ -13,6 +13,7 @@
 #include "core/train/layout_json.h"
 #include "core/train/progress_line.h"
 #include "core/train/worker_trace.h"
+#include "tools/output_paths.h"
 
 namespace gradsync {
 
@@ -36,6 +37,11 @@ absl::StatusOr<std::unique_ptr<TorchRunRecord>> TorchRunRecord::Start(
   }
   std::unique_ptr<TorchRunRecord> record(new TorchRunRecord(options, job));
   const int rank = job.env().rank;
+  // The timeline and the summary are written when the program closes
+  // gradsync: a path that cannot take them is said now, not after training.
+  RETURN_IF_ERROR(Annotate(
+      PrepareWorkerOutputs(rank, {options.metrics_dir, "", options.trace_path}),
+      absl::StrCat("worker ", rank)));
   ASSIGN_OR_RETURN(record->metrics_,
                    MetricsWriter::Open(options.metrics_dir, rank));
   if (!options.trace_path.empty()) record->trace_ = StartWorkerTrace(rank);

@@ -248,6 +248,47 @@ TEST_F(JobStartTest, WorkersWithDifferentTrainingFlagsFailAtStartUp) {
   }
 }
 
+// A parameter server started with another --ps_* flag than the workers
+// (here the size of its result messages) is refused at Join like a worker
+// with other training flags: every process ends at once naming the server,
+// worker 0 and the flag with both values.
+TEST_F(JobStartTest, ServerWithOtherStrategyFlagsFailsAtStartUp) {
+  const Env servers = {{"GRADSYNC_NUM_SERVERS", "1"}};
+  const Env server_env = {{"GRADSYNC_NUM_SERVERS", "1"}, {"WORLD_SIZE", "2"}};
+  const LaunchResult result =
+      RunGroup({Worker(0, 2, servers), Worker(1, 2, servers),
+                Server(0, server_env, {"--ps_message_kb=64"})},
+               /*stop_on_failure=*/false);
+  ExpectAllEndedNaming(result,
+                       "its --ps_message_kb=64 differs from worker 0's "
+                       "--ps_message_kb=0; give every parameter server the "
+                       "--ps_* flags the workers have");
+  EXPECT_THAT(result.processes[2].output,
+              HasSubstr("server 0 was refused at Join"));
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_FALSE(std::ifstream(absl::StrCat(dir_, "/params.worker", rank)))
+        << "worker " << rank << " trained";
+  }
+}
+
+// A server's timeline is written when the job ends: a --trace it cannot
+// write ends the job at start-up, every process naming the server and the
+// path, before any step.
+TEST_F(JobStartTest, ServerWithAnUnwritableTraceFailsAtStartUp) {
+  ASSERT_EQ(mkdir(dir_.c_str(), 0755), 0);
+  const std::string plain = dir_ + "/plain";
+  std::ofstream(plain) << "x";
+  const Env servers = {{"GRADSYNC_NUM_SERVERS", "1"}};
+  const Env server_env = {{"GRADSYNC_NUM_SERVERS", "1"}, {"WORLD_SIZE", "2"}};
+  const LaunchResult result = RunGroup(
+      {Worker(0, 2, servers), Worker(1, 2, servers),
+       Server(0, server_env, {"--trace=" + plain + "/t.json"})},
+      /*stop_on_failure=*/false);
+  ExpectAllEndedNaming(result, "server 0: --trace=" + plain +
+                                   "/t.server0.json cannot be written: " +
+                                   plain + " is a file, not a folder");
+}
+
 // Per-process flags (paths, the wait deadline) may differ: the job runs.
 TEST_F(JobStartTest, WorkersWithDifferentPerProcessFlagsRun) {
   const LaunchResult result =

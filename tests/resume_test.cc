@@ -266,6 +266,22 @@ INSTANTIATE_TEST_SUITE_P(
              40,
              {"--sync=local", "--optimizer=adam", "--lr=0.001"}},
         Case{"ring_3", 3, 0, 16, {"--sync=ring"}, true},
+        // Error feedback: each worker's residual is saved beside the
+        // checkpoint (core/sync/error_feedback.h) and restored, so a
+        // compressed run resumes exactly too, also from what a SIGKILL
+        // leaves (a residual may then be a step ahead of the checkpoint:
+        // its ".previous" copy is the one taken).
+        Case{"local_topk",
+             1,
+             0,
+             40,
+             {"--sync=local", "--compression=topk:0.1"}},
+        Case{"ring_2_topk",
+             2,
+             0,
+             20,
+             {"--sync=ring", "--compression=topk:0.1"},
+             true},
         Case{"ps_worker_update_2x2",
              2,
              2,
@@ -445,6 +461,9 @@ TEST_F(DamagedCheckpointTest, ChangedFlagsAreRefusedAndKept) {
       {{"--seed=4"}, "was written with --seed 3 but this run has 4"},
       {{"--optimizer=adam", "--lr=0.001"}, "was written with --optimizer sgd"},
       {{"--layers=32,16,10"}, "resume with the same --model and --layers"},
+      {{"--compression=fp16"},
+       "was written with --compression none but this run has fp16; resume "
+       "with --compression=none, or start over without --resume"},
   };
   for (const Change& change : changes) {
     std::vector<std::string> extra = {"--checkpoint=" + path,
@@ -495,6 +514,35 @@ TEST_F(DamagedCheckpointTest, ChangedFlagsAreRefusedAndKept) {
       << run.output;
   EXPECT_EQ(ReadBytes(path), good_)
       << path << " was changed by the refused --ps_update=server run";
+}
+
+// A checkpoint of a compressed run is not continued under another
+// compression: without its error-feedback residuals (or with none where it
+// kept some) the continuation would be another run's, reported as this one.
+TEST_F(DamagedCheckpointTest, OtherCompressionIsRefusedNamingBoth) {
+  const std::string path = dir_ + "/topk.ckpt";
+  Case topk = kLocal;
+  topk.flags.push_back("--compression=topk:0.1");
+  ProcessResult run =
+      RunJob(topk, dir_, "topk", {"--checkpoint=" + path, "--max_steps=10"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string written = ReadBytes(path);
+  for (const std::string other : {"none", "topk:0.2"}) {
+    Case changed = kLocal;
+    changed.flags.push_back("--compression=" + other);
+    run = ResumeFrom(changed, dir_, path);
+    EXPECT_NE(run.exit_code, 0) << run.output;
+    EXPECT_THAT(run.output,
+                HasSubstr(absl::StrCat(
+                    "checkpoint ", path,
+                    " was written with --compression topk:0.1 but this run "
+                    "has ",
+                    other, "; resume with --compression=topk:0.1")))
+        << run.output;
+    EXPECT_EQ(ReadBytes(path), written)
+        << path << " was changed by the refused --compression=" << other
+        << " run";
+  }
 }
 
 // A server's shard is checked like worker 0's file: a flipped byte in it

@@ -202,6 +202,53 @@ TEST(StartUpChecksTest, StaleTemporaryCheckpointIsRemoved) {
 
 // Defect 6: a reused run folder kept the previous run's summary beside a
 // later failed run's logs.
+// Every output path is checked when the worker starts, before the data is
+// loaded (the data folder here does not exist, so a later check would name
+// the data instead), and nothing of the run is written: not even the
+// metrics folder it would have created.
+TEST(StartUpChecksTest, OutputPathsAreCheckedBeforeTheDataIsLoaded) {
+  const std::string dir = TestTempDir() + "/outputs";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((dir + "/taken.worker0").c_str(), 0755), 0);
+  const std::string plain = dir + "/plain";
+  std::ofstream(plain) << "x";
+  const std::string metrics = dir + "/metrics";
+  struct Bad {
+    std::string flag;
+    std::string message;
+  };
+  const std::vector<Bad> cases = {
+      {"--dump_params=" + plain + "/params",
+       "--dump_params=" + plain + "/params.worker0 cannot be written: " +
+           plain + " is a file, not a folder"},
+      {"--dump_params=" + dir + "/taken", "it is a folder"},
+      {"--trace=" + plain + "/t.json",
+       "--trace=" + plain + "/t.worker0.json cannot be written"},
+      {"--metrics_dir=" + plain + "/run", plain + " is a file, not a folder"},
+  };
+  for (const Bad& bad : cases) {
+    std::vector<std::string> args = {"train", "--data_dir=" + dir + "/no_data",
+                                     "--epochs=1", bad.flag};
+    if (bad.flag.rfind("--metrics_dir", 0) != 0)
+      args.push_back("--metrics_dir=" + metrics);
+    const ProcessResult result = RunGradsync(args);
+    ExpectRefused(result, bad.message);
+    EXPECT_THAT(result.output, Not(HasSubstr("no_data"))) << bad.flag;
+    struct stat st;
+    EXPECT_NE(stat(metrics.c_str(), &st), 0)
+        << bad.flag << ": the refused run created " << metrics;
+  }
+  // `launch` checks every worker's paths once, before it starts any.
+  const ProcessResult launched =
+      RunGradsync({"launch", "--workers=2", "--run_dir=" + dir + "/run", "--",
+                   "--data_dir=" + dir + "/no_data", "--epochs=1",
+                   "--dump_params=" + plain + "/params"});
+  ExpectRefused(launched,
+                "--dump_params=" + plain + "/params.worker0 cannot be written");
+  EXPECT_THAT(launched.output, Not(HasSubstr("[worker")))
+      << "a worker was started";
+}
+
 TEST(StartUpChecksTest, ReusedRunFolderShowsNoEarlierSummary) {
   const std::string run = Dir("reused_run");
   const ProcessResult first =

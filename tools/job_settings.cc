@@ -54,7 +54,28 @@ constexpr absl::string_view kPerProcessFlags[] = {
     "max_processes",
 };
 
+// What a parameter server reads itself and shares with the workers (see
+// ServerSettingsFromFlags); each is among the workers' settings too.
+constexpr absl::string_view kServerFlags[] = {
+    "ps_colocate",           // with the next: the servers' ranks
+    "ps_colocated_servers",  // (tools/ps_flags.h ColocatedServersFromFlags)
+    "ps_message_kb",         // the result messages' size
+    "ps_stream_window_kb",   // the push streams' window
+};
+
 }  // namespace
+
+absl::Span<const absl::string_view> ServerFlags() { return kServerFlags; }
+
+WorkerSettings ServerSettingsFromFlags() {
+  WorkerSettings settings;
+  for (absl::string_view name : kServerFlags) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr) continue;  // not linked: nothing to state
+    settings.values[absl::StrCat("--", name)] = flag->CurrentValue();
+  }
+  return settings;
+}
 
 absl::Span<const absl::string_view> PerProcessFlags() {
   return kPerProcessFlags;

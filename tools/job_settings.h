@@ -20,6 +20,18 @@ namespace gradsync {
 // "--lr" -> "0.05", as the user writes them.
 WorkerSettings WorkerSettingsFromFlags();
 
+// A parameter server's (`gradsync server`) settings: the flags it reads
+// itself that must equal the workers' — where the servers are
+// (--ps_colocate, --ps_colocated_servers: its own server rank follows from
+// them) and the sizes of its streams (--ps_message_kb,
+// --ps_stream_window_kb), which the workers derive with it. The rest of what
+// a server does (consistency, optimizer, keys) it is told by the workers.
+// Compared by worker 0's coordinator with worker 0's values at Join.
+WorkerSettings ServerSettingsFromFlags();
+
+// The flags ServerSettingsFromFlags states, without "--".
+absl::Span<const absl::string_view> ServerFlags();
+
 // Whether flag `name` (without "--") may differ between the workers of one
 // job, and so is not compared.
 bool IsPerProcessFlag(absl::string_view name);

@@ -57,6 +57,23 @@ TEST(JobSettingsTest, PerProcessAndForeignFlagsAreLeftOut) {
   }
 }
 
+// A server states only flags that every worker states too (so the
+// coordinator can always compare them), each with its value.
+TEST(JobSettingsTest, AServerStatesWorkerSettingsOnly) {
+  absl::FlagSaver restore;
+  absl::CommandLineFlag* window = absl::FindCommandLineFlag("ps_message_kb");
+  ASSERT_NE(window, nullptr);
+  std::string error;
+  ASSERT_TRUE(window->ParseFrom("64", &error)) << error;
+  const WorkerSettings server = ServerSettingsFromFlags();
+  EXPECT_EQ(server.values.size(), ServerFlags().size());
+  EXPECT_THAT(server.values, Contains(Pair("--ps_message_kb", "64")));
+  const WorkerSettings worker = WorkerSettingsFromFlags();
+  for (const auto& [name, value] : server.values) {
+    EXPECT_THAT(worker.values, Contains(Pair(name, value))) << name;
+  }
+}
+
 bool Lists(const std::vector<IgnoredFlag>& ignored, const std::string& name) {
   for (const IgnoredFlag& flag : ignored) {
     if (flag.name == name) return true;

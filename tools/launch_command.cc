@@ -35,6 +35,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -52,6 +53,7 @@
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
 #include "tools/commands.h"
+#include "tools/output_paths.h"
 #include "tools/ps_flags.h"
 #include "tools/trace_flags.h"
 #include "tools/train_flags.h"
@@ -378,6 +380,51 @@ absl::StatusOr<JobPlan> PlanJob(int workers, int servers, NodePlacement node,
   return plan;
 }
 
+// Where a worker command's process records that it called
+// gradsync.torch.connect() (python/job_connection.cc): how the launcher
+// tells a program that ended after training from one that never joined.
+std::string ConnectRecordPath(const JobPlan& plan, int rank) {
+  return absl::StrCat(plan.run_dir, "/logs/worker", rank, ".connected");
+}
+
+bool FileExists(const std::string& path) {
+  return access(path.c_str(), F_OK) == 0;
+}
+
+// For a worker command: why the clean exit of the process at `index` (the
+// specs' order: this node's workers, then its servers) fails the job, or
+// "". A worker that ends without having called connect() can never join,
+// so the job's servers, or its workers that did join, would wait for it
+// until their deadline and then blame the coordinator's address or the
+// peer. A job in which no worker connects and no server waits is a program
+// that does not use gradsync (torch's own DDP under this launcher): fine.
+std::string WhyWorkerCommandExitFails(const JobPlan& plan, int index) {
+  if (plan.command.empty() || index >= plan.workers) return "";
+  const int first = plan.node.node_rank * plan.workers;
+  const int rank = first + index;
+  if (FileExists(ConnectRecordPath(plan, rank))) return "";
+  std::vector<std::string> joined;
+  for (int r = first; r < first + plan.workers; ++r) {
+    if (r != rank && FileExists(ConnectRecordPath(plan, r))) {
+      joined.push_back(absl::StrCat(r));
+    }
+  }
+  const int servers = plan.servers * plan.node.nnodes;
+  if (servers == 0 && joined.empty()) return "";
+  const std::string waiting =
+      servers > 0
+          ? absl::StrCat("the job's ", servers,
+                         " parameter server(s) wait for every worker")
+          : absl::StrCat("worker(s) ", absl::StrJoin(joined, ", "),
+                         " joined the job and wait for it");
+  return absl::StrCat(
+      "worker ", rank,
+      " exited with code 0 without calling gradsync.torch.connect(), while ",
+      waiting,
+      ": stopping the job rather than let them wait out their timeout; call "
+      "connect() in every worker's program");
+}
+
 // One process per worker, then one per server, on this machine.
 std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
                                       const std::vector<std::string>& flags) {
@@ -425,6 +472,10 @@ std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
           absl::StrAppend(&all, all.empty() ? "" : " ", flag);
         spec.env.push_back({"GRADSYNC_FLAGS", all});
       }
+    }
+    if (!plan.command.empty()) {
+      spec.env.push_back(
+          {"GRADSYNC_CONNECT_RECORD", ConnectRecordPath(plan, r)});
     }
     spec.env.push_back({"RANK", absl::StrCat(r)});
     spec.env.push_back({"LOCAL_RANK", absl::StrCat(local)});
@@ -558,6 +609,14 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
     RETURN_IF_ERROR(ScaleLearningRate(trainer.optimizer.lr,
                                       trainer.lr_scaling, workers * node.nnodes)
                         .status());
+    // What this node's workers will write (each checks again, after Join):
+    // one message now instead of one per worker. The run folder, the
+    // default --metrics_dir, is the launcher's own.
+    for (int r = node.node_rank * workers; r < (node.node_rank + 1) * workers;
+         ++r) {
+      RETURN_IF_ERROR(CheckWorkerOutputs(
+          r, {trainer.metrics_dir, trainer.dump_params, trainer.trace_path}));
+    }
     if (servers > 0 && !UsesParameterServers(absl::GetFlag(FLAGS_sync))) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--servers=", servers, " starts parameter servers, but --sync=",
@@ -677,6 +736,16 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
                  << ":" << plan.port << ", logs in " << plan.run_dir << "/logs";
   }
   LaunchOptions options;
+  if (command) {
+    // A reused run folder's records are an earlier job's.
+    for (int r = plan.node.node_rank * workers;
+         r < (plan.node.node_rank + 1) * workers; ++r) {
+      unlink(ConnectRecordPath(plan, r).c_str());
+    }
+    options.on_clean_exit = [&plan](int index) {
+      return WhyWorkerCommandExitFails(plan, index);
+    };
+  }
   const double deadline = absl::GetFlag(FLAGS_job_deadline_s);
   if (deadline > 0) options.deadline = absl::Seconds(deadline);
   absl::StatusOr<LaunchResult> launched = RunProcessGroup(specs, options);

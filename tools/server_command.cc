@@ -25,6 +25,8 @@
 #include "ps/settings.h"
 #include "tools/cluster_flags.h"
 #include "tools/emulated_link.h"
+#include "tools/job_settings.h"
+#include "tools/output_paths.h"
 #include "tools/ps_flags.h"
 #include "tools/trace_flags.h"
 
@@ -85,6 +87,9 @@ absl::Status Serve(const ClusterEnv& env) {
   client_options.num_servers = env.num_servers;
   client_options.shape_source = env.shape;
   client_options.on_job_ended = [&job_end] { job_end.JobEnded(); };
+  // The flags this server reads that the workers read too: worker 0's
+  // coordinator refuses a server whose values differ (tools/job_settings.h).
+  client_options.settings = ServerSettingsFromFlags();
   ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
                    CoordinatorClient::Connect(
                        env.coordinator_target(), env.job_id, Role::kServer,
@@ -162,6 +167,16 @@ absl::Status Serve(const ClusterEnv& env) {
   if (!members.ok()) {
     coordinator->Leave(members.status());
     return members.status();
+  }
+  // The timeline is written when the job ends: a path that cannot take it
+  // is said now, before any step. After Join, because only a member that
+  // has joined can end the job at once by leaving with an error.
+  if (absl::Status writable = PrepareOutputFile("--trace", options.trace_path);
+      !writable.ok()) {
+    writable = Annotate(writable, absl::StrCat("server ", env.rank));
+    coordinator->Leave(writable);
+    server->Stop();
+    return writable;
   }
   GS_LOG(INFO) << "serving at " << address << " (listening on "
                << options.bind_address << ") for " << env.world_size

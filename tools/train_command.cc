@@ -24,6 +24,7 @@
 #include "tools/cluster_flags.h"
 #include "tools/commands.h"
 #include "tools/job_settings.h"
+#include "tools/output_paths.h"
 #include "tools/ps_flags.h"
 #include "tools/train_flags.h"
 
@@ -89,6 +90,13 @@ absl::Status TrainInJob(const ClusterEnv& env, const TrainerOptions& options,
     ASSIGN_OR_RETURN(context.members,
                      coordinator->Join(env.advertise_host, options.timeout));
   }
+  // A typo in an output path costs nothing now, and the run's results at
+  // its end otherwise: checked after Join, so that a refusal ends the whole
+  // job at once naming this worker, and before the data is loaded.
+  RETURN_IF_ERROR(Annotate(
+      PrepareWorkerOutputs(env.rank, {options.metrics_dir, options.dump_params,
+                                      options.trace_path}),
+      absl::StrCat("worker ", env.rank)));
   // After Join: a worker that fails while loading ends the job at once.
   ASSIGN_OR_RETURN(DatasetPair data,
                    LoadDataWithDeadline(env, options.timeout, coordinator));
@@ -150,8 +158,10 @@ absl::Status Train() {
     }
     RETURN_IF_ERROR(CheckCheckpointPathFromFlags(shards));
     // A reused metrics folder must not show an earlier run's summary
-    // beside this run's files: it is written again at the end.
+    // beside this run's files: it is written again at the end. (A folder
+    // that cannot be one is said as such first.)
     if (!options.metrics_dir.empty()) {
+      RETURN_IF_ERROR(CheckOutputFolder("--metrics_dir", options.metrics_dir));
       const std::string summary =
           absl::StrCat(options.metrics_dir, "/summary.json");
       if (std::remove(summary.c_str()) != 0 && errno != ENOENT) {

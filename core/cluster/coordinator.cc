@@ -514,12 +514,10 @@ absl::StatusOr<std::vector<Member>> CoordinatorClient::Join(
     request.set_num_servers(options_.num_servers);
     request.set_shape_source(options_.shape_source);
   }
-  if (role_ == Role::kWorker) {
-    for (const auto& [name, value] : options_.settings.values) {
-      proto::Setting* setting = request.add_settings();
-      setting->set_name(name);
-      setting->set_value(value);
-    }
+  for (const auto& [name, value] : options_.settings.values) {
+    proto::Setting* setting = request.add_settings();
+    setting->set_name(name);
+    setting->set_value(value);
   }
   proto::JoinResponse response;
   grpc::ClientContext context;

@@ -126,8 +126,9 @@ struct CoordinatorClientOptions {
   int num_workers = 0;
   int num_servers = 0;
   std::string shape_source;  // ClusterEnv::shape
-  // This worker's training-relevant settings, sent with Join (a worker's
-  // only; see WorkerSettings).
+  // This member's training-relevant settings, sent with Join: a worker's
+  // every one (see WorkerSettings), a parameter server's those it reads
+  // itself, each compared with worker 0's value of the same name.
   WorkerSettings settings;
   // Called once, from the thread that watches the job, when the coordinator
   // says the job has ended (worker 0 has finished) while this member is

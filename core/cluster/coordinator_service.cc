@@ -140,6 +140,32 @@ std::string CoordinatorService::SettingsDifference(
   return "";
 }
 
+std::string CoordinatorService::ServerSettingsDifference(
+    const proto::JoinRequest& request) const {
+  const std::map<std::string, std::string>& ours =
+      options_.worker_settings.values;
+  if (ours.empty()) return "";
+  // By name, so that the first difference is the same on every run.
+  std::map<std::string, std::string> theirs;
+  for (const proto::Setting& setting : request.settings()) {
+    theirs[setting.name()] = setting.value();
+  }
+  for (const auto& [name, value] : theirs) {
+    const auto mine = ours.find(name);
+    if (mine == ours.end()) {
+      return absl::StrCat("its ", ShownSetting(name), "=", ShownSetting(value),
+                          " is unknown to worker 0 (another version of "
+                          "gradsync?)");
+    }
+    if (mine->second != value) {
+      return absl::StrCat("its ", ShownSetting(name), "=", ShownSetting(value),
+                          " differs from worker 0's ", ShownSetting(name), "=",
+                          ShownSetting(mine->second));
+    }
+  }
+  return "";
+}
+
 grpc::Status CoordinatorService::CheckCall(
     const grpc::ServerContextBase& context, const proto::Sender& sender) const {
   RETURN_GRPC_IF_ERROR(CheckCaller(context, sender));
@@ -269,6 +295,23 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
           grpc::StatusCode::FAILED_PRECONDITION,
           absl::StrCat(Name(role, rank), " was refused at Join: ", difference,
                        "; ", options_.worker_settings.advice));
+    }
+  }
+  // A parameter server given other --ps_* flags than the workers would
+  // take another rank among the servers or size its streams apart from
+  // them: refused the same way, naming it, worker 0 and the flag.
+  if (role == Role::kServer) {
+    if (const std::string difference = ServerSettingsDifference(*request);
+        !difference.empty()) {
+      const std::string advice =
+          "give every parameter server the --ps_* flags the workers have";
+      const std::string reason =
+          absl::StrCat("it was refused at Join: ", difference, "; ", advice);
+      RecordLossLocked(key, request->address(), request->host(), reason);
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat(Name(role, rank), " was refused at Join: ", difference,
+                       "; ", advice));
     }
   }
   auto it = members_.find(key);

@@ -147,6 +147,9 @@ class CoordinatorService final
   // with worker 0's (or either side states none); otherwise the first
   // setting by name that differs, naming both values.
   std::string SettingsDifference(const proto::JoinRequest& request) const;
+  // The same for a joining parameter server, which states only the settings
+  // it reads itself: each must be among worker 0's, with worker 0's value.
+  std::string ServerSettingsDifference(const proto::JoinRequest& request) const;
   template <typename Done, typename Describe>
   grpc::Status WaitLocked(grpc::ServerContext* context, int64_t timeout_ms,
                           Done done, Describe describe)

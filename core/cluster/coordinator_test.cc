@@ -13,6 +13,7 @@
 namespace gradsync {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 class CoordinatorTest : public ::testing::Test {
@@ -231,6 +232,51 @@ TEST_F(SettingsAgreementTest, MissingSettingIsRefused) {
   EXPECT_THAT(std::string(refused.status().message()),
               HasSubstr("it does not state --model, which worker 0 sets to "
                         "mlp"));
+}
+
+// A parameter server states the few settings it reads itself; each must be
+// worker 0's. One that agrees joins beside worker 0; one that differs fails
+// the job naming itself, worker 0 and the setting with both values.
+TEST(ServerSettingsAgreementTest,
+     ServerWithOtherSettingsFailsTheJobNamingBoth) {
+  WorkerSettings worker0 = Settings("0.05");
+  worker0.values["--ps_message_kb"] = "0";
+  for (const std::string message_kb : {"0", "64"}) {
+    auto server = CoordinatorServer::Start("127.0.0.1:0", "job-p", 1, 1,
+                                           CoordinatorSecurity(), "", worker0);
+    ASSERT_TRUE(server.ok()) << server.status();
+    CoordinatorClientOptions options;
+    options.exit_when_member_lost = false;
+    const std::string target = absl::StrCat("127.0.0.1:", (*server)->port());
+    options.settings = worker0;
+    auto worker = CoordinatorClient::Connect(target, "job-p", Role::kWorker, 0,
+                                             absl::Seconds(10), options);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    options.settings.values = {{"--ps_message_kb", message_kb}};
+    auto ps = CoordinatorClient::Connect(target, "job-p", Role::kServer, 0,
+                                         absl::Seconds(10), options);
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    absl::StatusOr<std::vector<Member>> joined0;
+    std::thread join0(
+        [&] { joined0 = (*worker)->Join("a:1", absl::Seconds(30)); });
+    auto joined = (*ps)->Join("s:3", absl::Seconds(30));
+    join0.join();
+    if (message_kb == "0") {
+      EXPECT_TRUE(joined.ok()) << joined.status();
+      EXPECT_TRUE(joined0.ok()) << joined0.status();
+      continue;
+    }
+    const std::string difference =
+        "its --ps_message_kb=64 differs from worker 0's --ps_message_kb=0; "
+        "give every parameter server the --ps_* flags the workers have";
+    ASSERT_FALSE(joined.ok());
+    EXPECT_THAT(std::string(joined.status().message()),
+                HasSubstr("server 0 was refused at Join: " + difference));
+    ASSERT_FALSE(joined0.ok());
+    EXPECT_THAT(
+        std::string(joined0.status().message()),
+        AllOf(HasSubstr("the job lost server 0"), HasSubstr(difference)));
+  }
 }
 
 // A call made while the coordinator cannot be reached waits for it until its

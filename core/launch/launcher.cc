@@ -334,6 +334,17 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
           continue;
         }
         stop_all(child.result.exit_code, why);
+      } else if (child.result.exit_code == 0 && options.on_clean_exit &&
+                 !child.result.stopped_by_launcher && result.failure.empty()) {
+        const int index = static_cast<int>(&child - children.data());
+        std::string why = options.on_clean_exit(index);
+        if (why.empty()) continue;
+        if (!options.stop_on_failure) {
+          result.exit_code = 1;
+          result.failure = std::move(why);
+          continue;
+        }
+        stop_all(1, std::move(why));
       }
     }
     const absl::Time now = absl::Now();

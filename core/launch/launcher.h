@@ -51,6 +51,12 @@ struct LaunchOptions {
   // the specs (on the launcher's thread; keep it short): for tests that
   // kill one of them and for tools that sample their memory.
   std::function<void(const std::vector<pid_t>&)> on_started;
+  // Called when process `index` (in the order of the specs) exits with
+  // code 0 while no failure has been seen: a non-empty answer makes that
+  // exit the job's failure (exit code 1) with the answer as its reason. For
+  // a process whose clean exit leaves the others waiting for it in vain
+  // (a worker command that never joined the job its servers wait for).
+  std::function<std::string(int index)> on_clean_exit;
 };
 
 struct LaunchResult {

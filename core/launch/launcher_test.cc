@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -63,6 +64,34 @@ TEST(LauncherTest, FirstFailureStopsTheOthersAndSetsTheExitCode) {
   EXPECT_EQ(result->processes[1].term_signal, SIGTERM);
   // Not a speed assertion: only that the sleeper did not run to its end.
   EXPECT_LT(absl::Now() - start, absl::Seconds(300));
+}
+
+// A clean exit that leaves the others waiting in vain (a worker command
+// that never joined) is made the job's failure by on_clean_exit, and stops
+// the rest; a clean exit it accepts is none.
+TEST(LauncherTest, CleanExitTheCallerRefusesStopsTheJob) {
+  std::vector<ProcessSpec> specs = {Shell("worker 0", "exit 0"),
+                                    Shell("server 0", "exec sleep 600")};
+  LaunchOptions options = Quiet();
+  std::vector<int> asked;
+  options.on_clean_exit = [&asked](int index) {
+    asked.push_back(index);
+    return absl::StrCat("process ", index, " never joined");
+  };
+  auto result = RunProcessGroup(specs, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 1);
+  EXPECT_EQ(result->failure, "process 0 never joined");
+  EXPECT_EQ(result->processes[0].exit_code, 0);
+  EXPECT_TRUE(result->processes[1].stopped_by_launcher);
+  EXPECT_EQ(asked, std::vector<int>{0});
+
+  specs = {Shell("worker 0", "exit 0"), Shell("worker 1", "exit 0")};
+  options.on_clean_exit = [](int) { return std::string(); };
+  result = RunProcessGroup(specs, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 0);
+  EXPECT_TRUE(result->failure.empty());
 }
 
 TEST(LauncherTest, WithoutStopOnFailureTheOthersRunToTheirEnd) {

@@ -17,10 +17,12 @@
 namespace gradsync {
 namespace {
 
-// The last two characters are the format version: 3 is written, 2 (the
-// same without the model's buffers) is still read.
+// The last two characters are the format version: 4 is written; 3 (the same
+// without the compression) and 2 (without the model's buffers either) are
+// still read.
 constexpr char kMagicPrefix[6] = {'G', 'S', 'C', 'K', 'P', 'T'};
-constexpr char kVersion[2] = {'0', '3'};
+constexpr char kVersion[2] = {'0', '4'};
+constexpr char kVersionWithoutCompression[2] = {'0', '3'};
 constexpr char kVersionWithoutBuffers[2] = {'0', '2'};
 constexpr size_t kMagicSize = sizeof(kMagicPrefix) + sizeof(kVersion);
 // Magic, declared size, ..., CRC.
@@ -129,6 +131,7 @@ absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
     PutU64(out, key.numel);
   }
   PutFloats(out, c.buffers);
+  PutString(out, c.compression);
   const uint64_t total = out.size() + 8;
   std::memcpy(&out[kMagicSize], &total, sizeof(total));
   const uint32_t crc =
@@ -166,14 +169,20 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   }
   const std::string version =
       data.substr(sizeof(kMagicPrefix), sizeof(kVersion));
-  const bool has_buffers = version == std::string(kVersion, sizeof(kVersion));
-  if (!has_buffers && version != std::string(kVersionWithoutBuffers,
-                                             sizeof(kVersionWithoutBuffers))) {
-    return absl::DataLossError(absl::StrCat(
-        "checkpoint ", path, " has format version ", version,
-        "; this build reads versions ",
-        std::string(kVersionWithoutBuffers, sizeof(kVersionWithoutBuffers)),
-        " and ", std::string(kVersion, sizeof(kVersion))));
+  int format_version = 0;
+  if (version == std::string(kVersion, sizeof(kVersion))) {
+    format_version = 4;
+  } else if (version == std::string(kVersionWithoutCompression,
+                                    sizeof(kVersionWithoutCompression))) {
+    format_version = 3;
+  } else if (version == std::string(kVersionWithoutBuffers,
+                                    sizeof(kVersionWithoutBuffers))) {
+    format_version = 2;
+  } else {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, " has format version ", version,
+                     "; this build reads versions 02 to ",
+                     std::string(kVersion, sizeof(kVersion))));
   }
   // The declared size first: a file cut short (a copy that did not finish,
   // a full disk outside our atomic write) is told apart from flipped bits.
@@ -236,8 +245,9 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
     GS_CHECKPOINT_READ(reader.I64(&key.key));
     GS_CHECKPOINT_READ(reader.I64(&key.numel));
   }
-  c.format_version = has_buffers ? 3 : 2;
-  if (has_buffers) GS_CHECKPOINT_READ(reader.Floats(&c.buffers));
+  c.format_version = format_version;
+  if (format_version >= 3) GS_CHECKPOINT_READ(reader.Floats(&c.buffers));
+  if (format_version >= 4) GS_CHECKPOINT_READ(reader.String(&c.compression));
   if (reader.remaining() != 0) {
     return reader.Malformed(
         absl::StrCat(reader.remaining(), " unexpected trailing bytes"));

@@ -6,14 +6,15 @@
 // leaves the previous checkpoint intact; a truncated or corrupt file is
 // refused on read with an error naming it and saying what is wrong.
 //
-// Format (version 3, little-endian): the 8-byte magic "GSCKPT03" (the last
+// Format (version 4, little-endian): the 8-byte magic "GSCKPT04" (the last
 // two characters are the version), the file's total size (u64), the fields
-// of Checkpoint in declaration order up to `buffers` (strings and float
+// of Checkpoint in declaration order up to `compression` (strings and float
 // arrays prefixed by their length), then the CRC-32 of everything before it
-// (u64). Version 2 files, the same without `buffers`, are still read (with
-// no buffers): a model without any resumes from them, and the trainer
-// refuses them for a model with some. Version 1 files (no size, no sampler
-// position) are refused by name.
+// (u64). Version 3 files, the same without `compression`, are still read
+// (with the compression unrecorded); version 2 files, without `buffers`
+// either, too (with no buffers): a model without any resumes from them, and
+// the trainer refuses them for a model with some. Version 1 files (no size,
+// no sampler position) are refused by name.
 #pragma once
 
 #include <cstdint>
@@ -63,9 +64,16 @@ struct Checkpoint {
   // shard. Every worker takes worker 0's before it evaluates, so these are
   // the job's.
   std::vector<float> buffers;
-  // Set by ReadCheckpoint: the file's format version (2 or 3). Writes are
-  // always version 3.
-  int format_version = 3;
+  // Worker 0's checkpoint: the run's --compression as CompressionSpec
+  // prints it ("none", "topk:0.01"), which a resume must keep, since the
+  // error-feedback residuals saved beside it (core/sync/error_feedback.h)
+  // belong to that compression and the continuation would differ without
+  // them. Empty in a server's shard and in files of format version 2 and 3,
+  // which did not record it.
+  std::string compression;
+  // Set by ReadCheckpoint: the file's format version (2, 3 or 4). Writes are
+  // always version 4.
+  int format_version = 4;
 };
 
 absl::Status WriteCheckpoint(const std::string& path,

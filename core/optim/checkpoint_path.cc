@@ -33,6 +33,55 @@ bool Exists(const std::string& path) {
   return lstat(path.c_str(), &info) == 0;
 }
 
+// Whether `name` is `stem` followed by a number; `rest` gets what follows
+// the number.
+bool IsNumbered(const std::string& name, const std::string& stem,
+                std::string* rest) {
+  if (!absl::StartsWith(name, stem)) return false;
+  size_t end = stem.size();
+  while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+  if (end == stem.size()) return false;
+  *rest = name.substr(end);
+  return true;
+}
+
+// The files written beside the checkpoint whose killed writers leave
+// temporary files: the parameter servers' shards (<path>.server<k>) and the
+// workers' error-feedback residuals (<path>.residual<rank>, and the
+// ".previous" copy each keeps; core/sync/error_feedback.h).
+bool WrittenBesideTheCheckpoint(const std::string& name,
+                                const std::string& prefix) {
+  std::string rest;
+  for (const char* kind : {".server", ".residual"}) {
+    if (IsNumbered(name, prefix + kind, &rest) &&
+        (rest.empty() || rest == ".previous")) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Removes an earlier run's error-feedback residuals beside `path`: a run
+// that does not resume writes its own at its first checkpoint, and until
+// then files of another run (more workers, another compression) would
+// sit beside its checkpoint as if they were its state.
+void RemoveEarlierResiduals(const std::string& path) {
+  const std::string folder = FolderOf(path);
+  const std::string stem = BaseOf(path) + ".residual";
+  DIR* dir = opendir(folder.c_str());
+  if (dir == nullptr) return;
+  std::vector<std::string> earlier;
+  while (const dirent* entry = readdir(dir)) {
+    std::string rest;
+    if (IsNumbered(entry->d_name, stem, &rest) &&
+        (rest.empty() || rest == ".previous")) {
+      earlier.push_back(absl::StrCat(folder, "/", entry->d_name));
+    }
+  }
+  closedir(dir);
+  for (const std::string& file : earlier) unlink(file.c_str());
+}
+
 }  // namespace
 
 absl::Status CheckCheckpointFile(const std::string& path) {
@@ -66,12 +115,13 @@ std::vector<std::string> RemoveStaleTempFiles(const std::string& path) {
   if (dir == nullptr) return removed;
   while (const dirent* entry = readdir(dir)) {
     const std::string name = entry->d_name;
-    // <base>.tmp.<pid>, also of the shards (<base>.server<k>.tmp.<pid>).
+    // <base>.tmp.<pid>, also of the shards (<base>.server<k>.tmp.<pid>)
+    // and of the residuals (<base>.residual<rank>.tmp.<pid>).
     if (!absl::StartsWith(name, prefix)) continue;
     const size_t tmp = name.rfind(".tmp.");
     if (tmp == std::string::npos || tmp < prefix.size()) continue;
     const std::string owner = name.substr(0, tmp);
-    if (owner != prefix && !absl::StartsWith(owner, prefix + ".server")) {
+    if (owner != prefix && !WrittenBesideTheCheckpoint(owner, prefix)) {
       continue;
     }
     int pid = 0;
@@ -115,6 +165,7 @@ absl::Status CheckCheckpointPath(const std::string& path,
                      "--overwrite_checkpoint to start over and replace it"));
   }
   RemoveStaleTempFiles(path);
+  if (!options.resume) RemoveEarlierResiduals(path);
   return absl::OkStatus();
 }
 

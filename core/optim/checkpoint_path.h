@@ -5,7 +5,11 @@
 // --resume, or replaced only when the user says so (--overwrite_checkpoint):
 // a run started after a crash without --resume must not silently overwrite
 // the saved progress. A writer killed mid-write leaves <path>.tmp.<pid>
-// (core/base/files.h); such files of processes no longer alive are removed.
+// (core/base/files.h), or the same beside a server's shard or a worker's
+// error-feedback residual; such files of processes no longer alive are
+// removed. A run that does not resume also removes an earlier run's
+// residuals (<path>.residual<rank>[.previous], core/sync/error_feedback.h),
+// which would otherwise sit beside its checkpoint as if they were its own.
 //
 // The parameter servers of --ps_update=server write their shards beside it,
 // <path>.server<k> (and <path>.server<k>.previous, ps/server/shard.h): both
@@ -35,7 +39,9 @@ absl::Status CheckCheckpointFile(const std::string& path);
 absl::Status CheckCheckpointPath(const std::string& path,
                                  const CheckpointPathOptions& options);
 
-// Removes <path>.tmp.<pid> files in `path`'s folder whose process is gone;
+// Removes <path>.tmp.<pid>, <path>.server<k>[.previous].tmp.<pid> and
+// <path>.residual<rank>[.previous].tmp.<pid> files in `path`'s folder whose
+// process is gone;
 // returns the ones removed. Files of live processes (a writer of another run
 // at this moment) are kept.
 std::vector<std::string> RemoveStaleTempFiles(const std::string& path);

@@ -95,14 +95,45 @@ TEST(CheckpointPathTest, StaleTempFilesOfDeadWritersAreRemoved) {
   waitpid(child, nullptr, 0);
   const std::string stale = absl::StrCat(path, ".tmp.", child);
   const std::string stale_shard = absl::StrCat(path, ".server0.tmp.", child);
+  const std::string stale_residual =
+      absl::StrCat(path, ".residual12.tmp.", child);
   const std::string live = absl::StrCat(path, ".tmp.", getpid());
+  const std::string live_residual =
+      absl::StrCat(path, ".residual1.tmp.", getpid());
   const std::string other = absl::StrCat(dir, "/other.ckpt.tmp.", child);
-  for (const std::string& file : {stale, stale_shard, live, other}) Touch(file);
+  const std::string unrelated =
+      absl::StrCat(path, ".residual_notes.tmp.", child);
+  for (const std::string& file : {stale, stale_shard, stale_residual, live,
+                                  live_residual, other, unrelated}) {
+    Touch(file);
+  }
   EXPECT_TRUE(CheckCheckpointPath(path, {}).ok());
   EXPECT_FALSE(Exists(stale));
   EXPECT_FALSE(Exists(stale_shard));
+  EXPECT_FALSE(Exists(stale_residual))
+      << "a killed worker's residual temporary file was left behind";
   EXPECT_TRUE(Exists(live)) << "a live writer's file was removed";
+  EXPECT_TRUE(Exists(live_residual)) << "a live writer's file was removed";
   EXPECT_TRUE(Exists(other)) << "another checkpoint's file was removed";
+  EXPECT_TRUE(Exists(unrelated)) << "a file gradsync never writes was removed";
+}
+
+// Residuals are a checkpoint's state: a resume keeps them, a run that
+// starts over removes the earlier run's so that none outlives its checkpoint.
+TEST(CheckpointPathTest, EarlierResidualsAreKeptOnlyForAResume) {
+  const std::string dir = TempDir("residuals");
+  const std::string path = dir + "/model.ckpt";
+  const std::string residuals[] = {path + ".residual0",
+                                   path + ".residual3.previous"};
+  const std::string unrelated = path + ".residuals.txt";
+  Touch(path);
+  for (const std::string& file : residuals) Touch(file);
+  Touch(unrelated);
+  EXPECT_TRUE(CheckCheckpointPath(path, {.resume = true}).ok());
+  for (const std::string& file : residuals) EXPECT_TRUE(Exists(file)) << file;
+  EXPECT_TRUE(CheckCheckpointPath(path, {.overwrite = true}).ok());
+  for (const std::string& file : residuals) EXPECT_FALSE(Exists(file)) << file;
+  EXPECT_TRUE(Exists(unrelated));
 }
 
 }  // namespace

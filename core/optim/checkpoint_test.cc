@@ -32,6 +32,7 @@ Checkpoint Sample() {
   c.params = {1.5f, -2.0f, 3.25f};
   c.optimizer_state = {{0.1f, 0.2f, 0.3f}, {4, 5, 6}};
   c.buffers = {0.25f, -1.0f, 7.5f, 0.0f};
+  c.compression = "topk:0.01";
   return c;
 }
 
@@ -64,19 +65,13 @@ TEST(CheckpointTest, RoundTrip) {
   EXPECT_EQ(read->optimizer_state, Sample().optimizer_state);
   EXPECT_TRUE(read->keys.empty());
   EXPECT_EQ(read->buffers, Sample().buffers);
-  EXPECT_EQ(read->format_version, 3);
+  EXPECT_EQ(read->compression, "topk:0.01");
+  EXPECT_EQ(read->format_version, 4);
 }
 
-// The file a build before version 3 wrote for `c` (which has no buffers):
-// the same fields without the buffers' length, magic "GSCKPT02", its own
-// size and CRC-32.
-std::string VersionTwoFile(const Checkpoint& c, const std::string& path) {
-  EXPECT_TRUE(c.buffers.empty());
-  EXPECT_TRUE(WriteCheckpoint(path, c).ok());
-  std::string bytes = ReadAll(path);
-  // ..., keys, buffers' length (u64 0), CRC (u64).
-  bytes.erase(bytes.size() - 16, 8);
-  bytes[7] = '2';
+// Gives `bytes` the format version `version`, its own size and CRC-32.
+std::string Relabel(std::string bytes, char version) {
+  bytes[7] = version;
   const uint64_t size = bytes.size();
   std::memcpy(&bytes[8], &size, sizeof(size));
   const uint64_t crc =
@@ -85,10 +80,48 @@ std::string VersionTwoFile(const Checkpoint& c, const std::string& path) {
   return bytes;
 }
 
+// The file a build before version 4 wrote for `c` (which records no
+// compression): the same fields without the compression's length, magic
+// "GSCKPT03".
+std::string VersionThreeFile(const Checkpoint& c, const std::string& path) {
+  EXPECT_TRUE(c.compression.empty());
+  EXPECT_TRUE(WriteCheckpoint(path, c).ok());
+  std::string bytes = ReadAll(path);
+  // ..., buffers, compression's length (u64 0), CRC (u64).
+  bytes.erase(bytes.size() - 16, 8);
+  return Relabel(bytes, '3');
+}
+
+// The file a build before version 3 wrote for `c` (which has no buffers):
+// the same fields without the buffers' length either, magic "GSCKPT02".
+std::string VersionTwoFile(const Checkpoint& c, const std::string& path) {
+  EXPECT_TRUE(c.buffers.empty());
+  EXPECT_TRUE(c.compression.empty());
+  EXPECT_TRUE(WriteCheckpoint(path, c).ok());
+  std::string bytes = ReadAll(path);
+  // ..., keys, buffers' length (u64 0), compression's length (u64 0), CRC.
+  bytes.erase(bytes.size() - 24, 16);
+  return Relabel(bytes, '2');
+}
+
+TEST(CheckpointTest, VersionThreeIsReadWithoutCompression) {
+  const std::string path = TempPath("version3.ckpt");
+  Checkpoint c = Sample();
+  c.compression.clear();
+  WriteAll(path, VersionThreeFile(c, path));
+  auto read = ReadCheckpoint(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->format_version, 3);
+  EXPECT_EQ(read->params, c.params);
+  EXPECT_EQ(read->buffers, c.buffers);
+  EXPECT_TRUE(read->compression.empty());
+}
+
 TEST(CheckpointTest, VersionTwoIsReadWithoutBuffers) {
   const std::string path = TempPath("version2.ckpt");
   Checkpoint c = Sample();
   c.buffers.clear();
+  c.compression.clear();
   WriteAll(path, VersionTwoFile(c, path));
   auto read = ReadCheckpoint(path);
   ASSERT_TRUE(read.ok()) << read.status();

@@ -14,7 +14,7 @@ absl::Status CheckCheckpointFits(const Checkpoint& c, const RunShape& run) {
         absl::StrCat(context, ": checkpoint ", path, " was written with ", what,
                      " ", theirs, " but this run has ", ours, "; ", advice));
   };
-    if (c.model != run.model) {
+  if (c.model != run.model) {
     return mismatch("model", c.model, run.model,
                     "resume with the same --model and --layers");
   }
@@ -23,6 +23,15 @@ absl::Status CheckCheckpointFits(const Checkpoint& c, const RunShape& run) {
         absl::StrCat(context, ": checkpoint ", path, " holds ", c.params.size(),
                      " parameters, the model has ", run.num_params,
                      c.keys.empty() ? "" : " (it is a server's shard)"));
+  }
+  // The compression changes every step's update, and with error feedback
+  // each worker's residual (saved beside the checkpoint for this
+  // compression) is part of the state: a resume under another one would
+  // silently continue another run. Files before version 4 record none.
+  if (!c.compression.empty() && c.compression != run.compression) {
+    return mismatch("--compression", c.compression, run.compression,
+                    absl::StrCat("resume with --compression=", c.compression,
+                                 ", or start over without --resume"));
   }
   const std::string same_data =
       "the data order depends on --seed, --batch_size and the number of "
@@ -56,7 +65,7 @@ absl::Status CheckCheckpointFits(const Checkpoint& c, const RunShape& run) {
   // have taken before its next evaluation anyway. Without them a resumed
   // run would evaluate with fresh statistics, so a checkpoint that lacks
   // them is refused rather than resumed from.
-    if (run.model_buffers > 0 && c.buffers.empty()) {
+  if (run.model_buffers > 0 && c.buffers.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         context, ": checkpoint ", path, " (format version ", c.format_version,
         ") carries no model buffers, but ", run.model, " keeps ",

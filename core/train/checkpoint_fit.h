@@ -1,6 +1,8 @@
 // Whether a checkpoint fits the run that would resume from it: the same
 // model, the same data order (seed, batch size, world size), the same
-// optimizer in the same place, and a position inside this run's epochs.
+// optimizer in the same place, the same gradient compression (whose
+// error-feedback residuals were saved beside it), and a position inside this
+// run's epochs.
 // Kept apart from the trainer so every refusal can be read (and tested) in
 // one place.
 #pragma once
@@ -27,6 +29,9 @@ struct RunShape {
   int64_t optimizer_buffers = 0;  // 0 when the servers hold the state
   int64_t model_buffers = 0;      // floats of batch-norm running statistics
   int64_t steps_per_epoch = 0;
+  // --compression as CompressionSpec prints it; compared with the one the
+  // checkpoint records (none recorded before format version 4).
+  std::string compression;
 };
 
 // OK when `checkpoint` can continue `run` exactly as the uninterrupted run

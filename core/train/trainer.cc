@@ -395,6 +395,7 @@ absl::Status Trainer::Resume() {
   run.optimizer_buffers = static_cast<int64_t>(state.size());
   run.model_buffers = buffer_count;
   run.steps_per_epoch = steps_per_epoch_;
+  run.compression = options_.compression.ToString();
   RETURN_IF_ERROR(CheckCheckpointFits(c, run));
   RETURN_IF_ERROR(
       device_.CopyToDevice(params_, c.params.data(), n * sizeof(float)));
@@ -928,6 +929,7 @@ absl::Status Trainer::WriteCheckpointIfAsked(int64_t epoch,
   checkpoint.optimizer = options_.optimizer.kind;
   checkpoint.optimizer_on_servers = sync_.UpdatesParameters();
   checkpoint.optimizer_step = optimizer_->step();
+  checkpoint.compression = options_.compression.ToString();
   const int64_t n = layout_->total_numel();
   checkpoint.params.resize(n);
   RETURN_IF_ERROR(

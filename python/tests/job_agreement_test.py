@@ -5,10 +5,14 @@ Two workers under `gradsync launch`, each creating the hook's C++ half
 directly, so no torch is needed: given the same strategy they join; given
 "ring" and "halving_doubling" the job fails at Join naming both workers and
 both values, instead of each waiting out its timeout for peers that never
-connect.
+connect. And a program that never calls connect() in a job with parameter
+servers ends the job as soon as a worker exits, naming it, instead of the
+servers waiting out their timeout for a coordinator that never comes; a
+--trace path that cannot be written is refused at connect(), not at close().
 """
 
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -30,9 +34,27 @@ def run_worker(sync0, sync1):
     return 0
 
 
-def launch(name, sync0, sync1):
+def run_with_trace(path):
+    from gradsync import extension
+    rank = int(os.environ["RANK"])
+    try:
+        worker = extension.TorchWorker("ring", 30.0, [], trace_path=path)
+    except RuntimeError as error:
+        print("worker %d: %s" % (rank, error), flush=True)
+        return 1
+    worker.close()
+    return 0
+
+
+def run_without_connect():
+    print("worker %s ends without connect()" % os.environ["RANK"], flush=True)
+    return 0
+
+
+def launch(name, sync0, sync1, servers=0):
     command = [
         launch_jobs.gradsync_binary(), "launch", "--workers=2",
+        "--servers=%d" % servers,
         "--run_dir=%s" % launch_jobs.scratch(name), "--job_deadline_s=120",
         "--", sys.executable, os.path.abspath(__file__), "--worker", sync0,
         sync1
@@ -68,8 +90,42 @@ class JobAgreementTest(unittest.TestCase):
                 for line in worker0), output)
         self.assertNotIn("did not connect", output)
 
+    def test_program_that_never_connects_stops_the_servers_job(self):
+        code, output = launch("never", "none", "none", servers=1)
+        self.assertNotEqual(code, 0, output)
+        self.assertRegex(
+            output, r"failed: worker [01] exited with code 0 without calling "
+            r"gradsync\.torch\.connect\(\), while the job's 1 parameter "
+            r"server\(s\) wait for every worker")
+        self.assertNotIn("no coordinator answered", output)
+
+    def test_trace_path_that_cannot_be_written_fails_at_connect(self):
+        # Written when the program closes gradsync: checked at connect().
+        folder = launch_jobs.scratch("unwritable_trace")
+        plain = os.path.join(folder, "plain")
+        with open(plain, "w") as f:
+            f.write("x")
+        code, output = launch("trace", "trace", os.path.join(plain, "t.json"))
+        self.assertNotEqual(code, 0, output)
+        self.assertRegex(
+            output, re.escape("--trace=%s/t.worker" % plain) +
+            r"[01]\.json cannot be written: " +
+            re.escape("%s is a file, not a folder" % plain))
+
+    def test_program_that_uses_no_gradsync_and_no_servers_runs(self):
+        # torch's own DDP under this launcher: nobody waits for a Join.
+        # (A job whose workers do connect, with servers, is not stopped:
+        # run_folder_test's and ddp_errors_test's jobs.)
+        code, output = launch("plain", "none", "none")
+        self.assertEqual(code, 0, output)
+        self.assertIn("worker 1 ends without connect()", output)
+
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        if sys.argv[2] == "none":
+            sys.exit(run_without_connect())
+        if sys.argv[2] == "trace":
+            sys.exit(run_with_trace(sys.argv[3]))
         sys.exit(run_worker(sys.argv[2], sys.argv[3]))
     unittest.main()
