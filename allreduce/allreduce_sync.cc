@@ -658,8 +658,14 @@ std::string AllReduceSync::SummaryJson() const {
        algorithm_->bytes_received() + reducer_->gather_bytes_received()},
       {"compression", compressor_.spec().ToString()},
   };
+  summary["schedule"] = ScheduleKindName(context_.schedule.kind);
+  if (priority_) {
+    summary["partition_bytes"] = partition_bytes_;  // 0: whole buckets
+    summary["credit_bytes"] = credit_bytes_;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (priority_) summary["schedule_agreements"] = total_agreements_;
     summary["row_sparse_buckets_gathered"] = row_sparse_gathered_;
     summary["row_sparse_buckets_dense"] = row_sparse_dense_;
   }
