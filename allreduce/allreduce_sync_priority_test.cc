@@ -373,6 +373,101 @@ INSTANTIATE_TEST_SUITE_P(Credits, PriorityOrderTest,
                                                "_partitions");
                          });
 
+// The agreement does not rely on backward's order: ranks that hand their
+// buckets over in different orders (a model reporting a gradient late, DDP's
+// own bucket order) only see a shorter ready prefix until the rest arrives;
+// they still start the same collectives and get the exact average.
+TEST(PriorityHandOverOrderTest, RanksHandingOverInDifferentOrdersAgree) {
+  const int n = 3;
+  auto layout = TestLayout();
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const int num_buckets = static_cast<int>(layout->buckets().size());
+  ASSERT_GE(num_buckets, 3);
+  const int64_t total = layout->total_numel();
+  auto cluster = TransportTestCluster::Start(n);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<std::string> problems(n);
+  std::vector<absl::Status> results = (*cluster)->RunOnEveryRank([&](int rank) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
+                     CreateDevice(DeviceOptions{}));
+    ASSIGN_OR_RETURN(float* grads, device->Allocate<float>(total));
+    SyncContext context = TestSyncContext(**cluster, rank, absl::Seconds(30));
+    context.schedule = Priority(1024, 1024);
+    ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
+                     GradientSyncRegistry::Create("ring", context));
+    RETURN_IF_ERROR(sync->Setup(*layout, *device, SyncBuffers{grads, nullptr}));
+    for (int step = 0; step < 3; ++step) {
+      for (int64_t i = 0; i < total; ++i) grads[i] = Whole(step, rank, i);
+      // Rank 0 in index order, rank 1 in reverse, rank 2 rotated by step.
+      for (int k = 0; k < num_buckets; ++k) {
+        const int bucket = rank == 0   ? k
+                           : rank == 1 ? num_buckets - 1 - k
+                                       : (k + step + 1) % num_buckets;
+        sync->BucketReady(bucket);
+      }
+      StepStats stats;
+      RETURN_IF_ERROR(sync->Finish(stats));
+      for (const Bucket& bucket : layout->buckets()) {
+        if (problems[rank].empty()) {
+          problems[rank] = InexactWholeAverage(n, step, bucket, grads);
+        }
+      }
+    }
+    return sync->Shutdown();
+  });
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank];
+    EXPECT_EQ(problems[rank], "") << "rank " << rank;
+  }
+}
+
+// --autotune regroups the buckets between steps: the partitions are cut
+// again from the new buckets, and the averages stay exact.
+TEST(PriorityRebucketTest, NewBucketsAreCutAgain) {
+  const int n = 2;
+  auto fine = TestLayout();
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  auto coarse = ParamLayout::Create({{"fc1.weight", {300, 7}},
+                                     {"fc1.bias", {300}},
+                                     {"fc2.weight", {10, 300}},
+                                     {"fc2.bias", {10}}},
+                                    /*bucket_bytes=*/1 << 20);
+  ASSERT_TRUE(coarse.ok()) << coarse.status();
+  const int64_t total = fine->total_numel();
+  auto cluster = TransportTestCluster::Start(n);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<std::string> problems(n);
+  std::vector<absl::Status> results = (*cluster)->RunOnEveryRank([&](int rank) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
+                     CreateDevice(DeviceOptions{}));
+    ASSIGN_OR_RETURN(float* grads, device->Allocate<float>(total));
+    SyncContext context = TestSyncContext(**cluster, rank, absl::Seconds(30));
+    context.schedule = Priority(2048);
+    ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
+                     GradientSyncRegistry::Create("ring", context));
+    RETURN_IF_ERROR(sync->Setup(*fine, *device, SyncBuffers{grads, nullptr}));
+    const ParamLayout* layouts[] = {&*fine, &*coarse, &*fine};
+    for (int step = 0; step < 3; ++step) {
+      if (step > 0) RETURN_IF_ERROR(sync->Rebucket(*layouts[step]));
+      for (int64_t i = 0; i < total; ++i) grads[i] = Whole(step, rank, i);
+      for (const Bucket& bucket : layouts[step]->buckets())
+        sync->BucketReady(bucket.index);
+      StepStats stats;
+      RETURN_IF_ERROR(sync->Finish(stats));
+      for (const Bucket& bucket : layouts[step]->buckets()) {
+        if (problems[rank].empty()) {
+          problems[rank] = InexactWholeAverage(n, step, bucket, grads);
+        }
+      }
+    }
+    return sync->Shutdown();
+  });
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank];
+    EXPECT_EQ(problems[rank], "") << "rank " << rank;
+  }
+}
+
 // fifo runs whole buckets in backward order, as before the schedule existed.
 TEST(FifoOrderTest, WholeBucketsInTheOrderTheyWereHandedOver) {
   auto layout = TestLayout();
