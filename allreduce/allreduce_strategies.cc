@@ -113,6 +113,14 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreateAllReduceSync(
                      " is not built for --sync=", entry.name,
                      "; use --sync=ring or --sync=ps"));
   }
+  // The flags' own checks, again here: Python and the benchmarks make a
+  // context without the command line.
+  RETURN_IF_ERROR(ValidateScheduleOptions(context.schedule));
+  if (context.schedule.partition_bytes % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--partition_kb: a partition of ", context.schedule.partition_bytes,
+        " bytes is not a whole number of floats"));
+  }
   const AllReduceFlagValues flags = ReadAllReduceFlags();
   ASSIGN_OR_RETURN(AllReduceSyncOptions options, SyncOptionsFromFlags(flags));
   RETURN_IF_ERROR(

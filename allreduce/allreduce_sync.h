@@ -22,6 +22,12 @@
 // of backward, and copied back after its all-reduce; on the CPU the gradient
 // buffer is reduced in place.
 //
+// --schedule=priority (partition_schedule.h) replaces the queue: each bucket
+// is cut into partitions, the ranks agree on the buckets ready everywhere,
+// and the thread all-reduces the ready partitions the next forward reads
+// first, a credit's worth between agreements; --schedule=fifo is the queue
+// above, unchanged.
+//
 // --compression and row-sparse buckets are BucketReducer's
 // (bucket_reducer.h): it sums each bucket on the communication thread.
 // The error-feedback residual is this worker's, saved beside each checkpoint
@@ -31,6 +37,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,6 +51,7 @@
 #include "allreduce/algorithms/peer_exchange.h"
 #include "allreduce/algorithms/ring_allreduce.h"
 #include "allreduce/bucket_reducer.h"
+#include "allreduce/partition_schedule.h"
 #include "allreduce/transport/peer_transport.h"
 #include "core/sync/compression.h"
 #include "core/sync/error_feedback.h"
@@ -69,6 +77,10 @@ struct AllReduceSyncOptions {
   // Row-sparse buckets: all-gather the touched rows or all-reduce densely.
   using RowSparseRoute = ::gradsync::RowSparseRoute;
   RowSparseRoute row_sparse = RowSparseRoute::kAuto;
+  // Tests only: called on the communication thread, without a lock, after
+  // each collective of a bucket's gradient (a partition under priority, a
+  // bucket under fifo) has completed, in the order they ran.
+  std::function<void(const BucketPartition&)> after_collective;
 };
 
 class AllReduceSync : public GradientSync {
@@ -100,6 +112,19 @@ class AllReduceSync : public GradientSync {
   void SetSpans(const ParamLayout& layout);
 
   void CommunicationLoop();
+  // --schedule=priority's loop (partition_schedule.h).
+  void PriorityLoop();
+  // Under mu_, priority: the buckets [0, p) this rank has on the host.
+  int LocalReadyPrefixLocked() const;
+  // Under mu_, priority, after an error: counts every bucket handed over
+  // and not yet completed as completed, so Finish returns the error.
+  void DrainAfterErrorLocked();
+  // Priority, at Setup: the partition size and credit, from the flags or
+  // derived from the link (probed when not given).
+  absl::Status ResolveSchedule(const ParamLayout& layout);
+  // Runs one partition's all-reduce; the error annotated with it.
+  absl::Status ReducePartition(const BucketPartition& partition, int64_t step,
+                               float scale);
   void StopThread();
   // Unregisters the loss listener; after it nothing touches transport_ from
   // the coordinator's thread.
@@ -120,6 +145,12 @@ class AllReduceSync : public GradientSync {
   ErrorFeedback error_feedback_;  // the communication thread's during a step
   TrainingSchedule schedule_;
   std::thread thread_;
+  // --schedule=priority: resolved at Setup.
+  const bool priority_;
+  int64_t partition_bytes_ = 0;
+  int64_t credit_bytes_ = 0;
+  bool cut_buckets_ = true;  // false: codecs that encode whole buckets
+  std::vector<Bucket> layout_buckets_;
 
   // Shared with the communication thread.
   mutable std::mutex mu_;
@@ -128,6 +159,15 @@ class AllReduceSync : public GradientSync {
   StepBuckets step_buckets_{"ring"};  // this step: BucketReady seen
   int completed_ = 0;                 // this step
   std::vector<bool> reduced_;         // this step, per bucket: result final
+  // Priority only, this step: per bucket, on the host and ready to send;
+  // counted as completed; partitions still to run.
+  std::vector<bool> arrived_;
+  std::vector<bool> bucket_done_;
+  std::vector<int> partitions_left_;
+  PartitionSchedule partitions_;
+  int agreed_prefix_ = 0;       // this step, the same on every rank
+  int64_t agreements_ = 0;      // this step
+  int64_t total_agreements_ = 0;
   double allreduce_ms_ = 0;           // this step, on the communication thread
   double codec_ms_ = 0;               // this step: encoding and decoding
   int64_t steps_done_ = 0;            // global steps finished

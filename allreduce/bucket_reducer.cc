@@ -26,12 +26,11 @@ BucketReducer::BucketReducer(std::string name, int world_size,
       error_feedback_(error_feedback),
       route_(route) {}
 
-absl::Status BucketReducer::Reduce(int bucket, int64_t step,
+absl::Status BucketReducer::Reduce(int bucket, uint32_t tag, int64_t step,
                                    const BucketSpan& span, float* data,
                                    float scale) {
   codec_ms_ = 0;
   row_sparse_ = 0;
-  const uint32_t tag = static_cast<uint32_t>(bucket);
   const CompressionSpec& spec = compressor_.spec();
   switch (spec.method) {
     case CompressionMethod::kNone:

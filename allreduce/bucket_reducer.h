@@ -64,10 +64,12 @@ class BucketReducer {
                 PeerTransport* transport, const Compressor& compressor,
                 ErrorFeedback& error_feedback, RowSparseRoute route);
 
-  // Sums bucket `bucket` (at `data`, host memory) over the ranks as
-  // --compression says (above), then scales it.
-  absl::Status Reduce(int bucket, int64_t step, const BucketSpan& span,
-                      float* data, float scale);
+  // Sums bucket `bucket`'s `span` (at `data`, host memory: the whole bucket,
+  // or one partition of it under --schedule=priority) over the ranks as
+  // --compression says (above), then scales it. `tag` goes into every
+  // transfer's header (the bucket's index, or its partition's tag).
+  absl::Status Reduce(int bucket, uint32_t tag, int64_t step,
+                      const BucketSpan& span, float* data, float scale);
   // Of the last Reduce: milliseconds spent encoding and decoding, and where
   // a row-sparse bucket went (+1 gathered, -1 dense, 0 not row-sparse).
   double codec_ms() const { return codec_ms_; }

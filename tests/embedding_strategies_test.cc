@@ -20,6 +20,7 @@
 #include "core/model/model.h"
 #include "core/sync/gradient_sync.h"
 #include "core/sync/param_layout.h"
+#include "core/sync/schedule.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/loopback_cluster.h"
@@ -130,13 +131,14 @@ std::vector<float> SingleWorkerParams() {
 // Two workers under --sync=`strategy` with `servers` parameter servers;
 // each worker's final parameters, and worker 0's last step's figures in
 // `last_stats`.
-std::vector<std::vector<float>> TwoWorkerParams(const std::string& strategy,
-                                                int servers,
-                                                StepStats* last_stats) {
+std::vector<std::vector<float>> TwoWorkerParams(
+    const std::string& strategy, int servers, StepStats* last_stats,
+    const ScheduleOptions& schedule = ScheduleOptions()) {
   LoopbackClusterOptions options;
   options.num_workers = 2;
   options.num_servers = servers;
-  options.job_id = absl::StrCat("embedding-", strategy);
+  options.job_id = absl::StrCat("embedding-", strategy, "-",
+                                ScheduleKindName(schedule.kind));
   auto cluster = LoopbackCluster::Start(options);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   std::vector<std::vector<float>> params(2);
@@ -146,6 +148,7 @@ std::vector<std::vector<float>> TwoWorkerParams(const std::string& strategy,
     threads.emplace_back([&, rank] {
       results[rank] = [&]() -> absl::Status {
         ASSIGN_OR_RETURN(SyncContext context, (*cluster)->JoinWorker(rank));
+        context.schedule = schedule;
         ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
                          GradientSyncRegistry::Create(strategy, context));
         Worker worker;
@@ -185,11 +188,13 @@ double Extra(const StepStats& stats, const std::string& name) {
   return -1;
 }
 
-StepStats ExpectMatchesReference(const std::string& strategy, int servers) {
+StepStats ExpectMatchesReference(
+    const std::string& strategy, int servers,
+    const ScheduleOptions& schedule = ScheduleOptions()) {
   const std::vector<float> reference = SingleWorkerParams();
   StepStats stats;
   const std::vector<std::vector<float>> workers =
-      TwoWorkerParams(strategy, servers, &stats);
+      TwoWorkerParams(strategy, servers, &stats, schedule);
   EXPECT_EQ(workers[0].size(), reference.size());
   if (workers[0].size() != reference.size()) return stats;
   // The workers agree bit for bit: every strategy gives them the same sums.
@@ -215,6 +220,24 @@ StepStats ExpectMatchesReference(const std::string& strategy, int servers) {
 
 TEST(EmbeddingStrategiesTest, RingMatchesOneWorker) {
   ExpectMatchesReference("ring", /*servers=*/0);
+}
+
+// --schedule=priority on the ring family's side: the dense buckets cut into
+// 1 KiB partitions, the table's row-sparse bucket whole (core/sync/
+// schedule.h), run in priority order; in hybrid, the ring part only.
+ScheduleOptions PriorityInKiBPartitions() {
+  ScheduleOptions schedule;
+  schedule.kind = ScheduleKind::kPriority;
+  schedule.partition_bytes = 1024;
+  return schedule;
+}
+
+TEST(EmbeddingStrategiesTest, RingWithPriorityMatchesOneWorker) {
+  ExpectMatchesReference("ring", /*servers=*/0, PriorityInKiBPartitions());
+}
+
+TEST(EmbeddingStrategiesTest, HybridWithPriorityMatchesOneWorker) {
+  ExpectMatchesReference("hybrid", /*servers=*/1, PriorityInKiBPartitions());
 }
 
 TEST(EmbeddingStrategiesTest, ParameterServerMatchesOneWorker) {

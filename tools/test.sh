@@ -195,6 +195,7 @@ TSAN_TARGETS=(
   //allreduce/algorithms:ring_allreduce_test
   //allreduce/algorithms:allreduce_family_test
   //allreduce:allreduce_sync_test //allreduce:compressed_allreduce_sync_test
+  //allreduce:allreduce_sync_priority_test
   //allreduce:ring_multiprocess_test
   //core/launch:launcher_test //tests:coordinator_bad_input_test
   //tests:member_loss_test

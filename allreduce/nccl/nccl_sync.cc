@@ -243,6 +243,20 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreateNcclSync(
         " is not built for --sync=nccl; use --sync=ring or --sync=ps, or "
         "--compression=none with NCCL"));
   }
+  // Priority needs what the GPU has finished, not what the host has queued:
+  // the host enqueues a whole backward in advance, so an order picked at
+  // enqueue time would put the first layers' bucket (computed last) at the
+  // head of the stream and stall every collective behind it. Doing it right
+  // takes a host thread that polls each bucket's ready event, agrees with
+  // the other ranks on the prefix finished everywhere and waits for each
+  // batch before it enqueues the next; none of that can be run here without
+  // a GPU, so it is refused rather than shipped unchecked.
+  if (context.schedule.kind == ScheduleKind::kPriority) {
+    return absl::InvalidArgumentError(
+        "--schedule=priority is not built for --sync=nccl (NCCL runs "
+        "collectives in the host's enqueue order, which runs ahead of the "
+        "GPU); use --schedule=fifo, or --sync=ring for priority");
+  }
   return std::unique_ptr<GradientSync>(new NcclSync(context));
 }
 

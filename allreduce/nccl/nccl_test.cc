@@ -80,6 +80,17 @@ TEST(NcclSyncTest, CpuDeviceIsRefused) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("--device=cuda"));
 }
 
+// Priority needs the GPU's progress, not the host's enqueue order: refused
+// in the factory with the reason, before any CUDA call (nccl_sync.cc).
+TEST(NcclSyncTest, PriorityScheduleIsRefused) {
+  SyncContext context;
+  context.schedule.kind = ScheduleKind::kPriority;
+  auto sync = GradientSyncRegistry::Create("nccl", context);
+  EXPECT_EQ(sync.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(sync.status().message()),
+              HasSubstr("--schedule=priority is not built for --sync=nccl"));
+}
+
 class NcclGpuTest : public testing::Test {
  protected:
   void SetUp() override {
