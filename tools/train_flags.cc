@@ -84,6 +84,12 @@ ABSL_FLAG(int, custom_tensors, 50,
 ABSL_FLAG(double, compute_ms, 0,
           "synthetic models: emulated forward+backward time per step in ms, "
           "spread over the tensors in backward order by size");
+ABSL_FLAG(double, compute_forward_share, 0,
+          "synthetic models: the part of --compute_ms spent in forward, in "
+          "[0, 1), walked in forward order asking for each tensor's "
+          "parameters first, so the next forward overlaps the previous "
+          "step's synchronization (--overlap_next_forward) as a real "
+          "network's does; 0 = all in backward");
 ABSL_FLAG(std::string, layers, "784,512,256,10",
           "MLP layer widths: input, hidden..., classes");
 ABSL_FLAG(std::string, data, "fashion-mnist",
@@ -542,6 +548,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelFromFlags(
   options.custom_params = absl::GetFlag(FLAGS_custom_params);
   options.custom_tensors = absl::GetFlag(FLAGS_custom_tensors);
   options.compute_ms = compute_ms;
+  options.forward_share = absl::GetFlag(FLAGS_compute_forward_share);
   // The synthetic model ignores its inputs, so it takes whatever shape the
   // data set has.
   options.input_dim = data.train.feature_dim;

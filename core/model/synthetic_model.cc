@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <thread>
 #include <utility>
 
@@ -231,7 +232,30 @@ class SyntheticModel : public Model {
   absl::Status ForwardBackward(const float* inputs, const int32_t* labels,
                                int batch, float* device_loss,
                                const GradReadyCallback& ready) override {
+    return ForwardBackwardLayerwise(inputs, labels, batch, device_loss,
+                                    nullptr, ready);
+  }
+
+  // Forward in forward order: each tensor's parameters asked for, then its
+  // share of forward's time; then backward as ForwardBackward describes.
+  absl::Status ForwardBackwardLayerwise(
+      const float* inputs, const int32_t* labels, int batch,
+      float* device_loss, const ParamsNeededCallback& needed,
+      const GradReadyCallback& ready) override {
     (void)inputs;
+    const int num_params = static_cast<int>(numels_.size());
+    const double forward_ms = options_.compute_ms * options_.forward_share;
+    if (needed && forward_ms <= 0) {
+      RETURN_IF_ERROR(needed(0, num_params));
+    } else if (forward_ms > 0) {
+      const Clock::time_point forward_start = Clock::now();
+      int64_t read = 0;
+      for (int p = 0; p < num_params; ++p) {
+        if (needed) RETURN_IF_ERROR(needed(p, p + 1));
+        read += numels_[p];
+        SleepUntilShare(forward_start, forward_ms, read, p == num_params - 1);
+      }
+    }
     const Clock::time_point start = Clock::now();
     if (batch < 1 || batch > static_cast<int>(host_labels_.size())) {
       return absl::InvalidArgumentError(
@@ -254,20 +278,12 @@ class SyntheticModel : public Model {
     RETURN_IF_ERROR(
         device_->CopyToDevice(device_loss, &label_mean, sizeof(float)));
 
-    const auto budget =
-        std::chrono::duration<double, std::milli>(options_.compute_ms);
+    const double backward_ms = options_.compute_ms - forward_ms;
     int64_t done = 0;
-    for (int p = static_cast<int>(numels_.size()) - 1; p >= 0; --p) {
+    for (int p = num_params - 1; p >= 0; --p) {
       RETURN_IF_ERROR(FillGradient(p));
       done += numels_[p];
-      if (options_.compute_ms > 0) {
-        const Clock::time_point deadline =
-            start + std::chrono::duration_cast<Clock::duration>(
-                        budget * (static_cast<double>(done) / total_numel_));
-        if (deadline - Clock::now() > kMinSleep || p == 0) {
-          std::this_thread::sleep_until(deadline);
-        }
-      }
+      SleepUntilShare(start, backward_ms, done, p == 0);
       ready(p);
     }
     ++step_;
@@ -285,6 +301,21 @@ class SyntheticModel : public Model {
   }
 
  private:
+  // Sleeps until `done` of the model's floats have had their share of
+  // `budget_ms` since `start`; a wait under kMinSleep is left to the next
+  // tensor's deadline, except for the `last` one.
+  void SleepUntilShare(Clock::time_point start, double budget_ms, int64_t done,
+                       bool last) const {
+    if (budget_ms <= 0) return;
+    const Clock::time_point deadline =
+        start + std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double, std::milli>(budget_ms) *
+                    (static_cast<double>(done) / total_numel_));
+    if (deadline - Clock::now() > kMinSleep || last) {
+      std::this_thread::sleep_until(deadline);
+    }
+  }
+
   // Writes parameter p's gradient: copies of the staging buffer, each
   // starting where the pattern's phase says.
   absl::Status FillGradient(int p) {
@@ -337,9 +368,15 @@ absl::StatusOr<std::vector<ParamSpec>> SyntheticParamSpecs(
 
 absl::StatusOr<std::unique_ptr<Model>> CreateSyntheticModel(
     const SyntheticModelOptions& options) {
-  if (!(options.compute_ms >= 0)) {
+  if (!(options.compute_ms >= 0) || std::isinf(options.compute_ms)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--compute_ms=", options.compute_ms, " must be >= 0 and finite"));
+  }
+  if (!(options.forward_share >= 0 && options.forward_share < 1)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--compute_ms=", options.compute_ms, " must be >= 0"));
+        absl::StrCat("--compute_forward_share=", options.forward_share,
+                     " must be in [0, 1): the part of --compute_ms spent in "
+                     "forward (a third is typical of real networks)"));
   }
   if (options.input_dim < 1 || options.num_classes < 1) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -2,7 +2,8 @@
 // VGG-16, BERT-base or a custom size, without their arithmetic.
 //
 // What a gradient-synchronization strategy sees of a model is the list of
-// tensors, their sizes and the moments their gradients become final. A
+// tensors, their sizes and the moments their gradients become final (and,
+// with --compute_forward_share, the moments forward reads them). A
 // synthetic model reproduces exactly that: ForwardBackward spends
 // --compute_ms per step (sleeping, as if an accelerator computed while the
 // CPU is free to communicate), walking the tensors in backward order with
@@ -43,6 +44,12 @@ struct SyntheticModelOptions {
   // Emulated forward+backward time per step, spread over the tensors in
   // backward order in proportion to their sizes. 0: no waiting.
   double compute_ms = 0;
+  // The part of compute_ms spent in forward, in [0, 1): forward walks the
+  // tensors in forward order, asking for each one's parameters before its
+  // share of the time (ParamsNeededCallback), so the next step's forward
+  // can overlap the previous step's synchronization as a real model's does.
+  // 0: all of it in backward, and every parameter asked for at once.
+  double forward_share = 0;
   // The data set's shape, which the model accepts whatever it is.
   int input_dim = 784;
   int num_classes = 10;

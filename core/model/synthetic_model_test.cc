@@ -90,6 +90,14 @@ TEST(SyntheticParamSpecsTest, RejectsBadOptions) {
   options.custom_params = 100;
   options.compute_ms = -1;
   EXPECT_FALSE(CreateSyntheticModel(options).ok());
+  options.compute_ms = 10;
+  for (double share : {-0.1, 1.0, std::nan("")}) {
+    options.forward_share = share;
+    EXPECT_THAT(
+        std::string(CreateSyntheticModel(options).status().message()),
+        ::testing::HasSubstr("--compute_forward_share"))
+        << share;
+  }
 }
 
 // A small custom model bound to CPU buffers.
@@ -223,6 +231,66 @@ TEST(SyntheticModelTimingTest, StepLastsAtLeastComputeMs) {
   EXPECT_GE(ready_ms.front(), 30.0 / 10 - 0.01);
   EXPECT_GE(ready_ms.back(), 30.0 - 0.01);
   EXPECT_EQ(loss, 3.0f);
+}
+
+// With a forward share, forward asks for each tensor's parameters in forward
+// order, one tensor at a time, and spends its share of the time after each
+// (in proportion to size) before backward starts; every parameter is asked
+// for before the first gradient is ready, and the step still lasts
+// compute_ms.
+TEST(SyntheticModelTimingTest, ForwardAsksTensorByTensorWithItsShare) {
+  SyntheticModelOptions options;
+  options.custom_params = 1000;
+  options.custom_tensors = 10;
+  options.compute_ms = 40;
+  options.forward_share = 0.5;
+  auto device = CreateDevice(DeviceOptions{});
+  ASSERT_TRUE(device.ok());
+  auto model = CreateSyntheticModel(options);
+  ASSERT_TRUE(model.ok());
+  auto layout = ParamLayout::Create((*model)->ParamSpecs(), 0);
+  ASSERT_TRUE(layout.ok());
+  std::vector<float> params(1000), grads(1000), inputs(784);
+  ASSERT_TRUE(
+      (*model)->Bind(**device, *layout, params.data(), grads.data(), 1).ok());
+  int32_t label = 3;
+  float loss = 0;
+  const auto start = std::chrono::steady_clock::now();
+  auto since = [&] {
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  std::vector<std::pair<int, int>> asked;
+  std::vector<double> asked_ms;
+  std::vector<int> ready;
+  double first_ready_ms = -1;
+  ASSERT_TRUE((*model)
+                  ->ForwardBackwardLayerwise(
+                      inputs.data(), &label, 1, &loss,
+                      [&](int first, int end) {
+                        asked.emplace_back(first, end);
+                        asked_ms.push_back(since());
+                        return absl::OkStatus();
+                      },
+                      [&](int param) {
+                        if (ready.empty()) first_ready_ms = since();
+                        ready.push_back(param);
+                      })
+                  .ok());
+  ASSERT_EQ(asked.size(), 10u);
+  for (int p = 0; p < 10; ++p) {
+    EXPECT_EQ(asked[p], std::make_pair(p, p + 1));
+  }
+  // Tensor p is asked for after the forward time of tensors 0..p-1.
+  EXPECT_GE(asked_ms[5], 20.0 * 5 / 10 - 0.01);
+  // Backward starts after the whole forward share, and its first gradient
+  // after its own tenth.
+  EXPECT_GE(first_ready_ms, 20.0 + 20.0 / 10 - 0.01);
+  ASSERT_EQ(ready.size(), 10u);
+  EXPECT_EQ(ready.front(), 9);
+  EXPECT_EQ(ready.back(), 0);
+  EXPECT_GE(since(), 40.0 - 0.01);
 }
 
 }  // namespace
