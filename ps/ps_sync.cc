@@ -279,6 +279,7 @@ PsSettingsInputs PsSync::SettingsInputs(int num_servers, int colocated) const {
   inputs.num_workers = context_.identity.world_size;
   inputs.num_servers = num_servers;
   inputs.colocated_servers = colocated;
+  inputs.schedule = context_.schedule;
   return inputs;
 }
 
@@ -309,6 +310,9 @@ PsClientOptions PsSync::ClientOptions() const {
   client_options.stream_window_bytes = settings_.streams.pull_window.bytes;
   client_options.bdp_probe = settings_.streams.pull_window.bdp_probe;
   client_options.optimizer = settings_.OptimizerProto();
+  client_options.priority = settings_.schedule == ScheduleKind::kPriority;
+  client_options.push_credit_bytes = settings_.push_credit.bytes;
+  client_options.pull_credit_bytes = settings_.pull_credit.bytes;
   ps::CheckpointConfig& checkpoint = client_options.checkpoint;
   checkpoint.set_start_step(schedule_.start_step);
   // Only servers running the optimizer hold state worth a checkpoint; in
@@ -680,6 +684,9 @@ std::string PsSync::SummaryJson() const {
       {"keys", partition_.keys().size()},
       {"chunk_bytes", settings_.key_size.bytes},
       {"chunk_source", settings_.key_size.source},
+      {"schedule", ScheduleKindName(settings_.schedule)},
+      {"push_credit_bytes", settings_.push_credit.bytes},
+      {"pull_credit_bytes", settings_.pull_credit.bytes},
       {"push_message_bytes", settings_.streams.push_message.bytes},
       {"pull_message_bytes", settings_.streams.pull_message.bytes},
       {"stream_window_bytes", settings_.streams.pull_window.bytes},
