@@ -7,28 +7,37 @@
 // The credit trades two things. Every byte in flight is a byte a late,
 // sooner-needed key waits behind (a queued key overtakes only what has not
 // left yet), so it should be small. But a key's credit comes back only when
-// the server acknowledges it, a round trip after its last byte left: with
-// only one key in flight the link idles for that round trip after every key.
-// So the credit is one key (the one being written) plus the stream's window,
-// which the stream-window rule already sizes as 2 × the stream's share of the
-// bandwidth-delay product (the bytes that leave during that round trip, with
-// headroom): the link stays busy and a late key waits behind at most one key
-// and one window. Where the link is not known the window is the 4 MiB
-// default, and the credit is large: without a link to pace, ordering matters
-// less than keeping the pipe full.
+// the server acknowledges it, a round trip after its last byte left, and on
+// a busy host that round trip is the software's (gRPC's threads waking up)
+// as much as the link's: with too few keys in flight the link idles after
+// every key, and for pulls the next request reaches the server only after
+// the previous result is in. So the credit is the larger of
 //
-//   credit = key + window        (per server, push: the servers' push window
-//                                 for fan-in N; pull: the workers' pull
-//                                 window for fan-in K)
+//   - kCreditKeys keys (ByteScheduler's PS default, SOSP'19: a credit of 4
+//     partitions): one being written while the others' acknowledgements
+//     (or, for pulls, the next requests) are on their way;
+//   - one key + the stream's window, which the stream-window rule sizes as
+//     2 × the stream's share of the bandwidth-delay product: the bytes that
+//     leave during the link's round trip, with headroom, where that is more.
 //
-// ByteScheduler (SOSP'19) searches its credit by Bayesian optimisation at run
-// time; here it is derived once, at start-up, like the key size.
+// A late key then waits behind at most that many bytes. Where the link is
+// not known the window is the 4 MiB default and the credit large: without
+// a link to pace, ordering matters less than keeping the pipe full.
+//
+//   credit = max(kCreditKeys × key, key + window)   per server; push: the
+//            servers' push window (fan-in N), pull: the workers' pull
+//            window (fan-in K)
+//
+// ByteScheduler searches its credit by Bayesian optimisation at run time;
+// here it is derived once, at start-up, like the key size.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 namespace gradsync {
+
+constexpr int64_t kCreditKeys = 4;
 
 struct CreditChoice {
   int64_t credit_bytes = 0;
