@@ -731,6 +731,17 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
         options.message_bytes,
         " B must be multiples of 4, messages <= ", kMaxMessageBytes, " B"));
   }
+  // Under priority --partition_kb is the key size (ps/settings.h): a
+  // second, different one is refused before any connection is made.
+  if (context.schedule.kind == ScheduleKind::kPriority &&
+      context.schedule.partition_bytes > 0 && options.chunk_bytes > 0 &&
+      context.schedule.partition_bytes != options.chunk_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sync=ps --schedule=priority: --partition_kb=",
+        context.schedule.partition_bytes / 1024, " and --ps_chunk_kb=",
+        options.chunk_bytes / 1024,
+        " disagree; on the PS a partition is a key: give one of them"));
+  }
   // --ps_pull against --compression and --ps_update: refused before any
   // connection is made.
   RETURN_IF_ERROR(Annotate(
