@@ -463,9 +463,19 @@ class StepGate {
 // Its parameters then lack exactly s of worker 1's steps, never more; a
 // stricter server would deadlock the gate (and fail at the deadline), a
 // looser one would show a larger staleness.
+// Under --schedule=priority too: the per-key pulls keep SSP's bound.
 TEST(PsSyncTest, SspWorkerRunsExactlyStalenessAhead) {
-  for (int bound : {1, 3}) {
+  for (const auto& entry : std::vector<std::pair<int, ScheduleOptions>>{
+           {1, ScheduleOptions()},
+           {3, ScheduleOptions()},
+           {2, Priority(kChunkBytes)}}) {
+    // Named copies: C++17 lambdas cannot capture structured bindings.
+    const int bound = entry.first;
+    const ScheduleOptions& schedule = entry.second;
+    SCOPED_TRACE(absl::StrCat("bound ", bound, ", ",
+                              ScheduleKindName(schedule.kind)));
     JobSpec job;
+    job.schedule = schedule;
     job.workers = 2;
     job.servers = 2;
     job.mode = ps::UPDATE_SERVER;
