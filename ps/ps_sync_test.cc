@@ -684,6 +684,8 @@ TEST(PsSyncTest, PriorityRefusesConflictingKeySizesAndASmallCredit) {
     job.steps = 1;
     job.schedule = Priority(credit);
     job.schedule.partition_bytes = partition;
+    // The servers wait for registrations that never come: not for long.
+    job.timeout = absl::Seconds(2);
     absl::Status cluster_status;
     std::vector<WorkerResult> results = RunJob(job, &cluster_status);
     ASSERT_EQ(results.size(), 2u);
