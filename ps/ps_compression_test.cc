@@ -56,6 +56,8 @@ struct Job {
   absl::Duration timeout = absl::Seconds(20);
   // A worker is meant to fail: the servers then never hear every Shutdown.
   bool fails = false;
+  // --schedule=priority: every key's encoding its own call, in offset order.
+  ScheduleOptions send_schedule;
 };
 
 std::vector<ParamSpec> Specs(const Job& job) {
@@ -106,6 +108,7 @@ WorkerResult RunWorker(LoopbackCluster& cluster, const Job& job, int rank) {
   if (!context.ok()) return {context.status()};
   context->compression = *CompressionSpec::Parse(job.compression);
   context->compression_seed = kSeed;
+  context->schedule = job.send_schedule;
   PsSyncOptions options;
   options.update_mode = job.mode;
   options.chunk_bytes = kChunkBytes;
@@ -385,6 +388,19 @@ TEST_P(PsCompressionTest, LayoutOfOnlyARowSparseTable) {
     Job job = MakeJob("none");
     job.table_only = true;
     job.mode = mode;
+    CheckJob(job);
+  }
+}
+
+// --schedule=priority sends each key's encoding on its own, in offset
+// order under a credit of one key: the same results and the same bytes.
+TEST_P(PsCompressionTest, PriorityMovesTheSameEncodings) {
+  for (const char* compression : {"topk:0.25", "fp16", "onebit", "none"}) {
+    SCOPED_TRACE(compression);
+    Job job = MakeJob(compression);
+    job.table = std::string(compression) == "none";
+    job.send_schedule.kind = ScheduleKind::kPriority;
+    job.send_schedule.credit_bytes = kChunkBytes;
     CheckJob(job);
   }
 }

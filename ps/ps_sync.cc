@@ -279,6 +279,7 @@ PsSettingsInputs PsSync::SettingsInputs(int num_servers, int colocated) const {
   inputs.num_workers = context_.identity.world_size;
   inputs.num_servers = num_servers;
   inputs.colocated_servers = colocated;
+  inputs.schedule = context_.schedule;
   return inputs;
 }
 
@@ -309,6 +310,9 @@ PsClientOptions PsSync::ClientOptions() const {
   client_options.stream_window_bytes = settings_.streams.pull_window.bytes;
   client_options.bdp_probe = settings_.streams.pull_window.bdp_probe;
   client_options.optimizer = settings_.OptimizerProto();
+  client_options.priority = settings_.schedule == ScheduleKind::kPriority;
+  client_options.push_credit_bytes = settings_.push_credit.bytes;
+  client_options.pull_credit_bytes = settings_.pull_credit.bytes;
   ps::CheckpointConfig& checkpoint = client_options.checkpoint;
   checkpoint.set_start_step(schedule_.start_step);
   // Only servers running the optimizer hold state worth a checkpoint; in
@@ -680,6 +684,9 @@ std::string PsSync::SummaryJson() const {
       {"keys", partition_.keys().size()},
       {"chunk_bytes", settings_.key_size.bytes},
       {"chunk_source", settings_.key_size.source},
+      {"schedule", ScheduleKindName(settings_.schedule)},
+      {"push_credit_bytes", settings_.push_credit.bytes},
+      {"pull_credit_bytes", settings_.pull_credit.bytes},
       {"push_message_bytes", settings_.streams.push_message.bytes},
       {"pull_message_bytes", settings_.streams.pull_message.bytes},
       {"stream_window_bytes", settings_.streams.pull_window.bytes},
@@ -723,6 +730,17 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreatePsSync(
         "--sync=ps: chunk ", options.chunk_bytes, " B and message ",
         options.message_bytes,
         " B must be multiples of 4, messages <= ", kMaxMessageBytes, " B"));
+  }
+  // Under priority --partition_kb is the key size (ps/settings.h): a
+  // second, different one is refused before any connection is made.
+  if (context.schedule.kind == ScheduleKind::kPriority &&
+      context.schedule.partition_bytes > 0 && options.chunk_bytes > 0 &&
+      context.schedule.partition_bytes != options.chunk_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sync=ps --schedule=priority: --partition_kb=",
+        context.schedule.partition_bytes / 1024, " and --ps_chunk_kb=",
+        options.chunk_bytes / 1024,
+        " disagree; on the PS a partition is a key: give one of them"));
   }
   // --ps_pull against --compression and --ps_update: refused before any
   // connection is made.

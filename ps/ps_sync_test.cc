@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -50,6 +51,9 @@ float InitialParam(int64_t i) {
 struct WorkerResult {
   absl::Status status;
   std::vector<std::vector<float>> per_step;  // grads or params after Finish
+  // JobSpec::wait_buckets: each bucket's range as it stood right after its
+  // own WaitBucket, before the step's Finish (the next forward's view).
+  std::vector<std::vector<float>> per_step_early;
   std::vector<double> staleness;             // SSP/ASP: per step
   std::string summary;
 };
@@ -72,7 +76,24 @@ struct JobSpec {
   // Called by each worker before it starts a step and after it finished one.
   std::function<void(int rank, int step)> before_step;
   std::function<void(int rank, int step)> after_step;
+  // Called once a step's buckets were all handed over, before any wait.
+  std::function<void(int rank, int step)> after_ready;
+  // --schedule, --partition_kb, --credit_kb (SyncContext::schedule).
+  ScheduleOptions schedule;
+  // Wait for each bucket on its own, in the next forward's order (the last
+  // bucket, the first layers, first), before Finish: the trainer's
+  // --overlap_next_forward.
+  bool wait_buckets = false;
 };
+
+// --schedule=priority with `credit_bytes` (0: derived) and the keys of
+// options.chunk_bytes.
+ScheduleOptions Priority(int64_t credit_bytes) {
+  ScheduleOptions schedule;
+  schedule.kind = ScheduleKind::kPriority;
+  schedule.credit_bytes = credit_bytes;
+  return schedule;
+}
 
 OptimizerOptions TestOptimizer() {
   OptimizerOptions options;
@@ -91,6 +112,7 @@ WorkerResult RunWorker(LoopbackCluster& cluster, const JobSpec& job, int rank) {
   };
   absl::StatusOr<SyncContext> context = cluster.JoinWorker(rank);
   if (!context.ok()) return fail(context.status());
+  context->schedule = job.schedule;
   PsSyncOptions options;
   options.update_mode = job.mode;
   options.chunk_bytes = kChunkBytes;
@@ -126,6 +148,26 @@ WorkerResult RunWorker(LoopbackCluster& cluster, const JobSpec& job, int rank) {
         grads[i] = Gradient(rank, step, i);
       for (const Bucket& bucket : layout->buckets())
         (*sync)->BucketReady(bucket.index);
+      if (job.after_ready) job.after_ready(rank, step);
+      if (job.wait_buckets) {
+        const std::vector<float>& buffer =
+            job.mode == ps::UPDATE_SERVER ? params : grads;
+        std::vector<float> early(buffer.size());
+        for (int b = static_cast<int>(layout->buckets().size()) - 1; b >= 0;
+             --b) {
+          status = (*sync)->WaitBucket(b);
+          if (!status.ok()) break;
+          const Bucket& bucket = layout->buckets()[b];
+          std::copy(buffer.begin() + bucket.offset,
+                    buffer.begin() + bucket.offset + bucket.numel,
+                    early.begin() + bucket.offset);
+        }
+        if (!status.ok()) {
+          result.status = status;
+          break;
+        }
+        result.per_step_early.push_back(std::move(early));
+      }
       StepStats stats;
       status = (*sync)->Finish(stats);
       if (!status.ok()) {
@@ -209,6 +251,11 @@ void CheckJob(const JobSpec& job) {
           << "worker " << r << " step " << step;
       // And so every worker holds the same buffer.
       ASSERT_EQ(results[r].per_step[step], results[0].per_step[step]);
+      // Each bucket was already final when its own wait returned.
+      if (job.wait_buckets) {
+        ASSERT_EQ(results[r].per_step_early.at(step), expected[step])
+            << "worker " << r << " step " << step << ", per bucket";
+      }
     }
     EXPECT_EQ(nlohmann::json::parse(results[r].summary).value("strategy", ""),
               "ps");
@@ -416,9 +463,19 @@ class StepGate {
 // Its parameters then lack exactly s of worker 1's steps, never more; a
 // stricter server would deadlock the gate (and fail at the deadline), a
 // looser one would show a larger staleness.
+// Under --schedule=priority too: the per-key pulls keep SSP's bound.
 TEST(PsSyncTest, SspWorkerRunsExactlyStalenessAhead) {
-  for (int bound : {1, 3}) {
+  for (const auto& entry : std::vector<std::pair<int, ScheduleOptions>>{
+           {1, ScheduleOptions()},
+           {3, ScheduleOptions()},
+           {2, Priority(kChunkBytes)}}) {
+    // Named copies: C++17 lambdas cannot capture structured bindings.
+    const int bound = entry.first;
+    const ScheduleOptions& schedule = entry.second;
+    SCOPED_TRACE(absl::StrCat("bound ", bound, ", ",
+                              ScheduleKindName(schedule.kind)));
     JobSpec job;
+    job.schedule = schedule;
     job.workers = 2;
     job.servers = 2;
     job.mode = ps::UPDATE_SERVER;
@@ -480,6 +537,164 @@ TEST(PsSyncTest, AspNeverWaitsForOthers) {
   ASSERT_EQ(results[0].staleness.size(), 5u);
   EXPECT_EQ(results[0].staleness.back(), 5);
   EXPECT_TRUE(cluster_status.ok()) << cluster_status;
+}
+
+// --schedule=priority: every key its own push and pull, queued per server
+// lowest offset first under a credit. The sums do not depend on the order:
+// the same exact results as fifo, for N x K x update mode, with a credit of
+// one key (every key waits its turn) and the derived one.
+class PsSyncPriorityTest
+    : public ::testing::TestWithParam<std::tuple<int, int, ps::UpdateMode>> {};
+
+TEST_P(PsSyncPriorityTest, EveryWorkerHoldsTheExactResult) {
+  for (int64_t credit : {kChunkBytes, int64_t{0}}) {
+    SCOPED_TRACE(absl::StrCat("credit ", credit, " B"));
+    JobSpec job;
+    job.workers = std::get<0>(GetParam());
+    job.servers = std::get<1>(GetParam());
+    job.mode = std::get<2>(GetParam());
+    job.schedule = Priority(credit);
+    CheckJob(job);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    WorkersServersModes, PsSyncPriorityTest,
+    ::testing::Combine(::testing::Values(1, 2, 3),
+                       ::testing::Values(1, 2, 3),
+                       ::testing::Values(ps::UPDATE_WORKER, ps::UPDATE_SERVER)),
+    [](const auto& info) {
+      return absl::StrCat(
+          "N", std::get<0>(info.param), "_K", std::get<1>(info.param), "_",
+          std::get<2>(info.param) == ps::UPDATE_SERVER ? "server" : "worker");
+    });
+
+// The next step starting early under priority: each bucket, waited for on
+// its own in the next forward's order, already holds its exact result;
+// colocated, mixed and separate servers, both update modes, and the keys
+// set by --partition_kb instead of --ps_chunk_kb.
+TEST(PsSyncTest, PriorityBucketsAreFinalWhenTheirWaitReturns) {
+  JobSpec job;
+  job.workers = 3;
+  job.wait_buckets = true;
+  job.schedule = Priority(kChunkBytes);
+  CheckPlacements(job, {{3, 0}, {1, 2}, {0, 2}});
+  job.colocated_servers = 0;
+  job.servers = 2;
+  job.mode = ps::UPDATE_WORKER;
+  job.schedule.partition_bytes = kChunkBytes;
+  CheckJob(job);
+  // And fifo, which the trainer's per-bucket waits use too.
+  job.schedule = ScheduleOptions();
+  CheckJob(job);
+}
+
+TEST(PsSyncTest, PriorityWithColocatedServersAndRebucketing) {
+  JobSpec job;
+  job.workers = 3;
+  job.colocate = true;
+  job.schedule = Priority(0);
+  CheckJob(job);
+  job.colocate = false;
+  job.servers = 2;
+  job.rebucket_bytes = 64;
+  job.schedule = Priority(kChunkBytes);
+  CheckJob(job);
+}
+
+// Priority order on the timeline. Worker 0 hands over bucket 0 (the last
+// layer, 8 keys) and then bucket 1 (the first layer, key 0) while worker 1
+// has pushed nothing, with a pull credit of one key: on each server one of
+// bucket 0's pulls is in flight (waiting for worker 1) and the rest are
+// queued when key 0 arrives. The server answers worker 0 in the order the
+// pulls reach it, so its result spans must show key 0 right after the one
+// pull that was already in flight, before every queued key of bucket 0,
+// and those in ascending order. Only then does worker 1 start.
+TEST(PsSyncTest, PriorityTraceShowsALateFirstLayerKeyOvertakingQueuedKeys) {
+  TraceRecorder trace(0, "test");
+  SetCurrentTrace(&trace);
+  JobSpec job;
+  job.workers = 2;
+  job.colocate = true;  // the servers record into this process's timeline
+  job.steps = 1;
+  // Forward order "first" (1 key, id 0), "last" (8 keys, ids 1..8); the
+  // buckets are in backward order: bucket 0 = "last", bucket 1 = "first".
+  job.specs = {{"first", {16}}, {"last", {128}}};
+  job.schedule = Priority(kChunkBytes);
+  StepGate handed_over;
+  job.after_ready = [&](int rank, int step) {
+    if (rank == 0) handed_over.Finished(step);
+  };
+  job.before_step = [&](int rank, int step) {
+    if (rank == 1) {
+      EXPECT_TRUE(handed_over.WaitFor(step + 1))
+          << "worker 0 did not hand over step " << step;
+    }
+  };
+  CheckJob(job);
+  SetCurrentTrace(nullptr);
+  // Each key's result to worker 0: which server, and when it started.
+  std::map<int, int> server_of;
+  std::map<int, std::vector<std::pair<int64_t, int>>> starts;  // by server
+  const nlohmann::json document = nlohmann::json::parse(trace.ToJson());
+  for (const auto& event : document["traceEvents"]) {
+    if (event.value("ph", "") != "b") continue;
+    const std::string name = event.value("name", "");
+    int server = -1;
+    int key = -1;
+    if (std::sscanf(name.c_str(), "server %d: result to worker 0, key %d, step 0",
+                    &server, &key) == 2) {
+      server_of[key] = server;
+      starts[server].push_back({event["ts"].get<int64_t>(), key});
+    }
+  }
+  ASSERT_EQ(server_of.size(), 9u) << "every key's result to worker 0";
+  std::vector<std::pair<int64_t, int>> order = starts[server_of[0]];
+  std::sort(order.begin(), order.end());
+  std::vector<int> keys;
+  for (const auto& [ts, key] : order) keys.push_back(key);
+  ASSERT_GE(keys.size(), 3u) << "key 0 and at least two of bucket 0's keys";
+  // Bucket 0's keys on that server, lowest offset (id) first.
+  std::vector<int> bucket0(keys);
+  bucket0.erase(std::find(bucket0.begin(), bucket0.end(), 0));
+  std::sort(bucket0.begin(), bucket0.end());
+  std::vector<int> expected = {bucket0[0], 0};
+  expected.insert(expected.end(), bucket0.begin() + 1, bucket0.end());
+  EXPECT_EQ(keys, expected);
+  // The client's pushes name their keys under priority.
+  int pushes_of_key0 = 0;
+  for (const auto& event : document["traceEvents"]) {
+    if (event.value("ph", "") == "b" &&
+        event.value("name", "") ==
+            absl::StrCat("push of key 0 to server ", server_of[0], ", step 0")) {
+      ++pushes_of_key0;
+    }
+  }
+  EXPECT_EQ(pushes_of_key0, job.workers);
+}
+
+TEST(PsSyncTest, PriorityRefusesConflictingKeySizesAndASmallCredit) {
+  for (const auto& [partition, credit, message] :
+       std::vector<std::tuple<int64_t, int64_t, std::string>>{
+           {2 * kChunkBytes, 0, "disagree; on the PS a partition is a key"},
+           {0, kChunkBytes / 2, "is smaller than a key"}}) {
+    JobSpec job;
+    job.workers = 2;
+    job.servers = 1;
+    job.steps = 1;
+    job.schedule = Priority(credit);
+    job.schedule.partition_bytes = partition;
+    // The servers wait for registrations that never come: not for long.
+    job.timeout = absl::Seconds(2);
+    absl::Status cluster_status;
+    std::vector<WorkerResult> results = RunJob(job, &cluster_status);
+    ASSERT_EQ(results.size(), 2u);
+    for (const WorkerResult& result : results) {
+      EXPECT_EQ(result.status.code(), absl::StatusCode::kInvalidArgument)
+          << result.status;
+      EXPECT_THAT(std::string(result.status.message()), HasSubstr(message));
+    }
+  }
 }
 
 }  // namespace

@@ -104,13 +104,49 @@ absl::StatusOr<PsSettings> ResolvePsSettings(const PsSettingsInputs& inputs,
   absl::StatusOr<KeySizeChoice> key_rule =
       ChooseKeySize(layout, settings.shares, n);
   if (!key_rule.ok()) return key_rule.status();
-  absl::StatusOr<ResolvedSetting> key_size =
-      ResolveKeySize(inputs.chunk_bytes, layout, settings.shares, n);
+  settings.schedule = inputs.schedule.kind;
+  const bool priority = inputs.schedule.kind == ScheduleKind::kPriority;
+  const int64_t partition_bytes =
+      priority ? inputs.schedule.partition_bytes : 0;
+  if (partition_bytes > 0 && inputs.chunk_bytes > 0 &&
+      partition_bytes != inputs.chunk_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sync=ps --schedule=priority: --partition_kb=",
+        partition_bytes / 1024, " and --ps_chunk_kb=",
+        inputs.chunk_bytes / 1024,
+        " disagree; on the PS a partition is a key: give one of them"));
+  }
+  absl::StatusOr<ResolvedSetting> key_size = ResolveKeySize(
+      partition_bytes > 0 ? partition_bytes : inputs.chunk_bytes, layout,
+      settings.shares, n);
   if (!key_size.ok()) return key_size.status();
   settings.key_size = *std::move(key_size);
+  if (partition_bytes > 0) settings.key_size.source = "flag: --partition_kb";
   settings.streams =
       ResolveStreamSettings(inputs.stream_window_bytes, inputs.message_bytes,
                             inputs.link, n, inputs.num_servers);
+  if (priority) {
+    auto credit = [&](const ResolvedStreamWindow& window,
+                      const char* direction) -> ResolvedSetting {
+      if (inputs.schedule.credit_bytes > 0) {
+        return {inputs.schedule.credit_bytes, "flag"};
+      }
+      CreditChoice choice =
+          ChooseCredit(settings.key_size.bytes, window.bytes, direction);
+      return {choice.credit_bytes, choice.reason};
+    };
+    if (inputs.schedule.credit_bytes > 0 &&
+        inputs.schedule.credit_bytes < settings.key_size.bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--sync=ps --schedule=priority: --credit_kb=",
+          inputs.schedule.credit_bytes / 1024, " is smaller than a key (",
+          settings.key_size.bytes / 1024, " KiB, ", settings.key_size.source,
+          "); a credit must hold at least one key: raise --credit_kb or "
+          "leave it 0 (derived)"));
+    }
+    settings.push_credit = credit(settings.streams.push_window, "push");
+    settings.pull_credit = credit(settings.streams.pull_window, "pull");
+  }
   absl::StatusOr<PsPull> pull =
       ResolvePsPull(inputs.pull, inputs.compression, inputs.update_mode);
   if (!pull.ok()) return pull.status();
@@ -159,6 +195,13 @@ std::vector<std::string> PsSettings::LogLines() const {
                    streams.pull_message.source, ")"),
       absl::StrCat("ps: ", placement),
   };
+  if (schedule == ScheduleKind::kPriority) {
+    lines.push_back(absl::StrCat(
+        "ps: --schedule=priority: keys lowest offset first; push credit ",
+        kib(push_credit.bytes), " KiB (", push_credit.source,
+        "), pull credit ", kib(pull_credit.bytes), " KiB (",
+        pull_credit.source, ")"));
+  }
   if (compression.method != CompressionMethod::kNone) {
     lines.push_back(absl::StrCat("ps: --compression=", compression.ToString(),
                                  ", results pulled as ", PsPullName(pull)));
@@ -168,7 +211,7 @@ std::vector<std::string> PsSettings::LogLines() const {
 
 std::vector<PsManifestEntry> PsSettings::ManifestEntries() const {
   auto kib = [](int64_t bytes) { return bytes / 1024.0; };
-  return {
+  std::vector<PsManifestEntry> entries = {
       {"ps_chunk_kb", kib(key_size.bytes), key_size.source},
       {"ps_stream_window_kb.push", kib(streams.push_window.bytes),
        streams.push_window.source},
@@ -179,6 +222,13 @@ std::vector<PsManifestEntry> PsSettings::ManifestEntries() const {
       {"ps_message_kb.pull", kib(streams.pull_message.bytes),
        streams.pull_message.source},
   };
+  if (schedule == ScheduleKind::kPriority) {
+    entries.push_back(
+        {"ps_credit_kb.push", kib(push_credit.bytes), push_credit.source});
+    entries.push_back(
+        {"ps_credit_kb.pull", kib(pull_credit.bytes), pull_credit.source});
+  }
+  return entries;
 }
 
 ps::OptimizerConfig PsSettings::OptimizerProto() const {

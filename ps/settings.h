@@ -31,8 +31,10 @@
 #include "core/optim/optimizer_options.h"
 #include "core/sync/compression.h"
 #include "core/sync/param_layout.h"
+#include "core/sync/schedule.h"
 #include "proto/parameter_server.pb.h"
 #include "ps/consistency.h"
+#include "ps/credit_rule.h"
 #include "ps/key_compression.h"
 #include "ps/key_size_rule.h"
 #include "ps/client/partitioner.h"
@@ -127,6 +129,12 @@ struct PsSettingsInputs {
   int num_workers = 1;
   int num_servers = 1;
   int colocated_servers = 0;
+  // --schedule, --partition_kb, --credit_kb (core/sync/schedule.h). Under
+  // priority the PS's partition is its key: --partition_kb sets the key
+  // size as --ps_chunk_kb does (both given and different: refused), and
+  // 0 leaves it to the key-size rule, so fifo and priority cut the same
+  // keys by default and differ only in the order they send them in.
+  ScheduleOptions schedule;
 };
 
 // One manifest entry: "settings": {name: {"value": value, "source": source}}.
@@ -140,6 +148,11 @@ struct PsManifestEntry {
 struct PsSettings {
   ResolvedSetting key_size;
   PsStreamSettings streams;
+  // --schedule; under priority, the bytes in flight per server for pushes
+  // and for pulls (credit_rule.h, or --credit_kb). Zero under fifo.
+  ScheduleKind schedule = ScheduleKind::kFifo;
+  ResolvedSetting push_credit;
+  ResolvedSetting pull_credit;
   // --ps_pull resolved against --compression and --ps_update.
   PsPull pull = PsPull::kDense;
   // The servers' target shares of the bytes (--ps_partition).
@@ -158,7 +171,7 @@ struct PsSettings {
   // The start-up lines worker 0 logs ("ps: key size 64 KiB (auto: ...)").
   std::vector<std::string> LogLines() const;
   // The manifest's entries: ps_chunk_kb, ps_stream_window_kb.{push,pull},
-  // ps_message_kb.{push,pull}.
+  // ps_message_kb.{push,pull}; under priority ps_credit_kb.{push,pull}.
   std::vector<PsManifestEntry> ManifestEntries() const;
   // The optimizer as the registration carries it (server mode).
   ps::OptimizerConfig OptimizerProto() const;

@@ -239,6 +239,15 @@ TEST(CliTest, ConsistencyAndStragglerFlagsAreChecked) {
                      "and --ps_update=server: the servers run the optimizer");
   ExpectCleanFailure(train({"--sync=ps", "--ps_pull=sparse"}),
                      "unknown --ps_pull=sparse");
+  // --schedule=priority on the PS: a partition is a key, and a credit
+  // holds at least one.
+  ExpectCleanFailure(train({"--sync=ps", "--schedule=priority",
+                            "--partition_kb=64", "--ps_chunk_kb=128"}),
+                     "--partition_kb=64 and --ps_chunk_kb=128 disagree");
+  ExpectCleanFailure(
+      train({"--sync=ps", "--ps_colocate", "--schedule=priority",
+             "--ps_chunk_kb=128", "--credit_kb=64"}),
+      "--credit_kb=64 is smaller than a key (128 KiB, flag)");
   ExpectCleanFailure(train({"--straggler=1"}), "RANK:MS[:EVERY]");
   ExpectCleanFailure(train({"--straggler=3:10"}),
                      "there is no worker 3 in a job of 1 workers");

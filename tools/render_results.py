@@ -547,6 +547,54 @@ def accuracy_table(rows):
     return "\n".join(lines)
 
 
+def schedule_of(p):
+    """'fifo' or 'priority' from a point's swept --schedule, else None."""
+    for flag in (p.get("sweep") or "").split():
+        if flag.startswith("--schedule="):
+            return flag.split("=", 1)[1]
+    return None
+
+
+def schedule_pairs_table(points):
+    """fifo beside priority (a bench/scaling.py sweep over
+    --sweep="--schedule=fifo;--schedule=priority"): one row per model, link
+    and job shape, in the data's order, with each schedule's step, exposed
+    communication and compute, priority's step over fifo's, and how busy
+    the machine was during the pair (the larger of the two). A pair with
+    either point CPU-bound is marked, and its ratio is not a verdict."""
+    pairs = {}
+    order = []
+    for p in points:
+        schedule = schedule_of(p)
+        if schedule not in ("fifo", "priority"):
+            continue
+        key = (p["model"], p["link"], strategy_label(p), p["workers"], p.get("servers"))
+        if key not in pairs:
+            pairs[key] = {}
+            order.append(key)
+        pairs[key][schedule] = p
+    lines = ["| model | link | strategy | N | step ms fifo | step ms priority | priority / fifo | "
+             "exposed ms fifo | exposed ms priority | compute ms fifo | compute ms priority | "
+             "machine busy (un-niced, max) |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for key in order:
+        fifo, priority = pairs[key].get("fifo"), pairs[key].get("priority")
+        if fifo is None or priority is None:
+            continue
+        busy = max(fifo.get("machine_busy_unniced_max") or 0,
+                   priority.get("machine_busy_unniced_max") or 0)
+        mark = cpu_mark(fifo) or cpu_mark(priority)
+        lines.append(
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]:.0f} | {fifo['step_ms']:.0f} | "
+            f"{priority['step_ms']:.0f} | {priority['step_ms'] / fifo['step_ms']:.2f} | "
+            f"{number(fifo.get('exposed_ms'))} | {number(priority.get('exposed_ms'))} | "
+            f"{number(fifo.get('measured_compute_ms'))} | "
+            f"{number(priority.get('measured_compute_ms'))} | {100 * busy:.0f}%{mark} |")
+    lines.append("")
+    lines.append(f"*{describe_cpu_bound()} (bench/cpu_bound.py).*")
+    return "\n".join(lines)
+
+
 TABLES = {"accuracy": accuracy_table, "sweep": sweep_table, "points": points_table,
           "crossover": crossover_table, "crossover_points": crossover_points_table,
           "simulated_scaling": simulated_scaling_table,
@@ -554,7 +602,8 @@ TABLES = {"accuracy": accuracy_table, "sweep": sweep_table, "points": points_tab
           "simulated_switch": simulated_switch_table,
           "simulated_anchors": simulated_anchors_table,
           "simulated_crossover": simulated_crossover_table,
-          "simulated_calibration": simulated_calibration_table}
+          "simulated_calibration": simulated_calibration_table,
+          "schedule_pairs": schedule_pairs_table}
 
 
 # --- Rendering ----------------------------------------------------------------------------

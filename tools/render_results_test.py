@@ -164,6 +164,39 @@ the PS at 4 KiB: <!-- render:value data/run/crossover.json workers=4,bytes=4096,
 """
 
 
+SCHEDULES = """strategy,sweep,workers,servers,model,link,step_ms,exposed_ms,measured_compute_ms,machine_busy_unniced_max
+local,,1,0,cnn,100mbit,80,0,80,0.3
+ps-colocated,--schedule=fifo,2,2,cnn,100mbit,200,120,70,0.4
+ps-colocated,--schedule=priority,2,2,cnn,100mbit,150,70,71,0.5
+ps-colocated,--schedule=fifo,2,2,cnn,10mbit,1400,1380,20,0.9
+ps-colocated,--schedule=priority,2,2,cnn,10mbit,1410,1385,22,0.2
+"""
+
+
+class SchedulePairsTest(Fixture):
+    """fifo beside priority, from one sweep over --schedule."""
+
+    def setUp(self):
+        super().setUp()
+        self.write("data/run/schedules.csv", SCHEDULES)
+        self.write("data/run/schedules.manifest.json", SWEEP)
+        self.write("schedules.md", "<!-- render:table schedule_pairs data/run/schedules.csv -->"
+                   "<!-- render:end -->\n")
+        self.assertEqual(self.run_main()[0], 0)
+        self.page = self.read("schedules.md")
+
+    def test_each_pair_is_one_row_with_the_ratio_in_data_order(self):
+        self.assertIn("| cnn | 100mbit | ps, colocated | 2 | 200 | 150 | 0.75 | 120 | 70 | 70 | "
+                      "71 | 50% |", self.page)
+        self.assertLess(self.page.index("| cnn | 100mbit"), self.page.index("| cnn | 10mbit"))
+        self.assertNotIn("| local", self.page)
+        self.assertEqual(self.run_main("--check"), (0, ""))
+
+    def test_a_pair_with_a_cpu_bound_point_is_marked(self):
+        self.assertIn("| cnn | 10mbit | ps, colocated | 2 | 1400 | 1410 | 1.01 | 1380 | 1385 | "
+                      "20 | 22 | 90% **CPU-bound** |", self.page)
+
+
 class TableKindsTest(Fixture):
     def setUp(self):
         super().setUp()

@@ -25,6 +25,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/callback_queue.h"
+#include "ps/client/send_queue.h"
 #include "ps/key_compression.h"
 #include "ps/wire.h"
 
@@ -61,10 +62,18 @@ class PsClient::Impl {
           bucket_(bucket),
           what_(std::move(what)) {}
     virtual ~Call() = default;
+    // Push and pull calls: begins the RPC (the calls' own Start).
+    virtual void Start() {}
     grpc::ClientContext* context() { return &context_; }
     const std::string& what() const { return what_; }
     int server() const { return server_; }
     int bucket() const { return bucket_; }
+    // --schedule=priority: the call waited in its server's SendQueue, was
+    // counted as outstanding when queued, and holds `credit_bytes` of the
+    // queue's credit while it runs.
+    bool queued() const { return credit_bytes_ >= 0; }
+    int64_t credit_bytes() const { return credit_bytes_; }
+    void set_queued(int64_t credit_bytes) { credit_bytes_ = credit_bytes; }
 
    protected:
     Impl* const client_;
@@ -72,6 +81,7 @@ class PsClient::Impl {
     const int bucket_;        // the push's or pull's; -1 for other calls
     const std::string what_;  // "push of bucket 2 (keys 3 4) to server 1 at
                               // 127.0.0.1:4100, step 7"
+    int64_t credit_bytes_ = -1;  // -1: not queued (fifo, other calls)
     grpc::ClientContext context_;
   };
 
@@ -102,6 +112,13 @@ class PsClient::Impl {
       generic_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
     }
     GroupKeysByBucket();
+    if (options_.priority) {
+      absl::MutexLock lock(&mu_);
+      for (size_t s = 0; s < servers_.size(); ++s) {
+        push_queues_.emplace_back(options_.push_credit_bytes);
+        pull_queues_.emplace_back(options_.pull_credit_bytes);
+      }
+    }
     bytes_to_.assign(servers_.size(), 0);
     bytes_from_.assign(servers_.size(), 0);
   }
@@ -143,14 +160,20 @@ class PsClient::Impl {
   absl::Status ShutdownWith(int server, int64_t steps, std::string* summary);
   void StartBucket(int bucket, int64_t step, const float* src, float* dst,
                    const std::vector<std::string>* encoded);
+  // --schedule=priority: queues every key of `bucket` on its server's push
+  // and pull queues and starts what the credits allow.
+  void QueueBucket(int bucket, int64_t step, const float* src, float* dst,
+                   const std::vector<std::string>* encoded);
   absl::Status WaitAll(PsStepStats* stats);
   absl::Status WaitBucket(int bucket);
 
   // Step bookkeeping, called by the calls.
   void Begin(Call* call, bool push) {
     absl::MutexLock lock(&mu_);
-    ++outstanding_;
-    ++bucket_outstanding_[call->bucket()];
+    if (!call->queued()) {  // a queued call was counted when queued
+      ++outstanding_;
+      ++bucket_outstanding_[call->bucket()];
+    }
     live_.push_back(call);
     const absl::Time now = absl::Now();
     if (push && !any_push_) {
@@ -177,27 +200,80 @@ class PsClient::Impl {
     bytes_from_[server] += from;
   }
   void End(Call* call, bool push, const absl::Status& status) {
-    absl::MutexLock lock(&mu_);
-    --outstanding_;
-    --bucket_outstanding_[call->bucket()];
-    live_.remove(call);
-    const absl::Time now = absl::Now();
-    if (push) last_push_ = std::max(last_push_, now);
-    if (!push) last_pull_ = std::max(last_pull_, now);
-    if (!status.ok() && first_error_.ok()) {
-      first_error_ = absl::Status(
-          status.code(), absl::StrCat("worker ", options_.rank, ": ",
-                                      call->what(), ": ", status.message()));
-      // Don't leave the rest of the step to run into its deadlines.
-      for (Call* other : live_) other->context()->TryCancel();
+    std::vector<Call*> to_start;
+    std::vector<Call*> dropped;
+    {
+      absl::MutexLock lock(&mu_);
+      --outstanding_;
+      --bucket_outstanding_[call->bucket()];
+      live_.remove(call);
+      const absl::Time now = absl::Now();
+      if (push) last_push_ = std::max(last_push_, now);
+      if (!push) last_pull_ = std::max(last_pull_, now);
+      if (!status.ok() && first_error_.ok()) {
+        first_error_ = absl::Status(
+            status.code(), absl::StrCat("worker ", options_.rank, ": ",
+                                        call->what(), ": ", status.message()));
+        // Don't leave the rest of the step to run into its deadlines.
+        for (Call* other : live_) other->context()->TryCancel();
+      }
+      if (call->queued()) {
+        SendQueue& queue = push ? push_queues_[call->server()]
+                                : pull_queues_[call->server()];
+        queue.Done(call->credit_bytes());
+        // Taken under the lock that counts them: while they are outstanding
+        // the destructor waits, so starting them below is safe.
+        TakeStartable(call->server(), &to_start, &dropped);
+      }
     }
+    // Deleting a call that never started touches nothing of this client;
+    // the calls taken are started outside the lock (their Begin takes it).
+    // Nothing here may use `this` once the lock is released: with nothing
+    // left outstanding the destructor may already be running.
+    for (Call* never_started : dropped) delete never_started;
+    for (Call* next : to_start) next->Start();
   }
   void Abort(const absl::Status& why) {
-    absl::MutexLock lock(&mu_);
-    if (!aborted_.ok()) return;
-    aborted_ = why;
-    for (Call* call : live_) call->context()->TryCancel();
+    std::vector<Call*> dropped;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!aborted_.ok()) return;
+      aborted_ = why;
+      for (Call* call : live_) call->context()->TryCancel();
+      DropQueued(&dropped);
+    }
+    for (Call* never_started : dropped) delete never_started;
   }
+  // --schedule=priority. Moves into `to_start` the calls of `server` whose
+  // turn has come, both directions; once the step failed, every queued call
+  // of every server into `dropped` instead (uncounted: never started).
+  void TakeStartable(int server, std::vector<Call*>* to_start,
+                     std::vector<Call*>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!first_error_.ok() || !aborted_.ok()) {
+      DropQueued(dropped);
+      return;
+    }
+    for (SendQueue* queue : {&push_queues_[server], &pull_queues_[server]}) {
+      for (const SendQueue::Item& item : queue->Take()) {
+        to_start->push_back(static_cast<Call*>(item.payload));
+      }
+    }
+  }
+  void DropQueued(std::vector<Call*>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (std::vector<SendQueue>* queues : {&push_queues_, &pull_queues_}) {
+      for (SendQueue& queue : *queues) {
+        for (const SendQueue::Item& item : queue.Drain()) {
+          Call* call = static_cast<Call*>(item.payload);
+          --outstanding_;
+          --bucket_outstanding_[call->bucket()];
+          dropped->push_back(call);
+        }
+      }
+    }
+  }
+
   bool NoneOutstanding() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return outstanding_ == 0;
   }
@@ -228,6 +304,10 @@ class PsClient::Impl {
   absl::Time last_push_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time first_pull_ ABSL_GUARDED_BY(mu_);
   absl::Time last_pull_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // --schedule=priority: per server, its keys' pushes and pulls waiting
+  // for their turn (empty under fifo).
+  std::vector<SendQueue> push_queues_ ABSL_GUARDED_BY(mu_);
+  std::vector<SendQueue> pull_queues_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> bytes_to_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> bytes_from_ ABSL_GUARDED_BY(mu_);
   int64_t slowest_clock_ ABSL_GUARDED_BY(mu_) = -1;  // PsStepStats's
@@ -271,7 +351,7 @@ class PsClient::Impl::PushCall
         encoded_(encoded),
         message_floats_(client->options_.message_bytes / 4) {}
 
-  void Start() {
+  void Start() override {
     if (CurrentTrace() != nullptr) start_us_ = TraceRecorder::NowMicros();
     context_.set_deadline(DeadlineAfter(client_->options_.timeout));
     client_->Begin(this, /*push=*/true);
@@ -297,9 +377,13 @@ class PsClient::Impl::PushCall
     // when this worker's share of the server's link was through.
     if (TraceRecorder* trace = CurrentTrace();
         trace != nullptr && start_us_ > 0) {
+      // Under priority a push is one key: the span names it, so the order
+      // the keys left in is on the timeline.
       trace->AsyncSpan(
-          absl::StrCat("push to server ", server_, ", step ", step_), "ps push",
-          NextTraceId(), start_us_, TraceRecorder::NowMicros());
+          queued() ? absl::StrCat("push of key ", keys_[0]->id, " to server ",
+                                  server_, ", step ", step_)
+                   : absl::StrCat("push to server ", server_, ", step ", step_),
+          "ps push", NextTraceId(), start_us_, TraceRecorder::NowMicros());
     }
     client_->End(this, /*push=*/true, FromGrpc(status));
     delete this;
@@ -390,7 +474,7 @@ class PsClient::Impl::PullCall
     request_ = SerializeMessage(request);
   }
 
-  void Start() {
+  void Start() override {
     if (CurrentTrace() != nullptr) start_us_ = TraceRecorder::NowMicros();
     context_.set_deadline(DeadlineAfter(client_->options_.timeout));
     client_->Begin(this, /*push=*/false);
@@ -536,6 +620,10 @@ void PsClient::Impl::StartBucket(int bucket, int64_t step, const float* src,
     }
     return;
   }
+  if (options_.priority) {
+    QueueBucket(bucket, step, src, dst, encoded);
+    return;
+  }
   // The pull goes out with the push: the server answers it the moment the
   // last worker's push completes a key, with no extra round trip.
   for (int server = 0; server < static_cast<int>(servers_.size()); ++server) {
@@ -544,6 +632,49 @@ void PsClient::Impl::StartBucket(int bucket, int64_t step, const float* src,
     (new PushCall(this, server, bucket, step, keys, src, encoded))->Start();
     (new PullCall(this, server, bucket, step, keys, dst))->Start();
   }
+}
+
+void PsClient::Impl::QueueBucket(int bucket, int64_t step, const float* src,
+                                 float* dst,
+                                 const std::vector<std::string>* encoded) {
+  std::vector<Call*> to_start;
+  std::vector<Call*> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    for (int server = 0; server < static_cast<int>(servers_.size());
+         ++server) {
+      const std::vector<const PsKey*>& keys =
+          bucket_server_keys_[bucket][server];
+      if (keys.empty()) continue;
+      for (const PsKey* key : keys) {
+        // What the key puts on the link: its encoding where it has one; a
+        // result is counted at its float32 size, its largest.
+        const int64_t floats = key->numel * static_cast<int64_t>(sizeof(float));
+        const int64_t push_bytes =
+            encoded != nullptr && !(*encoded)[key->id].empty()
+                ? static_cast<int64_t>((*encoded)[key->id].size())
+                : floats;
+        auto* push =
+            new PushCall(this, server, bucket, step, {key}, src, encoded);
+        auto* pull = new PullCall(this, server, bucket, step, {key}, dst);
+        push->set_queued(push_bytes);
+        pull->set_queued(floats);
+        outstanding_ += 2;
+        bucket_outstanding_[bucket] += 2;
+        // The key's offset is its place in the next forward: every worker
+        // derives the same order from the same layout.
+        // The queues hold Call pointers: a call's Call base is not at its
+        // address (the reactor comes first).
+        push_queues_[server].Add(
+            {key->offset, push_bytes, static_cast<Call*>(push)});
+        pull_queues_[server].Add(
+            {key->offset, floats, static_cast<Call*>(pull)});
+      }
+      TakeStartable(server, &to_start, &dropped);
+    }
+  }
+  for (Call* never_started : dropped) delete never_started;
+  for (Call* next : to_start) next->Start();
 }
 
 absl::Status PsClient::Impl::WaitAll(PsStepStats* stats) {

@@ -1,7 +1,9 @@
 // The worker's side of the parameter server: registration, and per bucket a
 // push of its keys to every server that holds some, fanned out concurrently
-// with gRPC's callback API, together with the pull of their results. Nothing
-// here blocks except WaitAll, Register and Shutdown.
+// with gRPC's callback API, together with the pull of their results; under
+// --schedule=priority each key on its own, in priority order under a credit
+// (PsClientOptions::priority). Nothing here blocks except WaitAll,
+// WaitBucket, Register and Shutdown.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +50,16 @@ struct PsClientOptions {
   // the link's bandwidth-delay product exceeds the connection's fixed 64 KiB
   // window, ps/stream_window_rule.h); the window is then only the start.
   bool bdp_probe = false;
+  // --schedule=priority (ps/client/send_queue.h): every key is its own push
+  // and its own pull, queued per server and direction and started lowest
+  // offset first (read soonest by the next forward), with at most the
+  // credit's bytes in flight per server and direction; a key's pull is
+  // queued with its push, so the server still answers it without an extra
+  // round trip. false (fifo): a bucket's keys go as one push and one pull
+  // per server the moment the bucket is ready.
+  bool priority = false;
+  int64_t push_credit_bytes = 0;  // <= 0: no bound
+  int64_t pull_credit_bytes = 0;
 };
 
 // What one step's calls moved and how long they took.
