@@ -248,12 +248,19 @@ class SyntheticModel : public Model {
     if (needed && forward_ms <= 0) {
       RETURN_IF_ERROR(needed(0, num_params));
     } else if (forward_ms > 0) {
-      const Clock::time_point forward_start = Clock::now();
-      int64_t read = 0;
+      // Each tensor's share of forward starts once its parameters are
+      // there: a wait for them delays the rest of forward, as a layer
+      // cannot compute before its weights are final.
+      Clock::time_point deadline = Clock::now();
       for (int p = 0; p < num_params; ++p) {
         if (needed) RETURN_IF_ERROR(needed(p, p + 1));
-        read += numels_[p];
-        SleepUntilShare(forward_start, forward_ms, read, p == num_params - 1);
+        deadline = std::max(deadline, Clock::now()) +
+                   std::chrono::duration_cast<Clock::duration>(
+                       std::chrono::duration<double, std::milli>(forward_ms) *
+                       (static_cast<double>(numels_[p]) / total_numel_));
+        if (deadline - Clock::now() > kMinSleep || p == num_params - 1) {
+          std::this_thread::sleep_until(deadline);
+        }
       }
     }
     const Clock::time_point start = Clock::now();

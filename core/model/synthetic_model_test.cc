@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -271,6 +272,12 @@ TEST(SyntheticModelTimingTest, ForwardAsksTensorByTensorWithItsShare) {
                       [&](int first, int end) {
                         asked.emplace_back(first, end);
                         asked_ms.push_back(since());
+                        // Tensor 5's parameters arrive late: the rest of
+                        // forward starts after them.
+                        if (first == 5) {
+                          std::this_thread::sleep_for(
+                              std::chrono::milliseconds(10));
+                        }
                         return absl::OkStatus();
                       },
                       [&](int param) {
@@ -284,13 +291,15 @@ TEST(SyntheticModelTimingTest, ForwardAsksTensorByTensorWithItsShare) {
   }
   // Tensor p is asked for after the forward time of tensors 0..p-1.
   EXPECT_GE(asked_ms[5], 20.0 * 5 / 10 - 0.01);
-  // Backward starts after the whole forward share, and its first gradient
-  // after its own tenth.
-  EXPECT_GE(first_ready_ms, 20.0 + 20.0 / 10 - 0.01);
+  // Tensors 5..9 compute after tensor 5's late parameters.
+  EXPECT_GE(asked_ms[6], 20.0 * 6 / 10 + 10.0 - 0.01);
+  // Backward starts after the whole forward share and the wait, and its
+  // first gradient after its own tenth.
+  EXPECT_GE(first_ready_ms, 20.0 + 10.0 + 20.0 / 10 - 0.01);
   ASSERT_EQ(ready.size(), 10u);
   EXPECT_EQ(ready.front(), 9);
   EXPECT_EQ(ready.back(), 0);
-  EXPECT_GE(since(), 40.0 - 0.01);
+  EXPECT_GE(since(), 40.0 + 10.0 - 0.01);
 }
 
 }  // namespace
