@@ -254,23 +254,34 @@ class PsClient::Impl {
       DropQueued(dropped);
       return;
     }
-    for (SendQueue* queue : {&push_queues_[server], &pull_queues_[server]}) {
-      for (const SendQueue::Item& item : queue->Take()) {
-        to_start->push_back(static_cast<Call*>(item.payload));
+    for (const SendQueue::Item& item : push_queues_[server].Take()) {
+      Call* push = static_cast<Call*>(item.payload);
+      to_start->push_back(push);
+      auto pull = pull_after_push_.find(push);
+      if (pull != pull_after_push_.end()) {
+        pull_queues_[server].Add(pull->second);
+        pull_after_push_.erase(pull);
       }
+    }
+    for (const SendQueue::Item& item : pull_queues_[server].Take()) {
+      to_start->push_back(static_cast<Call*>(item.payload));
     }
   }
   void DropQueued(std::vector<Call*>* dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<SendQueue::Item> items;
     for (std::vector<SendQueue>* queues : {&push_queues_, &pull_queues_}) {
       for (SendQueue& queue : *queues) {
-        for (const SendQueue::Item& item : queue.Drain()) {
-          Call* call = static_cast<Call*>(item.payload);
-          --outstanding_;
-          --bucket_outstanding_[call->bucket()];
-          dropped->push_back(call);
-        }
+        for (const SendQueue::Item& item : queue.Drain()) items.push_back(item);
       }
+    }
+    for (const auto& [push, pull] : pull_after_push_) items.push_back(pull);
+    pull_after_push_.clear();
+    for (const SendQueue::Item& item : items) {
+      Call* call = static_cast<Call*>(item.payload);
+      --outstanding_;
+      --bucket_outstanding_[call->bucket()];
+      dropped->push_back(call);
     }
   }
 
@@ -308,6 +319,13 @@ class PsClient::Impl {
   // for their turn (empty under fifo).
   std::vector<SendQueue> push_queues_ ABSL_GUARDED_BY(mu_);
   std::vector<SendQueue> pull_queues_ ABSL_GUARDED_BY(mu_);
+  // --schedule=priority: a key's pull, held back until its push leaves the
+  // push queue. A pull queued beside its push could take pull credit while
+  // the push waits behind later, higher-priority pushes: the server cannot
+  // answer it until this worker's push arrives, so the credit would sit on
+  // the keys the next forward needs last (a priority inversion).
+  absl::flat_hash_map<Call*, SendQueue::Item> pull_after_push_
+      ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> bytes_to_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> bytes_from_ ABSL_GUARDED_BY(mu_);
   int64_t slowest_clock_ ABSL_GUARDED_BY(mu_) = -1;  // PsStepStats's
@@ -667,8 +685,8 @@ void PsClient::Impl::QueueBucket(int bucket, int64_t step, const float* src,
         // address (the reactor comes first).
         push_queues_[server].Add(
             {key->offset, push_bytes, static_cast<Call*>(push)});
-        pull_queues_[server].Add(
-            {key->offset, floats, static_cast<Call*>(pull)});
+        pull_after_push_[static_cast<Call*>(push)] = {
+            key->offset, floats, static_cast<Call*>(pull)};
       }
       TakeStartable(server, &to_start, &dropped);
     }
