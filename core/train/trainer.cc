@@ -110,17 +110,11 @@ class Trainer {
   // Finish of the pending step, its statistics kept for its record.
   absl::Status FinishPending();
   // Every bucket of the pending step final, and its record written (the step
-  // ended `end`: the next step's start, whose interval holds these waits).
-  // Before anything reads every parameter or the optimizer's state:
-  // evaluation, checkpoints, replica checks, the epoch's end.
+  // ended `end`: the next step's start, or now). Before anything reads every
+  // parameter or the optimizer's state: evaluation, checkpoints, replica
+  // checks, the epoch's end.
   absl::Status DrainPendingStepAt(Clock::time_point end);
-  // The same where no step follows at once: the step ends when its last
-  // wait does, so its interval holds its own exposed communication (taking
-  // the time before the waits would leave them out of the step's time while
-  // counting them in its sync_wait_ms).
-  absl::Status DrainPendingStep();
-  // Every bucket of the pending step final, in forward order.
-  absl::Status CompletePendingBuckets();
+  absl::Status DrainPendingStep() { return DrainPendingStepAt(Clock::now()); }
   // Writes the pending step's metrics line; its synchronization is finished.
   void WritePendingRecord(Clock::time_point end);
   // The device's time of every mark the step recorded, since its first.
@@ -592,26 +586,14 @@ void Trainer::WritePendingRecord(Clock::time_point end) {
   pending_.stats = StepStats();
 }
 
-absl::Status Trainer::CompletePendingBuckets() {
+absl::Status Trainer::DrainPendingStepAt(Clock::time_point end) {
+  if (!pending_.active) return absl::OkStatus();
   // In forward order (the last bucket holds the first layers), as a forward
   // would have asked for them.
   for (int b = static_cast<int>(pending_.final.size()) - 1; b >= 0; --b) {
     RETURN_IF_ERROR(CompleteBucket(b));
   }
-  return absl::OkStatus();
-}
-
-absl::Status Trainer::DrainPendingStepAt(Clock::time_point end) {
-  if (!pending_.active) return absl::OkStatus();
-  RETURN_IF_ERROR(CompletePendingBuckets());
   WritePendingRecord(end);
-  return absl::OkStatus();
-}
-
-absl::Status Trainer::DrainPendingStep() {
-  if (!pending_.active) return absl::OkStatus();
-  RETURN_IF_ERROR(CompletePendingBuckets());
-  WritePendingRecord(Clock::now());
   return absl::OkStatus();
 }
 

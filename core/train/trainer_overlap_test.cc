@@ -14,8 +14,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "core/data/dataset.h"
 #include "core/device/device.h"
 #include "core/model/model.h"
@@ -23,7 +21,6 @@
 #include "core/train/trainer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 
 namespace gradsync {
 namespace {
@@ -82,10 +79,6 @@ class OutOfOrderSync : public GradientSync {
     return absl::OkStatus();
   }
 
-  // Time each bucket's completion takes in the first step, as a transfer
-  // would, and twice that in the second, and so on (0: none).
-  absl::Duration transfer_time;
-
   // Whether forward may read the parameters of `bucket`.
   bool final(int bucket) const { return final_[bucket]; }
   bool in_flight() const { return in_flight_; }
@@ -97,9 +90,6 @@ class OutOfOrderSync : public GradientSync {
  private:
   void Complete(int bucket) {
     if (final_[bucket]) return;
-    // The bucket's bytes on the wire, longer every step: a step's wait then
-    // differs from the one before it, so a step's time must hold its own.
-    absl::SleepFor(transfer_time * static_cast<int64_t>(waits.size()));
     const Bucket& span = buckets_[bucket];
     std::memcpy(buffers_.grads + span.offset, saved_[bucket].data(),
                 span.numel * sizeof(float));
@@ -223,8 +213,7 @@ std::vector<float> ReadFloats(const std::string& path) {
 // parameters layer by layer through BoundedMemoryModel).
 TrainedRun Train(bool overlap, const std::string& optimizer, int64_t steps,
                  const std::string& name, bool cnn = false,
-                 bool resnet = false,
-                 absl::Duration transfer_time = absl::ZeroDuration()) {
+                 bool resnet = false) {
   SyntheticOptions data_options;
   data_options.train_size = 64;
   data_options.test_size = 16;
@@ -251,7 +240,6 @@ TrainedRun Train(bool overlap, const std::string& optimizer, int64_t steps,
     inner = *CreateMlp(mlp);
   }
   OutOfOrderSync sync;
-  sync.transfer_time = transfer_time;
   CheckingModel model(std::move(inner), sync);
   std::unique_ptr<Device> device = *CreateDevice(DeviceOptions{});
 
@@ -352,38 +340,6 @@ TEST(TrainerOverlapTest, EveryStepHasItsLineWithItsStrategyFigures) {
     ++steps;
   }
   EXPECT_EQ(steps, 5);
-}
-
-// The steps' lines tile the run: each runs from its start to the next step's,
-// whose forward waits for it, and the run's last step, drained after the
-// loop, ends when its last wait does. So the last step took at least its own
-// wait, which here is the run's longest (a last step that ended before its
-// waits held only the wait before it, and made a run's mean wait exceed its
-// mean step).
-TEST(TrainerOverlapTest, EveryStepsTimeHoldsItsOwnWaits) {
-  const TrainedRun run =
-      Train(/*overlap=*/true, "sgd", 6, "intervals", /*cnn=*/false,
-            /*resnet=*/false, absl::Milliseconds(1));
-  ASSERT_TRUE(run.status.ok()) << run.status;
-  std::ifstream in(
-      absl::StrCat(std::getenv("TEST_TMPDIR"), "/intervals/worker0.jsonl"));
-  ASSERT_TRUE(in.good());
-  std::string line;
-  int steps = 0;
-  double last_step_ms = 0, last_wait_ms = 0;
-  while (std::getline(in, line)) {
-    if (line.find("\"step_ms\"") == std::string::npos) continue;
-    const nlohmann::json step = nlohmann::json::parse(line);
-    const double step_ms = step["step_ms"].get<double>();
-    const double wait_ms = step["sync_wait_ms"].get<double>();
-    // Every step waits for at least one transfer.
-    EXPECT_GT(wait_ms, 0) << line;
-    last_step_ms = step_ms;
-    last_wait_ms = wait_ms;
-    ++steps;
-  }
-  EXPECT_EQ(steps, 6);
-  EXPECT_GE(last_step_ms, last_wait_ms);
 }
 
 }  // namespace
