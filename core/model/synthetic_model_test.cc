@@ -94,9 +94,8 @@ TEST(SyntheticParamSpecsTest, RejectsBadOptions) {
   options.compute_ms = 10;
   for (double share : {-0.1, 1.0, std::nan("")}) {
     options.forward_share = share;
-    EXPECT_THAT(
-        std::string(CreateSyntheticModel(options).status().message()),
-        ::testing::HasSubstr("--compute_forward_share"))
+    EXPECT_THAT(std::string(CreateSyntheticModel(options).status().message()),
+                ::testing::HasSubstr("--compute_forward_share"))
         << share;
   }
 }
@@ -198,27 +197,39 @@ TEST_F(SyntheticModelTest, InitialParametersAreDeterministicSmallAndExact) {
   }
 }
 
-TEST(SyntheticModelTimingTest, StepLastsAtLeastComputeMs) {
-  SyntheticModelOptions options;
-  options.custom_params = 1000;
-  options.custom_tensors = 10;
-  options.compute_ms = 30;
-  auto device = CreateDevice(DeviceOptions{});
-  ASSERT_TRUE(device.ok());
-  auto model = CreateSyntheticModel(options);
-  ASSERT_TRUE(model.ok());
-  auto layout = ParamLayout::Create((*model)->ParamSpecs(), 0);
-  ASSERT_TRUE(layout.ok());
-  std::vector<float> params(1000), grads(1000), inputs(784);
-  ASSERT_TRUE(
-      (*model)->Bind(**device, *layout, params.data(), grads.data(), 1).ok());
+// A custom model of 1,000 parameters in 10 tensors with `options`' timing,
+// bound to CPU buffers for one-row batches.
+struct TimedModel {
+  explicit TimedModel(SyntheticModelOptions options) {
+    options.custom_params = 1000;
+    options.custom_tensors = 10;
+    device = *CreateDevice(DeviceOptions{});
+    model = *CreateSyntheticModel(options);
+    layout = std::make_unique<ParamLayout>(
+        *ParamLayout::Create(model->ParamSpecs(), 0));
+    bound = model->Bind(*device, *layout, params.data(), grads.data(), 1);
+  }
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<ParamLayout> layout;
+  std::vector<float> params = std::vector<float>(1000);
+  std::vector<float> grads = std::vector<float>(1000);
+  std::vector<float> inputs = std::vector<float>(784);
+  absl::Status bound;
   int32_t label = 3;
   float loss = 0;
+};
+
+TEST(SyntheticModelTimingTest, StepLastsAtLeastComputeMs) {
+  SyntheticModelOptions options;
+  options.compute_ms = 30;
+  TimedModel m(options);
+  ASSERT_TRUE(m.bound.ok()) << m.bound;
   std::vector<double> ready_ms;
   const auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(
-      (*model)
-          ->ForwardBackward(inputs.data(), &label, 1, &loss,
+      m.model
+          ->ForwardBackward(m.inputs.data(), &m.label, 1, &m.loss,
                             [&](int) {
                               ready_ms.push_back(
                                   std::chrono::duration<double, std::milli>(
@@ -231,7 +242,7 @@ TEST(SyntheticModelTimingTest, StepLastsAtLeastComputeMs) {
   // is ready after its tenth of the budget, the last after all of it.
   EXPECT_GE(ready_ms.front(), 30.0 / 10 - 0.01);
   EXPECT_GE(ready_ms.back(), 30.0 - 0.01);
-  EXPECT_EQ(loss, 3.0f);
+  EXPECT_EQ(m.loss, 3.0f);
 }
 
 // With a forward share, forward asks for each tensor's parameters in forward
@@ -241,21 +252,10 @@ TEST(SyntheticModelTimingTest, StepLastsAtLeastComputeMs) {
 // compute_ms.
 TEST(SyntheticModelTimingTest, ForwardAsksTensorByTensorWithItsShare) {
   SyntheticModelOptions options;
-  options.custom_params = 1000;
-  options.custom_tensors = 10;
   options.compute_ms = 40;
   options.forward_share = 0.5;
-  auto device = CreateDevice(DeviceOptions{});
-  ASSERT_TRUE(device.ok());
-  auto model = CreateSyntheticModel(options);
-  ASSERT_TRUE(model.ok());
-  auto layout = ParamLayout::Create((*model)->ParamSpecs(), 0);
-  ASSERT_TRUE(layout.ok());
-  std::vector<float> params(1000), grads(1000), inputs(784);
-  ASSERT_TRUE(
-      (*model)->Bind(**device, *layout, params.data(), grads.data(), 1).ok());
-  int32_t label = 3;
-  float loss = 0;
+  TimedModel m(options);
+  ASSERT_TRUE(m.bound.ok()) << m.bound;
   const auto start = std::chrono::steady_clock::now();
   auto since = [&] {
     return std::chrono::duration<double, std::milli>(
@@ -266,9 +266,9 @@ TEST(SyntheticModelTimingTest, ForwardAsksTensorByTensorWithItsShare) {
   std::vector<double> asked_ms;
   std::vector<int> ready;
   double first_ready_ms = -1;
-  ASSERT_TRUE((*model)
+  ASSERT_TRUE(m.model
                   ->ForwardBackwardLayerwise(
-                      inputs.data(), &label, 1, &loss,
+                      m.inputs.data(), &m.label, 1, &m.loss,
                       [&](int first, int end) {
                         asked.emplace_back(first, end);
                         asked_ms.push_back(since());
