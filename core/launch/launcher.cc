@@ -16,9 +16,11 @@
 #include <map>
 #include <random>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "core/base/logging.h"
 
 extern char** environ;
@@ -380,20 +382,28 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
 
 namespace {
 
-// Whether `port` (0: any) can be bound on 127.0.0.1 now; the bound port.
-int TryBind(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+// Binds `port` (0: any) on every address, exclusively, and returns the socket
+// with the bound port, or -1. SO_REUSEADDR is set only after the bind: the
+// port is then taken for every other exclusive bind (another PickFreePort)
+// while a listener that sets SO_REUSEADDR itself (gRPC, torch's store) may
+// still bind and listen on it.
+int BindExclusively(int port, int* bound_port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   sockaddr_in addr = {};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
   addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
-  const bool ok =
-      bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  close(fd);
-  return ok ? ntohs(addr.sin_port) : -1;
+  const int one = 1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
+    close(fd);
+    return -1;
+  }
+  *bound_port = ntohs(addr.sin_port);
+  return fd;
 }
 
 // Where the kernel's range of ephemeral ports starts.
@@ -407,27 +417,38 @@ int FirstEphemeralPort() {
   return low;
 }
 
+// The sockets that hold the ports PickFreePort gave; never closed, so the
+// ports stay reserved until this process exits.
+absl::Mutex g_reserved_mutex(absl::kConstInit);
+std::vector<int>* g_reserved_ports ABSL_GUARDED_BY(g_reserved_mutex) = nullptr;
+
 }  // namespace
 
 absl::StatusOr<int> PickFreePort() {
-  // The port is free now, but it is bound only later, by another process.
-  // A port from the ephemeral range may meanwhile be taken by any outgoing
-  // connection on the machine (tests run beside each other), so pick below
-  // that range, where only explicit binds compete.
+  // The port is bound only later, by another process. Meanwhile it must be
+  // taken neither by an outgoing connection (so it is picked below the
+  // kernel's ephemeral range when there is room) nor by another picker on
+  // the machine (tests and jobs start beside each other), so it stays bound
+  // here, non-exclusively, until this process exits.
   const int low = FirstEphemeralPort();
   constexpr int kFirst = 10000;
+  int port = 0;
+  int fd = -1;
   if (low - kFirst >= 1000) {
     std::random_device random;
-    for (int attempt = 0; attempt < 64; ++attempt) {
-      const int port = kFirst + static_cast<int>(random() % (low - kFirst));
-      if (TryBind(port) == port) return port;
+    for (int attempt = 0; attempt < 64 && fd < 0; ++attempt) {
+      fd = BindExclusively(kFirst + static_cast<int>(random() % (low - kFirst)),
+                           &port);
     }
   }
-  const int port = TryBind(0);
-  if (port <= 0) {
+  if (fd < 0) fd = BindExclusively(0, &port);
+  if (fd < 0) {
     return absl::InternalError(
         absl::StrCat("picking a free port: ", std::strerror(errno)));
   }
+  absl::MutexLock lock(&g_reserved_mutex);
+  if (g_reserved_ports == nullptr) g_reserved_ports = new std::vector<int>();
+  g_reserved_ports->push_back(fd);
   return port;
 }
 

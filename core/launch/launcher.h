@@ -71,9 +71,12 @@ struct LaunchResult {
 absl::StatusOr<LaunchResult> RunProcessGroup(
     const std::vector<ProcessSpec>& specs, const LaunchOptions& options);
 
-// A TCP port that was free on 127.0.0.1 a moment ago, below the kernel's
+// A free TCP port for another process to listen on, below the kernel's
 // ephemeral range when there is room (outgoing connections cannot take it
-// before its user binds it); the kernel's choice otherwise.
+// before its user binds it); the kernel's choice otherwise. It stays
+// reserved until this process exits: no other PickFreePort, here or in
+// another process, gives it, while a listener that sets SO_REUSEADDR (gRPC,
+// torch's store, gradsync's own) can still take it.
 absl::StatusOr<int> PickFreePort();
 
 }  // namespace gradsync

@@ -2,8 +2,14 @@
 // stopping the rest, deadlines, logs and output prefixes.
 #include "core/launch/launcher.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -191,11 +197,47 @@ TEST(LauncherTest, MissingExecutableIsAnErrorBeforeAnythingStarts) {
               HasSubstr("/nonexistent/gradsync"));
 }
 
-TEST(LauncherTest, PickFreePortGivesAUsablePort) {
+// A socket on 127.0.0.1:port; with `reuse`, SO_REUSEADDR as listeners set it.
+int BindLoopback(int port, bool reuse) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  if (reuse) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(LauncherTest, PickFreePortReservesThePortForItsListener) {
   auto port = PickFreePort();
   ASSERT_TRUE(port.ok()) << port.status();
   EXPECT_GT(*port, 0);
   EXPECT_LT(*port, 65536);
+  // Another picker (an exclusive bind) is refused while this process lives...
+  EXPECT_EQ(BindLoopback(*port, /*reuse=*/false), -1);
+  // ...and so a second pick gives another port,
+  auto second = PickFreePort();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE(*second, *port);
+  // while the listener it was picked for binds, listens and is reached.
+  const int listener = BindLoopback(*port, /*reuse=*/true);
+  ASSERT_GE(listener, 0) << std::strerror(errno);
+  ASSERT_EQ(listen(listener, 1), 0) << std::strerror(errno);
+  const int client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(*port));
+  EXPECT_EQ(connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+            0)
+      << std::strerror(errno);
+  close(client);
+  close(listener);
 }
 
 }  // namespace

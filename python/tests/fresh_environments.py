@@ -5,6 +5,7 @@ free ports for jobs started the way torchrun starts them."""
 import glob
 import os
 import pwd
+import random
 import re
 import socket
 import subprocess
@@ -158,23 +159,42 @@ def find_second_interpreter():
     return None, looked
 
 
+# The sockets holding the ports free_port_pair gave, open until this process
+# exits (core/launch/launcher.h's PickFreePort does the same).
+_RESERVED = []
+
+
+def _reserve(port):
+    """Binds `port` on every address exclusively, then allows reuse: no other
+    picker takes it while this process lives, its listener (SO_REUSEADDR, as
+    torch's store and gRPC set it) still can. The socket, or None."""
+    sock = socket.socket()
+    try:
+        sock.bind(("0.0.0.0", port))
+    except OSError:
+        sock.close()
+        return None
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    return sock
+
+
 def free_port_pair():
     """A port P with P + 1 also free: torchrun's MASTER_PORT and gradsync's
-    coordinator beside it (MASTER_PORT + 1). Another process may take them
-    before the job binds them; the job then fails naming the port."""
-    for _ in range(50):
-        first = socket.socket()
-        first.bind(("127.0.0.1", 0))
-        port = first.getsockname()[1]
-        second = socket.socket()
-        try:
-            if port + 1 > 65535:
-                continue
-            second.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
+    coordinator beside it (MASTER_PORT + 1). Picked below the kernel's
+    ephemeral range, where outgoing connections cannot take them, and held
+    until this process exits, so no other picker does."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+        low = int(ports.read().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(10000, low - 1 if low > 11000 else 65535)
+        first = _reserve(port)
+        if first is None:
             continue
-        finally:
+        second = _reserve(port + 1)
+        if second is None:
             first.close()
-            second.close()
-    raise RuntimeError("found no two adjacent free ports on 127.0.0.1")
+            continue
+        _RESERVED.extend([first, second])
+        return port
+    raise RuntimeError("found no two adjacent free ports below %d" % low)
