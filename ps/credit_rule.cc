@@ -8,23 +8,32 @@
 namespace gradsync {
 
 CreditChoice ChooseCredit(int64_t key_bytes, int64_t window_bytes,
-                          const std::string& direction) {
+                          CreditDirection direction) {
   CreditChoice choice;
-  const int64_t keys = kCreditKeys * key_bytes;
   const int64_t windowed = key_bytes + window_bytes;
+  const std::string windowed_reason = absl::StrCat(
+      "auto: one key (", key_bytes / 1024, " KiB) + the ",
+      direction == CreditDirection::kPush ? "push" : "pull", " stream window (",
+      window_bytes / 1024, " KiB), the bytes that leave in the link's round "
+      "trip");
+  if (direction == CreditDirection::kPush) {
+    choice.credit_bytes = windowed;
+    choice.reason = absl::StrCat(
+        windowed_reason,
+        ": no more, as a late key shares the worker's uplink with every "
+        "server's keys in flight");
+    return choice;
+  }
+  const int64_t keys = kCreditKeys * key_bytes;
   choice.credit_bytes = std::max(keys, windowed);
   choice.reason =
       keys >= windowed
           ? absl::StrCat("auto: ", kCreditKeys, " keys of ", key_bytes / 1024,
-                         " KiB (>= one key + the ", direction,
-                         " stream window, ", window_bytes / 1024,
-                         " KiB): one written while the others' "
-                         "acknowledgements are on their way")
-          : absl::StrCat("auto: one key (", key_bytes / 1024, " KiB) + the ",
-                         direction, " stream window (", window_bytes / 1024,
-                         " KiB, > ", kCreditKeys - 1,
-                         " keys), the bytes that leave in the link's round "
-                         "trip");
+                         " KiB (>= one key + the pull stream window, ",
+                         window_bytes / 1024,
+                         " KiB): pulls wait for every worker's push, so "
+                         "several are in flight while one moves bytes")
+          : windowed_reason;
   return choice;
 }
 

@@ -6,27 +6,30 @@
 //
 // The credit trades two things. Every byte in flight is a byte a late,
 // sooner-needed key waits behind (a queued key overtakes only what has not
-// left yet), so it should be small. But a key's credit comes back only when
-// the server acknowledges it, a round trip after its last byte left, and on
-// a busy host that round trip is the software's (gRPC's threads waking up)
-// as much as the link's: with too few keys in flight the link idles after
-// every key, and for pulls the next request reaches the server only after
-// the previous result is in. So the credit is the larger of
+// left yet; the keys already in flight share the link with it), so it
+// should be small. But a key's credit comes back only when the server
+// acknowledges it, so the keys in flight must cover the link's round trip
+// or the link idles after every key. The two directions differ:
 //
-//   - kCreditKeys keys (ByteScheduler's PS default, SOSP'19: a credit of 4
-//     partitions): one being written while the others' acknowledgements
-//     (or, for pulls, the next requests) are on their way;
-//   - one key + the stream's window, which the stream-window rule sizes as
-//     2 × the stream's share of the bandwidth-delay product: the bytes that
-//     leave during the link's round trip, with headroom, where that is more.
+//   - push: one key + the push stream window. The window (the stream-window
+//     rule: 2 × the stream's share of the bandwidth-delay product, at least
+//     32 KiB) is the round trip's bytes with headroom; one key more keeps a
+//     key being written while the last one's acknowledgement returns. A
+//     worker pushes to all K servers over its one uplink, so a late
+//     first-layer key shares that uplink with K credits' worth of keys:
+//     anything more than the round trip only delays it.
+//   - pull: the larger of kCreditKeys keys (ByteScheduler's PS default,
+//     SOSP'19: 4 partitions) and one key + the pull stream window. A pull
+//     is answered only once every worker's push of its key has arrived, so
+//     pulls in flight often wait on another worker and move no bytes; a
+//     credit of one key would idle the downlink behind them.
 //
-// A late key then waits behind at most that many bytes. Where the link is
-// not known the window is the 4 MiB default and the credit large: without
-// a link to pace, ordering matters less than keeping the pipe full.
+// Where the link is not known the window is the 4 MiB default and the
+// credit large: without a link to pace, ordering matters less than keeping
+// the pipe full.
 //
-//   credit = max(kCreditKeys × key, key + window)   per server; push: the
-//            servers' push window (fan-in N), pull: the workers' pull
-//            window (fan-in K)
+//   push credit = key + push window
+//   pull credit = max(kCreditKeys × key, key + pull window)   per server
 //
 // ByteScheduler searches its credit by Bayesian optimisation at run time;
 // here it is derived once, at start-up, like the key size.
@@ -44,10 +47,11 @@ struct CreditChoice {
   std::string reason;  // one line, for the log and the manifest
 };
 
+enum class CreditDirection { kPush, kPull };
+
 // `key_bytes`: the largest key (--ps_chunk_kb resolved); `window_bytes`: the
-// stream window of that direction; `direction`: "push" or "pull", for the
-// reason.
+// stream window of that direction.
 CreditChoice ChooseCredit(int64_t key_bytes, int64_t window_bytes,
-                          const std::string& direction);
+                          CreditDirection direction);
 
 }  // namespace gradsync

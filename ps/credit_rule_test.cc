@@ -9,18 +9,33 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A short link: the keys in flight decide.
-TEST(CreditRuleTest, AtLeastFourKeys) {
-  const CreditChoice choice = ChooseCredit(64 << 10, 32 << 10, "push");
+// Pushes: one key + the window, however short the link, so a late
+// first-layer key waits behind little on the worker's shared uplink.
+TEST(CreditRuleTest, PushHoldsOneKeyAndTheRoundTrip) {
+  const CreditChoice choice =
+      ChooseCredit(64 << 10, 32 << 10, CreditDirection::kPush);
+  EXPECT_EQ(choice.credit_bytes, (64 << 10) + (32 << 10));
+  EXPECT_THAT(choice.reason, HasSubstr("push stream window (32 KiB)"));
+}
+
+// Pulls on a short link: at least four keys, as pulls wait on other
+// workers' pushes.
+TEST(CreditRuleTest, PullHoldsAtLeastFourKeys) {
+  const CreditChoice choice =
+      ChooseCredit(64 << 10, 32 << 10, CreditDirection::kPull);
   EXPECT_EQ(choice.credit_bytes, 4 * (64 << 10));
   EXPECT_THAT(choice.reason, HasSubstr("4 keys of 64 KiB"));
 }
 
-// A long link (or one not known, 4 MiB windows): one key + the window.
+// A long link (or one not known, 4 MiB windows): one key + the window, both
+// directions.
 TEST(CreditRuleTest, OneKeyPlusTheWindowWhereThatIsMore) {
-  const CreditChoice choice = ChooseCredit(64 << 10, 4 << 20, "pull");
-  EXPECT_EQ(choice.credit_bytes, (64 << 10) + (4 << 20));
-  EXPECT_THAT(choice.reason, HasSubstr("pull stream window (4096 KiB"));
+  for (CreditDirection direction :
+       {CreditDirection::kPush, CreditDirection::kPull}) {
+    const CreditChoice choice = ChooseCredit(64 << 10, 4 << 20, direction);
+    EXPECT_EQ(choice.credit_bytes, (64 << 10) + (4 << 20));
+    EXPECT_THAT(choice.reason, HasSubstr("stream window (4096 KiB"));
+  }
 }
 
 }  // namespace

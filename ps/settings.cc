@@ -127,7 +127,7 @@ absl::StatusOr<PsSettings> ResolvePsSettings(const PsSettingsInputs& inputs,
                             inputs.link, n, inputs.num_servers);
   if (priority) {
     auto credit = [&](const ResolvedStreamWindow& window,
-                      const char* direction) -> ResolvedSetting {
+                      CreditDirection direction) -> ResolvedSetting {
       if (inputs.schedule.credit_bytes > 0) {
         return {inputs.schedule.credit_bytes, "flag"};
       }
@@ -144,8 +144,10 @@ absl::StatusOr<PsSettings> ResolvePsSettings(const PsSettingsInputs& inputs,
           "); a credit must hold at least one key: raise --credit_kb or "
           "leave it 0 (derived)"));
     }
-    settings.push_credit = credit(settings.streams.push_window, "push");
-    settings.pull_credit = credit(settings.streams.pull_window, "pull");
+    settings.push_credit =
+        credit(settings.streams.push_window, CreditDirection::kPush);
+    settings.pull_credit =
+        credit(settings.streams.pull_window, CreditDirection::kPull);
   }
   absl::StatusOr<PsPull> pull =
       ResolvePsPull(inputs.pull, inputs.compression, inputs.update_mode);
