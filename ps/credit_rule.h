@@ -11,13 +11,12 @@
 // acknowledges it, so the keys in flight must cover the link's round trip
 // or the link idles after every key. The two directions differ:
 //
-//   - push: one key + the push stream window. The window (the stream-window
-//     rule: 2 × the stream's share of the bandwidth-delay product, at least
-//     32 KiB) is the round trip's bytes with headroom; one key more keeps a
-//     key being written while the last one's acknowledgement returns. A
-//     worker pushes to all K servers over its one uplink, so a late
-//     first-layer key shares that uplink with K credits' worth of keys:
-//     anything more than the round trip only delays it.
+//   - push: the push stream window, at least one key. The window (the
+//     stream-window rule: 2 × the stream's share of the bandwidth-delay
+//     product, at least 32 KiB) already holds the round trip's bytes twice
+//     over; one key always goes. A worker pushes to all K servers over its
+//     one uplink, so a late first-layer key shares that uplink with K
+//     credits' worth of keys: anything past the round trip only delays it.
 //   - pull: the larger of kCreditKeys keys (ByteScheduler's PS default,
 //     SOSP'19: 4 partitions) and one key + the pull stream window. A pull
 //     is answered only once every worker's push of its key has arrived, so
@@ -28,7 +27,7 @@
 // credit large: without a link to pace, ordering matters less than keeping
 // the pipe full.
 //
-//   push credit = key + push window
+//   push credit = max(key, push window)
 //   pull credit = max(kCreditKeys × key, key + pull window)   per server
 //
 // ByteScheduler searches its credit by Bayesian optimisation at run time;
