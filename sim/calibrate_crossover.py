@@ -3,9 +3,11 @@
 bench/allreduce_crossover.py sweep (a points.json under docs/results/data/:
 one all-reduce of B bytes over N ranks, 1 Gbit/s links, one-way latencies of
 20 us to 5 ms through userspace relays) simulated under CM02 twice: with the
-wire's latency alone, and with the α the benchmark probed on the job's own
+wire's latency alone, with the α the benchmark probed on the job's own
 connections (prediction_link_alpha_us, its B too), which holds what the TCP
-transport and the relays add per message. One row each in points.csv with
+transport and the relays add per message, and with the wire's rate and
+latency through the model constants fitted once (sim/constants.json,
+sim/fit_constants.py). One row each in points.csv with
 the measured time, bench's α–β prediction and whether the point was
 CPU-bound (bench/cpu_bound.py).
 
@@ -33,17 +35,31 @@ STRATEGIES = {"gradsync_ring": "ring", "gradsync_halving_doubling": "halving_dou
               "gradsync_tree": "tree", "gradsync_allreduce": "allreduce"}
 COLUMNS = ["latency_us", "workers", "bytes", "algorithm", "measured_us", "alpha_beta_us",
            "wire_us", "wire_over_measured", "probed_us", "probed_over_measured",
-           "probed_alpha_us", "cpu_share", "cpu_bound"]
+           "probed_alpha_us", "fitted_us", "fitted_over_measured", "cpu_share", "cpu_bound"]
 
 
-def simulate(simulate_path, strategy, n, size, rate_bits, latency_us):
+def simulate(simulate_path, strategy, n, size, rate_bits, latency_us, constants="none"):
     link = f"{rate_bits / 1e6:g}mbit,{latency_us:g}us"
     command = [simulate_path, f"--strategy={strategy}", f"--workers={n}",
-               f"--link={link}", f"--model=custom:{size / 1e6:g}:1", "--bucket_mb=1000"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+               f"--link={link}", f"--model=custom:{size / 1e6:g}:1", "--bucket_mb=1000",
+               f"--constants={constants}"]
+    # A run takes well under a second; a niced one on a busy machine may
+    # wait its turn for minutes, so one that overruns is run once more.
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         sys.exit(f"calibrate_crossover: {' '.join(command)}: {done.stderr.strip()}")
     return json.loads(done.stdout)["sync_ms"] * 1e3
+
+
+def constants_provenance():
+    """The fitted constants' values and fit, as the simulator had them."""
+    with open(os.path.join(ROOT, "sim", "constants.json")) as f:
+        document = json.load(f)
+    values = {k: v["value"] for k, v in document["constants"].items()}
+    return {"values": values, "fit": document.get("fit", {}).get("command", "")}
 
 
 def main(argv):
@@ -68,12 +84,17 @@ def main(argv):
         probed_alpha = context["prediction_link_alpha_us"]
         probed = simulate(args.simulate, strategy, p["workers"], p["bytes"],
                           8 * context["prediction_link_bytes_per_s"], probed_alpha)
+        # The wire's rate and latency through the fitted constants
+        # (sim/constants.json): no probe of the job's own.
+        fitted = simulate(args.simulate, strategy, p["workers"], p["bytes"], rate,
+                          p["latency_us"], "fitted")
         rows.append({
             "latency_us": p["latency_us"], "workers": p["workers"], "bytes": p["bytes"],
             "algorithm": strategy, "measured_us": p["time_us"],
             "alpha_beta_us": p["predicted_us"], "wire_us": wire,
             "wire_over_measured": wire / p["time_us"], "probed_us": probed,
             "probed_over_measured": probed / p["time_us"], "probed_alpha_us": probed_alpha,
+            "fitted_us": fitted, "fitted_over_measured": fitted / p["time_us"],
             "cpu_share": p["cpu_share"],
             "cpu_bound": cpu_bound.is_cpu_bound(job_cpu_share=p["cpu_share"])})
         print(rows[-1], flush=True)
@@ -95,7 +116,8 @@ def main(argv):
             "build": rev[:7],
             "measured": os.path.relpath(args.measured, os.path.join(ROOT, "docs", "results")),
             "simulator": "SimGrid 3.32 (Debian libsimgrid-dev), CM02 without cross-traffic, "
-                         "TCP-gamma unbounded"}}, f, indent=1)
+                         "TCP-gamma unbounded",
+            "constants": constants_provenance()}}, f, indent=1)
         f.write("\n")
 
 

@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "core/launch/netem.h"
 #include "nlohmann/json.hpp"
+#include "sim/model_constants.h"
 #include "sim/profile.h"
 #include "sim/ps_plan.h"
 #include "sim/simulation.h"
@@ -94,9 +95,32 @@ ABSL_FLAG(std::string, network_model, "CM02",
           "SimGrid's network model: CM02 (alpha-beta sharing) or LV08 (its "
           "TCP corrections)");
 
+ABSL_FLAG(std::string, constants, "none",
+          "the transport's model constants (sim/model_constants.h): none "
+          "(the links as given: CM02 gives the alpha-beta figures), fitted "
+          "(sim/constants.json, fitted on the emulated cluster by "
+          "sim/fit_constants.py) or a FILE of that form");
+
 namespace {
 
 using gradsync::sim::StepProfile;
+
+absl::StatusOr<gradsync::sim::ModelConstants> LoadConstants(
+    const std::string& which) {
+  if (which == "none") return gradsync::sim::ModelConstants();
+  if (which == "fitted") {
+    return gradsync::sim::ParseModelConstants(
+        gradsync::sim::FittedModelConstantsJson(), "sim/constants.json");
+  }
+  std::ifstream file(which);
+  if (!file) {
+    return absl::NotFoundError("--constants=" + which +
+                               ": none, fitted or a readable FILE");
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  return gradsync::sim::ParseModelConstants(text.str(), which);
+}
 
 // RATE[,LATENCY] for a link inside a host: a rate in kbit, mbit, gbit or
 // tbit per second and a latency in ns, us, ms or s, one way. Not
@@ -322,6 +346,14 @@ int main(int argc, char** argv) {
     }
   }
 
+  // The links as gradsync's transport sees them: the simulation, the
+  // selector's pick and the alpha-beta figure all take the same α and B.
+  const std::string constants_flag = absl::GetFlag(FLAGS_constants);
+  auto constants = LoadConstants(constants_flag);
+  if (!constants.ok()) return Fail(std::string(constants.status().message()));
+  options.cluster =
+      gradsync::sim::ApplyModelConstants(*constants, ps, options.cluster);
+
   auto result = gradsync::sim::SimulateStep(options);
   if (!result.ok()) return Fail(std::string(result.status().message()));
 
@@ -359,6 +391,9 @@ int main(int argc, char** argv) {
                             ? options.cluster.hosts_per_tor
                             : 0},
       {"network_model", options.network_model},
+      {"constants", constants_flag},
+      {"link_bytes_per_s", options.cluster.link_bytes_per_s},
+      {"link_alpha_us", 1e6 * options.cluster.latency_s},
       {"straggler", straggler.empty() ? "-" : straggler},
       {"compression", options.compression.ToString()},
       {"compute_scale", compute_scale},

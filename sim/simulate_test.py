@@ -11,9 +11,11 @@ prints beside every result."""
 import json
 import os
 import subprocess
+import tempfile
 import unittest
 
 SIMULATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "simulate")
+CONSTANTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "constants.json")
 B, ALPHA, S, N = 125e6, 100e-6, 4e6, 4
 TINY = ["--workers=4", "--link=1gbit,100us", "--model=custom:4:1", "--bucket_mb=100"]
 # 4 MiB in one tensor and 1 MiB keys: each of 4 servers holds one key, S/4.
@@ -318,6 +320,60 @@ class SimulateTest(unittest.TestCase):
         self.assertEqual(two["placement"], "mixed:2")
         self.assertEqual(two["busiest_link_bytes"], MIB + (N - 2) * MIB // 4)
         self.assertStepMs(two, 2 * (ALPHA + MIB / B))
+
+    def constants(self, **values):
+        directory = tempfile.TemporaryDirectory()
+        self.addCleanup(directory.cleanup)
+        path = os.path.join(directory.name, "constants.json")
+        with open(path, "w") as f:
+            json.dump({"constants": {k: {"value": v} for k, v in values.items()}}, f)
+        return path
+
+    def test_constants_change_the_links_as_model_constants_h_says(self):
+        # Half the rate, twice the wire's latency plus the transport's
+        # overhead per message: the ring's tiny step on that link, and its
+        # alpha-beta figure on the same.
+        path = self.constants(bandwidth_factor=0.5, latency_factor=2.0,
+                              tcp_message_overhead_us=50, grpc_message_overhead_us=300)
+        result = step("--strategy=ring", *TINY, f"--constants={path}")
+        alpha = 2 * ALPHA + 50e-6
+        self.assertMs(result, 2 * (N - 1) * S / N / (B / 2) + alpha)
+        self.assertEqual(result["link_bytes_per_s"], B / 2)
+        self.assertAlmostEqual(result["link_alpha_us"], 1e6 * alpha)
+        # The PS's keys pay gRPC's overhead instead.
+        result = step("--strategy=ps", "--servers=1", *TINY_PS, f"--constants={path}")
+        self.assertMs(result, 5 * (2 * ALPHA + 300e-6) + (N * MIB + N * MIB / 4) / (B / 2))
+        # No constants and neutral ones give the links as given.
+        plain = step("--strategy=ring", *TINY)
+        neutral = step("--strategy=ring", *TINY, f"--constants={self.constants()}")
+        self.assertEqual(plain["step_ms"], neutral["step_ms"])
+        self.assertEqual(plain["constants"], "none")
+
+    def test_fitted_constants_are_sim_constants_json(self):
+        with open(CONSTANTS) as f:
+            fitted = {k: v["value"] for k, v in json.load(f)["constants"].items()}
+        result = step("--strategy=ring", *TINY, "--constants=fitted")
+        self.assertAlmostEqual(result["link_bytes_per_s"], B * fitted["bandwidth_factor"])
+        self.assertAlmostEqual(result["link_alpha_us"],
+                               1e6 * ALPHA * fitted["latency_factor"] +
+                               fitted["tcp_message_overhead_us"])
+        result = step("--strategy=ps", "--servers=1", *TINY_PS, "--constants=fitted")
+        self.assertAlmostEqual(result["link_alpha_us"],
+                               1e6 * ALPHA * fitted["latency_factor"] +
+                               fitted["grpc_message_overhead_us"])
+
+    def test_bad_constants_are_one_line_and_exit_2(self):
+        for path, words in (
+                (self.constants(bandwidth_factor=0), "constant bandwidth_factor = 0: give a "
+                                                     "factor above 0"),
+                (self.constants(tcp_message_overhead_us=-1), "tcp_message_overhead_us = -1"),
+                (self.constants(speed=2), "unknown constant speed"),
+                ("/nonexistent.json", "--constants=/nonexistent.json: none, fitted or")):
+            code, out, err = simulate("--strategy=ring", *TINY, f"--constants={path}")
+            self.assertEqual(code, 2, path)
+            self.assertEqual(out, "", path)
+            self.assertEqual(len(err.strip().splitlines()), 1, (path, err))
+            self.assertIn(words, err, path)
 
     def test_bad_input_is_one_line_and_exit_2(self):
         for args, words in (

@@ -344,35 +344,73 @@ def simulated_anchors_table(points):
     return "\n".join(lines)
 
 
+def ratio_summary(ratios):
+    """Median (min–max) of simulated over measured ratios."""
+    if not ratios:
+        return "–"
+    ratios = sorted(ratios)
+    middle = ratios[len(ratios) // 2] if len(ratios) % 2 else (
+        ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+    return f"{middle:.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f})"
+
+
+def crossover_honest(points):
+    return [p for p in points if p["cpu_bound"] not in (True, "True")]
+
+
+CROSSOVER_ORDER = ["ring", "halving_doubling", "tree", "allreduce"]
+
+
+def crossover_label(latency):
+    return f"{latency / 1000:g} ms" if latency >= 1000 else f"{latency:g} µs"
+
+
 def simulated_crossover_table(points):
     """sim/calibrate_crossover.py's points summed up per latency and algorithm:
     how many points were not CPU-bound, how many of those the simulator put
-    within 10 % of the measurement with the wire's latency and with the
-    probed α, and the median and range of simulated over measured."""
-    def summary(ratios):
-        if not ratios:
-            return "–"
-        ratios = sorted(ratios)
-        middle = ratios[len(ratios) // 2] if len(ratios) % 2 else (
-            ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
-        return f"{middle:.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f})"
-
-    lines = ["| latency | algorithm | points | CPU-bound | wire α: within 10 % | "
-             "wire α: sim / measured | probed α: within 10 % | probed α: sim / measured |",
-             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    order = ["ring", "halving_doubling", "tree", "allreduce"]
+    within 10 % of the measurement with the wire's latency, with the probed
+    α and (where the data has them) with the fitted constants, and the
+    median and range of simulated over measured."""
+    columns = [("wire", "wire_over_measured"), ("probed", "probed_over_measured")]
+    if any(p.get("fitted_over_measured") not in (None, "") for p in points):
+        columns.append(("fitted", "fitted_over_measured"))
+    header = "| latency | algorithm | points | CPU-bound |"
+    for name, _ in columns:
+        label = f"{name} α" if name != "fitted" else "fitted constants"
+        header += f" {label}: within 10 % | {label}: sim / measured |"
+    lines = [header, "| ---: | --- | ---: | ---: |" + " ---: | ---: |" * len(columns)]
     keys = sorted({(p["latency_us"], p["algorithm"]) for p in points},
-                  key=lambda k: (k[0], order.index(k[1]) if k[1] in order else 9))
+                  key=lambda k: (k[0], CROSSOVER_ORDER.index(k[1])
+                                 if k[1] in CROSSOVER_ORDER else 9))
     for latency, algorithm in keys:
         group = [p for p in points if (p["latency_us"], p["algorithm"]) == (latency, algorithm)]
-        honest = [p for p in group if p["cpu_bound"] not in (True, "True")]
-        wire = [p["wire_over_measured"] for p in honest]
-        probed = [p["probed_over_measured"] for p in honest]
-        label = f"{latency / 1000:g} ms" if latency >= 1000 else f"{latency:g} µs"
+        honest = crossover_honest(group)
         name = "selector" if algorithm == "allreduce" else algorithm
-        lines.append(f"| {label} | {name} | {len(group)} | {len(group) - len(honest)} | "
-                     f"{sum(abs(r - 1) <= 0.1 for r in wire)} | {summary(wire)} | "
-                     f"{sum(abs(r - 1) <= 0.1 for r in probed)} | {summary(probed)} |")
+        line = f"| {crossover_label(latency)} | {name} | {len(group)} | {len(group) - len(honest)} |"
+        for _, column in columns:
+            ratios = [p[column] for p in honest]
+            line += f" {sum(abs(r - 1) <= 0.1 for r in ratios)} | {ratio_summary(ratios)} |"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def simulated_crossover_misses_table(points):
+    """Every point of sim/calibrate_crossover.py that is not CPU-bound and
+    that the fitted constants miss by more than 10 %, with the probed α's
+    and bench's α–β ratios beside it, so that a miss is named per point."""
+    lines = ["| latency | algorithm | N | bytes | measured µs | fitted µs | fitted / measured | "
+             "probed / measured | α–β / measured |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    misses = [p for p in crossover_honest(points) if abs(p["fitted_over_measured"] - 1) > 0.1]
+    for p in sorted(misses, key=lambda p: (
+            p["latency_us"], CROSSOVER_ORDER.index(p["algorithm"])
+            if p["algorithm"] in CROSSOVER_ORDER else 9, p["workers"], p["bytes"])):
+        name = "selector" if p["algorithm"] == "allreduce" else p["algorithm"]
+        lines.append(
+            f"| {crossover_label(p['latency_us'])} | {name} | {p['workers']:.0f} | "
+            f"{p['bytes']:,.0f} | {p['measured_us']:,.0f} | {p['fitted_us']:,.0f} | "
+            f"{p['fitted_over_measured']:.2f} | {p['probed_over_measured']:.2f} | "
+            f"{p['alpha_beta_us'] / p['measured_us']:.2f} |")
     return "\n".join(lines)
 
 
@@ -602,6 +640,7 @@ TABLES = {"accuracy": accuracy_table, "sweep": sweep_table, "points": points_tab
           "simulated_switch": simulated_switch_table,
           "simulated_anchors": simulated_anchors_table,
           "simulated_crossover": simulated_crossover_table,
+          "simulated_crossover_misses": simulated_crossover_misses_table,
           "simulated_calibration": simulated_calibration_table,
           "schedule_pairs": schedule_pairs_table}
 

@@ -305,6 +305,30 @@ class SimulatedTablesTest(unittest.TestCase):
         self.assertIn("| 20 µs | ring | 3 | 1 | 1 | 0.71 (0.50–0.92) | 1 | 1.07 (0.95–1.20) |",
                       table)
 
+    def test_crossover_table_adds_the_fitted_constants_where_the_data_has_them(self):
+        points = [
+            {"latency_us": 5000.0, "algorithm": "allreduce", "cpu_bound": "False",
+             "wire_over_measured": 0.8, "probed_over_measured": 0.95,
+             "fitted_over_measured": 1.05},
+            {"latency_us": 5000.0, "algorithm": "allreduce", "cpu_bound": "False",
+             "wire_over_measured": 0.9, "probed_over_measured": 1.0,
+             "fitted_over_measured": 1.5}]
+        table = render_results.simulated_crossover_table(points)
+        self.assertIn("fitted constants: within 10 % |", table)
+        self.assertIn("| 5 ms | selector | 2 | 0 | 1 | 0.85 (0.80–0.90) | 2 | 0.97 (0.95–1.00) "
+                      "| 1 | 1.27 (1.05–1.50) |", table)
+
+    def test_crossover_misses_lists_each_honest_miss_of_the_fitted_constants(self):
+        base = {"latency_us": 20.0, "algorithm": "tree", "workers": 16.0, "bytes": 4096.0,
+                "measured_us": 4000.0, "alpha_beta_us": 3000.0, "probed_over_measured": 0.5}
+        points = [dict(base, cpu_bound="False", fitted_us=2000.0, fitted_over_measured=0.5),
+                  dict(base, cpu_bound="True", fitted_us=2000.0, fitted_over_measured=0.5),
+                  dict(base, cpu_bound="False", bytes=65536.0, fitted_us=4200.0,
+                       fitted_over_measured=1.05)]
+        table = render_results.simulated_crossover_misses_table(points)
+        self.assertIn("| 20 µs | tree | 16 | 4,096 | 4,000 | 2,000 | 0.50 | 0.50 | 0.75 |", table)
+        self.assertEqual(len(table.splitlines()), 3)
+
     def test_switch_table_divides_by_full_bisection(self):
         table = render_results.simulated_switch_table(self.points)
         self.assertIn("| m | 16 | ring | 100 | 150 | 1.50 | 2.50 |", table)

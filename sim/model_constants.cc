@@ -1,0 +1,93 @@
+#include "sim/model_constants.h"
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace gradsync {
+namespace sim {
+
+// Written by the genrule in sim/BUILD from sim/constants.json.
+extern const char kFittedModelConstantsJson[];
+
+namespace {
+
+absl::Status Read(const nlohmann::json& constants, const char* name,
+                  double scale, bool factor, const std::string& source,
+                  double* value) {
+  if (!constants.contains(name)) return absl::OkStatus();
+  const nlohmann::json& entry = constants[name];
+  const nlohmann::json& number =
+      entry.is_object() && entry.contains("value") ? entry["value"] : entry;
+  if (!number.is_number()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": constant ", name, " has no numeric value"));
+  }
+  const double read = number.get<double>();
+  if (factor ? !(read > 0) : !(read >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": constant ", name, " = ", read, ": give ",
+                     factor ? "a factor above 0" : "an overhead of 0 or more"));
+  }
+  *value = read * scale;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConstants> ParseModelConstants(const std::string& json,
+                                                   const std::string& source) {
+  const nlohmann::json document =
+      nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (document.is_discarded() || !document.is_object() ||
+      !document.contains("constants") || !document["constants"].is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": not a constants file (a JSON object with \"constants\", "
+                "like sim/constants.json)"));
+  }
+  const nlohmann::json& constants = document["constants"];
+  ModelConstants parsed;
+  for (const auto& [key, unused] : constants.items()) {
+    if (key != "bandwidth_factor" && key != "latency_factor" &&
+        key != "tcp_message_overhead_us" && key != "grpc_message_overhead_us") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": unknown constant ", key,
+          " (bandwidth_factor, latency_factor, tcp_message_overhead_us, "
+          "grpc_message_overhead_us)"));
+    }
+  }
+  absl::Status status =
+      Read(constants, "bandwidth_factor", 1, true, source,
+           &parsed.bandwidth_factor);
+  if (status.ok()) {
+    status = Read(constants, "latency_factor", 1, true, source,
+                  &parsed.latency_factor);
+  }
+  if (status.ok()) {
+    status = Read(constants, "tcp_message_overhead_us", 1e-6, false, source,
+                  &parsed.tcp_message_overhead_s);
+  }
+  if (status.ok()) {
+    status = Read(constants, "grpc_message_overhead_us", 1e-6, false, source,
+                  &parsed.grpc_message_overhead_s);
+  }
+  if (!status.ok()) return status;
+  return parsed;
+}
+
+const std::string& FittedModelConstantsJson() {
+  static const std::string* const text =
+      new std::string(kFittedModelConstantsJson);
+  return *text;
+}
+
+ClusterSpec ApplyModelConstants(const ModelConstants& constants,
+                                bool parameter_server, ClusterSpec cluster) {
+  cluster.link_bytes_per_s *= constants.bandwidth_factor;
+  cluster.latency_s = constants.latency_factor * cluster.latency_s +
+                      (parameter_server ? constants.grpc_message_overhead_s
+                                        : constants.tcp_message_overhead_s);
+  return cluster;
+}
+
+}  // namespace sim
+}  // namespace gradsync

@@ -1,0 +1,57 @@
+// The few constants that turn the simulator's ideal network (CM02: max-min
+// sharing, a message costs its route's latency and its bytes over the rate)
+// into gradsync's transports on the emulated cluster: what TCP/IP leaves of a
+// link's rate, how the relays' latency compares with the wire's, and what
+// each message costs the software that sends it. They are fitted once, by
+// sim/fit_constants.py against the emulated sweeps in docs/results/data/,
+// and kept with how they were measured in sim/constants.json, which is
+// built into the simulator (`--constants=fitted`).
+//
+// How a constant enters the platform (ApplyModelConstants):
+//   B_eff = bandwidth_factor · B          on every NIC, so that flows sharing
+//                                          a link share the reduced rate, as
+//                                          headers take their part of every
+//                                          flow (SimGrid's own bandwidth
+//                                          factor bounds each flow instead)
+//   α_eff = latency_factor · α + c        per message, NIC to NIC, with c
+//                                          the TCP transport's per-message
+//                                          overhead for the all-reduces and
+//                                          gRPC's for the parameter server
+// The intra-host link (--intra_link) is left as given: it stands for an
+// NVLink, not for what was measured. The factors play the part of LV08's
+// (SimGrid's TCP corrections: bandwidth × 0.97, latency × 13.01), fitted to
+// gradsync's transports rather than to the flows SimGrid was validated on.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "sim/simulation.h"
+
+namespace gradsync {
+namespace sim {
+
+struct ModelConstants {
+  double bandwidth_factor = 1;
+  double latency_factor = 1;
+  double tcp_message_overhead_s = 0;   // the all-reduces' peer transport
+  double grpc_message_overhead_s = 0;  // the parameter server's streams
+};
+
+// The `constants` object of a document shaped like sim/constants.json:
+// {"constants": {"bandwidth_factor": {"value": 0.95, ...}, ...}}. A constant
+// that is missing keeps its neutral value; one out of range (a factor not
+// above 0, an overhead below 0) is InvalidArgument naming it and `source`.
+absl::StatusOr<ModelConstants> ParseModelConstants(const std::string& json,
+                                                   const std::string& source);
+
+// sim/constants.json as it was when the simulator was built.
+const std::string& FittedModelConstantsJson();
+
+// `cluster` with its host links as gradsync's transport sees them (above);
+// `parameter_server` picks gRPC's overhead over the TCP transport's.
+ClusterSpec ApplyModelConstants(const ModelConstants& constants,
+                                bool parameter_server, ClusterSpec cluster);
+
+}  // namespace sim
+}  // namespace gradsync
