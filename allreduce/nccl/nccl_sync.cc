@@ -9,6 +9,13 @@
 // on the host for that one event only, polling NCCL's asynchronous error so a
 // dead peer becomes an error after --timeout_s instead of a hang.
 //
+// The next step's forward may start before Finish (--overlap_next_forward):
+// each enqueued all-reduce records a "reduced" event on the communication
+// stream, and WaitBucket(b) makes the compute stream wait for bucket b's and
+// waits on the host for it the way Finish waits for "done" (same deadline,
+// same polling of NCCL's errors), so the trainer's per-bucket wait is the
+// time the bucket's all-reduce was still running, as on the CPU strategies.
+//
 // The compute stream is, for now, the legacy default stream: an event recorded
 // there completes only after all earlier work of every blocking stream on the
 // device, so the ordering is right whichever (blocking) stream the CUDA device
@@ -76,7 +83,12 @@ class NcclSync : public GradientSync {
     }
     GS_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     ready_events_.resize(buckets_.size(), nullptr);
+    reduced_events_.resize(buckets_.size(), nullptr);
+    enqueued_this_step_.assign(buckets_.size(), false);
     for (cudaEvent_t& event : ready_events_) {
+      GS_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    }
+    for (cudaEvent_t& event : reduced_events_) {
       GS_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
     }
     GS_CUDA(cudaEventCreate(&start_event_));
@@ -92,6 +104,28 @@ class NcclSync : public GradientSync {
   void BucketReady(int bucket) override {
     if (!error_.ok()) return;  // reported by Finish
     error_ = Enqueue(bucket);
+  }
+
+  absl::Status WaitBucket(int bucket) override {
+    if (!error_.ok()) return error_;
+    if (bucket < 0 || bucket >= static_cast<int>(buckets_.size()) ||
+        !enqueued_this_step_[bucket]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "nccl: WaitBucket(", bucket, ") in step ", step_,
+          " for a bucket not handed over this step (", buckets_.size(),
+          " buckets)"));
+    }
+    // Work the trainer queues next on the compute stream (the bucket's
+    // update, the layers that read it) runs after the all-reduce.
+    GS_CUDA(cudaStreamWaitEvent(compute_stream_, reduced_events_[bucket], 0));
+    if (absl::Status done = comm_->WaitForEvent(
+            reduced_events_[bucket],
+            absl::StrCat("waiting for bucket ", bucket, " of step ", step_));
+        !done.ok()) {
+      error_ = done;
+      return error_;
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Finish(StepStats& stats) override {
@@ -126,6 +160,7 @@ class NcclSync : public GradientSync {
     stats.bytes_recv += bytes;
     total_bytes_ += bytes;
     enqueued_ = 0;
+    enqueued_this_step_.assign(buckets_.size(), false);
     ++step_;
     return absl::OkStatus();
   }
@@ -189,6 +224,8 @@ class NcclSync : public GradientSync {
                       ncclFloat, ncclAvg, comm_->get(), comm_stream_),
         "ncclAllReduce",
         absl::StrCat("enqueuing bucket ", bucket, " of step ", step_)));
+    GS_CUDA(cudaEventRecord(reduced_events_[bucket], comm_stream_));
+    enqueued_this_step_[bucket] = true;
     ++enqueued_;
     return absl::OkStatus();
   }
@@ -199,9 +236,12 @@ class NcclSync : public GradientSync {
     if (comm_ != nullptr && !error_.ok())
       comm_->AbortWith(error_).IgnoreError();
     comm_.reset();
-    for (cudaEvent_t& event : ready_events_) {
-      if (event != nullptr) cudaEventDestroy(event);
-      event = nullptr;
+    for (std::vector<cudaEvent_t>* events :
+         {&ready_events_, &reduced_events_}) {
+      for (cudaEvent_t& event : *events) {
+        if (event != nullptr) cudaEventDestroy(event);
+        event = nullptr;
+      }
     }
     if (start_event_ != nullptr) cudaEventDestroy(start_event_);
     if (done_event_ != nullptr) cudaEventDestroy(done_event_);
@@ -219,6 +259,9 @@ class NcclSync : public GradientSync {
   cudaStream_t compute_stream_ =
       nullptr;  // the model's; NCCL waits on its events
   std::vector<cudaEvent_t> ready_events_;
+  // Recorded on the communication stream after each bucket's all-reduce.
+  std::vector<cudaEvent_t> reduced_events_;
+  std::vector<bool> enqueued_this_step_;
   cudaEvent_t start_event_ = nullptr;
   cudaEvent_t done_event_ = nullptr;
   int enqueued_ = 0;

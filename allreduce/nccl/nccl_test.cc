@@ -136,6 +136,45 @@ TEST_F(NcclGpuTest, SingleRankAverageLeavesGradientsUnchanged) {
   EXPECT_TRUE((*sync)->Shutdown().ok());
 }
 
+// The next forward's per-bucket wait: WaitBucket for each bucket, last
+// first (the order a forward asks), before Finish, in two steps; a bucket not
+// handed over is refused.
+TEST_F(NcclGpuTest, WaitBucketBeforeFinish) {
+  auto layout = TestLayout();
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const int64_t total = layout->total_numel();
+  MinimalDevice gpu(DeviceType::kCuda);
+  auto grads = gpu.Allocate<float>(total);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  std::vector<float> host(total);
+  for (int64_t i = 0; i < total; ++i) host[i] = static_cast<float>(i % 89 - 44);
+  ASSERT_TRUE(gpu.CopyToDevice(*grads, host.data(), total * 4).ok());
+
+  auto sync = GradientSyncRegistry::Create("nccl", SyncContext{});
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  ASSERT_TRUE((*sync)->Setup(*layout, gpu, SyncBuffers{*grads, nullptr}).ok());
+  const int buckets = static_cast<int>(layout->buckets().size());
+  for (int step = 0; step < 2; ++step) {
+    (*sync)->BucketReady(0);
+    if (buckets > 1) {
+      absl::Status early = (*sync)->WaitBucket(buckets - 1);
+      EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition) << early;
+    }
+    for (int b = 1; b < buckets; ++b) (*sync)->BucketReady(b);
+    for (int b = buckets - 1; b >= 0; --b) {
+      absl::Status waited = (*sync)->WaitBucket(b);
+      ASSERT_TRUE(waited.ok()) << waited;
+    }
+    StepStats stats;
+    absl::Status finished = (*sync)->Finish(stats);
+    ASSERT_TRUE(finished.ok()) << finished;
+  }
+  std::vector<float> result(total);
+  ASSERT_TRUE(gpu.CopyToHost(result.data(), *grads, total * 4).ok());
+  EXPECT_EQ(result, host);
+  EXPECT_TRUE((*sync)->Shutdown().ok());
+}
+
 #endif  // GRADSYNC_CUDA
 
 }  // namespace
