@@ -15,8 +15,9 @@ StreamWindowChoice ChooseStreamWindow(const LinkFigures& link, int fan_in) {
     choice.reason = absl::StrFormat(
         "auto: link rate not known (%s); %d KiB, the fixed window that keeps "
         "results from waiting on window updates, BDP probing off (set "
-        "--ps_stream_window_kb, or run under gradsync launch --netem, to size "
-        "it to the link)",
+        "--ps_stream_window_kb, or export GRADSYNC_LINK=RATE,LATENCY for every "
+        "process, as gradsync launch does on one node, to size it to the "
+        "link)",
         link.description.empty() ? "no emulated link" : link.description,
         kUnknownLinkStreamWindowBytes / 1024);
     return choice;

@@ -1,8 +1,9 @@
 // The rule that chooses the HTTP/2 flow-control window of the parameter
 // server's push and pull streams (--ps_stream_window_kb's "auto") from the
 // link and the fan-in. A rule, not a flag: it links no flag library, and
-// every process derives the same value from what it knows (the link the
-// launcher emulates, N and K).
+// every process derives the same value from what it knows (the job's link:
+// the one the launcher emulates, or probed or given without --netem,
+// tools/emulated_link.h; N and K).
 //
 // Why (ps/README.md, "Distance from the bandwidth model", item 7, the
 // receiver-driven share ICTCP applies to incast): N streams converge on one
@@ -26,9 +27,10 @@
 // within [kMinStreamWindowBytes, kMaxAutoStreamWindowBytes]. The floor is
 // measured, not derived: smaller windows throttled a slow link whose ports
 // were loaded (a window's turn is long there, and window updates queue
-// behind results; the sweep is linked below). Where the link is not known (a real
-// cluster without --netem), the fixed 4 MiB window this flag had before,
-// which keeps results from waiting on window updates.
+// behind results; the sweep is linked below). Where the link is not known (a
+// cluster started without gradsync launch's probe and without GRADSYNC_LINK),
+// the fixed 4 MiB window this flag had before, which keeps results from waiting
+// on window updates.
 //
 // The connection's window is a second cap the stream windows cannot lift: in
 // gRPC 1.51 the lookahead argument sets only the streams' window

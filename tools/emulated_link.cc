@@ -1,10 +1,12 @@
-// The emulated link as LinkFigures (see emulated_link.h).
+// The job's link as LinkFigures (see emulated_link.h).
 #include "tools/emulated_link.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "core/launch/netem.h"
 
@@ -23,9 +25,30 @@ LinkFigures LinkFiguresFromNetemSpec(const std::string& spec) {
   return link;
 }
 
+std::string JobLinkSpecFromProbe(const LinkProbeResult& probe) {
+  const double rate = probe.duplex_bytes_per_s > 0
+                          ? probe.duplex_bytes_per_s
+                          : probe.bandwidth_bytes_per_s;
+  if (!(rate > 0)) return "";
+  // Whole kbit/s and tenths of a microsecond: what ParseLinkSpec reads.
+  return absl::StrFormat("%.0fkbit,%.1fus", rate * 8 / 1e3,
+                         std::max(probe.round_trip_us, 0.0) / 2);
+}
+
 LinkFigures LinkFiguresOfThisProcess() {
   const char* netem = std::getenv("GRADSYNC_NETEM");
-  if (netem == nullptr || *netem == '\0') return LinkFigures{};
+  if (netem == nullptr || *netem == '\0') {
+    const char* job_link = std::getenv(kJobLinkEnv);
+    if (job_link == nullptr || *job_link == '\0') return LinkFigures{};
+    LinkFigures link = LinkFiguresFromNetemSpec(job_link);
+    link.description =
+        link.rate_bytes_per_s > 0
+            ? absl::StrCat(job_link, " (", kJobLinkEnv,
+                           ": the job's link, probed by gradsync launch or "
+                           "given)")
+            : absl::StrCat(kJobLinkEnv, "=", job_link, " not understood");
+    return link;
+  }
   LinkFigures link = LinkFiguresFromNetemSpec(netem);
   const char* latency = std::getenv("GRADSYNC_NETEM_LATENCY_EMULATED");
   if (latency != nullptr && std::string(latency) == "0" &&

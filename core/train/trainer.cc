@@ -110,11 +110,13 @@ class Trainer {
   // Finish of the pending step, its statistics kept for its record.
   absl::Status FinishPending();
   // Every bucket of the pending step final, and its record written (the step
-  // ended `end`: the next step's start, or now). Before anything reads every
-  // parameter or the optimizer's state: evaluation, checkpoints, replica
-  // checks, the epoch's end.
+  // ended `end`: the next step's start, or now).
   absl::Status DrainPendingStepAt(Clock::time_point end);
-  absl::Status DrainPendingStep() { return DrainPendingStepAt(Clock::now()); }
+  // The same between two steps, before anything reads every parameter or the
+  // optimizer's state: evaluation, checkpoints, replica checks, the epoch's
+  // end. The pending step's line ends before these waits; they lie in no
+  // step's line and are counted in the next step's (drained_wait_ms_).
+  absl::Status DrainPendingStep();
   // Writes the pending step's metrics line; its synchronization is finished.
   void WritePendingRecord(Clock::time_point end);
   // The device's time of every mark the step recorded, since its first.
@@ -179,7 +181,10 @@ class Trainer {
     bool finished = false;  // its Finish returned
     StepStats stats;
     double wait_ms = 0;  // host time spent waiting for its synchronization
-    StepRecord record;   // all but the synchronization's figures
+    StepRecord record;   // all but the step time and the strategy's figures
+    // Waits a drain made before this step began (drained_wait_ms_), part of
+    // its step time as well as of its exposed communication.
+    double drained_wait_ms = 0;
     int rows = 0;
     bool measured = false;  // counted in the summary's means
     Clock::time_point start;
@@ -192,6 +197,12 @@ class Trainer {
   bool per_bucket_waits_ = true;
   // This step's forward waiting for the previous step's buckets.
   double forward_wait_ms_ = 0;
+  // Waits a drain (DrainPendingStep) made between two steps' lines, not yet
+  // counted: the next step's record holds them, so that every wait for
+  // synchronization lies in exactly one step's step_ms and sync_wait_ms
+  // (docs/metrics.md). After the run's last step no step follows: they stay
+  // out of both.
+  double drained_wait_ms_ = 0;
   std::vector<int> bucket_size_;
   int64_t bucket_bytes_ = 0;              // the cap the layout was made with
   bool bucket_from_flag_ = false;         // --bucket_mb given
@@ -459,6 +470,11 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   const double straggle_ms =
       SlownessDelayMs(options_.slowness, id_.rank, step_);
   StepMarks& marks = step_marks_;
+  // Waits made for the previous step after its line ended (its drain at the
+  // epoch's end, before evaluation, a checkpoint or a replica check): this
+  // step's figures hold them, as they would if its forward had waited.
+  const double drained_wait_ms = drained_wait_ms_;
+  drained_wait_ms_ = 0;
   ASSIGN_OR_RETURN(
       StepCoreResult core,
       StepCore(indices, first, rows, epoch, straggle_ms,
@@ -483,11 +499,15 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   record.step = step_;
   record.epoch = epoch;
   record.loss = loss;
-  record.step_ms = step_ms;
-  // Forward's waits for the previous step are that step's exposed
-  // communication, not this step's compute.
+  record.step_ms = drained_wait_ms + step_ms;
+  // Exposed communication is every wait for synchronization inside the
+  // step's time, whichever step's buckets it waited for: forward's waits for
+  // the previous step's (left out of compute), the wait in Finish, and a
+  // drain's before the step began. A part of step_ms by construction, so
+  // their means over the same steps keep the order.
   record.compute_ms = std::max(0.0, times.compute_ms - forward_wait_ms_);
-  record.sync_wait_ms = times.sync_wait_ms;
+  record.sync_wait_ms =
+      drained_wait_ms + forward_wait_ms_ + times.sync_wait_ms;
   record.bytes_sent = core.stats.bytes_sent;
   record.bytes_recv = core.stats.bytes_recv;
   record.samples_per_s = rows / (record.step_ms / 1000.0);
@@ -497,6 +517,7 @@ absl::Status Trainer::TrainStep(const std::vector<int64_t>& indices,
   if (core.deferred) {
     // Written once its synchronization is final (WritePendingRecord).
     pending_.record = std::move(record);
+    pending_.drained_wait_ms = drained_wait_ms;
     pending_.rows = rows;
     pending_.measured = measured;
     pending_.start = start;
@@ -521,9 +542,7 @@ absl::Status Trainer::FinishPending() {
   RETURN_IF_ERROR(
       Annotate(sync_.Finish(pending_.stats),
                absl::StrCat("worker ", id_.rank, " step ", pending_.step)));
-  const double ms = MillisSince(start);
-  pending_.wait_ms += ms;
-  forward_wait_ms_ += ms;
+  pending_.wait_ms += MillisSince(start);
   pending_.finished = true;
   return absl::OkStatus();
 }
@@ -540,9 +559,7 @@ absl::Status Trainer::CompleteBucket(int bucket) {
       RETURN_IF_ERROR(Annotate(
           waited, absl::StrCat("worker ", id_.rank, " step ", pending_.step,
                                ", waiting for bucket ", bucket)));
-      const double ms = MillisSince(start);
-      pending_.wait_ms += ms;
-      forward_wait_ms_ += ms;
+      pending_.wait_ms += MillisSince(start);
     }
   }
   if (!pending_.finished && !per_bucket_waits_) {
@@ -571,10 +588,12 @@ absl::Status Trainer::CompleteBucket(int bucket) {
 
 void Trainer::WritePendingRecord(Clock::time_point end) {
   StepRecord& record = pending_.record;
-  // From this step's start to the next one's: consecutive steps tile the run.
+  // From this step's start to the next one's: consecutive steps tile the run
+  // (but for drains and what follows them: evaluation, checkpoints). Its
+  // sync_wait_ms was set with its compute: the waits inside this time.
   record.step_ms =
+      pending_.drained_wait_ms +
       std::chrono::duration<double, std::milli>(end - pending_.start).count();
-  record.sync_wait_ms = pending_.wait_ms;
   record.bytes_sent = pending_.stats.bytes_sent;
   record.bytes_recv = pending_.stats.bytes_recv;
   record.samples_per_s =
@@ -594,6 +613,15 @@ absl::Status Trainer::DrainPendingStepAt(Clock::time_point end) {
     RETURN_IF_ERROR(CompleteBucket(b));
   }
   WritePendingRecord(end);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::DrainPendingStep() {
+  if (!pending_.active) return absl::OkStatus();
+  const Clock::time_point end = Clock::now();
+  const double waited_before = pending_.wait_ms;
+  RETURN_IF_ERROR(DrainPendingStepAt(end));
+  drained_wait_ms_ += pending_.wait_ms - waited_before;
   return absl::OkStatus();
 }
 
@@ -625,8 +653,10 @@ absl::StatusOr<Trainer::StepCoreResult> Trainer::StepCore(
           what, ": the model asked for parameters [", first_param, ", ",
           end_param, ") of ", params.size()));
     }
+    const double waited_before = pending_.wait_ms;
     for (int p = first_param; p < end_param; ++p)
       RETURN_IF_ERROR(CompleteBucket(params[p].bucket));
+    forward_wait_ms_ += pending_.wait_ms - waited_before;
     return absl::OkStatus();
   };
   // A model must ask for every parameter before backward writes a gradient:

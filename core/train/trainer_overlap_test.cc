@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/data/dataset.h"
 #include "core/device/device.h"
 #include "core/model/model.h"
@@ -21,6 +23,7 @@
 #include "core/train/trainer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace gradsync {
 namespace {
@@ -79,6 +82,9 @@ class OutOfOrderSync : public GradientSync {
     return absl::OkStatus();
   }
 
+  // How long each bucket's completion takes, as its transfer would (0: none).
+  absl::Duration transfer_time;
+
   // Whether forward may read the parameters of `bucket`.
   bool final(int bucket) const { return final_[bucket]; }
   bool in_flight() const { return in_flight_; }
@@ -90,6 +96,7 @@ class OutOfOrderSync : public GradientSync {
  private:
   void Complete(int bucket) {
     if (final_[bucket]) return;
+    absl::SleepFor(transfer_time);
     const Bucket& span = buckets_[bucket];
     std::memcpy(buffers_.grads + span.offset, saved_[bucket].data(),
                 span.numel * sizeof(float));
@@ -212,8 +219,8 @@ std::vector<float> ReadFloats(const std::string& path) {
 // a small ResNet with batch norm and a downsampling block (both ask for their
 // parameters layer by layer through BoundedMemoryModel).
 TrainedRun Train(bool overlap, const std::string& optimizer, int64_t steps,
-                 const std::string& name, bool cnn = false,
-                 bool resnet = false) {
+                 const std::string& name, bool cnn = false, bool resnet = false,
+                 absl::Duration transfer_time = absl::ZeroDuration()) {
   SyntheticOptions data_options;
   data_options.train_size = 64;
   data_options.test_size = 16;
@@ -240,6 +247,7 @@ TrainedRun Train(bool overlap, const std::string& optimizer, int64_t steps,
     inner = *CreateMlp(mlp);
   }
   OutOfOrderSync sync;
+  sync.transfer_time = transfer_time;
   CheckingModel model(std::move(inner), sync);
   std::unique_ptr<Device> device = *CreateDevice(DeviceOptions{});
 
@@ -340,6 +348,50 @@ TEST(TrainerOverlapTest, EveryStepHasItsLineWithItsStrategyFigures) {
     ++steps;
   }
   EXPECT_EQ(steps, 5);
+}
+
+// Exposed communication is a part of the step time, in every step line and
+// in the summary's means, where an epoch's end drains a step between two
+// steps' lines: the drain's wait is counted in the step that follows it, in
+// both figures. Steps 5 to 11 are measured (the default warm-up), and step 8
+// is the second epoch's first.
+TEST(TrainerOverlapTest, ExposedCommunicationIsPartOfTheStepAcrossAnEpochsEnd) {
+  const absl::Duration transfer = absl::Milliseconds(2);
+  const TrainedRun run = Train(/*overlap=*/true, "sgd", 12, "exposed_part",
+                               /*cnn=*/false, /*resnet=*/false, transfer);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  const std::string dir =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/exposed_part");
+  std::ifstream lines(dir + "/worker0.jsonl");
+  ASSERT_TRUE(lines.good());
+  std::string line;
+  std::vector<nlohmann::json> steps;
+  while (std::getline(lines, line)) {
+    nlohmann::json record = nlohmann::json::parse(line);
+    if (record["type"] == "step") steps.push_back(record);
+  }
+  ASSERT_EQ(steps.size(), 12u);
+  const double transfer_ms = absl::ToDoubleMilliseconds(transfer);
+  for (size_t step = 0; step < steps.size(); ++step) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    const double step_ms = steps[step]["step_ms"];
+    const double wait_ms = steps[step]["sync_wait_ms"];
+    EXPECT_LE(wait_ms, step_ms);
+    // Every step after the first holds one wait for the synchronization of
+    // the step before it (at least one bucket's transfer): in its forward,
+    // or, for step 8, at the epoch's end before it began. Step 0 holds none.
+    if (step == 0) {
+      EXPECT_LT(wait_ms, transfer_ms);
+    } else {
+      EXPECT_GE(wait_ms, transfer_ms);
+    }
+  }
+  std::ifstream summary_file(dir + "/summary.json");
+  ASSERT_TRUE(summary_file.good());
+  const nlohmann::json summary = nlohmann::json::parse(summary_file);
+  EXPECT_LE(summary["sync_wait_ms"].get<double>(),
+            summary["step_ms"].get<double>());
+  EXPECT_EQ(summary["ranks"][0]["measured_steps"], 7);
 }
 
 }  // namespace
