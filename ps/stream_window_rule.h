@@ -28,7 +28,7 @@
 // measured, not derived: smaller windows throttled a slow link whose ports
 // were loaded (a window's turn is long there, and window updates queue
 // behind results; the sweep is linked below). Where the link is not known (a
-// cluster started without gradsync launch's probe and without GRADSYNC_LINK),
+// job without --netem and without GRADSYNC_LINK),
 // the fixed 4 MiB window this flag had before, which keeps results from waiting
 // on window updates.
 //

@@ -1,12 +1,10 @@
 // The job's link as LinkFigures (see emulated_link.h).
 #include "tools/emulated_link.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "core/launch/netem.h"
 
@@ -25,16 +23,6 @@ LinkFigures LinkFiguresFromNetemSpec(const std::string& spec) {
   return link;
 }
 
-std::string JobLinkSpecFromProbe(const LinkProbeResult& probe) {
-  const double rate = probe.duplex_bytes_per_s > 0
-                          ? probe.duplex_bytes_per_s
-                          : probe.bandwidth_bytes_per_s;
-  if (!(rate > 0)) return "";
-  // Whole kbit/s and tenths of a microsecond: what ParseLinkSpec reads.
-  return absl::StrFormat("%.0fkbit,%.1fus", rate * 8 / 1e3,
-                         std::max(probe.round_trip_us, 0.0) / 2);
-}
-
 LinkFigures LinkFiguresOfThisProcess() {
   const char* netem = std::getenv("GRADSYNC_NETEM");
   if (netem == nullptr || *netem == '\0') {
@@ -44,8 +32,7 @@ LinkFigures LinkFiguresOfThisProcess() {
     link.description =
         link.rate_bytes_per_s > 0
             ? absl::StrCat(job_link, " (", kJobLinkEnv,
-                           ": the job's link, probed by gradsync launch or "
-                           "given)")
+                           ": the job's link as the job script gives it)")
             : absl::StrCat(kJobLinkEnv, "=", job_link, " not understood");
     return link;
   }

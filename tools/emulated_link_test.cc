@@ -1,7 +1,7 @@
 // The link the launcher emulates, as the edge reads it for the parameter
 // server's window rule: the --netem text, and the latency left out where the
 // kernel could not add it; without --netem, the job's link (GRADSYNC_LINK)
-// that the launcher probes, and the windows the PS derives from it.
+// a job script gives, and the windows the PS derives from it.
 #include "tools/emulated_link.h"
 
 #include <cstdlib>
@@ -37,7 +37,7 @@ TEST(EmulatedLinkTest, LatencyTheKernelCouldNotAddIsLeftOut) {
   EXPECT_EQ(LinkFiguresOfThisProcess().rate_bytes_per_s, 0);
 }
 
-// Without --netem the job's link (as the launcher's probe writes it) sizes
+// Without --netem the job's link (GRADSYNC_LINK, as a job script gives it) sizes
 // the PS's windows, on the servers' side and the workers' alike, where it
 // fell back to the unknown link's 4 MiB before.
 TEST(EmulatedLinkTest, TheJobsLinkSizesThePsWindowsWithoutNetem) {
@@ -79,24 +79,6 @@ TEST(EmulatedLinkTest, TheEmulatedLinkWinsOverTheJobsLink) {
   EXPECT_THAT(link.description, HasSubstr("--netem"));
   unsetenv(kJobLinkEnv);
   unsetenv("GRADSYNC_NETEM");
-}
-
-// The probe's figures survive the trip through GRADSYNC_LINK: the rate both
-// directions keep at once, and its round trip.
-TEST(EmulatedLinkTest, AProbeBecomesTheJobsLink) {
-  LinkProbeResult probe;
-  probe.round_trip_us = 80;
-  probe.bandwidth_bytes_per_s = 2e9;
-  probe.duplex_bytes_per_s = 1.25e9;
-  const std::string spec = JobLinkSpecFromProbe(probe);
-  const LinkFigures link = LinkFiguresFromNetemSpec(spec);
-  EXPECT_NEAR(link.rate_bytes_per_s, 1.25e9, 1e3) << spec;
-  EXPECT_NEAR(link.round_trip_s, 80e-6, 1e-7) << spec;
-  probe.duplex_bytes_per_s = 0;
-  EXPECT_NEAR(
-      LinkFiguresFromNetemSpec(JobLinkSpecFromProbe(probe)).rate_bytes_per_s,
-      2e9, 1e3);
-  EXPECT_EQ(JobLinkSpecFromProbe(LinkProbeResult{}), "");
 }
 
 }  // namespace

@@ -53,7 +53,6 @@
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
 #include "tools/commands.h"
-#include "tools/emulated_link.h"
 #include "tools/output_paths.h"
 #include "tools/ps_flags.h"
 #include "tools/trace_flags.h"
@@ -517,61 +516,6 @@ std::vector<ProcessSpec> ProcessSpecs(const JobPlan& plan,
   return specs;
 }
 
-// The value of --NAME among `flags` (its last), or "".
-std::string FlagValue(const std::vector<std::string>& flags,
-                      absl::string_view name) {
-  const std::string prefix = absl::StrCat("--", name, "=");
-  std::string value;
-  for (const std::string& flag : flags) {
-    if (absl::StartsWith(flag, prefix)) value = flag.substr(prefix.size());
-  }
-  return value;
-}
-
-// Whether the job runs parameter servers: separate ones, or a strategy that
-// serves from its workers (--sync=ps, hybrid; GRADSYNC_SYNC for a command).
-bool JobRunsParameterServers(const JobPlan& plan,
-                             const std::vector<std::string>& flags) {
-  if (plan.servers > 0) return true;
-  std::string sync = FlagValue(flags, "sync");
-  if (const std::string given = FlagValue(plan.strategy_flags, "sync");
-      !given.empty()) {
-    sync = given;
-  }
-  if (const char* env = std::getenv("GRADSYNC_SYNC"); sync.empty() && env) {
-    sync = env;
-  }
-  return absl::StartsWith(sync, "ps") || sync == "hybrid";
-}
-
-// The link a one-node job's processes share, probed once (core/launch/
-// link_probe.h on loopback), as GRADSYNC_LINK (tools/emulated_link.h): what
-// the parameter servers derive their windows and credits from, as the
-// all-reduces derive theirs from the probe they run at set-up. Empty, with a
-// warning, where the probe fails: the rules then take their fallbacks.
-std::string ProbeJobLink() {
-  LinkProbeOptions options;
-  // Enough for a window rounded to a power of two, at a fraction of `gradsync
-  // netem --probe`'s cost: it runs before every PS job.
-  options.small_round_trips = 50;
-  options.repeats = 1;
-  options.sizes = {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20};
-  absl::StatusOr<LinkProbeResult> probe = ProbeLink(options);
-  if (!probe.ok()) {
-    GS_LOG(WARNING) << "probing the job's link for the parameter servers' "
-                       "windows failed ("
-                    << probe.status().message()
-                    << "); they take the unknown link's";
-    return "";
-  }
-  const std::string spec = JobLinkSpecFromProbe(*probe);
-  if (!spec.empty()) {
-    GS_LOG(INFO) << "job link probed on loopback for the parameter servers: "
-                 << kJobLinkEnv << "=" << spec;
-  }
-  return spec;
-}
-
 // Builds the emulated network of --netem (one namespace per process), writes
 // <run_dir>/network.txt and moves every process into its namespace, worker
 // 0's address becoming MASTER_ADDR. SIGINT/SIGTERM are only recorded from
@@ -767,17 +711,6 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--ranks_per_host=", absl::GetFlag(FLAGS_ranks_per_host),
         " places workers on emulated hosts: it needs --netem=RATE[,...]"));
-  }
-  // Without --netem the processes read the job's link from GRADSYNC_LINK:
-  // given (inherited from this environment), or probed here on one node
-  // (a loopback probe says nothing of the links between nodes).
-  const char* given_link = std::getenv(kJobLinkEnv);
-  if (absl::GetFlag(FLAGS_netem).empty() &&
-      (given_link == nullptr || *given_link == '\0') && plan.node.nnodes == 1 &&
-      JobRunsParameterServers(plan, flags)) {
-    if (const std::string link = ProbeJobLink(); !link.empty()) {
-      for (ProcessSpec& spec : specs) spec.env.push_back({kJobLinkEnv, link});
-    }
   }
   if (const std::string netem = absl::GetFlag(FLAGS_netem); !netem.empty()) {
     ASSIGN_OR_RETURN(network, PlaceInEmulatedNetwork(netem, plan, specs));

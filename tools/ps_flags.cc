@@ -27,8 +27,8 @@ ABSL_FLAG(int64_t, ps_message_kb, 0,
 ABSL_FLAG(int64_t, ps_stream_window_kb, 0,
           "HTTP/2 flow-control window of every push and pull stream, both "
           "ends, in KiB, with gRPC's BDP probing off. 0 = auto: from the link "
-          "(gradsync launch --netem; else $GRADSYNC_LINK, which gradsync "
-          "launch probes on one node) and the fan-in, 32 KiB at 100 Mbit/s "
+          "(gradsync launch --netem; else $GRADSYNC_LINK, RATE[,LATENCY], "
+          "which a job script may export) and the fan-in, 32 KiB at 100 Mbit/s "
           "without added latency, 4096 where the link is not known "
           "(ps/stream_window_rule.h); logged and recorded in the manifest.");
 ABSL_FLAG(bool, ps_colocate, false,
