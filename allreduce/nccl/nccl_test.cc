@@ -102,77 +102,72 @@ class NcclGpuTest : public testing::Test {
     }
     if (count == 0) GTEST_SKIP() << "no CUDA GPU visible: 0 devices";
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    auto layout = TestLayout();
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    layout_ = *std::move(layout);
+    const int64_t total = layout_.total_numel();
+    auto grads = gpu_.Allocate<float>(total);
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    grads_ = *grads;
+    host_.resize(total);
+    for (int64_t i = 0; i < total; ++i) host_[i] = static_cast<float>(i % 97 - 48);
+    ASSERT_TRUE(gpu_.CopyToDevice(grads_, host_.data(), total * 4).ok());
+    auto sync = GradientSyncRegistry::Create("nccl", SyncContext{});
+    ASSERT_TRUE(sync.ok()) << sync.status();
+    sync_ = *std::move(sync);
+    const absl::Status setup =
+        sync_->Setup(layout_, gpu_, SyncBuffers{grads_, nullptr});
+    ASSERT_TRUE(setup.ok()) << setup;
   }
+
+  // The gradients after the steps: over one rank, the average is the input.
+  void ExpectGradientsUnchanged() {
+    std::vector<float> result(host_.size());
+    ASSERT_TRUE(
+        gpu_.CopyToHost(result.data(), grads_, result.size() * 4).ok());
+    EXPECT_EQ(result, host_);
+    EXPECT_TRUE(sync_->Shutdown().ok());
+  }
+
+  ParamLayout layout_;
+  MinimalDevice gpu_{DeviceType::kCuda};
+  float* grads_ = nullptr;
+  std::vector<float> host_;
+  std::unique_ptr<GradientSync> sync_;
 };
 
 // One rank: the average over one rank is the input itself, which checks the
 // communicator, the stream/event ordering and Finish's wait end to end.
 TEST_F(NcclGpuTest, SingleRankAverageLeavesGradientsUnchanged) {
-  auto layout = TestLayout();
-  ASSERT_TRUE(layout.ok()) << layout.status();
-  const int64_t total = layout->total_numel();
-  MinimalDevice gpu(DeviceType::kCuda);
-  auto grads = gpu.Allocate<float>(total);
-  ASSERT_TRUE(grads.ok()) << grads.status();
-  std::vector<float> host(total);
-  for (int64_t i = 0; i < total; ++i) host[i] = static_cast<float>(i % 97 - 48);
-  ASSERT_TRUE(gpu.CopyToDevice(*grads, host.data(), total * 4).ok());
-
-  auto sync = GradientSyncRegistry::Create("nccl", SyncContext{});
-  ASSERT_TRUE(sync.ok()) << sync.status();
-  absl::Status setup =
-      (*sync)->Setup(*layout, gpu, SyncBuffers{*grads, nullptr});
-  ASSERT_TRUE(setup.ok()) << setup;
   for (int step = 0; step < 2; ++step) {
-    for (const Bucket& bucket : layout->buckets())
-      (*sync)->BucketReady(bucket.index);
+    for (const Bucket& bucket : layout_.buckets()) sync_->BucketReady(bucket.index);
     StepStats stats;
-    absl::Status finished = (*sync)->Finish(stats);
+    const absl::Status finished = sync_->Finish(stats);
     ASSERT_TRUE(finished.ok()) << finished;
   }
-  std::vector<float> result(total);
-  ASSERT_TRUE(gpu.CopyToHost(result.data(), *grads, total * 4).ok());
-  EXPECT_EQ(result, host);
-  EXPECT_TRUE((*sync)->Shutdown().ok());
+  ExpectGradientsUnchanged();
 }
 
 // The next forward's per-bucket wait: WaitBucket for each bucket, last
 // first (the order a forward asks), before Finish, in two steps; a bucket not
 // handed over is refused.
 TEST_F(NcclGpuTest, WaitBucketBeforeFinish) {
-  auto layout = TestLayout();
-  ASSERT_TRUE(layout.ok()) << layout.status();
-  const int64_t total = layout->total_numel();
-  MinimalDevice gpu(DeviceType::kCuda);
-  auto grads = gpu.Allocate<float>(total);
-  ASSERT_TRUE(grads.ok()) << grads.status();
-  std::vector<float> host(total);
-  for (int64_t i = 0; i < total; ++i) host[i] = static_cast<float>(i % 89 - 44);
-  ASSERT_TRUE(gpu.CopyToDevice(*grads, host.data(), total * 4).ok());
-
-  auto sync = GradientSyncRegistry::Create("nccl", SyncContext{});
-  ASSERT_TRUE(sync.ok()) << sync.status();
-  ASSERT_TRUE((*sync)->Setup(*layout, gpu, SyncBuffers{*grads, nullptr}).ok());
-  const int buckets = static_cast<int>(layout->buckets().size());
+  const int buckets = static_cast<int>(layout_.buckets().size());
+  ASSERT_GT(buckets, 1);
   for (int step = 0; step < 2; ++step) {
-    (*sync)->BucketReady(0);
-    if (buckets > 1) {
-      absl::Status early = (*sync)->WaitBucket(buckets - 1);
-      EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition) << early;
-    }
-    for (int b = 1; b < buckets; ++b) (*sync)->BucketReady(b);
+    sync_->BucketReady(0);
+    const absl::Status early = sync_->WaitBucket(buckets - 1);
+    EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition) << early;
+    for (int b = 1; b < buckets; ++b) sync_->BucketReady(b);
     for (int b = buckets - 1; b >= 0; --b) {
-      absl::Status waited = (*sync)->WaitBucket(b);
+      const absl::Status waited = sync_->WaitBucket(b);
       ASSERT_TRUE(waited.ok()) << waited;
     }
     StepStats stats;
-    absl::Status finished = (*sync)->Finish(stats);
+    const absl::Status finished = sync_->Finish(stats);
     ASSERT_TRUE(finished.ok()) << finished;
   }
-  std::vector<float> result(total);
-  ASSERT_TRUE(gpu.CopyToHost(result.data(), *grads, total * 4).ok());
-  EXPECT_EQ(result, host);
-  EXPECT_TRUE((*sync)->Shutdown().ok());
+  ExpectGradientsUnchanged();
 }
 
 #endif  // GRADSYNC_CUDA
