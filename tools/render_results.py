@@ -59,7 +59,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "docs", "results")
 # Pages outside docs/results/ whose numbers come from its data (their
 # markers name folders relative to docs/results/ all the same).
-OTHER_PAGES = [os.path.join(ROOT, "docs", "compare.md")]
+OTHER_PAGES = [os.path.join(ROOT, "docs", "compare.md"), os.path.join(ROOT, "README.md")]
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from cpu_bound import describe as describe_cpu_bound, is_cpu_bound  # noqa: E402
