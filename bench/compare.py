@@ -49,6 +49,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import cost_model  # noqa: E402  (beside this file)
+import cpu_bound  # noqa: E402
 import scaling  # noqa: E402
 
 # --- The strategies compared: the one list to extend ------------------------------
@@ -225,7 +226,7 @@ def bounded_by(point, link_name, latency_part_ms=0.0):
     if point["strategy"] == REFERENCE:
         return "compute (no communication)"
     if point.get("cpu_bound"):
-        return (f"CPU (machine {100 * point.get('machine_busy_unniced_max', 0):.0f}% busy: "
+        return (f"CPU (machine {100 * (cpu_bound.machine_busy_of(point) or 0):.0f}% busy: "
                 "the network did not set this time)")
     if link_name == "loopback":
         return "CPU (loopback has no link limit)"

@@ -45,6 +45,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -334,10 +335,15 @@ def run_job(point, run_dir, args):
         log.write(" ".join(launch + training) + "\n")
         log.flush()
         usage = CpuUsage()
+        # A command's program decides its own number of steps: no window.
+        window = (None if command else
+                  MeasuredStepsWindow(run_dir, args.warmup, args.steps))
         result = subprocess.run(launch + training, stdout=log, stderr=subprocess.STDOUT,
                                 timeout=args.deadline_s + 60,
                                 env=dict(os.environ, **env) if env else None)
         cpu = usage.finish()
+        if window is not None:
+            cpu.update(window.finish())
     if result.returncode != 0:
         print(f"  FAILED (exit {result.returncode}): see {run_dir}/launch.log", flush=True)
         return None
@@ -420,6 +426,70 @@ class CpuUsage:
                 "machine_busy": 1 - (idle - self.ticks[1]) / elapsed,
                 "machine_busy_unniced": 1 - (idle - self.ticks[1] + niced - self.ticks[2]) / elapsed,
                 "loadavg_1m_end": load}
+
+
+class MeasuredStepsWindow:
+    """How busy the machine was over a job's measured steps alone, start-up,
+    warm-up and shut-down left out: a thread counts worker 0's step lines
+    (<run_dir>/worker0.jsonl, one line as each step is final) and reads
+    /proc/stat when the warm-up's last line appears and when the last step's
+    does. A job's start-up (processes, the emulated network, connections)
+    can keep the machine busier than its steps do; the CPU-bound rule is
+    about the steps. Empty where the lines never reached the window's ends
+    (a failed job, a program that writes no step lines)."""
+
+    POLL_S = 0.02
+
+    def __init__(self, run_dir, warmup, steps):
+        self.path = os.path.join(run_dir, "worker0.jsonl")
+        self.first = max(1, warmup)  # step lines seen when the window opens
+        self.last = steps
+        self.offset = 0
+        self.lines = 0
+        self.start = self.end = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _count(self):
+        try:
+            with open(self.path) as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return
+        complete = chunk[:chunk.rfind("\n") + 1]
+        self.offset += len(complete.encode())
+        self.lines += sum(1 for line in complete.splitlines() if '"type":"step"' in line)
+
+    def _watch(self):
+        while not self.stop.is_set():
+            self._count()
+            if self.start is None and self.lines >= self.first:
+                self.start = self._snapshot()
+            if self.start is not None and self.lines >= self.last:
+                self.end = self._snapshot()
+                return
+            self.stop.wait(self.POLL_S)
+
+    @staticmethod
+    def _snapshot():
+        with open("/proc/stat") as f:
+            return time.monotonic(), machine_cpu_ticks(f.read())
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join()
+        if self.start is None or self.end is None:
+            return {}
+        (t0, (total0, idle0, niced0)), (t1, (total1, idle1, niced1)) = self.start, self.end
+        elapsed = total1 - total0
+        if elapsed <= 0:
+            return {}
+        return {"measured_steps_wall_s": t1 - t0,
+                "machine_busy_timed": 1 - (idle1 - idle0) / elapsed,
+                "machine_busy_unniced_timed":
+                    1 - (idle1 - idle0 + niced1 - niced0) / elapsed}
 
 
 def colocated_servers(sync):
@@ -510,6 +580,9 @@ def figures(summary, point, args):
         "job_cpu_fraction": cpu.get("job_cpu_fraction", 0),
         "machine_busy": cpu.get("machine_busy", 0),
         "machine_busy_unniced": cpu.get("machine_busy_unniced", 0),
+        # Over the measured steps alone (None where not recorded): the
+        # CPU-bound rule's input where present (bench/cpu_bound.py).
+        "machine_busy_unniced_timed": cpu.get("machine_busy_unniced_timed"),
         "step_ms": summary["step_ms"],
         # The configured --compute_ms is the point's "compute_ms"; this is what
         # forward+backward took, gradient writing and CPU contention included.
@@ -533,7 +606,8 @@ def figures(summary, point, args):
 
 MEASURES = ["step_ms", "measured_compute_ms", "exposed_ms", "samples_per_s", "bytes_per_rank",
             "busiest_link_bytes", "retrans_segments", "rto_timeouts", "retrans_percent",
-            "port_drops", "job_cpu_fraction", "machine_busy", "machine_busy_unniced"]
+            "port_drops", "job_cpu_fraction", "machine_busy", "machine_busy_unniced",
+            "machine_busy_unniced_timed"]
 # A point measured while the machine (every core, others' work included) was
 # busier than this is marked CPU-bound: its step times may be the CPU's. The
 # rule is bench/cpu_bound.py's, shared with the crossover sweep and the pages.
@@ -544,7 +618,7 @@ def aggregate(point, repeats):
     point = dict(point)
     point["repeats"] = len(repeats)
     for measure in MEASURES:
-        values = [r[measure] for r in repeats]
+        values = [r.get(measure) for r in repeats]
         if any(v is None for v in values):  # not measured (loopback's TCP)
             point[measure] = point[measure + "_min"] = point[measure + "_max"] = None
             continue
@@ -556,7 +630,7 @@ def aggregate(point, repeats):
                  "separate_server_share", "ps_chunk_bytes", "ps_message_bytes"):
         point[name] = repeats[0].get(name)
     point["cpu_bound"] = cpu_bound.is_cpu_bound(
-        machine_busy_unniced=point["machine_busy_unniced_max"])
+        machine_busy_unniced=cpu_bound.machine_busy_of(point))
     # Every job of a sweep runs on this one machine: its N workers share
     # these cores (the cost model divides the codecs' compute by them).
     point["host_cores"] = os.cpu_count()
@@ -668,7 +742,7 @@ def print_points(points):
                      f"{p['retrans_segments']:.0f} ({p.get('rto_timeouts', 0):.0f})",
                      f"{p.get('port_drops', 0):.0f}",
                      f"{100 * p.get('job_cpu_fraction', 0):.0f}% / "
-                     f"{100 * p.get('machine_busy_unniced_max', 0):.0f}% "
+                     f"{100 * (cpu_bound.machine_busy_of(p) or 0):.0f}% "
                      f"({100 * p.get('machine_busy_max', 0):.0f}%)"
                      + (" CPU-BOUND" if p.get("cpu_bound") else "")))
     print("Medians over repeats, (min–max); MB = 1e6 bytes; efficiency = step(N=1)/step(N);\n"

@@ -136,6 +136,58 @@ class SweepTest(unittest.TestCase):
         repeats = [self.repeat(10.0, 0.2), self.repeat(11.0, 0.9), self.repeat(12.0, 0.3)]
         self.assertTrue(scaling.aggregate({"strategy": "ps"}, repeats)["cpu_bound"])
 
+    def test_the_measured_steps_busy_share_decides_where_recorded(self):
+        # Start-up kept the machine busy, the steps did not: not CPU-bound.
+        repeats = [self.repeat(10.0, 0.9), self.repeat(11.0, 0.8)]
+        for r in repeats:
+            r["machine_busy_unniced_timed"] = 0.4
+        point = scaling.aggregate({"strategy": "ps"}, repeats)
+        self.assertFalse(point["cpu_bound"])
+        self.assertEqual(point["machine_busy_unniced_timed_max"], 0.4)
+        # And the other way round.
+        for r in repeats:
+            r["machine_busy_unniced_timed"] = 0.75
+        self.assertTrue(scaling.aggregate({"strategy": "ps"}, repeats)["cpu_bound"])
+
+    def test_the_window_opens_after_the_warm_up_and_closes_at_the_last_step(self):
+        import tempfile
+        import time
+        step = '{"type":"step","rank":0,"step":%d}\n'
+        with tempfile.TemporaryDirectory() as run_dir:
+            path = os.path.join(run_dir, "worker0.jsonl")
+            with open(path, "w") as f:
+                # One warm-up step, a line of another type, half a line.
+                f.write(step % 0 + '{"type":"epoch"}\n' + '{"type":"st')
+            window = scaling.MeasuredStepsWindow(run_dir, warmup=2, steps=4)
+
+            def wait_for(condition):
+                deadline = time.monotonic() + 10
+                while not condition():
+                    self.assertLess(time.monotonic(), deadline, "the window's thread")
+                    window.stop.wait(0.01)
+
+            wait_for(lambda: window.lines == 1)
+            self.assertIsNone(window.start)
+            with open(path, "a") as f:
+                f.write('ep","rank":0,"step":1}\n')
+            wait_for(lambda: window.start is not None)
+            self.assertEqual(window.lines, 2)
+            with open(path, "a") as f:
+                f.write(step % 2 + step % 3)
+            wait_for(lambda: window.end is not None)
+            cpu = window.finish()
+        self.assertEqual(set(cpu), {"measured_steps_wall_s", "machine_busy_timed",
+                                    "machine_busy_unniced_timed"})
+        for share in ("machine_busy_timed", "machine_busy_unniced_timed"):
+            self.assertGreaterEqual(cpu[share], 0)
+            self.assertLessEqual(cpu[share], 1)
+
+    def test_a_window_that_never_closes_records_nothing(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as run_dir:
+            window = scaling.MeasuredStepsWindow(run_dir, warmup=2, steps=4)
+            self.assertEqual(window.finish(), {})
+
     def test_machine_ticks_count_iowait_as_idle_and_niced_apart(self):
         total, idle, niced = scaling.machine_cpu_ticks("cpu  10 7 5 73 5 0 0 0 0 0\ncpu0 1 2 3 4\n")
         self.assertEqual(total, 100)

@@ -62,7 +62,7 @@ RESULTS = os.path.join(ROOT, "docs", "results")
 OTHER_PAGES = [os.path.join(ROOT, "docs", "compare.md"), os.path.join(ROOT, "README.md")]
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from cpu_bound import describe as describe_cpu_bound, is_cpu_bound  # noqa: E402
+from cpu_bound import describe as describe_cpu_bound, is_cpu_bound, machine_busy_of  # noqa: E402
 
 NO_DATA = ("**No data folder.** This page's own runs kept no points: no folder under "
            "docs/results/data/ holds them, and `tools/render_results.py --check` cannot verify "
@@ -154,7 +154,7 @@ def select(points, spec):
 
 
 def point_is_cpu_bound(p):
-    return is_cpu_bound(machine_busy_unniced=p.get("machine_busy_unniced_max"),
+    return is_cpu_bound(machine_busy_unniced=machine_busy_of(p),
                         job_cpu_share=p.get("cpu_share", p.get("job_cpu_fraction")))
 
 
@@ -192,7 +192,7 @@ def sweep_table(points):
             f"{number(p.get('retrans_segments'))} ({number(p.get('rto_timeouts'))}) | "
             f"{number(p.get('port_drops'))} | "
             f"{number(100 * (p.get('job_cpu_fraction') or 0))}% / "
-            f"{number(100 * (p.get('machine_busy_unniced_max') or 0))}%"
+            f"{number(100 * (machine_busy_of(p) or 0))}%"
             f"{cpu_mark(p)} |")
     return "\n".join(lines)
 
@@ -466,8 +466,8 @@ def points_table(points):
         ("retrans. (drops)", lambda p: f"{number(p.get('retrans_segments'))} "
                                        f"({number(p.get('port_drops'))})"),
         ("machine busy (un-niced, max)",
-         lambda p: f"{number(100 * p['machine_busy_unniced_max'])}%{cpu_mark(p)}"
-         if p.get("machine_busy_unniced_max") is not None else "–"),
+         lambda p: f"{number(100 * machine_busy_of(p))}%{cpu_mark(p)}"
+         if machine_busy_of(p) is not None else "–"),
     ]
     lines = ["| " + " | ".join(name for name, _ in columns) + " |",
              "| " + " | ".join("---" if i < 2 else "---:" for i in range(len(columns))) + " |"]
@@ -619,8 +619,7 @@ def schedule_pairs_table(points):
         fifo, priority = pairs[key].get("fifo"), pairs[key].get("priority")
         if fifo is None or priority is None:
             continue
-        busy = max(fifo.get("machine_busy_unniced_max") or 0,
-                   priority.get("machine_busy_unniced_max") or 0)
+        busy = max(machine_busy_of(fifo) or 0, machine_busy_of(priority) or 0)
         mark = cpu_mark(fifo) or cpu_mark(priority)
         lines.append(
             f"| {key[0]} | {key[1]} | {key[2]} | {key[3]:.0f} | {fifo['step_ms']:.0f} | "
