@@ -18,9 +18,9 @@
 //                                          overhead for the all-reduces and
 //                                          gRPC's for the parameter server
 // The intra-host link (--intra_link) is left as given: it stands for an
-// NVLink, not for what was measured. The factors play the part of LV08's
-// (SimGrid's TCP corrections: bandwidth × 0.97, latency × 13.01), fitted to
-// gradsync's transports rather than to the flows SimGrid was validated on.
+// NVLink, not for what was measured. The factors play the part of SimGrid's
+// LV08 TCP corrections (its documentation gives them), fitted to gradsync's
+// transports rather than to the flows SimGrid was validated on.
 #pragma once
 
 #include <string>
@@ -39,7 +39,7 @@ struct ModelConstants {
 };
 
 // The `constants` object of a document shaped like sim/constants.json:
-// {"constants": {"bandwidth_factor": {"value": 0.95, ...}, ...}}. A constant
+// {"constants": {"bandwidth_factor": {"value": <factor>, ...}, ...}}. A constant
 // that is missing keeps its neutral value; one out of range (a factor not
 // above 0, an overhead below 0) is InvalidArgument naming it and `source`.
 absl::StatusOr<ModelConstants> ParseModelConstants(const std::string& json,
