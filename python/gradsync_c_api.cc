@@ -3,6 +3,7 @@
 // addresses and lengths and return errors as strings.
 #include "python/gradsync_c_api.h"
 
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -128,6 +129,7 @@ class TorchWorker {
   }
 
   void SetLoss(double loss) { record_->SetLoss(loss); }
+  void SetDeviceComputeMs(double ms) { record_->SetDeviceComputeMs(ms); }
 
   void Fail(const std::string& message) {
     job_->Fail(absl::AbortedError(message));
@@ -319,6 +321,20 @@ int gradsync_worker_set_loss(gradsync_worker* worker, double loss) {
   return Guarded(__func__, [&]() -> absl::Status {
     if (absl::Status ok = NeedWorker(worker, __func__); !ok.ok()) return ok;
     worker->worker->SetLoss(loss);
+    return absl::OkStatus();
+  });
+}
+
+int gradsync_worker_set_device_compute_ms(gradsync_worker* worker,
+                                          double compute_ms) {
+  return Guarded(__func__, [&]() -> absl::Status {
+    if (absl::Status ok = NeedWorker(worker, __func__); !ok.ok()) return ok;
+    if (!std::isfinite(compute_ms) || compute_ms < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradsync_worker_set_device_compute_ms: ", compute_ms,
+          " ms is not a device time (give a finite time of at least 0)"));
+    }
+    worker->worker->SetDeviceComputeMs(compute_ms);
     return absl::OkStatus();
   });
 }

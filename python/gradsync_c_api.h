@@ -35,7 +35,7 @@ extern "C" {
 
 // Bumped whenever a signature below changes; the Python side refuses a
 // library of another version (a stale build) with one clear error.
-#define GRADSYNC_C_API_VERSION 1
+#define GRADSYNC_C_API_VERSION 2
 
 typedef struct gradsync_worker gradsync_worker;
 
@@ -82,6 +82,13 @@ GRADSYNC_EXPORT int gradsync_worker_set_ready_order(gradsync_worker* worker,
 
 GRADSYNC_EXPORT int gradsync_worker_set_loss(gradsync_worker* worker,
                                              double loss);
+
+// The device's forward + backward of the step in progress, from events on
+// the device (gradsync/device_timing.py: CUDA events), for its compute_ms;
+// not called, the step keeps the host's rule (step_ms - sync_wait_ms).
+// Refused when negative or not finite.
+GRADSYNC_EXPORT int gradsync_worker_set_device_compute_ms(
+    gradsync_worker* worker, double compute_ms);
 
 // Leaves the job with `message` (the others stop, naming this worker).
 GRADSYNC_EXPORT int gradsync_worker_fail(gradsync_worker* worker,

@@ -68,8 +68,12 @@ absl::Status TorchRunRecord::RecordStep(const DdpStepStats& step,
   record.step = step.step;
   record.loss = loss_;
   record.step_ms = step.step_ms;
+  // On a GPU the device's own time (the hook's CUDA events); on the host,
+  // everything but the wait, the optimizer and data loading included.
   record.compute_ms =
-      step.step_ms > step.sync_wait_ms ? step.step_ms - step.sync_wait_ms : 0;
+      device_compute_ms_ >= 0 ? device_compute_ms_
+      : step.step_ms > step.sync_wait_ms ? step.step_ms - step.sync_wait_ms
+                                         : 0;
   record.sync_wait_ms = step.sync_wait_ms;
   record.bytes_sent = step.strategy.bytes_sent;
   record.bytes_recv = step.strategy.bytes_recv;
@@ -85,6 +89,7 @@ absl::Status TorchRunRecord::RecordStep(const DdpStepStats& step,
   totals_.Add(record, options_.batch_size, measured);
   ShowProgress(step.step, loss_);
   loss_ = 0;
+  device_compute_ms_ = -1;
   return absl::OkStatus();
 }
 

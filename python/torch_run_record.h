@@ -13,9 +13,10 @@
 // What differs from a native worker, because PyTorch owns the loop: a step
 // runs from the end of one step's synchronization to the end of the next
 // one's, so compute_ms (step_ms - sync_wait_ms) also holds the previous
-// step's optimizer and the data loading; the loss is the one the program
-// gives (GradsyncState.record_loss), else 0; samples_per_s needs the batch
-// size (connect(batch_size=...)), else 0.
+// step's optimizer and the data loading, unless the hook hands over the
+// device's time (CUDA events, SetDeviceComputeMs); the loss is the one the
+// program gives (GradsyncState.record_loss), else 0; samples_per_s needs the
+// batch size (connect(batch_size=...)), else 0.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +60,10 @@ class TorchRunRecord {
 
   // The loss of the step in progress, for its line.
   void SetLoss(double loss) { loss_ = loss; }
+  // The device's forward + backward of the step in progress (CUDA events,
+  // gradsync/device_timing.py): its compute_ms instead of the host's
+  // step_ms - sync_wait_ms.
+  void SetDeviceComputeMs(double ms) { device_compute_ms_ = ms; }
   // After every step; after the first one also writes layout.json.
   absl::Status RecordStep(const DdpStepStats& step, const ParamLayout& layout);
   // After the strategy's Shutdown, before the job's Close (worker 0 gathers
@@ -78,6 +83,7 @@ class TorchRunRecord {
   std::unique_ptr<TraceRecorder> trace_;
   RankTotals totals_;
   double loss_ = 0;
+  double device_compute_ms_ = -1;  // < 0: not given for this step
   bool layout_written_ = false;
   bool finished_ = false;
   int64_t start_us_ = 0;

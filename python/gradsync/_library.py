@@ -32,7 +32,7 @@ import sys
 __all__ = ["TorchWorker", "strategies", "library_path"]
 
 # gradsync_c_api.h's GRADSYNC_C_API_VERSION, which this file is written for.
-API_VERSION = 1
+API_VERSION = 2
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _LIBRARY_NAME = "libgradsync_c.so"
@@ -166,6 +166,7 @@ def _declare(library):
         "gradsync_worker_set_bucket_caps": (c_int, [c_void_p, c_int64, c_int64]),
         "gradsync_worker_set_ready_order": (c_int, [c_void_p, int64_p, c_int64]),
         "gradsync_worker_set_loss": (c_int, [c_void_p, c_double]),
+        "gradsync_worker_set_device_compute_ms": (c_int, [c_void_p, c_double]),
         "gradsync_worker_fail": (c_int, [c_void_p, c_char_p]),
         "gradsync_worker_close": (c_int, [c_void_p]),
         "gradsync_worker_destroy": (None, [c_void_p]),
@@ -257,6 +258,10 @@ class TorchWorker:
 
     def last_step(self):
         return json.loads(_text(_lib.gradsync_worker_last_step_json(self._handle)))
+
+    def set_device_compute_ms(self, compute_ms):
+        _check(_lib.gradsync_worker_set_device_compute_ms(
+            self._handle, float(compute_ms)))
 
     def fail(self, message):
         _check(_lib.gradsync_worker_fail(self._handle, str(message).encode()))

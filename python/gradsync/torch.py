@@ -27,6 +27,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from gradsync import device_timing
 from gradsync import extension
 from gradsync import host_staging
 
@@ -69,6 +70,10 @@ class GradsyncState:
         self._ready_order = []
         self._ready_hooks = []
         self._staging = host_staging.HostStaging()
+        # The GPU's forward + backward from CUDA events (device_timing.py);
+        # needs the forward pre-hook register() adds.
+        self._clock = device_timing.StepClock()
+        self._forward_hook = None
 
     @property
     def rank(self):
@@ -244,6 +249,8 @@ def comm_hook(state, bucket):
     if bucket.is_last() and state._ready_hooks:
         state._stop_recording()
     params = [(p.data_ptr(), p.numel()) for p in bucket.parameters()]
+    if bucket.is_last():
+        state._clock.backward_ended(buffer.device)
     # A GPU bucket goes through pinned host memory, a bfloat16 or float16 one
     # through a float32 copy, summed in float32 (host_staging.py; the GPU
     # path has never run on a GPU yet).
@@ -253,6 +260,12 @@ def comm_hook(state, bucket):
     # waits on it is ordered after the copy back on that device's stream.
     future = (torch.futures.Future(devices=[buffer.device])
               if buffer.device.type == "cuda" else torch.futures.Future())
+    if bucket.is_last():
+        # to_host() has waited for the last bucket's copy, which the GPU
+        # ran after backward's end: reading the events waits for nothing.
+        compute_ms = state._clock.compute_ms()
+        if compute_ms is not None:
+            state._worker.set_device_compute_ms(compute_ms)
     state._pending.append((future, buffer, host))
     try:
         ended = state._worker.add_bucket(bucket.index(), host.data_ptr(),
@@ -283,4 +296,20 @@ def register(model, state):
     state._models.append(model)
     state._set_caps(model.bucket_bytes_cap)
     state._record_ready_order(model)
+    state._forward_hook = model.register_forward_pre_hook(
+        _forward_pre_hook(state, model))
     model.register_comm_hook(state, comm_hook)
+
+
+def _forward_pre_hook(state, model):
+    # Where the model's parameters live: a CUDA model's step is timed with
+    # CUDA events from here (device_timing.py); a CPU model's with the host's
+    # clock, as before.
+    device = next((p.device for p in model.parameters()), None)
+
+    def hook(module, inputs):
+        # Only a forward that backward will follow: an evaluation's forward
+        # under no_grad() between two steps is not the next step's compute.
+        if device is not None and torch.is_grad_enabled():
+            state._clock.forward_started(device)
+    return hook

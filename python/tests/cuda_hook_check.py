@@ -7,11 +7,14 @@ rank's parameters must equal DDP-on-Gloo's within 1e-5.
     python3 python/cuda_hook_check.py --gradsync bin/gradsync
 
 Prints one line per job (its time and its largest difference from DDP on
-Gloo) and exits 1 if any job fails or differs. --device=cpu runs the same
+Gloo) and, on CUDA, worker 0's median step, compute (the GPU's forward +
+backward from the hook's CUDA events) and exposed communication; exits 1 if
+any job fails or differs, or if no CUDA event was read. --device=cpu runs the same
 jobs without a GPU (how it was checked where none was at hand).
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -50,6 +53,37 @@ def run_job(args, name, worker_args, servers, out_root):
               (name, done.returncode, done.stdout[-4000:]))
         return None
     return [torch.load("%s.rank%d.pt" % (prefix, rank)) for rank in range(2)]
+
+
+def step_times(folder):
+    """Worker 0's measured steps: (step_ms, compute_ms, sync_wait_ms)."""
+    with open(os.path.join(folder, "worker0.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    return [(l["step_ms"], l["compute_ms"], l["sync_wait_ms"])
+            for l in lines if l.get("type") == "step" and l["step"] >= 1]
+
+
+def check_device_timing(folder):
+    """On CUDA the hook's compute_ms is the GPU's, from CUDA events
+    (gradsync/device_timing.py): never above the step, and not the host's
+    step_ms - sync_wait_ms on every step (which would mean no event was
+    read). Returns (ok, a line saying what was seen)."""
+    steps = step_times(folder)
+    if not steps:
+        return False, "no measured step lines in worker0.jsonl"
+    median = lambda values: sorted(values)[len(values) // 2]
+    step_ms = median([s for s, _, _ in steps])
+    compute_ms = median([c for _, c, _ in steps])
+    wait_ms = median([w for _, _, w in steps])
+    host_rule = all(abs(c - max(0.0, s - w)) < 1e-6 for s, c, w in steps)
+    over = [c for s, c, _ in steps if c > s + 1e-6]
+    ok = not host_rule and not over
+    return ok, ("step %.2f ms, compute (CUDA events) %.2f, exposed %.2f%s%s" %
+                (step_ms, compute_ms, wait_ms,
+                 "; compute is the host's step - wait on every step: no "
+                 "CUDA event was read" if host_rule else "",
+                 "; compute above the step on %d steps" % len(over)
+                 if over else ""))
 
 
 def difference(a, b):
@@ -95,6 +129,11 @@ def main():
               (name, worst, "ok" if worst < TOLERANCE else "TOO LARGE"),
               flush=True)
         ok = ok and worst < TOLERANCE
+        if args.device == "cuda":
+            timed, seen = check_device_timing(os.path.join(out_root, name))
+            print("%s: %s (%s)" % (name, seen, "ok" if timed else "WRONG"),
+                  flush=True)
+            ok = ok and timed
     print("cuda_hook_check: %s" % ("PASSED" if ok else "FAILED"))
     return 0 if ok else 1
 

@@ -35,7 +35,7 @@ def make_data(steps):
 
 
 def train(model, inputs, labels, rank, world, steps, die_at=None, state=None,
-          device="cpu"):
+          device="cpu", device_compute_ms=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     shard = GLOBAL_BATCH // world
     for step in range(steps):
@@ -48,6 +48,9 @@ def train(model, inputs, labels, rank, world, steps, die_at=None, state=None,
         loss = nn.functional.cross_entropy(model(x), y)
         if state is not None:
             state.record_loss(loss.item())
+            if device_compute_ms is not None:
+                # What device_timing.py hands over on a GPU, here by hand.
+                state._worker.set_device_compute_ms(device_compute_ms)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -70,6 +73,7 @@ def main():
     # are (so two processes may share one GPU), DDP on Gloo over CUDA
     # tensors, the hook staging its buckets through pinned memory.
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--device_compute_ms", type=float, default=None)
     args = parser.parse_args()
 
     inputs, labels = make_data(args.steps)
@@ -109,7 +113,15 @@ def main():
             other = DistributedDataParallel(make_model(), bucket_cap_mb=cap)
             gradsync.torch.register(other, state)  # refused
     die_at = args.die_at_step if rank == args.die_rank else None
-    train(ddp, inputs, labels, rank, world, args.steps, die_at, state, device)
+    if state is not None and args.device_compute_ms is not None:
+        try:
+            state._worker.set_device_compute_ms(-1.0)
+            raise AssertionError("a negative device time was taken")
+        except RuntimeError as error:
+            if "not a device time" not in str(error):
+                raise
+    train(ddp, inputs, labels, rank, world, args.steps, die_at, state, device,
+          args.device_compute_ms)
     if args.out:
         torch.save([p.detach().cpu() for p in model.parameters()],
                    "%s.rank%d.pt" % (args.out, rank))

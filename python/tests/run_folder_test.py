@@ -6,8 +6,10 @@ step lines (step time, exposed communication, bytes, the loss it recorded),
 worker 0's layout.json and summary.json (every worker's figures, the
 strategy's summary, the manifest with the settings the strategy derived) and
 the job's merged timeline with both workers' and both servers' tracks,
-worker 0's progress line, and a strategy flag given to the launcher applied
-by the workers and the servers alike.
+worker 0's progress line, the device compute time the hook's clock hands
+over (gradsync/device_timing.py; here by hand) in every step line, and a
+strategy flag given to the launcher applied by the workers and the servers
+alike.
 """
 
 import json
@@ -17,6 +19,9 @@ import unittest
 import launch_jobs
 
 STEPS = 5
+# Handed to every step as a device's compute time (what the hook's CUDA
+# events give on a GPU): the step lines carry it as compute_ms.
+DEVICE_COMPUTE_MS = 7.25
 
 
 class RunFolderTest(unittest.TestCase):
@@ -27,7 +32,8 @@ class RunFolderTest(unittest.TestCase):
         cls.trace = os.path.join(cls.run_dir, "trace.json")
         cls.code, cls.output, _ = launch_jobs.launch(
             "run-folder", 2,
-            ["--mode=gradsync", "--sync=ps", "--steps=%d" % STEPS],
+            ["--mode=gradsync", "--sync=ps", "--steps=%d" % STEPS,
+             "--device_compute_ms=%g" % DEVICE_COMPUTE_MS],
             servers=2, launch_flags=["--trace=%s" % cls.trace,
                                      "--ps_stream_window_kb=128"])
 
@@ -50,6 +56,7 @@ class RunFolderTest(unittest.TestCase):
                 self.assertGreater(line["bytes_recv"], 0, line)
                 self.assertGreaterEqual(line["sync_wait_ms"], 0, line)
                 self.assertGreater(line["loss"], 0, line)  # record_loss()
+                self.assertEqual(line["compute_ms"], DEVICE_COMPUTE_MS, line)
             for line in steps[1:]:  # step 0 starts at DDP's first bucket
                 self.assertGreater(line["step_ms"], 0, line)
                 self.assertLessEqual(line["sync_wait_ms"], line["step_ms"], line)
