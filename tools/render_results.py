@@ -172,11 +172,40 @@ def number(value, fmt="{:.0f}"):
     return "–" if value is None else fmt.format(value)
 
 
+def busy_window_mark(p):
+    """'' where the machine's busy share is over the measured steps alone,
+    '†' where it is over the whole job (a run from before bench/scaling.py
+    recorded the steps' window)."""
+    if p.get("machine_busy_unniced_timed_max") is not None:
+        return ""
+    return "†" if p.get("machine_busy_unniced_max") is not None else ""
+
+
+def busy_window_footer(points):
+    """What the busy columns measured over, for a table's footer."""
+    whole = any(busy_window_mark(p) for p in points)
+    timed = any(p.get("machine_busy_unniced_timed_max") is not None for p in points)
+    parts = []
+    if timed:
+        parts.append("machine busy over the measured steps (warm-up and start-up left out)")
+    if whole:
+        parts.append("† machine busy over the whole job, start-up included (a run from "
+                     "before the measured steps' window was recorded)")
+    return "; ".join(parts)
+
+
+def cpu_footer(points):
+    footer = busy_window_footer(points)
+    return f"*{describe_cpu_bound()} (bench/cpu_bound.py){'; ' + footer if footer else ''}.*"
+
+
 def sweep_table(points):
     """The table of a sweep of bench/scaling.py: one row per point but the
-    reference, by N then strategy, as the headline page has it."""
+    reference, by N then strategy, as the headline page has it. Job CPU is
+    over the whole job; machine busy over the measured steps where the run
+    recorded them, else the whole job (marked †): the footer says which."""
     header = ("| strategy | N | K | step ms | predicted ms | measured / predicted | "
-              "retrans. (RTOs) per job | drops | job CPU / machine busy |")
+              "retrans. (RTOs) per job | drops | job CPU (whole job) / machine busy |")
     lines = [header, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     order = {"ring": 0, "ps": 1, "ps-colocated": 2}
     rows = sorted((p for p in points if p["strategy"] != "local"),
@@ -192,8 +221,11 @@ def sweep_table(points):
             f"{number(p.get('retrans_segments'))} ({number(p.get('rto_timeouts'))}) | "
             f"{number(p.get('port_drops'))} | "
             f"{number(100 * (p.get('job_cpu_fraction') or 0))}% / "
-            f"{number(100 * (machine_busy_of(p) or 0))}%"
+            f"{number(100 * (machine_busy_of(p) or 0))}%{busy_window_mark(p)}"
             f"{cpu_mark(p)} |")
+    footer = busy_window_footer(rows)
+    if footer:
+        lines += ["", f"*Job CPU: the job's processes over the whole job; {footer}.*"]
     return "\n".join(lines)
 
 
@@ -466,7 +498,7 @@ def points_table(points):
         ("retrans. (drops)", lambda p: f"{number(p.get('retrans_segments'))} "
                                        f"({number(p.get('port_drops'))})"),
         ("machine busy (un-niced, max)",
-         lambda p: f"{number(100 * machine_busy_of(p))}%{cpu_mark(p)}"
+         lambda p: f"{number(100 * machine_busy_of(p))}%{busy_window_mark(p)}{cpu_mark(p)}"
          if machine_busy_of(p) is not None else "–"),
     ]
     lines = ["| " + " | ".join(name for name, _ in columns) + " |",
@@ -474,7 +506,7 @@ def points_table(points):
     for p in points:
         lines.append("| " + " | ".join(cell(p) for _, cell in columns) + " |")
     lines.append("")
-    lines.append(f"*{describe_cpu_bound()} (bench/cpu_bound.py).*")
+    lines.append(cpu_footer(points))
     return "\n".join(lines)
 
 
@@ -620,7 +652,8 @@ def schedule_pairs_table(points):
         if fifo is None or priority is None:
             continue
         busy = max(machine_busy_of(fifo) or 0, machine_busy_of(priority) or 0)
-        mark = cpu_mark(fifo) or cpu_mark(priority)
+        mark = (busy_window_mark(fifo) or busy_window_mark(priority)) + (
+            cpu_mark(fifo) or cpu_mark(priority))
         lines.append(
             f"| {key[0]} | {key[1]} | {key[2]} | {key[3]:.0f} | {fifo['step_ms']:.0f} | "
             f"{priority['step_ms']:.0f} | {priority['step_ms'] / fifo['step_ms']:.2f} | "
@@ -628,7 +661,7 @@ def schedule_pairs_table(points):
             f"{number(fifo.get('measured_compute_ms'))} | "
             f"{number(priority.get('measured_compute_ms'))} | {100 * busy:.0f}%{mark} |")
     lines.append("")
-    lines.append(f"*{describe_cpu_bound()} (bench/cpu_bound.py).*")
+    lines.append(cpu_footer([p for pair in pairs.values() for p in pair.values()]))
     return "\n".join(lines)
 
 
