@@ -4,9 +4,9 @@
 //   1. `gradsync launch --netem=RATE[,LATENCY]` gives every process the link
 //      it emulates (GRADSYNC_NETEM);
 //   2. else the job's link in GRADSYNC_LINK, in --netem's grammar, which a
-//      cluster's job script exports for every process (nothing probes it
-//      yet: the all-reduces probe their own peers at set-up, the PS has no
-//      such probe);
+//      cluster's job script exports for every process, as `netem probe
+//      --peer` prints it after measuring between two hosts
+//      (core/launch/link_probe.h; docs/cluster.md);
 //   3. else the rate is not known (LinkFigures::rate_bytes_per_s 0).
 #pragma once
 

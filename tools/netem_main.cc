@@ -4,15 +4,20 @@
 //
 //   netem probe --link=1gbit,200us [--json]   α and B between two namespaces
 //   netem probe --link=loopback                the same over 127.0.0.1
+//   netem probe --listen=PORT                  between two hosts of a real
+//   netem probe --peer=HOST:PORT               cluster (no root): prints the
+//                                              GRADSYNC_LINK for job scripts
 //   netem check --link=1gbit,200us             iperf3 forward, reverse and
 //                                              both at once, against the rate
 //   netem up --nodes=4 --link=1gbit [--prefix=gsdemo]   build and leave it
 //   netem down --prefix=gsdemo                 remove what `up` built
 //
-// probe, check and up need root (network namespaces, tc).
+// probe (but --listen/--peer), check and up need root (network namespaces,
+// tc).
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -21,12 +26,14 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/launch/link_probe.h"
 #include "core/launch/netem.h"
+#include "tools/emulated_link.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, link, "1gbit",
@@ -40,6 +47,17 @@ ABSL_FLAG(std::string, prefix, "",
 ABSL_FLAG(bool, json, false, "probe: print one JSON object instead of a table");
 ABSL_FLAG(int, repeats, 3, "probe: transfers per size (the median is kept)");
 ABSL_FLAG(double, seconds, 3, "check: seconds per iperf3 run");
+ABSL_FLAG(int, listen, -1,
+          "probe between two hosts: serve one peer's probe on this TCP port "
+          "(0: any free port, printed), then exit");
+ABSL_FLAG(std::string, bind, "0.0.0.0",
+          "probe --listen: the IPv4 address to listen on");
+ABSL_FLAG(int, wait_for_peer_s, 300,
+          "probe --listen: seconds to wait for the peer before giving up");
+ABSL_FLAG(std::string, peer, "",
+          "probe between two hosts: HOST:PORT of a `netem probe --listen` on "
+          "the other host; prints the link and the GRADSYNC_LINK line that "
+          "gives it to the parameter server's window rule");
 
 namespace gradsync {
 namespace {
@@ -99,9 +117,60 @@ void PrintProbe(const LinkProbeResult& r, const std::string& link) {
          r.duplex_bytes_per_s / 1e9, r.duplex_bytes_per_s * 8 / 1e6);
 }
 
+// Between two hosts: one serves, the other measures and prints the job's
+// link as GRADSYNC_LINK takes it (tools/emulated_link.h).
+absl::Status ProbeBetweenHosts(const LinkProbeOptions& options) {
+  const int listen = absl::GetFlag(FLAGS_listen);
+  const std::string peer = absl::GetFlag(FLAGS_peer);
+  if (listen >= 0 && !peer.empty()) {
+    return absl::InvalidArgumentError(
+        "netem probe: give --listen=PORT on one host and --peer=HOST:PORT on "
+        "the other, not both");
+  }
+  if (listen >= 0) {
+    LinkProbeServeOptions serve;
+    serve.bind_address = absl::GetFlag(FLAGS_bind);
+    serve.port = listen;
+    serve.wait_for_peer_s = absl::GetFlag(FLAGS_wait_for_peer_s);
+    serve.max_bytes =
+        *std::max_element(options.sizes.begin(), options.sizes.end());
+    serve.on_listening = [&serve](int port) {
+      printf("listening on %s:%d for one probe; on the other host run\n"
+             "  netem probe --peer=<this host>:%d\n",
+             serve.bind_address.c_str(), port, port);
+      fflush(stdout);
+    };
+    RETURN_IF_ERROR(ServeLinkProbe(serve));
+    printf("probe served\n");
+    return absl::OkStatus();
+  }
+  const size_t colon = peer.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(peer.substr(colon + 1), &port)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "netem probe: --peer=", peer,
+        " is not HOST:PORT (the port `netem probe --listen` printed)"));
+  }
+  ASSIGN_OR_RETURN(LinkProbeResult result,
+                   ProbeRemoteLink(peer.substr(0, colon), port, options));
+  PrintProbe(result, absl::StrCat("to ", peer));
+  if (!absl::GetFlag(FLAGS_json)) {
+    printf(
+        "\nFor the parameter server's stream windows on this cluster (every "
+        "worker and server\nof the job reads it; the slowest direction and "
+        "alpha above):\n  export %s=%s\n",
+        kJobLinkEnv, JobLinkSpecFromProbe(result).c_str());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Probe() {
   LinkProbeOptions options;
   options.repeats = absl::GetFlag(FLAGS_repeats);
+  if (absl::GetFlag(FLAGS_listen) >= 0 || !absl::GetFlag(FLAGS_peer).empty()) {
+    return ProbeBetweenHosts(options);
+  }
   const std::string link = absl::GetFlag(FLAGS_link);
   if (link == "loopback") {
     ASSIGN_OR_RETURN(LinkProbeResult result, ProbeLink(options));

@@ -1,11 +1,14 @@
-// The link probe (see link_probe.h). The client and the server are two
-// threads of this process; each first moves itself into its network
-// namespace (setns changes only the calling thread's namespace), so no
-// helper process or port forwarding is needed.
+// The link probe (see link_probe.h). Between two namespaces the client and
+// the server are two threads of this process; each first moves itself into
+// its network namespace (setns changes only the calling thread's namespace),
+// so no helper process or port forwarding is needed. Between two hosts they
+// are two processes (ServeLinkProbe, ProbeRemoteLink) speaking the same
+// requests, after a greeting that tells a probe from any other peer.
 #include "core/launch/link_probe.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
@@ -14,6 +17,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -43,6 +47,10 @@ struct Request {
   int32_t mode;
   int32_t padding;
 };
+
+// The client's first bytes: a peer that is not a link probe (or another
+// version of it) is refused with one clear error instead of misread.
+constexpr char kGreeting[8] = {'g', 's', 'p', 'r', 'o', 'b', 'e', '1'};
 
 absl::Status EnterNamespace(const std::string& name) {
   if (name.empty()) return absl::OkStatus();
@@ -121,14 +129,21 @@ void SetNoDelay(int fd) {
   SetTimeouts(fd);
 }
 
-absl::Status Serve(int listener, int64_t max_bytes) {
-  const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-  if (fd < 0)
-    return absl::UnavailableError(
-        absl::StrCat("accept: ", std::strerror(errno)));
+// Answers one client's requests on the accepted `fd` (owned) until it quits.
+absl::Status ServeConnection(int fd, int64_t max_bytes) {
   SetNoDelay(fd);
+  char greeting[sizeof(kGreeting)] = {};
+  absl::Status status = ReadAll(fd, greeting, sizeof(greeting));
+  if (status.ok() && std::memcmp(greeting, kGreeting, sizeof(kGreeting)) != 0) {
+    status = absl::InvalidArgumentError(
+        "the peer that connected is not a gradsync link probe (or another "
+        "version of it): run the same gradsync's `netem probe --peer` there");
+  }
+  if (!status.ok()) {
+    close(fd);
+    return status;
+  }
   std::vector<char> out(max_bytes, 'x'), in(max_bytes);
-  absl::Status status;
   while (status.ok()) {
     Request request{};
     status = ReadAll(fd, reinterpret_cast<char*>(&request), sizeof(request));
@@ -157,6 +172,14 @@ absl::Status Serve(int listener, int64_t max_bytes) {
   return status;
 }
 
+absl::Status Serve(int listener, int64_t max_bytes) {
+  const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0)
+    return absl::UnavailableError(
+        absl::StrCat("accept: ", std::strerror(errno)));
+  return ServeConnection(fd, max_bytes);
+}
+
 double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
@@ -178,6 +201,8 @@ class Client {
  public:
   explicit Client(int fd) : fd_(fd) { SetNoDelay(fd_); }
   ~Client() { close(fd_); }
+
+  absl::Status Greet() { return WriteAll(fd_, kGreeting, sizeof(kGreeting)); }
 
   // Milliseconds from the request until the exchange is complete here.
   absl::StatusOr<double> Exchange(Mode mode, int64_t bytes) {
@@ -259,6 +284,28 @@ absl::StatusOr<LinkProbeResult> Measure(Client& client,
   return result;
 }
 
+// Greets the server on the connected `fd`, measures, and says goodbye; owns
+// `fd`.
+absl::StatusOr<LinkProbeResult> MeasureOver(int fd,
+                                            const LinkProbeOptions& options) {
+  Client client(fd);
+  RETURN_IF_ERROR(client.Greet());
+  absl::StatusOr<LinkProbeResult> measured = Measure(client, options);
+  client.Quit();
+  return measured;
+}
+
+absl::Status CheckOptions(const LinkProbeOptions& options) {
+  if (options.sizes.size() < 2 || options.repeats < 1 ||
+      options.small_round_trips < 1 ||
+      *std::min_element(options.sizes.begin(), options.sizes.end()) < 1) {
+    return absl::InvalidArgumentError(
+        "link probe: need two sizes or more (each at least 1 byte), one "
+        "repeat and one round trip or more");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string LinkProbeResult::ToJson() const {
@@ -281,11 +328,7 @@ std::string LinkProbeResult::ToJson() const {
 }
 
 absl::StatusOr<LinkProbeResult> ProbeLink(const LinkProbeOptions& options) {
-  if (options.sizes.empty() || options.repeats < 1 ||
-      options.small_round_trips < 1) {
-    return absl::InvalidArgumentError(
-        "link probe: need sizes, repeats and round trips");
-  }
+  RETURN_IF_ERROR(CheckOptions(options));
   const int64_t largest =
       *std::max_element(options.sizes.begin(), options.sizes.end());
   std::promise<absl::StatusOr<int>> port_promise;
@@ -348,15 +391,107 @@ absl::StatusOr<LinkProbeResult> ProbeLink(const LinkProbeOptions& options) {
       if (fd >= 0) close(fd);
       return;
     }
-    Client client(fd);
-    absl::StatusOr<LinkProbeResult> measured = Measure(client, options);
-    client.Quit();
-    result = std::move(measured);
+    result = MeasureOver(fd, options);
   });
   client_thread.join();
   server.join();
   if (result.ok() && !server_status.ok()) return server_status;
   return result;
+}
+
+absl::Status ServeLinkProbe(const LinkProbeServeOptions& options) {
+  if (options.max_bytes < 1 || options.wait_for_peer_s < 1) {
+    return absl::InvalidArgumentError(
+        "link probe: max_bytes and wait_for_peer_s must be positive");
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(options.port));
+  if (options.port < 0 || options.port > 65535 ||
+      inet_pton(AF_INET, options.bind_address.c_str(), &addr.sin_addr) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("link probe: cannot listen on '", options.bind_address,
+                     ":", options.port, "' (an IPv4 address and a port)"));
+  }
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  socklen_t len = sizeof(addr);
+  if (listener < 0 ||
+      setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+      bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+      listen(listener, 1) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const absl::Status status = absl::UnavailableError(absl::StrCat(
+        "link probe: listening on ", options.bind_address, ":", options.port,
+        ": ", std::strerror(errno),
+        " (a port in use? choose another with --listen=PORT)"));
+    if (listener >= 0) close(listener);
+    return status;
+  }
+  const int port = ntohs(addr.sin_port);
+  // accept() waits for the peer at most this long.
+  timeval wait{options.wait_for_peer_s, 0};
+  setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  if (options.on_listening) options.on_listening(port);
+  const int accepted = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  const int accept_errno = errno;
+  close(listener);
+  if (accepted < 0) {
+    if (accept_errno == EAGAIN || accept_errno == EWOULDBLOCK) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "link probe: no peer connected to port ", port, " within ",
+          options.wait_for_peer_s, " s (run `netem probe --peer=THIS_HOST:",
+          port, "` on the other host)"));
+    }
+    return absl::UnavailableError(
+        absl::StrCat("link probe: accept: ", std::strerror(accept_errno)));
+  }
+  return ServeConnection(accepted, options.max_bytes);
+}
+
+absl::StatusOr<LinkProbeResult> ProbeRemoteLink(
+    const std::string& host, int port, const LinkProbeOptions& options) {
+  RETURN_IF_ERROR(CheckOptions(options));
+  if (port < 1 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("link probe: port ", port, " is not a TCP port"));
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+      rc != 0) {
+    return absl::NotFoundError(absl::StrCat("link probe: cannot resolve '",
+                                            host, "': ", gai_strerror(rc)));
+  }
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) SetTimeouts(fd);  // connect() gives up after the timeout too
+  const bool connected =
+      fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0;
+  const int connect_errno = errno;
+  freeaddrinfo(found);
+  if (!connected) {
+    if (fd >= 0) close(fd);
+    return absl::UnavailableError(absl::StrCat(
+        "link probe: connecting to ", host, ":", port, ": ",
+        std::strerror(connect_errno),
+        " (is `netem probe --listen` running there, and the port open?)"));
+  }
+  return MeasureOver(fd, options);
+}
+
+std::string JobLinkSpecFromProbe(const LinkProbeResult& result) {
+  double rate = 0;
+  for (double measured :
+       {result.bandwidth_bytes_per_s, result.reverse_bandwidth_bytes_per_s,
+        result.duplex_bytes_per_s}) {
+    if (measured > 0 && (rate == 0 || measured < rate)) rate = measured;
+  }
+  const double mbit = std::max(1.0, std::floor(rate * 8 / 1e6));
+  const double latency_us = std::max(1.0, std::round(result.alpha_us));
+  return absl::StrFormat("%.0fmbit,%.0fus", mbit, latency_us);
 }
 
 }  // namespace gradsync

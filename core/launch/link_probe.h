@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,5 +50,38 @@ struct LinkProbeResult {
 };
 
 absl::StatusOr<LinkProbeResult> ProbeLink(const LinkProbeOptions& options);
+
+// The same measurement between two hosts of a real cluster, where nothing is
+// emulated and no launcher knows the link: one host serves
+// (ServeLinkProbe), the other measures (ProbeRemoteLink), e.g.
+//   hostA$ netem probe --listen=29500
+//   hostB$ netem probe --peer=hostA:29500
+// and the job script exports the figure for every process
+// (JobLinkSpecFromProbe, GRADSYNC_LINK: tools/emulated_link.h), from which
+// the parameter server derives its stream windows as it does under --netem.
+struct LinkProbeServeOptions {
+  std::string bind_address = "0.0.0.0";  // IPv4
+  int port = 0;                          // 0: any free port
+  // The largest transfer a client may ask for (LinkProbeOptions::sizes).
+  int64_t max_bytes = int64_t{32} << 20;
+  // How long to wait for the peer to connect, then give up naming the port.
+  int wait_for_peer_s = 300;
+  // Called with the port once listening (before waiting for the peer).
+  std::function<void(int)> on_listening;
+};
+
+// Serves one peer's probe, then returns.
+absl::Status ServeLinkProbe(const LinkProbeServeOptions& options);
+
+// Measures the link to a peer serving at host:port (an IPv4 address or a
+// host name).
+absl::StatusOr<LinkProbeResult> ProbeRemoteLink(const std::string& host,
+                                                int port,
+                                                const LinkProbeOptions& options);
+
+// The job's link as GRADSYNC_LINK takes it, RATE,LATENCY in --netem's
+// grammar: the slowest of the forward, reverse and both-at-once rates (a PS
+// pushes and pulls at once), in Mbit/s, and the one-way latency α in µs.
+std::string JobLinkSpecFromProbe(const LinkProbeResult& result);
 
 }  // namespace gradsync
