@@ -9,8 +9,11 @@ the measured median, its spread and bench's alpha-beta prediction.
   sim/calibrate.py --measured=docs/results/data/headline-2026-11-24 \\
       --out=docs/results/data/scaling-calibration-DATE
 
-Only what the measured sweep's manifest states is used: its model
-(custom:MB:TENSORS), bucket cap, link, and --ps_chunk_kb as the key size.
+Only what the measured sweep's manifest and points state is used: its model
+(custom:MB:TENSORS), bucket cap, link, --ps_chunk_kb as the key size, each
+point's --compression and a --straggler=RANK:MS among its swept flags.
+--constants adds a third simulation per point under that constants file
+(sim/constants.json: `fitted`).
 """
 import argparse
 import csv
@@ -21,10 +24,24 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COLUMNS = ["strategy", "workers", "servers", "link", "model", "measured_step_ms",
+COLUMNS = ["strategy", "compression", "sweep", "workers", "servers", "link", "model",
+           "measured_step_ms",
            "measured_step_ms_min", "measured_step_ms_max", "alpha_beta_step_ms",
            "cm02_step_ms", "lv08_step_ms", "cm02_over_measured", "lv08_over_measured",
-           "cpu_bound"]
+           "fitted_step_ms", "fitted_over_measured", "cpu_bound"]
+
+
+def straggler_of(sweep):
+    """RANK:MS of a --straggler=RANK:MS among a point's swept flags, or ''.
+    Only the simulator's form (one rank, every step) is taken."""
+    for flag in (sweep or "").split():
+        if flag.startswith("--straggler="):
+            value = flag.split("=", 1)[1]
+            parts = value.split(":")
+            if "," in value or len(parts) != 2:
+                sys.exit(f"calibrate: {flag}: the simulator takes one RANK:MS straggler")
+            return value
+    return ""
 
 
 def main(argv):
@@ -32,6 +49,8 @@ def main(argv):
     parser.add_argument("--simulate", default=os.path.join(ROOT, "bazel-bin", "sim", "simulate"))
     parser.add_argument("--measured", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--constants", default="",
+                        help="a third simulation per point under these constants (CM02)")
     args = parser.parse_args(argv)
     with open(os.path.join(args.measured, "sweep.json")) as f:
         manifest = json.load(f)["manifest"]
@@ -47,6 +66,12 @@ def main(argv):
         n, k = int(p["workers"]), int(p["servers"] or 0)
         common = [f"--workers={n}", f"--link={p['link']}", f"--model={model}",
                   f"--bucket_mb={p['bucket_mb']}"]
+        compression = p.get("compression") or "none"
+        if compression != "none":
+            common.append(f"--compression={compression}")
+        straggler = straggler_of(p.get("sweep"))
+        if straggler:
+            common.append(f"--straggler={straggler}")
         if p["strategy"] == "ring":
             common.append("--strategy=ring")
         else:
@@ -54,20 +79,24 @@ def main(argv):
                        f"--ps_key_kb={flags['ps_chunk_kb']}"]
             if p["strategy"] == "ps-colocated":
                 common.append("--placement=colocated")
-        row = {"strategy": p["strategy"], "workers": n, "servers": k, "link": p["link"],
+        row = {"strategy": p["strategy"], "compression": compression,
+               "sweep": p.get("sweep") or "", "workers": n, "servers": k, "link": p["link"],
                "model": model, "measured_step_ms": float(p["step_ms"]),
                "measured_step_ms_min": float(p["step_ms_min"]),
                "measured_step_ms_max": float(p["step_ms_max"]),
                "alpha_beta_step_ms": float(p["predicted_step_ms"] or "nan"),
                "cpu_bound": p["cpu_bound"]}
-        for network in ("CM02", "LV08"):
-            done = subprocess.run([args.simulate, *common, f"--network_model={network}"],
+        runs = [("cm02", ["--network_model=CM02"]), ("lv08", ["--network_model=LV08"])]
+        if args.constants:
+            runs.append(("fitted", ["--network_model=CM02", f"--constants={args.constants}"]))
+        for name, extra in runs:
+            done = subprocess.run([args.simulate, *common, *extra],
                                   capture_output=True, text=True, timeout=300)
             if done.returncode != 0:
-                sys.exit(f"calibrate: {' '.join(common)}: {done.stderr.strip()}")
+                sys.exit(f"calibrate: {' '.join(common + extra)}: {done.stderr.strip()}")
             step = json.loads(done.stdout)["step_ms"]
-            row[f"{network.lower()}_step_ms"] = step
-            row[f"{network.lower()}_over_measured"] = step / row["measured_step_ms"]
+            row[f"{name}_step_ms"] = step
+            row[f"{name}_over_measured"] = step / row["measured_step_ms"]
         rows.append(row)
         print(row, flush=True)
     os.makedirs(args.out, exist_ok=True)

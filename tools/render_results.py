@@ -448,21 +448,43 @@ def simulated_crossover_misses_table(points):
 
 def simulated_calibration_table(points):
     """The table of sim/calibrate.py: each measured point of the emulated
-    cluster beside the simulator under CM02 and LV08 and bench's alpha-beta
-    prediction."""
-    lines = ["| strategy | N | K | measured ms (min–max) | α–β ms | CM02 ms | CM02 / measured | "
-             "LV08 ms | LV08 / measured |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    cluster beside the simulator under CM02 and LV08 (and the fitted
+    constants, where the run had them) and bench's alpha-beta prediction.
+    A case column (compression, swept flags) where any point has one;
+    CPU-bound points marked: what the simulator misses there is CPU."""
+    cases = any((p.get("compression") or "none") != "none" or p.get("sweep") for p in points)
+    fitted = any(p.get("fitted_step_ms") is not None for p in points)
+    header = ["strategy"] + (["case"] if cases else []) + [
+        "N", "K", "measured ms (min–max)", "α–β ms", "CM02 ms", "CM02 / measured",
+        "LV08 ms", "LV08 / measured"] + (["fitted ms", "fitted / measured"] if fitted else [])
+    lines = ["| " + " | ".join(header) + " |",
+             "| --- | " + ("--- | " if cases else "") +
+             " | ".join("---:" for _ in header[(2 if cases else 1):]) + " |"]
     order = {"ring": 0, "ps": 1, "ps-colocated": 2}
+
+    def case(p):
+        parts = [c for c in [p.get("compression") if (p.get("compression") or "none") != "none"
+                             else "", f"`{p['sweep']}`" if p.get("sweep") else ""] if c]
+        return ", ".join(parts) or "–"
+
+    def bound(p):
+        value = p.get("cpu_bound")
+        return value is True or str(value).lower() in ("true", "1", "yes")
+
     for p in sorted(points, key=lambda p: (p["workers"], order.get(p["strategy"], 9),
-                                           p["servers"])):
+                                           p["servers"], case(p))):
         k = "–" if p["strategy"] == "ring" else f"{p['servers']:.0f}"
-        lines.append(
-            f"| {strategy_label(p)} | {p['workers']:.0f} | {k} | "
+        cells = [strategy_label(p)] + ([case(p)] if cases else []) + [
+            f"{p['workers']:.0f}", k,
             f"{p['measured_step_ms']:.0f} ({p['measured_step_ms_min']:.0f}–"
-            f"{p['measured_step_ms_max']:.0f}) | {number(p.get('alpha_beta_step_ms'))} | "
-            f"{p['cm02_step_ms']:.0f} | {p['cm02_over_measured']:.2f} | "
-            f"{p['lv08_step_ms']:.0f} | {p['lv08_over_measured']:.2f} |")
+            f"{p['measured_step_ms_max']:.0f}){' **CPU-bound**' if bound(p) else ''}",
+            number(p.get('alpha_beta_step_ms')),
+            f"{p['cm02_step_ms']:.0f}", f"{p['cm02_over_measured']:.2f}",
+            f"{p['lv08_step_ms']:.0f}", f"{p['lv08_over_measured']:.2f}"]
+        if fitted:
+            cells += [number(p.get("fitted_step_ms")),
+                      number(p.get("fitted_over_measured"), "{:.2f}")]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
