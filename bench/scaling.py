@@ -152,7 +152,8 @@ def enumerate_points(args):
                     compute_values = [0.0]  # they compute for real
                 for compute_ms in compute_values:
                     group = dict(model=label, model_bytes=model_bytes, model_flags=model_flags,
-                                 link=link, bucket_mb=bucket_mb, compute_ms=compute_ms)
+                                 link=link, bucket_mb=bucket_mb, compute_ms=compute_ms,
+                                 ranks_per_host=getattr(args, "ranks_per_host", 1))
                     points.append(dict(group, strategy="local", workers=1, servers=0,
                                        sweep=""))
                     for n in [int(w) for w in args.workers.split(",")]:
@@ -293,6 +294,8 @@ def label(point):
         name += f"_colocated{point['colocated']}"
     if (point.get("compression") or "none") != "none":
         name += "_" + point["compression"].replace(":", "")
+    if point.get("ranks_per_host", 1) > 1 and point["workers"] > 1:
+        name += f"_rph{point['ranks_per_host']}"
     flags = point.get("sweep", "")
     if flags:
         name += "_" + "".join(c if c.isalnum() or c in "=.-" else "_"
@@ -312,6 +315,8 @@ def run_job(point, run_dir, args):
         launch.append(f"--servers={point['servers'] - point['colocated']}")
     if point["link"] != "loopback":
         launch.append(f"--netem={point['link']}")
+        if point.get("ranks_per_host", 1) > 1 and point["workers"] > 1:
+            launch.append(f"--ranks_per_host={point['ranks_per_host']}")
     sync = {"local": "local", "ps": "ps", "ps-colocated": "ps", "ps-mixed": "ps",
             "hybrid": "hybrid", **{name: name for name in cost_model.ALLREDUCE_FAMILY}
             }[point["strategy"]]
@@ -654,8 +659,11 @@ def add_references_and_predictions(points, links, layouts, extra_flags=()):
             p["efficiency"] = ref["step_ms"] / p["step_ms"]
         link = links.get(p["link"])
         layout = layouts.get(group_key(p))
-        # hybrid has no α–β formula yet (bench/cost_model.py): no prediction.
-        if link is None or layout is None or p["strategy"] in ("local", "hybrid"):
+        # hybrid has no α–β formula yet (bench/cost_model.py), nor has a link
+        # shared by several ranks of a host (--ranks_per_host; the simulator
+        # has one, sim/calibrate.py): no prediction.
+        if link is None or layout is None or p["strategy"] in ("local", "hybrid") or (
+                p.get("ranks_per_host", 1) > 1):
             continue
         p.update(cost_model.predict(p, link, layout["bucket_bytes"], ref["measured_compute_ms"],
                                     ref["step_ms"], layout["last_tensor_bytes"],
@@ -704,7 +712,8 @@ COLUMNS = ["strategy", "compression", "sweep", "workers", "servers", "colocated"
            "efficiency", "largest_server_share", "partition", "colocated_server_share",
            "separate_server_share", "ps_chunk_bytes", "ps_message_bytes", "cpu_bound",
            "predicted_comm_ms",
-           "predicted_exposed_ms", "predicted_step_ms", "byteps_optimum_comm_ms"]
+           "predicted_exposed_ms", "predicted_step_ms", "byteps_optimum_comm_ms",
+           "ranks_per_host"]
 
 
 def write_csv(points, path):
@@ -800,6 +809,10 @@ def main():
                         help="--compression values, each strategy × method a point: "
                              "none,fp16,topk:0.01 (none, fp16, bf16, topk:R, randomk:R, onebit)")
     parser.add_argument("--compute_ms", default="0", help="emulated compute per step")
+    parser.add_argument("--ranks_per_host", type=int, default=1,
+                        help="workers sharing one emulated host and its link (gradsync "
+                             "launch --ranks_per_host; servers keep a host each); no α–β "
+                             "prediction for more than 1")
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=12, help="steps per job")
     parser.add_argument("--warmup", type=int, default=3, help="steps left out of the means")
@@ -817,6 +830,11 @@ def main():
                         help="flag sets, ';'-separated, each run at every strategy point")
     parser.add_argument("extra", nargs="*", help="after --: more training flags")
     args = parser.parse_args()
+    if args.ranks_per_host < 1:
+        sys.exit(f"scaling: --ranks_per_host={args.ranks_per_host}: give 1 or more")
+    if args.ranks_per_host > 1 and "loopback" in split_links(args.links):
+        sys.exit("scaling: --ranks_per_host shares an emulated host's link; it needs "
+                 "--links with a rate, not loopback")
     if args.reanalyze:
         points = reanalyze(args.reanalyze)
         print_points(points)

@@ -41,6 +41,45 @@ class SweepTest(unittest.TestCase):
         self.assertEqual(len(labels), len(points), "labels must be distinct")
         self.assertIn("custom-1MB_loopback_b25_c0_ps_n4_k4_ps_chunk_kb=128", labels)
 
+    def test_ranks_sharing_a_host_are_labelled_and_the_launchers_flag(self):
+        import json
+        import tempfile
+        from unittest import mock
+
+        class Args:
+            models = "custom:1:4"
+            links = "100mbit"
+            bucket_mb = "25"
+            compute_ms = "0"
+            workers = "4"
+            strategies = "ring"
+            servers = "N"
+            sweep = ""
+            ranks_per_host = 2
+            deadline_s = 60
+            extra = []
+            batch_size = 8
+            steps = 5
+            warmup = 1
+        points = scaling.enumerate_points(Args)
+        self.assertEqual([scaling.label(p) for p in points],
+                         ["custom-1MB_100mbit_b25_c0_local_n1_k0",
+                          "custom-1MB_100mbit_b25_c0_ring_n4_k0_rph2"])
+        ran = {}
+
+        def fake_run(argv, stdout, stderr, timeout, env=None):
+            ran["argv"] = argv
+            with open(os.path.join(run_dir, "summary.json"), "w") as f:
+                json.dump({"step_ms": 1}, f)
+            return mock.Mock(returncode=0)
+
+        with tempfile.TemporaryDirectory() as run_dir, \
+                mock.patch.object(scaling.subprocess, "run", fake_run):
+            scaling.run_job(points[1], run_dir, Args)
+            self.assertIn("--ranks_per_host=2", ran["argv"])
+            scaling.run_job(points[0], run_dir, Args)  # one worker: no host to share
+            self.assertFalse([a for a in ran["argv"] if a.startswith("--ranks_per_host")])
+
     def test_every_strategy_runs_with_every_compression_it_has(self):
         class Args:
             models = "custom:1:4"
