@@ -11,7 +11,8 @@ the measured median, its spread and bench's alpha-beta prediction.
 
 Only what the measured sweep's manifest and points state is used: its model
 (custom:MB:TENSORS), bucket cap, link, --ps_chunk_kb as the key size, each
-point's --compression and a --straggler=RANK:MS among its swept flags.
+point's --compression, a --straggler=RANK:MS among its swept flags and its
+--ranks_per_host (the simulator's --gpus_per_host).
 --constants adds a third simulation per point under that constants file
 (sim/constants.json: `fitted`).
 """
@@ -24,7 +25,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COLUMNS = ["strategy", "compression", "sweep", "workers", "servers", "link", "model",
+COLUMNS = ["strategy", "compression", "sweep", "ranks_per_host", "workers", "servers", "link",
+           "model",
            "measured_step_ms",
            "measured_step_ms_min", "measured_step_ms_max", "alpha_beta_step_ms",
            "cm02_step_ms", "lv08_step_ms", "cm02_over_measured", "lv08_over_measured",
@@ -72,6 +74,9 @@ def main(argv):
         straggler = straggler_of(p.get("sweep"))
         if straggler:
             common.append(f"--straggler={straggler}")
+        ranks_per_host = int(float(p.get("ranks_per_host") or 1))
+        if ranks_per_host > 1:
+            common.append(f"--gpus_per_host={ranks_per_host}")
         if p["strategy"] == "ring":
             common.append("--strategy=ring")
         else:
@@ -80,7 +85,7 @@ def main(argv):
             if p["strategy"] == "ps-colocated":
                 common.append("--placement=colocated")
         row = {"strategy": p["strategy"], "compression": compression,
-               "sweep": p.get("sweep") or "", "workers": n, "servers": k, "link": p["link"],
+               "sweep": p.get("sweep") or "", "ranks_per_host": ranks_per_host, "workers": n, "servers": k, "link": p["link"],
                "model": model, "measured_step_ms": float(p["step_ms"]),
                "measured_step_ms_min": float(p["step_ms_min"]),
                "measured_step_ms_max": float(p["step_ms_max"]),

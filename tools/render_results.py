@@ -452,7 +452,8 @@ def simulated_calibration_table(points):
     constants, where the run had them) and bench's alpha-beta prediction.
     A case column (compression, swept flags) where any point has one;
     CPU-bound points marked: what the simulator misses there is CPU."""
-    cases = any((p.get("compression") or "none") != "none" or p.get("sweep") for p in points)
+    cases = any((p.get("compression") or "none") != "none" or p.get("sweep") or
+                (p.get("ranks_per_host") or 1) > 1 for p in points)
     fitted = any(p.get("fitted_step_ms") is not None for p in points)
     header = ["strategy"] + (["case"] if cases else []) + [
         "N", "K", "measured ms (min–max)", "α–β ms", "CM02 ms", "CM02 / measured",
@@ -464,7 +465,9 @@ def simulated_calibration_table(points):
 
     def case(p):
         parts = [c for c in [p.get("compression") if (p.get("compression") or "none") != "none"
-                             else "", f"`{p['sweep']}`" if p.get("sweep") else ""] if c]
+                             else "", f"`{p['sweep']}`" if p.get("sweep") else "",
+                             f"{p['ranks_per_host']:.0f} per host"
+                             if (p.get("ranks_per_host") or 1) > 1 else ""] if c]
         return ", ".join(parts) or "–"
 
     def bound(p):
