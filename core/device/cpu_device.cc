@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
+#include "core/device/bfloat16.h"
 #include "core/device/dnnl_batch_norm.h"
 #include "core/device/dnnl_context.h"
 #include "core/device/dnnl_convolution.h"
@@ -103,6 +104,17 @@ inline void ScaleSpan(float* __restrict x, float alpha, int n) {
   for (int j = 0; j < n; ++j) x[j] = km::Scaled(x[j], alpha);
 }
 
+// --precision=bf16: out = in rounded to bf16 (bfloat16.h); in == out allowed
+// only through RoundSpanInPlace.
+inline void RoundSpan(float* __restrict out, const float* __restrict in,
+                      int n) {
+  for (int j = 0; j < n; ++j) out[j] = bfloat16::Round(in[j]);
+}
+
+inline void RoundSpanInPlace(float* __restrict x, int n) {
+  for (int j = 0; j < n; ++j) x[j] = bfloat16::Round(x[j]);
+}
+
 inline void SumSpan(float* __restrict y, const float* __restrict x, int n) {
   for (int j = 0; j < n; ++j) y[j] = km::Sum(y[j], x[j]);
 }
@@ -123,10 +135,11 @@ inline void SgdMomentumSpan(float* __restrict p, const float* __restrict g,
 }  // namespace
 
 CpuDevice::CpuDevice(int cpu_threads, bool reference_convolutions,
-                     bool reference_batch_norm)
+                     bool reference_batch_norm, Precision precision)
     : dnnl_(std::make_unique<DnnlContext>(cpu_threads)),
       reference_convolutions_(reference_convolutions),
-      reference_batch_norm_(reference_batch_norm) {}
+      reference_batch_norm_(reference_batch_norm),
+      precision_(precision) {}
 
 DnnlBatchNorm* CpuDevice::BatchNormFor(int64_t rows, int channels,
                                        float epsilon) {
@@ -160,7 +173,8 @@ DnnlBatchNorm* CpuDevice::BatchNormFor(int64_t rows, int channels,
 absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CpuDevice::CreateConvolution(
     const ConvGeometry& g, int out_channels) {
   if (reference_convolutions_) return std::unique_ptr<ConvolutionKernel>();
-  return DnnlConvolution::Create(*dnnl_, g, out_channels);
+  return DnnlConvolution::Create(*dnnl_, g, out_channels,
+                                 precision_ == Precision::kBf16);
 }
 
 CpuDevice::~CpuDevice() {
@@ -241,6 +255,33 @@ void CpuDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
   // SSE3 kernels, 4-5 times slower per core (core/device/README.md).
   const int lda = transpose_a ? m : k;
   const int ldb = transpose_b ? k : n;
+  const bool bf16 = precision_ == Precision::kBf16;
+  if (bf16) {
+    // bf16 autocast's matmul: both inputs rounded to bf16 (copies: a and b
+    // are often parameters, the float32 master weights), their products
+    // exact in float32, float32 sums (sgemm), the result rounded to bf16
+    // below. The rounding loops share the threads as the element-wise
+    // kernels do.
+    const int64_t a_count = int64_t{m} * k;
+    const int64_t b_count = int64_t{k} * n;
+    if (static_cast<int64_t>(rounded_a_.size()) < a_count) {
+      rounded_a_.resize(a_count);
+    }
+    if (static_cast<int64_t>(rounded_b_.size()) < b_count) {
+      rounded_b_.resize(b_count);
+    }
+    float* rounded_a = rounded_a_.data();
+    float* rounded_b = rounded_b_.data();
+    dnnl_->UseThreads();
+    ForEachBlock(a_count, [&](int64_t i, int count) {
+      RoundSpan(rounded_a + i, a + i, count);
+    });
+    ForEachBlock(b_count, [&](int64_t i, int count) {
+      RoundSpan(rounded_b + i, b + i, count);
+    });
+    a = rounded_a;
+    b = rounded_b;
+  }
   if (int64_t{m} * n * k < kParallelGemmWork) {
     dnnl_->UseOneThread();
   } else {
@@ -252,6 +293,11 @@ void CpuDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
   GS_CHECK(status == dnnl_success)
       << "dnnl_sgemm(" << m << "x" << n << "x" << k << ") failed with status "
       << static_cast<int>(status);
+  if (bf16) {
+    dnnl_->UseThreads();
+    ForEachBlock(int64_t{m} * n,
+                 [&](int64_t i, int count) { RoundSpanInPlace(c + i, count); });
+  }
 }
 
 void CpuDevice::AddRowBias(float* y, const float* bias, int rows, int cols) {

@@ -40,14 +40,20 @@ class CpuDevice : public Device {
   // so layers run im2col + GEMM instead of oneDNN. `reference_batch_norm`
   // (tests only): batch normalisation runs the loops over kernel_math.h (the
   // CUDA kernels' arithmetic) instead of oneDNN's primitives.
+  // `precision`: kFp32 or kBf16 (device.h): with kBf16 Gemm and the
+  // convolutions (oneDNN's and the im2col reference's, which runs Gemm) round
+  // their inputs and outputs to bf16 around float32 arithmetic; the other
+  // kernels do not change. kTf32 is CreateDevice's to refuse.
   explicit CpuDevice(int cpu_threads = 0, bool reference_convolutions = false,
-                     bool reference_batch_norm = false);
+                     bool reference_batch_norm = false,
+                     Precision precision = Precision::kFp32);
   ~CpuDevice() override;
 
   CpuDevice(const CpuDevice&) = delete;
   CpuDevice& operator=(const CpuDevice&) = delete;
 
   DeviceType type() const override { return DeviceType::kCpu; }
+  Precision precision() const { return precision_; }
   std::string name() const override { return "cpu"; }
 
   absl::StatusOr<void*> AllocateBytes(size_t bytes) override;
@@ -129,6 +135,11 @@ class CpuDevice : public Device {
   std::unique_ptr<DnnlContext> dnnl_;  // Gemm's threads; the convolutions
   const bool reference_convolutions_;
   const bool reference_batch_norm_;
+  const Precision precision_;
+  // --precision=bf16: Gemm's inputs rounded to bf16, grown to the largest
+  // product seen (a model's products are the same every step, so only its
+  // first step grows them).
+  std::vector<float> rounded_a_, rounded_b_;
   // Kernels run on one thread at a time (the step loop's), so no lock.
   std::vector<std::unique_ptr<DnnlBatchNorm>> batch_norms_;
   std::vector<std::pair<int64_t, int>> batch_norm_failures_;

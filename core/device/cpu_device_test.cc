@@ -433,14 +433,10 @@ TEST(ParsePrecisionTest, NamesAndErrors) {
   EXPECT_EQ(*ParsePrecision("fp32"), Precision::kFp32);
   EXPECT_EQ(*ParsePrecision("TF32"), Precision::kTf32);
   EXPECT_STREQ(PrecisionName(Precision::kTf32), "tf32");
-  // Mixed precision is named as not built, with what it lacks.
-  auto bf16 = ParsePrecision("bf16");
-  ASSERT_FALSE(bf16.ok());
-  EXPECT_EQ(bf16.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(bf16.status().message().find("not built yet"), std::string::npos)
-      << bf16.status();
-  EXPECT_NE(bf16.status().message().find("fp32 or tf32"), std::string::npos)
-      << bf16.status();
+  EXPECT_EQ(*ParsePrecision("bf16"), Precision::kBf16);
+  EXPECT_EQ(*ParsePrecision("BF16"), Precision::kBf16);
+  EXPECT_STREQ(PrecisionName(Precision::kBf16), "bf16");
+  EXPECT_STREQ(PrecisionName(Precision::kFp32), "fp32");
   auto bad = ParsePrecision("fp16");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -458,6 +454,17 @@ TEST(ParsePrecisionTest, CpuDeviceRefusesTf32) {
   EXPECT_NE(device.status().message().find("--precision=tf32"),
             std::string::npos)
       << device.status();
+}
+
+// bf16 runs on the CPU: its products are the GPU's reference.
+TEST(ParsePrecisionTest, CpuDeviceTakesBf16) {
+  DeviceOptions options;
+  options.precision = Precision::kBf16;
+  auto device = CreateDevice(options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  auto* cpu = dynamic_cast<CpuDevice*>(device->get());
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_EQ(cpu->precision(), Precision::kBf16);
 }
 
 TEST(ParseDeviceTypeTest, NamesAndErrors) {

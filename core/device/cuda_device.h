@@ -115,7 +115,11 @@ class CudaDevice : public Device {
   // `precision`: kTf32 lets cuBLAS (CUBLAS_TF32_TENSOR_OP_MATH) and cuDNN
   // (CUDNN_DEFAULT_MATH, PyTorch's choice with TF32 allowed) use TF32 tensor
   // cores; kFp32 keeps plain FP32 products (CUBLAS_DEFAULT_MATH,
-  // CUDNN_FMA_MATH), which the parity tests need.
+  // CUDNN_FMA_MATH), which the parity tests need. kBf16 (device.h): Gemm
+  // rounds a and b into bf16 scratch (bfloat16.h), multiplies them with
+  // cublasGemmEx (CUDA_R_16BF inputs, a float32 C, CUBLAS_COMPUTE_32F) and
+  // rounds C to bf16; the convolutions compute on bf16 copies
+  // (cudnn_convolution.h). Never run on a GPU yet.
   static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(
       int gpu_index, bool reference_convolutions = false,
       Precision precision = Precision::kFp32);
@@ -234,6 +238,12 @@ class CudaDevice : public Device {
   absl::Status Initialize();
   // A new arena block of at least `bytes`, zero-filled.
   absl::Status AddBlock(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // --precision=bf16: Gemm's bf16 copies of a and b hold at least these many
+  // elements (grown from the arena, doubling).
+  absl::Status ReserveBf16Operands(int64_t a_count, int64_t b_count);
+  void GemmBf16(bool transpose_a, bool transpose_b, int m, int n, int k,
+                float alpha, const float* a, const float* b, float beta,
+                float* c);
   void CheckLaunch(cudaError_t error, const char* kernel);
   absl::Status TakeError();
 
@@ -247,6 +257,11 @@ class CudaDevice : public Device {
   double* channel_partials_ = nullptr;
   const bool reference_convolutions_;
   const Precision precision_;
+  // --precision=bf16: Gemm's operands rounded to bf16 (their 16 bits).
+  uint16_t* bf16_a_ = nullptr;
+  uint16_t* bf16_b_ = nullptr;
+  int64_t bf16_a_capacity_ = 0;
+  int64_t bf16_b_capacity_ = 0;
   // Made at the first CreateConvolution (set-up, one thread).
   std::unique_ptr<CudnnContext> cudnn_;
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "core/device/bfloat16.h"
 #include "core/device/cuda_kernels.h"
 #include "core/device/kernel_math.h"
 #include "core/device/launch_config.h"
@@ -208,6 +209,37 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int64_t stride = GridStride<int64_t>();
   for (int64_t i = GridStrideFirst<int64_t>(); i < count; i += stride) {
     x[i] = km::Scaled(x[i], alpha);
+  }
+}
+
+// --precision=bf16's casts (bfloat16.h's rounding, the CPU's too). The
+// walk's divisions are 64-bit: these kernels move two or six bytes per
+// element, and a convolution's cuDNN call dwarfs them.
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    RoundToBfloat16Kernel(const float* __restrict__ in, NhwcWalk walk,
+                          uint16_t* __restrict__ out) {
+  const int64_t count = walk.count();
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < count; i += stride) {
+    out[i] = bfloat16::RoundToBits(in[walk.OffsetOf(i)]);
+  }
+}
+
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    WidenFromBfloat16Kernel(const uint16_t* __restrict__ in, NhwcWalk walk,
+                            float* __restrict__ out) {
+  const int64_t count = walk.count();
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < count; i += stride) {
+    out[walk.OffsetOf(i)] = bfloat16::FromBits(in[i]);
+  }
+}
+
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    RoundInPlaceKernel(float* __restrict__ x, int64_t count) {
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < count; i += stride) {
+    x[i] = bfloat16::Round(x[i]);
   }
 }
 
@@ -663,6 +695,32 @@ cudaError_t Scale(cudaStream_t stream, float* x, int64_t count, float alpha) {
   if (count <= 0) return cudaSuccess;
   ScaleKernel<<<launch_config::PlanElementwise(count).blocks, kThreadsPerBlock,
                 0, stream>>>(x, count, alpha);
+  return cudaGetLastError();
+}
+
+cudaError_t RoundToBfloat16(cudaStream_t stream, const float* in,
+                            const NhwcWalk& walk, uint16_t* out) {
+  const int64_t count = walk.count();
+  if (count <= 0) return cudaSuccess;
+  RoundToBfloat16Kernel<<<launch_config::PlanElementwise(count).blocks,
+                          kThreadsPerBlock, 0, stream>>>(in, walk, out);
+  return cudaGetLastError();
+}
+
+cudaError_t WidenFromBfloat16(cudaStream_t stream, const uint16_t* in,
+                              const NhwcWalk& walk, float* out) {
+  const int64_t count = walk.count();
+  if (count <= 0) return cudaSuccess;
+  WidenFromBfloat16Kernel<<<launch_config::PlanElementwise(count).blocks,
+                            kThreadsPerBlock, 0, stream>>>(in, walk, out);
+  return cudaGetLastError();
+}
+
+cudaError_t RoundToBfloat16InPlace(cudaStream_t stream, float* x,
+                                   int64_t count) {
+  if (count <= 0) return cudaSuccess;
+  RoundInPlaceKernel<<<launch_config::PlanElementwise(count).blocks,
+                       kThreadsPerBlock, 0, stream>>>(x, count);
   return cudaGetLastError();
 }
 

@@ -40,6 +40,18 @@ cudaError_t SoftmaxCrossEntropy(cudaStream_t stream, const float* logits,
                                 float* dlogits, double* partials, float* loss);
 cudaError_t Scale(cudaStream_t stream, float* x, int64_t count, float alpha);
 cudaError_t Fill(cudaStream_t stream, float* x, int64_t count, float value);
+// --precision=bf16 (bfloat16.h's rounding; bf16 values as their 16 bits, the
+// layout of CUDA's __nv_bfloat16 and cuDNN's CUDNN_DATA_BFLOAT16):
+// out[i] = bf16(in[walk.OffsetOf(i)]) for i in [0, walk.count()), a tensor of
+// any layout rounded into a contiguous NHWC-ordered copy (layer_geometry.h);
+cudaError_t RoundToBfloat16(cudaStream_t stream, const float* in,
+                            const NhwcWalk& walk, uint16_t* out);
+// out[walk.OffsetOf(i)] = in[i] widened to float32 (exact), the way back;
+cudaError_t WidenFromBfloat16(cudaStream_t stream, const uint16_t* in,
+                              const NhwcWalk& walk, float* out);
+// x[i] = bf16(x[i]), kept as float32 (a matrix product's output).
+cudaError_t RoundToBfloat16InPlace(cudaStream_t stream, float* x,
+                                   int64_t count);
 // The convolutional layers' kernels (Device's comments say what each does).
 cudaError_t Im2Col(cudaStream_t stream, const float* input,
                    const ConvGeometry& g, float* columns);

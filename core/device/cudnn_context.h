@@ -50,6 +50,7 @@ class CudnnContext {
     kInput,       // an input that is not NHWC, copied to NHWC
     kWeights,     // a weight in KRSC
     kWeightGrad,  // a weight gradient in KRSC, before its copy back
+    kOutput,      // bf16: the output cuDNN writes, the output gradient it reads
     // The algorithm search's own tensors (cudnnFind*Ex writes its outputs):
     // an NHWC input (and input gradient), an output (and its gradient).
     kSearchInput,

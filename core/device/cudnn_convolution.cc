@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/logging.h"
 #include "core/device/cuda_device.h"
+#include "core/device/cuda_kernels.h"
 #include "core/device/cudnn_algorithm_choice.h"
 
 namespace gradsync {
@@ -15,14 +16,29 @@ namespace {
 
 // fp32: plain products, no TF32 (see the header). tf32: cuDNN may pick
 // tensor-core kernels, PyTorch's math type for float32 with allow_tf32.
+// bf16: tensor-core math, PyTorch's type for 16-bit data.
 cudnnMathType_t MathType(Precision precision) {
-  return precision == Precision::kTf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  switch (precision) {
+    case Precision::kFp32:
+      return CUDNN_FMA_MATH;
+    case Precision::kTf32:
+      return CUDNN_DEFAULT_MATH;
+    case Precision::kBf16:
+      return CUDNN_TENSOR_OP_MATH;
+  }
+  return CUDNN_FMA_MATH;
+}
+
+cudnnDataType_t DataType(CudnnDataType type) {
+  return type == CudnnDataType::kBfloat16 ? CUDNN_DATA_BFLOAT16
+                                          : CUDNN_DATA_FLOAT;
 }
 
 cudnnStatus_t SetTensor(cudnnTensorDescriptor_t descriptor,
-                        const CudnnTensorShape& shape) {
+                        const CudnnTensorShape& shape,
+                        cudnnDataType_t type = CUDNN_DATA_FLOAT) {
   return cudnnSetTensor4dDescriptorEx(
-      descriptor, CUDNN_DATA_FLOAT, shape.dims[0], shape.dims[1], shape.dims[2],
+      descriptor, type, shape.dims[0], shape.dims[1], shape.dims[2],
       shape.dims[3], shape.strides[0], shape.strides[1], shape.strides[2],
       shape.strides[3]);
 }
@@ -96,8 +112,12 @@ std::vector<ConvolutionAlgorithmResult> ToMeasuredResults(const Perf* perf,
 
 absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CudnnConvolution::Create(
     CudnnContext& context, const ConvGeometry& geometry, int out_channels) {
+  const CudnnDataType data_type =
+      context.device().precision() == Precision::kBf16
+          ? CudnnDataType::kBfloat16
+          : CudnnDataType::kFloat;
   ASSIGN_OR_RETURN(CudnnConvolutionPlan plan,
-                   PlanCudnnConvolution(geometry, out_channels));
+                   PlanCudnnConvolution(geometry, out_channels, data_type));
   std::unique_ptr<CudnnConvolution> kernel(
       new CudnnConvolution(context, geometry, out_channels, plan));
   RETURN_IF_ERROR(kernel->Build());
@@ -136,16 +156,21 @@ absl::Status CudnnConvolution::Build() {
   CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&convolution_),
                         where_);
   CUDNN_RETURN_IF_ERROR(SetTensor(user_input_, plan_.user_input), where_);
-  CUDNN_RETURN_IF_ERROR(SetTensor(input_, plan_.input), where_);
-  CUDNN_RETURN_IF_ERROR(SetTensor(output_, plan_.output), where_);
+  // What cuDNN computes on: float, or bf16 copies (the plan's data type).
+  // The user's tensors and the KRSC float weight are float32; they describe
+  // the float path's cudnnTransformTensor copies only.
+  const cudnnDataType_t data_type = DataType(plan_.data_type);
+  CUDNN_RETURN_IF_ERROR(SetTensor(input_, plan_.input, data_type), where_);
+  CUDNN_RETURN_IF_ERROR(SetTensor(output_, plan_.output, data_type), where_);
   CUDNN_RETURN_IF_ERROR(SetTensor(user_weight_, plan_.user_weight), where_);
   CUDNN_RETURN_IF_ERROR(SetTensor(krsc_weight_, plan_.nhwc_weight), where_);
   const std::array<int, 4>& f = plan_.filter_dims;
   CUDNN_RETURN_IF_ERROR(
-      cudnnSetFilter4dDescriptor(filter_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
-                                 f[0], f[1], f[2], f[3]),
+      cudnnSetFilter4dDescriptor(filter_, data_type, CUDNN_TENSOR_NHWC, f[0],
+                                 f[1], f[2], f[3]),
       where_);
-  // Cross-correlation, as PyTorch's Conv2d (and im2col) compute.
+  // Cross-correlation, as PyTorch's Conv2d (and im2col) compute; the
+  // compute type float32 whatever the data type (bf16: float accumulation).
   CUDNN_RETURN_IF_ERROR(
       cudnnSetConvolution2dDescriptor(
           convolution_, plan_.padding[0], plan_.padding[1], plan_.stride[0],
@@ -183,6 +208,10 @@ absl::Status CudnnConvolution::Build() {
     RETURN_IF_ERROR(context_.Reserve(CudnnContext::kInput,
                                      static_cast<size_t>(plan_.input_bytes())));
   }
+  if (plan_.output_needs_copy()) {
+    RETURN_IF_ERROR(context_.Reserve(
+        CudnnContext::kOutput, static_cast<size_t>(plan_.output_bytes())));
+  }
   return absl::OkStatus();
 }
 
@@ -196,7 +225,7 @@ absl::Status CudnnConvolution::ReserveSearchBuffers() {
                                    static_cast<size_t>(plan_.input_bytes())));
   RETURN_IF_ERROR(
       context_.Reserve(CudnnContext::kSearchOutput,
-                       static_cast<size_t>(plan_.output.elements() * 4)));
+                       static_cast<size_t>(plan_.output_bytes())));
   return absl::OkStatus();
 }
 
@@ -284,7 +313,7 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
   ConvolutionAlgorithmPolicy policy;
   policy.workspace_limit = context_.workspace_limit();
   policy.allow_tensor_core_math =
-      context_.device().precision() == Precision::kTf32;
+      context_.device().precision() != Precision::kFp32;
   ChosenConvolutionAlgorithms chosen;
 
   {
@@ -359,10 +388,10 @@ void CudnnConvolution::Use(const ChosenConvolutionAlgorithms& chosen) {
   // cuDNN decides tensor-core use from the algorithm and the descriptor's
   // math type together, so each direction runs with its result's type (as
   // PyTorch does); fp32 keeps CUDNN_FMA_MATH whatever the result says.
-  const bool tf32 = context_.device().precision() == Precision::kTf32;
-  const auto math_of = [tf32](const ConvolutionAlgorithmResult& picked) {
-    return tf32 ? static_cast<cudnnMathType_t>(picked.math_type)
-                : CUDNN_FMA_MATH;
+  const bool tensor_cores = context_.device().precision() != Precision::kFp32;
+  const auto math_of = [tensor_cores](const ConvolutionAlgorithmResult& picked) {
+    return tensor_cores ? static_cast<cudnnMathType_t>(picked.math_type)
+                        : CUDNN_FMA_MATH;
   };
   forward_algorithm_ =
       static_cast<cudnnConvolutionFwdAlgo_t>(chosen.forward.algorithm);
@@ -390,6 +419,111 @@ void CudnnConvolution::Keep(const absl::Status& status) {
   context_.device().Record(status);
 }
 
+absl::Status CudnnConvolution::Launched(cudaError_t error,
+                                        absl::string_view kernel) {
+  return CudaCallStatus(error, absl::StrCat(kernel, " kernel launch"), where_);
+}
+
+absl::StatusOr<const void*> CudnnConvolution::InputAsBf16(const float* x) {
+  uint16_t* copy = static_cast<uint16_t*>(context_.scratch(CudnnContext::kInput));
+  RETURN_IF_ERROR(Launched(
+      cuda_kernels::RoundToBfloat16(context_.device().stream(), x,
+                                    WalkOf(plan_.user_input), copy),
+      "RoundToBfloat16 (input to NHWC)"));
+  return copy;
+}
+
+absl::StatusOr<const void*> CudnnConvolution::WeightAsBf16(
+    const float* weight) {
+  uint16_t* copy =
+      static_cast<uint16_t*>(context_.scratch(CudnnContext::kWeights));
+  RETURN_IF_ERROR(Launched(
+      cuda_kernels::RoundToBfloat16(context_.device().stream(), weight,
+                                    WalkOf(plan_.user_weight), copy),
+      "RoundToBfloat16 (weight to KRSC)"));
+  return copy;
+}
+
+absl::StatusOr<const void*> CudnnConvolution::OutputGradientAsBf16(
+    const float* dy) {
+  uint16_t* copy =
+      static_cast<uint16_t*>(context_.scratch(CudnnContext::kOutput));
+  RETURN_IF_ERROR(Launched(
+      cuda_kernels::RoundToBfloat16(context_.device().stream(), dy,
+                                    WalkOf(plan_.output), copy),
+      "RoundToBfloat16 (output gradient)"));
+  return copy;
+}
+
+absl::Status CudnnConvolution::RunForwardBf16(const float* x,
+                                              const float* weight, float* y) {
+  ASSIGN_OR_RETURN(const void* input, InputAsBf16(x));
+  ASSIGN_OR_RETURN(const void* filter, WeightAsBf16(weight));
+  void* output = context_.scratch(CudnnContext::kOutput);
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_RETURN_IF_ERROR(
+      cudnnSetConvolutionMathType(convolution_, forward_math_), where_);
+  CUDNN_RETURN_IF_ERROR(
+      cudnnConvolutionForward(context_.handle(), &one, input_, input, filter_,
+                              filter, convolution_, forward_algorithm_,
+                              context_.scratch(CudnnContext::kWorkspace),
+                              forward_workspace_, &zero, output_, output),
+      where_);
+  return Launched(cuda_kernels::WidenFromBfloat16(
+                      context_.device().stream(),
+                      static_cast<const uint16_t*>(output),
+                      WalkOf(plan_.output), y),
+                  "WidenFromBfloat16 (output)");
+}
+
+absl::Status CudnnConvolution::RunBackwardWeightsBf16(const float* x,
+                                                      const float* dy,
+                                                      float* weight_grad) {
+  ASSIGN_OR_RETURN(const void* input, InputAsBf16(x));
+  ASSIGN_OR_RETURN(const void* output_grad, OutputGradientAsBf16(dy));
+  void* krsc_grad = context_.scratch(CudnnContext::kWeightGrad);
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, weight_math_),
+                        where_);
+  CUDNN_RETURN_IF_ERROR(
+      cudnnConvolutionBackwardFilter(
+          context_.handle(), &one, input_, input, output_, output_grad,
+          convolution_, weight_algorithm_,
+          context_.scratch(CudnnContext::kWorkspace), weight_workspace_, &zero,
+          filter_, krsc_grad),
+      where_);
+  // KRSC bf16 back to PyTorch's order in float32: the walk of the user's
+  // weight visits it in KRSC order.
+  return Launched(cuda_kernels::WidenFromBfloat16(
+                      context_.device().stream(),
+                      static_cast<const uint16_t*>(krsc_grad),
+                      WalkOf(plan_.user_weight), weight_grad),
+                  "WidenFromBfloat16 (weight gradient to KCRS)");
+}
+
+absl::Status CudnnConvolution::RunBackwardInputBf16(const float* dy,
+                                                    const float* weight,
+                                                    float* dx) {
+  ASSIGN_OR_RETURN(const void* filter, WeightAsBf16(weight));
+  ASSIGN_OR_RETURN(const void* output_grad, OutputGradientAsBf16(dy));
+  void* input_grad = context_.scratch(CudnnContext::kInput);
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, input_math_),
+                        where_);
+  CUDNN_RETURN_IF_ERROR(
+      cudnnConvolutionBackwardData(context_.handle(), &one, filter_, filter,
+                                   output_, output_grad, convolution_,
+                                   input_algorithm_,
+                                   context_.scratch(CudnnContext::kWorkspace),
+                                   input_workspace_, &zero, input_, input_grad),
+      where_);
+  return Launched(cuda_kernels::WidenFromBfloat16(
+                      context_.device().stream(),
+                      static_cast<const uint16_t*>(input_grad),
+                      WalkOf(plan_.user_input), dx),
+                  "WidenFromBfloat16 (input gradient)");
+}
+
 absl::StatusOr<const float*> CudnnConvolution::InputAsNhwc(const float* x) {
   if (!plan_.input_needs_copy()) return x;
   float* copy = static_cast<float*>(context_.scratch(CudnnContext::kInput));
@@ -415,6 +549,7 @@ absl::StatusOr<const float*> CudnnConvolution::WeightAsKrsc(
 absl::Status CudnnConvolution::RunForward(const float* x, const float* weight,
                                           float* y) {
   RETURN_IF_ERROR(context_.device().MakeCurrent());
+  if (plan_.bf16()) return RunForwardBf16(x, weight, y);
   ASSIGN_OR_RETURN(const float* input, InputAsNhwc(x));
   ASSIGN_OR_RETURN(const float* filter, WeightAsKrsc(weight));
   const float one = 1.0f, zero = 0.0f;
@@ -433,6 +568,7 @@ absl::Status CudnnConvolution::RunBackwardWeights(const float* x,
                                                   const float* dy,
                                                   float* weight_grad) {
   RETURN_IF_ERROR(context_.device().MakeCurrent());
+  if (plan_.bf16()) return RunBackwardWeightsBf16(x, dy, weight_grad);
   ASSIGN_OR_RETURN(const float* input, InputAsNhwc(x));
   float* krsc_grad =
       static_cast<float*>(context_.scratch(CudnnContext::kWeightGrad));
@@ -456,6 +592,7 @@ absl::Status CudnnConvolution::RunBackwardInput(const float* dy,
                                                 const float* weight,
                                                 float* dx) {
   RETURN_IF_ERROR(context_.device().MakeCurrent());
+  if (plan_.bf16()) return RunBackwardInputBf16(dy, weight, dx);
   ASSIGN_OR_RETURN(const float* filter, WeightAsKrsc(weight));
   float* nhwc_dx =
       plan_.input_needs_copy()

@@ -20,6 +20,16 @@
 // algorithm's math type; the workspace bounded by the context's limit and
 // shared between layers.
 //
+// --precision=bf16 (the plan's CudnnDataType::kBfloat16): cuDNN computes on
+// bf16 copies with float32 accumulation (PSEUDO_BFLOAT16_CONFIG, tensor-core
+// math allowed). Before each call the kernel rounds its float32 inputs into
+// scratch with cuda_kernels.cu's casts (bfloat16.h, the CPU's rounding): the
+// input to NHWC bf16 (any layout, in one pass), the weight to KRSC bf16, the
+// output gradient to bf16; cuDNN writes a bf16 output, input gradient or KRSC
+// weight gradient to scratch, widened (exactly) into the layer's float32
+// buffer in its layout. The master weights are never written. Algorithms
+// are measured for the bf16 descriptors and kept under the bf16 key.
+//
 // Errors: making the kernel returns a status naming the shape; a failed call
 // while running is kept by the device (CudaDevice::Record) and returned by its
 // next Synchronize or copy, as for every other kernel.
@@ -28,6 +38,7 @@
 // checks are its first test.
 #pragma once
 
+#include <cuda_runtime.h>
 #include <cudnn.h>
 
 #include <memory>
@@ -86,6 +97,19 @@ class CudnnConvolution : public ConvolutionKernel {
                                   float* weight_grad);
   absl::Status RunBackwardInput(const float* dy, const float* weight,
                                 float* dx);
+  // The bf16 directions (see the file comment).
+  absl::Status RunForwardBf16(const float* x, const float* weight, float* y);
+  absl::Status RunBackwardWeightsBf16(const float* x, const float* dy,
+                                      float* weight_grad);
+  absl::Status RunBackwardInputBf16(const float* dy, const float* weight,
+                                    float* dx);
+  // x rounded to NHWC bf16, the weight to KRSC bf16, dy to bf16, each in its
+  // scratch.
+  absl::StatusOr<const void*> InputAsBf16(const float* x);
+  absl::StatusOr<const void*> WeightAsBf16(const float* weight);
+  absl::StatusOr<const void*> OutputGradientAsBf16(const float* dy);
+  // A cast kernel's launch error, naming it and the layer.
+  absl::Status Launched(cudaError_t error, absl::string_view kernel);
   // x itself when it is NHWC, else its copy in the input scratch.
   absl::StatusOr<const float*> InputAsNhwc(const float* x);
   // The weight copied to KRSC in the weight scratch.

@@ -61,7 +61,8 @@ std::string AlgorithmSearchKey(const CudnnConvolutionPlan& plan) {
     return absl::StrCat(absl::StrJoin(t.dims, "x"), "/",
                         absl::StrJoin(t.strides, ","));
   };
-  return absl::StrCat("input ", shape(plan.input), " output ",
+  return absl::StrCat(CudnnDataTypeName(plan.data_type), " input ",
+                      shape(plan.input), " output ",
                       shape(plan.output), " filter ",
                       absl::StrJoin(plan.filter_dims, "x"), " padding ",
                       absl::StrJoin(plan.padding, ","), " stride ",
@@ -88,8 +89,23 @@ std::string DescribeConvolution(const ConvGeometry& g, int out_channels) {
                       " stride ", g.stride, " padding ", g.padding);
 }
 
-absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(const ConvGeometry& g,
-                                                          int out_channels) {
+NhwcWalk WalkOf(const CudnnTensorShape& shape) {
+  NhwcWalk walk;
+  walk.n = shape.dims[0];
+  walk.c = shape.dims[1];
+  walk.h = shape.dims[2];
+  walk.w = shape.dims[3];
+  walk.layout = ImageLayout{shape.strides[0], shape.strides[1],
+                            shape.strides[2], shape.strides[3]};
+  return walk;
+}
+
+const char* CudnnDataTypeName(CudnnDataType type) {
+  return type == CudnnDataType::kBfloat16 ? "bf16" : "float";
+}
+
+absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(
+    const ConvGeometry& g, int out_channels, CudnnDataType data_type) {
   auto invalid = [&](const std::string& why) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuDNN convolution of ",
@@ -121,6 +137,7 @@ absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(const ConvGeometry& g,
   }
 
   CudnnConvolutionPlan plan;
+  plan.data_type = data_type;
   plan.user_input = CudnnTensorShape{
       {g.batch, g.channels, g.height, g.width},
       {static_cast<int>(in.batch), static_cast<int>(in.channel),

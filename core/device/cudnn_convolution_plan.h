@@ -48,7 +48,26 @@ struct CudnnTensorShape {
 // Row-major NHWC strides for dims (n, c, h, w).
 CudnnTensorShape NhwcTensorShape(int n, int c, int h, int w);
 
+// The shape as an NhwcWalk (layer_geometry.h): dims (n, c, h, w) and its
+// strides, for the bf16 casts that read or write it in NHWC order.
+NhwcWalk WalkOf(const CudnnTensorShape& shape);
+
+// The data type of the tensors and filter cuDNN computes on. kFloat for
+// --precision=fp32 and tf32 (the layers' own float32 buffers); kBfloat16 for
+// --precision=bf16: input, filter, output and their gradients are bf16
+// copies (CUDNN_DATA_BFLOAT16) the kernel casts to and from (bfloat16.h),
+// the convolution descriptor's compute type stays float32
+// (CUDNN_DATA_FLOAT: cuDNN's PSEUDO_BFLOAT16_CONFIG, bf16 data with float32
+// accumulation, which the legacy API supports only with bf16 outputs, as
+// autocast's convolutions return).
+enum class CudnnDataType { kFloat, kBfloat16 };
+const char* CudnnDataTypeName(CudnnDataType type);  // "float" or "bf16"
+
 struct CudnnConvolutionPlan {
+  // What cuDNN computes on; the shapes below are in elements of this type
+  // for the tensors cuDNN sees (input, output, nhwc_weight) and in floats
+  // for the user's (user_input, user_weight).
+  CudnnDataType data_type = CudnnDataType::kFloat;
   // The input as the layer lays it out (the geometry's ImageLayout).
   CudnnTensorShape user_input;
   // The input as cuDNN reads it: NHWC.
@@ -67,18 +86,32 @@ struct CudnnConvolutionPlan {
   std::array<int, 2> stride{};    // (h, w)
   std::array<int, 2> dilation{};  // (h, w): always 1, as the layers have none
 
-  // Whether the input must be copied to NHWC scratch (and its gradient back).
-  bool input_needs_copy() const { return user_input != input; }
-  int64_t input_bytes() const { return input.elements() * 4; }
-  int64_t weight_bytes() const { return user_weight.elements() * 4; }
+  bool bf16() const { return data_type == CudnnDataType::kBfloat16; }
+  // Bytes of one element of the tensors cuDNN sees: 4, or 2 for bf16.
+  int64_t element_bytes() const { return bf16() ? 2 : 4; }
+  // Whether the input cuDNN reads is a copy in scratch (and its gradient is
+  // written there and copied back): an input that is not NHWC, and every
+  // input under bf16 (the rounded copy).
+  bool input_needs_copy() const { return bf16() || user_input != input; }
+  // Whether the output cuDNN writes (and the output gradient it reads) is a
+  // copy in scratch: the bf16 output, widened into the layer's float32
+  // buffer afterwards (and dy rounded into it before the backward).
+  bool output_needs_copy() const { return bf16(); }
+  // Sizes of the scratch copies cuDNN reads and writes, in this plan's type.
+  int64_t input_bytes() const { return input.elements() * element_bytes(); }
+  int64_t output_bytes() const { return output.elements() * element_bytes(); }
+  int64_t weight_bytes() const {
+    return user_weight.elements() * element_bytes();
+  }
 };
 
-// The plan for `g` with `out_channels` outputs, or InvalidArgument naming the
-// shape when cuDNN could not take it: a dimension below 1, negative padding,
-// an output size that is not ConvOutputSize's, an input layout whose elements
-// overlap, or a tensor of 2³¹ elements or more.
-absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(const ConvGeometry& g,
-                                                          int out_channels);
+// The plan for `g` with `out_channels` outputs computing on `data_type`, or
+// InvalidArgument naming the shape when cuDNN could not take it: a dimension
+// below 1, negative padding, an output size that is not ConvOutputSize's, an
+// input layout whose elements overlap, or a tensor of 2³¹ elements or more.
+absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(
+    const ConvGeometry& g, int out_channels,
+    CudnnDataType data_type = CudnnDataType::kFloat);
 
 // The output dims (n, k, oh, ow) cuDNN's cudnnGetConvolution2dForwardOutputDim
 // documents for the plan's input, filter and convolution: 1 + (in + 2·pad −
@@ -86,11 +119,12 @@ absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(const ConvGeometry& g,
 // cuDNN's own answer with plan.output on the GPU; this is its twin for tests.
 std::array<int, 4> CudnnForwardOutputDims(const CudnnConvolutionPlan& plan);
 
-// What cuDNN's algorithm search sees of a plan, as a string: the NHWC input,
-// the output, the filter, padding, stride and dilation (not the user's input
-// layout or weight order, which only the copies around cuDNN read). Layers
-// with equal keys run the same algorithms, so a device measures each key once
-// (ResNet-18 repeats most of its shapes).
+// What cuDNN's algorithm search sees of a plan, as a string: the data type,
+// the NHWC input, the output, the filter, padding, stride and dilation (not
+// the user's input layout or weight order, which only the copies around cuDNN
+// read). Layers with equal keys run the same algorithms, so a device measures
+// each key once (ResNet-18 repeats most of its shapes); a bf16 and a float
+// convolution of one shape have different algorithms and different keys.
 std::string AlgorithmSearchKey(const CudnnConvolutionPlan& plan);
 
 // "3x5x9x7 (NCHW) -> 4 channels, kernel 3 stride 2 padding 1": the shape named

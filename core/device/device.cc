@@ -23,11 +23,11 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
     const DeviceOptions& options) {
   switch (options.type) {
     case DeviceType::kCpu:
-      if (options.precision != Precision::kFp32) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--precision=", PrecisionName(options.precision),
-            " is a CUDA setting (TF32 tensor cores); the CPU device computes "
-            "in fp32: leave --precision out or pass --precision=fp32"));
+      if (options.precision == Precision::kTf32) {
+        return absl::InvalidArgumentError(
+            "--precision=tf32 is a CUDA setting (TF32 tensor cores); the CPU "
+            "device has no TF32 arithmetic: pass --precision=fp32 (the "
+            "default) or --precision=bf16");
       }
       if (options.cpu_threads < 0) {
         return absl::InvalidArgumentError(
@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
       }
       return std::unique_ptr<Device>(std::make_unique<CpuDevice>(
           options.cpu_threads, options.reference_convolutions,
-          options.reference_batch_norm));
+          options.reference_batch_norm, options.precision));
     case DeviceType::kCuda:
 #ifdef GRADSYNC_CUDA
       if (options.gpu_index < 0) {
@@ -65,16 +65,9 @@ absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
   const std::string lower = absl::AsciiStrToLower(name);
   if (lower == "fp32") return Precision::kFp32;
   if (lower == "tf32") return Precision::kTf32;
-  if (lower == "bf16") {
-    return absl::UnimplementedError(
-        "--precision=bf16 (mixed precision) is not built yet: it needs bf16 "
-        "activations and bf16 inputs to cuBLAS and cuDNN, bf16 kernels for "
-        "batch norm, ReLU, pooling and the loss, float32 master weights with "
-        "a cast each step, and float32 accumulation in every reduction; choose "
-        "fp32 or tf32");
-  }
+  if (lower == "bf16") return Precision::kBf16;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown --precision=", name, "; choose fp32 or tf32"));
+      absl::StrCat("unknown --precision=", name, "; choose fp32, tf32 or bf16"));
 }
 
 }  // namespace gradsync

@@ -32,7 +32,17 @@ enum class DeviceType { kCpu, kCuda };
 //   kTf32: CUDA only: cuBLAS and cuDNN may use TF32 tensor cores for float32
 //     data (inputs rounded to 10 mantissa bits, float32 sums), as PyTorch
 //     does for convolutions by default (torch.backends.cudnn.allow_tf32).
-enum class Precision { kFp32, kTf32 };
+//   kBf16: mixed precision as PyTorch's bf16 autocast has it, on every
+//     device: each matrix product (Gemm) and convolution (all three
+//     directions) rounds its inputs to bfloat16 (bfloat16.h: nearest, ties
+//     to even), multiplies them exactly and sums in float32, and rounds its
+//     output to bfloat16, as autocast's bf16 matmul and convolution outputs
+//     are. Everything else stays float32: the parameters (master weights),
+//     the optimizer and its state, batch norm (statistics and arithmetic),
+//     ReLU, pooling, residual additions, the loss, and the buffers that hold
+//     activations and gradients (values that are bf16 after a product are
+//     kept exactly), so the gradients handed to a strategy are float32.
+enum class Precision { kFp32, kTf32, kBf16 };
 
 struct AdamState {
   float beta1 = 0.9f;
@@ -189,7 +199,9 @@ struct DeviceOptions {
   // Test-only, CPU: batch normalisation through the loops over kernel_math.h
   // (the CUDA kernels' arithmetic) instead of oneDNN's primitives.
   bool reference_batch_norm = false;
-  // kTf32 is refused on the CPU, which has no TF32 arithmetic.
+  // kTf32 is refused on the CPU, which has no TF32 arithmetic; kBf16 runs
+  // on both devices (the CPU's rounded float32 products are the reference of
+  // the GPU's bf16 tensor-core products).
   Precision precision = Precision::kFp32;
 };
 
@@ -200,17 +212,18 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
 
 absl::StatusOr<DeviceType> ParseDeviceType(const std::string& name);
 
-// --precision: "fp32" or "tf32". "bf16" (mixed precision) is refused with
-// what it still lacks.
+// --precision: "fp32", "tf32" or "bf16" (any case).
 absl::StatusOr<Precision> ParsePrecision(const std::string& name);
-// "fp32" or "tf32", as the flag spells it. Inline: the CUDA backend, which
-// :device links after it, names the precision too.
+// "fp32", "tf32" or "bf16", as the flag spells it. Inline: the CUDA backend,
+// which :device links after it, names the precision too.
 inline const char* PrecisionName(Precision precision) {
   switch (precision) {
     case Precision::kFp32:
       return "fp32";
     case Precision::kTf32:
       return "tf32";
+    case Precision::kBf16:
+      return "bf16";
   }
   return "unknown";
 }

@@ -43,7 +43,15 @@ class DnnlContext {
   int threads() const { return threads_; }
 
   // Scratch that will hold at least `bytes` (grows at creation time only).
-  enum Scratch { kScratchpad, kWeights, kWeightGrad, kInput, kScratchKinds };
+  // kOutput: --precision=bf16's copy of an output gradient rounded to bf16.
+  enum Scratch {
+    kScratchpad,
+    kWeights,
+    kWeightGrad,
+    kInput,
+    kOutput,
+    kScratchKinds
+  };
   void Reserve(Scratch kind, size_t bytes);
   void* scratch(Scratch kind) const { return scratch_[kind].get(); }
   size_t scratch_bytes() const;

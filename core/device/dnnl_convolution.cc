@@ -5,11 +5,26 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/device/bfloat16.h"
 
 namespace gradsync {
 namespace {
 
 using dnnl::memory;
+
+// --precision=bf16's roundings (bfloat16.h), over `count` floats.
+void RoundInPlace(float* values, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) values[i] = bfloat16::Round(values[i]);
+}
+
+void RoundInto(float* __restrict out, const float* __restrict in,
+               int64_t count) {
+  for (int64_t i = 0; i < count; ++i) out[i] = bfloat16::Round(in[i]);
+}
+
+int64_t Floats(const memory::desc& desc) {
+  return static_cast<int64_t>(desc.get_size() / sizeof(float));
+}
 
 memory::desc InputDesc(const ConvGeometry& g) {
   return memory::desc({g.batch, g.channels, g.height, g.width},
@@ -40,14 +55,15 @@ std::string Describe(const ConvGeometry& g, int out) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ConvolutionKernel>> DnnlConvolution::Create(
-    DnnlContext& context, const ConvGeometry& geometry, int out_channels) {
+    DnnlContext& context, const ConvGeometry& geometry, int out_channels,
+    bool bf16) {
   if (geometry.batch < 1 || geometry.out_height < 1 || geometry.out_width < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("oneDNN convolution of ", Describe(geometry, out_channels),
                      ": empty batch or output"));
   }
   std::unique_ptr<DnnlConvolution> kernel(
-      new DnnlConvolution(context, geometry, out_channels));
+      new DnnlConvolution(context, geometry, out_channels, bf16));
   try {
     kernel->Build();
   } catch (const dnnl::error& error) {
@@ -127,6 +143,13 @@ void DnnlConvolution::Build() {
     context_.Reserve(DnnlContext::kWeightGrad,
                      weights_desc_.diff_weights_desc().get_size());
   }
+  if (bf16_) {
+    // The rounded copies: the input (NHWC), the weight where no reorder
+    // already puts it in scratch, the output gradient.
+    context_.Reserve(DnnlContext::kInput, src.get_size());
+    context_.Reserve(DnnlContext::kWeights, user_weight.get_size());
+    context_.Reserve(DnnlContext::kOutput, dst.get_size());
+  }
   const memory::desc pads[] = {forward_desc_.scratchpad_desc(),
                                input_desc_.scratchpad_desc(),
                                weights_desc_.scratchpad_desc()};
@@ -153,20 +176,49 @@ memory& DnnlConvolution::WeightsAs(const float* weight,
                                    dnnl::reorder& to_layout,
                                    memory& in_layout) {
   user_weight_.set_data_handle(const_cast<float*>(weight));
-  if (!to_layout) return user_weight_;
-  in_layout.set_data_handle(context_.scratch(DnnlContext::kWeights));
+  if (!to_layout && !bf16_) return user_weight_;
+  float* scratch = static_cast<float*>(context_.scratch(DnnlContext::kWeights));
+  in_layout.set_data_handle(scratch);
+  if (!to_layout) {
+    // bf16 without a reorder: the layouts agree, so a rounded copy.
+    RoundInto(scratch, weight, Floats(user_weight_.get_desc()));
+    return in_layout;
+  }
   to_layout.execute(context_.stream(), user_weight_, in_layout);
+  if (bf16_) {
+    context_.stream().wait();
+    RoundInPlace(scratch, Floats(in_layout.get_desc()));
+  }
   return in_layout;
+}
+
+const float* DnnlConvolution::OutputGradient(const float* dy) {
+  if (!bf16_) return dy;
+  float* scratch = static_cast<float*>(context_.scratch(DnnlContext::kOutput));
+  RoundInto(scratch, dy, Floats(dst_.get_desc()));
+  return scratch;
 }
 
 memory& DnnlConvolution::SourceAsNhwc(const float* x) {
   if (!src_to_nhwc_) {
-    src_.set_data_handle(const_cast<float*>(x));
+    if (bf16_) {
+      float* scratch =
+          static_cast<float*>(context_.scratch(DnnlContext::kInput));
+      RoundInto(scratch, x, Floats(src_.get_desc()));
+      src_.set_data_handle(scratch);
+    } else {
+      src_.set_data_handle(const_cast<float*>(x));
+    }
     return src_;
   }
   user_src_.set_data_handle(const_cast<float*>(x));
-  src_.set_data_handle(context_.scratch(DnnlContext::kInput));
+  float* scratch = static_cast<float*>(context_.scratch(DnnlContext::kInput));
+  src_.set_data_handle(scratch);
   src_to_nhwc_.execute(context_.stream(), user_src_, src_);
+  if (bf16_) {
+    context_.stream().wait();
+    RoundInPlace(scratch, Floats(src_.get_desc()));
+  }
   return src_;
 }
 
@@ -185,13 +237,14 @@ void DnnlConvolution::Forward(const float* x, const float* weight, float* y) {
   dst_.set_data_handle(y);
   Execute(forward_,
           {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst_}});
+  if (bf16_) RoundInPlace(y, Floats(dst_.get_desc()));
 }
 
 void DnnlConvolution::BackwardWeights(const float* x, const float* dy,
                                       float* weight_grad) {
   context_.UseThreads();
   memory& src = SourceAsNhwc(x);
-  diff_dst_.set_data_handle(const_cast<float*>(dy));
+  diff_dst_.set_data_handle(const_cast<float*>(OutputGradient(dy)));
   user_weight_.set_data_handle(weight_grad);
   memory& grad = weight_grad_to_user_ ? weight_grad_ : user_weight_;
   if (weight_grad_to_user_) {
@@ -204,19 +257,25 @@ void DnnlConvolution::BackwardWeights(const float* x, const float* dy,
     weight_grad_to_user_.execute(context_.stream(), weight_grad_, user_weight_);
     context_.stream().wait();
   }
+  if (bf16_) RoundInPlace(weight_grad, Floats(user_weight_.get_desc()));
 }
 
 void DnnlConvolution::BackwardInput(const float* dy, const float* weight,
                                     float* dx) {
   context_.UseThreads();
   memory& w = WeightsAs(weight, weight_to_input_, input_weight_);
-  diff_dst_.set_data_handle(const_cast<float*>(dy));
+  diff_dst_.set_data_handle(const_cast<float*>(OutputGradient(dy)));
   diff_src_.set_data_handle(diff_src_to_user_
                                 ? context_.scratch(DnnlContext::kInput)
                                 : static_cast<void*>(dx));
   Execute(backward_input_, {{DNNL_ARG_DIFF_DST, diff_dst_},
                             {DNNL_ARG_WEIGHTS, w},
                             {DNNL_ARG_DIFF_SRC, diff_src_}});
+  // Rounded in NHWC before the reorder back, which moves values only.
+  if (bf16_) {
+    RoundInPlace(static_cast<float*>(diff_src_.get_data_handle()),
+                 Floats(diff_src_.get_desc()));
+  }
   if (diff_src_to_user_) {
     user_diff_src_.set_data_handle(dx);
     diff_src_to_user_.execute(context_.stream(), diff_src_, user_diff_src_);

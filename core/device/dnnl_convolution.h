@@ -14,6 +14,15 @@
 // and the weight gradient back, into scratch the device shares between layers
 // (dnnl_context.h). That reorder touches each weight twice a step, well under
 // 1 % of a ResNet-18 step's memory traffic.
+//
+// --precision=bf16 (`bf16` at Create): every direction rounds its two inputs
+// to bf16 (bfloat16.h) in scratch, never in the caller's buffers (the
+// parameters stay float32 master weights), runs the same float32 primitive
+// (the product of two bf16 values is exact in float32, so this is a bf16
+// product with float32 sums, what a bf16 tensor core computes), and rounds
+// its output to bf16 in place, as PyTorch's bf16 autocast convolution
+// returns bf16. Rounding commutes with the reorders (they move values), so
+// the weight is rounded after its reorder, in the scratch that holds it.
 #pragma once
 
 #include <memory>
@@ -33,7 +42,8 @@ class DnnlConvolution : public ConvolutionKernel {
   // The primitives for `geometry` with `out_channels` outputs; an error names
   // the geometry if oneDNN cannot make them.
   static absl::StatusOr<std::unique_ptr<ConvolutionKernel>> Create(
-      DnnlContext& context, const ConvGeometry& geometry, int out_channels);
+      DnnlContext& context, const ConvGeometry& geometry, int out_channels,
+      bool bf16 = false);
 
   void Forward(const float* x, const float* weight, float* y) override;
   void BackwardWeights(const float* x, const float* dy,
@@ -46,20 +56,26 @@ class DnnlConvolution : public ConvolutionKernel {
 
  private:
   DnnlConvolution(DnnlContext& context, const ConvGeometry& geometry,
-                  int out_channels)
-      : ConvolutionKernel(geometry, out_channels), context_(context) {}
+                  int out_channels, bool bf16)
+      : ConvolutionKernel(geometry, out_channels),
+        context_(context),
+        bf16_(bf16) {}
   // Builds every primitive; throws dnnl::error.
   void Build();
   // `weight` in the layout `layout`: itself, or its reorder into the shared
   // weight scratch.
   dnnl::memory& WeightsAs(const float* weight, dnnl::reorder& to_layout,
                           dnnl::memory& in_layout);
-  // x as NHWC: src_ on x itself or on its reorder into the input scratch.
+  // x as NHWC: src_ on x itself or on its reorder into the input scratch
+  // (bf16: always in the input scratch, rounded).
   dnnl::memory& SourceAsNhwc(const float* x);
+  // bf16: dy rounded into the output scratch; else dy itself.
+  const float* OutputGradient(const float* dy);
   void Execute(dnnl::primitive& primitive,
                std::unordered_map<int, dnnl::memory> arguments);
 
   DnnlContext& context_;
+  const bool bf16_;
   dnnl::convolution_forward::primitive_desc forward_desc_;
   dnnl::convolution_backward_data::primitive_desc input_desc_;
   dnnl::convolution_backward_weights::primitive_desc weights_desc_;

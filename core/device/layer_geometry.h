@@ -44,6 +44,47 @@ inline ImageLayout NchwLayout(int channels, int height, int width) {
                      int64_t{height} * width, width, 1};
 }
 
+// A 4-D tensor of dims (n, c, h, w) laid out as `layout` says, walked in
+// NHWC order (n, then h, then w, channels fastest) whatever its layout: the
+// bf16 casts of --precision=bf16 read a tensor in this order and write it
+// contiguously (the widening casts read contiguously and write through the
+// layout), so an NCHW input becomes NHWC, and a weight in PyTorch's order
+// [out][in][k][k] (n = out, c = in, h = w = k) becomes KRSC, cuDNN's NHWC
+// filter order, in the same pass as the rounding.
+struct NhwcWalk {
+  int64_t n = 0;
+  int64_t c = 0;
+  int64_t h = 0;
+  int64_t w = 0;
+  ImageLayout layout;
+
+  GS_HOST_DEVICE int64_t count() const { return n * c * h * w; }
+  // Where, under `layout`, the element that comes `index`-th in NHWC order
+  // lies (index in [0, count())).
+  GS_HOST_DEVICE int64_t OffsetOf(int64_t index) const {
+    const int64_t channel = index % c;
+    index /= c;
+    const int64_t column = index % w;
+    index /= w;
+    const int64_t row = index % h;
+    const int64_t image = index / h;
+    return image * layout.batch + channel * layout.channel + row * layout.row +
+           column * layout.column;
+  }
+};
+
+// `count` contiguous elements as an NhwcWalk (one image, one pixel, `count`
+// channels): OffsetOf(i) == i.
+inline NhwcWalk ContiguousWalk(int64_t count) {
+  NhwcWalk walk;
+  walk.n = 1;
+  walk.c = count;
+  walk.h = 1;
+  walk.w = 1;
+  walk.layout = ImageLayout{count, 1, count, count};
+  return walk;
+}
+
 // A 2-D convolution's input and window. The column matrix of im2col is
 // [batch·out_height·out_width × channels·kernel·kernel]: row (b, oh, ow) holds
 // the input window of that output pixel, column (c, kh, kw) in that order, so
