@@ -60,8 +60,9 @@ loss.item() as gradsync's trainer reads its loss every step, SGD momentum
 measurement, as a user tuning for speed runs). Precisions, PyTorch side: fp32
 = TF32 off for cuDNN and matrix products; tf32 = TF32 on for both; bf16 =
 torch.autocast(bfloat16) with channels_last tensors for the convolutional
-models. gradsync refusing a precision it does not build (bf16) is a SKIP with
-its reason, not a failure. --rows=FILE writes one "STATUS<TAB>name<TAB>detail"
+models; gradsync's row runs with --precision set to the same name (its bf16
+is mixed precision as autocast's), and gradsync refusing a precision is a
+FAIL (every precision is built: a refusal means a binary from before it). --rows=FILE writes one "STATUS<TAB>name<TAB>detail"
 line per point for tools/gpu_check.sh's table; --dry_run prints the commands
 and runs nothing (tested without a GPU by tools/gpu_check_test.sh). A
 ResNet-18 point at batch 128 or more under issue 39's bar (gradsync at least
@@ -270,7 +271,7 @@ def pytorch_gpu_command(model, batches, precision, steps, warmup):
 
 def refused_precision(stderr, precision):
     """Whether gradsync's error says it does not build this precision (a
-    SKIP, not a failure)."""
+    binary from before that precision was built)."""
     text = stderr.lower()
     return "precision" in text and precision in text and (
         "not built" in text or "refus" in text or "unsupported" in text or
@@ -364,11 +365,12 @@ def run_gpu(args, models, batches, precisions):
                     log.write(result.stderr)
                 if result.returncode != 0:
                     tail = " | ".join(result.stderr.strip().splitlines()[-2:])
+                    failures += 1
                     if refused_precision(result.stderr, precision):
-                        emit("SKIP", name, "gradsync refuses %s (%s); %s" %
-                             (precision, tail, theirs_text))
+                        emit("FAIL", name, "gradsync refuses %s (%s): a "
+                             "binary from before --precision=%s; %s" %
+                             (precision, tail, precision, theirs_text))
                     else:
-                        failures += 1
                         emit("FAIL", name, "gradsync exited %d: %s; %s" %
                              (result.returncode, tail, theirs_text))
                     continue

@@ -71,6 +71,7 @@ TARGETS=(
   //core/device:cuda_device_test
   //core/model:device_parity_test
   //core/model:layer_reference_test
+  //core/model:bf16_precision_test
   //core/sync:host_staging_test
   //allreduce/nccl:nccl_test
   //bench:mlp_gpu_benchmark
@@ -430,6 +431,8 @@ $(. /etc/os-release && echo "$PRETTY_NAME").
   bin/device_parity_test               cuDNN convolutions, the MLP, CNN and ResNet-18
                                        on CPU and GPU agree
   bin/layer_reference_test             every layer at ResNet-18's shapes against float64
+  bin/bf16_precision_test              --precision=bf16's layers against float64, its
+                                       MLP and CNN steps on the GPU against the CPU's
   bin/host_staging_test                pinned staging for the ring and ps strategies
   bin/nccl_test                        --sync=nccl on one GPU
   bin/mlp_gpu_benchmark                step time and GEMM efficiency, batch 64..4096

@@ -17,6 +17,10 @@
 #                   against loops in double, on the CPU and the GPU
 #   parity_cudnn    device_parity_test's cuDNN cases: each convolution against
 #                   a direct convolution in double
+#   parity_bf16     bf16_precision_test: --precision=bf16's convolutions and
+#                   products on the GPU against float64 of the bf16-rounded
+#                   inputs, and the MLP's and CNN's bf16 steps on the GPU
+#                   against the CPU's bf16 path (the GPU's reference)
 #   comm_*          exposed communication of ResNet-18 jobs on this GPU:
 #                   local (must be at most 2% of the step), ring2 (2
 #                   workers), ps2_1 (2 workers, 1 server)
@@ -25,8 +29,9 @@
 #   speed/M/B/P     bench/compute_vs_pytorch.py --device=cuda: gradsync's step
 #                   beside PyTorch's on this GPU, model M (resnet18, cnn,
 #                   mlp) x batch B (32, 128, 256) x precision P (fp32, tf32,
-#                   bf16; a precision gradsync does not build is a SKIP;
-#                   ResNet-18 at 128 and 256 under issue 39's bar is a FAIL)
+#                   bf16, each gradsync row run with --precision=P, a refusal
+#                   a FAIL; ResNet-18 at 128 and 256 under issue 39's bar is
+#                   a FAIL)
 # and prints one table of every check. Each command runs under a timeout cut
 # to what is left of the 8 minutes; a check the budget cannot reach is a
 # SKIP saying so. Sanitizers and benchmarks are in the full check only.
@@ -46,6 +51,9 @@
 #   layers        layer_reference_test: every layer at ResNet-18's shapes on
 #                 the GPU against loops in double, within a float32 rounding
 #                 bound
+#   bf16          bf16_precision_test: --precision=bf16's layers against
+#                 float64 of the rounded inputs, the MLP's and CNN's bf16
+#                 steps on the GPU against the CPU's
 #   staging       host_staging_test: pinned host staging (ring, ps on GPU)
 #   nccl_2rank    `gradsync launch --workers=2 -- --sync=nccl --device=cuda`,
 #                 parameters checked identical across ranks (2+ GPUs only)
@@ -177,6 +185,7 @@ else
   cd "$here/.." || exit 2
   targets=(//tools:gradsync //core/device:cuda_device_test
            //core/model:device_parity_test //core/model:layer_reference_test
+           //core/model:bf16_precision_test
            //core/sync:host_staging_test
            //allreduce/nccl:nccl_test //bench:mlp_gpu_benchmark
            //bench:allreduce_benchmark)
@@ -201,6 +210,7 @@ else
       cuda_device_test) echo "$bin/core/device/cuda_device_test" ;;
       device_parity_test) echo "$bin/core/model/device_parity_test" ;;
       layer_reference_test) echo "$bin/core/model/layer_reference_test" ;;
+      bf16_precision_test) echo "$bin/core/model/bf16_precision_test" ;;
       host_staging_test) echo "$bin/core/sync/host_staging_test" ;;
       nccl_test) echo "$bin/allreduce/nccl/nccl_test" ;;
       mlp_gpu_benchmark) echo "$bin/bench/mlp_gpu_benchmark" ;;
@@ -209,7 +219,7 @@ else
   }
 fi
 for name in gradsync cuda_device_test device_parity_test layer_reference_test \
-            host_staging_test nccl_test mlp_gpu_benchmark allreduce_benchmark; do
+            bf16_precision_test host_staging_test nccl_test mlp_gpu_benchmark allreduce_benchmark; do
   if ((!dry)) && [[ ! -x "$(program "$name")" ]]; then
     log "gpu_check: $name not found at $(program "$name") (build with --config=cuda, or use the bundle)"
     record FAIL setup "$name missing"
@@ -285,6 +295,7 @@ if ((quick)); then
   }
   quick_gtest parity_layers 150 layer_reference_test
   quick_gtest parity_cudnn 120 device_parity_test '--gtest_filter=*Cudnn*'
+  quick_gtest parity_bf16 120 bf16_precision_test
 
   # Exposed communication on this GPU: ResNet-18, batch 64 per worker, fp32.
   job_flags=(--device=cuda --model=resnet18 --data=synthetic --batch_size=64
@@ -482,6 +493,7 @@ cudnn_cases='*Cudnn*:*ConvolutionalModelParity*'
 check_gtest cudnn 900 device_parity_test "--gtest_filter=$cudnn_cases"
 check_gtest parity 900 device_parity_test "--gtest_filter=-$cudnn_cases"
 check_gtest layers 900 layer_reference_test
+check_gtest bf16 600 bf16_precision_test
 check_gtest staging 600 host_staging_test
 
 # --- a 2-rank NCCL job -----------------------------------------------------------

@@ -22,7 +22,8 @@ import compute_vs_pytorch  # noqa: E402
 MODELS = ("resnet18", "cnn", "mlp")
 BATCHES = (32, 128, 256)
 PRECISIONS = ("fp32", "tf32", "bf16")
-CHECKS = (["versions", "parity_layers", "parity_cudnn", "comm_local",
+CHECKS = (["versions", "parity_layers", "parity_cudnn", "parity_bf16",
+           "comm_local",
            "comm_ring2", "comm_ps2_1", "hook"] +
           ["speed/%s/%d/%s" % (m, b, p)
            for m in MODELS for b in BATCHES for p in PRECISIONS])
@@ -74,9 +75,9 @@ class QuickDryRunTest(unittest.TestCase):
             stdout = run_quick(out).stdout
         commands = [line for line in stdout.splitlines()
                     if line.startswith(("== ", "would run"))]
-        # 2 parity, 3 comm jobs, the speed script; 9 PyTorch children
+        # 3 parity, 3 comm jobs, the speed script; 9 PyTorch children
         # (model x precision) and 27 gradsync runs inside it.
-        self.assertEqual(len(commands), 2 + 3 + 1 + 9 + 27)
+        self.assertEqual(len(commands), 3 + 3 + 1 + 9 + 27)
         for line in commands:
             self.assertRegex(line, r"\(timeout [0-9]+ s\)")
         gradsync_runs = [line for line in commands
@@ -95,7 +96,8 @@ class QuickDryRunTest(unittest.TestCase):
             result = run_quick(out, {"GPU_CHECK_QUICK_S": "0"})
             self.assertEqual(result.returncode, 0, result.stderr)
             rows = table(result.stdout)
-        for name in ("parity_layers", "parity_cudnn", "comm_local",
+        for name in ("parity_layers", "parity_cudnn", "parity_bf16",
+                     "comm_local",
                      "comm_ring2", "comm_ps2_1", "speed"):
             self.assertEqual(rows[name],
                              ("SKIP", "the quick check's time budget is spent"))
@@ -123,7 +125,7 @@ for arg in "$@"; do
     --precision=*) precision="${arg#*=}" ;;
   esac
 done
-if [[ "$precision" == bf16 ]]; then
+if [[ "$precision" == bf16 && -n "${FAKE_REFUSE_BF16:-}" ]]; then
   echo "Error: --precision=bf16 (mixed precision) is not built yet" >&2
   exit 1
 fi
@@ -143,8 +145,8 @@ done
 printf '<testsuites><testcase name="a"/><testcase name="b"/></testsuites>\n' > "$out"
 """
 PROGRAMS = ("cuda_device_test", "device_parity_test", "layer_reference_test",
-            "host_staging_test", "nccl_test", "mlp_gpu_benchmark",
-            "allreduce_benchmark")
+            "bf16_precision_test", "host_staging_test", "nccl_test",
+            "mlp_gpu_benchmark", "allreduce_benchmark")
 
 
 def make_bundle(root):
@@ -212,9 +214,20 @@ class QuickFakeBundleTest(unittest.TestCase):
                 self.assertEqual(status, "PASS")
                 self.assertIn("gradsync 10.00 ms (compute 9.50)", detail)
                 self.assertIn("torch left out of this test", detail)
+                # bf16 runs gradsync with --precision=bf16, like the others.
                 status, detail = rows["speed/%s/%d/bf16" % (model, batch)]
-                self.assertEqual(status, "SKIP")
-                self.assertIn("gradsync refuses bf16", detail)
+                self.assertEqual(status, "PASS")
+                self.assertIn("gradsync 10.00 ms (compute 9.50)", detail)
+        self.assertEqual(rows["parity_bf16"][0], "PASS")
+
+    def test_a_binary_that_refuses_bf16_fails_its_rows(self):
+        result, rows = self.run_bundle({"FAKE_REFUSE_BF16": "1"})
+        self.assertEqual(result.returncode, 1)
+        for model in MODELS:
+            status, detail = rows["speed/%s/128/bf16" % model]
+            self.assertEqual(status, "FAIL")
+            self.assertIn("gradsync refuses bf16", detail)
+            self.assertEqual(rows["speed/%s/128/fp32" % model][0], "PASS")
 
     def test_exposed_communication_over_the_bar_fails(self):
         result, rows = self.run_bundle({"FAKE_EXPOSED_MS": "0.5"})

@@ -36,9 +36,14 @@ ABSL_FLAG(std::string, compression, "none",
 ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu or cuda");
 ABSL_FLAG(std::string, precision, "fp32",
           "arithmetic of matrix products and convolutions: fp32 (float32 "
-          "throughout, on every device; what parity checks use) or tf32 "
-          "(--device=cuda: cuBLAS and cuDNN may use TF32 tensor cores, as "
-          "PyTorch's convolutions do by default); bf16 is not built yet");
+          "throughout, on every device; what parity checks use; the default, "
+          "so that no result changes silently), tf32 (--device=cuda: cuBLAS "
+          "and cuDNN may use TF32 tensor cores, as PyTorch's convolutions do "
+          "by default) or bf16 (mixed precision as PyTorch's bf16 autocast: "
+          "products and convolutions take bf16-rounded inputs, sum in "
+          "float32 and round their outputs to bf16; float32 master weights, "
+          "optimizer, batch norm and gradients handed to the strategy; on "
+          "cpu and cuda, the CUDA path not yet run on a GPU)");
 ABSL_FLAG(std::string, gpus, "",
           "with --device=cuda: comma-separated GPU indices (among the visible "
           "GPUs, after CUDA_VISIBLE_DEVICES) for this machine's local ranks; "

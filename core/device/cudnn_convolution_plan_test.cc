@@ -181,5 +181,80 @@ TEST(CudnnConvolutionPlanTest, AlgorithmSearchKeyIsWhatCudnnSees) {
   EXPECT_EQ(others.size(), 8u);
 }
 
+// --precision=bf16: the same layouts (NHWC tensors, KRSC filter), every
+// tensor cuDNN sees a bf16 copy in scratch (half the bytes), the float path's
+// layout copy folded into the cast.
+TEST(CudnnConvolutionPlanTest, Bf16PlanCopiesEveryTensorAtHalfTheBytes) {
+  const ConvGeometry g = Geometry(3, 5, 9, 7, 3, 2, 1, false);
+  const auto fp32 = PlanCudnnConvolution(g, 4);
+  const auto bf16 = PlanCudnnConvolution(g, 4, CudnnDataType::kBfloat16);
+  ASSERT_TRUE(fp32.ok() && bf16.ok());
+  EXPECT_FALSE(fp32->bf16());
+  EXPECT_TRUE(bf16->bf16());
+  EXPECT_EQ(fp32->element_bytes(), 4);
+  EXPECT_EQ(bf16->element_bytes(), 2);
+  // Layouts do not change with the type.
+  EXPECT_EQ(bf16->input, fp32->input);
+  EXPECT_EQ(bf16->output, fp32->output);
+  EXPECT_EQ(bf16->nhwc_weight, fp32->nhwc_weight);
+  EXPECT_EQ(bf16->filter_dims, fp32->filter_dims);
+  // An NHWC input needs no copy in float, and a rounded one in bf16; the
+  // output (and its gradient) is a bf16 copy too.
+  EXPECT_FALSE(fp32->input_needs_copy());
+  EXPECT_FALSE(fp32->output_needs_copy());
+  EXPECT_TRUE(bf16->input_needs_copy());
+  EXPECT_TRUE(bf16->output_needs_copy());
+  EXPECT_EQ(bf16->input_bytes(), 3 * 5 * 9 * 7 * 2);
+  EXPECT_EQ(bf16->output_bytes(), 3 * 4 * 5 * 4 * 2);
+  EXPECT_EQ(bf16->weight_bytes(), 4 * 5 * 3 * 3 * 2);
+  EXPECT_EQ(fp32->output_bytes(), 3 * 4 * 5 * 4 * 4);
+}
+
+// The casts walk the user's tensors in NHWC order: the input's walk reads an
+// NCHW stem input as NHWC, the user weight's walk reads [out][in][k][k] as
+// KRSC (the filter cuDNN is described with), the output's is the identity.
+TEST(CudnnConvolutionPlanTest, Bf16CastsWalkIntoCudnnLayouts) {
+  const auto plan = PlanCudnnConvolution(Geometry(2, 3, 4, 5, 3, 1, 1, true),
+                                         6, CudnnDataType::kBfloat16);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const NhwcWalk input = WalkOf(plan->user_input);
+  EXPECT_EQ(input.count(), plan->input.elements());
+  // NHWC element (b=1, h=2, w=3, c=1) lies at NCHW ((1·3 + 1)·4 + 2)·5 + 3.
+  const int64_t nhwc_index = ((1 * 4 + 2) * 5 + 3) * 3 + 1;
+  EXPECT_EQ(input.OffsetOf(nhwc_index), ((1 * 3 + 1) * 4 + 2) * 5 + 3);
+  // Every KRSC position maps to the KCRS weight element of the same (k, c,
+  // r, s): the order cuDNN's KRSC filter descriptor reads.
+  const NhwcWalk weight = WalkOf(plan->user_weight);
+  ASSERT_EQ(weight.count(), 6 * 3 * 3 * 3);
+  for (int k = 0; k < 6; ++k) {
+    for (int r = 0; r < 3; ++r) {
+      for (int s = 0; s < 3; ++s) {
+        for (int c = 0; c < 3; ++c) {
+          const int64_t krsc = k * plan->nhwc_weight.strides[0] +
+                               r * plan->nhwc_weight.strides[2] +
+                               s * plan->nhwc_weight.strides[3] + c;
+          ASSERT_EQ(weight.OffsetOf(krsc), ((k * 3 + c) * 3 + r) * 3 + s);
+        }
+      }
+    }
+  }
+  const NhwcWalk output = WalkOf(plan->output);
+  for (int64_t i = 0; i < output.count(); ++i) {
+    ASSERT_EQ(output.OffsetOf(i), i);
+  }
+}
+
+// One device measures each (type, shape) once: a bf16 convolution must not
+// reuse the float one's algorithms.
+TEST(CudnnConvolutionPlanTest, AlgorithmSearchKeyNamesTheDataType) {
+  const ConvGeometry g = Geometry(8, 64, 32, 32, 3, 1, 1, false);
+  const auto fp32 = PlanCudnnConvolution(g, 64);
+  const auto bf16 = PlanCudnnConvolution(g, 64, CudnnDataType::kBfloat16);
+  ASSERT_TRUE(fp32.ok() && bf16.ok());
+  EXPECT_NE(AlgorithmSearchKey(*fp32), AlgorithmSearchKey(*bf16));
+  EXPECT_THAT(AlgorithmSearchKey(*bf16), HasSubstr("bf16"));
+  EXPECT_THAT(AlgorithmSearchKey(*fp32), HasSubstr("float"));
+}
+
 }  // namespace
 }  // namespace gradsync
