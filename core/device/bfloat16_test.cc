@@ -30,8 +30,7 @@ uint16_t ReferenceRound(float x) {
   if ((bits & 0xffffu) == 0) return low;
   const uint16_t high = static_cast<uint16_t>(low + 1);
   const double magnitude = std::fabs(static_cast<double>(x));
-  const double low_value =
-      std::fabs(static_cast<double>(bf::FromBits(low)));
+  const double low_value = std::fabs(static_cast<double>(bf::FromBits(low)));
   const double high_value =
       (high & 0x7fffu) == 0x7f80u
           ? std::ldexp(1.0, 128)

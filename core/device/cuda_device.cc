@@ -442,8 +442,7 @@ absl::StatusOr<double> CudaDeviceClock::ElapsedMs(int from, int to) {
 
 // --- Math -------------------------------------------------------------------
 
-absl::Status CudaDevice::ReserveBf16Operands(int64_t a_count,
-                                             int64_t b_count) {
+absl::Status CudaDevice::ReserveBf16Operands(int64_t a_count, int64_t b_count) {
   const auto grow = [this](int64_t needed, uint16_t*& buffer,
                            int64_t& capacity) -> absl::Status {
     if (needed <= capacity) return absl::OkStatus();
@@ -478,11 +477,11 @@ void CudaDevice::GemmBf16(bool transpose_a, bool transpose_b, int m, int n,
   // Row-major as column-major, B first (see Gemm).
   const int lda = transpose_a ? m : k;
   const int ldb = transpose_b ? k : n;
-  const cublasStatus_t status = cublasGemmEx(
-      cublas_, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-      transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, bf16_b_,
-      CUDA_R_16BF, ldb, bf16_a_, CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, n,
-      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  const cublasStatus_t status =
+      cublasGemmEx(cublas_, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                   transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha,
+                   bf16_b_, CUDA_R_16BF, ldb, bf16_a_, CUDA_R_16BF, lda, &beta,
+                   c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (status != CUBLAS_STATUS_SUCCESS) {
     Record(CublasCallStatus(
         status,

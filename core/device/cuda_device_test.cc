@@ -22,7 +22,9 @@
 #ifdef GRADSYNC_CUDA
 #include <cuda_runtime.h>
 
+#include "core/device/bfloat16.h"
 #include "core/device/cuda_device.h"
+#include "core/device/cuda_kernels.h"
 #include "core/device/cudnn_context.h"
 #endif
 
@@ -486,6 +488,77 @@ TEST_F(CudaDeviceTest, ClockMarksTimeTheWorkOnTheComputeStream) {
   EXPECT_GE(*after, 0.0);
   // The GEMMs' results are right: the marks did not reorder the stream.
   EXPECT_EQ(Download(*cuda_, c, 1)[0], 0.25f * n);
+}
+
+// --precision=bf16's casts (cuda_kernels.cu) round as bfloat16.h does on the
+// host, bit for bit: every bf16 value with the low halves that decide its
+// rounding (zero, just below a tie, the tie, just above, the largest), NaNs
+// kept as NaNs of their sign. And their walks: an NCHW tensor rounded into
+// NHWC order and widened back through the same walk is the host-rounded
+// tensor, in place; the in-place rounding of a product's output agrees too.
+TEST_F(CudaDeviceTest, Bf16CastsRoundAsTheHostDoes) {
+  std::vector<float> values;
+  for (uint32_t high = 0; high <= 0xffffu; ++high) {
+    for (uint32_t low : {0x0000u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
+      values.push_back(bfloat16::FloatFromBits((high << 16) | low));
+    }
+  }
+  const int64_t count = static_cast<int64_t>(values.size());
+  float* in = Upload(*cuda_, values);
+  uint16_t* out = *cuda_->Allocate<uint16_t>(count);
+  ASSERT_EQ(cuda_kernels::RoundToBfloat16(cuda_->stream(), in,
+                                          ContiguousWalk(count), out),
+            cudaSuccess);
+  std::vector<uint16_t> bits(count);
+  ASSERT_TRUE(cuda_->CopyToHost(bits.data(), out, count * 2).ok());
+  int wrong = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const uint16_t expected = bfloat16::RoundToBits(values[i]);
+    const bool ok = std::isnan(values[i])
+                        ? std::isnan(bfloat16::FromBits(bits[i])) &&
+                              (bits[i] >> 15) == (expected >> 15)
+                        : bits[i] == expected;
+    if (!ok && wrong++ < 5) {
+      ADD_FAILURE() << "bits 0x" << std::hex << bfloat16::FloatBits(values[i])
+                    << ": GPU 0x" << bits[i] << ", host 0x" << expected;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+
+  // The walk: 2 images of 3 channels of 4×5, NCHW.
+  const NhwcWalk walk{2, 3, 4, 5, NchwLayout(3, 4, 5)};
+  const std::vector<float> x = RandomVector(walk.count(), 71);
+  float* device_x = Upload(*cuda_, x);
+  uint16_t* nhwc = *cuda_->Allocate<uint16_t>(walk.count());
+  float* back = *cuda_->Allocate<float>(walk.count());
+  ASSERT_EQ(
+      cuda_kernels::RoundToBfloat16(cuda_->stream(), device_x, walk, nhwc),
+      cudaSuccess);
+  ASSERT_EQ(cuda_kernels::WidenFromBfloat16(cuda_->stream(), nhwc, walk, back),
+            cudaSuccess);
+  std::vector<uint16_t> nhwc_bits(walk.count());
+  ASSERT_TRUE(cuda_->CopyToHost(nhwc_bits.data(), nhwc, walk.count() * 2).ok());
+  const std::vector<float> widened = Download(*cuda_, back, walk.count());
+  for (int64_t i = 0; i < walk.count(); ++i) {
+    ASSERT_EQ(nhwc_bits[i], bfloat16::RoundToBits(x[walk.OffsetOf(i)])) << i;
+    ASSERT_EQ(widened[i], bfloat16::Round(x[i])) << i;
+  }
+  ASSERT_EQ(cuda_kernels::RoundToBfloat16InPlace(cuda_->stream(), device_x,
+                                                 walk.count()),
+            cudaSuccess);
+  const std::vector<float> rounded = Download(*cuda_, device_x, walk.count());
+  for (int64_t i = 0; i < walk.count(); ++i) {
+    ASSERT_EQ(rounded[i], bfloat16::Round(x[i])) << i;
+  }
+  ASSERT_TRUE(cuda_->Synchronize().ok());
+}
+
+// A bf16 device says so, and leaves the fp32 device as it was.
+TEST_F(CudaDeviceTest, Bf16DeviceIsMade) {
+  auto made = CudaDevice::Create(0, false, Precision::kBf16);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ((*made)->precision(), Precision::kBf16);
+  EXPECT_EQ(cuda_->precision(), Precision::kFp32);
 }
 
 // --precision=tf32: cuBLAS and cuDNN run with tensor-core math allowed, and

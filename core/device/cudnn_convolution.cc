@@ -223,9 +223,8 @@ absl::Status CudnnConvolution::ReserveSearchBuffers() {
   RETURN_IF_ERROR(context_.Reserve(CudnnContext::kWeightGrad, weight_bytes));
   RETURN_IF_ERROR(context_.Reserve(CudnnContext::kSearchInput,
                                    static_cast<size_t>(plan_.input_bytes())));
-  RETURN_IF_ERROR(
-      context_.Reserve(CudnnContext::kSearchOutput,
-                       static_cast<size_t>(plan_.output_bytes())));
+  RETURN_IF_ERROR(context_.Reserve(CudnnContext::kSearchOutput,
+                                   static_cast<size_t>(plan_.output_bytes())));
   return absl::OkStatus();
 }
 
@@ -389,10 +388,11 @@ void CudnnConvolution::Use(const ChosenConvolutionAlgorithms& chosen) {
   // math type together, so each direction runs with its result's type (as
   // PyTorch does); fp32 keeps CUDNN_FMA_MATH whatever the result says.
   const bool tensor_cores = context_.device().precision() != Precision::kFp32;
-  const auto math_of = [tensor_cores](const ConvolutionAlgorithmResult& picked) {
-    return tensor_cores ? static_cast<cudnnMathType_t>(picked.math_type)
-                        : CUDNN_FMA_MATH;
-  };
+  const auto math_of =
+      [tensor_cores](const ConvolutionAlgorithmResult& picked) {
+        return tensor_cores ? static_cast<cudnnMathType_t>(picked.math_type)
+                            : CUDNN_FMA_MATH;
+      };
   forward_algorithm_ =
       static_cast<cudnnConvolutionFwdAlgo_t>(chosen.forward.algorithm);
   forward_workspace_ = chosen.forward.workspace_bytes;
@@ -425,11 +425,12 @@ absl::Status CudnnConvolution::Launched(cudaError_t error,
 }
 
 absl::StatusOr<const void*> CudnnConvolution::InputAsBf16(const float* x) {
-  uint16_t* copy = static_cast<uint16_t*>(context_.scratch(CudnnContext::kInput));
-  RETURN_IF_ERROR(Launched(
-      cuda_kernels::RoundToBfloat16(context_.device().stream(), x,
-                                    WalkOf(plan_.user_input), copy),
-      "RoundToBfloat16 (input to NHWC)"));
+  uint16_t* copy =
+      static_cast<uint16_t*>(context_.scratch(CudnnContext::kInput));
+  RETURN_IF_ERROR(
+      Launched(cuda_kernels::RoundToBfloat16(context_.device().stream(), x,
+                                             WalkOf(plan_.user_input), copy),
+               "RoundToBfloat16 (input to NHWC)"));
   return copy;
 }
 
@@ -437,10 +438,10 @@ absl::StatusOr<const void*> CudnnConvolution::WeightAsBf16(
     const float* weight) {
   uint16_t* copy =
       static_cast<uint16_t*>(context_.scratch(CudnnContext::kWeights));
-  RETURN_IF_ERROR(Launched(
-      cuda_kernels::RoundToBfloat16(context_.device().stream(), weight,
-                                    WalkOf(plan_.user_weight), copy),
-      "RoundToBfloat16 (weight to KRSC)"));
+  RETURN_IF_ERROR(
+      Launched(cuda_kernels::RoundToBfloat16(context_.device().stream(), weight,
+                                             WalkOf(plan_.user_weight), copy),
+               "RoundToBfloat16 (weight to KRSC)"));
   return copy;
 }
 
@@ -448,10 +449,10 @@ absl::StatusOr<const void*> CudnnConvolution::OutputGradientAsBf16(
     const float* dy) {
   uint16_t* copy =
       static_cast<uint16_t*>(context_.scratch(CudnnContext::kOutput));
-  RETURN_IF_ERROR(Launched(
-      cuda_kernels::RoundToBfloat16(context_.device().stream(), dy,
-                                    WalkOf(plan_.output), copy),
-      "RoundToBfloat16 (output gradient)"));
+  RETURN_IF_ERROR(
+      Launched(cuda_kernels::RoundToBfloat16(context_.device().stream(), dy,
+                                             WalkOf(plan_.output), copy),
+               "RoundToBfloat16 (output gradient)"));
   return copy;
 }
 
@@ -469,11 +470,11 @@ absl::Status CudnnConvolution::RunForwardBf16(const float* x,
                               context_.scratch(CudnnContext::kWorkspace),
                               forward_workspace_, &zero, output_, output),
       where_);
-  return Launched(cuda_kernels::WidenFromBfloat16(
-                      context_.device().stream(),
-                      static_cast<const uint16_t*>(output),
-                      WalkOf(plan_.output), y),
-                  "WidenFromBfloat16 (output)");
+  return Launched(
+      cuda_kernels::WidenFromBfloat16(context_.device().stream(),
+                                      static_cast<const uint16_t*>(output),
+                                      WalkOf(plan_.output), y),
+      "WidenFromBfloat16 (output)");
 }
 
 absl::Status CudnnConvolution::RunBackwardWeightsBf16(const float* x,
@@ -485,20 +486,19 @@ absl::Status CudnnConvolution::RunBackwardWeightsBf16(const float* x,
   const float one = 1.0f, zero = 0.0f;
   CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, weight_math_),
                         where_);
-  CUDNN_RETURN_IF_ERROR(
-      cudnnConvolutionBackwardFilter(
-          context_.handle(), &one, input_, input, output_, output_grad,
-          convolution_, weight_algorithm_,
-          context_.scratch(CudnnContext::kWorkspace), weight_workspace_, &zero,
-          filter_, krsc_grad),
-      where_);
+  CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
+                            context_.handle(), &one, input_, input, output_,
+                            output_grad, convolution_, weight_algorithm_,
+                            context_.scratch(CudnnContext::kWorkspace),
+                            weight_workspace_, &zero, filter_, krsc_grad),
+                        where_);
   // KRSC bf16 back to PyTorch's order in float32: the walk of the user's
   // weight visits it in KRSC order.
-  return Launched(cuda_kernels::WidenFromBfloat16(
-                      context_.device().stream(),
-                      static_cast<const uint16_t*>(krsc_grad),
-                      WalkOf(plan_.user_weight), weight_grad),
-                  "WidenFromBfloat16 (weight gradient to KCRS)");
+  return Launched(
+      cuda_kernels::WidenFromBfloat16(context_.device().stream(),
+                                      static_cast<const uint16_t*>(krsc_grad),
+                                      WalkOf(plan_.user_weight), weight_grad),
+      "WidenFromBfloat16 (weight gradient to KCRS)");
 }
 
 absl::Status CudnnConvolution::RunBackwardInputBf16(const float* dy,
@@ -510,18 +510,17 @@ absl::Status CudnnConvolution::RunBackwardInputBf16(const float* dy,
   const float one = 1.0f, zero = 0.0f;
   CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, input_math_),
                         where_);
-  CUDNN_RETURN_IF_ERROR(
-      cudnnConvolutionBackwardData(context_.handle(), &one, filter_, filter,
-                                   output_, output_grad, convolution_,
-                                   input_algorithm_,
-                                   context_.scratch(CudnnContext::kWorkspace),
-                                   input_workspace_, &zero, input_, input_grad),
-      where_);
-  return Launched(cuda_kernels::WidenFromBfloat16(
-                      context_.device().stream(),
-                      static_cast<const uint16_t*>(input_grad),
-                      WalkOf(plan_.user_input), dx),
-                  "WidenFromBfloat16 (input gradient)");
+  CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
+                            context_.handle(), &one, filter_, filter, output_,
+                            output_grad, convolution_, input_algorithm_,
+                            context_.scratch(CudnnContext::kWorkspace),
+                            input_workspace_, &zero, input_, input_grad),
+                        where_);
+  return Launched(
+      cuda_kernels::WidenFromBfloat16(context_.device().stream(),
+                                      static_cast<const uint16_t*>(input_grad),
+                                      WalkOf(plan_.user_input), dx),
+      "WidenFromBfloat16 (input gradient)");
 }
 
 absl::StatusOr<const float*> CudnnConvolution::InputAsNhwc(const float* x) {

@@ -62,10 +62,9 @@ std::string AlgorithmSearchKey(const CudnnConvolutionPlan& plan) {
                         absl::StrJoin(t.strides, ","));
   };
   return absl::StrCat(CudnnDataTypeName(plan.data_type), " input ",
-                      shape(plan.input), " output ",
-                      shape(plan.output), " filter ",
-                      absl::StrJoin(plan.filter_dims, "x"), " padding ",
-                      absl::StrJoin(plan.padding, ","), " stride ",
+                      shape(plan.input), " output ", shape(plan.output),
+                      " filter ", absl::StrJoin(plan.filter_dims, "x"),
+                      " padding ", absl::StrJoin(plan.padding, ","), " stride ",
                       absl::StrJoin(plan.stride, ","), " dilation ",
                       absl::StrJoin(plan.dilation, ","));
 }

@@ -214,8 +214,8 @@ TEST(CudnnConvolutionPlanTest, Bf16PlanCopiesEveryTensorAtHalfTheBytes) {
 // NCHW stem input as NHWC, the user weight's walk reads [out][in][k][k] as
 // KRSC (the filter cuDNN is described with), the output's is the identity.
 TEST(CudnnConvolutionPlanTest, Bf16CastsWalkIntoCudnnLayouts) {
-  const auto plan = PlanCudnnConvolution(Geometry(2, 3, 4, 5, 3, 1, 1, true),
-                                         6, CudnnDataType::kBfloat16);
+  const auto plan = PlanCudnnConvolution(Geometry(2, 3, 4, 5, 3, 1, 1, true), 6,
+                                         CudnnDataType::kBfloat16);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const NhwcWalk input = WalkOf(plan->user_input);
   EXPECT_EQ(input.count(), plan->input.elements());

@@ -66,8 +66,8 @@ absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
   if (lower == "fp32") return Precision::kFp32;
   if (lower == "tf32") return Precision::kTf32;
   if (lower == "bf16") return Precision::kBf16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown --precision=", name, "; choose fp32, tf32 or bf16"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown --precision=", name, "; choose fp32, tf32 or bf16"));
 }
 
 }  // namespace gradsync

@@ -242,11 +242,10 @@ TEST_P(Bf16LayerTest, ConvolutionsAgainstFloat64OfRoundedInputs) {
     conv.BackwardInput(g, Upload(dy), dx);
     ASSERT_TRUE(device_->Synchronize().ok());
 
-    const ConvReference r = DirectConvolution(g, c.out, Rounded(x),
-                                              Rounded(weight), Rounded(dy));
+    const ConvReference r =
+        DirectConvolution(g, c.out, Rounded(x), Rounded(weight), Rounded(dy));
     const double taps = static_cast<double>(c.kernel) * c.kernel;
-    ExpectWithinBf16Bound(Download(y, outputs), r.y, r.y_abs, c.in * taps,
-                          "y");
+    ExpectWithinBf16Bound(Download(y, outputs), r.y, r.y_abs, c.in * taps, "y");
     ExpectWithinBf16Bound(
         Download(weight_grad, conv.weight_count()), r.dweight, r.dweight_abs,
         static_cast<double>(c.images) * g.out_height * g.out_width,
@@ -285,11 +284,10 @@ TEST_P(Bf16LayerTest, MatrixProductsAgainstFloat64OfRoundedInputs) {
     bool ta, tb;
     int m, n, k;
   };
-  const Product products[] = {{"forward x·Wᵀ", false, true, batch, out, in},
-                              {"weight gradient dyᵀ·x", true, false, out, in,
-                               batch},
-                              {"input gradient dy·W", false, false, batch, in,
-                               out}};
+  const Product products[] = {
+      {"forward x·Wᵀ", false, true, batch, out, in},
+      {"weight gradient dyᵀ·x", true, false, out, in, batch},
+      {"input gradient dy·W", false, false, batch, in, out}};
   uint64_t seed = 400;
   for (const Product& p : products) {
     SCOPED_TRACE(p.name);
@@ -298,8 +296,7 @@ TEST_P(Bf16LayerTest, MatrixProductsAgainstFloat64OfRoundedInputs) {
     float* device_a = Upload(a);
     float* device_b = Upload(b);
     float* c = Zeros(int64_t{p.m} * p.n);
-    device_->Gemm(p.ta, p.tb, p.m, p.n, p.k, 1.0f, device_a, device_b, 0.0f,
-                  c);
+    device_->Gemm(p.ta, p.tb, p.m, p.n, p.k, 1.0f, device_a, device_b, 0.0f, c);
     ASSERT_TRUE(device_->Synchronize().ok());
     std::vector<double> expected, magnitude;
     ReferenceProduct(p.ta, p.tb, p.m, p.n, p.k, Rounded(a), Rounded(b),
@@ -386,8 +383,8 @@ Task MakeTask(int input, int batch, int steps, float signal, uint64_t seed) {
 
 // One model trained on one device: the losses of every step.
 absl::StatusOr<std::vector<float>> Train(
-    Device& device, const std::function<absl::StatusOr<std::unique_ptr<Model>>()>&
-                        create,
+    Device& device,
+    const std::function<absl::StatusOr<std::unique_ptr<Model>>()>& create,
     const Task& task, int batch, int input) {
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, create());
   ASSIGN_OR_RETURN(ParamLayout layout,
@@ -397,8 +394,9 @@ absl::StatusOr<std::vector<float>> Train(
   model->InitParams(17, layout, initial.data());
   ASSIGN_OR_RETURN(float* params, device.Allocate<float>(n));
   ASSIGN_OR_RETURN(float* grads, device.Allocate<float>(n));
-  ASSIGN_OR_RETURN(float* inputs, device.Allocate<float>(int64_t{batch} * input));
-  ASSIGN_OR_RETURN(int32_t* labels, device.Allocate<int32_t>(batch));
+  ASSIGN_OR_RETURN(float* inputs,
+                   device.Allocate<float>(int64_t{batch} * input));
+  ASSIGN_OR_RETURN(int32_t * labels, device.Allocate<int32_t>(batch));
   ASSIGN_OR_RETURN(float* loss, device.Allocate<float>(1));
   RETURN_IF_ERROR(device.CopyToDevice(params, initial.data(), n * 4));
   RETURN_IF_ERROR(model->Bind(device, layout, params, grads, batch));
@@ -435,7 +433,9 @@ struct TrainingCase {
 std::vector<TrainingCase> TrainingCases() {
   return {
       {"mlp", 784, 64, 150, 0.2f,
-       [] { return CreateMlp(MlpOptions{{784, 128, 64, 10}}); }},
+       [] {
+         return CreateMlp(MlpOptions{{784, 128, 64, 10}});
+       }},
       {"cnn", 14 * 14, 32, 100, 1.0f,
        [] {
          CnnOptions options;
@@ -491,9 +491,8 @@ TEST(Bf16TrainingTest, ConvergesLikeFp32OnTheCpu) {
     const float fp32_run = MeanLoss(losses[0], 0, steps);
     const float bf16_run = MeanLoss(losses[1], 0, steps);
     const std::string summary = absl::StrCat(
-        "fp32: first ", fp32_start, ", last-20 mean ", fp32_tail,
-        ", run mean ", fp32_run, "; bf16: ", bf16_start, ", ", bf16_tail,
-        ", ", bf16_run);
+        "fp32: first ", fp32_start, ", last-20 mean ", fp32_tail, ", run mean ",
+        fp32_run, "; bf16: ", bf16_start, ", ", bf16_tail, ", ", bf16_run);
     EXPECT_NEAR(bf16_start, fp32_start, 0.01f * fp32_start) << summary;
     EXPECT_LT(fp32_tail, 0.25f * fp32_start) << summary;
     EXPECT_LT(bf16_tail, 0.25f * bf16_start) << summary;
