@@ -132,6 +132,7 @@ CUDA_TEST_TARGETS=(
   //core/device:cudnn_algorithm_choice_test
   //core/device:cpu_device_test //core/device:cuda_device_test
   //core/model:device_parity_test //core/model:layer_reference_test
+  //core/model:bf16_precision_test
   //core/device:device_clock_test //core/train:trainer_device_clock_test
   //core/sync:host_staging_test //allreduce/nccl:nccl_test
 )
