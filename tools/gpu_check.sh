@@ -67,8 +67,8 @@
 #   bench_nccl    allreduce_benchmark --algorithms=nccl, one rank per GPU,
 #                 every element checked (2+ GPUs only)
 #   sanitizer_*   compute-sanitizer memcheck over cuda_device_test (but for its
-#                 deliberate failures), the cuDNN convolution cases and the
-#                 layer reference cases, racecheck and synccheck over
+#                 deliberate failures), the cuDNN convolution cases, the
+#                 layer reference cases and the bf16 layer cases, racecheck and synccheck over
 #                 cuda_device_test's kernel tests (where compute-sanitizer is
 #                 installed)
 # The report has one line per check, PASS, FAIL or SKIP with the reason, the
@@ -657,6 +657,18 @@ else
     record FAIL sanitizer_memcheck_layers "$(grep -m 1 'ERROR SUMMARY' "$logs/sanitizer_memcheck_layers.log")"
   else
     record FAIL sanitizer_memcheck_layers "$(why_failed 1800 sanitizer_memcheck_layers)"
+  fi
+  # memcheck over --precision=bf16's casts, cuBLAS and cuDNN calls on the GPU
+  # (the layer cases; the training cases repeat the same calls).
+  run sanitizer_memcheck_bf16 1800 "$sanitizer" --tool memcheck \
+    --error-exitcode 86 --target-processes all \
+    "$(program bf16_precision_test)" '--gtest_filter=*/cuda'
+  if ((rc == 0)); then
+    record PASS sanitizer_memcheck_bf16 "bf16_precision_test --gtest_filter=*/cuda: no errors"
+  elif ((rc == 86)); then
+    record FAIL sanitizer_memcheck_bf16 "$(grep -m 1 'ERROR SUMMARY' "$logs/sanitizer_memcheck_bf16.log")"
+  else
+    record FAIL sanitizer_memcheck_bf16 "$(why_failed 1800 sanitizer_memcheck_bf16)"
   fi
 fi
 
