@@ -129,7 +129,9 @@ for target in "${TARGETS[@]}"; do
   # nobody's default build replaced ours between the build and the copy.
   # ldd on the original: a cc_test finds its own libraries (Bazel's _solib_k8
   # folder, which may be what links CUDA) through a RUNPATH relative to it.
-  if ! ldd "$bazel_bin/$package/$program" | grep -q 'libcudart\.so'; then
+  # ldd's output is read whole first: grep -q stops at the first match, and
+  # under pipefail the SIGPIPE that ldd then gets would read as "no match".
+  if ! grep -q 'libcudart\.so' <<< "$(ldd "$bazel_bin/$package/$program")"; then
     echo "bundle.sh: $package/$program does not link libcudart: not a --config=cuda build" >&2
     [[ "$program" == mlp_benchmark ]] || exit 1
   fi
