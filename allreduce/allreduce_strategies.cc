@@ -93,15 +93,13 @@ absl::Status ResolveForKind(const SyncContext& context,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<GradientSync>> CreateAllReduceSync(
-    const SyncContext& context, const AllReduceEntry& entry) {
+// What CreateAllReduceSync refuses in the options, before it logs or
+// creates anything: for `gradsync launch`, which checks the workers' flags
+// once before it starts them (GradientSyncRegistry::CheckOptions).
+absl::StatusOr<AllReduceSyncOptions> CheckedOptions(
+    const SyncContext& context, const AllReduceEntry& entry,
+    const AllReduceFlagValues& flags) {
   const bool ring = entry.kind == AllReduceKind::kRing;
-  if (context.identity.world_size > 1 && context.rendezvous == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--sync=", entry.name, " with ", context.identity.world_size,
-        " workers needs the coordinator to find ",
-        ring ? "the ring neighbours" : "its peers"));
-  }
   // 16-bit values on the wire are built into the ring only; the all-gather
   // (topk, onebit, row-sparse) and random-k's dense all-reduce of k floats
   // work with every algorithm (allreduce_sync.h).
@@ -121,8 +119,21 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreateAllReduceSync(
         "--partition_kb: a partition of ", context.schedule.partition_bytes,
         " bytes is not a whole number of floats"));
   }
+  return SyncOptionsFromFlags(flags);
+}
+
+absl::StatusOr<std::unique_ptr<GradientSync>> CreateAllReduceSync(
+    const SyncContext& context, const AllReduceEntry& entry) {
+  if (context.identity.world_size > 1 && context.rendezvous == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--sync=", entry.name, " with ", context.identity.world_size,
+        " workers needs the coordinator to find ",
+        entry.kind == AllReduceKind::kRing ? "the ring neighbours"
+                                           : "its peers"));
+  }
   const AllReduceFlagValues flags = ReadAllReduceFlags();
-  ASSIGN_OR_RETURN(AllReduceSyncOptions options, SyncOptionsFromFlags(flags));
+  ASSIGN_OR_RETURN(AllReduceSyncOptions options,
+                   CheckedOptions(context, entry, flags));
   RETURN_IF_ERROR(
       ResolveForKind(context, flags, entry.kind, options.algorithm));
   return std::unique_ptr<GradientSync>(
@@ -136,6 +147,10 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreateAllReduceSync(
                                    [&entry](const SyncContext& context) {
                                      return CreateAllReduceSync(context, entry);
                                    });
+    GradientSyncRegistry::RegisterCheck(
+        entry.name, [&entry](const SyncContext& context) {
+          return CheckedOptions(context, entry, ReadAllReduceFlags()).status();
+        });
   }
   return true;
 }();

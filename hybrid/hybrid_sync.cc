@@ -244,4 +244,16 @@ absl::StatusOr<std::unique_ptr<GradientSync>> CreateHybridSync(
 
 GRADSYNC_REGISTER_SYNC(hybrid, CreateHybridSync);
 
+// Its two parts' checks, named as Create names them.
+[[maybe_unused]] const bool hybrid_check_registered =
+    GradientSyncRegistry::RegisterCheck(
+        "hybrid", [](const SyncContext& context) -> absl::Status {
+          RETURN_IF_ERROR(Annotate(
+              GradientSyncRegistry::CheckOptions("ps", context),
+              "--sync=hybrid, the row-sparse tensors' part (--sync=ps)"));
+          return Annotate(
+              GradientSyncRegistry::CheckOptions("ring", context),
+              "--sync=hybrid, the dense tensors' part (--sync=ring)");
+        });
+
 }  // namespace gradsync

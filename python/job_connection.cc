@@ -13,6 +13,7 @@
 #include "core/base/status_macros.h"
 #include "core/cluster/job_token.h"
 #include "tools/job_settings.h"
+#include "tools/ps_flags.h"
 
 namespace gradsync {
 namespace {
@@ -54,12 +55,23 @@ std::string CoordinatorBindAddress(const ClusterEnv& env) {
 // tools/job_settings.h). A worker given another strategy fails the job at
 // Join, naming both workers, instead of waiting for peers that will never
 // connect to it.
-WorkerSettings SettingsOf(const JobConnectionOptions& options) {
+// With parameter servers, the streams' sizes each process derives from the
+// job's link too (tools/job_settings.h).
+absl::StatusOr<WorkerSettings> SettingsOf(const JobConnectionOptions& options,
+                                          const ClusterEnv& env) {
   WorkerSettings settings = WorkerSettingsFromFlags();
   settings.values["--sync"] = options.sync;
   settings.advice =
       "give every worker the same gradsync.torch.connect(sync=...) and "
       "strategy flags (GRADSYNC_FLAGS)";
+  if (options.sync == "ps" || options.sync == "hybrid" || env.num_servers > 0) {
+    ASSIGN_OR_RETURN(const int colocated,
+                     ColocatedServersFromFlags(env.world_size));
+    ASSIGN_OR_RETURN(const PsStreamSettings streams,
+                     StreamSettingsOfThisProcess(env.world_size,
+                                                 colocated + env.num_servers));
+    StateDerivedStreamSettings(streams, &settings);
+  }
   return settings;
 }
 
@@ -122,7 +134,7 @@ absl::StatusOr<std::unique_ptr<JobConnection>> JobConnection::Join(
   if (env.world_size > 1 || env.num_servers > 0) {
     CoordinatorSecurity security;
     security.job_token = JobTokenOfThisProcess();
-    const WorkerSettings settings = SettingsOf(options);
+    ASSIGN_OR_RETURN(const WorkerSettings settings, SettingsOf(options, env));
     if (env.rank == 0) {
       ASSIGN_OR_RETURN(
           job->coordinator_server_,

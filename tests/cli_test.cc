@@ -3,10 +3,10 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <string>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -254,6 +254,48 @@ TEST(CliTest, ConsistencyAndStragglerFlagsAreChecked) {
   ExpectCleanFailure(train({"--sync=ps", "--ps_colocate", "--ps_update=server",
                             "--ps_consistency=asp", "--check_params_every=5"}),
                      "--check_params_every compares the workers' parameters");
+}
+
+// Issue 42: a training flag that a worker would refuse only after it has
+// joined and loaded its data (the strategy's own flags, --data, --straggler,
+// a strategy that runs one worker) is refused by `launch` before it starts
+// any process: one line, the launcher's exit code 2, no worker's output.
+TEST(CliTest, TrainingFlagErrorsAreSaidOnceBeforeAnyProcessStarts) {
+  const std::vector<std::string> base = {
+      "launch",           "--workers=3",          "--",
+      "--data=synthetic", "--synthetic_size=256", "--layers=784,16,10",
+      "--epochs=1",       "--max_steps=2",        "--progress=false"};
+  auto launch = [&](std::vector<std::string> flags) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), flags.begin(), flags.end());
+    return RunGradsync(args);
+  };
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--sync=local"}, "--sync=local runs one worker, but the job has 3"},
+      {{"--sync=ring", "--straggler=7:10"},
+       "there is no worker 7 in a job of 3 workers"},
+      {{"--sync=ring", "--data=bogus"}, "unknown --data=bogus"},
+      {{"--sync=ring", "--allreduce_eager_kb=-1"}, "--allreduce_eager_kb=-1"},
+      {{"--sync=ring", "--ring_row_sparse=bogus"}, "--ring_row_sparse=bogus"},
+      {{"--sync=halving_doubling", "--compression=fp16"},
+       "is not built for --sync=halving_doubling"},
+      {{"--sync=ps", "--ps_colocate", "--ps_consistency=eventual"},
+       "unknown --ps_consistency=eventual"},
+      {{"--sync=ps", "--ps_colocate", "--ps_update=server",
+        "--ps_consistency=asp", "--check_params_every=5"},
+       "--check_params_every compares the workers' parameters"},
+      {{"--sync=hybrid", "--ps_colocate", "--model=embedding", "--data=zipf",
+        "--ps_pull=sparse"},
+       "unknown --ps_pull=sparse"}};
+  for (const auto& [flags, message] : cases) {
+    const ProcessResult result = launch(flags);
+    EXPECT_EQ(result.exit_code, 2) << message << "\n" << result.output;
+    EXPECT_THAT(result.output, HasSubstr(message));
+    // Said once, by the launcher: no worker started to say it again.
+    EXPECT_EQ(result.output.find(message), result.output.rfind(message))
+        << result.output;
+    EXPECT_THAT(result.output, Not(HasSubstr("[worker "))) << result.output;
+  }
 }
 
 // Where the parameter servers run: refused by `gradsync launch` before any

@@ -271,6 +271,44 @@ TEST_F(JobStartTest, ServerWithOtherStrategyFlagsFailsAtStartUp) {
   }
 }
 
+// Issue 42's derived settings: the same flags everywhere, but the server
+// was not given the job's link (GRADSYNC_LINK) that the workers were, so it
+// would size its streams' windows apart from them. Worker 0's coordinator
+// compares what each process derived before it joined: the job fails at
+// start-up, every process naming the server, worker 0 and the first derived
+// setting with both values, and what to give every process.
+TEST_F(JobStartTest, ServerGivenAnotherLinkFailsAtStartUp) {
+  const Env workers = {{"GRADSYNC_NUM_SERVERS", "1"},
+                       {"GRADSYNC_LINK", "100mbit,10ms"}};
+  const Env server_env = {{"GRADSYNC_NUM_SERVERS", "1"}, {"WORLD_SIZE", "2"}};
+  const LaunchResult result = RunGroup(
+      {Worker(0, 2, workers), Worker(1, 2, workers), Server(0, server_env)},
+      /*stop_on_failure=*/false);
+  ExpectAllEndedNaming(result, "its derived ps_");
+  EXPECT_THAT(result.processes[2].output,
+              HasSubstr("server 0 was refused at Join: its derived ps_"));
+  for (const ProcessResult& p : result.processes) {
+    EXPECT_THAT(p.output, HasSubstr("give every process the same link"))
+        << p.name;
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_FALSE(std::ifstream(absl::StrCat(dir_, "/params.worker", rank)))
+        << "worker " << rank << " trained";
+  }
+}
+
+// The same between workers (servers inside them, --ps_colocate): worker 1
+// without the link is refused at Join naming worker 0's derived value.
+TEST_F(JobStartTest, WorkerGivenAnotherLinkFailsAtStartUp) {
+  const LaunchResult result = RunGroup(
+      {Worker(0, 2, {{"GRADSYNC_LINK", "100mbit,10ms"}}, {"--ps_colocate"}),
+       Worker(1, 2, {}, {"--ps_colocate"})},
+      /*stop_on_failure=*/false);
+  ExpectAllEndedNaming(result, "differs from worker 0's derived ps_");
+  EXPECT_THAT(result.processes[1].output,
+              HasSubstr("worker 1 was refused at Join: its derived ps_"));
+}
+
 // A server's timeline is written when the job ends: a --trace it cannot
 // write ends the job at start-up, every process naming the server and the
 // path, before any step.

@@ -8,7 +8,9 @@
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/telemetry/manifest.h"
+#include "tools/emulated_link.h"
 #include "tools/ps_flags.h"
 
 namespace gradsync {
@@ -75,6 +77,38 @@ WorkerSettings ServerSettingsFromFlags() {
     settings.values[absl::StrCat("--", name)] = flag->CurrentValue();
   }
   return settings;
+}
+
+absl::StatusOr<PsStreamSettings> StreamSettingsOfThisProcess(int num_workers,
+                                                             int num_servers) {
+  ASSIGN_OR_RETURN(const int64_t message, MessageBytesFromFlags());
+  ASSIGN_OR_RETURN(const int64_t window, StreamWindowBytesFromFlags());
+  return ResolveStreamSettings(window, message, LinkFiguresOfThisProcess(),
+                               num_workers, num_servers);
+}
+
+void StateDerivedStreamSettings(const PsStreamSettings& streams,
+                                WorkerSettings* settings) {
+  auto window = [](const ResolvedStreamWindow& w) {
+    return absl::StrCat(w.bytes / 1024, " KiB, BDP probing ",
+                        w.bdp_probe ? "on" : "off");
+  };
+  auto size = [](const ResolvedSetting& s) {
+    return absl::StrCat(s.bytes / 1024, " KiB");
+  };
+  settings->values["derived ps_stream_window_kb.push"] =
+      window(streams.push_window);
+  settings->values["derived ps_stream_window_kb.pull"] =
+      window(streams.pull_window);
+  settings->values["derived ps_message_kb.push"] = size(streams.push_message);
+  settings->values["derived ps_message_kb.pull"] = size(streams.pull_message);
+  settings->derived_advice = absl::StrCat(
+      "every worker and parameter server derives its streams' sizes from the "
+      "--ps_* flags, the job's shape and the job's link (GRADSYNC_NETEM, "
+      "else ",
+      kJobLinkEnv,
+      ", else unknown): give every process the same link, or fix the sizes "
+      "with --ps_stream_window_kb and --ps_message_kb");
 }
 
 absl::Span<const absl::string_view> PerProcessFlags() {

@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/cluster/coordinator.h"
+#include "ps/settings.h"
 
 namespace gradsync {
 
@@ -28,6 +30,24 @@ WorkerSettings WorkerSettingsFromFlags();
 // a server does (consistency, optimizer, keys) it is told by the workers.
 // Compared by worker 0's coordinator with worker 0's values at Join.
 WorkerSettings ServerSettingsFromFlags();
+
+// The stream settings of a job with parameter servers (ps/settings.h
+// PsStreamSettings) as this process derives them, before it joins, from the
+// --ps_* flags, the job's link (GRADSYNC_NETEM, else GRADSYNC_LINK:
+// tools/emulated_link.h) and the job's shape: `num_workers` workers and
+// `num_servers` servers in all (colocated ones included). Every worker and
+// every `gradsync server` derives them on its own.
+absl::StatusOr<PsStreamSettings> StreamSettingsOfThisProcess(int num_workers,
+                                                             int num_servers);
+
+// Adds `streams` to `settings` as derived settings ("derived
+// ps_stream_window_kb.push" -> "256 KiB, BDP probing off"), so that worker
+// 0's coordinator compares them at Join like the flags: a worker or server
+// given another link would size its streams apart from the others, and is
+// refused naming both and the first such setting. Also sets
+// `settings->derived_advice` (what the coordinator tells such a member).
+void StateDerivedStreamSettings(const PsStreamSettings& streams,
+                                WorkerSettings* settings);
 
 // The flags ServerSettingsFromFlags states, without "--".
 absl::Span<const absl::string_view> ServerFlags();

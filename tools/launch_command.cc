@@ -17,11 +17,11 @@
 // and the strategies' flags (--ps_*, --ring_*, ...) before "--" reach the
 // workers as GRADSYNC_TRACE and GRADSYNC_FLAGS and the servers on their
 // command line (the program's own arguments are its own).
-#include <cmath>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -50,8 +50,10 @@
 #include "core/launch/netem.h"
 #include "core/launch/process_budget.h"
 #include "core/optim/optimizer.h"
+#include "core/sync/gradient_sync.h"
 #include "core/telemetry/manifest.h"
 #include "core/telemetry/metrics.h"
+#include "core/train/straggler.h"
 #include "tools/commands.h"
 #include "tools/output_paths.h"
 #include "tools/ps_flags.h"
@@ -601,6 +603,35 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   // A worker command (a Python program) reads its own arguments; gradsync's
   // training flags are checked only when the workers are gradsync's.
   const bool command = IsWorkerCommand(training_flags);
+  // The launcher's own flags first, then the workers'.
+  if (const double deadline = absl::GetFlag(FLAGS_job_deadline_s);
+      !(deadline >= 0) || !std::isfinite(deadline)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--job_deadline_s=", deadline,
+        " is not a duration: give seconds > 0, or 0 for no limit"));
+  }
+  if (const int per_host = absl::GetFlag(FLAGS_ranks_per_host); per_host < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks_per_host=", per_host,
+                     " must be at least 1 (workers per emulated host)"));
+  }
+  // gradsync's workers take --trace after "--" (each writes its own file);
+  // given to the launcher it would be read by no one.
+  if (!command && !absl::GetFlag(FLAGS_trace).empty() &&
+      !HasFlag(training_flags, "trace")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--trace=", absl::GetFlag(FLAGS_trace),
+        " before \"--\" is for a worker command (a Python program); "
+        "gradsync's workers take it after \"--\": gradsync launch ... -- "
+        "--trace=",
+        absl::GetFlag(FLAGS_trace), " ..."));
+  }
+  if (const int port = absl::GetFlag(FLAGS_master_port);
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--master_port=", port,
+        " is not a TCP port: pass 1..65535, or 0 to pick a free one"));
+  }
   if (!command) {
     CheckTrainingFlags(training_flags);
     // The values too, once here: a mistake gives one message now rather
@@ -636,33 +667,6 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
       }
     }
   }
-  if (const double deadline = absl::GetFlag(FLAGS_job_deadline_s);
-      !(deadline >= 0) || !std::isfinite(deadline)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--job_deadline_s=", deadline,
-        " is not a duration: give seconds > 0, or 0 for no limit"));
-  }
-  if (const int per_host = absl::GetFlag(FLAGS_ranks_per_host); per_host < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--ranks_per_host=", per_host,
-        " must be at least 1 (workers per emulated host)"));
-  }
-  // gradsync's workers take --trace after "--" (each writes its own file);
-  // given to the launcher it would be read by no one.
-  if (!command && !absl::GetFlag(FLAGS_trace).empty() &&
-      !HasFlag(training_flags, "trace")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--trace=", absl::GetFlag(FLAGS_trace),
-        " before \"--\" is for a worker command (a Python program); "
-        "gradsync's workers take it after \"--\": gradsync launch ... -- "
-        "--trace=", absl::GetFlag(FLAGS_trace), " ..."));
-  }
-  if (const int port = absl::GetFlag(FLAGS_master_port);
-      port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--master_port=", port,
-        " is not a TCP port: pass 1..65535, or 0 to pick a free one"));
-  }
   // Before anything forks: a typo of --workers=100000 is refused here.
   RETURN_IF_ERROR(CheckLocalProcesses(
       workers, servers, EstimatedWorkerBytes(), int64_t{64} << 20,
@@ -682,6 +686,39 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
   if (!command && UsesParameterServers(absl::GetFlag(FLAGS_sync))) {
     RETURN_IF_ERROR(
         CheckServerPlacement(workers * node.nnodes, servers * node.nnodes));
+  }
+  // What each worker would refuse only after it has joined and loaded its
+  // data, checked last here so that the checks above keep their words.
+  if (!command) {
+    ASSIGN_OR_RETURN(const TrainerOptions trainer, TrainerOptionsFromFlags());
+    // The strategy's own flags (--ps_*, --allreduce_*), which each worker's
+    // strategy would otherwise refuse only after Join and the data.
+    SyncContext job;
+    job.identity.world_size = workers * node.nnodes;
+    job.identity.num_servers = servers * node.nnodes;
+    job.identity.local_world_size = workers + servers;
+    job.optimizer = trainer.optimizer;
+    job.compression = trainer.compression;
+    job.compression_seed = trainer.seed;
+    job.schedule = trainer.schedule;
+    job.timeout = trainer.timeout;
+    RETURN_IF_ERROR(GradientSyncRegistry::CheckOptions(trainer.sync, job));
+    // The device each worker would create, the data each would load, the
+    // stragglers it would play and its parameter checks.
+    RETURN_IF_ERROR(DeviceOptionsFromFlags(0, workers).status());
+    RETURN_IF_ERROR(CheckDataFlags());
+    RETURN_IF_ERROR(CheckSlowness(trainer.slowness, workers * node.nnodes));
+    if (trainer.check_params_every > 0 && UsesParameterServers(trainer.sync)) {
+      ASSIGN_OR_RETURN(const ps::UpdateMode update, UpdateModeFromFlags());
+      ASSIGN_OR_RETURN(const ConsistencyOptions consistency,
+                       ConsistencyFromFlags(update));
+      if (consistency.mode != ps::CONSISTENCY_BSP) {
+        // The trainer's own words (core/train/trainer.cc).
+        return absl::InvalidArgumentError(
+            "--check_params_every compares the workers' parameters after "
+            "steps, which --ps_consistency=ssp|asp lets differ; leave it out");
+      }
+    }
   }
   ASSIGN_OR_RETURN(JobPlan plan, PlanJob(workers, servers, std::move(node),
                                          command ? training_flags
@@ -736,14 +773,30 @@ absl::StatusOr<int> Launch(const std::vector<std::string>& training_flags) {
                  << ":" << plan.port << ", logs in " << plan.run_dir << "/logs";
   }
   LaunchOptions options;
+  std::vector<int> exited_unjoined;  // indices, for on_tick
   if (command) {
     // A reused run folder's records are an earlier job's.
     for (int r = plan.node.node_rank * workers;
          r < (plan.node.node_rank + 1) * workers; ++r) {
       unlink(ConnectRecordPath(plan, r).c_str());
     }
-    options.on_clean_exit = [&plan](int index) {
-      return WhyWorkerCommandExitFails(plan, index);
+    // A worker that ended without connect() before any other joined is
+    // no failure yet; it is once another joins and waits for it.
+    options.on_clean_exit = [&plan, &exited_unjoined](int index) {
+      std::string why = WhyWorkerCommandExitFails(plan, index);
+      if (why.empty() && index < plan.workers &&
+          !FileExists(ConnectRecordPath(
+              plan, plan.node.node_rank * plan.workers + index))) {
+        exited_unjoined.push_back(index);
+      }
+      return why;
+    };
+    options.on_tick = [&plan, &exited_unjoined]() {
+      for (int index : exited_unjoined) {
+        std::string why = WhyWorkerCommandExitFails(plan, index);
+        if (!why.empty()) return why;
+      }
+      return std::string();
     };
   }
   const double deadline = absl::GetFlag(FLAGS_job_deadline_s);

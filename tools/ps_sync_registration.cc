@@ -15,4 +15,11 @@ GRADSYNC_REGISTER_SYNC(ps,
                          return CreatePsSync(context, options);
                        });
 
+// The flags' values and combinations, for `gradsync launch` before it starts
+// the workers (GradientSyncRegistry::CheckOptions).
+[[maybe_unused]] const bool ps_check_registered =
+    GradientSyncRegistry::RegisterCheck("ps", [](const SyncContext& context) {
+      return PsSyncOptionsFromFlags(context).status();
+    });
+
 }  // namespace gradsync

@@ -1,7 +1,5 @@
 // The `gradsync server` command (see commands.h): the edge where the
 // --ps_* flags and the environment become a ParameterServer's options.
-#include "tools/commands.h"
-
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -24,7 +22,7 @@
 #include "ps/server/server.h"
 #include "ps/settings.h"
 #include "tools/cluster_flags.h"
-#include "tools/emulated_link.h"
+#include "tools/commands.h"
 #include "tools/job_settings.h"
 #include "tools/output_paths.h"
 #include "tools/ps_flags.h"
@@ -90,6 +88,15 @@ absl::Status Serve(const ClusterEnv& env) {
   // The flags this server reads that the workers read too: worker 0's
   // coordinator refuses a server whose values differ (tools/job_settings.h).
   client_options.settings = ServerSettingsFromFlags();
+  // The same stream settings the workers derive (ps/settings.h): the push
+  // streams' window, N workers' streams converging on this port, and the
+  // results' messages, which travel on the pull streams (K servers' converge
+  // on a worker's port) and so follow that window. Stated at Join too: a
+  // server given another link than the workers is refused there.
+  ASSIGN_OR_RETURN(
+      const PsStreamSettings streams,
+      StreamSettingsOfThisProcess(env.world_size, colocated + env.num_servers));
+  StateDerivedStreamSettings(streams, &client_options.settings);
   ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
                    CoordinatorClient::Connect(
                        env.coordinator_target(), env.job_id, Role::kServer,
@@ -108,15 +115,6 @@ absl::Status Serve(const ClusterEnv& env) {
       env.advertise_host.rfind("127.", 0) == 0) {
     options.bind_address = "127.0.0.1:0";
   }
-  ASSIGN_OR_RETURN(const int64_t message, MessageBytesFromFlags());
-  ASSIGN_OR_RETURN(const int64_t window, StreamWindowBytesFromFlags());
-  // The same stream settings the workers derive (ps/settings.h): the push
-  // streams' window, N workers' streams converging on this port, and the
-  // results' messages, which travel on the pull streams (K servers' converge
-  // on a worker's port) and so follow that window.
-  const PsStreamSettings streams =
-      ResolveStreamSettings(window, message, LinkFiguresOfThisProcess(),
-                            env.world_size, options.num_servers);
   options.stream_window_bytes = streams.push_window.bytes;
   options.bdp_probe = streams.push_window.bdp_probe;
   GS_LOG(INFO) << "push stream window " << streams.push_window.bytes / 1024

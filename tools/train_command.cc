@@ -193,7 +193,17 @@ absl::Status Train() {
     ASSIGN_OR_RETURN(CoordinatorSecurity security,
                      CoordinatorSecurityFromFlags());
     // After every flag is final (--netem above, derived defaults).
-    const WorkerSettings settings = WorkerSettingsFromFlags();
+    WorkerSettings settings = WorkerSettingsFromFlags();
+    // What a job with parameter servers derives from its link, which each
+    // process reads from its own environment: compared at Join too.
+    if (UsesParameterServers(options.sync) || env.num_servers > 0) {
+      ASSIGN_OR_RETURN(const int colocated,
+                       ColocatedServersFromFlags(env.world_size));
+      ASSIGN_OR_RETURN(const PsStreamSettings streams,
+                       StreamSettingsOfThisProcess(
+                           env.world_size, colocated + env.num_servers));
+      StateDerivedStreamSettings(streams, &settings);
+    }
     if (env.rank == 0) {
       ASSIGN_OR_RETURN(
           coordinator_server,

@@ -609,7 +609,45 @@ absl::StatusOr<ImageShape> SyntheticImageShapeFromFlags() {
 
 }  // namespace
 
+absl::Status CheckDataFlags() {
+  const std::string data = absl::GetFlag(FLAGS_data);
+  if (data == "synthetic") {
+    return SyntheticImageShapeFromFlags().status();
+  }
+  if (data == "zipf") {
+    if (absl::GetFlag(FLAGS_model) != "embedding") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--data=zipf gives bags of ids for --model=embedding, not features "
+          "for --model=",
+          absl::GetFlag(FLAGS_model)));
+    }
+    return absl::OkStatus();
+  }
+  if (data == "fashion-mnist" || data == "mnist") return absl::OkStatus();
+  if (data == "cifar10") {
+    // --data_dir's default is Fashion-MNIST's Debian folder, which never
+    // holds CIFAR-10: say what to pass rather than report its absence.
+    if (absl::GetFlag(FLAGS_data_dir) == kDefaultFashionMnistDir) {
+      return absl::InvalidArgumentError(
+          "--data=cifar10 needs --data_dir=<folder of CIFAR-10's binary "
+          "version: data_batch_1.bin .. data_batch_5.bin and "
+          "test_batch.bin, or the cifar-10-batches-bin folder inside it>; "
+          "download cifar-10-binary.tar.gz from "
+          "https://www.cs.toronto.edu/~kriz/cifar.html (no Debian package "
+          "carries it) or write the files with tools/fetch_cifar10.py "
+          "--out=DIR, or use --data=synthetic for CIFAR-shaped random "
+          "images");
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown --data=", data,
+      "; choose fashion-mnist (IDX files in --data_dir), cifar10 (binary "
+      "files in --data_dir), synthetic or zipf (for --model=embedding)"));
+}
+
 absl::StatusOr<DatasetPair> LoadDatasetFromFlags() {
+  RETURN_IF_ERROR(CheckDataFlags());
   const std::string data = absl::GetFlag(FLAGS_data);
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   if (data == "synthetic") {
@@ -635,12 +673,6 @@ absl::StatusOr<DatasetPair> LoadDatasetFromFlags() {
     return MakeSynthetic(options);
   }
   if (data == "zipf") {
-    if (absl::GetFlag(FLAGS_model) != "embedding") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--data=zipf gives bags of ids for --model=embedding, not features "
-          "for --model=",
-          absl::GetFlag(FLAGS_model)));
-    }
     ZipfBagsOptions options;
     options.train_size = absl::GetFlag(FLAGS_synthetic_size);
     options.test_size = std::max<int64_t>(1, options.train_size / 4);
@@ -660,26 +692,8 @@ absl::StatusOr<DatasetPair> LoadDatasetFromFlags() {
   if (data == "fashion-mnist" || data == "mnist") {
     return LoadMnistFormat(data_dir);
   }
-  if (data == "cifar10") {
-    // --data_dir's default is Fashion-MNIST's Debian folder, which never
-    // holds CIFAR-10: say what to pass rather than report its absence.
-    if (data_dir == kDefaultFashionMnistDir) {
-      return absl::InvalidArgumentError(
-          "--data=cifar10 needs --data_dir=<folder of CIFAR-10's binary "
-          "version: data_batch_1.bin .. data_batch_5.bin and "
-          "test_batch.bin, or the cifar-10-batches-bin folder inside it>; "
-          "download cifar-10-binary.tar.gz from "
-          "https://www.cs.toronto.edu/~kriz/cifar.html (no Debian package "
-          "carries it) or write the files with tools/fetch_cifar10.py "
-          "--out=DIR, or use --data=synthetic for CIFAR-shaped random "
-          "images");
-    }
-    return LoadCifar10(data_dir);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown --data=", data,
-      "; choose fashion-mnist (IDX files in --data_dir), cifar10 (binary "
-      "files in --data_dir), synthetic or zipf (for --model=embedding)"));
+  // cifar10: CheckDataFlags knew every other name.
+  return LoadCifar10(data_dir);
 }
 
 absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank,

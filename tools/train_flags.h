@@ -35,6 +35,10 @@ bool UsesParameterServers(const std::string& sync);
 // evaluation).
 bool IsSyntheticModelFlag();
 absl::StatusOr<DatasetPair> LoadDatasetFromFlags();
+// What LoadDatasetFromFlags refuses before it reads anything (--data's name,
+// its combination with --model, a synthetic image shape): for `gradsync
+// launch`, before it starts the workers.
+absl::Status CheckDataFlags();
 
 // --checkpoint checked at start-up for the process that writes it (worker 0,
 // or a launcher before it starts one): core/optim/checkpoint_path.h, with

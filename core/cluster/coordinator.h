@@ -69,7 +69,20 @@ struct WorkerSettings {
   std::map<std::string, std::string> values;
   // Worker 0's only: what a refused worker is told to do.
   std::string advice = "give every worker the same training flags";
+  // Settings whose name does not start with "--" are derived: what a
+  // process computes from its flags, its environment and the job's shape
+  // before it joins (a parameter server's stream windows from the job's
+  // link). Worker 0's only: what a member refused for one of those is told,
+  // worker or server.
+  std::string derived_advice =
+      "every process derives it from its environment and the job's shape: "
+      "give every process the same environment";
 };
+
+// Whether a setting `name` of WorkerSettings is derived (see above).
+inline bool IsDerivedSetting(const std::string& name) {
+  return name.rfind("--", 0) != 0;
+}
 
 // Who may talk to the coordinator, and how. The default, no token and
 // plaintext, is for tests and single-machine benchmarks.

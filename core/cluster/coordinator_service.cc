@@ -102,7 +102,7 @@ std::string CoordinatorService::ShapeLocked() const {
 }
 
 std::string CoordinatorService::SettingsDifference(
-    const proto::JoinRequest& request) const {
+    const proto::JoinRequest& request, std::string* name) const {
   const std::map<std::string, std::string>& ours =
       options_.worker_settings.values;
   if (ours.empty() || request.settings().empty()) return "";
@@ -117,18 +117,21 @@ std::string CoordinatorService::SettingsDifference(
   while (mine != ours.end() || other != theirs.end()) {
     if (other == theirs.end() ||
         (mine != ours.end() && mine->first < other->first)) {
+      *name = mine->first;
       return absl::StrCat("it does not state ", ShownSetting(mine->first),
                           ", which worker 0 sets to ",
                           ShownSetting(mine->second),
                           " (another version of gradsync?)");
     }
     if (mine == ours.end() || other->first < mine->first) {
+      *name = other->first;
       return absl::StrCat("its ", ShownSetting(other->first), "=",
                           ShownSetting(other->second),
                           " is unknown to worker 0 (another version of "
                           "gradsync?)");
     }
     if (mine->second != other->second) {
+      *name = mine->first;
       return absl::StrCat(
           "its ", ShownSetting(other->first), "=", ShownSetting(other->second),
           " differs from worker 0's ", ShownSetting(mine->first), "=",
@@ -141,7 +144,7 @@ std::string CoordinatorService::SettingsDifference(
 }
 
 std::string CoordinatorService::ServerSettingsDifference(
-    const proto::JoinRequest& request) const {
+    const proto::JoinRequest& request, std::string* name) const {
   const std::map<std::string, std::string>& ours =
       options_.worker_settings.values;
   if (ours.empty()) return "";
@@ -150,20 +153,33 @@ std::string CoordinatorService::ServerSettingsDifference(
   for (const proto::Setting& setting : request.settings()) {
     theirs[setting.name()] = setting.value();
   }
-  for (const auto& [name, value] : theirs) {
-    const auto mine = ours.find(name);
+  for (const auto& [setting, value] : theirs) {
+    const auto mine = ours.find(setting);
     if (mine == ours.end()) {
-      return absl::StrCat("its ", ShownSetting(name), "=", ShownSetting(value),
+      *name = setting;
+      return absl::StrCat("its ", ShownSetting(setting), "=",
+                          ShownSetting(value),
                           " is unknown to worker 0 (another version of "
                           "gradsync?)");
     }
     if (mine->second != value) {
-      return absl::StrCat("its ", ShownSetting(name), "=", ShownSetting(value),
-                          " differs from worker 0's ", ShownSetting(name), "=",
+      *name = setting;
+      return absl::StrCat("its ", ShownSetting(setting), "=",
+                          ShownSetting(value), " differs from worker 0's ",
+                          ShownSetting(setting), "=",
                           ShownSetting(mine->second));
     }
   }
   return "";
+}
+
+std::string CoordinatorService::WithAdvice(
+    const std::string& difference, const std::string& setting,
+    const std::string& flag_advice) const {
+  return absl::StrCat(difference, "; ",
+                      IsDerivedSetting(setting)
+                          ? options_.worker_settings.derived_advice
+                          : flag_advice);
 }
 
 grpc::Status CoordinatorService::CheckCall(
@@ -284,34 +300,34 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context,
   // A worker whose settings differ from worker 0's would train another
   // model beside it (and end "successfully" with other parameters): the job
   // fails now, as for another shape, naming both and the setting.
+  std::string setting;
   if (role == Role::kWorker) {
-    if (const std::string difference = SettingsDifference(*request);
+    if (const std::string difference = SettingsDifference(*request, &setting);
         !difference.empty()) {
-      const std::string reason =
-          absl::StrCat("it was refused at Join: ", difference, "; ",
-                       options_.worker_settings.advice);
+      const std::string why =
+          WithAdvice(difference, setting, options_.worker_settings.advice);
+      const std::string reason = absl::StrCat("it was refused at Join: ", why);
       RecordLossLocked(key, request->address(), request->host(), reason);
       return grpc::Status(
           grpc::StatusCode::FAILED_PRECONDITION,
-          absl::StrCat(Name(role, rank), " was refused at Join: ", difference,
-                       "; ", options_.worker_settings.advice));
+          absl::StrCat(Name(role, rank), " was refused at Join: ", why));
     }
   }
   // A parameter server given other --ps_* flags than the workers would
   // take another rank among the servers or size its streams apart from
   // them: refused the same way, naming it, worker 0 and the flag.
   if (role == Role::kServer) {
-    if (const std::string difference = ServerSettingsDifference(*request);
+    if (const std::string difference =
+            ServerSettingsDifference(*request, &setting);
         !difference.empty()) {
-      const std::string advice =
-          "give every parameter server the --ps_* flags the workers have";
-      const std::string reason =
-          absl::StrCat("it was refused at Join: ", difference, "; ", advice);
+      const std::string why = WithAdvice(
+          difference, setting,
+          "give every parameter server the --ps_* flags the workers have");
+      const std::string reason = absl::StrCat("it was refused at Join: ", why);
       RecordLossLocked(key, request->address(), request->host(), reason);
       return grpc::Status(
           grpc::StatusCode::FAILED_PRECONDITION,
-          absl::StrCat(Name(role, rank), " was refused at Join: ", difference,
-                       "; ", advice));
+          absl::StrCat(Name(role, rank), " was refused at Join: ", why));
     }
   }
   auto it = members_.find(key);

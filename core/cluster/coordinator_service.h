@@ -145,11 +145,19 @@ class CoordinatorService final
   std::string ShapeLocked() const;
   // Why a joining worker's settings cannot be taken: "" when they agree
   // with worker 0's (or either side states none); otherwise the first
-  // setting by name that differs, naming both values.
-  std::string SettingsDifference(const proto::JoinRequest& request) const;
+  // setting by name that differs, naming both values, and what to do
+  // (worker 0's advice for a flag, its derived_advice for a derived one).
+  // `name` is set to the setting's name.
+  std::string SettingsDifference(const proto::JoinRequest& request,
+                                 std::string* name) const;
   // The same for a joining parameter server, which states only the settings
   // it reads itself: each must be among worker 0's, with worker 0's value.
-  std::string ServerSettingsDifference(const proto::JoinRequest& request) const;
+  std::string ServerSettingsDifference(const proto::JoinRequest& request,
+                                       std::string* name) const;
+  // "<difference>; <advice>", the advice chosen by the setting's kind.
+  std::string WithAdvice(const std::string& difference,
+                         const std::string& setting,
+                         const std::string& flag_advice) const;
   template <typename Done, typename Describe>
   grpc::Status WaitLocked(grpc::ServerContext* context, int64_t timeout_ms,
                           Done done, Describe describe)

@@ -279,6 +279,56 @@ TEST(ServerSettingsAgreementTest,
   }
 }
 
+// A derived setting (no "--": what a process computes from its environment,
+// a server's stream window from the job's link) that differs is refused like
+// a flag, for a server and a worker alike, but with worker 0's advice for
+// derived settings; a flag that differs too is named first, as the cause.
+TEST(ServerSettingsAgreementTest,
+     DerivedSettingThatDiffersIsRefusedWithItsAdvice) {
+  WorkerSettings worker0 = Settings("0.05");
+  worker0.values["--ps_message_kb"] = "0";
+  worker0.values["derived ps_stream_window_kb.push"] = "256 KiB";
+  worker0.derived_advice = "give every process the same GRADSYNC_LINK";
+  // Why a member stating `settings` is refused at Join (a job of its own).
+  auto refusal = [&](Role role, int rank, const WorkerSettings& settings) {
+    auto server = CoordinatorServer::Start("127.0.0.1:0", "job-d", 2, 1,
+                                           CoordinatorSecurity(), "", worker0);
+    EXPECT_TRUE(server.ok()) << server.status();
+    if (!server.ok()) return std::string();
+    CoordinatorClientOptions options;
+    options.exit_when_member_lost = false;
+    options.settings = settings;
+    auto client = CoordinatorClient::Connect(
+        absl::StrCat("127.0.0.1:", (*server)->port()), "job-d", role, rank,
+        absl::Seconds(10), options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!client.ok()) return std::string();
+    auto joined = (*client)->Join("s:3", absl::Seconds(30));
+    return joined.ok() ? std::string("joined")
+                       : std::string(joined.status().message());
+  };
+  WorkerSettings server_settings;
+  server_settings.values = {{"--ps_message_kb", "0"},
+                            {"derived ps_stream_window_kb.push", "4096 KiB"}};
+  EXPECT_THAT(refusal(Role::kServer, 0, server_settings),
+              HasSubstr("server 0 was refused at Join: its derived "
+                        "ps_stream_window_kb.push=4096 KiB differs from "
+                        "worker 0's derived ps_stream_window_kb.push=256 KiB; "
+                        "give every process the same GRADSYNC_LINK"));
+  WorkerSettings worker1 = worker0;
+  worker1.values["derived ps_stream_window_kb.push"] = "4096 KiB";
+  EXPECT_THAT(refusal(Role::kWorker, 1, worker1),
+              HasSubstr("worker 1 was refused at Join: its derived "
+                        "ps_stream_window_kb.push=4096 KiB differs from "
+                        "worker 0's derived ps_stream_window_kb.push=256 KiB; "
+                        "give every process the same GRADSYNC_LINK"));
+  // A flag that differs too is the cause: named first, with its advice.
+  worker1.values["--lr"] = "0.5";
+  EXPECT_THAT(refusal(Role::kWorker, 1, worker1),
+              HasSubstr("its --lr=0.5 differs from worker 0's --lr=0.05; give "
+                        "every worker the same training flags"));
+}
+
 // A call made while the coordinator cannot be reached waits for it until its
 // deadline (instead of failing at once with whatever the last connection
 // attempt met), says there was no connection, and the same client goes on

@@ -349,6 +349,16 @@ absl::StatusOr<LaunchResult> RunProcessGroup(
         stop_all(1, std::move(why));
       }
     }
+    if (options.on_tick && running > 0 && !stopping && result.failure.empty()) {
+      if (std::string why = options.on_tick(); !why.empty()) {
+        if (options.stop_on_failure) {
+          stop_all(1, std::move(why));
+        } else {
+          result.exit_code = 1;
+          result.failure = std::move(why);
+        }
+      }
+    }
     const absl::Time now = absl::Now();
     if (running > 0 && now >= deadline && !stopping) {
       std::vector<std::string> still;

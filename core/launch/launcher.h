@@ -57,6 +57,12 @@ struct LaunchOptions {
   // a process whose clean exit leaves the others waiting for it in vain
   // (a worker command that never joined the job its servers wait for).
   std::function<std::string(int index)> on_clean_exit;
+  // Called at every tick (about 50 ms) while processes run and no failure
+  // has been seen: a non-empty answer is the job's failure (exit code 1),
+  // as for on_clean_exit. For what shows only later: a process that exited
+  // cleanly before anyone waited for it, when another then starts waiting
+  // (a worker command that never joined, once another worker has).
+  std::function<std::string()> on_tick;
 };
 
 struct LaunchResult {

@@ -100,6 +100,37 @@ TEST(LauncherTest, CleanExitTheCallerRefusesStopsTheJob) {
   EXPECT_TRUE(result->failure.empty());
 }
 
+// What shows only later (a worker that never joined ended first, and
+// another has joined since and waits for it) fails the job through
+// on_tick, and stops the rest; a tick with no answer changes nothing.
+TEST(LauncherTest, FailureTheCallerSeesLaterStopsTheJob) {
+  const std::string flag =
+      std::string(getenv("TEST_TMPDIR")) + "/worker1.connected";
+  std::vector<ProcessSpec> specs = {
+      Shell("worker 0", "exit 0"),
+      Shell("worker 1", "sleep 0.3; touch " + flag + "; exec sleep 600")};
+  LaunchOptions options = Quiet();
+  options.on_tick = [&flag] {
+    return access(flag.c_str(), F_OK) == 0
+               ? std::string("worker 0 never joined; worker 1 waits for it")
+               : std::string();
+  };
+  const absl::Time start = absl::Now();
+  auto result = RunProcessGroup(specs, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 1);
+  EXPECT_EQ(result->failure, "worker 0 never joined; worker 1 waits for it");
+  EXPECT_TRUE(result->processes[1].stopped_by_launcher);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(300));
+
+  specs = {Shell("worker 0", "exit 0"), Shell("worker 1", "sleep 0.2")};
+  options.on_tick = [] { return std::string(); };
+  result = RunProcessGroup(specs, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 0);
+  EXPECT_TRUE(result->failure.empty());
+}
+
 TEST(LauncherTest, WithoutStopOnFailureTheOthersRunToTheirEnd) {
   std::vector<ProcessSpec> specs = {
       Shell("worker 0", "exit 5"), Shell("worker 1", "sleep 1; echo survived")};

@@ -14,6 +14,7 @@ namespace {
 struct Registry {
   absl::Mutex mu;
   std::map<std::string, GradientSyncFactory> factories ABSL_GUARDED_BY(mu);
+  std::map<std::string, GradientSyncCheck> checks ABSL_GUARDED_BY(mu);
 };
 
 Registry& GetRegistry() {
@@ -48,6 +49,30 @@ absl::StatusOr<std::unique_ptr<GradientSync>> GradientSyncRegistry::Create(
         (name == "nccl" ? " (nccl needs a build with --config=cuda)" : "")));
   }
   return factory(context);
+}
+
+bool GradientSyncRegistry::RegisterCheck(const std::string& name,
+                                         GradientSyncCheck check) {
+  Registry& registry = GetRegistry();
+  absl::MutexLock lock(&registry.mu);
+  GS_CHECK(registry.checks.emplace(name, std::move(check)).second)
+      << "gradient sync strategy '" << name << "' has two checks";
+  return true;
+}
+
+absl::Status GradientSyncRegistry::CheckOptions(const std::string& name,
+                                                const SyncContext& context) {
+  GradientSyncCheck check;
+  bool known = false;
+  {
+    Registry& registry = GetRegistry();
+    absl::MutexLock lock(&registry.mu);
+    known = registry.factories.count(name) > 0;
+    auto it = registry.checks.find(name);
+    if (it != registry.checks.end()) check = it->second;
+  }
+  if (!known) return Create(name, context).status();  // its error
+  return check ? check(context) : absl::OkStatus();
 }
 
 std::vector<std::string> GradientSyncRegistry::Names() {

@@ -157,12 +157,26 @@ using GradientSyncFactory =
     std::function<absl::StatusOr<std::unique_ptr<GradientSync>>(
         const SyncContext&)>;
 
+// Checks what a strategy's factory would refuse in its options (its flags'
+// values, their combinations with the context's compression and schedule),
+// without creating it: nothing is connected, logged or recorded.
+using GradientSyncCheck = std::function<absl::Status(const SyncContext&)>;
+
 class GradientSyncRegistry {
  public:
   // Returns true so it can initialise a static; dies on a duplicate name.
   static bool Register(const std::string& name, GradientSyncFactory factory);
   static absl::StatusOr<std::unique_ptr<GradientSync>> Create(
       const std::string& name, const SyncContext& context);
+  // A check for strategy `name`'s options, beside its factory.
+  static bool RegisterCheck(const std::string& name, GradientSyncCheck check);
+  // For a launcher that checks its workers' flags once before it starts
+  // any (`context` with the job's shape, no rendezvous): the error Create
+  // would give for `name`'s options, in every worker after start-up. An
+  // unknown name is refused; a strategy without a check passes (its
+  // factory checks at start-up).
+  static absl::Status CheckOptions(const std::string& name,
+                                   const SyncContext& context);
   // Registered names, sorted ("local", "ps", "ring", ...).
   static std::vector<std::string> Names();
 };

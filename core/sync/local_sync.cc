@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/sync/compression.h"
 #include "core/sync/error_feedback.h"
 #include "core/sync/gradient_sync.h"
@@ -87,19 +88,26 @@ class LocalSync : public GradientSync {
   std::vector<float> host_;
 };
 
-absl::StatusOr<std::unique_ptr<GradientSync>> CreateLocalSync(
-    const SyncContext& context) {
+absl::Status CheckLocalSync(const SyncContext& context) {
   if (context.identity.world_size != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--sync=local runs one worker, but the job has ",
                      context.identity.world_size,
                      "; choose --sync=ps or --sync=ring for several workers"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<GradientSync>> CreateLocalSync(
+    const SyncContext& context) {
+  RETURN_IF_ERROR(CheckLocalSync(context));
   return std::unique_ptr<GradientSync>(new LocalSync(context));
 }
 
 }  // namespace
 
 GRADSYNC_REGISTER_SYNC(local, CreateLocalSync);
+[[maybe_unused]] static const bool local_check_registered =
+    GradientSyncRegistry::RegisterCheck("local", CheckLocalSync);
 
 }  // namespace gradsync

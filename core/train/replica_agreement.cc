@@ -2,6 +2,7 @@
 #include "core/train/replica_agreement.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/base/status_macros.h"
 #include "zlib.h"
 
@@ -21,6 +22,37 @@ absl::Status ReplicaAgreement::CheckSameStartStep(int64_t step) const {
                      "--checkpoint (shared storage)"));
   }
   return absl::OkStatus();
+}
+
+absl::Status ReplicaAgreement::CheckSameDerivedSettings(
+    const std::vector<std::pair<std::string, std::string>>& settings,
+    const std::string& advice) const {
+  if (Alone()) return absl::OkStatus();
+  // One "name=value" line each; names and values are the trainer's own
+  // (no newline in them).
+  std::string mine;
+  for (const auto& [name, value] : settings) {
+    absl::StrAppend(&mine, name, "=", value, "\n");
+  }
+  ASSIGN_OR_RETURN(const std::string reference,
+                   rendezvous_->Broadcast("derived_settings", identity_.rank,
+                                          /*root=*/0, mine, timeout_));
+  if (reference == mine) return absl::OkStatus();
+  const std::vector<std::string> theirs =
+      absl::StrSplit(reference, '\n', absl::SkipEmpty());
+  for (size_t i = 0; i < settings.size(); ++i) {
+    const std::string line =
+        absl::StrCat(settings[i].first, "=", settings[i].second);
+    if (i < theirs.size() && theirs[i] == line) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", identity_.rank, "'s derived ", line,
+        " differs from worker 0's ",
+        i < theirs.size() ? theirs[i] : std::string("(none)"), "; ", advice));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "worker ", identity_.rank, " derived fewer settings than worker 0 (",
+      settings.size(), " against ", theirs.size(),
+      "): another version of gradsync?"));
 }
 
 absl::Status ReplicaAgreement::CheckSameParameters(

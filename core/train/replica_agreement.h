@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,6 +25,17 @@ class ReplicaAgreement {
   // pair different steps' gradients (a rank that read an older copy of the
   // checkpoint, or one started without --resume).
   absl::Status CheckSameStartStep(int64_t step) const;
+
+  // What every worker derived from its flags, its model and its data before
+  // the strategy starts (the parameter layout: model, parameters, buckets),
+  // as (name, value) pairs in the same order on every worker, against worker
+  // 0's: flags are compared at Join, but a worker whose host holds other
+  // data builds another model from the same flags, and the strategies would
+  // pair buckets that do not match. The first pair that differs is named
+  // with both values and `advice`.
+  absl::Status CheckSameDerivedSettings(
+      const std::vector<std::pair<std::string, std::string>>& settings,
+      const std::string& advice) const;
 
   // A CRC-32 of `params` (this rank's, on the host) against worker 0's: the
   // cheapest proof that all replicas hold the same model. `when`: "at

@@ -33,12 +33,13 @@
 #include "core/train/model_data_fit.h"
 #include "core/train/progress_line.h"
 #include "core/train/replica_agreement.h"
-#include "core/train/training_snapshot.h"
-#include "core/train/worker_trace.h"
 #include "core/train/sampler.h"
 #include "core/train/step_timeline.h"
 #include "core/train/step_timing.h"
+#include "core/train/training_snapshot.h"
+#include "core/train/worker_trace.h"
 #include "nlohmann/json.hpp"
+#include "zlib.h"
 
 namespace gradsync {
 namespace {
@@ -75,6 +76,7 @@ class Trainer {
   absl::Status Setup();
   absl::Status Resume();
   absl::Status CheckResumeAgrees();
+  absl::Status CheckLayoutAgrees();
   absl::Status CheckParamsAgree(const std::string& when);
   absl::Status TrainStep(const std::vector<int64_t>& indices, int64_t first,
                          int rows, int64_t epoch);
@@ -328,6 +330,9 @@ absl::Status Trainer::Setup() {
                        kFixedMarks +
                        2 * static_cast<int>(layout_->params().size())));
 
+  // What this worker built from its flags and data, against worker 0's,
+  // before the strategy pairs buckets across workers.
+  RETURN_IF_ERROR(CheckLayoutAgrees());
   // Published before the strategy's Setup so it can record its own spans.
   if (!options_.trace_path.empty()) trace_ = StartWorkerTrace(id_.rank);
   if (options_.resume) RETURN_IF_ERROR(Resume());
@@ -431,6 +436,27 @@ absl::Status Trainer::Resume() {
 absl::Status Trainer::CheckResumeAgrees() {
   return ReplicaAgreement(rendezvous_, id_, options_.timeout)
       .CheckSameStartStep(step_);
+}
+
+// The flags were compared at Join, but the model's shape follows the data
+// too (an image model's input, the classes), read on each host from its own
+// --data_dir: a worker whose data differs builds another layout, and the
+// strategies would reduce buckets that do not match.
+absl::Status Trainer::CheckLayoutAgrees() {
+  const std::string description = layout_->Describe();
+  const uint32_t layout_crc =
+      crc32(0L, reinterpret_cast<const Bytef*>(description.data()),
+            description.size());
+  return ReplicaAgreement(rendezvous_, id_, options_.timeout)
+      .CheckSameDerivedSettings(
+          {{"model", model_.name()},
+           {"parameters", absl::StrCat(layout_->total_numel())},
+           {"bucket_kb", absl::StrCat(bucket_bytes_ / 1024.0)},
+           {"buckets", absl::StrCat(layout_->buckets().size())},
+           {"layout CRC-32", absl::StrCat(layout_crc)}},
+          "every worker derives its model and buckets from the training "
+          "flags and its data (--data_dir on its host): give every worker "
+          "the same data set");
 }
 
 // Worker 0 writes <metrics_dir>/layout.json (layout_json.h).

@@ -276,6 +276,44 @@ TEST(TrainerTest, ReplicasThatMayDifferAreNotComparedAtTheEnd) {
   EXPECT_TRUE(results[1].ok()) << results[1];
 }
 
+// Two workers with the same flags whose data gave them other models (here
+// rank 1's MLP is one unit wider, as another data set on its host would
+// make it): the job fails before the strategy starts, naming both workers
+// and what differs, instead of reducing buckets that do not match.
+TEST(TrainerTest, WorkersThatDeriveAnotherLayoutFailBeforeTheStrategyStarts) {
+  auto rendezvous_job = std::make_shared<InMemoryJob>(2, 0);
+  std::vector<absl::Status> results(2);
+  std::vector<FakeSync> syncs(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      Job job = SmallJob();
+      if (rank == 1) {
+        MlpOptions wider;
+        wider.widths = {8, 7, 5, 3};
+        job.model = *CreateMlp(wider);
+      }
+      InMemoryRendezvous rendezvous(rendezvous_job, Role::kWorker, rank);
+      ProcessIdentity identity;
+      identity.rank = rank;
+      identity.world_size = 2;
+      TrainerOptions options = SmallOptions(2);
+      options.timeout = absl::Seconds(2);
+      results[rank] = RunTraining(options, identity, *job.model, job.data,
+                                  *job.device, syncs[rank], &rendezvous)
+                          .status();
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  ASSERT_FALSE(results[1].ok());
+  EXPECT_THAT(std::string(results[1].message()),
+              AllOf(HasSubstr("worker 1's derived model=mlp-8-7-5-3 differs "
+                              "from worker 0's model=mlp-8-6-5-3"),
+                    HasSubstr("give every worker the same data set")));
+  EXPECT_EQ(syncs[1].num_buckets(), 0) << "rank 1's strategy was set up";
+  EXPECT_FALSE(results[0].ok());
+}
+
 // A test-sized ResNet (batch norm, a downsampling block) on 2x2x2 images.
 Job SmallResNetJob() {
   SyntheticOptions data_options = SmallData();

@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import unittest
 
 import launch_jobs
@@ -24,6 +25,12 @@ def run_worker(sync0, sync1):
     from gradsync import extension
     rank = int(os.environ["RANK"])
     sync = sync0 if rank == 0 else sync1
+    if sync == "none":
+        return run_without_connect()
+    if sync.startswith("late:"):
+        # After the other worker has ended: it exits first for sure.
+        time.sleep(2)
+        sync = sync[len("late:"):]
     try:
         worker = extension.TorchWorker(sync, 30.0, [])
     except RuntimeError as error:
@@ -98,6 +105,21 @@ class JobAgreementTest(unittest.TestCase):
             r"gradsync\.torch\.connect\(\), while the job's 1 parameter "
             r"server\(s\) wait for every worker")
         self.assertNotIn("no coordinator answered", output)
+
+    def test_program_that_never_connects_stops_a_job_joined_later(self):
+        # No servers, and worker 1 ends without connect() before worker 0
+        # joins: nobody waits yet. Once worker 0 has joined it would wait
+        # for worker 1 until its timeout (30 s); the launcher stops the job
+        # as soon as it sees worker 0's record, naming worker 1.
+        start = time.monotonic()
+        code, output = launch("never_later", "late:ring", "none")
+        self.assertNotEqual(code, 0, output)
+        self.assertRegex(
+            output, r"failed: worker 1 exited with code 0 without calling "
+            r"gradsync\.torch\.connect\(\), while worker\(s\) 0 joined "
+            r"the job and wait for it")
+        self.assertNotIn("did not connect", output)
+        self.assertLess(time.monotonic() - start, 20, output)
 
     def test_trace_path_that_cannot_be_written_fails_at_connect(self):
         # Written when the program closes gradsync: checked at connect().
