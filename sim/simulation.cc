@@ -44,8 +44,15 @@ struct Run {
   std::vector<double> worker_done;       // per worker endpoint
   sg4::BarrierPtr ring_barrier;          // the ring's bucket ends together
   std::vector<sg4::BarrierPtr> tree_barriers;  // per rank: its two trees
+  // The cores every rank's per-message software time runs on
+  // (ClusterSpec::message_cpu_s); null when messages cost no CPU.
+  sg4::Host* cpu = nullptr;
   int64_t messages = 0;
 };
+
+// The shared CPU host's speed: a message's software time in seconds is
+// this many flops.
+constexpr double kCpuFlopsPerSecond = 1e9;
 
 int64_t Share(int64_t bytes, int parts, int index) {
   // The real code's split: the first `bytes % parts` parts one byte larger.
@@ -91,6 +98,18 @@ sg4::CommPtr Receive(sg4::Mailbox* box) {
   return box->get_async<void>(&ignored);
 }
 
+// The software time of one message this rank has taken in, on the cores
+// all ranks share (ClusterSpec::message_cpu_s).
+void MessageCpu(Run* run) {
+  if (run->cpu == nullptr) return;
+  // An activity of its own on the shared host (Host::exec_async would run
+  // on the actor's own host).
+  sg4::this_actor::exec_init(run->options.cluster.message_cpu_s *
+                             kCpuFlopsPerSecond)
+      ->set_host(run->cpu)
+      ->wait();
+}
+
 double BucketReadySeconds(const StepProfile& profile, int bucket) {
   return (profile.forward_ms + profile.buckets[bucket].ready_ms) / 1e3;
 }
@@ -112,8 +131,53 @@ void Done(Run* run, int rank) {
       std::max(run->worker_done[rank], sg4::Engine::get_clock());
 }
 
+// The ring where each message costs software time on shared cores
+// (ClusterSpec::message_cpu_s): every rank forwards the first byte of each
+// of its 2(N-1) steps itself, once the one of its previous step has come in
+// from its left and it has spent a message's software time on it, so all N
+// ranks' steps contend for the cores as the emulated ranks do. The bytes
+// are one flow per rank as in RingBucket; every rank's last segment follows
+// its last step's first byte.
+void RingBucketSteps(Run* run, int rank, int b) {
+  const int n = run->options.cluster.workers;
+  const int steps = 2 * (n - 1);
+  const int right = (rank + 1) % n;
+  const int64_t bytes = run->wire[b].dense_bytes;
+  int64_t stream = 0;
+  for (int step = 0; step < steps; ++step) {
+    stream += Share(bytes, n, ((rank - step) % n + n) % n);
+  }
+  std::vector<sg4::CommPtr> comms = {
+      Send(*run, rank, right, Box(absl::StrCat("ring-", right)), stream),
+      Receive(Box(absl::StrCat("ring-", rank)))};
+  sg4::Mailbox* tail_box = Box(absl::StrCat("ring-step-", right));
+  std::vector<sg4::CommPtr> tails_in;
+  for (int step = 0; step < steps; ++step) {
+    tails_in.push_back(Receive(Box(absl::StrCat("ring-step-", rank))));
+  }
+  for (int step = 0; step < steps; ++step) {
+    if (step > 0) {
+      tails_in[step - 1]->wait();
+      MessageCpu(run);
+    }
+    comms.push_back(Send(*run, rank, right, tail_box, 0));
+  }
+  tails_in[steps - 1]->wait();
+  MessageCpu(run);
+  // The last segment received: the one this rank's left neighbour owned.
+  sg4::this_actor::sleep_for(
+      static_cast<double>(Share(bytes, n, ((rank - steps) % n + n) % n)) /
+      run->last_hop_rate[rank]);
+  for (auto& comm : comms) comm->wait();
+  run->ring_barrier->wait();
+}
+
 // One bucket of the ring (ring_allreduce.cc) among all N ranks.
 void RingBucket(Run* run, int rank, int b) {
+  if (run->cpu != nullptr) {
+    RingBucketSteps(run, rank, b);
+    return;
+  }
   const int n = run->options.cluster.workers;
   const int steps = 2 * (n - 1);
   const int right = (rank + 1) % n;
@@ -164,46 +228,75 @@ void HalvingDoublingRounds(Run* run, const std::vector<int>& members, int index,
   auto member = [&](int v) {
     return members[v < extra ? 2 * v + 1 : v + extra];
   };
-  auto exchange = [&](int partner, int64_t send_bytes, bool receive) {
-    std::vector<sg4::CommPtr> comms;
-    if (send_bytes >= 0) {
+  // One round with `partner`: `send_bytes` out (-1: none), `receive_bytes`
+  // in (-1: none). A round in which both send waits for the partner's clear
+  // to send past the eager prefix (peer_exchange.h), unless the partner is
+  // the previous round's single peer; the partner decides the same, so the
+  // receiver knows how many pieces come. The message taken in costs its
+  // software time (MessageCpu).
+  int last_peer = -1;
+  const int64_t eager = PeerExchange::kDefaultEagerBytes;
+  auto exchange = [&](int partner, int64_t send_bytes, int64_t receive_bytes) {
+    const bool two_way = send_bytes >= 0 && receive_bytes >= 0;
+    const bool clear = two_way && partner != last_peer;
+    sg4::Mailbox* out = Box(absl::StrCat(tag, partner, "-", rank));
+    sg4::Mailbox* in = Box(absl::StrCat(tag, rank, "-", partner));
+    std::vector<sg4::CommPtr> comms, receives;
+    sg4::CommPtr header_in;
+    if (clear) {
       comms.push_back(Send(*run, rank, partner,
-                           Box(absl::StrCat(tag, partner, "-", rank)),
-                           send_bytes));
+                           Box(absl::StrCat(tag, "h", partner, "-", rank)), 0));
+      header_in = Receive(Box(absl::StrCat(tag, "h", rank, "-", partner)));
     }
-    if (receive) {
-      comms.push_back(Receive(Box(absl::StrCat(tag, rank, "-", partner))));
+    if (receive_bytes >= 0) {
+      receives.push_back(Receive(in));
+      if (clear && receive_bytes > eager) receives.push_back(Receive(in));
     }
+    if (send_bytes >= 0) {
+      if (clear && send_bytes > eager) {
+        comms.push_back(Send(*run, rank, partner, out, eager));
+        header_in->wait();
+        header_in = nullptr;
+        comms.push_back(Send(*run, rank, partner, out, send_bytes - eager));
+      } else {
+        comms.push_back(Send(*run, rank, partner, out, send_bytes));
+      }
+    }
+    if (header_in) comms.push_back(header_in);
+    for (auto& comm : receives) comm->wait();
+    if (!receives.empty()) MessageCpu(run);
     for (auto& comm : comms) comm->wait();
+    last_peer = partner;
   };
   if (index < 2 * extra && index % 2 == 0) {
-    exchange(members[index + 1], bytes, false);  // the fold
-    exchange(members[index + 1], -1, true);      // the result's return
+    exchange(members[index + 1], bytes, -1);  // the fold
+    exchange(members[index + 1], -1, bytes);  // the result's return
     return;
   }
-  if (index < 2 * extra) exchange(members[index - 1], -1, true);
+  if (index < 2 * extra) exchange(members[index - 1], -1, bytes);
   const int v = index < 2 * extra ? index / 2 : index - extra;
   int lo = 0, hi = p;
+  auto span = [&](int from, int to) {
+    return BlockOffset(bytes, p, to) - BlockOffset(bytes, p, from);
+  };
   for (int mask = p / 2; mask >= 1; mask /= 2) {
     const int mid = lo + (hi - lo) / 2;
     const bool lower = (v & mask) == 0;
     const int send_lo = lower ? mid : lo, send_hi = lower ? hi : mid;
-    exchange(member(v ^ mask),
-             BlockOffset(bytes, p, send_hi) - BlockOffset(bytes, p, send_lo),
-             true);
-    lo = lower ? lo : mid;
-    hi = lower ? mid : hi;
+    const int keep_lo = lower ? lo : mid, keep_hi = lower ? mid : hi;
+    exchange(member(v ^ mask), span(send_lo, send_hi), span(keep_lo, keep_hi));
+    lo = keep_lo;
+    hi = keep_hi;
   }
   for (int mask = 1; mask < p; mask *= 2) {
     const int size = hi - lo;
     const bool lower = (v & mask) == 0;
     const int their_lo = lower ? hi : lo - size;
-    exchange(member(v ^ mask),
-             BlockOffset(bytes, p, hi) - BlockOffset(bytes, p, lo), true);
+    exchange(member(v ^ mask), span(lo, hi), span(their_lo, their_lo + size));
     lo = std::min(lo, their_lo);
     hi = std::max(hi, their_lo + size);
   }
-  if (index < 2 * extra) exchange(members[index - 1], bytes, false);
+  if (index < 2 * extra) exchange(members[index - 1], bytes, -1);
 }
 
 std::vector<int> AllRanks(int n) {
@@ -256,40 +349,73 @@ void TreeBucket(Run* run, int rank, int tree, int b) {
   const int64_t half = tree == 0 ? first_half : bytes - first_half;
   // Every receive is posted at once: SimGrid starts a message's latency
   // when both ends have met, and a tail must not wait for this rank.
-  std::vector<sg4::CommPtr> flows, child_flows, child_tails, sends;
-  sg4::CommPtr from_parent, parent_tail;
+  // Every tree edge carries data both ways in the one round of the real
+  // code, so a half above the eager prefix goes out in two pieces: the
+  // prefix at once, the rest once the peer's header (its clear to send,
+  // peer_exchange.h) has arrived; the header leaves as the rank enters.
+  const int64_t eager = PeerExchange::kDefaultEagerBytes;
+  const bool split = half > eager;
+  std::vector<int> peers = node.children;
+  if (node.parent >= 0) peers.push_back(node.parent);
+  std::vector<sg4::CommPtr> flows, child_flows, child_tails, sends, headers;
+  for (int peer : peers) {
+    sends.push_back(Send(*run, rank, peer, box("-hdr-", peer, rank), 0));
+    headers.push_back(Receive(box("-hdr-", rank, peer)));
+  }
+  auto receive_flow = [&](sg4::Mailbox* in, std::vector<sg4::CommPtr>& to) {
+    to.push_back(Receive(in));
+    if (split) to.push_back(Receive(in));
+  };
+  auto send_first = [&](int peer, sg4::Mailbox* out) {
+    flows.push_back(Send(*run, rank, peer, out, split ? eager : half));
+  };
+  std::vector<sg4::CommPtr> from_parent;
+  sg4::CommPtr parent_tail;
   if (node.parent >= 0) {
-    flows.push_back(
-        Send(*run, rank, node.parent, box("-up-", node.parent, rank), half));
-    from_parent = Receive(box("-down-", rank, node.parent));
+    receive_flow(box("-down-", rank, node.parent), from_parent);
     parent_tail = Receive(box("-down-tail-", rank, node.parent));
   }
-  std::vector<sg4::CommPtr> to_children;
   for (int child : node.children) {
-    child_flows.push_back(Receive(box("-up-", rank, child)));
+    receive_flow(box("-up-", rank, child), child_flows);
     child_tails.push_back(Receive(box("-up-tail-", rank, child)));
-    to_children.push_back(
-        Send(*run, rank, child, box("-down-", child, rank), half));
+    send_first(child, box("-down-", child, rank));
   }
-  // The reduce: a child's sum is in when its flow and its tail are; this
-  // rank's own sum then has all its inputs, and its last byte leaves (the
-  // tail: one latency, the same hop the flow's bytes pay theirs on).
+  if (node.parent >= 0) send_first(node.parent, box("-up-", node.parent, rank));
+  if (split) {
+    for (size_t i = 0; i < peers.size(); ++i) {
+      headers[i]->wait();
+      const bool up = peers[i] == node.parent;
+      flows.push_back(Send(*run, rank, peers[i],
+                           up ? box("-up-", peers[i], rank)
+                              : box("-down-", peers[i], rank),
+                           half - eager));
+    }
+  } else {
+    for (auto& comm : headers) sends.push_back(comm);
+  }
+  // The reduce: a child's sum is in when its flow and its tail are (the
+  // message taken in costs its software time); this rank's own sum then
+  // has all its inputs, and its last byte leaves (the tail: one latency,
+  // the same hop the flow's bytes pay theirs on).
   for (auto& comm : child_flows) comm->wait();
-  for (auto& comm : child_tails) comm->wait();
+  for (auto& comm : child_tails) {
+    comm->wait();
+    MessageCpu(run);
+  }
   if (node.parent >= 0) {
     sends.push_back(
         Send(*run, rank, node.parent, box("-up-tail-", node.parent, rank), 0));
     // The broadcast: the parent's result is here when its flow and its
     // tail are.
-    from_parent->wait();
+    for (auto& comm : from_parent) comm->wait();
     parent_tail->wait();
+    MessageCpu(run);
   }
   for (int child : node.children) {
     sends.push_back(
         Send(*run, rank, child, box("-down-tail-", child, rank), 0));
   }
   for (auto& comm : flows) comm->wait();
-  for (auto& comm : to_children) comm->wait();
   for (auto& comm : sends) comm->wait();
 }
 
@@ -539,6 +665,12 @@ absl::Status Check(const SimulationOptions& options) {
         "--straggler: a straggling PS worker is not like the others; give "
         "--worker_group=1");
   }
+  if (c.message_cpu_s < 0 || (c.message_cpu_s > 0 && c.cpu_cores < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a message's software time (", c.message_cpu_s * 1e6,
+        " us) needs 0 or more and at least 1 core to run on (", c.cpu_cores,
+        ")"));
+  }
   if (!(c.link_bytes_per_s > 0)) {
     return absl::InvalidArgumentError("the link's rate must be above 0");
   }
@@ -654,6 +786,10 @@ std::vector<sg4::Host*> BuildPlatform(Run& run) {
   }
   for (int s = 0; s < server_nics; ++s) {
     add_nic(worker_nics + s, worker_nics * copies + s, 1, 1);
+  }
+  if (cluster.message_cpu_s > 0 && !ps) {
+    run.cpu = zone->create_host("cpu", kCpuFlopsPerSecond)
+                  ->set_core_count(cluster.cpu_cores);
   }
   zone->seal();
 
@@ -841,13 +977,15 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
   const double bytes = options.strategy == Strategy::kParameterServer
                            ? options.profile.buckets[bucket].bytes
                            : wire.dense_bytes;
+  // The family's clear to send, as the simulated rounds wait for it.
+  const double eager = static_cast<double>(PeerExchange::kDefaultEagerBytes);
   switch (options.strategy) {
     case Strategy::kRing:
       return RingAllReduceSeconds(n, bytes, link);
     case Strategy::kHalvingDoubling:
-      return HalvingDoublingAllReduceSeconds(n, bytes, link);
+      return HalvingDoublingAllReduceSeconds(n, bytes, link, eager);
     case Strategy::kTree:
-      return TreeAllReduceSeconds(n, bytes, link);
+      return TreeAllReduceSeconds(n, bytes, link, eager);
     case Strategy::kSelecting: {
       const Strategy pick = SelectorPick(options, bucket);
       const AllReduceKind kind = pick == Strategy::kTree ? AllReduceKind::kTree
@@ -864,7 +1002,7 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
       const int g = cluster.gpus_per_host;
       LinkCost intra{cluster.intra_latency_s, cluster.intra_bytes_per_s};
       LinkCost inter{link.alpha_s, link.bytes_per_s / g};
-      return HierarchicalAllReduceSeconds(n, g, bytes, intra, inter);
+      return HierarchicalAllReduceSeconds(n, g, bytes, intra, inter, eager);
     }
     case Strategy::kParameterServer:
       break;

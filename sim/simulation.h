@@ -126,6 +126,15 @@ struct ClusterSpec {
   // switch, whose uplink to one spine carries hosts_per_tor·B / ratio.
   double oversubscription = 1;
   int hosts_per_tor = 0;
+  // The all-reduce transport's software time per message a rank takes in
+  // (the wakeup that receives it, reduces it and sends the next one; on the
+  // emulated cluster also the userspace relay's copy), run as work on
+  // `cpu_cores` cores that every rank shares: the emulated cluster's ranks
+  // all run on one machine, so a round in which N ranks each take a message
+  // in costs N such times over the cores. 0: messages cost no CPU (the
+  // ranks' hosts are the GPUs' own, their CPUs idle). sim/model_constants.h.
+  double message_cpu_s = 0;
+  int cpu_cores = 0;
 };
 
 struct SimulationOptions {
