@@ -424,10 +424,10 @@ void TreeBucket(Run* run, int rank, int tree, int b) {
 // once it has arrived whole. One flow per rank of its N-1 blobs shares the
 // links; a tail of N-1 hops, each leaving a blob's transfer time after the
 // last one arrived, carries the store-and-forward order.
-void RingAllGatherBucket(Run* run, int rank, int b) {
+void RingAllGatherBucket(Run* run, int rank, int64_t payload_bytes) {
   const int n = run->options.cluster.workers;
   const int right = (rank + 1) % n;
-  const int64_t blob = run->wire[b].dense_bytes + RingAllGather::kHeaderBytes;
+  const int64_t blob = payload_bytes + RingAllGather::kHeaderBytes;
   std::vector<sg4::CommPtr> comms = {
       Send(*run, rank, right, Box(absl::StrCat("ag-", right)), (n - 1) * blob),
       Receive(Box(absl::StrCat("ag-", rank)))};
@@ -458,8 +458,16 @@ void AllReduceWorker(Run* run, int rank, int part) {
     sg4::this_actor::sleep_until(WorkerReadySeconds(*run, rank, b));
     if (n > 1) {
       const Strategy strategy = run->picks[b];
+      // A row-sparse bucket's sizes go round first; every part waits for
+      // them, as the real code decides its route from them.
+      if (run->wire[b].size_exchange) {
+        if (part == 0) RingAllGatherBucket(run, rank, 8);
+        if (two_parts) run->tree_barriers[rank]->wait();
+      }
       if (run->wire[b].gathered) {
-        if (part == 0) RingAllGatherBucket(run, rank, b);
+        if (part == 0) {
+          RingAllGatherBucket(run, rank, run->wire[b].dense_bytes);
+        }
       } else if (strategy == Strategy::kTree) {
         TreeBucket(run, rank, part, b);
       } else if (part == 0) {
@@ -670,6 +678,20 @@ absl::Status Check(const SimulationOptions& options) {
         "a message's software time (", c.message_cpu_s * 1e6,
         " us) needs 0 or more and at least 1 core to run on (", c.cpu_cores,
         ")"));
+  }
+  if (options.row_sparse.row_width < 0 || options.row_sparse.rows < 0 ||
+      (options.row_sparse.row_width > 0) != (options.row_sparse.rows > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--row_sparse=", options.row_sparse.row_width, ":",
+        options.row_sparse.rows,
+        ": give WIDTH:ROWS, a row of WIDTH floats and ROWS touched rows, both "
+        "at least 1"));
+  }
+  if (options.row_sparse.row_width > 0 && method != CompressionMethod::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--row_sparse with --compression=", options.compression.ToString(),
+        ": the real code sends a row-sparse bucket's rows as they are "
+        "(--compression=none)"));
   }
   if (!(c.link_bytes_per_s > 0)) {
     return absl::InvalidArgumentError("the link's rate must be above 0");
@@ -955,12 +977,106 @@ int64_t PsAnswerBytes(const CompressionSpec& compression, int64_t key_bytes,
   return key_bytes;
 }
 
+int64_t RowSparseBytes(int64_t numel, int64_t row_width, int64_t rows) {
+  EncodedBucket encoded;
+  encoded.encoding = Encoding::kSparse;
+  encoded.numel = numel;
+  encoded.row_width = static_cast<int32_t>(row_width);
+  encoded.index.resize(rows);
+  encoded.values.resize(rows * row_width);
+  return SerializedBytes(encoded);
+}
+
+namespace {
+
+// The rows of `rows.rows` touched in a span of `span_bytes` of a table of
+// `bucket_bytes`, and the span's rows.
+int64_t TableRows(const RowSparseSpec& rows, int64_t bytes) {
+  return std::max<int64_t>(1, bytes / 4 / rows.row_width);
+}
+int64_t TouchedRows(const RowSparseSpec& rows, int64_t span_bytes,
+                    int64_t bucket_bytes) {
+  const int64_t table = TableRows(rows, bucket_bytes);
+  const int64_t span = TableRows(rows, span_bytes);
+  const int64_t touched = std::min(rows.rows, table);
+  return std::min(span, (touched * span + table - 1) / table);
+}
+
+}  // namespace
+
+WireBucket RowSparseWire(const RowSparseSpec& rows, int64_t bytes,
+                         int workers) {
+  const int64_t numel = bytes / 4;
+  const int64_t blob = RowSparseBytes(
+      numel, rows.row_width, std::min(rows.rows, TableRows(rows, bytes)));
+  // bucket_reducer.cc: the gather's busiest link carries the N encodings
+  // less the smallest (all equal here) against the dense ring's share.
+  const double gather_link_bytes = static_cast<double>(workers - 1) * blob;
+  const double dense_link_bytes =
+      2.0 * (workers - 1) / workers * 4.0 * numel;
+  WireBucket wire;
+  wire.size_exchange = true;
+  wire.gathered = gather_link_bytes < dense_link_bytes;
+  wire.dense_bytes = wire.gathered ? blob : bytes;
+  return wire;
+}
+
+int64_t RowSparsePushBytes(const RowSparseSpec& rows, int64_t key_bytes,
+                           int64_t bucket_bytes) {
+  return RowSparseBytes(key_bytes / 4, rows.row_width,
+                        TouchedRows(rows, key_bytes, bucket_bytes));
+}
+
+int64_t RowSparseAnswerBytes(const RowSparseSpec& rows, int64_t key_bytes,
+                             int64_t bucket_bytes, int workers) {
+  // Each worker's rows drawn independently: the union holds
+  // rows·(1 - (1 - t/rows)^N) of the key's rows in expectation.
+  const double key_rows = static_cast<double>(TableRows(rows, key_bytes));
+  const double touched =
+      static_cast<double>(TouchedRows(rows, key_bytes, bucket_bytes));
+  const double union_rows =
+      key_rows * (1.0 - std::pow(1.0 - touched / key_rows, workers));
+  return RowSparseBytes(key_bytes / 4, rows.row_width,
+                        static_cast<int64_t>(std::ceil(union_rows - 1e-9)));
+}
+
+namespace {
+
+// What bucket `bytes` all-reduces as under the options: rows, or its
+// compression's encoding.
+WireBucket BucketWire(const SimulationOptions& options, int64_t bytes) {
+  if (options.row_sparse.row_width > 0) {
+    return RowSparseWire(options.row_sparse, bytes, options.cluster.workers);
+  }
+  return AllReduceWire(options.compression, bytes);
+}
+
+int64_t PushBytes(const SimulationOptions& options, int64_t key_bytes,
+                  int64_t bucket_bytes) {
+  if (options.row_sparse.row_width > 0) {
+    return RowSparsePushBytes(options.row_sparse, key_bytes, bucket_bytes);
+  }
+  return PsPushBytes(options.compression, key_bytes);
+}
+
+int64_t AnswerBytes(const SimulationOptions& options, int64_t key_bytes,
+                    int64_t bucket_bytes) {
+  if (options.row_sparse.row_width > 0) {
+    return RowSparseAnswerBytes(options.row_sparse, key_bytes, bucket_bytes,
+                                options.cluster.workers);
+  }
+  return PsAnswerBytes(options.compression, key_bytes,
+                       options.cluster.workers);
+}
+
+}  // namespace
+
 Strategy SelectorPick(const SimulationOptions& options, int bucket) {
   return StrategyOf(ChooseAllReduce(
       options.cluster.workers,
-      static_cast<double>(AllReduceWire(options.compression,
-                                        options.profile.buckets[bucket].bytes)
-                              .dense_bytes),
+      static_cast<double>(
+          BucketWire(options, options.profile.buckets[bucket].bytes)
+              .dense_bytes),
       CandidateLinks::Uniform(HostLink(options.cluster)),
       static_cast<double>(PeerExchange::kDefaultEagerBytes)));
 }
@@ -969,10 +1085,21 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
   const ClusterSpec& cluster = options.cluster;
   const int n = cluster.workers;
   const LinkCost link = HostLink(cluster);
-  const WireBucket wire =
-      AllReduceWire(options.compression, options.profile.buckets[bucket].bytes);
+  const int64_t bucket_bytes = options.profile.buckets[bucket].bytes;
+  const WireBucket wire = BucketWire(options, bucket_bytes);
+  // A row-sparse bucket's sizes go round first (8 bytes a rank).
+  const double sizes_seconds =
+      options.strategy != Strategy::kParameterServer && wire.size_exchange
+          ? RingAllGatherSeconds(n, 8, link)
+          : 0;
   if (options.strategy != Strategy::kParameterServer && wire.gathered) {
-    return RingAllGatherSeconds(n, static_cast<double>(wire.dense_bytes), link);
+    return sizes_seconds +
+           RingAllGatherSeconds(n, static_cast<double>(wire.dense_bytes), link);
+  }
+  if (sizes_seconds > 0) {
+    SimulationOptions dense = options;
+    dense.row_sparse = RowSparseSpec();
+    return sizes_seconds + AlphaBetaBucketSeconds(dense, bucket);
   }
   const double bytes = options.strategy == Strategy::kParameterServer
                            ? options.profile.buckets[bucket].bytes
@@ -1030,8 +1157,8 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
   double pushed = 0, answered = 0;  // one worker's, the whole bucket
   for (const auto& server_keys : keys) {
     for (int64_t key : server_keys) {
-      pushed += PsPushBytes(compression, key);
-      answered += PsAnswerBytes(compression, key, n);
+      pushed += PushBytes(options, key, bucket_bytes);
+      answered += AnswerBytes(options, key, bucket_bytes);
     }
   }
   double busiest = 0, tail = 0, last_keys = 0;
@@ -1042,11 +1169,11 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
     const bool inside = s < colocated_servers;
     double share_in = 0, share_out = 0, last_key = 0;
     for (int64_t key : server_keys) {
-      share_in += PsPushBytes(compression, key);
-      share_out += PsAnswerBytes(compression, key, n);
+      share_in += PushBytes(options, key, bucket_bytes);
+      share_out += AnswerBytes(options, key, bucket_bytes);
     }
     if (!server_keys.empty()) {
-      last_key = PsAnswerBytes(compression, server_keys.back(), n);
+      last_key = AnswerBytes(options, server_keys.back(), bucket_bytes);
     }
     most_keys = std::max(most_keys, server_keys.size());
     busiest = std::max(
@@ -1082,20 +1209,17 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
   }
   const int worker_endpoints = cluster.workers / cluster.worker_group;
   for (const Bucket& bucket : options.profile.buckets) {
-    run->wire.push_back(AllReduceWire(options.compression, bucket.bytes));
+    run->wire.push_back(BucketWire(options, bucket.bytes));
   }
   if (ps) {
     run->push_bytes = run->answer_bytes = options.ps_keys;
-    for (auto& servers : run->push_bytes) {
-      for (auto& keys : servers) {
-        for (int64_t& key : keys) key = PsPushBytes(options.compression, key);
+    for (size_t b = 0; b < options.ps_keys.size(); ++b) {
+      const int64_t bucket_bytes = options.profile.buckets[b].bytes;
+      for (auto& keys : run->push_bytes[b]) {
+        for (int64_t& key : keys) key = PushBytes(options, key, bucket_bytes);
       }
-    }
-    for (auto& servers : run->answer_bytes) {
-      for (auto& keys : servers) {
-        for (int64_t& key : keys) {
-          key = PsAnswerBytes(options.compression, key, cluster.workers);
-        }
+      for (auto& keys : run->answer_bytes[b]) {
+        for (int64_t& key : keys) key = AnswerBytes(options, key, bucket_bytes);
       }
     }
   }

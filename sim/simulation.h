@@ -137,6 +137,11 @@ struct ClusterSpec {
   int cpu_cores = 0;
 };
 
+struct RowSparseSpec {
+  int64_t row_width = 0;  // floats per row; 0: dense buckets
+  int64_t rows = 0;       // rows each worker touches per bucket and step
+};
+
 struct SimulationOptions {
   Strategy strategy = Strategy::kRing;
   ClusterSpec cluster;
@@ -154,6 +159,18 @@ struct SimulationOptions {
   // fp16/bf16, the union of the pushed indices for random-k (the same k) and
   // top-k (at most N·k, float32 once that is smaller), float32 for onebit.
   CompressionSpec compression;
+  // --row_sparse: every bucket is one row-sparse tensor (an embedding table,
+  // ParamSpec::sparse_row_width) of rows of row_width floats, of which each
+  // worker touches `rows` per step (at most the table's; uniformly spread,
+  // independently per worker). All-reduces (allreduce/bucket_reducer.h): a
+  // ring all-gather of every rank's encoding size (8 bytes), then a ring
+  // all-gather of the touched rows (core/sync/compression.h's kSparse
+  // encoding with that row width) where the busiest link carries fewer
+  // bytes than the dense ring's 2(N-1)/N of the bucket, else the dense
+  // all-reduce. PS (ps/key_compression.h): each key pushes its touched rows
+  // exactly, and the answer is their union over the N workers. Only with
+  // --compression=none, as the real code sends rows.
+  RowSparseSpec row_sparse;
   // --straggler: worker `straggler_rank` (-1: none) sleeps straggler_ms
   // before its step's compute (core/train/straggler.h), so its buckets are
   // ready that much later; under BSP every other worker waits for them.
@@ -193,8 +210,25 @@ Strategy SelectorPick(const SimulationOptions& options, int bucket);
 struct WireBucket {
   int64_t dense_bytes = 0;
   bool gathered = false;
+  // Row-sparse: the encodings' sizes (8 bytes a rank) are ring-all-gathered
+  // first, so that every rank picks the same route.
+  bool size_exchange = false;
 };
 WireBucket AllReduceWire(const CompressionSpec& compression, int64_t bytes);
+// The serialized kSparse encoding (core/sync/compression.h) of `rows` rows
+// of `row_width` floats out of a tensor of `numel` floats.
+int64_t RowSparseBytes(int64_t numel, int64_t row_width, int64_t rows);
+// A row-sparse bucket of `bytes` over `workers` ranks (bucket_reducer.h's
+// route: gathered rows, or dense_bytes = bytes all-reduced).
+WireBucket RowSparseWire(const RowSparseSpec& rows, int64_t bytes,
+                         int workers);
+// A row-sparse bucket's key of `key_bytes` (of a bucket of `bucket_bytes`):
+// one worker's push of its touched rows in it, and the answer (their union
+// over `workers`, in expectation).
+int64_t RowSparsePushBytes(const RowSparseSpec& rows, int64_t key_bytes,
+                           int64_t bucket_bytes);
+int64_t RowSparseAnswerBytes(const RowSparseSpec& rows, int64_t key_bytes,
+                             int64_t bucket_bytes, int workers);
 // A PS key of `key_bytes` float32 bytes: what one worker's push and one
 // answer to it carry, among `workers` pushing.
 int64_t PsPushBytes(const CompressionSpec& compression, int64_t key_bytes);
