@@ -38,11 +38,15 @@ COLUMNS = ["latency_us", "workers", "bytes", "algorithm", "measured_us", "alpha_
            "probed_alpha_us", "fitted_us", "fitted_over_measured", "cpu_share", "cpu_bound"]
 
 
-def simulate(simulate_path, strategy, n, size, rate_bits, latency_us, constants="none"):
+def simulate(simulate_path, strategy, n, size, rate_bits, latency_us, constants="none",
+             iterations=1):
+    """One all-reduce's simulated time in us: the mean of `iterations` of
+    them back to back, as the benchmark times them (its timed loop after a
+    barrier: the links' token buckets start full and drain)."""
     link = f"{rate_bits / 1e6:g}mbit,{latency_us:g}us"
     command = [simulate_path, f"--strategy={strategy}", f"--workers={n}",
-               f"--link={link}", f"--model=custom:{size / 1e6:g}:1", "--bucket_mb=1000",
-               f"--constants={constants}"]
+               f"--link={link}", f"--model=custom:{iterations * size / 1e6:.6f}:{iterations}",
+               f"--bucket_mb={size / 2**20:.10f}", f"--constants={constants}"]
     # A run takes well under a second; a niced one on a busy machine may
     # wait its turn for minutes, so one that overruns is run once more.
     try:
@@ -51,7 +55,11 @@ def simulate(simulate_path, strategy, n, size, rate_bits, latency_us, constants=
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         sys.exit(f"calibrate_crossover: {' '.join(command)}: {done.stderr.strip()}")
-    return json.loads(done.stdout)["sync_ms"] * 1e3
+    result = json.loads(done.stdout)
+    if result["buckets"] != iterations:
+        sys.exit(f"calibrate_crossover: {' '.join(command)}: {result['buckets']} buckets, "
+                 f"not {iterations}")
+    return result["sync_ms"] * 1e3 / iterations
 
 
 def constants_provenance():
@@ -87,7 +95,7 @@ def main(argv):
         # The wire's rate and latency through the fitted constants
         # (sim/constants.json): no probe of the job's own.
         fitted = simulate(args.simulate, strategy, p["workers"], p["bytes"], rate,
-                          p["latency_us"], "fitted")
+                          p["latency_us"], "fitted", context["iters"])
         rows.append({
             "latency_us": p["latency_us"], "workers": p["workers"], "bytes": p["bytes"],
             "algorithm": strategy, "measured_us": p["time_us"],

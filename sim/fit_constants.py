@@ -21,10 +21,14 @@ What fits what:
     wake-up) and the CPU time per message (run on the emulated machine's
     cores, which every rank shares: cpu_cores, a fact of the machine, not
     fitted) together on all of them, the bandwidth factor held. The grids
-    are small (each cell simulates every point on a 2-core machine); the
-    latency factor's holds 1 alone, so it is recorded, not fitted.
+    are small (each cell simulates every point on a 2-core machine), the
+    latency factor fitted with them.
   grpc_message_overhead_us: the PS points of the headline sweep (100 Mbit/s,
     64 KiB keys), with the bandwidth factor above held.
+Each crossover point is simulated as the benchmark timed it: its timed
+iterations (8) back to back, averaged, on links with the emulation's token
+bucket (link_burst_bytes, a fact of core/launch/netem.cc, not fitted), which
+starts full after the benchmark's barrier and drains over the iterations.
 The objective is the mean |log(simulated / measured)| over the points: one
 number for all of them, symmetric in over- and under-estimates and not
 pulled by the few points that are off by several times. Nothing is chosen
@@ -51,29 +55,35 @@ import calibrate_crossover  # noqa: E402
 
 # Small grids: each cell simulates every point, and the machine has 2 cores.
 BANDWIDTH_FACTORS = [0.95, 0.96, 0.97]
-LATENCY_FACTORS = [1.0]
-TCP_OVERHEADS_US = [125.0, 150.0, 175.0]
-MESSAGE_CPU_US = [10.0, 20.0, 30.0]
+LATENCY_FACTORS = [1.0, 1.1]
+TCP_OVERHEADS_US = [80.0, 130.0, 180.0]
+MESSAGE_CPU_US = [20.0, 35.0, 50.0]
 # The emulated cluster's machine (docs/results/data/allreduce-crossover-*:
 # "AMD EPYC, 2 cores"): every rank and relay runs on it.
 CPU_CORES = 2
+# The emulated 1 Gbit/s links' tbf burst (core/launch/netem.cc: 128 KiB, or
+# 1 ms of the rate above that; bench/allreduce_crossover.py's
+# token_bucket_bytes), which the headline's 100 Mbit/s links share.
+LINK_BURST_BYTES = 128 << 10
 GRPC_OVERHEADS_US = [100.0 * i for i in range(6)]
 # The bandwidth factor is fitted on the buffers of 1 MiB and more, where
 # the bytes, not the latencies, make most of the time, with the overhead
 # held at the middle of its grid.
 BANDWIDTH_POINTS_BYTES = 1 << 20
-START_TCP_OVERHEAD_US = 150.0
-START_MESSAGE_CPU_US = 20.0
+START_TCP_OVERHEAD_US = 130.0
+START_MESSAGE_CPU_US = 35.0
 
 
-def constants_file(directory, bandwidth, latency=1.0, tcp_us=0.0, grpc_us=0.0, cpu_us=0.0):
+def constants_file(directory, bandwidth, latency=1.0, tcp_us=0.0, grpc_us=0.0, cpu_us=0.0,
+                   burst=LINK_BURST_BYTES):
     path = os.path.join(directory, f"c-{bandwidth:.4f}-{latency:.4f}-{tcp_us:g}-{grpc_us:g}"
                                    f"-{cpu_us:g}.json")
     with open(path, "w") as f:
         json.dump({"constants": {"bandwidth_factor": bandwidth, "latency_factor": latency,
                                  "tcp_message_overhead_us": tcp_us,
                                  "grpc_message_overhead_us": grpc_us,
-                                 "message_cpu_us": cpu_us, "cpu_cores": CPU_CORES}}, f)
+                                 "message_cpu_us": cpu_us, "cpu_cores": CPU_CORES,
+                                 "link_burst_bytes": burst}}, f)
     return path
 
 
@@ -86,9 +96,11 @@ def crossover_points(path):
         strategy = calibrate_crossover.STRATEGIES.get(p["algorithm"])
         if strategy is None or cpu_bound.is_cpu_bound(job_cpu_share=p["cpu_share"]):
             continue
+        context = runs[(p["latency_us"], p["workers"])]
         points.append({"strategy": strategy, "workers": p["workers"], "bytes": p["bytes"],
                        "latency_us": p["latency_us"], "measured_us": p["time_us"],
-                       "rate_bits": runs[(p["latency_us"], p["workers"])]["link_bits_per_s"]})
+                       "rate_bits": context["link_bits_per_s"],
+                       "iterations": context["iters"]})
     return points
 
 
@@ -133,7 +145,8 @@ class Fitter:
         path = constants_file(self.directory, bandwidth, latency, tcp_us, cpu_us=cpu_us)
         futures = [self.pool.submit(
             calibrate_crossover.simulate, self.simulate, p["strategy"], p["workers"],
-            p["bytes"], p["rate_bits"], p["latency_us"], path) for p in points]
+            p["bytes"], p["rate_bits"], p["latency_us"], path, p["iterations"])
+            for p in points]
         self.runs += len(points)
         return [f.result() / p["measured_us"] for f, p in zip(futures, points)]
 
@@ -232,6 +245,13 @@ def main(argv):
                         "reduce, send on, the relay's copy), run on cpu_cores shared by "
                         "every rank, so that N ranks' rounds contend for them",
                 "fitted_on": sweep, "grid": MESSAGE_CPU_US},
+            "link_burst_bytes": {
+                "value": LINK_BURST_BYTES,
+                "what": "the token bucket of every emulated link (tc's tbf burst): bytes a NIC "
+                        "lets out faster than its rate after an idle spell, refilled at the "
+                        "rate",
+                "fitted_on": "not fitted: core/launch/netem.cc's burst at 1 Gbit/s and below "
+                             "(128 KiB)"},
             "cpu_cores": {
                 "value": CPU_CORES,
                 "what": "the cores of the emulated cluster's one machine, which all its ranks "

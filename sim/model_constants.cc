@@ -49,11 +49,13 @@ absl::StatusOr<ModelConstants> ParseModelConstants(const std::string& json,
   for (const auto& [key, unused] : constants.items()) {
     if (key != "bandwidth_factor" && key != "latency_factor" &&
         key != "tcp_message_overhead_us" && key != "grpc_message_overhead_us" &&
-        key != "message_cpu_us" && key != "cpu_cores") {
+        key != "message_cpu_us" && key != "cpu_cores" &&
+        key != "link_burst_bytes") {
       return absl::InvalidArgumentError(absl::StrCat(
           source, ": unknown constant ", key,
           " (bandwidth_factor, latency_factor, tcp_message_overhead_us, "
-          "grpc_message_overhead_us, message_cpu_us, cpu_cores)"));
+          "grpc_message_overhead_us, message_cpu_us, cpu_cores, "
+          "link_burst_bytes)"));
     }
   }
   absl::Status status =
@@ -79,6 +81,10 @@ absl::StatusOr<ModelConstants> ParseModelConstants(const std::string& json,
   if (status.ok()) {
     status = Read(constants, "cpu_cores", 1, false, source, &cores);
   }
+  if (status.ok()) {
+    status = Read(constants, "link_burst_bytes", 1, false, source,
+                  &parsed.link_burst_bytes);
+  }
   if (!status.ok()) return status;
   parsed.cpu_cores = static_cast<int>(cores);
   if (parsed.message_cpu_s > 0 &&
@@ -102,6 +108,7 @@ ClusterSpec ApplyModelConstants(const ModelConstants& constants,
   cluster.latency_s = constants.latency_factor * cluster.latency_s +
                       (parameter_server ? constants.grpc_message_overhead_s
                                         : constants.tcp_message_overhead_s);
+  cluster.link_burst_bytes = constants.link_burst_bytes;
   if (!parameter_server) {
     cluster.message_cpu_s = constants.message_cpu_s;
     cluster.cpu_cores = constants.cpu_cores;

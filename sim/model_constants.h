@@ -23,6 +23,8 @@
 //                                          by all ranks (the emulated
 //                                          cluster's one machine), so that N
 //                                          ranks' rounds contend for them
+//   link burst                           each NIC's token bucket, as the
+//                                          emulation's tbf sets it
 // The intra-host link (--intra_link) is left as given: it stands for an
 // NVLink, not for what was measured. The factors play the part of SimGrid's
 // LV08 TCP corrections (its documentation gives them), fitted to gradsync's
@@ -47,6 +49,9 @@ struct ModelConstants {
   // machine, whose core count is a fact of it, not a fit.
   double message_cpu_s = 0;
   int cpu_cores = 0;
+  // The emulated links' token bucket (ClusterSpec::link_burst_bytes), a
+  // fact of core/launch/netem.cc, not a fit.
+  double link_burst_bytes = 0;
 };
 
 // The `constants` object of a document shaped like sim/constants.json:

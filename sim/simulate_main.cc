@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -213,7 +214,7 @@ absl::StatusOr<StepProfile> LoadProfile(int64_t bucket_bytes) {
         "--model=" + model +
         ": give custom:MB[:TENSORS], like custom:100 or custom:2.5:32");
   }
-  return gradsync::sim::CustomProfile(static_cast<int64_t>(mb * 1e6), tensors,
+  return gradsync::sim::CustomProfile(std::llround(mb * 1e6), tensors,
                                       bucket_bytes);
 }
 

@@ -404,6 +404,19 @@ class SimulateTest(unittest.TestCase):
                               f"--constants={path}")["step_ms"],
                          step("--strategy=ps", "--servers=1", *TINY_PS)["step_ms"])
 
+    def test_token_bucket_lets_a_burst_out_after_an_idle_spell(self):
+        # Halving-doubling of 4 MB over 2 ranks, a 128 KiB bucket per NIC
+        # (full at the start): the first round's 2 MB leave all but the
+        # bucket at the rate; while the second round's partner data cross the
+        # wire (alpha) the link idles and the bucket refills alpha.B = 12.5 kB,
+        # which the second round's 2 MB leave at once.
+        path = self.constants(link_burst_bytes=131072)
+        result = step("--strategy=halving_doubling", "--workers=2", "--link=1gbit,100us",
+                      "--model=custom:4:1", "--bucket_mb=100", f"--constants={path}")
+        self.assertStepMs(result, 2 * ALPHA + (S - 131072 - ALPHA * B) / B)
+        # The busiest link still counts every byte.
+        self.assertEqual(result["busiest_link_bytes"], S)
+
     def test_row_sparse_buckets_move_their_rows(self):
         # A 1 MiB table of rows of 64 floats (4,096 rows), 100 touched per
         # worker: an encoding of 1 + 8 + 4 + 8 + 100 x 4 + 100 x 64 x 4 =

@@ -38,6 +38,10 @@ struct Run {
   std::vector<int> copies;               // per NIC: real hosts it stands for
   std::vector<int64_t> sent;             // per NIC: bytes out of the host
   std::vector<int64_t> received;         // per NIC: bytes into the host
+  // Per NIC's token bucket (ClusterSpec::link_burst_bytes): when the bytes
+  // it did not cover have left at the rate, and its tokens then.
+  std::vector<double> backlog_end;
+  std::vector<double> tokens_at_backlog_end;
   std::vector<int64_t> uplink_sent;      // per ToR
   std::vector<int64_t> uplink_received;  // per ToR
   std::vector<double> last_hop_rate;     // per endpoint: from its left rank
@@ -85,6 +89,33 @@ sg4::CommPtr Send(Run& run, int from, int to, sg4::Mailbox* box,
     }
   }
   ++run.messages;
+  const double burst = run.options.cluster.link_burst_bytes;
+  if (burst > 0 && from_nic != to_nic && bytes > 0) {
+    // The token bucket (ClusterSpec::link_burst_bytes): what the bucket
+    // covers leaves at once; the flow carries the rest.
+    // A merged PS host stands for `copies` NICs, each with its bucket.
+    const double copies = run.copies[from_nic];
+    const double rate = run.options.cluster.link_bytes_per_s * copies;
+    const double now = sg4::Engine::get_clock();
+    double& backlog_end = run.backlog_end[from_nic];
+    double& tokens_then = run.tokens_at_backlog_end[from_nic];
+    // No tokens while bytes wait for the rate; after that they refill.
+    const double tokens =
+        now < backlog_end
+            ? 0.0
+            : std::min(copies * burst,
+                       tokens_then + (now - backlog_end) * rate);
+    const double covered = std::min(static_cast<double>(bytes), tokens);
+    const double rest = bytes - covered;
+    if (rest > 0) {
+      backlog_end = std::max(backlog_end, now) + rest / rate;
+      tokens_then = 0;
+    } else {
+      backlog_end = now;
+      tokens_then = tokens - covered;
+    }
+    bytes = std::llround(rest);
+  }
   // The payload is never read (only its simulated size matters); SimGrid
   // refuses a null one. A tail is 0 bytes: its latency only.
   static int payload = 0;
@@ -143,10 +174,14 @@ void RingBucketSteps(Run* run, int rank, int b) {
   const int steps = 2 * (n - 1);
   const int right = (rank + 1) % n;
   const int64_t bytes = run->wire[b].dense_bytes;
+  auto segment = [&](int step) {
+    return Share(bytes, n, ((rank - step) % n + n) % n);
+  };
+  // The stream holds every step's segment but the last; the last step's
+  // first byte carries its segment with it, so the last segment follows
+  // the last hop as it does in the real code.
   int64_t stream = 0;
-  for (int step = 0; step < steps; ++step) {
-    stream += Share(bytes, n, ((rank - step) % n + n) % n);
-  }
+  for (int step = 0; step + 1 < steps; ++step) stream += segment(step);
   std::vector<sg4::CommPtr> comms = {
       Send(*run, rank, right, Box(absl::StrCat("ring-", right)), stream),
       Receive(Box(absl::StrCat("ring-", rank)))};
@@ -160,14 +195,11 @@ void RingBucketSteps(Run* run, int rank, int b) {
       tails_in[step - 1]->wait();
       MessageCpu(run);
     }
-    comms.push_back(Send(*run, rank, right, tail_box, 0));
+    comms.push_back(
+        Send(*run, rank, right, tail_box, step + 1 < steps ? 0 : segment(step)));
   }
   tails_in[steps - 1]->wait();
   MessageCpu(run);
-  // The last segment received: the one this rank's left neighbour owned.
-  sg4::this_actor::sleep_for(
-      static_cast<double>(Share(bytes, n, ((rank - steps) % n + n) % n)) /
-      run->last_hop_rate[rank]);
   for (auto& comm : comms) comm->wait();
   run->ring_barrier->wait();
 }
@@ -817,6 +849,10 @@ std::vector<sg4::Host*> BuildPlatform(Run& run) {
 
   run.sent.assign(run.copies.size(), 0);
   run.received.assign(run.copies.size(), 0);
+  run.backlog_end.assign(run.copies.size(), 0);
+  for (int copies : run.copies) {
+    run.tokens_at_backlog_end.push_back(copies * cluster.link_burst_bytes);
+  }
   run.uplink_sent.assign(tor_routers.size(), 0);
   run.uplink_received.assign(tor_routers.size(), 0);
   // The ring's last hop into each rank: inside the host or over the NIC.

@@ -44,6 +44,22 @@
 //   halving-doubling  the real code's rounds one after another (a round
 //          ends when both its transfers have), with its partners and block
 //          sizes, the fold of the extra ranks when N is no power of two.
+//   clear to send (peer_exchange.h)  in every halving-doubling round where
+//          both partners send (but the one with the previous round's single
+//          peer) and on every tree edge, a rank's header leaves as it
+//          enters (a message of no bytes), and a send above the eager
+//          prefix moves the prefix at once and the rest once the peer's
+//          header has arrived, so a round waits α - E/B where that is
+//          positive, as the real rounds do.
+//   per-message CPU (ClusterSpec::message_cpu_s, model_constants.h)  each
+//          message a rank takes in (a halving-doubling round's, a tree
+//          child's or parent's, a ring step's) costs software time run on
+//          cores all ranks share; the ring then forwards every step's first
+//          byte rank by rank (RingBucketSteps: N(2N-2) messages a bucket,
+//          for the emulated cluster's N ≤ 16, not for N = 1,024).
+//   token bucket (ClusterSpec::link_burst_bytes)  the emulated links' tbf
+//          burst lets bytes leave a NIC at once after an idle spell; each
+//          flow carries what the bucket did not cover.
 //   hierarchical  hierarchical_allreduce.cc with R = G ranks per node: the
 //          reduce-scatter inside the host (each rank sends shard j to local
 //          rank j, all at once), halving-doubling of its shard among the
@@ -135,6 +151,13 @@ struct ClusterSpec {
   // ranks' hosts are the GPUs' own, their CPUs idle). sim/model_constants.h.
   double message_cpu_s = 0;
   int cpu_cores = 0;
+  // The emulated links' token bucket (core/launch/netem.cc's tbf burst): a
+  // host's NIC lets up to this many bytes out at once after it has been
+  // idle, its tokens refilling at the rate while no bytes wait for it. A
+  // send takes what tokens there are when it is posted; its simulated flow
+  // carries the rest. The bucket starts full. 0: no bucket (a data
+  // centre's NIC).
+  double link_burst_bytes = 0;
 };
 
 struct RowSparseSpec {
