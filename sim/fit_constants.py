@@ -54,10 +54,10 @@ import cpu_bound  # noqa: E402
 import calibrate_crossover  # noqa: E402
 
 # Small grids: each cell simulates every point, and the machine has 2 cores.
-BANDWIDTH_FACTORS = [0.95, 0.96, 0.97]
+BANDWIDTH_FACTORS = [0.94, 0.95]
 LATENCY_FACTORS = [1.0, 1.1]
-TCP_OVERHEADS_US = [80.0, 130.0, 180.0]
-MESSAGE_CPU_US = [20.0, 35.0, 50.0]
+TCP_OVERHEADS_US = [100.0, 160.0]
+MESSAGE_CPU_US = [25.0, 45.0]
 # The emulated cluster's machine (docs/results/data/allreduce-crossover-*:
 # "AMD EPYC, 2 cores"): every rank and relay runs on it.
 CPU_CORES = 2
@@ -170,6 +170,9 @@ def main(argv):
     parser.add_argument("--headline", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--summary", default="",
+                        help="a data folder for docs/results/ (points.json: the fit's figures "
+                             "as points for tools/render_results.py; manifest.json)")
     args = parser.parse_args(argv)
     points = crossover_points(args.crossover)
     ps_points = headline_points(args.headline)
@@ -287,6 +290,37 @@ def main(argv):
         json.dump(document, f, indent=1, ensure_ascii=False)
         f.write("\n")
     print(json.dumps(document["fit"], indent=1))
+    if args.summary:
+        write_summary(args.summary, document, argv, rev, now)
+
+
+def write_summary(folder, document, argv, rev, now):
+    """The fit's figures as points for tools/render_results.py."""
+    values = {k: v["value"] for k, v in document["constants"].items()}
+    fit = document["fit"]
+    points = [dict({"set": "crossover", "constants": "fitted",
+                    "points": fit["crossover_points"],
+                    "within_10_percent": fit["crossover_within_10_percent"],
+                    "mean_abs_log_ratio": fit["crossover_mean_abs_log_ratio"]}, **values),
+              {"set": "headline-ps", "constants": "fitted",
+               "points": fit["headline_ps_points"],
+               "within_10_percent": fit["headline_ps_within_10_percent"]}]
+    for latency, held in fit["leave_one_latency_out"].items():
+        points.append({"set": f"held-out-{latency}", "constants": "fitted-without",
+                       "points": held["points"],
+                       "within_10_percent": held["within_10_percent"]})
+    for cell, count in fit["grid_within_10_percent"].items():
+        points.append({"set": "grid", "cell": cell, "within_10_percent": count})
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "points.json"), "w") as f:
+        json.dump({"points": points}, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        json.dump({"manifest": {"command": fit["command"], "git_commit": rev[:7],
+                                "time": now.strftime("%Y-%m-%d"),
+                                "about": "the fit summary of sim/constants.json, as points "
+                                         "for the renderer"}}, f, indent=1)
+        f.write("\n")
 
 
 if __name__ == "__main__":
