@@ -9,6 +9,7 @@ correction) a step is its alpha-beta time exactly; across N the all-reduces
 are checked against allreduce/algorithms/cost_model.h, which the program
 prints beside every result."""
 import json
+import math
 import os
 import subprocess
 import tempfile
@@ -321,6 +322,39 @@ class SimulateTest(unittest.TestCase):
         # The PS pushes and answers 16-bit values: half the bytes each way.
         self.assertMs(step("--strategy=ps", "--servers=4", *TINY_PS, "--compression=fp16"),
                       2 * (ALPHA + MIB / 2 / B))
+
+    def test_every_method_moves_the_bytes_core_sync_compression_counts(self):
+        # The encodings of core/sync/compression.h (SerializedBytes): a
+        # 9-byte header (encoding, numel); kSparse 4 + 8 more and 4 + 4 bytes
+        # a kept element; kOneBit two 4-byte scales and a bit an element in
+        # u64 words. k = llround(ratio x numel).
+        numel = int(S) // 4
+        # bf16 on the ring: 16-bit values, 2(N-1)/N of 2 bytes a float.
+        bf16 = step("--strategy=ring", *TINY, "--compression=bf16")
+        self.assertEqual(bf16["busiest_link_bytes"], 2 * (N - 1) * 2 * numel // N)
+        # onebit: the ring all-gathers N-1 encodings, 24 bytes of frame each.
+        onebit_blob = 9 + 8 + 8 * -(-numel // 64)
+        self.assertEqual(onebit_blob, 125017)
+        onebit = step("--strategy=halving_doubling", *TINY, "--compression=onebit")
+        self.assertEqual(onebit["busiest_link_bytes"], (N - 1) * (onebit_blob + 24))
+        self.assertMs(onebit, (N - 1) * (ALPHA + (onebit_blob + 24) / B))
+        # The PS, 4 keys of 262,144 floats: random-k 1 % pushes and answers
+        # k = 2,621 (index, value) pairs a key (every worker the same
+        # indices); a worker's NIC carries its 4 keys each way.
+        key = MIB // 4 // 4  # floats
+        k = 2621
+        sparse = 21 + 8 * k
+        randomk = step("--strategy=ps", "--servers=4", *TINY_PS, "--compression=randomk:0.01")
+        self.assertEqual(randomk["busiest_link_bytes"], 4 * sparse)
+        # top-k: the answer is the union of N independent top-k's,
+        # key (1 - (1 - k/key)^N) pairs in expectation; a server answers
+        # its key to N workers.
+        union = math.ceil(key * (1 - (1 - k / key) ** N))
+        topk = step("--strategy=ps", "--servers=4", *TINY_PS, "--compression=topk:0.01")
+        self.assertEqual(topk["busiest_link_bytes"], N * (21 + 8 * union))
+        # onebit: 32,785-byte pushes, float32 answers (1 MiB a key).
+        onebit_ps = step("--strategy=ps", "--servers=4", *TINY_PS, "--compression=onebit")
+        self.assertEqual(onebit_ps["busiest_link_bytes"], N * 4 * key)
 
     def test_mixed_placement_as_the_client_counts_it(self):
         # --ps_colocated_servers=c beside --servers=s separate ones: K = c + s.
