@@ -62,6 +62,9 @@ def miss_kind(point, ratio):
                        point at 1 ms or more measured slower than its
                        rounds' latencies (the relays' delay per round grows
                        with the latency, beyond the fitted factor);
+      message time     a 4 KiB buffer, whose time is its messages' latency
+                       and software time: one mean per message does not
+                       hold N = 2 (fewer processes than cores) and N = 16;
       token bucket     a buffer of at most 8 token buckets (1 MiB), which
                        the bursts move for the most part: the simulator's
                        bucket is a fluid one, refilled as if the link idled;
@@ -76,6 +79,8 @@ def miss_kind(point, ratio):
             and point["algorithm"] != "gradsync_ring"
             and point["bytes"] <= TOKEN_BUCKET_BYTES):
         return "round delay"
+    if point["bytes"] <= 4096:
+        return "message time"
     if point["bytes"] <= 8 * TOKEN_BUCKET_BYTES:
         return "token bucket"
     return "other"
