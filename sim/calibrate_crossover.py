@@ -7,9 +7,14 @@ wire's latency alone, with the α the benchmark probed on the job's own
 connections (prediction_link_alpha_us, its B too), which holds what the TCP
 transport and the relays add per message, and with the wire's rate and
 latency through the model constants fitted once (sim/constants.json,
-sim/fit_constants.py). One row each in points.csv with
-the measured time, bench's α–β prediction and whether the point was
-CPU-bound (bench/cpu_bound.py).
+sim/fit_constants.py), timed as the benchmark times it (its timed
+all-reduces back to back, averaged: the links' token buckets start full
+and drain). One row each in points.csv with the measured time, bench's α–β
+prediction, whether the point was CPU-bound (bench/cpu_bound.py), its TCP
+retransmissions and, where the fitted simulator misses it by more than
+10 %, the kind of miss (miss_kind below). The sweep measured each point
+once (a mean over its timed iterations): there is no spread of repeats to
+judge a miss against.
 
   bazel build //sim:simulate
   sim/calibrate_crossover.py \\
@@ -20,6 +25,7 @@ The PS rows of the sweep are left out: the benchmark's PS is one bucket of
 its own key layout, not a step of the family.
 """
 import argparse
+import concurrent.futures
 import csv
 import datetime
 import json
@@ -35,14 +41,60 @@ STRATEGIES = {"gradsync_ring": "ring", "gradsync_halving_doubling": "halving_dou
               "gradsync_tree": "tree", "gradsync_allreduce": "allreduce"}
 COLUMNS = ["latency_us", "workers", "bytes", "algorithm", "measured_us", "alpha_beta_us",
            "wire_us", "wire_over_measured", "probed_us", "probed_over_measured",
-           "probed_alpha_us", "fitted_us", "fitted_over_measured", "cpu_share", "cpu_bound"]
+           "probed_alpha_us", "fitted_us", "fitted_over_measured", "cpu_share", "cpu_bound",
+           "retrans_segments", "miss_kind"]
+# A rank's job above this share of the machine's cores is busy enough that
+# its scheduling, not the per-message CPU time's mean, sets its rounds
+# (bench/cpu_bound.py's line for "CPU-bound" is 0.7).
+BUSY_CPU_SHARE = 0.5
+# The emulated links' token bucket (core/launch/netem.cc at 1 Gbit/s): a
+# buffer of at most a few of them is moved mostly by bursts.
+TOKEN_BUCKET_BYTES = 128 << 10
 
 
-def simulate(simulate_path, strategy, n, size, rate_bits, latency_us, constants="none"):
+def miss_kind(point, ratio):
+    """What a point the fitted simulator misses by more than 10 % shows,
+    from the measurement alone (the first that applies), or "" for a hit:
+      retransmissions  TCP retransmitted segments during the timed loop,
+                       which the flow model has none of;
+      CPU              the job used at least half the machine's cores;
+      round delay      a latency-bound halving-doubling, tree or selector
+                       point at 1 ms or more measured slower than its
+                       rounds' latencies (the relays' delay per round grows
+                       with the latency, beyond the fitted factor);
+      message time     a 4 KiB buffer, whose time is its messages' latency
+                       and software time: one mean per message does not
+                       hold N = 2 (fewer processes than cores) and N = 16;
+      token bucket     a buffer of at most 8 token buckets (1 MiB), which
+                       the bursts move for the most part: the simulator's
+                       bucket is a fluid one, refilled as if the link idled;
+      other            none of these."""
+    if abs(ratio - 1) <= 0.1:
+        return ""
+    if (point.get("retrans_segments") or 0) > 0:
+        return "retransmissions"
+    if point["cpu_share"] >= BUSY_CPU_SHARE:
+        return "CPU"
+    if (ratio < 1 and point["latency_us"] >= 1000
+            and point["algorithm"] != "gradsync_ring"
+            and point["bytes"] <= TOKEN_BUCKET_BYTES):
+        return "round delay"
+    if point["bytes"] <= 4096:
+        return "message time"
+    if point["bytes"] <= 8 * TOKEN_BUCKET_BYTES:
+        return "token bucket"
+    return "other"
+
+
+def simulate(simulate_path, strategy, n, size, rate_bits, latency_us, constants="none",
+             iterations=1):
+    """One all-reduce's simulated time in us: the mean of `iterations` of
+    them back to back, as the benchmark times them (its timed loop after a
+    barrier: the links' token buckets start full and drain)."""
     link = f"{rate_bits / 1e6:g}mbit,{latency_us:g}us"
     command = [simulate_path, f"--strategy={strategy}", f"--workers={n}",
-               f"--link={link}", f"--model=custom:{size / 1e6:g}:1", "--bucket_mb=1000",
-               f"--constants={constants}"]
+               f"--link={link}", f"--model=custom:{iterations * size / 1e6:.6f}:{iterations}",
+               f"--bucket_mb={size / 2**20:.10f}", f"--constants={constants}"]
     # A run takes well under a second; a niced one on a busy machine may
     # wait its turn for minutes, so one that overruns is run once more.
     try:
@@ -51,7 +103,11 @@ def simulate(simulate_path, strategy, n, size, rate_bits, latency_us, constants=
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         sys.exit(f"calibrate_crossover: {' '.join(command)}: {done.stderr.strip()}")
-    return json.loads(done.stdout)["sync_ms"] * 1e3
+    result = json.loads(done.stdout)
+    if result["buckets"] != iterations:
+        sys.exit(f"calibrate_crossover: {' '.join(command)}: {result['buckets']} buckets, "
+                 f"not {iterations}")
+    return result["sync_ms"] * 1e3 / iterations
 
 
 def constants_provenance():
@@ -67,15 +123,13 @@ def main(argv):
     parser.add_argument("--simulate", default=os.path.join(ROOT, "bazel-bin", "sim", "simulate"))
     parser.add_argument("--measured", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--jobs", type=int, default=1, help="simulations at once")
     args = parser.parse_args(argv)
     with open(args.measured) as f:
         measured = json.load(f)
     runs = {(r["latency_us"], r["workers"]): r["context"] for r in measured["runs"]}
-    rows = []
-    for p in measured["points"]:
-        strategy = STRATEGIES.get(p["algorithm"])
-        if strategy is None:
-            continue
+    def row(p):
+        strategy = STRATEGIES[p["algorithm"]]
         context = runs[(p["latency_us"], p["workers"])]
         rate = context["link_bits_per_s"]
         wire = simulate(args.simulate, strategy, p["workers"], p["bytes"], rate,
@@ -87,8 +141,8 @@ def main(argv):
         # The wire's rate and latency through the fitted constants
         # (sim/constants.json): no probe of the job's own.
         fitted = simulate(args.simulate, strategy, p["workers"], p["bytes"], rate,
-                          p["latency_us"], "fitted")
-        rows.append({
+                          p["latency_us"], "fitted", context["iters"])
+        done = {
             "latency_us": p["latency_us"], "workers": p["workers"], "bytes": p["bytes"],
             "algorithm": strategy, "measured_us": p["time_us"],
             "alpha_beta_us": p["predicted_us"], "wire_us": wire,
@@ -96,8 +150,15 @@ def main(argv):
             "probed_over_measured": probed / p["time_us"], "probed_alpha_us": probed_alpha,
             "fitted_us": fitted, "fitted_over_measured": fitted / p["time_us"],
             "cpu_share": p["cpu_share"],
-            "cpu_bound": cpu_bound.is_cpu_bound(job_cpu_share=p["cpu_share"])})
-        print(rows[-1], flush=True)
+            "cpu_bound": cpu_bound.is_cpu_bound(job_cpu_share=p["cpu_share"]),
+            "retrans_segments": p.get("retrans_segments"),
+            "miss_kind": miss_kind(p, fitted / p["time_us"])}
+        print(done, flush=True)
+        return done
+
+    chosen = [p for p in measured["points"] if p["algorithm"] in STRATEGIES]
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        rows = list(pool.map(row, chosen))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "points.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)

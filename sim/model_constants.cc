@@ -48,11 +48,14 @@ absl::StatusOr<ModelConstants> ParseModelConstants(const std::string& json,
   ModelConstants parsed;
   for (const auto& [key, unused] : constants.items()) {
     if (key != "bandwidth_factor" && key != "latency_factor" &&
-        key != "tcp_message_overhead_us" && key != "grpc_message_overhead_us") {
+        key != "tcp_message_overhead_us" && key != "grpc_message_overhead_us" &&
+        key != "message_cpu_us" && key != "cpu_cores" &&
+        key != "link_burst_bytes") {
       return absl::InvalidArgumentError(absl::StrCat(
           source, ": unknown constant ", key,
           " (bandwidth_factor, latency_factor, tcp_message_overhead_us, "
-          "grpc_message_overhead_us)"));
+          "grpc_message_overhead_us, message_cpu_us, cpu_cores, "
+          "link_burst_bytes)"));
     }
   }
   absl::Status status =
@@ -70,7 +73,26 @@ absl::StatusOr<ModelConstants> ParseModelConstants(const std::string& json,
     status = Read(constants, "grpc_message_overhead_us", 1e-6, false, source,
                   &parsed.grpc_message_overhead_s);
   }
+  if (status.ok()) {
+    status = Read(constants, "message_cpu_us", 1e-6, false, source,
+                  &parsed.message_cpu_s);
+  }
+  double cores = 0;
+  if (status.ok()) {
+    status = Read(constants, "cpu_cores", 1, false, source, &cores);
+  }
+  if (status.ok()) {
+    status = Read(constants, "link_burst_bytes", 1, false, source,
+                  &parsed.link_burst_bytes);
+  }
   if (!status.ok()) return status;
+  parsed.cpu_cores = static_cast<int>(cores);
+  if (parsed.message_cpu_s > 0 &&
+      (parsed.cpu_cores < 1 || parsed.cpu_cores != cores)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": message_cpu_us needs cpu_cores, a whole number of cores "
+                "of at least 1 (", cores, ")"));
+  }
   return parsed;
 }
 
@@ -86,6 +108,11 @@ ClusterSpec ApplyModelConstants(const ModelConstants& constants,
   cluster.latency_s = constants.latency_factor * cluster.latency_s +
                       (parameter_server ? constants.grpc_message_overhead_s
                                         : constants.tcp_message_overhead_s);
+  cluster.link_burst_bytes = constants.link_burst_bytes;
+  if (!parameter_server) {
+    cluster.message_cpu_s = constants.message_cpu_s;
+    cluster.cpu_cores = constants.cpu_cores;
+  }
   return cluster;
 }
 

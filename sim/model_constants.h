@@ -17,6 +17,14 @@
 //                                          the TCP transport's per-message
 //                                          overhead for the all-reduces and
 //                                          gRPC's for the parameter server
+//   message CPU                          each all-reduce message a rank
+//                                          takes in runs message_cpu_us of
+//                                          work on `cpu_cores` cores shared
+//                                          by all ranks (the emulated
+//                                          cluster's one machine), so that N
+//                                          ranks' rounds contend for them
+//   link burst                           each NIC's token bucket, as the
+//                                          emulation's tbf sets it
 // The intra-host link (--intra_link) is left as given: it stands for an
 // NVLink, not for what was measured. The factors play the part of SimGrid's
 // LV08 TCP corrections (its documentation gives them), fitted to gradsync's
@@ -36,6 +44,14 @@ struct ModelConstants {
   double latency_factor = 1;
   double tcp_message_overhead_s = 0;   // the all-reduces' peer transport
   double grpc_message_overhead_s = 0;  // the parameter server's streams
+  // The all-reduces' software time per message taken in, and the cores all
+  // ranks share for it (ClusterSpec::message_cpu_s): the emulated cluster's
+  // machine, whose core count is a fact of it, not a fit.
+  double message_cpu_s = 0;
+  int cpu_cores = 0;
+  // The emulated links' token bucket (ClusterSpec::link_burst_bytes), a
+  // fact of core/launch/netem.cc, not a fit.
+  double link_burst_bytes = 0;
 };
 
 // The `constants` object of a document shaped like sim/constants.json:

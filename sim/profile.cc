@@ -1,6 +1,11 @@
 #include "sim/profile.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -84,6 +89,166 @@ absl::StatusOr<StepProfile> ParseProfile(const std::string& json_text,
   // Backward produces the last registered tensors first.
   std::reverse(tensors.begin(), tensors.end());
   profile.buckets = CutIntoBuckets(tensors, bucket_bytes);
+  return profile;
+}
+
+namespace {
+
+bool ReadText(const std::string& path, std::string* text) {
+  std::ifstream file(path);
+  if (!file) return false;
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  *text = buffer.str();
+  return true;
+}
+
+bool IsEvent(const nlohmann::json& event, const char* phase,
+             const char* category, int64_t pid) {
+  return event.is_object() && event.value("ph", "") == phase &&
+         event.value("cat", "") == category && event.contains("ts") &&
+         event["ts"].is_number() && event.value("pid", int64_t{-1}) == pid;
+}
+
+}  // namespace
+
+absl::StatusOr<StepProfile> ParseRunTrace(const std::string& trace_json,
+                                          const std::string& layout_json,
+                                          const std::string& source) {
+  const nlohmann::json root =
+      nlohmann::json::parse(trace_json, nullptr, /*allow_exceptions=*/false);
+  if (!root.is_object() || !root.contains("traceEvents") ||
+      !root["traceEvents"].is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": its trace is not a Chrome trace (a JSON object with "
+                "traceEvents)"));
+  }
+  const nlohmann::json& events = root["traceEvents"];
+  // Worker 0, or the lowest worker in the file (servers are 1000 + k).
+  int64_t pid = -1;
+  for (const nlohmann::json& event : events) {
+    if (!event.is_object() || event.value("cat", "") != "step") continue;
+    const int64_t p = event.value("pid", int64_t{-1});
+    if (p >= 0 && p < 1000 && (pid < 0 || p < pid)) pid = p;
+  }
+  // Its last traced step: the warmest.
+  const nlohmann::json* step = nullptr;
+  for (const nlohmann::json& event : events) {
+    if (IsEvent(event, "X", "step", pid) &&
+        (step == nullptr || event["ts"] > (*step)["ts"])) {
+      step = &event;
+    }
+  }
+  if (step == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": its trace has no step spans (a worker's \"step N\"): was "
+                "it written by gradsync --trace?"));
+  }
+  const int64_t begin = (*step)["ts"].get<int64_t>();
+  const int64_t end = begin + step->value("dur", int64_t{0});
+  auto inside = [&](const nlohmann::json& event) {
+    const int64_t ts = event["ts"].get<int64_t>();
+    return ts >= begin && ts <= end;
+  };
+  int64_t compute_start = -1, compute_us = 0, optimizer_us = 0;
+  std::map<int, int64_t> ready_us;   // bucket index -> hand-off
+  std::map<int, double> span_mib;    // bucket index -> the span's MiB
+  for (const nlohmann::json& event : events) {
+    if (IsEvent(event, "X", "compute", pid) && inside(event) &&
+        event.value("name", "") == "forward+backward") {
+      compute_start = event["ts"].get<int64_t>();
+      compute_us = event.value("dur", int64_t{0});
+    } else if (IsEvent(event, "X", "optimizer", pid) && inside(event)) {
+      optimizer_us = event.value("dur", int64_t{0});
+    } else if (IsEvent(event, "b", "bucket", pid) && inside(event)) {
+      int index = -1;
+      double mib = 0;
+      const std::string name = event.value("name", "");
+      if (std::sscanf(name.c_str(), "bucket %d (%lf MiB)", &index, &mib) == 2 &&
+          index >= 0) {
+        ready_us[index] = event["ts"].get<int64_t>();
+        span_mib[index] = mib;
+      }
+    }
+  }
+  if (ready_us.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": its trace's last step (worker ", pid,
+        ") has no bucket spans (\"bucket B (M MiB): handed off ...\"), so "
+        "there are no buckets to synchronize"));
+  }
+  if (compute_start < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": its trace's last step has no forward+backward span"));
+  }
+  std::map<int, int64_t> layout_bytes;
+  if (!layout_json.empty()) {
+    const nlohmann::json layout =
+        nlohmann::json::parse(layout_json, nullptr, false);
+    if (!layout.is_object() || !layout.contains("buckets") ||
+        !layout["buckets"].is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": its layout.json has no buckets array"));
+    }
+    for (const nlohmann::json& bucket : layout["buckets"]) {
+      if (bucket.is_object() && bucket.contains("index") &&
+          bucket.contains("bytes") && bucket["bytes"].is_number_integer()) {
+        layout_bytes[bucket["index"].get<int>()] = bucket["bytes"];
+      }
+    }
+  }
+  StepProfile profile;
+  profile.name = "run";
+  profile.forward_ms = 0;
+  profile.backward_ms = compute_us / 1e3;
+  profile.optimizer_ms = optimizer_us / 1e3;
+  // Buckets in the order they were handed off; each one tensor.
+  std::vector<std::pair<int64_t, int>> order;
+  for (const auto& [index, ts] : ready_us) order.push_back({ts, index});
+  std::sort(order.begin(), order.end());
+  const int count = static_cast<int>(order.size());
+  for (int i = 0; i < count; ++i) {
+    const int index = order[i].second;
+    Bucket bucket;
+    auto exact = layout_bytes.find(index);
+    bucket.bytes = exact != layout_bytes.end()
+                       ? exact->second
+                       : 4 * std::llround(span_mib[index] * 1048576.0 / 4);
+    if (bucket.bytes <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": bucket ", index, " has no bytes in the trace or layout"));
+    }
+    bucket.ready_ms = std::max<int64_t>(0, order[i].first - compute_start) / 1e3;
+    // Registration order runs opposite to backward's: the first bucket
+    // handed off holds the last tensor.
+    bucket.first_tensor = count - 1 - i;
+    bucket.end_tensor = count - i;
+    profile.buckets.push_back(bucket);
+    profile.gradient_bytes += bucket.bytes;
+  }
+  profile.tensor_bytes.resize(count);
+  for (int i = 0; i < count; ++i) {
+    profile.tensor_bytes[count - 1 - i] = profile.buckets[i].bytes;
+  }
+  return profile;
+}
+
+absl::StatusOr<StepProfile> ReadRunProfile(const std::string& folder) {
+  std::string trace, layout;
+  if (!ReadText(folder + "/trace.json", &trace) &&
+      !ReadText(folder + "/trace.worker0.json", &trace)) {
+    return absl::NotFoundError(absl::StrCat(
+        "--profile=", folder, ": the run folder has no trace (trace.json or "
+        "trace.worker0.json); run it with --trace=", folder, "/trace.json"));
+  }
+  ReadText(folder + "/layout.json", &layout);
+  absl::StatusOr<StepProfile> profile =
+      ParseRunTrace(trace, layout, "--profile=" + folder);
+  if (profile.ok()) {
+    std::string name = folder;
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+    profile->name = "run:" + name.substr(name.find_last_of('/') + 1);
+  }
   return profile;
 }
 

@@ -42,6 +42,24 @@ absl::StatusOr<StepProfile> ParseProfile(const std::string& json_text,
                                          int64_t bucket_bytes,
                                          const std::string& source);
 
+// One step of a run folder's timeline (`--trace=RUN/trace.json` of gradsync
+// train or launch, or of a PyTorch job behind gradsync's DDP hook: the same
+// events, core/train/step_timeline.h), worker 0's last traced step: the
+// buckets as the run cut them, each ready when its span begins ("bucket B
+// (M MiB): handed off -> ..."), from the start of its "forward+backward"
+// span, which is the profile's backward (the trace does not split forward
+// from backward: forward_ms is 0); the "optimizer" span's length. A bucket's
+// bytes come from `layout_json` (the folder's layout.json) where given, else
+// from its span's MiB (to 0.01 MiB). `source` names the folder in errors.
+absl::StatusOr<StepProfile> ParseRunTrace(const std::string& trace_json,
+                                          const std::string& layout_json,
+                                          const std::string& source);
+
+// A run folder: its trace.json (or worker 0's trace.worker0.json) and its
+// layout.json if there is one, through ParseRunTrace. NotFound naming the
+// folder when it has no trace.
+absl::StatusOr<StepProfile> ReadRunProfile(const std::string& folder);
+
 // A model of `gradient_bytes` in `tensors` equal tensors and no compute: a
 // step is its communication (gradsync's --model=custom).
 StepProfile CustomProfile(int64_t gradient_bytes, int tensors,

@@ -78,6 +78,66 @@ TEST(CustomProfileTest, SplitsTheGradientIntoEqualTensors) {
   EXPECT_EQ(profile.forward_ms + profile.backward_ms, 0);
 }
 
+// A run's timeline as core/train/step_timeline.h writes it: worker 0's
+// step 4 (the last), its compute from 1,002,000 us, buckets handed off 5 and
+// 12 ms into it (out of their index order), and worker 1 and a server,
+// which are not read.
+constexpr char kRunTrace[] = R"({"traceEvents": [
+  {"ph": "X", "name": "step 3", "cat": "step", "pid": 0, "tid": 0, "ts": 900000, "dur": 50000},
+  {"name": "bucket 0 (9.00 MiB): handed off -> step synchronized", "cat": "bucket",
+   "pid": 0, "tid": 2, "id": 300000, "ph": "b", "ts": 901000},
+  {"ph": "X", "name": "step 4", "cat": "step", "pid": 0, "tid": 0, "ts": 1000000, "dur": 40000},
+  {"ph": "X", "name": "forward+backward", "cat": "compute", "pid": 0, "tid": 1,
+   "ts": 1002000, "dur": 20000},
+  {"name": "bucket 1 (0.25 MiB): handed off -> step synchronized", "cat": "bucket",
+   "pid": 0, "tid": 2, "id": 400001, "ph": "b", "ts": 1007000},
+  {"name": "bucket 0 (1.50 MiB): handed off -> step synchronized", "cat": "bucket",
+   "pid": 0, "tid": 2, "id": 400000, "ph": "b", "ts": 1014000},
+  {"ph": "X", "name": "optimizer", "cat": "optimizer", "pid": 0, "tid": 0,
+   "ts": 1030000, "dur": 2500},
+  {"ph": "X", "name": "step 4", "cat": "step", "pid": 1, "tid": 0, "ts": 1000000, "dur": 40000},
+  {"ph": "X", "name": "step 4", "cat": "step", "pid": 1000, "tid": 0, "ts": 1000000, "dur": 1}
+]})";
+
+TEST(ParseRunTraceTest, LastStepOfWorkerZeroWithoutLayout) {
+  auto profile = ParseRunTrace(kRunTrace, "", "RUN");
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_EQ(profile->forward_ms, 0);
+  EXPECT_EQ(profile->backward_ms, 20.0);
+  EXPECT_EQ(profile->optimizer_ms, 2.5);
+  // In hand-off order, bytes from the spans' MiB.
+  ASSERT_EQ(profile->buckets.size(), 2u);
+  EXPECT_EQ(profile->buckets[0].bytes, 262144);
+  EXPECT_EQ(profile->buckets[0].ready_ms, 5.0);
+  EXPECT_EQ(profile->buckets[1].bytes, 1572864);
+  EXPECT_EQ(profile->buckets[1].ready_ms, 12.0);
+  EXPECT_EQ(profile->gradient_bytes, 262144 + 1572864);
+}
+
+TEST(ParseRunTraceTest, LayoutGivesExactBytes) {
+  auto profile = ParseRunTrace(
+      kRunTrace, R"({"buckets": [{"index": 0, "bytes": 1572868},
+                                 {"index": 1, "bytes": 262400}]})",
+      "RUN");
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_EQ(profile->buckets[0].bytes, 262400);
+  EXPECT_EQ(profile->buckets[1].bytes, 1572868);
+}
+
+TEST(ParseRunTraceTest, RefusesWhatIsNotAStepTrace) {
+  EXPECT_THAT(ParseRunTrace("[]", "", "RUN").status().message(),
+              HasSubstr("RUN: its trace is not a Chrome trace"));
+  EXPECT_THAT(
+      ParseRunTrace(R"({"traceEvents": []})", "", "RUN").status().message(),
+      HasSubstr("has no step spans"));
+  EXPECT_THAT(ParseRunTrace(R"({"traceEvents": [{"ph": "X", "name": "step 1",
+      "cat": "step", "pid": 0, "ts": 0, "dur": 10}]})",
+                            "", "RUN")
+                  .status()
+                  .message(),
+              HasSubstr("has no bucket spans"));
+}
+
 }  // namespace
 }  // namespace sim
 }  // namespace gradsync

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -67,7 +69,10 @@ ABSL_FLAG(std::string, link, "25gbit,5us",
           "it; the latency is one way, NIC to NIC");
 ABSL_FLAG(std::string, profile, "",
           "a step profile (sim/profiles/*.json: per-tensor gradient-ready "
-          "times); or --model");
+          "times), or a run folder whose trace.json (--trace of gradsync "
+          "train/launch or of a PyTorch job behind the hook) gives worker "
+          "0's last traced step: its buckets, their ready times, its compute "
+          "(--bucket_mb unused); or --model");
 ABSL_FLAG(std::string, model, "",
           "custom:MB[:TENSORS]: a gradient of that size and no compute");
 ABSL_FLAG(double, bucket_mb, 25, "bucket cap in MiB (DDP's default)");
@@ -87,6 +92,11 @@ ABSL_FLAG(std::string, compression, "none",
           "none, fp16, bf16, topk:R, randomk:R or onebit, as gradsync train "
           "takes it: buckets travel by the sizes core/sync/compression.h "
           "gives (sim/simulation.h says how each strategy moves them)");
+ABSL_FLAG(std::string, row_sparse, "",
+          "WIDTH:ROWS: every bucket is a row-sparse tensor (an embedding "
+          "table) of rows of WIDTH floats, of which each worker touches ROWS "
+          "per step; they travel as the real code sends rows "
+          "(sim/simulation.h); with --compression=none only");
 ABSL_FLAG(std::string, straggler, "",
           "RANK:MS: worker RANK sleeps MS before the step's compute, as "
           "gradsync train --straggler does (the simulated step is one it "
@@ -180,6 +190,10 @@ absl::StatusOr<StepProfile> LoadProfile(int64_t bucket_bytes) {
     return absl::InvalidArgumentError(
         "give one of --profile=FILE (sim/profiles/) and --model=custom:MB");
   }
+  if (!path.empty() && std::filesystem::is_directory(path)) {
+    // A run folder: the buckets as the run cut them (--bucket_mb unused).
+    return gradsync::sim::ReadRunProfile(path);
+  }
   if (!path.empty()) {
     std::ifstream file(path);
     if (!file) {
@@ -200,7 +214,7 @@ absl::StatusOr<StepProfile> LoadProfile(int64_t bucket_bytes) {
         "--model=" + model +
         ": give custom:MB[:TENSORS], like custom:100 or custom:2.5:32");
   }
-  return gradsync::sim::CustomProfile(static_cast<int64_t>(mb * 1e6), tensors,
+  return gradsync::sim::CustomProfile(std::llround(mb * 1e6), tensors,
                                       bucket_bytes);
 }
 
@@ -329,6 +343,18 @@ int main(int argc, char** argv) {
     return Fail(std::string(compression.status().message()));
   }
   options.compression = *compression;
+  const std::string row_sparse = absl::GetFlag(FLAGS_row_sparse);
+  if (!row_sparse.empty()) {
+    const std::vector<std::string> parts = absl::StrSplit(row_sparse, ':');
+    if (parts.size() != 2 ||
+        !absl::SimpleAtoi(parts[0], &options.row_sparse.row_width) ||
+        !absl::SimpleAtoi(parts[1], &options.row_sparse.rows) ||
+        options.row_sparse.row_width < 1 || options.row_sparse.rows < 1) {
+      return Fail("--row_sparse=" + row_sparse +
+                  ": give WIDTH:ROWS, a row of WIDTH floats and ROWS touched "
+                  "rows, both at least 1");
+    }
+  }
   const std::string straggler = absl::GetFlag(FLAGS_straggler);
   if (!straggler.empty()) {
     const std::vector<std::string> parts = absl::StrSplit(straggler, ':');
@@ -396,6 +422,7 @@ int main(int argc, char** argv) {
       {"link_alpha_us", 1e6 * options.cluster.latency_s},
       {"straggler", straggler.empty() ? "-" : straggler},
       {"compression", options.compression.ToString()},
+      {"row_sparse", row_sparse.empty() ? "-" : row_sparse},
       {"compute_scale", compute_scale},
       {"profile", options.profile.name},
       {"gradient_bytes", options.profile.gradient_bytes},

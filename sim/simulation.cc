@@ -38,14 +38,25 @@ struct Run {
   std::vector<int> copies;               // per NIC: real hosts it stands for
   std::vector<int64_t> sent;             // per NIC: bytes out of the host
   std::vector<int64_t> received;         // per NIC: bytes into the host
+  // Per NIC's token bucket (ClusterSpec::link_burst_bytes): when the bytes
+  // it did not cover have left at the rate, and its tokens then.
+  std::vector<double> backlog_end;
+  std::vector<double> tokens_at_backlog_end;
   std::vector<int64_t> uplink_sent;      // per ToR
   std::vector<int64_t> uplink_received;  // per ToR
   std::vector<double> last_hop_rate;     // per endpoint: from its left rank
   std::vector<double> worker_done;       // per worker endpoint
   sg4::BarrierPtr ring_barrier;          // the ring's bucket ends together
   std::vector<sg4::BarrierPtr> tree_barriers;  // per rank: its two trees
+  // The cores every rank's per-message software time runs on
+  // (ClusterSpec::message_cpu_s); null when messages cost no CPU.
+  sg4::Host* cpu = nullptr;
   int64_t messages = 0;
 };
+
+// The shared CPU host's speed: a message's software time in seconds is
+// this many flops.
+constexpr double kCpuFlopsPerSecond = 1e9;
 
 int64_t Share(int64_t bytes, int parts, int index) {
   // The real code's split: the first `bytes % parts` parts one byte larger.
@@ -78,6 +89,33 @@ sg4::CommPtr Send(Run& run, int from, int to, sg4::Mailbox* box,
     }
   }
   ++run.messages;
+  const double burst = run.options.cluster.link_burst_bytes;
+  if (burst > 0 && from_nic != to_nic && bytes > 0) {
+    // The token bucket (ClusterSpec::link_burst_bytes): what the bucket
+    // covers leaves at once; the flow carries the rest.
+    // A merged PS host stands for `copies` NICs, each with its bucket.
+    const double copies = run.copies[from_nic];
+    const double rate = run.options.cluster.link_bytes_per_s * copies;
+    const double now = sg4::Engine::get_clock();
+    double& backlog_end = run.backlog_end[from_nic];
+    double& tokens_then = run.tokens_at_backlog_end[from_nic];
+    // No tokens while bytes wait for the rate; after that they refill.
+    const double tokens =
+        now < backlog_end
+            ? 0.0
+            : std::min(copies * burst,
+                       tokens_then + (now - backlog_end) * rate);
+    const double covered = std::min(static_cast<double>(bytes), tokens);
+    const double rest = bytes - covered;
+    if (rest > 0) {
+      backlog_end = std::max(backlog_end, now) + rest / rate;
+      tokens_then = 0;
+    } else {
+      backlog_end = now;
+      tokens_then = tokens - covered;
+    }
+    bytes = std::llround(rest);
+  }
   // The payload is never read (only its simulated size matters); SimGrid
   // refuses a null one. A tail is 0 bytes: its latency only.
   static int payload = 0;
@@ -89,6 +127,18 @@ sg4::CommPtr Receive(sg4::Mailbox* box) {
   // after this function has returned: a static, never a local.
   static void* ignored = nullptr;
   return box->get_async<void>(&ignored);
+}
+
+// The software time of one message this rank has taken in, on the cores
+// all ranks share (ClusterSpec::message_cpu_s).
+void MessageCpu(Run* run) {
+  if (run->cpu == nullptr) return;
+  // An activity of its own on the shared host (Host::exec_async would run
+  // on the actor's own host).
+  sg4::this_actor::exec_init(run->options.cluster.message_cpu_s *
+                             kCpuFlopsPerSecond)
+      ->set_host(run->cpu)
+      ->wait();
 }
 
 double BucketReadySeconds(const StepProfile& profile, int bucket) {
@@ -112,8 +162,54 @@ void Done(Run* run, int rank) {
       std::max(run->worker_done[rank], sg4::Engine::get_clock());
 }
 
+// The ring where each message costs software time on shared cores
+// (ClusterSpec::message_cpu_s): every rank forwards the first byte of each
+// of its 2(N-1) steps itself, once the one of its previous step has come in
+// from its left and it has spent a message's software time on it, so all N
+// ranks' steps contend for the cores as the emulated ranks do. The bytes
+// are one flow per rank as in RingBucket; every rank's last segment follows
+// its last step's first byte.
+void RingBucketSteps(Run* run, int rank, int b) {
+  const int n = run->options.cluster.workers;
+  const int steps = 2 * (n - 1);
+  const int right = (rank + 1) % n;
+  const int64_t bytes = run->wire[b].dense_bytes;
+  auto segment = [&](int step) {
+    return Share(bytes, n, ((rank - step) % n + n) % n);
+  };
+  // The stream holds every step's segment but the last; the last step's
+  // first byte carries its segment with it, so the last segment follows
+  // the last hop as it does in the real code.
+  int64_t stream = 0;
+  for (int step = 0; step + 1 < steps; ++step) stream += segment(step);
+  std::vector<sg4::CommPtr> comms = {
+      Send(*run, rank, right, Box(absl::StrCat("ring-", right)), stream),
+      Receive(Box(absl::StrCat("ring-", rank)))};
+  sg4::Mailbox* tail_box = Box(absl::StrCat("ring-step-", right));
+  std::vector<sg4::CommPtr> tails_in;
+  for (int step = 0; step < steps; ++step) {
+    tails_in.push_back(Receive(Box(absl::StrCat("ring-step-", rank))));
+  }
+  for (int step = 0; step < steps; ++step) {
+    if (step > 0) {
+      tails_in[step - 1]->wait();
+      MessageCpu(run);
+    }
+    comms.push_back(
+        Send(*run, rank, right, tail_box, step + 1 < steps ? 0 : segment(step)));
+  }
+  tails_in[steps - 1]->wait();
+  MessageCpu(run);
+  for (auto& comm : comms) comm->wait();
+  run->ring_barrier->wait();
+}
+
 // One bucket of the ring (ring_allreduce.cc) among all N ranks.
 void RingBucket(Run* run, int rank, int b) {
+  if (run->cpu != nullptr) {
+    RingBucketSteps(run, rank, b);
+    return;
+  }
   const int n = run->options.cluster.workers;
   const int steps = 2 * (n - 1);
   const int right = (rank + 1) % n;
@@ -164,46 +260,75 @@ void HalvingDoublingRounds(Run* run, const std::vector<int>& members, int index,
   auto member = [&](int v) {
     return members[v < extra ? 2 * v + 1 : v + extra];
   };
-  auto exchange = [&](int partner, int64_t send_bytes, bool receive) {
-    std::vector<sg4::CommPtr> comms;
-    if (send_bytes >= 0) {
+  // One round with `partner`: `send_bytes` out (-1: none), `receive_bytes`
+  // in (-1: none). A round in which both send waits for the partner's clear
+  // to send past the eager prefix (peer_exchange.h), unless the partner is
+  // the previous round's single peer; the partner decides the same, so the
+  // receiver knows how many pieces come. The message taken in costs its
+  // software time (MessageCpu).
+  int last_peer = -1;
+  const int64_t eager = PeerExchange::kDefaultEagerBytes;
+  auto exchange = [&](int partner, int64_t send_bytes, int64_t receive_bytes) {
+    const bool two_way = send_bytes >= 0 && receive_bytes >= 0;
+    const bool clear = two_way && partner != last_peer;
+    sg4::Mailbox* out = Box(absl::StrCat(tag, partner, "-", rank));
+    sg4::Mailbox* in = Box(absl::StrCat(tag, rank, "-", partner));
+    std::vector<sg4::CommPtr> comms, receives;
+    sg4::CommPtr header_in;
+    if (clear) {
       comms.push_back(Send(*run, rank, partner,
-                           Box(absl::StrCat(tag, partner, "-", rank)),
-                           send_bytes));
+                           Box(absl::StrCat(tag, "h", partner, "-", rank)), 0));
+      header_in = Receive(Box(absl::StrCat(tag, "h", rank, "-", partner)));
     }
-    if (receive) {
-      comms.push_back(Receive(Box(absl::StrCat(tag, rank, "-", partner))));
+    if (receive_bytes >= 0) {
+      receives.push_back(Receive(in));
+      if (clear && receive_bytes > eager) receives.push_back(Receive(in));
     }
+    if (send_bytes >= 0) {
+      if (clear && send_bytes > eager) {
+        comms.push_back(Send(*run, rank, partner, out, eager));
+        header_in->wait();
+        header_in = nullptr;
+        comms.push_back(Send(*run, rank, partner, out, send_bytes - eager));
+      } else {
+        comms.push_back(Send(*run, rank, partner, out, send_bytes));
+      }
+    }
+    if (header_in) comms.push_back(header_in);
+    for (auto& comm : receives) comm->wait();
+    if (!receives.empty()) MessageCpu(run);
     for (auto& comm : comms) comm->wait();
+    last_peer = partner;
   };
   if (index < 2 * extra && index % 2 == 0) {
-    exchange(members[index + 1], bytes, false);  // the fold
-    exchange(members[index + 1], -1, true);      // the result's return
+    exchange(members[index + 1], bytes, -1);  // the fold
+    exchange(members[index + 1], -1, bytes);  // the result's return
     return;
   }
-  if (index < 2 * extra) exchange(members[index - 1], -1, true);
+  if (index < 2 * extra) exchange(members[index - 1], -1, bytes);
   const int v = index < 2 * extra ? index / 2 : index - extra;
   int lo = 0, hi = p;
+  auto span = [&](int from, int to) {
+    return BlockOffset(bytes, p, to) - BlockOffset(bytes, p, from);
+  };
   for (int mask = p / 2; mask >= 1; mask /= 2) {
     const int mid = lo + (hi - lo) / 2;
     const bool lower = (v & mask) == 0;
     const int send_lo = lower ? mid : lo, send_hi = lower ? hi : mid;
-    exchange(member(v ^ mask),
-             BlockOffset(bytes, p, send_hi) - BlockOffset(bytes, p, send_lo),
-             true);
-    lo = lower ? lo : mid;
-    hi = lower ? mid : hi;
+    const int keep_lo = lower ? lo : mid, keep_hi = lower ? mid : hi;
+    exchange(member(v ^ mask), span(send_lo, send_hi), span(keep_lo, keep_hi));
+    lo = keep_lo;
+    hi = keep_hi;
   }
   for (int mask = 1; mask < p; mask *= 2) {
     const int size = hi - lo;
     const bool lower = (v & mask) == 0;
     const int their_lo = lower ? hi : lo - size;
-    exchange(member(v ^ mask),
-             BlockOffset(bytes, p, hi) - BlockOffset(bytes, p, lo), true);
+    exchange(member(v ^ mask), span(lo, hi), span(their_lo, their_lo + size));
     lo = std::min(lo, their_lo);
     hi = std::max(hi, their_lo + size);
   }
-  if (index < 2 * extra) exchange(members[index - 1], bytes, false);
+  if (index < 2 * extra) exchange(members[index - 1], bytes, -1);
 }
 
 std::vector<int> AllRanks(int n) {
@@ -256,40 +381,73 @@ void TreeBucket(Run* run, int rank, int tree, int b) {
   const int64_t half = tree == 0 ? first_half : bytes - first_half;
   // Every receive is posted at once: SimGrid starts a message's latency
   // when both ends have met, and a tail must not wait for this rank.
-  std::vector<sg4::CommPtr> flows, child_flows, child_tails, sends;
-  sg4::CommPtr from_parent, parent_tail;
+  // Every tree edge carries data both ways in the one round of the real
+  // code, so a half above the eager prefix goes out in two pieces: the
+  // prefix at once, the rest once the peer's header (its clear to send,
+  // peer_exchange.h) has arrived; the header leaves as the rank enters.
+  const int64_t eager = PeerExchange::kDefaultEagerBytes;
+  const bool split = half > eager;
+  std::vector<int> peers = node.children;
+  if (node.parent >= 0) peers.push_back(node.parent);
+  std::vector<sg4::CommPtr> flows, child_flows, child_tails, sends, headers;
+  for (int peer : peers) {
+    sends.push_back(Send(*run, rank, peer, box("-hdr-", peer, rank), 0));
+    headers.push_back(Receive(box("-hdr-", rank, peer)));
+  }
+  auto receive_flow = [&](sg4::Mailbox* in, std::vector<sg4::CommPtr>& to) {
+    to.push_back(Receive(in));
+    if (split) to.push_back(Receive(in));
+  };
+  auto send_first = [&](int peer, sg4::Mailbox* out) {
+    flows.push_back(Send(*run, rank, peer, out, split ? eager : half));
+  };
+  std::vector<sg4::CommPtr> from_parent;
+  sg4::CommPtr parent_tail;
   if (node.parent >= 0) {
-    flows.push_back(
-        Send(*run, rank, node.parent, box("-up-", node.parent, rank), half));
-    from_parent = Receive(box("-down-", rank, node.parent));
+    receive_flow(box("-down-", rank, node.parent), from_parent);
     parent_tail = Receive(box("-down-tail-", rank, node.parent));
   }
-  std::vector<sg4::CommPtr> to_children;
   for (int child : node.children) {
-    child_flows.push_back(Receive(box("-up-", rank, child)));
+    receive_flow(box("-up-", rank, child), child_flows);
     child_tails.push_back(Receive(box("-up-tail-", rank, child)));
-    to_children.push_back(
-        Send(*run, rank, child, box("-down-", child, rank), half));
+    send_first(child, box("-down-", child, rank));
   }
-  // The reduce: a child's sum is in when its flow and its tail are; this
-  // rank's own sum then has all its inputs, and its last byte leaves (the
-  // tail: one latency, the same hop the flow's bytes pay theirs on).
+  if (node.parent >= 0) send_first(node.parent, box("-up-", node.parent, rank));
+  if (split) {
+    for (size_t i = 0; i < peers.size(); ++i) {
+      headers[i]->wait();
+      const bool up = peers[i] == node.parent;
+      flows.push_back(Send(*run, rank, peers[i],
+                           up ? box("-up-", peers[i], rank)
+                              : box("-down-", peers[i], rank),
+                           half - eager));
+    }
+  } else {
+    for (auto& comm : headers) sends.push_back(comm);
+  }
+  // The reduce: a child's sum is in when its flow and its tail are (the
+  // message taken in costs its software time); this rank's own sum then
+  // has all its inputs, and its last byte leaves (the tail: one latency,
+  // the same hop the flow's bytes pay theirs on).
   for (auto& comm : child_flows) comm->wait();
-  for (auto& comm : child_tails) comm->wait();
+  for (auto& comm : child_tails) {
+    comm->wait();
+    MessageCpu(run);
+  }
   if (node.parent >= 0) {
     sends.push_back(
         Send(*run, rank, node.parent, box("-up-tail-", node.parent, rank), 0));
     // The broadcast: the parent's result is here when its flow and its
     // tail are.
-    from_parent->wait();
+    for (auto& comm : from_parent) comm->wait();
     parent_tail->wait();
+    MessageCpu(run);
   }
   for (int child : node.children) {
     sends.push_back(
         Send(*run, rank, child, box("-down-tail-", child, rank), 0));
   }
   for (auto& comm : flows) comm->wait();
-  for (auto& comm : to_children) comm->wait();
   for (auto& comm : sends) comm->wait();
 }
 
@@ -298,10 +456,10 @@ void TreeBucket(Run* run, int rank, int tree, int b) {
 // once it has arrived whole. One flow per rank of its N-1 blobs shares the
 // links; a tail of N-1 hops, each leaving a blob's transfer time after the
 // last one arrived, carries the store-and-forward order.
-void RingAllGatherBucket(Run* run, int rank, int b) {
+void RingAllGatherBucket(Run* run, int rank, int64_t payload_bytes) {
   const int n = run->options.cluster.workers;
   const int right = (rank + 1) % n;
-  const int64_t blob = run->wire[b].dense_bytes + RingAllGather::kHeaderBytes;
+  const int64_t blob = payload_bytes + RingAllGather::kHeaderBytes;
   std::vector<sg4::CommPtr> comms = {
       Send(*run, rank, right, Box(absl::StrCat("ag-", right)), (n - 1) * blob),
       Receive(Box(absl::StrCat("ag-", rank)))};
@@ -332,8 +490,16 @@ void AllReduceWorker(Run* run, int rank, int part) {
     sg4::this_actor::sleep_until(WorkerReadySeconds(*run, rank, b));
     if (n > 1) {
       const Strategy strategy = run->picks[b];
+      // A row-sparse bucket's sizes go round first; every part waits for
+      // them, as the real code decides its route from them.
+      if (run->wire[b].size_exchange) {
+        if (part == 0) RingAllGatherBucket(run, rank, 8);
+        if (two_parts) run->tree_barriers[rank]->wait();
+      }
       if (run->wire[b].gathered) {
-        if (part == 0) RingAllGatherBucket(run, rank, b);
+        if (part == 0) {
+          RingAllGatherBucket(run, rank, run->wire[b].dense_bytes);
+        }
       } else if (strategy == Strategy::kTree) {
         TreeBucket(run, rank, part, b);
       } else if (part == 0) {
@@ -539,6 +705,26 @@ absl::Status Check(const SimulationOptions& options) {
         "--straggler: a straggling PS worker is not like the others; give "
         "--worker_group=1");
   }
+  if (c.message_cpu_s < 0 || (c.message_cpu_s > 0 && c.cpu_cores < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a message's software time (", c.message_cpu_s * 1e6,
+        " us) needs 0 or more and at least 1 core to run on (", c.cpu_cores,
+        ")"));
+  }
+  if (options.row_sparse.row_width < 0 || options.row_sparse.rows < 0 ||
+      (options.row_sparse.row_width > 0) != (options.row_sparse.rows > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--row_sparse=", options.row_sparse.row_width, ":",
+        options.row_sparse.rows,
+        ": give WIDTH:ROWS, a row of WIDTH floats and ROWS touched rows, both "
+        "at least 1"));
+  }
+  if (options.row_sparse.row_width > 0 && method != CompressionMethod::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--row_sparse with --compression=", options.compression.ToString(),
+        ": the real code sends a row-sparse bucket's rows as they are "
+        "(--compression=none)"));
+  }
   if (!(c.link_bytes_per_s > 0)) {
     return absl::InvalidArgumentError("the link's rate must be above 0");
   }
@@ -655,10 +841,18 @@ std::vector<sg4::Host*> BuildPlatform(Run& run) {
   for (int s = 0; s < server_nics; ++s) {
     add_nic(worker_nics + s, worker_nics * copies + s, 1, 1);
   }
+  if (cluster.message_cpu_s > 0 && !ps) {
+    run.cpu = zone->create_host("cpu", kCpuFlopsPerSecond)
+                  ->set_core_count(cluster.cpu_cores);
+  }
   zone->seal();
 
   run.sent.assign(run.copies.size(), 0);
   run.received.assign(run.copies.size(), 0);
+  run.backlog_end.assign(run.copies.size(), 0);
+  for (int copies : run.copies) {
+    run.tokens_at_backlog_end.push_back(copies * cluster.link_burst_bytes);
+  }
   run.uplink_sent.assign(tor_routers.size(), 0);
   run.uplink_received.assign(tor_routers.size(), 0);
   // The ring's last hop into each rank: inside the host or over the NIC.
@@ -819,12 +1013,106 @@ int64_t PsAnswerBytes(const CompressionSpec& compression, int64_t key_bytes,
   return key_bytes;
 }
 
+int64_t RowSparseBytes(int64_t numel, int64_t row_width, int64_t rows) {
+  EncodedBucket encoded;
+  encoded.encoding = Encoding::kSparse;
+  encoded.numel = numel;
+  encoded.row_width = static_cast<int32_t>(row_width);
+  encoded.index.resize(rows);
+  encoded.values.resize(rows * row_width);
+  return SerializedBytes(encoded);
+}
+
+namespace {
+
+// The rows of `rows.rows` touched in a span of `span_bytes` of a table of
+// `bucket_bytes`, and the span's rows.
+int64_t TableRows(const RowSparseSpec& rows, int64_t bytes) {
+  return std::max<int64_t>(1, bytes / 4 / rows.row_width);
+}
+int64_t TouchedRows(const RowSparseSpec& rows, int64_t span_bytes,
+                    int64_t bucket_bytes) {
+  const int64_t table = TableRows(rows, bucket_bytes);
+  const int64_t span = TableRows(rows, span_bytes);
+  const int64_t touched = std::min(rows.rows, table);
+  return std::min(span, (touched * span + table - 1) / table);
+}
+
+}  // namespace
+
+WireBucket RowSparseWire(const RowSparseSpec& rows, int64_t bytes,
+                         int workers) {
+  const int64_t numel = bytes / 4;
+  const int64_t blob = RowSparseBytes(
+      numel, rows.row_width, std::min(rows.rows, TableRows(rows, bytes)));
+  // bucket_reducer.cc: the gather's busiest link carries the N encodings
+  // less the smallest (all equal here) against the dense ring's share.
+  const double gather_link_bytes = static_cast<double>(workers - 1) * blob;
+  const double dense_link_bytes =
+      2.0 * (workers - 1) / workers * 4.0 * numel;
+  WireBucket wire;
+  wire.size_exchange = true;
+  wire.gathered = gather_link_bytes < dense_link_bytes;
+  wire.dense_bytes = wire.gathered ? blob : bytes;
+  return wire;
+}
+
+int64_t RowSparsePushBytes(const RowSparseSpec& rows, int64_t key_bytes,
+                           int64_t bucket_bytes) {
+  return RowSparseBytes(key_bytes / 4, rows.row_width,
+                        TouchedRows(rows, key_bytes, bucket_bytes));
+}
+
+int64_t RowSparseAnswerBytes(const RowSparseSpec& rows, int64_t key_bytes,
+                             int64_t bucket_bytes, int workers) {
+  // Each worker's rows drawn independently: the union holds
+  // rows·(1 - (1 - t/rows)^N) of the key's rows in expectation.
+  const double key_rows = static_cast<double>(TableRows(rows, key_bytes));
+  const double touched =
+      static_cast<double>(TouchedRows(rows, key_bytes, bucket_bytes));
+  const double union_rows =
+      key_rows * (1.0 - std::pow(1.0 - touched / key_rows, workers));
+  return RowSparseBytes(key_bytes / 4, rows.row_width,
+                        static_cast<int64_t>(std::ceil(union_rows - 1e-9)));
+}
+
+namespace {
+
+// What bucket `bytes` all-reduces as under the options: rows, or its
+// compression's encoding.
+WireBucket BucketWire(const SimulationOptions& options, int64_t bytes) {
+  if (options.row_sparse.row_width > 0) {
+    return RowSparseWire(options.row_sparse, bytes, options.cluster.workers);
+  }
+  return AllReduceWire(options.compression, bytes);
+}
+
+int64_t PushBytes(const SimulationOptions& options, int64_t key_bytes,
+                  int64_t bucket_bytes) {
+  if (options.row_sparse.row_width > 0) {
+    return RowSparsePushBytes(options.row_sparse, key_bytes, bucket_bytes);
+  }
+  return PsPushBytes(options.compression, key_bytes);
+}
+
+int64_t AnswerBytes(const SimulationOptions& options, int64_t key_bytes,
+                    int64_t bucket_bytes) {
+  if (options.row_sparse.row_width > 0) {
+    return RowSparseAnswerBytes(options.row_sparse, key_bytes, bucket_bytes,
+                                options.cluster.workers);
+  }
+  return PsAnswerBytes(options.compression, key_bytes,
+                       options.cluster.workers);
+}
+
+}  // namespace
+
 Strategy SelectorPick(const SimulationOptions& options, int bucket) {
   return StrategyOf(ChooseAllReduce(
       options.cluster.workers,
-      static_cast<double>(AllReduceWire(options.compression,
-                                        options.profile.buckets[bucket].bytes)
-                              .dense_bytes),
+      static_cast<double>(
+          BucketWire(options, options.profile.buckets[bucket].bytes)
+              .dense_bytes),
       CandidateLinks::Uniform(HostLink(options.cluster)),
       static_cast<double>(PeerExchange::kDefaultEagerBytes)));
 }
@@ -833,21 +1121,34 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
   const ClusterSpec& cluster = options.cluster;
   const int n = cluster.workers;
   const LinkCost link = HostLink(cluster);
-  const WireBucket wire =
-      AllReduceWire(options.compression, options.profile.buckets[bucket].bytes);
+  const int64_t bucket_bytes = options.profile.buckets[bucket].bytes;
+  const WireBucket wire = BucketWire(options, bucket_bytes);
+  // A row-sparse bucket's sizes go round first (8 bytes a rank).
+  const double sizes_seconds =
+      options.strategy != Strategy::kParameterServer && wire.size_exchange
+          ? RingAllGatherSeconds(n, 8, link)
+          : 0;
   if (options.strategy != Strategy::kParameterServer && wire.gathered) {
-    return RingAllGatherSeconds(n, static_cast<double>(wire.dense_bytes), link);
+    return sizes_seconds +
+           RingAllGatherSeconds(n, static_cast<double>(wire.dense_bytes), link);
+  }
+  if (sizes_seconds > 0) {
+    SimulationOptions dense = options;
+    dense.row_sparse = RowSparseSpec();
+    return sizes_seconds + AlphaBetaBucketSeconds(dense, bucket);
   }
   const double bytes = options.strategy == Strategy::kParameterServer
                            ? options.profile.buckets[bucket].bytes
                            : wire.dense_bytes;
+  // The family's clear to send, as the simulated rounds wait for it.
+  const double eager = static_cast<double>(PeerExchange::kDefaultEagerBytes);
   switch (options.strategy) {
     case Strategy::kRing:
       return RingAllReduceSeconds(n, bytes, link);
     case Strategy::kHalvingDoubling:
-      return HalvingDoublingAllReduceSeconds(n, bytes, link);
+      return HalvingDoublingAllReduceSeconds(n, bytes, link, eager);
     case Strategy::kTree:
-      return TreeAllReduceSeconds(n, bytes, link);
+      return TreeAllReduceSeconds(n, bytes, link, eager);
     case Strategy::kSelecting: {
       const Strategy pick = SelectorPick(options, bucket);
       const AllReduceKind kind = pick == Strategy::kTree ? AllReduceKind::kTree
@@ -864,7 +1165,7 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
       const int g = cluster.gpus_per_host;
       LinkCost intra{cluster.intra_latency_s, cluster.intra_bytes_per_s};
       LinkCost inter{link.alpha_s, link.bytes_per_s / g};
-      return HierarchicalAllReduceSeconds(n, g, bytes, intra, inter);
+      return HierarchicalAllReduceSeconds(n, g, bytes, intra, inter, eager);
     }
     case Strategy::kParameterServer:
       break;
@@ -892,8 +1193,8 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
   double pushed = 0, answered = 0;  // one worker's, the whole bucket
   for (const auto& server_keys : keys) {
     for (int64_t key : server_keys) {
-      pushed += PsPushBytes(compression, key);
-      answered += PsAnswerBytes(compression, key, n);
+      pushed += PushBytes(options, key, bucket_bytes);
+      answered += AnswerBytes(options, key, bucket_bytes);
     }
   }
   double busiest = 0, tail = 0, last_keys = 0;
@@ -904,11 +1205,11 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
     const bool inside = s < colocated_servers;
     double share_in = 0, share_out = 0, last_key = 0;
     for (int64_t key : server_keys) {
-      share_in += PsPushBytes(compression, key);
-      share_out += PsAnswerBytes(compression, key, n);
+      share_in += PushBytes(options, key, bucket_bytes);
+      share_out += AnswerBytes(options, key, bucket_bytes);
     }
     if (!server_keys.empty()) {
-      last_key = PsAnswerBytes(compression, server_keys.back(), n);
+      last_key = AnswerBytes(options, server_keys.back(), bucket_bytes);
     }
     most_keys = std::max(most_keys, server_keys.size());
     busiest = std::max(
@@ -944,20 +1245,17 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
   }
   const int worker_endpoints = cluster.workers / cluster.worker_group;
   for (const Bucket& bucket : options.profile.buckets) {
-    run->wire.push_back(AllReduceWire(options.compression, bucket.bytes));
+    run->wire.push_back(BucketWire(options, bucket.bytes));
   }
   if (ps) {
     run->push_bytes = run->answer_bytes = options.ps_keys;
-    for (auto& servers : run->push_bytes) {
-      for (auto& keys : servers) {
-        for (int64_t& key : keys) key = PsPushBytes(options.compression, key);
+    for (size_t b = 0; b < options.ps_keys.size(); ++b) {
+      const int64_t bucket_bytes = options.profile.buckets[b].bytes;
+      for (auto& keys : run->push_bytes[b]) {
+        for (int64_t& key : keys) key = PushBytes(options, key, bucket_bytes);
       }
-    }
-    for (auto& servers : run->answer_bytes) {
-      for (auto& keys : servers) {
-        for (int64_t& key : keys) {
-          key = PsAnswerBytes(options.compression, key, cluster.workers);
-        }
+      for (auto& keys : run->answer_bytes[b]) {
+        for (int64_t& key : keys) key = AnswerBytes(options, key, bucket_bytes);
       }
     }
   }

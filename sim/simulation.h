@@ -44,6 +44,22 @@
 //   halving-doubling  the real code's rounds one after another (a round
 //          ends when both its transfers have), with its partners and block
 //          sizes, the fold of the extra ranks when N is no power of two.
+//   clear to send (peer_exchange.h)  in every halving-doubling round where
+//          both partners send (but the one with the previous round's single
+//          peer) and on every tree edge, a rank's header leaves as it
+//          enters (a message of no bytes), and a send above the eager
+//          prefix moves the prefix at once and the rest once the peer's
+//          header has arrived, so a round waits α - E/B where that is
+//          positive, as the real rounds do.
+//   per-message CPU (ClusterSpec::message_cpu_s, model_constants.h)  each
+//          message a rank takes in (a halving-doubling round's, a tree
+//          child's or parent's, a ring step's) costs software time run on
+//          cores all ranks share; the ring then forwards every step's first
+//          byte rank by rank (RingBucketSteps: N(2N-2) messages a bucket,
+//          for the emulated cluster's N ≤ 16, not for N = 1,024).
+//   token bucket (ClusterSpec::link_burst_bytes)  the emulated links' tbf
+//          burst lets bytes leave a NIC at once after an idle spell; each
+//          flow carries what the bucket did not cover.
 //   hierarchical  hierarchical_allreduce.cc with R = G ranks per node: the
 //          reduce-scatter inside the host (each rank sends shard j to local
 //          rank j, all at once), halving-doubling of its shard among the
@@ -126,6 +142,27 @@ struct ClusterSpec {
   // switch, whose uplink to one spine carries hosts_per_tor·B / ratio.
   double oversubscription = 1;
   int hosts_per_tor = 0;
+  // The all-reduce transport's software time per message a rank takes in
+  // (the wakeup that receives it, reduces it and sends the next one; on the
+  // emulated cluster also the userspace relay's copy), run as work on
+  // `cpu_cores` cores that every rank shares: the emulated cluster's ranks
+  // all run on one machine, so a round in which N ranks each take a message
+  // in costs N such times over the cores. 0: messages cost no CPU (the
+  // ranks' hosts are the GPUs' own, their CPUs idle). sim/model_constants.h.
+  double message_cpu_s = 0;
+  int cpu_cores = 0;
+  // The emulated links' token bucket (core/launch/netem.cc's tbf burst): a
+  // host's NIC lets up to this many bytes out at once after it has been
+  // idle, its tokens refilling at the rate while no bytes wait for it. A
+  // send takes what tokens there are when it is posted; its simulated flow
+  // carries the rest. The bucket starts full. 0: no bucket (a data
+  // centre's NIC).
+  double link_burst_bytes = 0;
+};
+
+struct RowSparseSpec {
+  int64_t row_width = 0;  // floats per row; 0: dense buckets
+  int64_t rows = 0;       // rows each worker touches per bucket and step
 };
 
 struct SimulationOptions {
@@ -145,6 +182,18 @@ struct SimulationOptions {
   // fp16/bf16, the union of the pushed indices for random-k (the same k) and
   // top-k (at most N·k, float32 once that is smaller), float32 for onebit.
   CompressionSpec compression;
+  // --row_sparse: every bucket is one row-sparse tensor (an embedding table,
+  // ParamSpec::sparse_row_width) of rows of row_width floats, of which each
+  // worker touches `rows` per step (at most the table's; uniformly spread,
+  // independently per worker). All-reduces (allreduce/bucket_reducer.h): a
+  // ring all-gather of every rank's encoding size (8 bytes), then a ring
+  // all-gather of the touched rows (core/sync/compression.h's kSparse
+  // encoding with that row width) where the busiest link carries fewer
+  // bytes than the dense ring's 2(N-1)/N of the bucket, else the dense
+  // all-reduce. PS (ps/key_compression.h): each key pushes its touched rows
+  // exactly, and the answer is their union over the N workers. Only with
+  // --compression=none, as the real code sends rows.
+  RowSparseSpec row_sparse;
   // --straggler: worker `straggler_rank` (-1: none) sleeps straggler_ms
   // before its step's compute (core/train/straggler.h), so its buckets are
   // ready that much later; under BSP every other worker waits for them.
@@ -184,8 +233,25 @@ Strategy SelectorPick(const SimulationOptions& options, int bucket);
 struct WireBucket {
   int64_t dense_bytes = 0;
   bool gathered = false;
+  // Row-sparse: the encodings' sizes (8 bytes a rank) are ring-all-gathered
+  // first, so that every rank picks the same route.
+  bool size_exchange = false;
 };
 WireBucket AllReduceWire(const CompressionSpec& compression, int64_t bytes);
+// The serialized kSparse encoding (core/sync/compression.h) of `rows` rows
+// of `row_width` floats out of a tensor of `numel` floats.
+int64_t RowSparseBytes(int64_t numel, int64_t row_width, int64_t rows);
+// A row-sparse bucket of `bytes` over `workers` ranks (bucket_reducer.h's
+// route: gathered rows, or dense_bytes = bytes all-reduced).
+WireBucket RowSparseWire(const RowSparseSpec& rows, int64_t bytes,
+                         int workers);
+// A row-sparse bucket's key of `key_bytes` (of a bucket of `bucket_bytes`):
+// one worker's push of its touched rows in it, and the answer (their union
+// over `workers`, in expectation).
+int64_t RowSparsePushBytes(const RowSparseSpec& rows, int64_t key_bytes,
+                           int64_t bucket_bytes);
+int64_t RowSparseAnswerBytes(const RowSparseSpec& rows, int64_t key_bytes,
+                             int64_t bucket_bytes, int workers);
 // A PS key of `key_bytes` float32 bytes: what one worker's push and one
 // answer to it carry, among `workers` pushing.
 int64_t PsPushBytes(const CompressionSpec& compression, int64_t key_bytes);

@@ -423,6 +423,15 @@ def simulated_crossover_table(points):
             ratios = [p[column] for p in honest]
             line += f" {sum(abs(r - 1) <= 0.1 for r in ratios)} | {ratio_summary(ratios)} |"
         lines.append(line)
+    if points and "miss_kind" in points[0]:
+        # Data with the per-point kinds also gets the sweep's totals.
+        honest = crossover_honest(points)
+        line = f"| all | all | {len(points)} | {len(points) - len(honest)} |"
+        for _, column in columns:
+            ratios = [p[column] for p in honest]
+            line += (f" **{sum(abs(r - 1) <= 0.1 for r in ratios)}** | "
+                     f"{ratio_summary(ratios)} |")
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -430,9 +439,11 @@ def simulated_crossover_misses_table(points):
     """Every point of sim/calibrate_crossover.py that is not CPU-bound and
     that the fitted constants miss by more than 10 %, with the probed α's
     and bench's α–β ratios beside it, so that a miss is named per point."""
+    kinds = bool(points) and "miss_kind" in points[0]
     lines = ["| latency | algorithm | N | bytes | measured µs | fitted µs | fitted / measured | "
-             "probed / measured | α–β / measured |",
-             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "probed / measured | α–β / measured |" + (" CPU share | kind |" if kinds else ""),
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+             + (" ---: | --- |" if kinds else "")]
     misses = [p for p in crossover_honest(points) if abs(p["fitted_over_measured"] - 1) > 0.1]
     for p in sorted(misses, key=lambda p: (
             p["latency_us"], CROSSOVER_ORDER.index(p["algorithm"])
@@ -442,7 +453,26 @@ def simulated_crossover_misses_table(points):
             f"| {crossover_label(p['latency_us'])} | {name} | {p['workers']:.0f} | "
             f"{p['bytes']:,.0f} | {p['measured_us']:,.0f} | {p['fitted_us']:,.0f} | "
             f"{p['fitted_over_measured']:.2f} | {p['probed_over_measured']:.2f} | "
-            f"{p['alpha_beta_us'] / p['measured_us']:.2f} |")
+            f"{p['alpha_beta_us'] / p['measured_us']:.2f} |"
+            + (f" {p['cpu_share']:.2f} | {p['miss_kind']} |" if kinds else ""))
+    return "\n".join(lines)
+
+
+def simulated_crossover_miss_kinds_table(points):
+    """The misses of simulated_crossover_misses_table counted by kind
+    (sim/calibrate_crossover.py's miss_kind), over and under."""
+    misses = [p for p in crossover_honest(points) if abs(p["fitted_over_measured"] - 1) > 0.1]
+    honest = len(crossover_honest(points))
+    lines = ["| kind | misses | simulator above | simulator below |",
+             "| --- | ---: | ---: | ---: |"]
+    for kind in sorted({p["miss_kind"] for p in misses},
+                       key=lambda k: -sum(p["miss_kind"] == k for p in misses)):
+        group = [p for p in misses if p["miss_kind"] == kind]
+        above = sum(p["fitted_over_measured"] > 1 for p in group)
+        lines.append(f"| {kind} | {len(group)} | {above} | {len(group) - above} |")
+    lines.append(f"| all | {len(misses)} of {honest} | "
+                 f"{sum(p['fitted_over_measured'] > 1 for p in misses)} | "
+                 f"{sum(p['fitted_over_measured'] < 1 for p in misses)} |")
     return "\n".join(lines)
 
 
@@ -698,6 +728,7 @@ TABLES = {"accuracy": accuracy_table, "sweep": sweep_table, "points": points_tab
           "simulated_anchors": simulated_anchors_table,
           "simulated_crossover": simulated_crossover_table,
           "simulated_crossover_misses": simulated_crossover_misses_table,
+          "simulated_crossover_miss_kinds": simulated_crossover_miss_kinds_table,
           "simulated_calibration": simulated_calibration_table,
           "schedule_pairs": schedule_pairs_table}
 

@@ -339,5 +339,49 @@ class SimulatedTablesTest(unittest.TestCase):
         self.assertIn("| m | 16 | PS, K=N | – | – | – | – |", table)
 
 
+# sim/calibrate_crossover.py's points with the kinds of the fitted misses:
+# one hit, two misses (CPU above, token bucket below), one CPU-bound point.
+SIM_CROSSOVER = """latency_us,workers,bytes,algorithm,measured_us,alpha_beta_us,wire_us,wire_over_measured,probed_us,probed_over_measured,probed_alpha_us,fitted_us,fitted_over_measured,cpu_share,cpu_bound,retrans_segments,miss_kind
+20.0,2,4096,ring,100,100,50,0.5,100,1.0,120,105,1.05,0.3,False,0,
+20.0,4,4096,ring,200,200,50,0.25,190,0.95,120,260,1.3,0.6,False,0,CPU
+20.0,4,65536,tree,400,300,350,0.875,500,1.25,120,300,0.75,0.2,False,0,token bucket
+20.0,16,4096,tree,900,300,50,0.05,500,0.55,120,300,0.33,0.9,True,0,CPU
+"""
+
+SIM_CROSSOVER_PAGE = """<!-- render:table simulated_crossover data/sim -->
+x
+<!-- render:end -->
+<!-- render:table simulated_crossover_misses data/sim -->
+x
+<!-- render:end -->
+<!-- render:table simulated_crossover_miss_kinds data/sim -->
+x
+<!-- render:end -->
+"""
+
+
+class SimulatedCrossoverTest(Fixture):
+    def test_misses_are_listed_and_counted_by_kind(self):
+        os.makedirs(os.path.join(self.results, "data", "sim"))
+        self.write("data/sim/points.csv", SIM_CROSSOVER)
+        self.write("data/sim/sweep.json", SWEEP)
+        self.write("sim.md", SIM_CROSSOVER_PAGE)
+        self.assertEqual(self.run_main()[0], 0)
+        page = self.read("sim.md")
+        # The totals: 3 points not CPU-bound, 1 of them within 10 % fitted.
+        self.assertIn("| all | all | 4 | 1 | **0** |", page)
+        self.assertIn("fitted constants: within 10 %", page)
+        self.assertIn("| **1** | 1.05 (0.75–1.30) |", page)
+        # Each miss with its CPU share and kind; the CPU-bound point is out.
+        self.assertIn("| 20 µs | ring | 4 | 4,096 | 200 | 260 | 1.30 | 0.95 | 1.00 | 0.60 | CPU |",
+                      page)
+        self.assertIn("| 0.20 | token bucket |", page)
+        self.assertNotIn("| 0.90 |", page)
+        self.assertIn("| CPU | 1 | 1 | 0 |", page)
+        self.assertIn("| token bucket | 1 | 0 | 1 |", page)
+        self.assertIn("| all | 2 of 3 | 1 | 1 |", page)
+        self.assertEqual(self.run_main("--check"), (0, ""))
+
+
 if __name__ == "__main__":
     unittest.main()
