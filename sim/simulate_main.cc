@@ -100,7 +100,12 @@ ABSL_FLAG(std::string, row_sparse, "",
 ABSL_FLAG(std::string, straggler, "",
           "RANK:MS: worker RANK sleeps MS before the step's compute, as "
           "gradsync train --straggler does (the simulated step is one it "
-          "sleeps in; BSP: the others wait)");
+          "sleeps in; see --overlap_next_forward)");
+ABSL_FLAG(bool, overlap_next_forward, true,
+          "as gradsync train's (default true): the straggler's sleep before "
+          "its next forward overlaps this step's communication, and the step "
+          "is the longer of the two; false: the sleep delays its buckets and "
+          "every other worker waits for them (BSP)");
 ABSL_FLAG(std::string, network_model, "CM02",
           "SimGrid's network model: CM02 (alpha-beta sharing) or LV08 (its "
           "TCP corrections)");
@@ -371,6 +376,7 @@ int main(int argc, char** argv) {
       options.cluster.worker_group = 1;  // the straggler is not like the rest
     }
   }
+  options.overlap_next_forward = absl::GetFlag(FLAGS_overlap_next_forward);
 
   // The links as gradsync's transport sees them: the simulation, the
   // selector's pick and the alpha-beta figure all take the same α and B.
@@ -421,6 +427,7 @@ int main(int argc, char** argv) {
       {"link_bytes_per_s", options.cluster.link_bytes_per_s},
       {"link_alpha_us", 1e6 * options.cluster.latency_s},
       {"straggler", straggler.empty() ? "-" : straggler},
+      {"overlap_next_forward", options.overlap_next_forward},
       {"compression", options.compression.ToString()},
       {"row_sparse", row_sparse.empty() ? "-" : row_sparse},
       {"compute_scale", compute_scale},

@@ -291,16 +291,31 @@ class SimulateTest(unittest.TestCase):
             self.assertAlmostEqual(selector["step_ms"], alone["step_ms"], delta=1e-6)
 
     def test_a_straggler_holds_every_worker_under_bsp(self):
-        # Worker 2 sleeps 50 ms before its compute: its bucket is ready then,
-        # and neither the ring nor the PS's answers can finish before its
-        # bytes have gone through: the step is the sleep plus the step
-        # without it (one bucket, no compute).
-        ring = step("--strategy=ring", *TINY, "--straggler=2:50")
+        # Without the next forward overlapped: worker 2 sleeps 50 ms before
+        # its compute, its bucket is ready then, and neither the ring nor the
+        # PS's answers can finish before its bytes have gone through: the
+        # step is the sleep plus the step without it (one bucket, no compute).
+        ring = step("--strategy=ring", *TINY, "--straggler=2:50",
+                    "--overlap_next_forward=false")
         self.assertStepMs(ring, 0.050 + 2 * (N - 1) * S / N / B + ALPHA)
-        ps = step("--strategy=ps", "--servers=4", *TINY_PS, "--straggler=2:50")
+        ps = step("--strategy=ps", "--servers=4", *TINY_PS, "--straggler=2:50",
+                  "--overlap_next_forward=false")
         self.assertEqual(ps["worker_group"], 1)
         self.assertStepMs(ps, 0.050 + 2 * (ALPHA + MIB / B))
         self.assertAlmostEqual(ps["exposed_ms"], ps["step_ms"])
+
+    def test_a_straggler_sleeps_while_the_last_step_communicates(self):
+        # gradsync train's default: the sleep before the next forward runs
+        # beside this step's all-reduce, so the step is the longer of the
+        # two: a sleep shorter than the communication costs nothing, a
+        # longer one is the step.
+        comm = 2 * (N - 1) * S / N / B + ALPHA
+        short_ms, long_ms = 0.5 * comm * 1e3, 2 * comm * 1e3
+        short = step("--strategy=ring", *TINY, f"--straggler=2:{short_ms:g}")
+        self.assertTrue(short["overlap_next_forward"])
+        self.assertStepMs(short, comm)
+        self.assertStepMs(step("--strategy=ring", *TINY, f"--straggler=2:{long_ms:g}"),
+                          long_ms / 1e3)
 
     def test_compressed_buckets_move_their_encodings_bytes(self):
         # fp16: the ring with 16-bit values, half the bytes.

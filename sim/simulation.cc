@@ -146,10 +146,14 @@ double BucketReadySeconds(const StepProfile& profile, int bucket) {
 }
 
 // When worker (or merged worker endpoint) `worker` has bucket `bucket`:
-// the straggler's sleep comes before its forward.
+// the straggler's sleep comes before its forward, and delays its buckets
+// unless it overlaps the previous step's communication
+// (SimulationOptions::overlap_next_forward).
 double WorkerReadySeconds(const Run& run, int worker, int bucket) {
-  const double sleep_s =
-      worker == run.options.straggler_rank ? run.options.straggler_ms / 1e3 : 0;
+  const double sleep_s = worker == run.options.straggler_rank &&
+                                 !run.options.overlap_next_forward
+                             ? run.options.straggler_ms / 1e3
+                             : 0;
   return sleep_s + BucketReadySeconds(run.options.profile, bucket);
 }
 
@@ -1334,6 +1338,9 @@ absl::StatusOr<StepResult> SimulateStep(const SimulationOptions& given) {
   const StepProfile& profile = options.profile;
   StepResult result;
   const double backward_end_ms = profile.forward_ms + profile.backward_ms;
+  // The straggler's compute ends after its sleep either way; with the next
+  // forward overlapped its buckets were not delayed (WorkerReadySeconds),
+  // so the sleep only bounds the step from below.
   const double slowest_backward_end_ms =
       backward_end_ms +
       (options.straggler_rank >= 0 ? options.straggler_ms : 0);

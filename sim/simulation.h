@@ -195,10 +195,17 @@ struct SimulationOptions {
   // --compression=none, as the real code sends rows.
   RowSparseSpec row_sparse;
   // --straggler: worker `straggler_rank` (-1: none) sleeps straggler_ms
-  // before its step's compute (core/train/straggler.h), so its buckets are
-  // ready that much later; under BSP every other worker waits for them.
+  // before its step's compute (core/train/straggler.h).
   int straggler_rank = -1;
   double straggler_ms = 0;
+  // --overlap_next_forward, as gradsync train's (default true): the trainer
+  // leaves a step's synchronization to the next step, whose forward waits
+  // for the buckets it reads, so the straggler's sleep before that forward
+  // runs while this step's communication does; the step is then the longer
+  // of the step without the sleep and the sleep with the straggler's
+  // compute. false: the sleep delays the straggler's buckets and, under BSP,
+  // every other worker waits for them.
+  bool overlap_next_forward = true;
   // SimGrid's network model: "CM02" is max-min sharing with no TCP
   // correction (the alpha-beta figures exactly on an idle network); "LV08",
   // SimGrid's default, adds its TCP corrections.

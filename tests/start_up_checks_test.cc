@@ -48,15 +48,6 @@ bool Exists(const std::string& path) {
   return stat(path.c_str(), &info) == 0;
 }
 
-int Count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos;
-       at = text.find(what, at + 1)) {
-    ++n;
-  }
-  return n;
-}
-
 // A tiny MLP on synthetic data: a run of a second or two.
 std::vector<std::string> Small(std::vector<std::string> extra = {}) {
   std::vector<std::string> flags = {
