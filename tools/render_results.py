@@ -169,7 +169,10 @@ def strategy_label(p):
 
 
 def number(value, fmt="{:.0f}"):
-    return "–" if value is None else fmt.format(value)
+    """'–' for a figure that was not measured or predicted (None, NaN)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    return fmt.format(value)
 
 
 def busy_window_mark(p):
