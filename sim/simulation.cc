@@ -488,7 +488,6 @@ void RingAllGatherBucket(Run* run, int rank, int64_t payload_bytes) {
 // before is done, under the strategy or the selector's pick for it.
 void AllReduceWorker(Run* run, int rank, int part) {
   const int n = run->options.cluster.workers;
-  const StepProfile& profile = run->options.profile;
   const bool two_parts = !run->tree_barriers.empty();
   for (int b = 0; b < BucketCount(*run); ++b) {
     sg4::this_actor::sleep_until(WorkerReadySeconds(*run, rank, b));
@@ -551,7 +550,6 @@ const std::vector<int64_t>& PsKeys(const Run& run, int bucket, int server) {
 // the answers whenever they come.
 void PsStream(Run* run, int worker, int server) {
   const ClusterSpec& cluster = run->options.cluster;
-  const StepProfile& profile = run->options.profile;
   const int server_endpoint = ServerEndpoint(cluster, server);
   sg4::Mailbox* push_box = Box(absl::StrCat("push-", server, "-", worker));
   sg4::Mailbox* pull_box = Box(absl::StrCat("pull-", worker, "-", server));
@@ -1186,7 +1184,6 @@ double AlphaBetaBucketSeconds(const SimulationOptions& options, int bucket) {
   // compression pushes and answers carry their own sizes (PsPushBytes,
   // PsAnswerBytes), each direction its own.
   const int g = cluster.gpus_per_host;
-  const CompressionSpec& compression = options.compression;
   std::vector<std::vector<int64_t>> keys;
   for (int s = 0; s < cluster.servers; ++s) {
     keys.push_back(options.ps_keys.empty()
