@@ -473,7 +473,7 @@ TEST(ResumeTest, ResidualSurvivesACheckpointOnEveryRank) {
 TEST(FactoryTest, MethodsAnAlgorithmDoesNotCarryAreRefused) {
   SyncContext context;
   context.compression = CompressionSpec::Parse("fp16").value();
-  for (const std::string& name :
+  for (const char* name :
        {"tree", "halving_doubling", "hierarchical", "allreduce"}) {
     auto sync = GradientSyncRegistry::Create(name, context);
     ASSERT_EQ(sync.status().code(), absl::StatusCode::kInvalidArgument) << name;
@@ -483,7 +483,7 @@ TEST(FactoryTest, MethodsAnAlgorithmDoesNotCarryAreRefused) {
   }
   // The gathered methods and random-k run on every algorithm.
   context.compression = CompressionSpec::Parse("topk:0.01").value();
-  for (const std::string& name : {"ring", "tree", "halving_doubling"}) {
+  for (const char* name : {"ring", "tree", "halving_doubling"}) {
     EXPECT_TRUE(GradientSyncRegistry::Create(name, context).ok()) << name;
   }
 }

@@ -526,7 +526,9 @@ TEST(PsSyncTest, AspNeverWaitsForOthers) {
     if (rank == 0) fast.Finished(step);
   };
   job.before_step = [&](int rank, int step) {
-    if (rank == 2 && step == 0) EXPECT_TRUE(fast.WaitFor(job.steps));
+    if (rank == 2 && step == 0) {
+      EXPECT_TRUE(fast.WaitFor(job.steps));
+    }
   };
   absl::Status cluster_status;
   std::vector<WorkerResult> results = RunJob(job, &cluster_status);
