@@ -252,7 +252,6 @@ absl::StatusOr<LinkProbeResult> Measure(Client& client,
   }
   result.round_trip_us = 1000 * Median(round_trips);
   result.alpha_us = result.round_trip_us / 2;
-  std::vector<double> x, forward, reverse;
   for (int64_t bytes : options.sizes) {
     std::vector<double> f, r;
     for (int i = 0; i < options.repeats; ++i) {
@@ -261,18 +260,9 @@ absl::StatusOr<LinkProbeResult> Measure(Client& client,
       ASSIGN_OR_RETURN(ms, client.Exchange(kReverse, bytes));
       r.push_back(ms);
     }
-    LinkProbeSample sample{bytes, Median(f), Median(r)};
-    result.samples.push_back(sample);
-    x.push_back(static_cast<double>(bytes));
-    forward.push_back(sample.forward_ms / 1000);
-    reverse.push_back(sample.reverse_ms / 1000);
+    result.samples.push_back({bytes, Median(f), Median(r)});
   }
-  if (x.size() >= 2) {
-    const auto [a, b] = Fit(x, forward);
-    result.intercept_ms = 1000 * a;
-    result.bandwidth_bytes_per_s = 1 / b;
-    result.reverse_bandwidth_bytes_per_s = 1 / Fit(x, reverse).second;
-  }
+  RETURN_IF_ERROR(FitLinkSamples(&result));
   const int64_t largest =
       *std::max_element(options.sizes.begin(), options.sizes.end());
   std::vector<double> duplex;
@@ -307,6 +297,44 @@ absl::Status CheckOptions(const LinkProbeOptions& options) {
 }
 
 }  // namespace
+
+absl::Status FitLinkSamples(LinkProbeResult* result) {
+  const std::vector<LinkProbeSample>& samples = result->samples;
+  std::vector<double> x, forward, reverse;
+  for (const LinkProbeSample& s : samples) {
+    x.push_back(static_cast<double>(s.bytes));
+    forward.push_back(s.forward_ms / 1000);
+    reverse.push_back(s.reverse_ms / 1000);
+  }
+  const bool distinct =
+      !x.empty() && *std::min_element(x.begin(), x.end()) <
+                        *std::max_element(x.begin(), x.end());
+  if (!distinct) {
+    return absl::InvalidArgumentError(
+        "link probe: fitting a bandwidth needs samples of two sizes or more");
+  }
+  const auto [a, b] = Fit(x, forward);
+  const double reverse_slope = Fit(x, reverse).second;
+  // A slope at or below zero: the larger transfers took no longer than the
+  // smaller ones, so the samples hold no bandwidth at all.
+  if (!(b > 0) || !(reverse_slope > 0)) {
+    std::string read;
+    for (const LinkProbeSample& s : samples) {
+      absl::StrAppend(&read, read.empty() ? "" : "; ", s.bytes, " B: ",
+                      absl::SixDigits(s.forward_ms), " ms forward, ",
+                      absl::SixDigits(s.reverse_ms), " ms reverse");
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "link probe: the transfer time did not grow with the size (", read,
+        "), so these samples give no bandwidth: the link is faster than "
+        "these sizes resolve, or the machine was busy; probe again on an "
+        "idle machine, or with more --repeats"));
+  }
+  result->intercept_ms = 1000 * a;
+  result->bandwidth_bytes_per_s = 1 / b;
+  result->reverse_bandwidth_bytes_per_s = 1 / reverse_slope;
+  return absl::OkStatus();
+}
 
 std::string LinkProbeResult::ToJson() const {
   nlohmann::json rows = nlohmann::json::array();

@@ -51,6 +51,12 @@ struct LinkProbeResult {
 
 absl::StatusOr<LinkProbeResult> ProbeLink(const LinkProbeOptions& options);
 
+// Fits both directions' bandwidth and the forward intercept to
+// `result->samples`. A transfer time that does not grow with size (a link
+// faster than the sizes can resolve, or a busy machine) is refused with the
+// samples it read rather than given as a negative or infinite bandwidth.
+absl::Status FitLinkSamples(LinkProbeResult* result);
+
 // The same measurement between two hosts of a real cluster, where nothing is
 // emulated and no launcher knows the link: one host serves
 // (ServeLinkProbe), the other measures (ProbeRemoteLink), e.g.
