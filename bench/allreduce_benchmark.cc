@@ -33,7 +33,7 @@
 //
 // Each rank is its own process (forked before any thread exists), so the
 // kernel schedules them as it would a real job; ranks talk over loopback TCP.
-// For every algorithm and size: --warmup untimed runs, a barrier, --iters
+// For every algorithm and size: a barrier, --warmup untimed runs, --iters
 // timed runs back to back, then a fresh input and one checked run. Inputs are
 // small integers, so the sum is exact and every element is checked (#wrong).
 // A run under --relay_latency_us sends every gradsync connection (the ring
@@ -363,7 +363,7 @@ struct DeviceCopies {
   std::function<absl::Status()> download;
 };
 
-// Times one algorithm on one size: warm-up, barrier, timed loop, then a checked
+// Times one algorithm on one size: barrier, warm-up, timed loop, then a checked
 // run on fresh input. `run` and `barrier` throw or return an error.
 absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
                      const std::function<absl::Status()>& run,
@@ -372,8 +372,12 @@ absl::Status Measure(const Plan& plan, int rank, float* data, int64_t count,
                      Reduction reduction = Reduction::kSum) {
   FillInput(data, count, rank);
   if (copies.upload) RETURN_IF_ERROR(copies.upload());
-  for (int i = 0; i < plan.warmup; ++i) RETURN_IF_ERROR(run());
+  // The warm-up runs after the barrier: whatever lag the barrier leaves
+  // between the ranks' starts, the untimed runs take up, and the timed loop
+  // starts on each rank where its last warm-up run ended, as back-to-back
+  // all-reduces follow each other in training.
   RETURN_IF_ERROR(barrier());
+  for (int i = 0; i < plan.warmup; ++i) RETURN_IF_ERROR(run());
   const absl::StatusOr<TcpCounters> tcp_start = ReadNamespaceTcpCounters();
   // The rank's emulated link (loopback has none).
   auto read_link = [&]() -> absl::StatusOr<InterfaceBytes> {
@@ -657,9 +661,8 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
         absl::Microseconds(relay_latency_us));
     rendezvous = delayed.get();
   }
-  // Per gradsync algorithm its transport (ConnectGradsync); the ring's also
-  // carries the barriers, the selector's probes the link for every row's
-  // prediction.
+  // Per gradsync algorithm its transport (ConnectGradsync); the selector's
+  // probes the link for every row's prediction.
   std::map<std::string, std::unique_ptr<PeerTransport>> transports;
   std::unique_ptr<RingAllReduce> ring;
   std::map<std::string, std::unique_ptr<AllReduceAlgorithm>> family;
@@ -752,7 +755,18 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
   }
 
   std::vector<float> buffer(plan.sizes.back() / 4);
-  float token = 1.0f;
+  // The barrier before each timed loop goes through the coordinator, never
+  // through the relays, so the ranks start their loops together (within the
+  // coordinator's release of the waiting calls). A one-float ring
+  // all-reduce, the barrier this used before, releases the ranks one hop
+  // after another as the float comes round: under --relay_latency_us the
+  // last starts about N - 2 latencies after the first, which waits for it
+  // inside its timed loop. The PS rows, Gloo's and NCCL's had no such lag.
+  int timing_barriers = 0;
+  auto timing_barrier = [&]() {
+    return coordinator->Barrier(absl::StrCat("timing/", timing_barriers++),
+                                BarrierGroup::kWorkers, plan.timeout);
+  };
   // Sizes outside, algorithms inside: the algorithms compared on one size run
   // close together in time, so a burst of other load on the machine skews
   // them alike rather than one whole column.
@@ -774,14 +788,12 @@ absl::Status RunRank(const Plan& plan, int rank, Cell* cells) {
         status = Measure(
             plan, rank, buffer.data(), count,
             [&] { return algorithm.Run(buffer.data(), count, 1.0f, 0); },
-            [&] { return ring->Run(&token, 1); }, cell);
+            timing_barrier, cell);
       } else if (name == "gradsync_ring") {
-        // A one-float all-reduce ends on a rank only once every rank has
-        // contributed, so it is a barrier.
         status = Measure(
             plan, rank, buffer.data(), count,
-            [&] { return ring->Run(buffer.data(), count); },
-            [&] { return ring->Run(&token, 1); }, cell);
+            [&] { return ring->Run(buffer.data(), count); }, timing_barrier,
+            cell);
       } else if (IsPs(name)) {
         status = MeasurePs(plan, rank, rendezvous, *device, buffer.data(),
                            count, cell);
@@ -1115,6 +1127,10 @@ absl::Status WriteJson(const Plan& plan, const std::vector<Row>& rows,
         {"workers", plan.workers},
         {"iters", plan.iters},
         {"warmup", plan.warmup},
+        // What the timed loop follows on every rank (Measure): readers of
+        // older files, whose warm-up came before a one-float ring barrier,
+        // find no such key.
+        {"timed_after", "coordinator barrier, then warm-up"},
         {"ring_chunk_kb", ring.chunk_bytes >> 10},
         {"ring_socket_buffer_kb", ring.socket_buffer_bytes >> 10},
         {"allreduce_eager_kb", plan.eager_bytes >> 10},
