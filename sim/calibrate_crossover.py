@@ -8,17 +8,18 @@ connections (prediction_link_alpha_us, its B too), which holds what the TCP
 transport and the relays add per message, and with the wire's rate and
 latency through the model constants fitted once (sim/constants.json,
 sim/fit_constants.py), timed as the benchmark times it (its timed
-all-reduces back to back, averaged: the links' token buckets start full
-and drain). One row each in points.csv with the measured time, bench's α–β
-prediction, whether the point was CPU-bound (bench/cpu_bound.py), its TCP
-retransmissions and, where the fitted simulator misses it by more than
-10 %, the kind of miss (miss_kind below). The sweep measured each point
-once (a mean over its timed iterations): there is no spread of repeats to
-judge a miss against.
+all-reduces back to back after its untimed ones, averaged: the links'
+token buckets start full and drain). One row each in points.csv with the
+measured time, bench's α–β prediction, whether the point was CPU-bound
+(bench/cpu_bound.py), its TCP retransmissions and, where the fitted
+simulator misses it by more than 10 %, the kind of miss (miss_kind below). Given repeats of the sweep merged
+by sim/crossover_repeats.py, "measured" is a point's median over them and
+its row also holds the lowest and highest repeat; a single sweep has no
+spread of repeats to judge a miss against.
 
   bazel build //sim:simulate
-  sim/calibrate_crossover.py \\
-      --measured=docs/results/data/allreduce-crossover-2026-11-27/points.json \\
+  sim/crossover_repeats.py --out=MERGED/points.json R1/points.json ...
+  sim/calibrate_crossover.py --measured=MERGED/points.json \\
       --out=docs/results/data/scaling-calibration-crossover-DATE
 
 The PS rows of the sweep are left out: the benchmark's PS is one bucket of
@@ -42,7 +43,7 @@ STRATEGIES = {"gradsync_ring": "ring", "gradsync_halving_doubling": "halving_dou
 COLUMNS = ["latency_us", "workers", "bytes", "algorithm", "measured_us", "alpha_beta_us",
            "wire_us", "wire_over_measured", "probed_us", "probed_over_measured",
            "probed_alpha_us", "fitted_us", "fitted_over_measured", "cpu_share", "cpu_bound",
-           "retrans_segments", "miss_kind"]
+           "retrans_segments", "repeats", "measured_low_us", "measured_high_us", "miss_kind"]
 # A rank's job above this share of the machine's cores is busy enough that
 # its scheduling, not the per-message CPU time's mean, sets its rounds
 # (bench/cpu_bound.py's line for "CPU-bound" is 0.7).
@@ -55,6 +56,9 @@ TOKEN_BUCKET_BYTES = 128 << 10
 def miss_kind(point, ratio):
     """What a point the fitted simulator misses by more than 10 % shows,
     from the measurement alone (the first that applies), or "" for a hit:
+      repeats' spread  the simulated time lies between the emulation's own
+                       lowest and highest repeat of the point: the
+                       measurement disagrees with itself by that much;
       retransmissions  TCP retransmitted segments during the timed loop,
                        which the flow model has none of;
       CPU              the job used at least half the machine's cores;
@@ -71,6 +75,9 @@ def miss_kind(point, ratio):
       other            none of these."""
     if abs(ratio - 1) <= 0.1:
         return ""
+    repeats = point.get("time_us_repeats") or []
+    if repeats and min(repeats) <= ratio * point["time_us"] <= max(repeats):
+        return "repeats' spread"
     if (point.get("retrans_segments") or 0) > 0:
         return "retransmissions"
     if point["cpu_share"] >= BUSY_CPU_SHARE:
@@ -87,27 +94,39 @@ def miss_kind(point, ratio):
 
 
 def simulate(simulate_path, strategy, n, size, rate_bits, latency_us, constants="none",
-             iterations=1):
-    """One all-reduce's simulated time in us: the mean of `iterations` of
-    them back to back, as the benchmark times them (its timed loop after a
-    barrier: the links' token buckets start full and drain)."""
-    link = f"{rate_bits / 1e6:g}mbit,{latency_us:g}us"
-    command = [simulate_path, f"--strategy={strategy}", f"--workers={n}",
-               f"--link={link}", f"--model=custom:{iterations * size / 1e6:.6f}:{iterations}",
-               f"--bucket_mb={size / 2**20:.10f}", f"--constants={constants}"]
-    # A run takes well under a second; a niced one on a busy machine may
-    # wait its turn for minutes, so one that overruns is run once more.
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        sys.exit(f"calibrate_crossover: {' '.join(command)}: {done.stderr.strip()}")
-    result = json.loads(done.stdout)
-    if result["buckets"] != iterations:
-        sys.exit(f"calibrate_crossover: {' '.join(command)}: {result['buckets']} buckets, "
-                 f"not {iterations}")
-    return result["sync_ms"] * 1e3 / iterations
+             iterations=1, warmup=0):
+    """One all-reduce's simulated time in us, timed as the benchmark times
+    it: the mean of `iterations` of them back to back, after `warmup`
+    untimed ones (the links' token buckets start full after the barrier and
+    drain). The simulator gives a step's total, so the warm-up's own total
+    is simulated apart and taken off."""
+    def total_ms(count):
+        link = f"{rate_bits / 1e6:g}mbit,{latency_us:g}us"
+        command = [simulate_path, f"--strategy={strategy}", f"--workers={n}",
+                   f"--link={link}", f"--model=custom:{count * size / 1e6:.6f}:{count}",
+                   f"--bucket_mb={size / 2**20:.10f}", f"--constants={constants}"]
+        # A run takes well under a second; a niced one on a busy machine may
+        # wait its turn for minutes, so one that overruns is run once more.
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            sys.exit(f"calibrate_crossover: {' '.join(command)}: {done.stderr.strip()}")
+        result = json.loads(done.stdout)
+        if result["buckets"] != count:
+            sys.exit(f"calibrate_crossover: {' '.join(command)}: {result['buckets']} "
+                     f"buckets, not {count}")
+        return result["sync_ms"]
+    timed = total_ms(warmup + iterations) - (total_ms(warmup) if warmup > 0 else 0)
+    return timed * 1e3 / iterations
+
+
+def timed_warmup(context):
+    """The untimed runs between the barrier and a run's timed loop: the
+    warm-up in files that say so (timed_after), none in older files, whose
+    warm-up came before the barrier."""
+    return context.get("warmup", 0) if context.get("timed_after") else 0
 
 
 def constants_provenance():
@@ -141,7 +160,7 @@ def main(argv):
         # The wire's rate and latency through the fitted constants
         # (sim/constants.json): no probe of the job's own.
         fitted = simulate(args.simulate, strategy, p["workers"], p["bytes"], rate,
-                          p["latency_us"], "fitted", context["iters"])
+                          p["latency_us"], "fitted", context["iters"], timed_warmup(context))
         done = {
             "latency_us": p["latency_us"], "workers": p["workers"], "bytes": p["bytes"],
             "algorithm": strategy, "measured_us": p["time_us"],
@@ -152,6 +171,9 @@ def main(argv):
             "cpu_share": p["cpu_share"],
             "cpu_bound": cpu_bound.is_cpu_bound(job_cpu_share=p["cpu_share"]),
             "retrans_segments": p.get("retrans_segments"),
+            "repeats": len(p.get("time_us_repeats") or [p["time_us"]]),
+            "measured_low_us": min(p.get("time_us_repeats") or [p["time_us"]]),
+            "measured_high_us": max(p.get("time_us_repeats") or [p["time_us"]]),
             "miss_kind": miss_kind(p, fitted / p["time_us"])}
         print(done, flush=True)
         return done
@@ -164,6 +186,20 @@ def main(argv):
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
+    if "repeats" in measured:
+        # How often the emulation agrees with itself, over the points that
+        # are not CPU-bound: the ceiling of any model's share within 10 %.
+        honest = [p for p, r in zip(chosen, rows) if not r["cpu_bound"]]
+        ratios = [t / p["time_us"] for p in honest for t in p["time_us_repeats"]]
+        points_within = sum(all(abs(t / p["time_us"] - 1) <= 0.1 for t in p["time_us_repeats"])
+                            for p in honest)
+        with open(os.path.join(args.out, "repeats.json"), "w") as f:
+            json.dump([{"set": "not-cpu-bound", "repeats": measured["repeats"],
+                        "points": len(honest), "points_all_repeats_within_10_percent":
+                        points_within, "repeat_measurements": len(ratios),
+                        "repeats_within_10_percent": sum(abs(r - 1) <= 0.1 for r in ratios)}],
+                      f, indent=1)
+            f.write("\n")
     rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
                          capture_output=True, text=True).stdout.strip()
     now = datetime.datetime.now(datetime.timezone.utc)

@@ -443,10 +443,14 @@ def simulated_crossover_misses_table(points):
     that the fitted constants miss by more than 10 %, with the probed α's
     and bench's α–β ratios beside it, so that a miss is named per point."""
     kinds = bool(points) and "miss_kind" in points[0]
-    lines = ["| latency | algorithm | N | bytes | measured µs | fitted µs | fitted / measured | "
+    # Data merged from repeats (sim/crossover_repeats.py): measured is their
+    # median, and the range of the repeats stands beside it.
+    spread = any((p.get("repeats") or 1) > 1 for p in points)
+    lines = ["| latency | algorithm | N | bytes | measured µs |"
+             + (" repeats µs |" if spread else "") + " fitted µs | fitted / measured | "
              "probed / measured | α–β / measured |" + (" CPU share | kind |" if kinds else ""),
-             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-             + (" ---: | --- |" if kinds else "")]
+             "| ---: | --- | ---: | ---: | ---: |" + (" ---: |" if spread else "")
+             + " ---: | ---: | ---: | ---: |" + (" ---: | --- |" if kinds else "")]
     misses = [p for p in crossover_honest(points) if abs(p["fitted_over_measured"] - 1) > 0.1]
     for p in sorted(misses, key=lambda p: (
             p["latency_us"], CROSSOVER_ORDER.index(p["algorithm"])
@@ -454,7 +458,9 @@ def simulated_crossover_misses_table(points):
         name = "selector" if p["algorithm"] == "allreduce" else p["algorithm"]
         lines.append(
             f"| {crossover_label(p['latency_us'])} | {name} | {p['workers']:.0f} | "
-            f"{p['bytes']:,.0f} | {p['measured_us']:,.0f} | {p['fitted_us']:,.0f} | "
+            f"{p['bytes']:,.0f} | {p['measured_us']:,.0f} | "
+            + (f"{p['measured_low_us']:,.0f}–{p['measured_high_us']:,.0f} | " if spread else "")
+            + f"{p['fitted_us']:,.0f} | "
             f"{p['fitted_over_measured']:.2f} | {p['probed_over_measured']:.2f} | "
             f"{p['alpha_beta_us'] / p['measured_us']:.2f} |"
             + (f" {p['cpu_share']:.2f} | {p['miss_kind']} |" if kinds else ""))

@@ -382,6 +382,20 @@ class SimulatedCrossoverTest(Fixture):
         self.assertIn("| all | 2 of 3 | 1 | 1 |", page)
         self.assertEqual(self.run_main("--check"), (0, ""))
 
+    def test_misses_of_merged_repeats_show_their_range(self):
+        # sim/crossover_repeats.py's medians: each row has its repeats' range.
+        lines = SIM_CROSSOVER.splitlines()
+        rows = [lines[0] + ",repeats,measured_low_us,measured_high_us"]
+        rows += [line + ",3,90,130" for line in lines[1:]]
+        os.makedirs(os.path.join(self.results, "data", "sim"))
+        self.write("data/sim/points.csv", "\n".join(rows) + "\n")
+        self.write("data/sim/sweep.json", SWEEP)
+        self.write("sim.md", SIM_CROSSOVER_PAGE)
+        self.assertEqual(self.run_main()[0], 0)
+        self.assertIn("| repeats µs |", self.read("sim.md"))
+        self.assertIn("| 20 µs | ring | 4 | 4,096 | 200 | 90–130 | 260 | 1.30 |",
+                      self.read("sim.md"))
+
 
 if __name__ == "__main__":
     unittest.main()
