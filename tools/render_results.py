@@ -474,8 +474,10 @@ def simulated_crossover_miss_kinds_table(points):
     honest = len(crossover_honest(points))
     lines = ["| kind | misses | simulator above | simulator below |",
              "| --- | ---: | ---: | ---: |"]
+    # Most misses first; ties by name, so that the page renders the same
+    # every time (a set's order changes with the interpreter's hash seed).
     for kind in sorted({p["miss_kind"] for p in misses},
-                       key=lambda k: -sum(p["miss_kind"] == k for p in misses)):
+                       key=lambda k: (-sum(p["miss_kind"] == k for p in misses), k)):
         group = [p for p in misses if p["miss_kind"] == kind]
         above = sum(p["fitted_over_measured"] > 1 for p in group)
         lines.append(f"| {kind} | {len(group)} | {above} | {len(group) - above} |")
