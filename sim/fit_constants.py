@@ -180,7 +180,17 @@ def main(argv):
     parser.add_argument("--summary", default="",
                         help="a data folder for docs/results/ (points.json: the fit's figures "
                              "as points for tools/render_results.py; manifest.json)")
+    parser.add_argument("--tcp_overheads_us", default=",".join(f"{v:g}" for v in TCP_OVERHEADS_US),
+                        help="the per-message overhead's grid (comma-separated)")
+    parser.add_argument("--message_cpu_us", default=",".join(f"{v:g}" for v in MESSAGE_CPU_US),
+                        help="the CPU time per message's grid (comma-separated)")
     args = parser.parse_args(argv)
+    try:
+        tcp_grid = [float(v) for v in args.tcp_overheads_us.split(",")]
+        cpu_grid = [float(v) for v in args.message_cpu_us.split(",")]
+    except ValueError:
+        sys.exit("fit_constants: --tcp_overheads_us and --message_cpu_us take numbers "
+                 "separated by commas (microseconds)")
     points = crossover_points(args.crossover)
     ps_points = headline_points(args.headline)
     with tempfile.TemporaryDirectory() as directory:
@@ -192,7 +202,7 @@ def main(argv):
         bandwidth = min(results, key=lambda b: score(results[b]))
         print(f"bandwidth factor {bandwidth:.2f} on {len(large)} points", flush=True)
         grid = {(lf, c, u): fitter.crossover(points, bandwidth, lf, c, u)
-                for lf in LATENCY_FACTORS for c in TCP_OVERHEADS_US for u in MESSAGE_CPU_US}
+                for lf in LATENCY_FACTORS for c in tcp_grid for u in cpu_grid}
         for key in sorted(grid):
             print(f"  latency factor {key[0]:g}, tcp {key[1]:g} us, cpu {key[2]:g} us: "
                   f"score {score(grid[key]):.4f}, within 10 %: {within(grid[key])}", flush=True)
@@ -251,13 +261,13 @@ def main(argv):
                 "value": tcp_us,
                 "what": "what the all-reduces' TCP transport adds to every message's "
                         "latency with no core busy for it (the relays' hop, poll's wake-up)",
-                "fitted_on": sweep, "grid": TCP_OVERHEADS_US},
+                "fitted_on": sweep, "grid": tcp_grid},
             "message_cpu_us": {
                 "value": cpu_us,
                 "what": "the CPU time of each all-reduce message a rank takes in (receive, "
                         "reduce, send on, the relay's copy), run on cpu_cores shared by "
                         "every rank, so that N ranks' rounds contend for them",
-                "fitted_on": sweep, "grid": MESSAGE_CPU_US},
+                "fitted_on": sweep, "grid": cpu_grid},
             "link_burst_bytes": {
                 "value": LINK_BURST_BYTES,
                 "what": "the token bucket of every emulated link (tc's tbf burst): bytes a NIC "
