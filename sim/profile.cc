@@ -131,56 +131,97 @@ absl::StatusOr<StepProfile> ParseRunTrace(const std::string& trace_json,
     const int64_t p = event.value("pid", int64_t{-1});
     if (p >= 0 && p < 1000 && (pid < 0 || p < pid)) pid = p;
   }
-  // Its last traced step: the warmest.
-  const nlohmann::json* step = nullptr;
+  // Every traced step of that worker, as offsets from its forward+backward
+  // span's start.
+  struct TracedStep {
+    int64_t compute_start = -1, compute_us = 0, optimizer_us = 0;
+    std::map<int, int64_t> ready_us;  // bucket index -> hand-off
+    std::map<int, double> span_mib;   // bucket index -> the span's MiB
+  };
+  std::vector<TracedStep> steps;
+  std::vector<std::pair<int64_t, int64_t>> bounds;  // each step's [begin, end]
   for (const nlohmann::json& event : events) {
-    if (IsEvent(event, "X", "step", pid) &&
-        (step == nullptr || event["ts"] > (*step)["ts"])) {
-      step = &event;
+    if (IsEvent(event, "X", "step", pid)) {
+      const int64_t begin = event["ts"].get<int64_t>();
+      bounds.push_back({begin, begin + event.value("dur", int64_t{0})});
     }
   }
-  if (step == nullptr) {
+  if (bounds.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": its trace has no step spans (a worker's \"step N\"): was "
                 "it written by gradsync --trace?"));
   }
-  const int64_t begin = (*step)["ts"].get<int64_t>();
-  const int64_t end = begin + step->value("dur", int64_t{0});
-  auto inside = [&](const nlohmann::json& event) {
-    const int64_t ts = event["ts"].get<int64_t>();
-    return ts >= begin && ts <= end;
-  };
-  int64_t compute_start = -1, compute_us = 0, optimizer_us = 0;
-  std::map<int, int64_t> ready_us;   // bucket index -> hand-off
-  std::map<int, double> span_mib;    // bucket index -> the span's MiB
-  for (const nlohmann::json& event : events) {
-    if (IsEvent(event, "X", "compute", pid) && inside(event) &&
-        event.value("name", "") == "forward+backward") {
-      compute_start = event["ts"].get<int64_t>();
-      compute_us = event.value("dur", int64_t{0});
-    } else if (IsEvent(event, "X", "optimizer", pid) && inside(event)) {
-      optimizer_us = event.value("dur", int64_t{0});
-    } else if (IsEvent(event, "b", "bucket", pid) && inside(event)) {
-      int index = -1;
-      double mib = 0;
-      const std::string name = event.value("name", "");
-      if (std::sscanf(name.c_str(), "bucket %d (%lf MiB)", &index, &mib) == 2 &&
-          index >= 0) {
-        ready_us[index] = event["ts"].get<int64_t>();
-        span_mib[index] = mib;
+  std::sort(bounds.begin(), bounds.end());
+  for (const auto& [begin, end] : bounds) {
+    TracedStep step;
+    for (const nlohmann::json& event : events) {
+      if (!event.is_object() || !event.contains("ts") ||
+          !event["ts"].is_number()) {
+        continue;
+      }
+      const int64_t ts = event["ts"].get<int64_t>();
+      if (ts < begin || ts > end) continue;
+      if (IsEvent(event, "X", "compute", pid) &&
+          event.value("name", "") == "forward+backward") {
+        step.compute_start = ts;
+        step.compute_us = event.value("dur", int64_t{0});
+      } else if (IsEvent(event, "X", "optimizer", pid)) {
+        step.optimizer_us = event.value("dur", int64_t{0});
+      } else if (IsEvent(event, "b", "bucket", pid)) {
+        int index = -1;
+        double mib = 0;
+        const std::string name = event.value("name", "");
+        if (std::sscanf(name.c_str(), "bucket %d (%lf MiB)", &index, &mib) ==
+                2 &&
+            index >= 0) {
+          step.ready_us[index] = ts;
+          step.span_mib[index] = mib;
+        }
       }
     }
+    steps.push_back(std::move(step));
   }
-  if (ready_us.empty()) {
+  // The last step decides which buckets a step has; the steps that have
+  // those and a forward+backward span are averaged by their median, so one
+  // step that a hiccup of the machine slowed does not become the profile.
+  const TracedStep& last = steps.back();
+  if (last.ready_us.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": its trace's last step (worker ", pid,
         ") has no bucket spans (\"bucket B (M MiB): handed off ...\"), so "
         "there are no buckets to synchronize"));
   }
-  if (compute_start < 0) {
+  if (last.compute_start < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": its trace's last step has no forward+backward span"));
   }
+  auto same_buckets = [&](const TracedStep& step) {
+    if (step.compute_start < 0 || step.ready_us.size() != last.ready_us.size())
+      return false;
+    for (const auto& [index, ts] : last.ready_us) {
+      if (step.ready_us.count(index) == 0) return false;
+    }
+    return true;
+  };
+  auto median = [](std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
+    return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  };
+  std::vector<double> compute, optimizer;
+  std::map<int, std::vector<double>> offsets;  // bucket -> its hand-offs
+  for (const TracedStep& step : steps) {
+    if (!same_buckets(step)) continue;
+    compute.push_back(static_cast<double>(step.compute_us));
+    optimizer.push_back(static_cast<double>(step.optimizer_us));
+    for (const auto& [index, ts] : step.ready_us) {
+      offsets[index].push_back(
+          static_cast<double>(std::max<int64_t>(0, ts - step.compute_start)));
+    }
+  }
+  const double compute_us = median(compute);
+  const double optimizer_us = median(optimizer);
+  const std::map<int, double>& span_mib = last.span_mib;
   std::map<int, int64_t> layout_bytes;
   if (!layout_json.empty()) {
     const nlohmann::json layout =
@@ -202,9 +243,13 @@ absl::StatusOr<StepProfile> ParseRunTrace(const std::string& trace_json,
   profile.forward_ms = 0;
   profile.backward_ms = compute_us / 1e3;
   profile.optimizer_ms = optimizer_us / 1e3;
-  // Buckets in the order they were handed off; each one tensor.
-  std::vector<std::pair<int64_t, int>> order;
-  for (const auto& [index, ts] : ready_us) order.push_back({ts, index});
+  profile.traced_steps = static_cast<int>(compute.size());
+  // Buckets in the order they were handed off (their median offsets); each
+  // one tensor.
+  std::vector<std::pair<double, int>> order;
+  for (const auto& [index, values] : offsets) {
+    order.push_back({median(values), index});
+  }
   std::sort(order.begin(), order.end());
   const int count = static_cast<int>(order.size());
   for (int i = 0; i < count; ++i) {
@@ -213,12 +258,12 @@ absl::StatusOr<StepProfile> ParseRunTrace(const std::string& trace_json,
     auto exact = layout_bytes.find(index);
     bucket.bytes = exact != layout_bytes.end()
                        ? exact->second
-                       : 4 * std::llround(span_mib[index] * 1048576.0 / 4);
+                       : 4 * std::llround(span_mib.at(index) * 1048576.0 / 4);
     if (bucket.bytes <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           source, ": bucket ", index, " has no bytes in the trace or layout"));
     }
-    bucket.ready_ms = std::max<int64_t>(0, order[i].first - compute_start) / 1e3;
+    bucket.ready_ms = order[i].first / 1e3;
     // Registration order runs opposite to backward's: the first bucket
     // handed off holds the last tensor.
     bucket.first_tensor = count - 1 - i;

@@ -32,6 +32,9 @@ struct StepProfile {
   int64_t gradient_bytes = 0;
   std::vector<int64_t> tensor_bytes;  // in registration (forward) order
   std::vector<Bucket> buckets;  // in the order backward makes them ready
+  // From a run folder (ParseRunTrace): how many traced steps the figures
+  // are the median of; 0 for the other profiles.
+  int traced_steps = 0;
 };
 
 // Parses a profile's JSON text (sim/profiles/README.md: forward_ms,
@@ -42,15 +45,18 @@ absl::StatusOr<StepProfile> ParseProfile(const std::string& json_text,
                                          int64_t bucket_bytes,
                                          const std::string& source);
 
-// One step of a run folder's timeline (`--trace=RUN/trace.json` of gradsync
+// A step of a run folder's timeline (`--trace=RUN/trace.json` of gradsync
 // train or launch, or of a PyTorch job behind gradsync's DDP hook: the same
-// events, core/train/step_timeline.h), worker 0's last traced step: the
+// events, core/train/step_timeline.h), from worker 0's traced steps: the
 // buckets as the run cut them, each ready when its span begins ("bucket B
 // (M MiB): handed off -> ..."), from the start of its "forward+backward"
 // span, which is the profile's backward (the trace does not split forward
-// from backward: forward_ms is 0); the "optimizer" span's length. A bucket's
-// bytes come from `layout_json` (the folder's layout.json) where given, else
-// from its span's MiB (to 0.01 MiB). `source` names the folder in errors.
+// from backward: forward_ms is 0); the "optimizer" span's length. Each
+// figure is the median over the steps that hold the last step's buckets and
+// a forward+backward span (traced_steps says how many), so one step slowed
+// by the machine does not become the profile. A bucket's bytes come from
+// `layout_json` (the folder's layout.json) where given, else from its span's
+// MiB in the last step (to 0.01 MiB). `source` names the folder in errors.
 absl::StatusOr<StepProfile> ParseRunTrace(const std::string& trace_json,
                                           const std::string& layout_json,
                                           const std::string& source);

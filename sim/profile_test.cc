@@ -102,6 +102,8 @@ constexpr char kRunTrace[] = R"({"traceEvents": [
 TEST(ParseRunTraceTest, LastStepOfWorkerZeroWithoutLayout) {
   auto profile = ParseRunTrace(kRunTrace, "", "RUN");
   ASSERT_TRUE(profile.ok()) << profile.status();
+  // Step 3 has other buckets and no forward+backward: step 4 alone.
+  EXPECT_EQ(profile->traced_steps, 1);
   EXPECT_EQ(profile->forward_ms, 0);
   EXPECT_EQ(profile->backward_ms, 20.0);
   EXPECT_EQ(profile->optimizer_ms, 2.5);
@@ -112,6 +114,42 @@ TEST(ParseRunTraceTest, LastStepOfWorkerZeroWithoutLayout) {
   EXPECT_EQ(profile->buckets[1].bytes, 1572864);
   EXPECT_EQ(profile->buckets[1].ready_ms, 12.0);
   EXPECT_EQ(profile->gradient_bytes, 262144 + 1572864);
+}
+
+// Worker 0's three steps with the same two buckets, one of them slowed
+// (backward 40 ms, buckets at 9 and 30 ms against 20 ms, 5 and 12 ms), and
+// a step without a forward+backward span, which is left out.
+constexpr char kSlowedStepTrace[] = R"({"traceEvents": [
+  {"ph": "X", "name": "step 1", "cat": "step", "pid": 0, "ts": 0, "dur": 50000},
+  {"ph": "X", "name": "forward+backward", "cat": "compute", "pid": 0, "ts": 1000, "dur": 20000},
+  {"name": "bucket 0 (1.00 MiB): handed off", "cat": "bucket", "pid": 0, "ph": "b", "ts": 6000},
+  {"name": "bucket 1 (2.00 MiB): handed off", "cat": "bucket", "pid": 0, "ph": "b", "ts": 13000},
+  {"ph": "X", "name": "optimizer", "cat": "optimizer", "pid": 0, "ts": 30000, "dur": 2000},
+  {"ph": "X", "name": "step 2", "cat": "step", "pid": 0, "ts": 100000, "dur": 60000},
+  {"ph": "X", "name": "forward+backward", "cat": "compute", "pid": 0, "ts": 101000, "dur": 40000},
+  {"name": "bucket 0 (1.00 MiB): handed off", "cat": "bucket", "pid": 0, "ph": "b", "ts": 110000},
+  {"name": "bucket 1 (2.00 MiB): handed off", "cat": "bucket", "pid": 0, "ph": "b", "ts": 131000},
+  {"ph": "X", "name": "optimizer", "cat": "optimizer", "pid": 0, "ts": 150000, "dur": 9000},
+  {"ph": "X", "name": "step 3", "cat": "step", "pid": 0, "ts": 200000, "dur": 10000},
+  {"name": "bucket 0 (1.00 MiB): handed off", "cat": "bucket", "pid": 0, "ph": "b", "ts": 201000},
+  {"ph": "X", "name": "step 4", "cat": "step", "pid": 0, "ts": 300000, "dur": 50000},
+  {"ph": "X", "name": "forward+backward", "cat": "compute", "pid": 0, "ts": 301000, "dur": 20000},
+  {"name": "bucket 1 (2.00 MiB): handed off", "cat": "bucket", "pid": 0, "ph": "b", "ts": 313000},
+  {"name": "bucket 0 (1.00 MiB): handed off", "cat": "bucket", "pid": 0, "ph": "b", "ts": 306000},
+  {"ph": "X", "name": "optimizer", "cat": "optimizer", "pid": 0, "ts": 330000, "dur": 2000}
+]})";
+
+TEST(ParseRunTraceTest, EachFigureIsTheMedianOverTheStepsWithTheSameBuckets) {
+  auto profile = ParseRunTrace(kSlowedStepTrace, "", "RUN");
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_EQ(profile->traced_steps, 3);  // step 3 has no forward+backward
+  EXPECT_EQ(profile->backward_ms, 20.0);
+  EXPECT_EQ(profile->optimizer_ms, 2.0);
+  ASSERT_EQ(profile->buckets.size(), 2u);
+  EXPECT_EQ(profile->buckets[0].bytes, 1 << 20);
+  EXPECT_EQ(profile->buckets[0].ready_ms, 5.0);
+  EXPECT_EQ(profile->buckets[1].bytes, 2 << 20);
+  EXPECT_EQ(profile->buckets[1].ready_ms, 12.0);
 }
 
 TEST(ParseRunTraceTest, LayoutGivesExactBytes) {

@@ -71,8 +71,8 @@ ABSL_FLAG(std::string, profile, "",
           "a step profile (sim/profiles/*.json: per-tensor gradient-ready "
           "times), or a run folder whose trace.json (--trace of gradsync "
           "train/launch or of a PyTorch job behind the hook) gives worker "
-          "0's last traced step: its buckets, their ready times, its compute "
-          "(--bucket_mb unused); or --model");
+          "0's traced steps: its buckets, their ready times, its compute, "
+          "each the median over the steps (--bucket_mb unused); or --model");
 ABSL_FLAG(std::string, model, "",
           "custom:MB[:TENSORS]: a gradient of that size and no compute");
 ABSL_FLAG(double, bucket_mb, 25, "bucket cap in MiB (DDP's default)");
@@ -432,6 +432,8 @@ int main(int argc, char** argv) {
       {"row_sparse", row_sparse.empty() ? "-" : row_sparse},
       {"compute_scale", compute_scale},
       {"profile", options.profile.name},
+      // A run folder's profile: the median of this many traced steps.
+      {"profile_steps", options.profile.traced_steps},
       {"gradient_bytes", options.profile.gradient_bytes},
       {"buckets", options.profile.buckets.size()},
       {"step_ms", result->step_ms},

@@ -491,17 +491,20 @@ class SimulateTest(unittest.TestCase):
         self.assertEqual(ps["busiest_link_bytes"], 4 * 100381)
 
     def test_profile_from_a_run_folder(self):
-        # sim/testdata/run-traced: worker 0's last step, buckets of 1 MiB,
-        # 0.5 MiB and 262,400 bytes (layout.json) ready 10, 20 and 29 ms
-        # into a 30 ms backward, 3 ms of optimizer. Two ranks on the ring:
-        # a bucket takes S/B + alpha; the last ends at 29 + 2.0992 + 0.1 ms.
+        # sim/testdata/run-traced: worker 0's two steps, buckets of 1 MiB,
+        # 0.5 MiB and 262,400 bytes (layout.json) ready 13, 23 and 31 ms
+        # into a 30 ms backward in step 0, 10, 20 and 29 ms in step 1: their
+        # medians 11.5, 21.5 and 30 ms; 3 ms of optimizer. Two ranks on the
+        # ring: a bucket takes S/B + alpha; the last ends at 30 + 2.0992 +
+        # 0.1 ms.
         run = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
         result = step("--strategy=ring", "--workers=2", "--link=1gbit,100us",
                       f"--profile={run}/run-traced")
         self.assertEqual(result["buckets"], 3)
         self.assertEqual(result["gradient_bytes"], 2**20 + 2**19 + 262400)
         self.assertAlmostEqual(result["compute_ms"], 33.0)
-        self.assertStepMs(result, 29e-3 + 262400 / B + ALPHA + 3e-3)
+        self.assertEqual(result["profile_steps"], 2)
+        self.assertStepMs(result, 30e-3 + 262400 / B + ALPHA + 3e-3)
         with tempfile.TemporaryDirectory() as empty:
             for folder, words in ((f"{run}/run-without-buckets", "has no bucket spans"),
                                   (empty, "the run folder has no trace")):
