@@ -388,6 +388,13 @@ def main():
     parser.add_argument("--append", action="store_true",
                         help="add these runs to --out/points.json instead of starting over")
     args = parser.parse_args()
+    # The map is drawn after the sweep: a missing matplotlib is said before
+    # minutes of measuring, not as a traceback after them.
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        sys.exit("allreduce_crossover: drawing the map needs matplotlib: install "
+                 "python3-matplotlib (tools/install_deps.sh does)")
     os.makedirs(args.out, exist_ok=True)
     points_path = os.path.join(args.out, "points.json")
     cores = os.cpu_count() or 1
