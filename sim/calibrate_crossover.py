@@ -64,8 +64,8 @@ def miss_kind(point, ratio):
       CPU              the job used at least half the machine's cores;
       round delay      a latency-bound halving-doubling, tree or selector
                        point at 1 ms or more measured slower than its
-                       rounds' latencies (the relays' delay per round grows
-                       with the latency, beyond the fitted factor);
+                       rounds' latencies (in sweeps timed after a ring
+                       barrier, the barrier's lag: docs/results/scaling.md);
       message time     a 4 KiB buffer, whose time is its messages' latency
                        and software time: one mean per message does not
                        hold N = 2 (fewer processes than cores) and N = 16;
