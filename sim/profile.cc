@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 
@@ -138,7 +139,6 @@ absl::StatusOr<StepProfile> ParseRunTrace(const std::string& trace_json,
     std::map<int, int64_t> ready_us;  // bucket index -> hand-off
     std::map<int, double> span_mib;   // bucket index -> the span's MiB
   };
-  std::vector<TracedStep> steps;
   std::vector<std::pair<int64_t, int64_t>> bounds;  // each step's [begin, end]
   for (const nlohmann::json& event : events) {
     if (IsEvent(event, "X", "step", pid)) {
@@ -152,34 +152,39 @@ absl::StatusOr<StepProfile> ParseRunTrace(const std::string& trace_json,
                 "it written by gradsync --trace?"));
   }
   std::sort(bounds.begin(), bounds.end());
-  for (const auto& [begin, end] : bounds) {
-    TracedStep step;
-    for (const nlohmann::json& event : events) {
-      if (!event.is_object() || !event.contains("ts") ||
-          !event["ts"].is_number()) {
-        continue;
-      }
-      const int64_t ts = event["ts"].get<int64_t>();
-      if (ts < begin || ts > end) continue;
-      if (IsEvent(event, "X", "compute", pid) &&
-          event.value("name", "") == "forward+backward") {
-        step.compute_start = ts;
-        step.compute_us = event.value("dur", int64_t{0});
-      } else if (IsEvent(event, "X", "optimizer", pid)) {
-        step.optimizer_us = event.value("dur", int64_t{0});
-      } else if (IsEvent(event, "b", "bucket", pid)) {
-        int index = -1;
-        double mib = 0;
-        const std::string name = event.value("name", "");
-        if (std::sscanf(name.c_str(), "bucket %d (%lf MiB)", &index, &mib) ==
-                2 &&
-            index >= 0) {
-          step.ready_us[index] = ts;
-          step.span_mib[index] = mib;
-        }
+  // One pass over the events: each belongs to the step that began last at
+  // or before it, if it falls inside that step (one worker's steps do not
+  // overlap).
+  std::vector<TracedStep> steps(bounds.size());
+  for (const nlohmann::json& event : events) {
+    if (!event.is_object() || !event.contains("ts") ||
+        !event["ts"].is_number() || event.value("pid", int64_t{-1}) != pid) {
+      continue;
+    }
+    const int64_t ts = event["ts"].get<int64_t>();
+    auto after = std::upper_bound(
+        bounds.begin(), bounds.end(), ts,
+        [](int64_t t, const std::pair<int64_t, int64_t>& b) {
+          return t < b.first;
+        });
+    if (after == bounds.begin() || ts > std::prev(after)->second) continue;
+    TracedStep& step = steps[std::prev(after) - bounds.begin()];
+    if (IsEvent(event, "X", "compute", pid) &&
+        event.value("name", "") == "forward+backward") {
+      step.compute_start = ts;
+      step.compute_us = event.value("dur", int64_t{0});
+    } else if (IsEvent(event, "X", "optimizer", pid)) {
+      step.optimizer_us = event.value("dur", int64_t{0});
+    } else if (IsEvent(event, "b", "bucket", pid)) {
+      int index = -1;
+      double mib = 0;
+      const std::string name = event.value("name", "");
+      if (std::sscanf(name.c_str(), "bucket %d (%lf MiB)", &index, &mib) == 2 &&
+          index >= 0) {
+        step.ready_us[index] = ts;
+        step.span_mib[index] = mib;
       }
     }
-    steps.push_back(std::move(step));
   }
   // The last step decides which buckets a step has; the steps that have
   // those and a forward+backward span are averaged by their median, so one
