@@ -22,9 +22,8 @@ What fits what:
     cores, which every rank shares: cpu_cores, a fact of the machine, not
     fitted) together on all of them, the bandwidth factor held. The grids
     are small (each cell simulates every point on a 2-core machine); the
-    latency factor's holds 1 alone (1.1 fitted no better in a first fit of
-    2026-11-28, whose cells the commit that brought this grid lists), so it
-    is recorded, not fitted.
+    latency factor's holds 1 alone, so it is recorded, not fitted
+    (docs/results/scaling.md says what the earlier grids found).
   grpc_message_overhead_us: the PS points of the headline sweep (100 Mbit/s,
     64 KiB keys), with the bandwidth factor above held.
 Each crossover point is simulated as the benchmark timed it: its timed
@@ -57,9 +56,8 @@ import cpu_bound  # noqa: E402
 import calibrate_crossover  # noqa: E402
 
 # Small grids: each cell simulates every point, and the machine has 2 cores.
-# On the sweep timed after the coordinator barrier (repeats of 2026-11-28),
-# the grids {100, 130, 160} x {30, 45} and {140, 160, 180} x {40, 45, 50}
-# each chose their highest corner; this one reaches above both.
+# The defaults are the grid sim/constants.json was fitted on; how the fit
+# arrived at it is in docs/results/scaling.md.
 BANDWIDTH_FACTORS = [0.93, 0.94]
 LATENCY_FACTORS = [1.0]
 TCP_OVERHEADS_US = [160.0, 200.0, 240.0, 280.0]
