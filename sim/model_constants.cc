@@ -50,11 +50,13 @@ absl::StatusOr<ModelConstants> ParseModelConstants(const std::string& json,
     if (key != "bandwidth_factor" && key != "latency_factor" &&
         key != "tcp_message_overhead_us" && key != "grpc_message_overhead_us" &&
         key != "message_cpu_us" && key != "cpu_cores" &&
-        key != "link_burst_bytes") {
+        key != "ring_message_cpu_us" && key != "ring_step_overhead_us" &&
+        key != "message_wake_us" && key != "link_burst_bytes") {
       return absl::InvalidArgumentError(absl::StrCat(
           source, ": unknown constant ", key,
           " (bandwidth_factor, latency_factor, tcp_message_overhead_us, "
           "grpc_message_overhead_us, message_cpu_us, cpu_cores, "
+          "message_wake_us, ring_message_cpu_us, ring_step_overhead_us, "
           "link_burst_bytes)"));
     }
   }
@@ -77,6 +79,20 @@ absl::StatusOr<ModelConstants> ParseModelConstants(const std::string& json,
     status = Read(constants, "message_cpu_us", 1e-6, false, source,
                   &parsed.message_cpu_s);
   }
+  // Absent, the ring's loop costs what a peer exchange's message does.
+  parsed.ring_message_cpu_s = parsed.message_cpu_s;
+  if (status.ok()) {
+    status = Read(constants, "ring_message_cpu_us", 1e-6, false, source,
+                  &parsed.ring_message_cpu_s);
+  }
+  if (status.ok()) {
+    status = Read(constants, "ring_step_overhead_us", 1e-6, false, source,
+                  &parsed.ring_step_overhead_s);
+  }
+  if (status.ok()) {
+    status = Read(constants, "message_wake_us", 1e-6, false, source,
+                  &parsed.message_wake_s);
+  }
   double cores = 0;
   if (status.ok()) {
     status = Read(constants, "cpu_cores", 1, false, source, &cores);
@@ -87,11 +103,16 @@ absl::StatusOr<ModelConstants> ParseModelConstants(const std::string& json,
   }
   if (!status.ok()) return status;
   parsed.cpu_cores = static_cast<int>(cores);
-  if (parsed.message_cpu_s > 0 &&
+  const char* needs_cores = parsed.message_cpu_s > 0        ? "message_cpu_us"
+                            : parsed.ring_message_cpu_s > 0 ? "ring_message_cpu_us"
+                            : parsed.message_wake_s > 0     ? "message_wake_us"
+                                                            : nullptr;
+  if (needs_cores != nullptr &&
       (parsed.cpu_cores < 1 || parsed.cpu_cores != cores)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        source, ": message_cpu_us needs cpu_cores, a whole number of cores "
-                "of at least 1 (", cores, ")"));
+        source, ": ", needs_cores,
+        " needs cpu_cores, a whole number of cores of at least 1 (", cores,
+        ")"));
   }
   return parsed;
 }
@@ -111,6 +132,11 @@ ClusterSpec ApplyModelConstants(const ModelConstants& constants,
   cluster.link_burst_bytes = constants.link_burst_bytes;
   if (!parameter_server) {
     cluster.message_cpu_s = constants.message_cpu_s;
+    cluster.ring_message_cpu_s = constants.ring_message_cpu_s < 0
+                                     ? constants.message_cpu_s
+                                     : constants.ring_message_cpu_s;
+    cluster.ring_step_overhead_s = constants.ring_step_overhead_s;
+    cluster.message_wake_s = constants.message_wake_s;
     cluster.cpu_cores = constants.cpu_cores;
   }
   return cluster;

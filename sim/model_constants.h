@@ -23,6 +23,20 @@
 //                                          by all ranks (the emulated
 //                                          cluster's one machine), so that N
 //                                          ranks' rounds contend for them
+//   message wake-up                      each message a peer exchange
+//                                          takes in then waits
+//                                          message_wake_us times the ranks
+//                                          per core of the machine (N /
+//                                          cpu_cores) for its thread
+//   ring's loop                          ring_allreduce.cc's own step
+//                                          engine (one poll loop over its
+//                                          two neighbours) in place of
+//                                          peer_exchange.h's: its CPU time
+//                                          per step (ring_message_cpu_us, on
+//                                          the same shared cores) and what
+//                                          it adds to a step's latency with
+//                                          no core busy for it
+//                                          (ring_step_overhead_us)
 //   link burst                           each NIC's token bucket, as the
 //                                          emulation's tbf sets it
 // The intra-host link (--intra_link) is left as given: it stands for an
@@ -49,6 +63,15 @@ struct ModelConstants {
   // machine, whose core count is a fact of it, not a fit.
   double message_cpu_s = 0;
   int cpu_cores = 0;
+  // The ring's own loop (ClusterSpec::ring_message_cpu_s and
+  // ring_step_overhead_s): its CPU time per step's message (negative: the
+  // message_cpu_s above) and what it adds to each step's latency beyond the
+  // transport's overhead.
+  double ring_message_cpu_s = -1;
+  double ring_step_overhead_s = 0;
+  // A peer exchange's message's wake-up per rank per core
+  // (ClusterSpec::message_wake_s).
+  double message_wake_s = 0;
   // The emulated links' token bucket (ClusterSpec::link_burst_bytes), a
   // fact of core/launch/netem.cc, not a fit.
   double link_burst_bytes = 0;

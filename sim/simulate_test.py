@@ -453,6 +453,43 @@ class SimulateTest(unittest.TestCase):
                               f"--constants={path}")["step_ms"],
                          step("--strategy=ps", "--servers=1", *TINY_PS)["step_ms"])
 
+    def test_ring_loop_has_its_own_cpu_time_and_step_overhead(self):
+        # The ring's loop (ring_message_cpu_us, ring_step_overhead_us) in
+        # place of a peer exchange's message (message_cpu_us): 4 KB at 1 ms
+        # over 4 ranks, 2 cores. Each ring step: its latency, the 4 ranks'
+        # 30 us of the loop's CPU over 2 cores, then 50 us of overhead.
+        path = self.constants(message_cpu_us=100, cpu_cores=2, ring_message_cpu_us=30,
+                              ring_step_overhead_us=50)
+        args = ["--workers=4", "--link=1gbit,1ms", "--model=custom:0.004:1",
+                "--bucket_mb=100", f"--constants={path}"]
+        ring = step("--strategy=ring", *args)
+        self.assertStepMs(ring, 2 * (N - 1) * (1e-3 + N * 30e-6 / 2 + 50e-6) + 1e3 / B)
+        # Halving-doubling keeps the peer exchange's 100 us (as in
+        # test_message_cpu_runs_on_cores_every_rank_shares) and no overhead.
+        hd = step("--strategy=halving_doubling", *args)
+        self.assertStepMs(hd, 4 * (1e-3 + N * 100e-6 / 2) + 6e3 / B)
+        # Absent, the ring's loop costs what a peer exchange's message does.
+        same = step("--strategy=ring", *args[:-1], "--constants=" + self.constants(
+            message_cpu_us=100, cpu_cores=2))
+        self.assertStepMs(same, 2 * (N - 1) * (1e-3 + N * 100e-6 / 2) + 1e3 / B)
+        # An overhead alone, with no CPU time anywhere, still reaches the ring.
+        alone = step("--strategy=ring", *args[:-1], "--constants=" + self.constants(
+            ring_step_overhead_us=50))
+        self.assertStepMs(alone, 2 * (N - 1) * (1e-3 + 50e-6) + 1e3 / B)
+
+    def test_peer_exchange_message_waits_its_wake_up_per_rank_per_core(self):
+        # 50 us per rank per core, 4 ranks on 2 cores: every message a peer
+        # exchange takes in waits 100 us after it lands, busy cores or not.
+        # Halving-doubling of 4 KB at 1 ms: 4 rounds, each one message in.
+        path = self.constants(message_wake_us=50, cpu_cores=2)
+        args = ["--workers=4", "--link=1gbit,1ms", "--model=custom:0.004:1",
+                "--bucket_mb=100", f"--constants={path}"]
+        hd = step("--strategy=halving_doubling", *args)
+        self.assertStepMs(hd, 4 * (1e-3 + N * 50e-6 / 2) + 6e3 / B)
+        # The ring's loop is not a peer exchange: its steps do not wait.
+        ring = step("--strategy=ring", *args)
+        self.assertStepMs(ring, 2 * (N - 1) * 1e-3 + 1e3 / B)
+
     def test_token_bucket_lets_a_burst_out_after_an_idle_spell(self):
         # Halving-doubling of 4 MB over 2 ranks, a 128 KiB bucket per NIC
         # (full at the start): the first round's 2 MB leave all but the
@@ -521,6 +558,9 @@ class SimulateTest(unittest.TestCase):
                 (self.constants(tcp_message_overhead_us=-1), "tcp_message_overhead_us = -1"),
                 (self.constants(speed=2), "unknown constant speed"),
                 (self.constants(message_cpu_us=10), "message_cpu_us needs cpu_cores"),
+                (self.constants(ring_message_cpu_us=10), "ring_message_cpu_us needs cpu_cores"),
+                (self.constants(ring_step_overhead_us=-5), "ring_step_overhead_us = -5"),
+                (self.constants(message_wake_us=20), "message_wake_us needs cpu_cores"),
                 ("/nonexistent.json", "--constants=/nonexistent.json: none, fitted or")):
             code, out, err = simulate("--strategy=ring", *TINY, f"--constants={path}")
             self.assertEqual(code, 2, path)

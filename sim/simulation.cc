@@ -129,16 +129,37 @@ sg4::CommPtr Receive(sg4::Mailbox* box) {
   return box->get_async<void>(&ignored);
 }
 
+// The ring's loop's software time per step (ClusterSpec::ring_message_cpu_s).
+double RingMessageCpuSeconds(const ClusterSpec& cluster) {
+  return cluster.ring_message_cpu_s < 0 ? cluster.message_cpu_s
+                                        : cluster.ring_message_cpu_s;
+}
+
 // The software time of one message this rank has taken in, on the cores
-// all ranks share (ClusterSpec::message_cpu_s).
-void MessageCpu(Run* run) {
+// all ranks share: `seconds`, or a peer exchange's (ClusterSpec::
+// message_cpu_s) when negative.
+void MessageCpu(Run* run, double seconds = -1) {
   if (run->cpu == nullptr) return;
+  if (seconds < 0) seconds = run->options.cluster.message_cpu_s;
+  if (seconds <= 0) return;
   // An activity of its own on the shared host (Host::exec_async would run
   // on the actor's own host).
-  sg4::this_actor::exec_init(run->options.cluster.message_cpu_s *
-                             kCpuFlopsPerSecond)
+  sg4::this_actor::exec_init(seconds * kCpuFlopsPerSecond)
       ->set_host(run->cpu)
       ->wait();
+}
+
+// A message a peer exchange (halving-doubling's rounds, the tree's edges)
+// has taken in: its software time on the shared cores, then its rank's
+// wake-up behind the other ranks of the machine (ClusterSpec::
+// message_wake_s), busy or not.
+void PeerMessage(Run* run) {
+  MessageCpu(run);
+  const ClusterSpec& cluster = run->options.cluster;
+  if (cluster.message_wake_s > 0) {
+    sg4::this_actor::sleep_for(cluster.message_wake_s * cluster.workers /
+                               cluster.cpu_cores);
+  }
 }
 
 double BucketReadySeconds(const StepProfile& profile, int bucket) {
@@ -166,13 +187,14 @@ void Done(Run* run, int rank) {
       std::max(run->worker_done[rank], sg4::Engine::get_clock());
 }
 
-// The ring where each message costs software time on shared cores
-// (ClusterSpec::message_cpu_s): every rank forwards the first byte of each
-// of its 2(N-1) steps itself, once the one of its previous step has come in
-// from its left and it has spent a message's software time on it, so all N
-// ranks' steps contend for the cores as the emulated ranks do. The bytes
-// are one flow per rank as in RingBucket; every rank's last segment follows
-// its last step's first byte.
+// The ring where each step costs its loop's software time on shared cores
+// or an overhead of its own (ClusterSpec::ring_message_cpu_s,
+// ring_step_overhead_s): every rank forwards the first byte of each of its
+// 2(N-1) steps itself, once the one of its previous step has come in from
+// its left and it has spent the step's software time and overhead on it,
+// so all N ranks' steps contend for the cores as the emulated ranks do. The
+// bytes are one flow per rank as in RingBucket; every rank's last segment
+// follows its last step's first byte.
 void RingBucketSteps(Run* run, int rank, int b) {
   const int n = run->options.cluster.workers;
   const int steps = 2 * (n - 1);
@@ -194,23 +216,26 @@ void RingBucketSteps(Run* run, int rank, int b) {
   for (int step = 0; step < steps; ++step) {
     tails_in.push_back(Receive(Box(absl::StrCat("ring-step-", rank))));
   }
+  const double cpu_s = RingMessageCpuSeconds(run->options.cluster);
+  const double overhead_s = run->options.cluster.ring_step_overhead_s;
+  auto take_in = [&](int step) {
+    tails_in[step]->wait();
+    MessageCpu(run, cpu_s);
+    if (overhead_s > 0) sg4::this_actor::sleep_for(overhead_s);
+  };
   for (int step = 0; step < steps; ++step) {
-    if (step > 0) {
-      tails_in[step - 1]->wait();
-      MessageCpu(run);
-    }
+    if (step > 0) take_in(step - 1);
     comms.push_back(
         Send(*run, rank, right, tail_box, step + 1 < steps ? 0 : segment(step)));
   }
-  tails_in[steps - 1]->wait();
-  MessageCpu(run);
+  take_in(steps - 1);
   for (auto& comm : comms) comm->wait();
   run->ring_barrier->wait();
 }
 
 // One bucket of the ring (ring_allreduce.cc) among all N ranks.
 void RingBucket(Run* run, int rank, int b) {
-  if (run->cpu != nullptr) {
+  if (run->cpu != nullptr || run->options.cluster.ring_step_overhead_s > 0) {
     RingBucketSteps(run, rank, b);
     return;
   }
@@ -300,7 +325,7 @@ void HalvingDoublingRounds(Run* run, const std::vector<int>& members, int index,
     }
     if (header_in) comms.push_back(header_in);
     for (auto& comm : receives) comm->wait();
-    if (!receives.empty()) MessageCpu(run);
+    if (!receives.empty()) PeerMessage(run);
     for (auto& comm : comms) comm->wait();
     last_peer = partner;
   };
@@ -436,7 +461,7 @@ void TreeBucket(Run* run, int rank, int tree, int b) {
   for (auto& comm : child_flows) comm->wait();
   for (auto& comm : child_tails) {
     comm->wait();
-    MessageCpu(run);
+    PeerMessage(run);
   }
   if (node.parent >= 0) {
     sends.push_back(
@@ -445,7 +470,7 @@ void TreeBucket(Run* run, int rank, int tree, int b) {
     // tail are.
     for (auto& comm : from_parent) comm->wait();
     parent_tail->wait();
-    MessageCpu(run);
+    PeerMessage(run);
   }
   for (int child : node.children) {
     sends.push_back(
@@ -707,11 +732,23 @@ absl::Status Check(const SimulationOptions& options) {
         "--straggler: a straggling PS worker is not like the others; give "
         "--worker_group=1");
   }
-  if (c.message_cpu_s < 0 || (c.message_cpu_s > 0 && c.cpu_cores < 1)) {
+  for (const double cpu_s : {c.message_cpu_s, RingMessageCpuSeconds(c)}) {
+    if (cpu_s < 0 || (cpu_s > 0 && c.cpu_cores < 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a message's software time (", cpu_s * 1e6,
+          " us) needs 0 or more and at least 1 core to run on (", c.cpu_cores,
+          ")"));
+    }
+  }
+  if (c.message_wake_s < 0 || (c.message_wake_s > 0 && c.cpu_cores < 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "a message's software time (", c.message_cpu_s * 1e6,
-        " us) needs 0 or more and at least 1 core to run on (", c.cpu_cores,
-        ")"));
+        "a message's wake-up per rank (", c.message_wake_s * 1e6,
+        " us) needs 0 or more and at least 1 core (", c.cpu_cores, ")"));
+  }
+  if (c.ring_step_overhead_s < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ring's step overhead (", c.ring_step_overhead_s * 1e6,
+                     " us) needs 0 or more"));
   }
   if (options.row_sparse.row_width < 0 || options.row_sparse.rows < 0 ||
       (options.row_sparse.row_width > 0) != (options.row_sparse.rows > 0)) {
@@ -843,7 +880,8 @@ std::vector<sg4::Host*> BuildPlatform(Run& run) {
   for (int s = 0; s < server_nics; ++s) {
     add_nic(worker_nics + s, worker_nics * copies + s, 1, 1);
   }
-  if (cluster.message_cpu_s > 0 && !ps) {
+  if ((cluster.message_cpu_s > 0 || RingMessageCpuSeconds(cluster) > 0) &&
+      !ps) {
     run.cpu = zone->create_host("cpu", kCpuFlopsPerSecond)
                   ->set_core_count(cluster.cpu_cores);
   }
