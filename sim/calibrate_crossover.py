@@ -129,9 +129,10 @@ def timed_warmup(context):
     return context.get("warmup", 0) if context.get("timed_after") else 0
 
 
-def constants_provenance():
-    """The fitted constants' values and fit, as the simulator had them."""
-    with open(os.path.join(ROOT, "sim", "constants.json")) as f:
+def constants_provenance(path=None):
+    """The fitted constants' values and fit: sim/constants.json as the
+    simulator had it, or the file given instead."""
+    with open(path or os.path.join(ROOT, "sim", "constants.json")) as f:
         document = json.load(f)
     values = {k: v["value"] for k, v in document["constants"].items()}
     return {"values": values, "fit": document.get("fit", {}).get("command", "")}
@@ -143,7 +144,15 @@ def main(argv):
     parser.add_argument("--measured", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--jobs", type=int, default=1, help="simulations at once")
+    parser.add_argument("--constants", default="fitted",
+                        help="the fitted column's constants: the simulator's own "
+                             "(sim/constants.json), or a file of its form, such as a fit on "
+                             "other repeats (a hold-out)")
     args = parser.parse_args(argv)
+    constants = "fitted" if args.constants == "fitted" else os.path.abspath(args.constants)
+    if constants != "fitted" and not os.path.isfile(constants):
+        sys.exit(f"calibrate_crossover: --constants={args.constants}: no such file; give "
+                 "fitted or a file like sim/constants.json")
     with open(args.measured) as f:
         measured = json.load(f)
     runs = {(r["latency_us"], r["workers"]): r["context"] for r in measured["runs"]}
@@ -158,9 +167,9 @@ def main(argv):
         probed = simulate(args.simulate, strategy, p["workers"], p["bytes"],
                           8 * context["prediction_link_bytes_per_s"], probed_alpha)
         # The wire's rate and latency through the fitted constants
-        # (sim/constants.json): no probe of the job's own.
+        # (sim/constants.json, or --constants): no probe of the job's own.
         fitted = simulate(args.simulate, strategy, p["workers"], p["bytes"], rate,
-                          p["latency_us"], "fitted", context["iters"], timed_warmup(context))
+                          p["latency_us"], constants, context["iters"], timed_warmup(context))
         done = {
             "latency_us": p["latency_us"], "workers": p["workers"], "bytes": p["bytes"],
             "algorithm": strategy, "measured_us": p["time_us"],
@@ -214,7 +223,8 @@ def main(argv):
             "measured": os.path.relpath(args.measured, os.path.join(ROOT, "docs", "results")),
             "simulator": "SimGrid 3.32 (Debian libsimgrid-dev), CM02 without cross-traffic, "
                          "TCP-gamma unbounded",
-            "constants": constants_provenance()}}, f, indent=1)
+            "constants": constants_provenance(
+                None if constants == "fitted" else constants)}}, f, indent=1)
         f.write("\n")
 
 
