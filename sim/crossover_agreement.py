@@ -64,10 +64,12 @@ def pairs(first, second):
 
 
 def summarize(matched):
-    """Points within 10 %, per latency and algorithm and for all."""
+    """Points within 10 %, per latency and algorithm, per latency, and for
+    all."""
     groups = collections.defaultdict(list)
     for p in matched:
         groups[(p["latency_us"], p["algorithm"])].append(p)
+        groups[(p["latency_us"], "all")].append(p)
         groups[("all", "all")].append(p)
     rows = []
     for (latency, algorithm), members in sorted(

@@ -41,6 +41,9 @@ class AgreementTest(unittest.TestCase):
         self.assertEqual(rows[-1]["latency_us"], "all")
         self.assertEqual((rows[-1]["within_10_percent"], rows[-1]["points"]), (1, 2))
         self.assertEqual(rows[-1]["highest_ratio"], 1.2)
+        # Per latency too: here the one latency's row is the same count.
+        latency = [r for r in rows if r["latency_us"] == 1000.0 and r["algorithm"] == "all"]
+        self.assertEqual((latency[0]["within_10_percent"], latency[0]["points"]), (1, 2))
 
     def test_sets_of_different_points_are_refused(self):
         other = medians((100, 250, 900))
