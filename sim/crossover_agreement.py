@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "sim"))
 import calibrate_crossover  # noqa: E402
 import cpu_bound  # noqa: E402
+import crossover_repeats  # noqa: E402
 
 KEY = ("latency_us", "workers", "bytes", "algorithm")
 WITHIN = 0.1
@@ -88,14 +89,9 @@ def main(argv):
     parser.add_argument("--out", required=True, help="the data folder to write")
     parser.add_argument("sets", nargs=2, help="two merged points.json files")
     args = parser.parse_args(argv)
-    documents = []
-    for path in args.sets:
-        try:
-            with open(path) as f:
-                documents.append(json.load(f))
-        except (OSError, ValueError) as e:
-            sys.exit(f"crossover_agreement: {path}: {e}; give two points.json files that "
-                     "sim/crossover_repeats.py wrote")
+    documents = crossover_repeats.load(
+        args.sets, "crossover_agreement",
+        "; give two points.json files that sim/crossover_repeats.py wrote")
     try:
         matched = pairs(*documents)
     except AgreementError as e:

@@ -106,18 +106,25 @@ def reproducibility(merged):
     return sum(abs(r - 1) <= 0.1 for r in ratios), len(ratios)
 
 
+def load(paths, tool, advice=""):
+    """The points.json documents at `paths`; a file that cannot be read
+    ends `tool` with one line naming it (and `advice`)."""
+    documents = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                documents.append(json.load(f))
+        except (OSError, ValueError) as e:
+            sys.exit(f"{tool}: {path}: {e}{advice}")
+    return documents
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="the merged points.json to write")
     parser.add_argument("sweeps", nargs="+", help="each repeat's points.json")
     args = parser.parse_args(argv)
-    documents = []
-    for path in args.sweeps:
-        try:
-            with open(path) as f:
-                documents.append(json.load(f))
-        except (OSError, ValueError) as e:
-            sys.exit(f"crossover_repeats: {path}: {e}")
+    documents = load(args.sweeps, "crossover_repeats")
     try:
         merged = merge(documents, args.sweeps)
     except (RepeatsError, KeyError) as e:
