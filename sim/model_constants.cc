@@ -46,62 +46,50 @@ absl::StatusOr<ModelConstants> ParseModelConstants(const std::string& json,
   }
   const nlohmann::json& constants = document["constants"];
   ModelConstants parsed;
+  double cores = 0;
+  // Every constant a file may give: its name, the unit it is read in (us
+  // to seconds), whether it is a factor (above 0) or an amount (0 or more),
+  // and where it goes. A constant the file leaves out keeps its neutral
+  // value; the ring's CPU time, left out, is a peer exchange's (below).
+  struct Field {
+    const char* name;
+    double scale;
+    bool factor;
+    double* value;
+  };
+  const Field fields[] = {
+      {"bandwidth_factor", 1, true, &parsed.bandwidth_factor},
+      {"latency_factor", 1, true, &parsed.latency_factor},
+      {"tcp_message_overhead_us", 1e-6, false, &parsed.tcp_message_overhead_s},
+      {"grpc_message_overhead_us", 1e-6, false,
+       &parsed.grpc_message_overhead_s},
+      {"message_cpu_us", 1e-6, false, &parsed.message_cpu_s},
+      {"message_wake_us", 1e-6, false, &parsed.message_wake_s},
+      {"ring_message_cpu_us", 1e-6, false, &parsed.ring_message_cpu_s},
+      {"ring_step_overhead_us", 1e-6, false, &parsed.ring_step_overhead_s},
+      {"cpu_cores", 1, false, &cores},
+      {"link_burst_bytes", 1, false, &parsed.link_burst_bytes},
+  };
   for (const auto& [key, unused] : constants.items()) {
-    if (key != "bandwidth_factor" && key != "latency_factor" &&
-        key != "tcp_message_overhead_us" && key != "grpc_message_overhead_us" &&
-        key != "message_cpu_us" && key != "cpu_cores" &&
-        key != "ring_message_cpu_us" && key != "ring_step_overhead_us" &&
-        key != "message_wake_us" && key != "link_burst_bytes") {
+    bool known = false;
+    for (const Field& field : fields) known = known || key == field.name;
+    if (!known) {
+      std::string names;
+      for (const Field& field : fields) {
+        absl::StrAppend(&names, names.empty() ? "" : ", ", field.name);
+      }
       return absl::InvalidArgumentError(absl::StrCat(
-          source, ": unknown constant ", key,
-          " (bandwidth_factor, latency_factor, tcp_message_overhead_us, "
-          "grpc_message_overhead_us, message_cpu_us, cpu_cores, "
-          "message_wake_us, ring_message_cpu_us, ring_step_overhead_us, "
-          "link_burst_bytes)"));
+          source, ": unknown constant ", key, " (", names, ")"));
     }
   }
-  absl::Status status =
-      Read(constants, "bandwidth_factor", 1, true, source,
-           &parsed.bandwidth_factor);
-  if (status.ok()) {
-    status = Read(constants, "latency_factor", 1, true, source,
-                  &parsed.latency_factor);
+  for (const Field& field : fields) {
+    absl::Status status = Read(constants, field.name, field.scale,
+                               field.factor, source, field.value);
+    if (!status.ok()) return status;
   }
-  if (status.ok()) {
-    status = Read(constants, "tcp_message_overhead_us", 1e-6, false, source,
-                  &parsed.tcp_message_overhead_s);
+  if (parsed.ring_message_cpu_s < 0) {
+    parsed.ring_message_cpu_s = parsed.message_cpu_s;
   }
-  if (status.ok()) {
-    status = Read(constants, "grpc_message_overhead_us", 1e-6, false, source,
-                  &parsed.grpc_message_overhead_s);
-  }
-  if (status.ok()) {
-    status = Read(constants, "message_cpu_us", 1e-6, false, source,
-                  &parsed.message_cpu_s);
-  }
-  // Absent, the ring's loop costs what a peer exchange's message does.
-  parsed.ring_message_cpu_s = parsed.message_cpu_s;
-  if (status.ok()) {
-    status = Read(constants, "ring_message_cpu_us", 1e-6, false, source,
-                  &parsed.ring_message_cpu_s);
-  }
-  if (status.ok()) {
-    status = Read(constants, "ring_step_overhead_us", 1e-6, false, source,
-                  &parsed.ring_step_overhead_s);
-  }
-  if (status.ok()) {
-    status = Read(constants, "message_wake_us", 1e-6, false, source,
-                  &parsed.message_wake_s);
-  }
-  double cores = 0;
-  if (status.ok()) {
-    status = Read(constants, "cpu_cores", 1, false, source, &cores);
-  }
-  if (status.ok()) {
-    status = Read(constants, "link_burst_bytes", 1, false, source,
-                  &parsed.link_burst_bytes);
-  }
-  if (!status.ok()) return status;
   parsed.cpu_cores = static_cast<int>(cores);
   const char* needs_cores = parsed.message_cpu_s > 0        ? "message_cpu_us"
                             : parsed.ring_message_cpu_s > 0 ? "ring_message_cpu_us"
