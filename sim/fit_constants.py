@@ -5,7 +5,7 @@ how they were measured to sim/constants.json.
 
   bazel build //sim:simulate
   nice -n 19 sim/fit_constants.py \\
-      --crossover=docs/results/data/allreduce-crossover-repeats-2026-11-28/points.json \\
+      --crossover=docs/results/data/allreduce-crossover-six-repeats-2026-11-28/points.json \\
       --headline=docs/results/data/headline-2026-11-24 --out=sim/constants.json
 
 What fits what:
