@@ -154,18 +154,15 @@ struct ClusterSpec {
   // What a peer exchange's message (halving-doubling, the tree) waits after
   // its software time for its rank's thread to run again, per rank per core
   // of the machine: workers / cpu_cores times this, whether or not the other
-  // ranks are busy then. On the emulated cluster a tree's hop costs what a
-  // halving-doubling round does at N = 8 and 16 although it has about half
-  // the messages in flight, which a share of busy cores cannot give
-  // (sim/model_constants.h).
+  // ranks are busy then: a cost of the machine's ranks, not of the messages
+  // in flight (why the calibration needed it: docs/results/scaling.md).
   double message_wake_s = 0;
   // The ring's own step engine (ring_allreduce.cc: one poll loop over its two
   // neighbours, where the other all-reduces run peer_exchange.h's rounds):
   // its software time per step's message, on the same shared cores
   // (negative: message_cpu_s), and what its loop adds to each step's
-  // latency with no core busy for it. On the emulated cluster a ring step
-  // costs less CPU and a little more latency than a peer exchange's
-  // message (sim/constants.json).
+  // latency with no core busy for it (the fitted values: sim/constants.json;
+  // why the ring's loop has its own: docs/results/scaling.md).
   double ring_message_cpu_s = -1;
   double ring_step_overhead_s = 0;
   // The emulated links' token bucket (core/launch/netem.cc's tbf burst): a
