@@ -62,10 +62,11 @@ void BM_BatchNormTrainingStep(benchmark::State& state) {
   for (auto _ : state) {
     device->BatchNormForwardTraining(x, shape.rows, c, params, params + c, 0.1f,
                                      1e-5f, y, params + 2 * c, params + 3 * c,
-                                     params + 5 * c, params + 4 * c);
+                                     params + 5 * c, params + 4 * c,
+                                     BatchNormEpilogue::None());
     device->BatchNormBackward(x, dy, shape.rows, c, params, params + 2 * c,
                               params + 3 * c, dx, params + 6 * c,
-                              params + 7 * c);
+                              params + 7 * c, /*relu_output=*/nullptr);
     benchmark::DoNotOptimize(dx);
     benchmark::ClobberMemory();
   }

@@ -100,6 +100,19 @@ inline void ReluBackwardSpan(const float* __restrict y, float* __restrict dy,
   for (int j = 0; j < n; ++j) dy[j] = km::ReluGradient(y[j], dy[j]);
 }
 
+inline void ReluBackwardOfSumSpan(const float* __restrict y,
+                                  const float* __restrict x,
+                                  float* __restrict dy, int n) {
+  for (int j = 0; j < n; ++j) dy[j] = km::ReluGradientOfSum(y[j], dy[j], x[j]);
+}
+
+inline void EpilogueSpan(float* __restrict y, const float* __restrict residual,
+                         bool relu, int n) {
+  for (int j = 0; j < n; ++j) {
+    y[j] = km::BatchNormEpilogueOutput(y[j], residual, j, relu);
+  }
+}
+
 inline void ScaleSpan(float* __restrict x, float alpha, int n) {
   for (int j = 0; j < n; ++j) x[j] = km::Scaled(x[j], alpha);
 }
@@ -329,6 +342,25 @@ void CpuDevice::ReluBackward(const float* y, float* dy, int64_t count) {
                [&](int64_t i, int n) { ReluBackwardSpan(y + i, dy + i, n); });
 }
 
+void CpuDevice::ReluBackwardOfSum(const float* y, const float* x, float* dy,
+                                  int64_t count) {
+  dnnl_->UseThreads();
+  ForEachBlock(count, [&](int64_t i, int n) {
+    ReluBackwardOfSumSpan(y + i, x + i, dy + i, n);
+  });
+}
+
+void CpuDevice::ApplyEpilogue(float* y, int64_t count,
+                              const BatchNormEpilogue& epilogue) {
+  if (epilogue.residual == nullptr && !epilogue.relu) return;
+  dnnl_->UseThreads();
+  ForEachBlock(count, [&](int64_t i, int n) {
+    EpilogueSpan(y + i,
+                 epilogue.residual == nullptr ? nullptr : epilogue.residual + i,
+                 epilogue.relu, n);
+  });
+}
+
 void CpuDevice::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
                                     int rows, int classes, float* dlogits,
                                     float* loss) {
@@ -415,11 +447,12 @@ void CpuDevice::BatchNormForwardTraining(
     const float* x, int64_t rows, int channels, const float* gamma,
     const float* beta, float momentum, float epsilon, float* y,
     float* saved_mean, float* saved_inv_std, float* running_mean,
-    float* running_var) {
+    float* running_var, const BatchNormEpilogue& epilogue) {
   if (rows <= 0 || channels <= 0) return;
   if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, epsilon)) {
     kernel->ForwardTraining(x, gamma, beta, momentum, y, saved_mean,
                             saved_inv_std, running_mean, running_var);
+    ApplyEpilogue(y, rows * channels, epilogue);
     return;
   }
   dnnl_->UseThreads();
@@ -450,22 +483,23 @@ void CpuDevice::BatchNormForwardTraining(
       const float* in = x + r * channels;
       float* out = y + r * channels;
       for (int c = 0; c < channels; ++c) {
-        out[c] = km::BatchNormOutput(in[c], saved_mean[c], saved_inv_std[c],
-                                     gamma[c], beta[c]);
+        out[c] = km::BatchNormEpilogueOutput(
+            km::BatchNormOutput(in[c], saved_mean[c], saved_inv_std[c],
+                                gamma[c], beta[c]),
+            epilogue.residual, r * channels + c, epilogue.relu);
       }
     }
   });
 }
 
-void CpuDevice::BatchNormForwardInference(const float* x, int64_t rows,
-                                          int channels, const float* gamma,
-                                          const float* beta,
-                                          const float* running_mean,
-                                          const float* running_var,
-                                          float epsilon, float* y) {
+void CpuDevice::BatchNormForwardInference(
+    const float* x, int64_t rows, int channels, const float* gamma,
+    const float* beta, const float* running_mean, const float* running_var,
+    float epsilon, float* y, const BatchNormEpilogue& epilogue) {
   if (rows <= 0 || channels <= 0) return;
   if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, epsilon)) {
     kernel->ForwardInference(x, gamma, beta, running_mean, running_var, y);
+    ApplyEpilogue(y, rows * channels, epilogue);
     return;
   }
   std::vector<float> inv_std(channels);
@@ -478,8 +512,10 @@ void CpuDevice::BatchNormForwardInference(const float* x, int64_t rows,
       const float* in = x + r * channels;
       float* out = y + r * channels;
       for (int c = 0; c < channels; ++c) {
-        out[c] = km::BatchNormOutput(in[c], running_mean[c], inv_std[c],
-                                     gamma[c], beta[c]);
+        out[c] = km::BatchNormEpilogueOutput(
+            km::BatchNormOutput(in[c], running_mean[c], inv_std[c], gamma[c],
+                                beta[c]),
+            epilogue.residual, r * channels + c, epilogue.relu);
       }
     }
   });
@@ -489,10 +525,21 @@ void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
                                   int channels, const float* gamma,
                                   const float* saved_mean,
                                   const float* saved_inv_std, float* dx,
-                                  float* dgamma, float* dbeta) {
+                                  float* dgamma, float* dbeta,
+                                  const float* relu_output) {
   if (rows <= 0 || channels <= 0) return;
   if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, -1.0f)) {
-    kernel->Backward(x, dy, gamma, saved_mean, saved_inv_std, dx, dgamma,
+    const float* grad = dy;
+    if (relu_output != nullptr) {
+      const int64_t count = rows * channels;
+      if (static_cast<int64_t>(relu_masked_dy_.size()) < count) {
+        relu_masked_dy_.resize(count);
+      }
+      std::copy(dy, dy + count, relu_masked_dy_.data());
+      ReluBackward(relu_output, relu_masked_dy_.data(), count);
+      grad = relu_masked_dy_.data();
+    }
+    kernel->Backward(x, grad, gamma, saved_mean, saved_inv_std, dx, dgamma,
                      dbeta);
     return;
   }
@@ -501,12 +548,13 @@ void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
   ParallelRanges(channels, rows, kBlock, [&](int64_t first, int64_t last) {
     for (int64_t r = 0; r < rows; ++r) {
       const float* in = x + r * channels;
-      const float* grad = dy + r * channels;
       for (int64_t c = first; c < last; ++c) {
         const float x_hat =
             km::Normalized(in[c], saved_mean[c], saved_inv_std[c]);
-        sum_dy[c] += grad[c];
-        sum_dy_x_hat[c] += static_cast<double>(grad[c]) * x_hat;
+        const float grad =
+            km::GradientBeforeRelu(dy, relu_output, r * channels + c);
+        sum_dy[c] += grad;
+        sum_dy_x_hat[c] += static_cast<double>(grad) * x_hat;
       }
     }
   });
@@ -524,12 +572,13 @@ void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
   ParallelRanges(rows, channels, 1, [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r) {
       const float* in = x + r * channels;
-      const float* grad = dy + r * channels;
       float* out = dx + r * channels;
       for (int c = 0; c < channels; ++c) {
         const float x_hat =
             km::Normalized(in[c], saved_mean[c], saved_inv_std[c]);
-        out[c] = km::BatchNormInputGradient(grad[c], x_hat, gamma_inv_std[c],
+        const float grad =
+            km::GradientBeforeRelu(dy, relu_output, r * channels + c);
+        out[c] = km::BatchNormInputGradient(grad, x_hat, gamma_inv_std[c],
                                             mean_dy[c], mean_dy_x_hat[c]);
       }
     }

@@ -69,6 +69,8 @@ class CpuDevice : public Device {
   void SumRows(const float* x, float* out, int rows, int cols) override;
   void ReluForward(float* x, int64_t count) override;
   void ReluBackward(const float* y, float* dy, int64_t count) override;
+  void ReluBackwardOfSum(const float* y, const float* x, float* dy,
+                         int64_t count) override;
   // Labels must lie in [0, classes); the trainer validates the data set when it
   // loads it. A label outside that range does not read out of bounds: its row
   // gets the softmax as gradient (no target term) and the loss becomes NaN, so
@@ -86,17 +88,19 @@ class CpuDevice : public Device {
                                 const float* gamma, const float* beta,
                                 float momentum, float epsilon, float* y,
                                 float* saved_mean, float* saved_inv_std,
-                                float* running_mean,
-                                float* running_var) override;
+                                float* running_mean, float* running_var,
+                                const BatchNormEpilogue& epilogue) override;
   void BatchNormForwardInference(const float* x, int64_t rows, int channels,
                                  const float* gamma, const float* beta,
                                  const float* running_mean,
                                  const float* running_var, float epsilon,
-                                 float* y) override;
+                                 float* y,
+                                 const BatchNormEpilogue& epilogue) override;
   void BatchNormBackward(const float* x, const float* dy, int64_t rows,
                          int channels, const float* gamma,
                          const float* saved_mean, const float* saved_inv_std,
-                         float* dx, float* dgamma, float* dbeta) override;
+                         float* dx, float* dgamma, float* dbeta,
+                         const float* relu_output) override;
   void MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
                       int32_t* where) override;
   void MaxPoolBackward(const float* dy, const int32_t* where,
@@ -131,6 +135,11 @@ class CpuDevice : public Device {
   // `epsilon` < 0: any, for the backward, which does not depend on it), or
   // null where oneDNN could not make one and the loops run instead.
   DnnlBatchNorm* BatchNormFor(int64_t rows, int channels, float epsilon);
+  // oneDNN's batch norm has no epilogue of ours: after it, y goes through the
+  // epilogue in one more pass (the same values; the CPU is not where the
+  // fusion's passes matter).
+  void ApplyEpilogue(float* y, int64_t count,
+                     const BatchNormEpilogue& epilogue);
 
   std::unique_ptr<DnnlContext> dnnl_;  // Gemm's threads; the convolutions
   const bool reference_convolutions_;
@@ -140,6 +149,9 @@ class CpuDevice : public Device {
   // product seen (a model's products are the same every step, so only its
   // first step grows them).
   std::vector<float> rounded_a_, rounded_b_;
+  // A fused batch-norm backward's dy through its ReLU, for oneDNN's
+  // primitive (grown once, to the largest layer).
+  std::vector<float> relu_masked_dy_;
   // Kernels run on one thread at a time (the step loop's), so no lock.
   std::vector<std::unique_ptr<DnnlBatchNorm>> batch_norms_;
   std::vector<std::pair<int64_t, int>> batch_norm_failures_;

@@ -8,8 +8,10 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <tuple>
 #include <vector>
 
+#include "core/device/batch_norm_epilogue_check.h"
 #include "core/device/device.h"
 #include "gtest/gtest.h"
 
@@ -343,17 +345,20 @@ BatchNormOutputs RunBatchNorm(bool reference, int64_t rows, int channels,
   for (int step = 0; step < 2; ++step) {
     device.BatchNormForwardTraining(device_x, rows, channels, gamma, beta, 0.1f,
                                     1e-5f, y, saved, saved + channels, running,
-                                    running + channels);
+                                    running + channels,
+                                    BatchNormEpilogue::None());
   }
   device.BatchNormBackward(device_x, dy, rows, channels, gamma, saved,
-                           saved + channels, dx, dparams, dparams + channels);
+                           saved + channels, dx, dparams, dparams + channels,
+                           /*relu_output=*/nullptr);
   out.y = download(y, n);
   out.saved = download(saved, 2 * channels);
   out.running = download(running, 2 * channels);
   out.dx = download(dx, n);
   out.dparams = download(dparams, 2 * channels);
   device.BatchNormForwardInference(device_x, rows, channels, gamma, beta,
-                                   running, running + channels, 1e-5f, y);
+                                   running, running + channels, 1e-5f, y,
+                                   BatchNormEpilogue::None());
   out.inference = download(y, n);
   // Backward and both forwards of this one shape: one oneDNN kernel, none
   // for the reference.
@@ -409,6 +414,32 @@ TEST(CpuBatchNormTest, OneDnnMatchesTheReferenceLoops) {
     ExpectWithin(reference.dx, onednn.dx, 2e-5f, "dx", reference.dx_term_scale);
     ExpectWithin(reference.dparams, onednn.dparams, 1e-4f, "dgamma, dbeta");
     ExpectWithin(reference.inference, onednn.inference, 2e-5f, "inference");
+  }
+}
+
+// The fused epilogues give the unfused passes' bits on both of the CPU's
+// batch norms: oneDNN's (then one epilogue pass) and the reference loops
+// (kernel_math.h's, which the CUDA kernels share), over shapes that take one
+// thread and several.
+TEST(CpuBatchNormTest, FusedEpiloguesMatchTheUnfusedPasses) {
+  for (bool reference : {false, true}) {
+    for (const auto& [rows, channels, threads] :
+         {std::tuple<int64_t, int, int>{300, 37, 1},
+          std::tuple<int64_t, int, int>{4096, 64, 2}}) {
+      SCOPED_TRACE(testing::Message()
+                   << (reference ? "reference loops" : "oneDNN") << ", " << rows
+                   << " x " << channels);
+      DeviceOptions options;
+      options.cpu_threads = threads;
+      options.reference_batch_norm = reference;
+      auto device = CreateDevice(options);
+      ASSERT_TRUE(device.ok()) << device.status();
+      const absl::Status checked =
+          CheckBatchNormEpilogues(**device, rows, channels);
+      EXPECT_TRUE(checked.ok()) << checked;
+      EXPECT_EQ(dynamic_cast<CpuDevice&>(**device).onednn_batch_norms(),
+                reference ? 0u : 1u);
+    }
   }
 }
 

@@ -555,6 +555,13 @@ void CudaDevice::ReluBackward(const float* y, float* dy, int64_t count) {
               "ReluBackward kernel launch");
 }
 
+void CudaDevice::ReluBackwardOfSum(const float* y, const float* x, float* dy,
+                                   int64_t count) {
+  Record(MakeCurrent());
+  CheckLaunch(cuda_kernels::ReluBackwardOfSum(stream_, y, x, dy, count),
+              "ReluBackwardOfSum kernel launch");
+}
+
 void CudaDevice::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
                                      int rows, int classes, float* dlogits,
                                      float* loss) {
@@ -595,25 +602,23 @@ void CudaDevice::BatchNormForwardTraining(
     const float* x, int64_t rows, int channels, const float* gamma,
     const float* beta, float momentum, float epsilon, float* y,
     float* saved_mean, float* saved_inv_std, float* running_mean,
-    float* running_var) {
+    float* running_var, const BatchNormEpilogue& epilogue) {
   Record(MakeCurrent());
   CheckLaunch(cuda_kernels::BatchNormForwardTraining(
                   stream_, x, rows, channels, gamma, beta, momentum, epsilon, y,
                   saved_mean, saved_inv_std, running_mean, running_var,
-                  channel_partials_),
+                  epilogue.residual, epilogue.relu, channel_partials_),
               "BatchNormForwardTraining kernel launch");
 }
 
-void CudaDevice::BatchNormForwardInference(const float* x, int64_t rows,
-                                           int channels, const float* gamma,
-                                           const float* beta,
-                                           const float* running_mean,
-                                           const float* running_var,
-                                           float epsilon, float* y) {
+void CudaDevice::BatchNormForwardInference(
+    const float* x, int64_t rows, int channels, const float* gamma,
+    const float* beta, const float* running_mean, const float* running_var,
+    float epsilon, float* y, const BatchNormEpilogue& epilogue) {
   Record(MakeCurrent());
   CheckLaunch(cuda_kernels::BatchNormForwardInference(
                   stream_, x, rows, channels, gamma, beta, running_mean,
-                  running_var, epsilon, y),
+                  running_var, epsilon, y, epilogue.residual, epilogue.relu),
               "BatchNormForwardInference kernel launch");
 }
 
@@ -621,12 +626,14 @@ void CudaDevice::BatchNormBackward(const float* x, const float* dy,
                                    int64_t rows, int channels,
                                    const float* gamma, const float* saved_mean,
                                    const float* saved_inv_std, float* dx,
-                                   float* dgamma, float* dbeta) {
+                                   float* dgamma, float* dbeta,
+                                   const float* relu_output) {
   Record(MakeCurrent());
-  CheckLaunch(cuda_kernels::BatchNormBackward(
-                  stream_, x, dy, rows, channels, gamma, saved_mean,
-                  saved_inv_std, dx, dgamma, dbeta, channel_partials_),
-              "BatchNormBackward kernel launch");
+  CheckLaunch(
+      cuda_kernels::BatchNormBackward(stream_, x, dy, rows, channels, gamma,
+                                      saved_mean, saved_inv_std, dx, dgamma,
+                                      dbeta, relu_output, channel_partials_),
+      "BatchNormBackward kernel launch");
 }
 
 void CudaDevice::MaxPoolForward(const float* x, const PoolGeometry& g, float* y,

@@ -156,6 +156,8 @@ class CudaDevice : public Device {
   void SumRows(const float* x, float* out, int rows, int cols) override;
   void ReluForward(float* x, int64_t count) override;
   void ReluBackward(const float* y, float* dy, int64_t count) override;
+  void ReluBackwardOfSum(const float* y, const float* x, float* dy,
+                         int64_t count) override;
   void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int rows,
                            int classes, float* dlogits, float* loss) override;
   void Scale(float* x, int64_t count, float alpha) override;
@@ -168,17 +170,19 @@ class CudaDevice : public Device {
                                 const float* gamma, const float* beta,
                                 float momentum, float epsilon, float* y,
                                 float* saved_mean, float* saved_inv_std,
-                                float* running_mean,
-                                float* running_var) override;
+                                float* running_mean, float* running_var,
+                                const BatchNormEpilogue& epilogue) override;
   void BatchNormForwardInference(const float* x, int64_t rows, int channels,
                                  const float* gamma, const float* beta,
                                  const float* running_mean,
                                  const float* running_var, float epsilon,
-                                 float* y) override;
+                                 float* y,
+                                 const BatchNormEpilogue& epilogue) override;
   void BatchNormBackward(const float* x, const float* dy, int64_t rows,
                          int channels, const float* gamma,
                          const float* saved_mean, const float* saved_inv_std,
-                         float* dx, float* dgamma, float* dbeta) override;
+                         float* dx, float* dgamma, float* dbeta,
+                         const float* relu_output) override;
   void MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
                       int32_t* where) override;
   void MaxPoolBackward(const float* dy, const int32_t* where,

@@ -115,6 +115,16 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    ReluBackwardOfSumKernel(const float* __restrict__ y,
+                            const float* __restrict__ x, float* __restrict__ dy,
+                            int64_t count) {
+  const int64_t stride = GridStride<int64_t>();
+  for (int64_t i = GridStrideFirst<int64_t>(); i < count; i += stride) {
+    dy[i] = km::ReluGradientOfSum(y[i], dy[i], x[i]);
+  }
+}
+
 // The maximum over a warp; every lane gets it (MaxOf is exact).
 __device__ float WarpMax(float value) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
@@ -393,14 +403,16 @@ struct StatisticsTerms {
   }
 };
 
-// Element i's terms of the backward sums: dy and dy·x̂.
+// Element i's terms of the backward sums: dy and dy·x̂ (dy through the fused
+// ReLU when relu_output is not null).
 struct GradientTerms {
   const float* x;
   const float* dy;
   const float* mean;
   const float* inv_std;
+  const float* relu_output;
   __device__ void operator()(int64_t i, int64_t c, double& a, double& b) const {
-    const float grad = dy[i];
+    const float grad = km::GradientBeforeRelu(dy, relu_output, i);
     a += grad;
     b += static_cast<double>(grad) * km::Normalized(x[i], mean[c], inv_std[c]);
   }
@@ -492,33 +504,33 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                    saved_inv_std, running_mean, running_var);
 }
 
-__global__ void __launch_bounds__(kThreadsPerBlock)
-    BatchNormApplyKernel(const float* __restrict__ x, int64_t total,
-                         int channels, const float* __restrict__ gamma,
-                         const float* __restrict__ beta,
-                         const float* __restrict__ mean,
-                         const float* __restrict__ inv_std,
-                         float* __restrict__ y, bool narrow_index) {
+__global__ void __launch_bounds__(kThreadsPerBlock) BatchNormApplyKernel(
+    const float* __restrict__ x, int64_t total, int channels,
+    const float* __restrict__ gamma, const float* __restrict__ beta,
+    const float* __restrict__ mean, const float* __restrict__ inv_std,
+    float* __restrict__ y, const float* __restrict__ residual, bool relu,
+    bool narrow_index) {
   ForEachChannelElement(
       total, channels, narrow_index, [=](int64_t i, int64_t c) {
-        y[i] =
-            km::BatchNormOutput(x[i], mean[c], inv_std[c], gamma[c], beta[c]);
+        y[i] = km::BatchNormEpilogueOutput(
+            km::BatchNormOutput(x[i], mean[c], inv_std[c], gamma[c], beta[c]),
+            residual, i, relu);
       });
 }
 
-__global__ void __launch_bounds__(kThreadsPerBlock)
-    BatchNormInferenceKernel(const float* __restrict__ x, int64_t total,
-                             int channels, const float* __restrict__ gamma,
-                             const float* __restrict__ beta,
-                             const float* __restrict__ running_mean,
-                             const float* __restrict__ running_var,
-                             float epsilon, float* __restrict__ y,
-                             bool narrow_index) {
+__global__ void __launch_bounds__(kThreadsPerBlock) BatchNormInferenceKernel(
+    const float* __restrict__ x, int64_t total, int channels,
+    const float* __restrict__ gamma, const float* __restrict__ beta,
+    const float* __restrict__ running_mean,
+    const float* __restrict__ running_var, float epsilon, float* __restrict__ y,
+    const float* __restrict__ residual, bool relu, bool narrow_index) {
   ForEachChannelElement(
       total, channels, narrow_index, [=](int64_t i, int64_t c) {
-        y[i] = km::BatchNormOutput(x[i], running_mean[c],
-                                   km::InverseStd(running_var[c], epsilon),
-                                   gamma[c], beta[c]);
+        y[i] = km::BatchNormEpilogueOutput(
+            km::BatchNormOutput(x[i], running_mean[c],
+                                km::InverseStd(running_var[c], epsilon),
+                                gamma[c], beta[c]),
+            residual, i, relu);
       });
 }
 
@@ -527,12 +539,14 @@ __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
                                 const float* __restrict__ dy, int64_t rows,
                                 int channels, const float* __restrict__ mean,
                                 const float* __restrict__ inv_std,
+                                const float* __restrict__ relu_output,
                                 float* __restrict__ dgamma,
                                 float* __restrict__ dbeta) {
   int64_t c = 0;
   double sum_dy = 0.0, sum_dy_x_hat = 0.0;
-  if (!ChannelTileSums(0, rows, channels, GradientTerms{x, dy, mean, inv_std},
-                       &c, &sum_dy, &sum_dy_x_hat)) {
+  if (!ChannelTileSums(0, rows, channels,
+                       GradientTerms{x, dy, mean, inv_std, relu_output}, &c,
+                       &sum_dy, &sum_dy_x_hat)) {
     return;
   }
   dbeta[c] = static_cast<float>(sum_dy);
@@ -562,13 +576,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                                  const float* __restrict__ inv_std,
                                  const float* __restrict__ dgamma,
                                  const float* __restrict__ dbeta,
+                                 const float* __restrict__ relu_output,
                                  float* __restrict__ dx, bool narrow_index) {
   ForEachChannelElement(
       rows * channels, channels, narrow_index, [=](int64_t i, int64_t c) {
         const float x_hat = km::Normalized(x[i], mean[c], inv_std[c]);
-        dx[i] = km::BatchNormInputGradient(dy[i], x_hat, gamma[c] * inv_std[c],
-                                           km::BatchMean(dbeta[c], rows),
-                                           km::BatchMean(dgamma[c], rows));
+        dx[i] = km::BatchNormInputGradient(
+            km::GradientBeforeRelu(dy, relu_output, i), x_hat,
+            gamma[c] * inv_std[c], km::BatchMean(dbeta[c], rows),
+            km::BatchMean(dgamma[c], rows));
       });
 }
 
@@ -671,6 +687,14 @@ cudaError_t ReluBackward(cudaStream_t stream, const float* y, float* dy,
   if (count <= 0) return cudaSuccess;
   ReluBackwardKernel<<<launch_config::PlanElementwise(count).blocks,
                        kThreadsPerBlock, 0, stream>>>(y, dy, count);
+  return cudaGetLastError();
+}
+
+cudaError_t ReluBackwardOfSum(cudaStream_t stream, const float* y,
+                              const float* x, float* dy, int64_t count) {
+  if (count <= 0) return cudaSuccess;
+  ReluBackwardOfSumKernel<<<launch_config::PlanElementwise(count).blocks,
+                            kThreadsPerBlock, 0, stream>>>(y, x, dy, count);
   return cudaGetLastError();
 }
 
@@ -829,6 +853,7 @@ cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
                                      float momentum, float epsilon, float* y,
                                      float* saved_mean, float* saved_inv_std,
                                      float* running_mean, float* running_var,
+                                     const float* residual, bool relu,
                                      double* channel_partials) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   const launch_config::ChannelSumsLaunch plan =
@@ -853,7 +878,7 @@ cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
   const int64_t total = rows * channels;
   return LaunchChannelElementwise(stream, total, BatchNormApplyKernel, x, total,
                                   channels, gamma, beta, saved_mean,
-                                  saved_inv_std, y);
+                                  saved_inv_std, y, residual, relu);
 }
 
 cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
@@ -861,12 +886,13 @@ cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
                                       const float* gamma, const float* beta,
                                       const float* running_mean,
                                       const float* running_var, float epsilon,
-                                      float* y) {
+                                      float* y, const float* residual,
+                                      bool relu) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   const int64_t total = rows * channels;
   return LaunchChannelElementwise(stream, total, BatchNormInferenceKernel, x,
                                   total, channels, gamma, beta, running_mean,
-                                  running_var, epsilon, y);
+                                  running_var, epsilon, y, residual, relu);
 }
 
 cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
@@ -874,15 +900,17 @@ cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
                               const float* gamma, const float* saved_mean,
                               const float* saved_inv_std, float* dx,
                               float* dgamma, float* dbeta,
+                              const float* relu_output,
                               double* channel_partials) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   const launch_config::ChannelSumsLaunch plan =
       launch_config::PlanChannelSums(rows, channels);
   cudaError_t error = cudaSuccess;
   if (plan.sliced()) {
-    error = LaunchChannelSlices(stream, plan, BatchNormGradientSumsSliceKernel,
-                                GradientTerms{x, dy, saved_mean, saved_inv_std},
-                                rows, channels, channel_partials);
+    error = LaunchChannelSlices(
+        stream, plan, BatchNormGradientSumsSliceKernel,
+        GradientTerms{x, dy, saved_mean, saved_inv_std, relu_output}, rows,
+        channels, channel_partials);
     if (error != cudaSuccess) return error;
     error =
         LaunchChannelFinish(stream, channels, BatchNormGradientSumsFinishKernel,
@@ -891,12 +919,13 @@ cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
   } else {
     error = LaunchChannelTiles(stream, channels, BatchNormGradientSumsKernel, x,
                                dy, rows, channels, saved_mean, saved_inv_std,
-                               dgamma, dbeta);
+                               relu_output, dgamma, dbeta);
   }
   if (error != cudaSuccess) return error;
-  return LaunchChannelElementwise(
-      stream, rows * channels, BatchNormInputGradientKernel, x, dy, rows,
-      channels, gamma, saved_mean, saved_inv_std, dgamma, dbeta, dx);
+  return LaunchChannelElementwise(stream, rows * channels,
+                                  BatchNormInputGradientKernel, x, dy, rows,
+                                  channels, gamma, saved_mean, saved_inv_std,
+                                  dgamma, dbeta, relu_output, dx);
 }
 
 cudaError_t MaxPoolForward(cudaStream_t stream, const float* x,

@@ -34,6 +34,8 @@ cudaError_t SumRows(cudaStream_t stream, const float* x, float* out, int rows,
 cudaError_t ReluForward(cudaStream_t stream, float* x, int64_t count);
 cudaError_t ReluBackward(cudaStream_t stream, const float* y, float* dy,
                          int64_t count);
+cudaError_t ReluBackwardOfSum(cudaStream_t stream, const float* y,
+                              const float* x, float* dy, int64_t count);
 // `partials` holds kMaxLossPartials doubles of device memory.
 cudaError_t SoftmaxCrossEntropy(cudaStream_t stream, const float* logits,
                                 const int32_t* labels, int rows, int classes,
@@ -61,6 +63,8 @@ cudaError_t Col2Im(cudaStream_t stream, const float* columns,
 // slices (launch_config::PlanChannelSums); a sliced plan leaves each slice's
 // sums in `channel_partials`, 2 · kMaxChannelSumPartials doubles of device
 // memory allocated once by the device, and a second kernel adds them.
+// `residual` and `relu` are Device's BatchNormEpilogue, `relu_output` its
+// fused backward's ReLU output (null: none).
 inline constexpr int kMaxChannelSumPartials =
     launch_config::kMaxChannelSumPartials;
 cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
@@ -69,18 +73,21 @@ cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
                                      float momentum, float epsilon, float* y,
                                      float* saved_mean, float* saved_inv_std,
                                      float* running_mean, float* running_var,
+                                     const float* residual, bool relu,
                                      double* channel_partials);
 cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
                                       int64_t rows, int channels,
                                       const float* gamma, const float* beta,
                                       const float* running_mean,
                                       const float* running_var, float epsilon,
-                                      float* y);
+                                      float* y, const float* residual,
+                                      bool relu);
 cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
                               const float* dy, int64_t rows, int channels,
                               const float* gamma, const float* saved_mean,
                               const float* saved_inv_std, float* dx,
                               float* dgamma, float* dbeta,
+                              const float* relu_output,
                               double* channel_partials);
 cudaError_t MaxPoolForward(cudaStream_t stream, const float* x,
                            const PoolGeometry& g, float* y, int32_t* where);

@@ -44,6 +44,23 @@ enum class DeviceType { kCpu, kCuda };
 //     kept exactly), so the gradients handed to a strategy are float32.
 enum class Precision { kFp32, kTf32, kBf16 };
 
+// What a batch norm's output goes through in the same pass over memory (a
+// fused epilogue): y = BN(x), then y += residual (when given; [rows ×
+// channels], must not alias y), then y = max(y, 0) (when relu). The values
+// are those of BatchNorm*, Add and ReluForward run one after the other, bit
+// for bit: the fusion saves the passes (a residual block's tail reads and
+// writes its output once instead of three times), not the arithmetic.
+struct BatchNormEpilogue {
+  const float* residual = nullptr;
+  bool relu = false;
+
+  static BatchNormEpilogue None() { return {}; }
+  static BatchNormEpilogue Relu() { return {nullptr, true}; }
+  static BatchNormEpilogue AddThenRelu(const float* residual) {
+    return {residual, true};
+  }
+};
+
 struct AdamState {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
@@ -101,6 +118,11 @@ class Device {
   virtual void ReluForward(float* x, int64_t count) = 0;
   // dy[i] = 0 where y[i] <= 0 (y is the ReLU output).
   virtual void ReluBackward(const float* y, float* dy, int64_t count) = 0;
+  // dy[i] = dy[i] + x[i], then 0 where y[i] <= 0: two branches' gradients
+  // meeting at a ReLU's output y (a residual block's input) and going through
+  // that ReLU, in one pass: the same values as Add then ReluBackward.
+  virtual void ReluBackwardOfSum(const float* y, const float* x, float* dy,
+                                 int64_t count) = 0;
   // Softmax cross-entropy averaged over `rows`. Writes the mean loss to
   // *loss (one device float) and d(loss)/d(logits) to dlogits.
   virtual void SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
@@ -124,29 +146,32 @@ class Device {
   // the batch mean and biased variance normalise x into y = γ·x̂ + β; the
   // mean and 1/sqrt(var + eps) are saved for the backward; the running mean
   // and the running (unbiased) variance move by `momentum` towards the
-  // batch's (PyTorch's convention). Needs rows >= 1.
+  // batch's (PyTorch's convention). Needs rows >= 1. `epilogue` (below) is
+  // applied to y in the same pass.
   virtual void BatchNormForwardTraining(const float* x, int64_t rows,
                                         int channels, const float* gamma,
                                         const float* beta, float momentum,
                                         float epsilon, float* y,
                                         float* saved_mean, float* saved_inv_std,
-                                        float* running_mean,
-                                        float* running_var) = 0;
+                                        float* running_mean, float* running_var,
+                                        const BatchNormEpilogue& epilogue) = 0;
   // Inference mode: normalises with the running statistics.
-  virtual void BatchNormForwardInference(const float* x, int64_t rows,
-                                         int channels, const float* gamma,
-                                         const float* beta,
-                                         const float* running_mean,
-                                         const float* running_var,
-                                         float epsilon, float* y) = 0;
+  virtual void BatchNormForwardInference(
+      const float* x, int64_t rows, int channels, const float* gamma,
+      const float* beta, const float* running_mean, const float* running_var,
+      float epsilon, float* y, const BatchNormEpilogue& epilogue) = 0;
   // The training-mode backward: dγ = Σ dy·x̂, dβ = Σ dy per channel
   // (overwritten), and dx (overwritten; must not alias dy or x) from the
-  // saved batch statistics.
+  // saved batch statistics. With `relu_output` (the output of a ReLU that
+  // followed this batch norm, as a fused epilogue or ReluForward made it),
+  // dy is that ReLU's output gradient and is taken as 0 wherever
+  // relu_output <= 0 (ReluBackward's rule); dy itself is not written.
   virtual void BatchNormBackward(const float* x, const float* dy, int64_t rows,
                                  int channels, const float* gamma,
                                  const float* saved_mean,
                                  const float* saved_inv_std, float* dx,
-                                 float* dgamma, float* dbeta) = 0;
+                                 float* dgamma, float* dbeta,
+                                 const float* relu_output) = 0;
   // y [batch·out_h·out_w × channels] = the maximum of each window of x; `where`
   // (one int32 per output) keeps the position of the maximum in its window.
   virtual void MaxPoolForward(const float* x, const PoolGeometry& g, float* y,

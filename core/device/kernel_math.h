@@ -347,6 +347,33 @@ GS_HOST_DEVICE inline float SpatialMeanGradient(float dy, int spatial) {
 // Residual addition, and gradients meeting from two branches: y + x.
 GS_HOST_DEVICE inline float Sum(float y, float x) { return y + x; }
 
+// --- Fused batch-norm epilogues (device.h's BatchNormEpilogue) --------------
+// Sum, Relu and ReluGradient in the order Add, ReluForward and ReluBackward
+// apply them, so a fused pass gives the unfused passes' bits.
+
+// A batch norm's output y at element i: + residual[i] when there is a
+// residual, then ReLU when asked.
+GS_HOST_DEVICE inline float BatchNormEpilogueOutput(float y,
+                                                    const float* residual,
+                                                    int64_t i, bool relu) {
+  if (residual != nullptr) y = Sum(y, residual[i]);
+  return relu ? Relu(y) : y;
+}
+
+// The gradient a batch-norm backward reads at element i: dy[i], or
+// ReluGradient(relu_output[i], dy[i]) when a ReLU followed the batch norm.
+GS_HOST_DEVICE inline float GradientBeforeRelu(const float* dy,
+                                               const float* relu_output,
+                                               int64_t i) {
+  return relu_output != nullptr ? ReluGradient(relu_output[i], dy[i]) : dy[i];
+}
+
+// Two gradients meeting at a ReLU's output y, then through the ReLU:
+// ReluGradient(y, dy + x), as Add then ReluBackward compute it.
+GS_HOST_DEVICE inline float ReluGradientOfSum(float y, float dy, float x) {
+  return ReluGradient(y, Sum(dy, x));
+}
+
 // --- Optimizers, per element (PyTorch's update rules) ------------------------
 
 // SGD without momentum: p -= lr · (g + weight_decay · p).

@@ -36,6 +36,8 @@ class NullDevice : public Device {
   void SumRows(const float*, float*, int, int) override {}
   void ReluForward(float*, int64_t) override {}
   void ReluBackward(const float*, float*, int64_t) override {}
+  void ReluBackwardOfSum(const float*, const float*, float*, int64_t) override {
+  }
   void SoftmaxCrossEntropy(const float*, const int32_t*, int, int, float*,
                            float*) override {}
   void Scale(float*, int64_t, float) override {}
@@ -48,13 +50,15 @@ class NullDevice : public Device {
   void Col2Im(const float*, const ConvGeometry&, float*) override {}
   void BatchNormForwardTraining(const float*, int64_t, int, const float*,
                                 const float*, float, float, float*, float*,
-                                float*, float*, float*) override {}
+                                float*, float*, float*,
+                                const BatchNormEpilogue&) override {}
   void BatchNormForwardInference(const float*, int64_t, int, const float*,
                                  const float*, const float*, const float*,
-                                 float, float*) override {}
+                                 float, float*,
+                                 const BatchNormEpilogue&) override {}
   void BatchNormBackward(const float*, const float*, int64_t, int, const float*,
-                         const float*, const float*, float*, float*,
-                         float*) override {}
+                         const float*, const float*, float*, float*, float*,
+                         const float*) override {}
   void MaxPoolForward(const float*, const PoolGeometry&, float*,
                       int32_t*) override {}
   void MaxPoolBackward(const float*, const int32_t*, const PoolGeometry&,

@@ -30,21 +30,25 @@ void BatchNorm::Bind(Device& device, const float* gamma, const float* beta,
   device.Fill(running_var_, channels_, 1.0f);
 }
 
-void BatchNorm::ForwardTraining(const float* x, int64_t rows, float* y) {
+void BatchNorm::ForwardTraining(const float* x, int64_t rows, float* y,
+                                const BatchNormEpilogue& epilogue) {
   device_->BatchNormForwardTraining(
       x, rows, channels_, gamma_, beta_, kMomentum, kEpsilon, y, saved_mean_,
-      saved_inv_std_, running_mean_, running_var_);
+      saved_inv_std_, running_mean_, running_var_, epilogue);
 }
 
-void BatchNorm::ForwardInference(const float* x, int64_t rows, float* y) {
+void BatchNorm::ForwardInference(const float* x, int64_t rows, float* y,
+                                 const BatchNormEpilogue& epilogue) {
   device_->BatchNormForwardInference(x, rows, channels_, gamma_, beta_,
-                                     running_mean_, running_var_, kEpsilon, y);
+                                     running_mean_, running_var_, kEpsilon, y,
+                                     epilogue);
 }
 
 void BatchNorm::Backward(const float* x, const float* dy, int64_t rows,
-                         float* dx) {
+                         float* dx, const float* relu_output) {
   device_->BatchNormBackward(x, dy, rows, channels_, gamma_, saved_mean_,
-                             saved_inv_std_, dx, gamma_grad_, beta_grad_);
+                             saved_inv_std_, dx, gamma_grad_, beta_grad_,
+                             relu_output);
 }
 
 }  // namespace gradsync

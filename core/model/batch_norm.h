@@ -42,11 +42,18 @@ class BatchNorm {
   void Bind(Device& device, const float* gamma, const float* beta,
             float* gamma_grad, float* beta_grad, float* buffers, float* saved);
 
-  void ForwardTraining(const float* x, int64_t rows, float* y);
-  void ForwardInference(const float* x, int64_t rows, float* y);
+  // `epilogue` (device.h): a residual added and/or a ReLU applied to y in
+  // the same pass.
+  void ForwardTraining(const float* x, int64_t rows, float* y,
+                       const BatchNormEpilogue& epilogue = {});
+  void ForwardInference(const float* x, int64_t rows, float* y,
+                        const BatchNormEpilogue& epilogue = {});
   // After ForwardTraining on the same x: overwrites the γ and β gradients and
-  // dx (which must not alias x or dy).
-  void Backward(const float* x, const float* dy, int64_t rows, float* dx);
+  // dx (which must not alias x or dy). With `relu_output`, the forward's
+  // epilogue ended in a ReLU with that output, and dy is the ReLU's output
+  // gradient (masked on reading; dy is not written).
+  void Backward(const float* x, const float* dy, int64_t rows, float* dx,
+                const float* relu_output = nullptr);
 
  private:
   const std::string name_;

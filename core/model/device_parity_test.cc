@@ -13,14 +13,16 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/device/batch_norm_epilogue_check.h"
 #include "core/device/convolution_kernel.h"
 #include "core/device/device.h"
 #include "core/device/layer_geometry.h"
-#include "core/sync/param_layout.h"
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
+#include "core/sync/param_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -287,6 +289,23 @@ void ExpectClose(const std::vector<float>& cpu, const std::vector<float>& cuda,
   }
 }
 
+// The CUDA kernels' fused batch-norm epilogues give the bits of the unfused
+// kernels they stand for (which KernelsAgreeOnCpuAndCuda below holds to the
+// CPU): one channel tile and a sliced plan over ResNet-18's first stage at
+// batch 32 (32·32·32 rows of 64 channels).
+TEST(ConvolutionKernelParityTest, FusedBatchNormEpiloguesMatchTheUnfused) {
+  const std::string no_gpu = NoGpuReason();
+  if (!no_gpu.empty()) GTEST_SKIP() << no_gpu;
+  std::unique_ptr<Device> cuda =
+      MakeDevice(DeviceType::kCuda, /*reference_batch_norm=*/false);
+  for (const auto& [rows, channels] :
+       {std::pair<int64_t, int>{300, 37},
+        std::pair<int64_t, int>{32 * 32 * 32, 64}}) {
+    const absl::Status checked = CheckBatchNormEpilogues(*cuda, rows, channels);
+    EXPECT_TRUE(checked.ok()) << checked;
+  }
+}
+
 // Each new kernel on the same inputs: im2col, col2im and max pooling move
 // values without arithmetic of their own order (col2im adds in the CPU's
 // order), so they match bit for bit; batch norm's per-channel sums are added
@@ -351,19 +370,20 @@ TEST(ConvolutionKernelParityTest, KernelsAgreeOnCpuAndCuda) {
     const float* device_gamma = Upload(dev, gamma);
     dev.BatchNormForwardTraining(device_x, rows, channels, device_gamma,
                                  Upload(dev, beta), 0.1f, 1e-5f, y, saved,
-                                 saved + channels, running, running + channels);
+                                 saved + channels, running, running + channels,
+                                 BatchNormEpilogue::None());
     out[d][0] = Download(dev, y, rows * channels);
     out[d][1] = Download(dev, running, 2 * channels);
     float* dx = *dev.Allocate<float>(rows * channels);
     float* dparams = *dev.Allocate<float>(2 * channels);
     dev.BatchNormBackward(device_x, Upload(dev, dy), rows, channels,
                           device_gamma, saved, saved + channels, dx, dparams,
-                          dparams + channels);
+                          dparams + channels, /*relu_output=*/nullptr);
     out[d][2] = Download(dev, dx, rows * channels);
     out[d][3] = Download(dev, dparams, 2 * channels);
-    dev.BatchNormForwardInference(device_x, rows, channels, device_gamma,
-                                  Upload(dev, beta), running,
-                                  running + channels, 1e-5f, y);
+    dev.BatchNormForwardInference(
+        device_x, rows, channels, device_gamma, Upload(dev, beta), running,
+        running + channels, 1e-5f, y, BatchNormEpilogue::None());
     out[d][4] = Download(dev, y, rows * channels);
   }
   const char* names[5] = {"batch norm y", "running statistics", "batch norm dx",

@@ -107,11 +107,11 @@ class ResNet : public BoundedMemoryModel {
   void RunBackward(const float* inputs, const int32_t* labels, int batch,
                    float* device_loss, const GradReadyCallback& ready) override;
   void Normalize(NormLayer& layer, const float* x, int64_t rows, float* y,
-                 bool training) {
+                 bool training, const BatchNormEpilogue& epilogue) {
     if (training) {
-      layer.norm.ForwardTraining(x, rows, y);
+      layer.norm.ForwardTraining(x, rows, y, epilogue);
     } else {
-      layer.norm.ForwardInference(x, rows, y);
+      layer.norm.ForwardInference(x, rows, y, epilogue);
     }
   }
   ConvGeometry StemGeometry(int images) const {
@@ -353,43 +353,44 @@ void ResNet::InitParams(uint64_t seed, const ParamLayout& layout,
 void ResNet::RunForward(const float* inputs, int images, bool training) {
   Device& d = device();
   const ConvGeometry stem = StemGeometry(images);
-  const int stem_width = options_.widths[0];
   if (!Need(*stem_conv_)) return;
   stem_conv_->conv.Forward(inputs, stem, stem_conv_out_);
   if (!Need(*stem_bn_)) return;
-  Normalize(*stem_bn_, stem_conv_out_, stem.column_rows(), stem_out_, training);
-  d.ReluForward(stem_out_, stem.column_rows() * stem_width);
+  Normalize(*stem_bn_, stem_conv_out_, stem.column_rows(), stem_out_, training,
+            BatchNormEpilogue::Relu());
   const float* x = stem_out_;
   for (Block& block : blocks_) {
     const ConvGeometry g1 = block.conv1->conv.Geometry(
         images, block.in_height, block.in_width,
         NhwcLayout(block.in_channels, block.in_height, block.in_width));
     const int64_t rows = g1.column_rows();
-    const int64_t size = rows * block.out_channels;
     if (!Need(*block.conv1)) return;
     block.conv1->conv.Forward(x, g1, block.conv1_out);
     if (!Need(*block.bn1)) return;
-    Normalize(*block.bn1, block.conv1_out, rows, block.act1, training);
-    d.ReluForward(block.act1, size);
+    Normalize(*block.bn1, block.conv1_out, rows, block.act1, training,
+              BatchNormEpilogue::Relu());
     const ConvGeometry g2 = block.conv2->conv.Geometry(
         images, block.out_height, block.out_width,
         NhwcLayout(block.out_channels, block.out_height, block.out_width));
     if (!Need(*block.conv2)) return;
     block.conv2->conv.Forward(block.act1, g2, block.conv2_out);
-    if (!Need(*block.bn2)) return;
-    Normalize(*block.bn2, block.conv2_out, rows, block.out, training);
+    // The tail, out = relu(bn2(conv2_out) + shortcut), is bn2's epilogue: one
+    // pass writes `out`. The shortcut's own batch norm, where it has one,
+    // runs first.
+    const float* shortcut = x;
     if (block.down_conv) {
       const ConvGeometry gd = block.down_conv->conv.Geometry(
           images, block.in_height, block.in_width, g1.input);
       if (!Need(*block.down_conv)) return;
       block.down_conv->conv.Forward(x, gd, block.down_out);
       if (!Need(*block.down_bn)) return;
-      Normalize(*block.down_bn, block.down_out, rows, scratch_[0], training);
-      d.Add(block.out, scratch_[0], size);
-    } else {
-      d.Add(block.out, x, size);
+      Normalize(*block.down_bn, block.down_out, rows, scratch_[0], training,
+                BatchNormEpilogue::None());
+      shortcut = scratch_[0];
     }
-    d.ReluForward(block.out, size);
+    if (!Need(*block.bn2)) return;
+    Normalize(*block.bn2, block.conv2_out, rows, block.out, training,
+              BatchNormEpilogue::AddThenRelu(shortcut));
     x = block.out;
   }
   const Block& last = blocks_.back();
@@ -440,24 +441,30 @@ void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
         NhwcLayout(block.out_channels, block.out_height, block.out_width));
     const int64_t rows = g1.column_rows();
     const int64_t size = rows * block.out_channels;
+    // grad_out: the gradient of the block's last ReLU's input, the sum of
+    // both branches, which each branch receives whole. The last block takes
+    // it through that ReLU here; every other block receives it so from the
+    // block after it (ReluBackwardOfSum below).
     float* grad_out = delta_[current];
     float* grad_in = delta_[1 - current];
-    // Through the last ReLU: grad_out becomes the gradient of both branches'
-    // sum, which each branch receives whole.
-    d.ReluBackward(block.out, grad_out, size);
+    if (b + 1 == static_cast<int>(blocks_.size())) {
+      d.ReluBackward(block.out, grad_out, size);
+    }
     block.bn2->norm.Backward(block.conv2_out, grad_out, rows, scratch_[0]);
     report_norm(*block.bn2);
     block.conv2->conv.BackwardWeights(block.act1, g2, scratch_[0]);
     report(block.conv2->weight);
     block.conv2->conv.BackwardInput(g2, scratch_[0], scratch_[1]);
-    d.ReluBackward(block.act1, scratch_[1], size);
-    block.bn1->norm.Backward(block.conv1_out, scratch_[1], rows, scratch_[0]);
+    // scratch_[1] is act1's gradient; bn1 takes it through act1's ReLU.
+    block.bn1->norm.Backward(block.conv1_out, scratch_[1], rows, scratch_[0],
+                             block.act1);
     report_norm(*block.bn1);
     block.conv1->conv.BackwardWeights(x, g1, scratch_[0]);
     report(block.conv1->weight);
     block.conv1->conv.BackwardInput(g1, scratch_[0], grad_in);
     const int64_t in_size =
         int64_t{batch} * block.in_height * block.in_width * block.in_channels;
+    const float* shortcut_grad = grad_out;
     if (block.down_conv) {
       const ConvGeometry gd = block.down_conv->conv.Geometry(
           batch, block.in_height, block.in_width, g1.input);
@@ -466,18 +473,19 @@ void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
       block.down_conv->conv.BackwardWeights(x, gd, scratch_[1]);
       report(block.down_conv->weight);
       block.down_conv->conv.BackwardInput(gd, scratch_[1], scratch_[0]);
-      d.Add(grad_in, scratch_[0], in_size);
-    } else {
-      d.Add(grad_in, grad_out, in_size);
+      shortcut_grad = scratch_[0];
     }
+    // x is a ReLU's output (the previous block's or the stem's): the two
+    // branches' gradients meet there and go through that ReLU in one pass.
+    d.ReluBackwardOfSum(x, shortcut_grad, grad_in, in_size);
     current = 1 - current;
   }
 
   // The stem; its input gradient is not needed.
   const ConvGeometry stem = StemGeometry(batch);
   const int64_t stem_rows = stem.column_rows();
+  // Through the stem's ReLU already (the first block's ReluBackwardOfSum).
   float* grad = delta_[current];
-  d.ReluBackward(stem_out_, grad, stem_rows * options_.widths[0]);
   stem_bn_->norm.Backward(stem_conv_out_, grad, stem_rows, scratch_[0]);
   report_norm(*stem_bn_);
   stem_conv_->conv.BackwardWeights(inputs, stem, scratch_[0]);

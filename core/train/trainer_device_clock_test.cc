@@ -94,6 +94,10 @@ class ScriptedClockDevice : public Device {
   void ReluBackward(const float* y, float* dy, int64_t count) override {
     cpu_->ReluBackward(y, dy, count);
   }
+  void ReluBackwardOfSum(const float* y, const float* x, float* dy,
+                         int64_t count) override {
+    cpu_->ReluBackwardOfSum(y, x, dy, count);
+  }
   void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int rows,
                            int classes, float* dlogits, float* loss) override {
     cpu_->SoftmaxCrossEntropy(logits, labels, rows, classes, dlogits, loss);
@@ -116,26 +120,29 @@ class ScriptedClockDevice : public Device {
                                 const float* gamma, const float* beta,
                                 float momentum, float epsilon, float* y,
                                 float* saved_mean, float* saved_inv_std,
-                                float* running_mean,
-                                float* running_var) override {
+                                float* running_mean, float* running_var,
+                                const BatchNormEpilogue& epilogue) override {
     cpu_->BatchNormForwardTraining(x, rows, channels, gamma, beta, momentum,
                                    epsilon, y, saved_mean, saved_inv_std,
-                                   running_mean, running_var);
+                                   running_mean, running_var, epilogue);
   }
   void BatchNormForwardInference(const float* x, int64_t rows, int channels,
                                  const float* gamma, const float* beta,
                                  const float* running_mean,
                                  const float* running_var, float epsilon,
-                                 float* y) override {
+                                 float* y,
+                                 const BatchNormEpilogue& epilogue) override {
     cpu_->BatchNormForwardInference(x, rows, channels, gamma, beta,
-                                    running_mean, running_var, epsilon, y);
+                                    running_mean, running_var, epsilon, y,
+                                    epilogue);
   }
   void BatchNormBackward(const float* x, const float* dy, int64_t rows,
                          int channels, const float* gamma,
                          const float* saved_mean, const float* saved_inv_std,
-                         float* dx, float* dgamma, float* dbeta) override {
+                         float* dx, float* dgamma, float* dbeta,
+                         const float* relu_output) override {
     cpu_->BatchNormBackward(x, dy, rows, channels, gamma, saved_mean,
-                            saved_inv_std, dx, dgamma, dbeta);
+                            saved_inv_std, dx, dgamma, dbeta, relu_output);
   }
   void MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
                       int32_t* where) override {

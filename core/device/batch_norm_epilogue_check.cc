@@ -1,0 +1,208 @@
+#include "core/device/batch_norm_epilogue_check.h"
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "core/base/status_macros.h"
+
+namespace gradsync {
+namespace {
+
+// Host vectors to and from one device.
+class Transfer {
+ public:
+  explicit Transfer(Device& device) : device_(device) {}
+
+  absl::StatusOr<float*> Upload(const std::vector<float>& host) {
+    ASSIGN_OR_RETURN(float* buffer, device_.Allocate<float>(
+                                        static_cast<int64_t>(host.size())));
+    RETURN_IF_ERROR(
+        device_.CopyToDevice(buffer, host.data(), host.size() * sizeof(float)));
+    return buffer;
+  }
+  absl::StatusOr<std::vector<float>> Download(const float* buffer,
+                                              int64_t count) {
+    std::vector<float> host(static_cast<size_t>(count));
+    RETURN_IF_ERROR(
+        device_.CopyToHost(host.data(), buffer, host.size() * sizeof(float)));
+    return host;
+  }
+
+ private:
+  Device& device_;
+};
+
+// Bit for bit: the fused pass computes the same float operations in the
+// same order.
+absl::Status ExpectSameBits(Device& device, const float* unfused,
+                            const float* fused, int64_t count,
+                            absl::string_view what) {
+  Transfer transfer(device);
+  ASSIGN_OR_RETURN(std::vector<float> a, transfer.Download(unfused, count));
+  ASSIGN_OR_RETURN(std::vector<float> b, transfer.Download(fused, count));
+  for (int64_t i = 0; i < count; ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      return absl::InternalError(
+          absl::StrCat(device.name(), ": ", what, " differs at element ", i,
+                       " of ", count, ": unfused ", a[i], ", fused ", b[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Channel c's values: N(0, 1)·(1 + c mod 3) + (c mod 5)/4 - 0.5, so that
+// channels differ in offset and scale and a ReLU after the normalisation
+// zeroes a share of every channel.
+std::vector<float> ChannelValues(int64_t rows, int channels, uint64_t seed) {
+  std::mt19937_64 generator(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(static_cast<size_t>(rows * channels));
+  for (int64_t i = 0; i < rows * channels; ++i) {
+    const int c = static_cast<int>(i % channels);
+    values[i] = normal(generator) * static_cast<float>(1 + c % 3) +
+                0.25f * static_cast<float>(c % 5) - 0.5f;
+  }
+  return values;
+}
+
+std::vector<float> Uniform(int64_t count, float low, float high,
+                           uint64_t seed) {
+  std::mt19937_64 generator(seed);
+  std::uniform_real_distribution<float> uniform(low, high);
+  std::vector<float> values(static_cast<size_t>(count));
+  for (float& v : values) v = uniform(generator);
+  return values;
+}
+
+}  // namespace
+
+absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
+                                     int channels) {
+  if (rows < 2 || channels < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CheckBatchNormEpilogues needs rows >= 2 and channels "
+                     ">= 1; got ",
+                     rows, " x ", channels));
+  }
+  const int64_t n = rows * channels;
+  constexpr float kMomentum = 0.1f, kEpsilon = 1e-5f;
+  Transfer transfer(device);
+  const std::vector<float> host_dy = ChannelValues(rows, channels, 12);
+  ASSIGN_OR_RETURN(const float* x,
+                   transfer.Upload(ChannelValues(rows, channels, 11)));
+  ASSIGN_OR_RETURN(const float* residual,
+                   transfer.Upload(ChannelValues(rows, channels, 13)));
+  ASSIGN_OR_RETURN(const float* gamma,
+                   transfer.Upload(Uniform(channels, 0.5f, 1.5f, 14)));
+  ASSIGN_OR_RETURN(const float* beta,
+                   transfer.Upload(Uniform(channels, -0.5f, 0.5f, 15)));
+  std::vector<float> running_init(2 * static_cast<size_t>(channels), 0.0f);
+  for (int c = 0; c < channels; ++c) running_init[channels + c] = 1.0f;
+
+  // Per side (unfused, fused): y, saved statistics, running statistics,
+  // inference output, dy, dx, dγ and dβ.
+  struct Side {
+    float* y;
+    float* saved;
+    float* running;
+    float* inference;
+    float* dy;
+    float* dx;
+    float* dparams;
+  };
+  auto make_side = [&]() -> absl::StatusOr<Side> {
+    Side side{};
+    ASSIGN_OR_RETURN(side.y, device.Allocate<float>(n));
+    ASSIGN_OR_RETURN(side.saved, device.Allocate<float>(2 * channels));
+    ASSIGN_OR_RETURN(side.running, transfer.Upload(running_init));
+    ASSIGN_OR_RETURN(side.inference, device.Allocate<float>(n));
+    ASSIGN_OR_RETURN(side.dy, transfer.Upload(host_dy));
+    ASSIGN_OR_RETURN(side.dx, device.Allocate<float>(n));
+    ASSIGN_OR_RETURN(side.dparams, device.Allocate<float>(2 * channels));
+    return side;
+  };
+
+  const BatchNormEpilogue epilogues[] = {
+      BatchNormEpilogue::Relu(), BatchNormEpilogue::AddThenRelu(residual),
+      BatchNormEpilogue{residual, false}};
+  const char* names[] = {"relu", "residual + relu", "residual"};
+  for (int e = 0; e < 3; ++e) {
+    const BatchNormEpilogue& epilogue = epilogues[e];
+    ASSIGN_OR_RETURN(Side unfused, make_side());
+    ASSIGN_OR_RETURN(Side fused, make_side());
+    auto unfused_epilogue = [&](float* y) {
+      if (epilogue.residual != nullptr) device.Add(y, epilogue.residual, n);
+      if (epilogue.relu) device.ReluForward(y, n);
+    };
+
+    device.BatchNormForwardTraining(
+        x, rows, channels, gamma, beta, kMomentum, kEpsilon, unfused.y,
+        unfused.saved, unfused.saved + channels, unfused.running,
+        unfused.running + channels, BatchNormEpilogue::None());
+    unfused_epilogue(unfused.y);
+    device.BatchNormForwardTraining(x, rows, channels, gamma, beta, kMomentum,
+                                    kEpsilon, fused.y, fused.saved,
+                                    fused.saved + channels, fused.running,
+                                    fused.running + channels, epilogue);
+
+    device.BatchNormForwardInference(
+        x, rows, channels, gamma, beta, unfused.running,
+        unfused.running + channels, kEpsilon, unfused.inference,
+        BatchNormEpilogue::None());
+    unfused_epilogue(unfused.inference);
+    device.BatchNormForwardInference(x, rows, channels, gamma, beta,
+                                     fused.running, fused.running + channels,
+                                     kEpsilon, fused.inference, epilogue);
+
+    const std::string name = names[e];
+    RETURN_IF_ERROR(device.Synchronize());
+    RETURN_IF_ERROR(ExpectSameBits(device, unfused.y, fused.y, n,
+                                   name + " training output"));
+    RETURN_IF_ERROR(ExpectSameBits(device, unfused.saved, fused.saved,
+                                   2 * channels, name + " saved statistics"));
+    RETURN_IF_ERROR(ExpectSameBits(device, unfused.running, fused.running,
+                                   2 * channels, name + " running statistics"));
+    RETURN_IF_ERROR(ExpectSameBits(device, unfused.inference, fused.inference,
+                                   n, name + " inference output"));
+    if (!epilogue.relu) continue;
+
+    // The backward through the ReLU: ReluBackward then the plain backward,
+    // against the backward that masks dy as it reads it.
+    device.ReluBackward(unfused.y, unfused.dy, n);
+    device.BatchNormBackward(x, unfused.dy, rows, channels, gamma,
+                             unfused.saved, unfused.saved + channels,
+                             unfused.dx, unfused.dparams,
+                             unfused.dparams + channels, nullptr);
+    device.BatchNormBackward(x, fused.dy, rows, channels, gamma, fused.saved,
+                             fused.saved + channels, fused.dx, fused.dparams,
+                             fused.dparams + channels, fused.y);
+    RETURN_IF_ERROR(device.Synchronize());
+    RETURN_IF_ERROR(
+        ExpectSameBits(device, unfused.dx, fused.dx, n, name + " dx"));
+    RETURN_IF_ERROR(ExpectSameBits(device, unfused.dparams, fused.dparams,
+                                   2 * channels, name + " dgamma, dbeta"));
+    // dy is read, not written.
+    ASSIGN_OR_RETURN(const float* original_dy, transfer.Upload(host_dy));
+    RETURN_IF_ERROR(ExpectSameBits(device, original_dy, fused.dy, n,
+                                   name + " dy (must be left as it was)"));
+  }
+
+  // Two gradients meeting at a ReLU's output, through that ReLU.
+  ASSIGN_OR_RETURN(float* relu_output, device.Allocate<float>(n));
+  device.CopyOnDevice(relu_output, x, n);
+  device.ReluForward(relu_output, n);
+  ASSIGN_OR_RETURN(float* unfused_sum, transfer.Upload(host_dy));
+  ASSIGN_OR_RETURN(float* fused_sum, transfer.Upload(host_dy));
+  device.Add(unfused_sum, residual, n);
+  device.ReluBackward(relu_output, unfused_sum, n);
+  device.ReluBackwardOfSum(relu_output, residual, fused_sum, n);
+  RETURN_IF_ERROR(device.Synchronize());
+  return ExpectSameBits(device, unfused_sum, fused_sum, n, "ReluBackwardOfSum");
+}
+
+}  // namespace gradsync
