@@ -16,7 +16,8 @@
 #   parity_layers   layer_reference_test: every layer at ResNet-18's shapes
 #                   against loops in double, on the CPU and the GPU
 #   parity_cudnn    device_parity_test's cuDNN cases: each convolution against
-#                   a direct convolution in double
+#                   a direct convolution in double; and the fused batch-norm
+#                   epilogues against the unfused kernels, bit for bit
 #   parity_bf16     bf16_precision_test: --precision=bf16's convolutions and
 #                   products on the GPU against float64 of the bf16-rounded
 #                   inputs, and the MLP's and CNN's bf16 steps on the GPU
@@ -294,7 +295,8 @@ if ((quick)); then
     fi
   }
   quick_gtest parity_layers 150 layer_reference_test
-  quick_gtest parity_cudnn 120 device_parity_test '--gtest_filter=*Cudnn*'
+  quick_gtest parity_cudnn 120 device_parity_test \
+    '--gtest_filter=*Cudnn*:*FusedBatchNorm*'
   quick_gtest parity_bf16 120 bf16_precision_test
 
   # Exposed communication on this GPU: ResNet-18, batch 64 per worker, fp32.

@@ -1,14 +1,15 @@
 // A 2-D convolution prepared once for one geometry by a device's convolution
-// library (oneDNN on the CPU, cuDNN on CUDA), then run every step. Models reach it through
-// Device::CreateConvolution; a device without such a library returns none and
-// the layer (core/model/conv2d.h) runs im2col + Gemm, the reference the
-// library is tested against.
+// library (oneDNN on the CPU, cuDNN on CUDA), then run every step. Models reach
+// it through Device::CreateConvolution; a device without such a library returns
+// none and the layer (core/model/conv2d.h) runs im2col + Gemm, the reference
+// the library is tested against.
 //
 // Tensors are those of im2col's layers (layer_geometry.h): the input laid out
 // as the geometry's ImageLayout, the output NHWC [batch·oh·ow × out], the
 // weight PyTorch's [out][in][k][k]. No bias: the layer adds it.
 #pragma once
 
+#include "absl/functional/function_ref.h"
 #include "core/device/layer_geometry.h"
 
 namespace gradsync {
@@ -28,6 +29,18 @@ class ConvolutionKernel {
   // Overwrites dx (laid out as the geometry's input) with the input gradient.
   virtual void BackwardInput(const float* dy, const float* weight,
                              float* dx) = 0;
+  // Both gradients from one dy: BackwardWeights, then `weight_grad_ready`
+  // (the weight gradient is queued: a model hands it to the strategy before
+  // the input gradient runs), then BackwardInput, with their results. A kernel
+  // may share their common work (under bf16, cuDNN's rounded copy of dy is
+  // made once).
+  virtual void Backward(const float* x, const float* dy, const float* weight,
+                        float* weight_grad, float* dx,
+                        absl::FunctionRef<void()> weight_grad_ready) {
+    BackwardWeights(x, dy, weight_grad);
+    weight_grad_ready();
+    BackwardInput(dy, weight, dx);
+  }
 
  protected:
   ConvolutionKernel(const ConvGeometry& geometry, int out_channels)

@@ -478,10 +478,9 @@ absl::Status CudnnConvolution::RunForwardBf16(const float* x,
 }
 
 absl::Status CudnnConvolution::RunBackwardWeightsBf16(const float* x,
-                                                      const float* dy,
+                                                      const void* output_grad,
                                                       float* weight_grad) {
   ASSIGN_OR_RETURN(const void* input, InputAsBf16(x));
-  ASSIGN_OR_RETURN(const void* output_grad, OutputGradientAsBf16(dy));
   void* krsc_grad = context_.scratch(CudnnContext::kWeightGrad);
   const float one = 1.0f, zero = 0.0f;
   CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, weight_math_),
@@ -501,11 +500,10 @@ absl::Status CudnnConvolution::RunBackwardWeightsBf16(const float* x,
       "WidenFromBfloat16 (weight gradient to KCRS)");
 }
 
-absl::Status CudnnConvolution::RunBackwardInputBf16(const float* dy,
+absl::Status CudnnConvolution::RunBackwardInputBf16(const void* output_grad,
                                                     const float* weight,
                                                     float* dx) {
   ASSIGN_OR_RETURN(const void* filter, WeightAsBf16(weight));
-  ASSIGN_OR_RETURN(const void* output_grad, OutputGradientAsBf16(dy));
   void* input_grad = context_.scratch(CudnnContext::kInput);
   const float one = 1.0f, zero = 0.0f;
   CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, input_math_),
@@ -567,7 +565,10 @@ absl::Status CudnnConvolution::RunBackwardWeights(const float* x,
                                                   const float* dy,
                                                   float* weight_grad) {
   RETURN_IF_ERROR(context_.device().MakeCurrent());
-  if (plan_.bf16()) return RunBackwardWeightsBf16(x, dy, weight_grad);
+  if (plan_.bf16()) {
+    ASSIGN_OR_RETURN(const void* output_grad, OutputGradientAsBf16(dy));
+    return RunBackwardWeightsBf16(x, output_grad, weight_grad);
+  }
   ASSIGN_OR_RETURN(const float* input, InputAsNhwc(x));
   float* krsc_grad =
       static_cast<float*>(context_.scratch(CudnnContext::kWeightGrad));
@@ -591,7 +592,10 @@ absl::Status CudnnConvolution::RunBackwardInput(const float* dy,
                                                 const float* weight,
                                                 float* dx) {
   RETURN_IF_ERROR(context_.device().MakeCurrent());
-  if (plan_.bf16()) return RunBackwardInputBf16(dy, weight, dx);
+  if (plan_.bf16()) {
+    ASSIGN_OR_RETURN(const void* output_grad, OutputGradientAsBf16(dy));
+    return RunBackwardInputBf16(output_grad, weight, dx);
+  }
   ASSIGN_OR_RETURN(const float* filter, WeightAsKrsc(weight));
   float* nhwc_dx =
       plan_.input_needs_copy()
@@ -614,6 +618,25 @@ absl::Status CudnnConvolution::RunBackwardInput(const float* dy,
   return absl::OkStatus();
 }
 
+absl::Status CudnnConvolution::RunBackward(
+    const float* x, const float* dy, const float* weight, float* weight_grad,
+    float* dx, absl::FunctionRef<void()> weight_grad_ready) {
+  if (!plan_.bf16()) {
+    RETURN_IF_ERROR(RunBackwardWeights(x, dy, weight_grad));
+    weight_grad_ready();
+    return RunBackwardInput(dy, weight, dx);
+  }
+  RETURN_IF_ERROR(context_.device().MakeCurrent());
+  // dy's bf16 copy stays in the output scratch through both directions:
+  // neither writes it (the weight pass writes the weight-gradient scratch,
+  // the input pass the input scratch, after the weight pass has read x's
+  // copy there).
+  ASSIGN_OR_RETURN(const void* output_grad, OutputGradientAsBf16(dy));
+  RETURN_IF_ERROR(RunBackwardWeightsBf16(x, output_grad, weight_grad));
+  weight_grad_ready();
+  return RunBackwardInputBf16(output_grad, weight, dx);
+}
+
 void CudnnConvolution::Forward(const float* x, const float* weight, float* y) {
   Keep(RunForward(x, weight, y));
 }
@@ -626,6 +649,13 @@ void CudnnConvolution::BackwardWeights(const float* x, const float* dy,
 void CudnnConvolution::BackwardInput(const float* dy, const float* weight,
                                      float* dx) {
   Keep(RunBackwardInput(dy, weight, dx));
+}
+
+void CudnnConvolution::Backward(const float* x, const float* dy,
+                                const float* weight, float* weight_grad,
+                                float* dx,
+                                absl::FunctionRef<void()> weight_grad_ready) {
+  Keep(RunBackward(x, dy, weight, weight_grad, dx, weight_grad_ready));
 }
 
 }  // namespace gradsync

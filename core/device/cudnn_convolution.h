@@ -67,6 +67,10 @@ class CudnnConvolution : public ConvolutionKernel {
   void BackwardWeights(const float* x, const float* dy,
                        float* weight_grad) override;
   void BackwardInput(const float* dy, const float* weight, float* dx) override;
+  // Under bf16, rounds dy once for both directions.
+  void Backward(const float* x, const float* dy, const float* weight,
+                float* weight_grad, float* dx,
+                absl::FunctionRef<void()> weight_grad_ready) override;
 
   // The chosen algorithms and their workspaces, for logs and gpu_check.
   std::string algorithms() const;
@@ -97,12 +101,16 @@ class CudnnConvolution : public ConvolutionKernel {
                                   float* weight_grad);
   absl::Status RunBackwardInput(const float* dy, const float* weight,
                                 float* dx);
-  // The bf16 directions (see the file comment).
+  absl::Status RunBackward(const float* x, const float* dy, const float* weight,
+                           float* weight_grad, float* dx,
+                           absl::FunctionRef<void()> weight_grad_ready);
+  // The bf16 directions (see the file comment); the backward ones take dy
+  // already rounded (OutputGradientAsBf16), which both may share.
   absl::Status RunForwardBf16(const float* x, const float* weight, float* y);
-  absl::Status RunBackwardWeightsBf16(const float* x, const float* dy,
+  absl::Status RunBackwardWeightsBf16(const float* x, const void* output_grad,
                                       float* weight_grad);
-  absl::Status RunBackwardInputBf16(const float* dy, const float* weight,
-                                    float* dx);
+  absl::Status RunBackwardInputBf16(const void* output_grad,
+                                    const float* weight, float* dx);
   // x rounded to NHWC bf16, the weight to KRSC bf16, dy to bf16, each in its
   // scratch.
   absl::StatusOr<const void*> InputAsBf16(const float* x);

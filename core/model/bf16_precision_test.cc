@@ -254,6 +254,26 @@ TEST_P(Bf16LayerTest, ConvolutionsAgainstFloat64OfRoundedInputs) {
                           c.out * taps, "input gradient");
     // The master weight is read, never rounded in place.
     EXPECT_EQ(Download(device_weight, conv.weight_count()), weight);
+
+    // Both gradients at once (cuDNN rounds dy once for both): the same bits
+    // as the two directions one after the other.
+    const std::vector<float> separate_weight_grad =
+        Download(weight_grad, conv.weight_count());
+    const std::vector<float> separate_dx = Download(dx, g.input_count());
+    float* combined_dx = Zeros(g.input_count());
+    // The callback comes between the directions: the weight gradient is
+    // complete (once the queue runs to it), dx not yet written.
+    std::vector<float> weight_grad_at_callback;
+    conv.Backward(device_x, g, Upload(dy), combined_dx, [&] {
+      ASSERT_TRUE(device_->Synchronize().ok());
+      weight_grad_at_callback = Download(weight_grad, conv.weight_count());
+      EXPECT_EQ(Download(combined_dx, g.input_count()),
+                std::vector<float>(g.input_count(), 0.0f));
+    });
+    ASSERT_TRUE(device_->Synchronize().ok());
+    EXPECT_EQ(weight_grad_at_callback, separate_weight_grad);
+    EXPECT_EQ(Download(weight_grad, conv.weight_count()), separate_weight_grad);
+    EXPECT_EQ(Download(combined_dx, g.input_count()), separate_dx);
   }
 }
 

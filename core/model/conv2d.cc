@@ -169,6 +169,24 @@ void Conv2d::BackwardWeights(const float* x, const ConvGeometry& g,
   }
 }
 
+void Conv2d::Backward(const float* x, const ConvGeometry& g, const float* dy,
+                      float* dx, absl::FunctionRef<void()> weight_grad_ready) {
+  ConvolutionKernel* kernel = KernelFor(g);
+  if (kernel == nullptr) {
+    BackwardWeights(x, g, dy);
+    weight_grad_ready();
+    BackwardInput(g, dy, dx);
+    return;
+  }
+  kernel->Backward(x, dy, weight_, weight_grad_, dx, [&] {
+    if (bias_grad_ != nullptr) {
+      device_->SumRows(dy, bias_grad_, static_cast<int>(g.column_rows()),
+                       shape_.out_channels);
+    }
+    weight_grad_ready();
+  });
+}
+
 void Conv2d::BackwardInput(const ConvGeometry& g, const float* dy, float* dx) {
   if (ConvolutionKernel* kernel = KernelFor(g)) {
     kernel->BackwardInput(dy, weight_, dx);

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "core/device/convolution_kernel.h"
 #include "core/device/device.h"
@@ -80,6 +81,11 @@ class Conv2d {
   void BackwardWeights(const float* x, const ConvGeometry& g, const float* dy);
   // Overwrites dx (laid out as g.input) with the input gradient.
   void BackwardInput(const ConvGeometry& g, const float* dy, float* dx);
+  // BackwardWeights, then `weight_grad_ready` (the weight and bias
+  // gradients are queued), then BackwardInput, on one dy: through the
+  // kernel's Backward where the device has one, which may share their work.
+  void Backward(const float* x, const ConvGeometry& g, const float* dy,
+                float* dx, absl::FunctionRef<void()> weight_grad_ready);
 
  private:
   // Images per piece of the batch whose column matrix fits the scratch.

@@ -556,6 +556,18 @@ TEST_P(CudnnConvolutionParityTest, AgreesWithDirectConvolution) {
                      at + " dweight");
     ExpectNearDouble(Download(*cuda, device_dx, x_count), dx, 1e-4, at + " dx");
   }
+  // Both gradients in one call: the separate calls' bits.
+  float* combined_dweight = *cuda->Allocate<float>(w_count);
+  float* combined_dx = *cuda->Allocate<float>(x_count);
+  int ready_calls = 0;
+  (*kernel)->Backward(device_x, device_dy, device_weight, combined_dweight,
+                      combined_dx, [&] { ++ready_calls; });
+  EXPECT_EQ(ready_calls, 1);
+  ASSERT_TRUE(cuda->Synchronize().ok());
+  EXPECT_EQ(Download(*cuda, combined_dweight, w_count),
+            Download(*cuda, device_dweight, w_count));
+  EXPECT_EQ(Download(*cuda, combined_dx, x_count),
+            Download(*cuda, device_dx, x_count));
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -452,16 +452,14 @@ void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
     }
     block.bn2->norm.Backward(block.conv2_out, grad_out, rows, scratch_[0]);
     report_norm(*block.bn2);
-    block.conv2->conv.BackwardWeights(block.act1, g2, scratch_[0]);
-    report(block.conv2->weight);
-    block.conv2->conv.BackwardInput(g2, scratch_[0], scratch_[1]);
+    block.conv2->conv.Backward(block.act1, g2, scratch_[0], scratch_[1],
+                               [&] { report(block.conv2->weight); });
     // scratch_[1] is act1's gradient; bn1 takes it through act1's ReLU.
     block.bn1->norm.Backward(block.conv1_out, scratch_[1], rows, scratch_[0],
                              block.act1);
     report_norm(*block.bn1);
-    block.conv1->conv.BackwardWeights(x, g1, scratch_[0]);
-    report(block.conv1->weight);
-    block.conv1->conv.BackwardInput(g1, scratch_[0], grad_in);
+    block.conv1->conv.Backward(x, g1, scratch_[0], grad_in,
+                               [&] { report(block.conv1->weight); });
     const int64_t in_size =
         int64_t{batch} * block.in_height * block.in_width * block.in_channels;
     const float* shortcut_grad = grad_out;
@@ -470,9 +468,8 @@ void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
           batch, block.in_height, block.in_width, g1.input);
       block.down_bn->norm.Backward(block.down_out, grad_out, rows, scratch_[1]);
       report_norm(*block.down_bn);
-      block.down_conv->conv.BackwardWeights(x, gd, scratch_[1]);
-      report(block.down_conv->weight);
-      block.down_conv->conv.BackwardInput(gd, scratch_[1], scratch_[0]);
+      block.down_conv->conv.Backward(x, gd, scratch_[1], scratch_[0],
+                                     [&] { report(block.down_conv->weight); });
       shortcut_grad = scratch_[0];
     }
     // x is a ReLU's output (the previous block's or the stem's): the two
