@@ -106,6 +106,13 @@ inline void ReluBackwardOfSumSpan(const float* __restrict y,
   for (int j = 0; j < n; ++j) dy[j] = km::ReluGradientOfSum(y[j], dy[j], x[j]);
 }
 
+// out = ReluBackward's dy, written to a buffer of its own (dy is const).
+inline void MaskedGradientSpan(const float* __restrict y,
+                               const float* __restrict dy,
+                               float* __restrict out, int n) {
+  for (int j = 0; j < n; ++j) out[j] = km::ReluGradient(y[j], dy[j]);
+}
+
 inline void EpilogueSpan(float* __restrict y, const float* __restrict residual,
                          bool relu, int n) {
   for (int j = 0; j < n; ++j) {
@@ -535,9 +542,12 @@ void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
       if (static_cast<int64_t>(relu_masked_dy_.size()) < count) {
         relu_masked_dy_.resize(count);
       }
-      std::copy(dy, dy + count, relu_masked_dy_.data());
-      ReluBackward(relu_output, relu_masked_dy_.data(), count);
-      grad = relu_masked_dy_.data();
+      float* masked = relu_masked_dy_.data();
+      dnnl_->UseThreads();
+      ForEachBlock(count, [&](int64_t i, int n) {
+        MaskedGradientSpan(relu_output + i, dy + i, masked + i, n);
+      });
+      grad = masked;
     }
     kernel->Backward(x, grad, gamma, saved_mean, saved_inv_std, dx, dgamma,
                      dbeta);
