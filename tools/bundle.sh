@@ -77,6 +77,7 @@ TARGETS=(
   //bench:mlp_gpu_benchmark
   //bench:mlp_benchmark
   //bench:allreduce_benchmark
+  //bench:layer_profile
 )
 MAX_BYTES=$((60 * 1024 * 1024))
 DATA_DIR=/usr/share/datasets/fashion-mnist
@@ -438,6 +439,9 @@ $(. /etc/os-release && echo "$PRETTY_NAME").
   bin/host_staging_test                pinned staging for the ring and ps strategies
   bin/nccl_test                        --sync=nccl on one GPU
   bin/mlp_gpu_benchmark                step time and GEMM efficiency, batch 64..4096
+  bin/layer_profile --device=cuda --model=resnet18 --batch=128 [--precision=bf16]
+                                       where the step's GPU time goes, operation by
+                                       operation (--out=FILE: all of them as JSON)
   bin/allreduce_benchmark --algorithms=nccl,gradsync_ring --workers=4
                                        NCCL vs the TCP ring, nccl-tests style
   bin/pytorch_compare.py               the same step in PyTorch, side by side

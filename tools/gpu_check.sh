@@ -25,6 +25,11 @@
 #   comm_*          exposed communication of ResNet-18 jobs on this GPU:
 #                   local (must be at most 2% of the step), ring2 (2
 #                   workers), ps2_1 (2 workers, 1 server)
+#   layers_P        bench/layer_profile: ResNet-18's step at batch 128 and
+#                   precision P (fp32, bf16), operation by operation on the
+#                   GPU's clock: the share of convolutions, batch norm and
+#                   element-wise kernels here, every operation in
+#                   layers_P.json and the tables in layers_P.log
 #   hook            the PyTorch hook (bundle only): the wheel in a throwaway
 #                   venv over the node's torch, python/cuda_hook_check.py
 #   speed/M/B/P     bench/compute_vs_pytorch.py --device=cuda: gradsync's step
@@ -189,7 +194,7 @@ else
            //core/model:bf16_precision_test
            //core/sync:host_staging_test
            //allreduce/nccl:nccl_test //bench:mlp_gpu_benchmark
-           //bench:allreduce_benchmark)
+           //bench:allreduce_benchmark //bench:layer_profile)
   # Outputs of their own and no bazel-bin link: a default build elsewhere in
   # this checkout neither replaces these binaries nor is replaced by them.
   bazel_cuda=(--color=no --curses=no --config=cuda --symlink_prefix=/)
@@ -216,11 +221,13 @@ else
       nccl_test) echo "$bin/allreduce/nccl/nccl_test" ;;
       mlp_gpu_benchmark) echo "$bin/bench/mlp_gpu_benchmark" ;;
       allreduce_benchmark) echo "$bin/bench/allreduce_benchmark" ;;
+      layer_profile) echo "$bin/bench/layer_profile" ;;
     esac
   }
 fi
 for name in gradsync cuda_device_test device_parity_test layer_reference_test \
-            bf16_precision_test host_staging_test nccl_test mlp_gpu_benchmark allreduce_benchmark; do
+            bf16_precision_test host_staging_test nccl_test mlp_gpu_benchmark \
+            allreduce_benchmark layer_profile; do
   if ((!dry)) && [[ ! -x "$(program "$name")" ]]; then
     log "gpu_check: $name not found at $(program "$name") (build with --config=cuda, or use the bundle)"
     record FAIL setup "$name missing"
@@ -352,6 +359,35 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
     "--run_dir=$logs/comm_ring2.run" -- --sync=ring "${job_flags[@]}"
   comm_job comm_ps2_1 "" "$gradsync" launch --workers=2 --servers=1 \
     "--run_dir=$logs/comm_ps2_1.run" -- --sync=ps "${job_flags[@]}"
+  # Where ResNet-18's step goes on this GPU, operation by operation (issue
+  # 39's "find where the time goes first"): batch 128, fp32 and bf16.
+  for precision in fp32 bf16; do
+    name=layers_$precision
+    budget_left "$name" || continue
+    run "$name" 120 "$(program layer_profile)" --device=cuda --model=resnet18 \
+      --batch=128 "--precision=$precision" --warmup=5 --steps=10 --top=40 \
+      "--out=$logs/$name.json"
+    if ((dry)); then
+      record SKIP "$name" "dry run"
+    elif ((rc != 0)); then
+      record FAIL "$name" "$(why_failed 120 "$name")"
+    else
+      # The unmarked step and the categories' shares, from the log's table.
+      record PASS "$name" "$(awk '
+        /^unmarked step:/ { step = $3 }
+        /^[0-9]+ operations a step,/ { profiled = $5 }
+        /^category / { categories = 1; next }
+        /^$/ { categories = 0 }
+        categories && /^conv / { conv += $(NF - 1) }
+        categories && /^batch norm / { norm += $(NF - 1) }
+        categories && /^element-wise / { elementwise += $(NF - 1) }
+        END {
+          printf "step %s ms unmarked, %s ms profiled: conv %.0f%%, batch norm %.0f%%, element-wise %.0f%% (ms/step: %.2f, %.2f, %.2f)",
+            step, profiled, 100 * conv / profiled, 100 * norm / profiled,
+            100 * elementwise / profiled, conv, norm, elementwise
+        }' "$logs/$name.log")"
+    fi
+  done
   # The PyTorch hook on this GPU (issue 41): DDP on Gloo over CUDA tensors
   # against gradsync's ring and PS behind the hook, two processes sharing the
   # GPU. The bundle's wheel goes into a throwaway venv that sees the node's

@@ -24,7 +24,8 @@ BATCHES = (32, 128, 256)
 PRECISIONS = ("fp32", "tf32", "bf16")
 CHECKS = (["versions", "parity_layers", "parity_cudnn", "parity_bf16",
            "comm_local",
-           "comm_ring2", "comm_ps2_1", "hook"] +
+           "comm_ring2", "comm_ps2_1", "layers_fp32", "layers_bf16",
+           "hook"] +
           ["speed/%s/%d/%s" % (m, b, p)
            for m in MODELS for b in BATCHES for p in PRECISIONS])
 ROW = re.compile(r"^(PASS|FAIL|SKIP)\s+(\S+)\s+(.*)$")
@@ -75,9 +76,9 @@ class QuickDryRunTest(unittest.TestCase):
             stdout = run_quick(out).stdout
         commands = [line for line in stdout.splitlines()
                     if line.startswith(("== ", "would run"))]
-        # 3 parity, 3 comm jobs, the speed script; 9 PyTorch children
-        # (model x precision) and 27 gradsync runs inside it.
-        self.assertEqual(len(commands), 3 + 3 + 1 + 9 + 27)
+        # 3 parity, 3 comm jobs, 2 layer profiles, the speed script; 9
+        # PyTorch children (model x precision) and 27 gradsync runs inside it.
+        self.assertEqual(len(commands), 3 + 3 + 2 + 1 + 9 + 27)
         for line in commands:
             self.assertRegex(line, r"\(timeout [0-9]+ s\)")
         gradsync_runs = [line for line in commands
@@ -144,6 +145,32 @@ for arg in "$@"; do
 done
 printf '<testsuites><testcase name="a"/><testcase name="b"/></testsuites>\n' > "$out"
 """
+# bench/layer_profile's output, in its format (the category table's last two
+# columns are ms/step and share).
+FAKE_LAYER_PROFILE = r"""#!/bin/bash
+for arg in "$@"; do
+  case "$arg" in
+    --out=*) echo '{"ops": []}' > "${arg#--out=}" ;;
+  esac
+done
+cat <<'TABLE'
+resnet18-3x32x32-10 on cuda:0, --precision=fp32, batch 128; last loss 2.3
+unmarked step: 10.000 ms (median of 10; the device's clock at its start and end)
+117 operations a step, 12.000 ms of device time (median of 10 steps)
+
+category                                                    calls    ms/step   share
+conv weight gradient                                           20      3.000   25.0%
+conv forward                                                   20      3.000   25.0%
+batch norm forward                                             20      2.400   20.0%
+batch norm backward                                            20      1.200   10.0%
+element-wise                                                   11      0.600    5.0%
+optimizer                                                       1      1.800   15.0%
+
+operation (kind and shape)                                  calls    ms/step   share
+conv forward 3x3/1 64->64 at 32x32                              4      1.000    8.3%
+batch norm forward 131072x64 +relu                              3      0.900    7.5%
+TABLE
+"""
 PROGRAMS = ("cuda_device_test", "device_parity_test", "layer_reference_test",
             "bf16_precision_test", "host_staging_test", "nccl_test",
             "mlp_gpu_benchmark", "allreduce_benchmark")
@@ -164,6 +191,7 @@ def make_bundle(root):
     write("bin/gradsync", FAKE_GRADSYNC)
     for program in PROGRAMS:
         write("bin/" + program, FAKE_GTEST)
+    write("bin/layer_profile", FAKE_LAYER_PROFILE)
     for name in ("compute_vs_pytorch.py", "pytorch_resnet18_reference.py"):
         with open(os.path.join(HERE, "..", "bench", name)) as source:
             write("bench/" + name, source.read(), 0o644)
@@ -204,6 +232,13 @@ class QuickFakeBundleTest(unittest.TestCase):
                          ("PASS", "step 20.0 ms, compute 10.0 ms, exposed "
                                   "10.0 ms = 50.0%"))
         self.assertEqual(rows["comm_ps2_1"][0], "PASS")
+        # The category table's shares, not the operations' below it.
+        self.assertEqual(
+            rows["layers_fp32"],
+            ("PASS", "step 10.000 ms unmarked, 12.000 ms profiled: conv 50%, "
+                     "batch norm 30%, element-wise 5% (ms/step: 6.00, 3.60, "
+                     "0.60)"))
+        self.assertEqual(rows["layers_bf16"][0], "PASS")
         # This stand-in bundle has no wheel: the hook's row says what is
         # missing instead of failing.
         self.assertEqual(rows["hook"][0], "SKIP")

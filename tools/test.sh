@@ -138,7 +138,7 @@ CUDA_TEST_TARGETS=(
 )
 CUDA_PROGRAMS=(
   //tools:gradsync //bench:mlp_gpu_benchmark //bench:mlp_benchmark
-  //bench:allreduce_benchmark
+  //bench:allreduce_benchmark //bench:layer_profile
 )
 # Each CUDA-facing test's cases and skips: a target whose cases all skip
 # passes, so the count is the check.
