@@ -100,24 +100,11 @@ inline void ReluBackwardSpan(const float* __restrict y, float* __restrict dy,
   for (int j = 0; j < n; ++j) dy[j] = km::ReluGradient(y[j], dy[j]);
 }
 
-inline void ReluBackwardOfSumSpan(const float* __restrict y,
-                                  const float* __restrict x,
-                                  float* __restrict dy, int n) {
-  for (int j = 0; j < n; ++j) dy[j] = km::ReluGradientOfSum(y[j], dy[j], x[j]);
-}
-
 // out = ReluBackward's dy, written to a buffer of its own (dy is const).
 inline void MaskedGradientSpan(const float* __restrict y,
                                const float* __restrict dy,
                                float* __restrict out, int n) {
   for (int j = 0; j < n; ++j) out[j] = km::ReluGradient(y[j], dy[j]);
-}
-
-inline void EpilogueSpan(float* __restrict y, const float* __restrict residual,
-                         bool relu, int n) {
-  for (int j = 0; j < n; ++j) {
-    y[j] = km::BatchNormEpilogueOutput(y[j], residual, j, relu);
-  }
 }
 
 inline void ScaleSpan(float* __restrict x, float alpha, int n) {
@@ -137,6 +124,25 @@ inline void RoundSpanInPlace(float* __restrict x, int n) {
 
 inline void SumSpan(float* __restrict y, const float* __restrict x, int n) {
   for (int j = 0; j < n; ++j) y[j] = km::Sum(y[j], x[j]);
+}
+
+// The two gradients' sum, then through the ReLU: Add's and ReluBackward's
+// loops over one block (in cache), not km::ReluGradientOfSum per element, in
+// which GCC sinks the sum into the ReLU's branch and then cannot vectorize.
+// The same values.
+inline void ReluBackwardOfSumSpan(const float* __restrict y,
+                                  const float* __restrict x,
+                                  float* __restrict dy, int n) {
+  SumSpan(dy, x, n);
+  ReluBackwardSpan(y, dy, n);
+}
+
+// y through a batch norm's epilogue (km::BatchNormEpilogueOutput's values):
+// Add's and ReluForward's loops over one block, each of which vectorizes.
+inline void EpilogueSpan(float* __restrict y, const float* __restrict residual,
+                         bool relu, int n) {
+  if (residual != nullptr) SumSpan(y, residual, n);
+  if (relu) ReluSpan(y, n);
 }
 
 inline void SgdSpan(float* __restrict p, const float* __restrict g, int n,
