@@ -376,7 +376,9 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
     block.conv2->conv.Forward(block.act1, g2, block.conv2_out);
     // The tail, out = relu(bn2(conv2_out) + shortcut), is bn2's epilogue: one
     // pass writes `out`. The shortcut's own batch norm, where it has one,
-    // runs first.
+    // runs first; bn2's parameters are asked for before the shortcut's, in
+    // the order the model lists them (the order forward waits for buckets).
+    if (!Need(*block.bn2)) return;
     const float* shortcut = x;
     if (block.down_conv) {
       const ConvGeometry gd = block.down_conv->conv.Geometry(
@@ -388,7 +390,6 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
                 BatchNormEpilogue::None());
       shortcut = scratch_[0];
     }
-    if (!Need(*block.bn2)) return;
     Normalize(*block.bn2, block.conv2_out, rows, block.out, training,
               BatchNormEpilogue::AddThenRelu(shortcut));
     x = block.out;
