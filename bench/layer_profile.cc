@@ -20,6 +20,7 @@
 // queue it: where the profiled step's total is well above the unmarked
 // step's, the marks slowed the host's launches until the GPU waited for them,
 // and the operations' times overstate their kernels'.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -163,6 +164,20 @@ absl::Status Run() {
       "at its start and end)\n",
       heading.c_str(), unmarked_ms, steps);
   std::printf("%s", FormatProfile(table, absl::GetFlag(FLAGS_top)).c_str());
+  if (!profiled->convolutions().empty()) {
+    // Each shape once (layers of one shape get the same choice, unless the
+    // library's search measured them apart), in the order they were made.
+    std::printf("\nconvolutions, as the library runs them:\n");
+    std::vector<std::string> printed;
+    for (const ProfilingDevice::Convolution& conv : profiled->convolutions()) {
+      const std::string line = absl::StrCat(conv.shape, ": ", conv.library);
+      if (std::find(printed.begin(), printed.end(), line) != printed.end()) {
+        continue;
+      }
+      printed.push_back(line);
+      std::printf("  %s\n", line.c_str());
+    }
+  }
 
   const std::string out = absl::GetFlag(FLAGS_out);
   if (!out.empty()) {
@@ -174,6 +189,12 @@ absl::Status Run() {
     json["warmup"] = warmup;
     json["unmarked_step_ms"] = unmarked_ms;
     json["unmarked_steps_ms"] = unmarked;
+    nlohmann::json convolutions = nlohmann::json::array();
+    for (const ProfilingDevice::Convolution& conv : profiled->convolutions()) {
+      convolutions.push_back(
+          {{"shape", conv.shape}, {"library", conv.library}});
+    }
+    json["convolutions"] = convolutions;
     RETURN_IF_ERROR(WriteFileAtomically(out, json.dump(1) + "\n"));
   }
   return absl::OkStatus();

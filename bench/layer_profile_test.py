@@ -62,6 +62,11 @@ class LayerProfileTest(unittest.TestCase):
                          "conv input gradient", "pooling", "element-wise"):
             self.assertIn(category, names)
             self.assertIn(category, text)
+        # Each convolution's shape, with what oneDNN runs for it.
+        self.assertIn("convolutions, as the library runs them:", text)
+        self.assertEqual(len(profile["convolutions"]), 2)
+        for conv in profile["convolutions"]:
+            self.assertTrue(conv["library"], conv)
         # The first convolution's input gradient is not needed.
         conv_input = [op for op in profile["ops"]
                       if op["category"] == "conv input gradient"]

@@ -9,6 +9,8 @@
 // weight PyTorch's [out][in][k][k]. No bias: the layer adds it.
 #pragma once
 
+#include <string>
+
 #include "absl/functional/function_ref.h"
 #include "core/device/layer_geometry.h"
 
@@ -20,6 +22,9 @@ class ConvolutionKernel {
 
   const ConvGeometry& geometry() const { return geometry_; }
   int out_channels() const { return out_channels_; }
+  // What the library chose for this shape (algorithms, implementations), for
+  // profiles and logs; empty where there is nothing to say.
+  virtual std::string Description() const { return ""; }
 
   // y = x ⋆ weight.
   virtual void Forward(const float* x, const float* weight, float* y) = 0;

@@ -407,12 +407,95 @@ void CudnnConvolution::Use(const ChosenConvolutionAlgorithms& chosen) {
   weight_math_ = math_of(chosen.weight_gradient);
 }
 
+namespace {
+
+// cuDNN's names of the algorithms, without the enums' common prefix.
+std::string AlgorithmName(cudnnConvolutionFwdAlgo_t algorithm) {
+  switch (algorithm) {
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM:
+      return "IMPLICIT_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM:
+      return "IMPLICIT_PRECOMP_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM:
+      return "GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT:
+      return "DIRECT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT:
+      return "FFT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING:
+      return "FFT_TILING";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD:
+      return "WINOGRAD";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED:
+      return "WINOGRAD_NONFUSED";
+    default:
+      return absl::StrCat("algorithm ", static_cast<int>(algorithm));
+  }
+}
+
+std::string AlgorithmName(cudnnConvolutionBwdDataAlgo_t algorithm) {
+  switch (algorithm) {
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_0:
+      return "ALGO_0";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_1:
+      return "ALGO_1";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT:
+      return "FFT";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING:
+      return "FFT_TILING";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD:
+      return "WINOGRAD";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED:
+      return "WINOGRAD_NONFUSED";
+    default:
+      return absl::StrCat("algorithm ", static_cast<int>(algorithm));
+  }
+}
+
+std::string AlgorithmName(cudnnConvolutionBwdFilterAlgo_t algorithm) {
+  switch (algorithm) {
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0:
+      return "ALGO_0";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1:
+      return "ALGO_1";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT:
+      return "FFT";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3:
+      return "ALGO_3";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED:
+      return "WINOGRAD_NONFUSED";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING:
+      return "FFT_TILING";
+    default:
+      return absl::StrCat("algorithm ", static_cast<int>(algorithm));
+  }
+}
+
+// Tensor cores or not: what the direction runs with.
+const char* MathName(cudnnMathType_t math) {
+  switch (math) {
+    case CUDNN_DEFAULT_MATH:
+      return "default math";
+    case CUDNN_TENSOR_OP_MATH:
+      return "tensor ops";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
+      return "tensor ops, conversion allowed";
+    case CUDNN_FMA_MATH:
+      return "FMA";
+  }
+  return "unknown math";
+}
+
+}  // namespace
+
 std::string CudnnConvolution::algorithms() const {
-  return absl::StrCat("forward algorithm ", forward_algorithm_, " (",
-                      forward_workspace_, " bytes), input gradient ",
-                      input_algorithm_, " (", input_workspace_,
-                      " bytes), weight gradient ", weight_algorithm_, " (",
-                      weight_workspace_, " bytes)");
+  return absl::StrCat(
+      "forward ", AlgorithmName(forward_algorithm_), " (",
+      MathName(forward_math_), ", ", forward_workspace_,
+      " bytes), input gradient ", AlgorithmName(input_algorithm_), " (",
+      MathName(input_math_), ", ", input_workspace_,
+      " bytes), weight gradient ", AlgorithmName(weight_algorithm_), " (",
+      MathName(weight_math_), ", ", weight_workspace_, " bytes)");
 }
 
 void CudnnConvolution::Keep(const absl::Status& status) {

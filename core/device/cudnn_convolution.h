@@ -74,6 +74,7 @@ class CudnnConvolution : public ConvolutionKernel {
 
   // The chosen algorithms and their workspaces, for logs and gpu_check.
   std::string algorithms() const;
+  std::string Description() const override { return algorithms(); }
 
  private:
   CudnnConvolution(CudnnContext& context, const ConvGeometry& geometry,

@@ -53,6 +53,7 @@ class DnnlConvolution : public ConvolutionKernel {
   // oneDNN's implementation names ("brgconv:avx512_core", ...), for logs and
   // tests that check no reference loop was picked.
   std::string implementations() const;
+  std::string Description() const override { return implementations(); }
 
  private:
   DnnlConvolution(DnnlContext& context, const ConvGeometry& geometry,

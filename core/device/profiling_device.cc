@@ -276,6 +276,9 @@ ProfilingDevice::CreateConvolution(const ConvGeometry& g, int out_channels) {
   ASSIGN_OR_RETURN(std::unique_ptr<ConvolutionKernel> kernel,
                    inner_.CreateConvolution(g, out_channels));
   if (kernel == nullptr) return kernel;  // im2col + Gemm: marked as such
+  convolutions_.push_back(
+      {ConvShape(kernel->geometry(), kernel->out_channels()),
+       kernel->Description()});
   return std::unique_ptr<ConvolutionKernel>(
       std::make_unique<ProfilingConvolution>(*this, std::move(kernel)));
 }

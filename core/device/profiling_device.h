@@ -124,6 +124,15 @@ class ProfilingDevice : public Device {
                   int64_t count, float lr, const AdamState& state,
                   float weight_decay) override;
 
+  // Each convolution made through this device: its shape (as the labels
+  // name it) and what the library chose for it
+  // (ConvolutionKernel::Description), in the order they were made.
+  struct Convolution {
+    std::string shape;
+    std::string library;
+  };
+  const std::vector<Convolution>& convolutions() const { return convolutions_; }
+
   // After an operation was queued: its mark, under `category` and `label`
   // (nothing outside BeginStep..EndStep). For ProfilingConvolution.
   void Mark(const char* category, const std::string& label);
@@ -139,6 +148,7 @@ class ProfilingDevice : public Device {
   int count_ = 0;                // operations marked this step
   std::vector<ProfiledOp> ops_;  // max_ops_ entries, reused every step
   absl::Status mark_status_;     // the step's first failed mark
+  std::vector<Convolution> convolutions_;
 };
 
 }  // namespace gradsync

@@ -101,6 +101,10 @@ TEST_F(ProfilingDeviceTest, ConvolutionDirectionsAreOperationsOfTheirOwn) {
   auto kernel = (*profiled)->CreateConvolution(g, 4);
   ASSERT_TRUE(kernel.ok()) << kernel.status();
   ASSERT_NE(*kernel, nullptr) << "the CPU device convolves with oneDNN";
+  ASSERT_EQ((*profiled)->convolutions().size(), 1u);
+  EXPECT_EQ((*profiled)->convolutions()[0].shape, "3x3/1 3->4 at 5x5");
+  // oneDNN's implementation names, one per direction.
+  EXPECT_FALSE((*profiled)->convolutions()[0].library.empty());
   auto plain = cpu_->CreateConvolution(g, 4);
   ASSERT_TRUE(plain.ok()) << plain.status();
 
