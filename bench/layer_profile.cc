@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +36,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "bench/layer_profile_table.h"
+#include "bench/model_step_benchmark.h"
 #include "core/base/files.h"
 #include "core/base/status_macros.h"
 #include "core/device/device.h"
@@ -112,12 +112,9 @@ absl::Status Run() {
       device->CopyToDevice(params, host.data(), total * sizeof(float)));
   RETURN_IF_ERROR(model->Bind(*profiled, layout, params, grads, batch));
 
-  std::vector<float> images(int64_t{batch} * model->input_dim());
-  std::mt19937 generator(7);
-  std::uniform_real_distribution<float> pixel(-1.0f, 1.0f);
-  for (float& x : images) x = pixel(generator);
-  std::vector<int32_t> labels(batch);
-  for (int i = 0; i < batch; ++i) labels[i] = i % model->num_classes();
+  const SyntheticBatch data = MakeSyntheticBatch(*model, batch);
+  const std::vector<float>& images = data.images;
+  const std::vector<int32_t>& labels = data.labels;
   ASSIGN_OR_RETURN(float* inputs, device->Allocate<float>(images.size()));
   ASSIGN_OR_RETURN(int32_t * device_labels, device->Allocate<int32_t>(batch));
   ASSIGN_OR_RETURN(float* loss, device->Allocate<float>(1));

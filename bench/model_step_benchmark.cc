@@ -22,6 +22,17 @@ T Unwrap(absl::StatusOr<T> value) {
 
 }  // namespace
 
+SyntheticBatch MakeSyntheticBatch(const Model& model, int batch) {
+  SyntheticBatch out;
+  out.images.resize(int64_t{batch} * model.input_dim());
+  std::mt19937 generator(7);
+  std::uniform_real_distribution<float> pixel(-1.0f, 1.0f);
+  for (float& x : out.images) x = pixel(generator);
+  out.labels.resize(batch);
+  for (int i = 0; i < batch; ++i) out.labels[i] = i % model.num_classes();
+  return out;
+}
+
 void RunModelStepBenchmark(benchmark::State& state,
                            std::unique_ptr<Model> model,
                            double flops_per_image) {
@@ -38,12 +49,9 @@ void RunModelStepBenchmark(benchmark::State& state,
   model->InitParams(1, layout, host.data());
   GS_CHECK(device->CopyToDevice(params, host.data(), total * 4).ok());
   GS_CHECK(model->Bind(*device, layout, params, grads, batch).ok());
-  std::vector<float> images(int64_t{batch} * model->input_dim());
-  std::mt19937 generator(7);
-  std::uniform_real_distribution<float> pixel(-1.0f, 1.0f);
-  for (float& x : images) x = pixel(generator);
-  std::vector<int32_t> labels(batch);
-  for (int i = 0; i < batch; ++i) labels[i] = i % model->num_classes();
+  const SyntheticBatch data = MakeSyntheticBatch(*model, batch);
+  const std::vector<float>& images = data.images;
+  const std::vector<int32_t>& labels = data.labels;
   float* inputs = Unwrap(device->Allocate<float>(images.size()));
   int32_t* device_labels = Unwrap(device->Allocate<int32_t>(batch));
   float* loss = Unwrap(device->Allocate<float>(1));
