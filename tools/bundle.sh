@@ -246,7 +246,8 @@ cp tools/gpu_check.sh "$stage/bin/gpu_check.sh"
 chmod 755 "$stage/bin/pytorch_compare.py" "$stage/bin/gpu_check.sh"
 # gpu_check.sh --quick times gradsync against PyTorch with these.
 mkdir -p "$stage/bench"
-cp bench/compute_vs_pytorch.py bench/pytorch_resnet18_reference.py "$stage/bench/"
+cp bench/compute_vs_pytorch.py bench/pytorch_resnet18_reference.py \
+  bench/pytorch_layer_profile.py "$stage/bench/"
 
 cat > "$stage/libexec/gradsync-env" <<'WRAPPER'
 #!/usr/bin/env bash
@@ -445,6 +446,9 @@ $(. /etc/os-release && echo "$PRETTY_NAME").
   bin/allreduce_benchmark --algorithms=nccl,gradsync_ring --workers=4
                                        NCCL vs the TCP ring, nccl-tests style
   bin/pytorch_compare.py               the same step in PyTorch, side by side
+  python3 bench/pytorch_layer_profile.py --batch=128 [--precision=bf16]
+                                       PyTorch's ResNet-18 step by layer_profile's
+                                       categories (torch.profiler)
   python3 -m pip install --no-index python/gradsync-*.whl  (then GRADSYNC_LIBS_DIR=\$PWD/lib)
                                        gradsync.torch (DDP's hook) in that python3,
                                        offline (CPython 3.9-3.13, torch >= 1.13)

@@ -30,6 +30,9 @@
 #                   GPU's clock: the share of convolutions, batch norm and
 #                   element-wise kernels here, every operation in
 #                   layers_P.json and the tables in layers_P.log
+#   torch_layers_P  bench/pytorch_layer_profile.py: PyTorch's ResNet-18 step
+#                   (the speed rows' settings) by the same categories, from
+#                   torch.profiler (SKIP where the node's python has no torch)
 #   hook            the PyTorch hook (bundle only): the wheel in a throwaway
 #                   venv over the node's torch, python/cuda_hook_check.py
 #   speed/M/B/P     bench/compute_vs_pytorch.py --device=cuda: gradsync's step
@@ -359,33 +362,66 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
     "--run_dir=$logs/comm_ring2.run" -- --sync=ring "${job_flags[@]}"
   comm_job comm_ps2_1 "" "$gradsync" launch --workers=2 --servers=1 \
     "--run_dir=$logs/comm_ps2_1.run" -- --sync=ps "${job_flags[@]}"
+  # shares LOG: the conv, batch norm and element-wise shares of a category
+  # table (bench/layer_profile's or bench/pytorch_layer_profile.py's: the
+  # rows between the "category" heading and the blank line, ms/step the
+  # second-last column).
+  shares() {
+    awk '
+      /^category / { categories = 1; next }
+      /^$/ { categories = 0 }
+      categories { total += $(NF - 1) }
+      categories && /^conv / { conv += $(NF - 1) }
+      categories && /^batch norm / { norm += $(NF - 1) }
+      categories && /^element-wise / { elementwise += $(NF - 1) }
+      END {
+        if (total <= 0) { print "no category table"; exit }
+        printf "%.2f ms/step: conv %.0f%%, batch norm %.0f%%, element-wise %.0f%% (%.2f, %.2f, %.2f ms)",
+          total, 100 * conv / total, 100 * norm / total,
+          100 * elementwise / total, conv, norm, elementwise
+      }' "$1"
+  }
   # Where ResNet-18's step goes on this GPU, operation by operation (issue
-  # 39's "find where the time goes first"): batch 128, fp32 and bf16.
+  # 39's "find where the time goes first"): batch 128, fp32 and bf16;
+  # gradsync's (bench/layer_profile), then PyTorch's by the same categories
+  # (bench/pytorch_layer_profile.py, torch.profiler).
   for precision in fp32 bf16; do
     name=layers_$precision
     budget_left "$name" || continue
-    run "$name" 120 "$(program layer_profile)" --device=cuda --model=resnet18 \
-      --batch=128 "--precision=$precision" --warmup=5 --steps=10 --top=40 \
+    run "$name" 60 "$(program layer_profile)" --device=cuda --model=resnet18 \
+      --batch=128 "--precision=$precision" --warmup=3 --steps=5 --top=40 \
       "--out=$logs/$name.json"
     if ((dry)); then
       record SKIP "$name" "dry run"
     elif ((rc != 0)); then
-      record FAIL "$name" "$(why_failed 120 "$name")"
+      record FAIL "$name" "$(why_failed 60 "$name")"
     else
-      # The unmarked step and the categories' shares, from the log's table.
-      record PASS "$name" "$(awk '
-        /^unmarked step:/ { step = $3 }
-        /^[0-9]+ operations a step,/ { profiled = $5 }
-        /^category / { categories = 1; next }
-        /^$/ { categories = 0 }
-        categories && /^conv / { conv += $(NF - 1) }
-        categories && /^batch norm / { norm += $(NF - 1) }
-        categories && /^element-wise / { elementwise += $(NF - 1) }
-        END {
-          printf "step %s ms unmarked, %s ms profiled: conv %.0f%%, batch norm %.0f%%, element-wise %.0f%% (ms/step: %.2f, %.2f, %.2f)",
-            step, profiled, 100 * conv / profiled, 100 * norm / profiled,
-            100 * elementwise / profiled, conv, norm, elementwise
-        }' "$logs/$name.log")"
+      record PASS "$name" "unmarked step $(awk '/^unmarked step:/ { print $3 }' \
+        "$logs/$name.log") ms; profiled $(shares "$logs/$name.log")"
+    fi
+  done
+  torch_profile="$here/../bench/pytorch_layer_profile.py"
+  for precision in fp32 bf16; do
+    name=torch_layers_$precision
+    if ! command -v "$python" > /dev/null 2>&1; then
+      record SKIP "$name" "no $python on PATH (set PYTHON=)"
+      continue
+    elif [[ ! -f "$torch_profile" ]]; then
+      record FAIL "$name" "$torch_profile missing (the bundle carries bench/)"
+      continue
+    fi
+    budget_left "$name" || continue
+    run "$name" 60 "$python" "$torch_profile" --device=cuda --batch=128 \
+      "--precision=$precision" --warmup=3 --steps=5 --top=40 \
+      "--out=$logs/$name.json"
+    if ((dry)); then
+      record SKIP "$name" "dry run"
+    elif ((rc == 3)); then  # no torch, or torch sees no GPU: not measured
+      record SKIP "$name" "$(tail -n 1 "$logs/$name.log")"
+    elif ((rc != 0)); then
+      record FAIL "$name" "$(why_failed 60 "$name")"
+    else
+      record PASS "$name" "$(head -n 1 "$logs/$name.log" | sed 's/ on cuda.*//'): $(shares "$logs/$name.log")"
     fi
   done
   # The PyTorch hook on this GPU (issue 41): DDP on Gloo over CUDA tensors

@@ -25,7 +25,7 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 CHECKS = (["versions", "parity_layers", "parity_cudnn", "parity_bf16",
            "comm_local",
            "comm_ring2", "comm_ps2_1", "layers_fp32", "layers_bf16",
-           "hook"] +
+           "torch_layers_fp32", "torch_layers_bf16", "hook"] +
           ["speed/%s/%d/%s" % (m, b, p)
            for m in MODELS for b in BATCHES for p in PRECISIONS])
 ROW = re.compile(r"^(PASS|FAIL|SKIP)\s+(\S+)\s+(.*)$")
@@ -76,9 +76,9 @@ class QuickDryRunTest(unittest.TestCase):
             stdout = run_quick(out).stdout
         commands = [line for line in stdout.splitlines()
                     if line.startswith(("== ", "would run"))]
-        # 3 parity, 3 comm jobs, 2 layer profiles, the speed script; 9
+        # 3 parity, 3 comm jobs, 2 + 2 layer profiles, the speed script; 9
         # PyTorch children (model x precision) and 27 gradsync runs inside it.
-        self.assertEqual(len(commands), 3 + 3 + 2 + 1 + 9 + 27)
+        self.assertEqual(len(commands), 3 + 3 + 4 + 1 + 9 + 27)
         for line in commands:
             self.assertRegex(line, r"\(timeout [0-9]+ s\)")
         gradsync_runs = [line for line in commands
@@ -192,7 +192,8 @@ def make_bundle(root):
     for program in PROGRAMS:
         write("bin/" + program, FAKE_GTEST)
     write("bin/layer_profile", FAKE_LAYER_PROFILE)
-    for name in ("compute_vs_pytorch.py", "pytorch_resnet18_reference.py"):
+    for name in ("compute_vs_pytorch.py", "pytorch_resnet18_reference.py",
+                 "pytorch_layer_profile.py"):
         with open(os.path.join(HERE, "..", "bench", name)) as source:
             write("bench/" + name, source.read(), 0o644)
     write("fake_torch/torch/__init__.py",
@@ -235,10 +236,15 @@ class QuickFakeBundleTest(unittest.TestCase):
         # The category table's shares, not the operations' below it.
         self.assertEqual(
             rows["layers_fp32"],
-            ("PASS", "step 10.000 ms unmarked, 12.000 ms profiled: conv 50%, "
-                     "batch norm 30%, element-wise 5% (ms/step: 6.00, 3.60, "
-                     "0.60)"))
+            ("PASS", "unmarked step 10.000 ms; profiled 12.00 ms/step: conv "
+                     "50%, batch norm 30%, element-wise 5% (6.00, 3.60, 0.60 "
+                     "ms)"))
         self.assertEqual(rows["layers_bf16"][0], "PASS")
+        # The stand-in bundle's torch does not import: not measured.
+        for precision in ("fp32", "bf16"):
+            status, detail = rows["torch_layers_" + precision]
+            self.assertEqual(status, "SKIP")
+            self.assertIn("torch is not importable", detail)
         # This stand-in bundle has no wheel: the hook's row says what is
         # missing instead of failing.
         self.assertEqual(rows["hook"][0], "SKIP")
