@@ -149,8 +149,7 @@ inline void EpilogueSpan(float* __restrict y, const float* __restrict residual,
 // where the maximum was here (at[c] == here), + 0 elsewhere. The same bits
 // as adding only at the maxima (a sum that starts at +0 never becomes -0, and
 // v + 0 = v for every other v), without a branch per channel: which window
-// position held a maximum is data, and a branch on it mispredicted often
-// enough to make this loop a third of the CNN's step on the CPU. grad[c] is
+// position held a maximum is data, which a branch mispredicts. grad[c] is
 // read whatever at[c] says, so that GCC may select (and vectorize) rather
 // than branch: a load under the test is one it may not move ahead of it.
 inline void AddAtMaximaSpan(float* __restrict target,
