@@ -38,25 +38,25 @@ class ProfilingConvolution : public ConvolutionKernel {
 
   void Forward(const float* x, const float* weight, float* y) override {
     inner_->Forward(x, weight, y);
-    device_.Mark("conv forward", shape_);
+    device_.Mark("conv forward", [&] { return shape_; });
   }
   void BackwardWeights(const float* x, const float* dy,
                        float* weight_grad) override {
     inner_->BackwardWeights(x, dy, weight_grad);
-    device_.Mark("conv weight gradient", shape_);
+    device_.Mark("conv weight gradient", [&] { return shape_; });
   }
   void BackwardInput(const float* dy, const float* weight, float* dx) override {
     inner_->BackwardInput(dy, weight, dx);
-    device_.Mark("conv input gradient", shape_);
+    device_.Mark("conv input gradient", [&] { return shape_; });
   }
   void Backward(const float* x, const float* dy, const float* weight,
                 float* weight_grad, float* dx,
                 absl::FunctionRef<void()> weight_grad_ready) override {
     inner_->Backward(x, dy, weight, weight_grad, dx, [&] {
-      device_.Mark("conv weight gradient", shape_);
+      device_.Mark("conv weight gradient", [&] { return shape_; });
       weight_grad_ready();
     });
-    device_.Mark("conv input gradient", shape_);
+    device_.Mark("conv input gradient", [&] { return shape_; });
   }
 
  private:
@@ -97,14 +97,15 @@ absl::Status ProfilingDevice::BeginStep() {
   return mark_status_;
 }
 
-void ProfilingDevice::Mark(const char* category, const std::string& label) {
+void ProfilingDevice::Mark(const char* category,
+                           absl::FunctionRef<std::string()> label) {
   if (!timing_) return;
   ++count_;
   if (count_ > max_ops_ || !mark_status_.ok()) return;
   mark_status_ = clock_->Record(count_);
   ProfiledOp& op = ops_[count_ - 1];
   op.category = category;
-  op.label = absl::StrCat(category, " ", label);
+  op.label = absl::StrCat(category, " ", label());
 }
 
 absl::StatusOr<std::vector<ProfiledOp>> ProfilingDevice::EndStep() {
@@ -130,43 +131,47 @@ absl::StatusOr<std::vector<ProfiledOp>> ProfilingDevice::EndStep() {
 void ProfilingDevice::CopyOnDevice(float* dst, const float* src,
                                    int64_t count) {
   inner_.CopyOnDevice(dst, src, count);
-  Mark("copy", Elements(count));
+  Mark("copy", [&] { return Elements(count); });
 }
 
 void ProfilingDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n,
                            int k, float alpha, const float* a, const float* b,
                            float beta, float* c) {
   inner_.Gemm(transpose_a, transpose_b, m, n, k, alpha, a, b, beta, c);
-  Mark("matrix product",
-       absl::StrCat(m, "x", n, "x", k, transpose_a ? " a^T" : "",
-                    transpose_b ? " b^T" : ""));
+  Mark("matrix product", [&] {
+    return absl::StrCat(m, "x", n, "x", k, transpose_a ? " a^T" : "",
+                        transpose_b ? " b^T" : "");
+  });
 }
 
 void ProfilingDevice::AddRowBias(float* y, const float* bias, int rows,
                                  int cols) {
   inner_.AddRowBias(y, bias, rows, cols);
-  Mark("element-wise", absl::StrCat("bias ", Rows(rows, cols)));
+  Mark("element-wise", [&] { return absl::StrCat("bias ", Rows(rows, cols)); });
 }
 
 void ProfilingDevice::SumRows(const float* x, float* out, int rows, int cols) {
   inner_.SumRows(x, out, rows, cols);
-  Mark("element-wise", absl::StrCat("bias gradient ", Rows(rows, cols)));
+  Mark("element-wise",
+       [&] { return absl::StrCat("bias gradient ", Rows(rows, cols)); });
 }
 
 void ProfilingDevice::ReluForward(float* x, int64_t count) {
   inner_.ReluForward(x, count);
-  Mark("element-wise", absl::StrCat("relu ", Elements(count)));
+  Mark("element-wise", [&] { return absl::StrCat("relu ", Elements(count)); });
 }
 
 void ProfilingDevice::ReluBackward(const float* y, float* dy, int64_t count) {
   inner_.ReluBackward(y, dy, count);
-  Mark("element-wise", absl::StrCat("relu backward ", Elements(count)));
+  Mark("element-wise",
+       [&] { return absl::StrCat("relu backward ", Elements(count)); });
 }
 
 void ProfilingDevice::ReluBackwardOfSum(const float* y, const float* x,
                                         float* dy, int64_t count) {
   inner_.ReluBackwardOfSum(y, x, dy, count);
-  Mark("element-wise", absl::StrCat("add + relu backward ", Elements(count)));
+  Mark("element-wise",
+       [&] { return absl::StrCat("add + relu backward ", Elements(count)); });
 }
 
 void ProfilingDevice::SoftmaxCrossEntropy(const float* logits,
@@ -174,33 +179,37 @@ void ProfilingDevice::SoftmaxCrossEntropy(const float* logits,
                                           int classes, float* dlogits,
                                           float* loss) {
   inner_.SoftmaxCrossEntropy(logits, labels, rows, classes, dlogits, loss);
-  Mark("loss", absl::StrCat("softmax cross-entropy ", Rows(rows, classes)));
+  Mark("loss", [&] {
+    return absl::StrCat("softmax cross-entropy ", Rows(rows, classes));
+  });
 }
 
 void ProfilingDevice::Scale(float* x, int64_t count, float alpha) {
   inner_.Scale(x, count, alpha);
-  Mark("element-wise", absl::StrCat("scale ", Elements(count)));
+  Mark("element-wise", [&] { return absl::StrCat("scale ", Elements(count)); });
 }
 
 void ProfilingDevice::Fill(float* x, int64_t count, float value) {
   inner_.Fill(x, count, value);
-  Mark("element-wise", absl::StrCat("fill ", Elements(count)));
+  Mark("element-wise", [&] { return absl::StrCat("fill ", Elements(count)); });
 }
 
 void ProfilingDevice::Im2Col(const float* input, const ConvGeometry& g,
                              float* columns) {
   inner_.Im2Col(input, g, columns);
-  Mark("im2col",
-       absl::StrCat("im2col ",
-                    Rows(g.column_rows(), static_cast<int>(g.column_cols()))));
+  Mark("im2col", [&] {
+    return absl::StrCat(
+        "im2col ", Rows(g.column_rows(), static_cast<int>(g.column_cols())));
+  });
 }
 
 void ProfilingDevice::Col2Im(const float* columns, const ConvGeometry& g,
                              float* input_grad) {
   inner_.Col2Im(columns, g, input_grad);
-  Mark("im2col",
-       absl::StrCat("col2im ",
-                    Rows(g.column_rows(), static_cast<int>(g.column_cols()))));
+  Mark("im2col", [&] {
+    return absl::StrCat(
+        "col2im ", Rows(g.column_rows(), static_cast<int>(g.column_cols())));
+  });
 }
 
 void ProfilingDevice::BatchNormForwardTraining(
@@ -212,7 +221,7 @@ void ProfilingDevice::BatchNormForwardTraining(
                                   epsilon, y, saved_mean, saved_inv_std,
                                   running_mean, running_var, epilogue);
   Mark("batch norm forward",
-       absl::StrCat(Rows(rows, channels), Epilogue(epilogue)));
+       [&] { return absl::StrCat(Rows(rows, channels), Epilogue(epilogue)); });
 }
 
 void ProfilingDevice::BatchNormForwardInference(
@@ -221,8 +230,9 @@ void ProfilingDevice::BatchNormForwardInference(
     float epsilon, float* y, const BatchNormEpilogue& epilogue) {
   inner_.BatchNormForwardInference(x, rows, channels, gamma, beta, running_mean,
                                    running_var, epsilon, y, epilogue);
-  Mark("batch norm forward",
-       absl::StrCat("inference ", Rows(rows, channels), Epilogue(epilogue)));
+  Mark("batch norm forward", [&] {
+    return absl::StrCat("inference ", Rows(rows, channels), Epilogue(epilogue));
+  });
 }
 
 void ProfilingDevice::BatchNormBackward(
@@ -231,44 +241,51 @@ void ProfilingDevice::BatchNormBackward(
     float* dx, float* dgamma, float* dbeta, const float* relu_output) {
   inner_.BatchNormBackward(x, dy, rows, channels, gamma, saved_mean,
                            saved_inv_std, dx, dgamma, dbeta, relu_output);
-  Mark("batch norm backward",
-       absl::StrCat(Rows(rows, channels),
-                    relu_output != nullptr ? " +relu" : ""));
+  Mark("batch norm backward", [&] {
+    return absl::StrCat(Rows(rows, channels),
+                        relu_output != nullptr ? " +relu" : "");
+  });
 }
 
 void ProfilingDevice::MaxPoolForward(const float* x, const PoolGeometry& g,
                                      float* y, int32_t* where) {
   inner_.MaxPoolForward(x, g, y, where);
-  Mark("pooling", absl::StrCat("max pool ", g.kernel, "/", g.stride, " ",
-                               g.channels, " at ", g.height, "x", g.width));
+  Mark("pooling", [&] {
+    return absl::StrCat("max pool ", g.kernel, "/", g.stride, " ", g.channels,
+                        " at ", g.height, "x", g.width);
+  });
 }
 
 void ProfilingDevice::MaxPoolBackward(const float* dy, const int32_t* where,
                                       const PoolGeometry& g, float* dx) {
   inner_.MaxPoolBackward(dy, where, g, dx);
-  Mark("pooling",
-       absl::StrCat("max pool backward ", g.kernel, "/", g.stride, " ",
-                    g.channels, " at ", g.height, "x", g.width));
+  Mark("pooling", [&] {
+    return absl::StrCat("max pool backward ", g.kernel, "/", g.stride, " ",
+                        g.channels, " at ", g.height, "x", g.width);
+  });
 }
 
 void ProfilingDevice::GlobalAvgPoolForward(const float* x, int batch,
                                            int spatial, int channels,
                                            float* y) {
   inner_.GlobalAvgPoolForward(x, batch, spatial, channels, y);
-  Mark("pooling", absl::StrCat("average pool ", channels, " over ", spatial));
+  Mark("pooling", [&] {
+    return absl::StrCat("average pool ", channels, " over ", spatial);
+  });
 }
 
 void ProfilingDevice::GlobalAvgPoolBackward(const float* dy, int batch,
                                             int spatial, int channels,
                                             float* dx) {
   inner_.GlobalAvgPoolBackward(dy, batch, spatial, channels, dx);
-  Mark("pooling",
-       absl::StrCat("average pool backward ", channels, " over ", spatial));
+  Mark("pooling", [&] {
+    return absl::StrCat("average pool backward ", channels, " over ", spatial);
+  });
 }
 
 void ProfilingDevice::Add(float* y, const float* x, int64_t count) {
   inner_.Add(y, x, count);
-  Mark("element-wise", absl::StrCat("add ", Elements(count)));
+  Mark("element-wise", [&] { return absl::StrCat("add ", Elements(count)); });
 }
 
 absl::StatusOr<std::unique_ptr<ConvolutionKernel>>
@@ -287,14 +304,14 @@ void ProfilingDevice::SgdUpdate(float* params, const float* grads,
                                 float* velocity, int64_t count, float lr,
                                 float momentum, float weight_decay) {
   inner_.SgdUpdate(params, grads, velocity, count, lr, momentum, weight_decay);
-  Mark("optimizer", absl::StrCat("sgd ", Elements(count)));
+  Mark("optimizer", [&] { return absl::StrCat("sgd ", Elements(count)); });
 }
 
 void ProfilingDevice::AdamUpdate(float* params, const float* grads, float* m,
                                  float* v, int64_t count, float lr,
                                  const AdamState& state, float weight_decay) {
   inner_.AdamUpdate(params, grads, m, v, count, lr, state, weight_decay);
-  Mark("optimizer", absl::StrCat("adam ", Elements(count)));
+  Mark("optimizer", [&] { return absl::StrCat("adam ", Elements(count)); });
 }
 
 }  // namespace gradsync

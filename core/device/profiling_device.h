@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/device/device.h"
@@ -133,9 +134,11 @@ class ProfilingDevice : public Device {
   };
   const std::vector<Convolution>& convolutions() const { return convolutions_; }
 
-  // After an operation was queued: its mark, under `category` and `label`
-  // (nothing outside BeginStep..EndStep). For ProfilingConvolution.
-  void Mark(const char* category, const std::string& label);
+  // After an operation was queued: its mark, under `category` and the text
+  // `label` returns, which is called only in a profiled step (an unmarked
+  // step builds no text). Nothing outside BeginStep..EndStep. For
+  // ProfilingConvolution too.
+  void Mark(const char* category, absl::FunctionRef<std::string()> label);
 
  private:
   ProfilingDevice(Device& inner, int max_ops,
