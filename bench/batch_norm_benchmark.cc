@@ -66,7 +66,8 @@ void BM_BatchNormTrainingStep(benchmark::State& state) {
                                      BatchNormEpilogue::None());
     device->BatchNormBackward(x, dy, shape.rows, c, params, params + 2 * c,
                               params + 3 * c, dx, params + 6 * c,
-                              params + 7 * c, /*relu_output=*/nullptr);
+                              params + 7 * c, /*relu_output=*/nullptr,
+                              /*dx_bf16=*/nullptr);
     benchmark::DoNotOptimize(dx);
     benchmark::ClobberMemory();
   }

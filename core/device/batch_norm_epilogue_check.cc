@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/base/status_macros.h"
+#include "core/device/bfloat16.h"
 
 namespace gradsync {
 namespace {
@@ -50,6 +51,27 @@ absl::Status ExpectSameBits(Device& device, const float* unfused,
       return absl::InternalError(
           absl::StrCat(device.name(), ": ", what, " differs at element ", i,
                        " of ", count, ": unfused ", a[i], ", fused ", b[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `bits` holds `values` rounded to bf16 (bfloat16.h), element for element:
+// a batch norm's bf16 copy of what it wrote in float32.
+absl::Status ExpectRoundedBits(Device& device, const float* values,
+                               const uint16_t* bits, int64_t count,
+                               absl::string_view what) {
+  Transfer transfer(device);
+  ASSIGN_OR_RETURN(std::vector<float> a, transfer.Download(values, count));
+  std::vector<uint16_t> b(static_cast<size_t>(count));
+  RETURN_IF_ERROR(
+      device.CopyToHost(b.data(), bits, b.size() * sizeof(uint16_t)));
+  for (int64_t i = 0; i < count; ++i) {
+    if (bfloat16::RoundToBits(a[i]) != b[i]) {
+      return absl::InternalError(absl::StrCat(
+          device.name(), ": ", what, " at element ", i, " of ", count,
+          " is bf16 bits ", b[i], ", not ", bfloat16::RoundToBits(a[i]),
+          " (", a[i], " rounded)"));
     }
   }
   return absl::OkStatus();
@@ -131,7 +153,14 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
       BatchNormEpilogue::Relu(), BatchNormEpilogue::AddThenRelu(residual),
       BatchNormEpilogue{residual, false}};
   const char* names[] = {"relu", "residual + relu", "residual"};
-  for (int e = 0; e < 3; ++e) {
+  // Each epilogue as it is, then also leaving bf16 copies: of the forward's
+  // outputs, and of dx from the backward (instead of dx).
+  ASSIGN_OR_RETURN(uint16_t* y_copy, device.Allocate<uint16_t>(n));
+  ASSIGN_OR_RETURN(uint16_t* inference_copy, device.Allocate<uint16_t>(n));
+  ASSIGN_OR_RETURN(uint16_t* dx_copy, device.Allocate<uint16_t>(n));
+  for (int variant = 0; variant < 6; ++variant) {
+    const bool copies = variant >= 3;
+    const int e = variant % 3;
     const BatchNormEpilogue& epilogue = epilogues[e];
     ASSIGN_OR_RETURN(Side unfused, make_side());
     ASSIGN_OR_RETURN(Side fused, make_side());
@@ -148,7 +177,9 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
     device.BatchNormForwardTraining(x, rows, channels, gamma, beta, kMomentum,
                                     kEpsilon, fused.y, fused.saved,
                                     fused.saved + channels, fused.running,
-                                    fused.running + channels, epilogue);
+                                    fused.running + channels,
+                                    copies ? epilogue.WithBf16Copy(y_copy)
+                                           : epilogue);
 
     device.BatchNormForwardInference(
         x, rows, channels, gamma, beta, unfused.running,
@@ -157,9 +188,13 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
     unfused_epilogue(unfused.inference);
     device.BatchNormForwardInference(x, rows, channels, gamma, beta,
                                      fused.running, fused.running + channels,
-                                     kEpsilon, fused.inference, epilogue);
+                                     kEpsilon, fused.inference,
+                                     copies
+                                         ? epilogue.WithBf16Copy(inference_copy)
+                                         : epilogue);
 
-    const std::string name = names[e];
+    const std::string name =
+        absl::StrCat(names[e], copies ? " (with bf16 copies)" : "");
     RETURN_IF_ERROR(device.Synchronize());
     RETURN_IF_ERROR(ExpectSameBits(device, unfused.y, fused.y, n,
                                    name + " training output"));
@@ -169,6 +204,13 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
                                    2 * channels, name + " running statistics"));
     RETURN_IF_ERROR(ExpectSameBits(device, unfused.inference, fused.inference,
                                    n, name + " inference output"));
+    if (copies) {
+      RETURN_IF_ERROR(ExpectRoundedBits(device, unfused.y, y_copy, n,
+                                        name + " training output's copy"));
+      RETURN_IF_ERROR(ExpectRoundedBits(device, unfused.inference,
+                                        inference_copy, n,
+                                        name + " inference output's copy"));
+    }
     if (!epilogue.relu) continue;
 
     // The backward through the ReLU: ReluBackward then the plain backward,
@@ -177,13 +219,20 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
     device.BatchNormBackward(x, unfused.dy, rows, channels, gamma,
                              unfused.saved, unfused.saved + channels,
                              unfused.dx, unfused.dparams,
-                             unfused.dparams + channels, nullptr);
+                             unfused.dparams + channels, nullptr, nullptr);
     device.BatchNormBackward(x, fused.dy, rows, channels, gamma, fused.saved,
-                             fused.saved + channels, fused.dx, fused.dparams,
-                             fused.dparams + channels, fused.y);
+                             fused.saved + channels,
+                             copies ? nullptr : fused.dx, fused.dparams,
+                             fused.dparams + channels, fused.y,
+                             copies ? dx_copy : nullptr);
     RETURN_IF_ERROR(device.Synchronize());
-    RETURN_IF_ERROR(
-        ExpectSameBits(device, unfused.dx, fused.dx, n, name + " dx"));
+    if (copies) {
+      RETURN_IF_ERROR(ExpectRoundedBits(device, unfused.dx, dx_copy, n,
+                                        name + " dx (bf16 only)"));
+    } else {
+      RETURN_IF_ERROR(
+          ExpectSameBits(device, unfused.dx, fused.dx, n, name + " dx"));
+    }
     RETURN_IF_ERROR(ExpectSameBits(device, unfused.dparams, fused.dparams,
                                    2 * channels, name + " dgamma, dbeta"));
     // dy is read, not written.

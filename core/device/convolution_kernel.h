@@ -9,6 +9,7 @@
 // weight PyTorch's [out][in][k][k]. No bias: the layer adds it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/functional/function_ref.h"
@@ -46,6 +47,26 @@ class ConvolutionKernel {
     weight_grad_ready();
     BackwardInput(dy, weight, dx);
   }
+
+  // Under --precision=bf16 a kernel rounds x and dy to bfloat16 before its
+  // products. Where the layers around it already made those roundings
+  // (a batch norm's epilogue writes the next convolution's input in bf16 in
+  // the pass that writes it in float32; a batch norm's backward writes its
+  // input gradient, this kernel's dy, in bf16 only), a kernel that accepts
+  // them reads them instead: no pass of its own over the float32 values.
+  // True for kernels at bf16 whose input is NHWC. The bf16 operands are
+  // bfloat16.h's RoundToBits of the float32 values, NHWC like them; the
+  // results are those of Forward and Backward given those values, bit for
+  // bit.
+  virtual bool AcceptsBf16Operands() const { return false; }
+  virtual void ForwardFromBf16(const uint16_t* x, const float* weight,
+                               float* y);
+  // Backward's two gradients, and its callback between them, from the bf16
+  // operands.
+  virtual void BackwardFromBf16(const uint16_t* x, const uint16_t* dy,
+                                const float* weight, float* weight_grad,
+                                float* dx,
+                                absl::FunctionRef<void()> weight_grad_ready);
 
  protected:
   ConvolutionKernel(const ConvGeometry& geometry, int out_channels)

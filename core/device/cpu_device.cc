@@ -122,6 +122,13 @@ inline void RoundSpanInPlace(float* __restrict x, int n) {
   for (int j = 0; j < n; ++j) x[j] = bfloat16::Round(x[j]);
 }
 
+// bits = in rounded to bf16, as bfloat16.h's 16 bits (a batch norm's bf16
+// copy of its output or of its input gradient).
+inline void RoundBitsSpan(uint16_t* __restrict bits, const float* __restrict in,
+                          int n) {
+  for (int j = 0; j < n; ++j) bits[j] = bfloat16::RoundToBits(in[j]);
+}
+
 inline void SumSpan(float* __restrict y, const float* __restrict x, int n) {
   for (int j = 0; j < n; ++j) y[j] = km::Sum(y[j], x[j]);
 }
@@ -178,11 +185,13 @@ inline void SgdMomentumSpan(float* __restrict p, const float* __restrict g,
 }  // namespace
 
 CpuDevice::CpuDevice(int cpu_threads, bool reference_convolutions,
-                     bool reference_batch_norm, Precision precision)
+                     bool reference_batch_norm, Precision precision,
+                     bool convolutions_round_own_operands)
     : dnnl_(std::make_unique<DnnlContext>(cpu_threads)),
       reference_convolutions_(reference_convolutions),
       reference_batch_norm_(reference_batch_norm),
-      precision_(precision) {}
+      precision_(precision),
+      convolutions_round_own_operands_(convolutions_round_own_operands) {}
 
 DnnlBatchNorm* CpuDevice::BatchNormFor(int64_t rows, int channels,
                                        float epsilon) {
@@ -217,7 +226,8 @@ absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CpuDevice::CreateConvolution(
     const ConvGeometry& g, int out_channels) {
   if (reference_convolutions_) return std::unique_ptr<ConvolutionKernel>();
   return DnnlConvolution::Create(*dnnl_, g, out_channels,
-                                 precision_ == Precision::kBf16);
+                                 precision_ == Precision::kBf16,
+                                 !convolutions_round_own_operands_);
 }
 
 CpuDevice::~CpuDevice() {
@@ -382,13 +392,26 @@ void CpuDevice::ReluBackwardOfSum(const float* y, const float* x, float* dy,
 
 void CpuDevice::ApplyEpilogue(float* y, int64_t count,
                               const BatchNormEpilogue& epilogue) {
-  if (epilogue.residual == nullptr && !epilogue.relu) return;
+  if (epilogue.residual == nullptr && !epilogue.relu &&
+      epilogue.bf16_copy == nullptr) {
+    return;
+  }
   dnnl_->UseThreads();
   ForEachBlock(count, [&](int64_t i, int n) {
     EpilogueSpan(y + i,
                  epilogue.residual == nullptr ? nullptr : epilogue.residual + i,
                  epilogue.relu, n);
+    if (epilogue.bf16_copy != nullptr) {
+      RoundBitsSpan(epilogue.bf16_copy + i, y + i, n);
+    }
   });
+}
+
+void CpuDevice::WriteBf16Copy(const float* y, int64_t count, uint16_t* copy) {
+  if (copy == nullptr) return;
+  dnnl_->UseThreads();
+  ForEachBlock(count,
+               [&](int64_t i, int n) { RoundBitsSpan(copy + i, y + i, n); });
 }
 
 void CpuDevice::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
@@ -520,6 +543,7 @@ void CpuDevice::BatchNormForwardTraining(
       }
     }
   });
+  WriteBf16Copy(y, rows * channels, epilogue.bf16_copy);
 }
 
 void CpuDevice::BatchNormForwardInference(
@@ -549,6 +573,7 @@ void CpuDevice::BatchNormForwardInference(
       }
     }
   });
+  WriteBf16Copy(y, rows * channels, epilogue.bf16_copy);
 }
 
 void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
@@ -556,8 +581,26 @@ void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
                                   const float* saved_mean,
                                   const float* saved_inv_std, float* dx,
                                   float* dgamma, float* dbeta,
-                                  const float* relu_output) {
+                                  const float* relu_output,
+                                  uint16_t* dx_bf16) {
   if (rows <= 0 || channels <= 0) return;
+  if (dx == nullptr) {
+    // Only the bf16 values are asked for: the float32 ones go to scratch.
+    GS_CHECK(dx_bf16 != nullptr)
+        << "BatchNormBackward needs dx or dx_bf16 on " << name();
+    const int64_t count = rows * channels;
+    if (static_cast<int64_t>(bf16_dx_.size()) < count) bf16_dx_.resize(count);
+    dx = bf16_dx_.data();
+  }
+  BatchNormBackwardFloat(x, dy, rows, channels, gamma, saved_mean,
+                         saved_inv_std, dx, dgamma, dbeta, relu_output);
+  WriteBf16Copy(dx, rows * channels, dx_bf16);
+}
+
+void CpuDevice::BatchNormBackwardFloat(
+    const float* x, const float* dy, int64_t rows, int channels,
+    const float* gamma, const float* saved_mean, const float* saved_inv_std,
+    float* dx, float* dgamma, float* dbeta, const float* relu_output) {
   if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, -1.0f)) {
     const float* grad = dy;
     if (relu_output != nullptr) {

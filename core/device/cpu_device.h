@@ -46,7 +46,8 @@ class CpuDevice : public Device {
   // kernels do not change. kTf32 is CreateDevice's to refuse.
   explicit CpuDevice(int cpu_threads = 0, bool reference_convolutions = false,
                      bool reference_batch_norm = false,
-                     Precision precision = Precision::kFp32);
+                     Precision precision = Precision::kFp32,
+                     bool convolutions_round_own_operands = false);
   ~CpuDevice() override;
 
   CpuDevice(const CpuDevice&) = delete;
@@ -100,7 +101,7 @@ class CpuDevice : public Device {
                          int channels, const float* gamma,
                          const float* saved_mean, const float* saved_inv_std,
                          float* dx, float* dgamma, float* dbeta,
-                         const float* relu_output) override;
+                         const float* relu_output, uint16_t* dx_bf16) override;
   void MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
                       int32_t* where) override;
   void MaxPoolBackward(const float* dy, const int32_t* where,
@@ -138,13 +139,24 @@ class CpuDevice : public Device {
   // oneDNN's batch norm has no epilogue of ours: after it, y goes through the
   // epilogue in one more pass (the same values; the CPU is not where the
   // fusion's passes matter).
+  // The epilogue's bf16 copy is written in that pass too.
   void ApplyEpilogue(float* y, int64_t count,
                      const BatchNormEpilogue& epilogue);
+  // copy = y rounded to bf16 (bfloat16.h's bits); nothing where copy is null.
+  void WriteBf16Copy(const float* y, int64_t count, uint16_t* copy);
+  // BatchNormBackward into a float32 dx.
+  void BatchNormBackwardFloat(const float* x, const float* dy, int64_t rows,
+                              int channels, const float* gamma,
+                              const float* saved_mean,
+                              const float* saved_inv_std, float* dx,
+                              float* dgamma, float* dbeta,
+                              const float* relu_output);
 
   std::unique_ptr<DnnlContext> dnnl_;  // Gemm's threads; the convolutions
   const bool reference_convolutions_;
   const bool reference_batch_norm_;
   const Precision precision_;
+  const bool convolutions_round_own_operands_;
   // --precision=bf16: Gemm's inputs rounded to bf16, grown to the largest
   // product seen (a model's products are the same every step, so only its
   // first step grows them).
@@ -152,6 +164,9 @@ class CpuDevice : public Device {
   // A fused batch-norm backward's dy through its ReLU, for oneDNN's
   // primitive (grown once, to the largest layer).
   std::vector<float> relu_masked_dy_;
+  // A batch-norm backward's float32 dx where only its bf16 copy is asked for
+  // (grown once, to the largest layer).
+  std::vector<float> bf16_dx_;
   // Kernels run on one thread at a time (the step loop's), so no lock.
   std::vector<std::unique_ptr<DnnlBatchNorm>> batch_norms_;
   std::vector<std::pair<int64_t, int>> batch_norm_failures_;

@@ -350,7 +350,7 @@ BatchNormOutputs RunBatchNorm(bool reference, int64_t rows, int channels,
   }
   device.BatchNormBackward(device_x, dy, rows, channels, gamma, saved,
                            saved + channels, dx, dparams, dparams + channels,
-                           /*relu_output=*/nullptr);
+                           /*relu_output=*/nullptr, /*dx_bf16=*/nullptr);
   out.y = download(y, n);
   out.saved = download(saved, 2 * channels);
   out.running = download(running, 2 * channels);

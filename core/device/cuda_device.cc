@@ -121,7 +121,8 @@ CudaEvent::~CudaEvent() {
 // ---------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(
-    int gpu_index, bool reference_convolutions, Precision precision) {
+    int gpu_index, bool reference_convolutions, Precision precision,
+    bool convolutions_round_own_operands) {
   const std::string name = absl::StrCat("cuda:", gpu_index);
   int count = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count), name);
@@ -144,18 +145,21 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(
         "-gencode for it in core/BUILD"));
   }
   std::unique_ptr<CudaDevice> device(
-      new CudaDevice(gpu_index, properties, reference_convolutions, precision));
+      new CudaDevice(gpu_index, properties, reference_convolutions, precision,
+                     convolutions_round_own_operands));
   RETURN_IF_ERROR(device->Initialize());
   return device;
 }
 
 CudaDevice::CudaDevice(int gpu_index, const cudaDeviceProp& properties,
-                       bool reference_convolutions, Precision precision)
+                       bool reference_convolutions, Precision precision,
+                       bool convolutions_round_own_operands)
     : gpu_index_(gpu_index),
       properties_(properties),
       name_(absl::StrCat("cuda:", gpu_index)),
       reference_convolutions_(reference_convolutions),
-      precision_(precision) {}
+      precision_(precision),
+      convolutions_round_own_operands_(convolutions_round_own_operands) {}
 
 absl::Status CudaDevice::Initialize() {
   // Non-blocking: the stream never waits for the legacy default stream (which
@@ -607,7 +611,8 @@ void CudaDevice::BatchNormForwardTraining(
   CheckLaunch(cuda_kernels::BatchNormForwardTraining(
                   stream_, x, rows, channels, gamma, beta, momentum, epsilon, y,
                   saved_mean, saved_inv_std, running_mean, running_var,
-                  epilogue.residual, epilogue.relu, channel_partials_),
+                  epilogue.residual, epilogue.relu, epilogue.bf16_copy,
+                  channel_partials_),
               "BatchNormForwardTraining kernel launch");
 }
 
@@ -618,7 +623,8 @@ void CudaDevice::BatchNormForwardInference(
   Record(MakeCurrent());
   CheckLaunch(cuda_kernels::BatchNormForwardInference(
                   stream_, x, rows, channels, gamma, beta, running_mean,
-                  running_var, epsilon, y, epilogue.residual, epilogue.relu),
+                  running_var, epsilon, y, epilogue.residual, epilogue.relu,
+                  epilogue.bf16_copy),
               "BatchNormForwardInference kernel launch");
 }
 
@@ -627,12 +633,19 @@ void CudaDevice::BatchNormBackward(const float* x, const float* dy,
                                    const float* gamma, const float* saved_mean,
                                    const float* saved_inv_std, float* dx,
                                    float* dgamma, float* dbeta,
-                                   const float* relu_output) {
+                                   const float* relu_output,
+                                   uint16_t* dx_bf16) {
   Record(MakeCurrent());
+  if (dx == nullptr && dx_bf16 == nullptr) {
+    Record(absl::InvalidArgumentError(absl::StrCat(
+        "BatchNormBackward on ", name_, " needs dx or dx_bf16; got neither")));
+    return;
+  }
   CheckLaunch(
       cuda_kernels::BatchNormBackward(stream_, x, dy, rows, channels, gamma,
                                       saved_mean, saved_inv_std, dx, dgamma,
-                                      dbeta, relu_output, channel_partials_),
+                                      dbeta, relu_output, dx_bf16,
+                                      channel_partials_),
       "BatchNormBackward kernel launch");
 }
 
@@ -649,7 +662,8 @@ CudaDevice::CreateConvolution(const ConvGeometry& g, int out_channels) {
   if (cudnn_ == nullptr) {
     ASSIGN_OR_RETURN(cudnn_, CudnnContext::Create(*this));
   }
-  return CudnnConvolution::Create(*cudnn_, g, out_channels);
+  return CudnnConvolution::Create(*cudnn_, g, out_channels,
+                                  !convolutions_round_own_operands_);
 }
 
 void CudaDevice::MaxPoolBackward(const float* dy, const int32_t* where,
@@ -731,7 +745,8 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(
   }
   ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
                    CudaDevice::Create(*gpu, options.reference_convolutions,
-                                      options.precision));
+                                      options.precision,
+                                      options.convolutions_round_own_operands));
   GS_LOG(INFO) << "local rank " << local_rank << " computes on "
                << device->name() << " (" << visible << " GPU(s) visible)";
   return std::unique_ptr<Device>(std::move(device));

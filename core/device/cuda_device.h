@@ -120,9 +120,11 @@ class CudaDevice : public Device {
   // cublasGemmEx (CUDA_R_16BF inputs, a float32 C, CUBLAS_COMPUTE_32F) and
   // rounds C to bf16; the convolutions compute on bf16 copies
   // (cudnn_convolution.h). Never run on a GPU yet.
+  // `convolutions_round_own_operands`: test-only, as DeviceOptions's.
   static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(
       int gpu_index, bool reference_convolutions = false,
-      Precision precision = Precision::kFp32);
+      Precision precision = Precision::kFp32,
+      bool convolutions_round_own_operands = false);
   ~CudaDevice() override;
 
   CudaDevice(const CudaDevice&) = delete;
@@ -182,7 +184,7 @@ class CudaDevice : public Device {
                          int channels, const float* gamma,
                          const float* saved_mean, const float* saved_inv_std,
                          float* dx, float* dgamma, float* dbeta,
-                         const float* relu_output) override;
+                         const float* relu_output, uint16_t* dx_bf16) override;
   void MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
                       int32_t* where) override;
   void MaxPoolBackward(const float* dy, const int32_t* where,
@@ -238,7 +240,8 @@ class CudaDevice : public Device {
   };
 
   CudaDevice(int gpu_index, const cudaDeviceProp& properties,
-             bool reference_convolutions, Precision precision);
+             bool reference_convolutions, Precision precision,
+             bool convolutions_round_own_operands);
   absl::Status Initialize();
   // A new arena block of at least `bytes`, zero-filled.
   absl::Status AddBlock(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -261,6 +264,7 @@ class CudaDevice : public Device {
   double* channel_partials_ = nullptr;
   const bool reference_convolutions_;
   const Precision precision_;
+  const bool convolutions_round_own_operands_;
   // --precision=bf16: Gemm's operands rounded to bf16 (their 16 bits).
   uint16_t* bf16_a_ = nullptr;
   uint16_t* bf16_b_ = nullptr;

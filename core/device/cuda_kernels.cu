@@ -509,12 +509,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock) BatchNormApplyKernel(
     const float* __restrict__ gamma, const float* __restrict__ beta,
     const float* __restrict__ mean, const float* __restrict__ inv_std,
     float* __restrict__ y, const float* __restrict__ residual, bool relu,
-    bool narrow_index) {
+    uint16_t* __restrict__ bf16_copy, bool narrow_index) {
   ForEachChannelElement(
       total, channels, narrow_index, [=](int64_t i, int64_t c) {
-        y[i] = km::BatchNormEpilogueOutput(
+        const float value = km::BatchNormEpilogueOutput(
             km::BatchNormOutput(x[i], mean[c], inv_std[c], gamma[c], beta[c]),
             residual, i, relu);
+        y[i] = value;
+        if (bf16_copy != nullptr) bf16_copy[i] = bfloat16::RoundToBits(value);
       });
 }
 
@@ -523,14 +525,17 @@ __global__ void __launch_bounds__(kThreadsPerBlock) BatchNormInferenceKernel(
     const float* __restrict__ gamma, const float* __restrict__ beta,
     const float* __restrict__ running_mean,
     const float* __restrict__ running_var, float epsilon, float* __restrict__ y,
-    const float* __restrict__ residual, bool relu, bool narrow_index) {
+    const float* __restrict__ residual, bool relu,
+    uint16_t* __restrict__ bf16_copy, bool narrow_index) {
   ForEachChannelElement(
       total, channels, narrow_index, [=](int64_t i, int64_t c) {
-        y[i] = km::BatchNormEpilogueOutput(
+        const float value = km::BatchNormEpilogueOutput(
             km::BatchNormOutput(x[i], running_mean[c],
                                 km::InverseStd(running_var[c], epsilon),
                                 gamma[c], beta[c]),
             residual, i, relu);
+        y[i] = value;
+        if (bf16_copy != nullptr) bf16_copy[i] = bfloat16::RoundToBits(value);
       });
 }
 
@@ -577,14 +582,18 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                                  const float* __restrict__ dgamma,
                                  const float* __restrict__ dbeta,
                                  const float* __restrict__ relu_output,
-                                 float* __restrict__ dx, bool narrow_index) {
+                                 float* __restrict__ dx,
+                                 uint16_t* __restrict__ dx_bf16,
+                                 bool narrow_index) {
   ForEachChannelElement(
       rows * channels, channels, narrow_index, [=](int64_t i, int64_t c) {
         const float x_hat = km::Normalized(x[i], mean[c], inv_std[c]);
-        dx[i] = km::BatchNormInputGradient(
+        const float value = km::BatchNormInputGradient(
             km::GradientBeforeRelu(dy, relu_output, i), x_hat,
             gamma[c] * inv_std[c], km::BatchMean(dbeta[c], rows),
             km::BatchMean(dgamma[c], rows));
+        if (dx != nullptr) dx[i] = value;
+        if (dx_bf16 != nullptr) dx_bf16[i] = bfloat16::RoundToBits(value);
       });
 }
 
@@ -854,6 +863,7 @@ cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
                                      float* saved_mean, float* saved_inv_std,
                                      float* running_mean, float* running_var,
                                      const float* residual, bool relu,
+                                     uint16_t* bf16_copy,
                                      double* channel_partials) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   const launch_config::ChannelSumsLaunch plan =
@@ -878,7 +888,7 @@ cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
   const int64_t total = rows * channels;
   return LaunchChannelElementwise(stream, total, BatchNormApplyKernel, x, total,
                                   channels, gamma, beta, saved_mean,
-                                  saved_inv_std, y, residual, relu);
+                                  saved_inv_std, y, residual, relu, bf16_copy);
 }
 
 cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
@@ -887,12 +897,13 @@ cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
                                       const float* running_mean,
                                       const float* running_var, float epsilon,
                                       float* y, const float* residual,
-                                      bool relu) {
+                                      bool relu, uint16_t* bf16_copy) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   const int64_t total = rows * channels;
   return LaunchChannelElementwise(stream, total, BatchNormInferenceKernel, x,
                                   total, channels, gamma, beta, running_mean,
-                                  running_var, epsilon, y, residual, relu);
+                                  running_var, epsilon, y, residual, relu,
+                                  bf16_copy);
 }
 
 cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
@@ -900,7 +911,7 @@ cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
                               const float* gamma, const float* saved_mean,
                               const float* saved_inv_std, float* dx,
                               float* dgamma, float* dbeta,
-                              const float* relu_output,
+                              const float* relu_output, uint16_t* dx_bf16,
                               double* channel_partials) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   const launch_config::ChannelSumsLaunch plan =
@@ -925,7 +936,7 @@ cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
   return LaunchChannelElementwise(stream, rows * channels,
                                   BatchNormInputGradientKernel, x, dy, rows,
                                   channels, gamma, saved_mean, saved_inv_std,
-                                  dgamma, dbeta, relu_output, dx);
+                                  dgamma, dbeta, relu_output, dx, dx_bf16);
 }
 
 cudaError_t MaxPoolForward(cudaStream_t stream, const float* x,

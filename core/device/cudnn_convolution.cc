@@ -111,7 +111,8 @@ std::vector<ConvolutionAlgorithmResult> ToMeasuredResults(const Perf* perf,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CudnnConvolution::Create(
-    CudnnContext& context, const ConvGeometry& geometry, int out_channels) {
+    CudnnContext& context, const ConvGeometry& geometry, int out_channels,
+    bool accept_bf16_operands) {
   const CudnnDataType data_type =
       context.device().precision() == Precision::kBf16
           ? CudnnDataType::kBfloat16
@@ -119,7 +120,8 @@ absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CudnnConvolution::Create(
   ASSIGN_OR_RETURN(CudnnConvolutionPlan plan,
                    PlanCudnnConvolution(geometry, out_channels, data_type));
   std::unique_ptr<CudnnConvolution> kernel(
-      new CudnnConvolution(context, geometry, out_channels, plan));
+      new CudnnConvolution(context, geometry, out_channels, plan,
+                           accept_bf16_operands));
   RETURN_IF_ERROR(kernel->Build());
   GS_LOG(DEBUG) << kernel->where_ << ": " << kernel->algorithms();
   return std::unique_ptr<ConvolutionKernel>(std::move(kernel));
@@ -128,10 +130,12 @@ absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CudnnConvolution::Create(
 CudnnConvolution::CudnnConvolution(CudnnContext& context,
                                    const ConvGeometry& geometry,
                                    int out_channels,
-                                   const CudnnConvolutionPlan& plan)
+                                   const CudnnConvolutionPlan& plan,
+                                   bool accept_bf16_operands)
     : ConvolutionKernel(geometry, out_channels),
       context_(context),
       plan_(plan),
+      accept_bf16_operands_(accept_bf16_operands),
       where_(absl::StrCat(context.device().name(), ", convolution ",
                           DescribeConvolution(geometry, out_channels))) {}
 
@@ -539,9 +543,8 @@ absl::StatusOr<const void*> CudnnConvolution::OutputGradientAsBf16(
   return copy;
 }
 
-absl::Status CudnnConvolution::RunForwardBf16(const float* x,
+absl::Status CudnnConvolution::RunForwardBf16(const void* input,
                                               const float* weight, float* y) {
-  ASSIGN_OR_RETURN(const void* input, InputAsBf16(x));
   ASSIGN_OR_RETURN(const void* filter, WeightAsBf16(weight));
   void* output = context_.scratch(CudnnContext::kOutput);
   const float one = 1.0f, zero = 0.0f;
@@ -560,10 +563,9 @@ absl::Status CudnnConvolution::RunForwardBf16(const float* x,
       "WidenFromBfloat16 (output)");
 }
 
-absl::Status CudnnConvolution::RunBackwardWeightsBf16(const float* x,
+absl::Status CudnnConvolution::RunBackwardWeightsBf16(const void* input,
                                                       const void* output_grad,
                                                       float* weight_grad) {
-  ASSIGN_OR_RETURN(const void* input, InputAsBf16(x));
   void* krsc_grad = context_.scratch(CudnnContext::kWeightGrad);
   const float one = 1.0f, zero = 0.0f;
   CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, weight_math_),
@@ -629,7 +631,10 @@ absl::StatusOr<const float*> CudnnConvolution::WeightAsKrsc(
 absl::Status CudnnConvolution::RunForward(const float* x, const float* weight,
                                           float* y) {
   RETURN_IF_ERROR(context_.device().MakeCurrent());
-  if (plan_.bf16()) return RunForwardBf16(x, weight, y);
+  if (plan_.bf16()) {
+    ASSIGN_OR_RETURN(const void* input, InputAsBf16(x));
+    return RunForwardBf16(input, weight, y);
+  }
   ASSIGN_OR_RETURN(const float* input, InputAsNhwc(x));
   ASSIGN_OR_RETURN(const float* filter, WeightAsKrsc(weight));
   const float one = 1.0f, zero = 0.0f;
@@ -650,7 +655,8 @@ absl::Status CudnnConvolution::RunBackwardWeights(const float* x,
   RETURN_IF_ERROR(context_.device().MakeCurrent());
   if (plan_.bf16()) {
     ASSIGN_OR_RETURN(const void* output_grad, OutputGradientAsBf16(dy));
-    return RunBackwardWeightsBf16(x, output_grad, weight_grad);
+    ASSIGN_OR_RETURN(const void* input, InputAsBf16(x));
+    return RunBackwardWeightsBf16(input, output_grad, weight_grad);
   }
   ASSIGN_OR_RETURN(const float* input, InputAsNhwc(x));
   float* krsc_grad =
@@ -715,9 +721,46 @@ absl::Status CudnnConvolution::RunBackward(
   // the input pass the input scratch, after the weight pass has read x's
   // copy there).
   ASSIGN_OR_RETURN(const void* output_grad, OutputGradientAsBf16(dy));
-  RETURN_IF_ERROR(RunBackwardWeightsBf16(x, output_grad, weight_grad));
+  ASSIGN_OR_RETURN(const void* input, InputAsBf16(x));
+  RETURN_IF_ERROR(RunBackwardWeightsBf16(input, output_grad, weight_grad));
   weight_grad_ready();
   return RunBackwardInputBf16(output_grad, weight, dx);
+}
+
+bool CudnnConvolution::AcceptsBf16Operands() const {
+  return plan_.bf16() && accept_bf16_operands_ && !plan_.input_needs_copy();
+}
+
+void CudnnConvolution::ForwardFromBf16(const uint16_t* x, const float* weight,
+                                       float* y) {
+  Keep([&]() -> absl::Status {
+    RETURN_IF_ERROR(RefuseBf16Operands());
+    RETURN_IF_ERROR(context_.device().MakeCurrent());
+    return RunForwardBf16(x, weight, y);
+  }());
+}
+
+void CudnnConvolution::BackwardFromBf16(
+    const uint16_t* x, const uint16_t* dy, const float* weight,
+    float* weight_grad, float* dx,
+    absl::FunctionRef<void()> weight_grad_ready) {
+  Keep([&]() -> absl::Status {
+    RETURN_IF_ERROR(RefuseBf16Operands());
+    RETURN_IF_ERROR(context_.device().MakeCurrent());
+    // Neither direction writes x's or dy's bf16 buffers (the layers' own);
+    // the input pass writes the input scratch.
+    RETURN_IF_ERROR(RunBackwardWeightsBf16(x, dy, weight_grad));
+    weight_grad_ready();
+    return RunBackwardInputBf16(dy, weight, dx);
+  }());
+}
+
+absl::Status CudnnConvolution::RefuseBf16Operands() const {
+  if (AcceptsBf16Operands()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      where_, ": given bf16 operands, which it does not accept (precision ",
+      plan_.bf16() ? "bf16" : "not bf16", ", input ",
+      plan_.input_needs_copy() ? "not NHWC" : "NHWC", ")"));
 }
 
 void CudnnConvolution::Forward(const float* x, const float* weight, float* y) {

@@ -28,7 +28,10 @@
 // output gradient to bf16; cuDNN writes a bf16 output, input gradient or KRSC
 // weight gradient to scratch, widened (exactly) into the layer's float32
 // buffer in its layout. The master weights are never written. Algorithms
-// are measured for the bf16 descriptors and kept under the bf16 key.
+// are measured for the bf16 descriptors and kept under the bf16 key. Where
+// the layers around it made the bf16 input and output gradient already (an
+// NHWC input; ConvolutionKernel::AcceptsBf16Operands), cuDNN reads those
+// and the two casts are not run.
 //
 // Errors: making the kernel returns a status naming the shape; a failed call
 // while running is kept by the device (CudaDevice::Record) and returned by its
@@ -60,7 +63,8 @@ class CudnnConvolution : public ConvolutionKernel {
   // Descriptors, algorithms and scratch for `geometry` with `out_channels`
   // outputs; an error names the shape and the cuDNN call.
   static absl::StatusOr<std::unique_ptr<ConvolutionKernel>> Create(
-      CudnnContext& context, const ConvGeometry& geometry, int out_channels);
+      CudnnContext& context, const ConvGeometry& geometry, int out_channels,
+      bool accept_bf16_operands = true);
   ~CudnnConvolution() override;
 
   void Forward(const float* x, const float* weight, float* y) override;
@@ -71,6 +75,13 @@ class CudnnConvolution : public ConvolutionKernel {
   void Backward(const float* x, const float* dy, const float* weight,
                 float* weight_grad, float* dx,
                 absl::FunctionRef<void()> weight_grad_ready) override;
+  // bf16 with an NHWC input (unless Create was told not to).
+  bool AcceptsBf16Operands() const override;
+  void ForwardFromBf16(const uint16_t* x, const float* weight,
+                       float* y) override;
+  void BackwardFromBf16(const uint16_t* x, const uint16_t* dy,
+                        const float* weight, float* weight_grad, float* dx,
+                        absl::FunctionRef<void()> weight_grad_ready) override;
 
   // The chosen algorithms and their workspaces, for logs and gpu_check.
   std::string algorithms() const;
@@ -78,7 +89,8 @@ class CudnnConvolution : public ConvolutionKernel {
 
  private:
   CudnnConvolution(CudnnContext& context, const ConvGeometry& geometry,
-                   int out_channels, const CudnnConvolutionPlan& plan);
+                   int out_channels, const CudnnConvolutionPlan& plan,
+                   bool accept_bf16_operands);
   enum class Direction { kForward, kInputGradient, kWeightGradient };
 
   absl::Status Build();
@@ -105,10 +117,13 @@ class CudnnConvolution : public ConvolutionKernel {
   absl::Status RunBackward(const float* x, const float* dy, const float* weight,
                            float* weight_grad, float* dx,
                            absl::FunctionRef<void()> weight_grad_ready);
-  // The bf16 directions (see the file comment); the backward ones take dy
-  // already rounded (OutputGradientAsBf16), which both may share.
-  absl::Status RunForwardBf16(const float* x, const float* weight, float* y);
-  absl::Status RunBackwardWeightsBf16(const float* x, const void* output_grad,
+  // The bf16 directions (see the file comment), on x and dy already rounded
+  // (InputAsBf16, OutputGradientAsBf16, or the layers before), which both
+  // backward directions may share.
+  absl::Status RunForwardBf16(const void* input, const float* weight,
+                              float* y);
+  absl::Status RunBackwardWeightsBf16(const void* input,
+                                      const void* output_grad,
                                       float* weight_grad);
   absl::Status RunBackwardInputBf16(const void* output_grad,
                                     const float* weight, float* dx);
@@ -123,11 +138,15 @@ class CudnnConvolution : public ConvolutionKernel {
   absl::StatusOr<const float*> InputAsNhwc(const float* x);
   // The weight copied to KRSC in the weight scratch.
   absl::StatusOr<const float*> WeightAsKrsc(const float* weight);
+  // OK where AcceptsBf16Operands; else the error a caller that did not ask
+  // gets.
+  absl::Status RefuseBf16Operands() const;
   // Keeps a failure for the device's next Synchronize.
   void Keep(const absl::Status& status);
 
   CudnnContext& context_;
   const CudnnConvolutionPlan plan_;
+  const bool accept_bf16_operands_;
   const std::string where_;  // "cuda:0, convolution <shape>"
   cudnnTensorDescriptor_t user_input_ = nullptr;
   cudnnTensorDescriptor_t input_ = nullptr;

@@ -42,6 +42,10 @@ enum class DeviceType { kCpu, kCuda };
 //     ReLU, pooling, residual additions, the loss, and the buffers that hold
 //     activations and gradients (values that are bf16 after a product are
 //     kept exactly), so the gradients handed to a strategy are float32.
+//     Where a batch norm's output or input gradient goes to a convolution,
+//     the batch norm may write its bf16 rounding too (BatchNormEpilogue::
+//     bf16_copy, BatchNormBackward's dx_bf16) for the convolution to read
+//     (ConvolutionKernel::AcceptsBf16Operands): fewer passes, same values.
 enum class Precision { kFp32, kTf32, kBf16 };
 
 // What a batch norm's output goes through in the same pass over memory (a
@@ -50,14 +54,25 @@ enum class Precision { kFp32, kTf32, kBf16 };
 // are those of BatchNorm*, Add and ReluForward run one after the other, bit
 // for bit: the fusion saves the passes (a residual block's tail reads and
 // writes its output once instead of three times), not the arithmetic.
+//
+// Under --precision=bf16 the pass may also leave y's bfloat16 rounding (the
+// bits of bfloat16.h's RoundToBits, [rows × channels]) in `bf16_copy`: the
+// next convolution's input, which that convolution would otherwise round
+// itself, reading y again (ConvolutionKernel::ForwardFromBf16).
 struct BatchNormEpilogue {
   const float* residual = nullptr;
   bool relu = false;
+  uint16_t* bf16_copy = nullptr;
 
   static BatchNormEpilogue None() { return {}; }
   static BatchNormEpilogue Relu() { return {nullptr, true}; }
   static BatchNormEpilogue AddThenRelu(const float* residual) {
     return {residual, true};
+  }
+  BatchNormEpilogue WithBf16Copy(uint16_t* copy) const {
+    BatchNormEpilogue epilogue = *this;
+    epilogue.bf16_copy = copy;
+    return epilogue;
   }
 };
 
@@ -166,12 +181,18 @@ class Device {
   // followed this batch norm, as a fused epilogue or ReluForward made it),
   // dy is that ReLU's output gradient and is taken as 0 wherever
   // relu_output <= 0 (ReluBackward's rule); dy itself is not written.
+  // With `dx_bf16`, dx is also written there rounded to bfloat16 (the bits
+  // of bfloat16.h's RoundToBits), and `dx` may be null (then only the bf16
+  // values are written): under --precision=bf16 the convolution before this
+  // batch norm reads its output gradient so (ConvolutionKernel::
+  // BackwardFromBf16), and needs no float32 copy.
   virtual void BatchNormBackward(const float* x, const float* dy, int64_t rows,
                                  int channels, const float* gamma,
                                  const float* saved_mean,
                                  const float* saved_inv_std, float* dx,
                                  float* dgamma, float* dbeta,
-                                 const float* relu_output) = 0;
+                                 const float* relu_output,
+                                 uint16_t* dx_bf16) = 0;
   // y [batch·out_h·out_w × channels] = the maximum of each window of x; `where`
   // (one int32 per output) keeps the position of the maximum in its window.
   virtual void MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
@@ -224,6 +245,11 @@ struct DeviceOptions {
   // Test-only, CPU: batch normalisation through the loops over kernel_math.h
   // (the CUDA kernels' arithmetic) instead of oneDNN's primitives.
   bool reference_batch_norm = false;
+  // Test-only: convolutions refuse operands rounded by the layers before
+  // them (ConvolutionKernel::AcceptsBf16Operands is false), so that a model
+  // takes the path where each convolution rounds its own; the two give the
+  // same bits.
+  bool convolutions_round_own_operands = false;
   // kTf32 is refused on the CPU, which has no TF32 arithmetic; kBf16 runs
   // on both devices (the CPU's rounded float32 products are the reference of
   // the GPU's bf16 tensor-core products).

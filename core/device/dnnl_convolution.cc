@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/logging.h"
 #include "core/device/bfloat16.h"
 
 namespace gradsync {
@@ -20,6 +21,13 @@ void RoundInPlace(float* values, int64_t count) {
 void RoundInto(float* __restrict out, const float* __restrict in,
                int64_t count) {
   for (int64_t i = 0; i < count; ++i) out[i] = bfloat16::Round(in[i]);
+}
+
+// bf16 operands made by the layers before (bfloat16.h's bits), as the float32
+// values RoundInto would have written: exact.
+void WidenInto(float* __restrict out, const uint16_t* __restrict in,
+               int64_t count) {
+  for (int64_t i = 0; i < count; ++i) out[i] = bfloat16::FromBits(in[i]);
 }
 
 int64_t Floats(const memory::desc& desc) {
@@ -56,14 +64,15 @@ std::string Describe(const ConvGeometry& g, int out) {
 
 absl::StatusOr<std::unique_ptr<ConvolutionKernel>> DnnlConvolution::Create(
     DnnlContext& context, const ConvGeometry& geometry, int out_channels,
-    bool bf16) {
+    bool bf16, bool accept_bf16_operands) {
   if (geometry.batch < 1 || geometry.out_height < 1 || geometry.out_width < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("oneDNN convolution of ", Describe(geometry, out_channels),
                      ": empty batch or output"));
   }
   std::unique_ptr<DnnlConvolution> kernel(
-      new DnnlConvolution(context, geometry, out_channels, bf16));
+      new DnnlConvolution(context, geometry, out_channels, bf16,
+                          accept_bf16_operands));
   try {
     kernel->Build();
   } catch (const dnnl::error& error) {
@@ -232,8 +241,18 @@ void DnnlConvolution::Execute(dnnl::primitive& primitive,
 
 void DnnlConvolution::Forward(const float* x, const float* weight, float* y) {
   context_.UseThreads();
+  RunForward(SourceAsNhwc(x), weight, y);
+}
+
+void DnnlConvolution::ForwardFromBf16(const uint16_t* x, const float* weight,
+                                      float* y) {
+  GS_CHECK(AcceptsBf16Operands()) << "oneDNN convolution: bf16 operands";
+  context_.UseThreads();
+  RunForward(SourceFromBf16(x), weight, y);
+}
+
+void DnnlConvolution::RunForward(memory& src, const float* weight, float* y) {
   memory& w = WeightsAs(weight, weight_to_forward_, forward_weight_);
-  memory& src = SourceAsNhwc(x);
   dst_.set_data_handle(y);
   Execute(forward_,
           {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst_}});
@@ -243,8 +262,41 @@ void DnnlConvolution::Forward(const float* x, const float* weight, float* y) {
 void DnnlConvolution::BackwardWeights(const float* x, const float* dy,
                                       float* weight_grad) {
   context_.UseThreads();
-  memory& src = SourceAsNhwc(x);
-  diff_dst_.set_data_handle(const_cast<float*>(OutputGradient(dy)));
+  RunBackwardWeights(SourceAsNhwc(x), OutputGradient(dy), weight_grad);
+}
+
+void DnnlConvolution::BackwardInput(const float* dy, const float* weight,
+                                    float* dx) {
+  context_.UseThreads();
+  RunBackwardInput(OutputGradient(dy), weight, dx);
+}
+
+void DnnlConvolution::BackwardFromBf16(
+    const uint16_t* x, const uint16_t* dy, const float* weight,
+    float* weight_grad, float* dx,
+    absl::FunctionRef<void()> weight_grad_ready) {
+  GS_CHECK(AcceptsBf16Operands()) << "oneDNN convolution: bf16 operands";
+  context_.UseThreads();
+  // dy widened into the output scratch, which neither direction writes; x
+  // into the input scratch, which an NHWC input's gradient does not use.
+  float* output_grad =
+      static_cast<float*>(context_.scratch(DnnlContext::kOutput));
+  WidenInto(output_grad, dy, Floats(dst_.get_desc()));
+  RunBackwardWeights(SourceFromBf16(x), output_grad, weight_grad);
+  weight_grad_ready();
+  RunBackwardInput(output_grad, weight, dx);
+}
+
+memory& DnnlConvolution::SourceFromBf16(const uint16_t* x) {
+  float* scratch = static_cast<float*>(context_.scratch(DnnlContext::kInput));
+  WidenInto(scratch, x, Floats(src_.get_desc()));
+  src_.set_data_handle(scratch);
+  return src_;
+}
+
+void DnnlConvolution::RunBackwardWeights(memory& src, const float* dy,
+                                         float* weight_grad) {
+  diff_dst_.set_data_handle(const_cast<float*>(dy));
   user_weight_.set_data_handle(weight_grad);
   memory& grad = weight_grad_to_user_ ? weight_grad_ : user_weight_;
   if (weight_grad_to_user_) {
@@ -260,11 +312,10 @@ void DnnlConvolution::BackwardWeights(const float* x, const float* dy,
   if (bf16_) RoundInPlace(weight_grad, Floats(user_weight_.get_desc()));
 }
 
-void DnnlConvolution::BackwardInput(const float* dy, const float* weight,
-                                    float* dx) {
-  context_.UseThreads();
+void DnnlConvolution::RunBackwardInput(const float* dy, const float* weight,
+                                       float* dx) {
   memory& w = WeightsAs(weight, weight_to_input_, input_weight_);
-  diff_dst_.set_data_handle(const_cast<float*>(OutputGradient(dy)));
+  diff_dst_.set_data_handle(const_cast<float*>(dy));
   diff_src_.set_data_handle(diff_src_to_user_
                                 ? context_.scratch(DnnlContext::kInput)
                                 : static_cast<void*>(dx));

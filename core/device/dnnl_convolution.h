@@ -43,12 +43,22 @@ class DnnlConvolution : public ConvolutionKernel {
   // the geometry if oneDNN cannot make them.
   static absl::StatusOr<std::unique_ptr<ConvolutionKernel>> Create(
       DnnlContext& context, const ConvGeometry& geometry, int out_channels,
-      bool bf16 = false);
+      bool bf16 = false, bool accept_bf16_operands = true);
 
   void Forward(const float* x, const float* weight, float* y) override;
   void BackwardWeights(const float* x, const float* dy,
                        float* weight_grad) override;
   void BackwardInput(const float* dy, const float* weight, float* dx) override;
+  // At bf16 with an NHWC input (unless Create was told not to): the bf16
+  // operands are widened into the scratch the kernel's own roundings use.
+  bool AcceptsBf16Operands() const override {
+    return bf16_ && accept_bf16_operands_ && !src_to_nhwc_;
+  }
+  void ForwardFromBf16(const uint16_t* x, const float* weight,
+                       float* y) override;
+  void BackwardFromBf16(const uint16_t* x, const uint16_t* dy,
+                        const float* weight, float* weight_grad, float* dx,
+                        absl::FunctionRef<void()> weight_grad_ready) override;
 
   // oneDNN's implementation names ("brgconv:avx512_core", ...), for logs and
   // tests that check no reference loop was picked.
@@ -57,10 +67,11 @@ class DnnlConvolution : public ConvolutionKernel {
 
  private:
   DnnlConvolution(DnnlContext& context, const ConvGeometry& geometry,
-                  int out_channels, bool bf16)
+                  int out_channels, bool bf16, bool accept_bf16_operands)
       : ConvolutionKernel(geometry, out_channels),
         context_(context),
-        bf16_(bf16) {}
+        bf16_(bf16),
+        accept_bf16_operands_(accept_bf16_operands) {}
   // Builds every primitive; throws dnnl::error.
   void Build();
   // `weight` in the layout `layout`: itself, or its reorder into the shared
@@ -72,11 +83,20 @@ class DnnlConvolution : public ConvolutionKernel {
   dnnl::memory& SourceAsNhwc(const float* x);
   // bf16: dy rounded into the output scratch; else dy itself.
   const float* OutputGradient(const float* dy);
+  // bf16 operands: x widened into the input scratch, src_ on it.
+  dnnl::memory& SourceFromBf16(const uint16_t* x);
+  // The three directions from their prepared operands (NHWC source; dy
+  // rounded already under bf16).
+  void RunForward(dnnl::memory& src, const float* weight, float* y);
+  void RunBackwardWeights(dnnl::memory& src, const float* dy,
+                          float* weight_grad);
+  void RunBackwardInput(const float* dy, const float* weight, float* dx);
   void Execute(dnnl::primitive& primitive,
                std::unordered_map<int, dnnl::memory> arguments);
 
   DnnlContext& context_;
   const bool bf16_;
+  const bool accept_bf16_operands_;
   dnnl::convolution_forward::primitive_desc forward_desc_;
   dnnl::convolution_backward_data::primitive_desc input_desc_;
   dnnl::convolution_backward_weights::primitive_desc weights_desc_;

@@ -58,7 +58,7 @@ class NullDevice : public Device {
                                  const BatchNormEpilogue&) override {}
   void BatchNormBackward(const float*, const float*, int64_t, int, const float*,
                          const float*, const float*, float*, float*, float*,
-                         const float*) override {}
+                         const float*, uint16_t*) override {}
   void MaxPoolForward(const float*, const PoolGeometry&, float*,
                       int32_t*) override {}
   void MaxPoolBackward(const float*, const int32_t*, const PoolGeometry&,

@@ -23,7 +23,8 @@ std::string Rows(int64_t rows, int channels) {
 // "", " +residual +relu", ...: what a batch norm's epilogue adds.
 std::string Epilogue(const BatchNormEpilogue& epilogue) {
   return absl::StrCat(epilogue.residual != nullptr ? " +residual" : "",
-                      epilogue.relu ? " +relu" : "");
+                      epilogue.relu ? " +relu" : "",
+                      epilogue.bf16_copy != nullptr ? " +bf16 copy" : "");
 }
 
 // Each direction of a convolution is an operation of its own.
@@ -53,6 +54,23 @@ class ProfilingConvolution : public ConvolutionKernel {
                 float* weight_grad, float* dx,
                 absl::FunctionRef<void()> weight_grad_ready) override {
     inner_->Backward(x, dy, weight, weight_grad, dx, [&] {
+      device_.Mark("conv weight gradient", [&] { return shape_; });
+      weight_grad_ready();
+    });
+    device_.Mark("conv input gradient", [&] { return shape_; });
+  }
+  bool AcceptsBf16Operands() const override {
+    return inner_->AcceptsBf16Operands();
+  }
+  void ForwardFromBf16(const uint16_t* x, const float* weight,
+                       float* y) override {
+    inner_->ForwardFromBf16(x, weight, y);
+    device_.Mark("conv forward", [&] { return shape_; });
+  }
+  void BackwardFromBf16(const uint16_t* x, const uint16_t* dy,
+                        const float* weight, float* weight_grad, float* dx,
+                        absl::FunctionRef<void()> weight_grad_ready) override {
+    inner_->BackwardFromBf16(x, dy, weight, weight_grad, dx, [&] {
       device_.Mark("conv weight gradient", [&] { return shape_; });
       weight_grad_ready();
     });
@@ -238,12 +256,17 @@ void ProfilingDevice::BatchNormForwardInference(
 void ProfilingDevice::BatchNormBackward(
     const float* x, const float* dy, int64_t rows, int channels,
     const float* gamma, const float* saved_mean, const float* saved_inv_std,
-    float* dx, float* dgamma, float* dbeta, const float* relu_output) {
+    float* dx, float* dgamma, float* dbeta, const float* relu_output,
+    uint16_t* dx_bf16) {
   inner_.BatchNormBackward(x, dy, rows, channels, gamma, saved_mean,
-                           saved_inv_std, dx, dgamma, dbeta, relu_output);
+                           saved_inv_std, dx, dgamma, dbeta, relu_output,
+                           dx_bf16);
   Mark("batch norm backward", [&] {
     return absl::StrCat(Rows(rows, channels),
-                        relu_output != nullptr ? " +relu" : "");
+                        relu_output != nullptr ? " +relu" : "",
+                        dx_bf16 == nullptr ? ""
+                        : dx == nullptr    ? " bf16 dx"
+                                           : " +bf16 dx");
   });
 }
 

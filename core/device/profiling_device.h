@@ -106,7 +106,7 @@ class ProfilingDevice : public Device {
                          int channels, const float* gamma,
                          const float* saved_mean, const float* saved_inv_std,
                          float* dx, float* dgamma, float* dbeta,
-                         const float* relu_output) override;
+                         const float* relu_output, uint16_t* dx_bf16) override;
   void MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
                       int32_t* where) override;
   void MaxPoolBackward(const float* dy, const int32_t* where,

@@ -45,10 +45,11 @@ void BatchNorm::ForwardInference(const float* x, int64_t rows, float* y,
 }
 
 void BatchNorm::Backward(const float* x, const float* dy, int64_t rows,
-                         float* dx, const float* relu_output) {
+                         float* dx, const float* relu_output,
+                         uint16_t* dx_bf16) {
   device_->BatchNormBackward(x, dy, rows, channels_, gamma_, saved_mean_,
                              saved_inv_std_, dx, gamma_grad_, beta_grad_,
-                             relu_output);
+                             relu_output, dx_bf16);
 }
 
 }  // namespace gradsync

@@ -51,9 +51,12 @@ class BatchNorm {
   // After ForwardTraining on the same x: overwrites the γ and β gradients and
   // dx (which must not alias x or dy). With `relu_output`, the forward's
   // epilogue ended in a ReLU with that output, and dy is the ReLU's output
-  // gradient (masked on reading; dy is not written).
+  // gradient (masked on reading; dy is not written). With `dx_bf16`, dx is
+  // also (dx null: only) written there rounded to bfloat16, for a
+  // convolution that takes bf16 operands (Device::BatchNormBackward).
   void Backward(const float* x, const float* dy, int64_t rows, float* dx,
-                const float* relu_output = nullptr);
+                const float* relu_output = nullptr,
+                uint16_t* dx_bf16 = nullptr);
 
  private:
   const std::string name_;

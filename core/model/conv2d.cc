@@ -187,6 +187,28 @@ void Conv2d::Backward(const float* x, const ConvGeometry& g, const float* dy,
   });
 }
 
+bool Conv2d::AcceptsBf16Operands(const ConvGeometry& g) {
+  if (shape_.bias) return false;
+  ConvolutionKernel* kernel = KernelFor(g);
+  return kernel != nullptr && kernel->AcceptsBf16Operands();
+}
+
+void Conv2d::ForwardFromBf16(const uint16_t* x, const ConvGeometry& g,
+                             float* y) {
+  GS_CHECK(AcceptsBf16Operands(g))
+      << name_ << ": ForwardFromBf16 where AcceptsBf16Operands is false";
+  KernelFor(g)->ForwardFromBf16(x, weight_, y);
+}
+
+void Conv2d::BackwardFromBf16(const uint16_t* x, const ConvGeometry& g,
+                              const uint16_t* dy, float* dx,
+                              absl::FunctionRef<void()> weight_grad_ready) {
+  GS_CHECK(AcceptsBf16Operands(g))
+      << name_ << ": BackwardFromBf16 where AcceptsBf16Operands is false";
+  KernelFor(g)->BackwardFromBf16(x, dy, weight_, weight_grad_, dx,
+                                 weight_grad_ready);
+}
+
 void Conv2d::BackwardInput(const ConvGeometry& g, const float* dy, float* dx) {
   if (ConvolutionKernel* kernel = KernelFor(g)) {
     kernel->BackwardInput(dy, weight_, dx);

@@ -87,6 +87,20 @@ class Conv2d {
   void Backward(const float* x, const ConvGeometry& g, const float* dy,
                 float* dx, absl::FunctionRef<void()> weight_grad_ready);
 
+  // Under --precision=bf16, whether the layer's kernel for g reads x and dy
+  // already rounded to bf16 by the layers around it
+  // (ConvolutionKernel::AcceptsBf16Operands); never for a layer with a bias,
+  // whose gradient needs dy in float32. Makes the kernel for g's batch if it
+  // has none yet.
+  bool AcceptsBf16Operands(const ConvGeometry& g);
+  // Forward and Backward from those operands (x NHWC, bfloat16.h's bits):
+  // the same results, bit for bit, as from the float32 values they round.
+  // Only where AcceptsBf16Operands(g).
+  void ForwardFromBf16(const uint16_t* x, const ConvGeometry& g, float* y);
+  void BackwardFromBf16(const uint16_t* x, const ConvGeometry& g,
+                        const uint16_t* dy, float* dx,
+                        absl::FunctionRef<void()> weight_grad_ready);
+
  private:
   // Images per piece of the batch whose column matrix fits the scratch.
   int ImagesPerPiece(const ConvGeometry& g) const;

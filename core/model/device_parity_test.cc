@@ -378,7 +378,8 @@ TEST(ConvolutionKernelParityTest, KernelsAgreeOnCpuAndCuda) {
     float* dparams = *dev.Allocate<float>(2 * channels);
     dev.BatchNormBackward(device_x, Upload(dev, dy), rows, channels,
                           device_gamma, saved, saved + channels, dx, dparams,
-                          dparams + channels, /*relu_output=*/nullptr);
+                          dparams + channels, /*relu_output=*/nullptr,
+                          /*dx_bf16=*/nullptr);
     out[d][2] = Download(dev, dx, rows * channels);
     out[d][3] = Download(dev, dparams, 2 * channels);
     dev.BatchNormForwardInference(

@@ -17,6 +17,15 @@
 // Activations are NHWC (core/device/layer_geometry.h). The stem reads the
 // data set's CHW rows in place.
 //
+// Under --precision=bf16, where the device's convolutions take bf16 operands
+// (ConvolutionKernel::AcceptsBf16Operands), every batch norm whose output a
+// convolution reads leaves that output's bf16 rounding as well (its
+// epilogue's bf16 copy), and every batch norm's backward writes its input
+// gradient, the convolution's dy, in bf16 only: the convolutions read those
+// instead of rounding float32 tensors themselves, the same bits in fewer
+// passes over memory. The stem's convolution, whose input is the data set's
+// CHW rows, rounds its own.
+//
 // A BasicBlock, with x its input:
 //   out = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))
 //   shortcut = x, or bn(conv1×1 stride s (x)) where the shape changes.
@@ -70,6 +79,10 @@ struct Block {
   float* conv2_out = nullptr;  // bn2's input
   float* out = nullptr;        // the block's output, after the last ReLU
   float* down_out = nullptr;   // the shortcut convolution's output, bn's input
+  // bf16 operands (see the file comment): act1's rounding, and out's where a
+  // next block's convolutions read it; null where the model makes none.
+  uint16_t* act1_bf16 = nullptr;
+  uint16_t* out_bf16 = nullptr;
 };
 
 class ResNet : public BoundedMemoryModel {
@@ -143,6 +156,12 @@ class ResNet : public BoundedMemoryModel {
   float* delta_[2] = {nullptr, nullptr};    // the gradient between blocks
   float* scratch_[2] = {nullptr, nullptr};  // within a block
   float* columns_ = nullptr;
+  // bf16 operands (see the file comment), where the convolutions take them:
+  // the stem's output rounded, and one convolution's output gradient at a
+  // time.
+  bool bf16_operands_ = false;
+  uint16_t* stem_out_bf16_ = nullptr;
+  uint16_t* grad_bf16_ = nullptr;
 };
 
 std::unique_ptr<ConvLayer> ResNet::AddConv(const std::string& name,
@@ -287,21 +306,42 @@ absl::Status ResNet::BindLayers(Device& device) {
 
   // The convolutions, each prepared for the bound batch; on the im2col path
   // they share one column scratch.
+  // bf16 operands (see the file comment): where every convolution but the
+  // stem's takes them.
   absl::Status prepared;
   int64_t per_image = 0;
+  bf16_operands_ = true;
   ForEachConv(
       [&](ConvLayer& layer, int height, int width, const ImageLayout& input) {
         layer.conv.Bind(device, param(layer.weight), grad(layer.weight),
                         nullptr, nullptr);
         if (!prepared.ok()) return;
-        prepared = layer.conv.Prepare(
-            layer.conv.Geometry(static_cast<int>(rows), height, width, input));
+        const ConvGeometry g =
+            layer.conv.Geometry(static_cast<int>(rows), height, width, input);
+        prepared = layer.conv.Prepare(g);
+        if (!prepared.ok()) return;
+        if (&layer != stem_conv_.get()) {
+          bf16_operands_ = bf16_operands_ && layer.conv.AcceptsBf16Operands(g);
+        }
         if (layer.conv.uses_columns()) {
           per_image =
               std::max(per_image, layer.conv.ColumnsPerImage(height, width));
         }
       });
   RETURN_IF_ERROR(prepared);
+  if (bf16_operands_) {
+    ASSIGN_OR_RETURN(stem_out_bf16_, device.Allocate<uint16_t>(stem_size));
+    ASSIGN_OR_RETURN(grad_bf16_, device.Allocate<uint16_t>(largest));
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      Block& block = blocks_[b];
+      const int64_t size =
+          rows * block.out_height * block.out_width * block.out_channels;
+      ASSIGN_OR_RETURN(block.act1_bf16, device.Allocate<uint16_t>(size));
+      if (b + 1 < blocks_.size()) {
+        ASSIGN_OR_RETURN(block.out_bf16, device.Allocate<uint16_t>(size));
+      }
+    }
+  }
   if (per_image > 0) {
     const int64_t capacity =
         std::max(per_image, std::min(rows * per_image, kMaxColumnFloats));
@@ -356,24 +396,40 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
   if (!Need(*stem_conv_)) return;
   stem_conv_->conv.Forward(inputs, stem, stem_conv_out_);
   if (!Need(*stem_bn_)) return;
+  // With bf16 operands, each batch norm a convolution reads leaves its
+  // output's bf16 copy too (the file comment).
+  auto with_copy = [&](BatchNormEpilogue epilogue, uint16_t* copy) {
+    return bf16_operands_ ? epilogue.WithBf16Copy(copy) : epilogue;
+  };
   Normalize(*stem_bn_, stem_conv_out_, stem.column_rows(), stem_out_, training,
-            BatchNormEpilogue::Relu());
+            with_copy(BatchNormEpilogue::Relu(), stem_out_bf16_));
   const float* x = stem_out_;
+  const uint16_t* x_bf16 = stem_out_bf16_;
+  // conv.Forward, from x's bf16 copy where the model keeps one.
+  auto convolve = [&](Conv2d& conv, const float* in, const uint16_t* in_bf16,
+                      const ConvGeometry& g, float* out) {
+    if (bf16_operands_) {
+      conv.ForwardFromBf16(in_bf16, g, out);
+    } else {
+      conv.Forward(in, g, out);
+    }
+  };
   for (Block& block : blocks_) {
     const ConvGeometry g1 = block.conv1->conv.Geometry(
         images, block.in_height, block.in_width,
         NhwcLayout(block.in_channels, block.in_height, block.in_width));
     const int64_t rows = g1.column_rows();
     if (!Need(*block.conv1)) return;
-    block.conv1->conv.Forward(x, g1, block.conv1_out);
+    convolve(block.conv1->conv, x, x_bf16, g1, block.conv1_out);
     if (!Need(*block.bn1)) return;
     Normalize(*block.bn1, block.conv1_out, rows, block.act1, training,
-              BatchNormEpilogue::Relu());
+              with_copy(BatchNormEpilogue::Relu(), block.act1_bf16));
     const ConvGeometry g2 = block.conv2->conv.Geometry(
         images, block.out_height, block.out_width,
         NhwcLayout(block.out_channels, block.out_height, block.out_width));
     if (!Need(*block.conv2)) return;
-    block.conv2->conv.Forward(block.act1, g2, block.conv2_out);
+    convolve(block.conv2->conv, block.act1, block.act1_bf16, g2,
+             block.conv2_out);
     // The tail, out = relu(bn2(conv2_out) + shortcut), is bn2's epilogue: one
     // pass writes `out`. The shortcut's own batch norm, where it has one,
     // runs first; bn2's parameters are asked for before the shortcut's, in
@@ -384,15 +440,19 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
       const ConvGeometry gd = block.down_conv->conv.Geometry(
           images, block.in_height, block.in_width, g1.input);
       if (!Need(*block.down_conv)) return;
-      block.down_conv->conv.Forward(x, gd, block.down_out);
+      convolve(block.down_conv->conv, x, x_bf16, gd, block.down_out);
       if (!Need(*block.down_bn)) return;
       Normalize(*block.down_bn, block.down_out, rows, scratch_[0], training,
                 BatchNormEpilogue::None());
       shortcut = scratch_[0];
     }
+    // The last block's output goes to the pooling: no copy (out_bf16 null).
+    const BatchNormEpilogue tail = BatchNormEpilogue::AddThenRelu(shortcut);
     Normalize(*block.bn2, block.conv2_out, rows, block.out, training,
-              BatchNormEpilogue::AddThenRelu(shortcut));
+              block.out_bf16 != nullptr ? tail.WithBf16Copy(block.out_bf16)
+                                        : tail);
     x = block.out;
+    x_bf16 = block.out_bf16;
   }
   const Block& last = blocks_.back();
   const int pixels = last.out_height * last.out_width;
@@ -431,9 +491,30 @@ void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
   GlobalAvgPoolBackward(d, dpooled_, batch, last.out_height * last.out_width,
                         features_, delta_[current]);
 
+  // A batch norm's backward, then the convolution before it: with bf16
+  // operands, the batch norm writes dx only in bf16 (grad_bf16_), which the
+  // convolution reads with its input's bf16 copy (the file comment).
+  auto norm_then_conv = [&](NormLayer& norm, const float* norm_x,
+                            const float* dy, int64_t rows,
+                            const float* relu_output, float* dy_scratch,
+                            ConvLayer& conv, const float* x,
+                            const uint16_t* x_bf16, const ConvGeometry& g,
+                            float* dx) {
+    auto weight_ready = [&] { report(conv.weight); };
+    if (bf16_operands_) {
+      norm.norm.Backward(norm_x, dy, rows, nullptr, relu_output, grad_bf16_);
+      report_norm(norm);
+      conv.conv.BackwardFromBf16(x_bf16, g, grad_bf16_, dx, weight_ready);
+    } else {
+      norm.norm.Backward(norm_x, dy, rows, dy_scratch, relu_output);
+      report_norm(norm);
+      conv.conv.Backward(x, g, dy_scratch, dx, weight_ready);
+    }
+  };
   for (int b = static_cast<int>(blocks_.size()) - 1; b >= 0; --b) {
     Block& block = blocks_[b];
     const float* x = b > 0 ? blocks_[b - 1].out : stem_out_;
+    const uint16_t* x_bf16 = b > 0 ? blocks_[b - 1].out_bf16 : stem_out_bf16_;
     const ConvGeometry g1 = block.conv1->conv.Geometry(
         batch, block.in_height, block.in_width,
         NhwcLayout(block.in_channels, block.in_height, block.in_width));
@@ -451,26 +532,21 @@ void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
     if (b + 1 == static_cast<int>(blocks_.size())) {
       d.ReluBackward(block.out, grad_out, size);
     }
-    block.bn2->norm.Backward(block.conv2_out, grad_out, rows, scratch_[0]);
-    report_norm(*block.bn2);
-    block.conv2->conv.Backward(block.act1, g2, scratch_[0], scratch_[1],
-                               [&] { report(block.conv2->weight); });
+    norm_then_conv(*block.bn2, block.conv2_out, grad_out, rows, nullptr,
+                   scratch_[0], *block.conv2, block.act1, block.act1_bf16, g2,
+                   scratch_[1]);
     // scratch_[1] is act1's gradient; bn1 takes it through act1's ReLU.
-    block.bn1->norm.Backward(block.conv1_out, scratch_[1], rows, scratch_[0],
-                             block.act1);
-    report_norm(*block.bn1);
-    block.conv1->conv.Backward(x, g1, scratch_[0], grad_in,
-                               [&] { report(block.conv1->weight); });
+    norm_then_conv(*block.bn1, block.conv1_out, scratch_[1], rows, block.act1,
+                   scratch_[0], *block.conv1, x, x_bf16, g1, grad_in);
     const int64_t in_size =
         int64_t{batch} * block.in_height * block.in_width * block.in_channels;
     const float* shortcut_grad = grad_out;
     if (block.down_conv) {
       const ConvGeometry gd = block.down_conv->conv.Geometry(
           batch, block.in_height, block.in_width, g1.input);
-      block.down_bn->norm.Backward(block.down_out, grad_out, rows, scratch_[1]);
-      report_norm(*block.down_bn);
-      block.down_conv->conv.Backward(x, gd, scratch_[1], scratch_[0],
-                                     [&] { report(block.down_conv->weight); });
+      norm_then_conv(*block.down_bn, block.down_out, grad_out, rows, nullptr,
+                     scratch_[1], *block.down_conv, x, x_bf16, gd,
+                     scratch_[0]);
       shortcut_grad = scratch_[0];
     }
     // x is a ReLU's output (the previous block's or the stem's): the two

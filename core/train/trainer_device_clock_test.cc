@@ -140,9 +140,10 @@ class ScriptedClockDevice : public Device {
                          int channels, const float* gamma,
                          const float* saved_mean, const float* saved_inv_std,
                          float* dx, float* dgamma, float* dbeta,
-                         const float* relu_output) override {
+                         const float* relu_output, uint16_t* dx_bf16) override {
     cpu_->BatchNormBackward(x, dy, rows, channels, gamma, saved_mean,
-                            saved_inv_std, dx, dgamma, dbeta, relu_output);
+                            saved_inv_std, dx, dgamma, dbeta, relu_output,
+                            dx_bf16);
   }
   void MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
                       int32_t* where) override {
