@@ -68,10 +68,10 @@ absl::Status ExpectRoundedBits(Device& device, const float* values,
       device.CopyToHost(b.data(), bits, b.size() * sizeof(uint16_t)));
   for (int64_t i = 0; i < count; ++i) {
     if (bfloat16::RoundToBits(a[i]) != b[i]) {
-      return absl::InternalError(absl::StrCat(
-          device.name(), ": ", what, " at element ", i, " of ", count,
-          " is bf16 bits ", b[i], ", not ", bfloat16::RoundToBits(a[i]),
-          " (", a[i], " rounded)"));
+      return absl::InternalError(
+          absl::StrCat(device.name(), ": ", what, " at element ", i, " of ",
+                       count, " is bf16 bits ", b[i], ", not ",
+                       bfloat16::RoundToBits(a[i]), " (", a[i], " rounded)"));
     }
   }
   return absl::OkStatus();
@@ -155,9 +155,9 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
   const char* names[] = {"relu", "residual + relu", "residual"};
   // Each epilogue as it is, then also leaving bf16 copies: of the forward's
   // outputs, and of dx from the backward (instead of dx).
-  ASSIGN_OR_RETURN(uint16_t* y_copy, device.Allocate<uint16_t>(n));
-  ASSIGN_OR_RETURN(uint16_t* inference_copy, device.Allocate<uint16_t>(n));
-  ASSIGN_OR_RETURN(uint16_t* dx_copy, device.Allocate<uint16_t>(n));
+  ASSIGN_OR_RETURN(uint16_t * y_copy, device.Allocate<uint16_t>(n));
+  ASSIGN_OR_RETURN(uint16_t * inference_copy, device.Allocate<uint16_t>(n));
+  ASSIGN_OR_RETURN(uint16_t * dx_copy, device.Allocate<uint16_t>(n));
   for (int variant = 0; variant < 6; ++variant) {
     const bool copies = variant >= 3;
     const int e = variant % 3;
@@ -174,24 +174,21 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
         unfused.saved, unfused.saved + channels, unfused.running,
         unfused.running + channels, BatchNormEpilogue::None());
     unfused_epilogue(unfused.y);
-    device.BatchNormForwardTraining(x, rows, channels, gamma, beta, kMomentum,
-                                    kEpsilon, fused.y, fused.saved,
-                                    fused.saved + channels, fused.running,
-                                    fused.running + channels,
-                                    copies ? epilogue.WithBf16Copy(y_copy)
-                                           : epilogue);
+    device.BatchNormForwardTraining(
+        x, rows, channels, gamma, beta, kMomentum, kEpsilon, fused.y,
+        fused.saved, fused.saved + channels, fused.running,
+        fused.running + channels,
+        copies ? epilogue.WithBf16Copy(y_copy) : epilogue);
 
     device.BatchNormForwardInference(
         x, rows, channels, gamma, beta, unfused.running,
         unfused.running + channels, kEpsilon, unfused.inference,
         BatchNormEpilogue::None());
     unfused_epilogue(unfused.inference);
-    device.BatchNormForwardInference(x, rows, channels, gamma, beta,
-                                     fused.running, fused.running + channels,
-                                     kEpsilon, fused.inference,
-                                     copies
-                                         ? epilogue.WithBf16Copy(inference_copy)
-                                         : epilogue);
+    device.BatchNormForwardInference(
+        x, rows, channels, gamma, beta, fused.running, fused.running + channels,
+        kEpsilon, fused.inference,
+        copies ? epilogue.WithBf16Copy(inference_copy) : epilogue);
 
     const std::string name =
         absl::StrCat(names[e], copies ? " (with bf16 copies)" : "");
@@ -220,11 +217,10 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
                              unfused.saved, unfused.saved + channels,
                              unfused.dx, unfused.dparams,
                              unfused.dparams + channels, nullptr, nullptr);
-    device.BatchNormBackward(x, fused.dy, rows, channels, gamma, fused.saved,
-                             fused.saved + channels,
-                             copies ? nullptr : fused.dx, fused.dparams,
-                             fused.dparams + channels, fused.y,
-                             copies ? dx_copy : nullptr);
+    device.BatchNormBackward(
+        x, fused.dy, rows, channels, gamma, fused.saved, fused.saved + channels,
+        copies ? nullptr : fused.dx, fused.dparams, fused.dparams + channels,
+        fused.y, copies ? dx_copy : nullptr);
     RETURN_IF_ERROR(device.Synchronize());
     if (copies) {
       RETURN_IF_ERROR(ExpectRoundedBits(device, unfused.dx, dx_copy, n,
@@ -239,6 +235,52 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
     ASSIGN_OR_RETURN(const float* original_dy, transfer.Upload(host_dy));
     RETURN_IF_ERROR(ExpectSameBits(device, original_dy, fused.dy, n,
                                    name + " dy (must be left as it was)"));
+  }
+
+  // x given as bf16 bits (a convolution's bf16 output): every pass gives the
+  // bits it gives on those values widened to float32.
+  {
+    std::vector<float> host_x = ChannelValues(rows, channels, 11);
+    std::vector<uint16_t> host_bits(host_x.size());
+    for (size_t i = 0; i < host_x.size(); ++i) {
+      host_bits[i] = bfloat16::RoundToBits(host_x[i]);
+      host_x[i] = bfloat16::FromBits(host_bits[i]);
+    }
+    ASSIGN_OR_RETURN(const float* widened, transfer.Upload(host_x));
+    ASSIGN_OR_RETURN(uint16_t * bits, device.Allocate<uint16_t>(n));
+    RETURN_IF_ERROR(device.CopyToDevice(bits, host_bits.data(),
+                                        host_bits.size() * sizeof(uint16_t)));
+    const BatchNormInput inputs[2] = {widened, BatchNormInput::Bf16(bits)};
+    Side sides[2];
+    for (int k = 0; k < 2; ++k) {
+      ASSIGN_OR_RETURN(sides[k], make_side());
+      Side& side = sides[k];
+      device.BatchNormForwardTraining(
+          inputs[k], rows, channels, gamma, beta, kMomentum, kEpsilon, side.y,
+          side.saved, side.saved + channels, side.running,
+          side.running + channels, BatchNormEpilogue::AddThenRelu(residual));
+      device.BatchNormForwardInference(inputs[k], rows, channels, gamma, beta,
+                                       side.running, side.running + channels,
+                                       kEpsilon, side.inference,
+                                       BatchNormEpilogue::Relu());
+      device.BatchNormBackward(inputs[k], side.dy, rows, channels, gamma,
+                               side.saved, side.saved + channels, side.dx,
+                               side.dparams, side.dparams + channels, side.y,
+                               nullptr);
+    }
+    RETURN_IF_ERROR(device.Synchronize());
+    const Side& f = sides[0];
+    const Side& b = sides[1];
+    RETURN_IF_ERROR(ExpectSameBits(device, f.y, b.y, n, "bf16 x: output"));
+    RETURN_IF_ERROR(ExpectSameBits(device, f.saved, b.saved, 2 * channels,
+                                   "bf16 x: saved statistics"));
+    RETURN_IF_ERROR(ExpectSameBits(device, f.running, b.running, 2 * channels,
+                                   "bf16 x: running statistics"));
+    RETURN_IF_ERROR(ExpectSameBits(device, f.inference, b.inference, n,
+                                   "bf16 x: inference output"));
+    RETURN_IF_ERROR(ExpectSameBits(device, f.dx, b.dx, n, "bf16 x: dx"));
+    RETURN_IF_ERROR(ExpectSameBits(device, f.dparams, b.dparams, 2 * channels,
+                                   "bf16 x: dgamma, dbeta"));
   }
 
   // Two gradients meeting at a ReLU's output, through that ReLU.

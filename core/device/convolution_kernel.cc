@@ -7,7 +7,7 @@ namespace gradsync {
 // A caller asks AcceptsBf16Operands first; reaching these is a bug in the
 // caller, not a state to recover from.
 void ConvolutionKernel::ForwardFromBf16(const uint16_t*, const float*,
-                                        float*) {
+                                        uint16_t*) {
   GS_LOG(FATAL) << "ForwardFromBf16 on a convolution kernel that does not "
                    "accept bf16 operands (ask AcceptsBf16Operands first)";
 }

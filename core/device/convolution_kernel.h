@@ -57,10 +57,12 @@ class ConvolutionKernel {
   // True for kernels at bf16 whose input is NHWC. The bf16 operands are
   // bfloat16.h's RoundToBits of the float32 values, NHWC like them; the
   // results are those of Forward and Backward given those values, bit for
-  // bit.
+  // bit. The forward's output, bf16 anyway, is left in bf16 only (`y`,
+  // bfloat16.h's bits), for a batch norm to read (Device's BatchNormInput)
+  // without a float32 copy.
   virtual bool AcceptsBf16Operands() const { return false; }
   virtual void ForwardFromBf16(const uint16_t* x, const float* weight,
-                               float* y);
+                               uint16_t* y);
   // Backward's two gradients, and its callback between them, from the bf16
   // operands.
   virtual void BackwardFromBf16(const uint16_t* x, const uint16_t* dy,

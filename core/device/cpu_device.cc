@@ -122,6 +122,12 @@ inline void RoundSpanInPlace(float* __restrict x, int n) {
   for (int j = 0; j < n; ++j) x[j] = bfloat16::Round(x[j]);
 }
 
+// out = bf16 bits widened to float32 (exact).
+inline void WidenSpan(float* __restrict out, const uint16_t* __restrict bits,
+                      int n) {
+  for (int j = 0; j < n; ++j) out[j] = bfloat16::FromBits(bits[j]);
+}
+
 // bits = in rounded to bf16, as bfloat16.h's 16 bits (a batch norm's bf16
 // copy of its output or of its input gradient).
 inline void RoundBitsSpan(uint16_t* __restrict bits, const float* __restrict in,
@@ -496,12 +502,23 @@ void CpuDevice::Col2Im(const float* columns, const ConvGeometry& g,
   }
 }
 
+const float* CpuDevice::Widened(const BatchNormInput& x, int64_t count) {
+  if (x.bf16 == nullptr) return x.values;
+  if (static_cast<int64_t>(bf16_x_.size()) < count) bf16_x_.resize(count);
+  float* widened = bf16_x_.data();
+  dnnl_->UseThreads();
+  ForEachBlock(
+      count, [&](int64_t i, int n) { WidenSpan(widened + i, x.bf16 + i, n); });
+  return widened;
+}
+
 void CpuDevice::BatchNormForwardTraining(
-    const float* x, int64_t rows, int channels, const float* gamma,
+    const BatchNormInput& input, int64_t rows, int channels, const float* gamma,
     const float* beta, float momentum, float epsilon, float* y,
     float* saved_mean, float* saved_inv_std, float* running_mean,
     float* running_var, const BatchNormEpilogue& epilogue) {
   if (rows <= 0 || channels <= 0) return;
+  const float* x = Widened(input, rows * channels);
   if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, epsilon)) {
     kernel->ForwardTraining(x, gamma, beta, momentum, y, saved_mean,
                             saved_inv_std, running_mean, running_var);
@@ -547,10 +564,11 @@ void CpuDevice::BatchNormForwardTraining(
 }
 
 void CpuDevice::BatchNormForwardInference(
-    const float* x, int64_t rows, int channels, const float* gamma,
+    const BatchNormInput& input, int64_t rows, int channels, const float* gamma,
     const float* beta, const float* running_mean, const float* running_var,
     float epsilon, float* y, const BatchNormEpilogue& epilogue) {
   if (rows <= 0 || channels <= 0) return;
+  const float* x = Widened(input, rows * channels);
   if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, epsilon)) {
     kernel->ForwardInference(x, gamma, beta, running_mean, running_var, y);
     ApplyEpilogue(y, rows * channels, epilogue);
@@ -576,13 +594,12 @@ void CpuDevice::BatchNormForwardInference(
   WriteBf16Copy(y, rows * channels, epilogue.bf16_copy);
 }
 
-void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
-                                  int channels, const float* gamma,
-                                  const float* saved_mean,
+void CpuDevice::BatchNormBackward(const BatchNormInput& x, const float* dy,
+                                  int64_t rows, int channels,
+                                  const float* gamma, const float* saved_mean,
                                   const float* saved_inv_std, float* dx,
                                   float* dgamma, float* dbeta,
-                                  const float* relu_output,
-                                  uint16_t* dx_bf16) {
+                                  const float* relu_output, uint16_t* dx_bf16) {
   if (rows <= 0 || channels <= 0) return;
   if (dx == nullptr) {
     // Only the bf16 values are asked for: the float32 ones go to scratch.
@@ -592,8 +609,9 @@ void CpuDevice::BatchNormBackward(const float* x, const float* dy, int64_t rows,
     if (static_cast<int64_t>(bf16_dx_.size()) < count) bf16_dx_.resize(count);
     dx = bf16_dx_.data();
   }
-  BatchNormBackwardFloat(x, dy, rows, channels, gamma, saved_mean,
-                         saved_inv_std, dx, dgamma, dbeta, relu_output);
+  BatchNormBackwardFloat(Widened(x, rows * channels), dy, rows, channels, gamma,
+                         saved_mean, saved_inv_std, dx, dgamma, dbeta,
+                         relu_output);
   WriteBf16Copy(dx, rows * channels, dx_bf16);
 }
 

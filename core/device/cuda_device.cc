@@ -603,32 +603,32 @@ void CudaDevice::Col2Im(const float* columns, const ConvGeometry& g,
 }
 
 void CudaDevice::BatchNormForwardTraining(
-    const float* x, int64_t rows, int channels, const float* gamma,
+    const BatchNormInput& x, int64_t rows, int channels, const float* gamma,
     const float* beta, float momentum, float epsilon, float* y,
     float* saved_mean, float* saved_inv_std, float* running_mean,
     float* running_var, const BatchNormEpilogue& epilogue) {
   Record(MakeCurrent());
   CheckLaunch(cuda_kernels::BatchNormForwardTraining(
-                  stream_, x, rows, channels, gamma, beta, momentum, epsilon, y,
-                  saved_mean, saved_inv_std, running_mean, running_var,
-                  epilogue.residual, epilogue.relu, epilogue.bf16_copy,
-                  channel_partials_),
+                  stream_, x.values, x.bf16, rows, channels, gamma, beta,
+                  momentum, epsilon, y, saved_mean, saved_inv_std, running_mean,
+                  running_var, epilogue.residual, epilogue.relu,
+                  epilogue.bf16_copy, channel_partials_),
               "BatchNormForwardTraining kernel launch");
 }
 
 void CudaDevice::BatchNormForwardInference(
-    const float* x, int64_t rows, int channels, const float* gamma,
+    const BatchNormInput& x, int64_t rows, int channels, const float* gamma,
     const float* beta, const float* running_mean, const float* running_var,
     float epsilon, float* y, const BatchNormEpilogue& epilogue) {
   Record(MakeCurrent());
   CheckLaunch(cuda_kernels::BatchNormForwardInference(
-                  stream_, x, rows, channels, gamma, beta, running_mean,
-                  running_var, epsilon, y, epilogue.residual, epilogue.relu,
-                  epilogue.bf16_copy),
+                  stream_, x.values, x.bf16, rows, channels, gamma, beta,
+                  running_mean, running_var, epsilon, y, epilogue.residual,
+                  epilogue.relu, epilogue.bf16_copy),
               "BatchNormForwardInference kernel launch");
 }
 
-void CudaDevice::BatchNormBackward(const float* x, const float* dy,
+void CudaDevice::BatchNormBackward(const BatchNormInput& x, const float* dy,
                                    int64_t rows, int channels,
                                    const float* gamma, const float* saved_mean,
                                    const float* saved_inv_std, float* dx,
@@ -641,12 +641,11 @@ void CudaDevice::BatchNormBackward(const float* x, const float* dy,
         "BatchNormBackward on ", name_, " needs dx or dx_bf16; got neither")));
     return;
   }
-  CheckLaunch(
-      cuda_kernels::BatchNormBackward(stream_, x, dy, rows, channels, gamma,
-                                      saved_mean, saved_inv_std, dx, dgamma,
-                                      dbeta, relu_output, dx_bf16,
-                                      channel_partials_),
-      "BatchNormBackward kernel launch");
+  CheckLaunch(cuda_kernels::BatchNormBackward(
+                  stream_, x.values, x.bf16, dy, rows, channels, gamma,
+                  saved_mean, saved_inv_std, dx, dgamma, dbeta, relu_output,
+                  dx_bf16, channel_partials_),
+              "BatchNormBackward kernel launch");
 }
 
 void CudaDevice::MaxPoolForward(const float* x, const PoolGeometry& g, float* y,

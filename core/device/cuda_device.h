@@ -168,19 +168,19 @@ class CudaDevice : public Device {
               float* columns) override;
   void Col2Im(const float* columns, const ConvGeometry& g,
               float* input_grad) override;
-  void BatchNormForwardTraining(const float* x, int64_t rows, int channels,
+  void BatchNormForwardTraining(const BatchNormInput& x, int64_t rows, int channels,
                                 const float* gamma, const float* beta,
                                 float momentum, float epsilon, float* y,
                                 float* saved_mean, float* saved_inv_std,
                                 float* running_mean, float* running_var,
                                 const BatchNormEpilogue& epilogue) override;
-  void BatchNormForwardInference(const float* x, int64_t rows, int channels,
+  void BatchNormForwardInference(const BatchNormInput& x, int64_t rows, int channels,
                                  const float* gamma, const float* beta,
                                  const float* running_mean,
                                  const float* running_var, float epsilon,
                                  float* y,
                                  const BatchNormEpilogue& epilogue) override;
-  void BatchNormBackward(const float* x, const float* dy, int64_t rows,
+  void BatchNormBackward(const BatchNormInput& x, const float* dy, int64_t rows,
                          int channels, const float* gamma,
                          const float* saved_mean, const float* saved_inv_std,
                          float* dx, float* dgamma, float* dbeta,

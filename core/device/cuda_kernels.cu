@@ -393,11 +393,21 @@ __device__ void FinishStatistics(int64_t c, double sum, double sum_squares,
       running_var[c], km::UnbiasedVariance(variance, rows), momentum);
 }
 
+// Element i of a batch norm's input (Device's BatchNormInput): float32, or
+// bf16 bits widened exactly; the other pointer is null, the same for every
+// thread, so the branch does not diverge.
+__device__ __forceinline__ float InputAt(const float* __restrict__ x,
+                                         const uint16_t* __restrict__ x_bf16,
+                                         int64_t i) {
+  return x_bf16 != nullptr ? bfloat16::FromBits(x_bf16[i]) : x[i];
+}
+
 // Element i's terms of the forward sums: x and x².
 struct StatisticsTerms {
   const float* x;
+  const uint16_t* x_bf16;
   __device__ void operator()(int64_t i, int64_t, double& a, double& b) const {
-    const float value = x[i];
+    const float value = InputAt(x, x_bf16, i);
     a += value;
     b += static_cast<double>(value) * value;
   }
@@ -407,6 +417,7 @@ struct StatisticsTerms {
 // ReLU when relu_output is not null).
 struct GradientTerms {
   const float* x;
+  const uint16_t* x_bf16;
   const float* dy;
   const float* mean;
   const float* inv_std;
@@ -414,7 +425,8 @@ struct GradientTerms {
   __device__ void operator()(int64_t i, int64_t c, double& a, double& b) const {
     const float grad = km::GradientBeforeRelu(dy, relu_output, i);
     a += grad;
-    b += static_cast<double>(grad) * km::Normalized(x[i], mean[c], inv_std[c]);
+    b += static_cast<double>(grad) *
+         km::Normalized(InputAt(x, x_bf16, i), mean[c], inv_std[c]);
   }
 };
 
@@ -470,7 +482,8 @@ __device__ void AddSlices(const double* __restrict__ partials, int slices,
 
 // The one-pass kernel of an unsliced plan: the tile's channels over all rows.
 __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
-    BatchNormStatisticsKernel(const float* __restrict__ x, int64_t rows,
+    BatchNormStatisticsKernel(const float* __restrict__ x,
+                              const uint16_t* __restrict__ x_bf16, int64_t rows,
                               int channels, float momentum, float epsilon,
                               float* __restrict__ saved_mean,
                               float* __restrict__ saved_inv_std,
@@ -478,7 +491,7 @@ __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
                               float* __restrict__ running_var) {
   int64_t c = 0;
   double sum = 0.0, sum_squares = 0.0;
-  if (!ChannelTileSums(0, rows, channels, StatisticsTerms{x}, &c, &sum,
+  if (!ChannelTileSums(0, rows, channels, StatisticsTerms{x, x_bf16}, &c, &sum,
                        &sum_squares)) {
     return;
   }
@@ -505,15 +518,17 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock) BatchNormApplyKernel(
-    const float* __restrict__ x, int64_t total, int channels,
-    const float* __restrict__ gamma, const float* __restrict__ beta,
-    const float* __restrict__ mean, const float* __restrict__ inv_std,
-    float* __restrict__ y, const float* __restrict__ residual, bool relu,
+    const float* __restrict__ x, const uint16_t* __restrict__ x_bf16,
+    int64_t total, int channels, const float* __restrict__ gamma,
+    const float* __restrict__ beta, const float* __restrict__ mean,
+    const float* __restrict__ inv_std, float* __restrict__ y,
+    const float* __restrict__ residual, bool relu,
     uint16_t* __restrict__ bf16_copy, bool narrow_index) {
   ForEachChannelElement(
       total, channels, narrow_index, [=](int64_t i, int64_t c) {
         const float value = km::BatchNormEpilogueOutput(
-            km::BatchNormOutput(x[i], mean[c], inv_std[c], gamma[c], beta[c]),
+            km::BatchNormOutput(InputAt(x, x_bf16, i), mean[c], inv_std[c],
+                                gamma[c], beta[c]),
             residual, i, relu);
         y[i] = value;
         if (bf16_copy != nullptr) bf16_copy[i] = bfloat16::RoundToBits(value);
@@ -521,16 +536,16 @@ __global__ void __launch_bounds__(kThreadsPerBlock) BatchNormApplyKernel(
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock) BatchNormInferenceKernel(
-    const float* __restrict__ x, int64_t total, int channels,
-    const float* __restrict__ gamma, const float* __restrict__ beta,
-    const float* __restrict__ running_mean,
+    const float* __restrict__ x, const uint16_t* __restrict__ x_bf16,
+    int64_t total, int channels, const float* __restrict__ gamma,
+    const float* __restrict__ beta, const float* __restrict__ running_mean,
     const float* __restrict__ running_var, float epsilon, float* __restrict__ y,
     const float* __restrict__ residual, bool relu,
     uint16_t* __restrict__ bf16_copy, bool narrow_index) {
   ForEachChannelElement(
       total, channels, narrow_index, [=](int64_t i, int64_t c) {
         const float value = km::BatchNormEpilogueOutput(
-            km::BatchNormOutput(x[i], running_mean[c],
+            km::BatchNormOutput(InputAt(x, x_bf16, i), running_mean[c],
                                 km::InverseStd(running_var[c], epsilon),
                                 gamma[c], beta[c]),
             residual, i, relu);
@@ -541,6 +556,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) BatchNormInferenceKernel(
 
 __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
     BatchNormGradientSumsKernel(const float* __restrict__ x,
+                                const uint16_t* __restrict__ x_bf16,
                                 const float* __restrict__ dy, int64_t rows,
                                 int channels, const float* __restrict__ mean,
                                 const float* __restrict__ inv_std,
@@ -550,8 +566,8 @@ __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
   int64_t c = 0;
   double sum_dy = 0.0, sum_dy_x_hat = 0.0;
   if (!ChannelTileSums(0, rows, channels,
-                       GradientTerms{x, dy, mean, inv_std, relu_output}, &c,
-                       &sum_dy, &sum_dy_x_hat)) {
+                       GradientTerms{x, x_bf16, dy, mean, inv_std, relu_output},
+                       &c, &sum_dy, &sum_dy_x_hat)) {
     return;
   }
   dbeta[c] = static_cast<float>(sum_dy);
@@ -574,20 +590,18 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    BatchNormInputGradientKernel(const float* __restrict__ x,
-                                 const float* __restrict__ dy, int64_t rows,
-                                 int channels, const float* __restrict__ gamma,
-                                 const float* __restrict__ mean,
-                                 const float* __restrict__ inv_std,
-                                 const float* __restrict__ dgamma,
-                                 const float* __restrict__ dbeta,
-                                 const float* __restrict__ relu_output,
-                                 float* __restrict__ dx,
-                                 uint16_t* __restrict__ dx_bf16,
-                                 bool narrow_index) {
+    BatchNormInputGradientKernel(
+        const float* __restrict__ x, const uint16_t* __restrict__ x_bf16,
+        const float* __restrict__ dy, int64_t rows, int channels,
+        const float* __restrict__ gamma, const float* __restrict__ mean,
+        const float* __restrict__ inv_std, const float* __restrict__ dgamma,
+        const float* __restrict__ dbeta, const float* __restrict__ relu_output,
+        float* __restrict__ dx, uint16_t* __restrict__ dx_bf16,
+        bool narrow_index) {
   ForEachChannelElement(
       rows * channels, channels, narrow_index, [=](int64_t i, int64_t c) {
-        const float x_hat = km::Normalized(x[i], mean[c], inv_std[c]);
+        const float x_hat =
+            km::Normalized(InputAt(x, x_bf16, i), mean[c], inv_std[c]);
         const float value = km::BatchNormInputGradient(
             km::GradientBeforeRelu(dy, relu_output, i), x_hat,
             gamma[c] * inv_std[c], km::BatchMean(dbeta[c], rows),
@@ -856,22 +870,19 @@ cudaError_t LaunchChannelElementwise(cudaStream_t stream, int64_t total,
   return cudaGetLastError();
 }
 
-cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
-                                     int64_t rows, int channels,
-                                     const float* gamma, const float* beta,
-                                     float momentum, float epsilon, float* y,
-                                     float* saved_mean, float* saved_inv_std,
-                                     float* running_mean, float* running_var,
-                                     const float* residual, bool relu,
-                                     uint16_t* bf16_copy,
-                                     double* channel_partials) {
+cudaError_t BatchNormForwardTraining(
+    cudaStream_t stream, const float* x, const uint16_t* x_bf16, int64_t rows,
+    int channels, const float* gamma, const float* beta, float momentum,
+    float epsilon, float* y, float* saved_mean, float* saved_inv_std,
+    float* running_mean, float* running_var, const float* residual, bool relu,
+    uint16_t* bf16_copy, double* channel_partials) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   const launch_config::ChannelSumsLaunch plan =
       launch_config::PlanChannelSums(rows, channels);
   cudaError_t error = cudaSuccess;
   if (plan.sliced()) {
     error = LaunchChannelSlices(stream, plan, BatchNormStatisticsSliceKernel,
-                                StatisticsTerms{x}, rows, channels,
+                                StatisticsTerms{x, x_bf16}, rows, channels,
                                 channel_partials);
     if (error != cudaSuccess) return error;
     error = LaunchChannelFinish(
@@ -881,34 +892,34 @@ cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
         running_var);
   } else {
     error = LaunchChannelTiles(stream, channels, BatchNormStatisticsKernel, x,
-                               rows, channels, momentum, epsilon, saved_mean,
-                               saved_inv_std, running_mean, running_var);
+                               x_bf16, rows, channels, momentum, epsilon,
+                               saved_mean, saved_inv_std, running_mean,
+                               running_var);
   }
   if (error != cudaSuccess) return error;
   const int64_t total = rows * channels;
-  return LaunchChannelElementwise(stream, total, BatchNormApplyKernel, x, total,
-                                  channels, gamma, beta, saved_mean,
-                                  saved_inv_std, y, residual, relu, bf16_copy);
+  return LaunchChannelElementwise(
+      stream, total, BatchNormApplyKernel, x, x_bf16, total, channels, gamma,
+      beta, saved_mean, saved_inv_std, y, residual, relu, bf16_copy);
 }
 
-cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
-                                      int64_t rows, int channels,
-                                      const float* gamma, const float* beta,
-                                      const float* running_mean,
-                                      const float* running_var, float epsilon,
-                                      float* y, const float* residual,
-                                      bool relu, uint16_t* bf16_copy) {
+cudaError_t BatchNormForwardInference(
+    cudaStream_t stream, const float* x, const uint16_t* x_bf16, int64_t rows,
+    int channels, const float* gamma, const float* beta,
+    const float* running_mean, const float* running_var, float epsilon,
+    float* y, const float* residual, bool relu, uint16_t* bf16_copy) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   const int64_t total = rows * channels;
   return LaunchChannelElementwise(stream, total, BatchNormInferenceKernel, x,
-                                  total, channels, gamma, beta, running_mean,
-                                  running_var, epsilon, y, residual, relu,
-                                  bf16_copy);
+                                  x_bf16, total, channels, gamma, beta,
+                                  running_mean, running_var, epsilon, y,
+                                  residual, relu, bf16_copy);
 }
 
 cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
-                              const float* dy, int64_t rows, int channels,
-                              const float* gamma, const float* saved_mean,
+                              const uint16_t* x_bf16, const float* dy,
+                              int64_t rows, int channels, const float* gamma,
+                              const float* saved_mean,
                               const float* saved_inv_std, float* dx,
                               float* dgamma, float* dbeta,
                               const float* relu_output, uint16_t* dx_bf16,
@@ -920,8 +931,8 @@ cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
   if (plan.sliced()) {
     error = LaunchChannelSlices(
         stream, plan, BatchNormGradientSumsSliceKernel,
-        GradientTerms{x, dy, saved_mean, saved_inv_std, relu_output}, rows,
-        channels, channel_partials);
+        GradientTerms{x, x_bf16, dy, saved_mean, saved_inv_std, relu_output},
+        rows, channels, channel_partials);
     if (error != cudaSuccess) return error;
     error =
         LaunchChannelFinish(stream, channels, BatchNormGradientSumsFinishKernel,
@@ -929,14 +940,14 @@ cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
                             plan.row_slices, channels, dgamma, dbeta);
   } else {
     error = LaunchChannelTiles(stream, channels, BatchNormGradientSumsKernel, x,
-                               dy, rows, channels, saved_mean, saved_inv_std,
-                               relu_output, dgamma, dbeta);
+                               x_bf16, dy, rows, channels, saved_mean,
+                               saved_inv_std, relu_output, dgamma, dbeta);
   }
   if (error != cudaSuccess) return error;
-  return LaunchChannelElementwise(stream, rows * channels,
-                                  BatchNormInputGradientKernel, x, dy, rows,
-                                  channels, gamma, saved_mean, saved_inv_std,
-                                  dgamma, dbeta, relu_output, dx, dx_bf16);
+  return LaunchChannelElementwise(
+      stream, rows * channels, BatchNormInputGradientKernel, x, x_bf16, dy,
+      rows, channels, gamma, saved_mean, saved_inv_std, dgamma, dbeta,
+      relu_output, dx, dx_bf16);
 }
 
 cudaError_t MaxPoolForward(cudaStream_t stream, const float* x,

@@ -63,30 +63,27 @@ cudaError_t Col2Im(cudaStream_t stream, const float* columns,
 // slices (launch_config::PlanChannelSums); a sliced plan leaves each slice's
 // sums in `channel_partials`, 2 · kMaxChannelSumPartials doubles of device
 // memory allocated once by the device, and a second kernel adds them.
-// `residual`, `relu` and `bf16_copy` are Device's BatchNormEpilogue,
+// `x` or `x_bf16` (the other null) is Device's BatchNormInput; `residual`,
+// `relu` and `bf16_copy` are its BatchNormEpilogue,
 // `relu_output` its fused backward's ReLU output (null: none), `dx_bf16` the
 // backward's bf16 dx (null: none; with it, dx may be null).
 inline constexpr int kMaxChannelSumPartials =
     launch_config::kMaxChannelSumPartials;
-cudaError_t BatchNormForwardTraining(cudaStream_t stream, const float* x,
-                                     int64_t rows, int channels,
-                                     const float* gamma, const float* beta,
-                                     float momentum, float epsilon, float* y,
-                                     float* saved_mean, float* saved_inv_std,
-                                     float* running_mean, float* running_var,
-                                     const float* residual, bool relu,
-                                     uint16_t* bf16_copy,
-                                     double* channel_partials);
-cudaError_t BatchNormForwardInference(cudaStream_t stream, const float* x,
-                                      int64_t rows, int channels,
-                                      const float* gamma, const float* beta,
-                                      const float* running_mean,
-                                      const float* running_var, float epsilon,
-                                      float* y, const float* residual,
-                                      bool relu, uint16_t* bf16_copy);
+cudaError_t BatchNormForwardTraining(
+    cudaStream_t stream, const float* x, const uint16_t* x_bf16, int64_t rows,
+    int channels, const float* gamma, const float* beta, float momentum,
+    float epsilon, float* y, float* saved_mean, float* saved_inv_std,
+    float* running_mean, float* running_var, const float* residual, bool relu,
+    uint16_t* bf16_copy, double* channel_partials);
+cudaError_t BatchNormForwardInference(
+    cudaStream_t stream, const float* x, const uint16_t* x_bf16, int64_t rows,
+    int channels, const float* gamma, const float* beta,
+    const float* running_mean, const float* running_var, float epsilon,
+    float* y, const float* residual, bool relu, uint16_t* bf16_copy);
 cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
-                              const float* dy, int64_t rows, int channels,
-                              const float* gamma, const float* saved_mean,
+                              const uint16_t* x_bf16, const float* dy,
+                              int64_t rows, int channels, const float* gamma,
+                              const float* saved_mean,
                               const float* saved_inv_std, float* dx,
                               float* dgamma, float* dbeta,
                               const float* relu_output, uint16_t* dx_bf16,

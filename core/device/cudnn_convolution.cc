@@ -544,9 +544,11 @@ absl::StatusOr<const void*> CudnnConvolution::OutputGradientAsBf16(
 }
 
 absl::Status CudnnConvolution::RunForwardBf16(const void* input,
-                                              const float* weight, float* y) {
+                                              const float* weight, float* y,
+                                              uint16_t* y_bf16) {
   ASSIGN_OR_RETURN(const void* filter, WeightAsBf16(weight));
-  void* output = context_.scratch(CudnnContext::kOutput);
+  void* output = y_bf16 != nullptr ? static_cast<void*>(y_bf16)
+                                   : context_.scratch(CudnnContext::kOutput);
   const float one = 1.0f, zero = 0.0f;
   CUDNN_RETURN_IF_ERROR(
       cudnnSetConvolutionMathType(convolution_, forward_math_), where_);
@@ -556,6 +558,7 @@ absl::Status CudnnConvolution::RunForwardBf16(const void* input,
                               context_.scratch(CudnnContext::kWorkspace),
                               forward_workspace_, &zero, output_, output),
       where_);
+  if (y_bf16 != nullptr) return absl::OkStatus();
   return Launched(
       cuda_kernels::WidenFromBfloat16(context_.device().stream(),
                                       static_cast<const uint16_t*>(output),
@@ -633,7 +636,7 @@ absl::Status CudnnConvolution::RunForward(const float* x, const float* weight,
   RETURN_IF_ERROR(context_.device().MakeCurrent());
   if (plan_.bf16()) {
     ASSIGN_OR_RETURN(const void* input, InputAsBf16(x));
-    return RunForwardBf16(input, weight, y);
+    return RunForwardBf16(input, weight, y, nullptr);
   }
   ASSIGN_OR_RETURN(const float* input, InputAsNhwc(x));
   ASSIGN_OR_RETURN(const float* filter, WeightAsKrsc(weight));
@@ -732,11 +735,11 @@ bool CudnnConvolution::AcceptsBf16Operands() const {
 }
 
 void CudnnConvolution::ForwardFromBf16(const uint16_t* x, const float* weight,
-                                       float* y) {
+                                       uint16_t* y) {
   Keep([&]() -> absl::Status {
     RETURN_IF_ERROR(RefuseBf16Operands());
     RETURN_IF_ERROR(context_.device().MakeCurrent());
-    return RunForwardBf16(x, weight, y);
+    return RunForwardBf16(x, weight, nullptr, y);
   }());
 }
 

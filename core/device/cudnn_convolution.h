@@ -31,7 +31,8 @@
 // are measured for the bf16 descriptors and kept under the bf16 key. Where
 // the layers around it made the bf16 input and output gradient already (an
 // NHWC input; ConvolutionKernel::AcceptsBf16Operands), cuDNN reads those
-// and the two casts are not run.
+// and the casts are not run; ForwardFromBf16 leaves cuDNN's bf16 output where
+// the caller says, not widened.
 //
 // Errors: making the kernel returns a status naming the shape; a failed call
 // while running is kept by the device (CudaDevice::Record) and returned by its
@@ -78,7 +79,7 @@ class CudnnConvolution : public ConvolutionKernel {
   // bf16 with an NHWC input (unless Create was told not to).
   bool AcceptsBf16Operands() const override;
   void ForwardFromBf16(const uint16_t* x, const float* weight,
-                       float* y) override;
+                       uint16_t* y) override;
   void BackwardFromBf16(const uint16_t* x, const uint16_t* dy,
                         const float* weight, float* weight_grad, float* dx,
                         absl::FunctionRef<void()> weight_grad_ready) override;
@@ -120,8 +121,10 @@ class CudnnConvolution : public ConvolutionKernel {
   // The bf16 directions (see the file comment), on x and dy already rounded
   // (InputAsBf16, OutputGradientAsBf16, or the layers before), which both
   // backward directions may share.
+  // The output goes to `y_bf16` where it is not null (ForwardFromBf16), else
+  // to scratch and widened into y.
   absl::Status RunForwardBf16(const void* input, const float* weight,
-                              float* y);
+                              float* y, uint16_t* y_bf16);
   absl::Status RunBackwardWeightsBf16(const void* input,
                                       const void* output_grad,
                                       float* weight_grad);

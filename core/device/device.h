@@ -76,6 +76,23 @@ struct BatchNormEpilogue {
   }
 };
 
+// A batch norm's input x [rows × channels]: float32 values, or, under
+// --precision=bf16, a convolution's output as that convolution wrote it
+// (ConvolutionKernel::ForwardFromBf16): bf16 bits (bfloat16.h) that stand
+// exactly for the float32 values they widen to, so that the batch norm gives
+// the bits it gives on those float32 values. Made from a `const float*`
+// implicitly.
+struct BatchNormInput {
+  BatchNormInput(const float* x) : values(x) {}  // NOLINT: implicit on purpose
+  static BatchNormInput Bf16(const uint16_t* bits) {
+    BatchNormInput input(nullptr);
+    input.bf16 = bits;
+    return input;
+  }
+  const float* values = nullptr;
+  const uint16_t* bf16 = nullptr;
+};
+
 struct AdamState {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
@@ -163,7 +180,7 @@ class Device {
   // and the running (unbiased) variance move by `momentum` towards the
   // batch's (PyTorch's convention). Needs rows >= 1. `epilogue` (below) is
   // applied to y in the same pass.
-  virtual void BatchNormForwardTraining(const float* x, int64_t rows,
+  virtual void BatchNormForwardTraining(const BatchNormInput& x, int64_t rows,
                                         int channels, const float* gamma,
                                         const float* beta, float momentum,
                                         float epsilon, float* y,
@@ -172,7 +189,7 @@ class Device {
                                         const BatchNormEpilogue& epilogue) = 0;
   // Inference mode: normalises with the running statistics.
   virtual void BatchNormForwardInference(
-      const float* x, int64_t rows, int channels, const float* gamma,
+      const BatchNormInput& x, int64_t rows, int channels, const float* gamma,
       const float* beta, const float* running_mean, const float* running_var,
       float epsilon, float* y, const BatchNormEpilogue& epilogue) = 0;
   // The training-mode backward: dγ = Σ dy·x̂, dβ = Σ dy per channel
@@ -186,8 +203,8 @@ class Device {
   // values are written): under --precision=bf16 the convolution before this
   // batch norm reads its output gradient so (ConvolutionKernel::
   // BackwardFromBf16), and needs no float32 copy.
-  virtual void BatchNormBackward(const float* x, const float* dy, int64_t rows,
-                                 int channels, const float* gamma,
+  virtual void BatchNormBackward(const BatchNormInput& x, const float* dy,
+                                 int64_t rows, int channels, const float* gamma,
                                  const float* saved_mean,
                                  const float* saved_inv_std, float* dx,
                                  float* dgamma, float* dbeta,

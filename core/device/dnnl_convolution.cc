@@ -245,10 +245,15 @@ void DnnlConvolution::Forward(const float* x, const float* weight, float* y) {
 }
 
 void DnnlConvolution::ForwardFromBf16(const uint16_t* x, const float* weight,
-                                      float* y) {
+                                      uint16_t* y) {
   GS_CHECK(AcceptsBf16Operands()) << "oneDNN convolution: bf16 operands";
   context_.UseThreads();
-  RunForward(SourceFromBf16(x), weight, y);
+  // The float32 output (rounded to bf16 values) in the output scratch, which
+  // the forward does not otherwise use; then its bits.
+  float* output = static_cast<float*>(context_.scratch(DnnlContext::kOutput));
+  RunForward(SourceFromBf16(x), weight, output);
+  const int64_t count = Floats(dst_.get_desc());
+  for (int64_t i = 0; i < count; ++i) y[i] = bfloat16::RoundToBits(output[i]);
 }
 
 void DnnlConvolution::RunForward(memory& src, const float* weight, float* y) {

@@ -55,7 +55,7 @@ class DnnlConvolution : public ConvolutionKernel {
     return bf16_ && accept_bf16_operands_ && !src_to_nhwc_;
   }
   void ForwardFromBf16(const uint16_t* x, const float* weight,
-                       float* y) override;
+                       uint16_t* y) override;
   void BackwardFromBf16(const uint16_t* x, const uint16_t* dy,
                         const float* weight, float* weight_grad, float* dx,
                         absl::FunctionRef<void()> weight_grad_ready) override;

@@ -48,15 +48,15 @@ class NullDevice : public Device {
                   const AdamState&, float) override {}
   void Im2Col(const float*, const ConvGeometry&, float*) override {}
   void Col2Im(const float*, const ConvGeometry&, float*) override {}
-  void BatchNormForwardTraining(const float*, int64_t, int, const float*,
+  void BatchNormForwardTraining(const BatchNormInput&, int64_t, int, const float*,
                                 const float*, float, float, float*, float*,
                                 float*, float*, float*,
                                 const BatchNormEpilogue&) override {}
-  void BatchNormForwardInference(const float*, int64_t, int, const float*,
+  void BatchNormForwardInference(const BatchNormInput&, int64_t, int, const float*,
                                  const float*, const float*, const float*,
                                  float, float*,
                                  const BatchNormEpilogue&) override {}
-  void BatchNormBackward(const float*, const float*, int64_t, int, const float*,
+  void BatchNormBackward(const BatchNormInput&, const float*, int64_t, int, const float*,
                          const float*, const float*, float*, float*, float*,
                          const float*, uint16_t*) override {}
   void MaxPoolForward(const float*, const PoolGeometry&, float*,

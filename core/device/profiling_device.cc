@@ -20,6 +20,11 @@ std::string Rows(int64_t rows, int channels) {
   return absl::StrCat(rows, "x", channels);
 }
 
+// " bf16 x" where a batch norm reads a convolution's bf16 output.
+const char* Input(const BatchNormInput& x) {
+  return x.bf16 != nullptr ? " bf16 x" : "";
+}
+
 // "", " +residual +relu", ...: what a batch norm's epilogue adds.
 std::string Epilogue(const BatchNormEpilogue& epilogue) {
   return absl::StrCat(epilogue.residual != nullptr ? " +residual" : "",
@@ -63,7 +68,7 @@ class ProfilingConvolution : public ConvolutionKernel {
     return inner_->AcceptsBf16Operands();
   }
   void ForwardFromBf16(const uint16_t* x, const float* weight,
-                       float* y) override {
+                       uint16_t* y) override {
     inner_->ForwardFromBf16(x, weight, y);
     device_.Mark("conv forward", [&] { return shape_; });
   }
@@ -231,30 +236,32 @@ void ProfilingDevice::Col2Im(const float* columns, const ConvGeometry& g,
 }
 
 void ProfilingDevice::BatchNormForwardTraining(
-    const float* x, int64_t rows, int channels, const float* gamma,
+    const BatchNormInput& x, int64_t rows, int channels, const float* gamma,
     const float* beta, float momentum, float epsilon, float* y,
     float* saved_mean, float* saved_inv_std, float* running_mean,
     float* running_var, const BatchNormEpilogue& epilogue) {
   inner_.BatchNormForwardTraining(x, rows, channels, gamma, beta, momentum,
                                   epsilon, y, saved_mean, saved_inv_std,
                                   running_mean, running_var, epilogue);
-  Mark("batch norm forward",
-       [&] { return absl::StrCat(Rows(rows, channels), Epilogue(epilogue)); });
+  Mark("batch norm forward", [&] {
+    return absl::StrCat(Rows(rows, channels), Input(x), Epilogue(epilogue));
+  });
 }
 
 void ProfilingDevice::BatchNormForwardInference(
-    const float* x, int64_t rows, int channels, const float* gamma,
+    const BatchNormInput& x, int64_t rows, int channels, const float* gamma,
     const float* beta, const float* running_mean, const float* running_var,
     float epsilon, float* y, const BatchNormEpilogue& epilogue) {
   inner_.BatchNormForwardInference(x, rows, channels, gamma, beta, running_mean,
                                    running_var, epsilon, y, epilogue);
   Mark("batch norm forward", [&] {
-    return absl::StrCat("inference ", Rows(rows, channels), Epilogue(epilogue));
+    return absl::StrCat("inference ", Rows(rows, channels), Input(x),
+                        Epilogue(epilogue));
   });
 }
 
 void ProfilingDevice::BatchNormBackward(
-    const float* x, const float* dy, int64_t rows, int channels,
+    const BatchNormInput& x, const float* dy, int64_t rows, int channels,
     const float* gamma, const float* saved_mean, const float* saved_inv_std,
     float* dx, float* dgamma, float* dbeta, const float* relu_output,
     uint16_t* dx_bf16) {
@@ -262,7 +269,7 @@ void ProfilingDevice::BatchNormBackward(
                            saved_inv_std, dx, dgamma, dbeta, relu_output,
                            dx_bf16);
   Mark("batch norm backward", [&] {
-    return absl::StrCat(Rows(rows, channels),
+    return absl::StrCat(Rows(rows, channels), Input(x),
                         relu_output != nullptr ? " +relu" : "",
                         dx_bf16 == nullptr ? ""
                         : dx == nullptr    ? " bf16 dx"

@@ -42,11 +42,12 @@ class BatchNorm {
   void Bind(Device& device, const float* gamma, const float* beta,
             float* gamma_grad, float* beta_grad, float* buffers, float* saved);
 
+  // x: float32, or a convolution's bf16 output (device.h's BatchNormInput).
   // `epilogue` (device.h): a residual added and/or a ReLU applied to y in
   // the same pass.
-  void ForwardTraining(const float* x, int64_t rows, float* y,
+  void ForwardTraining(const BatchNormInput& x, int64_t rows, float* y,
                        const BatchNormEpilogue& epilogue = {});
-  void ForwardInference(const float* x, int64_t rows, float* y,
+  void ForwardInference(const BatchNormInput& x, int64_t rows, float* y,
                         const BatchNormEpilogue& epilogue = {});
   // After ForwardTraining on the same x: overwrites the γ and β gradients and
   // dx (which must not alias x or dy). With `relu_output`, the forward's
@@ -54,8 +55,8 @@ class BatchNorm {
   // gradient (masked on reading; dy is not written). With `dx_bf16`, dx is
   // also (dx null: only) written there rounded to bfloat16, for a
   // convolution that takes bf16 operands (Device::BatchNormBackward).
-  void Backward(const float* x, const float* dy, int64_t rows, float* dx,
-                const float* relu_output = nullptr,
+  void Backward(const BatchNormInput& x, const float* dy, int64_t rows,
+                float* dx, const float* relu_output = nullptr,
                 uint16_t* dx_bf16 = nullptr);
 
  private:

@@ -635,8 +635,9 @@ int CountContaining(const std::vector<std::string>& ops,
 }
 
 // ResNet's convolutions read the bf16 copies its batch norms leave (the
-// forward's outputs, the backward's dx; resnet.cc's file comment) where the
-// device's convolutions take them: over three SGD-with-momentum steps the
+// forward's outputs, the backward's dx) and write bf16 outputs the batch
+// norms read (resnet.cc's file comment) where the device's convolutions take
+// them: over three SGD-with-momentum steps the
 // losses, the last step's gradients, the parameters and the running
 // statistics are those of the path where each convolution rounds its own
 // operands, bit for bit; and the copies were made (the batch norms' labels
@@ -663,6 +664,9 @@ TEST_P(Bf16LayerTest, ResNetBf16OperandsGiveTheSameBits) {
   // bf16 only from the four batch norms before a block's convolution.
   EXPECT_EQ(CountContaining(with_operands->ops, "+bf16 copy"), 4);
   EXPECT_EQ(CountContaining(with_operands->ops, " bf16 dx"), 5);
+  // The blocks' five batch norms read their convolutions' bf16 outputs,
+  // forward and backward.
+  EXPECT_EQ(CountContaining(with_operands->ops, " bf16 x"), 10);
   EXPECT_EQ(CountContaining(with_own->ops, "bf16"), 0);
   // The losses moved: the steps trained something.
   EXPECT_NE(with_operands->losses.front(), with_operands->losses.back());

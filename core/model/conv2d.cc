@@ -194,7 +194,7 @@ bool Conv2d::AcceptsBf16Operands(const ConvGeometry& g) {
 }
 
 void Conv2d::ForwardFromBf16(const uint16_t* x, const ConvGeometry& g,
-                             float* y) {
+                             uint16_t* y) {
   GS_CHECK(AcceptsBf16Operands(g))
       << name_ << ": ForwardFromBf16 where AcceptsBf16Operands is false";
   KernelFor(g)->ForwardFromBf16(x, weight_, y);

@@ -18,17 +18,16 @@
 // data set's CHW rows in place.
 //
 // Under --precision=bf16, where the device's convolutions take bf16 operands
-// (ConvolutionKernel::AcceptsBf16Operands), every batch norm whose output a
-// convolution reads leaves that output's bf16 rounding as well (its
-// epilogue's bf16 copy), and every batch norm's backward writes its input
-// gradient, the convolution's dy, in bf16 only: the convolutions read those
-// instead of rounding float32 tensors themselves, the same bits in fewer
-// passes over memory. The stem's convolution, whose input is the data set's
-// CHW rows, rounds its own.
-//
-// A BasicBlock, with x its input:
-//   out = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))
-//   shortcut = x, or bn(conv1×1 stride s (x)) where the shape changes.
+// (ConvolutionKernel::AcceptsBf16Operands), every convolution but the stem's
+// reads and writes bf16 where its neighbours can: it writes its output in
+// bf16 only, which the batch norm after it reads (forward and backward);
+// that batch norm's epilogue leaves its output's bf16 rounding beside the
+// float32 one where a convolution reads it next; and its backward writes its
+// input gradient, the convolution's dy, in bf16 only. The values are the
+// bits of the path where each convolution rounds its own operands and widens
+// its output into float32 (every bf16 value widens exactly), in fewer passes
+// over memory. The stem's convolution, whose input is the data set's CHW
+// rows, rounds its own.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -79,8 +78,13 @@ struct Block {
   float* conv2_out = nullptr;  // bn2's input
   float* out = nullptr;        // the block's output, after the last ReLU
   float* down_out = nullptr;   // the shortcut convolution's output, bn's input
-  // bf16 operands (see the file comment): act1's rounding, and out's where a
-  // next block's convolutions read it; null where the model makes none.
+  // bf16 operands (see the file comment), null where the model makes none:
+  // the convolutions' outputs in bf16 only (then the float32 ones above are
+  // null), act1's rounding, and out's where a next block's convolutions
+  // read it.
+  uint16_t* conv1_out_bf16 = nullptr;
+  uint16_t* conv2_out_bf16 = nullptr;
+  uint16_t* down_out_bf16 = nullptr;
   uint16_t* act1_bf16 = nullptr;
   uint16_t* out_bf16 = nullptr;
 };
@@ -119,8 +123,8 @@ class ResNet : public BoundedMemoryModel {
   }
   void RunBackward(const float* inputs, const int32_t* labels, int batch,
                    float* device_loss, const GradReadyCallback& ready) override;
-  void Normalize(NormLayer& layer, const float* x, int64_t rows, float* y,
-                 bool training, const BatchNormEpilogue& epilogue) {
+  void Normalize(NormLayer& layer, const BatchNormInput& x, int64_t rows,
+                 float* y, bool training, const BatchNormEpilogue& epilogue) {
     if (training) {
       layer.norm.ForwardTraining(x, rows, y, epilogue);
     } else {
@@ -278,36 +282,9 @@ absl::Status ResNet::BindLayers(Device& device) {
   const ImageInput& in = options_.input;
   const int stem_width = options_.widths[0];
 
-  // Activations.
-  const int64_t stem_size = rows * in.height * in.width * stem_width;
-  int64_t largest = stem_size;
-  ASSIGN_OR_RETURN(stem_conv_out_, device.Allocate<float>(stem_size));
-  ASSIGN_OR_RETURN(stem_out_, device.Allocate<float>(stem_size));
-  for (Block& block : blocks_) {
-    const int64_t size =
-        rows * block.out_height * block.out_width * block.out_channels;
-    largest =
-        std::max({largest, size,
-                  rows * block.in_height * block.in_width * block.in_channels});
-    ASSIGN_OR_RETURN(block.conv1_out, device.Allocate<float>(size));
-    ASSIGN_OR_RETURN(block.act1, device.Allocate<float>(size));
-    ASSIGN_OR_RETURN(block.conv2_out, device.Allocate<float>(size));
-    ASSIGN_OR_RETURN(block.out, device.Allocate<float>(size));
-    if (block.down_conv) {
-      ASSIGN_OR_RETURN(block.down_out, device.Allocate<float>(size));
-    }
-  }
-  ASSIGN_OR_RETURN(pooled_, device.Allocate<float>(rows * features_));
-  ASSIGN_OR_RETURN(dpooled_, device.Allocate<float>(rows * features_));
-  ASSIGN_OR_RETURN(dlogits_, device.Allocate<float>(rows * in.num_classes));
-  for (float** buffer : {&delta_[0], &delta_[1], &scratch_[0], &scratch_[1]}) {
-    ASSIGN_OR_RETURN(*buffer, device.Allocate<float>(largest));
-  }
-
   // The convolutions, each prepared for the bound batch; on the im2col path
-  // they share one column scratch.
-  // bf16 operands (see the file comment): where every convolution but the
-  // stem's takes them.
+  // they share one column scratch. bf16 operands (see the file comment):
+  // where every convolution but the stem's takes them.
   absl::Status prepared;
   int64_t per_image = 0;
   bf16_operands_ = true;
@@ -329,18 +306,51 @@ absl::Status ResNet::BindLayers(Device& device) {
         }
       });
   RETURN_IF_ERROR(prepared);
+
+  // Activations; with bf16 operands the blocks' convolution outputs are bf16
+  // only, and the inputs of convolutions have bf16 copies.
+  const int64_t stem_size = rows * in.height * in.width * stem_width;
+  int64_t largest = stem_size;
+  ASSIGN_OR_RETURN(stem_conv_out_, device.Allocate<float>(stem_size));
+  ASSIGN_OR_RETURN(stem_out_, device.Allocate<float>(stem_size));
   if (bf16_operands_) {
     ASSIGN_OR_RETURN(stem_out_bf16_, device.Allocate<uint16_t>(stem_size));
-    ASSIGN_OR_RETURN(grad_bf16_, device.Allocate<uint16_t>(largest));
-    for (size_t b = 0; b < blocks_.size(); ++b) {
-      Block& block = blocks_[b];
-      const int64_t size =
-          rows * block.out_height * block.out_width * block.out_channels;
+  }
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    Block& block = blocks_[b];
+    const int64_t size =
+        rows * block.out_height * block.out_width * block.out_channels;
+    largest =
+        std::max({largest, size,
+                  rows * block.in_height * block.in_width * block.in_channels});
+    ASSIGN_OR_RETURN(block.act1, device.Allocate<float>(size));
+    ASSIGN_OR_RETURN(block.out, device.Allocate<float>(size));
+    if (bf16_operands_) {
+      ASSIGN_OR_RETURN(block.conv1_out_bf16, device.Allocate<uint16_t>(size));
+      ASSIGN_OR_RETURN(block.conv2_out_bf16, device.Allocate<uint16_t>(size));
       ASSIGN_OR_RETURN(block.act1_bf16, device.Allocate<uint16_t>(size));
       if (b + 1 < blocks_.size()) {
         ASSIGN_OR_RETURN(block.out_bf16, device.Allocate<uint16_t>(size));
       }
+      if (block.down_conv) {
+        ASSIGN_OR_RETURN(block.down_out_bf16, device.Allocate<uint16_t>(size));
+      }
+    } else {
+      ASSIGN_OR_RETURN(block.conv1_out, device.Allocate<float>(size));
+      ASSIGN_OR_RETURN(block.conv2_out, device.Allocate<float>(size));
+      if (block.down_conv) {
+        ASSIGN_OR_RETURN(block.down_out, device.Allocate<float>(size));
+      }
     }
+  }
+  ASSIGN_OR_RETURN(pooled_, device.Allocate<float>(rows * features_));
+  ASSIGN_OR_RETURN(dpooled_, device.Allocate<float>(rows * features_));
+  ASSIGN_OR_RETURN(dlogits_, device.Allocate<float>(rows * in.num_classes));
+  for (float** buffer : {&delta_[0], &delta_[1], &scratch_[0], &scratch_[1]}) {
+    ASSIGN_OR_RETURN(*buffer, device.Allocate<float>(largest));
+  }
+  if (bf16_operands_) {
+    ASSIGN_OR_RETURN(grad_bf16_, device.Allocate<uint16_t>(largest));
   }
   if (per_image > 0) {
     const int64_t capacity =
@@ -405,14 +415,17 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
             with_copy(BatchNormEpilogue::Relu(), stem_out_bf16_));
   const float* x = stem_out_;
   const uint16_t* x_bf16 = stem_out_bf16_;
-  // conv.Forward, from x's bf16 copy where the model keeps one.
+  // conv.Forward into `out`; with bf16 operands from x's bf16 copy into
+  // `out_bf16`. Returns the output as the batch norm after it reads it.
   auto convolve = [&](Conv2d& conv, const float* in, const uint16_t* in_bf16,
-                      const ConvGeometry& g, float* out) {
+                      const ConvGeometry& g, float* out,
+                      uint16_t* out_bf16) -> BatchNormInput {
     if (bf16_operands_) {
-      conv.ForwardFromBf16(in_bf16, g, out);
-    } else {
-      conv.Forward(in, g, out);
+      conv.ForwardFromBf16(in_bf16, g, out_bf16);
+      return BatchNormInput::Bf16(out_bf16);
     }
+    conv.Forward(in, g, out);
+    return out;
   };
   for (Block& block : blocks_) {
     const ConvGeometry g1 = block.conv1->conv.Geometry(
@@ -420,16 +433,19 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
         NhwcLayout(block.in_channels, block.in_height, block.in_width));
     const int64_t rows = g1.column_rows();
     if (!Need(*block.conv1)) return;
-    convolve(block.conv1->conv, x, x_bf16, g1, block.conv1_out);
+    const BatchNormInput conv1_out =
+        convolve(block.conv1->conv, x, x_bf16, g1, block.conv1_out,
+                 block.conv1_out_bf16);
     if (!Need(*block.bn1)) return;
-    Normalize(*block.bn1, block.conv1_out, rows, block.act1, training,
+    Normalize(*block.bn1, conv1_out, rows, block.act1, training,
               with_copy(BatchNormEpilogue::Relu(), block.act1_bf16));
     const ConvGeometry g2 = block.conv2->conv.Geometry(
         images, block.out_height, block.out_width,
         NhwcLayout(block.out_channels, block.out_height, block.out_width));
     if (!Need(*block.conv2)) return;
-    convolve(block.conv2->conv, block.act1, block.act1_bf16, g2,
-             block.conv2_out);
+    const BatchNormInput conv2_out =
+        convolve(block.conv2->conv, block.act1, block.act1_bf16, g2,
+                 block.conv2_out, block.conv2_out_bf16);
     // The tail, out = relu(bn2(conv2_out) + shortcut), is bn2's epilogue: one
     // pass writes `out`. The shortcut's own batch norm, where it has one,
     // runs first; bn2's parameters are asked for before the shortcut's, in
@@ -440,17 +456,19 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
       const ConvGeometry gd = block.down_conv->conv.Geometry(
           images, block.in_height, block.in_width, g1.input);
       if (!Need(*block.down_conv)) return;
-      convolve(block.down_conv->conv, x, x_bf16, gd, block.down_out);
+      const BatchNormInput down_out =
+          convolve(block.down_conv->conv, x, x_bf16, gd, block.down_out,
+                   block.down_out_bf16);
       if (!Need(*block.down_bn)) return;
-      Normalize(*block.down_bn, block.down_out, rows, scratch_[0], training,
+      Normalize(*block.down_bn, down_out, rows, scratch_[0], training,
                 BatchNormEpilogue::None());
       shortcut = scratch_[0];
     }
     // The last block's output goes to the pooling: no copy (out_bf16 null).
     const BatchNormEpilogue tail = BatchNormEpilogue::AddThenRelu(shortcut);
-    Normalize(*block.bn2, block.conv2_out, rows, block.out, training,
-              block.out_bf16 != nullptr ? tail.WithBf16Copy(block.out_bf16)
-                                        : tail);
+    Normalize(
+        *block.bn2, conv2_out, rows, block.out, training,
+        block.out_bf16 != nullptr ? tail.WithBf16Copy(block.out_bf16) : tail);
     x = block.out;
     x_bf16 = block.out_bf16;
   }
@@ -494,23 +512,23 @@ void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
   // A batch norm's backward, then the convolution before it: with bf16
   // operands, the batch norm writes dx only in bf16 (grad_bf16_), which the
   // convolution reads with its input's bf16 copy (the file comment).
-  auto norm_then_conv = [&](NormLayer& norm, const float* norm_x,
-                            const float* dy, int64_t rows,
-                            const float* relu_output, float* dy_scratch,
-                            ConvLayer& conv, const float* x,
-                            const uint16_t* x_bf16, const ConvGeometry& g,
-                            float* dx) {
-    auto weight_ready = [&] { report(conv.weight); };
-    if (bf16_operands_) {
-      norm.norm.Backward(norm_x, dy, rows, nullptr, relu_output, grad_bf16_);
-      report_norm(norm);
-      conv.conv.BackwardFromBf16(x_bf16, g, grad_bf16_, dx, weight_ready);
-    } else {
-      norm.norm.Backward(norm_x, dy, rows, dy_scratch, relu_output);
-      report_norm(norm);
-      conv.conv.Backward(x, g, dy_scratch, dx, weight_ready);
-    }
-  };
+  auto norm_then_conv =
+      [&](NormLayer& norm, const float* norm_x, const uint16_t* norm_x_bf16,
+          const float* dy, int64_t rows, const float* relu_output,
+          float* dy_scratch, ConvLayer& conv, const float* x,
+          const uint16_t* x_bf16, const ConvGeometry& g, float* dx) {
+        auto weight_ready = [&] { report(conv.weight); };
+        if (bf16_operands_) {
+          norm.norm.Backward(BatchNormInput::Bf16(norm_x_bf16), dy, rows,
+                             nullptr, relu_output, grad_bf16_);
+          report_norm(norm);
+          conv.conv.BackwardFromBf16(x_bf16, g, grad_bf16_, dx, weight_ready);
+        } else {
+          norm.norm.Backward(norm_x, dy, rows, dy_scratch, relu_output);
+          report_norm(norm);
+          conv.conv.Backward(x, g, dy_scratch, dx, weight_ready);
+        }
+      };
   for (int b = static_cast<int>(blocks_.size()) - 1; b >= 0; --b) {
     Block& block = blocks_[b];
     const float* x = b > 0 ? blocks_[b - 1].out : stem_out_;
@@ -532,21 +550,22 @@ void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
     if (b + 1 == static_cast<int>(blocks_.size())) {
       d.ReluBackward(block.out, grad_out, size);
     }
-    norm_then_conv(*block.bn2, block.conv2_out, grad_out, rows, nullptr,
-                   scratch_[0], *block.conv2, block.act1, block.act1_bf16, g2,
-                   scratch_[1]);
+    norm_then_conv(*block.bn2, block.conv2_out, block.conv2_out_bf16, grad_out,
+                   rows, nullptr, scratch_[0], *block.conv2, block.act1,
+                   block.act1_bf16, g2, scratch_[1]);
     // scratch_[1] is act1's gradient; bn1 takes it through act1's ReLU.
-    norm_then_conv(*block.bn1, block.conv1_out, scratch_[1], rows, block.act1,
-                   scratch_[0], *block.conv1, x, x_bf16, g1, grad_in);
+    norm_then_conv(*block.bn1, block.conv1_out, block.conv1_out_bf16,
+                   scratch_[1], rows, block.act1, scratch_[0], *block.conv1, x,
+                   x_bf16, g1, grad_in);
     const int64_t in_size =
         int64_t{batch} * block.in_height * block.in_width * block.in_channels;
     const float* shortcut_grad = grad_out;
     if (block.down_conv) {
       const ConvGeometry gd = block.down_conv->conv.Geometry(
           batch, block.in_height, block.in_width, g1.input);
-      norm_then_conv(*block.down_bn, block.down_out, grad_out, rows, nullptr,
-                     scratch_[1], *block.down_conv, x, x_bf16, gd,
-                     scratch_[0]);
+      norm_then_conv(*block.down_bn, block.down_out, block.down_out_bf16,
+                     grad_out, rows, nullptr, scratch_[1], *block.down_conv, x,
+                     x_bf16, gd, scratch_[0]);
       shortcut_grad = scratch_[0];
     }
     // x is a ReLU's output (the previous block's or the stem's): the two

@@ -116,7 +116,7 @@ class ScriptedClockDevice : public Device {
               float* input_grad) override {
     cpu_->Col2Im(columns, g, input_grad);
   }
-  void BatchNormForwardTraining(const float* x, int64_t rows, int channels,
+  void BatchNormForwardTraining(const BatchNormInput& x, int64_t rows, int channels,
                                 const float* gamma, const float* beta,
                                 float momentum, float epsilon, float* y,
                                 float* saved_mean, float* saved_inv_std,
@@ -126,7 +126,7 @@ class ScriptedClockDevice : public Device {
                                    epsilon, y, saved_mean, saved_inv_std,
                                    running_mean, running_var, epilogue);
   }
-  void BatchNormForwardInference(const float* x, int64_t rows, int channels,
+  void BatchNormForwardInference(const BatchNormInput& x, int64_t rows, int channels,
                                  const float* gamma, const float* beta,
                                  const float* running_mean,
                                  const float* running_var, float epsilon,
@@ -136,7 +136,7 @@ class ScriptedClockDevice : public Device {
                                     running_mean, running_var, epsilon, y,
                                     epilogue);
   }
-  void BatchNormBackward(const float* x, const float* dy, int64_t rows,
+  void BatchNormBackward(const BatchNormInput& x, const float* dy, int64_t rows,
                          int channels, const float* gamma,
                          const float* saved_mean, const float* saved_inv_std,
                          float* dx, float* dgamma, float* dbeta,
