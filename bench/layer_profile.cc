@@ -50,6 +50,10 @@ ABSL_FLAG(std::string, model, "resnet18",
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
 ABSL_FLAG(int, gpu, 0, "CUDA only: which GPU");
 ABSL_FLAG(std::string, precision, "fp32", "fp32, tf32 (CUDA only) or bf16");
+ABSL_FLAG(bool, bf16_operands, true,
+          "--precision=bf16: let convolutions and batch norms pass bf16 "
+          "tensors (the default); false: every convolution rounds its own "
+          "inputs and widens its output, to measure what the default saves");
 ABSL_FLAG(int, batch, 128, "images a step");
 ABSL_FLAG(int, warmup, 5, "untimed steps first (cuDNN's searches, caches)");
 ABSL_FLAG(int, steps, 10, "timed steps, unmarked and then profiled");
@@ -93,6 +97,7 @@ absl::Status Run() {
   options.cpu_threads = absl::GetFlag(FLAGS_threads);
   ASSIGN_OR_RETURN(options.precision,
                    ParsePrecision(absl::GetFlag(FLAGS_precision)));
+  options.convolutions_round_own_operands = !absl::GetFlag(FLAGS_bf16_operands);
   ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateDevice(options));
   ASSIGN_OR_RETURN(
       std::unique_ptr<ProfilingDevice> profiled,
@@ -152,10 +157,11 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(const ProfileTable table, SummarizeProfile(profiles));
 
   const double unmarked_ms = MedianOf(unmarked);
-  const std::string heading =
-      absl::StrCat(model->name(), " on ", device->name(),
-                   ", --precision=", PrecisionName(options.precision),
-                   ", batch ", batch, "; last loss ", host_loss);
+  const std::string heading = absl::StrCat(
+      model->name(), " on ", device->name(),
+      ", --precision=", PrecisionName(options.precision),
+      options.convolutions_round_own_operands ? " (--bf16_operands=false)" : "",
+      ", batch ", batch, "; last loss ", host_loss);
   std::printf(
       "%s\nunmarked step: %.3f ms (median of %d; the device's clock "
       "at its start and end)\n",
@@ -182,6 +188,7 @@ absl::Status Run() {
     json["model"] = model->name();
     json["device"] = device->name();
     json["precision"] = PrecisionName(options.precision);
+    json["bf16_operands"] = !options.convolutions_round_own_operands;
     json["batch"] = batch;
     json["warmup"] = warmup;
     json["unmarked_step_ms"] = unmarked_ms;

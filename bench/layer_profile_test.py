@@ -3,7 +3,8 @@
 The MLP and the CNN profiled for a few steps: the table names the categories
 their steps run (matrix products, the CNN's convolution directions, pooling,
 the loss, the optimizer), --out writes every operation in queue order with
-shares that add up, and bad flags get one line and a non-zero exit.
+shares that add up, ResNet-18's bf16 tensors between layers can be switched
+off for comparison, and bad flags get one line and a non-zero exit.
 """
 
 import argparse
@@ -71,6 +72,25 @@ class LayerProfileTest(unittest.TestCase):
         conv_input = [op for op in profile["ops"]
                       if op["category"] == "conv input gradient"]
         self.assertEqual(len(conv_input), 1)
+
+    def test_bf16_operands_can_be_switched_off_for_comparison(self):
+        labels = {}
+        for operands in ("true", "false"):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "profile.json")
+                done = run("--model=resnet18", "--batch=2", "--warmup=0",
+                           "--steps=1", "--threads=1", "--precision=bf16",
+                           f"--bf16_operands={operands}", f"--out={out}")
+                self.assertEqual(done.returncode, 0, done.stderr)
+                with open(out, encoding="utf-8") as f:
+                    profile = json.load(f)
+            self.assertEqual(profile["bf16_operands"], operands == "true")
+            labels[operands] = [op["label"] for op in profile["ops"]]
+        # By default the blocks' batch norms read their convolutions' bf16
+        # outputs; switched off, no operation handles bf16 tensors.
+        self.assertTrue(any(" bf16 x" in label for label in labels["true"]))
+        self.assertFalse(any("bf16" in label for label in labels["false"]))
+        self.assertEqual(len(labels["true"]), len(labels["false"]))
 
     def test_bad_flags_are_refused_with_one_line(self):
         for flags, expected in (
