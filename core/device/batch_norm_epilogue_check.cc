@@ -237,20 +237,29 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
                                    name + " dy (must be left as it was)"));
   }
 
-  // x given as bf16 bits (a convolution's bf16 output): every pass gives the
-  // bits it gives on those values widened to float32.
+  // x and dy given as bf16 bits (a convolution's bf16 output and input
+  // gradient): every pass gives the bits it gives on those values widened
+  // to float32.
   {
     std::vector<float> host_x = ChannelValues(rows, channels, 11);
-    std::vector<uint16_t> host_bits(host_x.size());
+    std::vector<float> host_g = host_dy;
+    std::vector<uint16_t> host_bits(host_x.size()), host_g_bits(host_g.size());
     for (size_t i = 0; i < host_x.size(); ++i) {
       host_bits[i] = bfloat16::RoundToBits(host_x[i]);
       host_x[i] = bfloat16::FromBits(host_bits[i]);
+      host_g_bits[i] = bfloat16::RoundToBits(host_g[i]);
+      host_g[i] = bfloat16::FromBits(host_g_bits[i]);
     }
     ASSIGN_OR_RETURN(const float* widened, transfer.Upload(host_x));
+    ASSIGN_OR_RETURN(const float* widened_g, transfer.Upload(host_g));
     ASSIGN_OR_RETURN(uint16_t * bits, device.Allocate<uint16_t>(n));
+    ASSIGN_OR_RETURN(uint16_t * g_bits, device.Allocate<uint16_t>(n));
     RETURN_IF_ERROR(device.CopyToDevice(bits, host_bits.data(),
                                         host_bits.size() * sizeof(uint16_t)));
-    const BatchNormInput inputs[2] = {widened, BatchNormInput::Bf16(bits)};
+    RETURN_IF_ERROR(device.CopyToDevice(g_bits, host_g_bits.data(),
+                                        host_g_bits.size() * sizeof(uint16_t)));
+    const InputTensor inputs[2] = {widened, InputTensor::Bf16(bits)};
+    const InputTensor gradients[2] = {widened_g, InputTensor::Bf16(g_bits)};
     Side sides[2];
     for (int k = 0; k < 2; ++k) {
       ASSIGN_OR_RETURN(sides[k], make_side());
@@ -263,7 +272,7 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
                                        side.running, side.running + channels,
                                        kEpsilon, side.inference,
                                        BatchNormEpilogue::Relu());
-      device.BatchNormBackward(inputs[k], side.dy, rows, channels, gamma,
+      device.BatchNormBackward(inputs[k], gradients[k], rows, channels, gamma,
                                side.saved, side.saved + channels, side.dx,
                                side.dparams, side.dparams + channels, side.y,
                                nullptr);
@@ -291,9 +300,37 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
   ASSIGN_OR_RETURN(float* fused_sum, transfer.Upload(host_dy));
   device.Add(unfused_sum, residual, n);
   device.ReluBackward(relu_output, unfused_sum, n);
-  device.ReluBackwardOfSum(relu_output, residual, fused_sum, n);
+  device.ReluBackwardOfSum(relu_output, residual, fused_sum, fused_sum, n);
   RETURN_IF_ERROR(device.Synchronize());
-  return ExpectSameBits(device, unfused_sum, fused_sum, n, "ReluBackwardOfSum");
+  RETURN_IF_ERROR(
+      ExpectSameBits(device, unfused_sum, fused_sum, n, "ReluBackwardOfSum"));
+
+  // Its addends as bf16 bits (convolutions' input gradients), into another
+  // buffer, against the same pass on the widened float32 values in place.
+  std::vector<float> host_a = ChannelValues(rows, channels, 16);
+  std::vector<float> host_b = ChannelValues(rows, channels, 17);
+  std::vector<uint16_t> bits_a(host_a.size()), bits_b(host_b.size());
+  for (size_t i = 0; i < host_a.size(); ++i) {
+    bits_a[i] = bfloat16::RoundToBits(host_a[i]);
+    host_a[i] = bfloat16::FromBits(bits_a[i]);
+    bits_b[i] = bfloat16::RoundToBits(host_b[i]);
+    host_b[i] = bfloat16::FromBits(bits_b[i]);
+  }
+  ASSIGN_OR_RETURN(float* in_place, transfer.Upload(host_a));
+  ASSIGN_OR_RETURN(const float* addend, transfer.Upload(host_b));
+  ASSIGN_OR_RETURN(uint16_t * device_a, device.Allocate<uint16_t>(n));
+  ASSIGN_OR_RETURN(uint16_t * device_b, device.Allocate<uint16_t>(n));
+  RETURN_IF_ERROR(
+      device.CopyToDevice(device_a, bits_a.data(), n * sizeof(uint16_t)));
+  RETURN_IF_ERROR(
+      device.CopyToDevice(device_b, bits_b.data(), n * sizeof(uint16_t)));
+  ASSIGN_OR_RETURN(float* from_bits, device.Allocate<float>(n));
+  device.ReluBackwardOfSum(relu_output, addend, in_place, in_place, n);
+  device.ReluBackwardOfSum(relu_output, InputTensor::Bf16(device_b),
+                           InputTensor::Bf16(device_a), from_bits, n);
+  RETURN_IF_ERROR(device.Synchronize());
+  return ExpectSameBits(device, in_place, from_bits, n,
+                        "ReluBackwardOfSum of bf16 gradients");
 }
 
 }  // namespace gradsync

@@ -5,9 +5,9 @@
 // other — on random data with channels of different offsets and scales, a
 // third of the ReLU's inputs negative; and the bf16 copies the forward's
 // epilogue and the backward may leave for a convolution (bfloat16.h's
-// rounding of the float32 values, bit for bit), and every pass given x as
-// bf16 bits against the same pass given them widened. The fusion changes which
-// passes read memory, never a value, so the comparison is exact;
+// rounding of the float32 values, bit for bit), and every pass given x or a
+// gradient as bf16 bits against the same pass given them widened. The fusion
+// changes which passes read memory, never a value, so the comparison is exact;
 // cpu_device_test runs it on the CPU's two batch norms, device_parity_test
 // on the GPU.
 #pragma once

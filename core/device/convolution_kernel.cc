@@ -13,7 +13,7 @@ void ConvolutionKernel::ForwardFromBf16(const uint16_t*, const float*,
 }
 
 void ConvolutionKernel::BackwardFromBf16(const uint16_t*, const uint16_t*,
-                                         const float*, float*, float*,
+                                         const float*, float*, uint16_t*,
                                          absl::FunctionRef<void()>) {
   GS_LOG(FATAL) << "BackwardFromBf16 on a convolution kernel that does not "
                    "accept bf16 operands (ask AcceptsBf16Operands first)";

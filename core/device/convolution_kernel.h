@@ -58,16 +58,17 @@ class ConvolutionKernel {
   // bfloat16.h's RoundToBits of the float32 values, NHWC like them; the
   // results are those of Forward and Backward given those values, bit for
   // bit. The forward's output, bf16 anyway, is left in bf16 only (`y`,
-  // bfloat16.h's bits), for a batch norm to read (Device's BatchNormInput)
+  // bfloat16.h's bits), for a batch norm to read (Device's InputTensor)
   // without a float32 copy.
   virtual bool AcceptsBf16Operands() const { return false; }
   virtual void ForwardFromBf16(const uint16_t* x, const float* weight,
                                uint16_t* y);
   // Backward's two gradients, and its callback between them, from the bf16
-  // operands.
+  // operands; the input gradient, bf16 anyway, in bf16 only (`dx`), for the
+  // kernels that read it next (Device's InputTensor).
   virtual void BackwardFromBf16(const uint16_t* x, const uint16_t* dy,
                                 const float* weight, float* weight_grad,
-                                float* dx,
+                                uint16_t* dx,
                                 absl::FunctionRef<void()> weight_grad_ready);
 
  protected:

@@ -388,11 +388,19 @@ void CpuDevice::ReluBackward(const float* y, float* dy, int64_t count) {
                [&](int64_t i, int n) { ReluBackwardSpan(y + i, dy + i, n); });
 }
 
-void CpuDevice::ReluBackwardOfSum(const float* y, const float* x, float* dy,
+void CpuDevice::ReluBackwardOfSum(const float* y, const InputTensor& x,
+                                  const InputTensor& dy, float* out,
                                   int64_t count) {
+  const float* addend = Widened(x, count, bf16_x_);
   dnnl_->UseThreads();
   ForEachBlock(count, [&](int64_t i, int n) {
-    ReluBackwardOfSumSpan(y + i, x + i, dy + i, n);
+    // dy's float32 values into out (a no-op in place), then the pass.
+    if (dy.bf16 != nullptr) {
+      WidenSpan(out + i, dy.bf16 + i, n);
+    } else if (dy.values != out) {
+      std::copy(dy.values + i, dy.values + i + n, out + i);
+    }
+    ReluBackwardOfSumSpan(y + i, addend + i, out + i, n);
   });
 }
 
@@ -502,10 +510,11 @@ void CpuDevice::Col2Im(const float* columns, const ConvGeometry& g,
   }
 }
 
-const float* CpuDevice::Widened(const BatchNormInput& x, int64_t count) {
+const float* CpuDevice::Widened(const InputTensor& x, int64_t count,
+                                std::vector<float>& scratch) {
   if (x.bf16 == nullptr) return x.values;
-  if (static_cast<int64_t>(bf16_x_.size()) < count) bf16_x_.resize(count);
-  float* widened = bf16_x_.data();
+  if (static_cast<int64_t>(scratch.size()) < count) scratch.resize(count);
+  float* widened = scratch.data();
   dnnl_->UseThreads();
   ForEachBlock(
       count, [&](int64_t i, int n) { WidenSpan(widened + i, x.bf16 + i, n); });
@@ -513,12 +522,12 @@ const float* CpuDevice::Widened(const BatchNormInput& x, int64_t count) {
 }
 
 void CpuDevice::BatchNormForwardTraining(
-    const BatchNormInput& input, int64_t rows, int channels, const float* gamma,
+    const InputTensor& input, int64_t rows, int channels, const float* gamma,
     const float* beta, float momentum, float epsilon, float* y,
     float* saved_mean, float* saved_inv_std, float* running_mean,
     float* running_var, const BatchNormEpilogue& epilogue) {
   if (rows <= 0 || channels <= 0) return;
-  const float* x = Widened(input, rows * channels);
+  const float* x = Widened(input, rows * channels, bf16_x_);
   if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, epsilon)) {
     kernel->ForwardTraining(x, gamma, beta, momentum, y, saved_mean,
                             saved_inv_std, running_mean, running_var);
@@ -564,11 +573,11 @@ void CpuDevice::BatchNormForwardTraining(
 }
 
 void CpuDevice::BatchNormForwardInference(
-    const BatchNormInput& input, int64_t rows, int channels, const float* gamma,
+    const InputTensor& input, int64_t rows, int channels, const float* gamma,
     const float* beta, const float* running_mean, const float* running_var,
     float epsilon, float* y, const BatchNormEpilogue& epilogue) {
   if (rows <= 0 || channels <= 0) return;
-  const float* x = Widened(input, rows * channels);
+  const float* x = Widened(input, rows * channels, bf16_x_);
   if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, epsilon)) {
     kernel->ForwardInference(x, gamma, beta, running_mean, running_var, y);
     ApplyEpilogue(y, rows * channels, epilogue);
@@ -594,7 +603,7 @@ void CpuDevice::BatchNormForwardInference(
   WriteBf16Copy(y, rows * channels, epilogue.bf16_copy);
 }
 
-void CpuDevice::BatchNormBackward(const BatchNormInput& x, const float* dy,
+void CpuDevice::BatchNormBackward(const InputTensor& x, const InputTensor& dy,
                                   int64_t rows, int channels,
                                   const float* gamma, const float* saved_mean,
                                   const float* saved_inv_std, float* dx,
@@ -605,13 +614,15 @@ void CpuDevice::BatchNormBackward(const BatchNormInput& x, const float* dy,
     // Only the bf16 values are asked for: the float32 ones go to scratch.
     GS_CHECK(dx_bf16 != nullptr)
         << "BatchNormBackward needs dx or dx_bf16 on " << name();
-    const int64_t count = rows * channels;
-    if (static_cast<int64_t>(bf16_dx_.size()) < count) bf16_dx_.resize(count);
+    if (static_cast<int64_t>(bf16_dx_.size()) < rows * channels) {
+      bf16_dx_.resize(rows * channels);
+    }
     dx = bf16_dx_.data();
   }
-  BatchNormBackwardFloat(Widened(x, rows * channels), dy, rows, channels, gamma,
-                         saved_mean, saved_inv_std, dx, dgamma, dbeta,
-                         relu_output);
+  const int64_t count = rows * channels;
+  BatchNormBackwardFloat(
+      Widened(x, count, bf16_x_), Widened(dy, count, bf16_dy_), rows, channels,
+      gamma, saved_mean, saved_inv_std, dx, dgamma, dbeta, relu_output);
   WriteBf16Copy(dx, rows * channels, dx_bf16);
 }
 

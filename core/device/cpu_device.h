@@ -70,7 +70,8 @@ class CpuDevice : public Device {
   void SumRows(const float* x, float* out, int rows, int cols) override;
   void ReluForward(float* x, int64_t count) override;
   void ReluBackward(const float* y, float* dy, int64_t count) override;
-  void ReluBackwardOfSum(const float* y, const float* x, float* dy,
+  void ReluBackwardOfSum(const float* y, const InputTensor& x,
+                         const InputTensor& dy, float* out,
                          int64_t count) override;
   // Labels must lie in [0, classes); the trainer validates the data set when it
   // loads it. A label outside that range does not read out of bounds: its row
@@ -85,21 +86,21 @@ class CpuDevice : public Device {
               float* columns) override;
   void Col2Im(const float* columns, const ConvGeometry& g,
               float* input_grad) override;
-  void BatchNormForwardTraining(const BatchNormInput& x, int64_t rows,
+  void BatchNormForwardTraining(const InputTensor& x, int64_t rows,
                                 int channels, const float* gamma,
                                 const float* beta, float momentum,
                                 float epsilon, float* y, float* saved_mean,
                                 float* saved_inv_std, float* running_mean,
                                 float* running_var,
                                 const BatchNormEpilogue& epilogue) override;
-  void BatchNormForwardInference(const BatchNormInput& x, int64_t rows,
+  void BatchNormForwardInference(const InputTensor& x, int64_t rows,
                                  int channels, const float* gamma,
                                  const float* beta, const float* running_mean,
                                  const float* running_var, float epsilon,
                                  float* y,
                                  const BatchNormEpilogue& epilogue) override;
-  void BatchNormBackward(const BatchNormInput& x, const float* dy, int64_t rows,
-                         int channels, const float* gamma,
+  void BatchNormBackward(const InputTensor& x, const InputTensor& dy,
+                         int64_t rows, int channels, const float* gamma,
                          const float* saved_mean, const float* saved_inv_std,
                          float* dx, float* dgamma, float* dbeta,
                          const float* relu_output, uint16_t* dx_bf16) override;
@@ -143,8 +144,10 @@ class CpuDevice : public Device {
   // The epilogue's bf16 copy is written in that pass too.
   void ApplyEpilogue(float* y, int64_t count,
                      const BatchNormEpilogue& epilogue);
-  // x's float32 values: x itself, or its bf16 bits widened into scratch.
-  const float* Widened(const BatchNormInput& x, int64_t count);
+  // x's float32 values: x itself, or its bf16 bits widened into `scratch`
+  // (grown once, to the largest tensor).
+  const float* Widened(const InputTensor& x, int64_t count,
+                       std::vector<float>& scratch);
   // copy = y rounded to bf16 (bfloat16.h's bits); nothing where copy is null.
   void WriteBf16Copy(const float* y, int64_t count, uint16_t* copy);
   // BatchNormBackward into a float32 dx.
@@ -170,8 +173,8 @@ class CpuDevice : public Device {
   // A batch-norm backward's float32 dx where only its bf16 copy is asked for
   // (grown once, to the largest layer).
   std::vector<float> bf16_dx_;
-  // A batch norm's bf16 input widened (grown once, to the largest layer).
-  std::vector<float> bf16_x_;
+  // bf16 inputs widened: a batch norm's x (or an addend), a gradient dy.
+  std::vector<float> bf16_x_, bf16_dy_;
   // Kernels run on one thread at a time (the step loop's), so no lock.
   std::vector<std::unique_ptr<DnnlBatchNorm>> batch_norms_;
   std::vector<std::pair<int64_t, int>> batch_norm_failures_;

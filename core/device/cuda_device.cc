@@ -559,10 +559,12 @@ void CudaDevice::ReluBackward(const float* y, float* dy, int64_t count) {
               "ReluBackward kernel launch");
 }
 
-void CudaDevice::ReluBackwardOfSum(const float* y, const float* x, float* dy,
+void CudaDevice::ReluBackwardOfSum(const float* y, const InputTensor& x,
+                                   const InputTensor& dy, float* out,
                                    int64_t count) {
   Record(MakeCurrent());
-  CheckLaunch(cuda_kernels::ReluBackwardOfSum(stream_, y, x, dy, count),
+  CheckLaunch(cuda_kernels::ReluBackwardOfSum(stream_, y, x.values, x.bf16,
+                                              dy.values, dy.bf16, out, count),
               "ReluBackwardOfSum kernel launch");
 }
 
@@ -603,7 +605,7 @@ void CudaDevice::Col2Im(const float* columns, const ConvGeometry& g,
 }
 
 void CudaDevice::BatchNormForwardTraining(
-    const BatchNormInput& x, int64_t rows, int channels, const float* gamma,
+    const InputTensor& x, int64_t rows, int channels, const float* gamma,
     const float* beta, float momentum, float epsilon, float* y,
     float* saved_mean, float* saved_inv_std, float* running_mean,
     float* running_var, const BatchNormEpilogue& epilogue) {
@@ -617,7 +619,7 @@ void CudaDevice::BatchNormForwardTraining(
 }
 
 void CudaDevice::BatchNormForwardInference(
-    const BatchNormInput& x, int64_t rows, int channels, const float* gamma,
+    const InputTensor& x, int64_t rows, int channels, const float* gamma,
     const float* beta, const float* running_mean, const float* running_var,
     float epsilon, float* y, const BatchNormEpilogue& epilogue) {
   Record(MakeCurrent());
@@ -628,7 +630,7 @@ void CudaDevice::BatchNormForwardInference(
               "BatchNormForwardInference kernel launch");
 }
 
-void CudaDevice::BatchNormBackward(const BatchNormInput& x, const float* dy,
+void CudaDevice::BatchNormBackward(const InputTensor& x, const InputTensor& dy,
                                    int64_t rows, int channels,
                                    const float* gamma, const float* saved_mean,
                                    const float* saved_inv_std, float* dx,
@@ -642,9 +644,9 @@ void CudaDevice::BatchNormBackward(const BatchNormInput& x, const float* dy,
     return;
   }
   CheckLaunch(cuda_kernels::BatchNormBackward(
-                  stream_, x.values, x.bf16, dy, rows, channels, gamma,
-                  saved_mean, saved_inv_std, dx, dgamma, dbeta, relu_output,
-                  dx_bf16, channel_partials_),
+                  stream_, x.values, x.bf16, dy.values, dy.bf16, rows, channels,
+                  gamma, saved_mean, saved_inv_std, dx, dgamma, dbeta,
+                  relu_output, dx_bf16, channel_partials_),
               "BatchNormBackward kernel launch");
 }
 

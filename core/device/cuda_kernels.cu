@@ -115,13 +115,23 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
-__global__ void __launch_bounds__(kThreadsPerBlock)
-    ReluBackwardOfSumKernel(const float* __restrict__ y,
-                            const float* __restrict__ x, float* __restrict__ dy,
-                            int64_t count) {
+// Element i of a tensor a kernel reads (Device's InputTensor): float32, or
+// bf16 bits widened exactly; the other pointer is null, the same for every
+// thread, so the branch does not diverge.
+__device__ __forceinline__ float InputAt(const float* x, const uint16_t* x_bf16,
+                                         int64_t i) {
+  return x_bf16 != nullptr ? bfloat16::FromBits(x_bf16[i]) : x[i];
+}
+
+__global__ void __launch_bounds__(kThreadsPerBlock) ReluBackwardOfSumKernel(
+    const float* __restrict__ y, const float* __restrict__ x,
+    const uint16_t* __restrict__ x_bf16, const float* dy,
+    const uint16_t* __restrict__ dy_bf16, float* out, int64_t count) {
+  // out may be dy (in place): neither is __restrict__.
   const int64_t stride = GridStride<int64_t>();
   for (int64_t i = GridStrideFirst<int64_t>(); i < count; i += stride) {
-    dy[i] = km::ReluGradientOfSum(y[i], dy[i], x[i]);
+    out[i] = km::ReluGradientOfSum(y[i], InputAt(dy, dy_bf16, i),
+                                   InputAt(x, x_bf16, i));
   }
 }
 
@@ -393,15 +403,6 @@ __device__ void FinishStatistics(int64_t c, double sum, double sum_squares,
       running_var[c], km::UnbiasedVariance(variance, rows), momentum);
 }
 
-// Element i of a batch norm's input (Device's BatchNormInput): float32, or
-// bf16 bits widened exactly; the other pointer is null, the same for every
-// thread, so the branch does not diverge.
-__device__ __forceinline__ float InputAt(const float* __restrict__ x,
-                                         const uint16_t* __restrict__ x_bf16,
-                                         int64_t i) {
-  return x_bf16 != nullptr ? bfloat16::FromBits(x_bf16[i]) : x[i];
-}
-
 // Element i's terms of the forward sums: x and x².
 struct StatisticsTerms {
   const float* x;
@@ -419,11 +420,13 @@ struct GradientTerms {
   const float* x;
   const uint16_t* x_bf16;
   const float* dy;
+  const uint16_t* dy_bf16;
   const float* mean;
   const float* inv_std;
   const float* relu_output;
   __device__ void operator()(int64_t i, int64_t c, double& a, double& b) const {
-    const float grad = km::GradientBeforeRelu(dy, relu_output, i);
+    const float grad =
+        km::MaskedByRelu(InputAt(dy, dy_bf16, i), relu_output, i);
     a += grad;
     b += static_cast<double>(grad) *
          km::Normalized(InputAt(x, x_bf16, i), mean[c], inv_std[c]);
@@ -555,19 +558,19 @@ __global__ void __launch_bounds__(kThreadsPerBlock) BatchNormInferenceKernel(
 }
 
 __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
-    BatchNormGradientSumsKernel(const float* __restrict__ x,
-                                const uint16_t* __restrict__ x_bf16,
-                                const float* __restrict__ dy, int64_t rows,
-                                int channels, const float* __restrict__ mean,
-                                const float* __restrict__ inv_std,
-                                const float* __restrict__ relu_output,
-                                float* __restrict__ dgamma,
-                                float* __restrict__ dbeta) {
+    BatchNormGradientSumsKernel(
+        const float* __restrict__ x, const uint16_t* __restrict__ x_bf16,
+        const float* __restrict__ dy, const uint16_t* __restrict__ dy_bf16,
+        int64_t rows, int channels, const float* __restrict__ mean,
+        const float* __restrict__ inv_std,
+        const float* __restrict__ relu_output, float* __restrict__ dgamma,
+        float* __restrict__ dbeta) {
   int64_t c = 0;
   double sum_dy = 0.0, sum_dy_x_hat = 0.0;
-  if (!ChannelTileSums(0, rows, channels,
-                       GradientTerms{x, x_bf16, dy, mean, inv_std, relu_output},
-                       &c, &sum_dy, &sum_dy_x_hat)) {
+  if (!ChannelTileSums(
+          0, rows, channels,
+          GradientTerms{x, x_bf16, dy, dy_bf16, mean, inv_std, relu_output}, &c,
+          &sum_dy, &sum_dy_x_hat)) {
     return;
   }
   dbeta[c] = static_cast<float>(sum_dy);
@@ -592,18 +595,18 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 __global__ void __launch_bounds__(kThreadsPerBlock)
     BatchNormInputGradientKernel(
         const float* __restrict__ x, const uint16_t* __restrict__ x_bf16,
-        const float* __restrict__ dy, int64_t rows, int channels,
-        const float* __restrict__ gamma, const float* __restrict__ mean,
-        const float* __restrict__ inv_std, const float* __restrict__ dgamma,
-        const float* __restrict__ dbeta, const float* __restrict__ relu_output,
-        float* __restrict__ dx, uint16_t* __restrict__ dx_bf16,
-        bool narrow_index) {
+        const float* __restrict__ dy, const uint16_t* __restrict__ dy_bf16,
+        int64_t rows, int channels, const float* __restrict__ gamma,
+        const float* __restrict__ mean, const float* __restrict__ inv_std,
+        const float* __restrict__ dgamma, const float* __restrict__ dbeta,
+        const float* __restrict__ relu_output, float* __restrict__ dx,
+        uint16_t* __restrict__ dx_bf16, bool narrow_index) {
   ForEachChannelElement(
       rows * channels, channels, narrow_index, [=](int64_t i, int64_t c) {
         const float x_hat =
             km::Normalized(InputAt(x, x_bf16, i), mean[c], inv_std[c]);
         const float value = km::BatchNormInputGradient(
-            km::GradientBeforeRelu(dy, relu_output, i), x_hat,
+            km::MaskedByRelu(InputAt(dy, dy_bf16, i), relu_output, i), x_hat,
             gamma[c] * inv_std[c], km::BatchMean(dbeta[c], rows),
             km::BatchMean(dgamma[c], rows));
         if (dx != nullptr) dx[i] = value;
@@ -714,10 +717,13 @@ cudaError_t ReluBackward(cudaStream_t stream, const float* y, float* dy,
 }
 
 cudaError_t ReluBackwardOfSum(cudaStream_t stream, const float* y,
-                              const float* x, float* dy, int64_t count) {
+                              const float* x, const uint16_t* x_bf16,
+                              const float* dy, const uint16_t* dy_bf16,
+                              float* out, int64_t count) {
   if (count <= 0) return cudaSuccess;
   ReluBackwardOfSumKernel<<<launch_config::PlanElementwise(count).blocks,
-                            kThreadsPerBlock, 0, stream>>>(y, x, dy, count);
+                            kThreadsPerBlock, 0, stream>>>(y, x, x_bf16, dy,
+                                                           dy_bf16, out, count);
   return cudaGetLastError();
 }
 
@@ -916,23 +922,22 @@ cudaError_t BatchNormForwardInference(
                                   residual, relu, bf16_copy);
 }
 
-cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
-                              const uint16_t* x_bf16, const float* dy,
-                              int64_t rows, int channels, const float* gamma,
-                              const float* saved_mean,
-                              const float* saved_inv_std, float* dx,
-                              float* dgamma, float* dbeta,
-                              const float* relu_output, uint16_t* dx_bf16,
-                              double* channel_partials) {
+cudaError_t BatchNormBackward(
+    cudaStream_t stream, const float* x, const uint16_t* x_bf16,
+    const float* dy, const uint16_t* dy_bf16, int64_t rows, int channels,
+    const float* gamma, const float* saved_mean, const float* saved_inv_std,
+    float* dx, float* dgamma, float* dbeta, const float* relu_output,
+    uint16_t* dx_bf16, double* channel_partials) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   const launch_config::ChannelSumsLaunch plan =
       launch_config::PlanChannelSums(rows, channels);
   cudaError_t error = cudaSuccess;
   if (plan.sliced()) {
-    error = LaunchChannelSlices(
-        stream, plan, BatchNormGradientSumsSliceKernel,
-        GradientTerms{x, x_bf16, dy, saved_mean, saved_inv_std, relu_output},
-        rows, channels, channel_partials);
+    error =
+        LaunchChannelSlices(stream, plan, BatchNormGradientSumsSliceKernel,
+                            GradientTerms{x, x_bf16, dy, dy_bf16, saved_mean,
+                                          saved_inv_std, relu_output},
+                            rows, channels, channel_partials);
     if (error != cudaSuccess) return error;
     error =
         LaunchChannelFinish(stream, channels, BatchNormGradientSumsFinishKernel,
@@ -940,13 +945,13 @@ cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
                             plan.row_slices, channels, dgamma, dbeta);
   } else {
     error = LaunchChannelTiles(stream, channels, BatchNormGradientSumsKernel, x,
-                               x_bf16, dy, rows, channels, saved_mean,
+                               x_bf16, dy, dy_bf16, rows, channels, saved_mean,
                                saved_inv_std, relu_output, dgamma, dbeta);
   }
   if (error != cudaSuccess) return error;
   return LaunchChannelElementwise(
       stream, rows * channels, BatchNormInputGradientKernel, x, x_bf16, dy,
-      rows, channels, gamma, saved_mean, saved_inv_std, dgamma, dbeta,
+      dy_bf16, rows, channels, gamma, saved_mean, saved_inv_std, dgamma, dbeta,
       relu_output, dx, dx_bf16);
 }
 

@@ -35,7 +35,9 @@ cudaError_t ReluForward(cudaStream_t stream, float* x, int64_t count);
 cudaError_t ReluBackward(cudaStream_t stream, const float* y, float* dy,
                          int64_t count);
 cudaError_t ReluBackwardOfSum(cudaStream_t stream, const float* y,
-                              const float* x, float* dy, int64_t count);
+                              const float* x, const uint16_t* x_bf16,
+                              const float* dy, const uint16_t* dy_bf16,
+                              float* out, int64_t count);
 // `partials` holds kMaxLossPartials doubles of device memory.
 cudaError_t SoftmaxCrossEntropy(cudaStream_t stream, const float* logits,
                                 const int32_t* labels, int rows, int classes,
@@ -63,7 +65,8 @@ cudaError_t Col2Im(cudaStream_t stream, const float* columns,
 // slices (launch_config::PlanChannelSums); a sliced plan leaves each slice's
 // sums in `channel_partials`, 2 · kMaxChannelSumPartials doubles of device
 // memory allocated once by the device, and a second kernel adds them.
-// `x` or `x_bf16` (the other null) is Device's BatchNormInput; `residual`,
+// `x` or `x_bf16` and `dy` or `dy_bf16` (the other null) are Device's
+// InputTensors; `residual`,
 // `relu` and `bf16_copy` are its BatchNormEpilogue,
 // `relu_output` its fused backward's ReLU output (null: none), `dx_bf16` the
 // backward's bf16 dx (null: none; with it, dx may be null).
@@ -80,14 +83,12 @@ cudaError_t BatchNormForwardInference(
     int channels, const float* gamma, const float* beta,
     const float* running_mean, const float* running_var, float epsilon,
     float* y, const float* residual, bool relu, uint16_t* bf16_copy);
-cudaError_t BatchNormBackward(cudaStream_t stream, const float* x,
-                              const uint16_t* x_bf16, const float* dy,
-                              int64_t rows, int channels, const float* gamma,
-                              const float* saved_mean,
-                              const float* saved_inv_std, float* dx,
-                              float* dgamma, float* dbeta,
-                              const float* relu_output, uint16_t* dx_bf16,
-                              double* channel_partials);
+cudaError_t BatchNormBackward(
+    cudaStream_t stream, const float* x, const uint16_t* x_bf16,
+    const float* dy, const uint16_t* dy_bf16, int64_t rows, int channels,
+    const float* gamma, const float* saved_mean, const float* saved_inv_std,
+    float* dx, float* dgamma, float* dbeta, const float* relu_output,
+    uint16_t* dx_bf16, double* channel_partials);
 cudaError_t MaxPoolForward(cudaStream_t stream, const float* x,
                            const PoolGeometry& g, float* y, int32_t* where);
 cudaError_t MaxPoolBackward(cudaStream_t stream, const float* dy,

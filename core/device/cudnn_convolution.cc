@@ -119,9 +119,8 @@ absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CudnnConvolution::Create(
           : CudnnDataType::kFloat;
   ASSIGN_OR_RETURN(CudnnConvolutionPlan plan,
                    PlanCudnnConvolution(geometry, out_channels, data_type));
-  std::unique_ptr<CudnnConvolution> kernel(
-      new CudnnConvolution(context, geometry, out_channels, plan,
-                           accept_bf16_operands));
+  std::unique_ptr<CudnnConvolution> kernel(new CudnnConvolution(
+      context, geometry, out_channels, plan, accept_bf16_operands));
   RETURN_IF_ERROR(kernel->Build());
   GS_LOG(DEBUG) << kernel->where_ << ": " << kernel->algorithms();
   return std::unique_ptr<ConvolutionKernel>(std::move(kernel));
@@ -590,9 +589,12 @@ absl::Status CudnnConvolution::RunBackwardWeightsBf16(const void* input,
 
 absl::Status CudnnConvolution::RunBackwardInputBf16(const void* output_grad,
                                                     const float* weight,
-                                                    float* dx) {
+                                                    float* dx,
+                                                    uint16_t* dx_bf16) {
   ASSIGN_OR_RETURN(const void* filter, WeightAsBf16(weight));
-  void* input_grad = context_.scratch(CudnnContext::kInput);
+  void* input_grad = dx_bf16 != nullptr
+                         ? static_cast<void*>(dx_bf16)
+                         : context_.scratch(CudnnContext::kInput);
   const float one = 1.0f, zero = 0.0f;
   CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, input_math_),
                         where_);
@@ -602,6 +604,7 @@ absl::Status CudnnConvolution::RunBackwardInputBf16(const void* output_grad,
                             context_.scratch(CudnnContext::kWorkspace),
                             input_workspace_, &zero, input_, input_grad),
                         where_);
+  if (dx_bf16 != nullptr) return absl::OkStatus();
   return Launched(
       cuda_kernels::WidenFromBfloat16(context_.device().stream(),
                                       static_cast<const uint16_t*>(input_grad),
@@ -686,7 +689,7 @@ absl::Status CudnnConvolution::RunBackwardInput(const float* dy,
   RETURN_IF_ERROR(context_.device().MakeCurrent());
   if (plan_.bf16()) {
     ASSIGN_OR_RETURN(const void* output_grad, OutputGradientAsBf16(dy));
-    return RunBackwardInputBf16(output_grad, weight, dx);
+    return RunBackwardInputBf16(output_grad, weight, dx, nullptr);
   }
   ASSIGN_OR_RETURN(const float* filter, WeightAsKrsc(weight));
   float* nhwc_dx =
@@ -727,7 +730,7 @@ absl::Status CudnnConvolution::RunBackward(
   ASSIGN_OR_RETURN(const void* input, InputAsBf16(x));
   RETURN_IF_ERROR(RunBackwardWeightsBf16(input, output_grad, weight_grad));
   weight_grad_ready();
-  return RunBackwardInputBf16(output_grad, weight, dx);
+  return RunBackwardInputBf16(output_grad, weight, dx, nullptr);
 }
 
 bool CudnnConvolution::AcceptsBf16Operands() const {
@@ -745,16 +748,16 @@ void CudnnConvolution::ForwardFromBf16(const uint16_t* x, const float* weight,
 
 void CudnnConvolution::BackwardFromBf16(
     const uint16_t* x, const uint16_t* dy, const float* weight,
-    float* weight_grad, float* dx,
+    float* weight_grad, uint16_t* dx,
     absl::FunctionRef<void()> weight_grad_ready) {
   Keep([&]() -> absl::Status {
     RETURN_IF_ERROR(RefuseBf16Operands());
     RETURN_IF_ERROR(context_.device().MakeCurrent());
     // Neither direction writes x's or dy's bf16 buffers (the layers' own);
-    // the input pass writes the input scratch.
+    // cuDNN writes the input gradient to dx directly.
     RETURN_IF_ERROR(RunBackwardWeightsBf16(x, dy, weight_grad));
     weight_grad_ready();
-    return RunBackwardInputBf16(dy, weight, dx);
+    return RunBackwardInputBf16(dy, weight, nullptr, dx);
   }());
 }
 

@@ -81,7 +81,7 @@ class CudnnConvolution : public ConvolutionKernel {
   void ForwardFromBf16(const uint16_t* x, const float* weight,
                        uint16_t* y) override;
   void BackwardFromBf16(const uint16_t* x, const uint16_t* dy,
-                        const float* weight, float* weight_grad, float* dx,
+                        const float* weight, float* weight_grad, uint16_t* dx,
                         absl::FunctionRef<void()> weight_grad_ready) override;
 
   // The chosen algorithms and their workspaces, for logs and gpu_check.
@@ -123,13 +123,16 @@ class CudnnConvolution : public ConvolutionKernel {
   // backward directions may share.
   // The output goes to `y_bf16` where it is not null (ForwardFromBf16), else
   // to scratch and widened into y.
-  absl::Status RunForwardBf16(const void* input, const float* weight,
-                              float* y, uint16_t* y_bf16);
+  absl::Status RunForwardBf16(const void* input, const float* weight, float* y,
+                              uint16_t* y_bf16);
   absl::Status RunBackwardWeightsBf16(const void* input,
                                       const void* output_grad,
                                       float* weight_grad);
+  // The input gradient goes to `dx_bf16` where it is not null
+  // (BackwardFromBf16), else to scratch and widened into dx.
   absl::Status RunBackwardInputBf16(const void* output_grad,
-                                    const float* weight, float* dx);
+                                    const float* weight, float* dx,
+                                    uint16_t* dx_bf16);
   // x rounded to NHWC bf16, the weight to KRSC bf16, dy to bf16, each in its
   // scratch.
   absl::StatusOr<const void*> InputAsBf16(const float* x);

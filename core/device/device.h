@@ -42,10 +42,10 @@ enum class DeviceType { kCpu, kCuda };
 //     ReLU, pooling, residual additions, the loss, and the buffers that hold
 //     activations and gradients (values that are bf16 after a product are
 //     kept exactly), so the gradients handed to a strategy are float32.
-//     Where a batch norm's output or input gradient goes to a convolution,
-//     the batch norm may write its bf16 rounding too (BatchNormEpilogue::
-//     bf16_copy, BatchNormBackward's dx_bf16) for the convolution to read
-//     (ConvolutionKernel::AcceptsBf16Operands): fewer passes, same values.
+//     Where a convolution's operands come from, or its results go to, a
+//     batch norm or a residual sum, those may pass them in bf16 instead
+//     (BatchNormEpilogue::bf16_copy, BatchNormBackward's dx_bf16, InputTensor;
+//     ConvolutionKernel::AcceptsBf16Operands): fewer passes, same values.
 enum class Precision { kFp32, kTf32, kBf16 };
 
 // What a batch norm's output goes through in the same pass over memory (a
@@ -76,16 +76,16 @@ struct BatchNormEpilogue {
   }
 };
 
-// A batch norm's input x [rows × channels]: float32 values, or, under
-// --precision=bf16, a convolution's output as that convolution wrote it
-// (ConvolutionKernel::ForwardFromBf16): bf16 bits (bfloat16.h) that stand
-// exactly for the float32 values they widen to, so that the batch norm gives
-// the bits it gives on those float32 values. Made from a `const float*`
-// implicitly.
-struct BatchNormInput {
-  BatchNormInput(const float* x) : values(x) {}  // NOLINT: implicit on purpose
-  static BatchNormInput Bf16(const uint16_t* bits) {
-    BatchNormInput input(nullptr);
+// A tensor a kernel reads: float32 values, or, under --precision=bf16, a
+// convolution's output or input gradient as that convolution wrote it
+// (ConvolutionKernel::ForwardFromBf16, BackwardFromBf16): bf16 bits
+// (bfloat16.h) that stand exactly for the float32 values they widen to, so
+// that the kernel gives the bits it gives on those float32 values. Made from
+// a `const float*` implicitly.
+struct InputTensor {
+  InputTensor(const float* x) : values(x) {}  // NOLINT: implicit on purpose
+  static InputTensor Bf16(const uint16_t* bits) {
+    InputTensor input(nullptr);
     input.bf16 = bits;
     return input;
   }
@@ -150,10 +150,12 @@ class Device {
   virtual void ReluForward(float* x, int64_t count) = 0;
   // dy[i] = 0 where y[i] <= 0 (y is the ReLU output).
   virtual void ReluBackward(const float* y, float* dy, int64_t count) = 0;
-  // dy[i] = dy[i] + x[i], then 0 where y[i] <= 0: two branches' gradients
+  // out[i] = dy[i] + x[i], then 0 where y[i] <= 0: two branches' gradients
   // meeting at a ReLU's output y (a residual block's input) and going through
-  // that ReLU, in one pass: the same values as Add then ReluBackward.
-  virtual void ReluBackwardOfSum(const float* y, const float* x, float* dy,
+  // that ReLU, in one pass: the same values as Add then ReluBackward. `out`
+  // may be dy's float32 values (in place); it must not overlap x.
+  virtual void ReluBackwardOfSum(const float* y, const InputTensor& x,
+                                 const InputTensor& dy, float* out,
                                  int64_t count) = 0;
   // Softmax cross-entropy averaged over `rows`. Writes the mean loss to
   // *loss (one device float) and d(loss)/d(logits) to dlogits.
@@ -180,7 +182,7 @@ class Device {
   // and the running (unbiased) variance move by `momentum` towards the
   // batch's (PyTorch's convention). Needs rows >= 1. `epilogue` (below) is
   // applied to y in the same pass.
-  virtual void BatchNormForwardTraining(const BatchNormInput& x, int64_t rows,
+  virtual void BatchNormForwardTraining(const InputTensor& x, int64_t rows,
                                         int channels, const float* gamma,
                                         const float* beta, float momentum,
                                         float epsilon, float* y,
@@ -189,9 +191,11 @@ class Device {
                                         const BatchNormEpilogue& epilogue) = 0;
   // Inference mode: normalises with the running statistics.
   virtual void BatchNormForwardInference(
-      const BatchNormInput& x, int64_t rows, int channels, const float* gamma,
+      const InputTensor& x, int64_t rows, int channels, const float* gamma,
       const float* beta, const float* running_mean, const float* running_var,
       float epsilon, float* y, const BatchNormEpilogue& epilogue) = 0;
+  // x here, and dy in the backward, are InputTensors (above): float32, or a
+  // convolution's bf16 output and input gradient.
   // The training-mode backward: dγ = Σ dy·x̂, dβ = Σ dy per channel
   // (overwritten), and dx (overwritten; must not alias dy or x) from the
   // saved batch statistics. With `relu_output` (the output of a ReLU that
@@ -203,7 +207,7 @@ class Device {
   // values are written): under --precision=bf16 the convolution before this
   // batch norm reads its output gradient so (ConvolutionKernel::
   // BackwardFromBf16), and needs no float32 copy.
-  virtual void BatchNormBackward(const BatchNormInput& x, const float* dy,
+  virtual void BatchNormBackward(const InputTensor& x, const InputTensor& dy,
                                  int64_t rows, int channels, const float* gamma,
                                  const float* saved_mean,
                                  const float* saved_inv_std, float* dx,

@@ -70,9 +70,8 @@ absl::StatusOr<std::unique_ptr<ConvolutionKernel>> DnnlConvolution::Create(
         absl::StrCat("oneDNN convolution of ", Describe(geometry, out_channels),
                      ": empty batch or output"));
   }
-  std::unique_ptr<DnnlConvolution> kernel(
-      new DnnlConvolution(context, geometry, out_channels, bf16,
-                          accept_bf16_operands));
+  std::unique_ptr<DnnlConvolution> kernel(new DnnlConvolution(
+      context, geometry, out_channels, bf16, accept_bf16_operands));
   try {
     kernel->Build();
   } catch (const dnnl::error& error) {
@@ -278,18 +277,26 @@ void DnnlConvolution::BackwardInput(const float* dy, const float* weight,
 
 void DnnlConvolution::BackwardFromBf16(
     const uint16_t* x, const uint16_t* dy, const float* weight,
-    float* weight_grad, float* dx,
+    float* weight_grad, uint16_t* dx,
     absl::FunctionRef<void()> weight_grad_ready) {
   GS_CHECK(AcceptsBf16Operands()) << "oneDNN convolution: bf16 operands";
   context_.UseThreads();
   // dy widened into the output scratch, which neither direction writes; x
-  // into the input scratch, which an NHWC input's gradient does not use.
+  // into the input scratch, which an NHWC input's gradient does not use
+  // until the weight gradient has read x there: then the input gradient
+  // (rounded to bf16 values) goes there, and its bits to dx.
   float* output_grad =
       static_cast<float*>(context_.scratch(DnnlContext::kOutput));
   WidenInto(output_grad, dy, Floats(dst_.get_desc()));
   RunBackwardWeights(SourceFromBf16(x), output_grad, weight_grad);
   weight_grad_ready();
-  RunBackwardInput(output_grad, weight, dx);
+  float* input_grad =
+      static_cast<float*>(context_.scratch(DnnlContext::kInput));
+  RunBackwardInput(output_grad, weight, input_grad);
+  const int64_t count = Floats(src_.get_desc());
+  for (int64_t i = 0; i < count; ++i) {
+    dx[i] = bfloat16::RoundToBits(input_grad[i]);
+  }
 }
 
 memory& DnnlConvolution::SourceFromBf16(const uint16_t* x) {

@@ -57,7 +57,7 @@ class DnnlConvolution : public ConvolutionKernel {
   void ForwardFromBf16(const uint16_t* x, const float* weight,
                        uint16_t* y) override;
   void BackwardFromBf16(const uint16_t* x, const uint16_t* dy,
-                        const float* weight, float* weight_grad, float* dx,
+                        const float* weight, float* weight_grad, uint16_t* dx,
                         absl::FunctionRef<void()> weight_grad_ready) override;
 
   // oneDNN's implementation names ("brgconv:avx512_core", ...), for logs and

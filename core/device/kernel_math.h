@@ -362,10 +362,15 @@ GS_HOST_DEVICE inline float BatchNormEpilogueOutput(float y,
 
 // The gradient a batch-norm backward reads at element i: dy[i], or
 // ReluGradient(relu_output[i], dy[i]) when a ReLU followed the batch norm.
+GS_HOST_DEVICE inline float MaskedByRelu(float dy, const float* relu_output,
+                                         int64_t i) {
+  return relu_output != nullptr ? ReluGradient(relu_output[i], dy) : dy;
+}
+
 GS_HOST_DEVICE inline float GradientBeforeRelu(const float* dy,
                                                const float* relu_output,
                                                int64_t i) {
-  return relu_output != nullptr ? ReluGradient(relu_output[i], dy[i]) : dy[i];
+  return MaskedByRelu(dy[i], relu_output, i);
 }
 
 // Two gradients meeting at a ReLU's output y, then through the ReLU:

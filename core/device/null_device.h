@@ -36,8 +36,8 @@ class NullDevice : public Device {
   void SumRows(const float*, float*, int, int) override {}
   void ReluForward(float*, int64_t) override {}
   void ReluBackward(const float*, float*, int64_t) override {}
-  void ReluBackwardOfSum(const float*, const float*, float*, int64_t) override {
-  }
+  void ReluBackwardOfSum(const float*, const InputTensor&, const InputTensor&,
+                         float*, int64_t) override {}
   void SoftmaxCrossEntropy(const float*, const int32_t*, int, int, float*,
                            float*) override {}
   void Scale(float*, int64_t, float) override {}
@@ -48,17 +48,17 @@ class NullDevice : public Device {
                   const AdamState&, float) override {}
   void Im2Col(const float*, const ConvGeometry&, float*) override {}
   void Col2Im(const float*, const ConvGeometry&, float*) override {}
-  void BatchNormForwardTraining(const BatchNormInput&, int64_t, int, const float*,
+  void BatchNormForwardTraining(const InputTensor&, int64_t, int, const float*,
                                 const float*, float, float, float*, float*,
                                 float*, float*, float*,
                                 const BatchNormEpilogue&) override {}
-  void BatchNormForwardInference(const BatchNormInput&, int64_t, int, const float*,
+  void BatchNormForwardInference(const InputTensor&, int64_t, int, const float*,
                                  const float*, const float*, const float*,
                                  float, float*,
                                  const BatchNormEpilogue&) override {}
-  void BatchNormBackward(const BatchNormInput&, const float*, int64_t, int, const float*,
-                         const float*, const float*, float*, float*, float*,
-                         const float*, uint16_t*) override {}
+  void BatchNormBackward(const InputTensor&, const InputTensor&, int64_t, int,
+                         const float*, const float*, const float*, float*,
+                         float*, float*, const float*, uint16_t*) override {}
   void MaxPoolForward(const float*, const PoolGeometry&, float*,
                       int32_t*) override {}
   void MaxPoolBackward(const float*, const int32_t*, const PoolGeometry&,

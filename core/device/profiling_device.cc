@@ -20,9 +20,14 @@ std::string Rows(int64_t rows, int channels) {
   return absl::StrCat(rows, "x", channels);
 }
 
-// " bf16 x" where a batch norm reads a convolution's bf16 output.
-const char* Input(const BatchNormInput& x) {
+// " bf16 x" where a kernel reads a convolution's bf16 output or gradient.
+const char* Input(const InputTensor& x) {
   return x.bf16 != nullptr ? " bf16 x" : "";
+}
+
+// " bf16 dy" where a kernel reads a convolution's bf16 input gradient.
+const char* Gradient(const InputTensor& dy) {
+  return dy.bf16 != nullptr ? " bf16 dy" : "";
 }
 
 // "", " +residual +relu", ...: what a batch norm's epilogue adds.
@@ -73,7 +78,7 @@ class ProfilingConvolution : public ConvolutionKernel {
     device_.Mark("conv forward", [&] { return shape_; });
   }
   void BackwardFromBf16(const uint16_t* x, const uint16_t* dy,
-                        const float* weight, float* weight_grad, float* dx,
+                        const float* weight, float* weight_grad, uint16_t* dx,
                         absl::FunctionRef<void()> weight_grad_ready) override {
     inner_->BackwardFromBf16(x, dy, weight, weight_grad, dx, [&] {
       device_.Mark("conv weight gradient", [&] { return shape_; });
@@ -190,11 +195,14 @@ void ProfilingDevice::ReluBackward(const float* y, float* dy, int64_t count) {
        [&] { return absl::StrCat("relu backward ", Elements(count)); });
 }
 
-void ProfilingDevice::ReluBackwardOfSum(const float* y, const float* x,
-                                        float* dy, int64_t count) {
-  inner_.ReluBackwardOfSum(y, x, dy, count);
-  Mark("element-wise",
-       [&] { return absl::StrCat("add + relu backward ", Elements(count)); });
+void ProfilingDevice::ReluBackwardOfSum(const float* y, const InputTensor& x,
+                                        const InputTensor& dy, float* out,
+                                        int64_t count) {
+  inner_.ReluBackwardOfSum(y, x, dy, out, count);
+  Mark("element-wise", [&] {
+    return absl::StrCat("add + relu backward ", Elements(count), Input(x),
+                        Gradient(dy));
+  });
 }
 
 void ProfilingDevice::SoftmaxCrossEntropy(const float* logits,
@@ -236,7 +244,7 @@ void ProfilingDevice::Col2Im(const float* columns, const ConvGeometry& g,
 }
 
 void ProfilingDevice::BatchNormForwardTraining(
-    const BatchNormInput& x, int64_t rows, int channels, const float* gamma,
+    const InputTensor& x, int64_t rows, int channels, const float* gamma,
     const float* beta, float momentum, float epsilon, float* y,
     float* saved_mean, float* saved_inv_std, float* running_mean,
     float* running_var, const BatchNormEpilogue& epilogue) {
@@ -249,7 +257,7 @@ void ProfilingDevice::BatchNormForwardTraining(
 }
 
 void ProfilingDevice::BatchNormForwardInference(
-    const BatchNormInput& x, int64_t rows, int channels, const float* gamma,
+    const InputTensor& x, int64_t rows, int channels, const float* gamma,
     const float* beta, const float* running_mean, const float* running_var,
     float epsilon, float* y, const BatchNormEpilogue& epilogue) {
   inner_.BatchNormForwardInference(x, rows, channels, gamma, beta, running_mean,
@@ -261,7 +269,7 @@ void ProfilingDevice::BatchNormForwardInference(
 }
 
 void ProfilingDevice::BatchNormBackward(
-    const BatchNormInput& x, const float* dy, int64_t rows, int channels,
+    const InputTensor& x, const InputTensor& dy, int64_t rows, int channels,
     const float* gamma, const float* saved_mean, const float* saved_inv_std,
     float* dx, float* dgamma, float* dbeta, const float* relu_output,
     uint16_t* dx_bf16) {
@@ -269,7 +277,7 @@ void ProfilingDevice::BatchNormBackward(
                            saved_inv_std, dx, dgamma, dbeta, relu_output,
                            dx_bf16);
   Mark("batch norm backward", [&] {
-    return absl::StrCat(Rows(rows, channels), Input(x),
+    return absl::StrCat(Rows(rows, channels), Input(x), Gradient(dy),
                         relu_output != nullptr ? " +relu" : "",
                         dx_bf16 == nullptr ? ""
                         : dx == nullptr    ? " bf16 dx"

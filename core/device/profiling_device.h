@@ -80,7 +80,8 @@ class ProfilingDevice : public Device {
   void SumRows(const float* x, float* out, int rows, int cols) override;
   void ReluForward(float* x, int64_t count) override;
   void ReluBackward(const float* y, float* dy, int64_t count) override;
-  void ReluBackwardOfSum(const float* y, const float* x, float* dy,
+  void ReluBackwardOfSum(const float* y, const InputTensor& x,
+                         const InputTensor& dy, float* out,
                          int64_t count) override;
   void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int rows,
                            int classes, float* dlogits, float* loss) override;
@@ -90,20 +91,21 @@ class ProfilingDevice : public Device {
               float* columns) override;
   void Col2Im(const float* columns, const ConvGeometry& g,
               float* input_grad) override;
-  void BatchNormForwardTraining(const BatchNormInput& x, int64_t rows, int channels,
-                                const float* gamma, const float* beta,
-                                float momentum, float epsilon, float* y,
-                                float* saved_mean, float* saved_inv_std,
-                                float* running_mean, float* running_var,
+  void BatchNormForwardTraining(const InputTensor& x, int64_t rows,
+                                int channels, const float* gamma,
+                                const float* beta, float momentum,
+                                float epsilon, float* y, float* saved_mean,
+                                float* saved_inv_std, float* running_mean,
+                                float* running_var,
                                 const BatchNormEpilogue& epilogue) override;
-  void BatchNormForwardInference(const BatchNormInput& x, int64_t rows, int channels,
-                                 const float* gamma, const float* beta,
-                                 const float* running_mean,
+  void BatchNormForwardInference(const InputTensor& x, int64_t rows,
+                                 int channels, const float* gamma,
+                                 const float* beta, const float* running_mean,
                                  const float* running_var, float epsilon,
                                  float* y,
                                  const BatchNormEpilogue& epilogue) override;
-  void BatchNormBackward(const BatchNormInput& x, const float* dy, int64_t rows,
-                         int channels, const float* gamma,
+  void BatchNormBackward(const InputTensor& x, const InputTensor& dy,
+                         int64_t rows, int channels, const float* gamma,
                          const float* saved_mean, const float* saved_inv_std,
                          float* dx, float* dgamma, float* dbeta,
                          const float* relu_output, uint16_t* dx_bf16) override;

@@ -42,12 +42,13 @@ class BatchNorm {
   void Bind(Device& device, const float* gamma, const float* beta,
             float* gamma_grad, float* beta_grad, float* buffers, float* saved);
 
-  // x: float32, or a convolution's bf16 output (device.h's BatchNormInput).
+  // x (and the backward's dy): float32, or a convolution's bf16 output (input
+  // gradient), device.h's InputTensor.
   // `epilogue` (device.h): a residual added and/or a ReLU applied to y in
   // the same pass.
-  void ForwardTraining(const BatchNormInput& x, int64_t rows, float* y,
+  void ForwardTraining(const InputTensor& x, int64_t rows, float* y,
                        const BatchNormEpilogue& epilogue = {});
-  void ForwardInference(const BatchNormInput& x, int64_t rows, float* y,
+  void ForwardInference(const InputTensor& x, int64_t rows, float* y,
                         const BatchNormEpilogue& epilogue = {});
   // After ForwardTraining on the same x: overwrites the γ and β gradients and
   // dx (which must not alias x or dy). With `relu_output`, the forward's
@@ -55,7 +56,7 @@ class BatchNorm {
   // gradient (masked on reading; dy is not written). With `dx_bf16`, dx is
   // also (dx null: only) written there rounded to bfloat16, for a
   // convolution that takes bf16 operands (Device::BatchNormBackward).
-  void Backward(const BatchNormInput& x, const float* dy, int64_t rows,
+  void Backward(const InputTensor& x, const InputTensor& dy, int64_t rows,
                 float* dx, const float* relu_output = nullptr,
                 uint16_t* dx_bf16 = nullptr);
 

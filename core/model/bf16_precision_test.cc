@@ -665,8 +665,12 @@ TEST_P(Bf16LayerTest, ResNetBf16OperandsGiveTheSameBits) {
   EXPECT_EQ(CountContaining(with_operands->ops, "+bf16 copy"), 4);
   EXPECT_EQ(CountContaining(with_operands->ops, " bf16 dx"), 5);
   // The blocks' five batch norms read their convolutions' bf16 outputs,
-  // forward and backward.
-  EXPECT_EQ(CountContaining(with_operands->ops, " bf16 x"), 10);
+  // forward and backward, and the second block's residual sum its shortcut
+  // convolution's bf16 input gradient.
+  EXPECT_EQ(CountContaining(with_operands->ops, " bf16 x"), 11);
+  // bn1's backward reads conv2's bf16 input gradient, and each residual sum
+  // conv1's: in both blocks.
+  EXPECT_EQ(CountContaining(with_operands->ops, " bf16 dy"), 4);
   EXPECT_EQ(CountContaining(with_own->ops, "bf16"), 0);
   // The losses moved: the steps trained something.
   EXPECT_NE(with_operands->losses.front(), with_operands->losses.back());

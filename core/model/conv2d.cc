@@ -201,7 +201,7 @@ void Conv2d::ForwardFromBf16(const uint16_t* x, const ConvGeometry& g,
 }
 
 void Conv2d::BackwardFromBf16(const uint16_t* x, const ConvGeometry& g,
-                              const uint16_t* dy, float* dx,
+                              const uint16_t* dy, uint16_t* dx,
                               absl::FunctionRef<void()> weight_grad_ready) {
   GS_CHECK(AcceptsBf16Operands(g))
       << name_ << ": BackwardFromBf16 where AcceptsBf16Operands is false";

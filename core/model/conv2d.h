@@ -95,11 +95,11 @@ class Conv2d {
   bool AcceptsBf16Operands(const ConvGeometry& g);
   // Forward and Backward from those operands (x NHWC, bfloat16.h's bits):
   // the same results, bit for bit, as from the float32 values they round;
-  // the forward's output y in bf16 bits only (ConvolutionKernel::
-  // ForwardFromBf16). Only where AcceptsBf16Operands(g).
+  // the forward's output y and the backward's dx in bf16 bits only
+  // (ConvolutionKernel). Only where AcceptsBf16Operands(g).
   void ForwardFromBf16(const uint16_t* x, const ConvGeometry& g, uint16_t* y);
   void BackwardFromBf16(const uint16_t* x, const ConvGeometry& g,
-                        const uint16_t* dy, float* dx,
+                        const uint16_t* dy, uint16_t* dx,
                         absl::FunctionRef<void()> weight_grad_ready);
 
  private:

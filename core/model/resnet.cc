@@ -19,15 +19,16 @@
 //
 // Under --precision=bf16, where the device's convolutions take bf16 operands
 // (ConvolutionKernel::AcceptsBf16Operands), every convolution but the stem's
-// reads and writes bf16 where its neighbours can: it writes its output in
-// bf16 only, which the batch norm after it reads (forward and backward);
-// that batch norm's epilogue leaves its output's bf16 rounding beside the
-// float32 one where a convolution reads it next; and its backward writes its
-// input gradient, the convolution's dy, in bf16 only. The values are the
-// bits of the path where each convolution rounds its own operands and widens
-// its output into float32 (every bf16 value widens exactly), in fewer passes
-// over memory. The stem's convolution, whose input is the data set's CHW
-// rows, rounds its own.
+// reads and writes bf16 where its neighbours can: it writes its output and
+// its input gradient in bf16 only, which the batch norm after it and the
+// kernels before it read (batch norm's x and dy, the residual sum's
+// gradients); that batch norm's epilogue leaves its output's bf16 rounding
+// beside the float32 one where a convolution reads it next; and its backward
+// writes its input gradient, the convolution's dy, in bf16 only. The values
+// are the bits of the path where each convolution rounds its own operands
+// and widens its results into float32 (every bf16 value widens exactly), in
+// fewer passes over memory. The stem's convolution, whose input is the data
+// set's CHW rows, rounds its own.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -123,8 +124,8 @@ class ResNet : public BoundedMemoryModel {
   }
   void RunBackward(const float* inputs, const int32_t* labels, int batch,
                    float* device_loss, const GradReadyCallback& ready) override;
-  void Normalize(NormLayer& layer, const BatchNormInput& x, int64_t rows,
-                 float* y, bool training, const BatchNormEpilogue& epilogue) {
+  void Normalize(NormLayer& layer, const InputTensor& x, int64_t rows, float* y,
+                 bool training, const BatchNormEpilogue& epilogue) {
     if (training) {
       layer.norm.ForwardTraining(x, rows, y, epilogue);
     } else {
@@ -161,11 +162,13 @@ class ResNet : public BoundedMemoryModel {
   float* scratch_[2] = {nullptr, nullptr};  // within a block
   float* columns_ = nullptr;
   // bf16 operands (see the file comment), where the convolutions take them:
-  // the stem's output rounded, and one convolution's output gradient at a
-  // time.
+  // the stem's output rounded, one convolution's output gradient at a time,
+  // and the convolutions' input gradients (two alive at a time: conv1's
+  // until the residual sum, conv2's or the shortcut's).
   bool bf16_operands_ = false;
   uint16_t* stem_out_bf16_ = nullptr;
   uint16_t* grad_bf16_ = nullptr;
+  uint16_t* dx_bf16_[2] = {nullptr, nullptr};
 };
 
 std::unique_ptr<ConvLayer> ResNet::AddConv(const std::string& name,
@@ -350,7 +353,9 @@ absl::Status ResNet::BindLayers(Device& device) {
     ASSIGN_OR_RETURN(*buffer, device.Allocate<float>(largest));
   }
   if (bf16_operands_) {
-    ASSIGN_OR_RETURN(grad_bf16_, device.Allocate<uint16_t>(largest));
+    for (uint16_t** buffer : {&grad_bf16_, &dx_bf16_[0], &dx_bf16_[1]}) {
+      ASSIGN_OR_RETURN(*buffer, device.Allocate<uint16_t>(largest));
+    }
   }
   if (per_image > 0) {
     const int64_t capacity =
@@ -419,10 +424,10 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
   // `out_bf16`. Returns the output as the batch norm after it reads it.
   auto convolve = [&](Conv2d& conv, const float* in, const uint16_t* in_bf16,
                       const ConvGeometry& g, float* out,
-                      uint16_t* out_bf16) -> BatchNormInput {
+                      uint16_t* out_bf16) -> InputTensor {
     if (bf16_operands_) {
       conv.ForwardFromBf16(in_bf16, g, out_bf16);
-      return BatchNormInput::Bf16(out_bf16);
+      return InputTensor::Bf16(out_bf16);
     }
     conv.Forward(in, g, out);
     return out;
@@ -433,7 +438,7 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
         NhwcLayout(block.in_channels, block.in_height, block.in_width));
     const int64_t rows = g1.column_rows();
     if (!Need(*block.conv1)) return;
-    const BatchNormInput conv1_out =
+    const InputTensor conv1_out =
         convolve(block.conv1->conv, x, x_bf16, g1, block.conv1_out,
                  block.conv1_out_bf16);
     if (!Need(*block.bn1)) return;
@@ -443,7 +448,7 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
         images, block.out_height, block.out_width,
         NhwcLayout(block.out_channels, block.out_height, block.out_width));
     if (!Need(*block.conv2)) return;
-    const BatchNormInput conv2_out =
+    const InputTensor conv2_out =
         convolve(block.conv2->conv, block.act1, block.act1_bf16, g2,
                  block.conv2_out, block.conv2_out_bf16);
     // The tail, out = relu(bn2(conv2_out) + shortcut), is bn2's epilogue: one
@@ -456,7 +461,7 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
       const ConvGeometry gd = block.down_conv->conv.Geometry(
           images, block.in_height, block.in_width, g1.input);
       if (!Need(*block.down_conv)) return;
-      const BatchNormInput down_out =
+      const InputTensor down_out =
           convolve(block.down_conv->conv, x, x_bf16, gd, block.down_out,
                    block.down_out_bf16);
       if (!Need(*block.down_bn)) return;
@@ -509,26 +514,30 @@ void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
   GlobalAvgPoolBackward(d, dpooled_, batch, last.out_height * last.out_width,
                         features_, delta_[current]);
 
-  // A batch norm's backward, then the convolution before it: with bf16
-  // operands, the batch norm writes dx only in bf16 (grad_bf16_), which the
-  // convolution reads with its input's bf16 copy (the file comment).
-  auto norm_then_conv =
-      [&](NormLayer& norm, const float* norm_x, const uint16_t* norm_x_bf16,
-          const float* dy, int64_t rows, const float* relu_output,
-          float* dy_scratch, ConvLayer& conv, const float* x,
-          const uint16_t* x_bf16, const ConvGeometry& g, float* dx) {
-        auto weight_ready = [&] { report(conv.weight); };
-        if (bf16_operands_) {
-          norm.norm.Backward(BatchNormInput::Bf16(norm_x_bf16), dy, rows,
-                             nullptr, relu_output, grad_bf16_);
-          report_norm(norm);
-          conv.conv.BackwardFromBf16(x_bf16, g, grad_bf16_, dx, weight_ready);
-        } else {
-          norm.norm.Backward(norm_x, dy, rows, dy_scratch, relu_output);
-          report_norm(norm);
-          conv.conv.Backward(x, g, dy_scratch, dx, weight_ready);
-        }
-      };
+  // A batch norm's backward, then the convolution before it; returns the
+  // convolution's input gradient. With bf16 operands the batch norm writes
+  // its dx only in bf16 (grad_bf16_), which the convolution reads with its
+  // input's bf16 copy, and the convolution writes its dx only in bf16
+  // (dx_bf16), for the kernels after it to read (the file comment).
+  auto norm_then_conv = [&](NormLayer& norm, const float* norm_x,
+                            const uint16_t* norm_x_bf16, const InputTensor& dy,
+                            int64_t rows, const float* relu_output,
+                            float* dy_scratch, ConvLayer& conv, const float* x,
+                            const uint16_t* x_bf16, const ConvGeometry& g,
+                            float* dx, uint16_t* dx_bf16) -> InputTensor {
+    auto weight_ready = [&] { report(conv.weight); };
+    if (bf16_operands_) {
+      norm.norm.Backward(InputTensor::Bf16(norm_x_bf16), dy, rows, nullptr,
+                         relu_output, grad_bf16_);
+      report_norm(norm);
+      conv.conv.BackwardFromBf16(x_bf16, g, grad_bf16_, dx_bf16, weight_ready);
+      return InputTensor::Bf16(dx_bf16);
+    }
+    norm.norm.Backward(norm_x, dy, rows, dy_scratch, relu_output);
+    report_norm(norm);
+    conv.conv.Backward(x, g, dy_scratch, dx, weight_ready);
+    return dx;
+  };
   for (int b = static_cast<int>(blocks_.size()) - 1; b >= 0; --b) {
     Block& block = blocks_[b];
     const float* x = b > 0 ? blocks_[b - 1].out : stem_out_;
@@ -550,27 +559,31 @@ void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
     if (b + 1 == static_cast<int>(blocks_.size())) {
       d.ReluBackward(block.out, grad_out, size);
     }
-    norm_then_conv(*block.bn2, block.conv2_out, block.conv2_out_bf16, grad_out,
-                   rows, nullptr, scratch_[0], *block.conv2, block.act1,
-                   block.act1_bf16, g2, scratch_[1]);
-    // scratch_[1] is act1's gradient; bn1 takes it through act1's ReLU.
-    norm_then_conv(*block.bn1, block.conv1_out, block.conv1_out_bf16,
-                   scratch_[1], rows, block.act1, scratch_[0], *block.conv1, x,
-                   x_bf16, g1, grad_in);
+    // act1's gradient; bn1 takes it through act1's ReLU.
+    const InputTensor act1_grad = norm_then_conv(
+        *block.bn2, block.conv2_out, block.conv2_out_bf16, grad_out, rows,
+        nullptr, scratch_[0], *block.conv2, block.act1, block.act1_bf16, g2,
+        scratch_[1], dx_bf16_[0]);
+    const InputTensor residual_grad =
+        norm_then_conv(*block.bn1, block.conv1_out, block.conv1_out_bf16,
+                       act1_grad, rows, block.act1, scratch_[0], *block.conv1,
+                       x, x_bf16, g1, grad_in, dx_bf16_[1]);
     const int64_t in_size =
         int64_t{batch} * block.in_height * block.in_width * block.in_channels;
-    const float* shortcut_grad = grad_out;
+    InputTensor shortcut_grad = grad_out;
     if (block.down_conv) {
       const ConvGeometry gd = block.down_conv->conv.Geometry(
           batch, block.in_height, block.in_width, g1.input);
-      norm_then_conv(*block.down_bn, block.down_out, block.down_out_bf16,
-                     grad_out, rows, nullptr, scratch_[1], *block.down_conv, x,
-                     x_bf16, gd, scratch_[0]);
-      shortcut_grad = scratch_[0];
+      // After bn1 has read dx_bf16_[0] (act1_grad).
+      shortcut_grad =
+          norm_then_conv(*block.down_bn, block.down_out, block.down_out_bf16,
+                         grad_out, rows, nullptr, scratch_[1], *block.down_conv,
+                         x, x_bf16, gd, scratch_[0], dx_bf16_[0]);
     }
     // x is a ReLU's output (the previous block's or the stem's): the two
-    // branches' gradients meet there and go through that ReLU in one pass.
-    d.ReluBackwardOfSum(x, shortcut_grad, grad_in, in_size);
+    // branches' gradients meet there and go through that ReLU in one pass,
+    // into grad_in (in place where the residual branch's gradient is there).
+    d.ReluBackwardOfSum(x, shortcut_grad, residual_grad, grad_in, in_size);
     current = 1 - current;
   }
 

@@ -94,9 +94,10 @@ class ScriptedClockDevice : public Device {
   void ReluBackward(const float* y, float* dy, int64_t count) override {
     cpu_->ReluBackward(y, dy, count);
   }
-  void ReluBackwardOfSum(const float* y, const float* x, float* dy,
+  void ReluBackwardOfSum(const float* y, const InputTensor& x,
+                         const InputTensor& dy, float* out,
                          int64_t count) override {
-    cpu_->ReluBackwardOfSum(y, x, dy, count);
+    cpu_->ReluBackwardOfSum(y, x, dy, out, count);
   }
   void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int rows,
                            int classes, float* dlogits, float* loss) override {
@@ -116,19 +117,20 @@ class ScriptedClockDevice : public Device {
               float* input_grad) override {
     cpu_->Col2Im(columns, g, input_grad);
   }
-  void BatchNormForwardTraining(const BatchNormInput& x, int64_t rows, int channels,
-                                const float* gamma, const float* beta,
-                                float momentum, float epsilon, float* y,
-                                float* saved_mean, float* saved_inv_std,
-                                float* running_mean, float* running_var,
+  void BatchNormForwardTraining(const InputTensor& x, int64_t rows,
+                                int channels, const float* gamma,
+                                const float* beta, float momentum,
+                                float epsilon, float* y, float* saved_mean,
+                                float* saved_inv_std, float* running_mean,
+                                float* running_var,
                                 const BatchNormEpilogue& epilogue) override {
     cpu_->BatchNormForwardTraining(x, rows, channels, gamma, beta, momentum,
                                    epsilon, y, saved_mean, saved_inv_std,
                                    running_mean, running_var, epilogue);
   }
-  void BatchNormForwardInference(const BatchNormInput& x, int64_t rows, int channels,
-                                 const float* gamma, const float* beta,
-                                 const float* running_mean,
+  void BatchNormForwardInference(const InputTensor& x, int64_t rows,
+                                 int channels, const float* gamma,
+                                 const float* beta, const float* running_mean,
                                  const float* running_var, float epsilon,
                                  float* y,
                                  const BatchNormEpilogue& epilogue) override {
@@ -136,8 +138,8 @@ class ScriptedClockDevice : public Device {
                                     running_mean, running_var, epsilon, y,
                                     epilogue);
   }
-  void BatchNormBackward(const BatchNormInput& x, const float* dy, int64_t rows,
-                         int channels, const float* gamma,
+  void BatchNormBackward(const InputTensor& x, const InputTensor& dy,
+                         int64_t rows, int channels, const float* gamma,
                          const float* saved_mean, const float* saved_inv_std,
                          float* dx, float* dgamma, float* dbeta,
                          const float* relu_output, uint16_t* dx_bf16) override {
@@ -171,8 +173,7 @@ class ScriptedClockDevice : public Device {
   void SgdUpdate(float* params, const float* grads, float* velocity,
                  int64_t count, float lr, float momentum,
                  float weight_decay) override {
-    cpu_->SgdUpdate(params, grads, velocity, count, lr, momentum,
-                    weight_decay);
+    cpu_->SgdUpdate(params, grads, velocity, count, lr, momentum, weight_decay);
   }
   void AdamUpdate(float* params, const float* grads, float* m, float* v,
                   int64_t count, float lr, const AdamState& state,
