@@ -29,6 +29,10 @@
 // and widens its results into float32 (every bf16 value widens exactly), in
 // fewer passes over memory. The stem's convolution, whose input is the data
 // set's CHW rows, rounds its own.
+//
+// A BasicBlock, with x its input:
+//   out = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))
+//   shortcut = x, or bn(conv1×1 stride s (x)) where the shape changes.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
