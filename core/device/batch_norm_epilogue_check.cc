@@ -26,6 +26,26 @@ class Transfer {
         device_.CopyToDevice(buffer, host.data(), host.size() * sizeof(float)));
     return buffer;
   }
+  // `host` rounded to bf16, on the device twice: as the bf16 bits and as
+  // those bits widened to float32 (exact), the two forms of one tensor.
+  struct Bf16Twins {
+    float* widened;
+    uint16_t* bits;
+  };
+  absl::StatusOr<Bf16Twins> UploadRounded(std::vector<float> host) {
+    std::vector<uint16_t> bits(host.size());
+    for (size_t i = 0; i < host.size(); ++i) {
+      bits[i] = bfloat16::RoundToBits(host[i]);
+      host[i] = bfloat16::FromBits(bits[i]);
+    }
+    Bf16Twins twins{};
+    ASSIGN_OR_RETURN(twins.widened, Upload(host));
+    ASSIGN_OR_RETURN(twins.bits, device_.Allocate<uint16_t>(
+                                     static_cast<int64_t>(bits.size())));
+    RETURN_IF_ERROR(device_.CopyToDevice(twins.bits, bits.data(),
+                                         bits.size() * sizeof(uint16_t)));
+    return twins;
+  }
   absl::StatusOr<std::vector<float>> Download(const float* buffer,
                                               int64_t count) {
     std::vector<float> host(static_cast<size_t>(count));
@@ -241,25 +261,14 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
   // gradient): every pass gives the bits it gives on those values widened
   // to float32.
   {
-    std::vector<float> host_x = ChannelValues(rows, channels, 11);
-    std::vector<float> host_g = host_dy;
-    std::vector<uint16_t> host_bits(host_x.size()), host_g_bits(host_g.size());
-    for (size_t i = 0; i < host_x.size(); ++i) {
-      host_bits[i] = bfloat16::RoundToBits(host_x[i]);
-      host_x[i] = bfloat16::FromBits(host_bits[i]);
-      host_g_bits[i] = bfloat16::RoundToBits(host_g[i]);
-      host_g[i] = bfloat16::FromBits(host_g_bits[i]);
-    }
-    ASSIGN_OR_RETURN(const float* widened, transfer.Upload(host_x));
-    ASSIGN_OR_RETURN(const float* widened_g, transfer.Upload(host_g));
-    ASSIGN_OR_RETURN(uint16_t * bits, device.Allocate<uint16_t>(n));
-    ASSIGN_OR_RETURN(uint16_t * g_bits, device.Allocate<uint16_t>(n));
-    RETURN_IF_ERROR(device.CopyToDevice(bits, host_bits.data(),
-                                        host_bits.size() * sizeof(uint16_t)));
-    RETURN_IF_ERROR(device.CopyToDevice(g_bits, host_g_bits.data(),
-                                        host_g_bits.size() * sizeof(uint16_t)));
-    const InputTensor inputs[2] = {widened, InputTensor::Bf16(bits)};
-    const InputTensor gradients[2] = {widened_g, InputTensor::Bf16(g_bits)};
+    ASSIGN_OR_RETURN(const Transfer::Bf16Twins x_twins,
+                     transfer.UploadRounded(ChannelValues(rows, channels, 11)));
+    ASSIGN_OR_RETURN(const Transfer::Bf16Twins dy_twins,
+                     transfer.UploadRounded(host_dy));
+    const InputTensor inputs[2] = {x_twins.widened,
+                                   InputTensor::Bf16(x_twins.bits)};
+    const InputTensor gradients[2] = {dy_twins.widened,
+                                      InputTensor::Bf16(dy_twins.bits)};
     Side sides[2];
     for (int k = 0; k < 2; ++k) {
       ASSIGN_OR_RETURN(sides[k], make_side());
@@ -307,29 +316,16 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
 
   // Its addends as bf16 bits (convolutions' input gradients), into another
   // buffer, against the same pass on the widened float32 values in place.
-  std::vector<float> host_a = ChannelValues(rows, channels, 16);
-  std::vector<float> host_b = ChannelValues(rows, channels, 17);
-  std::vector<uint16_t> bits_a(host_a.size()), bits_b(host_b.size());
-  for (size_t i = 0; i < host_a.size(); ++i) {
-    bits_a[i] = bfloat16::RoundToBits(host_a[i]);
-    host_a[i] = bfloat16::FromBits(bits_a[i]);
-    bits_b[i] = bfloat16::RoundToBits(host_b[i]);
-    host_b[i] = bfloat16::FromBits(bits_b[i]);
-  }
-  ASSIGN_OR_RETURN(float* in_place, transfer.Upload(host_a));
-  ASSIGN_OR_RETURN(const float* addend, transfer.Upload(host_b));
-  ASSIGN_OR_RETURN(uint16_t * device_a, device.Allocate<uint16_t>(n));
-  ASSIGN_OR_RETURN(uint16_t * device_b, device.Allocate<uint16_t>(n));
-  RETURN_IF_ERROR(
-      device.CopyToDevice(device_a, bits_a.data(), n * sizeof(uint16_t)));
-  RETURN_IF_ERROR(
-      device.CopyToDevice(device_b, bits_b.data(), n * sizeof(uint16_t)));
+  ASSIGN_OR_RETURN(const Transfer::Bf16Twins a,
+                   transfer.UploadRounded(ChannelValues(rows, channels, 16)));
+  ASSIGN_OR_RETURN(const Transfer::Bf16Twins b,
+                   transfer.UploadRounded(ChannelValues(rows, channels, 17)));
   ASSIGN_OR_RETURN(float* from_bits, device.Allocate<float>(n));
-  device.ReluBackwardOfSum(relu_output, addend, in_place, in_place, n);
-  device.ReluBackwardOfSum(relu_output, InputTensor::Bf16(device_b),
-                           InputTensor::Bf16(device_a), from_bits, n);
+  device.ReluBackwardOfSum(relu_output, b.widened, a.widened, a.widened, n);
+  device.ReluBackwardOfSum(relu_output, InputTensor::Bf16(b.bits),
+                           InputTensor::Bf16(a.bits), from_bits, n);
   RETURN_IF_ERROR(device.Synchronize());
-  return ExpectSameBits(device, in_place, from_bits, n,
+  return ExpectSameBits(device, a.widened, from_bits, n,
                         "ReluBackwardOfSum of bf16 gradients");
 }
 
