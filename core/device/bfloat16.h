@@ -85,5 +85,19 @@ GS_HOST_DEVICE inline float Round(float value) {
 // that uses this constant).
 constexpr double kUnitRoundoff = 1.0 / 256.0;
 
+// Over `count` values on the host (the CPU device's bf16 tensors; the CUDA
+// kernels convert element by element): bits = RoundToBits(in), and the way
+// back, out = FromBits(bits), which is exact. Plain loops over non-aliasing
+// arrays, so that the compiler vectorizes them.
+inline void RoundToBits(const float* __restrict in, int64_t count,
+                        uint16_t* __restrict bits) {
+  for (int64_t i = 0; i < count; ++i) bits[i] = RoundToBits(in[i]);
+}
+
+inline void FromBits(const uint16_t* __restrict bits, int64_t count,
+                     float* __restrict out) {
+  for (int64_t i = 0; i < count; ++i) out[i] = FromBits(bits[i]);
+}
+
 }  // namespace bfloat16
 }  // namespace gradsync

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -164,6 +165,26 @@ TEST(Bfloat16Test, RandomBitPatternsMatchTheReference) {
 }
 
 // The walks the bf16 casts use (layer_geometry.h's NhwcWalk).
+// The array forms are the element functions over every element: random bit
+// patterns (NaNs and infinities among them) to bits and back.
+TEST(Bfloat16Test, ArraysConvertEveryElement) {
+  std::mt19937 generator(7);
+  std::vector<float> values(1000);
+  for (float& v : values) v = bfloat16::FloatFromBits(generator());
+  std::vector<uint16_t> bits(values.size());
+  bfloat16::RoundToBits(values.data(), static_cast<int64_t>(values.size()),
+                        bits.data());
+  std::vector<float> back(values.size());
+  bfloat16::FromBits(bits.data(), static_cast<int64_t>(bits.size()),
+                     back.data());
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(bits[i], bfloat16::RoundToBits(values[i])) << i;
+    ASSERT_EQ(bfloat16::FloatBits(back[i]),
+              bfloat16::FloatBits(bfloat16::FromBits(bits[i])))
+        << i;
+  }
+}
+
 TEST(NhwcWalkTest, NhwcLayoutIsTheIdentity) {
   NhwcWalk walk{2, 3, 4, 5, NhwcLayout(3, 4, 5)};
   for (int64_t i = 0; i < walk.count(); ++i) ASSERT_EQ(walk.OffsetOf(i), i);

@@ -122,19 +122,6 @@ inline void RoundSpanInPlace(float* __restrict x, int n) {
   for (int j = 0; j < n; ++j) x[j] = bfloat16::Round(x[j]);
 }
 
-// out = bf16 bits widened to float32 (exact).
-inline void WidenSpan(float* __restrict out, const uint16_t* __restrict bits,
-                      int n) {
-  for (int j = 0; j < n; ++j) out[j] = bfloat16::FromBits(bits[j]);
-}
-
-// bits = in rounded to bf16, as bfloat16.h's 16 bits (a batch norm's bf16
-// copy of its output or of its input gradient).
-inline void RoundBitsSpan(uint16_t* __restrict bits, const float* __restrict in,
-                          int n) {
-  for (int j = 0; j < n; ++j) bits[j] = bfloat16::RoundToBits(in[j]);
-}
-
 inline void SumSpan(float* __restrict y, const float* __restrict x, int n) {
   for (int j = 0; j < n; ++j) y[j] = km::Sum(y[j], x[j]);
 }
@@ -396,7 +383,7 @@ void CpuDevice::ReluBackwardOfSum(const float* y, const InputTensor& x,
   ForEachBlock(count, [&](int64_t i, int n) {
     // dy's float32 values into out (a no-op in place), then the pass.
     if (dy.bf16 != nullptr) {
-      WidenSpan(out + i, dy.bf16 + i, n);
+      bfloat16::FromBits(dy.bf16 + i, n, out + i);
     } else if (dy.values != out) {
       std::copy(dy.values + i, dy.values + i + n, out + i);
     }
@@ -416,7 +403,7 @@ void CpuDevice::ApplyEpilogue(float* y, int64_t count,
                  epilogue.residual == nullptr ? nullptr : epilogue.residual + i,
                  epilogue.relu, n);
     if (epilogue.bf16_copy != nullptr) {
-      RoundBitsSpan(epilogue.bf16_copy + i, y + i, n);
+      bfloat16::RoundToBits(y + i, n, epilogue.bf16_copy + i);
     }
   });
 }
@@ -424,8 +411,9 @@ void CpuDevice::ApplyEpilogue(float* y, int64_t count,
 void CpuDevice::WriteBf16Copy(const float* y, int64_t count, uint16_t* copy) {
   if (copy == nullptr) return;
   dnnl_->UseThreads();
-  ForEachBlock(count,
-               [&](int64_t i, int n) { RoundBitsSpan(copy + i, y + i, n); });
+  ForEachBlock(count, [&](int64_t i, int n) {
+    bfloat16::RoundToBits(y + i, n, copy + i);
+  });
 }
 
 void CpuDevice::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
@@ -516,8 +504,9 @@ const float* CpuDevice::Widened(const InputTensor& x, int64_t count,
   if (static_cast<int64_t>(scratch.size()) < count) scratch.resize(count);
   float* widened = scratch.data();
   dnnl_->UseThreads();
-  ForEachBlock(
-      count, [&](int64_t i, int n) { WidenSpan(widened + i, x.bf16 + i, n); });
+  ForEachBlock(count, [&](int64_t i, int n) {
+    bfloat16::FromBits(x.bf16 + i, n, widened + i);
+  });
   return widened;
 }
 

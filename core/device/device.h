@@ -69,6 +69,7 @@ struct BatchNormEpilogue {
   static BatchNormEpilogue AddThenRelu(const float* residual) {
     return {residual, true};
   }
+  // This epilogue, leaving a bf16 copy in `copy` (null: none).
   BatchNormEpilogue WithBf16Copy(uint16_t* copy) const {
     BatchNormEpilogue epilogue = *this;
     epilogue.bf16_copy = copy;

@@ -23,13 +23,6 @@ void RoundInto(float* __restrict out, const float* __restrict in,
   for (int64_t i = 0; i < count; ++i) out[i] = bfloat16::Round(in[i]);
 }
 
-// bf16 operands made by the layers before (bfloat16.h's bits), as the float32
-// values RoundInto would have written: exact.
-void WidenInto(float* __restrict out, const uint16_t* __restrict in,
-               int64_t count) {
-  for (int64_t i = 0; i < count; ++i) out[i] = bfloat16::FromBits(in[i]);
-}
-
 int64_t Floats(const memory::desc& desc) {
   return static_cast<int64_t>(desc.get_size() / sizeof(float));
 }
@@ -251,8 +244,7 @@ void DnnlConvolution::ForwardFromBf16(const uint16_t* x, const float* weight,
   // the forward does not otherwise use; then its bits.
   float* output = static_cast<float*>(context_.scratch(DnnlContext::kOutput));
   RunForward(SourceFromBf16(x), weight, output);
-  const int64_t count = Floats(dst_.get_desc());
-  for (int64_t i = 0; i < count; ++i) y[i] = bfloat16::RoundToBits(output[i]);
+  bfloat16::RoundToBits(output, Floats(dst_.get_desc()), y);
 }
 
 void DnnlConvolution::RunForward(memory& src, const float* weight, float* y) {
@@ -287,21 +279,18 @@ void DnnlConvolution::BackwardFromBf16(
   // (rounded to bf16 values) goes there, and its bits to dx.
   float* output_grad =
       static_cast<float*>(context_.scratch(DnnlContext::kOutput));
-  WidenInto(output_grad, dy, Floats(dst_.get_desc()));
+  bfloat16::FromBits(dy, Floats(dst_.get_desc()), output_grad);
   RunBackwardWeights(SourceFromBf16(x), output_grad, weight_grad);
   weight_grad_ready();
   float* input_grad =
       static_cast<float*>(context_.scratch(DnnlContext::kInput));
   RunBackwardInput(output_grad, weight, input_grad);
-  const int64_t count = Floats(src_.get_desc());
-  for (int64_t i = 0; i < count; ++i) {
-    dx[i] = bfloat16::RoundToBits(input_grad[i]);
-  }
+  bfloat16::RoundToBits(input_grad, Floats(src_.get_desc()), dx);
 }
 
 memory& DnnlConvolution::SourceFromBf16(const uint16_t* x) {
   float* scratch = static_cast<float*>(context_.scratch(DnnlContext::kInput));
-  WidenInto(scratch, x, Floats(src_.get_desc()));
+  bfloat16::FromBits(x, Floats(src_.get_desc()), scratch);
   src_.set_data_handle(scratch);
   return src_;
 }

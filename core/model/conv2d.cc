@@ -187,26 +187,31 @@ void Conv2d::Backward(const float* x, const ConvGeometry& g, const float* dy,
   });
 }
 
-bool Conv2d::AcceptsBf16Operands(const ConvGeometry& g) {
-  if (shape_.bias) return false;
+ConvolutionKernel* Conv2d::Bf16KernelFor(const ConvGeometry& g) {
+  if (shape_.bias) return nullptr;
   ConvolutionKernel* kernel = KernelFor(g);
-  return kernel != nullptr && kernel->AcceptsBf16Operands();
+  return kernel != nullptr && kernel->AcceptsBf16Operands() ? kernel : nullptr;
+}
+
+bool Conv2d::AcceptsBf16Operands(const ConvGeometry& g) {
+  return Bf16KernelFor(g) != nullptr;
 }
 
 void Conv2d::ForwardFromBf16(const uint16_t* x, const ConvGeometry& g,
                              uint16_t* y) {
-  GS_CHECK(AcceptsBf16Operands(g))
+  ConvolutionKernel* kernel = Bf16KernelFor(g);
+  GS_CHECK(kernel != nullptr)
       << name_ << ": ForwardFromBf16 where AcceptsBf16Operands is false";
-  KernelFor(g)->ForwardFromBf16(x, weight_, y);
+  kernel->ForwardFromBf16(x, weight_, y);
 }
 
 void Conv2d::BackwardFromBf16(const uint16_t* x, const ConvGeometry& g,
                               const uint16_t* dy, uint16_t* dx,
                               absl::FunctionRef<void()> weight_grad_ready) {
-  GS_CHECK(AcceptsBf16Operands(g))
+  ConvolutionKernel* kernel = Bf16KernelFor(g);
+  GS_CHECK(kernel != nullptr)
       << name_ << ": BackwardFromBf16 where AcceptsBf16Operands is false";
-  KernelFor(g)->BackwardFromBf16(x, dy, weight_, weight_grad_, dx,
-                                 weight_grad_ready);
+  kernel->BackwardFromBf16(x, dy, weight_, weight_grad_, dx, weight_grad_ready);
 }
 
 void Conv2d::BackwardInput(const ConvGeometry& g, const float* dy, float* dx) {

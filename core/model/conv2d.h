@@ -113,6 +113,9 @@ class Conv2d {
   // The library's kernel for g's batch size (made on first use), or null on
   // the im2col path.
   ConvolutionKernel* KernelFor(const ConvGeometry& g);
+  // That kernel where it takes bf16 operands and the layer has no bias, else
+  // null.
+  ConvolutionKernel* Bf16KernelFor(const ConvGeometry& g);
 
   const std::string name_;
   const Conv2dShape shape_;

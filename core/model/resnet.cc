@@ -416,12 +416,10 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
   stem_conv_->conv.Forward(inputs, stem, stem_conv_out_);
   if (!Need(*stem_bn_)) return;
   // With bf16 operands, each batch norm a convolution reads leaves its
-  // output's bf16 copy too (the file comment).
-  auto with_copy = [&](BatchNormEpilogue epilogue, uint16_t* copy) {
-    return bf16_operands_ ? epilogue.WithBf16Copy(copy) : epilogue;
-  };
+  // output's bf16 copy too (the file comment); the copies' buffers are null
+  // elsewhere, and an epilogue with a null copy makes none.
   Normalize(*stem_bn_, stem_conv_out_, stem.column_rows(), stem_out_, training,
-            with_copy(BatchNormEpilogue::Relu(), stem_out_bf16_));
+            BatchNormEpilogue::Relu().WithBf16Copy(stem_out_bf16_));
   const float* x = stem_out_;
   const uint16_t* x_bf16 = stem_out_bf16_;
   // conv.Forward into `out`; with bf16 operands from x's bf16 copy into
@@ -447,7 +445,7 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
                  block.conv1_out_bf16);
     if (!Need(*block.bn1)) return;
     Normalize(*block.bn1, conv1_out, rows, block.act1, training,
-              with_copy(BatchNormEpilogue::Relu(), block.act1_bf16));
+              BatchNormEpilogue::Relu().WithBf16Copy(block.act1_bf16));
     const ConvGeometry g2 = block.conv2->conv.Geometry(
         images, block.out_height, block.out_width,
         NhwcLayout(block.out_channels, block.out_height, block.out_width));
@@ -474,10 +472,9 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
       shortcut = scratch_[0];
     }
     // The last block's output goes to the pooling: no copy (out_bf16 null).
-    const BatchNormEpilogue tail = BatchNormEpilogue::AddThenRelu(shortcut);
     Normalize(
         *block.bn2, conv2_out, rows, block.out, training,
-        block.out_bf16 != nullptr ? tail.WithBf16Copy(block.out_bf16) : tail);
+        BatchNormEpilogue::AddThenRelu(shortcut).WithBf16Copy(block.out_bf16));
     x = block.out;
     x_bf16 = block.out_bf16;
   }
