@@ -19,8 +19,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/device/device.h"
-#include "core/telemetry/trace.h"
 #include "core/optim/optimizer.h"
+#include "core/telemetry/trace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -54,7 +54,7 @@ struct WorkerResult {
   // JobSpec::wait_buckets: each bucket's range as it stood right after its
   // own WaitBucket, before the step's Finish (the next forward's view).
   std::vector<std::vector<float>> per_step_early;
-  std::vector<double> staleness;             // SSP/ASP: per step
+  std::vector<double> staleness;  // SSP/ASP: per step
   std::string summary;
 };
 
@@ -78,6 +78,11 @@ struct JobSpec {
   std::function<void(int rank, int step)> after_step;
   // Called once a step's buckets were all handed over, before any wait.
   std::function<void(int rank, int step)> after_ready;
+  // Hands a step's buckets over; unset: BucketReady for each, in the
+  // layout's order (backward's). A failure ends the worker's job.
+  std::function<absl::Status(int rank, GradientSync& sync,
+                             const ParamLayout& layout)>
+      hand_over;
   // --schedule, --partition_kb, --credit_kb (SyncContext::schedule).
   ScheduleOptions schedule;
   // Wait for each bucket on its own, in the next forward's order (the last
@@ -146,8 +151,16 @@ WorkerResult RunWorker(LoopbackCluster& cluster, const JobSpec& job, int rank) {
       }
       for (size_t i = 0; i < grads.size(); ++i)
         grads[i] = Gradient(rank, step, i);
-      for (const Bucket& bucket : layout->buckets())
-        (*sync)->BucketReady(bucket.index);
+      if (job.hand_over) {
+        status = job.hand_over(rank, **sync, *layout);
+        if (!status.ok()) {
+          result.status = status;
+          break;
+        }
+      } else {
+        for (const Bucket& bucket : layout->buckets())
+          (*sync)->BucketReady(bucket.index);
+      }
       if (job.after_ready) job.after_ready(rank, step);
       if (job.wait_buckets) {
         const std::vector<float>& buffer =
@@ -472,8 +485,8 @@ TEST(PsSyncTest, SspWorkerRunsExactlyStalenessAhead) {
     // Named copies: C++17 lambdas cannot capture structured bindings.
     const int bound = entry.first;
     const ScheduleOptions& schedule = entry.second;
-    SCOPED_TRACE(absl::StrCat("bound ", bound, ", ",
-                              ScheduleKindName(schedule.kind)));
+    SCOPED_TRACE(
+        absl::StrCat("bound ", bound, ", ", ScheduleKindName(schedule.kind)));
     JobSpec job;
     job.schedule = schedule;
     job.workers = 2;
@@ -562,8 +575,7 @@ TEST_P(PsSyncPriorityTest, EveryWorkerHoldsTheExactResult) {
 
 INSTANTIATE_TEST_SUITE_P(
     WorkersServersModes, PsSyncPriorityTest,
-    ::testing::Combine(::testing::Values(1, 2, 3),
-                       ::testing::Values(1, 2, 3),
+    ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(1, 2, 3),
                        ::testing::Values(ps::UPDATE_WORKER, ps::UPDATE_SERVER)),
     [](const auto& info) {
       return absl::StrCat(
@@ -604,14 +616,20 @@ TEST(PsSyncTest, PriorityWithColocatedServersAndRebucketing) {
   CheckJob(job);
 }
 
-// Priority order on the timeline. Worker 0 hands over bucket 0 (the last
-// layer, 8 keys) and then bucket 1 (the first layer, key 0) while worker 1
-// has pushed nothing, with a pull credit of one key: on each server one of
-// bucket 0's pulls is in flight (waiting for worker 1) and the rest are
-// queued when key 0 arrives. The server answers worker 0 in the order the
-// pulls reach it, so its result spans must show key 0 right after the one
-// pull that was already in flight, before every queued key of bucket 0,
-// and those in ascending order. Only then does worker 1 start.
+// Priority order on the timeline, with a pull credit of one key. Worker 0
+// hands over bucket 0 (the last layer, 8 keys) and then bucket 1 (the first
+// layer, key 0). On each server the pull of bucket 0's lowest key goes out
+// at once and waits for worker 1; the others queue as their pushes start,
+// and key 0's the moment its push starts. Worker 1 hands over bucket 1
+// first and waits for its result, which needs worker 0's push of key 0:
+// only then does it hand over bucket 0, so key 0's pull is queued on worker
+// 0 before the pull in flight can complete, however the threads are
+// scheduled. The server answers worker 0 in the order the pulls reach it,
+// so its result spans must show key 0 right after the pull that was already
+// in flight, before every other key of bucket 0, and those in ascending
+// order. (PsSync lets a worker wait for a bucket before handing over the
+// step's others, which the trainer never does: it checks only that the
+// bucket was handed over.)
 TEST(PsSyncTest, PriorityTraceShowsALateFirstLayerKeyOvertakingQueuedKeys) {
   TraceRecorder trace(0, "test");
   SetCurrentTrace(&trace);
@@ -623,15 +641,17 @@ TEST(PsSyncTest, PriorityTraceShowsALateFirstLayerKeyOvertakingQueuedKeys) {
   // buckets are in backward order: bucket 0 = "last", bucket 1 = "first".
   job.specs = {{"first", {16}}, {"last", {128}}};
   job.schedule = Priority(kChunkBytes);
-  StepGate handed_over;
-  job.after_ready = [&](int rank, int step) {
-    if (rank == 0) handed_over.Finished(step);
-  };
-  job.before_step = [&](int rank, int step) {
-    if (rank == 1) {
-      EXPECT_TRUE(handed_over.WaitFor(step + 1))
-          << "worker 0 did not hand over step " << step;
+  job.hand_over = [](int rank, GradientSync& sync,
+                     const ParamLayout& layout) -> absl::Status {
+    if (rank == 0) {
+      for (const Bucket& bucket : layout.buckets())
+        sync.BucketReady(bucket.index);
+      return absl::OkStatus();
     }
+    sync.BucketReady(1);
+    absl::Status first_layer = sync.WaitBucket(1);
+    sync.BucketReady(0);
+    return first_layer;
   };
   CheckJob(job);
   SetCurrentTrace(nullptr);
@@ -644,8 +664,9 @@ TEST(PsSyncTest, PriorityTraceShowsALateFirstLayerKeyOvertakingQueuedKeys) {
     const std::string name = event.value("name", "");
     int server = -1;
     int key = -1;
-    if (std::sscanf(name.c_str(), "server %d: result to worker 0, key %d, step 0",
-                    &server, &key) == 2) {
+    if (std::sscanf(name.c_str(),
+                    "server %d: result to worker 0, key %d, step 0", &server,
+                    &key) == 2) {
       server_of[key] = server;
       starts[server].push_back({event["ts"].get<int64_t>(), key});
     }
@@ -667,8 +688,8 @@ TEST(PsSyncTest, PriorityTraceShowsALateFirstLayerKeyOvertakingQueuedKeys) {
   int pushes_of_key0 = 0;
   for (const auto& event : document["traceEvents"]) {
     if (event.value("ph", "") == "b" &&
-        event.value("name", "") ==
-            absl::StrCat("push of key 0 to server ", server_of[0], ", step 0")) {
+        event.value("name", "") == absl::StrCat("push of key 0 to server ",
+                                                server_of[0], ", step 0")) {
       ++pushes_of_key0;
     }
   }
