@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -268,15 +269,27 @@ absl::StatusOr<int> RemoveNamespaces(const std::string& prefix) {
                    [](const std::string& a, const std::string& b) {
                      return absl::EndsWith(a, "-br") < absl::EndsWith(b, "-br");
                    });
-  absl::Status first;
+  std::vector<std::pair<std::string, absl::Status>> failed;
   int removed = 0;
   for (const std::string& name : names) {
     const absl::Status status =
         RunCommand({FindTool("ip"), "netns", "del", name}).status();
-    if (status.ok()) ++removed;
-    if (!status.ok() && first.ok()) first = status;
+    if (status.ok()) {
+      ++removed;
+    } else {
+      failed.emplace_back(name, status);
+    }
   }
-  if (!first.ok()) return first;
+  if (failed.empty()) return removed;
+  // Two processes sweeping the same leftover network (two launchers starting
+  // at once after a killed job) each list it, and one deletes a namespace
+  // between the other's listing and its `ip netns del`. Gone is what was
+  // asked for: only a namespace still there is a failure.
+  ASSIGN_OR_RETURN(const std::vector<std::string> left,
+                   ListNamespaces(prefix + "-"));
+  for (const auto& [name, status] : failed) {
+    if (std::find(left.begin(), left.end(), name) != left.end()) return status;
+  }
   return removed;
 }
 
@@ -333,7 +346,8 @@ absl::StatusOr<std::vector<LeftoverNetwork>> RemoveLeftoverNetworks() {
   std::vector<LeftoverNetwork> found;
   for (const std::string& name : names) {
     if (!absl::EndsWith(name, "-br")) continue;
-    auto shown = RunCommand({ip, "-n", name, "-o", "link", "show", "dev", "br0"});
+    auto shown =
+        RunCommand({ip, "-n", name, "-o", "link", "show", "dev", "br0"});
     // No br0: a namespace that is not one of ours.
     if (!shown.ok()) continue;
     const size_t at = shown->find(" alias ");
@@ -345,8 +359,9 @@ absl::StatusOr<std::vector<LeftoverNetwork>> RemoveLeftoverNetworks() {
     network.prefix = name.substr(0, name.size() - 3);
     if (absl::StartsWith(alias, kKeptTag)) continue;
     if (!absl::StartsWith(alias, kOwnerTag)) {
-      network.owner = "no owner recorded (a build before the record, or a "
-                      "network being built now)";
+      network.owner =
+          "no owner recorded (a build before the record, or a "
+          "network being built now)";
       found.push_back(network);
       continue;
     }
@@ -357,16 +372,17 @@ absl::StatusOr<std::vector<LeftoverNetwork>> RemoveLeftoverNetworks() {
     if (AliasField(alias, "pidns") != PidNamespace()) continue;
     if (ProcessStartTicks(pid_value) == AliasField(alias, "start")) continue;
     network.owner = absl::StrCat("launcher PID ", pid, ", which is gone");
-    ASSIGN_OR_RETURN(const int removed, RemoveNamespaces(network.prefix));
-    network.removed = removed > 0;
+    // OK: none of its namespaces is left, whoever removed them.
+    RETURN_IF_ERROR(RemoveNamespaces(network.prefix).status());
+    network.removed = true;
     found.push_back(network);
   }
   return found;
 }
 
 void EmulatedNetwork::Release() {
-  const absl::Status marked = Ip(
-      {"-n", BridgeNamespace(), "link", "set", "br0", "alias", kKeptTag});
+  const absl::Status marked =
+      Ip({"-n", BridgeNamespace(), "link", "set", "br0", "alias", kKeptTag});
   if (!marked.ok()) {
     GS_LOG(WARNING) << "the emulated network " << options_.prefix
                     << " stays, but could not be marked as kept: "
@@ -409,7 +425,8 @@ absl::StatusOr<std::unique_ptr<EmulatedNetwork>> EmulatedNetwork::Create(
                       << " is on this machine with " << leftover.owner
                       << "; if no job uses it, remove it with "
                          "`netem down --prefix="
-                      << leftover.prefix << "` (the netem program beside gradsync)";
+                      << leftover.prefix
+                      << "` (the netem program beside gradsync)";
     }
   }
   std::unique_ptr<EmulatedNetwork> network(new EmulatedNetwork(resolved));

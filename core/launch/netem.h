@@ -151,7 +151,8 @@ absl::StatusOr<std::vector<std::string>> ListNamespaces(
 
 // Deletes the namespaces of the network named `prefix` (`<prefix>-n*` and
 // `<prefix>-br`), for a network `netem up` left or a killed job leaked.
-// Returns how many were removed.
+// Returns how many this call removed; OK once none is left, also where
+// another process removed some of them meanwhile.
 absl::StatusOr<int> RemoveNamespaces(const std::string& prefix);
 
 // An emulated network another process left on this machine.
