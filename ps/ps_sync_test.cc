@@ -76,8 +76,6 @@ struct JobSpec {
   // Called by each worker before it starts a step and after it finished one.
   std::function<void(int rank, int step)> before_step;
   std::function<void(int rank, int step)> after_step;
-  // Called once a step's buckets were all handed over, before any wait.
-  std::function<void(int rank, int step)> after_ready;
   // Hands a step's buckets over; unset: BucketReady for each, in the
   // layout's order (backward's). A failure ends the worker's job.
   std::function<absl::Status(int rank, GradientSync& sync,
@@ -161,7 +159,6 @@ WorkerResult RunWorker(LoopbackCluster& cluster, const JobSpec& job, int rank) {
         for (const Bucket& bucket : layout->buckets())
           (*sync)->BucketReady(bucket.index);
       }
-      if (job.after_ready) job.after_ready(rank, step);
       if (job.wait_buckets) {
         const std::vector<float>& buffer =
             job.mode == ps::UPDATE_SERVER ? params : grads;

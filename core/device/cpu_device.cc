@@ -612,7 +612,7 @@ void CpuDevice::BatchNormBackward(const InputTensor& x, const InputTensor& dy,
   BatchNormBackwardFloat(
       Widened(x, count, bf16_x_), Widened(dy, count, bf16_dy_), rows, channels,
       gamma, saved_mean, saved_inv_std, dx, dgamma, dbeta, relu_output);
-  WriteBf16Copy(dx, rows * channels, dx_bf16);
+  WriteBf16Copy(dx, count, dx_bf16);
 }
 
 void CpuDevice::BatchNormBackwardFloat(

@@ -66,8 +66,7 @@ cudaError_t Col2Im(cudaStream_t stream, const float* columns,
 // sums in `channel_partials`, 2 · kMaxChannelSumPartials doubles of device
 // memory allocated once by the device, and a second kernel adds them.
 // `x` or `x_bf16` and `dy` or `dy_bf16` (the other null) are Device's
-// InputTensors; `residual`,
-// `relu` and `bf16_copy` are its BatchNormEpilogue,
+// InputTensors; `residual`, `relu` and `bf16_copy` are its BatchNormEpilogue,
 // `relu_output` its fused backward's ReLU output (null: none), `dx_bf16` the
 // backward's bf16 dx (null: none; with it, dx may be null).
 inline constexpr int kMaxChannelSumPartials =
