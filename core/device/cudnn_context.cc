@@ -3,9 +3,13 @@
 #include "core/device/cudnn_context.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "core/base/logging.h"
 #include "core/device/cuda_device.h"
 #include "core/device/cudnn_algorithm_choice.h"
@@ -87,15 +91,44 @@ absl::Status CudnnContext::Reserve(Scratch kind, size_t bytes) {
   return absl::OkStatus();
 }
 
-const ChosenConvolutionAlgorithms* CudnnContext::Chosen(
+namespace {
+
+// Every device's chosen algorithms, by CudnnContext::CacheKey.
+struct ChosenCache {
+  absl::Mutex mutex;
+  std::map<std::string, ChosenConvolutionAlgorithms> chosen
+      ABSL_GUARDED_BY(mutex);
+};
+
+ChosenCache& Cache() {
+  static ChosenCache* const cache = new ChosenCache;
+  return *cache;
+}
+
+}  // namespace
+
+std::string CudnnContext::CacheKey(const std::string& key) const {
+  // The GPU, and what decides which algorithms qualify: the precision (tensor
+  // cores or not) and the workspace limit.
+  return absl::StrCat("gpu ", device_.gpu_index(), " ",
+                      PrecisionName(device_.precision()), " limit ",
+                      workspace_limit_, " ", key);
+}
+
+std::optional<ChosenConvolutionAlgorithms> CudnnContext::Chosen(
     const std::string& key) const {
-  const auto found = chosen_.find(key);
-  return found == chosen_.end() ? nullptr : &found->second;
+  ChosenCache& cache = Cache();
+  absl::MutexLock lock(&cache.mutex);
+  const auto found = cache.chosen.find(CacheKey(key));
+  if (found == cache.chosen.end()) return std::nullopt;
+  return found->second;
 }
 
 void CudnnContext::Remember(const std::string& key,
                             const ChosenConvolutionAlgorithms& chosen) {
-  chosen_[key] = chosen;
+  ChosenCache& cache = Cache();
+  absl::MutexLock lock(&cache.mutex);
+  cache.chosen.emplace(CacheKey(key), chosen);
 }
 
 }  // namespace gradsync

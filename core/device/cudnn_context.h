@@ -16,8 +16,8 @@
 
 #include <array>
 #include <cstddef>
-#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -79,9 +79,16 @@ class CudnnContext {
   void* scratch(Scratch kind) const { return scratch_[kind]; }
   size_t scratch_bytes(Scratch kind) const { return scratch_bytes_[kind]; }
 
-  // The algorithms measured for a shape (AlgorithmSearchKey), or null when
-  // none were yet; Remember keeps them for the device's later layers.
-  const ChosenConvolutionAlgorithms* Chosen(const std::string& key) const;
+  // The algorithms measured for a shape (AlgorithmSearchKey) on this GPU at
+  // this precision and workspace limit, or nullopt when none were yet;
+  // Remember keeps them for every later layer of that shape in the process,
+  // on any device of the same GPU, as PyTorch's cudnn.benchmark cache does.
+  // Process-wide so that two devices on one GPU (the workers of a job in one
+  // process, a test comparing two paths) run the same algorithms: two
+  // searches can pick different ones from timing noise, and different
+  // algorithms round differently. Thread-safe.
+  std::optional<ChosenConvolutionAlgorithms> Chosen(
+      const std::string& key) const;
   void Remember(const std::string& key,
                 const ChosenConvolutionAlgorithms& chosen);
 
@@ -89,13 +96,14 @@ class CudnnContext {
   CudnnContext(CudaDevice& device, cudnnHandle_t handle, size_t limit)
       : device_(device), handle_(handle), workspace_limit_(limit) {}
 
+  // The process-wide cache's key of a shape's key on this context.
+  std::string CacheKey(const std::string& key) const;
+
   CudaDevice& device_;
   cudnnHandle_t handle_;
   const size_t workspace_limit_;
   std::array<void*, kScratchKinds> scratch_{};
   std::array<size_t, kScratchKinds> scratch_bytes_{};
-  // Set-up only, on the thread that binds the model, as Reserve.
-  std::map<std::string, ChosenConvolutionAlgorithms> chosen_;
 };
 
 }  // namespace gradsync

@@ -2,6 +2,7 @@
 #include "core/device/cudnn_convolution.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -307,7 +308,8 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnConvolution::Search(
 
 absl::Status CudnnConvolution::ChooseAlgorithms() {
   const std::string key = AlgorithmSearchKey(plan_);
-  if (const ChosenConvolutionAlgorithms* known = context_.Chosen(key)) {
+  if (const std::optional<ChosenConvolutionAlgorithms> known =
+          context_.Chosen(key)) {
     Use(*known);
     return absl::OkStatus();
   }
@@ -371,8 +373,17 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
               handle, input_, output_, convolution_, filter_, algo, bytes);
         },
         "cudnnGetConvolutionBackwardFilterWorkspaceSize", where_);
+    // bf16: cuDNN's non-deterministic weight-gradient algorithms (0 and 3)
+    // add partial sums into the bf16 output with atomics, rounding it to bf16
+    // at each addition; the first GPU run measured weight gradients several
+    // bf16 units off the float64 sum of the rounded operands
+    // (bf16_precision_test), and different bits from run to run. The
+    // deterministic ones sum in float32 and round once.
+    ConvolutionAlgorithmPolicy weight_policy = policy;
+    weight_policy.require_deterministic =
+        policy.require_deterministic || plan_.bf16();
     ASSIGN_OR_RETURN(chosen.weight_gradient,
-                     Search(Direction::kWeightGradient, ranked, policy,
+                     Search(Direction::kWeightGradient, ranked, weight_policy,
                             absl::StrCat("weight gradient, ", where_)));
   }
   // The search ran with the precision's math type on the descriptor; each
@@ -734,7 +745,7 @@ absl::Status CudnnConvolution::RunBackward(
 }
 
 bool CudnnConvolution::AcceptsBf16Operands() const {
-  return plan_.bf16() && accept_bf16_operands_ && !plan_.input_needs_copy();
+  return plan_.bf16() && accept_bf16_operands_ && plan_.user_input_is_nhwc();
 }
 
 void CudnnConvolution::ForwardFromBf16(const uint16_t* x, const float* weight,
@@ -766,7 +777,7 @@ absl::Status CudnnConvolution::RefuseBf16Operands() const {
   return absl::FailedPreconditionError(absl::StrCat(
       where_, ": given bf16 operands, which it does not accept (precision ",
       plan_.bf16() ? "bf16" : "not bf16", ", input ",
-      plan_.input_needs_copy() ? "not NHWC" : "NHWC", ")"));
+      plan_.user_input_is_nhwc() ? "NHWC" : "not NHWC", ")"));
 }
 
 void CudnnConvolution::Forward(const float* x, const float* weight, float* y) {

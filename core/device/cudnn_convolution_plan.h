@@ -92,7 +92,11 @@ struct CudnnConvolutionPlan {
   // Whether the input cuDNN reads is a copy in scratch (and its gradient is
   // written there and copied back): an input that is not NHWC, and every
   // input under bf16 (the rounded copy).
-  bool input_needs_copy() const { return bf16() || user_input != input; }
+  bool input_needs_copy() const { return bf16() || !user_input_is_nhwc(); }
+  // Whether the layer lays its input out as cuDNN reads it (NHWC), so that a
+  // bf16 copy the layer keeps in the same order can be read in its place
+  // (ConvolutionKernel::AcceptsBf16Operands).
+  bool user_input_is_nhwc() const { return user_input == input; }
   // Whether the output cuDNN writes (and the output gradient it reads) is a
   // copy in scratch: the bf16 output, widened into the layer's float32
   // buffer afterwards (and dy rounded into it before the backward).

@@ -204,6 +204,14 @@ TEST(CudnnConvolutionPlanTest, Bf16PlanCopiesEveryTensorAtHalfTheBytes) {
   EXPECT_FALSE(fp32->output_needs_copy());
   EXPECT_TRUE(bf16->input_needs_copy());
   EXPECT_TRUE(bf16->output_needs_copy());
+  // The rounded copy aside, the input is NHWC as cuDNN reads it: a bf16 copy
+  // the layer keeps can stand in for it (AcceptsBf16Operands). An NCHW one
+  // cannot.
+  EXPECT_TRUE(bf16->user_input_is_nhwc());
+  const auto nchw_bf16 = PlanCudnnConvolution(
+      Geometry(2, 3, 32, 32, 3, 1, 1, true), 64, CudnnDataType::kBfloat16);
+  ASSERT_TRUE(nchw_bf16.ok());
+  EXPECT_FALSE(nchw_bf16->user_input_is_nhwc());
   EXPECT_EQ(bf16->input_bytes(), 3 * 5 * 9 * 7 * 2);
   EXPECT_EQ(bf16->output_bytes(), 3 * 4 * 5 * 4 * 2);
   EXPECT_EQ(bf16->weight_bytes(), 4 * 5 * 3 * 3 * 2);
