@@ -33,8 +33,8 @@
 #   torch_layers_P  bench/pytorch_layer_profile.py: PyTorch's ResNet-18 step
 #                   (the speed rows' settings) by the same categories, from
 #                   torch.profiler (SKIP where the node's python has no torch)
-#   hook            the PyTorch hook (bundle only): the wheel in a throwaway
-#                   venv over the node's torch, python/cuda_hook_check.py
+#   hook            the PyTorch hook (bundle only): the wheel unpacked for the
+#                   node's python (PYTHONPATH), python/cuda_hook_check.py
 #   speed/M/B/P     bench/compute_vs_pytorch.py --device=cuda: gradsync's step
 #                   beside PyTorch's on this GPU, model M (resnet18, cnn,
 #                   mlp) x batch B (32, 128, 256) x precision P (fp32, tf32,
@@ -258,7 +258,9 @@ if ((quick)); then
   python=${PYTHON:-python3}  # the node's, with torch for the speed rows
   gpus=1
   if ((!dry)); then
-    run doctor 60 "$gradsync" doctor
+    # --data=synthetic: every job below makes its data in memory, so a
+    # bundle without the data set (tools/bundle.sh --no-data) is complete.
+    run doctor 60 "$gradsync" doctor --data=synthetic
     { echo "== gradsync doctor (exit $rc)"; cat "$logs/doctor.log"; } >> "$report"
     # doctor's "gpus  N visible"; nvidia-smi's count where doctor could not say.
     gpus=$(sed -n 's/^  gpus *\([0-9][0-9]*\) visible.*/\1/p' "$logs/doctor.log" | head -n 1)
@@ -421,29 +423,32 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
     elif ((rc != 0)); then
       record FAIL "$name" "$(why_failed 60 "$name")"
     else
-      record PASS "$name" "$(head -n 1 "$logs/$name.log" | sed 's/ on cuda.*//'): $(shares "$logs/$name.log")"
+      # The heading line (torch's profiler may warn before it).
+      record PASS "$name" "$(grep -m 1 ' on cuda' "$logs/$name.log" | sed 's/ on cuda.*//'): $(shares "$logs/$name.log")"
     fi
   done
   # The PyTorch hook on this GPU (issue 41): DDP on Gloo over CUDA tensors
   # against gradsync's ring and PS behind the hook, two processes sharing the
-  # GPU. The bundle's wheel goes into a throwaway venv that sees the node's
-  # torch (--system-site-packages), so the node's Python is left as it was.
+  # GPU. The bundle's wheel is unpacked into a folder of the logs that the
+  # node's own python reads through PYTHONPATH, so that the hook meets the
+  # node's torch wherever it is installed (a venv made from a venv's python
+  # does not see the first venv's packages) and the node's Python is left as
+  # it was. A wheel is a zip archive; unpacking it is all pip would do here.
   wheel=$(ls "$here"/../python/gradsync-*.whl 2>/dev/null | head -n 1)
   hook_check="$here/../python/cuda_hook_check.py"
   if [[ -z "$wheel" || ! -f "$hook_check" ]]; then
     record SKIP hook "no wheel and cuda_hook_check.py beside this script (the bundle carries them in python/)"
   elif budget_left hook; then
-    venv="$logs/hook-venv"
-    run hook_install 90 bash -c '"$1" -m venv --system-site-packages "$2" &&
-      "$2/bin/python" -m pip install --quiet --no-index "$3"' _ \
-      "$python" "$venv" "$wheel"
+    site="$logs/hook-site"
+    run hook_install 60 "$python" -m zipfile -e "$wheel" "$site"
     if ((dry)); then
       record SKIP hook "dry run"
     elif ((rc != 0)); then
-      record FAIL hook "the wheel did not install: $(tail -n 1 "$logs/hook_install.log")"
+      record FAIL hook "the wheel did not unpack: $(tail -n 1 "$logs/hook_install.log")"
     else
-      GRADSYNC_LIBS_DIR="$here/../lib" run hook 150 "$venv/bin/python" \
-        "$hook_check" --gradsync "$gradsync" --python "$venv/bin/python"
+      PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" \
+        GRADSYNC_LIBS_DIR="$here/../lib" run hook 150 "$python" \
+        "$hook_check" --gradsync "$gradsync" --python "$python"
       if ((rc == 0)); then
         record PASS hook "ring and PS behind the hook equal DDP on Gloo on CUDA tensors: $(grep -c . "$logs/hook.log") lines in hook.log"
       else

@@ -116,7 +116,11 @@ class QuickDryRunTest(unittest.TestCase):
 # says why, and the check goes on).
 FAKE_GRADSYNC = r"""#!/bin/bash
 case "$1" in
-  doctor) echo "  gpus        1 visible (fake)"; exit 0 ;;
+  # The quick check's jobs make their data: a bundle without the data set
+  # (tools/bundle.sh --no-data) must not fail its versions row.
+  doctor) [[ "$2" == --data=synthetic ]] ||
+            { echo "  fashion-mnist MISSING in /nowhere"; exit 1; }
+          echo "  gpus        1 visible (fake)"; exit 0 ;;
 esac
 dir=""
 precision=fp32
