@@ -247,7 +247,7 @@ chmod 755 "$stage/bin/pytorch_compare.py" "$stage/bin/gpu_check.sh"
 # gpu_check.sh --quick times gradsync against PyTorch with these.
 mkdir -p "$stage/bench"
 cp bench/compute_vs_pytorch.py bench/pytorch_resnet18_reference.py \
-  bench/pytorch_layer_profile.py "$stage/bench/"
+  bench/pytorch_layer_profile.py bench/pytorch_layouts.py "$stage/bench/"
 
 cat > "$stage/libexec/gradsync-env" <<'WRAPPER'
 #!/usr/bin/env bash

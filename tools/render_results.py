@@ -731,6 +731,75 @@ def schedule_pairs_table(points):
     return "\n".join(lines)
 
 
+def quick_check_table(points):
+    """gpu_check.sh --quick's table as tools/gpu_results.py keeps it
+    (checks.csv): each check's status and what it measured, in the order the
+    check ran them."""
+    lines = ["| status | check | what it measured |", "| --- | --- | --- |"]
+    for p in points:
+        detail = str(p["detail"]).replace("|", "\\|")
+        lines.append(f"| {p['status']} | `{p['check']}` | {detail} |")
+    return "\n".join(lines)
+
+
+def gpu_speed_table(points):
+    """tools/gpu_results.py's speed.csv: per model and batch, gradsync's
+    training step beside PyTorch's in each precision, and gradsync's speed as
+    a multiple of PyTorch's (over 1: gradsync is faster). A FAIL is a point
+    under issue 39's bar."""
+    precisions = [p for p in ("fp32", "tf32", "bf16") if any(q["precision"] == p for q in points)]
+    cells, rows = {}, []
+    for p in points:
+        key = (p["model"], p["batch"])
+        if key not in rows:
+            rows.append(key)
+        cells[key + (p["precision"],)] = p
+    header = ["model", "batch"]
+    for precision in precisions:
+        header += [f"{precision}: gradsync ms", "PyTorch ms", "speed"]
+    lines = ["| " + " | ".join(header) + " |",
+             "| --- | ---: | " + " | ".join("---:" for _ in header[2:]) + " |"]
+    for model, batch in rows:
+        row = [model, f"{batch:.0f}"]
+        for precision in precisions:
+            p = cells.get((model, batch, precision))
+            if p is None:
+                row += ["–", "–", "–"]
+                continue
+            mark = " (FAIL)" if p["status"] == "FAIL" else ""
+            row += [f"{p['gradsync_step_ms']:.2f}", f"{p['pytorch_step_ms']:.2f}",
+                    f"{p['speed']:.2f}×{mark}"]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def gpu_layers_table(points):
+    """tools/gpu_results.py's layers.csv: one ResNet-18 step's device time by
+    kind of operation, gradsync's (bench/layer_profile) and PyTorch's
+    (bench/pytorch_layer_profile.py), ms per step."""
+    lines = ["| whose | precision | batch | device ms | conv | batch norm | element-wise | "
+             "other | unmarked step ms |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for p in points:
+        lines.append(
+            f"| {p['source']} | {p['precision']} | {p['batch']:.0f} | {p['device_ms']:.2f} | "
+            f"{p['conv_ms']:.2f} | {p['batch_norm_ms']:.2f} | {p['elementwise_ms']:.2f} | "
+            f"{p['other_ms']:.2f} | {number(p.get('unmarked_step_ms'), '{:.2f}')} |")
+    return "\n".join(lines)
+
+
+def pytorch_layouts_table(points):
+    """bench/pytorch_layouts.py's points: PyTorch's ResNet-18 step per
+    layout and precision (wall: the loss read back each step; queued: steps
+    queued back to back, the GPU's own pace)."""
+    lines = ["| batch | precision | layout | wall ms | events ms | queued ms/step |",
+             "| ---: | --- | --- | ---: | ---: | ---: |"]
+    for p in points:
+        lines.append(f"| {p['batch']:.0f} | {p['precision']} | {p['layout']} | "
+                     f"{p['wall_ms']:.2f} | {p['events_ms']:.2f} | {p['queued_ms']:.2f} |")
+    return "\n".join(lines)
+
+
 TABLES = {"accuracy": accuracy_table, "sweep": sweep_table, "points": points_table,
           "crossover": crossover_table, "crossover_points": crossover_points_table,
           "simulated_scaling": simulated_scaling_table,
@@ -741,7 +810,9 @@ TABLES = {"accuracy": accuracy_table, "sweep": sweep_table, "points": points_tab
           "simulated_crossover_misses": simulated_crossover_misses_table,
           "simulated_crossover_miss_kinds": simulated_crossover_miss_kinds_table,
           "simulated_calibration": simulated_calibration_table,
-          "schedule_pairs": schedule_pairs_table}
+          "schedule_pairs": schedule_pairs_table,
+          "quick_check": quick_check_table, "gpu_speed": gpu_speed_table,
+          "gpu_layers": gpu_layers_table, "pytorch_layouts": pytorch_layouts_table}
 
 
 # --- Rendering ----------------------------------------------------------------------------
@@ -763,6 +834,10 @@ def render_marker(kind, arguments, results_dir):
         column, _, divisor = column.partition("/")
         if point.get(column) is None:
             raise RenderError(f"value '{arguments}': the point has no {column}")
+        if isinstance(point[column], str):  # a text column, as it is
+            if divisor:
+                raise RenderError(f"value '{arguments}': {column} is text")
+            return fmt.format(point[column])
         return fmt.format(point[column] / float(divisor or 1))
     if kind == "ratio":
         if len(words) != 5:
