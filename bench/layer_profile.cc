@@ -54,6 +54,8 @@ ABSL_FLAG(bool, bf16_operands, true,
           "--precision=bf16: let convolutions and batch norms pass bf16 "
           "tensors (the default); false: every convolution rounds its own "
           "inputs and widens its output, to measure what the default saves");
+ABSL_FLAG(bool, cudnn_graph, false,
+          "CUDA: convolutions also try cuDNN's graph API (DeviceOptions)");
 ABSL_FLAG(int, batch, 128, "images a step");
 ABSL_FLAG(int, warmup, 5, "untimed steps first (cuDNN's searches, caches)");
 ABSL_FLAG(int, steps, 10, "timed steps, unmarked and then profiled");
@@ -98,6 +100,7 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(options.precision,
                    ParsePrecision(absl::GetFlag(FLAGS_precision)));
   options.convolutions_round_own_operands = !absl::GetFlag(FLAGS_bf16_operands);
+  options.cudnn_graph = absl::GetFlag(FLAGS_cudnn_graph);
   ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateDevice(options));
   ASSIGN_OR_RETURN(
       std::unique_ptr<ProfilingDevice> profiled,
@@ -161,7 +164,8 @@ absl::Status Run() {
       model->name(), " on ", device->name(),
       ", --precision=", PrecisionName(options.precision),
       options.convolutions_round_own_operands ? " (--bf16_operands=false)" : "",
-      ", batch ", batch, "; last loss ", host_loss);
+      options.cudnn_graph ? " (--cudnn_graph)" : "", ", batch ", batch,
+      "; last loss ", host_loss);
   std::printf(
       "%s\nunmarked step: %.3f ms (median of %d; the device's clock "
       "at its start and end)\n",
@@ -189,6 +193,7 @@ absl::Status Run() {
     json["device"] = device->name();
     json["precision"] = PrecisionName(options.precision);
     json["bf16_operands"] = !options.convolutions_round_own_operands;
+    json["cudnn_graph"] = options.cudnn_graph;
     json["batch"] = batch;
     json["warmup"] = warmup;
     json["unmarked_step_ms"] = unmarked_ms;

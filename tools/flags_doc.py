@@ -55,6 +55,7 @@ COMPARISON = {
     "max_steps": "Short runs for timing (15 in the headline, with --warmup_steps=3).",
     "warmup_steps": "Steps left out of the means: keep equal across strategies.",
     "precision": "Keep equal across strategies; on GPUs tf32 is PyTorch's default for convolutions, bf16 what PyTorch users tuning for speed run (autocast), fp32 what parity checks use.",
+    "cudnn_graph": "Leave off for published figures until the quick check has run it on a GPU; keep equal across strategies.",
     "threads": "BLAS threads per worker: N workers × threads should not exceed the cores, or the CPU is measured.",
     "straggler": "Slowness as an experiment parameter, the same for every strategy.",
     "straggler_jitter_ms": "Transient slowness, reproducible from --seed.",

@@ -43,7 +43,11 @@ ABSL_FLAG(std::string, precision, "fp32",
           "products and convolutions take bf16-rounded inputs, sum in "
           "float32 and round their outputs to bf16; float32 master weights, "
           "optimizer, batch norm and gradients handed to the strategy; on "
-          "cpu and cuda, the CUDA path not yet run on a GPU)");
+          "cpu and cuda)");
+ABSL_FLAG(bool, cudnn_graph, false,
+          "with --device=cuda: also time the engines of cuDNN's graph API "
+          "for each convolution and run one where it beats the legacy "
+          "algorithms (not yet run on a GPU: off by default)");
 ABSL_FLAG(std::string, gpus, "",
           "with --device=cuda: comma-separated GPU indices (among the visible "
           "GPUs, after CUDA_VISIBLE_DEVICES) for this machine's local ranks; "
@@ -325,9 +329,9 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   // past kMaxAutotuneSteps the trials would be a training run of their own.
   constexpr int kMaxAutotuneSteps = 100;
   if (o.autotune_steps < 1 || o.autotune_steps > kMaxAutotuneSteps) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--autotune_steps=", o.autotune_steps, " must be in 1..",
-        kMaxAutotuneSteps, " (timed steps per bucket cap tried)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--autotune_steps=", o.autotune_steps, " must be in 1..",
+                     kMaxAutotuneSteps, " (timed steps per bucket cap tried)"));
   }
   ASSIGN_OR_RETURN(const TraceSettings trace, TraceSettingsFromFlags());
   o.trace_path = trace.path;
@@ -400,7 +404,8 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--bucket_mb=", o.bucket_mb,
         " is not a bucket cap: pass 0 (derived from the model), or at least "
-        "4 bytes (", 4.0 / (1 << 20),
+        "4 bytes (",
+        4.0 / (1 << 20),
         " MiB: every parameter tensor its own bucket) and at most ",
         kMaxBucketMb, " MiB (1 TiB: one bucket for any model)"));
   }
@@ -702,6 +707,7 @@ absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank,
   ASSIGN_OR_RETURN(options.type, ParseDeviceType(absl::GetFlag(FLAGS_device)));
   ASSIGN_OR_RETURN(options.precision,
                    ParsePrecision(absl::GetFlag(FLAGS_precision)));
+  options.cudnn_graph = absl::GetFlag(FLAGS_cudnn_graph);
   options.gpu_index = local_rank;
   // Only a CUDA run reads --gpus, so a CPU run is not refused for it.
   if (options.type == DeviceType::kCuda) {

@@ -122,7 +122,7 @@ CudaEvent::~CudaEvent() {
 
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(
     int gpu_index, bool reference_convolutions, Precision precision,
-    bool convolutions_round_own_operands) {
+    bool convolutions_round_own_operands, bool cudnn_graph) {
   const std::string name = absl::StrCat("cuda:", gpu_index);
   int count = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count), name);
@@ -146,20 +146,21 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(
   }
   std::unique_ptr<CudaDevice> device(
       new CudaDevice(gpu_index, properties, reference_convolutions, precision,
-                     convolutions_round_own_operands));
+                     convolutions_round_own_operands, cudnn_graph));
   RETURN_IF_ERROR(device->Initialize());
   return device;
 }
 
 CudaDevice::CudaDevice(int gpu_index, const cudaDeviceProp& properties,
                        bool reference_convolutions, Precision precision,
-                       bool convolutions_round_own_operands)
+                       bool convolutions_round_own_operands, bool cudnn_graph)
     : gpu_index_(gpu_index),
       properties_(properties),
       name_(absl::StrCat("cuda:", gpu_index)),
       reference_convolutions_(reference_convolutions),
       precision_(precision),
-      convolutions_round_own_operands_(convolutions_round_own_operands) {}
+      convolutions_round_own_operands_(convolutions_round_own_operands),
+      cudnn_graph_(cudnn_graph) {}
 
 absl::Status CudaDevice::Initialize() {
   // Non-blocking: the stream never waits for the legacy default stream (which
@@ -747,7 +748,8 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(
   ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
                    CudaDevice::Create(*gpu, options.reference_convolutions,
                                       options.precision,
-                                      options.convolutions_round_own_operands));
+                                      options.convolutions_round_own_operands,
+                                      options.cudnn_graph));
   GS_LOG(INFO) << "local rank " << local_rank << " computes on "
                << device->name() << " (" << visible << " GPU(s) visible)";
   return std::unique_ptr<Device>(std::move(device));

@@ -33,6 +33,20 @@ std::string RefusalOf(const ConvolutionAlgorithmResult& result,
 
 }  // namespace
 
+std::string GraphEngineRefusal(const GraphEngineNotes& notes,
+                               const ConvolutionAlgorithmPolicy& policy) {
+  if (notes.tensor_core && !policy.allow_tensor_core_math) {
+    return "tensor-core math";
+  }
+  if (notes.down_convert_inputs) return "inputs converted to 16 bits";
+  if (notes.reduced_precision_reduction) return "16-bit reduction";
+  if (policy.require_deterministic && notes.nondeterministic) {
+    return "not deterministic";
+  }
+  if (notes.runtime_compilation) return "compiles kernels at set-up";
+  return "";
+}
+
 size_t SearchWorkspaceBytes(
     const std::vector<ConvolutionAlgorithmResult>& candidates,
     const ConvolutionAlgorithmPolicy& policy) {

@@ -45,6 +45,11 @@ struct ConvolutionAlgorithmResult {
   // cuDNN's math type of the result (cudnnMathType_t), which the convolution
   // descriptor must carry when the algorithm runs with tensor-core math.
   int math_type = 0;
+  // A configuration of cuDNN's graph API instead of a legacy algorithm:
+  // its position in the heuristics' list (cudnn_graph.h) and its engine's
+  // global index; -1 for a legacy algorithm.
+  int graph_config = -1;
+  int graph_engine = -1;
 };
 
 struct ConvolutionAlgorithmPolicy {
@@ -77,6 +82,25 @@ absl::StatusOr<ConvolutionAlgorithmResult> PickConvolutionAlgorithm(
 size_t SearchWorkspaceBytes(
     const std::vector<ConvolutionAlgorithmResult>& candidates,
     const ConvolutionAlgorithmPolicy& policy);
+
+// What cuDNN's graph API (cudnn_graph.h) says of one engine: its numerical
+// and behaviour notes, as flags.
+struct GraphEngineNotes {
+  bool tensor_core = false;          // tensor-core math (TF32 on float data)
+  bool down_convert_inputs = false;  // float inputs converted to 16 bits
+  bool reduced_precision_reduction = false;  // sums kept in 16 bits
+  bool nondeterministic = false;     // atomics: bits change from run to run
+  bool runtime_compilation = false;  // kernels compiled when the plan is made
+};
+
+// Why `policy` refuses an engine with these notes, or "" when it qualifies:
+// tensor-core math only where the policy allows it (tf32, bf16), never a
+// float engine that converts its inputs to 16 bits or a 16-bit reduction
+// (neither is what the precision names), deterministic where required, and
+// no engine that compiles kernels at set-up (NVRTC, seconds per shape, a
+// library the node may not have).
+std::string GraphEngineRefusal(const GraphEngineNotes& notes,
+                               const ConvolutionAlgorithmPolicy& policy);
 
 // The three directions' algorithms of one convolution shape, as chosen once
 // and reused by every layer of that shape on the device.

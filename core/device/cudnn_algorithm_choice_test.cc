@@ -154,5 +154,38 @@ TEST(SearchWorkspaceBytesTest, LargestAmongQualifyingCandidates) {
   EXPECT_EQ(SearchWorkspaceBytes({unsupported}, Limit(1 << 30)), 0u);
 }
 
+// Graph engines: fp32 takes no tensor-core engine, no precision takes one
+// that converts its inputs or reduces in 16 bits, determinism where asked,
+// and nothing that compiles kernels at set-up.
+TEST(GraphEngineRefusalTest, TheNotesThePrecisionForbids) {
+  ConvolutionAlgorithmPolicy fp32;
+  ConvolutionAlgorithmPolicy tensor_cores;
+  tensor_cores.allow_tensor_core_math = true;
+  ConvolutionAlgorithmPolicy deterministic = tensor_cores;
+  deterministic.require_deterministic = true;
+
+  GraphEngineNotes plain;
+  EXPECT_EQ(GraphEngineRefusal(plain, fp32), "");
+  GraphEngineNotes tc;
+  tc.tensor_core = true;
+  EXPECT_EQ(GraphEngineRefusal(tc, fp32), "tensor-core math");
+  EXPECT_EQ(GraphEngineRefusal(tc, tensor_cores), "");
+  GraphEngineNotes down;
+  down.down_convert_inputs = true;
+  EXPECT_EQ(GraphEngineRefusal(down, tensor_cores),
+            "inputs converted to 16 bits");
+  GraphEngineNotes reduced;
+  reduced.reduced_precision_reduction = true;
+  EXPECT_EQ(GraphEngineRefusal(reduced, tensor_cores), "16-bit reduction");
+  GraphEngineNotes atomics;
+  atomics.nondeterministic = true;
+  EXPECT_EQ(GraphEngineRefusal(atomics, tensor_cores), "");
+  EXPECT_EQ(GraphEngineRefusal(atomics, deterministic), "not deterministic");
+  GraphEngineNotes compiled;
+  compiled.runtime_compilation = true;
+  EXPECT_EQ(GraphEngineRefusal(compiled, tensor_cores),
+            "compiles kernels at set-up");
+}
+
 }  // namespace
 }  // namespace gradsync

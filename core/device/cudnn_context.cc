@@ -111,7 +111,8 @@ std::string CudnnContext::CacheKey(const std::string& key) const {
   // The GPU, and what decides which algorithms qualify: the precision (tensor
   // cores or not) and the workspace limit.
   return absl::StrCat("gpu ", device_.gpu_index(), " ",
-                      PrecisionName(device_.precision()), " limit ",
+                      PrecisionName(device_.precision()),
+                      device_.cudnn_graph() ? " graph" : " legacy", " limit ",
                       workspace_limit_, " ", key);
 }
 

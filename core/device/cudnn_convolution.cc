@@ -2,6 +2,7 @@
 #include "core/device/cudnn_convolution.h"
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "core/device/cuda_device.h"
 #include "core/device/cuda_kernels.h"
 #include "core/device/cudnn_algorithm_choice.h"
+#include "core/device/cudnn_graph.h"
 
 namespace gradsync {
 namespace {
@@ -310,14 +312,27 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
   const std::string key = AlgorithmSearchKey(plan_);
   if (const std::optional<ChosenConvolutionAlgorithms> known =
           context_.Chosen(key)) {
-    Use(*known);
-    return absl::OkStatus();
+    const absl::Status made = MakeGraphs(*known);
+    if (made.ok()) {
+      Use(*known);
+      return absl::OkStatus();
+    }
+    GS_LOG(WARNING) << made << "; " << where_ << " searches its own algorithms";
   }
   const cudnnHandle_t handle = context_.handle();
   ConvolutionAlgorithmPolicy policy;
   policy.workspace_limit = context_.workspace_limit();
   policy.allow_tensor_core_math =
       context_.device().precision() != Precision::kFp32;
+  // bf16: cuDNN's non-deterministic weight-gradient algorithms (0 and 3)
+  // add partial sums into the bf16 output with atomics, rounding it to bf16
+  // at each addition; the first GPU run measured weight gradients several
+  // bf16 units off the float64 sum of the rounded operands
+  // (bf16_precision_test), and different bits from run to run. The
+  // deterministic ones sum in float32 and round once. Every direction of a
+  // bf16 convolution writes a bf16 output, so the rule holds for all three
+  // (the graph API's engines may split any of them).
+  policy.require_deterministic = plan_.bf16();
   ChosenConvolutionAlgorithms chosen;
 
   {
@@ -334,8 +349,11 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
               handle, input_, filter_, convolution_, output_, algo, bytes);
         },
         "cudnnGetConvolutionForwardWorkspaceSize", where_);
-    ASSIGN_OR_RETURN(chosen.forward, Search(Direction::kForward, ranked, policy,
-                                            absl::StrCat("forward, ", where_)));
+    ASSIGN_OR_RETURN(const ConvolutionAlgorithmResult legacy,
+                     Search(Direction::kForward, ranked, policy,
+                            absl::StrCat("forward, ", where_)));
+    ASSIGN_OR_RETURN(chosen.forward,
+                     SearchGraph(Direction::kForward, legacy, policy));
   }
   {
     cudnnConvolutionBwdDataAlgoPerf_t
@@ -353,9 +371,11 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
               handle, filter_, output_, convolution_, input_, algo, bytes);
         },
         "cudnnGetConvolutionBackwardDataWorkspaceSize", where_);
-    ASSIGN_OR_RETURN(chosen.input_gradient,
+    ASSIGN_OR_RETURN(const ConvolutionAlgorithmResult legacy,
                      Search(Direction::kInputGradient, ranked, policy,
                             absl::StrCat("input gradient, ", where_)));
+    ASSIGN_OR_RETURN(chosen.input_gradient,
+                     SearchGraph(Direction::kInputGradient, legacy, policy));
   }
   {
     cudnnConvolutionBwdFilterAlgoPerf_t
@@ -373,18 +393,11 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
               handle, input_, output_, convolution_, filter_, algo, bytes);
         },
         "cudnnGetConvolutionBackwardFilterWorkspaceSize", where_);
-    // bf16: cuDNN's non-deterministic weight-gradient algorithms (0 and 3)
-    // add partial sums into the bf16 output with atomics, rounding it to bf16
-    // at each addition; the first GPU run measured weight gradients several
-    // bf16 units off the float64 sum of the rounded operands
-    // (bf16_precision_test), and different bits from run to run. The
-    // deterministic ones sum in float32 and round once.
-    ConvolutionAlgorithmPolicy weight_policy = policy;
-    weight_policy.require_deterministic =
-        policy.require_deterministic || plan_.bf16();
-    ASSIGN_OR_RETURN(chosen.weight_gradient,
-                     Search(Direction::kWeightGradient, ranked, weight_policy,
+    ASSIGN_OR_RETURN(const ConvolutionAlgorithmResult legacy,
+                     Search(Direction::kWeightGradient, ranked, policy,
                             absl::StrCat("weight gradient, ", where_)));
+    ASSIGN_OR_RETURN(chosen.weight_gradient,
+                     SearchGraph(Direction::kWeightGradient, legacy, policy));
   }
   // The search ran with the precision's math type on the descriptor; each
   // direction now runs with its own (Use), so the descriptor goes back.
@@ -397,7 +410,126 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
   return absl::OkStatus();
 }
 
+namespace {
+
+GraphDirection GraphDirectionOf(int direction) {
+  switch (direction) {
+    case 0:
+      return GraphDirection::kForward;
+    case 1:
+      return GraphDirection::kBackwardData;
+    default:
+      return GraphDirection::kBackwardFilter;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ConvolutionAlgorithmResult> CudnnConvolution::SearchGraph(
+    Direction direction, const ConvolutionAlgorithmResult& legacy,
+    const ConvolutionAlgorithmPolicy& policy) {
+  if (!context_.device().cudnn_graph()) return legacy;
+  const int d = static_cast<int>(direction);
+  absl::StatusOr<std::unique_ptr<CudnnGraphConvolution>> graph =
+      CudnnGraphConvolution::Create(context_.handle(), plan_,
+                                    GraphDirectionOf(d), where_);
+  if (!graph.ok()) {
+    GS_LOG(WARNING) << graph.status() << "; the legacy algorithm runs";
+    return legacy;
+  }
+  ASSIGN_OR_RETURN(const size_t workspace,
+                   (*graph)->SearchWorkspaceBytes(policy));
+  RETURN_IF_ERROR(context_.Reserve(CudnnContext::kWorkspace, workspace));
+  RETURN_IF_ERROR(ReserveSearchBuffers());
+  // The search tensors in the direction's parts: x (or dx), w (or dw), y
+  // (or dy).
+  void* x = context_.scratch(CudnnContext::kSearchInput);
+  void* y = context_.scratch(CudnnContext::kSearchOutput);
+  void* w = context_.scratch(direction == Direction::kWeightGradient
+                                 ? CudnnContext::kWeightGrad
+                                 : CudnnContext::kWeights);
+  absl::StatusOr<ConvolutionAlgorithmResult> fastest =
+      (*graph)->Search(policy, context_.device().stream(), x, w, y,
+                       context_.scratch(CudnnContext::kWorkspace),
+                       context_.scratch_bytes(CudnnContext::kWorkspace));
+  if (!fastest.ok()) {
+    if (!absl::IsNotFound(fastest.status())) return fastest.status();
+    GS_LOG(INFO) << fastest.status().message() << "; the legacy algorithm runs";
+    return legacy;
+  }
+  // The legacy search's time where it measured one (its fallback to the
+  // heuristics' pick has none, and the graph's measured pick wins).
+  if (legacy.time_ms >= 0 && legacy.time_ms <= fastest->time_ms) return legacy;
+  graph_[d] = std::move(*graph);
+  return *fastest;
+}
+
+absl::Status CudnnConvolution::MakeGraphs(
+    const ChosenConvolutionAlgorithms& chosen) {
+  const std::array<const ConvolutionAlgorithmResult*, 3> results{
+      &chosen.forward, &chosen.input_gradient, &chosen.weight_gradient};
+  for (int d = 0; d < 3; ++d) {
+    graph_[d].reset();
+    if (results[d]->graph_config < 0) continue;
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<CudnnGraphConvolution> graph,
+        CudnnGraphConvolution::Create(context_.handle(), plan_,
+                                      GraphDirectionOf(d), where_));
+    RETURN_IF_ERROR(
+        graph->Use(results[d]->graph_config, results[d]->graph_engine));
+    graph_[d] = std::move(graph);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudnnConvolution::ConvolveForward(const void* x, const void* w,
+                                               void* y) {
+  void* workspace = context_.scratch(CudnnContext::kWorkspace);
+  if (graph_[0] != nullptr) return graph_[0]->Execute(x, w, y, workspace);
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_RETURN_IF_ERROR(
+      cudnnSetConvolutionMathType(convolution_, forward_math_), where_);
+  CUDNN_RETURN_IF_ERROR(
+      cudnnConvolutionForward(context_.handle(), &one, input_, x, filter_, w,
+                              convolution_, forward_algorithm_, workspace,
+                              forward_workspace_, &zero, output_, y),
+      where_);
+  return absl::OkStatus();
+}
+
+absl::Status CudnnConvolution::ConvolveBackwardData(const void* w,
+                                                    const void* dy, void* dx) {
+  void* workspace = context_.scratch(CudnnContext::kWorkspace);
+  if (graph_[1] != nullptr) return graph_[1]->Execute(dx, w, dy, workspace);
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, input_math_),
+                        where_);
+  CUDNN_RETURN_IF_ERROR(
+      cudnnConvolutionBackwardData(
+          context_.handle(), &one, filter_, w, output_, dy, convolution_,
+          input_algorithm_, workspace, input_workspace_, &zero, input_, dx),
+      where_);
+  return absl::OkStatus();
+}
+
+absl::Status CudnnConvolution::ConvolveBackwardFilter(const void* x,
+                                                      const void* dy,
+                                                      void* dw) {
+  void* workspace = context_.scratch(CudnnContext::kWorkspace);
+  if (graph_[2] != nullptr) return graph_[2]->Execute(x, dw, dy, workspace);
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, weight_math_),
+                        where_);
+  CUDNN_RETURN_IF_ERROR(
+      cudnnConvolutionBackwardFilter(
+          context_.handle(), &one, input_, x, output_, dy, convolution_,
+          weight_algorithm_, workspace, weight_workspace_, &zero, filter_, dw),
+      where_);
+  return absl::OkStatus();
+}
+
 void CudnnConvolution::Use(const ChosenConvolutionAlgorithms& chosen) {
+  chosen_ = {chosen.forward, chosen.input_gradient, chosen.weight_gradient};
   // cuDNN decides tensor-core use from the algorithm and the descriptor's
   // math type together, so each direction runs with its result's type (as
   // PyTorch does); fp32 keeps CUDNN_FMA_MATH whatever the result says.
@@ -503,13 +635,26 @@ const char* MathName(cudnnMathType_t math) {
 }  // namespace
 
 std::string CudnnConvolution::algorithms() const {
-  return absl::StrCat(
-      "forward ", AlgorithmName(forward_algorithm_), " (",
-      MathName(forward_math_), ", ", forward_workspace_,
-      " bytes), input gradient ", AlgorithmName(input_algorithm_), " (",
-      MathName(input_math_), ", ", input_workspace_,
-      " bytes), weight gradient ", AlgorithmName(weight_algorithm_), " (",
-      MathName(weight_math_), ", ", weight_workspace_, " bytes)");
+  // A direction on the graph API: its engine, tensor cores or not.
+  const auto describe = [this](int d, const std::string& legacy,
+                               cudnnMathType_t math, size_t workspace) {
+    if (graph_[d] == nullptr) {
+      return absl::StrCat(legacy, " (", MathName(math), ", ", workspace,
+                          " bytes)");
+    }
+    return absl::StrCat("graph engine ", chosen_[d].graph_engine, " (",
+                        chosen_[d].tensor_core_math ? "tensor cores" : "FMA",
+                        ", ", workspace, " bytes)");
+  };
+  return absl::StrCat("forward ",
+                      describe(0, AlgorithmName(forward_algorithm_),
+                               forward_math_, forward_workspace_),
+                      ", input gradient ",
+                      describe(1, AlgorithmName(input_algorithm_), input_math_,
+                               input_workspace_),
+                      ", weight gradient ",
+                      describe(2, AlgorithmName(weight_algorithm_),
+                               weight_math_, weight_workspace_));
 }
 
 void CudnnConvolution::Keep(const absl::Status& status) {
@@ -559,15 +704,7 @@ absl::Status CudnnConvolution::RunForwardBf16(const void* input,
   ASSIGN_OR_RETURN(const void* filter, WeightAsBf16(weight));
   void* output = y_bf16 != nullptr ? static_cast<void*>(y_bf16)
                                    : context_.scratch(CudnnContext::kOutput);
-  const float one = 1.0f, zero = 0.0f;
-  CUDNN_RETURN_IF_ERROR(
-      cudnnSetConvolutionMathType(convolution_, forward_math_), where_);
-  CUDNN_RETURN_IF_ERROR(
-      cudnnConvolutionForward(context_.handle(), &one, input_, input, filter_,
-                              filter, convolution_, forward_algorithm_,
-                              context_.scratch(CudnnContext::kWorkspace),
-                              forward_workspace_, &zero, output_, output),
-      where_);
+  RETURN_IF_ERROR(ConvolveForward(input, filter, output));
   if (y_bf16 != nullptr) return absl::OkStatus();
   return Launched(
       cuda_kernels::WidenFromBfloat16(context_.device().stream(),
@@ -580,15 +717,7 @@ absl::Status CudnnConvolution::RunBackwardWeightsBf16(const void* input,
                                                       const void* output_grad,
                                                       float* weight_grad) {
   void* krsc_grad = context_.scratch(CudnnContext::kWeightGrad);
-  const float one = 1.0f, zero = 0.0f;
-  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, weight_math_),
-                        where_);
-  CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
-                            context_.handle(), &one, input_, input, output_,
-                            output_grad, convolution_, weight_algorithm_,
-                            context_.scratch(CudnnContext::kWorkspace),
-                            weight_workspace_, &zero, filter_, krsc_grad),
-                        where_);
+  RETURN_IF_ERROR(ConvolveBackwardFilter(input, output_grad, krsc_grad));
   // KRSC bf16 back to PyTorch's order in float32: the walk of the user's
   // weight visits it in KRSC order.
   return Launched(
@@ -606,15 +735,7 @@ absl::Status CudnnConvolution::RunBackwardInputBf16(const void* output_grad,
   void* input_grad = dx_bf16 != nullptr
                          ? static_cast<void*>(dx_bf16)
                          : context_.scratch(CudnnContext::kInput);
-  const float one = 1.0f, zero = 0.0f;
-  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, input_math_),
-                        where_);
-  CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
-                            context_.handle(), &one, filter_, filter, output_,
-                            output_grad, convolution_, input_algorithm_,
-                            context_.scratch(CudnnContext::kWorkspace),
-                            input_workspace_, &zero, input_, input_grad),
-                        where_);
+  RETURN_IF_ERROR(ConvolveBackwardData(filter, output_grad, input_grad));
   if (dx_bf16 != nullptr) return absl::OkStatus();
   return Launched(
       cuda_kernels::WidenFromBfloat16(context_.device().stream(),
@@ -654,16 +775,7 @@ absl::Status CudnnConvolution::RunForward(const float* x, const float* weight,
   }
   ASSIGN_OR_RETURN(const float* input, InputAsNhwc(x));
   ASSIGN_OR_RETURN(const float* filter, WeightAsKrsc(weight));
-  const float one = 1.0f, zero = 0.0f;
-  CUDNN_RETURN_IF_ERROR(
-      cudnnSetConvolutionMathType(convolution_, forward_math_), where_);
-  CUDNN_RETURN_IF_ERROR(
-      cudnnConvolutionForward(context_.handle(), &one, input_, input, filter_,
-                              filter, convolution_, forward_algorithm_,
-                              context_.scratch(CudnnContext::kWorkspace),
-                              forward_workspace_, &zero, output_, y),
-      where_);
-  return absl::OkStatus();
+  return ConvolveForward(input, filter, y);
 }
 
 absl::Status CudnnConvolution::RunBackwardWeights(const float* x,
@@ -678,15 +790,8 @@ absl::Status CudnnConvolution::RunBackwardWeights(const float* x,
   ASSIGN_OR_RETURN(const float* input, InputAsNhwc(x));
   float* krsc_grad =
       static_cast<float*>(context_.scratch(CudnnContext::kWeightGrad));
+  RETURN_IF_ERROR(ConvolveBackwardFilter(input, dy, krsc_grad));
   const float one = 1.0f, zero = 0.0f;
-  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, weight_math_),
-                        where_);
-  CUDNN_RETURN_IF_ERROR(
-      cudnnConvolutionBackwardFilter(
-          context_.handle(), &one, input_, input, output_, dy, convolution_,
-          weight_algorithm_, context_.scratch(CudnnContext::kWorkspace),
-          weight_workspace_, &zero, filter_, krsc_grad),
-      where_);
   CUDNN_RETURN_IF_ERROR(
       cudnnTransformTensor(context_.handle(), &one, krsc_weight_, krsc_grad,
                            &zero, user_weight_, weight_grad),
@@ -707,16 +812,9 @@ absl::Status CudnnConvolution::RunBackwardInput(const float* dy,
       plan_.input_needs_copy()
           ? static_cast<float*>(context_.scratch(CudnnContext::kInput))
           : dx;
-  const float one = 1.0f, zero = 0.0f;
-  CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(convolution_, input_math_),
-                        where_);
-  CUDNN_RETURN_IF_ERROR(
-      cudnnConvolutionBackwardData(context_.handle(), &one, filter_, filter,
-                                   output_, dy, convolution_, input_algorithm_,
-                                   context_.scratch(CudnnContext::kWorkspace),
-                                   input_workspace_, &zero, input_, nhwc_dx),
-      where_);
+  RETURN_IF_ERROR(ConvolveBackwardData(filter, dy, nhwc_dx));
   if (plan_.input_needs_copy()) {
+    const float one = 1.0f, zero = 0.0f;
     CUDNN_RETURN_IF_ERROR(cudnnTransformTensor(context_.handle(), &one, input_,
                                                nhwc_dx, &zero, user_input_, dx),
                           where_);

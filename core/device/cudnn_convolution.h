@@ -45,6 +45,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,7 @@
 #include "core/device/cudnn_algorithm_choice.h"
 #include "core/device/cudnn_context.h"
 #include "core/device/cudnn_convolution_plan.h"
+#include "core/device/cudnn_graph.h"
 #include "core/device/layer_geometry.h"
 
 namespace gradsync {
@@ -108,8 +110,23 @@ class CudnnConvolution : public ConvolutionKernel {
       const std::vector<ConvolutionAlgorithmResult>& ranked,
       const ConvolutionAlgorithmPolicy& policy, absl::string_view what);
   absl::Status ReserveSearchBuffers();
+  // The graph API's fastest configuration for `direction` (cudnn_graph.h),
+  // timed in the search buffers, where it beats `legacy`'s measured time;
+  // else `legacy`. Keeps the graph for the runs. A graph the API cannot
+  // build or run costs a warning, not the layer.
+  absl::StatusOr<ConvolutionAlgorithmResult> SearchGraph(
+      Direction direction, const ConvolutionAlgorithmResult& legacy,
+      const ConvolutionAlgorithmPolicy& policy);
+  // The graphs of the directions `chosen` runs through the graph API, made
+  // for this device (another device of the GPU chose them).
+  absl::Status MakeGraphs(const ChosenConvolutionAlgorithms& chosen);
   // Sets the directions' algorithms, workspaces and math types.
   void Use(const ChosenConvolutionAlgorithms& chosen);
+  // One direction's convolution, through the graph API where it was chosen,
+  // else the legacy call with the direction's algorithm and math type.
+  absl::Status ConvolveForward(const void* x, const void* w, void* y);
+  absl::Status ConvolveBackwardData(const void* w, const void* dy, void* dx);
+  absl::Status ConvolveBackwardFilter(const void* x, const void* dy, void* dw);
   absl::Status RunForward(const float* x, const float* weight, float* y);
   absl::Status RunBackwardWeights(const float* x, const float* dy,
                                   float* weight_grad);
@@ -171,6 +188,11 @@ class CudnnConvolution : public ConvolutionKernel {
   size_t forward_workspace_ = 0;
   size_t input_workspace_ = 0;
   size_t weight_workspace_ = 0;
+  // What runs, per direction (Direction's order), for algorithms().
+  std::array<ConvolutionAlgorithmResult, 3> chosen_{};
+  // The directions that run through the graph API; null where the legacy
+  // algorithm runs.
+  std::array<std::unique_ptr<CudnnGraphConvolution>, 3> graph_{};
 };
 
 }  // namespace gradsync

@@ -272,6 +272,11 @@ struct DeviceOptions {
   // takes the path where each convolution rounds its own; the two give the
   // same bits.
   bool convolutions_round_own_operands = false;
+  // CUDA: also time the engines of cuDNN's graph API for each convolution
+  // direction and run one where it beats the legacy algorithms
+  // (cudnn_graph.h). Off by default until the quick check has run it on a
+  // GPU (docs/results/gpu.md); --cudnn_graph.
+  bool cudnn_graph = false;
   // kTf32 is refused on the CPU, which has no TF32 arithmetic; kBf16 runs
   // on both devices (the CPU's rounded float32 products are the reference of
   // the GPU's bf16 tensor-core products).

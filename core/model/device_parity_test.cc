@@ -13,6 +13,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -238,12 +239,15 @@ std::string NoGpuReason() {
 
 // `reference_batch_norm`: the CPU's batch norm through kernel_math.h's loops
 // (the arithmetic the CUDA kernels share) rather than oneDNN.
+// `cudnn_graph`: CUDA convolutions also try cuDNN's graph API.
 std::unique_ptr<Device> MakeDevice(DeviceType type,
-                                   bool reference_batch_norm = false) {
+                                   bool reference_batch_norm = false,
+                                   bool cudnn_graph = false) {
   DeviceOptions options;
   options.type = type;
   options.cpu_threads = 1;
   options.reference_batch_norm = reference_batch_norm;
+  options.cudnn_graph = cudnn_graph;
   auto device = CreateDevice(options);
   EXPECT_TRUE(device.ok()) << device.status();
   return device.ok() ? std::move(*device) : nullptr;
@@ -509,7 +513,10 @@ void ExpectNearDouble(const std::vector<float>& actual,
   }
 }
 
-class CudnnConvolutionParityTest : public ::testing::TestWithParam<ConvCase> {};
+// A shape, and whether the device also tries cuDNN's graph API (which then
+// runs wherever one of its engines beats the legacy algorithms).
+class CudnnConvolutionParityTest
+    : public ::testing::TestWithParam<std::tuple<ConvCase, bool> > {};
 
 // The CUDA device's convolutions are cuDNN's (not im2col's fallback) and agree
 // with the direct convolution: forward and both gradients, NHWC and NCHW
@@ -520,9 +527,11 @@ class CudnnConvolutionParityTest : public ::testing::TestWithParam<ConvCase> {};
 TEST_P(CudnnConvolutionParityTest, AgreesWithDirectConvolution) {
   const std::string no_gpu = NoGpuReason();
   if (!no_gpu.empty()) GTEST_SKIP() << no_gpu;
-  const ConvCase& c = GetParam();
+  const ConvCase& c = std::get<0>(GetParam());
+  const bool graph = std::get<1>(GetParam());
   const ConvGeometry g = MakeGeometry(c);
-  std::unique_ptr<Device> cuda = MakeDevice(DeviceType::kCuda);
+  std::unique_ptr<Device> cuda =
+      MakeDevice(DeviceType::kCuda, /*reference_batch_norm=*/false, graph);
   ASSERT_TRUE(cuda);
   auto kernel = cuda->CreateConvolution(g, c.out);
   ASSERT_TRUE(kernel.ok()) << kernel.status();
@@ -557,7 +566,8 @@ TEST_P(CudnnConvolutionParityTest, AgreesWithDirectConvolution) {
                      at + " dweight");
     ExpectNearDouble(Download(*cuda, device_dx, x_count), dx, 1e-4, at + " dx");
   }
-  // Both gradients in one call: the separate calls' bits.
+  // Both gradients in one call: the separate calls' bits (with the graph
+  // API, whose float32 engines may add with atomics, the reference's values).
   float* combined_dweight = *cuda->Allocate<float>(w_count);
   float* combined_dx = *cuda->Allocate<float>(x_count);
   int ready_calls = 0;
@@ -565,6 +575,13 @@ TEST_P(CudnnConvolutionParityTest, AgreesWithDirectConvolution) {
                       combined_dx, [&] { ++ready_calls; });
   EXPECT_EQ(ready_calls, 1);
   ASSERT_TRUE(cuda->Synchronize().ok());
+  if (graph) {
+    ExpectNearDouble(Download(*cuda, combined_dweight, w_count), dweight, 1e-4,
+                     "combined dweight");
+    ExpectNearDouble(Download(*cuda, combined_dx, x_count), dx, 1e-4,
+                     "combined dx");
+    return;
+  }
   EXPECT_EQ(Download(*cuda, combined_dweight, w_count),
             Download(*cuda, device_dweight, w_count));
   EXPECT_EQ(Download(*cuda, combined_dx, x_count),
@@ -573,16 +590,19 @@ TEST_P(CudnnConvolutionParityTest, AgreesWithDirectConvolution) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudnnConvolutionParityTest,
-    ::testing::Values(
-        ConvCase{"odd_stride2_nhwc", 3, 5, 9, 7, 3, 2, 1, 4, false},
-        ConvCase{"odd_stride2_nchw", 3, 5, 9, 7, 3, 2, 1, 4, true},
-        ConvCase{"batch1_1x1_downsample", 1, 8, 8, 8, 1, 2, 0, 16, false},
-        ConvCase{"stem_7x7_nchw", 2, 3, 19, 17, 7, 2, 3, 8, true},
-        ConvCase{"cnn_5x5_no_padding", 2, 4, 11, 13, 5, 1, 0, 6, false},
-        ConvCase{"stride3_padding2", 2, 6, 10, 10, 3, 3, 2, 5, false},
-        ConvCase{"resnet_3x3_64", 2, 64, 8, 8, 3, 1, 1, 64, false}),
-    [](const ::testing::TestParamInfo<ConvCase>& info) {
-      return std::string(info.param.name);
+    ::testing::Combine(
+        ::testing::Values(
+            ConvCase{"odd_stride2_nhwc", 3, 5, 9, 7, 3, 2, 1, 4, false},
+            ConvCase{"odd_stride2_nchw", 3, 5, 9, 7, 3, 2, 1, 4, true},
+            ConvCase{"batch1_1x1_downsample", 1, 8, 8, 8, 1, 2, 0, 16, false},
+            ConvCase{"stem_7x7_nchw", 2, 3, 19, 17, 7, 2, 3, 8, true},
+            ConvCase{"cnn_5x5_no_padding", 2, 4, 11, 13, 5, 1, 0, 6, false},
+            ConvCase{"stride3_padding2", 2, 6, 10, 10, 3, 3, 2, 5, false},
+            ConvCase{"resnet_3x3_64", 2, 64, 8, 8, 3, 1, 1, 64, false}),
+        ::testing::Bool()),
+    [](const ::testing::TestParamInfo<std::tuple<ConvCase, bool> >& info) {
+      return std::string(std::get<0>(info.param).name) +
+             (std::get<1>(info.param) ? "_graph" : "_legacy");
     });
 
 // Errors of a convolution name the shape: a geometry whose output size is not

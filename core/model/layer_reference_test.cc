@@ -112,7 +112,9 @@ class LayerReferenceTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     DeviceOptions options;
-    options.type = GetParam() == "cuda" ? DeviceType::kCuda : DeviceType::kCpu;
+    // "cuda_graph": CUDA with the graph API's convolution engines tried too.
+    options.type = GetParam() == "cpu" ? DeviceType::kCpu : DeviceType::kCuda;
+    options.cudnn_graph = GetParam() == "cuda_graph";
     absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(options);
     if (!device.ok() && options.type == DeviceType::kCuda &&
         (absl::IsUnimplemented(device.status()) ||
@@ -603,7 +605,7 @@ TEST_P(LayerReferenceTest, SoftmaxCrossEntropyAtResNet18Shape) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, LayerReferenceTest,
-                         ::testing::Values("cpu", "cuda"),
+                         ::testing::Values("cpu", "cuda", "cuda_graph"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
