@@ -30,6 +30,9 @@
 #                   GPU's clock: the share of convolutions, batch norm and
 #                   element-wise kernels here, every operation in
 #                   layers_P.json and the tables in layers_P.log
+#   layers_P_graph  the same with --cudnn_graph: cuDNN's graph-API engines
+#                   timed beside the legacy algorithms, and how many of the
+#                   convolutions' directions they won
 #   torch_layers_P  bench/pytorch_layer_profile.py: PyTorch's ResNet-18 step
 #                   (the speed rows' settings) by the same categories, from
 #                   torch.profiler (SKIP where the node's python has no torch)
@@ -385,21 +388,31 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
   }
   # Where ResNet-18's step goes on this GPU, operation by operation (issue
   # 39's "find where the time goes first"): batch 128, fp32 and bf16;
-  # gradsync's (bench/layer_profile), then PyTorch's by the same categories
+  # gradsync's (bench/layer_profile), then with --cudnn_graph (cuDNN's
+  # graph-API engines tried beside the legacy algorithms: its rows say
+  # whether they beat them), then PyTorch's by the same categories
   # (bench/pytorch_layer_profile.py, torch.profiler).
-  for precision in fp32 bf16; do
-    name=layers_$precision
+  for name in layers_fp32 layers_bf16 layers_fp32_graph layers_bf16_graph; do
+    precision=${name#layers_}
+    precision=${precision%_graph}
+    graph=()
+    [[ "$name" == *_graph ]] && graph=(--cudnn_graph)
     budget_left "$name" || continue
     run "$name" 60 "$(program layer_profile)" --device=cuda --model=resnet18 \
       --batch=128 "--precision=$precision" --warmup=3 --steps=5 --top=40 \
-      "--out=$logs/$name.json"
+      "${graph[@]}" "--out=$logs/$name.json"
     if ((dry)); then
       record SKIP "$name" "dry run"
     elif ((rc != 0)); then
       record FAIL "$name" "$(why_failed 60 "$name")"
     else
       record PASS "$name" "unmarked step $(awk '/^unmarked step:/ { print $3 }' \
-        "$logs/$name.log") ms; profiled $(shares "$logs/$name.log")"
+        "$logs/$name.log") ms; profiled $(shares "$logs/$name.log")$(
+        [[ "$name" == *_graph ]] &&
+          printf '; %s of %s directions on graph engines' \
+            "$(grep -o 'graph engine' "$logs/$name.log" | wc -l)" \
+            "$(grep -cE '^  [0-9]+x[0-9]+/[0-9]+ ' "$logs/$name.log" |
+               awk '{ print 3 * $1 }')")"
     fi
   done
   torch_profile="$here/../bench/pytorch_layer_profile.py"

@@ -25,6 +25,7 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 CHECKS = (["versions", "parity_layers", "parity_cudnn", "parity_bf16",
            "comm_local",
            "comm_ring2", "comm_ps2_1", "layers_fp32", "layers_bf16",
+           "layers_fp32_graph", "layers_bf16_graph",
            "torch_layers_fp32", "torch_layers_bf16", "hook"] +
           ["speed/%s/%d/%s" % (m, b, p)
            for m in MODELS for b in BATCHES for p in PRECISIONS])
@@ -76,9 +77,12 @@ class QuickDryRunTest(unittest.TestCase):
             stdout = run_quick(out).stdout
         commands = [line for line in stdout.splitlines()
                     if line.startswith(("== ", "would run"))]
-        # 3 parity, 3 comm jobs, 2 + 2 layer profiles, the speed script; 9
-        # PyTorch children (model x precision) and 27 gradsync runs inside it.
-        self.assertEqual(len(commands), 3 + 3 + 4 + 1 + 9 + 27)
+        # 3 parity, 3 comm jobs, 4 + 2 layer profiles (gradsync's with and
+        # without --cudnn_graph, PyTorch's), the speed script; 9 PyTorch
+        # children (model x precision) and 27 gradsync runs inside it.
+        self.assertEqual(len(commands), 3 + 3 + 6 + 1 + 9 + 27)
+        graph_profiles = [line for line in commands if "--cudnn_graph" in line]
+        self.assertEqual(len(graph_profiles), 2)
         for line in commands:
             self.assertRegex(line, r"\(timeout [0-9]+ s\)")
         gradsync_runs = [line for line in commands

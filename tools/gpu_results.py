@@ -28,7 +28,7 @@ import sys
 ROW = re.compile(r"^(PASS|FAIL|SKIP)  (\S+) +(.*)$")
 SPEED = re.compile(r"gradsync ([\d.]+) ms \(compute ([\d.]+)\); pytorch ([\d.]+) ms; "
                    r"([\d.]+)x PyTorch's speed")
-HEADING = re.compile(r"--precision=(\w+), batch (\d+)")
+HEADING = re.compile(r"--precision=(\w+)((?: \([^)]*\))*), batch (\d+)")
 FIRST_NUMBER = re.compile(r"([\d.]+) ms")
 
 
@@ -94,7 +94,11 @@ def layer_profile(path):
                 groups["elementwise_ms"] += ms
             else:
                 groups["other_ms"] += ms
-    row = {"source": source, "precision": heading.group(1), "batch": int(heading.group(2))}
+    # What ran differently from the default, as the heading says it:
+    # "--cudnn_graph", "--bf16_operands=false".
+    variant = " ".join(re.findall(r"\(([^)]*)\)", heading.group(2)))
+    row = {"source": source, "precision": heading.group(1), "variant": variant,
+           "batch": int(heading.group(3))}
     row["device_ms"] = round(sum(groups.values()), 3)
     row.update({k: round(v, 3) for k, v in groups.items()})
     # gradsync's "unmarked step" (the device's clock around a step without

@@ -35,6 +35,13 @@ optimizer                                                       1      0.059    
 operation (kind and shape)                                  calls    ms/step   share
 conv forward 3x3/1 64->64 at 32x32                              4      0.500    9.0%
 """
+GRAPH_LAYERS = """resnet18-3x32x32-10 on cuda:0, --precision=fp32 (--cudnn_graph), batch 128; last loss 2
+unmarked step: 14.000 ms (median of 5; the device's clock at its start and end)
+
+category                                                    calls    ms/step   share
+conv forward                                                   20      10.000   70.0%
+batch norm forward                                             20      4.000   30.0%
+"""
 TORCH_LAYERS = """UserWarning: Profiler clears events at the end of each cycle.
 resnet18 in torch 2.11.0+cu130 on cuda, --precision=fp32, batch 256; last loss 0.2
 15.630 ms of device time a step (self time of every operator)
@@ -59,7 +66,8 @@ class GpuResultsTest(unittest.TestCase):
         logs = os.path.join(root, "logs")
         os.makedirs(logs)
         for name, text in (("report.txt", REPORT), ("layers_bf16.log", GRADSYNC_LAYERS),
-                           ("torch_layers_fp32.log", TORCH_LAYERS)):
+                           ("torch_layers_fp32.log", TORCH_LAYERS),
+                           ("layers_fp32_graph.log", GRAPH_LAYERS)):
             with open(os.path.join(logs, name), "w") as f:
                 f.write(text)
         out = os.path.join(root, "data")
@@ -84,7 +92,10 @@ class GpuResultsTest(unittest.TestCase):
         self.assertEqual(float(speed[1]["speed"]), 5.53)
 
         with open(os.path.join(out, "layers.csv")) as f:
-            layers = {row["source"]: row for row in csv.DictReader(f)}
+            layers = {row["source"] + row["variant"]: row for row in csv.DictReader(f)}
+        graph = layers["gradsync--cudnn_graph"]
+        self.assertEqual((graph["precision"], graph["batch"]), ("fp32", "128"))
+        self.assertAlmostEqual(float(graph["conv_ms"]), 10.0)
         ours = layers["gradsync"]
         self.assertEqual((ours["precision"], ours["batch"]), ("bf16", "128"))
         # The category table only, not the operations after it.

@@ -781,8 +781,9 @@ def gpu_layers_table(points):
              "other | unmarked step ms |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for p in points:
+        whose = p["source"] + (f" (`{p['variant']}`)" if p.get("variant") else "")
         lines.append(
-            f"| {p['source']} | {p['precision']} | {p['batch']:.0f} | {p['device_ms']:.2f} | "
+            f"| {whose} | {p['precision']} | {p['batch']:.0f} | {p['device_ms']:.2f} | "
             f"{p['conv_ms']:.2f} | {p['batch_norm_ms']:.2f} | {p['elementwise_ms']:.2f} | "
             f"{p['other_ms']:.2f} | {number(p.get('unmarked_step_ms'), '{:.2f}')} |")
     return "\n".join(lines)
