@@ -46,12 +46,15 @@ BAZEL_BIN=$(bazel info --color=no --curses=no bazel-bin 2>/dev/null)
 export CLANG BAZEL_BIN
 check_one() {  # file.cc: prints "ok", "skipped" or "FAIL" and the findings
   local file=$1 extra=() start=$SECONDS out
-  # The CUDA backend, and the CUDA branches of files that have one (their
-  # locks are there), are parsed as a --config=cuda build compiles them.
-  if [[ "$file" == */cuda_* ]] || grep -q GRADSYNC_CUDA "$file"; then
+  # The CUDA backend (cuda_*, and cudnn_* beside it), and the CUDA branches
+  # of files that have one (their locks are there), are parsed as a
+  # --config=cuda build compiles them.
+  local cuda_only=0
+  [[ "$file" == */cuda_* || "$file" == */cudnn_* ]] && cuda_only=1
+  if ((cuda_only)) || grep -q GRADSYNC_CUDA "$file"; then
     if [[ -d /usr/local/cuda/include ]]; then
       extra=(-isystem /usr/local/cuda/include -DGRADSYNC_CUDA=1)
-    elif [[ "$file" == */cuda_* ]]; then
+    elif ((cuda_only)); then
       echo "skipped $file (no /usr/local/cuda/include)"
       return 0
     fi

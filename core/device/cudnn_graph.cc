@@ -59,6 +59,50 @@ absl::StatusOr<BackendDescriptor> Tensor(int64_t id, cudnnDataType_t type,
   return tensor;
 }
 
+// One direction's operation descriptor and the names of its attributes:
+// x, w and y are the tensors with unique ids 'x', 'w' and 'y' (the input or
+// its gradient, the filter or its gradient, the output or its gradient).
+struct OperationAttributes {
+  cudnnBackendDescriptorType_t kind;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+};
+
+const OperationAttributes& AttributesOf(GraphDirection direction) {
+  static const OperationAttributes kForward{
+      CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA};
+  static const OperationAttributes kBackwardData{
+      CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA};
+  static const OperationAttributes kBackwardFilter{
+      CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+  switch (direction) {
+    case GraphDirection::kForward:
+      return kForward;
+    case GraphDirection::kBackwardData:
+      return kBackwardData;
+    case GraphDirection::kBackwardFilter:
+      break;
+  }
+  return kBackwardFilter;
+}
+
 bool Has(const std::vector<cudnnBackendNumericalNote_t>& notes,
          cudnnBackendNumericalNote_t note) {
   return std::find(notes.begin(), notes.end(), note) != notes.end();
@@ -150,38 +194,12 @@ absl::Status CudnnGraphConvolution::Build(const CudnnConvolutionPlan& plan,
   }
 
   // The operation: which tensor plays which part in this direction.
-  cudnnBackendDescriptorType_t kind{};
-  cudnnBackendAttributeName_t x_name{}, w_name{}, y_name{}, conv_name{},
-      alpha_name{}, beta_name{};
-  switch (direction) {
-    case GraphDirection::kForward:
-      kind = CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR;
-      x_name = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X;
-      w_name = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W;
-      y_name = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y;
-      conv_name = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC;
-      alpha_name = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA;
-      beta_name = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA;
-      break;
-    case GraphDirection::kBackwardData:
-      kind = CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR;
-      x_name = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX;
-      w_name = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W;
-      y_name = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY;
-      conv_name = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC;
-      alpha_name = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA;
-      beta_name = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA;
-      break;
-    case GraphDirection::kBackwardFilter:
-      kind = CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR;
-      x_name = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X;
-      w_name = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW;
-      y_name = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY;
-      conv_name = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC;
-      alpha_name = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA;
-      beta_name = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA;
-      break;
-  }
+  const OperationAttributes& names = AttributesOf(direction);
+  const cudnnBackendDescriptorType_t kind = names.kind;
+  const cudnnBackendAttributeName_t x_name = names.x, w_name = names.w,
+                                    y_name = names.y, conv_name = names.conv,
+                                    alpha_name = names.alpha,
+                                    beta_name = names.beta;
   ASSIGN_OR_RETURN(operation_, BackendDescriptor::Create(kind, where_));
   {
     cudnnBackendDescriptor_t d = operation_.get();
