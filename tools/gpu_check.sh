@@ -580,7 +580,7 @@ check_gtest() {
 
 check_gtest unit 900 cuda_device_test
 check_gtest nccl_1gpu 600 nccl_test
-# The cuDNN convolutions first: they are the newest code never run on a GPU.
+# The cuDNN convolutions first: the code most likely to differ on a new GPU.
 cudnn_cases='*Cudnn*:*ConvolutionalModelParity*'
 check_gtest cudnn 900 device_parity_test "--gtest_filter=$cudnn_cases"
 check_gtest parity 900 device_parity_test "--gtest_filter=-$cudnn_cases"

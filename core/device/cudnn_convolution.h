@@ -38,8 +38,9 @@
 // while running is kept by the device (CudaDevice::Record) and returned by its
 // next Synchronize or copy, as for every other kernel.
 //
-// Never run on a GPU in this project: tools/gpu_check.sh's unit and parity
-// checks are its first test.
+// Ran on one H200 (docs/results/gpu.md): tools/gpu_check.sh's parity checks
+// against float64 are its test on a GPU; the graph-API path (cudnn_graph.h)
+// has not run on one.
 #pragma once
 
 #include <cuda_runtime.h>

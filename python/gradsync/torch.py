@@ -253,7 +253,7 @@ def comm_hook(state, bucket):
         state._clock.backward_ended(buffer.device)
     # A GPU bucket goes through pinned host memory, a bfloat16 or float16 one
     # through a float32 copy, summed in float32 (host_staging.py; the GPU
-    # path has never run on a GPU yet).
+    # path ran on one H200 with float32 buckets).
     host = (state._staging.to_host(bucket.index(), buffer)
             if host_staging.needs_staging(buffer) else buffer)
     # A future holding a CUDA tensor must name its device, so that whoever
