@@ -437,8 +437,7 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnConvolution::SearchGraph(
     GS_LOG(WARNING) << graph.status() << "; the legacy algorithm runs";
     return legacy;
   }
-  ASSIGN_OR_RETURN(const size_t workspace,
-                   (*graph)->SearchWorkspaceBytes(policy));
+  const size_t workspace = (*graph)->Prepare(policy);
   RETURN_IF_ERROR(context_.Reserve(CudnnContext::kWorkspace, workspace));
   RETURN_IF_ERROR(ReserveSearchBuffers());
   // The search tensors in the direction's parts: x (or dx), w (or dw), y
@@ -448,10 +447,11 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnConvolution::SearchGraph(
   void* w = context_.scratch(direction == Direction::kWeightGradient
                                  ? CudnnContext::kWeightGrad
                                  : CudnnContext::kWeights);
-  absl::StatusOr<ConvolutionAlgorithmResult> fastest =
-      (*graph)->Search(policy, context_.device().stream(), x, w, y,
-                       context_.scratch(CudnnContext::kWorkspace),
-                       context_.scratch_bytes(CudnnContext::kWorkspace));
+  absl::StatusOr<ConvolutionAlgorithmResult> fastest = (*graph)->Search(
+      context_.device().stream(), x, w, y,
+      context_.scratch(CudnnContext::kWorkspace),
+      std::min(context_.scratch_bytes(CudnnContext::kWorkspace),
+               policy.workspace_limit));
   if (!fastest.ok()) {
     if (!absl::IsNotFound(fastest.status())) return fastest.status();
     GS_LOG(INFO) << fastest.status().message() << "; the legacy algorithm runs";

@@ -357,9 +357,10 @@ absl::StatusOr<BackendDescriptor> CudnnGraphConvolution::PlanOf(
   return plan;
 }
 
-absl::Status CudnnGraphConvolution::MakeCandidates(
+size_t CudnnGraphConvolution::Prepare(
     const ConvolutionAlgorithmPolicy& policy) {
-  if (have_candidates_) return absl::OkStatus();
+  candidates_.clear();
+  size_t most = 0;
   for (int i = 0; i < configs(); ++i) {
     Candidate candidate;
     candidate.config = i;
@@ -369,18 +370,8 @@ absl::Status CudnnGraphConvolution::MakeCandidates(
     absl::StatusOr<BackendDescriptor> plan = PlanOf(i, &candidate.workspace);
     if (!plan.ok() || candidate.workspace > policy.workspace_limit) continue;
     candidate.plan = std::move(*plan);
-    candidates_.push_back(std::move(candidate));
-  }
-  have_candidates_ = true;
-  return absl::OkStatus();
-}
-
-absl::StatusOr<size_t> CudnnGraphConvolution::SearchWorkspaceBytes(
-    const ConvolutionAlgorithmPolicy& policy) {
-  RETURN_IF_ERROR(MakeCandidates(policy));
-  size_t most = 0;
-  for (const Candidate& candidate : candidates_) {
     most = std::max(most, candidate.workspace);
+    candidates_.push_back(std::move(candidate));
   }
   return most;
 }
@@ -421,8 +412,8 @@ absl::Status CudnnGraphConvolution::Run(const BackendDescriptor& plan,
 }
 
 absl::StatusOr<ConvolutionAlgorithmResult> CudnnGraphConvolution::Search(
-    const ConvolutionAlgorithmPolicy& policy, cudaStream_t stream, void* x,
-    void* w, void* y, void* workspace, size_t workspace_bytes) {
+    cudaStream_t stream, void* x, void* w, void* y, void* workspace,
+    size_t workspace_bytes) {
   cudaEvent_t start = nullptr, stop = nullptr;
   RETURN_IF_ERROR(
       CudaCallStatus(cudaEventCreate(&start), "cudaEventCreate", where_));
@@ -432,12 +423,10 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnGraphConvolution::Search(
     cudaEventDestroy(start);
     return created;
   }
-  const absl::Status made = MakeCandidates(policy);
-  ConvolutionAlgorithmResult best;
   Candidate* fastest = nullptr;
-  const size_t limit = std::min(workspace_bytes, policy.workspace_limit);
+  float fastest_ms = 0;
   for (Candidate& candidate : candidates_) {
-    if (!made.ok() || candidate.workspace > limit) continue;
+    if (candidate.workspace > workspace_bytes) continue;
     // A configuration that fails to run is skipped like one that cannot
     // make a plan: the others, or the legacy algorithms, remain.
     if (!Run(candidate.plan, x, w, y, workspace).ok()) continue;
@@ -455,30 +444,30 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnGraphConvolution::Search(
       continue;
     }
     std::sort(times.begin(), times.end());
-    if (fastest == nullptr || times[1] < best.time_ms) {
-      best.supported = true;
-      best.time_ms = times[1];
-      best.workspace_bytes = candidate.workspace;
-      best.deterministic = !candidate.notes.nondeterministic;
-      best.tensor_core_math = candidate.notes.tensor_core;
-      best.graph_config = candidate.config;
-      best.graph_engine = static_cast<int>(candidate.engine);
+    if (fastest == nullptr || times[1] < fastest_ms) {
       fastest = &candidate;
+      fastest_ms = times[1];
     }
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  RETURN_IF_ERROR(made);
   if (fastest == nullptr) {
     return absl::NotFoundError(absl::StrCat(
         where_, ": of cuDNN's ", configs(), " graph-API configurations, ",
-        candidates_.size(), " qualified and none ran within ", limit,
+        candidates_.size(), " qualified and none ran within ", workspace_bytes,
         " bytes of workspace"));
   }
+  ConvolutionAlgorithmResult result;
+  result.supported = true;
+  result.time_ms = fastest_ms;
+  result.workspace_bytes = fastest->workspace;
+  result.deterministic = !fastest->notes.nondeterministic;
+  result.tensor_core_math = fastest->notes.tensor_core;
+  result.graph_config = fastest->config;
+  result.graph_engine = static_cast<int>(fastest->engine);
   chosen_ = std::move(fastest->plan);
   candidates_.clear();  // the other plans are not needed again
-  workspace_bytes_ = best.workspace_bytes;
-  return best;
+  return result;
 }
 
 absl::Status CudnnGraphConvolution::Use(int config, int engine) {
@@ -491,7 +480,6 @@ absl::Status CudnnGraphConvolution::Use(int config, int engine) {
   }
   size_t bytes = 0;
   ASSIGN_OR_RETURN(chosen_, PlanOf(config, &bytes));
-  workspace_bytes_ = bytes;
   return absl::OkStatus();
 }
 

@@ -68,19 +68,21 @@ class CudnnGraphConvolution {
 
   // How many configurations the heuristics listed.
   int configs() const { return static_cast<int>(configs_.size()); }
-  // The largest workspace among the configurations `policy` takes that make
-  // a plan within its limit (0 when none does): what Search needs.
-  absl::StatusOr<size_t> SearchWorkspaceBytes(
-      const ConvolutionAlgorithmPolicy& policy);
-  // Times every configuration `policy` takes (a warm-up run, then the median
-  // of three, on `stream` with CUDA events) on x, w and y (device buffers
-  // of the plan's sizes; what they hold is overwritten) with `workspace`,
-  // and keeps the fastest's plan for Execute. The result carries its time,
-  // workspace, position (graph_config) and engine (graph_engine);
-  // NotFound when no configuration qualified or ran.
-  absl::StatusOr<ConvolutionAlgorithmResult> Search(
-      const ConvolutionAlgorithmPolicy& policy, cudaStream_t stream, void* x,
-      void* w, void* y, void* workspace, size_t workspace_bytes);
+  // Makes the execution plans of the configurations `policy` takes
+  // (GraphEngineRefusal) within its workspace limit, the candidates Search
+  // times; returns the largest workspace among them (0 when there are
+  // none), what Search needs.
+  size_t Prepare(const ConvolutionAlgorithmPolicy& policy);
+  // Times every candidate of Prepare whose workspace fits `workspace_bytes`
+  // (a warm-up run, then the median of three, on `stream` with CUDA events)
+  // on x, w and y (device buffers of the plan's sizes; what they hold is
+  // overwritten) with `workspace`, and keeps the fastest's plan for Execute.
+  // The result carries its time, workspace, position (graph_config) and
+  // engine (graph_engine); NotFound when no candidate ran.
+  absl::StatusOr<ConvolutionAlgorithmResult> Search(cudaStream_t stream,
+                                                    void* x, void* w, void* y,
+                                                    void* workspace,
+                                                    size_t workspace_bytes);
   // Makes the plan of configuration `config` (a Search's graph_config, from
   // another device of the same GPU); an error when the heuristics no longer
   // list engine `engine` there.
@@ -88,7 +90,6 @@ class CudnnGraphConvolution {
   // Runs the chosen plan (Search or Use) on `handle`'s stream.
   absl::Status Execute(const void* x, const void* w, const void* y,
                        void* workspace);
-  size_t workspace_bytes() const { return workspace_bytes_; }
 
  private:
   CudnnGraphConvolution(cudnnHandle_t handle, std::string where)
@@ -101,8 +102,7 @@ class CudnnGraphConvolution {
   // An execution plan of configuration i and its workspace; a status that
   // is not OK where cuDNN cannot make one (the configuration is skipped).
   absl::StatusOr<BackendDescriptor> PlanOf(int i, size_t* workspace);
-  // The configurations `policy` takes, each with its plan (made once for
-  // SearchWorkspaceBytes and Search both).
+  // A configuration Prepare took, with its plan.
   struct Candidate {
     int config = -1;
     int64_t engine = -1;
@@ -110,7 +110,6 @@ class CudnnGraphConvolution {
     BackendDescriptor plan;
     size_t workspace = 0;
   };
-  absl::Status MakeCandidates(const ConvolutionAlgorithmPolicy& policy);
   // A variant pack binding x, w, y and the workspace.
   absl::StatusOr<BackendDescriptor> Pack(const void* x, const void* w,
                                          const void* y, void* workspace);
@@ -124,10 +123,8 @@ class CudnnGraphConvolution {
   BackendDescriptor operation_;
   BackendDescriptor graph_;
   std::vector<BackendDescriptor> configs_;
-  std::vector<Candidate> candidates_;
-  bool have_candidates_ = false;
-  BackendDescriptor chosen_;  // the execution plan Execute runs
-  size_t workspace_bytes_ = 0;
+  std::vector<Candidate> candidates_;  // Prepare's
+  BackendDescriptor chosen_;           // the execution plan Execute runs
   // Execute's last pack and what it binds: a layer's buffers are the same
   // every step, so the pack is made once, not at every call.
   BackendDescriptor pack_;
