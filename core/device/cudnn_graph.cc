@@ -16,6 +16,11 @@ namespace {
 constexpr int64_t kX = 'x', kW = 'w', kY = 'y';
 // The most configurations one heuristics query returns, and is asked for.
 constexpr int64_t kMostConfigs = 64;
+// The most candidates Search times per direction: the first that qualify,
+// in the heuristics' order. PyTorch's benchmark mode stops at as many
+// (torch.backends.cudnn.benchmark_limit's default); each one costs an
+// execution plan and four runs at set-up, per shape and direction.
+constexpr size_t kMostCandidates = 10;
 
 // Sets one attribute of `count` values of `type`.
 template <typename T>
@@ -361,7 +366,7 @@ size_t CudnnGraphConvolution::Prepare(
     const ConvolutionAlgorithmPolicy& policy) {
   candidates_.clear();
   size_t most = 0;
-  for (int i = 0; i < configs(); ++i) {
+  for (int i = 0; i < configs() && candidates_.size() < kMostCandidates; ++i) {
     Candidate candidate;
     candidate.config = i;
     absl::StatusOr<GraphEngineNotes> notes = NotesOf(i, &candidate.engine);

@@ -68,10 +68,10 @@ class CudnnGraphConvolution {
 
   // How many configurations the heuristics listed.
   int configs() const { return static_cast<int>(configs_.size()); }
-  // Makes the execution plans of the configurations `policy` takes
-  // (GraphEngineRefusal) within its workspace limit, the candidates Search
-  // times; returns the largest workspace among them (0 when there are
-  // none), what Search needs.
+  // Makes the execution plans of the first configurations (at most ten,
+  // in the heuristics' order) `policy` takes (GraphEngineRefusal) within
+  // its workspace limit, the candidates Search times; returns the largest
+  // workspace among them (0 when there are none), what Search needs.
   size_t Prepare(const ConvolutionAlgorithmPolicy& policy);
   // Times every candidate of Prepare whose workspace fits `workspace_bytes`
   // (a warm-up run, then the median of three, on `stream` with CUDA events)
