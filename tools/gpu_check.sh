@@ -44,6 +44,10 @@
 #                   bf16, each gradsync row run with --precision=P, a refusal
 #                   a FAIL; ResNet-18 at 128 and 256 under issue 39's bar is
 #                   a FAIL)
+#   speed/resnet18/B/P/cudnn_graph
+#                   the same point with --cudnn_graph (B 128 and 256), run
+#                   right after the default one: whether the graph-API
+#                   engines meet the bar, not judged (the default is)
 # and prints one table of every check. Each command runs under a timeout cut
 # to what is left of the 8 minutes; a check the budget cannot reach is a
 # SKIP saying so. Sanitizers and benchmarks are in the full check only.
@@ -470,7 +474,8 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
     fi
   fi
 
-  # gradsync against PyTorch: one row per (model, batch, precision).
+  # gradsync against PyTorch: one row per (model, batch, precision), and
+  # ResNet-18's points at the bar's batches again with --cudnn_graph.
   compare="$here/../bench/compute_vs_pytorch.py"
   if ! command -v "$python" > /dev/null; then
     record SKIP speed "no $python on PATH (set PYTHON=)"
@@ -486,7 +491,8 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
     timeout --kill-after=10 "$speed_s" "$python" "$compare" --device=cuda \
       "--gradsync=$gradsync" --models=resnet18,cnn,mlp --batches=32,128,256 \
       --precisions=fp32,tf32,bf16 --steps=20 --warmup=10 --timeout_s=60 \
-      "--work_dir=$logs/speed" "--rows=$logs/speed.tsv" "${dry_flag[@]}" \
+      --variants=cudnn_graph --variant_models=resnet18 \
+      --variant_batches=128,256 "--work_dir=$logs/speed" "--rows=$logs/speed.tsv" "${dry_flag[@]}" \
       > "$logs/speed.log" 2>&1
     rc=$?
     ((dry)) && cat "$logs/speed.log"

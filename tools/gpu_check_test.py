@@ -28,7 +28,10 @@ CHECKS = (["versions", "parity_layers", "parity_cudnn", "parity_bf16",
            "layers_fp32_graph", "layers_bf16_graph",
            "torch_layers_fp32", "torch_layers_bf16", "hook"] +
           ["speed/%s/%d/%s" % (m, b, p)
-           for m in MODELS for b in BATCHES for p in PRECISIONS])
+           for m in MODELS for b in BATCHES for p in PRECISIONS] +
+          # ResNet-18 at the bar's batches again with --cudnn_graph.
+          ["speed/resnet18/%d/%s/cudnn_graph" % (b, p)
+           for b in (128, 256) for p in PRECISIONS])
 ROW = re.compile(r"^(PASS|FAIL|SKIP)\s+(\S+)\s+(.*)$")
 
 
@@ -79,15 +82,25 @@ class QuickDryRunTest(unittest.TestCase):
                     if line.startswith(("== ", "would run"))]
         # 3 parity, 3 comm jobs, 4 + 2 layer profiles (gradsync's with and
         # without --cudnn_graph, PyTorch's), the speed script; 9 PyTorch
-        # children (model x precision) and 27 gradsync runs inside it.
-        self.assertEqual(len(commands), 3 + 3 + 6 + 1 + 9 + 27)
-        graph_profiles = [line for line in commands if "--cudnn_graph" in line]
-        self.assertEqual(len(graph_profiles), 2)
+        # children (model x precision) and 27 + 6 gradsync runs inside it
+        # (ResNet-18 at batch 128 and 256 again with --cudnn_graph).
+        self.assertEqual(len(commands), 3 + 3 + 6 + 1 + 9 + 27 + 6)
+        graph_runs = [line for line in commands if "--cudnn_graph" in line]
+        self.assertEqual(len(graph_runs), 2 + 6)
         for line in commands:
             self.assertRegex(line, r"\(timeout [0-9]+ s\)")
         gradsync_runs = [line for line in commands
                          if " train --device=cuda --sync=local" in line]
-        self.assertEqual(len(gradsync_runs), 27)
+        self.assertEqual(len(gradsync_runs), 27 + 6)
+        # Each variant right after the default point it varies.
+        # Each variant right after the default point it varies: the same
+        # command, its own metrics folder, the flag set.
+        for i, line in enumerate(gradsync_runs):
+            if "--cudnn_graph" in line:
+                self.assertTrue(line.endswith(" --cudnn_graph"), line)
+                self.assertEqual(
+                    line[:-len(" --cudnn_graph")].replace("-cudnn_graph", ""),
+                    gradsync_runs[i - 1])
         for line in gradsync_runs:
             self.assertIn("--data=synthetic", line)
             self.assertRegex(line, r"--precision=(fp32|tf32|bf16) ")
@@ -128,10 +141,12 @@ case "$1" in
 esac
 dir=""
 precision=fp32
+step_ms=10.0
 for arg in "$@"; do
   case "$arg" in
     --metrics_dir=*|--run_dir=*) dir="${arg#*=}" ;;
     --precision=*) precision="${arg#*=}" ;;
+    --cudnn_graph) step_ms=8.0 ;;
   esac
 done
 if [[ "$precision" == bf16 && -n "${FAKE_REFUSE_BF16:-}" ]]; then
@@ -142,7 +157,7 @@ mkdir -p "$dir"
 if [[ "$1" == launch ]]; then
   echo '{"step_ms": 20.0, "compute_ms": 10.0, "sync_wait_ms": 10.0, "ranks": [{"step_ms": 1}]}' > "$dir/summary.json"
 else
-  echo "{\"step_ms\": 10.0, \"compute_ms\": 9.5, \"sync_wait_ms\": ${FAKE_EXPOSED_MS:-0.1}}" > "$dir/summary.json"
+  echo "{\"step_ms\": $step_ms, \"compute_ms\": 9.5, \"sync_wait_ms\": ${FAKE_EXPOSED_MS:-0.1}}" > "$dir/summary.json"
 fi
 """
 FAKE_GTEST = r"""#!/bin/bash
@@ -268,6 +283,11 @@ class QuickFakeBundleTest(unittest.TestCase):
                 self.assertEqual(status, "PASS")
                 self.assertIn("gradsync 10.00 ms (compute 9.50)", detail)
         self.assertEqual(rows["parity_bf16"][0], "PASS")
+        # The variant's rows come from runs with the flag set.
+        for batch in (128, 256):
+            status, detail = rows["speed/resnet18/%d/tf32/cudnn_graph" % batch]
+            self.assertEqual(status, "PASS")
+            self.assertIn("gradsync 8.00 ms (compute 9.50)", detail)
 
     def test_a_binary_that_refuses_bf16_fails_its_rows(self):
         result, rows = self.run_bundle({"FAKE_REFUSE_BF16": "1"})
@@ -297,6 +317,16 @@ class GpuPointTest(unittest.TestCase):
         self.assertEqual(judge("cnn", 256, "fp32", 30.0, 1.0)[0], "PASS")
         self.assertEqual(judge("resnet18", 256, "fp32", 30.0, None)[0],
                          "PASS")
+
+    def test_a_variant_under_the_bar_says_so_and_fails_nothing(self):
+        status, note = compute_vs_pytorch.judge_gpu_point(
+            "resnet18", 128, "fp32", 30.0, 16.5, "cudnn_graph")
+        self.assertEqual(status, "PASS")
+        self.assertIn("under the bar of 1.0x", note)
+        self.assertIn("--cudnn_graph is not the default", note)
+        self.assertEqual(compute_vs_pytorch.judge_gpu_point(
+            "resnet18", 128, "fp32", 15.0, 16.5, "cudnn_graph"),
+            ("PASS", "bar 1.0x met"))
 
     def test_refused_precision_is_recognised(self):
         # The wording of core/device/device.cc's refusal.

@@ -9,7 +9,8 @@ DIR is the quick check's --out folder (its report.txt, speed.tsv and the
 layer profiles' logs). What it writes, for tools/render_results.py:
 
   checks.csv   every row of the report's table: status, check, detail
-  speed.csv    the speed rows parsed: model, batch, precision, gradsync's
+  speed.csv    the speed rows parsed: model, batch, precision, the variant
+               (the flag a variant's row set, "" for the defaults), gradsync's
                step and compute ms, PyTorch's step ms, the ratio, the status
   layers.csv   one row per layer profile (gradsync's bench/layer_profile,
                PyTorch's bench/pytorch_layer_profile.py): the step's device
@@ -50,12 +51,15 @@ def speed_points(rows):
     for row in rows:
         if not row["check"].startswith("speed/"):
             continue
+        # speed/MODEL/BATCH/PRECISION, and /FLAG for a variant's point
+        # (the run with --FLAG set).
         parts = row["check"].split("/")
         match = SPEED.search(row["detail"])
-        if len(parts) != 4 or not match:
+        if len(parts) not in (4, 5) or not match:
             continue
         points.append({"status": row["status"], "model": parts[1], "batch": int(parts[2]),
                        "precision": parts[3],
+                       "variant": "--" + parts[4] if len(parts) == 5 else "",
                        "gradsync_step_ms": float(match.group(1)),
                        "gradsync_compute_ms": float(match.group(2)),
                        "pytorch_step_ms": float(match.group(3)),

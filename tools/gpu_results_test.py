@@ -20,6 +20,7 @@ PASS  versions                 doctor: nothing missing, 1 GPU(s)
 FAIL  parity_bf16              bf16_precision_test: 10 cases, 2 failed; exit 1 (log: /tmp/q/parity_bf16.log)
 FAIL  speed/resnet18/128/fp32  gradsync 22.30 ms (compute 21.68); pytorch 16.28 ms; 0.73x PyTorch's speed (under the bar of 1.0x)
 PASS  speed/mlp/32/bf16        gradsync 0.27 ms (compute 0.21); pytorch 1.48 ms; 5.53x PyTorch's speed
+PASS  speed/resnet18/128/fp32/cudnn_graph gradsync 15.00 ms (compute 14.50); pytorch 16.28 ms; 1.09x PyTorch's speed (bar 1.0x met)
 """
 GRADSYNC_LAYERS = """resnet18-3x32x32-10 on cuda:0, --precision=bf16, batch 128; last loss 0.49
 unmarked step: 4.458 ms (median of 5; the device's clock at its start and end)
@@ -78,15 +79,20 @@ class GpuResultsTest(unittest.TestCase):
             checks = list(csv.DictReader(f))
         self.assertEqual([c["check"] for c in checks],
                          ["versions", "parity_bf16", "speed/resnet18/128/fp32",
-                          "speed/mlp/32/bf16"])
+                          "speed/mlp/32/bf16", "speed/resnet18/128/fp32/cudnn_graph"])
         self.assertEqual(checks[1]["status"], "FAIL")
         self.assertNotIn("/tmp/", checks[1]["detail"])
 
         with open(os.path.join(out, "speed.csv")) as f:
             speed = list(csv.DictReader(f))
-        self.assertEqual(len(speed), 2)
-        self.assertEqual((speed[0]["model"], speed[0]["batch"], speed[0]["precision"]),
-                         ("resnet18", "128", "fp32"))
+        self.assertEqual(len(speed), 3)
+        self.assertEqual((speed[0]["model"], speed[0]["batch"], speed[0]["precision"],
+                          speed[0]["variant"]), ("resnet18", "128", "fp32", ""))
+        # A variant's row: the same point with the flag it set.
+        self.assertEqual((speed[2]["model"], speed[2]["batch"], speed[2]["precision"],
+                          speed[2]["variant"]),
+                         ("resnet18", "128", "fp32", "--cudnn_graph"))
+        self.assertEqual(float(speed[2]["gradsync_step_ms"]), 15.00)
         self.assertEqual(float(speed[0]["gradsync_step_ms"]), 22.30)
         self.assertEqual(float(speed[0]["pytorch_step_ms"]), 16.28)
         self.assertEqual(float(speed[1]["speed"]), 5.53)

@@ -746,7 +746,9 @@ def gpu_speed_table(points):
     """tools/gpu_results.py's speed.csv: per model and batch, gradsync's
     training step beside PyTorch's in each precision, and gradsync's speed as
     a multiple of PyTorch's (over 1: gradsync is faster). A FAIL is a point
-    under issue 39's bar."""
+    under issue 39's bar. The defaults' points only: a variant's (a row run
+    with a flag set) is in gpu_speed_variants."""
+    points = [p for p in points if not p.get("variant")]
     precisions = [p for p in ("fp32", "tf32", "bf16") if any(q["precision"] == p for q in points)]
     cells, rows = {}, []
     for p in points:
@@ -771,6 +773,36 @@ def gpu_speed_table(points):
                     f"{p['speed']:.2f}×{mark}"]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def gpu_speed_variants_table(points):
+    """tools/gpu_results.py's speed.csv: each variant's point (gradsync run
+    with a flag set, right after the default point) beside the default's,
+    against the same PyTorch step; a variant's ratio is marked where it is
+    under issue 39's bar (RESNET_BAR: the variant is not judged, the default
+    is)."""
+    defaults = {(p["model"], p["batch"], p["precision"]): p
+                for p in points if not p.get("variant")}
+    lines = ["| model | batch | precision | flag | gradsync ms, default | with the flag | "
+             "PyTorch ms | speed, default | with the flag |",
+             "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for p in points:
+        if not p.get("variant"):
+            continue
+        default = defaults.get((p["model"], p["batch"], p["precision"]), {})
+        bar = RESNET_BAR.get(p["precision"]) if p["model"] == "resnet18" else None
+        mark = " (under the bar)" if bar is not None and p["speed"] < bar else ""
+        lines.append(
+            f"| {p['model']} | {p['batch']:.0f} | {p['precision']} | `{p['variant']}` | "
+            f"{number(default.get('gradsync_step_ms'), '{:.2f}')} | "
+            f"{p['gradsync_step_ms']:.2f} | {p['pytorch_step_ms']:.2f} | "
+            f"{number(default.get('speed'), '{:.2f}×')} | {p['speed']:.2f}×{mark} |")
+    return "\n".join(lines)
+
+
+# Issue 39's bar for ResNet-18 at batch 128 and 256 (bench/compute_vs_pytorch.py's
+# RESNET_BAR): gradsync's speed as a multiple of PyTorch's.
+RESNET_BAR = {"fp32": 1.0, "tf32": 1.0, "bf16": 0.8}
 
 
 def gpu_layers_table(points):
@@ -813,6 +845,7 @@ TABLES = {"accuracy": accuracy_table, "sweep": sweep_table, "points": points_tab
           "simulated_calibration": simulated_calibration_table,
           "schedule_pairs": schedule_pairs_table,
           "quick_check": quick_check_table, "gpu_speed": gpu_speed_table,
+          "gpu_speed_variants": gpu_speed_variants_table,
           "gpu_layers": gpu_layers_table, "pytorch_layouts": pytorch_layouts_table}
 
 

@@ -397,5 +397,34 @@ class SimulatedCrossoverTest(Fixture):
                       self.read("sim.md"))
 
 
+# tools/gpu_results.py's speed.csv, as load_points reads it: two default
+# points and a variant's run of one of them with --cudnn_graph.
+GPU_SPEED = [
+    {"status": "FAIL", "model": "resnet18", "batch": 128.0, "precision": "fp32",
+     "variant": "", "gradsync_step_ms": 22.3, "gradsync_compute_ms": 21.7,
+     "pytorch_step_ms": 16.28, "speed": 0.73},
+    {"status": "PASS", "model": "resnet18", "batch": 128.0, "precision": "fp32",
+     "variant": "--cudnn_graph", "gradsync_step_ms": 17.0, "gradsync_compute_ms": 16.5,
+     "pytorch_step_ms": 16.28, "speed": 0.96},
+    {"status": "PASS", "model": "resnet18", "batch": 128.0, "precision": "bf16",
+     "variant": "", "gradsync_step_ms": 7.73, "gradsync_compute_ms": 7.22,
+     "pytorch_step_ms": 9.02, "speed": 1.17},
+]
+
+
+class GpuSpeedTest(unittest.TestCase):
+    def test_the_speed_table_keeps_to_the_defaults(self):
+        table = render_results.gpu_speed_table(GPU_SPEED)
+        self.assertIn("| resnet18 | 128 | 22.30 | 16.28 | 0.73× (FAIL) | 7.73 | 9.02 | 1.17× |",
+                      table)
+        self.assertNotIn("17.00", table)
+
+    def test_a_variant_stands_beside_its_default(self):
+        table = render_results.gpu_speed_variants_table(GPU_SPEED)
+        self.assertIn("| resnet18 | 128 | fp32 | `--cudnn_graph` | 22.30 | 17.00 | 16.28 | "
+                      "0.73× | 0.96× (under the bar) |", table)
+        self.assertEqual(len(table.splitlines()), 3)
+
+
 if __name__ == "__main__":
     unittest.main()
