@@ -19,7 +19,10 @@
 // previous mark, so it also holds any time the GPU waited for the host to
 // queue it: where the profiled step's total is well above the unmarked
 // step's, the marks slowed the host's launches until the GPU waited for them,
-// and the operations' times overstate their kernels'.
+// and the operations' times overstate their kernels'. Beside each figure
+// the host's time to queue it ("host ms", core/device/profiling_device.h):
+// where the unmarked step is longer than the kernels' device time, these say
+// which operations kept the GPU waiting for the host.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>

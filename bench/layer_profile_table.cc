@@ -20,11 +20,15 @@ std::vector<ProfileRow> Group(const std::vector<std::vector<ProfiledOp>>& steps,
                               double total_ms, Key key) {
   std::map<std::string, int> calls;
   for (const ProfiledOp& op : steps.front()) ++calls[key(op)];
-  std::map<std::string, std::vector<double>> sums;
+  std::map<std::string, std::vector<double>> sums, host_sums;
   for (const std::vector<ProfiledOp>& step : steps) {
-    std::map<std::string, double> sum;
-    for (const ProfiledOp& op : step) sum[key(op)] += op.ms;
+    std::map<std::string, double> sum, host_sum;
+    for (const ProfiledOp& op : step) {
+      sum[key(op)] += op.ms;
+      host_sum[key(op)] += op.host_ms;
+    }
     for (const auto& [name, ms] : sum) sums[name].push_back(ms);
+    for (const auto& [name, ms] : host_sum) host_sums[name].push_back(ms);
   }
   std::vector<ProfileRow> rows;
   for (const auto& [name, values] : sums) {
@@ -33,6 +37,7 @@ std::vector<ProfileRow> Group(const std::vector<std::vector<ProfiledOp>>& steps,
     row.calls = calls[name];
     row.ms = MedianOf(values);
     row.share = total_ms > 0 ? row.ms / total_ms : 0.0;
+    row.host_ms = MedianOf(host_sums[name]);
     rows.push_back(row);
   }
   std::sort(rows.begin(), rows.end(),
@@ -44,13 +49,14 @@ std::vector<ProfileRow> Group(const std::vector<std::vector<ProfiledOp>>& steps,
 
 void AppendRows(std::string& out, const std::vector<ProfileRow>& rows,
                 size_t limit, const char* heading) {
-  absl::StrAppend(&out, absl::StrFormat("%-58s %6s %10s %7s\n", heading,
-                                        "calls", "ms/step", "share"));
+  absl::StrAppend(&out,
+                  absl::StrFormat("%-58s %6s %8s %10s %7s\n", heading, "calls",
+                                  "host ms", "ms/step", "share"));
   for (size_t i = 0; i < rows.size() && i < limit; ++i) {
     const ProfileRow& row = rows[i];
-    absl::StrAppend(
-        &out, absl::StrFormat("%-58s %6d %10.3f %6.1f%%\n", row.name, row.calls,
-                              row.ms, 100.0 * row.share));
+    absl::StrAppend(&out, absl::StrFormat("%-58s %6d %8.3f %10.3f %6.1f%%\n",
+                                          row.name, row.calls, row.host_ms,
+                                          row.ms, 100.0 * row.share));
   }
   if (rows.size() > limit) {
     absl::StrAppend(&out, "  ... ", rows.size() - limit,
@@ -64,7 +70,8 @@ nlohmann::json RowsJson(const std::vector<ProfileRow>& rows) {
     out.push_back({{"name", row.name},
                    {"calls", row.calls},
                    {"ms", row.ms},
-                   {"share", row.share}});
+                   {"share", row.share},
+                   {"host_ms", row.host_ms}});
   }
   return out;
 }
@@ -102,19 +109,27 @@ absl::StatusOr<ProfileTable> SummarizeProfile(
   }
   ProfileTable table;
   table.steps = static_cast<int>(steps.size());
-  std::vector<double> totals;
+  std::vector<double> totals, host_totals;
   for (const std::vector<ProfiledOp>& step : steps) {
-    double total = 0;
-    for (const ProfiledOp& op : step) total += op.ms;
+    double total = 0, host_total = 0;
+    for (const ProfiledOp& op : step) {
+      total += op.ms;
+      host_total += op.host_ms;
+    }
     totals.push_back(total);
+    host_totals.push_back(host_total);
   }
   table.total_ms = MedianOf(totals);
+  table.host_total_ms = MedianOf(host_totals);
   for (size_t i = 0; i < first.size(); ++i) {
-    std::vector<double> values;
-    for (const std::vector<ProfiledOp>& step : steps)
+    std::vector<double> values, host_values;
+    for (const std::vector<ProfiledOp>& step : steps) {
       values.push_back(step[i].ms);
+      host_values.push_back(step[i].host_ms);
+    }
     ProfiledOp op = first[i];
     op.ms = MedianOf(values);
+    op.host_ms = MedianOf(host_values);
     table.ops.push_back(op);
   }
   table.labels = Group(steps, table.total_ms,
@@ -126,8 +141,11 @@ absl::StatusOr<ProfileTable> SummarizeProfile(
 
 std::string FormatProfile(const ProfileTable& table, int top) {
   std::string out = absl::StrFormat(
-      "%d operations a step, %.3f ms of device time (median of %d steps)\n\n",
-      static_cast<int>(table.ops.size()), table.total_ms, table.steps);
+      "%d operations a step, %.3f ms of device time (median of %d steps)\n"
+      "the host's time to queue them: %.3f ms a step (host ms: from the "
+      "previous operation's mark to this one's)\n\n",
+      static_cast<int>(table.ops.size()), table.total_ms, table.steps,
+      table.host_total_ms);
   AppendRows(out, table.categories, table.categories.size(), "category");
   out += "\n";
   AppendRows(out, table.labels, static_cast<size_t>(std::max(top, 0)),
@@ -138,11 +156,14 @@ std::string FormatProfile(const ProfileTable& table, int top) {
 nlohmann::json ProfileJson(const ProfileTable& table) {
   nlohmann::json ops = nlohmann::json::array();
   for (const ProfiledOp& op : table.ops) {
-    ops.push_back(
-        {{"label", op.label}, {"category", op.category}, {"ms", op.ms}});
+    ops.push_back({{"label", op.label},
+                   {"category", op.category},
+                   {"ms", op.ms},
+                   {"host_ms", op.host_ms}});
   }
   return {{"steps", table.steps},
           {"total_ms", table.total_ms},
+          {"host_total_ms", table.host_total_ms},
           {"categories", RowsJson(table.categories)},
           {"labels", RowsJson(table.labels)},
           {"ops", ops}};

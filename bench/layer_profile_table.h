@@ -16,14 +16,16 @@ namespace gradsync {
 // One row: a label's or a category's operations.
 struct ProfileRow {
   std::string name;
-  int calls = 0;     // operations a step under this name
-  double ms = 0;     // the median over steps of their summed time
-  double share = 0;  // ms / the profiled step's median total
+  int calls = 0;       // operations a step under this name
+  double ms = 0;       // the median over steps of their summed time
+  double share = 0;    // ms / the profiled step's median total
+  double host_ms = 0;  // the same median of their host time (ProfiledOp)
 };
 
 struct ProfileTable {
   int steps = 0;
   double total_ms = 0;          // the median over steps of all operations' time
+  double host_total_ms = 0;     // the same of their host time
   std::vector<ProfiledOp> ops;  // in queue order, each its median
   std::vector<ProfileRow> labels;      // by ms, largest first
   std::vector<ProfileRow> categories;  // by ms, largest first
@@ -39,7 +41,9 @@ double MedianOf(std::vector<double> values);
 absl::StatusOr<ProfileTable> SummarizeProfile(
     const std::vector<std::vector<ProfiledOp>>& steps);
 
-// The categories, then the `top` largest labels, as aligned text.
+// The categories, then the `top` largest labels, as aligned text: calls a
+// step, host ms, ms/step and share (the last two the device's, the columns
+// tools/gpu_check.sh and tools/gpu_results.py read from the right).
 std::string FormatProfile(const ProfileTable& table, int top);
 
 // Everything, for --out.

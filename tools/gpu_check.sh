@@ -411,7 +411,9 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
       record FAIL "$name" "$(why_failed 60 "$name")"
     else
       record PASS "$name" "unmarked step $(awk '/^unmarked step:/ { print $3 }' \
-        "$logs/$name.log") ms; profiled $(shares "$logs/$name.log")$(
+        "$logs/$name.log") ms$(awk '/^the host.s time to queue them:/ {
+          printf "; the host queued it in %s ms", $7 }' "$logs/$name.log"
+        ); profiled $(shares "$logs/$name.log")$(
         [[ "$name" == *_graph ]] &&
           printf '; %s of %s directions on graph engines' \
             "$(grep -o 'graph engine' "$logs/$name.log" | wc -l)" \

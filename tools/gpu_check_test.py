@@ -180,6 +180,7 @@ cat <<'TABLE'
 resnet18-3x32x32-10 on cuda:0, --precision=fp32, batch 128; last loss 2.3
 unmarked step: 10.000 ms (median of 10; the device's clock at its start and end)
 117 operations a step, 12.000 ms of device time (median of 10 steps)
+the host's time to queue them: 11.000 ms a step (host ms: from the previous operation's mark to this one's)
 
 category                                                    calls    ms/step   share
 conv weight gradient                                           20      3.000   25.0%
@@ -259,7 +260,8 @@ class QuickFakeBundleTest(unittest.TestCase):
         # The category table's shares, not the operations' below it.
         self.assertEqual(
             rows["layers_fp32"],
-            ("PASS", "unmarked step 10.000 ms; profiled 12.00 ms/step: conv "
+            ("PASS", "unmarked step 10.000 ms; the host queued it in 11.000 "
+                     "ms; profiled 12.00 ms/step: conv "
                      "50%, batch norm 30%, element-wise 5% (6.00, 3.60, 0.60 "
                      "ms)"))
         self.assertEqual(rows["layers_bf16"][0], "PASS")

@@ -14,7 +14,8 @@ layer profiles' logs). What it writes, for tools/render_results.py:
                step and compute ms, PyTorch's step ms, the ratio, the status
   layers.csv   one row per layer profile (gradsync's bench/layer_profile,
                PyTorch's bench/pytorch_layer_profile.py): the step's device
-               time split into convolutions, batch norm, element-wise, other
+               time split into convolutions, batch norm, element-wise, other;
+               gradsync's unmarked step and host time to queue the step
   manifest.json  build, time, command, device
 
 Logs of the node's own paths stay out: a detail's "(log: PATH)" is dropped.
@@ -31,6 +32,7 @@ SPEED = re.compile(r"gradsync ([\d.]+) ms \(compute ([\d.]+)\); pytorch ([\d.]+)
                    r"([\d.]+)x PyTorch's speed")
 HEADING = re.compile(r"--precision=(\w+)((?: \([^)]*\))*), batch (\d+)")
 FIRST_NUMBER = re.compile(r"([\d.]+) ms")
+HOST = re.compile(r"^the host's time to queue them: ([\d.]+) ms a step")
 
 
 def report_rows(report):
@@ -105,6 +107,10 @@ def layer_profile(path):
     # profiling marks); PyTorch's profile has no such figure.
     unmarked = next((line for line in lines if line.startswith("unmarked step:")), None)
     row["unmarked_step_ms"] = float(FIRST_NUMBER.search(unmarked).group(1)) if unmarked else None
+    # gradsync's host time to queue the profiled step's operations (a
+    # profile from before that line, and PyTorch's, have none).
+    host = next((HOST.search(line) for line in lines if HOST.search(line)), None)
+    row["host_ms"] = float(host.group(1)) if host else None
     return row
 
 

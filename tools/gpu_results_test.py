@@ -25,16 +25,17 @@ PASS  speed/resnet18/128/fp32/cudnn_graph gradsync 15.00 ms (compute 14.50); pyt
 GRADSYNC_LAYERS = """resnet18-3x32x32-10 on cuda:0, --precision=bf16, batch 128; last loss 0.49
 unmarked step: 4.458 ms (median of 5; the device's clock at its start and end)
 117 operations a step, 4.747 ms of device time (median of 5 steps)
+the host's time to queue them: 6.900 ms a step (host ms: from the previous operation's mark to this one's)
 
-category                                                    calls    ms/step   share
-conv weight gradient                                           20      0.922   19.4%
-conv forward                                                   20      0.892   18.8%
-batch norm backward                                            20      1.102   23.2%
-element-wise                                                   11      0.181    3.8%
-optimizer                                                       1      0.059    1.2%
+category                                                    calls  host ms    ms/step   share
+conv weight gradient                                           20    1.291      0.922   19.4%
+conv forward                                                   20    1.249      0.892   18.8%
+batch norm backward                                            20    1.543      1.102   23.2%
+element-wise                                                   11    0.253      0.181    3.8%
+optimizer                                                       1    0.083      0.059    1.2%
 
-operation (kind and shape)                                  calls    ms/step   share
-conv forward 3x3/1 64->64 at 32x32                              4      0.500    9.0%
+operation (kind and shape)                                  calls  host ms    ms/step   share
+conv forward 3x3/1 64->64 at 32x32                              4    0.700      0.500    9.0%
 """
 GRAPH_LAYERS = """resnet18-3x32x32-10 on cuda:0, --precision=fp32 (--cudnn_graph), batch 128; last loss 2
 unmarked step: 14.000 ms (median of 5; the device's clock at its start and end)
@@ -109,6 +110,10 @@ class GpuResultsTest(unittest.TestCase):
         self.assertAlmostEqual(float(ours["batch_norm_ms"]), 1.102)
         self.assertAlmostEqual(float(ours["other_ms"]), 0.059)
         self.assertEqual(float(ours["unmarked_step_ms"]), 4.458)
+        # The host's time to queue the step; a profile without that line
+        # (the graph one's, from before it was printed) has none.
+        self.assertEqual(float(ours["host_ms"]), 6.9)
+        self.assertEqual(layers["gradsync--cudnn_graph"]["host_ms"], "")
         theirs = layers["pytorch"]
         self.assertEqual((theirs["precision"], theirs["batch"]), ("fp32", "256"))
         self.assertAlmostEqual(float(theirs["device_ms"]), 9.792)

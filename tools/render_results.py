@@ -808,16 +808,19 @@ RESNET_BAR = {"fp32": 1.0, "tf32": 1.0, "bf16": 0.8}
 def gpu_layers_table(points):
     """tools/gpu_results.py's layers.csv: one ResNet-18 step's device time by
     kind of operation, gradsync's (bench/layer_profile) and PyTorch's
-    (bench/pytorch_layer_profile.py), ms per step."""
+    (bench/pytorch_layer_profile.py), ms per step; gradsync's unmarked step
+    and the host's time to queue the profiled step's operations ('–' where
+    the profile did not measure it)."""
     lines = ["| whose | precision | batch | device ms | conv | batch norm | element-wise | "
-             "other | unmarked step ms |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "other | unmarked step ms | host ms |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for p in points:
         whose = p["source"] + (f" (`{p['variant']}`)" if p.get("variant") else "")
         lines.append(
             f"| {whose} | {p['precision']} | {p['batch']:.0f} | {p['device_ms']:.2f} | "
             f"{p['conv_ms']:.2f} | {p['batch_norm_ms']:.2f} | {p['elementwise_ms']:.2f} | "
-            f"{p['other_ms']:.2f} | {number(p.get('unmarked_step_ms'), '{:.2f}')} |")
+            f"{p['other_ms']:.2f} | {number(p.get('unmarked_step_ms'), '{:.2f}')} | "
+            f"{number(p.get('host_ms'), '{:.2f}')} |")
     return "\n".join(lines)
 
 

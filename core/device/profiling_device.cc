@@ -1,5 +1,6 @@
 #include "core/device/profiling_device.h"
 
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -122,18 +123,25 @@ absl::Status ProfilingDevice::BeginStep() {
   count_ = 0;
   mark_status_ = clock_->Record(0);
   timing_ = true;
+  host_mark_ = std::chrono::steady_clock::now();
   return mark_status_;
 }
 
 void ProfilingDevice::Mark(const char* category,
                            absl::FunctionRef<std::string()> label) {
   if (!timing_) return;
+  const auto queued = std::chrono::steady_clock::now();
   ++count_;
   if (count_ > max_ops_ || !mark_status_.ok()) return;
   mark_status_ = clock_->Record(count_);
   ProfiledOp& op = ops_[count_ - 1];
   op.category = category;
   op.label = absl::StrCat(category, " ", label());
+  op.host_ms =
+      std::chrono::duration<double, std::milli>(queued - host_mark_).count();
+  // The event record and the label above are the profile's cost, not the
+  // next operation's.
+  host_mark_ = std::chrono::steady_clock::now();
 }
 
 absl::StatusOr<std::vector<ProfiledOp>> ProfilingDevice::EndStep() {

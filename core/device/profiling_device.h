@@ -8,6 +8,13 @@
 // queue them. On the CPU, whose kernels run before they return, a mark is the
 // host's clock.
 //
+// Each operation's host time is taken too: the host's clock from the end of
+// the previous mark to this operation's, the time the caller and the device
+// spent queueing it (launches, library calls, casts, the model's own code
+// between operations), the marks' own cost left out. On CUDA it says where a
+// step whose GPU waits for the host spends the host's time; on the CPU it is
+// the operation's run and close to its device time.
+//
 // Convolutions made through CreateConvolution are wrapped too: each direction
 // (forward, weight gradient, input gradient) is an operation of its own.
 // Models need no change: bind one to the ProfilingDevice instead of the
@@ -19,6 +26,7 @@
 // much.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -40,6 +48,9 @@ struct ProfiledOp {
   // The category and the shape, e.g. "conv forward 3x3/1 64->64 at 32x32".
   std::string label;
   double ms = 0;  // device time from the previous mark to this operation's
+  // The host's time from the end of the previous mark (or BeginStep) to the
+  // start of this operation's mark: what queueing it cost the host.
+  double host_ms = 0;
 };
 
 class ProfilingDevice : public Device {
@@ -150,7 +161,9 @@ class ProfilingDevice : public Device {
   const int max_ops_;
   std::unique_ptr<DeviceClock> clock_;
   bool timing_ = false;
-  int count_ = 0;                // operations marked this step
+  int count_ = 0;  // operations marked this step
+  // The host's clock at the end of the last mark (or of BeginStep).
+  std::chrono::steady_clock::time_point host_mark_;
   std::vector<ProfiledOp> ops_;  // max_ops_ entries, reused every step
   absl::Status mark_status_;     // the step's first failed mark
   std::vector<Convolution> convolutions_;

@@ -1,8 +1,9 @@
 // ProfilingDevice on the CPU device: every operation forwarded with the inner
 // device's results, one mark after each, read back in queue order with its
 // category and shape; convolutions' three directions timed apart; nothing
-// marked outside a step; a step with more operations than the limit refused
-// with the number to raise it to.
+// marked outside a step; each operation's host time within its device time
+// on the CPU; a step with more operations than the limit refused with the
+// number to raise it to.
 #include "core/device/profiling_device.h"
 
 #include <cstdint>
@@ -71,7 +72,14 @@ TEST_F(ProfilingDeviceTest, MarksEachOperationOfAStepInOrder) {
                                         "matrix product 1x1x4 b^T",
                                         "optimizer sgd 4 floats"));
   EXPECT_EQ((*ops)[1].category, "matrix product");
-  for (const ProfiledOp& op : *ops) EXPECT_GE(op.ms, 0.0) << op.label;
+  for (const ProfiledOp& op : *ops) {
+    EXPECT_GE(op.ms, 0.0) << op.label;
+    // The CPU runs an operation before it returns, so the host's time to
+    // queue it lies inside its device interval, from which the host time
+    // leaves out the marks' own cost: never more than its device time.
+    EXPECT_GE(op.host_ms, 0.0) << op.label;
+    EXPECT_LE(op.host_ms, op.ms) << op.label;
+  }
   // The inner device's arithmetic: relu(x) = [0, 2, 0, 4]; y = 1 + relu(x);
   // dot = relu(x)·y = 2·3 + 4·5 = 26; x -= 0.5·y.
   EXPECT_THAT(Download(y, 4), ElementsAre(1.0f, 3.0f, 1.0f, 5.0f));
