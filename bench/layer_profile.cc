@@ -175,17 +175,18 @@ absl::Status Run() {
       heading.c_str(), unmarked_ms, steps);
   std::printf("%s", FormatProfile(table, absl::GetFlag(FLAGS_top)).c_str());
   if (!profiled->convolutions().empty()) {
-    // Each shape once (layers of one shape get the same choice, unless the
-    // library's search measured them apart), in the order they were made.
+    // Each shape once, in the order they were made: layers of one shape
+    // run the choice the first of them made (the device keeps it by shape),
+    // and that first one's description also says how its search went.
     std::printf("\nconvolutions, as the library runs them:\n");
     std::vector<std::string> printed;
     for (const ProfilingDevice::Convolution& conv : profiled->convolutions()) {
-      const std::string line = absl::StrCat(conv.shape, ": ", conv.library);
-      if (std::find(printed.begin(), printed.end(), line) != printed.end()) {
+      if (std::find(printed.begin(), printed.end(), conv.shape) !=
+          printed.end()) {
         continue;
       }
-      printed.push_back(line);
-      std::printf("  %s\n", line.c_str());
+      printed.push_back(conv.shape);
+      std::printf("  %s: %s\n", conv.shape.c_str(), conv.library.c_str());
     }
   }
 

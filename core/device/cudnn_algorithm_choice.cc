@@ -2,8 +2,10 @@
 #include "core/device/cudnn_algorithm_choice.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace gradsync {
@@ -45,6 +47,33 @@ std::string GraphEngineRefusal(const GraphEngineNotes& notes,
   }
   if (notes.runtime_compilation) return "compiles kernels at set-up";
   return "";
+}
+
+std::string DescribeGraphSearch(const GraphSearchSummary& summary) {
+  std::string out =
+      absl::StrCat("graph API: ", summary.listed, " configurations listed, ",
+                   summary.timed, " timed");
+  if (summary.fastest_ms >= 0) {
+    absl::StrAppend(&out, ", fastest engine ", summary.fastest_engine, " in ",
+                    absl::StrFormat("%.3f", summary.fastest_ms), " ms");
+  }
+  if (!summary.refused.empty()) {
+    std::vector<std::string> reasons;
+    for (const auto& [reason, count] : summary.refused) {
+      reasons.push_back(absl::StrCat(count, " ", reason));
+    }
+    absl::StrAppend(&out, "; refused: ", absl::StrJoin(reasons, ", "));
+  }
+  const std::pair<int, const char*> others[] = {
+      {summary.unreadable, "without readable notes"},
+      {summary.no_plan, "made no plan"},
+      {summary.over_workspace, "over the workspace limit"},
+      {summary.failed, "failed to run"},
+      {summary.not_tried, "not tried (after the candidates timed)"}};
+  for (const auto& [count, what] : others) {
+    if (count > 0) absl::StrAppend(&out, "; ", count, " ", what);
+  }
+  return out;
 }
 
 size_t SearchWorkspaceBytes(

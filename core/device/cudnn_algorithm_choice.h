@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,28 @@ struct GraphEngineNotes {
 // library the node may not have).
 std::string GraphEngineRefusal(const GraphEngineNotes& notes,
                                const ConvolutionAlgorithmPolicy& policy);
+
+// What one direction's graph-API search (cudnn_graph.h) made of the
+// configurations cuDNN's heuristics listed, for the convolution's
+// description: a run on a GPU then says why the graph API won or lost, and
+// what a policy change would let in, without another run.
+struct GraphSearchSummary {
+  int listed = 0;                      // configurations the heuristics listed
+  std::map<std::string, int> refused;  // by GraphEngineRefusal's reason
+  int unreadable = 0;                  // their engine's notes could not be read
+  int no_plan = 0;                     // cuDNN made no execution plan of them
+  int over_workspace = 0;              // their plan needs more than the limit
+  int not_tried = 0;      // listed after the candidates Search times
+  int failed = 0;         // a candidate that did not run
+  int timed = 0;          // candidates that ran and were timed
+  float fastest_ms = -1;  // the fastest's median; negative when none ran
+  int fastest_engine = -1;
+};
+
+// "graph API: 23 configurations listed, 10 timed, fastest engine 7 in
+// 0.380 ms; refused: 8 tensor-core math, 2 compiles kernels at set-up; 1
+// made no plan": the counts that are not zero, in that order.
+std::string DescribeGraphSearch(const GraphSearchSummary& summary);
 
 // The three directions' algorithms of one convolution shape, as chosen once
 // and reused by every layer of that shape on the device.

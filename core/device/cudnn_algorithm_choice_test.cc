@@ -187,5 +187,25 @@ TEST(GraphEngineRefusalTest, TheNotesThePrecisionForbids) {
             "compiles kernels at set-up");
 }
 
+// The description a GPU run's log carries: every count that is not zero.
+TEST(DescribeGraphSearchTest, SaysWhatBecameOfEachConfiguration) {
+  GraphSearchSummary summary;
+  EXPECT_EQ(DescribeGraphSearch(summary),
+            "graph API: 0 configurations listed, 0 timed");
+  summary.listed = 23;
+  summary.refused["tensor-core math"] = 8;
+  summary.refused["compiles kernels at set-up"] = 2;
+  summary.no_plan = 1;
+  summary.not_tried = 2;
+  summary.timed = 10;
+  summary.fastest_ms = 0.38f;
+  summary.fastest_engine = 7;
+  EXPECT_EQ(DescribeGraphSearch(summary),
+            "graph API: 23 configurations listed, 10 timed, fastest engine 7 "
+            "in 0.380 ms; refused: 2 compiles kernels at set-up, 8 "
+            "tensor-core math; 1 made no plan; 2 not tried (after the "
+            "candidates timed)");
+}
+
 }  // namespace
 }  // namespace gradsync

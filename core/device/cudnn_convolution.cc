@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/base/logging.h"
 #include "core/device/cuda_device.h"
 #include "core/device/cuda_kernels.h"
@@ -430,11 +431,20 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnConvolution::SearchGraph(
     const ConvolutionAlgorithmPolicy& policy) {
   if (!context_.device().cudnn_graph()) return legacy;
   const int d = static_cast<int>(direction);
+  // The legacy search's time where it measured one (its fallback to the
+  // heuristics' pick has none, and the graph's measured pick wins).
+  const std::string legacy_time =
+      legacy.time_ms >= 0
+          ? absl::StrCat("legacy ", absl::StrFormat("%.3f", legacy.time_ms),
+                         " ms; ")
+          : "legacy not timed; ";
   absl::StatusOr<std::unique_ptr<CudnnGraphConvolution>> graph =
       CudnnGraphConvolution::Create(context_.handle(), plan_,
                                     GraphDirectionOf(d), where_);
   if (!graph.ok()) {
     GS_LOG(WARNING) << graph.status() << "; the legacy algorithm runs";
+    graph_search_[d] = absl::StrCat(legacy_time, "graph API: no graph (",
+                                    graph.status().message(), ")");
     return legacy;
   }
   const size_t workspace = (*graph)->Prepare(policy);
@@ -452,13 +462,13 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnConvolution::SearchGraph(
       context_.scratch(CudnnContext::kWorkspace),
       std::min(context_.scratch_bytes(CudnnContext::kWorkspace),
                policy.workspace_limit));
+  graph_search_[d] =
+      absl::StrCat(legacy_time, DescribeGraphSearch((*graph)->summary()));
   if (!fastest.ok()) {
     if (!absl::IsNotFound(fastest.status())) return fastest.status();
     GS_LOG(INFO) << fastest.status().message() << "; the legacy algorithm runs";
     return legacy;
   }
-  // The legacy search's time where it measured one (its fallback to the
-  // heuristics' pick has none, and the graph's measured pick wins).
   if (legacy.time_ms >= 0 && legacy.time_ms <= fastest->time_ms) return legacy;
   graph_[d] = std::move(*graph);
   return *fastest;
@@ -635,16 +645,20 @@ const char* MathName(cudnnMathType_t math) {
 }  // namespace
 
 std::string CudnnConvolution::algorithms() const {
-  // A direction on the graph API: its engine, tensor cores or not.
+  // A direction on the graph API: its engine, tensor cores or not; then,
+  // where this layer searched the graph API, how that went.
   const auto describe = [this](int d, const std::string& legacy,
                                cudnnMathType_t math, size_t workspace) {
+    const std::string search = graph_search_[d].empty()
+                                   ? ""
+                                   : absl::StrCat(" [", graph_search_[d], "]");
     if (graph_[d] == nullptr) {
       return absl::StrCat(legacy, " (", MathName(math), ", ", workspace,
-                          " bytes)");
+                          " bytes)", search);
     }
     return absl::StrCat("graph engine ", chosen_[d].graph_engine, " (",
                         chosen_[d].tensor_core_math ? "tensor cores" : "FMA",
-                        ", ", workspace, " bytes)");
+                        ", ", workspace, " bytes)", search);
   };
   return absl::StrCat("forward ",
                       describe(0, AlgorithmName(forward_algorithm_),

@@ -87,7 +87,10 @@ class CudnnConvolution : public ConvolutionKernel {
                         const float* weight, float* weight_grad, uint16_t* dx,
                         absl::FunctionRef<void()> weight_grad_ready) override;
 
-  // The chosen algorithms and their workspaces, for logs and gpu_check.
+  // The chosen algorithms and their workspaces, for logs and gpu_check;
+  // with --cudnn_graph, for the layer that searched, also the legacy
+  // algorithm's measured time and how the graph API's search went
+  // (DescribeGraphSearch) in each direction.
   std::string algorithms() const;
   std::string Description() const override { return algorithms(); }
 
@@ -194,6 +197,9 @@ class CudnnConvolution : public ConvolutionKernel {
   // The directions that run through the graph API; null where the legacy
   // algorithm runs.
   std::array<std::unique_ptr<CudnnGraphConvolution>, 3> graph_{};
+  // Per direction, what SearchGraph found ("" where it did not search: no
+  // --cudnn_graph, or another layer of the shape searched).
+  std::array<std::string, 3> graph_search_{};
 };
 
 }  // namespace gradsync

@@ -365,15 +365,36 @@ absl::StatusOr<BackendDescriptor> CudnnGraphConvolution::PlanOf(
 size_t CudnnGraphConvolution::Prepare(
     const ConvolutionAlgorithmPolicy& policy) {
   candidates_.clear();
+  summary_ = GraphSearchSummary();
+  summary_.listed = configs();
   size_t most = 0;
-  for (int i = 0; i < configs() && candidates_.size() < kMostCandidates; ++i) {
+  for (int i = 0; i < configs(); ++i) {
+    if (candidates_.size() >= kMostCandidates) {
+      summary_.not_tried = configs() - i;
+      break;
+    }
     Candidate candidate;
     candidate.config = i;
     absl::StatusOr<GraphEngineNotes> notes = NotesOf(i, &candidate.engine);
-    if (!notes.ok() || !GraphEngineRefusal(*notes, policy).empty()) continue;
+    if (!notes.ok()) {
+      ++summary_.unreadable;
+      continue;
+    }
+    const std::string refusal = GraphEngineRefusal(*notes, policy);
+    if (!refusal.empty()) {
+      ++summary_.refused[refusal];
+      continue;
+    }
     candidate.notes = *notes;
     absl::StatusOr<BackendDescriptor> plan = PlanOf(i, &candidate.workspace);
-    if (!plan.ok() || candidate.workspace > policy.workspace_limit) continue;
+    if (!plan.ok()) {
+      ++summary_.no_plan;
+      continue;
+    }
+    if (candidate.workspace > policy.workspace_limit) {
+      ++summary_.over_workspace;
+      continue;
+    }
     candidate.plan = std::move(*plan);
     most = std::max(most, candidate.workspace);
     candidates_.push_back(std::move(candidate));
@@ -431,10 +452,17 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnGraphConvolution::Search(
   Candidate* fastest = nullptr;
   float fastest_ms = 0;
   for (Candidate& candidate : candidates_) {
-    if (candidate.workspace > workspace_bytes) continue;
+    if (candidate.workspace > workspace_bytes) {
+      ++summary_.over_workspace;
+      continue;
+    }
     // A configuration that fails to run is skipped like one that cannot
     // make a plan: the others, or the legacy algorithms, remain.
-    if (!Run(candidate.plan, x, w, y, workspace).ok()) continue;
+    if (!Run(candidate.plan, x, w, y, workspace).ok()) {
+      cudaGetLastError();  // a failed run is this configuration's, not ours
+      ++summary_.failed;
+      continue;
+    }
     std::array<float, 3> times{};
     bool ran = true;
     for (float& ms : times) {
@@ -446,8 +474,10 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnGraphConvolution::Search(
     }
     if (!ran) {
       cudaGetLastError();  // a failed run is this configuration's, not ours
+      ++summary_.failed;
       continue;
     }
+    ++summary_.timed;
     std::sort(times.begin(), times.end());
     if (fastest == nullptr || times[1] < fastest_ms) {
       fastest = &candidate;
@@ -462,6 +492,8 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnGraphConvolution::Search(
         candidates_.size(), " qualified and none ran within ", workspace_bytes,
         " bytes of workspace"));
   }
+  summary_.fastest_ms = fastest_ms;
+  summary_.fastest_engine = static_cast<int>(fastest->engine);
   ConvolutionAlgorithmResult result;
   result.supported = true;
   result.time_ms = fastest_ms;

@@ -87,6 +87,8 @@ class CudnnGraphConvolution {
   // another device of the same GPU); an error when the heuristics no longer
   // list engine `engine` there.
   absl::Status Use(int config, int engine);
+  // What Prepare and Search made of the listed configurations.
+  const GraphSearchSummary& summary() const { return summary_; }
   // Runs the chosen plan (Search or Use) on `handle`'s stream.
   absl::Status Execute(const void* x, const void* w, const void* y,
                        void* workspace);
@@ -124,6 +126,7 @@ class CudnnGraphConvolution {
   BackendDescriptor graph_;
   std::vector<BackendDescriptor> configs_;
   std::vector<Candidate> candidates_;  // Prepare's
+  GraphSearchSummary summary_;         // Prepare's and Search's counts
   BackendDescriptor chosen_;           // the execution plan Execute runs
   // Execute's last pack and what it binds: a layer's buffers are the same
   // every step, so the pack is made once, not at every call.
