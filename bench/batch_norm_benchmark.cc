@@ -23,12 +23,6 @@
 namespace gradsync {
 namespace {
 
-template <typename T>
-T Unwrap(absl::StatusOr<T> value) {
-  GS_CHECK(value.ok()) << value.status();
-  return *std::move(value);
-}
-
 struct Shape {
   int64_t rows;
   int channels;
@@ -43,20 +37,20 @@ void BM_BatchNormTrainingStep(benchmark::State& state) {
   DeviceOptions options;
   options.reference_batch_norm = state.range(1) == 0;
   options.cpu_threads = static_cast<int>(state.range(2));
-  std::unique_ptr<Device> device = Unwrap(CreateDevice(options));
+  std::unique_ptr<Device> device = ValueOrDie(CreateDevice(options));
   const int64_t n = shape.rows * shape.channels;
   const int c = shape.channels;
   std::vector<float> host(n);
   std::mt19937 generator(3);
   std::normal_distribution<float> normal;
   for (float& v : host) v = normal(generator);
-  float* x = Unwrap(device->Allocate<float>(n));
-  float* dy = Unwrap(device->Allocate<float>(n));
+  float* x = ValueOrDie(device->Allocate<float>(n));
+  float* dy = ValueOrDie(device->Allocate<float>(n));
   GS_CHECK(device->CopyToDevice(x, host.data(), n * 4).ok());
   GS_CHECK(device->CopyToDevice(dy, host.data(), n * 4).ok());
-  float* y = Unwrap(device->Allocate<float>(n));
-  float* dx = Unwrap(device->Allocate<float>(n));
-  float* params = Unwrap(device->Allocate<float>(8 * c));
+  float* y = ValueOrDie(device->Allocate<float>(n));
+  float* dx = ValueOrDie(device->Allocate<float>(n));
+  float* params = ValueOrDie(device->Allocate<float>(8 * c));
   device->Fill(params, c, 1.0f);          // gamma; beta, statistics start at 0
   device->Fill(params + 4 * c, c, 1.0f);  // running variance
   for (auto _ : state) {

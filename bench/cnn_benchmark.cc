@@ -23,12 +23,6 @@
 namespace gradsync {
 namespace {
 
-template <typename T>
-T Unwrap(absl::StatusOr<T> value) {
-  GS_CHECK(value.ok()) << value.status();
-  return *std::move(value);
-}
-
 // FLOP of one forward + backward step per image of the default CNN.
 double FlopsPerImage(const CnnOptions& options) {
   const ImageInput& in = options.input;
@@ -45,7 +39,7 @@ double FlopsPerImage(const CnnOptions& options) {
 
 void BM_CnnForwardBackward(benchmark::State& state) {
   const CnnOptions options;  // Fashion-MNIST's 1×28×28, 32/64/128 wide
-  std::unique_ptr<Model> model = Unwrap(CreateCnn(options));
+  std::unique_ptr<Model> model = ValueOrDie(CreateCnn(options));
   RunModelStepBenchmark(state, std::move(model), FlopsPerImage(options));
 }
 

@@ -21,7 +21,7 @@ namespace {
 
 constexpr int64_t kFloats = 1 << 20;
 
-const char* const kMethods[] = {"fp16",        "bf16",   "topk:0.01",
+const char* const kMethods[] = {"fp16",         "bf16",   "topk:0.01",
                                 "randomk:0.01", "onebit", "none"};
 
 std::vector<float> NormalGradient() {
@@ -46,11 +46,11 @@ void BM_Encode(benchmark::State& state) {
   EncodedBucket encoded;
   int64_t step = 0;
   for (auto _ : state) {
-    absl::Status status = compressor.Encode(
-        gradient,
-        spec.UsesErrorFeedback() ? absl::MakeSpan(residual)
-                                 : absl::Span<float>(),
-        step++, 0, &encoded);
+    absl::Status status =
+        compressor.Encode(gradient,
+                          spec.UsesErrorFeedback() ? absl::MakeSpan(residual)
+                                                   : absl::Span<float>(),
+                          step++, 0, &encoded);
     if (!status.ok()) state.SkipWithError(status.ToString().c_str());
     benchmark::DoNotOptimize(encoded);
   }

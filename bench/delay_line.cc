@@ -175,7 +175,8 @@ void DelayRelay::Loop() {
     timespec wait{};
     timespec* timeout = nullptr;
     if (next != absl::InfiniteFuture()) {
-      wait = absl::ToTimespec(std::max(absl::ZeroDuration(), next - absl::Now()));
+      wait =
+          absl::ToTimespec(std::max(absl::ZeroDuration(), next - absl::Now()));
       timeout = &wait;
     }
     if (ppoll(entries.data(), entries.size(), timeout, nullptr) < 0 &&

@@ -33,12 +33,6 @@
 namespace gradsync {
 namespace {
 
-template <typename T>
-T Unwrap(absl::StatusOr<T> value) {
-  GS_CHECK(value.ok()) << value.status();
-  return *std::move(value);
-}
-
 void Check(const absl::Status& status) { GS_CHECK(status.ok()) << status; }
 
 // A convolution that computes nothing; at bf16 it takes the layers' bf16
@@ -101,18 +95,18 @@ void RunHostFloor(benchmark::State& state, std::unique_ptr<Model> model) {
   const int batch = static_cast<int>(state.range(0));
   IdleDevice device(state.range(1) != 0);
   const ParamLayout layout =
-      Unwrap(ParamLayout::Create(model->ParamSpecs(), 25 << 20));
+      ValueOrDie(ParamLayout::Create(model->ParamSpecs(), 25 << 20));
   const int64_t total = layout.total_numel();
   std::vector<float> host(total);
   model->InitParams(1, layout, host.data());
-  float* params = Unwrap(device.Allocate<float>(total));
-  float* grads = Unwrap(device.Allocate<float>(total));
+  float* params = ValueOrDie(device.Allocate<float>(total));
+  float* grads = ValueOrDie(device.Allocate<float>(total));
   Check(device.CopyToDevice(params, host.data(), total * sizeof(float)));
   Check(model->Bind(device, layout, params, grads, batch));
   const SyntheticBatch data = MakeSyntheticBatch(*model, batch);
-  float* images = Unwrap(device.Allocate<float>(data.images.size()));
-  int32_t* labels = Unwrap(device.Allocate<int32_t>(batch));
-  float* loss = Unwrap(device.Allocate<float>(1));
+  float* images = ValueOrDie(device.Allocate<float>(data.images.size()));
+  int32_t* labels = ValueOrDie(device.Allocate<int32_t>(batch));
+  float* loss = ValueOrDie(device.Allocate<float>(1));
   Check(device.CopyToDevice(images, data.images.data(),
                             data.images.size() * sizeof(float)));
   Check(device.CopyToDevice(labels, data.labels.data(),
@@ -127,13 +121,13 @@ void RunHostFloor(benchmark::State& state, std::unique_ptr<Model> model) {
 }
 
 void BM_ResNet18HostFloor(benchmark::State& state) {
-  RunHostFloor(state, Unwrap(CreateResNet(ResNetOptions{})));
+  RunHostFloor(state, ValueOrDie(CreateResNet(ResNetOptions{})));
 }
 void BM_CnnHostFloor(benchmark::State& state) {
-  RunHostFloor(state, Unwrap(CreateCnn(CnnOptions{})));
+  RunHostFloor(state, ValueOrDie(CreateCnn(CnnOptions{})));
 }
 void BM_MlpHostFloor(benchmark::State& state) {
-  RunHostFloor(state, Unwrap(CreateMlp(MlpOptions{})));
+  RunHostFloor(state, ValueOrDie(CreateMlp(MlpOptions{})));
 }
 
 BENCHMARK(BM_ResNet18HostFloor)

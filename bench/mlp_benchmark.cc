@@ -17,9 +17,9 @@
 #include "benchmark/benchmark.h"
 #include "core/base/logging.h"
 #include "core/device/device.h"
-#include "core/sync/param_layout.h"
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
+#include "core/sync/param_layout.h"
 
 namespace gradsync {
 namespace {
@@ -57,23 +57,17 @@ struct TrainingSetup {
     GS_CHECK(bench_status_.ok()) << #expr ": " << bench_status_; \
   } while (0)
 
-template <typename T>
-T Unwrap(absl::StatusOr<T> value) {
-  GS_CHECK(value.ok()) << value.status();
-  return *std::move(value);
-}
-
 TrainingSetup MakeSetup(int batch, int threads) {
   TrainingSetup setup;
   DeviceOptions device_options;
   device_options.cpu_threads = threads;
-  setup.device = Unwrap(CreateDevice(device_options));
-  setup.model = Unwrap(CreateMlp(MlpOptions()));
-  setup.layout = std::make_unique<ParamLayout>(
-      Unwrap(ParamLayout::Create(setup.model->ParamSpecs(), 25 * 1024 * 1024)));
+  setup.device = ValueOrDie(CreateDevice(device_options));
+  setup.model = ValueOrDie(CreateMlp(MlpOptions()));
+  setup.layout = std::make_unique<ParamLayout>(ValueOrDie(
+      ParamLayout::Create(setup.model->ParamSpecs(), 25 * 1024 * 1024)));
   const int64_t total = setup.layout->total_numel();
-  setup.params = Unwrap(setup.device->Allocate<float>(total));
-  setup.grads = Unwrap(setup.device->Allocate<float>(total));
+  setup.params = ValueOrDie(setup.device->Allocate<float>(total));
+  setup.grads = ValueOrDie(setup.device->Allocate<float>(total));
   std::vector<float> host_params(total);
   setup.model->InitParams(1, *setup.layout, host_params.data());
   BENCH_CHECK_OK(setup.device->CopyToDevice(setup.params, host_params.data(),
@@ -92,9 +86,9 @@ TrainingSetup MakeSetup(int batch, int threads) {
   for (int32_t& label : labels) {
     label = static_cast<int32_t>(generator() % setup.model->num_classes());
   }
-  setup.inputs = Unwrap(setup.device->Allocate<float>(inputs.size()));
-  setup.labels = Unwrap(setup.device->Allocate<int32_t>(batch));
-  setup.loss = Unwrap(setup.device->Allocate<float>(1));
+  setup.inputs = ValueOrDie(setup.device->Allocate<float>(inputs.size()));
+  setup.labels = ValueOrDie(setup.device->Allocate<int32_t>(batch));
+  setup.loss = ValueOrDie(setup.device->Allocate<float>(1));
   BENCH_CHECK_OK(setup.device->CopyToDevice(setup.inputs, inputs.data(),
                                             inputs.size() * sizeof(float)));
   BENCH_CHECK_OK(setup.device->CopyToDevice(setup.labels, labels.data(),
@@ -102,7 +96,7 @@ TrainingSetup MakeSetup(int batch, int threads) {
 
   OptimizerOptions optimizer_options;  // SGD, momentum 0.9
   optimizer_options.lr = 0.01f;
-  setup.optimizer = Unwrap(CreateOptimizer(optimizer_options));
+  setup.optimizer = ValueOrDie(CreateOptimizer(optimizer_options));
   BENCH_CHECK_OK(setup.optimizer->Bind(*setup.device, total));
   return setup;
 }

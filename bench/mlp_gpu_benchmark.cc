@@ -46,9 +46,9 @@ int main() {
 #include "core/base/logging.h"
 #include "core/device/cuda_device.h"
 #include "core/device/device.h"
-#include "core/sync/param_layout.h"
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
+#include "core/sync/param_layout.h"
 
 namespace gradsync {
 namespace {
@@ -92,12 +92,6 @@ double Flops(const std::vector<GemmShape>& shapes) {
     GS_CHECK(bench_status_.ok()) << #expr ": " << bench_status_; \
   } while (0)
 
-template <typename T>
-T Unwrap(absl::StatusOr<T> value) {
-  GS_CHECK(value.ok()) << value.status();
-  return *std::move(value);
-}
-
 // Why the GPU benchmarks cannot run, or "".
 std::string NoGpuReason() {
   int count = 0;
@@ -125,9 +119,9 @@ GemmBuffers AllocateGemmBuffers(CudaDevice& device,
     c = std::max<int64_t>(c, int64_t{s.m} * s.n);
   }
   GemmBuffers buffers;
-  buffers.a = Unwrap(device.Allocate<float>(a));
-  buffers.b = Unwrap(device.Allocate<float>(b));
-  buffers.c = Unwrap(device.Allocate<float>(c));
+  buffers.a = ValueOrDie(device.Allocate<float>(a));
+  buffers.b = ValueOrDie(device.Allocate<float>(b));
+  buffers.c = ValueOrDie(device.Allocate<float>(c));
   device.Fill(buffers.a, a, 0.01f);
   device.Fill(buffers.b, b, 0.02f);
   return buffers;
@@ -187,13 +181,13 @@ void BM_GpuTrainingStep(benchmark::State& state) {
     return;
   }
   const int batch = static_cast<int>(state.range(0));
-  std::unique_ptr<CudaDevice> device = Unwrap(CudaDevice::Create(0));
-  std::unique_ptr<Model> model = Unwrap(CreateMlp(MlpOptions()));
+  std::unique_ptr<CudaDevice> device = ValueOrDie(CudaDevice::Create(0));
+  std::unique_ptr<Model> model = ValueOrDie(CreateMlp(MlpOptions()));
   ParamLayout layout =
-      Unwrap(ParamLayout::Create(model->ParamSpecs(), 25 << 20));
+      ValueOrDie(ParamLayout::Create(model->ParamSpecs(), 25 << 20));
   const int64_t total = layout.total_numel();
-  float* params = Unwrap(device->Allocate<float>(total));
-  float* grads = Unwrap(device->Allocate<float>(total));
+  float* params = ValueOrDie(device->Allocate<float>(total));
+  float* grads = ValueOrDie(device->Allocate<float>(total));
   std::vector<float> host_params(total);
   model->InitParams(1, layout, host_params.data());
   BENCH_CHECK_OK(device->CopyToDevice(params, host_params.data(), total * 4));
@@ -207,9 +201,9 @@ void BM_GpuTrainingStep(benchmark::State& state) {
   }
   std::vector<int32_t> labels(batch);
   for (int32_t& label : labels) label = static_cast<int32_t>(generator() % 10);
-  float* device_inputs = Unwrap(device->Allocate<float>(inputs.size()));
-  int32_t* device_labels = Unwrap(device->Allocate<int32_t>(batch));
-  float* loss = Unwrap(device->Allocate<float>(1));
+  float* device_inputs = ValueOrDie(device->Allocate<float>(inputs.size()));
+  int32_t* device_labels = ValueOrDie(device->Allocate<int32_t>(batch));
+  float* loss = ValueOrDie(device->Allocate<float>(1));
   BENCH_CHECK_OK(
       device->CopyToDevice(device_inputs, inputs.data(), inputs.size() * 4));
   BENCH_CHECK_OK(
@@ -218,7 +212,7 @@ void BM_GpuTrainingStep(benchmark::State& state) {
   OptimizerOptions optimizer_options;  // SGD, momentum 0.9
   optimizer_options.lr = 0.01f;
   std::unique_ptr<Optimizer> optimizer =
-      Unwrap(CreateOptimizer(optimizer_options));
+      ValueOrDie(CreateOptimizer(optimizer_options));
   BENCH_CHECK_OK(optimizer->Bind(*device, total));
   int64_t ready_calls = 0;
   const GradReadyCallback ready = [&ready_calls](int) { ++ready_calls; };
@@ -255,7 +249,7 @@ void BM_GpuModelGemms(benchmark::State& state) {
     return;
   }
   const int batch = static_cast<int>(state.range(0));
-  std::unique_ptr<CudaDevice> device = Unwrap(CudaDevice::Create(0));
+  std::unique_ptr<CudaDevice> device = ValueOrDie(CudaDevice::Create(0));
   const std::vector<GemmShape> shapes = StepGemms(batch);
   const GemmBuffers buffers = AllocateGemmBuffers(*device, shapes);
   auto run = [&] {

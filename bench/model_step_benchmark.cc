@@ -12,15 +12,6 @@
 #include "core/sync/param_layout.h"
 
 namespace gradsync {
-namespace {
-
-template <typename T>
-T Unwrap(absl::StatusOr<T> value) {
-  GS_CHECK(value.ok()) << value.status();
-  return *std::move(value);
-}
-
-}  // namespace
 
 SyntheticBatch MakeSyntheticBatch(const Model& model, int batch) {
   SyntheticBatch out;
@@ -39,12 +30,12 @@ void RunModelStepBenchmark(benchmark::State& state,
   const int batch = static_cast<int>(state.range(0));
   DeviceOptions device_options;
   device_options.cpu_threads = static_cast<int>(state.range(1));
-  std::unique_ptr<Device> device = Unwrap(CreateDevice(device_options));
+  std::unique_ptr<Device> device = ValueOrDie(CreateDevice(device_options));
   ParamLayout layout =
-      Unwrap(ParamLayout::Create(model->ParamSpecs(), 25 << 20));
+      ValueOrDie(ParamLayout::Create(model->ParamSpecs(), 25 << 20));
   const int64_t total = layout.total_numel();
-  float* params = Unwrap(device->Allocate<float>(total));
-  float* grads = Unwrap(device->Allocate<float>(total));
+  float* params = ValueOrDie(device->Allocate<float>(total));
+  float* grads = ValueOrDie(device->Allocate<float>(total));
   std::vector<float> host(total);
   model->InitParams(1, layout, host.data());
   GS_CHECK(device->CopyToDevice(params, host.data(), total * 4).ok());
@@ -52,9 +43,9 @@ void RunModelStepBenchmark(benchmark::State& state,
   const SyntheticBatch data = MakeSyntheticBatch(*model, batch);
   const std::vector<float>& images = data.images;
   const std::vector<int32_t>& labels = data.labels;
-  float* inputs = Unwrap(device->Allocate<float>(images.size()));
-  int32_t* device_labels = Unwrap(device->Allocate<int32_t>(batch));
-  float* loss = Unwrap(device->Allocate<float>(1));
+  float* inputs = ValueOrDie(device->Allocate<float>(images.size()));
+  int32_t* device_labels = ValueOrDie(device->Allocate<int32_t>(batch));
+  float* loss = ValueOrDie(device->Allocate<float>(1));
   GS_CHECK(device->CopyToDevice(inputs, images.data(), images.size() * 4).ok());
   GS_CHECK(device->CopyToDevice(device_labels, labels.data(), batch * 4).ok());
 

@@ -374,9 +374,8 @@ class ProbeRound {
   }
   absl::Status Wait() {
     absl::MutexLock lock(&mu_);
-    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return left_ == 0;
-    };
+    auto done = [this]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return left_ == 0; };
     mu_.Await(absl::Condition(&done));
     return status_;
   }

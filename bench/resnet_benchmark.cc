@@ -24,12 +24,6 @@
 namespace gradsync {
 namespace {
 
-template <typename T>
-T Unwrap(absl::StatusOr<T> value) {
-  GS_CHECK(value.ok()) << value.status();
-  return *std::move(value);
-}
-
 // FLOP of one forward + backward step per image. A convolution's weight
 // [out, in, k, k] produces out_size² pixels, where out_size is the
 // resolution of its stage (32 for the stem and layer1, halved per stage).
@@ -50,7 +44,7 @@ double FlopsPerImage(const std::vector<ParamSpec>& specs) {
 }
 
 void BM_ResNet18ForwardBackward(benchmark::State& state) {
-  std::unique_ptr<Model> model = Unwrap(CreateResNet(ResNetOptions{}));
+  std::unique_ptr<Model> model = ValueOrDie(CreateResNet(ResNetOptions{}));
   const double flops_per_image = FlopsPerImage(model->ParamSpecs());
   RunModelStepBenchmark(state, std::move(model), flops_per_image);
 }

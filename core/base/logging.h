@@ -3,10 +3,15 @@
 //
 //   GS_LOG(INFO) << "joined " << n << " peers";
 //   GS_LOG(FATAL) << "...";   // logs, then aborts
+//   auto model = ValueOrDie(CreateResNet(options));  // where nobody takes a
+//   status
 #pragma once
 
 #include <sstream>
 #include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
 
 namespace gradsync {
 
@@ -53,3 +58,15 @@ class LogMessage {
   if (cond) {          \
   } else               \
     GS_LOG(FATAL) << "check failed: " #cond " "
+
+namespace gradsync {
+
+// The value `value` holds; where it holds an error, a fatal log naming it.
+// For programs with no caller to hand a status to (benchmarks' set-up).
+template <typename T>
+T ValueOrDie(absl::StatusOr<T> value) {
+  GS_CHECK(value.ok()) << value.status();
+  return *std::move(value);
+}
+
+}  // namespace gradsync
