@@ -428,18 +428,16 @@ absl::StatusOr<BackendDescriptor> CudnnGraphConvolution::Pack(const void* x,
   return pack;
 }
 
-absl::Status CudnnGraphConvolution::Run(const BackendDescriptor& plan,
-                                        const void* x, const void* w,
-                                        const void* y, void* workspace) {
-  ASSIGN_OR_RETURN(BackendDescriptor pack, Pack(x, w, y, workspace));
-  CUDNN_RETURN_IF_ERROR(cudnnBackendExecute(handle_, plan.get(), pack.get()),
-                        where_);
-  return absl::OkStatus();
-}
-
 absl::StatusOr<ConvolutionAlgorithmResult> CudnnGraphConvolution::Search(
     cudaStream_t stream, void* x, void* w, void* y, void* workspace,
     size_t workspace_bytes) {
+  // One pack for every candidate (it binds the buffers, not a plan), made
+  // before the timing as Execute's is made once: the times are the plans'.
+  ASSIGN_OR_RETURN(const BackendDescriptor pack, Pack(x, w, y, workspace));
+  const auto run = [&](const BackendDescriptor& plan) {
+    return cudnnBackendExecute(handle_, plan.get(), pack.get()) ==
+           CUDNN_STATUS_SUCCESS;
+  };
   cudaEvent_t start = nullptr, stop = nullptr;
   RETURN_IF_ERROR(
       CudaCallStatus(cudaEventCreate(&start), "cudaEventCreate", where_));
@@ -458,7 +456,7 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnGraphConvolution::Search(
     }
     // A configuration that fails to run is skipped like one that cannot
     // make a plan: the others, or the legacy algorithms, remain.
-    if (!Run(candidate.plan, x, w, y, workspace).ok()) {
+    if (!run(candidate.plan)) {
       cudaGetLastError();  // a failed run is this configuration's, not ours
       ++summary_.failed;
       continue;
@@ -467,7 +465,7 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnGraphConvolution::Search(
     bool ran = true;
     for (float& ms : times) {
       ran = ran && cudaEventRecord(start, stream) == cudaSuccess &&
-            Run(candidate.plan, x, w, y, workspace).ok() &&
+            run(candidate.plan) &&
             cudaEventRecord(stop, stream) == cudaSuccess &&
             cudaEventSynchronize(stop) == cudaSuccess &&
             cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;

@@ -115,8 +115,6 @@ class CudnnGraphConvolution {
   // A variant pack binding x, w, y and the workspace.
   absl::StatusOr<BackendDescriptor> Pack(const void* x, const void* w,
                                          const void* y, void* workspace);
-  absl::Status Run(const BackendDescriptor& plan, const void* x, const void* w,
-                   const void* y, void* workspace);
 
   const cudnnHandle_t handle_;
   const std::string where_;
