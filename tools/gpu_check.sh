@@ -26,7 +26,7 @@
 #                   local (must be at most 2% of the step), ring2 (2
 #                   workers), ps2_1 (2 workers, 1 server)
 #   layers_P        bench/layer_profile: ResNet-18's step at batch 128 and
-#                   precision P (fp32, bf16), operation by operation on the
+#                   precision P (fp32, tf32, bf16), operation by operation on the
 #                   GPU's clock: the share of convolutions, batch norm and
 #                   element-wise kernels here, every operation in
 #                   layers_P.json and the tables in layers_P.log
@@ -391,12 +391,13 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
       }' "$1"
   }
   # Where ResNet-18's step goes on this GPU, operation by operation (issue
-  # 39's "find where the time goes first"): batch 128, fp32 and bf16;
+  # 39's "find where the time goes first"): batch 128, fp32, tf32 and bf16;
   # gradsync's (bench/layer_profile), then with --cudnn_graph (cuDNN's
   # graph-API engines tried beside the legacy algorithms: its rows say
   # whether they beat them), then PyTorch's by the same categories
   # (bench/pytorch_layer_profile.py, torch.profiler).
-  for name in layers_fp32 layers_bf16 layers_fp32_graph layers_bf16_graph; do
+  for name in layers_fp32 layers_tf32 layers_bf16 layers_fp32_graph \
+    layers_tf32_graph layers_bf16_graph; do
     precision=${name#layers_}
     precision=${precision%_graph}
     graph=()
@@ -422,7 +423,7 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
     fi
   done
   torch_profile="$here/../bench/pytorch_layer_profile.py"
-  for precision in fp32 bf16; do
+  for precision in fp32 tf32 bf16; do
     name=torch_layers_$precision
     if ! command -v "$python" > /dev/null 2>&1; then
       record SKIP "$name" "no $python on PATH (set PYTHON=)"

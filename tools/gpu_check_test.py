@@ -24,9 +24,10 @@ BATCHES = (32, 128, 256)
 PRECISIONS = ("fp32", "tf32", "bf16")
 CHECKS = (["versions", "parity_layers", "parity_cudnn", "parity_bf16",
            "comm_local",
-           "comm_ring2", "comm_ps2_1", "layers_fp32", "layers_bf16",
-           "layers_fp32_graph", "layers_bf16_graph",
-           "torch_layers_fp32", "torch_layers_bf16", "hook"] +
+           "comm_ring2", "comm_ps2_1"] +
+          ["layers_" + p for p in PRECISIONS] +
+          ["layers_%s_graph" % p for p in PRECISIONS] +
+          ["torch_layers_" + p for p in PRECISIONS] + ["hook"] +
           ["speed/%s/%d/%s" % (m, b, p)
            for m in MODELS for b in BATCHES for p in PRECISIONS] +
           # ResNet-18 at the bar's batches again with --cudnn_graph.
@@ -80,13 +81,14 @@ class QuickDryRunTest(unittest.TestCase):
             stdout = run_quick(out).stdout
         commands = [line for line in stdout.splitlines()
                     if line.startswith(("== ", "would run"))]
-        # 3 parity, 3 comm jobs, 4 + 2 layer profiles (gradsync's with and
-        # without --cudnn_graph, PyTorch's), the speed script; 9 PyTorch
-        # children (model x precision) and 27 + 6 gradsync runs inside it
-        # (ResNet-18 at batch 128 and 256 again with --cudnn_graph).
-        self.assertEqual(len(commands), 3 + 3 + 6 + 1 + 9 + 27 + 6)
+        # 3 parity, 3 comm jobs, 6 + 3 layer profiles (gradsync's with and
+        # without --cudnn_graph, PyTorch's, each in fp32, tf32 and bf16),
+        # the speed script; 9 PyTorch children (model x precision) and
+        # 27 + 6 gradsync runs inside it (ResNet-18 at batch 128 and 256
+        # again with --cudnn_graph).
+        self.assertEqual(len(commands), 3 + 3 + 9 + 1 + 9 + 27 + 6)
         graph_runs = [line for line in commands if "--cudnn_graph" in line]
-        self.assertEqual(len(graph_runs), 2 + 6)
+        self.assertEqual(len(graph_runs), 3 + 6)
         for line in commands:
             self.assertRegex(line, r"\(timeout [0-9]+ s\)")
         gradsync_runs = [line for line in commands
@@ -266,7 +268,7 @@ class QuickFakeBundleTest(unittest.TestCase):
                      "ms)"))
         self.assertEqual(rows["layers_bf16"][0], "PASS")
         # The stand-in bundle's torch does not import: not measured.
-        for precision in ("fp32", "bf16"):
+        for precision in PRECISIONS:
             status, detail = rows["torch_layers_" + precision]
             self.assertEqual(status, "SKIP")
             self.assertIn("torch is not importable", detail)
