@@ -11,7 +11,8 @@ layer profiles' logs). What it writes, for tools/render_results.py:
   checks.csv   every row of the report's table: status, check, detail
   speed.csv    the speed rows parsed: model, batch, precision, the variant
                (the flag a variant's row set, "" for the defaults), gradsync's
-               step and compute ms, PyTorch's step ms, the ratio, the status
+               step and compute ms, PyTorch's step ms, the ratio, the status,
+               and whether the row met issue 39's bar (met, under, "")
   layers.csv   one row per layer profile (gradsync's bench/layer_profile,
                PyTorch's bench/pytorch_layer_profile.py): the step's device
                time split into convolutions, batch norm, element-wise, other;
@@ -65,7 +66,12 @@ def speed_points(rows):
                        "gradsync_step_ms": float(match.group(1)),
                        "gradsync_compute_ms": float(match.group(2)),
                        "pytorch_step_ms": float(match.group(3)),
-                       "speed": float(match.group(4))})
+                       "speed": float(match.group(4)),
+                       # Issue 39's bar where the point has one, as the row
+                       # judged it: "met", "under", or "" (no bar).
+                       "bar": ("under" if "under the bar" in row["detail"] else
+                               "met" if re.search(r"bar [\d.]+x met", row["detail"])
+                               else "")})
     return points
 
 

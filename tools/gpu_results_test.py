@@ -94,6 +94,8 @@ class GpuResultsTest(unittest.TestCase):
                           speed[2]["variant"]),
                          ("resnet18", "128", "fp32", "--cudnn_graph"))
         self.assertEqual(float(speed[2]["gradsync_step_ms"]), 15.00)
+        # Whether each row met its bar, as the row said.
+        self.assertEqual([s["bar"] for s in speed], ["under", "", "met"])
         self.assertEqual(float(speed[0]["gradsync_step_ms"]), 22.30)
         self.assertEqual(float(speed[0]["pytorch_step_ms"]), 16.28)
         self.assertEqual(float(speed[1]["speed"]), 5.53)

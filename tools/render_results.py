@@ -778,8 +778,8 @@ def gpu_speed_table(points):
 def gpu_speed_variants_table(points):
     """tools/gpu_results.py's speed.csv: each variant's point (gradsync run
     with a flag set, right after the default point) beside the default's,
-    against the same PyTorch step; a variant's ratio is marked where it is
-    under issue 39's bar (RESNET_BAR: the variant is not judged, the default
+    against the same PyTorch step; a variant's ratio is marked where its row
+    says it is under issue 39's bar (the variant is not judged, the default
     is)."""
     defaults = {(p["model"], p["batch"], p["precision"]): p
                 for p in points if not p.get("variant")}
@@ -790,19 +790,13 @@ def gpu_speed_variants_table(points):
         if not p.get("variant"):
             continue
         default = defaults.get((p["model"], p["batch"], p["precision"]), {})
-        bar = RESNET_BAR.get(p["precision"]) if p["model"] == "resnet18" else None
-        mark = " (under the bar)" if bar is not None and p["speed"] < bar else ""
+        mark = " (under the bar)" if p.get("bar") == "under" else ""
         lines.append(
             f"| {p['model']} | {p['batch']:.0f} | {p['precision']} | `{p['variant']}` | "
             f"{number(default.get('gradsync_step_ms'), '{:.2f}')} | "
             f"{p['gradsync_step_ms']:.2f} | {p['pytorch_step_ms']:.2f} | "
             f"{number(default.get('speed'), '{:.2f}×')} | {p['speed']:.2f}×{mark} |")
     return "\n".join(lines)
-
-
-# Issue 39's bar for ResNet-18 at batch 128 and 256 (bench/compute_vs_pytorch.py's
-# RESNET_BAR): gradsync's speed as a multiple of PyTorch's.
-RESNET_BAR = {"fp32": 1.0, "tf32": 1.0, "bf16": 0.8}
 
 
 def gpu_layers_table(points):

@@ -120,9 +120,10 @@ struct GraphSearchSummary {
   int fastest_engine = -1;
 };
 
-// "graph API: 23 configurations listed, 10 timed, fastest engine 7 in
-// 0.380 ms; refused: 8 tensor-core math, 2 compiles kernels at set-up; 1
-// made no plan": the counts that are not zero, in that order.
+// "graph API: L configurations listed, T timed, fastest engine E in M ms;
+// refused: R1 tensor-core math, R2 compiles kernels at set-up; P made no
+// plan": the counts that are not zero, in that order (the test has a whole
+// example).
 std::string DescribeGraphSearch(const GraphSearchSummary& summary);
 
 // The three directions' algorithms of one convolution shape, as chosen once

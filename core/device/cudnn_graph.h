@@ -3,12 +3,12 @@
 // uses (CUDA builds only).
 //
 // Why: the legacy API offers a fixed list of algorithms per direction, and on
-// an H200 the best of them left ResNet-18's float32 convolutions at 1.5x
-// PyTorch's time (docs/results/gpu.md), while PyTorch's own channels_last
-// step, on the same NHWC tensors, was as fast as its NCHW one. PyTorch
-// reaches its convolutions through the graph API: an operation graph of one
-// convolution, the engine configurations cuDNN's heuristics list for it, and
-// an execution plan of the one chosen. This class builds that graph for the
+// an H200 the best of them left ResNet-18's float32 convolutions well behind
+// PyTorch's (docs/results/gpu.md has the figures), while PyTorch's own
+// channels_last step, on the same NHWC tensors, was as fast as its NCHW one.
+// PyTorch reaches its convolutions through the graph API: an operation graph of
+// one convolution, the engine configurations cuDNN's heuristics list for it,
+// and an execution plan of the one chosen. This class builds that graph for the
 // tensors CudnnConvolution already describes (NHWC input and output, KRSC
 // filter, float32 or bf16 data with float32 accumulation), times every
 // configuration the precision allows (GraphEngineRefusal), and runs the one
