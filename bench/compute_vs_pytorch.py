@@ -67,8 +67,9 @@ line per point for tools/gpu_check.sh's table; --dry_run prints the commands
 and runs nothing (tested without a GPU by tools/gpu_check_test.sh). A
 ResNet-18 point at batch 128 or more under issue 39's bar (gradsync at least
 as fast as PyTorch in fp32 and tf32, 0.8x in bf16) is a FAIL row.
---variants=FLAG,... also measures gradsync with each of those boolean flags
-set (e.g. cudnn_graph), on --variant_models at --variant_batches, each right
+--variants=FLAG,... also measures gradsync with each of those flags set
+(a boolean's name, e.g. cudnn_graph, or NAME=VALUE, e.g.
+cudnn_layout=fastest), on --variant_models at --variant_batches, each right
 after the default point it varies and against the same PyTorch figure, as
 rows speed/MODEL/BATCH/PRECISION/FLAG; a variant's row says whether it meets
 the bar but fails only if it does not run (the bar is the defaults').
@@ -481,9 +482,10 @@ def main():
             sys.exit("%s is not an executable gradsync: pass --gradsync" %
                      args.gradsync)
         flags = [v for v in args.variants.split(",") if v]
-        if any(not re.fullmatch(r"[a-z][a-z0-9_]*", v) for v in flags):
-            parser.error("--variants takes gradsync flag names without "
-                         "their dashes, e.g. cudnn_graph")
+        if any(not re.fullmatch(r"[a-z][a-z0-9_]*(=[a-z0-9_.]+)?", v)
+               for v in flags):
+            parser.error("--variants takes gradsync flags without their "
+                         "dashes, e.g. cudnn_graph or cudnn_layout=fastest")
         try:
             variant_batches = {int(b) for b in
                                args.variant_batches.split(",") if b}

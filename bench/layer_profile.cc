@@ -59,6 +59,9 @@ ABSL_FLAG(bool, bf16_operands, true,
           "inputs and widens its output, to measure what the default saves");
 ABSL_FLAG(bool, cudnn_graph, false,
           "CUDA: convolutions also try cuDNN's graph API (DeviceOptions)");
+ABSL_FLAG(std::string, cudnn_layout, "nhwc",
+          "CUDA, fp32 and tf32: the layout cuDNN computes convolutions in: "
+          "nhwc, nchw or fastest (DeviceOptions)");
 ABSL_FLAG(int, batch, 128, "images a step");
 ABSL_FLAG(int, warmup, 5, "untimed steps first (cuDNN's searches, caches)");
 ABSL_FLAG(int, steps, 10, "timed steps, unmarked and then profiled");
@@ -104,6 +107,8 @@ absl::Status Run() {
                    ParsePrecision(absl::GetFlag(FLAGS_precision)));
   options.convolutions_round_own_operands = !absl::GetFlag(FLAGS_bf16_operands);
   options.cudnn_graph = absl::GetFlag(FLAGS_cudnn_graph);
+  ASSIGN_OR_RETURN(options.cudnn_layout,
+                   ParseConvolutionLayout(absl::GetFlag(FLAGS_cudnn_layout)));
   ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateDevice(options));
   ASSIGN_OR_RETURN(
       std::unique_ptr<ProfilingDevice> profiled,
@@ -167,8 +172,12 @@ absl::Status Run() {
       model->name(), " on ", device->name(),
       ", --precision=", PrecisionName(options.precision),
       options.convolutions_round_own_operands ? " (--bf16_operands=false)" : "",
-      options.cudnn_graph ? " (--cudnn_graph)" : "", ", batch ", batch,
-      "; last loss ", host_loss);
+      options.cudnn_graph ? " (--cudnn_graph)" : "",
+      options.cudnn_layout == ConvolutionLayout::kNhwc
+          ? ""
+          : absl::StrCat(" (--cudnn_layout=",
+                         ConvolutionLayoutName(options.cudnn_layout), ")"),
+      ", batch ", batch, "; last loss ", host_loss);
   std::printf(
       "%s\nunmarked step: %.3f ms (median of %d; the device's clock "
       "at its start and end)\n",
@@ -198,6 +207,7 @@ absl::Status Run() {
     json["precision"] = PrecisionName(options.precision);
     json["bf16_operands"] = !options.convolutions_round_own_operands;
     json["cudnn_graph"] = options.cudnn_graph;
+    json["cudnn_layout"] = ConvolutionLayoutName(options.cudnn_layout);
     json["batch"] = batch;
     json["warmup"] = warmup;
     json["unmarked_step_ms"] = unmarked_ms;

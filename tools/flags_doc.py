@@ -56,6 +56,7 @@ COMPARISON = {
     "warmup_steps": "Steps left out of the means: keep equal across strategies.",
     "precision": "Keep equal across strategies; on GPUs tf32 is PyTorch's default for convolutions, bf16 what PyTorch users tuning for speed run (autocast), fp32 what parity checks use.",
     "cudnn_graph": "Leave off for published figures until the quick check has run it on a GPU; keep equal across strategies.",
+    "cudnn_layout": "Leave at nhwc for published figures until the quick check has run the others on a GPU; keep equal across strategies.",
     "threads": "BLAS threads per worker: N workers × threads should not exceed the cores, or the CPU is measured.",
     "straggler": "Slowness as an experiment parameter, the same for every strategy.",
     "straggler_jitter_ms": "Transient slowness, reproducible from --seed.",

@@ -27,12 +27,14 @@ CHECKS = (["versions", "parity_layers", "parity_cudnn", "parity_bf16",
            "comm_ring2", "comm_ps2_1"] +
           ["layers_" + p for p in PRECISIONS] +
           ["layers_%s_graph" % p for p in PRECISIONS] +
+          ["layers_fp32_fastest", "layers_tf32_fastest"] +
           ["torch_layers_" + p for p in PRECISIONS] + ["hook"] +
           ["speed/%s/%d/%s" % (m, b, p)
            for m in MODELS for b in BATCHES for p in PRECISIONS] +
-          # ResNet-18 at the bar's batches again with --cudnn_graph.
-          ["speed/resnet18/%d/%s/cudnn_graph" % (b, p)
-           for b in (128, 256) for p in PRECISIONS])
+          # ResNet-18 at the bar's batches again with each variant.
+          ["speed/resnet18/%d/%s/%s" % (b, p, v)
+           for b in (128, 256) for p in PRECISIONS
+           for v in ("cudnn_graph", "cudnn_layout=fastest")])
 ROW = re.compile(r"^(PASS|FAIL|SKIP)\s+(\S+)\s+(.*)$")
 
 
@@ -81,28 +83,37 @@ class QuickDryRunTest(unittest.TestCase):
             stdout = run_quick(out).stdout
         commands = [line for line in stdout.splitlines()
                     if line.startswith(("== ", "would run"))]
-        # 3 parity, 3 comm jobs, 6 + 3 layer profiles (gradsync's with and
-        # without --cudnn_graph, PyTorch's, each in fp32, tf32 and bf16),
+        # 3 parity, 3 comm jobs, 6 + 2 + 3 layer profiles (gradsync's
+        # without and with --cudnn_graph in fp32, tf32 and bf16, with
+        # --cudnn_layout=fastest in fp32 and tf32, PyTorch's in all three),
         # the speed script; 9 PyTorch children (model x precision) and
-        # 27 + 6 gradsync runs inside it (ResNet-18 at batch 128 and 256
-        # again with --cudnn_graph).
-        self.assertEqual(len(commands), 3 + 3 + 9 + 1 + 9 + 27 + 6)
+        # 27 + 12 gradsync runs inside it (ResNet-18 at batch 128 and 256
+        # again with each of the two variants).
+        self.assertEqual(len(commands), 3 + 3 + 11 + 1 + 9 + 27 + 12)
         graph_runs = [line for line in commands if "--cudnn_graph" in line]
         self.assertEqual(len(graph_runs), 3 + 6)
+        layout_runs = [line for line in commands
+                       if "--cudnn_layout=fastest" in line]
+        self.assertEqual(len(layout_runs), 2 + 6)
         for line in commands:
             self.assertRegex(line, r"\(timeout [0-9]+ s\)")
         gradsync_runs = [line for line in commands
                          if " train --device=cuda --sync=local" in line]
-        self.assertEqual(len(gradsync_runs), 27 + 6)
-        # Each variant right after the default point it varies.
-        # Each variant right after the default point it varies: the same
-        # command, its own metrics folder, the flag set.
+        self.assertEqual(len(gradsync_runs), 27 + 12)
+        # Each variant right after the default point it varies (or after
+        # the variant before it): the same command, its own metrics
+        # folder, the flag set.
         for i, line in enumerate(gradsync_runs):
-            if "--cudnn_graph" in line:
-                self.assertTrue(line.endswith(" --cudnn_graph"), line)
+            for flag in ("cudnn_graph", "cudnn_layout=fastest"):
+                if "--" + flag not in line:
+                    continue
+                self.assertTrue(line.endswith(" --" + flag), line)
+                default = gradsync_runs[i - 1]
+                if flag != "cudnn_graph":
+                    default = gradsync_runs[i - 2]
                 self.assertEqual(
-                    line[:-len(" --cudnn_graph")].replace("-cudnn_graph", ""),
-                    gradsync_runs[i - 1])
+                    line[:-len(" --" + flag)].replace("-" + flag, ""),
+                    default)
         for line in gradsync_runs:
             self.assertIn("--data=synthetic", line)
             self.assertRegex(line, r"--precision=(fp32|tf32|bf16) ")
@@ -149,6 +160,7 @@ for arg in "$@"; do
     --metrics_dir=*|--run_dir=*) dir="${arg#*=}" ;;
     --precision=*) precision="${arg#*=}" ;;
     --cudnn_graph) step_ms=8.0 ;;
+    --cudnn_layout=fastest) step_ms=7.0 ;;
   esac
 done
 if [[ "$precision" == bf16 && -n "${FAKE_REFUSE_BF16:-}" ]]; then
@@ -195,7 +207,22 @@ optimizer                                                       1      1.800   1
 operation (kind and shape)                                  calls    ms/step   share
 conv forward 3x3/1 64->64 at 32x32                              4      1.000    8.3%
 batch norm forward 131072x64 +relu                              3      0.900    7.5%
+
+convolutions, as the library runs them:
 TABLE
+layout=nhwc
+for arg in "$@"; do
+  case "$arg" in
+    --cudnn_layout=*) layout="${arg#*=}" ;;
+  esac
+done
+if [[ "$layout" == fastest ]]; then
+  echo "  3x3/1 3->64 at 32x32: forward IMPLICIT_GEMM (FMA, 0 bytes) [layout NHWC, timed 0.300 ms a step against NCHW's 0.400 ms]"
+  echo "  3x3/1 64->64 at 32x32: NCHW copies: forward WINOGRAD (FMA, 0 bytes) [layout NCHW, timed 1.000 ms a step against NHWC's 2.000 ms]"
+else
+  echo "  3x3/1 3->64 at 32x32: forward IMPLICIT_GEMM (FMA, 0 bytes)"
+  echo "  3x3/1 64->64 at 32x32: forward IMPLICIT_GEMM (FMA, 0 bytes)"
+fi
 """
 PROGRAMS = ("cuda_device_test", "device_parity_test", "layer_reference_test",
             "bf16_precision_test", "host_staging_test", "nccl_test",
@@ -292,6 +319,13 @@ class QuickFakeBundleTest(unittest.TestCase):
             status, detail = rows["speed/resnet18/%d/tf32/cudnn_graph" % batch]
             self.assertEqual(status, "PASS")
             self.assertIn("gradsync 8.00 ms (compute 9.50)", detail)
+            status, detail = rows[
+                "speed/resnet18/%d/fp32/cudnn_layout=fastest" % batch]
+            self.assertEqual(status, "PASS")
+            self.assertIn("gradsync 7.00 ms (compute 9.50)", detail)
+        # The layout profile's row counts the shapes NCHW won.
+        self.assertIn("1 of 2 shapes on NCHW copies",
+                      rows["layers_fp32_fastest"][1])
 
     def test_a_binary_that_refuses_bf16_fails_its_rows(self):
         result, rows = self.run_bundle({"FAKE_REFUSE_BF16": "1"})

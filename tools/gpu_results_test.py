@@ -21,6 +21,7 @@ FAIL  parity_bf16              bf16_precision_test: 10 cases, 2 failed; exit 1 (
 FAIL  speed/resnet18/128/fp32  gradsync 22.30 ms (compute 21.68); pytorch 16.28 ms; 0.73x PyTorch's speed (under the bar of 1.0x)
 PASS  speed/mlp/32/bf16        gradsync 0.27 ms (compute 0.21); pytorch 1.48 ms; 5.53x PyTorch's speed
 PASS  speed/resnet18/128/fp32/cudnn_graph gradsync 15.00 ms (compute 14.50); pytorch 16.28 ms; 1.09x PyTorch's speed (bar 1.0x met)
+PASS  speed/resnet18/128/fp32/cudnn_layout=fastest gradsync 17.00 ms (compute 16.50); pytorch 16.28 ms; 0.96x PyTorch's speed (under the bar of 1.0x; --cudnn_layout=fastest is not the default, so not judged)
 """
 GRADSYNC_LAYERS = """resnet18-3x32x32-10 on cuda:0, --precision=bf16, batch 128; last loss 0.49
 unmarked step: 4.458 ms (median of 5; the device's clock at its start and end)
@@ -43,6 +44,13 @@ unmarked step: 14.000 ms (median of 5; the device's clock at its start and end)
 category                                                    calls    ms/step   share
 conv forward                                                   20      10.000   70.0%
 batch norm forward                                             20      4.000   30.0%
+"""
+LAYOUT_LAYERS = """resnet18-3x32x32-10 on cuda:0, --precision=tf32 (--cudnn_layout=fastest), batch 128; last loss 2
+unmarked step: 9.000 ms (median of 5; the device's clock at its start and end)
+
+category                                                    calls    ms/step   share
+conv forward                                                   20      6.000   75.0%
+batch norm forward                                             20      2.000   25.0%
 """
 TORCH_LAYERS = """UserWarning: Profiler clears events at the end of each cycle.
 resnet18 in torch 2.11.0+cu130 on cuda, --precision=fp32, batch 256; last loss 0.2
@@ -69,7 +77,8 @@ class GpuResultsTest(unittest.TestCase):
         os.makedirs(logs)
         for name, text in (("report.txt", REPORT), ("layers_bf16.log", GRADSYNC_LAYERS),
                            ("torch_layers_fp32.log", TORCH_LAYERS),
-                           ("layers_fp32_graph.log", GRAPH_LAYERS)):
+                           ("layers_fp32_graph.log", GRAPH_LAYERS),
+                           ("layers_tf32_fastest.log", LAYOUT_LAYERS)):
             with open(os.path.join(logs, name), "w") as f:
                 f.write(text)
         out = os.path.join(root, "data")
@@ -80,13 +89,14 @@ class GpuResultsTest(unittest.TestCase):
             checks = list(csv.DictReader(f))
         self.assertEqual([c["check"] for c in checks],
                          ["versions", "parity_bf16", "speed/resnet18/128/fp32",
-                          "speed/mlp/32/bf16", "speed/resnet18/128/fp32/cudnn_graph"])
+                          "speed/mlp/32/bf16", "speed/resnet18/128/fp32/cudnn_graph",
+                          "speed/resnet18/128/fp32/cudnn_layout=fastest"])
         self.assertEqual(checks[1]["status"], "FAIL")
         self.assertNotIn("/tmp/", checks[1]["detail"])
 
         with open(os.path.join(out, "speed.csv")) as f:
             speed = list(csv.DictReader(f))
-        self.assertEqual(len(speed), 3)
+        self.assertEqual(len(speed), 4)
         self.assertEqual((speed[0]["model"], speed[0]["batch"], speed[0]["precision"],
                           speed[0]["variant"]), ("resnet18", "128", "fp32", ""))
         # A variant's row: the same point with the flag it set.
@@ -95,13 +105,19 @@ class GpuResultsTest(unittest.TestCase):
                          ("resnet18", "128", "fp32", "--cudnn_graph"))
         self.assertEqual(float(speed[2]["gradsync_step_ms"]), 15.00)
         # Whether each row met its bar, as the row said.
-        self.assertEqual([s["bar"] for s in speed], ["under", "", "met"])
+        self.assertEqual([s["bar"] for s in speed], ["under", "", "met", "under"])
+        # A variant flag with a value keeps it.
+        self.assertEqual(speed[3]["variant"], "--cudnn_layout=fastest")
+        self.assertEqual(float(speed[3]["speed"]), 0.96)
         self.assertEqual(float(speed[0]["gradsync_step_ms"]), 22.30)
         self.assertEqual(float(speed[0]["pytorch_step_ms"]), 16.28)
         self.assertEqual(float(speed[1]["speed"]), 5.53)
 
         with open(os.path.join(out, "layers.csv")) as f:
             layers = {row["source"] + row["variant"]: row for row in csv.DictReader(f)}
+        layout = layers["gradsync--cudnn_layout=fastest"]
+        self.assertEqual((layout["precision"], layout["batch"]), ("tf32", "128"))
+        self.assertAlmostEqual(float(layout["conv_ms"]), 6.0)
         graph = layers["gradsync--cudnn_graph"]
         self.assertEqual((graph["precision"], graph["batch"]), ("fp32", "128"))
         self.assertAlmostEqual(float(graph["conv_ms"]), 10.0)

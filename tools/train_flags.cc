@@ -48,6 +48,13 @@ ABSL_FLAG(bool, cudnn_graph, false,
           "with --device=cuda: also time the engines of cuDNN's graph API "
           "for each convolution and run one where it beats the legacy "
           "algorithms (not yet run on a GPU: off by default)");
+ABSL_FLAG(std::string, cudnn_layout, "nhwc",
+          "with --device=cuda, fp32 and tf32: the layout cuDNN computes "
+          "convolutions in. nhwc (the layers' own); nchw (NCHW copies of the "
+          "activations around each call, so that cuDNN's FFT and Winograd "
+          "algorithms qualify); fastest (both timed for each shape at set-up, "
+          "copies included, and the faster runs). bf16 always computes in "
+          "NHWC. Not yet run on a GPU: nhwc by default");
 ABSL_FLAG(std::string, gpus, "",
           "with --device=cuda: comma-separated GPU indices (among the visible "
           "GPUs, after CUDA_VISIBLE_DEVICES) for this machine's local ranks; "
@@ -708,6 +715,8 @@ absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank,
   ASSIGN_OR_RETURN(options.precision,
                    ParsePrecision(absl::GetFlag(FLAGS_precision)));
   options.cudnn_graph = absl::GetFlag(FLAGS_cudnn_graph);
+  ASSIGN_OR_RETURN(options.cudnn_layout,
+                   ParseConvolutionLayout(absl::GetFlag(FLAGS_cudnn_layout)));
   options.gpu_index = local_rank;
   // Only a CUDA run reads --gpus, so a CPU run is not refused for it.
   if (options.type == DeviceType::kCuda) {

@@ -474,6 +474,23 @@ TEST(ParsePrecisionTest, NamesAndErrors) {
   EXPECT_NE(bad.status().message().find("--precision=fp16"), std::string::npos);
 }
 
+TEST(ParseConvolutionLayoutTest, NamesAndErrors) {
+  for (ConvolutionLayout layout :
+       {ConvolutionLayout::kNhwc, ConvolutionLayout::kNchw,
+        ConvolutionLayout::kFastest}) {
+    EXPECT_EQ(*ParseConvolutionLayout(ConvolutionLayoutName(layout)), layout);
+  }
+  EXPECT_EQ(*ParseConvolutionLayout("NCHW"), ConvolutionLayout::kNchw);
+  EXPECT_EQ(DeviceOptions().cudnn_layout, ConvolutionLayout::kNhwc);
+  auto bad = ParseConvolutionLayout("channels_last");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--cudnn_layout=channels_last"),
+            std::string::npos);
+  EXPECT_NE(bad.status().message().find("nhwc, nchw or fastest"),
+            std::string::npos);
+}
+
 // TF32 is a tensor-core format: the CPU device refuses it rather than
 // silently computing in fp32 under a tf32 label.
 TEST(ParsePrecisionTest, CpuDeviceRefusesTf32) {

@@ -122,7 +122,8 @@ CudaEvent::~CudaEvent() {
 
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(
     int gpu_index, bool reference_convolutions, Precision precision,
-    bool convolutions_round_own_operands, bool cudnn_graph) {
+    bool convolutions_round_own_operands, bool cudnn_graph,
+    ConvolutionLayout cudnn_layout) {
   const std::string name = absl::StrCat("cuda:", gpu_index);
   int count = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count), name);
@@ -144,23 +145,25 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(
         "; this build's kernels need 9.0 or newer (H100/H200): add a "
         "-gencode for it in core/BUILD"));
   }
-  std::unique_ptr<CudaDevice> device(
-      new CudaDevice(gpu_index, properties, reference_convolutions, precision,
-                     convolutions_round_own_operands, cudnn_graph));
+  std::unique_ptr<CudaDevice> device(new CudaDevice(
+      gpu_index, properties, reference_convolutions, precision,
+      convolutions_round_own_operands, cudnn_graph, cudnn_layout));
   RETURN_IF_ERROR(device->Initialize());
   return device;
 }
 
 CudaDevice::CudaDevice(int gpu_index, const cudaDeviceProp& properties,
                        bool reference_convolutions, Precision precision,
-                       bool convolutions_round_own_operands, bool cudnn_graph)
+                       bool convolutions_round_own_operands, bool cudnn_graph,
+                       ConvolutionLayout cudnn_layout)
     : gpu_index_(gpu_index),
       properties_(properties),
       name_(absl::StrCat("cuda:", gpu_index)),
       reference_convolutions_(reference_convolutions),
       precision_(precision),
       convolutions_round_own_operands_(convolutions_round_own_operands),
-      cudnn_graph_(cudnn_graph) {}
+      cudnn_graph_(cudnn_graph),
+      cudnn_layout_(cudnn_layout) {}
 
 absl::Status CudaDevice::Initialize() {
   // Non-blocking: the stream never waits for the legacy default stream (which
@@ -746,10 +749,10 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(
                     absl::StrCat("--device=cuda, local rank ", local_rank));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
-                   CudaDevice::Create(*gpu, options.reference_convolutions,
-                                      options.precision,
-                                      options.convolutions_round_own_operands,
-                                      options.cudnn_graph));
+                   CudaDevice::Create(
+                       *gpu, options.reference_convolutions, options.precision,
+                       options.convolutions_round_own_operands,
+                       options.cudnn_graph, options.cudnn_layout));
   GS_LOG(INFO) << "local rank " << local_rank << " computes on "
                << device->name() << " (" << visible << " GPU(s) visible)";
   return std::unique_ptr<Device>(std::move(device));

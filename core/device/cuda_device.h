@@ -120,12 +120,13 @@ class CudaDevice : public Device {
   // cublasGemmEx (CUDA_R_16BF inputs, a float32 C, CUBLAS_COMPUTE_32F) and
   // rounds C to bf16; the convolutions compute on bf16 copies
   // (cudnn_convolution.h). Checked on one H200 (bf16_precision_test).
-  // `convolutions_round_own_operands`: test-only, and `cudnn_graph`, as
-  // DeviceOptions's.
+  // `convolutions_round_own_operands`: test-only, `cudnn_graph` and
+  // `cudnn_layout`, as DeviceOptions's.
   static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(
       int gpu_index, bool reference_convolutions = false,
       Precision precision = Precision::kFp32,
-      bool convolutions_round_own_operands = false, bool cudnn_graph = false);
+      bool convolutions_round_own_operands = false, bool cudnn_graph = false,
+      ConvolutionLayout cudnn_layout = ConvolutionLayout::kNhwc);
   ~CudaDevice() override;
 
   CudaDevice(const CudaDevice&) = delete;
@@ -213,6 +214,7 @@ class CudaDevice : public Device {
   Precision precision() const { return precision_; }
   // Whether convolutions also try cuDNN's graph API (DeviceOptions).
   bool cudnn_graph() const { return cudnn_graph_; }
+  ConvolutionLayout cudnn_layout() const { return cudnn_layout_; }
   // Every kernel, cuBLAS call and copy of this device runs on this stream, in
   // the order it was queued. Non-blocking: it never waits for the legacy
   // default stream, so work on it must be ordered with events, not by
@@ -246,7 +248,8 @@ class CudaDevice : public Device {
 
   CudaDevice(int gpu_index, const cudaDeviceProp& properties,
              bool reference_convolutions, Precision precision,
-             bool convolutions_round_own_operands, bool cudnn_graph);
+             bool convolutions_round_own_operands, bool cudnn_graph,
+             ConvolutionLayout cudnn_layout);
   absl::Status Initialize();
   // A new arena block of at least `bytes`, zero-filled.
   absl::Status AddBlock(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -271,6 +274,7 @@ class CudaDevice : public Device {
   const Precision precision_;
   const bool convolutions_round_own_operands_;
   const bool cudnn_graph_;
+  const ConvolutionLayout cudnn_layout_;
   // --precision=bf16: Gemm's operands rounded to bf16 (their 16 bits).
   uint16_t* bf16_a_ = nullptr;
   uint16_t* bf16_b_ = nullptr;

@@ -127,4 +127,29 @@ size_t GrowConvolutionWorkspace(size_t current, size_t needed, size_t limit) {
   return std::max(needed, std::min(doubled, limit));
 }
 
+bool PrefersNchw(const LayoutTiming& timing) {
+  return timing.nchw_ms >= 0 &&
+         (timing.nhwc_ms < 0 || timing.nchw_ms < timing.nhwc_ms);
+}
+
+std::string DescribeLayoutChoice(const LayoutTiming& timing) {
+  const auto ms = [](float value) { return absl::StrFormat("%.3f", value); };
+  if (timing.nchw_ms < 0) {
+    return absl::StrCat("layout NHWC (NCHW not timed: ",
+                        timing.nchw_unavailable.empty()
+                            ? "no reason given"
+                            : timing.nchw_unavailable,
+                        ")");
+  }
+  if (timing.nhwc_ms < 0) {
+    return absl::StrCat("layout NCHW, timed ", ms(timing.nchw_ms),
+                        " ms a step (NHWC not timed)");
+  }
+  const bool nchw = PrefersNchw(timing);
+  return absl::StrCat("layout ", nchw ? "NCHW" : "NHWC", ", timed ",
+                      ms(nchw ? timing.nchw_ms : timing.nhwc_ms),
+                      " ms a step against ", nchw ? "NHWC" : "NCHW", "'s ",
+                      ms(nchw ? timing.nhwc_ms : timing.nchw_ms), " ms");
+}
+
 }  // namespace gradsync

@@ -126,6 +126,24 @@ struct GraphSearchSummary {
 // example).
 std::string DescribeGraphSearch(const GraphSearchSummary& summary);
 
+// One convolution's step (forward, weight gradient, input gradient, the
+// copies into and out of cuDNN's layout included) as timed in each layout
+// at set-up, for --cudnn_layout=fastest (cudnn_convolution.h).
+struct LayoutTiming {
+  float nhwc_ms = -1.0f;  // negative: not timed
+  float nchw_ms = -1.0f;  // negative: not timed; nchw_unavailable says why
+  std::string nchw_unavailable;
+};
+
+// Whether the NCHW layout runs: only where it was timed and took less than
+// NHWC (which wins ties and runs wherever it alone was timed).
+bool PrefersNchw(const LayoutTiming& timing);
+
+// "layout NCHW, timed 1.234 ms a step against NHWC's 2.345 ms", "layout
+// NHWC, timed ... against NCHW's ...", or "layout NHWC (NCHW not timed:
+// why)": what the layer's description carries.
+std::string DescribeLayoutChoice(const LayoutTiming& timing);
+
 // The three directions' algorithms of one convolution shape, as chosen once
 // and reused by every layer of that shape on the device.
 struct ChosenConvolutionAlgorithms {

@@ -207,5 +207,31 @@ TEST(DescribeGraphSearchTest, SaysWhatBecameOfEachConfiguration) {
             "candidates timed)");
 }
 
+// --cudnn_layout=fastest: NCHW runs only where it was timed and was faster;
+// the description says which ran and both times.
+TEST(LayoutChoiceTest, NchwRunsOnlyWhereTimedFaster) {
+  LayoutTiming timing;
+  timing.nhwc_ms = 2.5f;
+  timing.nchw_ms = 1.25f;
+  EXPECT_TRUE(PrefersNchw(timing));
+  EXPECT_EQ(DescribeLayoutChoice(timing),
+            "layout NCHW, timed 1.250 ms a step against NHWC's 2.500 ms");
+  timing.nchw_ms = 2.5f;  // a tie keeps the layers' own layout
+  EXPECT_FALSE(PrefersNchw(timing));
+  timing.nchw_ms = 3.0f;
+  EXPECT_FALSE(PrefersNchw(timing));
+  EXPECT_EQ(DescribeLayoutChoice(timing),
+            "layout NHWC, timed 2.500 ms a step against NCHW's 3.000 ms");
+  timing.nchw_ms = -1.0f;
+  timing.nchw_unavailable = "CUDNN_STATUS_NOT_SUPPORTED";
+  EXPECT_FALSE(PrefersNchw(timing));
+  EXPECT_EQ(DescribeLayoutChoice(timing),
+            "layout NHWC (NCHW not timed: CUDNN_STATUS_NOT_SUPPORTED)");
+  LayoutTiming only_nchw;
+  only_nchw.nchw_ms = 1.0f;
+  EXPECT_TRUE(PrefersNchw(only_nchw));
+  EXPECT_THAT(DescribeLayoutChoice(only_nchw), HasSubstr("NHWC not timed"));
+}
+
 }  // namespace
 }  // namespace gradsync

@@ -67,9 +67,11 @@ absl::StatusOr<std::unique_ptr<CudnnContext>> CudnnContext::Create(
   RETURN_IF_ERROR(memory_status);
   CUDNN_RETURN_IF_ERROR(cudnnSetStream(handle, device.stream()), where);
   GS_LOG(INFO) << where << ": cuDNN " << cudnnGetVersion()
-               << " for convolutions, workspace limit "
-               << context->workspace_limit_ << " bytes (" << free_bytes
-               << " of " << total_bytes << " bytes free)";
+               << " for convolutions (--cudnn_layout="
+               << ConvolutionLayoutName(device.cudnn_layout())
+               << "), workspace limit " << context->workspace_limit_
+               << " bytes (" << free_bytes << " of " << total_bytes
+               << " bytes free)";
   return context;
 }
 
@@ -98,6 +100,7 @@ struct ChosenCache {
   absl::Mutex mutex;
   std::map<std::string, ChosenConvolutionAlgorithms> chosen
       ABSL_GUARDED_BY(mutex);
+  std::map<std::string, CudnnLayout> layouts ABSL_GUARDED_BY(mutex);
 };
 
 ChosenCache& Cache() {
@@ -130,6 +133,21 @@ void CudnnContext::Remember(const std::string& key,
   ChosenCache& cache = Cache();
   absl::MutexLock lock(&cache.mutex);
   cache.chosen.emplace(CacheKey(key), chosen);
+}
+
+std::optional<CudnnLayout> CudnnContext::ChosenLayout(
+    const std::string& key) const {
+  ChosenCache& cache = Cache();
+  absl::MutexLock lock(&cache.mutex);
+  const auto found = cache.layouts.find(CacheKey(key));
+  if (found == cache.layouts.end()) return std::nullopt;
+  return found->second;
+}
+
+void CudnnContext::RememberLayout(const std::string& key, CudnnLayout layout) {
+  ChosenCache& cache = Cache();
+  absl::MutexLock lock(&cache.mutex);
+  cache.layouts.emplace(CacheKey(key), layout);
 }
 
 }  // namespace gradsync

@@ -1,7 +1,8 @@
 // What a CUDA device's cuDNN convolutions share (CUDA builds only): the cuDNN
 // handle on the device's compute stream, the workspace limit, and one scratch
-// buffer of each kind (algorithm workspace, NHWC copies of inputs, KRSC copies
-// of weights and their gradients), as large as the largest layer asked for,
+// buffer of each kind (algorithm workspace, copies of inputs and outputs in
+// cuDNN's layout, KRSC copies of weights and their gradients), as large as
+// the largest layer asked for,
 // since one device's kernels run one after another on one stream. Made by the
 // device at its first convolution, so that a model without convolutions never
 // loads cuDNN; the scratch comes from the device's arena at set-up, never in
@@ -25,6 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "core/base/status_macros.h"
 #include "core/device/cudnn_algorithm_choice.h"
+#include "core/device/cudnn_convolution_plan.h"
 
 namespace gradsync {
 
@@ -46,15 +48,22 @@ absl::Status CudnnCallStatus(cudnnStatus_t status, absl::string_view call,
 class CudnnContext {
  public:
   enum Scratch {
-    kWorkspace,   // the algorithms' workspace
-    kInput,       // an input that is not NHWC, copied to NHWC
-    kWeights,     // a weight in KRSC
-    kWeightGrad,  // a weight gradient in KRSC, before its copy back
-    kOutput,      // bf16: the output cuDNN writes, the output gradient it reads
+    kWorkspace,  // the algorithms' workspace
+    // An input not in cuDNN's layout (or bf16), copied into it; the input
+    // gradient cuDNN writes before its copy back.
+    kInput,
+    kWeights,     // a weight in KRSC (or bf16)
+    kWeightGrad,  // a weight gradient in KRSC (or bf16), before its copy back
+    // bf16 or NCHW: the output cuDNN writes, the output gradient it reads.
+    kOutput,
     // The algorithm search's own tensors (cudnnFind*Ex writes its outputs):
-    // an NHWC input (and input gradient), an output (and its gradient).
+    // an input (and input gradient), an output (and its gradient), in
+    // cuDNN's layout; the layout timing's (--cudnn_layout=fastest) in the
+    // layer's.
     kSearchInput,
     kSearchOutput,
+    // The layout timing's weight and weight gradient, in the model's order.
+    kSearchWeights,
     kScratchKinds,
   };
 
@@ -91,6 +100,10 @@ class CudnnContext {
       const std::string& key) const;
   void Remember(const std::string& key,
                 const ChosenConvolutionAlgorithms& chosen);
+  // The same for the layout --cudnn_layout=fastest timed for a shape (`key`:
+  // the NHWC plan's AlgorithmSearchKey).
+  std::optional<CudnnLayout> ChosenLayout(const std::string& key) const;
+  void RememberLayout(const std::string& key, CudnnLayout layout);
 
  private:
   CudnnContext(CudaDevice& device, cudnnHandle_t handle, size_t limit)

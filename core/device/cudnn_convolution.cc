@@ -121,13 +121,160 @@ absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CudnnConvolution::Create(
       context.device().precision() == Precision::kBf16
           ? CudnnDataType::kBfloat16
           : CudnnDataType::kFloat;
-  ASSIGN_OR_RETURN(CudnnConvolutionPlan plan,
-                   PlanCudnnConvolution(geometry, out_channels, data_type));
+  // bf16 computes on NHWC copies whatever --cudnn_layout says.
+  const ConvolutionLayout wanted = data_type == CudnnDataType::kBfloat16
+                                       ? ConvolutionLayout::kNhwc
+                                       : context.device().cudnn_layout();
+  absl::StatusOr<std::unique_ptr<CudnnConvolution>> kernel;
+  switch (wanted) {
+    case ConvolutionLayout::kNhwc:
+    case ConvolutionLayout::kNchw:
+      kernel =
+          Make(context, geometry, out_channels, accept_bf16_operands, data_type,
+               wanted == ConvolutionLayout::kNchw ? CudnnLayout::kNchw
+                                                  : CudnnLayout::kNhwc);
+      break;
+    case ConvolutionLayout::kFastest:
+      kernel =
+          MakeFastest(context, geometry, out_channels, accept_bf16_operands);
+      break;
+  }
+  if (!kernel.ok()) return kernel.status();
+  GS_LOG(DEBUG) << (*kernel)->where_ << ": " << (*kernel)->algorithms();
+  return std::unique_ptr<ConvolutionKernel>(*std::move(kernel));
+}
+
+absl::StatusOr<std::unique_ptr<CudnnConvolution>> CudnnConvolution::Make(
+    CudnnContext& context, const ConvGeometry& geometry, int out_channels,
+    bool accept_bf16_operands, CudnnDataType data_type, CudnnLayout layout) {
+  ASSIGN_OR_RETURN(
+      CudnnConvolutionPlan plan,
+      PlanCudnnConvolution(geometry, out_channels, data_type, layout));
   std::unique_ptr<CudnnConvolution> kernel(new CudnnConvolution(
       context, geometry, out_channels, plan, accept_bf16_operands));
   RETURN_IF_ERROR(kernel->Build());
-  GS_LOG(DEBUG) << kernel->where_ << ": " << kernel->algorithms();
-  return std::unique_ptr<ConvolutionKernel>(std::move(kernel));
+  return kernel;
+}
+
+absl::StatusOr<std::unique_ptr<CudnnConvolution>> CudnnConvolution::MakeFastest(
+    CudnnContext& context, const ConvGeometry& geometry, int out_channels,
+    bool accept_bf16_operands) {
+  const auto make = [&](CudnnLayout layout) {
+    return Make(context, geometry, out_channels, accept_bf16_operands,
+                CudnnDataType::kFloat, layout);
+  };
+  ASSIGN_OR_RETURN(const CudnnConvolutionPlan nhwc_plan,
+                   PlanCudnnConvolution(geometry, out_channels));
+  const std::string key = AlgorithmSearchKey(nhwc_plan);
+  const std::optional<CudnnLayout> known = context.ChosenLayout(key);
+  if (known == CudnnLayout::kNhwc) return make(CudnnLayout::kNhwc);
+  if (known == CudnnLayout::kNchw) {
+    absl::StatusOr<std::unique_ptr<CudnnConvolution>> nchw =
+        make(CudnnLayout::kNchw);
+    if (nchw.ok()) return nchw;
+    // Another layer of the shape made it; this one falls back rather than
+    // fail a layout the layers' own can stand in for.
+    GS_LOG(WARNING) << nchw.status() << "; NHWC runs";
+    return make(CudnnLayout::kNhwc);
+  }
+
+  // The layers' own layout first: its failure is the layer's.
+  ASSIGN_OR_RETURN(std::unique_ptr<CudnnConvolution> nhwc,
+                   make(CudnnLayout::kNhwc));
+  LayoutTiming timing;
+  ASSIGN_OR_RETURN(timing.nhwc_ms, nhwc->TimeStep());
+  absl::StatusOr<std::unique_ptr<CudnnConvolution>> nchw =
+      make(CudnnLayout::kNchw);
+  if (nchw.ok()) {
+    const absl::StatusOr<float> ms = (*nchw)->TimeStep();
+    if (ms.ok()) {
+      timing.nchw_ms = *ms;
+    } else {
+      timing.nchw_unavailable = std::string(ms.status().message());
+    }
+  } else {
+    timing.nchw_unavailable = std::string(nchw.status().message());
+  }
+  if (!timing.nchw_unavailable.empty()) {
+    cudaGetLastError();  // NCHW's failure is not the NHWC kernel's
+    GS_LOG(WARNING) << nhwc->where_ << ": NCHW not timed ("
+                    << timing.nchw_unavailable << "); NHWC runs";
+  }
+  const bool use_nchw = PrefersNchw(timing);
+  context.RememberLayout(key,
+                         use_nchw ? CudnnLayout::kNchw : CudnnLayout::kNhwc);
+  std::unique_ptr<CudnnConvolution> chosen =
+      use_nchw ? *std::move(nchw) : std::move(nhwc);
+  chosen->layout_choice_ = DescribeLayoutChoice(timing);
+  GS_LOG(INFO) << chosen->where_ << ": " << chosen->layout_choice_;
+  return chosen;
+}
+
+absl::StatusOr<float> CudnnConvolution::TimeStep() {
+  RETURN_IF_ERROR(context_.device().MakeCurrent());
+  // x and dx share a buffer (the input pass writes dx after the weight pass
+  // has read x), y and dy another, the weight and its gradient a third.
+  const size_t input_bytes =
+      static_cast<size_t>(plan_.user_input.span()) * sizeof(float);
+  const size_t output_bytes =
+      static_cast<size_t>(plan_.user_output.span()) * sizeof(float);
+  const int64_t weights = plan_.user_weight.elements();
+  const size_t weight_bytes = static_cast<size_t>(weights) * sizeof(float);
+  RETURN_IF_ERROR(context_.Reserve(CudnnContext::kSearchInput, input_bytes));
+  RETURN_IF_ERROR(context_.Reserve(CudnnContext::kSearchOutput, output_bytes));
+  RETURN_IF_ERROR(
+      context_.Reserve(CudnnContext::kSearchWeights, 2 * weight_bytes));
+  float* x = static_cast<float*>(context_.scratch(CudnnContext::kSearchInput));
+  float* y = static_cast<float*>(context_.scratch(CudnnContext::kSearchOutput));
+  float* w =
+      static_cast<float*>(context_.scratch(CudnnContext::kSearchWeights));
+  float* dw = w + weights;
+  const cudaStream_t stream = context_.device().stream();
+  const std::array<std::pair<void*, size_t>, 3> buffers{
+      {{x, input_bytes}, {y, output_bytes}, {w, 2 * weight_bytes}}};
+  for (const auto& [buffer, bytes] : buffers) {
+    RETURN_IF_ERROR(CudaCallStatus(cudaMemsetAsync(buffer, 0, bytes, stream),
+                                   "cudaMemsetAsync", where_));
+  }
+  const auto step = [&]() -> absl::Status {
+    RETURN_IF_ERROR(RunForward(x, w, y));
+    return RunBackward(x, y, w, dw, x, [] {});
+  };
+  RETURN_IF_ERROR(step());  // warm-up
+  cudaEvent_t start = nullptr, stop = nullptr;
+  RETURN_IF_ERROR(
+      CudaCallStatus(cudaEventCreate(&start), "cudaEventCreate", where_));
+  const absl::Status created =
+      CudaCallStatus(cudaEventCreate(&stop), "cudaEventCreate", where_);
+  if (!created.ok()) {
+    cudaEventDestroy(start);
+    return created;
+  }
+  std::array<float, 3> times{};
+  absl::Status timed = absl::OkStatus();
+  for (float& ms : times) {
+    timed = CudaCallStatus(cudaEventRecord(start, stream), "cudaEventRecord",
+                           where_);
+    if (timed.ok()) timed = step();
+    if (timed.ok()) {
+      timed = CudaCallStatus(cudaEventRecord(stop, stream), "cudaEventRecord",
+                             where_);
+    }
+    if (timed.ok()) {
+      timed = CudaCallStatus(cudaEventSynchronize(stop), "cudaEventSynchronize",
+                             where_);
+    }
+    if (timed.ok()) {
+      timed = CudaCallStatus(cudaEventElapsedTime(&ms, start, stop),
+                             "cudaEventElapsedTime", where_);
+    }
+    if (!timed.ok()) break;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  RETURN_IF_ERROR(timed);
+  std::sort(times.begin(), times.end());
+  return times[1];
 }
 
 CudnnConvolution::CudnnConvolution(CudnnContext& context,
@@ -146,7 +293,8 @@ CudnnConvolution::~CudnnConvolution() {
   // Destroying a null descriptor is not an error; nothing here can fail in a
   // way a destructor could report.
   for (cudnnTensorDescriptor_t tensor :
-       {user_input_, input_, output_, user_weight_, krsc_weight_}) {
+       {user_input_, input_, user_output_, output_, user_weight_,
+        filter_tensor_}) {
     if (tensor != nullptr) cudnnDestroyTensorDescriptor(tensor);
   }
   if (filter_ != nullptr) cudnnDestroyFilterDescriptor(filter_);
@@ -156,7 +304,8 @@ CudnnConvolution::~CudnnConvolution() {
 absl::Status CudnnConvolution::Build() {
   RETURN_IF_ERROR(context_.device().MakeCurrent());
   for (cudnnTensorDescriptor_t* tensor :
-       {&user_input_, &input_, &output_, &user_weight_, &krsc_weight_}) {
+       {&user_input_, &input_, &user_output_, &output_, &user_weight_,
+        &filter_tensor_}) {
     CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(tensor), where_);
   }
   CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&filter_), where_);
@@ -164,17 +313,21 @@ absl::Status CudnnConvolution::Build() {
                         where_);
   CUDNN_RETURN_IF_ERROR(SetTensor(user_input_, plan_.user_input), where_);
   // What cuDNN computes on: float, or bf16 copies (the plan's data type).
-  // The user's tensors and the KRSC float weight are float32; they describe
-  // the float path's cudnnTransformTensor copies only.
+  // The user's tensors and the float filter tensor are float32; they
+  // describe the float path's cudnnTransformTensor copies only.
   const cudnnDataType_t data_type = DataType(plan_.data_type);
   CUDNN_RETURN_IF_ERROR(SetTensor(input_, plan_.input, data_type), where_);
+  CUDNN_RETURN_IF_ERROR(SetTensor(user_output_, plan_.user_output), where_);
   CUDNN_RETURN_IF_ERROR(SetTensor(output_, plan_.output, data_type), where_);
   CUDNN_RETURN_IF_ERROR(SetTensor(user_weight_, plan_.user_weight), where_);
-  CUDNN_RETURN_IF_ERROR(SetTensor(krsc_weight_, plan_.nhwc_weight), where_);
+  CUDNN_RETURN_IF_ERROR(SetTensor(filter_tensor_, plan_.filter), where_);
   const std::array<int, 4>& f = plan_.filter_dims;
+  const cudnnTensorFormat_t filter_format = plan_.layout == CudnnLayout::kNchw
+                                                ? CUDNN_TENSOR_NCHW
+                                                : CUDNN_TENSOR_NHWC;
   CUDNN_RETURN_IF_ERROR(
-      cudnnSetFilter4dDescriptor(filter_, data_type, CUDNN_TENSOR_NHWC, f[0],
-                                 f[1], f[2], f[3]),
+      cudnnSetFilter4dDescriptor(filter_, data_type, filter_format, f[0], f[1],
+                                 f[2], f[3]),
       where_);
   // Cross-correlation, as PyTorch's Conv2d (and im2col) compute; the
   // compute type float32 whatever the data type (bf16: float accumulation).
@@ -660,7 +813,10 @@ std::string CudnnConvolution::algorithms() const {
                         chosen_[d].tensor_core_math ? "tensor cores" : "FMA",
                         ", ", workspace, " bytes)", search);
   };
-  return absl::StrCat("forward ",
+  const std::string choice =
+      layout_choice_.empty() ? "" : absl::StrCat(" [", layout_choice_, "]");
+  return absl::StrCat(plan_.layout == CudnnLayout::kNchw ? "NCHW copies: " : "",
+                      "forward ",
                       describe(0, AlgorithmName(forward_algorithm_),
                                forward_math_, forward_workspace_),
                       ", input gradient ",
@@ -668,7 +824,8 @@ std::string CudnnConvolution::algorithms() const {
                                input_workspace_),
                       ", weight gradient ",
                       describe(2, AlgorithmName(weight_algorithm_),
-                               weight_math_, weight_workspace_));
+                               weight_math_, weight_workspace_),
+                      choice);
 }
 
 void CudnnConvolution::Keep(const absl::Status& status) {
@@ -707,7 +864,7 @@ absl::StatusOr<const void*> CudnnConvolution::OutputGradientAsBf16(
       static_cast<uint16_t*>(context_.scratch(CudnnContext::kOutput));
   RETURN_IF_ERROR(
       Launched(cuda_kernels::RoundToBfloat16(context_.device().stream(), dy,
-                                             WalkOf(plan_.output), copy),
+                                             WalkOf(plan_.user_output), copy),
                "RoundToBfloat16 (output gradient)"));
   return copy;
 }
@@ -723,7 +880,7 @@ absl::Status CudnnConvolution::RunForwardBf16(const void* input,
   return Launched(
       cuda_kernels::WidenFromBfloat16(context_.device().stream(),
                                       static_cast<const uint16_t*>(output),
-                                      WalkOf(plan_.output), y),
+                                      WalkOf(plan_.user_output), y),
       "WidenFromBfloat16 (output)");
 }
 
@@ -758,25 +915,37 @@ absl::Status CudnnConvolution::RunBackwardInputBf16(const void* output_grad,
       "WidenFromBfloat16 (input gradient)");
 }
 
-absl::StatusOr<const float*> CudnnConvolution::InputAsNhwc(const float* x) {
+absl::Status CudnnConvolution::Transform(cudnnTensorDescriptor_t from_desc,
+                                         const float* from,
+                                         cudnnTensorDescriptor_t to_desc,
+                                         float* to) {
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_RETURN_IF_ERROR(cudnnTransformTensor(context_.handle(), &one, from_desc,
+                                             from, &zero, to_desc, to),
+                        where_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const float*> CudnnConvolution::InputForCudnn(const float* x) {
   if (!plan_.input_needs_copy()) return x;
   float* copy = static_cast<float*>(context_.scratch(CudnnContext::kInput));
-  const float one = 1.0f, zero = 0.0f;
-  CUDNN_RETURN_IF_ERROR(
-      cudnnTransformTensor(context_.handle(), &one, user_input_, x, &zero,
-                           input_, copy),
-      where_);
+  RETURN_IF_ERROR(Transform(user_input_, x, input_, copy));
   return copy;
 }
 
-absl::StatusOr<const float*> CudnnConvolution::WeightAsKrsc(
+absl::StatusOr<const float*> CudnnConvolution::WeightForCudnn(
     const float* weight) {
+  if (!plan_.weight_needs_copy()) return weight;
   float* copy = static_cast<float*>(context_.scratch(CudnnContext::kWeights));
-  const float one = 1.0f, zero = 0.0f;
-  CUDNN_RETURN_IF_ERROR(
-      cudnnTransformTensor(context_.handle(), &one, user_weight_, weight, &zero,
-                           krsc_weight_, copy),
-      where_);
+  RETURN_IF_ERROR(Transform(user_weight_, weight, filter_tensor_, copy));
+  return copy;
+}
+
+absl::StatusOr<const float*> CudnnConvolution::OutputGradientForCudnn(
+    const float* dy) {
+  if (!plan_.output_needs_copy()) return dy;
+  float* copy = static_cast<float*>(context_.scratch(CudnnContext::kOutput));
+  RETURN_IF_ERROR(Transform(user_output_, dy, output_, copy));
   return copy;
 }
 
@@ -787,9 +956,38 @@ absl::Status CudnnConvolution::RunForward(const float* x, const float* weight,
     ASSIGN_OR_RETURN(const void* input, InputAsBf16(x));
     return RunForwardBf16(input, weight, y, nullptr);
   }
-  ASSIGN_OR_RETURN(const float* input, InputAsNhwc(x));
-  ASSIGN_OR_RETURN(const float* filter, WeightAsKrsc(weight));
-  return ConvolveForward(input, filter, y);
+  ASSIGN_OR_RETURN(const float* input, InputForCudnn(x));
+  ASSIGN_OR_RETURN(const float* filter, WeightForCudnn(weight));
+  if (!plan_.output_needs_copy()) return ConvolveForward(input, filter, y);
+  float* output = static_cast<float*>(context_.scratch(CudnnContext::kOutput));
+  RETURN_IF_ERROR(ConvolveForward(input, filter, output));
+  return Transform(output_, output, user_output_, y);
+}
+
+absl::Status CudnnConvolution::RunBackwardWeightsFloat(const float* x,
+                                                       const float* output_grad,
+                                                       float* weight_grad) {
+  ASSIGN_OR_RETURN(const float* input, InputForCudnn(x));
+  if (!plan_.weight_needs_copy()) {
+    return ConvolveBackwardFilter(input, output_grad, weight_grad);
+  }
+  float* filter_grad =
+      static_cast<float*>(context_.scratch(CudnnContext::kWeightGrad));
+  RETURN_IF_ERROR(ConvolveBackwardFilter(input, output_grad, filter_grad));
+  return Transform(filter_tensor_, filter_grad, user_weight_, weight_grad);
+}
+
+absl::Status CudnnConvolution::RunBackwardInputFloat(const float* output_grad,
+                                                     const float* weight,
+                                                     float* dx) {
+  ASSIGN_OR_RETURN(const float* filter, WeightForCudnn(weight));
+  if (!plan_.input_needs_copy()) {
+    return ConvolveBackwardData(filter, output_grad, dx);
+  }
+  float* input_grad =
+      static_cast<float*>(context_.scratch(CudnnContext::kInput));
+  RETURN_IF_ERROR(ConvolveBackwardData(filter, output_grad, input_grad));
+  return Transform(input_, input_grad, user_input_, dx);
 }
 
 absl::Status CudnnConvolution::RunBackwardWeights(const float* x,
@@ -801,16 +999,8 @@ absl::Status CudnnConvolution::RunBackwardWeights(const float* x,
     ASSIGN_OR_RETURN(const void* input, InputAsBf16(x));
     return RunBackwardWeightsBf16(input, output_grad, weight_grad);
   }
-  ASSIGN_OR_RETURN(const float* input, InputAsNhwc(x));
-  float* krsc_grad =
-      static_cast<float*>(context_.scratch(CudnnContext::kWeightGrad));
-  RETURN_IF_ERROR(ConvolveBackwardFilter(input, dy, krsc_grad));
-  const float one = 1.0f, zero = 0.0f;
-  CUDNN_RETURN_IF_ERROR(
-      cudnnTransformTensor(context_.handle(), &one, krsc_weight_, krsc_grad,
-                           &zero, user_weight_, weight_grad),
-      where_);
-  return absl::OkStatus();
+  ASSIGN_OR_RETURN(const float* output_grad, OutputGradientForCudnn(dy));
+  return RunBackwardWeightsFloat(x, output_grad, weight_grad);
 }
 
 absl::Status CudnnConvolution::RunBackwardInput(const float* dy,
@@ -821,30 +1011,22 @@ absl::Status CudnnConvolution::RunBackwardInput(const float* dy,
     ASSIGN_OR_RETURN(const void* output_grad, OutputGradientAsBf16(dy));
     return RunBackwardInputBf16(output_grad, weight, dx, nullptr);
   }
-  ASSIGN_OR_RETURN(const float* filter, WeightAsKrsc(weight));
-  float* nhwc_dx =
-      plan_.input_needs_copy()
-          ? static_cast<float*>(context_.scratch(CudnnContext::kInput))
-          : dx;
-  RETURN_IF_ERROR(ConvolveBackwardData(filter, dy, nhwc_dx));
-  if (plan_.input_needs_copy()) {
-    const float one = 1.0f, zero = 0.0f;
-    CUDNN_RETURN_IF_ERROR(cudnnTransformTensor(context_.handle(), &one, input_,
-                                               nhwc_dx, &zero, user_input_, dx),
-                          where_);
-  }
-  return absl::OkStatus();
+  ASSIGN_OR_RETURN(const float* output_grad, OutputGradientForCudnn(dy));
+  return RunBackwardInputFloat(output_grad, weight, dx);
 }
 
 absl::Status CudnnConvolution::RunBackward(
     const float* x, const float* dy, const float* weight, float* weight_grad,
     float* dx, absl::FunctionRef<void()> weight_grad_ready) {
-  if (!plan_.bf16()) {
-    RETURN_IF_ERROR(RunBackwardWeights(x, dy, weight_grad));
-    weight_grad_ready();
-    return RunBackwardInput(dy, weight, dx);
-  }
   RETURN_IF_ERROR(context_.device().MakeCurrent());
+  if (!plan_.bf16()) {
+    // dy's copy (NCHW) stays in the output scratch through both directions,
+    // as the bf16 one below: neither writes it.
+    ASSIGN_OR_RETURN(const float* output_grad, OutputGradientForCudnn(dy));
+    RETURN_IF_ERROR(RunBackwardWeightsFloat(x, output_grad, weight_grad));
+    weight_grad_ready();
+    return RunBackwardInputFloat(output_grad, weight, dx);
+  }
   // dy's bf16 copy stays in the output scratch through both directions:
   // neither writes it (the weight pass writes the weight-gradient scratch,
   // the input pass the input scratch, after the weight pass has read x's

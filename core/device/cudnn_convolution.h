@@ -3,11 +3,18 @@
 // with descriptors made and algorithms chosen once (at a model's Bind) and run
 // every step on the device's stream.
 //
-// Layouts (cudnn_convolution_plan.h): cuDNN sees NHWC tensors and a KRSC
-// (NHWC-format) filter. The layers' activations are NHWC already; an input of
-// another layout is copied to NHWC scratch with cudnnTransformTensor, the
-// weight to KRSC before the forward and input gradient, and the weight
-// gradient back to PyTorch's [out][in][k][k] after it.
+// Layouts (cudnn_convolution_plan.h, --cudnn_layout): by default cuDNN sees
+// NHWC tensors and a KRSC (NHWC-format) filter. The layers' activations are
+// NHWC already; an input of another layout is copied to NHWC scratch with
+// cudnnTransformTensor, the weight to KRSC before the forward and input
+// gradient, and the weight gradient back to PyTorch's [out][in][k][k] after
+// it. With --cudnn_layout=nchw (float32 only) cuDNN sees NCHW tensors and the
+// weight as stored: the NHWC input, output and their gradients are copied
+// into NCHW scratch and back with cudnnTransformTensor around each call.
+// --cudnn_layout=fastest makes both kernels of a shape at set-up, times each
+// one's forward and backward on the device's stream (TimeStep: the copies
+// are part of what runs), keeps the faster, and remembers the choice for the
+// shape's other layers (CudnnContext::ChosenLayout).
 //
 // Algorithms (cudnn_algorithm_choice.h): measured at set-up with
 // cudnnFind*AlgorithmEx, once per shape per device (the context keeps the
@@ -40,7 +47,7 @@
 //
 // Ran on one H200 (docs/results/gpu.md): tools/gpu_check.sh's parity checks
 // against float64 are its test on a GPU; the graph-API path (cudnn_graph.h)
-// has not run on one.
+// and the NCHW layout have not run on one.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -65,7 +72,8 @@ namespace gradsync {
 class CudnnConvolution : public ConvolutionKernel {
  public:
   // Descriptors, algorithms and scratch for `geometry` with `out_channels`
-  // outputs; an error names the shape and the cuDNN call.
+  // outputs, in the layout the device's --cudnn_layout asks for (bf16:
+  // NHWC); an error names the shape and the cuDNN call.
   static absl::StatusOr<std::unique_ptr<ConvolutionKernel>> Create(
       CudnnContext& context, const ConvGeometry& geometry, int out_channels,
       bool accept_bf16_operands = true);
@@ -87,10 +95,12 @@ class CudnnConvolution : public ConvolutionKernel {
                         const float* weight, float* weight_grad, uint16_t* dx,
                         absl::FunctionRef<void()> weight_grad_ready) override;
 
-  // The chosen algorithms and their workspaces, for logs and gpu_check;
-  // with --cudnn_graph, for the layer that searched, also the legacy
-  // algorithm's measured time and how the graph API's search went
-  // (DescribeGraphSearch) in each direction.
+  // The chosen algorithms and their workspaces, for logs and gpu_check,
+  // after "NCHW copies: " where cuDNN computes in NCHW; with --cudnn_graph,
+  // for the layer that searched, also the legacy algorithm's measured time
+  // and how the graph API's search went (DescribeGraphSearch) in each
+  // direction; with --cudnn_layout=fastest, for the layer that timed both
+  // layouts, DescribeLayoutChoice.
   std::string algorithms() const;
   std::string Description() const override { return algorithms(); }
 
@@ -99,6 +109,22 @@ class CudnnConvolution : public ConvolutionKernel {
                    int out_channels, const CudnnConvolutionPlan& plan,
                    bool accept_bf16_operands);
   enum class Direction { kForward, kInputGradient, kWeightGradient };
+
+  // A kernel computing in `layout`, built (algorithms chosen or reused).
+  static absl::StatusOr<std::unique_ptr<CudnnConvolution>> Make(
+      CudnnContext& context, const ConvGeometry& geometry, int out_channels,
+      bool accept_bf16_operands, CudnnDataType data_type, CudnnLayout layout);
+  // --cudnn_layout=fastest: the kernel of the layout the context remembers
+  // for the shape, else both timed (TimeStep) and the faster; NHWC wherever
+  // NCHW cannot be made or timed.
+  static absl::StatusOr<std::unique_ptr<CudnnConvolution>> MakeFastest(
+      CudnnContext& context, const ConvGeometry& geometry, int out_channels,
+      bool accept_bf16_operands);
+  // The device time of one forward and one Backward (both gradients), in
+  // buffers of the layer's own layouts from the context's search scratch
+  // (zeroed first, so that both layouts read the same values): the median
+  // of three runs after a warm-up, on the device's stream with CUDA events.
+  absl::StatusOr<float> TimeStep();
 
   absl::Status Build();
   // The three directions' algorithms: measured once per shape per device
@@ -154,6 +180,12 @@ class CudnnConvolution : public ConvolutionKernel {
   absl::Status RunBackwardInputBf16(const void* output_grad,
                                     const float* weight, float* dx,
                                     uint16_t* dx_bf16);
+  // The float32 directions on an output gradient already in cuDNN's layout
+  // (OutputGradientForCudnn), which both may share.
+  absl::Status RunBackwardWeightsFloat(const float* x, const float* output_grad,
+                                       float* weight_grad);
+  absl::Status RunBackwardInputFloat(const float* output_grad,
+                                     const float* weight, float* dx);
   // x rounded to NHWC bf16, the weight to KRSC bf16, dy to bf16, each in its
   // scratch.
   absl::StatusOr<const void*> InputAsBf16(const float* x);
@@ -161,10 +193,15 @@ class CudnnConvolution : public ConvolutionKernel {
   absl::StatusOr<const void*> OutputGradientAsBf16(const float* dy);
   // A cast kernel's launch error, naming it and the layer.
   absl::Status Launched(cudaError_t error, absl::string_view kernel);
-  // x itself when it is NHWC, else its copy in the input scratch.
-  absl::StatusOr<const float*> InputAsNhwc(const float* x);
-  // The weight copied to KRSC in the weight scratch.
-  absl::StatusOr<const float*> WeightAsKrsc(const float* weight);
+  // The float32 operands as cuDNN reads them: the layer's own buffer where
+  // the plan needs no copy, else its copy in the input, weight (KRSC) or
+  // output scratch.
+  absl::StatusOr<const float*> InputForCudnn(const float* x);
+  absl::StatusOr<const float*> WeightForCudnn(const float* weight);
+  absl::StatusOr<const float*> OutputGradientForCudnn(const float* dy);
+  // cudnnTransformTensor of `from` (described by `from_desc`) into `to`.
+  absl::Status Transform(cudnnTensorDescriptor_t from_desc, const float* from,
+                         cudnnTensorDescriptor_t to_desc, float* to);
   // OK where AcceptsBf16Operands; else the error a caller that did not ask
   // gets.
   absl::Status RefuseBf16Operands() const;
@@ -177,9 +214,12 @@ class CudnnConvolution : public ConvolutionKernel {
   const std::string where_;  // "cuda:0, convolution <shape>"
   cudnnTensorDescriptor_t user_input_ = nullptr;
   cudnnTensorDescriptor_t input_ = nullptr;
+  cudnnTensorDescriptor_t user_output_ = nullptr;
   cudnnTensorDescriptor_t output_ = nullptr;
   cudnnTensorDescriptor_t user_weight_ = nullptr;
-  cudnnTensorDescriptor_t krsc_weight_ = nullptr;
+  // The filter as cuDNN reads it, described as a float tensor for the
+  // weight's copies (KRSC under NHWC).
+  cudnnTensorDescriptor_t filter_tensor_ = nullptr;
   cudnnFilterDescriptor_t filter_ = nullptr;
   cudnnConvolutionDescriptor_t convolution_ = nullptr;
   cudnnConvolutionFwdAlgo_t forward_algorithm_{};
@@ -200,6 +240,8 @@ class CudnnConvolution : public ConvolutionKernel {
   // Per direction, what SearchGraph found ("" where it did not search: no
   // --cudnn_graph, or another layer of the shape searched).
   std::array<std::string, 3> graph_search_{};
+  // DescribeLayoutChoice, for the layer that timed both layouts; else "".
+  std::string layout_choice_;
 };
 
 }  // namespace gradsync

@@ -56,6 +56,10 @@ CudnnTensorShape NhwcTensorShape(int n, int c, int h, int w) {
   return CudnnTensorShape{{n, c, h, w}, {h * w * c, 1, w * c, c}};
 }
 
+CudnnTensorShape NchwTensorShape(int n, int c, int h, int w) {
+  return CudnnTensorShape{{n, c, h, w}, {c * h * w, h * w, w, 1}};
+}
+
 std::string AlgorithmSearchKey(const CudnnConvolutionPlan& plan) {
   const auto shape = [](const CudnnTensorShape& t) {
     return absl::StrCat(absl::StrJoin(t.dims, "x"), "/",
@@ -63,8 +67,8 @@ std::string AlgorithmSearchKey(const CudnnConvolutionPlan& plan) {
   };
   return absl::StrCat(CudnnDataTypeName(plan.data_type), " input ",
                       shape(plan.input), " output ", shape(plan.output),
-                      " filter ", absl::StrJoin(plan.filter_dims, "x"),
-                      " padding ", absl::StrJoin(plan.padding, ","), " stride ",
+                      " filter ", shape(plan.filter), " padding ",
+                      absl::StrJoin(plan.padding, ","), " stride ",
                       absl::StrJoin(plan.stride, ","), " dilation ",
                       absl::StrJoin(plan.dilation, ","));
 }
@@ -103,8 +107,13 @@ const char* CudnnDataTypeName(CudnnDataType type) {
   return type == CudnnDataType::kBfloat16 ? "bf16" : "float";
 }
 
+const char* CudnnLayoutName(CudnnLayout layout) {
+  return layout == CudnnLayout::kNchw ? "NCHW" : "NHWC";
+}
+
 absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(
-    const ConvGeometry& g, int out_channels, CudnnDataType data_type) {
+    const ConvGeometry& g, int out_channels, CudnnDataType data_type,
+    CudnnLayout layout) {
   auto invalid = [&](const std::string& why) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuDNN convolution of ",
@@ -128,6 +137,11 @@ absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(
                                 g.out_width, " is not ConvOutputSize's ",
                                 out_height, "x", out_width));
   }
+  if (layout == CudnnLayout::kNchw && data_type == CudnnDataType::kBfloat16) {
+    return invalid(
+        "bf16 convolutions compute on NHWC copies; NCHW is for float32 "
+        "(--precision=fp32 or tf32)");
+  }
   const ImageLayout& in = g.input;
   for (int64_t stride : {in.batch, in.channel, in.row, in.column}) {
     if (stride < 1 || stride > kIntLimit) {
@@ -137,6 +151,7 @@ absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(
 
   CudnnConvolutionPlan plan;
   plan.data_type = data_type;
+  plan.layout = layout;
   plan.user_input = CudnnTensorShape{
       {g.batch, g.channels, g.height, g.width},
       {static_cast<int>(in.batch), static_cast<int>(in.channel),
@@ -156,11 +171,17 @@ absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(
         "a tensor has 2^31 elements or more, more than cuDNN's 4-D "
         "descriptors address; use a smaller batch");
   }
-  plan.input = NhwcTensorShape(g.batch, g.channels, g.height, g.width);
-  plan.output = NhwcTensorShape(g.batch, out_channels, out_height, out_width);
+  const auto shape =
+      layout == CudnnLayout::kNchw ? NchwTensorShape : NhwcTensorShape;
+  plan.input = shape(g.batch, g.channels, g.height, g.width);
+  plan.user_output =
+      NhwcTensorShape(g.batch, out_channels, out_height, out_width);
+  plan.output = shape(g.batch, out_channels, out_height, out_width);
   const int k = out_channels, c = g.channels, r = g.kernel, s = g.kernel;
   plan.user_weight = CudnnTensorShape{{k, c, r, s}, {c * r * s, r * s, s, 1}};
-  plan.nhwc_weight = CudnnTensorShape{{k, c, r, s}, {r * s * c, 1, s * c, c}};
+  plan.filter = layout == CudnnLayout::kNchw
+                    ? plan.user_weight
+                    : CudnnTensorShape{{k, c, r, s}, {r * s * c, 1, s * c, c}};
   plan.filter_dims = {k, c, r, s};
   plan.padding = {g.padding, g.padding};
   plan.stride = {g.stride, g.stride};

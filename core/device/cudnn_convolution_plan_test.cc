@@ -46,7 +46,7 @@ TEST(CudnnConvolutionPlanTest, NhwcLayerIsDescribedAsItIsStored) {
   EXPECT_EQ(plan->output.span(), 3 * 5 * 4 * 4);
   EXPECT_THAT(plan->filter_dims, ElementsAre(4, 5, 3, 3));
   EXPECT_THAT(plan->user_weight.strides, ElementsAre(45, 9, 3, 1));
-  EXPECT_THAT(plan->nhwc_weight.strides, ElementsAre(45, 1, 15, 5));
+  EXPECT_THAT(plan->filter.strides, ElementsAre(45, 1, 15, 5));
   EXPECT_THAT(plan->padding, ElementsAre(1, 1));
   EXPECT_THAT(plan->stride, ElementsAre(2, 2));
   EXPECT_THAT(plan->dilation, ElementsAre(1, 1));
@@ -71,8 +71,7 @@ TEST(CudnnConvolutionPlanTest, WeightLayoutsArePermutationsOfOneBlock) {
   const auto plan =
       PlanCudnnConvolution(Geometry(1, 3, 8, 8, 3, 1, 0, false), 2);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  for (const CudnnTensorShape* shape :
-       {&plan->user_weight, &plan->nhwc_weight}) {
+  for (const CudnnTensorShape* shape : {&plan->user_weight, &plan->filter}) {
     std::set<int64_t> offsets;
     for (int k = 0; k < 2; ++k)
       for (int c = 0; c < 3; ++c)
@@ -86,9 +85,9 @@ TEST(CudnnConvolutionPlanTest, WeightLayoutsArePermutationsOfOneBlock) {
     EXPECT_EQ(*offsets.rbegin(), 53);
   }
   // KRSC: channel fastest, then the kernel column, row, output channel.
-  EXPECT_EQ(plan->nhwc_weight.strides[1], 1);
-  EXPECT_LT(plan->nhwc_weight.strides[3], plan->nhwc_weight.strides[2]);
-  EXPECT_LT(plan->nhwc_weight.strides[2], plan->nhwc_weight.strides[0]);
+  EXPECT_EQ(plan->filter.strides[1], 1);
+  EXPECT_LT(plan->filter.strides[3], plan->filter.strides[2]);
+  EXPECT_LT(plan->filter.strides[2], plan->filter.strides[0]);
 }
 
 // cuDNN's documented output formula and PyTorch's (ConvOutputSize) agree on
@@ -196,7 +195,7 @@ TEST(CudnnConvolutionPlanTest, Bf16PlanCopiesEveryTensorAtHalfTheBytes) {
   // Layouts do not change with the type.
   EXPECT_EQ(bf16->input, fp32->input);
   EXPECT_EQ(bf16->output, fp32->output);
-  EXPECT_EQ(bf16->nhwc_weight, fp32->nhwc_weight);
+  EXPECT_EQ(bf16->filter, fp32->filter);
   EXPECT_EQ(bf16->filter_dims, fp32->filter_dims);
   // An NHWC input needs no copy in float, and a rounded one in bf16; the
   // output (and its gradient) is a bf16 copy too.
@@ -238,9 +237,9 @@ TEST(CudnnConvolutionPlanTest, Bf16CastsWalkIntoCudnnLayouts) {
     for (int r = 0; r < 3; ++r) {
       for (int s = 0; s < 3; ++s) {
         for (int c = 0; c < 3; ++c) {
-          const int64_t krsc = k * plan->nhwc_weight.strides[0] +
-                               r * plan->nhwc_weight.strides[2] +
-                               s * plan->nhwc_weight.strides[3] + c;
+          const int64_t krsc = k * plan->filter.strides[0] +
+                               r * plan->filter.strides[2] +
+                               s * plan->filter.strides[3] + c;
           ASSERT_EQ(weight.OffsetOf(krsc), ((k * 3 + c) * 3 + r) * 3 + s);
         }
       }
@@ -250,6 +249,67 @@ TEST(CudnnConvolutionPlanTest, Bf16CastsWalkIntoCudnnLayouts) {
   for (int64_t i = 0; i < output.count(); ++i) {
     ASSERT_EQ(output.OffsetOf(i), i);
   }
+}
+
+// kNchw: cuDNN reads and writes NCHW tensors and the model's own KCRS
+// weight; the layer's NHWC input and output are copied, an NCHW input (the
+// stem's) and the weight are not.
+TEST(CudnnConvolutionPlanTest, NchwPlanCopiesTheNhwcActivationsOnly) {
+  const ConvGeometry g = Geometry(3, 5, 9, 7, 3, 2, 1, false);
+  const auto plan =
+      PlanCudnnConvolution(g, 4, CudnnDataType::kFloat, CudnnLayout::kNchw);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->layout, CudnnLayout::kNchw);
+  EXPECT_THAT(plan->input.dims, ElementsAre(3, 5, 9, 7));
+  EXPECT_THAT(plan->input.strides, ElementsAre(5 * 9 * 7, 9 * 7, 7, 1));
+  EXPECT_THAT(plan->output.dims, ElementsAre(3, 4, 5, 4));
+  EXPECT_THAT(plan->output.strides, ElementsAre(4 * 5 * 4, 5 * 4, 4, 1));
+  // The layer's output stays its NHWC [batch·oh·ow × out] matrix.
+  EXPECT_THAT(plan->user_output.strides, ElementsAre(5 * 4 * 4, 1, 4 * 4, 4));
+  EXPECT_EQ(plan->user_output.dims, plan->output.dims);
+  EXPECT_EQ(plan->filter, plan->user_weight);
+  EXPECT_TRUE(plan->input_needs_copy());
+  EXPECT_TRUE(plan->output_needs_copy());
+  EXPECT_FALSE(plan->weight_needs_copy());
+  EXPECT_FALSE(plan->user_input_is_nhwc());
+  EXPECT_EQ(plan->input_bytes(), 3 * 5 * 9 * 7 * 4);
+  EXPECT_EQ(plan->output_bytes(), 3 * 4 * 5 * 4 * 4);
+  EXPECT_EQ(CudnnForwardOutputDims(*plan), plan->output.dims);
+
+  // The stem's NCHW input is read where it lies.
+  const auto stem =
+      PlanCudnnConvolution(Geometry(2, 3, 32, 32, 3, 1, 1, true), 64,
+                           CudnnDataType::kFloat, CudnnLayout::kNchw);
+  ASSERT_TRUE(stem.ok()) << stem.status();
+  EXPECT_FALSE(stem->input_needs_copy());
+  EXPECT_TRUE(stem->output_needs_copy());
+
+  // The NHWC plan of the same shape: the weight is the copied tensor.
+  const auto nhwc = PlanCudnnConvolution(g, 4);
+  ASSERT_TRUE(nhwc.ok());
+  EXPECT_FALSE(nhwc->input_needs_copy());
+  EXPECT_FALSE(nhwc->output_needs_copy());
+  EXPECT_TRUE(nhwc->weight_needs_copy());
+  EXPECT_EQ(nhwc->user_output, nhwc->output);
+  // Same elements, other places: the copies are permutations.
+  EXPECT_EQ(plan->input.span(), nhwc->input.span());
+  EXPECT_EQ(plan->output.span(), nhwc->output.span());
+  // Each layout measures its own algorithms.
+  EXPECT_NE(AlgorithmSearchKey(*plan), AlgorithmSearchKey(*nhwc));
+  EXPECT_STREQ(CudnnLayoutName(plan->layout), "NCHW");
+  EXPECT_STREQ(CudnnLayoutName(nhwc->layout), "NHWC");
+}
+
+// bf16 computes on NHWC copies only: an NCHW bf16 plan is refused, naming
+// the shape and what to use.
+TEST(CudnnConvolutionPlanTest, NchwPlanRefusesBf16) {
+  const auto plan =
+      PlanCudnnConvolution(Geometry(3, 5, 9, 7, 3, 2, 1, false), 4,
+                           CudnnDataType::kBfloat16, CudnnLayout::kNchw);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("3x5x9x7 (NHWC) -> 4"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("NCHW is for float32"));
 }
 
 // One device measures each (type, shape) once: a bf16 convolution must not

@@ -154,8 +154,8 @@ absl::Status CudnnGraphConvolution::Build(const CudnnConvolutionPlan& plan,
                                           GraphDirection direction) {
   const cudnnDataType_t type =
       plan.bf16() ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-  // The filter as CudnnConvolution's KRSC copy holds it: dims (k, c, r, s).
-  CudnnTensorShape filter = plan.nhwc_weight;
+  // The filter as cuDNN reads it (KRSC or KCRS): dims (k, c, r, s).
+  CudnnTensorShape filter = plan.filter;
   for (int i = 0; i < 4; ++i) filter.dims[i] = plan.filter_dims[i];
   ASSIGN_OR_RETURN(BackendDescriptor x, Tensor(kX, type, plan.input, where_));
   ASSIGN_OR_RETURN(BackendDescriptor w, Tensor(kW, type, filter, where_));

@@ -9,8 +9,9 @@
 // PyTorch reaches its convolutions through the graph API: an operation graph of
 // one convolution, the engine configurations cuDNN's heuristics list for it,
 // and an execution plan of the one chosen. This class builds that graph for the
-// tensors CudnnConvolution already describes (NHWC input and output, KRSC
-// filter, float32 or bf16 data with float32 accumulation), times every
+// tensors CudnnConvolution already describes (NHWC input and output with a
+// KRSC filter, or all NCHW under --cudnn_layout; float32 or bf16 data with
+// float32 accumulation), times every
 // configuration the precision allows (GraphEngineRefusal), and runs the one
 // it is told to use. CudnnConvolution measures its legacy algorithms too and
 // runs whichever is faster, so a GPU or a cuDNN where the graph API has

@@ -71,4 +71,14 @@ absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
       "unknown --precision=", name, "; choose fp32, tf32 or bf16"));
 }
 
+absl::StatusOr<ConvolutionLayout> ParseConvolutionLayout(
+    const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "nhwc") return ConvolutionLayout::kNhwc;
+  if (lower == "nchw") return ConvolutionLayout::kNchw;
+  if (lower == "fastest") return ConvolutionLayout::kFastest;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown --cudnn_layout=", name, "; choose nhwc, nchw or fastest"));
+}
+
 }  // namespace gradsync

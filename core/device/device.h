@@ -48,6 +48,17 @@ enum class DeviceType { kCpu, kCuda };
 //     ConvolutionKernel::AcceptsBf16Operands): fewer passes, same values.
 enum class Precision { kFp32, kTf32, kBf16 };
 
+// CUDA: the layout cuDNN computes float32 (fp32 and tf32) convolutions in
+// (cudnn_convolution_plan.h); the layers' activations are NHWC whatever it
+// is, and bf16 convolutions always compute on NHWC copies.
+//  - kNhwc: the layers' own layout, with the weight copied to KRSC.
+//  - kNchw: NCHW copies of the activations around each call, the weight as
+//    stored, so that the legacy API's FFT and Winograd algorithms qualify.
+//  - kFastest: both, timed at set-up for each shape (a forward and both
+//    gradients, copies included, on the device's stream), and the faster
+//    runs, as an algorithm search picks an algorithm.
+enum class ConvolutionLayout { kNhwc, kNchw, kFastest };
+
 // What a batch norm's output goes through in the same pass over memory (a
 // fused epilogue): y = BN(x), then y += residual (when given; [rows ×
 // channels], must not alias y), then y = max(y, 0) (when relu). The values
@@ -277,6 +288,10 @@ struct DeviceOptions {
   // (cudnn_graph.h). Off by default until the quick check has run it on a
   // GPU (docs/results/gpu.md); --cudnn_graph.
   bool cudnn_graph = false;
+  // CUDA: the layout of float32 convolutions (ConvolutionLayout). kNhwc by
+  // default until the quick check has run the others on a GPU
+  // (docs/results/gpu.md); --cudnn_layout.
+  ConvolutionLayout cudnn_layout = ConvolutionLayout::kNhwc;
   // kTf32 is refused on the CPU, which has no TF32 arithmetic; kBf16 runs
   // on both devices (the CPU's rounded float32 products are the reference of
   // the GPU's bf16 tensor-core products).
@@ -292,6 +307,22 @@ absl::StatusOr<DeviceType> ParseDeviceType(const std::string& name);
 
 // --precision: "fp32", "tf32" or "bf16" (any case).
 absl::StatusOr<Precision> ParsePrecision(const std::string& name);
+// --cudnn_layout: "nhwc", "nchw" or "fastest" (any case).
+absl::StatusOr<ConvolutionLayout> ParseConvolutionLayout(
+    const std::string& name);
+// "nhwc", "nchw" or "fastest", as the flag spells it.
+inline const char* ConvolutionLayoutName(ConvolutionLayout layout) {
+  switch (layout) {
+    case ConvolutionLayout::kNhwc:
+      return "nhwc";
+    case ConvolutionLayout::kNchw:
+      return "nchw";
+    case ConvolutionLayout::kFastest:
+      return "fastest";
+  }
+  return "unknown";
+}
+
 // "fp32", "tf32" or "bf16", as the flag spells it. Inline: the CUDA backend,
 // which :device links after it, names the precision too.
 inline const char* PrecisionName(Precision precision) {

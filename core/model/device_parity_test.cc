@@ -239,15 +239,18 @@ std::string NoGpuReason() {
 
 // `reference_batch_norm`: the CPU's batch norm through kernel_math.h's loops
 // (the arithmetic the CUDA kernels share) rather than oneDNN.
-// `cudnn_graph`: CUDA convolutions also try cuDNN's graph API.
-std::unique_ptr<Device> MakeDevice(DeviceType type,
-                                   bool reference_batch_norm = false,
-                                   bool cudnn_graph = false) {
+// `cudnn_graph`: CUDA convolutions also try cuDNN's graph API;
+// `cudnn_layout`: the layout they compute in.
+std::unique_ptr<Device> MakeDevice(
+    DeviceType type, bool reference_batch_norm = false,
+    bool cudnn_graph = false,
+    ConvolutionLayout cudnn_layout = ConvolutionLayout::kNhwc) {
   DeviceOptions options;
   options.type = type;
   options.cpu_threads = 1;
   options.reference_batch_norm = reference_batch_norm;
   options.cudnn_graph = cudnn_graph;
+  options.cudnn_layout = cudnn_layout;
   auto device = CreateDevice(options);
   EXPECT_TRUE(device.ok()) << device.status();
   return device.ok() ? std::move(*device) : nullptr;
@@ -513,10 +516,28 @@ void ExpectNearDouble(const std::vector<float>& actual,
   }
 }
 
-// A shape, and whether the device also tries cuDNN's graph API (which then
-// runs wherever one of its engines beats the legacy algorithms).
+// How the device's convolutions run: "legacy" (the legacy API's algorithms,
+// NHWC), "graph" (the graph API's engines tried too, running wherever one
+// beats the legacy algorithms), "nchw" (--cudnn_layout=nchw: NCHW copies),
+// "fastest" (--cudnn_layout=fastest: both layouts timed, the faster runs).
+struct ConvPath {
+  const char* name;
+  bool graph;
+  ConvolutionLayout layout;
+};
+
+const ConvPath kConvPaths[] = {
+    {"legacy", false, ConvolutionLayout::kNhwc},
+    {"graph", true, ConvolutionLayout::kNhwc},
+    {"nchw", false, ConvolutionLayout::kNchw},
+    {"fastest", false, ConvolutionLayout::kFastest},
+};
+
+void PrintTo(const ConvPath& p, std::ostream* out) { *out << p.name; }
+
+// A shape, and the path its convolution takes.
 class CudnnConvolutionParityTest
-    : public ::testing::TestWithParam<std::tuple<ConvCase, bool> > {};
+    : public ::testing::TestWithParam<std::tuple<ConvCase, ConvPath> > {};
 
 // The CUDA device's convolutions are cuDNN's (not im2col's fallback) and agree
 // with the direct convolution: forward and both gradients, NHWC and NCHW
@@ -528,14 +549,22 @@ TEST_P(CudnnConvolutionParityTest, AgreesWithDirectConvolution) {
   const std::string no_gpu = NoGpuReason();
   if (!no_gpu.empty()) GTEST_SKIP() << no_gpu;
   const ConvCase& c = std::get<0>(GetParam());
-  const bool graph = std::get<1>(GetParam());
+  const ConvPath& path = std::get<1>(GetParam());
   const ConvGeometry g = MakeGeometry(c);
   std::unique_ptr<Device> cuda =
-      MakeDevice(DeviceType::kCuda, /*reference_batch_norm=*/false, graph);
+      MakeDevice(DeviceType::kCuda, /*reference_batch_norm=*/false, path.graph,
+                 path.layout);
   ASSERT_TRUE(cuda);
   auto kernel = cuda->CreateConvolution(g, c.out);
   ASSERT_TRUE(kernel.ok()) << kernel.status();
   ASSERT_NE(*kernel, nullptr) << "the CUDA device made no cuDNN convolution";
+  // The description says which layout cuDNN computes in.
+  const std::string description = (*kernel)->Description();
+  if (path.layout == ConvolutionLayout::kNchw) {
+    EXPECT_THAT(description, ::testing::StartsWith("NCHW copies: "));
+  } else if (path.layout == ConvolutionLayout::kNhwc) {
+    EXPECT_THAT(description, ::testing::StartsWith("forward "));
+  }
 
   const int64_t x_count = g.input_count();
   const int64_t w_count = int64_t{c.out} * c.channels * c.kernel * c.kernel;
@@ -567,7 +596,8 @@ TEST_P(CudnnConvolutionParityTest, AgreesWithDirectConvolution) {
     ExpectNearDouble(Download(*cuda, device_dx, x_count), dx, 1e-4, at + " dx");
   }
   // Both gradients in one call: the separate calls' bits (with the graph
-  // API, whose float32 engines may add with atomics, the reference's values).
+  // API, whose float32 engines may add with atomics, and in NCHW, where
+  // the FFT and Winograd algorithms qualify, the reference's values).
   float* combined_dweight = *cuda->Allocate<float>(w_count);
   float* combined_dx = *cuda->Allocate<float>(x_count);
   int ready_calls = 0;
@@ -575,7 +605,7 @@ TEST_P(CudnnConvolutionParityTest, AgreesWithDirectConvolution) {
                       combined_dx, [&] { ++ready_calls; });
   EXPECT_EQ(ready_calls, 1);
   ASSERT_TRUE(cuda->Synchronize().ok());
-  if (graph) {
+  if (path.graph || path.layout != ConvolutionLayout::kNhwc) {
     ExpectNearDouble(Download(*cuda, combined_dweight, w_count), dweight, 1e-4,
                      "combined dweight");
     ExpectNearDouble(Download(*cuda, combined_dx, x_count), dx, 1e-4,
@@ -599,10 +629,10 @@ INSTANTIATE_TEST_SUITE_P(
             ConvCase{"cnn_5x5_no_padding", 2, 4, 11, 13, 5, 1, 0, 6, false},
             ConvCase{"stride3_padding2", 2, 6, 10, 10, 3, 3, 2, 5, false},
             ConvCase{"resnet_3x3_64", 2, 64, 8, 8, 3, 1, 1, 64, false}),
-        ::testing::Bool()),
-    [](const ::testing::TestParamInfo<std::tuple<ConvCase, bool> >& info) {
-      return std::string(std::get<0>(info.param).name) +
-             (std::get<1>(info.param) ? "_graph" : "_legacy");
+        ::testing::ValuesIn(kConvPaths)),
+    [](const ::testing::TestParamInfo<std::tuple<ConvCase, ConvPath> >& info) {
+      return std::string(std::get<0>(info.param).name) + "_" +
+             std::get<1>(info.param).name;
     });
 
 // Errors of a convolution name the shape: a geometry whose output size is not

@@ -112,9 +112,16 @@ class LayerReferenceTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     DeviceOptions options;
-    // "cuda_graph": CUDA with the graph API's convolution engines tried too.
+    // "cuda_graph": CUDA with the graph API's convolution engines tried too;
+    // "cuda_nchw": CUDA convolutions on NCHW copies (--cudnn_layout=nchw);
+    // "cuda_fastest": both layouts timed, the faster runs.
     options.type = GetParam() == "cpu" ? DeviceType::kCpu : DeviceType::kCuda;
     options.cudnn_graph = GetParam() == "cuda_graph";
+    if (GetParam() == "cuda_nchw") {
+      options.cudnn_layout = ConvolutionLayout::kNchw;
+    } else if (GetParam() == "cuda_fastest") {
+      options.cudnn_layout = ConvolutionLayout::kFastest;
+    }
     absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(options);
     if (!device.ok() && options.type == DeviceType::kCuda &&
         (absl::IsUnimplemented(device.status()) ||
@@ -605,7 +612,8 @@ TEST_P(LayerReferenceTest, SoftmaxCrossEntropyAtResNet18Shape) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, LayerReferenceTest,
-                         ::testing::Values("cpu", "cuda", "cuda_graph"),
+                         ::testing::Values("cpu", "cuda", "cuda_graph",
+                                           "cuda_nchw", "cuda_fastest"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
