@@ -51,8 +51,8 @@ ABSL_FLAG(bool, cudnn_graph, false,
 ABSL_FLAG(std::string, cudnn_layout, "nhwc",
           "with --device=cuda, fp32 and tf32: the layout cuDNN computes "
           "convolutions in. nhwc (the layers' own); nchw (NCHW copies of the "
-          "activations around each call, so that cuDNN's FFT and Winograd "
-          "algorithms qualify); fastest (both timed for each shape at set-up, "
+          "activations around each call, so that cuDNN's NCHW-only algorithms "
+          "(FFT) qualify); fastest (both timed for each shape at set-up, "
           "copies included, and the faster runs). bf16 always computes in "
           "NHWC. Not yet run on a GPU: nhwc by default");
 ABSL_FLAG(std::string, gpus, "",

@@ -17,8 +17,8 @@
 //    is not a configuration cuDNN documents for FP32. The copies touch each
 //    weight twice a step, as on the CPU (dnnl_convolution.h).
 //  - kNchw (float32 only): every tensor NCHW, the configuration of
-//    PyTorch's default tensors, where the legacy API offers its FFT and
-//    Winograd algorithms, which it has no NHWC float32 kernels for. The
+//    PyTorch's default tensors, where the legacy API also offers its FFT
+//    algorithms, which cuDNN documents for NCHW tensors only. The
 //    layers' NHWC input and output are copied into NCHW scratch around each
 //    call (and their gradients), an NCHW input is read in place, and the
 //    weight is read and its gradient written in place, being KCRS already.

@@ -53,7 +53,7 @@ enum class Precision { kFp32, kTf32, kBf16 };
 // is, and bf16 convolutions always compute on NHWC copies.
 //  - kNhwc: the layers' own layout, with the weight copied to KRSC.
 //  - kNchw: NCHW copies of the activations around each call, the weight as
-//    stored, so that the legacy API's FFT and Winograd algorithms qualify.
+//    stored, so that the legacy API's NCHW-only algorithms (FFT) qualify.
 //  - kFastest: both, timed at set-up for each shape (a forward and both
 //    gradients, copies included, on the device's stream), and the faster
 //    runs, as an algorithm search picks an algorithm.
