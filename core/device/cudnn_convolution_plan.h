@@ -12,9 +12,9 @@
 //    weight, stored in PyTorch's [out][in][k][k] (cuDNN's NCHW filter order,
 //    "KCRS"), is copied to KRSC (cuDNN's NHWC filter format) for each call,
 //    and the weight gradient back. All-NHWC with an NHWC filter is the
-//    configuration PyTorch's channels_last tensors use, so every cuDNN
-//    algorithm family supports it; mixing an NHWC tensor with an NCHW filter
-//    is not a configuration cuDNN documents for FP32. The copies touch each
+//    configuration PyTorch's channels_last tensors use (the legacy API's FFT
+//    algorithms do not take it: see kNchw); mixing an NHWC tensor with an
+//    NCHW filter is not a configuration cuDNN documents for FP32. The copies touch each
 //    weight twice a step, as on the CPU (dnnl_convolution.h).
 //  - kNchw (float32 only): every tensor NCHW, the configuration of
 //    PyTorch's default tensors, where the legacy API also offers its FFT
