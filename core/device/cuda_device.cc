@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -100,6 +101,29 @@ absl::StatusOr<CudaEvent> CudaEvent::Create(const std::string& device_name,
           &event, timing ? cudaEventDefault : cudaEventDisableTiming),
       device_name);
   return CudaEvent(event);
+}
+
+absl::StatusOr<float> MedianDeviceMs(cudaStream_t stream, int runs,
+                                     absl::FunctionRef<absl::Status()> body,
+                                     const std::string& where) {
+  if (runs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MedianDeviceMs on ", where, ": runs=", runs, " must be at least 1"));
+  }
+  ASSIGN_OR_RETURN(const CudaEvent start, CudaEvent::Create(where, true));
+  ASSIGN_OR_RETURN(const CudaEvent stop, CudaEvent::Create(where, true));
+  RETURN_IF_ERROR(body());  // warm-up
+  std::vector<float> times(runs);
+  for (float& ms : times) {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), stream), where);
+    RETURN_IF_ERROR(body());
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream), where);
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()), where);
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start.get(), stop.get()),
+                         where);
+  }
+  std::nth_element(times.begin(), times.begin() + runs / 2, times.end());
+  return times[runs / 2];
 }
 
 CudaEvent::CudaEvent(CudaEvent&& other) noexcept

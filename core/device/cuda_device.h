@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -77,6 +78,16 @@ class CudaEvent {
   explicit CudaEvent(cudaEvent_t event) : event_(event) {}
   cudaEvent_t event_ = nullptr;
 };
+
+// The device time of the work `body` queues on `stream`: one untimed run,
+// then `runs` runs between two timing events each, the median of their
+// times. For set-up searches (cuDNN's graph-API engines, the convolution
+// layouts), never the step: it waits for the stream after every run. The
+// first error of `body` or of a CUDA call is returned, the calls' named with
+// `where`.
+absl::StatusOr<float> MedianDeviceMs(cudaStream_t stream, int runs,
+                                     absl::FunctionRef<absl::Status()> body,
+                                     const std::string& where);
 
 class CudnnContext;
 class CudaDevice;

@@ -139,8 +139,8 @@ struct LayoutTiming {
 // NHWC (which wins ties and runs wherever it alone was timed).
 bool PrefersNchw(const LayoutTiming& timing);
 
-// "layout NCHW, timed 1.234 ms a step against NHWC's 2.345 ms", "layout
-// NHWC, timed ... against NCHW's ...", or "layout NHWC (NCHW not timed:
+// "layout NCHW, timed A ms a step against NHWC's B ms", "layout NHWC,
+// timed B ms a step against NCHW's A ms", or "layout NHWC (NCHW not timed:
 // why)": what the layer's description carries.
 std::string DescribeLayoutChoice(const LayoutTiming& timing);
 

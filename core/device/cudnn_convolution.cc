@@ -236,45 +236,13 @@ absl::StatusOr<float> CudnnConvolution::TimeStep() {
     RETURN_IF_ERROR(CudaCallStatus(cudaMemsetAsync(buffer, 0, bytes, stream),
                                    "cudaMemsetAsync", where_));
   }
-  const auto step = [&]() -> absl::Status {
-    RETURN_IF_ERROR(RunForward(x, w, y));
-    return RunBackward(x, y, w, dw, x, [] {});
-  };
-  RETURN_IF_ERROR(step());  // warm-up
-  cudaEvent_t start = nullptr, stop = nullptr;
-  RETURN_IF_ERROR(
-      CudaCallStatus(cudaEventCreate(&start), "cudaEventCreate", where_));
-  const absl::Status created =
-      CudaCallStatus(cudaEventCreate(&stop), "cudaEventCreate", where_);
-  if (!created.ok()) {
-    cudaEventDestroy(start);
-    return created;
-  }
-  std::array<float, 3> times{};
-  absl::Status timed = absl::OkStatus();
-  for (float& ms : times) {
-    timed = CudaCallStatus(cudaEventRecord(start, stream), "cudaEventRecord",
-                           where_);
-    if (timed.ok()) timed = step();
-    if (timed.ok()) {
-      timed = CudaCallStatus(cudaEventRecord(stop, stream), "cudaEventRecord",
-                             where_);
-    }
-    if (timed.ok()) {
-      timed = CudaCallStatus(cudaEventSynchronize(stop), "cudaEventSynchronize",
-                             where_);
-    }
-    if (timed.ok()) {
-      timed = CudaCallStatus(cudaEventElapsedTime(&ms, start, stop),
-                             "cudaEventElapsedTime", where_);
-    }
-    if (!timed.ok()) break;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  RETURN_IF_ERROR(timed);
-  std::sort(times.begin(), times.end());
-  return times[1];
+  return MedianDeviceMs(
+      stream, 3,
+      [&]() -> absl::Status {
+        RETURN_IF_ERROR(RunForward(x, w, y));
+        return RunBackward(x, y, w, dw, x, [] {});
+      },
+      where_);
 }
 
 CudnnConvolution::CudnnConvolution(CudnnContext& context,

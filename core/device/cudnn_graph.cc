@@ -434,19 +434,6 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnGraphConvolution::Search(
   // One pack for every candidate (it binds the buffers, not a plan), made
   // before the timing as Execute's is made once: the times are the plans'.
   ASSIGN_OR_RETURN(const BackendDescriptor pack, Pack(x, w, y, workspace));
-  const auto run = [&](const BackendDescriptor& plan) {
-    return cudnnBackendExecute(handle_, plan.get(), pack.get()) ==
-           CUDNN_STATUS_SUCCESS;
-  };
-  cudaEvent_t start = nullptr, stop = nullptr;
-  RETURN_IF_ERROR(
-      CudaCallStatus(cudaEventCreate(&start), "cudaEventCreate", where_));
-  absl::Status created =
-      CudaCallStatus(cudaEventCreate(&stop), "cudaEventCreate", where_);
-  if (!created.ok()) {
-    cudaEventDestroy(start);
-    return created;
-  }
   Candidate* fastest = nullptr;
   float fastest_ms = 0;
   for (Candidate& candidate : candidates_) {
@@ -456,34 +443,26 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnGraphConvolution::Search(
     }
     // A configuration that fails to run is skipped like one that cannot
     // make a plan: the others, or the legacy algorithms, remain.
-    if (!run(candidate.plan)) {
-      cudaGetLastError();  // a failed run is this configuration's, not ours
-      ++summary_.failed;
-      continue;
-    }
-    std::array<float, 3> times{};
-    bool ran = true;
-    for (float& ms : times) {
-      ran = ran && cudaEventRecord(start, stream) == cudaSuccess &&
-            run(candidate.plan) &&
-            cudaEventRecord(stop, stream) == cudaSuccess &&
-            cudaEventSynchronize(stop) == cudaSuccess &&
-            cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
-    }
-    if (!ran) {
+    const absl::StatusOr<float> ms = MedianDeviceMs(
+        stream, 3,
+        [&]() -> absl::Status {
+          CUDNN_RETURN_IF_ERROR(
+              cudnnBackendExecute(handle_, candidate.plan.get(), pack.get()),
+              where_);
+          return absl::OkStatus();
+        },
+        where_);
+    if (!ms.ok()) {
       cudaGetLastError();  // a failed run is this configuration's, not ours
       ++summary_.failed;
       continue;
     }
     ++summary_.timed;
-    std::sort(times.begin(), times.end());
-    if (fastest == nullptr || times[1] < fastest_ms) {
+    if (fastest == nullptr || *ms < fastest_ms) {
       fastest = &candidate;
-      fastest_ms = times[1];
+      fastest_ms = *ms;
     }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   if (fastest == nullptr) {
     return absl::NotFoundError(absl::StrCat(
         where_, ": of cuDNN's ", configs(), " graph-API configurations, ",
