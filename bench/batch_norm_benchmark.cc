@@ -54,11 +54,11 @@ void BM_BatchNormTrainingStep(benchmark::State& state) {
   device->Fill(params, c, 1.0f);          // gamma; beta, statistics start at 0
   device->Fill(params + 4 * c, c, 1.0f);  // running variance
   for (auto _ : state) {
-    device->BatchNormForwardTraining(x, shape.rows, c, params, params + c, 0.1f,
-                                     1e-5f, y, params + 2 * c, params + 3 * c,
-                                     params + 5 * c, params + 4 * c,
-                                     BatchNormEpilogue::None());
-    device->BatchNormBackward(x, dy, shape.rows, c, params, params + 2 * c,
+    device->BatchNormForwardTraining(x, shape.rows, c, 1, params, params + c,
+                                     0.1f, 1e-5f, y, params + 2 * c,
+                                     params + 3 * c, params + 5 * c,
+                                     params + 4 * c, BatchNormEpilogue::None());
+    device->BatchNormBackward(x, dy, shape.rows, c, 1, params, params + 2 * c,
                               params + 3 * c, dx, params + 6 * c,
                               params + 7 * c, /*relu_output=*/nullptr,
                               /*dx_bf16=*/nullptr);

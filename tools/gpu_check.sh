@@ -37,6 +37,9 @@
 #                   the same with --cudnn_layout=fastest (fp32 and tf32):
 #                   each shape's step timed in NHWC and on NCHW copies, and
 #                   how many shapes NCHW won
+#   layers_P_nchw   the same with --cudnn_layout=nchw (fp32 and tf32):
+#                   ResNet-18 on NCHW activations end to end, and how many
+#                   shapes computed NCHW with no copies
 #   torch_layers_P  bench/pytorch_layer_profile.py: PyTorch's ResNet-18 step
 #                   (the speed rows' settings) by the same categories, from
 #                   torch.profiler (SKIP where the node's python has no torch)
@@ -48,11 +51,14 @@
 #                   bf16, each gradsync row run with --precision=P, a refusal
 #                   a FAIL; ResNet-18 at 128 and 256 under issue 39's bar is
 #                   a FAIL)
-#   speed/resnet18/B/P/cudnn_graph, speed/resnet18/B/P/cudnn_layout=fastest
+#   speed/resnet18/B/P/cudnn_graph, speed/resnet18/B/P/cudnn_layout=fastest,
+#   speed/resnet18/B/P/cudnn_layout=nchw
 #                   the same point with --cudnn_graph, then with
-#                   --cudnn_layout=fastest (B 128 and 256), run right after
-#                   the default one: whether the graph-API engines or the
-#                   NCHW layout meet the bar, not judged (the default is)
+#                   --cudnn_layout=fastest and =nchw (B 128 and 256; the
+#                   layouts in fp32 and tf32, bf16 computing NHWC whatever
+#                   the flag), run right after the default one: whether the
+#                   graph-API engines or the NCHW layout meet the bar, not
+#                   judged (the default is)
 # and prints one table of every check. Each command runs under a timeout cut
 # to what is left of the 8 minutes; a check the budget cannot reach is a
 # SKIP saying so. Sanitizers and benchmarks are in the full check only.
@@ -401,17 +407,20 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
   # graph-API engines tried beside the legacy algorithms: its rows say
   # whether they beat them), then with --cudnn_layout=fastest in fp32 and
   # tf32 (NHWC and NCHW timed per shape: its rows say how many shapes NCHW
-  # won), then PyTorch's by the same categories
-  # (bench/pytorch_layer_profile.py, torch.profiler).
+  # won) and with --cudnn_layout=nchw (NCHW activations end to end), then
+  # PyTorch's by the same categories (bench/pytorch_layer_profile.py,
+  # torch.profiler).
   for name in layers_fp32 layers_tf32 layers_bf16 layers_fp32_graph \
     layers_tf32_graph layers_bf16_graph layers_fp32_fastest \
-    layers_tf32_fastest; do
+    layers_tf32_fastest layers_fp32_nchw layers_tf32_nchw; do
     precision=${name#layers_}
     precision=${precision%_graph}
     precision=${precision%_fastest}
+    precision=${precision%_nchw}
     graph=()
     [[ "$name" == *_graph ]] && graph=(--cudnn_graph)
     [[ "$name" == *_fastest ]] && graph=(--cudnn_layout=fastest)
+    [[ "$name" == *_nchw ]] && graph=(--cudnn_layout=nchw)
     budget_left "$name" || continue
     run "$name" 60 "$(program layer_profile)" --device=cuda --model=resnet18 \
       --batch=128 "--precision=$precision" --warmup=3 --steps=5 --top=40 \
@@ -433,6 +442,11 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
         [[ "$name" == *_fastest ]] &&
           printf '; %s of %s shapes on NCHW copies' \
             "$(grep -cE '^  [0-9]+x[0-9]+/[0-9]+ .*: NCHW copies: ' \
+               "$logs/$name.log")" \
+            "$(grep -cE '^  [0-9]+x[0-9]+/[0-9]+ ' "$logs/$name.log")")$(
+        [[ "$name" == *_nchw ]] &&
+          printf '; %s of %s shapes NCHW with no copies' \
+            "$(grep -cE '^  [0-9]+x[0-9]+/[0-9]+ .*: NCHW: ' \
                "$logs/$name.log")" \
             "$(grep -cE '^  [0-9]+x[0-9]+/[0-9]+ ' "$logs/$name.log")")"
     fi
@@ -493,8 +507,8 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
   fi
 
   # gradsync against PyTorch: one row per (model, batch, precision), and
-  # ResNet-18's points at the bar's batches again with --cudnn_graph and
-  # with --cudnn_layout=fastest.
+  # ResNet-18's points at the bar's batches again with --cudnn_graph, with
+  # --cudnn_layout=fastest and with --cudnn_layout=nchw.
   compare="$here/../bench/compute_vs_pytorch.py"
   if ! command -v "$python" > /dev/null; then
     record SKIP speed "no $python on PATH (set PYTHON=)"
@@ -510,7 +524,8 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
     timeout --kill-after=10 "$speed_s" "$python" "$compare" --device=cuda \
       "--gradsync=$gradsync" --models=resnet18,cnn,mlp --batches=32,128,256 \
       --precisions=fp32,tf32,bf16 --steps=20 --warmup=10 --timeout_s=60 \
-      --variants=cudnn_graph,cudnn_layout=fastest --variant_models=resnet18 \
+      --variants=cudnn_graph,cudnn_layout=fastest,cudnn_layout=nchw \
+      --variant_models=resnet18 \
       --variant_batches=128,256 "--work_dir=$logs/speed" "--rows=$logs/speed.tsv" "${dry_flag[@]}" \
       > "$logs/speed.log" 2>&1
     rc=$?

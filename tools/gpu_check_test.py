@@ -27,14 +27,18 @@ CHECKS = (["versions", "parity_layers", "parity_cudnn", "parity_bf16",
            "comm_ring2", "comm_ps2_1"] +
           ["layers_" + p for p in PRECISIONS] +
           ["layers_%s_graph" % p for p in PRECISIONS] +
-          ["layers_fp32_fastest", "layers_tf32_fastest"] +
+          ["layers_fp32_fastest", "layers_tf32_fastest",
+           "layers_fp32_nchw", "layers_tf32_nchw"] +
           ["torch_layers_" + p for p in PRECISIONS] + ["hook"] +
           ["speed/%s/%d/%s" % (m, b, p)
            for m in MODELS for b in BATCHES for p in PRECISIONS] +
-          # ResNet-18 at the bar's batches again with each variant.
+          # ResNet-18 at the bar's batches again with each variant; the
+          # layouts in fp32 and tf32 only.
           ["speed/resnet18/%d/%s/%s" % (b, p, v)
            for b in (128, 256) for p in PRECISIONS
-           for v in ("cudnn_graph", "cudnn_layout=fastest")])
+           for v in ("cudnn_graph", "cudnn_layout=fastest",
+                     "cudnn_layout=nchw")
+           if not (v.startswith("cudnn_layout") and p == "bf16")])
 ROW = re.compile(r"^(PASS|FAIL|SKIP)\s+(\S+)\s+(.*)$")
 
 
@@ -83,34 +87,38 @@ class QuickDryRunTest(unittest.TestCase):
             stdout = run_quick(out).stdout
         commands = [line for line in stdout.splitlines()
                     if line.startswith(("== ", "would run"))]
-        # 3 parity, 3 comm jobs, 6 + 2 + 3 layer profiles (gradsync's
+        # 3 parity, 3 comm jobs, 6 + 4 + 3 layer profiles (gradsync's
         # without and with --cudnn_graph in fp32, tf32 and bf16, with
-        # --cudnn_layout=fastest in fp32 and tf32, PyTorch's in all three),
-        # the speed script; 9 PyTorch children (model x precision) and
-        # 27 + 12 gradsync runs inside it (ResNet-18 at batch 128 and 256
-        # again with each of the two variants).
-        self.assertEqual(len(commands), 3 + 3 + 11 + 1 + 9 + 27 + 12)
+        # --cudnn_layout=fastest and =nchw in fp32 and tf32, PyTorch's in
+        # all three), the speed script; 9 PyTorch children (model x
+        # precision) and 27 + 14 gradsync runs inside it (ResNet-18 at batch
+        # 128 and 256 again with --cudnn_graph in every precision and each
+        # layout in fp32 and tf32).
+        self.assertEqual(len(commands), 3 + 3 + 13 + 1 + 9 + 27 + 14)
         graph_runs = [line for line in commands if "--cudnn_graph" in line]
         self.assertEqual(len(graph_runs), 3 + 6)
-        layout_runs = [line for line in commands
-                       if "--cudnn_layout=fastest" in line]
-        self.assertEqual(len(layout_runs), 2 + 6)
+        for layout in ("fastest", "nchw"):
+            layout_runs = [line for line in commands
+                           if "--cudnn_layout=" + layout in line]
+            self.assertEqual(len(layout_runs), 2 + 4, layout)
+            self.assertFalse(any("--precision=bf16" in line
+                                 for line in layout_runs), layout)
         for line in commands:
             self.assertRegex(line, r"\(timeout [0-9]+ s\)")
         gradsync_runs = [line for line in commands
                          if " train --device=cuda --sync=local" in line]
-        self.assertEqual(len(gradsync_runs), 27 + 12)
+        self.assertEqual(len(gradsync_runs), 27 + 14)
         # Each variant right after the default point it varies (or after
         # the variant before it): the same command, its own metrics
         # folder, the flag set.
+        flags = ("cudnn_graph", "cudnn_layout=fastest", "cudnn_layout=nchw")
         for i, line in enumerate(gradsync_runs):
-            for flag in ("cudnn_graph", "cudnn_layout=fastest"):
+            for position, flag in enumerate(flags):
                 if "--" + flag not in line:
                     continue
                 self.assertTrue(line.endswith(" --" + flag), line)
-                default = gradsync_runs[i - 1]
-                if flag != "cudnn_graph":
-                    default = gradsync_runs[i - 2]
+                # The default point is 1, 2 or 3 runs back.
+                default = gradsync_runs[i - 1 - position]
                 self.assertEqual(
                     line[:-len(" --" + flag)].replace("-" + flag, ""),
                     default)

@@ -50,11 +50,14 @@ ABSL_FLAG(bool, cudnn_graph, false,
           "algorithms (not yet run on a GPU: off by default)");
 ABSL_FLAG(std::string, cudnn_layout, "nhwc",
           "with --device=cuda, fp32 and tf32: the layout cuDNN computes "
-          "convolutions in. nhwc (the layers' own); nchw (NCHW copies of the "
-          "activations around each call, so that cuDNN's NCHW-only algorithms "
-          "(FFT) qualify); fastest (both timed for each shape at set-up, "
-          "copies included, and the faster runs). bf16 always computes in "
-          "NHWC. Not yet run on a GPU: nhwc by default");
+          "convolutions in. nhwc (NHWC activations and convolutions); nchw "
+          "(NCHW as PyTorch's default tensors, so that cuDNN's NCHW-only "
+          "algorithms (FFT) qualify: ResNet keeps its activations NCHW end "
+          "to end, the CNN gets NCHW copies around each convolution); "
+          "fastest (NHWC activations, each shape's convolution timed at "
+          "set-up in both layouts, copies included, and the faster runs). "
+          "bf16 always computes in NHWC. Not yet run on a GPU: nhwc by "
+          "default");
 ABSL_FLAG(std::string, gpus, "",
           "with --device=cuda: comma-separated GPU indices (among the visible "
           "GPUs, after CUDA_VISIBLE_DEVICES) for this machine's local ranks; "

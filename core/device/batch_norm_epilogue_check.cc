@@ -190,24 +190,24 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
     };
 
     device.BatchNormForwardTraining(
-        x, rows, channels, gamma, beta, kMomentum, kEpsilon, unfused.y,
+        x, rows, channels, 1, gamma, beta, kMomentum, kEpsilon, unfused.y,
         unfused.saved, unfused.saved + channels, unfused.running,
         unfused.running + channels, BatchNormEpilogue::None());
     unfused_epilogue(unfused.y);
     device.BatchNormForwardTraining(
-        x, rows, channels, gamma, beta, kMomentum, kEpsilon, fused.y,
+        x, rows, channels, 1, gamma, beta, kMomentum, kEpsilon, fused.y,
         fused.saved, fused.saved + channels, fused.running,
         fused.running + channels,
         copies ? epilogue.WithBf16Copy(y_copy) : epilogue);
 
     device.BatchNormForwardInference(
-        x, rows, channels, gamma, beta, unfused.running,
+        x, rows, channels, 1, gamma, beta, unfused.running,
         unfused.running + channels, kEpsilon, unfused.inference,
         BatchNormEpilogue::None());
     unfused_epilogue(unfused.inference);
     device.BatchNormForwardInference(
-        x, rows, channels, gamma, beta, fused.running, fused.running + channels,
-        kEpsilon, fused.inference,
+        x, rows, channels, 1, gamma, beta, fused.running,
+        fused.running + channels, kEpsilon, fused.inference,
         copies ? epilogue.WithBf16Copy(inference_copy) : epilogue);
 
     const std::string name =
@@ -233,14 +233,14 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
     // The backward through the ReLU: ReluBackward then the plain backward,
     // against the backward that masks dy as it reads it.
     device.ReluBackward(unfused.y, unfused.dy, n);
-    device.BatchNormBackward(x, unfused.dy, rows, channels, gamma,
+    device.BatchNormBackward(x, unfused.dy, rows, channels, 1, gamma,
                              unfused.saved, unfused.saved + channels,
                              unfused.dx, unfused.dparams,
                              unfused.dparams + channels, nullptr, nullptr);
     device.BatchNormBackward(
-        x, fused.dy, rows, channels, gamma, fused.saved, fused.saved + channels,
-        copies ? nullptr : fused.dx, fused.dparams, fused.dparams + channels,
-        fused.y, copies ? dx_copy : nullptr);
+        x, fused.dy, rows, channels, 1, gamma, fused.saved,
+        fused.saved + channels, copies ? nullptr : fused.dx, fused.dparams,
+        fused.dparams + channels, fused.y, copies ? dx_copy : nullptr);
     RETURN_IF_ERROR(device.Synchronize());
     if (copies) {
       RETURN_IF_ERROR(ExpectRoundedBits(device, unfused.dx, dx_copy, n,
@@ -274,17 +274,17 @@ absl::Status CheckBatchNormEpilogues(Device& device, int64_t rows,
       ASSIGN_OR_RETURN(sides[k], make_side());
       Side& side = sides[k];
       device.BatchNormForwardTraining(
-          inputs[k], rows, channels, gamma, beta, kMomentum, kEpsilon, side.y,
-          side.saved, side.saved + channels, side.running,
+          inputs[k], rows, channels, 1, gamma, beta, kMomentum, kEpsilon,
+          side.y, side.saved, side.saved + channels, side.running,
           side.running + channels, BatchNormEpilogue::AddThenRelu(residual));
-      device.BatchNormForwardInference(inputs[k], rows, channels, gamma, beta,
-                                       side.running, side.running + channels,
-                                       kEpsilon, side.inference,
-                                       BatchNormEpilogue::Relu());
-      device.BatchNormBackward(inputs[k], gradients[k], rows, channels, gamma,
-                               side.saved, side.saved + channels, side.dx,
-                               side.dparams, side.dparams + channels, side.y,
-                               nullptr);
+      device.BatchNormForwardInference(
+          inputs[k], rows, channels, 1, gamma, beta, side.running,
+          side.running + channels, kEpsilon, side.inference,
+          BatchNormEpilogue::Relu());
+      device.BatchNormBackward(inputs[k], gradients[k], rows, channels, 1,
+                               gamma, side.saved, side.saved + channels,
+                               side.dx, side.dparams, side.dparams + channels,
+                               side.y, nullptr);
     }
     RETURN_IF_ERROR(device.Synchronize());
     const Side& f = sides[0];

@@ -175,41 +175,141 @@ inline void SgdMomentumSpan(float* __restrict p, const float* __restrict g,
   }
 }
 
+// The shape of a batch norm's x (Device::BatchNormForwardTraining): [rows ×
+// channels] (NHWC, plane 1) or [images × channels × plane] (NCHW, images =
+// rows / plane).
+struct BatchNormShape {
+  int64_t rows = 0;
+  int channels = 0;
+  int64_t plane = 1;
+
+  int64_t count() const { return rows * channels; }
+  int64_t images() const { return rows / plane; }
+};
+
+BatchNormShape CheckedShape(int64_t rows, int channels, int64_t plane) {
+  GS_CHECK(plane >= 1 && rows % plane == 0)
+      << "batch norm on cpu: " << rows << " values per channel do not make "
+      << "whole planes of " << plane;
+  return BatchNormShape{rows, channels, plane};
+}
+
+// Calls add(c, i) for every flat element i of x, c its channel, each
+// channel's elements in row order (NHWC: row by row; NCHW: image by image,
+// then along the plane): the order a channel's sums add in. Threads take
+// ranges of channels, so every sum is one thread's in that order whatever the
+// thread count. NHWC reads one contiguous row per pass over the channels.
+template <typename Add>
+inline void ForEachInChannelOrder(const BatchNormShape& shape, Add add) {
+  const int64_t channels = shape.channels;
+  if (shape.plane == 1) {
+    ParallelRanges(channels, shape.rows, kBlock,
+                   [&](int64_t first, int64_t last) {
+                     for (int64_t r = 0; r < shape.rows; ++r) {
+                       for (int64_t c = first; c < last; ++c) {
+                         add(c, r * channels + c);
+                       }
+                     }
+                   });
+    return;
+  }
+  const int64_t images = shape.images();
+  ParallelRanges(channels, shape.rows, 1, [&](int64_t first, int64_t last) {
+    for (int64_t c = first; c < last; ++c) {
+      for (int64_t image = 0; image < images; ++image) {
+        const int64_t start = (image * channels + c) * shape.plane;
+        for (int64_t i = start; i < start + shape.plane; ++i) add(c, i);
+      }
+    }
+  });
+}
+
+// Calls element(i, c) for every flat element i of x, c its channel, threads
+// taking ranges of rows (NHWC) or of planes (NCHW); each element is computed
+// as by one thread.
+template <typename Element>
+inline void ForEachElement(const BatchNormShape& shape, Element element) {
+  const int64_t channels = shape.channels;
+  if (shape.plane == 1) {
+    ParallelRanges(shape.rows, channels, 1, [&](int64_t first, int64_t last) {
+      for (int64_t r = first; r < last; ++r) {
+        for (int64_t c = 0; c < channels; ++c) element(r * channels + c, c);
+      }
+    });
+    return;
+  }
+  ParallelRanges(shape.images() * channels, shape.plane, 1,
+                 [&](int64_t first, int64_t last) {
+                   for (int64_t p = first; p < last; ++p) {
+                     const int64_t c = p % channels;
+                     const int64_t start = p * shape.plane;
+                     for (int64_t i = start; i < start + shape.plane; ++i) {
+                       element(i, c);
+                     }
+                   }
+                 });
+}
+
+// Per channel, y = (x - mean)·inv_std·gamma + beta (km::BatchNormOutput).
+struct ChannelAffine {
+  const float* mean;
+  const float* inv_std;
+  const float* gamma;
+  const float* beta;
+};
+
+// y = the epilogue applied to the affine normalisation of x.
+void Normalize(const float* x, const BatchNormShape& shape,
+               const ChannelAffine& affine, const BatchNormEpilogue& epilogue,
+               float* y) {
+  ForEachElement(shape, [&](int64_t i, int64_t c) {
+    y[i] = km::BatchNormEpilogueOutput(
+        km::BatchNormOutput(x[i], affine.mean[c], affine.inv_std[c],
+                            affine.gamma[c], affine.beta[c]),
+        epilogue.residual, i, epilogue.relu);
+  });
+}
+
 }  // namespace
 
 CpuDevice::CpuDevice(int cpu_threads, bool reference_convolutions,
                      bool reference_batch_norm, Precision precision,
-                     bool convolutions_round_own_operands)
+                     bool convolutions_round_own_operands,
+                     bool nchw_activations)
     : dnnl_(std::make_unique<DnnlContext>(cpu_threads)),
       reference_convolutions_(reference_convolutions),
       reference_batch_norm_(reference_batch_norm),
       precision_(precision),
-      convolutions_round_own_operands_(convolutions_round_own_operands) {}
+      convolutions_round_own_operands_(convolutions_round_own_operands),
+      nchw_activations_(nchw_activations) {}
 
 DnnlBatchNorm* CpuDevice::BatchNormFor(int64_t rows, int channels,
-                                       float epsilon) {
+                                       int64_t plane, float epsilon) {
   if (reference_batch_norm_) return nullptr;
   for (const auto& kernel : batch_norms_) {
     if (kernel->rows() == rows && kernel->channels() == channels &&
+        kernel->plane() == plane &&
         (epsilon < 0 || kernel->epsilon() == epsilon)) {
       return kernel.get();
     }
   }
-  for (const auto& [failed_rows, failed_channels] : batch_norm_failures_) {
-    if (failed_rows == rows && failed_channels == channels) return nullptr;
+  const BatchNormKey key{rows, channels, plane};
+  for (const BatchNormKey& failed : batch_norm_failures_) {
+    if (failed == key) return nullptr;
   }
   // Shared among threads only where the loops would be (kParallelElements).
   const bool parallel = rows * channels >= 2 * kParallelElements;
   try {
     batch_norms_.push_back(std::make_unique<DnnlBatchNorm>(
-        *dnnl_, rows, channels, epsilon < 0 ? 0.0f : epsilon, parallel));
+        *dnnl_, rows, channels, plane, epsilon < 0 ? 0.0f : epsilon, parallel));
   } catch (const dnnl::error& error) {
     // Not expected (oneDNN makes these for every shape on x86-64); the loops
     // are right, only slower, so training goes on.
     GS_LOG(WARNING) << "cpu: oneDNN could not make batch normalisation of "
-                    << rows << " x " << channels << " (" << error.what()
+                    << rows << " x " << channels << " in planes of " << plane
+                    << " (" << error.what()
                     << "); using the reference loops for it";
-    batch_norm_failures_.emplace_back(rows, channels);
+    batch_norm_failures_.push_back(key);
     return nullptr;
   }
   return batch_norms_.back().get();
@@ -511,31 +611,25 @@ const float* CpuDevice::Widened(const InputTensor& x, int64_t count,
 }
 
 void CpuDevice::BatchNormForwardTraining(
-    const InputTensor& input, int64_t rows, int channels, const float* gamma,
-    const float* beta, float momentum, float epsilon, float* y,
-    float* saved_mean, float* saved_inv_std, float* running_mean,
+    const InputTensor& input, int64_t rows, int channels, int64_t plane,
+    const float* gamma, const float* beta, float momentum, float epsilon,
+    float* y, float* saved_mean, float* saved_inv_std, float* running_mean,
     float* running_var, const BatchNormEpilogue& epilogue) {
   if (rows <= 0 || channels <= 0) return;
-  const float* x = Widened(input, rows * channels, bf16_x_);
-  if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, epsilon)) {
+  const BatchNormShape shape = CheckedShape(rows, channels, plane);
+  const float* x = Widened(input, shape.count(), bf16_x_);
+  if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, plane, epsilon)) {
     kernel->ForwardTraining(x, gamma, beta, momentum, y, saved_mean,
                             saved_inv_std, running_mean, running_var);
-    ApplyEpilogue(y, rows * channels, epilogue);
+    ApplyEpilogue(y, shape.count(), epilogue);
     return;
   }
   dnnl_->UseThreads();
-  // Row by row: each pass reads one contiguous row into the channels' sums;
-  // threads take ranges of channels, each summed in row order as by one.
   std::vector<double> sum(channels, 0.0), sum_squares(channels, 0.0);
-  ParallelRanges(channels, rows, kBlock, [&](int64_t first, int64_t last) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = x + r * channels;
-      for (int64_t c = first; c < last; ++c) {
-        const double value = row[c];
-        sum[c] += value;
-        sum_squares[c] += value * value;
-      }
-    }
+  ForEachInChannelOrder(shape, [&](int64_t c, int64_t i) {
+    const double value = x[i];
+    sum[c] += value;
+    sum_squares[c] += value * value;
   });
   for (int c = 0; c < channels; ++c) {
     const float mean = km::BatchMean(sum[c], rows);
@@ -546,30 +640,21 @@ void CpuDevice::BatchNormForwardTraining(
     running_var[c] = km::RunningAverage(
         running_var[c], km::UnbiasedVariance(variance, rows), momentum);
   }
-  ParallelRanges(rows, channels, 1, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r) {
-      const float* in = x + r * channels;
-      float* out = y + r * channels;
-      for (int c = 0; c < channels; ++c) {
-        out[c] = km::BatchNormEpilogueOutput(
-            km::BatchNormOutput(in[c], saved_mean[c], saved_inv_std[c],
-                                gamma[c], beta[c]),
-            epilogue.residual, r * channels + c, epilogue.relu);
-      }
-    }
-  });
-  WriteBf16Copy(y, rows * channels, epilogue.bf16_copy);
+  Normalize(x, shape, {saved_mean, saved_inv_std, gamma, beta}, epilogue, y);
+  WriteBf16Copy(y, shape.count(), epilogue.bf16_copy);
 }
 
 void CpuDevice::BatchNormForwardInference(
-    const InputTensor& input, int64_t rows, int channels, const float* gamma,
-    const float* beta, const float* running_mean, const float* running_var,
-    float epsilon, float* y, const BatchNormEpilogue& epilogue) {
+    const InputTensor& input, int64_t rows, int channels, int64_t plane,
+    const float* gamma, const float* beta, const float* running_mean,
+    const float* running_var, float epsilon, float* y,
+    const BatchNormEpilogue& epilogue) {
   if (rows <= 0 || channels <= 0) return;
-  const float* x = Widened(input, rows * channels, bf16_x_);
-  if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, epsilon)) {
+  const BatchNormShape shape = CheckedShape(rows, channels, plane);
+  const float* x = Widened(input, shape.count(), bf16_x_);
+  if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, plane, epsilon)) {
     kernel->ForwardInference(x, gamma, beta, running_mean, running_var, y);
-    ApplyEpilogue(y, rows * channels, epilogue);
+    ApplyEpilogue(y, shape.count(), epilogue);
     return;
   }
   std::vector<float> inv_std(channels);
@@ -577,49 +662,36 @@ void CpuDevice::BatchNormForwardInference(
     inv_std[c] = km::InverseStd(running_var[c], epsilon);
   }
   dnnl_->UseThreads();
-  ParallelRanges(rows, channels, 1, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r) {
-      const float* in = x + r * channels;
-      float* out = y + r * channels;
-      for (int c = 0; c < channels; ++c) {
-        out[c] = km::BatchNormEpilogueOutput(
-            km::BatchNormOutput(in[c], running_mean[c], inv_std[c], gamma[c],
-                                beta[c]),
-            epilogue.residual, r * channels + c, epilogue.relu);
-      }
-    }
-  });
-  WriteBf16Copy(y, rows * channels, epilogue.bf16_copy);
+  Normalize(x, shape, {running_mean, inv_std.data(), gamma, beta}, epilogue, y);
+  WriteBf16Copy(y, shape.count(), epilogue.bf16_copy);
 }
 
 void CpuDevice::BatchNormBackward(const InputTensor& x, const InputTensor& dy,
-                                  int64_t rows, int channels,
+                                  int64_t rows, int channels, int64_t plane,
                                   const float* gamma, const float* saved_mean,
                                   const float* saved_inv_std, float* dx,
                                   float* dgamma, float* dbeta,
                                   const float* relu_output, uint16_t* dx_bf16) {
   if (rows <= 0 || channels <= 0) return;
+  const int64_t count = CheckedShape(rows, channels, plane).count();
   if (dx == nullptr) {
     // Only the bf16 values are asked for: the float32 ones go to scratch.
     GS_CHECK(dx_bf16 != nullptr)
         << "BatchNormBackward needs dx or dx_bf16 on " << name();
-    if (static_cast<int64_t>(bf16_dx_.size()) < rows * channels) {
-      bf16_dx_.resize(rows * channels);
-    }
+    if (static_cast<int64_t>(bf16_dx_.size()) < count) bf16_dx_.resize(count);
     dx = bf16_dx_.data();
   }
-  const int64_t count = rows * channels;
   BatchNormBackwardFloat(
       Widened(x, count, bf16_x_), Widened(dy, count, bf16_dy_), rows, channels,
-      gamma, saved_mean, saved_inv_std, dx, dgamma, dbeta, relu_output);
+      plane, gamma, saved_mean, saved_inv_std, dx, dgamma, dbeta, relu_output);
   WriteBf16Copy(dx, count, dx_bf16);
 }
 
 void CpuDevice::BatchNormBackwardFloat(
-    const float* x, const float* dy, int64_t rows, int channels,
+    const float* x, const float* dy, int64_t rows, int channels, int64_t plane,
     const float* gamma, const float* saved_mean, const float* saved_inv_std,
     float* dx, float* dgamma, float* dbeta, const float* relu_output) {
-  if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, -1.0f)) {
+  if (DnnlBatchNorm* kernel = BatchNormFor(rows, channels, plane, -1.0f)) {
     const float* grad = dy;
     if (relu_output != nullptr) {
       const int64_t count = rows * channels;
@@ -638,19 +710,15 @@ void CpuDevice::BatchNormBackwardFloat(
     return;
   }
   dnnl_->UseThreads();
+  const BatchNormShape shape{rows, channels, plane};
+  const auto x_hat = [&](int64_t i, int64_t c) {
+    return km::Normalized(x[i], saved_mean[c], saved_inv_std[c]);
+  };
   std::vector<double> sum_dy(channels, 0.0), sum_dy_x_hat(channels, 0.0);
-  ParallelRanges(channels, rows, kBlock, [&](int64_t first, int64_t last) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* in = x + r * channels;
-      for (int64_t c = first; c < last; ++c) {
-        const float x_hat =
-            km::Normalized(in[c], saved_mean[c], saved_inv_std[c]);
-        const float grad =
-            km::GradientBeforeRelu(dy, relu_output, r * channels + c);
-        sum_dy[c] += grad;
-        sum_dy_x_hat[c] += static_cast<double>(grad) * x_hat;
-      }
-    }
+  ForEachInChannelOrder(shape, [&](int64_t c, int64_t i) {
+    const float grad = km::GradientBeforeRelu(dy, relu_output, i);
+    sum_dy[c] += grad;
+    sum_dy_x_hat[c] += static_cast<double>(grad) * x_hat(i, c);
   });
   std::vector<float> gamma_inv_std(channels), mean_dy(channels),
       mean_dy_x_hat(channels);
@@ -663,19 +731,10 @@ void CpuDevice::BatchNormBackwardFloat(
     mean_dy[c] = km::BatchMean(dbeta[c], rows);
     mean_dy_x_hat[c] = km::BatchMean(dgamma[c], rows);
   }
-  ParallelRanges(rows, channels, 1, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r) {
-      const float* in = x + r * channels;
-      float* out = dx + r * channels;
-      for (int c = 0; c < channels; ++c) {
-        const float x_hat =
-            km::Normalized(in[c], saved_mean[c], saved_inv_std[c]);
-        const float grad =
-            km::GradientBeforeRelu(dy, relu_output, r * channels + c);
-        out[c] = km::BatchNormInputGradient(grad, x_hat, gamma_inv_std[c],
-                                            mean_dy[c], mean_dy_x_hat[c]);
-      }
-    }
+  ForEachElement(shape, [&](int64_t i, int64_t c) {
+    dx[i] = km::BatchNormInputGradient(
+        km::GradientBeforeRelu(dy, relu_output, i), x_hat(i, c),
+        gamma_inv_std[c], mean_dy[c], mean_dy_x_hat[c]);
   });
 }
 
@@ -750,7 +809,15 @@ void CpuDevice::MaxPoolBackward(const float* dy, const int32_t* where,
 }
 
 void CpuDevice::GlobalAvgPoolForward(const float* x, int batch, int spatial,
-                                     int channels, float* y) {
+                                     int channels, ActivationLayout layout,
+                                     float* y) {
+  if (layout == ActivationLayout::kNchw) {
+    // Each (b, c)'s pixels lie side by side, a plane of their own.
+    for (int64_t i = 0; i < int64_t{batch} * channels; ++i) {
+      y[i] = km::PlaneMean(x, i, spatial);
+    }
+    return;
+  }
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t c = 0; c < channels; ++c) {
       y[b * channels + c] = km::SpatialMean(x, b, c, spatial, channels);
@@ -759,7 +826,15 @@ void CpuDevice::GlobalAvgPoolForward(const float* x, int batch, int spatial,
 }
 
 void CpuDevice::GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
-                                      int channels, float* dx) {
+                                      int channels, ActivationLayout layout,
+                                      float* dx) {
+  if (layout == ActivationLayout::kNchw) {
+    for (int64_t i = 0; i < int64_t{batch} * channels; ++i) {
+      const float grad = km::SpatialMeanGradient(dy[i], spatial);
+      std::fill(dx + i * spatial, dx + (i + 1) * spatial, grad);
+    }
+    return;
+  }
   for (int64_t b = 0; b < batch; ++b) {
     const float* grad = dy + b * channels;
     for (int64_t s = 0; s < spatial; ++s) {

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <utility>
+#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -44,10 +44,15 @@ class CpuDevice : public Device {
   // convolutions (oneDNN's and the im2col reference's, which runs Gemm) round
   // their inputs and outputs to bf16 around float32 arithmetic; the other
   // kernels do not change. kTf32 is CreateDevice's to refuse.
+  // `nchw_activations` (tests only): activation_layout() asks models for
+  // NCHW activations, which the batch norms, the global average pooling and
+  // the convolutions (ConvGeometry::nchw_output) take, so that the models'
+  // NCHW path runs on machines without a GPU.
   explicit CpuDevice(int cpu_threads = 0, bool reference_convolutions = false,
                      bool reference_batch_norm = false,
                      Precision precision = Precision::kFp32,
-                     bool convolutions_round_own_operands = false);
+                     bool convolutions_round_own_operands = false,
+                     bool nchw_activations = false);
   ~CpuDevice() override;
 
   CpuDevice(const CpuDevice&) = delete;
@@ -56,6 +61,10 @@ class CpuDevice : public Device {
   DeviceType type() const override { return DeviceType::kCpu; }
   Precision precision() const { return precision_; }
   std::string name() const override { return "cpu"; }
+  ActivationLayout activation_layout() const override {
+    return nchw_activations_ ? ActivationLayout::kNchw
+                             : ActivationLayout::kNhwc;
+  }
 
   absl::StatusOr<void*> AllocateBytes(size_t bytes) override;
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override;
@@ -86,32 +95,37 @@ class CpuDevice : public Device {
               float* columns) override;
   void Col2Im(const float* columns, const ConvGeometry& g,
               float* input_grad) override;
+  // Batch norm: rows must be a multiple of plane (checked).
   void BatchNormForwardTraining(const InputTensor& x, int64_t rows,
-                                int channels, const float* gamma,
+                                int channels, int64_t plane, const float* gamma,
                                 const float* beta, float momentum,
                                 float epsilon, float* y, float* saved_mean,
                                 float* saved_inv_std, float* running_mean,
                                 float* running_var,
                                 const BatchNormEpilogue& epilogue) override;
   void BatchNormForwardInference(const InputTensor& x, int64_t rows,
-                                 int channels, const float* gamma,
-                                 const float* beta, const float* running_mean,
+                                 int channels, int64_t plane,
+                                 const float* gamma, const float* beta,
+                                 const float* running_mean,
                                  const float* running_var, float epsilon,
                                  float* y,
                                  const BatchNormEpilogue& epilogue) override;
   void BatchNormBackward(const InputTensor& x, const InputTensor& dy,
-                         int64_t rows, int channels, const float* gamma,
-                         const float* saved_mean, const float* saved_inv_std,
-                         float* dx, float* dgamma, float* dbeta,
-                         const float* relu_output, uint16_t* dx_bf16) override;
+                         int64_t rows, int channels, int64_t plane,
+                         const float* gamma, const float* saved_mean,
+                         const float* saved_inv_std, float* dx, float* dgamma,
+                         float* dbeta, const float* relu_output,
+                         uint16_t* dx_bf16) override;
   void MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
                       int32_t* where) override;
   void MaxPoolBackward(const float* dy, const int32_t* where,
                        const PoolGeometry& g, float* dx) override;
   void GlobalAvgPoolForward(const float* x, int batch, int spatial,
-                            int channels, float* y) override;
+                            int channels, ActivationLayout layout,
+                            float* y) override;
   void GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
-                             int channels, float* dx) override;
+                             int channels, ActivationLayout layout,
+                             float* dx) override;
   void Add(float* y, const float* x, int64_t count) override;
   // oneDNN's primitives (dnnl_convolution.h).
   absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CreateConvolution(
@@ -134,10 +148,12 @@ class CpuDevice : public Device {
  private:
   static constexpr size_t kAlignment = 64;
 
-  // oneDNN's batch normalisation for this shape (made at its first call;
-  // `epsilon` < 0: any, for the backward, which does not depend on it), or
-  // null where oneDNN could not make one and the loops run instead.
-  DnnlBatchNorm* BatchNormFor(int64_t rows, int channels, float epsilon);
+  // oneDNN's batch normalisation for this shape and layout (`plane`, as
+  // Device's batch norms take it; made at its first call; `epsilon` < 0: any,
+  // for the backward, which does not depend on it), or null where oneDNN
+  // could not make one and the loops run instead.
+  DnnlBatchNorm* BatchNormFor(int64_t rows, int channels, int64_t plane,
+                              float epsilon);
   // oneDNN's batch norm has no epilogue of ours: after it, y goes through the
   // epilogue in one more pass (the same values; the CPU is not where the
   // fusion's passes matter).
@@ -152,7 +168,7 @@ class CpuDevice : public Device {
   void WriteBf16Copy(const float* y, int64_t count, uint16_t* copy);
   // BatchNormBackward into a float32 dx.
   void BatchNormBackwardFloat(const float* x, const float* dy, int64_t rows,
-                              int channels, const float* gamma,
+                              int channels, int64_t plane, const float* gamma,
                               const float* saved_mean,
                               const float* saved_inv_std, float* dx,
                               float* dgamma, float* dbeta,
@@ -163,6 +179,7 @@ class CpuDevice : public Device {
   const bool reference_batch_norm_;
   const Precision precision_;
   const bool convolutions_round_own_operands_;
+  const bool nchw_activations_;
   // --precision=bf16: Gemm's inputs rounded to bf16, grown to the largest
   // product seen (a model's products are the same every step, so only its
   // first step grows them).
@@ -177,7 +194,9 @@ class CpuDevice : public Device {
   std::vector<float> bf16_x_, bf16_dy_;
   // Kernels run on one thread at a time (the step loop's), so no lock.
   std::vector<std::unique_ptr<DnnlBatchNorm>> batch_norms_;
-  std::vector<std::pair<int64_t, int>> batch_norm_failures_;
+  // The shapes (rows, channels, plane) oneDNN could not make.
+  using BatchNormKey = std::tuple<int64_t, int, int64_t>;
+  std::vector<BatchNormKey> batch_norm_failures_;
 
   // Allocation happens at set-up, possibly from threads.
   mutable absl::Mutex mu_;

@@ -343,21 +343,22 @@ BatchNormOutputs RunBatchNorm(bool reference, int64_t rows, int channels,
   BatchNormOutputs out;
   // Two steps, so that the running statistics move twice.
   for (int step = 0; step < 2; ++step) {
-    device.BatchNormForwardTraining(device_x, rows, channels, gamma, beta, 0.1f,
-                                    1e-5f, y, saved, saved + channels, running,
-                                    running + channels,
-                                    BatchNormEpilogue::None());
+    device.BatchNormForwardTraining(
+        device_x, rows, channels, /*plane=*/1, gamma, beta, 0.1f, 1e-5f, y,
+        saved, saved + channels, running, running + channels,
+        BatchNormEpilogue::None());
   }
-  device.BatchNormBackward(device_x, dy, rows, channels, gamma, saved,
-                           saved + channels, dx, dparams, dparams + channels,
+  device.BatchNormBackward(device_x, dy, rows, channels, /*plane=*/1, gamma,
+                           saved, saved + channels, dx, dparams,
+                           dparams + channels,
                            /*relu_output=*/nullptr, /*dx_bf16=*/nullptr);
   out.y = download(y, n);
   out.saved = download(saved, 2 * channels);
   out.running = download(running, 2 * channels);
   out.dx = download(dx, n);
   out.dparams = download(dparams, 2 * channels);
-  device.BatchNormForwardInference(device_x, rows, channels, gamma, beta,
-                                   running, running + channels, 1e-5f, y,
+  device.BatchNormForwardInference(device_x, rows, channels, /*plane=*/1, gamma,
+                                   beta, running, running + channels, 1e-5f, y,
                                    BatchNormEpilogue::None());
   out.inference = download(y, n);
   // Backward and both forwards of this one shape: one oneDNN kernel, none
@@ -388,7 +389,7 @@ void ExpectWithin(const std::vector<float>& reference,
   for (size_t i = 0; i < reference.size() && failures < 5; ++i) {
     if (!(std::fabs(reference[i] - actual[i]) <= relative * scale)) {
       ADD_FAILURE() << what << "[" << i << "]: reference " << reference[i]
-                    << ", oneDNN " << actual[i] << " (scale " << scale << ")";
+                    << ", actual " << actual[i] << " (scale " << scale << ")";
       ++failures;
     }
   }
@@ -441,6 +442,393 @@ TEST(CpuBatchNormTest, FusedEpiloguesMatchTheUnfusedPasses) {
                 reference ? 0u : 1u);
     }
   }
+}
+
+// [images × channels × plane] (NCHW) as [images × plane × channels] (NHWC),
+// and back.
+std::vector<float> NchwToNhwc(const std::vector<float>& nchw, int64_t images,
+                              int channels, int64_t plane) {
+  std::vector<float> nhwc(nchw.size());
+  for (int64_t n = 0; n < images; ++n) {
+    for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t s = 0; s < plane; ++s) {
+        nhwc[(n * plane + s) * channels + c] =
+            nchw[(n * channels + c) * plane + s];
+      }
+    }
+  }
+  return nhwc;
+}
+
+std::vector<float> NhwcToNchw(const std::vector<float>& nhwc, int64_t images,
+                              int channels, int64_t plane) {
+  std::vector<float> nchw(nhwc.size());
+  for (int64_t n = 0; n < images; ++n) {
+    for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t s = 0; s < plane; ++s) {
+        nchw[(n * channels + c) * plane + s] =
+            nhwc[(n * plane + s) * channels + c];
+      }
+    }
+  }
+  return nchw;
+}
+
+float* UploadTo(Device& device, const std::vector<float>& host) {
+  auto buffer = device.Allocate<float>(static_cast<int64_t>(host.size()));
+  EXPECT_TRUE(buffer.ok()) << buffer.status();
+  EXPECT_TRUE(
+      device.CopyToDevice(*buffer, host.data(), host.size() * sizeof(float))
+          .ok());
+  return *buffer;
+}
+
+std::vector<float> DownloadFrom(Device& device, const float* buffer,
+                                int64_t count) {
+  std::vector<float> host(count);
+  EXPECT_TRUE(
+      device.CopyToHost(host.data(), buffer, count * sizeof(float)).ok());
+  return host;
+}
+
+// A batch of `images` images of `channels` × `plane` values, every tensor in
+// NCHW order: x with an offset per channel, a residual and dy of either sign,
+// and a ReLU's output for the backward, 0 in about half its elements.
+struct NchwBatchNormInputs {
+  int64_t images = 0;
+  int channels = 0;
+  int64_t plane = 0;
+  std::vector<float> x, residual, dy, relu_output, gamma, beta;
+
+  int64_t count() const { return images * channels * plane; }
+};
+
+NchwBatchNormInputs MakeNchwBatchNormInputs(int64_t images, int channels,
+                                            int64_t plane) {
+  NchwBatchNormInputs in;
+  in.images = images;
+  in.channels = channels;
+  in.plane = plane;
+  in.x = RandomVector(in.count(), 41);
+  for (int64_t i = 0; i < in.count(); ++i) {
+    in.x[i] = 3.0f * in.x[i] + 0.5f * ((i / plane) % channels);
+  }
+  in.residual = RandomVector(in.count(), 42);
+  in.dy = RandomVector(in.count(), 43);
+  in.relu_output = RandomVector(in.count(), 46);
+  for (float& v : in.relu_output) v = std::max(v, 0.0f);
+  in.gamma = RandomVector(channels, 44);
+  in.beta = RandomVector(channels, 45);
+  return in;
+}
+
+// One layout's batch-norm results, the tensors back in NCHW order.
+struct LayoutBatchNormResults {
+  std::vector<float> y, saved, running, dx, dparams, inference;
+  float dx_term_scale = 0;  // as BatchNormOutputs'
+};
+
+// On `device`, with the inputs laid out as `layout`: two training forwards
+// with the epilogue + residual then ReLU, the backward through a ReLU, and an
+// inference forward with the same epilogue. The backward's relu_output is the
+// inputs', not the forward's y: the two layouts' y differ by rounding, and
+// where that flips a value near 0 across the ReLU's threshold, the gradient
+// there would differ by a whole term.
+LayoutBatchNormResults RunBatchNormInLayout(Device& device,
+                                            ActivationLayout layout,
+                                            const NchwBatchNormInputs& in) {
+  const bool nchw = layout == ActivationLayout::kNchw;
+  const int channels = in.channels;
+  const int64_t n = in.count();
+  const int64_t rows = in.images * in.plane;
+  const int64_t plane = nchw ? in.plane : 1;
+  auto as_layout = [&](const std::vector<float>& values) {
+    return nchw ? values : NchwToNhwc(values, in.images, channels, in.plane);
+  };
+  auto as_nchw = [&](const std::vector<float>& values) {
+    return nchw ? values : NhwcToNchw(values, in.images, channels, in.plane);
+  };
+  const float* x = UploadTo(device, as_layout(in.x));
+  const float* residual = UploadTo(device, as_layout(in.residual));
+  const float* dy = UploadTo(device, as_layout(in.dy));
+  const float* relu_output = UploadTo(device, as_layout(in.relu_output));
+  const float* gamma = UploadTo(device, in.gamma);
+  const float* beta = UploadTo(device, in.beta);
+  std::vector<float> running_init(2 * channels, 0.0f);
+  std::fill(running_init.begin() + channels, running_init.end(), 1.0f);
+  float* running = UploadTo(device, running_init);
+  float* y = *device.Allocate<float>(n);
+  float* saved = *device.Allocate<float>(2 * channels);
+  float* dx = *device.Allocate<float>(n);
+  float* dparams = *device.Allocate<float>(2 * channels);
+  float* inference = *device.Allocate<float>(n);
+  const BatchNormEpilogue epilogue = BatchNormEpilogue::AddThenRelu(residual);
+  for (int step = 0; step < 2; ++step) {
+    device.BatchNormForwardTraining(x, rows, channels, plane, gamma, beta, 0.1f,
+                                    1e-5f, y, saved, saved + channels, running,
+                                    running + channels, epilogue);
+  }
+  device.BatchNormBackward(x, dy, rows, channels, plane, gamma, saved,
+                           saved + channels, dx, dparams, dparams + channels,
+                           relu_output, /*dx_bf16=*/nullptr);
+  device.BatchNormForwardInference(x, rows, channels, plane, gamma, beta,
+                                   running, running + channels, 1e-5f,
+                                   inference, epilogue);
+  LayoutBatchNormResults out;
+  out.y = as_nchw(DownloadFrom(device, y, n));
+  out.saved = DownloadFrom(device, saved, 2 * channels);
+  out.running = DownloadFrom(device, running, 2 * channels);
+  out.dx = as_nchw(DownloadFrom(device, dx, n));
+  out.dparams = DownloadFrom(device, dparams, 2 * channels);
+  out.inference = as_nchw(DownloadFrom(device, inference, n));
+  float max_dy = 0, max_gain = 0;
+  for (float v : in.dy) max_dy = std::max(max_dy, std::fabs(v));
+  for (int c = 0; c < channels; ++c) {
+    max_gain =
+        std::max(max_gain, std::fabs(in.gamma[c] * out.saved[channels + c]));
+  }
+  out.dx_term_scale = max_dy * max_gain;
+  return out;
+}
+
+// Batch norm on NCHW activations (plane = height·width) gives what it gives
+// on the same values NHWC, on both of the CPU's batch norms, the fused
+// epilogue and the backward through its ReLU included. Both layouts run on
+// one device, so that the NCHW call cannot borrow the NHWC shape's oneDNN
+// primitive (same rows and channels). Tolerances: the reference loops sum
+// each channel in double in another order, which leaves the float statistics
+// equal to within an ulp, so only rounding-level differences; oneDNN's NCHW
+// and NHWC kernels sum in float in different orders, so as
+// OneDnnMatchesTheReferenceLoops.
+TEST(CpuBatchNormTest, NchwMatchesNhwcOnTheTransposedTensor) {
+  struct Shape {
+    int64_t images;
+    int channels;
+    int64_t plane;
+    int threads;
+  };
+  for (bool reference : {false, true}) {
+    for (const Shape& shape :
+         {Shape{4, 37, 49, 1}, Shape{2, 5, 4, 1}, Shape{16, 64, 1024, 2}}) {
+      SCOPED_TRACE(testing::Message()
+                   << (reference ? "reference loops" : "oneDNN") << ", "
+                   << shape.images << " x " << shape.channels << " x "
+                   << shape.plane << ", " << shape.threads << " threads");
+      DeviceOptions options;
+      options.cpu_threads = shape.threads;
+      options.reference_batch_norm = reference;
+      auto device = CreateDevice(options);
+      ASSERT_TRUE(device.ok()) << device.status();
+      const NchwBatchNormInputs in =
+          MakeNchwBatchNormInputs(shape.images, shape.channels, shape.plane);
+      const LayoutBatchNormResults nhwc =
+          RunBatchNormInLayout(**device, ActivationLayout::kNhwc, in);
+      const LayoutBatchNormResults nchw =
+          RunBatchNormInLayout(**device, ActivationLayout::kNchw, in);
+      const float tolerance = reference ? 1e-6f : 2e-5f;
+      ExpectWithin(nhwc.y, nchw.y, tolerance, "y");
+      ExpectWithin(nhwc.saved, nchw.saved, tolerance, "mean, inv_std");
+      ExpectWithin(nhwc.running, nchw.running, tolerance, "running");
+      ExpectWithin(nhwc.dx, nchw.dx, tolerance, "dx", nhwc.dx_term_scale);
+      ExpectWithin(nhwc.dparams, nchw.dparams, reference ? 1e-6f : 1e-4f,
+                   "dgamma, dbeta");
+      ExpectWithin(nhwc.inference, nchw.inference, tolerance, "inference");
+      // One primitive per layout for oneDNN, none for the loops.
+      EXPECT_EQ(dynamic_cast<CpuDevice&>(**device).onednn_batch_norms(),
+                reference ? 0u : 2u);
+    }
+  }
+}
+
+// rows must make whole planes.
+TEST(CpuBatchNormDeathTest, RefusesRowsThatAreNotWholePlanes) {
+  DeviceOptions options;
+  options.reference_batch_norm = true;
+  auto device = CreateDevice(options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  Device& d = **device;
+  const std::vector<float> values(10, 1.0f);
+  float* x = UploadTo(d, values);
+  float* y = UploadTo(d, values);
+  float* stats = UploadTo(d, values);
+  EXPECT_DEATH(d.BatchNormForwardTraining(x, 5, 2, 2, stats, stats, 0.1f, 1e-5f,
+                                          y, stats, stats, stats, stats,
+                                          BatchNormEpilogue::None()),
+               "whole planes");
+}
+
+// Global average pooling of NCHW activations gives NHWC's bits on the
+// transposed tensor (the same double sums in the same order), forward and
+// backward, and the mean of each (image, channel).
+TEST_F(CpuDeviceTest, GlobalAvgPoolNchwMatchesNhwcOnTheTransposedTensor) {
+  const int batch = 3, channels = 5, spatial = 7;
+  const std::vector<float> x_nchw =
+      RandomVector(int64_t{batch} * channels * spatial, 51);
+  const std::vector<float> x_nhwc =
+      NchwToNhwc(x_nchw, batch, channels, spatial);
+  float* y_nchw = Upload(std::vector<float>(batch * channels, 0.0f));
+  float* y_nhwc = Upload(std::vector<float>(batch * channels, 0.0f));
+  device_->GlobalAvgPoolForward(Upload(x_nchw), batch, spatial, channels,
+                                ActivationLayout::kNchw, y_nchw);
+  device_->GlobalAvgPoolForward(Upload(x_nhwc), batch, spatial, channels,
+                                ActivationLayout::kNhwc, y_nhwc);
+  const std::vector<float> means = Download(y_nchw, batch * channels);
+  EXPECT_EQ(means, Download(y_nhwc, batch * channels));
+  for (int i = 0; i < batch * channels; ++i) {
+    double sum = 0.0;
+    for (int s = 0; s < spatial; ++s) sum += x_nchw[i * spatial + s];
+    EXPECT_NEAR(means[i], sum / spatial, 1e-6) << i;
+  }
+
+  const std::vector<float> dy = RandomVector(batch * channels, 52);
+  const int64_t count = int64_t{batch} * channels * spatial;
+  float* dx_nchw = Upload(std::vector<float>(count, 9.0f));
+  float* dx_nhwc = Upload(std::vector<float>(count, 9.0f));
+  device_->GlobalAvgPoolBackward(Upload(dy), batch, spatial, channels,
+                                 ActivationLayout::kNchw, dx_nchw);
+  device_->GlobalAvgPoolBackward(Upload(dy), batch, spatial, channels,
+                                 ActivationLayout::kNhwc, dx_nhwc);
+  const std::vector<float> grad = Download(dx_nchw, count);
+  EXPECT_EQ(NchwToNhwc(grad, batch, channels, spatial),
+            Download(dx_nhwc, count));
+  for (int64_t i = 0; i < count; ++i) {
+    ASSERT_EQ(grad[i], dy[i / spatial] / spatial) << i;
+  }
+}
+
+TEST(CpuActivationLayoutTest, NhwcUnlessAskedForNchw) {
+  auto device = CreateDevice(DeviceOptions{});
+  ASSERT_TRUE(device.ok()) << device.status();
+  EXPECT_EQ((*device)->activation_layout(), ActivationLayout::kNhwc);
+  const CpuDevice nchw(/*cpu_threads=*/0, /*reference_convolutions=*/false,
+                       /*reference_batch_norm=*/false, Precision::kFp32,
+                       /*convolutions_round_own_operands=*/false,
+                       /*nchw_activations=*/true);
+  EXPECT_EQ(nchw.activation_layout(), ActivationLayout::kNchw);
+}
+
+// A convolution's results, the image tensors in NCHW order.
+struct ConvolutionResults {
+  std::vector<float> y, weight_grad, dx;
+};
+
+// Runs CreateConvolution's kernel for `g` (its input and output layouts as
+// g.input and g.nchw_output say) on NCHW-ordered x and dy, laid out as g
+// wants them.
+ConvolutionResults RunConvolution(Device& device, const ConvGeometry& g,
+                                  int out_channels,
+                                  const std::vector<float>& x_nchw,
+                                  const std::vector<float>& weight,
+                                  const std::vector<float>& dy_nchw) {
+  const int64_t in_plane = int64_t{g.height} * g.width;
+  const int64_t out_plane = int64_t{g.out_height} * g.out_width;
+  const bool nchw_input = g.input.column == 1;
+  const std::vector<float> x =
+      nchw_input ? x_nchw : NchwToNhwc(x_nchw, g.batch, g.channels, in_plane);
+  const std::vector<float> dy =
+      g.nchw_output ? dy_nchw
+                    : NchwToNhwc(dy_nchw, g.batch, out_channels, out_plane);
+  auto kernel = device.CreateConvolution(g, out_channels);
+  EXPECT_TRUE(kernel.ok()) << kernel.status();
+  EXPECT_NE(*kernel, nullptr);
+  if (!kernel.ok() || *kernel == nullptr) return {};
+  const int64_t y_count = int64_t{g.batch} * out_channels * out_plane;
+  float* y = UploadTo(device, std::vector<float>(y_count, 7.0f));
+  float* weight_grad = UploadTo(device, std::vector<float>(weight.size(), 7));
+  float* dx = UploadTo(device, std::vector<float>(x.size(), 7.0f));
+  const float* device_x = UploadTo(device, x);
+  const float* device_weight = UploadTo(device, weight);
+  const float* device_dy = UploadTo(device, dy);
+  (*kernel)->Forward(device_x, device_weight, y);
+  (*kernel)->BackwardWeights(device_x, device_dy, weight_grad);
+  (*kernel)->BackwardInput(device_dy, device_weight, dx);
+  ConvolutionResults out;
+  out.y = DownloadFrom(device, y, y_count);
+  if (!g.nchw_output) {
+    out.y = NhwcToNchw(out.y, g.batch, out_channels, out_plane);
+  }
+  out.weight_grad =
+      DownloadFrom(device, weight_grad, static_cast<int64_t>(weight.size()));
+  out.dx = DownloadFrom(device, dx, static_cast<int64_t>(x.size()));
+  if (!nchw_input) out.dx = NhwcToNchw(out.dx, g.batch, g.channels, in_plane);
+  return out;
+}
+
+// oneDNN's convolution with an NCHW output (ConvGeometry::nchw_output), from
+// an NCHW input (read as it is) or an NHWC one, gives the NHWC convolution's
+// results on the transposed tensors: forward, weight gradient, and the input
+// gradient in the input's layout. Tolerance: the NCHW primitives are other
+// oneDNN implementations, summing in other orders.
+TEST_F(CpuDeviceTest, ConvolutionWithNchwOutputMatchesNhwc) {
+  struct Case {
+    int kernel, stride, padding;
+  };
+  const int batch = 2, channels = 3, height = 9, width = 7, out_channels = 4;
+  for (const Case& c : {Case{1, 1, 0}, Case{3, 1, 1}, Case{3, 2, 1},
+                        Case{1, 2, 0}, Case{3, 2, 0}}) {
+    for (bool nchw_input : {true, false}) {
+      SCOPED_TRACE(testing::Message()
+                   << "kernel " << c.kernel << " stride " << c.stride
+                   << " padding " << c.padding << ", "
+                   << (nchw_input ? "NCHW" : "NHWC") << " input");
+      ConvGeometry g;
+      g.batch = batch;
+      g.channels = channels;
+      g.height = height;
+      g.width = width;
+      g.kernel = c.kernel;
+      g.stride = c.stride;
+      g.padding = c.padding;
+      g.out_height = ConvOutputSize(height, c.kernel, c.stride, c.padding);
+      g.out_width = ConvOutputSize(width, c.kernel, c.stride, c.padding);
+      const int64_t out_count =
+          int64_t{batch} * out_channels * g.out_height * g.out_width;
+      const std::vector<float> x =
+          RandomVector(int64_t{batch} * channels * height * width, 61);
+      const std::vector<float> weight = RandomVector(
+          int64_t{out_channels} * channels * c.kernel * c.kernel, 62);
+      const std::vector<float> dy = RandomVector(out_count, 63);
+
+      ConvGeometry nhwc = g;
+      nhwc.input = NhwcLayout(channels, height, width);
+      ConvGeometry nchw = g;
+      nchw.input = nchw_input ? NchwLayout(channels, height, width)
+                              : NhwcLayout(channels, height, width);
+      nchw.nchw_output = true;
+      const ConvolutionResults expected =
+          RunConvolution(*device_, nhwc, out_channels, x, weight, dy);
+      const ConvolutionResults actual =
+          RunConvolution(*device_, nchw, out_channels, x, weight, dy);
+      ExpectWithin(expected.y, actual.y, 1e-5f, "y");
+      ExpectWithin(expected.weight_grad, actual.weight_grad, 1e-5f,
+                   "weight gradient");
+      ExpectWithin(expected.dx, actual.dx, 1e-5f, "input gradient");
+    }
+  }
+}
+
+// bf16 runs on NHWC activations only: a convolution with an NCHW output does
+// not take the layers' bf16 operands (the model rounds for it instead).
+TEST(CpuConvolutionTest, NchwOutputTakesNoBf16Operands) {
+  DeviceOptions options;
+  options.precision = Precision::kBf16;
+  auto device = CreateDevice(options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  ConvGeometry g;
+  g.batch = 2;
+  g.channels = 3;
+  g.height = g.width = g.out_height = g.out_width = 5;
+  g.kernel = 3;
+  g.padding = 1;
+  g.input = NhwcLayout(3, 5, 5);
+  auto nhwc = (*device)->CreateConvolution(g, 4);
+  ASSERT_TRUE(nhwc.ok()) << nhwc.status();
+  EXPECT_TRUE((*nhwc)->AcceptsBf16Operands());
+  g.input = NchwLayout(3, 5, 5);
+  g.nchw_output = true;
+  auto nchw = (*device)->CreateConvolution(g, 4);
+  ASSERT_TRUE(nchw.ok()) << nchw.status();
+  EXPECT_FALSE((*nchw)->AcceptsBf16Operands());
 }
 
 TEST(CreateDeviceTest, CpuThreadsAndErrors) {

@@ -632,14 +632,29 @@ void CudaDevice::Col2Im(const float* columns, const ConvGeometry& g,
               "Col2Im kernel launch");
 }
 
+absl::Status CudaDevice::CheckPlanes(int64_t rows, int64_t plane,
+                                     const char* what) const {
+  if (plane >= 1 && rows % plane == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " on ", name_, ": ", rows, " values a channel are not whole ",
+      "planes of ", plane, " (NCHW: rows = images x height x width, plane = ",
+      "height x width; NHWC: plane 1)"));
+}
+
 void CudaDevice::BatchNormForwardTraining(
-    const InputTensor& x, int64_t rows, int channels, const float* gamma,
-    const float* beta, float momentum, float epsilon, float* y,
-    float* saved_mean, float* saved_inv_std, float* running_mean,
+    const InputTensor& x, int64_t rows, int channels, int64_t plane,
+    const float* gamma, const float* beta, float momentum, float epsilon,
+    float* y, float* saved_mean, float* saved_inv_std, float* running_mean,
     float* running_var, const BatchNormEpilogue& epilogue) {
   Record(MakeCurrent());
+  const absl::Status planes =
+      CheckPlanes(rows, plane, "BatchNormForwardTraining");
+  if (!planes.ok()) {
+    Record(planes);
+    return;
+  }
   CheckLaunch(cuda_kernels::BatchNormForwardTraining(
-                  stream_, x.values, x.bf16, rows, channels, gamma, beta,
+                  stream_, x.values, x.bf16, rows, channels, plane, gamma, beta,
                   momentum, epsilon, y, saved_mean, saved_inv_std, running_mean,
                   running_var, epilogue.residual, epilogue.relu,
                   epilogue.bf16_copy, channel_partials_),
@@ -647,19 +662,26 @@ void CudaDevice::BatchNormForwardTraining(
 }
 
 void CudaDevice::BatchNormForwardInference(
-    const InputTensor& x, int64_t rows, int channels, const float* gamma,
-    const float* beta, const float* running_mean, const float* running_var,
-    float epsilon, float* y, const BatchNormEpilogue& epilogue) {
+    const InputTensor& x, int64_t rows, int channels, int64_t plane,
+    const float* gamma, const float* beta, const float* running_mean,
+    const float* running_var, float epsilon, float* y,
+    const BatchNormEpilogue& epilogue) {
   Record(MakeCurrent());
+  const absl::Status planes =
+      CheckPlanes(rows, plane, "BatchNormForwardInference");
+  if (!planes.ok()) {
+    Record(planes);
+    return;
+  }
   CheckLaunch(cuda_kernels::BatchNormForwardInference(
-                  stream_, x.values, x.bf16, rows, channels, gamma, beta,
+                  stream_, x.values, x.bf16, rows, channels, plane, gamma, beta,
                   running_mean, running_var, epsilon, y, epilogue.residual,
                   epilogue.relu, epilogue.bf16_copy),
               "BatchNormForwardInference kernel launch");
 }
 
 void CudaDevice::BatchNormBackward(const InputTensor& x, const InputTensor& dy,
-                                   int64_t rows, int channels,
+                                   int64_t rows, int channels, int64_t plane,
                                    const float* gamma, const float* saved_mean,
                                    const float* saved_inv_std, float* dx,
                                    float* dgamma, float* dbeta,
@@ -671,9 +693,14 @@ void CudaDevice::BatchNormBackward(const InputTensor& x, const InputTensor& dy,
         "BatchNormBackward on ", name_, " needs dx or dx_bf16; got neither")));
     return;
   }
+  const absl::Status planes = CheckPlanes(rows, plane, "BatchNormBackward");
+  if (!planes.ok()) {
+    Record(planes);
+    return;
+  }
   CheckLaunch(cuda_kernels::BatchNormBackward(
                   stream_, x.values, x.bf16, dy.values, dy.bf16, rows, channels,
-                  gamma, saved_mean, saved_inv_std, dx, dgamma, dbeta,
+                  plane, gamma, saved_mean, saved_inv_std, dx, dgamma, dbeta,
                   relu_output, dx_bf16, channel_partials_),
               "BatchNormBackward kernel launch");
 }
@@ -703,18 +730,22 @@ void CudaDevice::MaxPoolBackward(const float* dy, const int32_t* where,
 }
 
 void CudaDevice::GlobalAvgPoolForward(const float* x, int batch, int spatial,
-                                      int channels, float* y) {
+                                      int channels, ActivationLayout layout,
+                                      float* y) {
   Record(MakeCurrent());
-  CheckLaunch(cuda_kernels::GlobalAvgPoolForward(stream_, x, batch, spatial,
-                                                 channels, y),
-              "GlobalAvgPoolForward kernel launch");
+  CheckLaunch(
+      cuda_kernels::GlobalAvgPoolForward(stream_, x, batch, spatial, channels,
+                                         layout == ActivationLayout::kNchw, y),
+      "GlobalAvgPoolForward kernel launch");
 }
 
 void CudaDevice::GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
-                                       int channels, float* dx) {
+                                       int channels, ActivationLayout layout,
+                                       float* dx) {
   Record(MakeCurrent());
-  CheckLaunch(cuda_kernels::GlobalAvgPoolBackward(stream_, dy, batch, spatial,
-                                                  channels, dx),
+  CheckLaunch(cuda_kernels::GlobalAvgPoolBackward(
+                  stream_, dy, batch, spatial, channels,
+                  layout == ActivationLayout::kNchw, dx),
               "GlobalAvgPoolBackward kernel launch");
 }
 

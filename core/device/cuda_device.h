@@ -145,6 +145,16 @@ class CudaDevice : public Device {
 
   DeviceType type() const override { return DeviceType::kCuda; }
   std::string name() const override { return name_; }
+  // NCHW under --cudnn_layout=nchw for float32 convolutions (fp32, tf32):
+  // the layout whose NCHW-only algorithms that flag is for, kept by the
+  // model end to end so that no copies run between layers; NHWC otherwise
+  // (bf16 convolutions compute on NHWC).
+  ActivationLayout activation_layout() const override {
+    return cudnn_layout_ == ConvolutionLayout::kNchw &&
+                   precision_ != Precision::kBf16
+               ? ActivationLayout::kNchw
+               : ActivationLayout::kNhwc;
+  }
 
   absl::StatusOr<void*> AllocateBytes(size_t bytes) override;
   // Queued on the compute stream. A pageable `src` may be reused on return
@@ -183,23 +193,25 @@ class CudaDevice : public Device {
   void Col2Im(const float* columns, const ConvGeometry& g,
               float* input_grad) override;
   void BatchNormForwardTraining(const InputTensor& x, int64_t rows,
-                                int channels, const float* gamma,
+                                int channels, int64_t plane, const float* gamma,
                                 const float* beta, float momentum,
                                 float epsilon, float* y, float* saved_mean,
                                 float* saved_inv_std, float* running_mean,
                                 float* running_var,
                                 const BatchNormEpilogue& epilogue) override;
   void BatchNormForwardInference(const InputTensor& x, int64_t rows,
-                                 int channels, const float* gamma,
-                                 const float* beta, const float* running_mean,
+                                 int channels, int64_t plane,
+                                 const float* gamma, const float* beta,
+                                 const float* running_mean,
                                  const float* running_var, float epsilon,
                                  float* y,
                                  const BatchNormEpilogue& epilogue) override;
   void BatchNormBackward(const InputTensor& x, const InputTensor& dy,
-                         int64_t rows, int channels, const float* gamma,
-                         const float* saved_mean, const float* saved_inv_std,
-                         float* dx, float* dgamma, float* dbeta,
-                         const float* relu_output, uint16_t* dx_bf16) override;
+                         int64_t rows, int channels, int64_t plane,
+                         const float* gamma, const float* saved_mean,
+                         const float* saved_inv_std, float* dx, float* dgamma,
+                         float* dbeta, const float* relu_output,
+                         uint16_t* dx_bf16) override;
   void MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
                       int32_t* where) override;
   void MaxPoolBackward(const float* dy, const int32_t* where,
@@ -209,9 +221,11 @@ class CudaDevice : public Device {
   absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CreateConvolution(
       const ConvGeometry& g, int out_channels) override;
   void GlobalAvgPoolForward(const float* x, int batch, int spatial,
-                            int channels, float* y) override;
+                            int channels, ActivationLayout layout,
+                            float* y) override;
   void GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
-                             int channels, float* dx) override;
+                             int channels, ActivationLayout layout,
+                             float* dx) override;
   void Add(float* y, const float* x, int64_t count) override;
   void SgdUpdate(float* params, const float* grads, float* velocity,
                  int64_t count, float lr, float momentum,
@@ -291,6 +305,9 @@ class CudaDevice : public Device {
   uint16_t* bf16_b_ = nullptr;
   int64_t bf16_a_capacity_ = 0;
   int64_t bf16_b_capacity_ = 0;
+  // InvalidArgument naming `what` unless `rows` (one channel's values of a
+  // batch norm) are whole planes of `plane` (Device's batch-norm comment).
+  absl::Status CheckPlanes(int64_t rows, int64_t plane, const char* what) const;
   // Made at the first CreateConvolution (set-up, one thread).
   std::unique_ptr<CudnnContext> cudnn_;
 

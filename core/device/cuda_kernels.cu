@@ -369,20 +369,75 @@ __device__ bool ChannelTileSums(int64_t begin, int64_t end, int channels,
   return true;
 }
 
+// The NCHW twin of ChannelTileSums (launch_config::PlanPlaneSums): channel
+// blockIdx.x's two sums over images [begin, end) of an [images × channels ×
+// plane] tensor. Thread t adds values t, t + blockDim.x, ... of the images'
+// runs of `plane` floats walked as one flat sequence (its position kept as
+// an image and a pixel, stepped without a division), then the block adds
+// its threads' partials in a fixed tree, so the sums do not depend on
+// scheduling. Returns true in thread 0, with `c` the channel; every thread
+// must call it (it synchronizes the block). Blocks of
+// kSumRowsThreadsPerBlock threads, one dimension.
+template <typename AddTerms>
+__device__ bool PlaneSums(int64_t begin, int64_t end, int channels,
+                          int64_t plane, AddTerms add, int64_t* c,
+                          double* first, double* second) {
+  __shared__ double partial_first[kSumRowsThreadsPerBlock];
+  __shared__ double partial_second[kSumRowsThreadsPerBlock];
+  *c = static_cast<int64_t>(blockIdx.x);
+  const int t = static_cast<int>(threadIdx.x);
+  const int64_t image_step = kSumRowsThreadsPerBlock / plane;
+  const int64_t pixel_step = kSumRowsThreadsPerBlock % plane;
+  int64_t image = begin + t / plane;
+  int64_t pixel = t % plane;
+  double a = 0.0, b = 0.0;
+  while (image < end) {
+    add((image * channels + *c) * plane + pixel, *c, a, b);
+    image += image_step;
+    pixel += pixel_step;
+    if (pixel >= plane) {
+      pixel -= plane;
+      ++image;
+    }
+  }
+  partial_first[t] = a;
+  partial_second[t] = b;
+  __syncthreads();
+  for (int half = kSumRowsThreadsPerBlock / 2; half > 0; half /= 2) {
+    if (t < half) {
+      partial_first[t] += partial_first[t + half];
+      partial_second[t] += partial_second[t + half];
+    }
+    __syncthreads();
+  }
+  if (t != 0) return false;
+  *first = partial_first[0];
+  *second = partial_second[0];
+  return true;
+}
+
 // Element-wise over the tensor, grid-stride: `at(i, c)` for every element i,
 // of channel c. With `narrow_index` (launch_config::PlanElementwise's: every
 // index of the loop fits in int) the channel is a 32-bit remainder, several
 // times cheaper on the GPU than a 64-bit one, which would otherwise be the
 // costliest instruction of these memory-bound passes; the flag is the same
 // for every thread, so the branch does not diverge.
+// `plane` is 1 for NHWC tensors (c = i mod channels) and height·width for
+// NCHW ones (c = (i / plane) mod channels).
 template <typename AtElement>
 __device__ void ForEachChannelElement(int64_t total, int channels,
-                                      bool narrow_index, AtElement at) {
+                                      int64_t plane, bool narrow_index,
+                                      AtElement at) {
   const int64_t stride = GridStride<int64_t>();
   for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
-    const int64_t c = narrow_index
-                          ? static_cast<int64_t>(static_cast<int>(i) % channels)
-                          : i % channels;
+    int64_t c = 0;
+    if (narrow_index) {
+      const int narrow = static_cast<int>(i);
+      c = plane == 1 ? narrow % channels
+                     : narrow / static_cast<int>(plane) % channels;
+    } else {
+      c = plane == 1 ? i % channels : i / plane % channels;
+    }
     at(i, c);
   }
 }
@@ -470,6 +525,43 @@ __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
   ChannelSumsSlice(terms, rows, rows_per_slice, channels, partials);
 }
 
+// PlaneSums over one slice of images per blockIdx.y
+// (launch_config::PlanPlaneSums), into the partials as ChannelSumsSlice
+// leaves them.
+template <typename Terms>
+__device__ void PlaneSumsSlice(Terms terms, int64_t images,
+                               int64_t images_per_slice, int channels,
+                               int64_t plane, double* __restrict__ partials) {
+  const int slice = static_cast<int>(blockIdx.y);
+  const launch_config::RowRange range =
+      launch_config::SliceRows(images, images_per_slice, slice);
+  int64_t c = 0;
+  double first = 0.0, second = 0.0;
+  if (!PlaneSums(range.begin, range.end, channels, plane, terms, &c, &first,
+                 &second)) {
+    return;
+  }
+  const int64_t slot = static_cast<int64_t>(slice) * channels + c;
+  partials[slot] = first;
+  partials[kMaxChannelSumPartials + slot] = second;
+}
+
+__global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
+    BatchNormPlaneStatisticsSliceKernel(StatisticsTerms terms, int64_t images,
+                                        int64_t images_per_slice, int channels,
+                                        int64_t plane,
+                                        double* __restrict__ partials) {
+  PlaneSumsSlice(terms, images, images_per_slice, channels, plane, partials);
+}
+
+__global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
+    BatchNormPlaneGradientSumsSliceKernel(GradientTerms terms, int64_t images,
+                                          int64_t images_per_slice,
+                                          int channels, int64_t plane,
+                                          double* __restrict__ partials) {
+  PlaneSumsSlice(terms, images, images_per_slice, channels, plane, partials);
+}
+
 // Channel c's two sums: its slices' partials added in slice order.
 __device__ void AddSlices(const double* __restrict__ partials, int slices,
                           int channels, int64_t c, double* first,
@@ -502,6 +594,26 @@ __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
                    saved_inv_std, running_mean, running_var);
 }
 
+// The one-pass kernel of an unsliced NCHW plan: one channel over all images.
+__global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
+    BatchNormPlaneStatisticsKernel(const float* __restrict__ x,
+                                   const uint16_t* __restrict__ x_bf16,
+                                   int64_t images, int channels, int64_t plane,
+                                   float momentum, float epsilon,
+                                   float* __restrict__ saved_mean,
+                                   float* __restrict__ saved_inv_std,
+                                   float* __restrict__ running_mean,
+                                   float* __restrict__ running_var) {
+  int64_t c = 0;
+  double sum = 0.0, sum_squares = 0.0;
+  if (!PlaneSums(0, images, channels, plane, StatisticsTerms{x, x_bf16}, &c,
+                 &sum, &sum_squares)) {
+    return;
+  }
+  FinishStatistics(c, sum, sum_squares, images * plane, momentum, epsilon,
+                   saved_mean, saved_inv_std, running_mean, running_var);
+}
+
 // A sliced plan's second pass: one thread per channel.
 __global__ void __launch_bounds__(kThreadsPerBlock)
     BatchNormStatisticsFinishKernel(const double* __restrict__ partials,
@@ -522,13 +634,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
 __global__ void __launch_bounds__(kThreadsPerBlock) BatchNormApplyKernel(
     const float* __restrict__ x, const uint16_t* __restrict__ x_bf16,
-    int64_t total, int channels, const float* __restrict__ gamma,
+    int64_t total, int channels, int64_t plane, const float* __restrict__ gamma,
     const float* __restrict__ beta, const float* __restrict__ mean,
     const float* __restrict__ inv_std, float* __restrict__ y,
     const float* __restrict__ residual, bool relu,
     uint16_t* __restrict__ bf16_copy, bool narrow_index) {
   ForEachChannelElement(
-      total, channels, narrow_index, [=](int64_t i, int64_t c) {
+      total, channels, plane, narrow_index, [=](int64_t i, int64_t c) {
         const float value = km::BatchNormEpilogueOutput(
             km::BatchNormOutput(InputAt(x, x_bf16, i), mean[c], inv_std[c],
                                 gamma[c], beta[c]),
@@ -540,13 +652,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock) BatchNormApplyKernel(
 
 __global__ void __launch_bounds__(kThreadsPerBlock) BatchNormInferenceKernel(
     const float* __restrict__ x, const uint16_t* __restrict__ x_bf16,
-    int64_t total, int channels, const float* __restrict__ gamma,
+    int64_t total, int channels, int64_t plane, const float* __restrict__ gamma,
     const float* __restrict__ beta, const float* __restrict__ running_mean,
     const float* __restrict__ running_var, float epsilon, float* __restrict__ y,
     const float* __restrict__ residual, bool relu,
     uint16_t* __restrict__ bf16_copy, bool narrow_index) {
   ForEachChannelElement(
-      total, channels, narrow_index, [=](int64_t i, int64_t c) {
+      total, channels, plane, narrow_index, [=](int64_t i, int64_t c) {
         const float value = km::BatchNormEpilogueOutput(
             km::BatchNormOutput(InputAt(x, x_bf16, i), running_mean[c],
                                 km::InverseStd(running_var[c], epsilon),
@@ -577,6 +689,27 @@ __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
   dgamma[c] = static_cast<float>(sum_dy_x_hat);
 }
 
+// The one-pass backward sums of an unsliced NCHW plan.
+__global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
+    BatchNormPlaneGradientSumsKernel(
+        const float* __restrict__ x, const uint16_t* __restrict__ x_bf16,
+        const float* __restrict__ dy, const uint16_t* __restrict__ dy_bf16,
+        int64_t images, int channels, int64_t plane,
+        const float* __restrict__ mean, const float* __restrict__ inv_std,
+        const float* __restrict__ relu_output, float* __restrict__ dgamma,
+        float* __restrict__ dbeta) {
+  int64_t c = 0;
+  double sum_dy = 0.0, sum_dy_x_hat = 0.0;
+  if (!PlaneSums(
+          0, images, channels, plane,
+          GradientTerms{x, x_bf16, dy, dy_bf16, mean, inv_std, relu_output}, &c,
+          &sum_dy, &sum_dy_x_hat)) {
+    return;
+  }
+  dbeta[c] = static_cast<float>(sum_dy);
+  dgamma[c] = static_cast<float>(sum_dy_x_hat);
+}
+
 // A sliced plan's second pass of the backward sums: one thread per channel.
 __global__ void __launch_bounds__(kThreadsPerBlock)
     BatchNormGradientSumsFinishKernel(const double* __restrict__ partials,
@@ -596,13 +729,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     BatchNormInputGradientKernel(
         const float* __restrict__ x, const uint16_t* __restrict__ x_bf16,
         const float* __restrict__ dy, const uint16_t* __restrict__ dy_bf16,
-        int64_t rows, int channels, const float* __restrict__ gamma,
-        const float* __restrict__ mean, const float* __restrict__ inv_std,
-        const float* __restrict__ dgamma, const float* __restrict__ dbeta,
-        const float* __restrict__ relu_output, float* __restrict__ dx,
-        uint16_t* __restrict__ dx_bf16, bool narrow_index) {
+        int64_t rows, int channels, int64_t plane,
+        const float* __restrict__ gamma, const float* __restrict__ mean,
+        const float* __restrict__ inv_std, const float* __restrict__ dgamma,
+        const float* __restrict__ dbeta, const float* __restrict__ relu_output,
+        float* __restrict__ dx, uint16_t* __restrict__ dx_bf16,
+        bool narrow_index) {
   ForEachChannelElement(
-      rows * channels, channels, narrow_index, [=](int64_t i, int64_t c) {
+      rows * channels, channels, plane, narrow_index,
+      [=](int64_t i, int64_t c) {
         const float x_hat =
             km::Normalized(InputAt(x, x_bf16, i), mean[c], inv_std[c]);
         const float value = km::BatchNormInputGradient(
@@ -644,23 +779,27 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
 __global__ void __launch_bounds__(kThreadsPerBlock)
     GlobalAvgPoolForwardKernel(const float* __restrict__ x, int64_t total,
-                               int spatial, int channels,
+                               int spatial, int channels, bool nchw,
                                float* __restrict__ y) {
   const int64_t stride = GridStride<int64_t>();
   for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
-    y[i] = km::SpatialMean(x, i / channels, i % channels, spatial, channels);
+    y[i] = nchw ? km::PlaneMean(x, i, spatial)
+                : km::SpatialMean(x, i / channels, i % channels, spatial,
+                                  channels);
   }
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock)
     GlobalAvgPoolBackwardKernel(const float* __restrict__ dy, int64_t total,
-                                int spatial, int channels,
+                                int spatial, int channels, bool nchw,
                                 float* __restrict__ dx) {
   const int64_t stride = GridStride<int64_t>();
   for (int64_t i = GridStrideFirst<int64_t>(); i < total; i += stride) {
-    const int64_t c = i % channels;
-    const int64_t b = i / (int64_t{spatial} * channels);
-    dx[i] = km::SpatialMeanGradient(dy[b * channels + c], spatial);
+    // dy[b, c]: for NCHW, i's plane (b·channels + c) is that index.
+    const int64_t pooled =
+        nchw ? i / spatial
+             : i / (int64_t{spatial} * channels) * channels + i % channels;
+    dx[i] = km::SpatialMeanGradient(dy[pooled], spatial);
   }
 }
 
@@ -856,6 +995,26 @@ cudaError_t LaunchChannelSlices(cudaStream_t stream,
   return cudaGetLastError();
 }
 
+// The NCHW plan's passes (launch_config::PlanPlaneSums): one block of
+// kSumRowsThreadsPerBlock threads per (channel, image slice).
+template <typename Kernel, typename Terms>
+cudaError_t LaunchPlaneSlices(cudaStream_t stream,
+                              const launch_config::PlaneSumsLaunch& plan,
+                              Kernel kernel, Terms terms, int64_t images,
+                              int64_t plane, double* partials) {
+  const dim3 blocks(plan.channels, plan.image_slices);
+  kernel<<<blocks, kSumRowsThreadsPerBlock, 0, stream>>>(
+      terms, images, plan.images_per_slice, plan.channels, plane, partials);
+  return cudaGetLastError();
+}
+
+template <typename Kernel, typename... Args>
+cudaError_t LaunchPlanes(cudaStream_t stream, int channels, Kernel kernel,
+                         Args... args) {
+  kernel<<<channels, kSumRowsThreadsPerBlock, 0, stream>>>(args...);
+  return cudaGetLastError();
+}
+
 template <typename Kernel, typename... Args>
 cudaError_t LaunchChannelFinish(cudaStream_t stream, int channels,
                                 Kernel kernel, Args... args) {
@@ -878,15 +1037,33 @@ cudaError_t LaunchChannelElementwise(cudaStream_t stream, int64_t total,
 
 cudaError_t BatchNormForwardTraining(
     cudaStream_t stream, const float* x, const uint16_t* x_bf16, int64_t rows,
-    int channels, const float* gamma, const float* beta, float momentum,
-    float epsilon, float* y, float* saved_mean, float* saved_inv_std,
-    float* running_mean, float* running_var, const float* residual, bool relu,
-    uint16_t* bf16_copy, double* channel_partials) {
-  if (rows <= 0 || channels <= 0) return cudaSuccess;
+    int channels, int64_t plane, const float* gamma, const float* beta,
+    float momentum, float epsilon, float* y, float* saved_mean,
+    float* saved_inv_std, float* running_mean, float* running_var,
+    const float* residual, bool relu, uint16_t* bf16_copy,
+    double* channel_partials) {
+  if (rows <= 0 || channels <= 0 || plane <= 0) return cudaSuccess;
   const launch_config::ChannelSumsLaunch plan =
       launch_config::PlanChannelSums(rows, channels);
+  const int64_t images = rows / plane;
+  const launch_config::PlaneSumsLaunch planes =
+      launch_config::PlanPlaneSums(images, channels, plane);
   cudaError_t error = cudaSuccess;
-  if (plan.sliced()) {
+  if (plane > 1 && planes.sliced()) {
+    error = LaunchPlaneSlices(
+        stream, planes, BatchNormPlaneStatisticsSliceKernel,
+        StatisticsTerms{x, x_bf16}, images, plane, channel_partials);
+    if (error != cudaSuccess) return error;
+    error = LaunchChannelFinish(
+        stream, channels, BatchNormStatisticsFinishKernel,
+        static_cast<const double*>(channel_partials), planes.image_slices, rows,
+        channels, momentum, epsilon, saved_mean, saved_inv_std, running_mean,
+        running_var);
+  } else if (plane > 1) {
+    error = LaunchPlanes(stream, channels, BatchNormPlaneStatisticsKernel, x,
+                         x_bf16, images, channels, plane, momentum, epsilon,
+                         saved_mean, saved_inv_std, running_mean, running_var);
+  } else if (plan.sliced()) {
     error = LaunchChannelSlices(stream, plan, BatchNormStatisticsSliceKernel,
                                 StatisticsTerms{x, x_bf16}, rows, channels,
                                 channel_partials);
@@ -905,19 +1082,19 @@ cudaError_t BatchNormForwardTraining(
   if (error != cudaSuccess) return error;
   const int64_t total = rows * channels;
   return LaunchChannelElementwise(
-      stream, total, BatchNormApplyKernel, x, x_bf16, total, channels, gamma,
-      beta, saved_mean, saved_inv_std, y, residual, relu, bf16_copy);
+      stream, total, BatchNormApplyKernel, x, x_bf16, total, channels, plane,
+      gamma, beta, saved_mean, saved_inv_std, y, residual, relu, bf16_copy);
 }
 
 cudaError_t BatchNormForwardInference(
     cudaStream_t stream, const float* x, const uint16_t* x_bf16, int64_t rows,
-    int channels, const float* gamma, const float* beta,
+    int channels, int64_t plane, const float* gamma, const float* beta,
     const float* running_mean, const float* running_var, float epsilon,
     float* y, const float* residual, bool relu, uint16_t* bf16_copy) {
-  if (rows <= 0 || channels <= 0) return cudaSuccess;
+  if (rows <= 0 || channels <= 0 || plane <= 0) return cudaSuccess;
   const int64_t total = rows * channels;
   return LaunchChannelElementwise(stream, total, BatchNormInferenceKernel, x,
-                                  x_bf16, total, channels, gamma, beta,
+                                  x_bf16, total, channels, plane, gamma, beta,
                                   running_mean, running_var, epsilon, y,
                                   residual, relu, bf16_copy);
 }
@@ -925,19 +1102,34 @@ cudaError_t BatchNormForwardInference(
 cudaError_t BatchNormBackward(
     cudaStream_t stream, const float* x, const uint16_t* x_bf16,
     const float* dy, const uint16_t* dy_bf16, int64_t rows, int channels,
-    const float* gamma, const float* saved_mean, const float* saved_inv_std,
-    float* dx, float* dgamma, float* dbeta, const float* relu_output,
-    uint16_t* dx_bf16, double* channel_partials) {
-  if (rows <= 0 || channels <= 0) return cudaSuccess;
+    int64_t plane, const float* gamma, const float* saved_mean,
+    const float* saved_inv_std, float* dx, float* dgamma, float* dbeta,
+    const float* relu_output, uint16_t* dx_bf16, double* channel_partials) {
+  if (rows <= 0 || channels <= 0 || plane <= 0) return cudaSuccess;
   const launch_config::ChannelSumsLaunch plan =
       launch_config::PlanChannelSums(rows, channels);
+  const int64_t images = rows / plane;
+  const launch_config::PlaneSumsLaunch planes =
+      launch_config::PlanPlaneSums(images, channels, plane);
+  const GradientTerms terms{x,          x_bf16,        dy,         dy_bf16,
+                            saved_mean, saved_inv_std, relu_output};
   cudaError_t error = cudaSuccess;
-  if (plan.sliced()) {
+  if (plane > 1 && planes.sliced()) {
     error =
-        LaunchChannelSlices(stream, plan, BatchNormGradientSumsSliceKernel,
-                            GradientTerms{x, x_bf16, dy, dy_bf16, saved_mean,
-                                          saved_inv_std, relu_output},
-                            rows, channels, channel_partials);
+        LaunchPlaneSlices(stream, planes, BatchNormPlaneGradientSumsSliceKernel,
+                          terms, images, plane, channel_partials);
+    if (error != cudaSuccess) return error;
+    error =
+        LaunchChannelFinish(stream, channels, BatchNormGradientSumsFinishKernel,
+                            static_cast<const double*>(channel_partials),
+                            planes.image_slices, channels, dgamma, dbeta);
+  } else if (plane > 1) {
+    error = LaunchPlanes(stream, channels, BatchNormPlaneGradientSumsKernel, x,
+                         x_bf16, dy, dy_bf16, images, channels, plane,
+                         saved_mean, saved_inv_std, relu_output, dgamma, dbeta);
+  } else if (plan.sliced()) {
+    error = LaunchChannelSlices(stream, plan, BatchNormGradientSumsSliceKernel,
+                                terms, rows, channels, channel_partials);
     if (error != cudaSuccess) return error;
     error =
         LaunchChannelFinish(stream, channels, BatchNormGradientSumsFinishKernel,
@@ -951,8 +1143,8 @@ cudaError_t BatchNormBackward(
   if (error != cudaSuccess) return error;
   return LaunchChannelElementwise(
       stream, rows * channels, BatchNormInputGradientKernel, x, x_bf16, dy,
-      dy_bf16, rows, channels, gamma, saved_mean, saved_inv_std, dgamma, dbeta,
-      relu_output, dx, dx_bf16);
+      dy_bf16, rows, channels, plane, gamma, saved_mean, saved_inv_std, dgamma,
+      dbeta, relu_output, dx, dx_bf16);
 }
 
 cudaError_t MaxPoolForward(cudaStream_t stream, const float* x,
@@ -976,23 +1168,24 @@ cudaError_t MaxPoolBackward(cudaStream_t stream, const float* dy,
 }
 
 cudaError_t GlobalAvgPoolForward(cudaStream_t stream, const float* x, int batch,
-                                 int spatial, int channels, float* y) {
+                                 int spatial, int channels, bool nchw,
+                                 float* y) {
   const int64_t total = int64_t{batch} * channels;
   if (total <= 0 || spatial <= 0) return cudaSuccess;
   GlobalAvgPoolForwardKernel<<<launch_config::PlanElementwise(total).blocks,
-                               kThreadsPerBlock, 0, stream>>>(x, total, spatial,
-                                                              channels, y);
+                               kThreadsPerBlock, 0, stream>>>(
+      x, total, spatial, channels, nchw, y);
   return cudaGetLastError();
 }
 
 cudaError_t GlobalAvgPoolBackward(cudaStream_t stream, const float* dy,
                                   int batch, int spatial, int channels,
-                                  float* dx) {
+                                  bool nchw, float* dx) {
   const int64_t total = int64_t{batch} * spatial * channels;
   if (total <= 0) return cudaSuccess;
   GlobalAvgPoolBackwardKernel<<<launch_config::PlanElementwise(total).blocks,
                                 kThreadsPerBlock, 0, stream>>>(
-      dy, total, spatial, channels, dx);
+      dy, total, spatial, channels, nchw, dx);
   return cudaGetLastError();
 }
 

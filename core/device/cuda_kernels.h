@@ -62,7 +62,9 @@ cudaError_t Im2Col(cudaStream_t stream, const float* input,
 cudaError_t Col2Im(cudaStream_t stream, const float* columns,
                    const ConvGeometry& g, float* input_grad);
 // Batch norm's per-channel sums run over a grid of channel tiles × row
-// slices (launch_config::PlanChannelSums); a sliced plan leaves each slice's
+// slices (launch_config::PlanChannelSums), or for NCHW tensors (`plane` > 1:
+// Device's batch-norm comment) of channels × image slices
+// (launch_config::PlanPlaneSums); a sliced plan leaves each slice's
 // sums in `channel_partials`, 2 · kMaxChannelSumPartials doubles of device
 // memory allocated once by the device, and a second kernel adds them.
 // `x` or `x_bf16` and `dy` or `dy_bf16` (the other null) are Device's
@@ -73,31 +75,34 @@ inline constexpr int kMaxChannelSumPartials =
     launch_config::kMaxChannelSumPartials;
 cudaError_t BatchNormForwardTraining(
     cudaStream_t stream, const float* x, const uint16_t* x_bf16, int64_t rows,
-    int channels, const float* gamma, const float* beta, float momentum,
-    float epsilon, float* y, float* saved_mean, float* saved_inv_std,
-    float* running_mean, float* running_var, const float* residual, bool relu,
-    uint16_t* bf16_copy, double* channel_partials);
+    int channels, int64_t plane, const float* gamma, const float* beta,
+    float momentum, float epsilon, float* y, float* saved_mean,
+    float* saved_inv_std, float* running_mean, float* running_var,
+    const float* residual, bool relu, uint16_t* bf16_copy,
+    double* channel_partials);
 cudaError_t BatchNormForwardInference(
     cudaStream_t stream, const float* x, const uint16_t* x_bf16, int64_t rows,
-    int channels, const float* gamma, const float* beta,
+    int channels, int64_t plane, const float* gamma, const float* beta,
     const float* running_mean, const float* running_var, float epsilon,
     float* y, const float* residual, bool relu, uint16_t* bf16_copy);
 cudaError_t BatchNormBackward(
     cudaStream_t stream, const float* x, const uint16_t* x_bf16,
     const float* dy, const uint16_t* dy_bf16, int64_t rows, int channels,
-    const float* gamma, const float* saved_mean, const float* saved_inv_std,
-    float* dx, float* dgamma, float* dbeta, const float* relu_output,
-    uint16_t* dx_bf16, double* channel_partials);
+    int64_t plane, const float* gamma, const float* saved_mean,
+    const float* saved_inv_std, float* dx, float* dgamma, float* dbeta,
+    const float* relu_output, uint16_t* dx_bf16, double* channel_partials);
 cudaError_t MaxPoolForward(cudaStream_t stream, const float* x,
                            const PoolGeometry& g, float* y, int32_t* where);
 cudaError_t MaxPoolBackward(cudaStream_t stream, const float* dy,
                             const int32_t* where, const PoolGeometry& g,
                             float* dx);
+// `nchw`: x (dx) is [batch × channels × spatial] instead of NHWC.
 cudaError_t GlobalAvgPoolForward(cudaStream_t stream, const float* x, int batch,
-                                 int spatial, int channels, float* y);
+                                 int spatial, int channels, bool nchw,
+                                 float* y);
 cudaError_t GlobalAvgPoolBackward(cudaStream_t stream, const float* dy,
                                   int batch, int spatial, int channels,
-                                  float* dx);
+                                  bool nchw, float* dx);
 cudaError_t Add(cudaStream_t stream, float* y, const float* x, int64_t count);
 
 cudaError_t SgdUpdate(cudaStream_t stream, float* params, const float* grads,

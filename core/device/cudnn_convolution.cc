@@ -783,8 +783,11 @@ std::string CudnnConvolution::algorithms() const {
   };
   const std::string choice =
       layout_choice_.empty() ? "" : absl::StrCat(" [", layout_choice_, "]");
-  return absl::StrCat(plan_.layout == CudnnLayout::kNchw ? "NCHW copies: " : "",
-                      "forward ",
+  const bool copies = plan_.input_needs_copy() || plan_.output_needs_copy();
+  const char* layout = plan_.layout == CudnnLayout::kNhwc ? ""
+                       : copies                           ? "NCHW copies: "
+                                                          : "NCHW: ";
+  return absl::StrCat(layout, "forward ",
                       describe(0, AlgorithmName(forward_algorithm_),
                                forward_math_, forward_workspace_),
                       ", input gradient ",

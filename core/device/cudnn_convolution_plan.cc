@@ -175,7 +175,9 @@ absl::StatusOr<CudnnConvolutionPlan> PlanCudnnConvolution(
       layout == CudnnLayout::kNchw ? NchwTensorShape : NhwcTensorShape;
   plan.input = shape(g.batch, g.channels, g.height, g.width);
   plan.user_output =
-      NhwcTensorShape(g.batch, out_channels, out_height, out_width);
+      g.nchw_output
+          ? NchwTensorShape(g.batch, out_channels, out_height, out_width)
+          : NhwcTensorShape(g.batch, out_channels, out_height, out_width);
   plan.output = shape(g.batch, out_channels, out_height, out_width);
   const int k = out_channels, c = g.channels, r = g.kernel, s = g.kernel;
   plan.user_weight = CudnnTensorShape{{k, c, r, s}, {c * r * s, r * s, s, 1}};

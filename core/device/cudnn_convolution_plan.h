@@ -14,14 +14,15 @@
 //    and the weight gradient back. All-NHWC with an NHWC filter is the
 //    configuration PyTorch's channels_last tensors use (the legacy API's FFT
 //    algorithms do not take it: see kNchw); mixing an NHWC tensor with an
-//    NCHW filter is not a configuration cuDNN documents for FP32. The copies touch each
-//    weight twice a step, as on the CPU (dnnl_convolution.h).
+//    NCHW filter is not a configuration cuDNN documents for FP32. The copies
+//    touch each weight twice a step, as on the CPU (dnnl_convolution.h).
 //  - kNchw (float32 only): every tensor NCHW, the configuration of
 //    PyTorch's default tensors, where the legacy API also offers its FFT
-//    algorithms, which cuDNN documents for NCHW tensors only. The
-//    layers' NHWC input and output are copied into NCHW scratch around each
-//    call (and their gradients), an NCHW input is read in place, and the
-//    weight is read and its gradient written in place, being KCRS already.
+//    algorithms, which cuDNN documents for NCHW tensors only. NCHW inputs
+//    and outputs (a model that keeps NCHW activations, the stem's input) are
+//    read and written in place; NHWC ones are copied into NCHW scratch
+//    around each call (and their gradients). The weight is read and its
+//    gradient written in place, being KCRS already.
 #pragma once
 
 #include <array>
@@ -87,7 +88,8 @@ struct CudnnConvolutionPlan {
   // The input as cuDNN reads it, in the plan's layout.
   CudnnTensorShape input;
   // The output (and its gradient) as the layer holds it: NHWC, the layer's
-  // [batch·oh·ow × out] matrix.
+  // [batch·oh·ow × out] matrix, or NCHW where the geometry says so
+  // (ConvGeometry::nchw_output: the model keeps NCHW activations).
   CudnnTensorShape user_output;
   // The output (and its gradient) as cuDNN writes it, in the plan's layout.
   CudnnTensorShape output;

@@ -300,6 +300,34 @@ TEST(CudnnConvolutionPlanTest, NchwPlanCopiesTheNhwcActivationsOnly) {
   EXPECT_STREQ(CudnnLayoutName(nhwc->layout), "NHWC");
 }
 
+// A model that keeps NCHW activations (ConvGeometry::nchw_output, an NCHW
+// input): the NCHW plan reads and writes the layers' own buffers, with no
+// copies; an NHWC plan of the same shape copies both ways.
+TEST(CudnnConvolutionPlanTest, NchwActivationsNeedNoCopiesOnNchwPlans) {
+  ConvGeometry g = Geometry(3, 5, 9, 7, 3, 2, 1, true);
+  g.nchw_output = true;
+  const auto plan =
+      PlanCudnnConvolution(g, 4, CudnnDataType::kFloat, CudnnLayout::kNchw);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->user_input, plan->input);
+  EXPECT_EQ(plan->user_output, plan->output);
+  EXPECT_THAT(plan->user_output.strides, ElementsAre(4 * 5 * 4, 5 * 4, 4, 1));
+  EXPECT_FALSE(plan->input_needs_copy());
+  EXPECT_FALSE(plan->output_needs_copy());
+  EXPECT_FALSE(plan->weight_needs_copy());
+
+  const auto nhwc = PlanCudnnConvolution(g, 4);
+  ASSERT_TRUE(nhwc.ok()) << nhwc.status();
+  EXPECT_TRUE(nhwc->input_needs_copy());
+  EXPECT_TRUE(nhwc->output_needs_copy());
+  EXPECT_EQ(nhwc->user_output, plan->output);
+  // What cuDNN sees does not depend on the layers' layout.
+  const auto nhwc_of_nhwc =
+      PlanCudnnConvolution(Geometry(3, 5, 9, 7, 3, 2, 1, false), 4);
+  ASSERT_TRUE(nhwc_of_nhwc.ok());
+  EXPECT_EQ(AlgorithmSearchKey(*nhwc), AlgorithmSearchKey(*nhwc_of_nhwc));
+}
+
 // bf16 computes on NHWC copies only: an NCHW bf16 plan is refused, naming
 // the shape and what to use.
 TEST(CudnnConvolutionPlanTest, NchwPlanRefusesBf16) {

@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
       return std::unique_ptr<Device>(std::make_unique<CpuDevice>(
           options.cpu_threads, options.reference_convolutions,
           options.reference_batch_norm, options.precision,
-          options.convolutions_round_own_operands));
+          options.convolutions_round_own_operands, options.nchw_activations));
     case DeviceType::kCuda:
 #ifdef GRADSYNC_CUDA
       if (options.gpu_index < 0) {

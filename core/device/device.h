@@ -49,14 +49,19 @@ enum class DeviceType { kCpu, kCuda };
 enum class Precision { kFp32, kTf32, kBf16 };
 
 // CUDA: the layout cuDNN computes float32 (fp32 and tf32) convolutions in
-// (cudnn_convolution_plan.h); the layers' activations are NHWC whatever it
-// is, and bf16 convolutions always compute on NHWC copies.
-//  - kNhwc: the layers' own layout, with the weight copied to KRSC.
-//  - kNchw: NCHW copies of the activations around each call, the weight as
-//    stored, so that the legacy API's NCHW-only algorithms (FFT) qualify.
-//  - kFastest: both, timed at set-up for each shape (a forward and both
-//    gradients, copies included, on the device's stream), and the faster
-//    runs, as an algorithm search picks an algorithm.
+// (cudnn_convolution_plan.h); bf16 convolutions always compute on NHWC, with
+// NHWC activations.
+//  - kNhwc: NHWC activations, NHWC convolutions, the weight copied to KRSC.
+//  - kNchw: NCHW activations where the model keeps them so (ResNet:
+//    Device::activation_layout), as PyTorch's default tensors are, so that
+//    every convolution, batch norm and pooling works on NCHW buffers with no
+//    copies between them and the legacy API's NCHW-only algorithms (FFT)
+//    qualify; the weight read as stored. A model with NHWC activations (the
+//    CNN) gets NCHW copies of them around each convolution instead.
+//  - kFastest: NHWC activations; each shape's convolution timed at set-up in
+//    both layouts (a forward and both gradients, the NCHW copies included,
+//    on the device's stream), and the faster runs, as an algorithm search
+//    picks an algorithm.
 enum class ConvolutionLayout { kNhwc, kNchw, kFastest };
 
 // What a batch norm's output goes through in the same pass over memory (a
@@ -149,6 +154,14 @@ class Device {
         std::make_unique<HostDeviceClock>(marks));
   }
 
+  // The layout of the image activations a model keeps on this device, where
+  // the model can keep that one (layer_geometry.h; ResNet can keep NCHW, the
+  // CNN keeps NHWC on every device). NHWC unless the device computes faster
+  // on NCHW (CUDA's --cudnn_layout=nchw).
+  virtual ActivationLayout activation_layout() const {
+    return ActivationLayout::kNhwc;
+  }
+
   // --- Math -----------------------------------------------------------------
   // c[m×n] = alpha · op(a) · op(b) + beta · c, with op(a) m×k and op(b) k×n.
   virtual void Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
@@ -188,24 +201,30 @@ class Device {
   // gets the sum of the column entries copied from it. Overwrites input_grad.
   virtual void Col2Im(const float* columns, const ConvGeometry& g,
                       float* input_grad) = 0;
-  // Batch normalisation of x [rows × channels], training mode: per channel,
+  // Batch normalisation, per channel, of x [rows × channels] (NHWC: `plane`
+  // 1) or [rows/plane × channels × plane] (NCHW: `plane` = height·width,
+  // ActivationLayout::kNchw); rows is the count of one channel's values
+  // either way. Training mode: per channel,
   // the batch mean and biased variance normalise x into y = γ·x̂ + β; the
   // mean and 1/sqrt(var + eps) are saved for the backward; the running mean
   // and the running (unbiased) variance move by `momentum` towards the
   // batch's (PyTorch's convention). Needs rows >= 1. `epilogue` (below) is
-  // applied to y in the same pass.
+  // applied to y in the same pass (a residual in x's layout).
   virtual void BatchNormForwardTraining(const InputTensor& x, int64_t rows,
-                                        int channels, const float* gamma,
-                                        const float* beta, float momentum,
-                                        float epsilon, float* y,
+                                        int channels, int64_t plane,
+                                        const float* gamma, const float* beta,
+                                        float momentum, float epsilon, float* y,
                                         float* saved_mean, float* saved_inv_std,
                                         float* running_mean, float* running_var,
                                         const BatchNormEpilogue& epilogue) = 0;
   // Inference mode: normalises with the running statistics.
-  virtual void BatchNormForwardInference(
-      const InputTensor& x, int64_t rows, int channels, const float* gamma,
-      const float* beta, const float* running_mean, const float* running_var,
-      float epsilon, float* y, const BatchNormEpilogue& epilogue) = 0;
+  virtual void BatchNormForwardInference(const InputTensor& x, int64_t rows,
+                                         int channels, int64_t plane,
+                                         const float* gamma, const float* beta,
+                                         const float* running_mean,
+                                         const float* running_var,
+                                         float epsilon, float* y,
+                                         const BatchNormEpilogue& epilogue) = 0;
   // x here, and dy in the backward, are InputTensors (above): float32, or a
   // convolution's bf16 output and input gradient.
   // The training-mode backward: dγ = Σ dy·x̂, dβ = Σ dy per channel
@@ -220,8 +239,8 @@ class Device {
   // batch norm reads its output gradient so (ConvolutionKernel::
   // BackwardFromBf16), and needs no float32 copy.
   virtual void BatchNormBackward(const InputTensor& x, const InputTensor& dy,
-                                 int64_t rows, int channels, const float* gamma,
-                                 const float* saved_mean,
+                                 int64_t rows, int channels, int64_t plane,
+                                 const float* gamma, const float* saved_mean,
                                  const float* saved_inv_std, float* dx,
                                  float* dgamma, float* dbeta,
                                  const float* relu_output,
@@ -233,12 +252,15 @@ class Device {
   // dx (overwritten) = dy routed to the maxima that `where` recorded.
   virtual void MaxPoolBackward(const float* dy, const int32_t* where,
                                const PoolGeometry& g, float* dx) = 0;
-  // y[b, c] = the mean of x[b, s, c] over the `spatial` pixels s.
+  // y[b, c] = the mean of x[b, s, c] (NHWC; x[b, c, s] for kNchw) over the
+  // `spatial` pixels s.
   virtual void GlobalAvgPoolForward(const float* x, int batch, int spatial,
-                                    int channels, float* y) = 0;
-  // dx[b, s, c] = dy[b, c] / spatial (overwritten).
+                                    int channels, ActivationLayout layout,
+                                    float* y) = 0;
+  // dx[b, s, c] (x's layout) = dy[b, c] / spatial (overwritten).
   virtual void GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
-                                     int channels, float* dx) = 0;
+                                     int channels, ActivationLayout layout,
+                                     float* dx) = 0;
   // y += x (residual connections; gradients of two branches meeting).
   virtual void Add(float* y, const float* x, int64_t count) = 0;
 
@@ -283,6 +305,10 @@ struct DeviceOptions {
   // takes the path where each convolution rounds its own; the two give the
   // same bits.
   bool convolutions_round_own_operands = false;
+  // Test-only, CPU: ask models for NCHW activations (activation_layout), as
+  // CUDA's --cudnn_layout=nchw does, so that a model's NCHW path and the
+  // CPU's NCHW kernels are held to its NHWC one on machines without a GPU.
+  bool nchw_activations = false;
   // CUDA: also time the engines of cuDNN's graph API for each convolution
   // direction and run one where it beats the legacy algorithms
   // (cudnn_graph.h). Off by default until the quick check has run it on a

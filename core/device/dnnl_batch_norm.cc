@@ -13,6 +13,17 @@ namespace {
 using dnnl::memory;
 namespace km = kernel_math;
 
+// x's description: NHWC rows of 1×1 images (plane 1), or NCHW images of
+// plane×1 pixels.
+memory::desc DataDesc(int64_t rows, int channels, int64_t plane) {
+  if (plane == 1) {
+    return memory::desc({rows, channels, 1, 1}, memory::data_type::f32,
+                        memory::format_tag::nhwc);
+  }
+  return memory::desc({rows / plane, channels, plane, 1},
+                      memory::data_type::f32, memory::format_tag::nchw);
+}
+
 // Learned scale (gamma) and shift (beta), as the layer has.
 dnnl::normalization_flags ScaleShift() {
   return dnnl::normalization_flags::use_scale |
@@ -22,14 +33,14 @@ dnnl::normalization_flags ScaleShift() {
 }  // namespace
 
 DnnlBatchNorm::DnnlBatchNorm(DnnlContext& context, int64_t rows, int channels,
-                             float epsilon, bool parallel)
+                             int64_t plane, float epsilon, bool parallel)
     : context_(context),
       rows_(rows),
       channels_(channels),
+      plane_(plane),
       epsilon_(epsilon),
       parallel_(parallel),
-      data_desc_({rows, channels, 1, 1}, memory::data_type::f32,
-                 memory::format_tag::nhwc),
+      data_desc_(DataDesc(rows, channels, plane)),
       channel_desc_({channels}, memory::data_type::f32, memory::format_tag::a),
       variance_(channels),
       unused_shift_(channels, 0.0f) {

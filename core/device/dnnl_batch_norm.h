@@ -1,14 +1,17 @@
 // The CPU device's batch normalisation through oneDNN's primitives: training
 // forward (batch statistics), backward (input, scale and shift gradients) and
-// inference forward (running statistics) of one [rows × channels] shape,
-// made at the first call of that shape and run every step.
+// inference forward (running statistics) of one shape, [rows × channels]
+// (NHWC) or [rows/plane × channels × plane] (NCHW), made at the first call of
+// that shape and run every step.
 //
-// Layout: the layers' NHWC activations, described to oneDNN as an NHWC tensor
-// of `rows` images of 1×1 pixels (the same bytes), for which oneDNN 2.6 picks
-// its AVX-512 kernel (`bnorm_jit:avx512_core`); as a 2-D `nc` tensor it picks
-// `ncsp_bnorm:any`, plain loops. Against the device's own loops (double sums
-// per channel, kernel_math.h's arithmetic) on ResNet-18's shapes see
-// docs/results/compute.md, "Batch norm through oneDNN".
+// Layout: the layers' NHWC activations (plane 1), described to oneDNN as an
+// NHWC tensor of `rows` images of 1×1 pixels (the same bytes), for which
+// oneDNN 2.6 picks its AVX-512 kernel (`bnorm_jit:avx512_core`); as a 2-D
+// `nc` tensor it picks `ncsp_bnorm:any`, plain loops. Against the device's own
+// loops (double sums per channel, kernel_math.h's arithmetic) on ResNet-18's
+// shapes see docs/results/compute.md, "Batch norm through oneDNN". NCHW
+// activations (plane = height·width > 1, ActivationLayout::kNchw) are
+// described as what they are, rows/plane images of plane×1 pixels in `nchw`.
 //
 // What the Device interface keeps differs from oneDNN's arguments: the layer
 // saves 1/sqrt(var + eps), oneDNN wants the variance, and the backward call
@@ -28,15 +31,17 @@ namespace gradsync {
 
 class DnnlBatchNorm {
  public:
-  // Primitives for `rows` × `channels` with `epsilon`; throws dnnl::error if
+  // Primitives for `rows` × `channels` in planes of `plane` values (1: NHWC,
+  // else NCHW; rows a multiple of it) with `epsilon`; throws dnnl::error if
   // oneDNN cannot make them. `parallel`: run on the context's threads, else
   // on one (the primitives are made under the same choice, since oneDNN sizes
   // their per-thread scratch by the thread count at creation).
-  DnnlBatchNorm(DnnlContext& context, int64_t rows, int channels, float epsilon,
-                bool parallel);
+  DnnlBatchNorm(DnnlContext& context, int64_t rows, int channels, int64_t plane,
+                float epsilon, bool parallel);
 
   int64_t rows() const { return rows_; }
   int channels() const { return channels_; }
+  int64_t plane() const { return plane_; }
   float epsilon() const { return epsilon_; }
 
   // As Device::BatchNormForwardTraining.
@@ -63,6 +68,7 @@ class DnnlBatchNorm {
   DnnlContext& context_;
   const int64_t rows_;
   const int channels_;
+  const int64_t plane_;
   const float epsilon_;
   const bool parallel_;
   dnnl::memory::desc data_desc_, channel_desc_;

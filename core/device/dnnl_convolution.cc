@@ -27,20 +27,26 @@ int64_t Floats(const memory::desc& desc) {
   return static_cast<int64_t>(desc.get_size() / sizeof(float));
 }
 
-memory::desc InputDesc(const ConvGeometry& g) {
-  return memory::desc({g.batch, g.channels, g.height, g.width},
-                      memory::data_type::f32, memory::format_tag::nhwc);
-}
-
+// The input as the caller lays it out (g.input).
 memory::desc UserInputDesc(const ConvGeometry& g) {
   return memory::desc(
       {g.batch, g.channels, g.height, g.width}, memory::data_type::f32,
       {g.input.batch, g.input.channel, g.input.row, g.input.column});
 }
 
+// The input as the primitives read it: in the output's layout (the header
+// says why).
+memory::desc InputDesc(const ConvGeometry& g) {
+  return memory::desc(
+      {g.batch, g.channels, g.height, g.width}, memory::data_type::f32,
+      g.nchw_output ? memory::format_tag::nchw : memory::format_tag::nhwc);
+}
+
+// The output and its gradient: NHWC, or NCHW for g.nchw_output.
 memory::desc OutputDesc(const ConvGeometry& g, int out) {
-  return memory::desc({g.batch, out, g.out_height, g.out_width},
-                      memory::data_type::f32, memory::format_tag::nhwc);
+  return memory::desc(
+      {g.batch, out, g.out_height, g.out_width}, memory::data_type::f32,
+      g.nchw_output ? memory::format_tag::nchw : memory::format_tag::nhwc);
 }
 
 memory::dims WeightDims(const ConvGeometry& g, int out) {
@@ -125,7 +131,7 @@ void DnnlConvolution::Build() {
   if (user_src != src) {
     user_src_ = memory(user_src, engine, nullptr);
     user_diff_src_ = memory(user_src, engine, nullptr);
-    src_to_nhwc_ = dnnl::reorder(user_src_, src_);
+    src_to_layout_ = dnnl::reorder(user_src_, src_);
     diff_src_to_user_ = dnnl::reorder(diff_src_, user_diff_src_);
     context_.Reserve(DnnlContext::kInput, src.get_size());
   }
@@ -145,8 +151,8 @@ void DnnlConvolution::Build() {
                      weights_desc_.diff_weights_desc().get_size());
   }
   if (bf16_) {
-    // The rounded copies: the input (NHWC), the weight where no reorder
-    // already puts it in scratch, the output gradient.
+    // The rounded copies: the input (in src's layout), the weight where no
+    // reorder already puts it in scratch, the output gradient.
     context_.Reserve(DnnlContext::kInput, src.get_size());
     context_.Reserve(DnnlContext::kWeights, user_weight.get_size());
     context_.Reserve(DnnlContext::kOutput, dst.get_size());
@@ -200,8 +206,8 @@ const float* DnnlConvolution::OutputGradient(const float* dy) {
   return scratch;
 }
 
-memory& DnnlConvolution::SourceAsNhwc(const float* x) {
-  if (!src_to_nhwc_) {
+memory& DnnlConvolution::Source(const float* x) {
+  if (!src_to_layout_) {
     if (bf16_) {
       float* scratch =
           static_cast<float*>(context_.scratch(DnnlContext::kInput));
@@ -215,7 +221,7 @@ memory& DnnlConvolution::SourceAsNhwc(const float* x) {
   user_src_.set_data_handle(const_cast<float*>(x));
   float* scratch = static_cast<float*>(context_.scratch(DnnlContext::kInput));
   src_.set_data_handle(scratch);
-  src_to_nhwc_.execute(context_.stream(), user_src_, src_);
+  src_to_layout_.execute(context_.stream(), user_src_, src_);
   if (bf16_) {
     context_.stream().wait();
     RoundInPlace(scratch, Floats(src_.get_desc()));
@@ -233,7 +239,7 @@ void DnnlConvolution::Execute(dnnl::primitive& primitive,
 
 void DnnlConvolution::Forward(const float* x, const float* weight, float* y) {
   context_.UseThreads();
-  RunForward(SourceAsNhwc(x), weight, y);
+  RunForward(Source(x), weight, y);
 }
 
 void DnnlConvolution::ForwardFromBf16(const uint16_t* x, const float* weight,
@@ -258,7 +264,7 @@ void DnnlConvolution::RunForward(memory& src, const float* weight, float* y) {
 void DnnlConvolution::BackwardWeights(const float* x, const float* dy,
                                       float* weight_grad) {
   context_.UseThreads();
-  RunBackwardWeights(SourceAsNhwc(x), OutputGradient(dy), weight_grad);
+  RunBackwardWeights(Source(x), OutputGradient(dy), weight_grad);
 }
 
 void DnnlConvolution::BackwardInput(const float* dy, const float* weight,
@@ -323,7 +329,8 @@ void DnnlConvolution::RunBackwardInput(const float* dy, const float* weight,
   Execute(backward_input_, {{DNNL_ARG_DIFF_DST, diff_dst_},
                             {DNNL_ARG_WEIGHTS, w},
                             {DNNL_ARG_DIFF_SRC, diff_src_}});
-  // Rounded in NHWC before the reorder back, which moves values only.
+  // Rounded in src's layout before any reorder back, which moves values
+  // only.
   if (bf16_) {
     RoundInPlace(static_cast<float*>(diff_src_.get_data_handle()),
                  Floats(diff_src_.get_desc()));

@@ -8,10 +8,19 @@
 // input of another layout (the data set's NCHW rows at the stem) is reordered
 // into NHWC scratch first: oneDNN 2.6 has only its reference loops for an
 // NCHW input with an NHWC output, 30 times slower than the reorder and an
-// NHWC convolution together. Weights are left to oneDNN (`any`): with PyTorch's
-// plain [out][in][k][k] it falls back to its reference loops, tens of times
-// slower, so each call reorders the weight into the primitive's blocked layout
-// and the weight gradient back, into scratch the device shares between layers
+// NHWC convolution together. NCHW activations (ConvGeometry::nchw_output, for
+// ActivationLayout::kNchw) are the same the other way round: the output and
+// its gradient are `nchw`, the primitives read their input in `nchw` too
+// (oneDNN's GEMM-based kernels; an NHWC input with an NCHW output would get
+// its reference loops), and an input of another layout is reordered into NCHW
+// scratch. The CPU's NCHW
+// path is a test vehicle for the models' NCHW code (DeviceOptions::
+// nchw_activations), correct rather than fast.
+//
+// Weights are left to oneDNN (`any`): with PyTorch's plain [out][in][k][k] it
+// falls back to its reference loops, tens of times slower, so each call
+// reorders the weight into the primitive's blocked layout and the weight
+// gradient back, into scratch the device shares between layers
 // (dnnl_context.h). That reorder touches each weight twice a step, well under
 // 1 % of a ResNet-18 step's memory traffic.
 //
@@ -49,10 +58,12 @@ class DnnlConvolution : public ConvolutionKernel {
   void BackwardWeights(const float* x, const float* dy,
                        float* weight_grad) override;
   void BackwardInput(const float* dy, const float* weight, float* dx) override;
-  // At bf16 with an NHWC input (unless Create was told not to): the bf16
-  // operands are widened into the scratch the kernel's own roundings use.
+  // At bf16 with NHWC input and output (unless Create was told not to):
+  // the bf16 operands are widened into the scratch the kernel's own roundings
+  // use. bf16 runs on NHWC activations only (device.h).
   bool AcceptsBf16Operands() const override {
-    return bf16_ && accept_bf16_operands_ && !src_to_nhwc_;
+    return bf16_ && accept_bf16_operands_ && !src_to_layout_ &&
+           !geometry().nchw_output;
   }
   void ForwardFromBf16(const uint16_t* x, const float* weight,
                        uint16_t* y) override;
@@ -78,15 +89,16 @@ class DnnlConvolution : public ConvolutionKernel {
   // weight scratch.
   dnnl::memory& WeightsAs(const float* weight, dnnl::reorder& to_layout,
                           dnnl::memory& in_layout);
-  // x as NHWC: src_ on x itself or on its reorder into the input scratch
-  // (bf16: always in the input scratch, rounded).
-  dnnl::memory& SourceAsNhwc(const float* x);
+  // x in the primitives' source layout (the output's): src_ on x itself or
+  // on its reorder into the input scratch (bf16: always in the input
+  // scratch, rounded).
+  dnnl::memory& Source(const float* x);
   // bf16: dy rounded into the output scratch; else dy itself.
   const float* OutputGradient(const float* dy);
   // bf16 operands: x widened into the input scratch, src_ on it.
   dnnl::memory& SourceFromBf16(const uint16_t* x);
-  // The three directions from their prepared operands (NHWC source; dy
-  // rounded already under bf16).
+  // The three directions from their prepared operands (the source from
+  // Source; dy rounded already under bf16).
   void RunForward(dnnl::memory& src, const float* weight, float* y);
   void RunBackwardWeights(dnnl::memory& src, const float* dy,
                           float* weight_grad);
@@ -106,9 +118,10 @@ class DnnlConvolution : public ConvolutionKernel {
   // Memory objects whose handles are set before each call.
   dnnl::memory user_weight_, src_, dst_, diff_src_, diff_dst_;
   dnnl::memory forward_weight_, input_weight_, weight_grad_, scratchpad_;
-  // Reorders of an input that is not NHWC, and of its gradient back.
+  // Reorders of an input that is not in the primitives' source layout into
+  // it, and of its gradient back.
   dnnl::memory user_src_, user_diff_src_;
-  dnnl::reorder src_to_nhwc_, diff_src_to_user_;
+  dnnl::reorder src_to_layout_, diff_src_to_user_;
   // Reorders between PyTorch's weight layout and the primitives' (empty
   // where they agree).
   dnnl::reorder weight_to_forward_, weight_to_input_, weight_grad_to_user_;

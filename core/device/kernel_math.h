@@ -339,6 +339,16 @@ GS_HOST_DEVICE inline float SpatialMean(const float* x, int64_t b, int64_t c,
   return static_cast<float>(sum / spatial);
 }
 
+// The same over NCHW activations, where (b, c)'s pixels lie together as
+// plane `plane_index` = b·channels + c: the same sum in the same order.
+GS_HOST_DEVICE inline float PlaneMean(const float* x, int64_t plane_index,
+                                      int spatial) {
+  const float* plane = x + plane_index * spatial;
+  double sum = 0.0;
+  for (int s = 0; s < spatial; ++s) sum += plane[s];
+  return static_cast<float>(sum / spatial);
+}
+
 // Its gradient: every pixel gets dy / spatial.
 GS_HOST_DEVICE inline float SpatialMeanGradient(float dy, int spatial) {
   return dy / static_cast<float>(spatial);

@@ -156,6 +156,42 @@ GS_HOST_DEVICE constexpr RowRange SliceRows(int64_t rows,
   return range;
 }
 
+// --- Batch-norm channel sums over NCHW activations: channels × image slices --
+// Over [images × channels × plane] tensors (ActivationLayout::kNchw) one
+// channel's values are runs of `plane` floats, one run per image: one block
+// of kSumRowsThreadsPerBlock threads per (channel, slice of images), its
+// threads walking the slice's runs as one flat range, so that neighbouring
+// threads read neighbouring floats however short the runs are. The slices
+// aim at the same kChannelSumsTargetBlocks blocks, keep at least
+// kMinValuesPerPlaneSlice values, and leave their sums in the same
+// slice-major partials as the NHWC plan (partial[slice · channels + c]), for
+// the same finishing kernels; each block adds its threads' partials in a
+// fixed tree, so the result does not depend on scheduling.
+inline constexpr int64_t kMinValuesPerPlaneSlice =
+    int64_t{8} * kSumRowsThreadsPerBlock;
+
+struct PlaneSumsLaunch {
+  int channels = 0;              // gridDim.x; 0 for an empty tensor
+  int image_slices = 0;          // gridDim.y
+  int64_t images_per_slice = 0;  // every slice but the last has this many
+  constexpr bool sliced() const { return image_slices > 1; }
+};
+
+constexpr PlaneSumsLaunch PlanPlaneSums(int64_t images, int channels,
+                                        int64_t plane) {
+  PlaneSumsLaunch launch;
+  if (images <= 0 || channels <= 0 || plane <= 0) return launch;
+  launch.channels = channels;
+  const int64_t by_grid = kChannelSumsTargetBlocks / channels;
+  const int64_t by_values = images * plane / kMinValuesPerPlaneSlice;
+  int64_t slices = by_grid < by_values ? by_grid : by_values;
+  if (slices < 1) slices = 1;
+  launch.images_per_slice = CeilDiv(images, slices);
+  launch.image_slices =
+      static_cast<int>(CeilDiv(images, launch.images_per_slice));
+  return launch;
+}
+
 // The element-wise finishing kernel of a sliced plan: one thread per
 // channel, kThreadsPerBlock to a block.
 constexpr int ChannelFinishBlocks(int channels) {

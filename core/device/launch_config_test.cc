@@ -267,6 +267,49 @@ TEST(LaunchConfigTest, ChannelSumsPlanFillsTheGpuWithinItsBuffer) {
   EXPECT_EQ(ChannelFinishBlocks(kThreadsPerBlock + 1), 2);
 }
 
+// The NCHW plan: its slices cover every image once, in order; a sliced plan
+// fits the partials the device allocates and the grid's target, and the
+// ResNet-18 shapes that have the values for it fill at least half the target.
+TEST(LaunchConfigTest, PlaneSumsSliceImagesWithinThePartials) {
+  for (int64_t batch : {1, 3, 16, 32, 128, 256, 1024}) {
+    for (int stage = 0; stage < 4; ++stage) {
+      const int64_t side = 32 >> stage;
+      const int channels = 64 << stage;
+      const int64_t plane = side * side;
+      SCOPED_TRACE(testing::Message()
+                   << batch << " x " << channels << " x " << plane);
+      const PlaneSumsLaunch plan = PlanPlaneSums(batch, channels, plane);
+      EXPECT_EQ(plan.channels, channels);
+      ASSERT_GE(plan.image_slices, 1);
+      EXPECT_LE(plan.image_slices, kMaxGridY);
+      int64_t next = 0;
+      for (int slice = 0; slice < plan.image_slices; ++slice) {
+        const RowRange range = SliceRows(batch, plan.images_per_slice, slice);
+        EXPECT_EQ(range.begin, next);
+        EXPECT_LT(range.begin, range.end);
+        next = range.end;
+      }
+      EXPECT_EQ(next, batch);
+      const int64_t blocks = int64_t{channels} * plan.image_slices;
+      if (plan.sliced()) {
+        EXPECT_LE(blocks, kMaxChannelSumPartials);
+        EXPECT_LE(blocks, kChannelSumsTargetBlocks);
+        EXPECT_GE(plan.images_per_slice * plane, kMinValuesPerPlaneSlice);
+      } else {
+        EXPECT_EQ(plan.images_per_slice, batch);
+      }
+      if (channels <= kChannelSumsTargetBlocks &&
+          batch * plane >=
+              kMinValuesPerPlaneSlice * (kChannelSumsTargetBlocks / channels)) {
+        EXPECT_GE(blocks, kChannelSumsTargetBlocks / 2);
+      }
+    }
+  }
+  EXPECT_EQ(PlanPlaneSums(0, 64, 16).image_slices, 0);
+  EXPECT_EQ(PlanPlaneSums(8, 0, 16).channels, 0);
+  EXPECT_EQ(PlanPlaneSums(8, 64, 0).image_slices, 0);
+}
+
 }  // namespace
 }  // namespace launch_config
 }  // namespace gradsync

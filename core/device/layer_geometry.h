@@ -8,6 +8,8 @@
 // transpose, a convolution's bias is AddRowBias, and batch normalisation
 // reduces over rows per column. The data sets' rows are CHW (like PyTorch
 // tensors); the first convolution reads them in place through ImageLayout.
+// A device may ask for NCHW activations instead (ActivationLayout), where its
+// convolution library computes faster so; ResNet keeps them so there.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,14 @@
 #endif
 
 namespace gradsync {
+
+// The layout a model keeps its image activations in (Device::
+// activation_layout). kNhwc: [batch·height·width × channels], every model's.
+// kNchw: [batch × channels × height·width], PyTorch's default tensors: kept
+// by the models that support it (ResNet) on a device that asks for it, so
+// that a convolution library whose fastest kernels take NCHW runs them on
+// the layers' own buffers, with no copies in between.
+enum class ActivationLayout { kNhwc, kNchw };
 
 // Where element (b, c, h, w) of an image batch lies, in floats:
 // b·batch + c·channel + h·row + w·column.
@@ -42,6 +52,14 @@ inline ImageLayout NhwcLayout(int channels, int height, int width) {
 inline ImageLayout NchwLayout(int channels, int height, int width) {
   return ImageLayout{int64_t{channels} * height * width,
                      int64_t{height} * width, width, 1};
+}
+
+// The ImageLayout of activations kept in `layout`.
+inline ImageLayout LayoutOf(ActivationLayout layout, int channels, int height,
+                            int width) {
+  return layout == ActivationLayout::kNchw
+             ? NchwLayout(channels, height, width)
+             : NhwcLayout(channels, height, width);
 }
 
 // A 4-D tensor of dims (n, c, h, w) laid out as `layout` says, walked in
@@ -102,6 +120,12 @@ struct ConvGeometry {
   int out_height = 0;
   int out_width = 0;
   ImageLayout input;  // of the input (and of the input gradient of col2im)
+  // The output (and its gradient) NCHW, [batch × out_channels × out_height·
+  // out_width], instead of the layers' NHWC [batch·out_height·out_width ×
+  // out_channels]: for ActivationLayout::kNchw. Only a device's convolution
+  // library writes it (Device::CreateConvolution); the im2col path's output
+  // is one GEMM's NHWC result.
+  bool nchw_output = false;
 
   GS_HOST_DEVICE int64_t column_rows() const {
     return int64_t{batch} * out_height * out_width;

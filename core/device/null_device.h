@@ -48,23 +48,26 @@ class NullDevice : public Device {
                   const AdamState&, float) override {}
   void Im2Col(const float*, const ConvGeometry&, float*) override {}
   void Col2Im(const float*, const ConvGeometry&, float*) override {}
-  void BatchNormForwardTraining(const InputTensor&, int64_t, int, const float*,
-                                const float*, float, float, float*, float*,
-                                float*, float*, float*,
+  void BatchNormForwardTraining(const InputTensor&, int64_t, int, int64_t,
+                                const float*, const float*, float, float,
+                                float*, float*, float*, float*, float*,
                                 const BatchNormEpilogue&) override {}
-  void BatchNormForwardInference(const InputTensor&, int64_t, int, const float*,
+  void BatchNormForwardInference(const InputTensor&, int64_t, int, int64_t,
                                  const float*, const float*, const float*,
-                                 float, float*,
+                                 const float*, float, float*,
                                  const BatchNormEpilogue&) override {}
   void BatchNormBackward(const InputTensor&, const InputTensor&, int64_t, int,
-                         const float*, const float*, const float*, float*,
-                         float*, float*, const float*, uint16_t*) override {}
+                         int64_t, const float*, const float*, const float*,
+                         float*, float*, float*, const float*,
+                         uint16_t*) override {}
   void MaxPoolForward(const float*, const PoolGeometry&, float*,
                       int32_t*) override {}
   void MaxPoolBackward(const float*, const int32_t*, const PoolGeometry&,
                        float*) override {}
-  void GlobalAvgPoolForward(const float*, int, int, int, float*) override {}
-  void GlobalAvgPoolBackward(const float*, int, int, int, float*) override {}
+  void GlobalAvgPoolForward(const float*, int, int, int, ActivationLayout,
+                            float*) override {}
+  void GlobalAvgPoolBackward(const float*, int, int, int, ActivationLayout,
+                             float*) override {}
   void Add(float*, const float*, int64_t) override {}
 
  private:

@@ -31,6 +31,9 @@ const char* Gradient(const InputTensor& dy) {
   return dy.bf16 != nullptr ? " bf16 dy" : "";
 }
 
+// " NCHW" for a batch norm over NCHW activations (plane > 1), else "".
+const char* Planes(int64_t plane) { return plane > 1 ? " NCHW" : ""; }
+
 // "", " +residual +relu", ...: what a batch norm's epilogue adds.
 std::string Epilogue(const BatchNormEpilogue& epilogue) {
   return absl::StrCat(epilogue.residual != nullptr ? " +residual" : "",
@@ -252,41 +255,44 @@ void ProfilingDevice::Col2Im(const float* columns, const ConvGeometry& g,
 }
 
 void ProfilingDevice::BatchNormForwardTraining(
-    const InputTensor& x, int64_t rows, int channels, const float* gamma,
-    const float* beta, float momentum, float epsilon, float* y,
-    float* saved_mean, float* saved_inv_std, float* running_mean,
+    const InputTensor& x, int64_t rows, int channels, int64_t plane,
+    const float* gamma, const float* beta, float momentum, float epsilon,
+    float* y, float* saved_mean, float* saved_inv_std, float* running_mean,
     float* running_var, const BatchNormEpilogue& epilogue) {
-  inner_.BatchNormForwardTraining(x, rows, channels, gamma, beta, momentum,
-                                  epsilon, y, saved_mean, saved_inv_std,
-                                  running_mean, running_var, epilogue);
+  inner_.BatchNormForwardTraining(
+      x, rows, channels, plane, gamma, beta, momentum, epsilon, y, saved_mean,
+      saved_inv_std, running_mean, running_var, epilogue);
   Mark("batch norm forward", [&] {
-    return absl::StrCat(Rows(rows, channels), Input(x), Epilogue(epilogue));
+    return absl::StrCat(Rows(rows, channels), Planes(plane), Input(x),
+                        Epilogue(epilogue));
   });
 }
 
 void ProfilingDevice::BatchNormForwardInference(
-    const InputTensor& x, int64_t rows, int channels, const float* gamma,
-    const float* beta, const float* running_mean, const float* running_var,
-    float epsilon, float* y, const BatchNormEpilogue& epilogue) {
-  inner_.BatchNormForwardInference(x, rows, channels, gamma, beta, running_mean,
-                                   running_var, epsilon, y, epilogue);
+    const InputTensor& x, int64_t rows, int channels, int64_t plane,
+    const float* gamma, const float* beta, const float* running_mean,
+    const float* running_var, float epsilon, float* y,
+    const BatchNormEpilogue& epilogue) {
+  inner_.BatchNormForwardInference(x, rows, channels, plane, gamma, beta,
+                                   running_mean, running_var, epsilon, y,
+                                   epilogue);
   Mark("batch norm forward", [&] {
-    return absl::StrCat("inference ", Rows(rows, channels), Input(x),
-                        Epilogue(epilogue));
+    return absl::StrCat("inference ", Rows(rows, channels), Planes(plane),
+                        Input(x), Epilogue(epilogue));
   });
 }
 
 void ProfilingDevice::BatchNormBackward(
     const InputTensor& x, const InputTensor& dy, int64_t rows, int channels,
-    const float* gamma, const float* saved_mean, const float* saved_inv_std,
-    float* dx, float* dgamma, float* dbeta, const float* relu_output,
-    uint16_t* dx_bf16) {
-  inner_.BatchNormBackward(x, dy, rows, channels, gamma, saved_mean,
+    int64_t plane, const float* gamma, const float* saved_mean,
+    const float* saved_inv_std, float* dx, float* dgamma, float* dbeta,
+    const float* relu_output, uint16_t* dx_bf16) {
+  inner_.BatchNormBackward(x, dy, rows, channels, plane, gamma, saved_mean,
                            saved_inv_std, dx, dgamma, dbeta, relu_output,
                            dx_bf16);
   Mark("batch norm backward", [&] {
-    return absl::StrCat(Rows(rows, channels), Input(x), Gradient(dy),
-                        relu_output != nullptr ? " +relu" : "",
+    return absl::StrCat(Rows(rows, channels), Planes(plane), Input(x),
+                        Gradient(dy), relu_output != nullptr ? " +relu" : "",
                         dx_bf16 == nullptr ? ""
                         : dx == nullptr    ? " bf16 dx"
                                            : " +bf16 dx");
@@ -313,8 +319,8 @@ void ProfilingDevice::MaxPoolBackward(const float* dy, const int32_t* where,
 
 void ProfilingDevice::GlobalAvgPoolForward(const float* x, int batch,
                                            int spatial, int channels,
-                                           float* y) {
-  inner_.GlobalAvgPoolForward(x, batch, spatial, channels, y);
+                                           ActivationLayout layout, float* y) {
+  inner_.GlobalAvgPoolForward(x, batch, spatial, channels, layout, y);
   Mark("pooling", [&] {
     return absl::StrCat("average pool ", channels, " over ", spatial);
   });
@@ -322,8 +328,9 @@ void ProfilingDevice::GlobalAvgPoolForward(const float* x, int batch,
 
 void ProfilingDevice::GlobalAvgPoolBackward(const float* dy, int batch,
                                             int spatial, int channels,
+                                            ActivationLayout layout,
                                             float* dx) {
-  inner_.GlobalAvgPoolBackward(dy, batch, spatial, channels, dx);
+  inner_.GlobalAvgPoolBackward(dy, batch, spatial, channels, layout, dx);
   Mark("pooling", [&] {
     return absl::StrCat("average pool backward ", channels, " over ", spatial);
   });

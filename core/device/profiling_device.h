@@ -69,6 +69,9 @@ class ProfilingDevice : public Device {
 
   DeviceType type() const override { return inner_.type(); }
   std::string name() const override { return inner_.name(); }
+  ActivationLayout activation_layout() const override {
+    return inner_.activation_layout();
+  }
   absl::StatusOr<void*> AllocateBytes(size_t bytes) override {
     return inner_.AllocateBytes(bytes);
   }
@@ -103,31 +106,35 @@ class ProfilingDevice : public Device {
   void Col2Im(const float* columns, const ConvGeometry& g,
               float* input_grad) override;
   void BatchNormForwardTraining(const InputTensor& x, int64_t rows,
-                                int channels, const float* gamma,
+                                int channels, int64_t plane, const float* gamma,
                                 const float* beta, float momentum,
                                 float epsilon, float* y, float* saved_mean,
                                 float* saved_inv_std, float* running_mean,
                                 float* running_var,
                                 const BatchNormEpilogue& epilogue) override;
   void BatchNormForwardInference(const InputTensor& x, int64_t rows,
-                                 int channels, const float* gamma,
-                                 const float* beta, const float* running_mean,
+                                 int channels, int64_t plane,
+                                 const float* gamma, const float* beta,
+                                 const float* running_mean,
                                  const float* running_var, float epsilon,
                                  float* y,
                                  const BatchNormEpilogue& epilogue) override;
   void BatchNormBackward(const InputTensor& x, const InputTensor& dy,
-                         int64_t rows, int channels, const float* gamma,
-                         const float* saved_mean, const float* saved_inv_std,
-                         float* dx, float* dgamma, float* dbeta,
-                         const float* relu_output, uint16_t* dx_bf16) override;
+                         int64_t rows, int channels, int64_t plane,
+                         const float* gamma, const float* saved_mean,
+                         const float* saved_inv_std, float* dx, float* dgamma,
+                         float* dbeta, const float* relu_output,
+                         uint16_t* dx_bf16) override;
   void MaxPoolForward(const float* x, const PoolGeometry& g, float* y,
                       int32_t* where) override;
   void MaxPoolBackward(const float* dy, const int32_t* where,
                        const PoolGeometry& g, float* dx) override;
   void GlobalAvgPoolForward(const float* x, int batch, int spatial,
-                            int channels, float* y) override;
+                            int channels, ActivationLayout layout,
+                            float* y) override;
   void GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
-                             int channels, float* dx) override;
+                             int channels, ActivationLayout layout,
+                             float* dx) override;
   void Add(float* y, const float* x, int64_t count) override;
   absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CreateConvolution(
       const ConvGeometry& g, int out_channels) override;

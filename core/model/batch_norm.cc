@@ -31,23 +31,25 @@ void BatchNorm::Bind(Device& device, const float* gamma, const float* beta,
 }
 
 void BatchNorm::ForwardTraining(const InputTensor& x, int64_t rows, float* y,
-                                const BatchNormEpilogue& epilogue) {
+                                const BatchNormEpilogue& epilogue,
+                                int64_t plane) {
   device_->BatchNormForwardTraining(
-      x, rows, channels_, gamma_, beta_, kMomentum, kEpsilon, y, saved_mean_,
-      saved_inv_std_, running_mean_, running_var_, epilogue);
+      x, rows, channels_, plane, gamma_, beta_, kMomentum, kEpsilon, y,
+      saved_mean_, saved_inv_std_, running_mean_, running_var_, epilogue);
 }
 
 void BatchNorm::ForwardInference(const InputTensor& x, int64_t rows, float* y,
-                                 const BatchNormEpilogue& epilogue) {
-  device_->BatchNormForwardInference(x, rows, channels_, gamma_, beta_,
+                                 const BatchNormEpilogue& epilogue,
+                                 int64_t plane) {
+  device_->BatchNormForwardInference(x, rows, channels_, plane, gamma_, beta_,
                                      running_mean_, running_var_, kEpsilon, y,
                                      epilogue);
 }
 
 void BatchNorm::Backward(const InputTensor& x, const InputTensor& dy,
                          int64_t rows, float* dx, const float* relu_output,
-                         uint16_t* dx_bf16) {
-  device_->BatchNormBackward(x, dy, rows, channels_, gamma_, saved_mean_,
+                         uint16_t* dx_bf16, int64_t plane) {
+  device_->BatchNormBackward(x, dy, rows, channels_, plane, gamma_, saved_mean_,
                              saved_inv_std_, dx, gamma_grad_, beta_grad_,
                              relu_output, dx_bf16);
 }

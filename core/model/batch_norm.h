@@ -1,5 +1,6 @@
 // Batch normalisation over the channels of NHWC activations ([rows ×
-// channels], core/device/layer_geometry.h), as PyTorch's BatchNorm2d:
+// channels], core/device/layer_geometry.h) or NCHW ones ([rows/plane ×
+// channels × plane], `plane` = height·width), as PyTorch's BatchNorm2d:
 // training mode normalises with the batch's statistics and moves the running
 // statistics (momentum 0.1, eps 1e-5); inference mode (evaluation) uses the
 // running statistics.
@@ -46,10 +47,14 @@ class BatchNorm {
   // gradient), device.h's InputTensor.
   // `epilogue` (device.h): a residual added and/or a ReLU applied to y in
   // the same pass.
+  // `plane`: 1 for NHWC x (and y), height·width for NCHW (Device's
+  // batch-norm comment); rows counts one channel's values either way.
   void ForwardTraining(const InputTensor& x, int64_t rows, float* y,
-                       const BatchNormEpilogue& epilogue = {});
+                       const BatchNormEpilogue& epilogue = {},
+                       int64_t plane = 1);
   void ForwardInference(const InputTensor& x, int64_t rows, float* y,
-                        const BatchNormEpilogue& epilogue = {});
+                        const BatchNormEpilogue& epilogue = {},
+                        int64_t plane = 1);
   // After ForwardTraining on the same x: overwrites the γ and β gradients and
   // dx (which must not alias x or dy). With `relu_output`, the forward's
   // epilogue ended in a ReLU with that output, and dy is the ReLU's output
@@ -58,7 +63,7 @@ class BatchNorm {
   // convolution that takes bf16 operands (Device::BatchNormBackward).
   void Backward(const InputTensor& x, const InputTensor& dy, int64_t rows,
                 float* dx, const float* relu_output = nullptr,
-                uint16_t* dx_bf16 = nullptr);
+                uint16_t* dx_bf16 = nullptr, int64_t plane = 1);
 
  private:
   const std::string name_;

@@ -39,7 +39,8 @@ int64_t Conv2d::weight_count() const {
 }
 
 ConvGeometry Conv2d::Geometry(int images, int height, int width,
-                              const ImageLayout& input) const {
+                              const ImageLayout& input,
+                              ActivationLayout output) const {
   ConvGeometry g;
   g.batch = images;
   g.channels = shape_.in_channels;
@@ -53,6 +54,7 @@ ConvGeometry Conv2d::Geometry(int images, int height, int width,
   g.out_width =
       ConvOutputSize(width, shape_.kernel, shape_.stride, shape_.padding);
   g.input = input;
+  g.nchw_output = output == ActivationLayout::kNchw;
   return g;
 }
 
@@ -79,6 +81,12 @@ absl::Status Conv2d::Prepare(const ConvGeometry& g) {
                         absl::StrCat(name_, ": ", kernel.status().message()));
   }
   uses_columns_ = *kernel == nullptr;
+  if (uses_columns_ && g.nchw_output) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, ": NCHW activations need the device's convolution library; ",
+        "the im2col path writes NHWC outputs only (drop "
+        "reference_convolutions or NCHW activations)"));
+  }
   if (!uses_columns_) kernels_.push_back(*std::move(kernel));
   return absl::OkStatus();
 }
@@ -93,7 +101,8 @@ ConvolutionKernel* Conv2d::KernelFor(const ConvGeometry& g) {
   for (const auto& kernel : kernels_) {
     const ConvGeometry& made = kernel->geometry();
     if (made.batch == g.batch && made.height == g.height &&
-        made.width == g.width && made.input.batch == g.input.batch &&
+        made.width == g.width && made.nchw_output == g.nchw_output &&
+        made.input.batch == g.input.batch &&
         made.input.channel == g.input.channel &&
         made.input.row == g.input.row && made.input.column == g.input.column) {
       return kernel.get();

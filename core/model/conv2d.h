@@ -56,9 +56,11 @@ class Conv2d {
   int64_t weight_count() const;
 
   // The geometry of this layer on `images` inputs of height × width, laid out
-  // as `input`.
-  ConvGeometry Geometry(int images, int height, int width,
-                        const ImageLayout& input) const;
+  // as `input`, its output in `output`'s layout (NCHW only through a
+  // device's convolution library: Prepare refuses it on the im2col path).
+  ConvGeometry Geometry(
+      int images, int height, int width, const ImageLayout& input,
+      ActivationLayout output = ActivationLayout::kNhwc) const;
   // Floats of column matrix for one image (the scratch Bind needs at least).
   int64_t ColumnsPerImage(int height, int width) const;
 
@@ -75,7 +77,7 @@ class Conv2d {
   // ColumnsPerImage of every input size this layer sees; layers may share it.
   void BindColumns(float* columns, int64_t columns_capacity);
 
-  // y [images·oh·ow × out] (NHWC).
+  // y [images·oh·ow × out] (NHWC), or NCHW where g.nchw_output.
   void Forward(const float* x, const ConvGeometry& g, float* y);
   // Overwrites the weight (and bias) gradient from x and dy.
   void BackwardWeights(const float* x, const ConvGeometry& g, const float* dy);

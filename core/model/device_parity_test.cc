@@ -375,7 +375,7 @@ TEST(ConvolutionKernelParityTest, KernelsAgreeOnCpuAndCuda) {
     float* running = Upload(dev, running_init);
     const float* device_x = Upload(dev, x);
     const float* device_gamma = Upload(dev, gamma);
-    dev.BatchNormForwardTraining(device_x, rows, channels, device_gamma,
+    dev.BatchNormForwardTraining(device_x, rows, channels, 1, device_gamma,
                                  Upload(dev, beta), 0.1f, 1e-5f, y, saved,
                                  saved + channels, running, running + channels,
                                  BatchNormEpilogue::None());
@@ -383,14 +383,14 @@ TEST(ConvolutionKernelParityTest, KernelsAgreeOnCpuAndCuda) {
     out[d][1] = Download(dev, running, 2 * channels);
     float* dx = *dev.Allocate<float>(rows * channels);
     float* dparams = *dev.Allocate<float>(2 * channels);
-    dev.BatchNormBackward(device_x, Upload(dev, dy), rows, channels,
+    dev.BatchNormBackward(device_x, Upload(dev, dy), rows, channels, 1,
                           device_gamma, saved, saved + channels, dx, dparams,
                           dparams + channels, /*relu_output=*/nullptr,
                           /*dx_bf16=*/nullptr);
     out[d][2] = Download(dev, dx, rows * channels);
     out[d][3] = Download(dev, dparams, 2 * channels);
     dev.BatchNormForwardInference(
-        device_x, rows, channels, device_gamma, Upload(dev, beta), running,
+        device_x, rows, channels, 1, device_gamma, Upload(dev, beta), running,
         running + channels, 1e-5f, y, BatchNormEpilogue::None());
     out[d][4] = Download(dev, y, rows * channels);
   }
@@ -426,9 +426,11 @@ TEST(ConvolutionKernelParityTest, KernelsAgreeOnCpuAndCuda) {
     pooled[d][1] = Download(dev, dx, p.input_count());
     const int pixels = p.height * p.width;
     float* mean = *dev.Allocate<float>(p.batch * p.channels);
-    dev.GlobalAvgPoolForward(device_x, p.batch, pixels, p.channels, mean);
+    dev.GlobalAvgPoolForward(device_x, p.batch, pixels, p.channels,
+                             ActivationLayout::kNhwc, mean);
     pooled[d][2] = Download(dev, mean, p.batch * p.channels);
-    dev.GlobalAvgPoolBackward(mean, p.batch, pixels, p.channels, dx);
+    dev.GlobalAvgPoolBackward(mean, p.batch, pixels, p.channels,
+                              ActivationLayout::kNhwc, dx);
     pooled[d][3] = Download(dev, dx, p.input_count());
   }
   EXPECT_EQ(pooled[0][0], pooled[1][0]) << "max pool";
@@ -666,9 +668,16 @@ TEST(CudnnConvolutionErrorTest, BadGeometryNamesTheShape) {
 class ConvolutionalModelParityTest
     : public ::testing::TestWithParam<std::string> {};
 
+// "cnn", "resnet18"; a "_nchw" suffix runs the CUDA side with
+// --cudnn_layout=nchw (ResNet on NCHW activations, the CNN's convolutions on
+// NCHW copies).
+bool NchwVariant(const std::string& kind) {
+  return kind.size() > 5 && kind.compare(kind.size() - 5, 5, "_nchw") == 0;
+}
+
 std::unique_ptr<Model> MakeConvolutionalModel(const std::string& kind) {
   absl::StatusOr<std::unique_ptr<Model> > model;
-  if (kind == "cnn") {
+  if (kind.rfind("cnn", 0) == 0) {
     model = CreateCnn(CnnOptions{});
   } else {
     model = CreateResNet(ResNetOptions{});
@@ -696,7 +705,11 @@ TEST_P(ConvolutionalModelParityTest, OneStepAgreesOnCpuAndCuda) {
   std::vector<float> loss(2), grads[2], buffers[2], logits[2];
   const DeviceType types[2] = {DeviceType::kCpu, DeviceType::kCuda};
   for (int d = 0; d < 2; ++d) {
-    std::unique_ptr<Device> device = MakeDevice(types[d]);
+    std::unique_ptr<Device> device = MakeDevice(
+        types[d], /*reference_batch_norm=*/false,
+        /*cudnn_graph=*/false,
+        d == 1 && NchwVariant(GetParam()) ? ConvolutionLayout::kNchw
+                                          : ConvolutionLayout::kNhwc);
     ASSERT_TRUE(device);
     std::unique_ptr<Model> model = MakeConvolutionalModel(GetParam());
     float* params = Upload(*device, initial);
@@ -717,7 +730,7 @@ TEST_P(ConvolutionalModelParityTest, OneStepAgreesOnCpuAndCuda) {
     logits[d] = Download(*device, device_logits, int64_t{batch} * 10);
   }
   EXPECT_NEAR(loss[0], loss[1], 1e-4f * std::max(1.0f, loss[0]));
-  const bool deep = GetParam() == "resnet18";
+  const bool deep = GetParam().rfind("resnet18", 0) == 0;
   for (const ParamInfo& info : layout->params()) {
     const std::vector<float> cpu(grads[0].begin() + info.offset,
                                  grads[0].begin() + info.offset + info.numel);
@@ -743,7 +756,8 @@ TEST_P(ConvolutionalModelParityTest, OneStepAgreesOnCpuAndCuda) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ConvolutionalModelParityTest,
-                         ::testing::Values("cnn", "resnet18"));
+                         ::testing::Values("cnn", "resnet18", "cnn_nchw",
+                                           "resnet18_nchw"));
 
 #endif  // GRADSYNC_CUDA
 

@@ -301,7 +301,35 @@ struct NormCase {
   const char* name;
   int64_t rows;
   int channels;
+  int64_t plane;  // pixels per image, for the NCHW run: rows = images·plane
 };
+
+// An NHWC tensor [rows × channels] as NCHW [rows/plane × channels × plane],
+// and back.
+std::vector<float> NhwcToNchw(const std::vector<float>& nhwc, int channels,
+                              int64_t plane) {
+  std::vector<float> nchw(nhwc.size());
+  const int64_t rows = static_cast<int64_t>(nhwc.size()) / channels;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t image = r / plane, pixel = r % plane;
+    for (int c = 0; c < channels; ++c) {
+      nchw[(image * channels + c) * plane + pixel] = nhwc[r * channels + c];
+    }
+  }
+  return nchw;
+}
+std::vector<float> NchwToNhwc(const std::vector<float>& nchw, int channels,
+                              int64_t plane) {
+  std::vector<float> nhwc(nchw.size());
+  const int64_t rows = static_cast<int64_t>(nchw.size()) / channels;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t image = r / plane, pixel = r % plane;
+    for (int c = 0; c < channels; ++c) {
+      nhwc[r * channels + c] = nchw[(image * channels + c) * plane + pixel];
+    }
+  }
+  return nhwc;
+}
 
 TEST_P(LayerReferenceTest, BatchNormTrainingAtResNet18Shapes) {
   // 4096 rows of 64 channels: on CUDA a sliced plan (launch_config.h's
@@ -309,11 +337,15 @@ TEST_P(LayerReferenceTest, BatchNormTrainingAtResNet18Shapes) {
   // kernel adds the slices). 64 rows of 512 channels: the deepest layer, where
   // the biased and unbiased variances differ most, one pass of 16 channel
   // tiles. 4173 rows of 96 channels: slices of unequal length (the last one
-  // short) and a channel tile only partly used.
+  // short) and a channel tile only partly used. Each case runs on NHWC and
+  // on NCHW activations (ActivationLayout; `plane` > 1): on CUDA the NCHW
+  // plans (launch_config.h's PlanPlaneSums) of one block per channel, and,
+  // for 32 images of 32x32, 4 image slices per channel.
   const NormCase cases[] = {
-      {"bn1 / layer1 (4 images of 32x32, 64 channels)", 4 * 32 * 32, 64},
-      {"layer4 (4 images of 4x4, 512 channels)", 4 * 4 * 4, 512},
-      {"odd rows and channels (sliced, short last slice)", 4173, 96},
+      {"bn1 / layer1 (4 images of 32x32, 64 channels)", 4 * 32 * 32, 64, 1024},
+      {"layer4 (4 images of 4x4, 512 channels)", 4 * 4 * 4, 512, 16},
+      {"odd rows and channels (sliced, short last slice)", 4173, 96, 107},
+      {"layer1 at batch 32 (NCHW: image slices)", 32 * 32 * 32, 64, 1024},
   };
   uint64_t seed = 200;
   for (const NormCase& nc : cases) {
@@ -330,20 +362,6 @@ TEST_P(LayerReferenceTest, BatchNormTrainingAtResNet18Shapes) {
     const std::vector<float> dy = Uniform(count, ++seed);
     const std::vector<float> gamma = Uniform(channels, ++seed, 0.5, 1.5);
     const std::vector<float> beta = Uniform(channels, ++seed);
-
-    BatchNorm norm("bn", channels);
-    float* gamma_grad = Zeros(channels);
-    float* beta_grad = Zeros(channels);
-    float* buffers = Zeros(norm.buffer_count());
-    norm.Bind(*device_, Upload(gamma), Upload(beta), gamma_grad, beta_grad,
-              buffers, Zeros(2 * int64_t{channels}));
-    const float* device_x = Upload(x);
-    float* y = Zeros(count);
-    float* dx = Zeros(count);
-    norm.ForwardTraining(device_x, rows, y);
-    norm.Backward(device_x, Upload(dy), rows, dx);
-    const absl::Status synced = device_->Synchronize();
-    ASSERT_TRUE(synced.ok()) << synced;
 
     // The reference, per channel, with each output's magnitude: the same
     // formula on absolute values, widened by the relative error the batch
@@ -413,15 +431,39 @@ TEST_P(LayerReferenceTest, BatchNormTrainingAtResNet18Shapes) {
           (1 - m) + m * n / (n - 1) * (sum_squares / n + mean * mean) *
                         (1 + variance_spread);
     }
-    ExpectWithinRoundingBound(Download(y, count), ry, ry_abs, n, "y");
-    ExpectWithinRoundingBound(Download(beta_grad, channels), rdbeta, rdbeta_abs,
-                              n, "beta gradient");
-    ExpectWithinRoundingBound(Download(gamma_grad, channels), rdgamma,
-                              rdgamma_abs, n, "gamma gradient");
-    ExpectWithinRoundingBound(Download(dx, count), rdx, rdx_abs, n,
-                              "input gradient");
-    ExpectWithinRoundingBound(Download(buffers, 2 * int64_t{channels}), running,
-                              running_abs, n, "running mean and variance");
+    for (const int64_t plane : {int64_t{1}, nc.plane}) {
+      SCOPED_TRACE(plane == 1 ? "NHWC" : "NCHW");
+      ASSERT_EQ(rows % plane, 0);
+      BatchNorm norm("bn", channels);
+      float* gamma_grad = Zeros(channels);
+      float* beta_grad = Zeros(channels);
+      float* buffers = Zeros(norm.buffer_count());
+      norm.Bind(*device_, Upload(gamma), Upload(beta), gamma_grad, beta_grad,
+                buffers, Zeros(2 * int64_t{channels}));
+      const float* device_x =
+          Upload(plane == 1 ? x : NhwcToNchw(x, channels, plane));
+      const float* device_dy =
+          Upload(plane == 1 ? dy : NhwcToNchw(dy, channels, plane));
+      float* y = Zeros(count);
+      float* dx = Zeros(count);
+      norm.ForwardTraining(device_x, rows, y, {}, plane);
+      norm.Backward(device_x, device_dy, rows, dx, nullptr, nullptr, plane);
+      const absl::Status synced = device_->Synchronize();
+      ASSERT_TRUE(synced.ok()) << synced;
+      const auto as_nhwc = [&](const float* buffer) {
+        const std::vector<float> values = Download(buffer, count);
+        return plane == 1 ? values : NchwToNhwc(values, channels, plane);
+      };
+      ExpectWithinRoundingBound(as_nhwc(y), ry, ry_abs, n, "y");
+      ExpectWithinRoundingBound(Download(beta_grad, channels), rdbeta,
+                                rdbeta_abs, n, "beta gradient");
+      ExpectWithinRoundingBound(Download(gamma_grad, channels), rdgamma,
+                                rdgamma_abs, n, "gamma gradient");
+      ExpectWithinRoundingBound(as_nhwc(dx), rdx, rdx_abs, n, "input gradient");
+      ExpectWithinRoundingBound(Download(buffers, 2 * int64_t{channels}),
+                                running, running_abs, n,
+                                "running mean and variance");
+    }
   }
 }
 
@@ -493,6 +535,14 @@ TEST_P(LayerReferenceTest, GlobalAveragePoolingAtResNet18Shape) {
   float* dx = Zeros(int64_t{images} * pixels * channels);
   GlobalAvgPoolForward(*device_, Upload(x), images, pixels, channels, y);
   GlobalAvgPoolBackward(*device_, Upload(dy), images, pixels, channels, dx);
+  // The same on NCHW activations: the same sums in the same order.
+  float* y_nchw = Zeros(int64_t{images} * channels);
+  float* dx_nchw = Zeros(int64_t{images} * pixels * channels);
+  GlobalAvgPoolForward(*device_, Upload(NhwcToNchw(x, channels, pixels)),
+                       images, pixels, channels, y_nchw,
+                       ActivationLayout::kNchw);
+  GlobalAvgPoolBackward(*device_, Upload(dy), images, pixels, channels, dx_nchw,
+                        ActivationLayout::kNchw);
   std::vector<double> ry(int64_t{images} * channels, 0.0), ry_abs(ry.size());
   std::vector<double> rdx(x.size()), rdx_abs(x.size());
   for (int b = 0; b < images; ++b)
@@ -514,6 +564,9 @@ TEST_P(LayerReferenceTest, GlobalAveragePoolingAtResNet18Shape) {
                             "global average pool y");
   ExpectWithinRoundingBound(Download(dx, rdx.size()), rdx, rdx_abs, 1,
                             "global average pool input gradient");
+  EXPECT_EQ(Download(y_nchw, ry.size()), Download(y, ry.size()));
+  EXPECT_EQ(NchwToNhwc(Download(dx_nchw, rdx.size()), channels, pixels),
+            Download(dx, rdx.size()));
 }
 
 // --- The fully connected layer and the loss --------------------------------

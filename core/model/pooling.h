@@ -30,13 +30,16 @@ class MaxPool2d {
 };
 
 // Global average pooling: no state, two device calls.
-inline void GlobalAvgPoolForward(Device& device, const float* x, int images,
-                                 int pixels, int channels, float* y) {
-  device.GlobalAvgPoolForward(x, images, pixels, channels, y);
+// x (dx) in `layout` (NHWC unless the model keeps NCHW activations).
+inline void GlobalAvgPoolForward(
+    Device& device, const float* x, int images, int pixels, int channels,
+    float* y, ActivationLayout layout = ActivationLayout::kNhwc) {
+  device.GlobalAvgPoolForward(x, images, pixels, channels, layout, y);
 }
-inline void GlobalAvgPoolBackward(Device& device, const float* dy, int images,
-                                  int pixels, int channels, float* dx) {
-  device.GlobalAvgPoolBackward(dy, images, pixels, channels, dx);
+inline void GlobalAvgPoolBackward(
+    Device& device, const float* dy, int images, int pixels, int channels,
+    float* dx, ActivationLayout layout = ActivationLayout::kNhwc) {
+  device.GlobalAvgPoolBackward(dy, images, pixels, channels, layout, dx);
 }
 
 }  // namespace gradsync

@@ -14,10 +14,15 @@
 // classifier first, stage 4 before stage 3 and so on: buckets of the late
 // layers are on the wire while the early layers' backward still runs.
 //
-// Activations are NHWC (core/device/layer_geometry.h). The stem reads the
-// data set's CHW rows in place.
+// Activations are NHWC (core/device/layer_geometry.h), or NCHW where the
+// device asks for them (Device::activation_layout: CUDA's
+// --cudnn_layout=nchw): then every convolution reads and writes NCHW, batch
+// norm and pooling work over NCHW, and the element-wise kernels (the
+// residual sums, ReLUs) are the same. The stem reads the data set's CHW
+// rows in place.
 //
-// Under --precision=bf16, where the device's convolutions take bf16 operands
+// Under --precision=bf16, with NHWC activations, where the device's
+// convolutions take bf16 operands
 // (ConvolutionKernel::AcceptsBf16Operands), every convolution but the stem's
 // reads and writes bf16 where its neighbours can: it writes its output and
 // its input gradient in bf16 only, which the batch norm after it and the
@@ -128,19 +133,34 @@ class ResNet : public BoundedMemoryModel {
   }
   void RunBackward(const float* inputs, const int32_t* labels, int batch,
                    float* device_loss, const GradReadyCallback& ready) override;
-  void Normalize(NormLayer& layer, const InputTensor& x, int64_t rows, float* y,
-                 bool training, const BatchNormEpilogue& epilogue) {
+  // `plane`: Plane() of the normalised activations' height and width.
+  void Normalize(NormLayer& layer, const InputTensor& x, int64_t rows,
+                 int64_t plane, float* y, bool training,
+                 const BatchNormEpilogue& epilogue) {
     if (training) {
-      layer.norm.ForwardTraining(x, rows, y, epilogue);
+      layer.norm.ForwardTraining(x, rows, y, epilogue, plane);
     } else {
-      layer.norm.ForwardInference(x, rows, y, epilogue);
+      layer.norm.ForwardInference(x, rows, y, epilogue, plane);
     }
+  }
+  // The layout of activations of `channels` × height × width, as kept.
+  ImageLayout Activations(int channels, int height, int width) const {
+    return LayoutOf(layout_, channels, height, width);
+  }
+  // Batch norm's `plane` for activations of height × width (batch_norm.h).
+  int64_t Plane(int height, int width) const {
+    return layout_ == ActivationLayout::kNchw ? int64_t{height} * width : 1;
+  }
+  // `conv`'s geometry on `images` inputs of height × width laid out as
+  // `input`, its output in the kept layout.
+  ConvGeometry Geometry(const ConvLayer& conv, int images, int height,
+                        int width, const ImageLayout& input) const {
+    return conv.conv.Geometry(images, height, width, input, layout_);
   }
   ConvGeometry StemGeometry(int images) const {
     const ImageInput& in = options_.input;
-    return stem_conv_->conv.Geometry(
-        images, in.height, in.width,
-        NchwLayout(in.channels, in.height, in.width));
+    return Geometry(*stem_conv_, images, in.height, in.width,
+                    NchwLayout(in.channels, in.height, in.width));
   }
 
   const ResNetOptions options_;
@@ -156,6 +176,8 @@ class ResNet : public BoundedMemoryModel {
   int features_ = 0;  // the last stage's width
   int64_t buffer_count_ = 0;
 
+  // The activations' layout: the device's (set at BindLayers).
+  ActivationLayout layout_ = ActivationLayout::kNhwc;
   float* buffers_ = nullptr;
   float* stem_conv_out_ = nullptr;
   float* stem_out_ = nullptr;
@@ -274,10 +296,10 @@ void ResNet::ForEachConv(Visit visit) {
         NchwLayout(in.channels, in.height, in.width));
   for (Block& block : blocks_) {
     const ImageLayout block_input =
-        NhwcLayout(block.in_channels, block.in_height, block.in_width);
+        Activations(block.in_channels, block.in_height, block.in_width);
     visit(*block.conv1, block.in_height, block.in_width, block_input);
     visit(*block.conv2, block.out_height, block.out_width,
-          NhwcLayout(block.out_channels, block.out_height, block.out_width));
+          Activations(block.out_channels, block.out_height, block.out_width));
     if (block.down_conv) {
       visit(*block.down_conv, block.in_height, block.in_width, block_input);
     }
@@ -291,17 +313,19 @@ absl::Status ResNet::BindLayers(Device& device) {
 
   // The convolutions, each prepared for the bound batch; on the im2col path
   // they share one column scratch. bf16 operands (see the file comment):
-  // where every convolution but the stem's takes them.
+  // where every convolution but the stem's takes them, with NHWC
+  // activations (the bf16 copies are NHWC, as the convolutions read them).
+  layout_ = device.activation_layout();
   absl::Status prepared;
   int64_t per_image = 0;
-  bf16_operands_ = true;
+  bf16_operands_ = layout_ == ActivationLayout::kNhwc;
   ForEachConv(
       [&](ConvLayer& layer, int height, int width, const ImageLayout& input) {
         layer.conv.Bind(device, param(layer.weight), grad(layer.weight),
                         nullptr, nullptr);
         if (!prepared.ok()) return;
         const ConvGeometry g =
-            layer.conv.Geometry(static_cast<int>(rows), height, width, input);
+            Geometry(layer, static_cast<int>(rows), height, width, input);
         prepared = layer.conv.Prepare(g);
         if (!prepared.ok()) return;
         if (&layer != stem_conv_.get()) {
@@ -418,7 +442,8 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
   // With bf16 operands, each batch norm a convolution reads leaves its
   // output's bf16 copy too (the file comment); the copies' buffers are null
   // elsewhere, and an epilogue with a null copy makes none.
-  Normalize(*stem_bn_, stem_conv_out_, stem.column_rows(), stem_out_, training,
+  Normalize(*stem_bn_, stem_conv_out_, stem.column_rows(),
+            Plane(stem.out_height, stem.out_width), stem_out_, training,
             BatchNormEpilogue::Relu().WithBf16Copy(stem_out_bf16_));
   const float* x = stem_out_;
   const uint16_t* x_bf16 = stem_out_bf16_;
@@ -435,20 +460,21 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
     return out;
   };
   for (Block& block : blocks_) {
-    const ConvGeometry g1 = block.conv1->conv.Geometry(
-        images, block.in_height, block.in_width,
-        NhwcLayout(block.in_channels, block.in_height, block.in_width));
+    const ConvGeometry g1 = Geometry(
+        *block.conv1, images, block.in_height, block.in_width,
+        Activations(block.in_channels, block.in_height, block.in_width));
     const int64_t rows = g1.column_rows();
+    const int64_t plane = Plane(block.out_height, block.out_width);
     if (!Need(*block.conv1)) return;
     const InputTensor conv1_out =
         convolve(block.conv1->conv, x, x_bf16, g1, block.conv1_out,
                  block.conv1_out_bf16);
     if (!Need(*block.bn1)) return;
-    Normalize(*block.bn1, conv1_out, rows, block.act1, training,
+    Normalize(*block.bn1, conv1_out, rows, plane, block.act1, training,
               BatchNormEpilogue::Relu().WithBf16Copy(block.act1_bf16));
-    const ConvGeometry g2 = block.conv2->conv.Geometry(
-        images, block.out_height, block.out_width,
-        NhwcLayout(block.out_channels, block.out_height, block.out_width));
+    const ConvGeometry g2 = Geometry(
+        *block.conv2, images, block.out_height, block.out_width,
+        Activations(block.out_channels, block.out_height, block.out_width));
     if (!Need(*block.conv2)) return;
     const InputTensor conv2_out =
         convolve(block.conv2->conv, block.act1, block.act1_bf16, g2,
@@ -460,27 +486,27 @@ void ResNet::RunForward(const float* inputs, int images, bool training) {
     if (!Need(*block.bn2)) return;
     const float* shortcut = x;
     if (block.down_conv) {
-      const ConvGeometry gd = block.down_conv->conv.Geometry(
-          images, block.in_height, block.in_width, g1.input);
+      const ConvGeometry gd = Geometry(
+          *block.down_conv, images, block.in_height, block.in_width, g1.input);
       if (!Need(*block.down_conv)) return;
       const InputTensor down_out =
           convolve(block.down_conv->conv, x, x_bf16, gd, block.down_out,
                    block.down_out_bf16);
       if (!Need(*block.down_bn)) return;
-      Normalize(*block.down_bn, down_out, rows, scratch_[0], training,
+      Normalize(*block.down_bn, down_out, rows, plane, scratch_[0], training,
                 BatchNormEpilogue::None());
       shortcut = scratch_[0];
     }
     // The last block's output goes to the pooling: no copy (out_bf16 null).
     Normalize(
-        *block.bn2, conv2_out, rows, block.out, training,
+        *block.bn2, conv2_out, rows, plane, block.out, training,
         BatchNormEpilogue::AddThenRelu(shortcut).WithBf16Copy(block.out_bf16));
     x = block.out;
     x_bf16 = block.out_bf16;
   }
   const Block& last = blocks_.back();
   const int pixels = last.out_height * last.out_width;
-  GlobalAvgPoolForward(d, x, images, pixels, features_, pooled_);
+  GlobalAvgPoolForward(d, x, images, pixels, features_, pooled_, layout_);
   const int classes = options_.input.num_classes;
   if (!NeedParams(std::min(fc_weight_, fc_bias_),
                   std::max(fc_weight_, fc_bias_) + 1)) {
@@ -513,28 +539,29 @@ void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
   const Block& last = blocks_.back();
   int current = 0;  // delta_[current]: the gradient of the block's output
   GlobalAvgPoolBackward(d, dpooled_, batch, last.out_height * last.out_width,
-                        features_, delta_[current]);
+                        features_, delta_[current], layout_);
 
   // A batch norm's backward, then the convolution before it; returns the
   // convolution's input gradient. With bf16 operands the batch norm writes
   // its dx only in bf16 (grad_bf16_), which the convolution reads with its
   // input's bf16 copy, and the convolution writes its dx only in bf16
   // (dx_bf16), for the kernels after it to read (the file comment).
-  auto norm_then_conv = [&](NormLayer& norm, const float* norm_x,
-                            const uint16_t* norm_x_bf16, const InputTensor& dy,
-                            int64_t rows, const float* relu_output,
-                            float* dy_scratch, ConvLayer& conv, const float* x,
-                            const uint16_t* x_bf16, const ConvGeometry& g,
-                            float* dx, uint16_t* dx_bf16) -> InputTensor {
+  auto norm_then_conv =
+      [&](NormLayer& norm, const float* norm_x, const uint16_t* norm_x_bf16,
+          const InputTensor& dy, int64_t rows, int64_t plane,
+          const float* relu_output, float* dy_scratch, ConvLayer& conv,
+          const float* x, const uint16_t* x_bf16, const ConvGeometry& g,
+          float* dx, uint16_t* dx_bf16) -> InputTensor {
     auto weight_ready = [&] { report(conv.weight); };
     if (bf16_operands_) {
       norm.norm.Backward(InputTensor::Bf16(norm_x_bf16), dy, rows, nullptr,
-                         relu_output, grad_bf16_);
+                         relu_output, grad_bf16_, plane);
       report_norm(norm);
       conv.conv.BackwardFromBf16(x_bf16, g, grad_bf16_, dx_bf16, weight_ready);
       return InputTensor::Bf16(dx_bf16);
     }
-    norm.norm.Backward(norm_x, dy, rows, dy_scratch, relu_output);
+    norm.norm.Backward(norm_x, dy, rows, dy_scratch, relu_output, nullptr,
+                       plane);
     report_norm(norm);
     conv.conv.Backward(x, g, dy_scratch, dx, weight_ready);
     return dx;
@@ -543,13 +570,14 @@ void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
     Block& block = blocks_[b];
     const float* x = b > 0 ? blocks_[b - 1].out : stem_out_;
     const uint16_t* x_bf16 = b > 0 ? blocks_[b - 1].out_bf16 : stem_out_bf16_;
-    const ConvGeometry g1 = block.conv1->conv.Geometry(
-        batch, block.in_height, block.in_width,
-        NhwcLayout(block.in_channels, block.in_height, block.in_width));
-    const ConvGeometry g2 = block.conv2->conv.Geometry(
-        batch, block.out_height, block.out_width,
-        NhwcLayout(block.out_channels, block.out_height, block.out_width));
+    const ConvGeometry g1 = Geometry(
+        *block.conv1, batch, block.in_height, block.in_width,
+        Activations(block.in_channels, block.in_height, block.in_width));
+    const ConvGeometry g2 = Geometry(
+        *block.conv2, batch, block.out_height, block.out_width,
+        Activations(block.out_channels, block.out_height, block.out_width));
     const int64_t rows = g1.column_rows();
+    const int64_t plane = Plane(block.out_height, block.out_width);
     const int64_t size = rows * block.out_channels;
     // grad_out: the gradient of the block's last ReLU's input, the sum of
     // both branches, which each branch receives whole. The last block takes
@@ -563,23 +591,23 @@ void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
     // act1's gradient; bn1 takes it through act1's ReLU.
     const InputTensor act1_grad = norm_then_conv(
         *block.bn2, block.conv2_out, block.conv2_out_bf16, grad_out, rows,
-        nullptr, scratch_[0], *block.conv2, block.act1, block.act1_bf16, g2,
-        scratch_[1], dx_bf16_[0]);
+        plane, nullptr, scratch_[0], *block.conv2, block.act1, block.act1_bf16,
+        g2, scratch_[1], dx_bf16_[0]);
     const InputTensor residual_grad =
         norm_then_conv(*block.bn1, block.conv1_out, block.conv1_out_bf16,
-                       act1_grad, rows, block.act1, scratch_[0], *block.conv1,
-                       x, x_bf16, g1, grad_in, dx_bf16_[1]);
+                       act1_grad, rows, plane, block.act1, scratch_[0],
+                       *block.conv1, x, x_bf16, g1, grad_in, dx_bf16_[1]);
     const int64_t in_size =
         int64_t{batch} * block.in_height * block.in_width * block.in_channels;
     InputTensor shortcut_grad = grad_out;
     if (block.down_conv) {
-      const ConvGeometry gd = block.down_conv->conv.Geometry(
-          batch, block.in_height, block.in_width, g1.input);
+      const ConvGeometry gd = Geometry(*block.down_conv, batch, block.in_height,
+                                       block.in_width, g1.input);
       // After bn1 has read dx_bf16_[0] (act1_grad).
-      shortcut_grad =
-          norm_then_conv(*block.down_bn, block.down_out, block.down_out_bf16,
-                         grad_out, rows, nullptr, scratch_[1], *block.down_conv,
-                         x, x_bf16, gd, scratch_[0], dx_bf16_[0]);
+      shortcut_grad = norm_then_conv(*block.down_bn, block.down_out,
+                                     block.down_out_bf16, grad_out, rows, plane,
+                                     nullptr, scratch_[1], *block.down_conv, x,
+                                     x_bf16, gd, scratch_[0], dx_bf16_[0]);
     }
     // x is a ReLU's output (the previous block's or the stem's): the two
     // branches' gradients meet there and go through that ReLU in one pass,
@@ -593,7 +621,8 @@ void ResNet::RunBackward(const float* inputs, const int32_t* labels, int batch,
   const int64_t stem_rows = stem.column_rows();
   // Through the stem's ReLU already (the first block's ReluBackwardOfSum).
   float* grad = delta_[current];
-  stem_bn_->norm.Backward(stem_conv_out_, grad, stem_rows, scratch_[0]);
+  stem_bn_->norm.Backward(stem_conv_out_, grad, stem_rows, scratch_[0], nullptr,
+                          nullptr, Plane(stem.out_height, stem.out_width));
   report_norm(*stem_bn_);
   stem_conv_->conv.BackwardWeights(inputs, stem, scratch_[0]);
   report(stem_conv_->weight);

@@ -1,13 +1,16 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "core/sync/param_layout.h"
+#include "core/device/cpu_device.h"
 #include "core/model/model.h"
 #include "core/model/model_fixture.h"
+#include "core/sync/param_layout.h"
 #include "gtest/gtest.h"
 
 namespace gradsync {
@@ -110,6 +113,83 @@ TEST(ResNetTest, GradientsMatchCentralDifferences) {
   check.step = 1e-3f;
   check.absolute_error = 1e-3;
   ExpectModelGradientsMatch(bound, batch, check);
+}
+
+// On a device that asks for NCHW activations (CUDA's --cudnn_layout=nchw;
+// here the CPU's test-only twin) the model computes the same step: every
+// convolution, batch norm and the pooling run on NCHW buffers, and the
+// loss, every gradient, the running statistics and the evaluation logits
+// agree with the NHWC model's to float32 rounding (the two sum in different
+// orders). A layer wired for the wrong layout mixes pixels and channels and
+// misses by the values themselves.
+TEST(ResNetTest, NchwActivationsGiveTheNhwcStep) {
+  ResNetOptions options;
+  options.input = {3, 8, 8, 10};
+  options.blocks = {1, 1, 1};
+  options.widths = {8, 16, 32};
+  const int batch = 4;
+  std::vector<float> loss(2), grads[2], buffers[2], logits[2];
+  std::unique_ptr<ParamLayout> layout;
+  std::vector<float> initial, inputs;
+  std::vector<int32_t> labels;
+  for (int nchw = 0; nchw < 2; ++nchw) {
+    CpuDevice device(1, /*reference_convolutions=*/false,
+                     /*reference_batch_norm=*/false, Precision::kFp32,
+                     /*convolutions_round_own_operands=*/false,
+                     /*nchw_activations=*/nchw == 1);
+    EXPECT_EQ(device.activation_layout(),
+              nchw ? ActivationLayout::kNchw : ActivationLayout::kNhwc);
+    std::unique_ptr<Model> model = *CreateResNet(options);
+    if (!layout) {
+      layout = std::make_unique<ParamLayout>(
+          *ParamLayout::Create(model->ParamSpecs(), 1 << 20));
+      initial.resize(layout->total_numel());
+      model->InitParams(5, *layout, initial.data());
+      inputs.resize(int64_t{batch} * model->input_dim());
+      std::mt19937_64 generator(6);
+      for (float& x : inputs) {
+        x = static_cast<float>(generator() >> 40) * 0x1.0p-23f - 1.0f;
+      }
+      for (int i = 0; i < batch; ++i) labels.push_back((3 * i) % 10);
+    }
+    const int64_t n = layout->total_numel();
+    float* params = *device.Allocate<float>(n);
+    float* grad = *device.Allocate<float>(n);
+    std::copy(initial.begin(), initial.end(), params);
+    ASSERT_TRUE(model->Bind(device, *layout, params, grad, batch).ok());
+    ASSERT_TRUE(model
+                    ->ForwardBackward(inputs.data(), labels.data(), batch,
+                                      &loss[nchw], nullptr)
+                    .ok());
+    grads[nchw].assign(grad, grad + n);
+    buffers[nchw].assign(model->buffers(),
+                         model->buffers() + model->buffer_count());
+    const float* out = nullptr;
+    ASSERT_TRUE(model->Forward(inputs.data(), batch, &out).ok());
+    logits[nchw].assign(out, out + batch * 10);
+  }
+  EXPECT_NEAR(loss[0], loss[1], 1e-5f * std::max(1.0f, loss[0]));
+  const auto expect_close = [](const std::vector<float>& nhwc,
+                               const std::vector<float>& nchw, double relative,
+                               const std::string& what) {
+    ASSERT_EQ(nhwc.size(), nchw.size()) << what;
+    double scale = 1e-6;
+    for (float v : nhwc) scale = std::max(scale, double{std::fabs(v)});
+    for (size_t i = 0; i < nhwc.size(); ++i) {
+      ASSERT_NEAR(nhwc[i], nchw[i], relative * scale)
+          << what << "[" << i << "]";
+    }
+  };
+  for (const ParamInfo& info : layout->params()) {
+    expect_close(
+        std::vector<float>(grads[0].begin() + info.offset,
+                           grads[0].begin() + info.offset + info.numel),
+        std::vector<float>(grads[1].begin() + info.offset,
+                           grads[1].begin() + info.offset + info.numel),
+        1e-4, info.spec.name);
+  }
+  expect_close(buffers[0], buffers[1], 1e-5, "running statistics");
+  expect_close(logits[0], logits[1], 1e-5, "evaluation logits");
 }
 
 TEST(ResNetTest, RefusesAnImagelessDataSet) {

@@ -118,32 +118,34 @@ class ScriptedClockDevice : public Device {
     cpu_->Col2Im(columns, g, input_grad);
   }
   void BatchNormForwardTraining(const InputTensor& x, int64_t rows,
-                                int channels, const float* gamma,
+                                int channels, int64_t plane, const float* gamma,
                                 const float* beta, float momentum,
                                 float epsilon, float* y, float* saved_mean,
                                 float* saved_inv_std, float* running_mean,
                                 float* running_var,
                                 const BatchNormEpilogue& epilogue) override {
-    cpu_->BatchNormForwardTraining(x, rows, channels, gamma, beta, momentum,
-                                   epsilon, y, saved_mean, saved_inv_std,
-                                   running_mean, running_var, epilogue);
+    cpu_->BatchNormForwardTraining(
+        x, rows, channels, plane, gamma, beta, momentum, epsilon, y, saved_mean,
+        saved_inv_std, running_mean, running_var, epilogue);
   }
   void BatchNormForwardInference(const InputTensor& x, int64_t rows,
-                                 int channels, const float* gamma,
-                                 const float* beta, const float* running_mean,
+                                 int channels, int64_t plane,
+                                 const float* gamma, const float* beta,
+                                 const float* running_mean,
                                  const float* running_var, float epsilon,
                                  float* y,
                                  const BatchNormEpilogue& epilogue) override {
-    cpu_->BatchNormForwardInference(x, rows, channels, gamma, beta,
+    cpu_->BatchNormForwardInference(x, rows, channels, plane, gamma, beta,
                                     running_mean, running_var, epsilon, y,
                                     epilogue);
   }
   void BatchNormBackward(const InputTensor& x, const InputTensor& dy,
-                         int64_t rows, int channels, const float* gamma,
-                         const float* saved_mean, const float* saved_inv_std,
-                         float* dx, float* dgamma, float* dbeta,
-                         const float* relu_output, uint16_t* dx_bf16) override {
-    cpu_->BatchNormBackward(x, dy, rows, channels, gamma, saved_mean,
+                         int64_t rows, int channels, int64_t plane,
+                         const float* gamma, const float* saved_mean,
+                         const float* saved_inv_std, float* dx, float* dgamma,
+                         float* dbeta, const float* relu_output,
+                         uint16_t* dx_bf16) override {
+    cpu_->BatchNormBackward(x, dy, rows, channels, plane, gamma, saved_mean,
                             saved_inv_std, dx, dgamma, dbeta, relu_output,
                             dx_bf16);
   }
@@ -156,12 +158,14 @@ class ScriptedClockDevice : public Device {
     cpu_->MaxPoolBackward(dy, where, g, dx);
   }
   void GlobalAvgPoolForward(const float* x, int batch, int spatial,
-                            int channels, float* y) override {
-    cpu_->GlobalAvgPoolForward(x, batch, spatial, channels, y);
+                            int channels, ActivationLayout layout,
+                            float* y) override {
+    cpu_->GlobalAvgPoolForward(x, batch, spatial, channels, layout, y);
   }
   void GlobalAvgPoolBackward(const float* dy, int batch, int spatial,
-                             int channels, float* dx) override {
-    cpu_->GlobalAvgPoolBackward(dy, batch, spatial, channels, dx);
+                             int channels, ActivationLayout layout,
+                             float* dx) override {
+    cpu_->GlobalAvgPoolBackward(dy, batch, spatial, channels, layout, dx);
   }
   void Add(float* y, const float* x, int64_t count) override {
     cpu_->Add(y, x, count);
