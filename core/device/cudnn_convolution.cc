@@ -165,7 +165,14 @@ absl::StatusOr<std::unique_ptr<CudnnConvolution>> CudnnConvolution::MakeFastest(
   };
   ASSIGN_OR_RETURN(const CudnnConvolutionPlan nhwc_plan,
                    PlanCudnnConvolution(geometry, out_channels));
-  const std::string key = AlgorithmSearchKey(nhwc_plan);
+  // Which layout wins depends on the copies each needs, so on the layers'
+  // own layouts too, not only on what cuDNN sees (an NCHW input is read in
+  // place by the NCHW kernel and copied by the NHWC one, an NHWC input the
+  // other way round).
+  const std::string key = absl::StrCat(
+      AlgorithmSearchKey(nhwc_plan), " from ",
+      nhwc_plan.input_needs_copy() ? "other" : "NHWC", " input to ",
+      nhwc_plan.output_needs_copy() ? "other" : "NHWC", " output");
   const std::optional<CudnnLayout> known = context.ChosenLayout(key);
   if (known == CudnnLayout::kNhwc) return make(CudnnLayout::kNhwc);
   if (known == CudnnLayout::kNchw) {
@@ -178,11 +185,20 @@ absl::StatusOr<std::unique_ptr<CudnnConvolution>> CudnnConvolution::MakeFastest(
     return make(CudnnLayout::kNhwc);
   }
 
-  // The layers' own layout first: its failure is the layer's.
+  // The layers' own layout first: its failure is the layer's, but a
+  // failure of its timing alone (the timing's scratch, events) leaves the
+  // kernel plain --cudnn_layout=nhwc would have run.
   ASSIGN_OR_RETURN(std::unique_ptr<CudnnConvolution> nhwc,
                    make(CudnnLayout::kNhwc));
   LayoutTiming timing;
-  ASSIGN_OR_RETURN(timing.nhwc_ms, nhwc->TimeStep());
+  const absl::StatusOr<float> nhwc_ms = nhwc->TimeStep();
+  if (!nhwc_ms.ok()) {
+    GS_LOG(WARNING) << nhwc->where_ << ": " << nhwc_ms.status()
+                    << " timing NHWC; NHWC runs untimed";
+    RETURN_IF_ERROR(context.device().Synchronize());
+    return nhwc;
+  }
+  timing.nhwc_ms = *nhwc_ms;
   absl::StatusOr<std::unique_ptr<CudnnConvolution>> nchw =
       make(CudnnLayout::kNchw);
   if (nchw.ok()) {
@@ -440,6 +456,8 @@ absl::Status CudnnConvolution::ChooseAlgorithms() {
       return absl::OkStatus();
     }
     GS_LOG(WARNING) << made << "; " << where_ << " searches its own algorithms";
+    // The directions MakeGraphs made before it failed are not the search's.
+    for (std::unique_ptr<CudnnGraphConvolution>& graph : graph_) graph.reset();
   }
   const cudnnHandle_t handle = context_.handle();
   ConvolutionAlgorithmPolicy policy;

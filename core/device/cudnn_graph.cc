@@ -31,8 +31,10 @@ cudnnStatus_t Set(cudnnBackendDescriptor_t descriptor,
   return cudnnBackendSetAttribute(descriptor, name, type, count, values);
 }
 
+// `alignment`: the bytes every pointer bound to the tensor is a multiple of.
 absl::StatusOr<BackendDescriptor> Tensor(int64_t id, cudnnDataType_t type,
                                          const CudnnTensorShape& shape,
+                                         int64_t alignment,
                                          const std::string& where) {
   ASSIGN_OR_RETURN(
       BackendDescriptor tensor,
@@ -42,9 +44,6 @@ absl::StatusOr<BackendDescriptor> Tensor(int64_t id, cudnnDataType_t type,
     dims[i] = shape.dims[i];
     strides[i] = shape.strides[i];
   }
-  // The device's allocations are aligned far beyond this; 16 bytes is what
-  // vectorized engines ask of their operands.
-  const int64_t alignment = 16;
   cudnnBackendDescriptor_t d = tensor.get();
   CUDNN_RETURN_IF_ERROR(
       Set(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type),
@@ -157,9 +156,21 @@ absl::Status CudnnGraphConvolution::Build(const CudnnConvolutionPlan& plan,
   // The filter as cuDNN reads it (KRSC or KCRS): dims (k, c, r, s).
   CudnnTensorShape filter = plan.filter;
   for (int i = 0; i < 4; ++i) filter.dims[i] = plan.filter_dims[i];
-  ASSIGN_OR_RETURN(BackendDescriptor x, Tensor(kX, type, plan.input, where_));
-  ASSIGN_OR_RETURN(BackendDescriptor w, Tensor(kW, type, filter, where_));
-  ASSIGN_OR_RETURN(BackendDescriptor y, Tensor(kY, type, plan.output, where_));
+  // Activations and scratch copies are the device's own allocations,
+  // aligned far beyond the 16 bytes vectorized engines ask of their
+  // operands. A weight read in place (and its gradient written in place:
+  // the float NCHW plan's KCRS filter) lies in the flat parameter buffer,
+  // where tensors follow one another with no padding: only the element's
+  // size is promised there.
+  constexpr int64_t kAllocationAlignment = 16;
+  const int64_t weight_alignment =
+      plan.weight_needs_copy() ? kAllocationAlignment : plan.element_bytes();
+  ASSIGN_OR_RETURN(BackendDescriptor x,
+                   Tensor(kX, type, plan.input, kAllocationAlignment, where_));
+  ASSIGN_OR_RETURN(BackendDescriptor w,
+                   Tensor(kW, type, filter, weight_alignment, where_));
+  ASSIGN_OR_RETURN(BackendDescriptor y,
+                   Tensor(kY, type, plan.output, kAllocationAlignment, where_));
 
   ASSIGN_OR_RETURN(
       convolution_,
