@@ -213,12 +213,22 @@ absl::StatusOr<std::unique_ptr<CudnnConvolution>> CudnnConvolution::MakeFastest(
   }
   if (!timing.nchw_unavailable.empty()) {
     cudaGetLastError();  // NCHW's failure is not the NHWC kernel's
+    // Whatever NCHW queued ends before its kernel (and any graph plan it
+    // made) is destroyed; an error that outlives the launch (a fault) is
+    // the device's, and ends the set-up here rather than at an unrelated
+    // later call.
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context.device().stream()),
+                         absl::StrCat(nhwc->where_, ": after NCHW's failure"));
     GS_LOG(WARNING) << nhwc->where_ << ": NCHW not timed ("
                     << timing.nchw_unavailable << "); NHWC runs";
   }
-  const bool use_nchw = PrefersNchw(timing);
-  context.RememberLayout(key,
-                         use_nchw ? CudnnLayout::kNchw : CudnnLayout::kNhwc);
+  // The first device to time a shape decides it for every device of the
+  // GPU (CudnnContext): another may have remembered it while this one
+  // timed, and then its choice runs here too.
+  context.RememberLayout(
+      key, PrefersNchw(timing) ? CudnnLayout::kNchw : CudnnLayout::kNhwc);
+  const bool use_nchw =
+      context.ChosenLayout(key) == CudnnLayout::kNchw && nchw.ok();
   std::unique_ptr<CudnnConvolution> chosen =
       use_nchw ? *std::move(nchw) : std::move(nhwc);
   chosen->layout_choice_ = DescribeLayoutChoice(timing);
@@ -624,8 +634,9 @@ absl::Status CudnnConvolution::MakeGraphs(
         std::unique_ptr<CudnnGraphConvolution> graph,
         CudnnGraphConvolution::Create(context_.handle(), plan_,
                                       GraphDirectionOf(d), where_));
-    RETURN_IF_ERROR(
-        graph->Use(results[d]->graph_config, results[d]->graph_engine));
+    RETURN_IF_ERROR(graph->Use(results[d]->graph_config,
+                               results[d]->graph_engine,
+                               results[d]->workspace_bytes));
     graph_[d] = std::move(graph);
   }
   return absl::OkStatus();

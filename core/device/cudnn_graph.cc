@@ -495,7 +495,8 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnGraphConvolution::Search(
   return result;
 }
 
-absl::Status CudnnGraphConvolution::Use(int config, int engine) {
+absl::Status CudnnGraphConvolution::Use(int config, int engine,
+                                        size_t workspace_bytes) {
   int64_t listed = -1;
   if (config < 0 || config >= configs() || !NotesOf(config, &listed).ok() ||
       listed != engine) {
@@ -504,7 +505,14 @@ absl::Status CudnnGraphConvolution::Use(int config, int engine) {
         " as configuration ", config, " (", configs(), " listed)"));
   }
   size_t bytes = 0;
-  ASSIGN_OR_RETURN(chosen_, PlanOf(config, &bytes));
+  ASSIGN_OR_RETURN(BackendDescriptor plan, PlanOf(config, &bytes));
+  if (bytes > workspace_bytes) {
+    return absl::InternalError(
+        absl::StrCat(where_, ": engine ", engine, "'s plan now asks for ",
+                     bytes, " bytes of workspace, more than the ",
+                     workspace_bytes, " it was measured with"));
+  }
+  chosen_ = std::move(plan);
   return absl::OkStatus();
 }
 

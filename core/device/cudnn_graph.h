@@ -86,8 +86,10 @@ class CudnnGraphConvolution {
                                                     size_t workspace_bytes);
   // Makes the plan of configuration `config` (a Search's graph_config, from
   // another device of the same GPU); an error when the heuristics no longer
-  // list engine `engine` there.
-  absl::Status Use(int config, int engine);
+  // list engine `engine` there, or when its plan asks for more workspace
+  // than `workspace_bytes` (what the search measured it with, and what the
+  // layer reserves).
+  absl::Status Use(int config, int engine, size_t workspace_bytes);
   // What Prepare and Search made of the listed configurations.
   const GraphSearchSummary& summary() const { return summary_; }
   // Runs the chosen plan (Search or Use) on `handle`'s stream.
