@@ -372,8 +372,8 @@ __device__ bool ChannelTileSums(int64_t begin, int64_t end, int channels,
 // The NCHW twin of ChannelTileSums (launch_config::PlanPlaneSums): channel
 // blockIdx.x's two sums over images [begin, end) of an [images × channels ×
 // plane] tensor. Thread t adds values t, t + blockDim.x, ... of the images'
-// runs of `plane` floats walked as one flat sequence (its position kept as
-// an image and a pixel, stepped without a division), then the block adds
+// runs of `plane` floats walked as one flat sequence
+// (launch_config::PlaneWalk, tested on the host), then the block adds
 // its threads' partials in a fixed tree, so the sums do not depend on
 // scheduling. Returns true in thread 0, with `c` the channel; every thread
 // must call it (it synchronizes the block). Blocks of
@@ -386,19 +386,10 @@ __device__ bool PlaneSums(int64_t begin, int64_t end, int channels,
   __shared__ double partial_second[kSumRowsThreadsPerBlock];
   *c = static_cast<int64_t>(blockIdx.x);
   const int t = static_cast<int>(threadIdx.x);
-  const int64_t image_step = kSumRowsThreadsPerBlock / plane;
-  const int64_t pixel_step = kSumRowsThreadsPerBlock % plane;
-  int64_t image = begin + t / plane;
-  int64_t pixel = t % plane;
   double a = 0.0, b = 0.0;
-  while (image < end) {
-    add((image * channels + *c) * plane + pixel, *c, a, b);
-    image += image_step;
-    pixel += pixel_step;
-    if (pixel >= plane) {
-      pixel -= plane;
-      ++image;
-    }
+  for (launch_config::PlaneWalk walk(begin, plane, t); walk.image < end;
+       walk.Next()) {
+    add((walk.image * channels + *c) * plane + walk.pixel, *c, a, b);
   }
   partial_first[t] = a;
   partial_second[t] = b;

@@ -192,6 +192,34 @@ constexpr PlaneSumsLaunch PlanPlaneSums(int64_t images, int channels,
   return launch;
 }
 
+// Thread `thread`'s walk over images [begin, end) of one channel of an NCHW
+// tensor (the kernels' PlaneSums): it visits flat positions thread,
+// thread + kSumRowsThreadsPerBlock, ... of the images' runs of `plane`
+// floats taken as one sequence, each as (image, pixel), stepping without a
+// division; the block's threads together visit every position once.
+struct PlaneWalk {
+  int64_t image = 0;
+  int64_t pixel = 0;
+  int64_t plane = 1;
+  int64_t image_step = 0;
+  int64_t pixel_step = 0;
+
+  GS_HOST_DEVICE PlaneWalk(int64_t begin, int64_t plane_floats, int thread)
+      : image(begin + thread / plane_floats),
+        pixel(thread % plane_floats),
+        plane(plane_floats),
+        image_step(kSumRowsThreadsPerBlock / plane_floats),
+        pixel_step(kSumRowsThreadsPerBlock % plane_floats) {}
+  GS_HOST_DEVICE void Next() {
+    image += image_step;
+    pixel += pixel_step;
+    if (pixel >= plane) {
+      pixel -= plane;
+      ++image;
+    }
+  }
+};
+
 // The element-wise finishing kernel of a sliced plan: one thread per
 // channel, kThreadsPerBlock to a block.
 constexpr int ChannelFinishBlocks(int channels) {

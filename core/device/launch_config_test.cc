@@ -4,6 +4,7 @@
 // that overflows, fails here rather than on a GPU.
 #include "core/device/launch_config.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <utility>
@@ -308,6 +309,36 @@ TEST(LaunchConfigTest, PlaneSumsSliceImagesWithinThePartials) {
   EXPECT_EQ(PlanPlaneSums(0, 64, 16).image_slices, 0);
   EXPECT_EQ(PlanPlaneSums(8, 0, 16).channels, 0);
   EXPECT_EQ(PlanPlaneSums(8, 64, 0).image_slices, 0);
+}
+
+// A block's threads walk every (image, pixel) of a slice exactly once and
+// nothing outside it, whatever the plane's size against the block's:
+// smaller (ResNet's 4x4 and 8x8), dividing it or not, equal, larger
+// (ImageNet's 112x112).
+TEST(LaunchConfigTest, PlaneWalksVisitEverySliceElementOnce) {
+  for (int64_t plane :
+       {int64_t{1}, int64_t{3}, int64_t{16}, int64_t{107}, int64_t{1000},
+        int64_t{1024}, int64_t{1025}, int64_t{112 * 112}}) {
+    for (const auto& [begin, end] :
+         {std::pair<int64_t, int64_t>{0, 1}, {5, 9}, {2, 40}}) {
+      SCOPED_TRACE(testing::Message() << "plane " << plane << ", images ["
+                                      << begin << ", " << end << ")");
+      std::vector<int> visits((end - begin) * plane, 0);
+      int64_t outside = 0;
+      for (int t = 0; t < kSumRowsThreadsPerBlock; ++t) {
+        for (PlaneWalk walk(begin, plane, t); walk.image < end; walk.Next()) {
+          if (walk.image < begin || walk.pixel < 0 || walk.pixel >= plane) {
+            ++outside;
+            continue;
+          }
+          ++visits[(walk.image - begin) * plane + walk.pixel];
+        }
+      }
+      EXPECT_EQ(outside, 0);
+      EXPECT_EQ(std::count(visits.begin(), visits.end(), 1),
+                static_cast<int64_t>(visits.size()));
+    }
+  }
 }
 
 }  // namespace
