@@ -479,27 +479,38 @@ struct GradientTerms {
   }
 };
 
-// One slice of rows per blockIdx.y (launch_config::SliceRows): the slice's
-// two sums of each channel of the tile go to partials[slice·channels + c]
-// and partials[kMaxChannelSumPartials + slice·channels + c].
+// Slice blockIdx.y of [0, count) (launch_config::SliceRows: rows of an
+// NHWC tensor, images of an NCHW one): `sums(begin, end, &c, &first,
+// &second)` sums the slice (ChannelTileSums or PlaneSums), and the thread
+// that holds channel c's two sums leaves them in partials[slice·channels +
+// c] and partials[kMaxChannelSumPartials + slice·channels + c].
+template <typename Sums>
+__device__ void SliceSums(Sums sums, int64_t count, int64_t per_slice,
+                          int channels, double* __restrict__ partials) {
+  const int slice = static_cast<int>(blockIdx.y);
+  const launch_config::RowRange range =
+      launch_config::SliceRows(count, per_slice, slice);
+  int64_t c = 0;
+  double first = 0.0, second = 0.0;
+  if (!sums(range.begin, range.end, &c, &first, &second)) return;
+  const int64_t slot = static_cast<int64_t>(slice) * channels + c;
+  partials[slot] = first;
+  partials[kMaxChannelSumPartials + slot] = second;
+}
+
+// SliceSums of an NHWC plan: the channel tile's sums over a slice of rows.
 // (A __device__ template under two kernels: nvcc does not see the
 // __launch_bounds__ of a __global__ template's instantiations.)
 template <typename Terms>
 __device__ void ChannelSumsSlice(Terms terms, int64_t rows,
                                  int64_t rows_per_slice, int channels,
                                  double* __restrict__ partials) {
-  const int slice = static_cast<int>(blockIdx.y);
-  const launch_config::RowRange range =
-      launch_config::SliceRows(rows, rows_per_slice, slice);
-  int64_t c = 0;
-  double first = 0.0, second = 0.0;
-  if (!ChannelTileSums(range.begin, range.end, channels, terms, &c, &first,
-                       &second)) {
-    return;
-  }
-  const int64_t slot = static_cast<int64_t>(slice) * channels + c;
-  partials[slot] = first;
-  partials[kMaxChannelSumPartials + slot] = second;
+  SliceSums(
+      [&](int64_t begin, int64_t end, int64_t* c, double* first,
+          double* second) {
+        return ChannelTileSums(begin, end, channels, terms, c, first, second);
+      },
+      rows, rows_per_slice, channels, partials);
 }
 
 __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
@@ -516,25 +527,18 @@ __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)
   ChannelSumsSlice(terms, rows, rows_per_slice, channels, partials);
 }
 
-// PlaneSums over one slice of images per blockIdx.y
-// (launch_config::PlanPlaneSums), into the partials as ChannelSumsSlice
-// leaves them.
+// SliceSums of an NCHW plan (launch_config::PlanPlaneSums): one channel's
+// sums over a slice of images.
 template <typename Terms>
 __device__ void PlaneSumsSlice(Terms terms, int64_t images,
                                int64_t images_per_slice, int channels,
                                int64_t plane, double* __restrict__ partials) {
-  const int slice = static_cast<int>(blockIdx.y);
-  const launch_config::RowRange range =
-      launch_config::SliceRows(images, images_per_slice, slice);
-  int64_t c = 0;
-  double first = 0.0, second = 0.0;
-  if (!PlaneSums(range.begin, range.end, channels, plane, terms, &c, &first,
-                 &second)) {
-    return;
-  }
-  const int64_t slot = static_cast<int64_t>(slice) * channels + c;
-  partials[slot] = first;
-  partials[kMaxChannelSumPartials + slot] = second;
+  SliceSums(
+      [&](int64_t begin, int64_t end, int64_t* c, double* first,
+          double* second) {
+        return PlaneSums(begin, end, channels, plane, terms, c, first, second);
+      },
+      images, images_per_slice, channels, partials);
 }
 
 __global__ void __launch_bounds__(kSumRowsThreadsPerBlock)

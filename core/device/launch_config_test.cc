@@ -214,6 +214,19 @@ TEST(LaunchConfigTest, ChannelSumsGridVisitsEveryElementOnce) {
   }
 }
 
+// SliceRows' `slices` slices of `per_slice` cover [0, count) in order, none
+// empty.
+void ExpectSlicesCover(int64_t count, int64_t per_slice, int slices) {
+  int64_t next = 0;
+  for (int slice = 0; slice < slices; ++slice) {
+    const RowRange range = SliceRows(count, per_slice, slice);
+    EXPECT_EQ(range.begin, next);
+    EXPECT_LT(range.begin, range.end);
+    next = range.end;
+  }
+  EXPECT_EQ(next, count);
+}
+
 // The plan's properties over ResNet-18's batch-norm shapes (CIFAR form:
 // 64, 128, 256, 512 channels at 32², 16², 8², 4² pixels) and extremes: slices
 // are contiguous, in order and never empty; a sliced plan keeps at least
@@ -235,14 +248,7 @@ TEST(LaunchConfigTest, ChannelSumsPlanFillsTheGpuWithinItsBuffer) {
     EXPECT_EQ(plan.channel_tiles, SumRowsBlocks(channels));
     ASSERT_GE(plan.row_slices, 1);
     EXPECT_LE(plan.row_slices, kMaxGridY);
-    int64_t next = 0;
-    for (int slice = 0; slice < plan.row_slices; ++slice) {
-      const RowRange range = SliceRows(rows, plan.rows_per_slice, slice);
-      EXPECT_EQ(range.begin, next);
-      EXPECT_LT(range.begin, range.end);
-      next = range.end;
-    }
-    EXPECT_EQ(next, rows);
+    ExpectSlicesCover(rows, plan.rows_per_slice, plan.row_slices);
     const int64_t blocks = int64_t{plan.channel_tiles} * plan.row_slices;
     if (plan.sliced()) {
       EXPECT_GE(plan.rows_per_slice, kMinRowsPerSlice);
@@ -283,14 +289,7 @@ TEST(LaunchConfigTest, PlaneSumsSliceImagesWithinThePartials) {
       EXPECT_EQ(plan.channels, channels);
       ASSERT_GE(plan.image_slices, 1);
       EXPECT_LE(plan.image_slices, kMaxGridY);
-      int64_t next = 0;
-      for (int slice = 0; slice < plan.image_slices; ++slice) {
-        const RowRange range = SliceRows(batch, plan.images_per_slice, slice);
-        EXPECT_EQ(range.begin, next);
-        EXPECT_LT(range.begin, range.end);
-        next = range.end;
-      }
-      EXPECT_EQ(next, batch);
+      ExpectSlicesCover(batch, plan.images_per_slice, plan.image_slices);
       const int64_t blocks = int64_t{channels} * plan.image_slices;
       if (plan.sliced()) {
         EXPECT_LE(blocks, kMaxChannelSumPartials);

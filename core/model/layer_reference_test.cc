@@ -304,31 +304,29 @@ struct NormCase {
   int64_t plane;  // pixels per image, for the NCHW run: rows = images·plane
 };
 
-// An NHWC tensor [rows × channels] as NCHW [rows/plane × channels × plane],
-// and back.
-std::vector<float> NhwcToNchw(const std::vector<float>& nhwc, int channels,
-                              int64_t plane) {
-  std::vector<float> nchw(nhwc.size());
-  const int64_t rows = static_cast<int64_t>(nhwc.size()) / channels;
+// An NHWC tensor [rows × channels] as NCHW [rows/plane × channels × plane]
+// (`to_nchw`), or such an NCHW tensor back as NHWC.
+std::vector<float> Transposed(const std::vector<float>& values, int channels,
+                              int64_t plane, bool to_nchw) {
+  std::vector<float> out(values.size());
+  const int64_t rows = static_cast<int64_t>(values.size()) / channels;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t image = r / plane, pixel = r % plane;
     for (int c = 0; c < channels; ++c) {
-      nchw[(image * channels + c) * plane + pixel] = nhwc[r * channels + c];
+      const int64_t nhwc = r * channels + c;
+      const int64_t nchw = (image * channels + c) * plane + pixel;
+      out[to_nchw ? nchw : nhwc] = values[to_nchw ? nhwc : nchw];
     }
   }
-  return nchw;
+  return out;
+}
+std::vector<float> NhwcToNchw(const std::vector<float>& nhwc, int channels,
+                              int64_t plane) {
+  return Transposed(nhwc, channels, plane, /*to_nchw=*/true);
 }
 std::vector<float> NchwToNhwc(const std::vector<float>& nchw, int channels,
                               int64_t plane) {
-  std::vector<float> nhwc(nchw.size());
-  const int64_t rows = static_cast<int64_t>(nchw.size()) / channels;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t image = r / plane, pixel = r % plane;
-    for (int c = 0; c < channels; ++c) {
-      nhwc[r * channels + c] = nchw[(image * channels + c) * plane + pixel];
-    }
-  }
-  return nhwc;
+  return Transposed(nchw, channels, plane, /*to_nchw=*/false);
 }
 
 TEST_P(LayerReferenceTest, BatchNormTrainingAtResNet18Shapes) {
