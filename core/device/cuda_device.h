@@ -148,10 +148,11 @@ class CudaDevice : public Device {
   // NCHW under --cudnn_layout=nchw for float32 convolutions (fp32, tf32):
   // the layout whose NCHW-only algorithms that flag is for, kept by the
   // model end to end so that no copies run between layers; NHWC otherwise
-  // (bf16 convolutions compute on NHWC).
+  // (bf16 convolutions compute on NHWC, and the reference convolutions of
+  // im2col write NHWC only).
   ActivationLayout activation_layout() const override {
     return cudnn_layout_ == ConvolutionLayout::kNchw &&
-                   precision_ != Precision::kBf16
+                   precision_ != Precision::kBf16 && !reference_convolutions_
                ? ActivationLayout::kNchw
                : ActivationLayout::kNhwc;
   }

@@ -88,7 +88,8 @@ std::string DescribeConvolution(const ConvGeometry& g, int out_channels) {
                          g.input.row, ",", g.input.column);
   return absl::StrCat(g.batch, "x", g.channels, "x", g.height, "x", g.width,
                       " (", layout, ") -> ", out_channels, " channels ",
-                      g.out_height, "x", g.out_width, ", kernel ", g.kernel,
+                      g.out_height, "x", g.out_width,
+                      g.nchw_output ? " (NCHW)" : "", ", kernel ", g.kernel,
                       " stride ", g.stride, " padding ", g.padding);
 }
 

@@ -81,6 +81,13 @@ absl::Status Conv2d::Prepare(const ConvGeometry& g) {
                         absl::StrCat(name_, ": ", kernel.status().message()));
   }
   uses_columns_ = *kernel == nullptr;
+  if (shape_.bias && g.nchw_output) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_,
+        ": a convolution with a bias writes NHWC outputs only (the "
+        "bias is added per row of the NHWC output); keep the model's "
+        "activations NHWC"));
+  }
   if (uses_columns_ && g.nchw_output) {
     return absl::InvalidArgumentError(absl::StrCat(
         name_, ": NCHW activations need the device's convolution library; ",

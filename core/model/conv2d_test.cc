@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/base/logging.h"
@@ -119,6 +120,41 @@ TEST(Conv2dTest, GradientsMatchCentralDifferences) {
 
 // A column scratch of one image's worth convolves the batch image by image:
 // the same results as one GEMM over the whole batch.
+// NCHW outputs come only from a device's convolution library, and only
+// without a bias (added per row of an NHWC output): anything else is one
+// clear error at Prepare, not a wrong result later.
+TEST(Conv2dTest, NchwOutputsAreRefusedWhereTheyCannotBeWritten) {
+  const ImageLayout nchw = NchwLayout(2, 6, 6);
+  {
+    CpuDevice reference(1, /*reference_convolutions=*/true);
+    Conv2d conv("im2col", Conv2dShape{2, 3, 3, 1, 1, false});
+    std::vector<float> weight(conv.weight_count()), grad(weight.size());
+    conv.Bind(reference, weight.data(), grad.data(), nullptr, nullptr);
+    const absl::Status status =
+        conv.Prepare(conv.Geometry(2, 6, 6, nchw, ActivationLayout::kNchw));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("im2col: NCHW activations need"),
+              std::string::npos)
+        << status;
+  }
+  {
+    CpuDevice library(1);
+    Conv2d conv("biased", Conv2dShape{2, 3, 3, 1, 1, true});
+    std::vector<float> weight(conv.weight_count()), grad(weight.size());
+    std::vector<float> bias(3), bias_grad(3);
+    conv.Bind(library, weight.data(), grad.data(), bias.data(),
+              bias_grad.data());
+    const absl::Status status =
+        conv.Prepare(conv.Geometry(2, 6, 6, nchw, ActivationLayout::kNchw));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("biased: a convolution with a bias"),
+              std::string::npos)
+        << status;
+    // The same layer on NHWC activations is made.
+    EXPECT_TRUE(conv.Prepare(conv.Geometry(2, 6, 6, NhwcLayout(2, 6, 6))).ok());
+  }
+}
+
 TEST(Conv2dTest, PiecesOfTheBatchGiveTheWholeBatchResult) {
   const Conv2dShape shape{2, 3, 3, 1, 1, true};
   ConvFixture whole(shape, 3, 4, 4, false);
