@@ -596,8 +596,18 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnConvolution::SearchGraph(
                                     graph.status().message(), ")");
     return legacy;
   }
+  // From here a failure is the graph search's, not the layer's: the legacy
+  // algorithm, measured already, runs instead.
+  const auto legacy_after = [&](const absl::Status& status) {
+    GS_LOG(WARNING) << status << "; the legacy algorithm runs";
+    graph_search_[d] =
+        absl::StrCat(legacy_time, "graph API: failed (", status.message(), ")");
+    return legacy;
+  };
   const size_t workspace = (*graph)->Prepare(policy);
-  RETURN_IF_ERROR(context_.Reserve(CudnnContext::kWorkspace, workspace));
+  const absl::Status reserved =
+      context_.Reserve(CudnnContext::kWorkspace, workspace);
+  if (!reserved.ok()) return legacy_after(reserved);
   RETURN_IF_ERROR(ReserveSearchBuffers());
   // The search tensors in the direction's parts: x (or dx), w (or dw), y
   // (or dy).
@@ -614,7 +624,9 @@ absl::StatusOr<ConvolutionAlgorithmResult> CudnnConvolution::SearchGraph(
   graph_search_[d] =
       absl::StrCat(legacy_time, DescribeGraphSearch((*graph)->summary()));
   if (!fastest.ok()) {
-    if (!absl::IsNotFound(fastest.status())) return fastest.status();
+    if (!absl::IsNotFound(fastest.status())) {
+      return legacy_after(fastest.status());
+    }
     GS_LOG(INFO) << fastest.status().message() << "; the legacy algorithm runs";
     return legacy;
   }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/logging.h"
 #include "core/base/status_macros.h"
 #include "core/device/cuda_device.h"
 #include "core/device/cudnn_context.h"
@@ -254,10 +255,14 @@ absl::Status CudnnGraphConvolution::Build(const CudnnConvolutionPlan& plan,
                           where_);
     CUDNN_RETURN_IF_ERROR(cudnnBackendFinalize(d), where_);
   }
-  // Mode A's ranking first, then the fallback engines it may leave out.
-  RETURN_IF_ERROR(ListConfigs(CUDNN_HEUR_MODE_A));
+  // Mode A's ranking first, then the fallback engines it may leave out; a
+  // mode that cannot rank this graph leaves the other's list.
+  const absl::Status ranked = ListConfigs(CUDNN_HEUR_MODE_A);
   const absl::Status fallback = ListConfigs(CUDNN_HEUR_MODE_FALLBACK);
-  if (configs_.empty()) return fallback;
+  if (configs_.empty()) return ranked.ok() ? fallback : ranked;
+  if (!ranked.ok()) {
+    GS_LOG(INFO) << ranked << "; the fallback list alone";
+  }
   return absl::OkStatus();
 }
 
