@@ -75,6 +75,10 @@ rows speed/MODEL/BATCH/PRECISION/FLAG; a variant's row says whether it meets
 the bar but fails only if it does not run (the bar is the defaults'). A
 cudnn_layout variant runs in fp32 and tf32 only: bf16 convolutions compute
 on NHWC whatever that flag says, so its bf16 point would be the default's.
+--budget_s=S bounds the whole GPU comparison: each child's timeout is cut
+to what is left of S, a point that cannot start (under BUDGET_MARGIN_S
+left) or that the cut timeout ends is a SKIP row saying so, and the script
+ends within S (tools/gpu_check.sh's 8 minutes).
 
 Needs Debian's python3-torch (tools/install_deps.sh --with-pytorch); run it
 with /usr/bin/python3, the interpreter that package installs into.
@@ -87,6 +91,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -313,6 +318,32 @@ def variant_applies(variant, precision):
     return not (variant.startswith("cudnn_layout=") and precision == "bf16")
 
 
+# Under --budget_s, a child starts only with this many seconds left.
+BUDGET_MARGIN_S = 15
+BUDGET_SPENT = "the time budget (--budget_s) is spent"
+
+
+class Budget:
+    """What is left of --budget_s (none: no limit), and the timeout a child
+    gets from it."""
+
+    def __init__(self, budget_s, timeout_s):
+        self.deadline = (time.monotonic() + budget_s) if budget_s else None
+        self.timeout_s = timeout_s
+
+    def spent(self):
+        return (self.deadline is not None and
+                self.deadline - time.monotonic() < BUDGET_MARGIN_S)
+
+    def child_timeout(self):
+        """(seconds, cut): the child's timeout, and whether the budget cut
+        it below --timeout_s."""
+        if self.deadline is None:
+            return self.timeout_s, False
+        left = int(self.deadline - time.monotonic())
+        return min(self.timeout_s, left), left < self.timeout_s
+
+
 def run_gpu(args, models, batches, precisions, variants):
     """The GPU comparison; returns the number of failed points. Each
     default point is followed by its variants' (`variants`: (model, batch)
@@ -321,6 +352,7 @@ def run_gpu(args, models, batches, precisions, variants):
     work = args.work_dir or os.path.join(os.getcwd(), "compute_vs_pytorch.gpu")
     rows_out = []
     failures = 0
+    budget = Budget(0 if args.dry_run else args.budget_s, args.timeout_s)
 
     def emit(status, name, detail):
         rows_out.append("%s\t%s\t%s" % (status, name, detail))
@@ -341,9 +373,13 @@ def run_gpu(args, models, batches, precisions, variants):
                                        precision, ",".join(map(str, batches))))
                 pytorch[(model, precision)] = "dry run"
                 continue
+            if budget.spent():
+                pytorch[(model, precision)] = "not run: " + BUDGET_SPENT
+                continue
+            timeout_s, cut = budget.child_timeout()
             try:
                 result = subprocess.run(command, capture_output=True,
-                                        text=True, timeout=args.timeout_s)
+                                        text=True, timeout=timeout_s)
                 found = {}
                 for line in result.stdout.splitlines():
                     if line.startswith("{"):
@@ -356,7 +392,8 @@ def run_gpu(args, models, batches, precisions, variants):
                 pytorch[(model, precision)] = found
             except subprocess.TimeoutExpired:
                 pytorch[(model, precision)] = (
-                    "PyTorch timed out after %d s" % args.timeout_s)
+                    "PyTorch timed out after %d s%s" %
+                    (timeout_s, " (cut by --budget_s)" if cut else ""))
 
     def measure(model, batch, precision, variant):
         """Runs one gradsync point (with --`variant` where it is not "") and
@@ -378,13 +415,22 @@ def run_gpu(args, models, batches, precisions, variants):
         theirs_ms = theirs.get(batch) if isinstance(theirs, dict) else None
         theirs_text = ("pytorch %.2f ms" % theirs_ms if theirs_ms is not None
                        else "pytorch: %s" % (theirs or "no figure"))
+        if budget.spent():
+            emit("SKIP", name, BUDGET_SPENT)
+            return 0
         os.makedirs(metrics_dir, exist_ok=True)
+        timeout_s, cut = budget.child_timeout()
         try:
             result = subprocess.run(command, capture_output=True, text=True,
-                                    timeout=args.timeout_s)
+                                    timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            if cut:
+                emit("SKIP", name, "gradsync ran past the end of the time "
+                     "budget (--budget_s, %d s left for it); %s" %
+                     (timeout_s, theirs_text))
+                return 0
             emit("FAIL", name, "gradsync timed out after %d s; %s" %
-                 (args.timeout_s, theirs_text))
+                 (timeout_s, theirs_text))
             return 1
         with open(os.path.join(metrics_dir, "stderr.log"), "w") as log:
             log.write(result.stderr)
@@ -460,6 +506,9 @@ def main():
                         help="cuda: limit of each child process")
     parser.add_argument("--work_dir", default="",
                         help="cuda: where gradsync's metrics folders go")
+    parser.add_argument("--budget_s", type=int, default=0,
+                        help="cuda: seconds for the whole comparison (0: no "
+                             "limit); points it cannot reach are SKIP rows")
     parser.add_argument("--rows", default="",
                         help="cuda: write STATUS<TAB>name<TAB>detail rows here")
     parser.add_argument("--dry_run", action="store_true",

@@ -160,6 +160,7 @@ case "$1" in
             { echo "  fashion-mnist MISSING in /nowhere"; exit 1; }
           echo "  gpus        1 visible (fake)"; exit 0 ;;
 esac
+[[ "$1" == train && -n "${FAKE_TRAIN_SLEEP_S:-}" ]] && sleep "$FAKE_TRAIN_SLEEP_S"
 dir=""
 precision=fp32
 step_ms=10.0
@@ -349,6 +350,64 @@ class QuickFakeBundleTest(unittest.TestCase):
         self.assertEqual(result.returncode, 1)
         self.assertEqual(rows["comm_local"][0], "FAIL")
         self.assertIn("5.0% (over 2%)", rows["comm_local"][1])
+
+
+class SpeedBudgetTest(unittest.TestCase):
+    """compute_vs_pytorch.py --budget_s over the stand-in gradsync: the
+    points the budget cannot reach are SKIP rows saying so, not failures."""
+
+    def run_speed(self, budget_s, extra_env=None, precisions="fp32,tf32"):
+        root = tempfile.mkdtemp()
+        self.addCleanup(subprocess.run, ["rm", "-rf", root])
+        make_bundle(root)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.path.join(root, "fake_torch")
+        env.update(extra_env or {})
+        rows_file = os.path.join(root, "speed.tsv")
+        result = subprocess.run(
+            [sys.executable, os.path.join(root, "bench",
+                                          "compute_vs_pytorch.py"),
+             "--device=cuda", "--gradsync=" + os.path.join(root, "bin",
+                                                          "gradsync"),
+             "--models=resnet18", "--batches=128",
+             "--precisions=" + precisions,
+             "--steps=2", "--warmup=1", "--timeout_s=60",
+             "--budget_s=%d" % budget_s, "--rows=" + rows_file,
+             "--work_dir=" + os.path.join(root, "work")],
+            capture_output=True, text=True, env=env, timeout=120)
+        rows = {}
+        if os.path.exists(rows_file):
+            with open(rows_file) as f:
+                for line in f:
+                    status, name, detail = line.rstrip("\n").split("\t")
+                    rows[name] = (status, detail)
+        return result, rows
+
+    def test_a_spent_budget_skips_every_point(self):
+        result, rows = self.run_speed(budget_s=1)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(sorted(rows), ["speed/resnet18/128/fp32",
+                                        "speed/resnet18/128/tf32"])
+        for status, detail in rows.values():
+            self.assertEqual((status, detail),
+                             ("SKIP", compute_vs_pytorch.BUDGET_SPENT))
+
+    def test_a_point_the_budget_cuts_short_is_skipped(self):
+        # 25 s of budget: after the one PyTorch child (which fails at once
+        # here) the point starts with more than the 15 s margin left, its
+        # timeout cut to what is left, and it runs past that.
+        result, rows = self.run_speed(budget_s=25, precisions="fp32",
+                                      extra_env={"FAKE_TRAIN_SLEEP_S": "60"})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        status, detail = rows["speed/resnet18/128/fp32"]
+        self.assertEqual(status, "SKIP")
+        self.assertIn("ran past the end of the time budget", detail)
+
+    def test_within_the_budget_points_are_measured(self):
+        result, rows = self.run_speed(budget_s=300)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(rows["speed/resnet18/128/fp32"][0], "PASS")
+        self.assertIn("gradsync 10.00 ms", rows["speed/resnet18/128/fp32"][1])
 
 
 class GpuPointTest(unittest.TestCase):
