@@ -393,9 +393,10 @@ class SpeedBudgetTest(unittest.TestCase):
                              ("SKIP", compute_vs_pytorch.BUDGET_SPENT))
 
     def test_a_point_the_budget_cuts_short_is_skipped(self):
-        # 25 s of budget: after the one PyTorch child (which fails at once
-        # here) the point starts with more than the 15 s margin left, its
-        # timeout cut to what is left, and it runs past that.
+        # A budget some seconds over the margin: after the one PyTorch
+        # child (which fails at once here) the point starts with more than
+        # the margin left, its timeout cut to what is left, and the stand-in
+        # runs past that.
         result, rows = self.run_speed(budget_s=25, precisions="fp32",
                                       extra_env={"FAKE_TRAIN_SLEEP_S": "60"})
         self.assertEqual(result.returncode, 0, result.stderr)

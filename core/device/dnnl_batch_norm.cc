@@ -13,8 +13,8 @@ namespace {
 using dnnl::memory;
 namespace km = kernel_math;
 
-// x's description: NHWC rows of 1×1 images (plane 1), or NCHW images of
-// plane×1 pixels.
+// x's description: NHWC rows of single-pixel images (plane 1), or NCHW images
+// of plane×1 pixels.
 memory::desc DataDesc(int64_t rows, int channels, int64_t plane) {
   if (plane == 1) {
     return memory::desc({rows, channels, 1, 1}, memory::data_type::f32,

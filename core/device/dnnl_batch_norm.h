@@ -5,7 +5,7 @@
 // that shape and run every step.
 //
 // Layout: the layers' NHWC activations (plane 1), described to oneDNN as an
-// NHWC tensor of `rows` images of 1×1 pixels (the same bytes), for which
+// NHWC tensor of `rows` single-pixel images (the same bytes), for which
 // oneDNN 2.6 picks its AVX-512 kernel (`bnorm_jit:avx512_core`); as a 2-D
 // `nc` tensor it picks `ncsp_bnorm:any`, plain loops. Against the device's own
 // loops (double sums per channel, kernel_math.h's arithmetic) on ResNet-18's
