@@ -25,6 +25,22 @@
 #   comm_*          exposed communication of ResNet-18 jobs on this GPU:
 #                   local (must be at most 2% of the step), ring2 (2
 #                   workers), ps2_1 (2 workers, 1 server)
+#   hook            the PyTorch hook (bundle only): the wheel unpacked for the
+#                   node's python (PYTHONPATH), python/cuda_hook_check.py
+#   speed/M/B/P     bench/compute_vs_pytorch.py --device=cuda: gradsync's step
+#                   beside PyTorch's on this GPU, model M (resnet18, cnn,
+#                   mlp) x batch B (32, 128, 256) x precision P (fp32, tf32,
+#                   bf16, each gradsync row run with --precision=P, a refusal
+#                   a FAIL; ResNet-18 at 128 and 256 under issue 39's bar is
+#                   a FAIL)
+#   speed/resnet18/B/P/cudnn_graph, speed/resnet18/B/P/cudnn_layout=fastest,
+#   speed/resnet18/B/P/cudnn_layout=nchw
+#                   the same point with --cudnn_graph, then with
+#                   --cudnn_layout=fastest and =nchw (B 128 and 256; the
+#                   layouts in fp32 and tf32, bf16 computing NHWC whatever
+#                   the flag), run right after the default one: whether the
+#                   graph-API engines or the NCHW layout meet the bar, not
+#                   judged (the default is)
 #   layers_P        bench/layer_profile: ResNet-18's step at batch 128 and
 #                   precision P (fp32, tf32, bf16), operation by operation on the
 #                   GPU's clock: the share of convolutions, batch norm and
@@ -43,23 +59,9 @@
 #   torch_layers_P  bench/pytorch_layer_profile.py: PyTorch's ResNet-18 step
 #                   (the speed rows' settings) by the same categories, from
 #                   torch.profiler (SKIP where the node's python has no torch)
-#   hook            the PyTorch hook (bundle only): the wheel unpacked for the
-#                   node's python (PYTHONPATH), python/cuda_hook_check.py
-#   speed/M/B/P     bench/compute_vs_pytorch.py --device=cuda: gradsync's step
-#                   beside PyTorch's on this GPU, model M (resnet18, cnn,
-#                   mlp) x batch B (32, 128, 256) x precision P (fp32, tf32,
-#                   bf16, each gradsync row run with --precision=P, a refusal
-#                   a FAIL; ResNet-18 at 128 and 256 under issue 39's bar is
-#                   a FAIL)
-#   speed/resnet18/B/P/cudnn_graph, speed/resnet18/B/P/cudnn_layout=fastest,
-#   speed/resnet18/B/P/cudnn_layout=nchw
-#                   the same point with --cudnn_graph, then with
-#                   --cudnn_layout=fastest and =nchw (B 128 and 256; the
-#                   layouts in fp32 and tf32, bf16 computing NHWC whatever
-#                   the flag), run right after the default one: whether the
-#                   graph-API engines or the NCHW layout meet the bar, not
-#                   judged (the default is)
-# and prints one table of every check. Each command runs under a timeout cut
+# and prints one table of every check. The speed rows leave the layer
+# profiles a reserve (GPU_CHECK_LAYERS_S seconds, else 75), and the profiles
+# run fp32 first. Each command runs under a timeout cut
 # to what is left of the 8 minutes; a check the budget cannot reach is a
 # SKIP saying so. Sanitizers and benchmarks are in the full check only.
 #
@@ -382,6 +384,78 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
     "--run_dir=$logs/comm_ring2.run" -- --sync=ring "${job_flags[@]}"
   comm_job comm_ps2_1 "" "$gradsync" launch --workers=2 --servers=1 \
     "--run_dir=$logs/comm_ps2_1.run" -- --sync=ps "${job_flags[@]}"
+  # The PyTorch hook on this GPU (issue 41): DDP on Gloo over CUDA tensors
+  # against gradsync's ring and PS behind the hook, two processes sharing the
+  # GPU. The bundle's wheel is unpacked into a folder of the logs that the
+  # node's own python reads through PYTHONPATH, so that the hook meets the
+  # node's torch wherever it is installed (a venv made from a venv's python
+  # does not see the first venv's packages) and the node's Python is left as
+  # it was. A wheel is a zip archive; unpacking it is all pip would do here.
+  wheel=$(ls "$here"/../python/gradsync-*.whl 2>/dev/null | head -n 1)
+  hook_check="$here/../python/cuda_hook_check.py"
+  if [[ -z "$wheel" || ! -f "$hook_check" ]]; then
+    record SKIP hook "no wheel and cuda_hook_check.py beside this script (the bundle carries them in python/)"
+  elif budget_left hook; then
+    site="$logs/hook-site"
+    run hook_install 60 "$python" -m zipfile -e "$wheel" "$site"
+    if ((dry)); then
+      record SKIP hook "dry run"
+    elif ((rc != 0)); then
+      record FAIL hook "the wheel did not unpack: $(tail -n 1 "$logs/hook_install.log")"
+    else
+      PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" \
+        GRADSYNC_LIBS_DIR="$here/../lib" run hook 150 "$python" \
+        "$hook_check" --gradsync "$gradsync" --python "$python"
+      if ((rc == 0)); then
+        record PASS hook "ring and PS behind the hook equal DDP on Gloo on CUDA tensors: $(grep -c . "$logs/hook.log") lines in hook.log"
+      else
+        record FAIL hook "cuda_hook_check exit $rc: $(tail -n 1 "$logs/hook.log")"
+      fi
+    fi
+  fi
+
+  # gradsync against PyTorch: one row per (model, batch, precision), and
+  # ResNet-18's points at the bar's batches again with --cudnn_graph, with
+  # --cudnn_layout=fastest and with --cudnn_layout=nchw.
+  compare="$here/../bench/compute_vs_pytorch.py"
+  if ! command -v "$python" > /dev/null; then
+    record SKIP speed "no $python on PATH (set PYTHON=)"
+  elif [[ ! -f "$compare" ]]; then
+    record FAIL speed "$compare missing (the bundle carries bench/)"
+  elif budget_left speed; then
+    : > "$logs/speed.tsv"
+    dry_flag=()
+    ((dry)) && dry_flag=(--dry_run)
+    # Not through run(): the script prints its own commands in a dry run.
+    # The speed rows are the verdict; the layer profiles after them only
+    # explain it, so they get what the speed rows leave of a reserve.
+    speed_s=$((deadline - SECONDS))
+    reserve_s=${GPU_CHECK_LAYERS_S:-75}
+    ((speed_s > reserve_s + 60)) && speed_s=$((speed_s - reserve_s))
+    # The script's own budget ends its points, as SKIP rows, before the
+    # timeout below would kill it (0 would mean no limit: at least 1).
+    speed_budget_s=$((speed_s > 11 ? speed_s - 10 : 1))
+    echo "== speed (timeout ${speed_s} s): $python $compare --device=cuda ..."
+    timeout --kill-after=10 "$speed_s" "$python" "$compare" --device=cuda \
+      "--gradsync=$gradsync" --models=resnet18,cnn,mlp --batches=32,128,256 \
+      --precisions=fp32,tf32,bf16 --steps=20 --warmup=10 --timeout_s=60 \
+      "--budget_s=$speed_budget_s" \
+      --variants=cudnn_graph,cudnn_layout=fastest,cudnn_layout=nchw \
+      --variant_models=resnet18 \
+      --variant_batches=128,256 "--work_dir=$logs/speed" "--rows=$logs/speed.tsv" "${dry_flag[@]}" \
+      > "$logs/speed.log" 2>&1
+    rc=$?
+    ((dry)) && cat "$logs/speed.log"
+    while IFS=$'\t' read -r status name detail; do
+      [[ -n "$status" ]] && record "$status" "$name" "$detail"
+    done < "$logs/speed.tsv"
+    if ((rc == 124 || rc == 137)); then
+      record FAIL speed "timed out after $speed_s s; the points above were measured"
+    elif [[ ! -s "$logs/speed.tsv" ]]; then
+      record FAIL speed "no points measured: exit $rc, $(tail -n 1 "$logs/speed.log")"
+    fi
+  fi
+
   # shares LOG: the conv, batch norm and element-wise shares of a category
   # table (bench/layer_profile's or bench/pytorch_layer_profile.py's: the
   # rows between the "category" heading and the blank line, ms/step the
@@ -410,9 +484,10 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
   # won) and with --cudnn_layout=nchw (NCHW activations end to end), then
   # PyTorch's by the same categories (bench/pytorch_layer_profile.py,
   # torch.profiler).
-  for name in layers_fp32 layers_tf32 layers_bf16 layers_fp32_graph \
-    layers_tf32_graph layers_bf16_graph layers_fp32_fastest \
-    layers_tf32_fastest layers_fp32_nchw layers_tf32_nchw; do
+  # Most telling first: fp32 is the precision under the bar.
+  for name in layers_fp32_nchw layers_fp32 layers_fp32_fastest \
+    layers_fp32_graph layers_tf32_nchw layers_tf32 layers_bf16 \
+    layers_tf32_graph layers_bf16_graph layers_tf32_fastest; do
     precision=${name#layers_}
     precision=${precision%_graph}
     precision=${precision%_fastest}
@@ -476,74 +551,6 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
       record PASS "$name" "$(grep -m 1 ' on cuda' "$logs/$name.log" | sed 's/ on cuda.*//'): $(shares "$logs/$name.log")"
     fi
   done
-  # The PyTorch hook on this GPU (issue 41): DDP on Gloo over CUDA tensors
-  # against gradsync's ring and PS behind the hook, two processes sharing the
-  # GPU. The bundle's wheel is unpacked into a folder of the logs that the
-  # node's own python reads through PYTHONPATH, so that the hook meets the
-  # node's torch wherever it is installed (a venv made from a venv's python
-  # does not see the first venv's packages) and the node's Python is left as
-  # it was. A wheel is a zip archive; unpacking it is all pip would do here.
-  wheel=$(ls "$here"/../python/gradsync-*.whl 2>/dev/null | head -n 1)
-  hook_check="$here/../python/cuda_hook_check.py"
-  if [[ -z "$wheel" || ! -f "$hook_check" ]]; then
-    record SKIP hook "no wheel and cuda_hook_check.py beside this script (the bundle carries them in python/)"
-  elif budget_left hook; then
-    site="$logs/hook-site"
-    run hook_install 60 "$python" -m zipfile -e "$wheel" "$site"
-    if ((dry)); then
-      record SKIP hook "dry run"
-    elif ((rc != 0)); then
-      record FAIL hook "the wheel did not unpack: $(tail -n 1 "$logs/hook_install.log")"
-    else
-      PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" \
-        GRADSYNC_LIBS_DIR="$here/../lib" run hook 150 "$python" \
-        "$hook_check" --gradsync "$gradsync" --python "$python"
-      if ((rc == 0)); then
-        record PASS hook "ring and PS behind the hook equal DDP on Gloo on CUDA tensors: $(grep -c . "$logs/hook.log") lines in hook.log"
-      else
-        record FAIL hook "cuda_hook_check exit $rc: $(tail -n 1 "$logs/hook.log")"
-      fi
-    fi
-  fi
-
-  # gradsync against PyTorch: one row per (model, batch, precision), and
-  # ResNet-18's points at the bar's batches again with --cudnn_graph, with
-  # --cudnn_layout=fastest and with --cudnn_layout=nchw.
-  compare="$here/../bench/compute_vs_pytorch.py"
-  if ! command -v "$python" > /dev/null; then
-    record SKIP speed "no $python on PATH (set PYTHON=)"
-  elif [[ ! -f "$compare" ]]; then
-    record FAIL speed "$compare missing (the bundle carries bench/)"
-  elif budget_left speed; then
-    : > "$logs/speed.tsv"
-    dry_flag=()
-    ((dry)) && dry_flag=(--dry_run)
-    # Not through run(): the script prints its own commands in a dry run.
-    speed_s=$((deadline - SECONDS))
-    # The script's own budget ends its points, as SKIP rows, before the
-    # timeout below would kill it (0 would mean no limit: at least 1).
-    speed_budget_s=$((speed_s > 11 ? speed_s - 10 : 1))
-    echo "== speed (timeout ${speed_s} s): $python $compare --device=cuda ..."
-    timeout --kill-after=10 "$speed_s" "$python" "$compare" --device=cuda \
-      "--gradsync=$gradsync" --models=resnet18,cnn,mlp --batches=32,128,256 \
-      --precisions=fp32,tf32,bf16 --steps=20 --warmup=10 --timeout_s=60 \
-      "--budget_s=$speed_budget_s" \
-      --variants=cudnn_graph,cudnn_layout=fastest,cudnn_layout=nchw \
-      --variant_models=resnet18 \
-      --variant_batches=128,256 "--work_dir=$logs/speed" "--rows=$logs/speed.tsv" "${dry_flag[@]}" \
-      > "$logs/speed.log" 2>&1
-    rc=$?
-    ((dry)) && cat "$logs/speed.log"
-    while IFS=$'\t' read -r status name detail; do
-      [[ -n "$status" ]] && record "$status" "$name" "$detail"
-    done < "$logs/speed.tsv"
-    if ((rc == 124 || rc == 137)); then
-      record FAIL speed "timed out after $speed_s s; the points above were measured"
-    elif [[ ! -s "$logs/speed.tsv" ]]; then
-      record FAIL speed "no points measured: exit $rc, $(tail -n 1 "$logs/speed.log")"
-    fi
-  fi
-
   finish "$failed"
 fi
 
