@@ -68,13 +68,15 @@ and runs nothing (tested without a GPU by tools/gpu_check_test.sh). A
 ResNet-18 point at batch 128 or more under issue 39's bar (gradsync at least
 as fast as PyTorch in fp32 and tf32, 0.8x in bf16) is a FAIL row.
 --variants=FLAG,... also measures gradsync with each of those flags set
-(a boolean's name, e.g. cudnn_graph, or NAME=VALUE, e.g.
-cudnn_layout=fastest), on --variant_models at --variant_batches, each right
-after the default point it varies and against the same PyTorch figure, as
+(a boolean's name, or NAME=VALUE, e.g. cudnn_layout=nhwc or
+cudnn_graph=false), on --variant_models at --variant_batches, each right
+after the default point it varies and
+against the same PyTorch figure, as
 rows speed/MODEL/BATCH/PRECISION/FLAG; a variant's row says whether it meets
 the bar but fails only if it does not run (the bar is the defaults'). A
-cudnn_layout variant runs in fp32 and tf32 only: bf16 convolutions compute
-on NHWC whatever that flag says, so its bf16 point would be the default's.
+variant runs only at the precisions where it changes the default run
+(VARIANT_PRECISIONS): e.g. cudnn_layout=nchw in tf32 alone, since fp32
+computes ResNet-18 in NCHW by default and bf16 in NHWC whatever the flag.
 --budget_s=S bounds the whole GPU comparison: each child's timeout is cut
 to what is left of S, a point that cannot start (under BUDGET_MARGIN_S
 left) or that the cut timeout ends is a SKIP row saying so, and the script
@@ -312,10 +314,23 @@ def judge_gpu_point(model, batch, precision, ours, theirs, variant=""):
     return "PASS", ""
 
 
+# The precisions where a variant's flag changes what the default run does
+# (--cudnn_layout=auto: fp32 on NCHW activations and the legacy algorithms,
+# tf32 and bf16 on NHWC and the graph API's engines; bf16 computes NHWC
+# whatever the layout); a flag not listed changes every precision.
+VARIANT_PRECISIONS = {
+    "cudnn_graph=true": ("fp32",),
+    "cudnn_graph=false": ("tf32", "bf16"),
+    "cudnn_layout=nhwc": ("fp32",),
+    "cudnn_layout=nchw": ("tf32",),
+    "cudnn_layout=fastest": ("fp32", "tf32"),
+}
+
+
 def variant_applies(variant, precision):
-    """Whether gradsync's --`variant` changes a run at `precision`: the
-    convolution layout is float32's choice (bf16 always computes NHWC)."""
-    return not (variant.startswith("cudnn_layout=") and precision == "bf16")
+    """Whether gradsync's --`variant` changes a ResNet-18 run at
+    `precision` (VARIANT_PRECISIONS)."""
+    return precision in VARIANT_PRECISIONS.get(variant, (precision,))
 
 
 # Under --budget_s, a child starts only with this many seconds left.
@@ -551,7 +566,7 @@ def main():
         if any(not re.fullmatch(r"[a-z][a-z0-9_]*(=[a-z0-9_.]+)?", v)
                for v in flags):
             parser.error("--variants takes gradsync flags without their "
-                         "dashes, e.g. cudnn_graph or cudnn_layout=fastest")
+                         "dashes, e.g. cudnn_graph=true or cudnn_layout=fastest")
         try:
             variant_batches = {int(b) for b in
                                args.variant_batches.split(",") if b}

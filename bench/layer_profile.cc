@@ -57,11 +57,12 @@ ABSL_FLAG(bool, bf16_operands, true,
           "--precision=bf16: let convolutions and batch norms pass bf16 "
           "tensors (the default); false: every convolution rounds its own "
           "inputs and widens its output, to measure what the default saves");
-ABSL_FLAG(bool, cudnn_graph, false,
-          "CUDA: convolutions also try cuDNN's graph API (DeviceOptions)");
-ABSL_FLAG(std::string, cudnn_layout, "nhwc",
+ABSL_FLAG(std::string, cudnn_graph, "auto",
+          "CUDA: convolutions also try cuDNN's graph API: true, false or "
+          "auto (the layout's and precision's default; DeviceOptions)");
+ABSL_FLAG(std::string, cudnn_layout, "auto",
           "CUDA, fp32 and tf32: the layout cuDNN computes convolutions in: "
-          "nhwc, nchw or fastest (DeviceOptions)");
+          "auto, nhwc, nchw or fastest (DeviceOptions)");
 ABSL_FLAG(int, batch, 128, "images a step");
 ABSL_FLAG(int, warmup, 5, "untimed steps first (cuDNN's searches, caches)");
 ABSL_FLAG(int, steps, 10, "timed steps, unmarked and then profiled");
@@ -106,7 +107,8 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(options.precision,
                    ParsePrecision(absl::GetFlag(FLAGS_precision)));
   options.convolutions_round_own_operands = !absl::GetFlag(FLAGS_bf16_operands);
-  options.cudnn_graph = absl::GetFlag(FLAGS_cudnn_graph);
+  ASSIGN_OR_RETURN(options.cudnn_graph,
+                   ParseCudnnGraph(absl::GetFlag(FLAGS_cudnn_graph)));
   ASSIGN_OR_RETURN(options.cudnn_layout,
                    ParseConvolutionLayout(absl::GetFlag(FLAGS_cudnn_layout)));
   ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateDevice(options));
@@ -172,8 +174,11 @@ absl::Status Run() {
       model->name(), " on ", device->name(),
       ", --precision=", PrecisionName(options.precision),
       options.convolutions_round_own_operands ? " (--bf16_operands=false)" : "",
-      options.cudnn_graph ? " (--cudnn_graph)" : "",
-      options.cudnn_layout == ConvolutionLayout::kNhwc
+      options.cudnn_graph.has_value()
+          ? (*options.cudnn_graph ? " (--cudnn_graph=true)"
+                                  : " (--cudnn_graph=false)")
+          : "",
+      options.cudnn_layout == ConvolutionLayout::kAuto
           ? ""
           : absl::StrCat(" (--cudnn_layout=",
                          ConvolutionLayoutName(options.cudnn_layout), ")"),
@@ -206,7 +211,7 @@ absl::Status Run() {
     json["device"] = device->name();
     json["precision"] = PrecisionName(options.precision);
     json["bf16_operands"] = !options.convolutions_round_own_operands;
-    json["cudnn_graph"] = options.cudnn_graph;
+    json["cudnn_graph"] = CudnnGraphOf(options);
     json["cudnn_layout"] = ConvolutionLayoutName(options.cudnn_layout);
     json["batch"] = batch;
     json["warmup"] = warmup;

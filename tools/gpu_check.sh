@@ -16,8 +16,10 @@
 #   parity_layers   layer_reference_test: every layer at ResNet-18's shapes
 #                   against loops in double, on the CPU and the GPU
 #   parity_cudnn    device_parity_test's cuDNN cases: each convolution against
-#                   a direct convolution in double; and the fused batch-norm
-#                   epilogues against the unfused kernels, bit for bit
+#                   a direct convolution in double; the fused batch-norm
+#                   epilogues against the unfused kernels, bit for bit; and
+#                   the CNN's and ResNet-18's step with the defaults against
+#                   the CPU's
 #   parity_bf16     bf16_precision_test: --precision=bf16's convolutions and
 #                   products on the GPU against float64 of the bf16-rounded
 #                   inputs, and the MLP's and CNN's bf16 steps on the GPU
@@ -33,35 +35,28 @@
 #                   bf16, each gradsync row run with --precision=P, a refusal
 #                   a FAIL; ResNet-18 at 128 and 256 under issue 39's bar is
 #                   a FAIL)
-#   speed/resnet18/B/P/cudnn_graph, speed/resnet18/B/P/cudnn_layout=fastest,
-#   speed/resnet18/B/P/cudnn_layout=nchw
-#                   the same point with --cudnn_graph, then with
-#                   --cudnn_layout=fastest and =nchw (B 128 and 256; the
-#                   layouts in fp32 and tf32, bf16 computing NHWC whatever
-#                   the flag), run right after the default one: whether the
-#                   graph-API engines or the NCHW layout meet the bar, not
-#                   judged (the default is)
+#   speed/resnet18/B/P/FLAG
+#                   the same point with a flag the defaults were chosen
+#                   over (B 128 and 256; each where it changes the default
+#                   run): cudnn_graph=true and cudnn_layout=nhwc in fp32,
+#                   cudnn_layout=nchw in tf32, cudnn_graph=false in tf32 and
+#                   bf16; run right after the default one, not judged (the
+#                   default is)
 #   layers_P        bench/layer_profile: ResNet-18's step at batch 128 and
 #                   precision P (fp32, tf32, bf16), operation by operation on the
 #                   GPU's clock: the share of convolutions, batch norm and
-#                   element-wise kernels here, every operation in
-#                   layers_P.json and the tables in layers_P.log
-#   layers_P_graph  the same with --cudnn_graph: cuDNN's graph-API engines
-#                   timed beside the legacy algorithms, and how many of the
-#                   convolutions' directions they won
-#   layers_P_fastest
-#                   the same with --cudnn_layout=fastest (fp32 and tf32):
-#                   each shape's step timed in NHWC and on NCHW copies, and
-#                   how many shapes NCHW won
-#   layers_P_nchw   the same with --cudnn_layout=nchw (fp32 and tf32):
-#                   ResNet-18 on NCHW activations end to end, and how many
-#                   shapes computed NCHW with no copies
+#                   element-wise kernels here, how many shapes computed NCHW
+#                   and how many directions ran graph engines, every
+#                   operation in layers_P.json and the tables in layers_P.log
+#   layers_P_FLAG   the same with a flag the defaults were chosen over:
+#                   fp32_nhwc, fp32_graph, tf32_nchw, tf32_legacy
+#                   (--cudnn_graph=false)
 #   torch_layers_P  bench/pytorch_layer_profile.py: PyTorch's ResNet-18 step
 #                   (the speed rows' settings) by the same categories, from
 #                   torch.profiler (SKIP where the node's python has no torch)
 # and prints one table of every check. The speed rows leave the layer
 # profiles a reserve (GPU_CHECK_LAYERS_S seconds, else 75), and the profiles
-# run fp32 first. Each command runs under a timeout cut
+# run the defaults first. Each command runs under a timeout cut
 # to what is left of the 8 minutes; a check the budget cannot reach is a
 # SKIP saying so. Sanitizers and benchmarks are in the full check only.
 #
@@ -328,7 +323,7 @@ if ((quick)); then
   }
   quick_gtest parity_layers 150 layer_reference_test
   quick_gtest parity_cudnn 120 device_parity_test \
-    '--gtest_filter=*Cudnn*:*FusedBatchNorm*'
+    '--gtest_filter=*Cudnn*:*FusedBatchNorm*:*OneStep*auto'
   quick_gtest parity_bf16 120 bf16_precision_test
 
   # Exposed communication on this GPU: ResNet-18, batch 64 per worker, fp32.
@@ -415,8 +410,8 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
   fi
 
   # gradsync against PyTorch: one row per (model, batch, precision), and
-  # ResNet-18's points at the bar's batches again with --cudnn_graph, with
-  # --cudnn_layout=fastest and with --cudnn_layout=nchw.
+  # ResNet-18's points at the bar's batches again with each flag the
+  # defaults were chosen over, where it changes the default run.
   compare="$here/../bench/compute_vs_pytorch.py"
   if ! command -v "$python" > /dev/null; then
     record SKIP speed "no $python on PATH (set PYTHON=)"
@@ -440,7 +435,7 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
       "--gradsync=$gradsync" --models=resnet18,cnn,mlp --batches=32,128,256 \
       --precisions=fp32,tf32,bf16 --steps=20 --warmup=10 --timeout_s=60 \
       "--budget_s=$speed_budget_s" \
-      --variants=cudnn_graph,cudnn_layout=fastest,cudnn_layout=nchw \
+      --variants=cudnn_graph=true,cudnn_layout=nhwc,cudnn_layout=nchw,cudnn_graph=false \
       --variant_models=resnet18 \
       --variant_batches=128,256 "--work_dir=$logs/speed" "--rows=$logs/speed.tsv" "${dry_flag[@]}" \
       > "$logs/speed.log" 2>&1
@@ -476,54 +471,44 @@ print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
       }' "$1"
   }
   # Where ResNet-18's step goes on this GPU, operation by operation (issue
-  # 39's "find where the time goes first"): batch 128, fp32, tf32 and bf16;
-  # gradsync's (bench/layer_profile), then with --cudnn_graph (cuDNN's
-  # graph-API engines tried beside the legacy algorithms: its rows say
-  # whether they beat them), then with --cudnn_layout=fastest in fp32 and
-  # tf32 (NHWC and NCHW timed per shape: its rows say how many shapes NCHW
-  # won) and with --cudnn_layout=nchw (NCHW activations end to end), then
-  # PyTorch's by the same categories (bench/pytorch_layer_profile.py,
-  # torch.profiler).
-  # Most telling first: fp32 is the precision under the bar.
-  for name in layers_fp32_nchw layers_fp32 layers_fp32_fastest \
-    layers_fp32_graph layers_tf32_nchw layers_tf32 layers_bf16 \
-    layers_tf32_graph layers_bf16_graph layers_tf32_fastest; do
+  # 39's "find where the time goes first"): batch 128, gradsync's
+  # (bench/layer_profile) with the defaults in fp32, tf32 and bf16, then
+  # the alternatives the defaults were chosen over: fp32 on NHWC (graph
+  # engines on) and on NCHW with graph engines tried, tf32 on NCHW and with
+  # the legacy algorithms alone; then PyTorch's by the same categories
+  # (bench/pytorch_layer_profile.py, torch.profiler).
+  for name in layers_fp32 layers_tf32 layers_bf16 layers_fp32_nhwc \
+    layers_fp32_graph layers_tf32_nchw layers_tf32_legacy; do
     precision=${name#layers_}
-    precision=${precision%_graph}
-    precision=${precision%_fastest}
-    precision=${precision%_nchw}
-    graph=()
-    [[ "$name" == *_graph ]] && graph=(--cudnn_graph)
-    [[ "$name" == *_fastest ]] && graph=(--cudnn_layout=fastest)
-    [[ "$name" == *_nchw ]] && graph=(--cudnn_layout=nchw)
+    precision=${precision%%_*}
+    flag=()
+    case "$name" in
+      *_nhwc) flag=(--cudnn_layout=nhwc) ;;
+      *_nchw) flag=(--cudnn_layout=nchw) ;;
+      *_graph) flag=(--cudnn_graph=true) ;;
+      *_legacy) flag=(--cudnn_graph=false) ;;
+    esac
     budget_left "$name" || continue
     run "$name" 60 "$(program layer_profile)" --device=cuda --model=resnet18 \
       --batch=128 "--precision=$precision" --warmup=3 --steps=5 --top=40 \
-      "${graph[@]}" "--out=$logs/$name.json"
+      "${flag[@]}" "--out=$logs/$name.json"
     if ((dry)); then
       record SKIP "$name" "dry run"
     elif ((rc != 0)); then
       record FAIL "$name" "$(why_failed 60 "$name")"
     else
+      # The convolutions' shapes (one line each, three directions a shape):
+      # how many computed NCHW, and on how many directions a graph engine
+      # won.
+      shapes=$(grep -cE '^  [0-9]+x[0-9]+/[0-9]+ ' "$logs/$name.log")
       record PASS "$name" "unmarked step $(awk '/^unmarked step:/ { print $3 }' \
         "$logs/$name.log") ms$(awk '/^the host.s time to queue them:/ {
           printf "; the host queued it in %s ms", $7 }' "$logs/$name.log"
-        ); profiled $(shares "$logs/$name.log")$(
-        [[ "$name" == *_graph ]] &&
-          printf '; %s of %s directions on graph engines' \
-            "$(grep -o 'graph engine' "$logs/$name.log" | wc -l)" \
-            "$(grep -cE '^  [0-9]+x[0-9]+/[0-9]+ ' "$logs/$name.log" |
-               awk '{ print 3 * $1 }')")$(
-        [[ "$name" == *_fastest ]] &&
-          printf '; %s of %s shapes on NCHW copies' \
-            "$(grep -cE '^  [0-9]+x[0-9]+/[0-9]+ .*: NCHW copies: ' \
-               "$logs/$name.log")" \
-            "$(grep -cE '^  [0-9]+x[0-9]+/[0-9]+ ' "$logs/$name.log")")$(
-        [[ "$name" == *_nchw ]] &&
-          printf '; %s of %s shapes NCHW with no copies' \
-            "$(grep -cE '^  [0-9]+x[0-9]+/[0-9]+ .*: NCHW: ' \
-               "$logs/$name.log")" \
-            "$(grep -cE '^  [0-9]+x[0-9]+/[0-9]+ ' "$logs/$name.log")")"
+        ); profiled $(shares "$logs/$name.log"); $(
+        grep -cE '^  [0-9]+x[0-9]+/[0-9]+ .*: NCHW: ' "$logs/$name.log"
+        ) of $shapes shapes NCHW with no copies, $(
+        grep -o 'graph engine' "$logs/$name.log" | wc -l
+        ) of $((3 * shapes)) directions on graph engines"
     fi
   done
   torch_profile="$here/../bench/pytorch_layer_profile.py"

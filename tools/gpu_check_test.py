@@ -26,19 +26,18 @@ CHECKS = (["versions", "parity_layers", "parity_cudnn", "parity_bf16",
            "comm_local",
            "comm_ring2", "comm_ps2_1"] +
           ["layers_" + p for p in PRECISIONS] +
-          ["layers_%s_graph" % p for p in PRECISIONS] +
-          ["layers_fp32_fastest", "layers_tf32_fastest",
-           "layers_fp32_nchw", "layers_tf32_nchw"] +
+          ["layers_fp32_nhwc", "layers_fp32_graph", "layers_tf32_nchw",
+           "layers_tf32_legacy"] +
           ["torch_layers_" + p for p in PRECISIONS] + ["hook"] +
           ["speed/%s/%d/%s" % (m, b, p)
            for m in MODELS for b in BATCHES for p in PRECISIONS] +
-          # ResNet-18 at the bar's batches again with each variant; the
-          # layouts in fp32 and tf32 only.
+          # ResNet-18 at the bar's batches again with each flag the
+          # defaults were chosen over, where it changes the default run.
           ["speed/resnet18/%d/%s/%s" % (b, p, v)
            for b in (128, 256) for p in PRECISIONS
-           for v in ("cudnn_graph", "cudnn_layout=fastest",
-                     "cudnn_layout=nchw")
-           if not (v.startswith("cudnn_layout") and p == "bf16")])
+           for v in ("cudnn_graph=true", "cudnn_layout=nhwc",
+                     "cudnn_layout=nchw", "cudnn_graph=false")
+           if p in compute_vs_pytorch.VARIANT_PRECISIONS[v]])
 ROW = re.compile(r"^(PASS|FAIL|SKIP)\s+(\S+)\s+(.*)$")
 
 
@@ -87,41 +86,46 @@ class QuickDryRunTest(unittest.TestCase):
             stdout = run_quick(out).stdout
         commands = [line for line in stdout.splitlines()
                     if line.startswith(("== ", "would run"))]
-        # 3 parity, 3 comm jobs, 6 + 4 + 3 layer profiles (gradsync's
-        # without and with --cudnn_graph in fp32, tf32 and bf16, with
-        # --cudnn_layout=fastest and =nchw in fp32 and tf32, PyTorch's in
-        # all three), the speed script; 9 PyTorch children (model x
-        # precision) and 27 + 14 gradsync runs inside it (ResNet-18 at batch
-        # 128 and 256 again with --cudnn_graph in every precision and each
-        # layout in fp32 and tf32).
-        self.assertEqual(len(commands), 3 + 3 + 13 + 1 + 9 + 27 + 14)
-        graph_runs = [line for line in commands if "--cudnn_graph" in line]
-        self.assertEqual(len(graph_runs), 3 + 6)
-        for layout in ("fastest", "nchw"):
-            layout_runs = [line for line in commands
-                           if "--cudnn_layout=" + layout in line]
-            self.assertEqual(len(layout_runs), 2 + 4, layout)
-            self.assertFalse(any("--precision=bf16" in line
-                                 for line in layout_runs), layout)
+        # 3 parity, 3 comm jobs, 3 + 4 + 3 layer profiles (gradsync's with
+        # the defaults in fp32, tf32 and bf16 and with the four flags they
+        # were chosen over, PyTorch's in all three), the speed script; 9
+        # PyTorch children (model x precision) and 27 + 10 gradsync runs
+        # inside it (ResNet-18 at batch 128 and 256 again with
+        # --cudnn_graph=true and --cudnn_layout=nhwc in fp32, --cudnn_layout=nchw
+        # in tf32 and --cudnn_graph=false in tf32 and bf16).
+        self.assertEqual(len(commands), 3 + 3 + 10 + 1 + 9 + 27 + 10)
+        for flag, precisions in (("--cudnn_graph=true", ("fp32",)),
+                                 ("--cudnn_layout=nhwc", ("fp32",)),
+                                 ("--cudnn_layout=nchw", ("tf32",)),
+                                 ("--cudnn_graph=false", ("tf32", "bf16"))):
+            runs = [line for line in commands
+                    if line.endswith(" " + flag) or (" %s " % flag) in line]
+            # One layer profile and 2 speed points a precision.
+            self.assertEqual(len(runs), 1 + 2 * len(precisions), flag)
+            for line in runs:
+                self.assertRegex(
+                    line, r"--precision=(%s)\b" % "|".join(precisions))
         for line in commands:
             self.assertRegex(line, r"\(timeout [0-9]+ s\)")
         gradsync_runs = [line for line in commands
                          if " train --device=cuda --sync=local" in line]
-        self.assertEqual(len(gradsync_runs), 27 + 14)
+        self.assertEqual(len(gradsync_runs), 27 + 10)
         # Each variant right after the default point it varies (or after
         # the variant before it): the same command, its own metrics
         # folder, the flag set.
-        flags = ("cudnn_graph", "cudnn_layout=fastest", "cudnn_layout=nchw")
-        for i, line in enumerate(gradsync_runs):
-            for position, flag in enumerate(flags):
-                if "--" + flag not in line:
-                    continue
-                self.assertTrue(line.endswith(" --" + flag), line)
-                # The default point is 1, 2 or 3 runs back.
-                default = gradsync_runs[i - 1 - position]
-                self.assertEqual(
-                    line[:-len(" --" + flag)].replace("-" + flag, ""),
-                    default)
+        flags = ("cudnn_graph=true", "cudnn_layout=nhwc", "cudnn_layout=nchw",
+                 "cudnn_graph=false")
+        default = None
+        for line in gradsync_runs:
+            varied = [flag for flag in flags if " --" + flag in line]
+            if not varied:
+                default = line
+                continue
+            flag = varied[0]
+            self.assertEqual(len(varied), 1, line)
+            self.assertTrue(line.endswith(" --" + flag), line)
+            self.assertEqual(
+                line[:-len(" --" + flag)].replace("-" + flag, ""), default)
         for line in gradsync_runs:
             self.assertIn("--data=synthetic", line)
             self.assertRegex(line, r"--precision=(fp32|tf32|bf16) ")
@@ -168,8 +172,8 @@ for arg in "$@"; do
   case "$arg" in
     --metrics_dir=*|--run_dir=*) dir="${arg#*=}" ;;
     --precision=*) precision="${arg#*=}" ;;
-    --cudnn_graph) step_ms=8.0 ;;
-    --cudnn_layout=fastest) step_ms=7.0 ;;
+    --cudnn_graph=false) step_ms=8.0 ;;
+    --cudnn_layout=nhwc) step_ms=7.0 ;;
   esac
 done
 if [[ "$precision" == bf16 && -n "${FAKE_REFUSE_BF16:-}" ]]; then
@@ -225,9 +229,9 @@ for arg in "$@"; do
     --cudnn_layout=*) layout="${arg#*=}" ;;
   esac
 done
-if [[ "$layout" == fastest ]]; then
-  echo "  3x3/1 3->64 at 32x32: forward IMPLICIT_GEMM (FMA, 0 bytes) [layout NHWC, timed 0.300 ms a step against NCHW's 0.400 ms]"
-  echo "  3x3/1 64->64 at 32x32: NCHW copies: forward WINOGRAD (FMA, 0 bytes) [layout NCHW, timed 1.000 ms a step against NHWC's 2.000 ms]"
+if [[ "$layout" == nchw ]]; then
+  echo "  3x3/1 3->64 at 32x32: NCHW: forward IMPLICIT_GEMM (FMA, 0 bytes)"
+  echo "  3x3/1 64->64 at 32x32: NCHW: forward graph engine 3 (0 bytes), legacy 2.000 ms"
 else
   echo "  3x3/1 3->64 at 32x32: forward IMPLICIT_GEMM (FMA, 0 bytes)"
   echo "  3x3/1 64->64 at 32x32: forward IMPLICIT_GEMM (FMA, 0 bytes)"
@@ -301,7 +305,8 @@ class QuickFakeBundleTest(unittest.TestCase):
             ("PASS", "unmarked step 10.000 ms; the host queued it in 11.000 "
                      "ms; profiled 12.00 ms/step: conv "
                      "50%, batch norm 30%, element-wise 5% (6.00, 3.60, 0.60 "
-                     "ms)"))
+                     "ms); 0 of 2 shapes NCHW with no copies, 0 of 6 "
+                     "directions on graph engines"))
         self.assertEqual(rows["layers_bf16"][0], "PASS")
         # The stand-in bundle's torch does not import: not measured.
         for precision in PRECISIONS:
@@ -325,16 +330,20 @@ class QuickFakeBundleTest(unittest.TestCase):
         self.assertEqual(rows["parity_bf16"][0], "PASS")
         # The variant's rows come from runs with the flag set.
         for batch in (128, 256):
-            status, detail = rows["speed/resnet18/%d/tf32/cudnn_graph" % batch]
+            status, detail = rows[
+                "speed/resnet18/%d/tf32/cudnn_graph=false" % batch]
             self.assertEqual(status, "PASS")
             self.assertIn("gradsync 8.00 ms (compute 9.50)", detail)
             status, detail = rows[
-                "speed/resnet18/%d/fp32/cudnn_layout=fastest" % batch]
+                "speed/resnet18/%d/fp32/cudnn_layout=nhwc" % batch]
             self.assertEqual(status, "PASS")
             self.assertIn("gradsync 7.00 ms (compute 9.50)", detail)
-        # The layout profile's row counts the shapes NCHW won.
-        self.assertIn("1 of 2 shapes on NCHW copies",
-                      rows["layers_fp32_fastest"][1])
+        # A profile's row counts the shapes computed NCHW and the
+        # directions graph engines won.
+        self.assertIn("2 of 2 shapes NCHW with no copies, 1 of 6 directions "
+                      "on graph engines", rows["layers_tf32_nchw"][1])
+        self.assertIn("0 of 2 shapes NCHW with no copies, 0 of 6 directions "
+                      "on graph engines", rows["layers_fp32"][1])
 
     def test_a_binary_that_refuses_bf16_fails_its_rows(self):
         result, rows = self.run_bundle({"FAKE_REFUSE_BF16": "1"})
@@ -426,12 +435,12 @@ class GpuPointTest(unittest.TestCase):
 
     def test_a_variant_under_the_bar_says_so_and_fails_nothing(self):
         status, note = compute_vs_pytorch.judge_gpu_point(
-            "resnet18", 128, "fp32", 30.0, 16.5, "cudnn_graph")
+            "resnet18", 128, "fp32", 30.0, 16.5, "cudnn_graph=true")
         self.assertEqual(status, "PASS")
         self.assertIn("under the bar of 1.0x", note)
-        self.assertIn("--cudnn_graph is not the default", note)
+        self.assertIn("--cudnn_graph=true is not the default", note)
         self.assertEqual(compute_vs_pytorch.judge_gpu_point(
-            "resnet18", 128, "fp32", 15.0, 16.5, "cudnn_graph"),
+            "resnet18", 128, "fp32", 15.0, 16.5, "cudnn_graph=true"),
             ("PASS", "bar 1.0x met"))
 
     def test_refused_precision_is_recognised(self):

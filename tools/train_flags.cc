@@ -44,20 +44,25 @@ ABSL_FLAG(std::string, precision, "fp32",
           "float32 and round their outputs to bf16; float32 master weights, "
           "optimizer, batch norm and gradients handed to the strategy; on "
           "cpu and cuda)");
-ABSL_FLAG(bool, cudnn_graph, false,
-          "with --device=cuda: also time the engines of cuDNN's graph API "
-          "for each convolution and run one where it beats the legacy "
-          "algorithms (not yet run on a GPU: off by default)");
-ABSL_FLAG(std::string, cudnn_layout, "nhwc",
+ABSL_FLAG(std::string, cudnn_graph, "auto",
+          "with --device=cuda: whether each convolution also times the "
+          "engines of cuDNN's graph API and runs one where it beats the "
+          "legacy algorithms: true, false, or auto (the default: true where "
+          "convolutions compute NHWC by choice, --cudnn_layout=nhwc and auto "
+          "in tf32 and bf16; false under nchw, fastest and auto in fp32); "
+          "the manifest records the choice");
+ABSL_FLAG(std::string, cudnn_layout, "auto",
           "with --device=cuda, fp32 and tf32: the layout cuDNN computes "
-          "convolutions in. nhwc (NHWC activations and convolutions); nchw "
-          "(NCHW as PyTorch's default tensors, so that cuDNN's NCHW-only "
-          "algorithms (FFT) qualify: ResNet keeps its activations NCHW end "
-          "to end, the CNN gets NCHW copies around each convolution); "
-          "fastest (NHWC activations, each shape's convolution timed at "
-          "set-up in both layouts, copies included, and the faster runs). "
-          "bf16 always computes in NHWC. Not yet run on a GPU: nhwc by "
-          "default");
+          "convolutions in. auto (the default, the fastest measured on a "
+          "GPU: in fp32 as nchw where the model keeps NCHW activations, "
+          "ResNet, and NHWC with no copies elsewhere; in tf32 as nhwc); nhwc "
+          "(NHWC activations and convolutions); nchw (NCHW as PyTorch's "
+          "default tensors, so that cuDNN's NCHW-only algorithms (FFT) "
+          "qualify: ResNet keeps its activations NCHW end to end, the CNN "
+          "gets NCHW copies around each convolution); fastest (NHWC "
+          "activations, each shape's convolution timed at set-up in both "
+          "layouts, copies included, and the faster runs). bf16 always "
+          "computes in NHWC");
 ABSL_FLAG(std::string, gpus, "",
           "with --device=cuda: comma-separated GPU indices (among the visible "
           "GPUs, after CUDA_VISIBLE_DEVICES) for this machine's local ranks; "
@@ -717,9 +722,14 @@ absl::StatusOr<DeviceOptions> DeviceOptionsFromFlags(int local_rank,
   ASSIGN_OR_RETURN(options.type, ParseDeviceType(absl::GetFlag(FLAGS_device)));
   ASSIGN_OR_RETURN(options.precision,
                    ParsePrecision(absl::GetFlag(FLAGS_precision)));
-  options.cudnn_graph = absl::GetFlag(FLAGS_cudnn_graph);
   ASSIGN_OR_RETURN(options.cudnn_layout,
                    ParseConvolutionLayout(absl::GetFlag(FLAGS_cudnn_layout)));
+  ASSIGN_OR_RETURN(options.cudnn_graph,
+                   ParseCudnnGraph(absl::GetFlag(FLAGS_cudnn_graph)));
+  if (!options.cudnn_graph.has_value() && options.type == DeviceType::kCuda) {
+    // The manifest echoes the flags: record what auto chose.
+    absl::SetFlag(&FLAGS_cudnn_graph, CudnnGraphOf(options) ? "true" : "false");
+  }
   options.gpu_index = local_rank;
   // Only a CUDA run reads --gpus, so a CPU run is not refused for it.
   if (options.type == DeviceType::kCuda) {

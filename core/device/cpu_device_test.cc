@@ -862,20 +862,42 @@ TEST(ParsePrecisionTest, NamesAndErrors) {
   EXPECT_NE(bad.status().message().find("--precision=fp16"), std::string::npos);
 }
 
+// The graph API's engines by default where convolutions compute NHWC by
+// choice, not where NCHW is asked for or timed; a given flag wins.
+TEST(DefaultCudnnGraphTest, FollowsTheLayoutAndPrecision) {
+  EXPECT_TRUE(DefaultCudnnGraph(ConvolutionLayout::kNhwc, Precision::kFp32));
+  EXPECT_FALSE(DefaultCudnnGraph(ConvolutionLayout::kAuto, Precision::kFp32));
+  EXPECT_TRUE(DefaultCudnnGraph(ConvolutionLayout::kAuto, Precision::kTf32));
+  EXPECT_TRUE(DefaultCudnnGraph(ConvolutionLayout::kAuto, Precision::kBf16));
+  EXPECT_FALSE(DefaultCudnnGraph(ConvolutionLayout::kNchw, Precision::kTf32));
+  EXPECT_FALSE(
+      DefaultCudnnGraph(ConvolutionLayout::kFastest, Precision::kTf32));
+  DeviceOptions options;
+  options.precision = Precision::kTf32;
+  EXPECT_TRUE(CudnnGraphOf(options));
+  options.cudnn_graph = false;
+  EXPECT_FALSE(CudnnGraphOf(options));
+  options.precision = Precision::kFp32;
+  options.cudnn_graph = true;
+  EXPECT_TRUE(CudnnGraphOf(options));
+  options.cudnn_graph.reset();
+  EXPECT_FALSE(CudnnGraphOf(options));
+}
+
 TEST(ParseConvolutionLayoutTest, NamesAndErrors) {
   for (ConvolutionLayout layout :
        {ConvolutionLayout::kNhwc, ConvolutionLayout::kNchw,
-        ConvolutionLayout::kFastest}) {
+        ConvolutionLayout::kFastest, ConvolutionLayout::kAuto}) {
     EXPECT_EQ(*ParseConvolutionLayout(ConvolutionLayoutName(layout)), layout);
   }
   EXPECT_EQ(*ParseConvolutionLayout("NCHW"), ConvolutionLayout::kNchw);
-  EXPECT_EQ(DeviceOptions().cudnn_layout, ConvolutionLayout::kNhwc);
+  EXPECT_EQ(DeviceOptions().cudnn_layout, ConvolutionLayout::kAuto);
   auto bad = ParseConvolutionLayout("channels_last");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("--cudnn_layout=channels_last"),
             std::string::npos);
-  EXPECT_NE(bad.status().message().find("nhwc, nchw or fastest"),
+  EXPECT_NE(bad.status().message().find("auto, nhwc, nchw or fastest"),
             std::string::npos);
 }
 

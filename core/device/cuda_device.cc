@@ -807,7 +807,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(
                    CudaDevice::Create(
                        *gpu, options.reference_convolutions, options.precision,
                        options.convolutions_round_own_operands,
-                       options.cudnn_graph, options.cudnn_layout));
+                       CudnnGraphOf(options), options.cudnn_layout));
   GS_LOG(INFO) << "local rank " << local_rank << " computes on "
                << device->name() << " (" << visible << " GPU(s) visible)";
   return std::unique_ptr<Device>(std::move(device));

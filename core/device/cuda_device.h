@@ -145,16 +145,18 @@ class CudaDevice : public Device {
 
   DeviceType type() const override { return DeviceType::kCuda; }
   std::string name() const override { return name_; }
-  // NCHW under --cudnn_layout=nchw for float32 convolutions (fp32, tf32):
-  // the layout whose NCHW-only algorithms that flag is for, kept by the
-  // model end to end so that no copies run between layers; NHWC otherwise
-  // (bf16 convolutions compute on NHWC, and the reference convolutions of
-  // im2col write NHWC only).
+  // NCHW under --cudnn_layout=nchw for float32 convolutions (fp32, tf32)
+  // and under auto for fp32: the layout whose NCHW-only algorithms those
+  // are for, kept by the model end to end so that no copies run between
+  // layers; NHWC otherwise (bf16 convolutions compute on NHWC, and the
+  // reference convolutions of im2col write NHWC only).
   ActivationLayout activation_layout() const override {
-    return cudnn_layout_ == ConvolutionLayout::kNchw &&
-                   precision_ != Precision::kBf16 && !reference_convolutions_
-               ? ActivationLayout::kNchw
-               : ActivationLayout::kNhwc;
+    const bool nchw = (cudnn_layout_ == ConvolutionLayout::kNchw &&
+                       precision_ != Precision::kBf16) ||
+                      (cudnn_layout_ == ConvolutionLayout::kAuto &&
+                       precision_ == Precision::kFp32);
+    return nchw && !reference_convolutions_ ? ActivationLayout::kNchw
+                                            : ActivationLayout::kNhwc;
   }
 
   absl::StatusOr<void*> AllocateBytes(size_t bytes) override;

@@ -121,12 +121,18 @@ absl::StatusOr<std::unique_ptr<ConvolutionKernel>> CudnnConvolution::Create(
       context.device().precision() == Precision::kBf16
           ? CudnnDataType::kBfloat16
           : CudnnDataType::kFloat;
-  // bf16 computes on NHWC copies whatever --cudnn_layout says.
-  const ConvolutionLayout wanted = data_type == CudnnDataType::kBfloat16
-                                       ? ConvolutionLayout::kNhwc
-                                       : context.device().cudnn_layout();
+  // bf16 computes on NHWC copies whatever --cudnn_layout says; auto
+  // computes in the layers' own layout, so that it never copies.
+  ConvolutionLayout wanted = data_type == CudnnDataType::kBfloat16
+                                 ? ConvolutionLayout::kNhwc
+                                 : context.device().cudnn_layout();
+  if (wanted == ConvolutionLayout::kAuto) {
+    wanted = geometry.nchw_output ? ConvolutionLayout::kNchw
+                                  : ConvolutionLayout::kNhwc;
+  }
   absl::StatusOr<std::unique_ptr<CudnnConvolution>> kernel;
   switch (wanted) {
+    case ConvolutionLayout::kAuto:  // resolved above
     case ConvolutionLayout::kNhwc:
     case ConvolutionLayout::kNchw:
       kernel =

@@ -77,8 +77,36 @@ absl::StatusOr<ConvolutionLayout> ParseConvolutionLayout(
   if (lower == "nhwc") return ConvolutionLayout::kNhwc;
   if (lower == "nchw") return ConvolutionLayout::kNchw;
   if (lower == "fastest") return ConvolutionLayout::kFastest;
+  if (lower == "auto") return ConvolutionLayout::kAuto;
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown --cudnn_layout=", name, "; choose nhwc, nchw or fastest"));
+      "unknown --cudnn_layout=", name, "; choose auto, nhwc, nchw or fastest"));
+}
+
+absl::StatusOr<std::optional<bool>> ParseCudnnGraph(const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "auto") return std::optional<bool>();
+  if (lower == "true") return std::optional<bool>(true);
+  if (lower == "false") return std::optional<bool>(false);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown --cudnn_graph=", name, "; choose auto, true or false"));
+}
+
+bool DefaultCudnnGraph(ConvolutionLayout layout, Precision precision) {
+  switch (layout) {
+    case ConvolutionLayout::kNhwc:
+      return true;
+    case ConvolutionLayout::kAuto:
+      return precision != Precision::kFp32;
+    case ConvolutionLayout::kNchw:
+    case ConvolutionLayout::kFastest:
+      return false;
+  }
+  return false;
+}
+
+bool CudnnGraphOf(const DeviceOptions& options) {
+  return options.cudnn_graph.value_or(
+      DefaultCudnnGraph(options.cudnn_layout, options.precision));
 }
 
 }  // namespace gradsync

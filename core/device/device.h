@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,7 +63,12 @@ enum class Precision { kFp32, kTf32, kBf16 };
 //    both layouts (a forward and both gradients, the NCHW copies included,
 //    on the device's stream), and the faster runs, as an algorithm search
 //    picks an algorithm.
-enum class ConvolutionLayout { kNhwc, kNchw, kFastest };
+//  - kAuto (the default): what measured fastest on a GPU for each precision
+//    (docs/results/gpu.md): fp32 as kNchw where the model keeps NCHW
+//    activations, and no copies anywhere (a model with NHWC activations
+//    computes NHWC); tf32 and bf16 as kNhwc, with the graph API's engines
+//    (DefaultCudnnGraph).
+enum class ConvolutionLayout { kNhwc, kNchw, kFastest, kAuto };
 
 // What a batch norm's output goes through in the same pass over memory (a
 // fused epilogue): y = BN(x), then y += residual (when given; [rows ×
@@ -311,13 +317,11 @@ struct DeviceOptions {
   bool nchw_activations = false;
   // CUDA: also time the engines of cuDNN's graph API for each convolution
   // direction and run one where it beats the legacy algorithms
-  // (cudnn_graph.h). Off by default until the quick check has run it on a
-  // GPU (docs/results/gpu.md); --cudnn_graph.
-  bool cudnn_graph = false;
-  // CUDA: the layout of float32 convolutions (ConvolutionLayout). kNhwc by
-  // default until the quick check has run the others on a GPU
-  // (docs/results/gpu.md); --cudnn_layout.
-  ConvolutionLayout cudnn_layout = ConvolutionLayout::kNhwc;
+  // (cudnn_graph.h); --cudnn_graph. Unset: DefaultCudnnGraph.
+  std::optional<bool> cudnn_graph;
+  // CUDA: the layout of float32 convolutions (ConvolutionLayout);
+  // --cudnn_layout.
+  ConvolutionLayout cudnn_layout = ConvolutionLayout::kAuto;
   // kTf32 is refused on the CPU, which has no TF32 arithmetic; kBf16 runs
   // on both devices (the CPU's rounded float32 products are the reference of
   // the GPU's bf16 tensor-core products).
@@ -333,10 +337,24 @@ absl::StatusOr<DeviceType> ParseDeviceType(const std::string& name);
 
 // --precision: "fp32", "tf32" or "bf16" (any case).
 absl::StatusOr<Precision> ParsePrecision(const std::string& name);
-// --cudnn_layout: "nhwc", "nchw" or "fastest" (any case).
+// --cudnn_layout: "auto", "nhwc", "nchw" or "fastest" (any case).
 absl::StatusOr<ConvolutionLayout> ParseConvolutionLayout(
     const std::string& name);
-// "nhwc", "nchw" or "fastest", as the flag spells it.
+
+// --cudnn_graph: "true" or "false", or "auto" (unset: DefaultCudnnGraph);
+// any case.
+absl::StatusOr<std::optional<bool>> ParseCudnnGraph(const std::string& name);
+
+// Whether CUDA's convolutions try the graph API's engines under
+// --cudnn_graph=auto: where they compute NHWC by choice (kNhwc, and
+// kAuto in tf32 and bf16), which the graph engines beat the legacy
+// algorithms on in every precision measured (docs/results/gpu.md); not
+// where NCHW is asked for or timed, a pairing not measured yet.
+bool DefaultCudnnGraph(ConvolutionLayout layout, Precision precision);
+// `options.cudnn_graph` where set, else DefaultCudnnGraph.
+bool CudnnGraphOf(const DeviceOptions& options);
+
+// "auto", "nhwc", "nchw" or "fastest", as the flag spells it.
 inline const char* ConvolutionLayoutName(ConvolutionLayout layout) {
   switch (layout) {
     case ConvolutionLayout::kNhwc:
@@ -345,6 +363,8 @@ inline const char* ConvolutionLayoutName(ConvolutionLayout layout) {
       return "nchw";
     case ConvolutionLayout::kFastest:
       return "fastest";
+    case ConvolutionLayout::kAuto:
+      return "auto";
   }
   return "unknown";
 }

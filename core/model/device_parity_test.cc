@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <string>
@@ -239,11 +240,12 @@ std::string NoGpuReason() {
 
 // `reference_batch_norm`: the CPU's batch norm through kernel_math.h's loops
 // (the arithmetic the CUDA kernels share) rather than oneDNN.
-// `cudnn_graph`: CUDA convolutions also try cuDNN's graph API;
+// `cudnn_graph`: CUDA convolutions also try cuDNN's graph API (unset: the
+// layout's and precision's default, DefaultCudnnGraph);
 // `cudnn_layout`: the layout they compute in.
 std::unique_ptr<Device> MakeDevice(
     DeviceType type, bool reference_batch_norm = false,
-    bool cudnn_graph = false,
+    std::optional<bool> cudnn_graph = false,
     ConvolutionLayout cudnn_layout = ConvolutionLayout::kNhwc) {
   DeviceOptions options;
   options.type = type;
@@ -521,10 +523,11 @@ void ExpectNearDouble(const std::vector<float>& actual,
 // How the device's convolutions run: "legacy" (the legacy API's algorithms,
 // NHWC), "graph" (the graph API's engines tried too, running wherever one
 // beats the legacy algorithms), "nchw" (--cudnn_layout=nchw: NCHW copies),
-// "fastest" (--cudnn_layout=fastest: both layouts timed, the faster runs).
+// "fastest" (--cudnn_layout=fastest: both layouts timed, the faster runs),
+// "auto" (the defaults: --cudnn_layout=auto, --cudnn_graph not given).
 struct ConvPath {
   const char* name;
-  bool graph;
+  std::optional<bool> graph;
   ConvolutionLayout layout;
 };
 
@@ -533,6 +536,7 @@ const ConvPath kConvPaths[] = {
     {"graph", true, ConvolutionLayout::kNhwc},
     {"nchw", false, ConvolutionLayout::kNchw},
     {"fastest", false, ConvolutionLayout::kFastest},
+    {"auto", std::nullopt, ConvolutionLayout::kAuto},
 };
 
 void PrintTo(const ConvPath& p, std::ostream* out) { *out << p.name; }
@@ -670,9 +674,11 @@ class ConvolutionalModelParityTest
 
 // "cnn", "resnet18"; a "_nchw" suffix runs the CUDA side with
 // --cudnn_layout=nchw (ResNet on NCHW activations, the CNN's convolutions on
-// NCHW copies).
-bool NchwVariant(const std::string& kind) {
-  return kind.size() > 5 && kind.compare(kind.size() - 5, 5, "_nchw") == 0;
+// NCHW copies), an "_auto" suffix with the defaults (fp32: ResNet on NCHW
+// activations, the CNN on NHWC with no copies); no suffix: NHWC, legacy.
+bool HasSuffix(const std::string& kind, const std::string& suffix) {
+  return kind.size() > suffix.size() &&
+         kind.compare(kind.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::unique_ptr<Model> MakeConvolutionalModel(const std::string& kind) {
@@ -705,11 +711,14 @@ TEST_P(ConvolutionalModelParityTest, OneStepAgreesOnCpuAndCuda) {
   std::vector<float> loss(2), grads[2], buffers[2], logits[2];
   const DeviceType types[2] = {DeviceType::kCpu, DeviceType::kCuda};
   for (int d = 0; d < 2; ++d) {
+    const bool cuda = d == 1;
+    const bool automatic = cuda && HasSuffix(GetParam(), "_auto");
     std::unique_ptr<Device> device = MakeDevice(
         types[d], /*reference_batch_norm=*/false,
-        /*cudnn_graph=*/false,
-        d == 1 && NchwVariant(GetParam()) ? ConvolutionLayout::kNchw
-                                          : ConvolutionLayout::kNhwc);
+        automatic ? std::nullopt : std::optional<bool>(false),
+        automatic                                ? ConvolutionLayout::kAuto
+        : cuda && HasSuffix(GetParam(), "_nchw") ? ConvolutionLayout::kNchw
+                                                 : ConvolutionLayout::kNhwc);
     ASSERT_TRUE(device);
     std::unique_ptr<Model> model = MakeConvolutionalModel(GetParam());
     float* params = Upload(*device, initial);
@@ -757,7 +766,8 @@ TEST_P(ConvolutionalModelParityTest, OneStepAgreesOnCpuAndCuda) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ConvolutionalModelParityTest,
                          ::testing::Values("cnn", "resnet18", "cnn_nchw",
-                                           "resnet18_nchw"));
+                                           "resnet18_nchw", "cnn_auto",
+                                           "resnet18_auto"));
 
 #endif  // GRADSYNC_CUDA
 

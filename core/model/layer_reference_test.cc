@@ -112,11 +112,16 @@ class LayerReferenceTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     DeviceOptions options;
-    // "cuda_graph": CUDA with the graph API's convolution engines tried too;
+    // "cuda": CUDA, NHWC convolutions on the legacy API's algorithms;
+    // "cuda_graph": with the graph API's convolution engines tried too;
     // "cuda_nchw": CUDA convolutions on NCHW copies (--cudnn_layout=nchw);
-    // "cuda_fastest": both layouts timed, the faster runs.
+    // "cuda_fastest": both layouts timed, the faster runs;
+    // "cuda_auto": the defaults (--cudnn_layout=auto).
     options.type = GetParam() == "cpu" ? DeviceType::kCpu : DeviceType::kCuda;
-    options.cudnn_graph = GetParam() == "cuda_graph";
+    if (GetParam() != "cuda_auto") {
+      options.cudnn_graph = GetParam() == "cuda_graph";
+      options.cudnn_layout = ConvolutionLayout::kNhwc;
+    }
     if (GetParam() == "cuda_nchw") {
       options.cudnn_layout = ConvolutionLayout::kNchw;
     } else if (GetParam() == "cuda_fastest") {
@@ -664,7 +669,8 @@ TEST_P(LayerReferenceTest, SoftmaxCrossEntropyAtResNet18Shape) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, LayerReferenceTest,
                          ::testing::Values("cpu", "cuda", "cuda_graph",
-                                           "cuda_nchw", "cuda_fastest"),
+                                           "cuda_nchw", "cuda_fastest",
+                                           "cuda_auto"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
