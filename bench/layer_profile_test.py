@@ -98,6 +98,7 @@ class LayerProfileTest(unittest.TestCase):
                 (["--steps=0"], "--steps=0"),
                 (["--device=tpu"], "tpu"),
                 (["--cudnn_layout=wide"], "--cudnn_layout=wide"),
+                (["--cudnn_graph=maybe"], "--cudnn_graph=maybe"),
                 (["--max_ops=2", "--model=mlp", "--batch=2", "--warmup=0",
                   "--steps=1"], "at least"),
                 (["stray"], "unexpected argument")):

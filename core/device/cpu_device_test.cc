@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -882,6 +883,19 @@ TEST(DefaultCudnnGraphTest, FollowsTheLayoutAndPrecision) {
   EXPECT_TRUE(CudnnGraphOf(options));
   options.cudnn_graph.reset();
   EXPECT_FALSE(CudnnGraphOf(options));
+}
+
+TEST(ParseCudnnGraphTest, AutoTrueFalseAndErrors) {
+  EXPECT_EQ(*ParseCudnnGraph("auto"), std::nullopt);
+  EXPECT_EQ(*ParseCudnnGraph("TRUE"), std::optional<bool>(true));
+  EXPECT_EQ(*ParseCudnnGraph("false"), std::optional<bool>(false));
+  auto bad = ParseCudnnGraph("maybe");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--cudnn_graph=maybe"),
+            std::string::npos);
+  EXPECT_NE(bad.status().message().find("auto, true or false"),
+            std::string::npos);
 }
 
 TEST(ParseConvolutionLayoutTest, NamesAndErrors) {
