@@ -117,7 +117,8 @@ def load_manifest(results_dir, source):
                       + ", ".join(os.path.basename(c) for c in candidates) + ")")
 
 
-CONDITION = re.compile(r"^([\w.]+)(>=|<=|!=|=)(.+)$")
+# "column=" (nothing after it) selects the points whose column is empty.
+CONDITION = re.compile(r"^([\w.]+)(>=|<=|!=|=)(.*)$")
 
 
 def matching(points, spec):
@@ -132,6 +133,8 @@ def matching(points, spec):
 
     def meets(point, key, op, value):
         have = point.get(key)
+        if have is None or (isinstance(have, float) and have != have):
+            have = ""  # an empty cell
         if isinstance(have, (int, float)) and not isinstance(have, bool):
             try:
                 have, value = float(have), float(value)
