@@ -342,8 +342,6 @@ class QuickFakeBundleTest(unittest.TestCase):
         # directions graph engines won.
         self.assertIn("2 of 2 shapes NCHW with no copies, 1 of 6 directions "
                       "on graph engines", rows["layers_tf32_nchw"][1])
-        self.assertIn("0 of 2 shapes NCHW with no copies, 0 of 6 directions "
-                      "on graph engines", rows["layers_fp32"][1])
 
     def test_a_binary_that_refuses_bf16_fails_its_rows(self):
         result, rows = self.run_bundle({"FAKE_REFUSE_BF16": "1"})

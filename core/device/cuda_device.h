@@ -132,7 +132,10 @@ class CudaDevice : public Device {
   // rounds C to bf16; the convolutions compute on bf16 copies
   // (cudnn_convolution.h). Checked on one H200 (bf16_precision_test).
   // `convolutions_round_own_operands`: test-only, `cudnn_graph` and
-  // `cudnn_layout`, as DeviceOptions's.
+  // `cudnn_layout`, as DeviceOptions's, the graph API's choice resolved
+  // (CudnnGraphOf). Their defaults here are NHWC and the legacy algorithms,
+  // not DeviceOptions's auto: the callers that create a device directly run
+  // no convolutions or name the path they test.
   static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(
       int gpu_index, bool reference_convolutions = false,
       Precision precision = Precision::kFp32,
